@@ -1,0 +1,48 @@
+"""Run metadata for every benchmark JSON: what ran, where, when, from which commit and command line."""
+from __future__ import annotations
+
+import datetime
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+
+def git_commit(repo: Path | None = None) -> str:
+    """Commit of the checkout (with '-dirty' when the work tree has changes), or 'unknown' outside git."""
+    cwd = str(repo or Path(__file__).resolve().parent.parent)
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def run_metadata(argv: list[str] | None = None) -> dict:
+    """GPU name, torch/CUDA/cuDNN versions, date (UTC), git commit and the command line."""
+    import torch
+
+    meta = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
+        "command": " ".join([Path(sys.executable).name] + list(sys.argv if argv is None else argv)),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "gpu": None,
+        "sm_count": None,
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        meta["gpu"] = props.name
+        meta["sm_count"] = props.multi_processor_count
+    try:
+        import diffusers
+        meta["diffusers"] = diffusers.__version__
+    except ImportError:
+        meta["diffusers"] = None
+    return meta
