@@ -1,0 +1,482 @@
+#!/usr/bin/env python3
+"""Kernel benchmark: vidattn against SDPA (default, cuDNN, flash) on the ANCHORS.md kernel table.
+
+Every shape is timed in bf16, non-causal, with inputs held the way diffusers' processors hold them:
+(B, S, H, D) tensors. vidattn takes them as they are (layout="bshd"); SDPA takes `.transpose(1, 2)` views
+of the same tensors (B, H, S, D with non-contiguous strides) and its (B, H, S, D) output is left as it
+comes (no copy back to BSHD is timed). FLOPs = 4·B·H·Sq·Skv·D. Each time is the median of
+`triton.testing.do_bench` (which also clears L2 before every call), or of a CUDA-event loop when triton is
+missing; when one input set is smaller than about twice the L2 several sets are rotated so timings are not
+cache-hot.
+
+Before timing a shape, vidattn's output is checked against SDPA's (relative L2 < 2e-2) and
+`vidattn.explain` records whether the kernel ran or why it fell back. Results go to a markdown table on
+stdout and a JSON file (run metadata + per-shape results), rewritten after every shape so a run cut short
+still leaves its numbers.
+
+    python scripts/bench_kernel.py                       # all shapes, all backends
+    python scripts/bench_kernel.py --shapes Wan --quick  # a subset, fewer repetitions
+    python scripts/bench_kernel.py --dry-run             # list shapes and FLOPs (no GPU needed)
+    ncu --clock-control none -k regex:vidattn python scripts/bench_kernel.py --profile --shapes "Wan2.1-1.3B"
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import itertools
+import json
+import math
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+BACKENDS = ("vidattn", "sdpa", "cudnn", "flash")
+BACKEND_NOTES = {
+    "vidattn": "vidattn.attention(q, k, v, layout='bshd') on the (B,S,H,D) tensors; output (B,S,H,D)",
+    "sdpa": "F.scaled_dot_product_attention on q.transpose(1,2) views (B,H,S,D, non-contiguous), "
+            "torch's default backend choice; output (B,H,S,D), not copied back",
+    "cudnn": "as sdpa, inside sdpa_kernel(SDPBackend.CUDNN_ATTENTION)",
+    "flash": "as sdpa, inside sdpa_kernel(SDPBackend.FLASH_ATTENTION) (FlashAttention-2 in torch)",
+}
+CHECK_REL_L2 = 2e-2
+DEFAULT_L2_BYTES = 50 * 2**20
+MAX_ROTATING_SETS = 8
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    b: int
+    h: int
+    sq: int
+    skv: int
+    d: int
+    anchor_cudnn: float | None = None  # TFLOPS from ANCHORS.md (another run; compare ratios, not absolutes)
+    anchor_fa3: float | None = None
+
+    @property
+    def flops(self) -> int:
+        return 4 * self.b * self.h * self.sq * self.skv * self.d
+
+    def bytes_bf16(self) -> int:
+        """q, k, v read once and out written once, bf16."""
+        return 2 * self.b * self.h * self.d * (2 * self.sq + 2 * self.skv)
+
+
+# The kernel table of /work/shared/ANCHORS.md, in its order.
+SHAPES = [
+    Shape("seed 4K", 8, 16, 4096, 4096, 128, 609, 652),
+    Shape("seed 8K", 4, 16, 8192, 8192, 128, 612, 649),
+    Shape("seed 16K", 2, 16, 16384, 16384, 128, 600, 659),
+    Shape("FA-bench 1K", 16, 16, 1024, 1024, 128, 607, 604),
+    Shape("FA-bench 1K D64", 16, 32, 1024, 1024, 64, 426, 377),
+    Shape("FA-bench 8K D64", 2, 32, 8192, 8192, 64, 455, 520),
+    Shape("Wan2.1-1.3B self", 1, 12, 32760, 32760, 128, 569, 681),
+    Shape("Wan2.1 cross 32760x512", 1, 12, 32760, 512, 128, 537, 546),
+    Shape("Wan2.1-14B self", 1, 40, 32760, 32760, 128, 573, 671),
+    Shape("HunyuanVideo 720p", 1, 24, 119056, 119056, 128, 569, 665),
+    Shape("CogVideoX-5B", 1, 48, 17776, 17776, 64, 417, 528),
+    Shape("LTX-Video", 1, 32, 24576, 24576, 64, 465, 530),
+]
+
+
+def select_shapes(patterns: list[str] | None) -> list[Shape]:
+    if not patterns:
+        return list(SHAPES)
+    pats = [p.lower() for p in patterns]
+    return [s for s in SHAPES if any(p in s.name.lower() for p in pats)]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", nargs="*", default=None,
+                    help="keep shapes whose name contains any of these substrings (case-insensitive); "
+                         "comma-separated lists work too")
+    ap.add_argument("--backends", default=",".join(BACKENDS),
+                    help=f"comma-separated subset of {','.join(BACKENDS)}")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (do_bench warmup 10 ms, rep 40 ms)")
+    ap.add_argument("--profile", action="store_true",
+                    help="run vidattn exactly once on the first selected shape (for ncu) and exit")
+    ap.add_argument("--dry-run", action="store_true", help="list shapes and FLOPs, touch no GPU")
+    ap.add_argument("--out", default=None,
+                    help="JSON path, or a directory (existing, or ending in '/') to put the default name in; "
+                         "default bench/results/kernel_<date>_<short-commit>.json")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    args = ap.parse_args(argv)
+    if args.shapes:
+        args.shapes = [p.strip() for s in args.shapes for p in s.split(",") if p.strip()]
+    args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    bad = [b for b in args.backends if b not in BACKENDS]
+    if bad:
+        ap.error(f"unknown backend(s) {bad}; choose from {list(BACKENDS)}")
+    return args
+
+
+def fmt_tflops(x) -> str:
+    return f"{x:.0f}" if isinstance(x, (int, float)) and x == x else "-"
+
+
+def dry_run_table(shapes: list[Shape]) -> str:
+    lines = ["| shape | B | H | Sq × Skv | D | GFLOP | min bytes (MB) | anchor cuDNN | anchor FA3 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for s in shapes:
+        lines.append(f"| {s.name} | {s.b} | {s.h} | {s.sq} × {s.skv} | {s.d} | {s.flops / 1e9:.1f} | "
+                     f"{s.bytes_bf16() / 1e6:.1f} | {fmt_tflops(s.anchor_cudnn)} | {fmt_tflops(s.anchor_fa3)} |")
+    return "\n".join(lines)
+
+
+def _git_commit() -> str:
+    try:
+        from vidattn.envinfo import git_commit
+        return git_commit(REPO)
+    except Exception:  # noqa: BLE001 - a broken package must not stop --dry-run
+        import subprocess
+        try:
+            return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                  timeout=10, check=True).stdout.strip() or "unknown"
+        except (OSError, subprocess.SubprocessError):
+            return "unknown"
+
+
+def default_out_name() -> str:
+    commit = _git_commit()
+    short = "unknown" if commit == "unknown" else commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
+    return f"kernel_{datetime.date.today().isoformat()}_{short}.json"
+
+
+def resolve_out(out: str | None) -> Path:
+    if out is None:
+        return REPO / "bench" / "results" / default_out_name()
+    p = Path(out)
+    if out.endswith("/") or p.is_dir():
+        return p / default_out_name()
+    return p
+
+
+# ----------------------------------------------------------------------------------------------- GPU side
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def _err(exc: BaseException) -> str:
+    msg = f"{type(exc).__name__}: {exc}"
+    return msg if len(msg) < 600 else msg[:600] + " ..."
+
+
+class Timer:
+    """Median time of fn() in ms: triton's do_bench when importable, else a CUDA-event loop with an L2 flush."""
+
+    def __init__(self, quick: bool):
+        import torch
+        self.warmup_ms, self.rep_ms = (10, 40) if quick else (25, 100)
+        try:
+            from triton.testing import do_bench
+            self._do_bench = do_bench
+            self.method = "triton.testing.do_bench median"
+        except Exception:  # noqa: BLE001 - triton missing or broken: fall back
+            self._do_bench = None
+            self.method = "CUDA-event loop median (triton unavailable)"
+        self._flush = None
+        self._torch = torch
+
+    def __call__(self, fn) -> float:
+        if self._do_bench is not None:
+            try:
+                ms = self._do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median")
+            except TypeError:  # older triton: no return_mode
+                ms = self._do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, quantiles=[0.5])
+            if isinstance(ms, (list, tuple)):
+                ms = ms[0]
+            return float(ms)
+        return self._event_loop(fn)
+
+    def _event_loop(self, fn) -> float:
+        torch = self._torch
+        if self._flush is None:
+            self._flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
+        fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(3):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        est = max(start.elapsed_time(end) / 3, 1e-3)
+        for _ in range(max(1, int(self.warmup_ms / est))):
+            fn()
+        n = max(3, int(self.rep_ms / est))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for i in range(n):
+            self._flush.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def l2_bytes() -> int:
+    import torch
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return int(getattr(props, "L2_cache_size", 0) or DEFAULT_L2_BYTES)
+
+
+def make_inputs(s: Shape, n_sets: int, gen):
+    import torch
+    sets = []
+    for _ in range(n_sets):
+        q = torch.randn(s.b, s.sq, s.h, s.d, dtype=torch.bfloat16, device="cuda", generator=gen)
+        k = torch.randn(s.b, s.skv, s.h, s.d, dtype=torch.bfloat16, device="cuda", generator=gen)
+        v = torch.randn(s.b, s.skv, s.h, s.d, dtype=torch.bfloat16, device="cuda", generator=gen)
+        sets.append((q, k, v))
+    return sets
+
+
+def rel_l2_bshd_vs_bhsd(out_bshd, ref_bhsd, chunk: int = 4096) -> float:
+    """‖a − b‖ / ‖b‖ in fp32, where a is (B,S,H,D) and b is (B,H,S,D); chunked over S to bound memory."""
+    num = 0.0
+    den = 0.0
+    ref = ref_bhsd.transpose(1, 2)
+    for i in range(0, out_bshd.shape[1], chunk):
+        a = out_bshd[:, i:i + chunk].float()
+        b = ref[:, i:i + chunk].float()
+        num += float((a - b).pow(2).sum())
+        den += float(b.pow(2).sum())
+    return math.sqrt(num) / max(math.sqrt(den), 1e-30)
+
+
+def sdpa_context(backend: str):
+    if backend in ("vidattn", "sdpa"):
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel({"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend])
+
+
+def make_fn(backend: str, sets, vidattn_mod):
+    import torch.nn.functional as F
+    counter = itertools.count()
+    n = len(sets)
+    if backend == "vidattn":
+        def fn():
+            q, k, v = sets[next(counter) % n]
+            return vidattn_mod.attention(q, k, v, layout="bshd")
+        return fn
+    views = [(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)) for q, k, v in sets]
+
+    def fn():
+        q, k, v = views[next(counter) % n]
+        return F.scaled_dot_product_attention(q, k, v)
+    return fn
+
+
+def sdpa_default_choice(q, k, v) -> str | None:
+    """Which backend plain SDPA picks for these (B,H,S,D) views (private torch API; None if unavailable)."""
+    import torch
+    try:
+        from torch.nn.attention import SDPBackend
+        idx = int(torch._fused_sdp_choice(q, k, v))
+        for b in SDPBackend.__members__.values():
+            if int(b) == idx:
+                return b.name
+        return str(idx)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | None, gen) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    res = {**asdict(s), "flops": s.flops, "tflops": {}, "ms": {}, "errors": {}, "n_input_sets": None,
+           "vidattn_kernel": None, "vidattn_fallback_reason": None, "check_rel_l2_vs_sdpa": None,
+           "check_passed": None, "sdpa_default_backend": None}
+    working_set = s.bytes_bf16()
+    n_sets = min(MAX_ROTATING_SETS, max(1, math.ceil(2 * l2_bytes() / working_set)))
+    res["n_input_sets"] = n_sets
+    try:
+        sets = make_inputs(s, n_sets, gen)
+    except Exception as exc:  # noqa: BLE001
+        res["errors"]["inputs"] = _err(exc)
+        torch.cuda.empty_cache()
+        return res
+    q, k, v = sets[0]
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    res["sdpa_default_backend"] = sdpa_default_choice(qt, kt, vt)
+
+    # Correctness before speed: vidattn against default SDPA on the same inputs.
+    if "vidattn" in args.backends:
+        if vidattn_mod is None:
+            res["errors"]["vidattn"] = vidattn_err
+        else:
+            try:
+                reason = vidattn_mod.explain(q, k, v, layout="bshd")
+                res["vidattn_kernel"] = reason is None
+                res["vidattn_fallback_reason"] = reason
+                out_v = vidattn_mod.attention(q, k, v, layout="bshd")
+                out_s = F.scaled_dot_product_attention(qt, kt, vt)
+                torch.cuda.synchronize()
+                finite = bool(torch.isfinite(out_v).all())
+                rel = rel_l2_bshd_vs_bhsd(out_v, out_s)
+                res["check_rel_l2_vs_sdpa"] = rel
+                res["check_passed"] = finite and rel < CHECK_REL_L2
+                del out_v, out_s
+            except Exception as exc:  # noqa: BLE001
+                res["errors"]["vidattn_check"] = _err(exc)
+                res["check_passed"] = False
+                if _is_oom(exc):
+                    torch.cuda.empty_cache()
+
+    for backend in args.backends:
+        if backend == "vidattn" and vidattn_mod is None:
+            continue
+        try:
+            fn = make_fn(backend, sets, vidattn_mod)
+            with sdpa_context(backend):
+                fn()  # surfaces "no available kernel" before timing
+                torch.cuda.synchronize()
+                ms = timer(fn)
+            res["ms"][backend] = ms
+            res["tflops"][backend] = s.flops / (ms * 1e-3) / 1e12
+        except Exception as exc:  # noqa: BLE001 - record, continue with the next backend
+            res["errors"][backend] = _err(exc)
+            if _is_oom(exc):
+                torch.cuda.empty_cache()
+    t = res["tflops"]
+    res["vidattn_over_cudnn"] = t["vidattn"] / t["cudnn"] if "vidattn" in t and "cudnn" in t else None
+    res["vidattn_over_sdpa"] = t["vidattn"] / t["sdpa"] if "vidattn" in t and "sdpa" in t else None
+    del sets, q, k, v, qt, kt, vt
+    torch.cuda.empty_cache()
+    return res
+
+
+def results_table(results: list[dict], backends: list[str]) -> str:
+    head = ["shape", "B", "H", "Sq × Skv", "D"] + [f"{b} TFLOPS" for b in backends] + \
+        ["vidattn/cuDNN", "vidattn/SDPA", "kernel ran", "rel-L2 vs SDPA"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        ratio = lambda x: f"{x:.3f}" if isinstance(x, float) else "-"  # noqa: E731
+        kern = {True: "yes", False: "NO", None: "-"}[r.get("vidattn_kernel")]
+        rel = r.get("check_rel_l2_vs_sdpa")
+        rel_s = "-" if rel is None else f"{rel:.1e}" + ("" if r.get("check_passed") else " FAIL")
+        row = [r["name"], str(r["b"]), str(r["h"]), f"{r['sq']} × {r['skv']}", str(r["d"])] + \
+            [fmt_tflops(r["tflops"].get(b)) if b in r["tflops"] else ("err" if b in r["errors"] else "-")
+             for b in backends] + \
+            [ratio(r.get("vidattn_over_cudnn")), ratio(r.get("vidattn_over_sdpa")), kern, rel_s]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def write_json(path: Path, meta: dict, config: dict, results: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps({"metadata": meta, "config": config, "results": results}, indent=1))
+    tmp.replace(path)
+
+
+def profile_once(s: Shape, seed: int) -> int:
+    import torch
+    import vidattn
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = make_inputs(s, 1, gen)[0]
+    reason = vidattn.explain(q, k, v, layout="bshd")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = vidattn.attention(q, k, v, layout="bshd")
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    print(f"[profile] {s.name}: one vidattn call, {dt * 1e3:.1f} ms wall (includes any first-call load); "
+          f"kernel ran: {reason is None}{'' if reason is None else ' (' + reason + ')'}; "
+          f"finite: {bool(torch.isfinite(out).all())}")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    shapes = select_shapes(args.shapes)
+    if not shapes:
+        print(f"no shape matches {args.shapes}; shapes are: {[s.name for s in SHAPES]}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(dry_run_table(shapes))
+        print(f"\n{len(shapes)} shapes; backends: {', '.join(args.backends)}; "
+              f"json -> {resolve_out(args.out)}")
+        return 0
+
+    import torch
+    if not torch.cuda.is_available():
+        print("CUDA is not available: nothing to benchmark (use --dry-run to list shapes)", file=sys.stderr)
+        return 2
+    if args.profile:
+        return profile_once(shapes[0], args.seed)
+
+    from vidattn.envinfo import run_metadata
+    vidattn_mod, vidattn_err = None, None
+    try:
+        import vidattn as vidattn_mod
+    except Exception as exc:  # noqa: BLE001 - still time the SDPA backends
+        vidattn_err = "import vidattn failed: " + _err(exc)
+        traceback.print_exc()
+
+    out_path = resolve_out(args.out)
+    timer = Timer(args.quick)
+    meta = run_metadata()
+    config = {"dtype": "bfloat16", "causal": False, "input_layout": "BSHD (diffusers)",
+              "backends": args.backends, "backend_notes": {b: BACKEND_NOTES[b] for b in args.backends},
+              "timing": timer.method, "warmup_ms": timer.warmup_ms, "rep_ms": timer.rep_ms,
+              "flops": "4*B*H*Sq*Skv*D", "l2_bytes": l2_bytes(), "check_rel_l2_threshold": CHECK_REL_L2,
+              "seed": args.seed}
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    results: list[dict] = []
+    try:
+        from tqdm import tqdm
+        it = tqdm(shapes, desc="shapes", unit="shape", file=sys.stderr, disable=args.no_progress,
+                  mininterval=1.0, ascii=True)
+    except ImportError:
+        it = shapes
+    for s in it:
+        if hasattr(it, "set_postfix_str"):
+            it.set_postfix_str(s.name)
+        t0 = time.perf_counter()
+        try:
+            r = bench_shape(s, args, timer, vidattn_mod, vidattn_err, gen)
+        except Exception as exc:  # noqa: BLE001 - never lose the other shapes
+            r = {**asdict(s), "flops": s.flops, "tflops": {}, "ms": {}, "errors": {"shape": _err(exc)}}
+            torch.cuda.empty_cache()
+        r["wall_s"] = time.perf_counter() - t0
+        results.append(r)
+        write_json(out_path, meta, config, results)
+        msg = ", ".join(f"{b} {v:.0f}" for b, v in r["tflops"].items())
+        print(f"[bench] {s.name}: {msg or 'no timings'} TFLOPS"
+              + (f"; errors: {r['errors']}" if r["errors"] else ""), file=sys.stderr, flush=True)
+
+    print()
+    print(f"GPU: {meta.get('gpu')}, torch {meta.get('torch')}, CUDA {meta.get('cuda')}, cuDNN {meta.get('cudnn')}, "
+          f"commit {meta.get('git_commit')}; {timer.method}; bf16, non-causal, BSHD inputs")
+    print(results_table(results, args.backends))
+    print(f"\nJSON: {out_path}")
+    bad = [r["name"] for r in results if r.get("check_passed") is False]
+    fell_back = [r["name"] for r in results if r.get("vidattn_kernel") is False]
+    if fell_back:
+        print(f"WARNING: vidattn fell back to SDPA on: {fell_back}")
+    if bad:
+        print(f"FAILED correctness check (rel-L2 vs SDPA >= {CHECK_REL_L2} or non-finite): {bad}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
