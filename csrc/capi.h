@@ -1,0 +1,28 @@
+// C ABI of the kernel library: what vidattn/_ext.py calls through ctypes. Keep in sync with `_Args` there.
+#pragma once
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct VidattnFwdArgs {
+  const void* q;        // (B, Sq, H, D) view: element strides below, last dim contiguous
+  const void* k;        // (B, Skv, H, D)
+  const void* v;        // (B, Skv, H, D)
+  void* o;              // (B, Sq, H, D)
+  float* lse;           // (B, H, Sq) contiguous fp32, or NULL
+  const int32_t* kv_lens;  // (B,) or NULL
+  int64_t batch, heads, seqlen_q, seqlen_kv, head_dim;
+  int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // (batch, seq, head) strides, in elements
+  float scale;
+  int32_t dtype;        // 0 = bf16, 1 = fp16
+} VidattnFwdArgs;
+
+// Launches on `stream` (a cudaStream_t). Returns 0 on success; otherwise vidattn_sm90_last_error() says why.
+int vidattn_sm90_fwd(const VidattnFwdArgs* args, void* stream);
+const char* vidattn_sm90_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,294 @@
+// Dense non-causal attention forward for sm_90a: O = softmax(Q K^T * scale) V, one CTA per 128-row Q tile per
+// (head, batch). Warp-specialized: warpgroup 0 streams K/V tiles with TMA into a ring of shared-memory stages
+// guarded by mbarriers; warpgroups 1 and 2 each own 64 query rows and run S = Q K^T (wgmma, both operands in
+// shared memory), an online softmax in registers (base 2, scale folded into one FFMA), and O += P V (wgmma with P
+// straight from registers). Key tails and per-batch kv_lens are masked in registers; query tails are clipped by
+// the TMA store. Pure CUDA + PTX: no torch, no CUTLASS.
+#pragma once
+#include <cstdint>
+#include <cuda.h>
+
+#include "fwd_params.h"
+#include "ptx.cuh"
+#include "tile_config.cuh"
+#include "wgmma_ops.cuh"
+
+namespace vidattn::sm90 {
+
+// Every tile is stored as kChunks column chunks of [rows][64 elements], each row 128 bytes, 128B-swizzled by TMA.
+// alignas(1024): the swizzle pattern repeats every 8 rows x 128 B, and descriptors assume atoms start aligned.
+template <int kHeadDim>
+struct SharedStorage {
+  using T = FwdTraits<kHeadDim>;
+  alignas(1024) uint16_t q[T::kBlockM * kHeadDim];
+  alignas(1024) uint16_t k[T::kStages][T::kBlockN * kHeadDim];
+  alignas(1024) uint16_t v[T::kStages][T::kBlockN * kHeadDim];
+  uint64_t q_full;
+  uint64_t k_full[T::kStages];
+  uint64_t k_empty[T::kStages];
+  uint64_t v_full[T::kStages];
+  uint64_t v_empty[T::kStages];
+};
+
+// Named barrier ids (bar.sync); 0 belongs to __syncthreads.
+enum class NamedBarrier : uint32_t { kEpilogueBase = 1 };
+
+constexpr float kLn2 = 0.693147180559945309f;
+
+template <int kHeadDim>
+__device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHeadDim>& s, int m_block, int head,
+                                         int batch, int n_blocks) {
+  using T = FwdTraits<kHeadDim>;
+  constexpr uint32_t kQBytes = T::kBlockM * kHeadDim * sizeof(uint16_t);
+  constexpr uint32_t kKVBytes = T::kBlockN * kHeadDim * sizeof(uint16_t);
+
+  ptx::mbarrier_arrive_expect_tx(&s.q_full, kQBytes);
+#pragma unroll
+  for (int c = 0; c < T::kChunks; ++c) {
+    ptx::tma_load_4d(s.q + c * T::kBlockM * kChunkCols, &p.tm_q, &s.q_full, c * kChunkCols, m_block * T::kBlockM,
+                     head, batch);
+  }
+  for (int j = 0; j < n_blocks; ++j) {
+    const int stage = j % T::kStages;
+    const uint32_t phase = (j / T::kStages) & 1;
+    // K before V: the consumers need K first (S = Q K^T), V only after their softmax.
+    ptx::mbarrier_wait(&s.k_empty[stage], phase ^ 1);
+    ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
+#pragma unroll
+    for (int c = 0; c < T::kChunks; ++c) {
+      ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
+                       j * T::kBlockN, head, batch);
+    }
+    ptx::mbarrier_wait(&s.v_empty[stage], phase ^ 1);
+    ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], kKVBytes);
+#pragma unroll
+    for (int c = 0; c < T::kChunks; ++c) {
+      ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
+                       j * T::kBlockN, head, batch);
+    }
+  }
+}
+
+// Quad reduction: the 4 threads of a quad hold the same two rows of a wgmma accumulator.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+template <int kHeadDim, bool kFp16>
+__device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim>& s, int cwg, int m_block,
+                                         int head, int batch, int n_blocks, int kv_len) {
+  using T = FwdTraits<kHeadDim>;
+  constexpr int kN = T::kBlockN;
+  using MmaS = ptx::Wgmma<kN, kFp16>;
+  using MmaO = ptx::Wgmma<kHeadDim, kFp16>;
+  const float kNegInf = -__int_as_float(0x7f800000);
+
+  const int tid = threadIdx.x - 128 * (cwg + 1);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  // Accumulator fragment (wgmma m64nN, fp32): this thread holds rows r and r+8 of its warp's 16, and for every
+  // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
+  const int row_in_wg = warp * 16 + lane / 4;
+  const int col_in_group = 2 * (lane % 4);
+
+  float o[kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+  float sacc[kN / 2];
+  float row_max[2] = {kNegInf, kNegInf};
+  float row_sum[2] = {0.f, 0.f};  // per-thread partial sums; the quad reduction waits for the epilogue
+
+  const uint32_t q_smem = ptx::smem_addr(s.q) + cwg * T::kRowsPerWG * kChunkBytes;
+  const float scale_log2 = p.scale_log2;
+
+  ptx::mbarrier_wait(&s.q_full, 0);
+
+  for (int j = 0; j < n_blocks; ++j) {
+    const int stage = j % T::kStages;
+    const uint32_t phase = (j / T::kStages) & 1;
+    const uint32_t k_smem = ptx::smem_addr(s.k[stage]);
+    const uint32_t v_smem = ptx::smem_addr(s.v[stage]);
+
+    // ---- S = Q K^T: D/16 wgmmas over the head dim; K-major A and B, 8-row core groups 1024 B apart --------------
+    ptx::mbarrier_wait(&s.k_full[stage], phase);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const uint32_t chunk = kk / 4, within = (kk % 4) * 32;  // 4 k-steps of 16 elements per 128-byte row
+      const uint64_t da = ptx::make_smem_desc_sw128(q_smem + chunk * T::kBlockM * kChunkBytes + within, 16, 1024);
+      const uint64_t db = ptx::make_smem_desc_sw128(k_smem + chunk * kN * kChunkBytes + within, 16, 1024);
+      MmaS::ss(sacc, da, db, kk > 0);
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    ptx::fence_regs(sacc);
+    if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
+
+    // ---- mask keys past kv_len (sequence tail, or text padding through kv_lens) -------------------------------
+    const int kv0 = j * kN;
+    if (kv0 + kN > kv_len) {
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (kv0 + 8 * i + col_in_group + e >= kv_len) {
+            sacc[4 * i + e] = kNegInf;
+            sacc[4 * i + 2 + e] = kNegInf;
+          }
+        }
+      }
+    }
+
+    // ---- online softmax, base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score -----------
+    float mx[2] = {row_max[0], row_max[1]};
+#pragma unroll
+    for (int i = 0; i < kN / 8; ++i) {
+      mx[0] = fmaxf(mx[0], fmaxf(sacc[4 * i], sacc[4 * i + 1]));
+      mx[1] = fmaxf(mx[1], fmaxf(sacc[4 * i + 2], sacc[4 * i + 3]));
+    }
+    float alpha[2], neg_ms[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = quad_max(mx[r]);
+      // Key 0 of tile 0 is always valid (kv_len >= 1 when there is a tile), so mx is finite here; the first
+      // tile's alpha is 2^-inf = 0 and multiplies the zero O and zero sum.
+      alpha[r] = ptx::exp2_approx((row_max[r] - mx[r]) * scale_log2);
+      neg_ms[r] = -mx[r] * scale_log2;
+      row_max[r] = mx[r];
+    }
+    float tile_sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < kN / 8; ++i) {
+      sacc[4 * i + 0] = ptx::exp2_approx(fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]));
+      sacc[4 * i + 1] = ptx::exp2_approx(fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]));
+      sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]));
+      sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]));
+      tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
+      tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + tile_sum[r];
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 8; ++i) {
+      o[4 * i + 0] *= alpha[0];
+      o[4 * i + 1] *= alpha[0];
+      o[4 * i + 2] *= alpha[1];
+      o[4 * i + 3] *= alpha[1];
+    }
+
+    // ---- P to 16-bit A fragments: the accumulator layout of S is exactly wgmma's register-A layout ------------
+    uint32_t pa[kN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      pa[kk][0] = ptx::pack2<kFp16>(sacc[8 * kk + 0], sacc[8 * kk + 1]);
+      pa[kk][1] = ptx::pack2<kFp16>(sacc[8 * kk + 2], sacc[8 * kk + 3]);
+      pa[kk][2] = ptx::pack2<kFp16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
+      pa[kk][3] = ptx::pack2<kFp16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
+    }
+
+    // ---- O += P V: kN/16 wgmmas over the keys; V is MN-major (rows = keys): LBO steps 64-column chunks --------
+    ptx::mbarrier_wait(&s.v_full[stage], phase);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      const uint64_t db = ptx::make_smem_desc_sw128(v_smem + kk * 16 * kChunkBytes, kN * kChunkBytes, 1024);
+      MmaO::rs(o, pa[kk], db, 1);
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    ptx::fence_regs(o);
+    if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[stage]);
+  }
+
+  // ---- epilogue: normalise, stage O in this warpgroup's (now dead) Q rows, TMA-store it ----------------------
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] = quad_sum(row_sum[r]);
+    inv[r] = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;  // kv_len == 0: O = 0, LSE = -inf
+  }
+  // Same 128B swizzle as TMA uses: the 16-byte chunk index within a 128-byte row is XORed with (row % 8). It
+  // also makes these stores conflict-free: the 8 rows a warp writes per column group land in 8 distinct chunks.
+  const uint32_t swz = row_in_wg & 7;
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 8; ++i) {
+    const uint32_t chunk = i / 8, col16 = i % 8;
+    const uint32_t base = q_smem + chunk * T::kBlockM * kChunkBytes + ((col16 ^ swz) * 16) + (lane % 4) * 4;
+    ptx::st_shared_u32(base + row_in_wg * kChunkBytes, ptx::pack2<kFp16>(o[4 * i] * inv[0], o[4 * i + 1] * inv[0]));
+    ptx::st_shared_u32(base + (row_in_wg + 8) * kChunkBytes,
+                       ptx::pack2<kFp16>(o[4 * i + 2] * inv[1], o[4 * i + 3] * inv[1]));
+  }
+  ptx::fence_proxy_async_smem();
+  ptx::named_barrier_sync(static_cast<uint32_t>(NamedBarrier::kEpilogueBase) + cwg, 128);
+  if (tid == 0) {
+    const uint8_t* q_rows = reinterpret_cast<const uint8_t*>(s.q) + cwg * T::kRowsPerWG * kChunkBytes;
+#pragma unroll
+    for (int c = 0; c < T::kChunks; ++c) {
+      ptx::tma_store_4d(&p.tm_o, q_rows + c * T::kBlockM * kChunkBytes, c * kChunkCols,
+                        m_block * T::kBlockM + cwg * T::kRowsPerWG, head, batch);
+    }
+    ptx::bulk_commit_group();
+    ptx::bulk_wait_group_read0();
+  }
+  if (p.lse != nullptr && lane % 4 == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m_block * T::kBlockM + cwg * T::kRowsPerWG + row_in_wg + 8 * r;
+      if (row < p.seqlen_q) {
+        const float lse = row_sum[r] > 0.f ? (row_max[r] * scale_log2 + __log2f(row_sum[r])) * kLn2 : kNegInf;
+        p.lse[(static_cast<int64_t>(batch) * p.heads + head) * p.seqlen_q + row] = lse;
+      }
+    }
+  }
+}
+
+template <int kHeadDim, bool kFp16>
+__global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, 1)
+    flash_fwd_kernel(const __grid_constant__ FwdParams p) {
+  using T = FwdTraits<kHeadDim>;
+  extern __shared__ uint8_t smem_raw[];
+  // Dynamic shared memory is only 16-byte aligned by contract; the launcher over-allocates 1 KB for this.
+  const uint32_t pad = (1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023;
+  auto& s = *reinterpret_cast<SharedStorage<kHeadDim>*>(smem_raw + pad);
+
+  const int m_block = blockIdx.x;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  int kv_len = p.seqlen_kv;
+  if (p.kv_lens != nullptr) kv_len = max(0, min(kv_len, p.kv_lens[batch]));
+  const int n_blocks = (kv_len + T::kBlockN - 1) / T::kBlockN;
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    ptx::prefetch_tensormap(&p.tm_q);
+    ptx::prefetch_tensormap(&p.tm_k);
+    ptx::prefetch_tensormap(&p.tm_v);
+    ptx::prefetch_tensormap(&p.tm_o);
+    ptx::mbarrier_init(&s.q_full, 1);
+#pragma unroll
+    for (int st = 0; st < T::kStages; ++st) {
+      ptx::mbarrier_init(&s.k_full[st], 1);
+      ptx::mbarrier_init(&s.v_full[st], 1);
+      // one arrival per consumer warp: each warp releases a stage after its own wgmma_wait
+      ptx::mbarrier_init(&s.k_empty[st], 4 * T::kConsumerWGs);
+      ptx::mbarrier_init(&s.v_empty[st], 4 * T::kConsumerWGs);
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<T::kProducerRegs>();
+    if (threadIdx.x == 0) producer<kHeadDim>(p, s, m_block, head, batch, n_blocks);
+  } else {
+    ptx::setmaxnreg_inc<T::kConsumerRegs>();
+    consumer<kHeadDim, kFp16>(p, s, wg - 1, m_block, head, batch, n_blocks, kv_len);
+  }
+}
+
+}  // namespace vidattn::sm90

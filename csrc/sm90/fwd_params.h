@@ -1,0 +1,22 @@
+// Kernel parameters: what the host side fills and the kernel reads. Pure CUDA, no torch.
+#pragma once
+#include <cstdint>
+#include <cuda.h>
+
+namespace vidattn::sm90 {
+
+struct FwdParams {
+  // Tensor maps over (D, S, H, B) with the caller's strides, so BSHD and BHSD are both read and written in place.
+  CUtensorMap tm_q;
+  CUtensorMap tm_k;
+  CUtensorMap tm_v;
+  CUtensorMap tm_o;
+  float* lse;            // (B, H, Sq) fp32 natural-log LSE, or nullptr
+  const int* kv_lens;    // (B,) valid keys per batch, or nullptr
+  int seqlen_q;
+  int seqlen_kv;
+  int heads;
+  float scale_log2;      // softmax scale * log2(e): the kernel works in base 2 (ex2) throughout
+};
+
+}  // namespace vidattn::sm90
