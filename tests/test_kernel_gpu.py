@@ -1,0 +1,399 @@
+"""Correctness of the sm_90a kernel behind `vidattn.attention` (runs on a Hopper GPU only).
+
+Method (the FlashAttention way): the reference is attention computed in float64 on the upcast inputs; the
+kernel's error against it, both max |out - ref| and relative L2, must be at most K_ERR times the error of
+cuDNN SDPA (default SDPA when cuDNN refuses the shape) on the very same bf16/fp16 inputs, plus a small floor,
+and never above a plain bf16-sized cap. Every case draws fresh random inputs (its seed is in the failure
+message), plain randn and randn + 0.5 (rows that do not average to zero). Every in-envelope case also
+asserts `vidattn.explain(...) is None`: the kernel ran, not the SDPA fallback.
+
+The whole module is skipped without CUDA or without an sm_90 GPU.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+
+def _skip_reason() -> str | None:
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    major, minor = torch.cuda.get_device_capability()
+    if major != 9:
+        return f"the vidattn kernel needs an sm_90 (Hopper) GPU; this one is sm_{major}{minor}"
+    return None
+
+
+pytestmark = pytest.mark.gpu
+if _skip_reason() is not None:
+    pytest.skip(_skip_reason(), allow_module_level=True)
+
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+import vidattn  # noqa: E402
+
+DEV = "cuda"
+K_ERR = 1.5            # kernel error <= K_ERR x SDPA's error (+ floors below)
+REL_L2_FLOOR = 1e-5    # so 0-vs-0 (e.g. Skv = 1, where out == v exactly) cannot fail on a ratio
+MAX_ABS_FLOOR = 1e-5
+REL_L2_CAP = 2e-2      # absolute sanity cap: SDPA itself being far off must not make the test lenient
+LSE_ATOL = 1e-2
+REF_CHUNK_BYTES = 1 << 30  # fp64 score block per reference chunk (the 32760 cases are chunked over rows)
+
+LENGTHS = (1, 7, 63, 64, 65, 127, 128, 129, 777, 4224)
+GRID = sorted({(n, n) for n in LENGTHS} | {
+    (1, 4224), (4224, 1), (7, 777), (777, 7), (63, 128), (128, 63), (64, 65), (65, 64), (127, 129),
+    (129, 127), (1, 64), (129, 4224), (4224, 129), (777, 4224), (4224, 63), (65, 1),
+})
+DTYPES = (torch.bfloat16, torch.float16)
+HEAD_DIMS = (64, 128)
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+def new_gen() -> tuple[torch.Generator, int]:
+    g = torch.Generator(device=DEV)
+    return g, g.seed()  # fresh, non-deterministic seed; reported on failure
+
+
+def rand(shape, dtype, g, shift: bool) -> torch.Tensor:
+    x = torch.randn(shape, device=DEV, dtype=torch.float32, generator=g)
+    if shift:
+        x.add_(0.5)
+    return x.to(dtype)
+
+
+def make_qkv(b, h, sq, skv, d, dtype, layout, g, shift):
+    shp = (lambda s: (b, s, h, d)) if layout == "bshd" else (lambda s: (b, h, s, d))
+    return rand(shp(sq), dtype, g, shift), rand(shp(skv), dtype, g, shift), rand(shp(skv), dtype, g, shift)
+
+
+def bh(sq, skv) -> tuple[int, int]:
+    """Batch and heads for a grid case: smaller for the long ones to keep the suite fast."""
+    return (1, 2) if max(sq, skv) >= 4096 else (2, 3)
+
+
+def to_bhsd(x, layout):
+    return x if layout == "bhsd" else x.transpose(1, 2)
+
+
+def from_bhsd(x, layout):
+    return x if layout == "bhsd" else x.transpose(1, 2)
+
+
+def key_mask(kv_lens, skv):
+    """(B, 1, 1, Skv) bool, True where the key is attended (index < kv_lens[b])."""
+    return (torch.arange(skv, device=kv_lens.device)[None, :] < kv_lens.long()[:, None])[:, None, None, :]
+
+
+def reference(q, k, v, layout="bshd", scale=None, kv_lens=None):
+    """float64 attention on the upcast inputs, chunked over query rows: (out in `layout`, lse (B,H,Sq))."""
+    qb, kb, vb = (to_bhsd(t, layout).double() for t in (q, k, v))
+    b, h, sq, d = qb.shape
+    skv = kb.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    keep = key_mask(kv_lens, skv) if kv_lens is not None else None
+    rows = max(1, REF_CHUNK_BYTES // (b * h * skv * 8))
+    out = torch.empty(b, h, sq, d, dtype=torch.float64, device=DEV)
+    lse = torch.empty(b, h, sq, dtype=torch.float64, device=DEV)
+    kt = kb.transpose(-1, -2)
+    for i in range(0, sq, rows):
+        s = torch.matmul(qb[:, :, i:i + rows], kt).mul_(scale)
+        if keep is not None:
+            s.masked_fill_(~keep, float("-inf"))
+        lse[:, :, i:i + rows] = torch.logsumexp(s, dim=-1)
+        out[:, :, i:i + rows] = torch.matmul(torch.softmax(s, dim=-1), vb)
+        del s
+    return from_bhsd(out, layout), lse
+
+
+def sdpa(q, k, v, layout="bshd", scale=None, kv_lens=None):
+    """Same-precision baseline: cuDNN SDPA, or default SDPA when cuDNN refuses the case."""
+    qb, kb, vb = (to_bhsd(t, layout) for t in (q, k, v))
+    mask = key_mask(kv_lens, kb.shape[2]) if kv_lens is not None else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
+        except RuntimeError:
+            o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
+    return from_bhsd(o, layout)
+
+
+def assert_kernel_ran(q, k, v, layout="bshd", scale=None, kv_lens=None):
+    reason = vidattn.explain(q, k, v, layout=layout, scale=scale, kv_lens=kv_lens)
+    assert reason is None, f"in-envelope case fell back to SDPA: {reason}"
+
+
+def errors(out, ref):
+    diff = out.double() - ref
+    return diff.abs().max().item(), (diff.norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def assert_accurate(out, ref, base, what):
+    """out (kernel) and base (SDPA) against the float64 ref, by max |err| and relative L2."""
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    assert torch.isfinite(out).all(), f"{what}: non-finite values in the output"
+    k_abs, k_rel = errors(out, ref)
+    s_abs, s_rel = errors(base, ref)
+    msg = (f"{what}: kernel max|err| {k_abs:.3e} rel-L2 {k_rel:.3e}; "
+           f"SDPA max|err| {s_abs:.3e} rel-L2 {s_rel:.3e} (allowed {K_ERR}x + floor)")
+    assert k_abs <= K_ERR * s_abs + MAX_ABS_FLOOR, msg
+    assert k_rel <= K_ERR * s_rel + REL_L2_FLOOR, msg
+    assert k_rel <= REL_L2_CAP, msg
+
+
+def check_case(q, k, v, *, layout="bshd", scale=None, kv_lens=None, what="", expect_kernel=True):
+    """Run the op, SDPA and the reference on q, k, v; assert accuracy (and that the kernel ran)."""
+    if expect_kernel:
+        assert_kernel_ran(q, k, v, layout, scale, kv_lens)
+    out = vidattn.attention(q, k, v, layout=layout, scale=scale, kv_lens=kv_lens)
+    assert out.dtype == q.dtype and out.device == q.device, what
+    ref, _ = reference(q, k, v, layout, scale, kv_lens)
+    assert_accurate(out, ref, sdpa(q, k, v, layout, scale, kv_lens), what)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- tests
+
+@pytest.mark.parametrize("shift", [False, True], ids=["randn", "shift"])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: str(t).split(".")[-1])
+@pytest.mark.parametrize("sq,skv", GRID, ids=lambda x: str(x))
+def test_grid_bshd(sq, skv, dtype, d, shift):
+    g, seed = new_gen()
+    b, h = bh(sq, skv)
+    q, k, v = make_qkv(b, h, sq, skv, d, dtype, "bshd", g, shift)
+    check_case(q, k, v, what=f"bshd B{b} H{h} {sq}x{skv} D{d} {dtype} shift={shift} seed={seed}")
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: str(t).split(".")[-1])
+@pytest.mark.parametrize("sq,skv", [(1, 1), (7, 7), (65, 777), (777, 65), (128, 128), (1, 4224), (4224, 129)],
+                         ids=lambda x: str(x))
+def test_grid_bhsd(sq, skv, dtype, d):
+    g, seed = new_gen()
+    b, h = bh(sq, skv)
+    q, k, v = make_qkv(b, h, sq, skv, d, dtype, "bhsd", g, True)
+    out = check_case(q, k, v, layout="bhsd", what=f"bhsd B{b} H{h} {sq}x{skv} D{d} {dtype} seed={seed}")
+    assert out.shape == (b, h, sq, d)
+
+
+@pytest.mark.parametrize("sq,skv,dtype,d", [
+    (32760, 32760, torch.bfloat16, 128),  # Wan 1.3B self-attention length
+    (32760, 512, torch.bfloat16, 128),    # Wan cross-attention to the text tokens
+    (32760, 512, torch.float16, 64),
+], ids=["self-32760-bf16-d128", "cross-32760x512-bf16-d128", "cross-32760x512-fp16-d64"])
+def test_long(sq, skv, dtype, d):
+    g, seed = new_gen()
+    q, k, v = make_qkv(1, 2, sq, skv, d, dtype, "bshd", g, True)
+    check_case(q, k, v, what=f"long B1 H2 {sq}x{skv} D{d} {dtype} seed={seed}")
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+def test_packed_qkv_views(d):
+    """q, k, v sliced out of one packed (B, S, 3, H, D) projection: strided BSHD views."""
+    g, seed = new_gen()
+    b, s, h = 2, 777, 3
+    qkv = rand((b, s, 3, h, d), torch.bfloat16, g, True)
+    q, k, v = qkv.unbind(2)
+    assert not q.is_contiguous()
+    check_case(q, k, v, what=f"packed qkv bshd D{d} seed={seed}")
+    # The same storage seen as BHSD: what diffusers hands SDPA after .transpose(1, 2).
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    out = check_case(qt, kt, vt, layout="bhsd", what=f"packed qkv as bhsd D{d} seed={seed}")
+    assert out.shape == (b, h, s, d)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+def test_packed_kv_cross(d):
+    """Contiguous q, k and v from one packed (B, Skv, 2, H, D) tensor, Sq != Skv."""
+    g, seed = new_gen()
+    b, sq, skv, h = 2, 129, 512, 3
+    q = rand((b, sq, h, d), torch.bfloat16, g, True)
+    k, v = rand((b, skv, 2, h, d), torch.bfloat16, g, True).unbind(2)
+    check_case(q, k, v, what=f"packed kv cross D{d} seed={seed}")
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+def test_padded_strides_bhsd(d):
+    """BHSD views with a padded head stride, a padded row stride and a non-zero storage offset."""
+    g, seed = new_gen()
+    b, h, sq, skv = 2, 3, 129, 777
+    pad_rows, pad_d, off = 37, 8, 3  # (d + 8) * 2 bytes is a multiple of 16: still TMA-legal
+
+    def padded(s):
+        base = rand((b, h, s + pad_rows, d + pad_d), torch.float16, g, True)
+        return base[:, :, off:off + s, :d]
+
+    q, k, v = padded(sq), padded(skv), padded(skv)
+    assert q.stride(1) == (sq + pad_rows) * (d + pad_d) and q.stride(2) == d + pad_d
+    check_case(q, k, v, layout="bhsd", what=f"padded bhsd D{d} seed={seed}")
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("sq,skv", [(129, 777), (777, 777), (1, 777), (65, 4224)], ids=lambda x: str(x))
+def test_kv_lens_ragged(sq, skv, d, layout):
+    g, seed = new_gen()
+    b, h = 4, 2
+    q, k, v = make_qkv(b, h, sq, skv, d, torch.bfloat16, layout, g, True)
+    kv_lens = torch.tensor([skv, 1, skv // 3, 129], dtype=torch.int32, device=DEV)
+    # Keys past kv_lens must not matter: fill them with large finite garbage (huge scores if a masked key
+    # leaked into the row max or sum, huge values if into P @ V). Not NaN: 0 * NaN is NaN even for a correctly
+    # masked P, in any kernel that multiplies a whole padded tile, and in SDPA too.
+    for bi, n in enumerate(kv_lens.tolist()):
+        for t, val in ((k, 30.0), (v, 1000.0)):
+            (t[bi, n:] if layout == "bshd" else t[bi, :, n:]).fill_(val)
+    check_case(q, k, v, layout=layout, kv_lens=kv_lens,
+               what=f"kv_lens {kv_lens.tolist()} {layout} {sq}x{skv} D{d} seed={seed}")
+
+
+@pytest.mark.parametrize("kv_lens", [None, "ragged"])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("sq,skv", [(1, 1), (65, 777), (777, 65), (129, 4224), (4224, 4224)], ids=lambda x: str(x))
+def test_return_lse(sq, skv, d, kv_lens):
+    g, seed = new_gen()
+    b, h = (4, 2) if kv_lens else bh(sq, skv)
+    q, k, v = make_qkv(b, h, sq, skv, d, torch.bfloat16, "bshd", g, True)
+    lens = None
+    if kv_lens:
+        lens = torch.tensor([skv, 1, max(1, skv // 3), min(skv, 129)], dtype=torch.int32, device=DEV)
+    assert_kernel_ran(q, k, v, kv_lens=lens)
+    out, lse = vidattn.attention(q, k, v, layout="bshd", kv_lens=lens, return_lse=True)
+    ref, ref_lse = reference(q, k, v, "bshd", None, lens)
+    what = f"lse B{b} H{h} {sq}x{skv} D{d} kv_lens={lens.tolist() if lens is not None else None} seed={seed}"
+    assert lse.dtype == torch.float32 and lse.shape == (b, h, sq), f"{what}: lse {lse.dtype} {tuple(lse.shape)}"
+    assert torch.isfinite(lse).all(), f"{what}: non-finite lse"
+    lse_err = (lse.double() - ref_lse).abs().max().item()
+    assert lse_err < LSE_ATOL, f"{what}: max |lse - ref| = {lse_err:.3e}"
+    assert_accurate(out, ref, sdpa(q, k, v, "bshd", None, lens), what)
+    # return_lse must not change the output.
+    out2 = vidattn.attention(q, k, v, layout="bshd", kv_lens=lens)
+    assert torch.equal(out, out2), f"{what}: output differs with and without return_lse"
+
+
+@pytest.mark.parametrize("scale", [0.3, 1.0 / 128, 0.05, 1.0])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+def test_custom_scale(scale, d):
+    g, seed = new_gen()
+    q, k, v = make_qkv(2, 3, 257, 777, d, torch.bfloat16, "bshd", g, True)
+    check_case(q, k, v, scale=scale, what=f"scale={scale} D{d} seed={seed}")
+    # and through the lse, which must use the same scale
+    _, lse = vidattn.attention(q, k, v, layout="bshd", scale=scale, return_lse=True)
+    _, ref_lse = reference(q, k, v, "bshd", scale)
+    assert (lse.double() - ref_lse).abs().max().item() < LSE_ATOL
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("sq,skv,ragged", [(129, 777, True), (65, 1, False), (4224, 129, False), (1, 63, True)],
+                         ids=lambda x: str(x))
+def test_poisoned_allocator(sq, skv, ragged, d, layout):
+    """The op allocates its outputs: hand it caching-allocator blocks that were just filled with NaN."""
+    g, seed = new_gen()
+    b, h = 4, 2
+    q, k, v = make_qkv(b, h, sq, skv, d, torch.bfloat16, layout, g, False)
+    lens = torch.tensor([skv, 1, max(1, skv // 3), min(skv, 129)], dtype=torch.int32, device=DEV) if ragged else None
+    assert_kernel_ran(q, k, v, layout, None, lens)
+    junk_out = torch.full_like(q, float("nan"))
+    junk_lse = torch.full((b, h, sq), float("nan"), dtype=torch.float32, device=DEV)
+    junk_ptrs = {junk_out.data_ptr(), junk_lse.data_ptr()}
+    del junk_out, junk_lse  # back to the caching allocator, NaN still in them
+    out, lse = vidattn.attention(q, k, v, layout=layout, kv_lens=lens, return_lse=True)
+    reused = {out.data_ptr(), lse.data_ptr()} & junk_ptrs
+    what = f"poison {layout} {sq}x{skv} D{d} ragged={ragged} seed={seed} (reused NaN blocks: {len(reused)})"
+    assert torch.isfinite(out).all(), f"{what}: NaN/inf left in the output (unwritten elements?)"
+    assert torch.isfinite(lse).all(), f"{what}: NaN/inf left in the lse"
+    ref, ref_lse = reference(q, k, v, layout, None, lens)
+    assert_accurate(out, ref, sdpa(q, k, v, layout, None, lens), what)
+    assert (lse.double() - ref_lse).abs().max().item() < LSE_ATOL, what
+
+
+@pytest.mark.parametrize("case", ["4224x4224-d128", "129x777-ragged-d64", "32760x512-d128"])
+def test_deterministic(case):
+    g, seed = new_gen()
+    lens = None
+    if case == "4224x4224-d128":
+        q, k, v = make_qkv(1, 2, 4224, 4224, 128, torch.bfloat16, "bshd", g, True)
+    elif case == "129x777-ragged-d64":
+        q, k, v = make_qkv(4, 2, 129, 777, 64, torch.bfloat16, "bshd", g, True)
+        lens = torch.tensor([777, 1, 259, 129], dtype=torch.int32, device=DEV)
+    else:
+        q, k, v = make_qkv(1, 2, 32760, 512, 128, torch.bfloat16, "bshd", g, True)
+    assert_kernel_ran(q, k, v, kv_lens=lens)
+    o1, l1 = vidattn.attention(q, k, v, layout="bshd", kv_lens=lens, return_lse=True)
+    o2, l2 = vidattn.attention(q, k, v, layout="bshd", kv_lens=lens, return_lse=True)
+    assert torch.isfinite(o1).all()
+    assert torch.equal(o1, o2) and torch.equal(l1, l2), f"{case} seed={seed}: two runs differ bitwise"
+
+
+def test_torch_compile_fullgraph():
+    g, seed = new_gen()
+    q, k, v = make_qkv(2, 3, 129, 777, 128, torch.bfloat16, "bshd", g, True)
+    assert_kernel_ran(q, k, v)
+
+    def f(q, k, v):
+        out, lse = vidattn.attention(q, k, v, layout="bshd", return_lse=True)
+        return out * 2, lse + 1.0  # exact in any precision, so eager and compiled must match bitwise
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True)
+    o_c, l_c = compiled(q, k, v)
+    o_e, l_e = f(q, k, v)
+    assert torch.equal(o_c, o_e) and torch.equal(l_c, l_e), f"compiled and eager differ (seed={seed})"
+    # a second shape through the same compiled function (recompile or dynamic shapes, either is fine)
+    q2, k2, v2 = make_qkv(1, 2, 65, 64, 128, torch.bfloat16, "bshd", g, False)
+    assert torch.equal(compiled(q2, k2, v2)[0], f(q2, k2, v2)[0])
+
+
+def test_cuda_graph_capture_replay():
+    g, seed = new_gen()
+    b, h, sq, skv, d = 4, 2, 129, 777, 128
+    q, k, v = make_qkv(b, h, sq, skv, d, torch.bfloat16, "bshd", g, True)
+    lens = torch.tensor([777, 1, 259, 129], dtype=torch.int32, device=DEV)
+    assert_kernel_ran(q, k, v, kv_lens=lens)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (library load, workspace) outside the capture
+        for _ in range(2):
+            vidattn.attention(q, k, v, layout="bshd", kv_lens=lens, return_lse=True)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out, static_lse = vidattn.attention(q, k, v, layout="bshd", kv_lens=lens, return_lse=True)
+
+    for trial in range(2):  # new data into the captured buffers, replay, compare with an eager call
+        q2, k2, v2 = make_qkv(b, h, sq, skv, d, torch.bfloat16, "bshd", g, True)
+        for dst, src in ((q, q2), (k, k2), (v, v2)):
+            dst.copy_(src)
+        lens.copy_(torch.tensor([777, 2 + trial, 300, 64], dtype=torch.int32, device=DEV))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager_out, eager_lse = vidattn.attention(q, k, v, layout="bshd", kv_lens=lens, return_lse=True)
+        what = f"cuda graph replay {trial} seed={seed}"
+        assert torch.isfinite(static_out).all(), what
+        assert torch.equal(static_out, eager_out) and torch.equal(static_lse, eager_lse), what
+        ref, _ = reference(q, k, v, "bshd", None, lens)
+        assert_accurate(static_out, ref, sdpa(q, k, v, "bshd", None, lens), what)
+
+
+def test_fallback_outside_envelope_is_still_right():
+    """Out of the envelope the op must say why and still compute the right thing (SDPA fallback)."""
+    g, seed = new_gen()
+    q, k, v = make_qkv(2, 3, 65, 129, 96, torch.bfloat16, "bshd", g, True)  # head dim 96: not a kernel dim
+    assert vidattn.explain(q, k, v, layout="bshd") is not None
+    check_case(q, k, v, what=f"fallback D96 seed={seed}", expect_kernel=False)
+    # a row stride of 129 elements (258 bytes) is not 16-byte aligned: TMA cannot take it
+    base = rand((2, 65, 1, 129), torch.bfloat16, g, True)
+    q = base[..., :128]
+    assert vidattn.explain(q, q, q, layout="bshd") is not None
+    check_case(q, q, q, what=f"fallback misaligned stride seed={seed}", expect_kernel=False)
