@@ -1,0 +1,103 @@
+"""Kernel developer's quick check: a handful of shapes against an fp32 reference, then one timing against cuDNN.
+
+Calls the kernel seam (`vidattn._ext.forward`) directly, so it works before/without the op layer. For the full
+suite use `pytest -m gpu tests/test_kernel_gpu.py`; for the benchmark table `scripts/bench_kernel.py`.
+
+    python scripts/kernel_smoke.py [--time]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from vidattn import _ext  # noqa: E402
+
+CASES = [  # (B, Sq, Skv, H, D, dtype, layout, kv_lens)
+    (1, 128, 128, 1, 128, torch.bfloat16, "bshd", None),
+    (2, 256, 384, 3, 128, torch.bfloat16, "bshd", None),
+    (1, 1, 7, 2, 128, torch.bfloat16, "bshd", None),
+    (2, 129, 777, 2, 64, torch.float16, "bhsd", None),
+    (3, 333, 513, 2, 128, torch.float16, "bhsd", [513, 1, 200]),
+    (1, 4224, 4224, 2, 64, torch.bfloat16, "bshd", None),
+    (1, 1000, 512, 4, 128, torch.bfloat16, "bshd", [300]),
+]
+
+
+def reference(q, k, v, scale, kv_lens):
+    """fp32 attention on (B, S, H, D) inputs, returns (out, lse)."""
+    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
+    s = torch.einsum("bhqd,bhkd->bhqk", qf, kf) * scale
+    if kv_lens is not None:
+        mask = torch.arange(k.shape[1], device=q.device)[None, :] >= kv_lens[:, None]
+        s = s.masked_fill(mask[:, None, None, :], float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.einsum("bhqk,bhkd->bhqd", torch.softmax(s, -1), vf).transpose(1, 2), lse
+
+
+def run_case(b, sq, skv, h, d, dtype, layout, lens):
+    dev = "cuda"
+    def make(s):
+        if layout == "bshd":
+            return torch.randn(b, s, h, d, device=dev, dtype=dtype) + 0.5
+        return (torch.randn(b, h, s, d, device=dev, dtype=dtype) + 0.5).transpose(1, 2)
+    q, k, v = make(sq), make(skv), make(skv)
+    kv_lens = torch.tensor(lens, device=dev, dtype=torch.int32) if lens else None
+    scale = 1.0 / math.sqrt(d)
+    out = torch.full((b, sq, h, d), float("nan"), device=dev, dtype=dtype)
+    if layout == "bhsd":
+        out = torch.full((b, h, sq, d), float("nan"), device=dev, dtype=dtype).transpose(1, 2)
+    lse = torch.full((b, h, sq), float("nan"), device=dev, dtype=torch.float32)
+    reason = _ext.kernel_reason(q, k, v, kv_lens, scale)
+    if reason:
+        return f"FALLBACK? {reason}"
+    _ext.forward(q, k, v, out, lse, kv_lens, scale)
+    torch.cuda.synchronize()
+    ref, ref_lse = reference(q, k, v, scale, kv_lens)
+    rel = ((out.float() - ref).norm() / ref.norm()).item()
+    lse_err = (lse - ref_lse).abs().max().item()
+    nan = torch.isnan(out).any().item()
+    ok = rel < 1e-2 and lse_err < 1e-2 and not nan
+    return f"{'ok  ' if ok else 'FAIL'} rel_l2={rel:.2e} lse_err={lse_err:.2e} nan={nan}"
+
+
+def time_wan():
+    from triton.testing import do_bench
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    b, s, h, d = 1, 32760, 12, 128
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out = torch.empty_like(q)
+    flops = 4 * b * h * s * s * d
+    scale = d ** -0.5
+    t_vid = do_bench(lambda: _ext.forward(q, k, v, out, None, None, scale), warmup=100, rep=500,
+                     return_mode="median")
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        t_cudnn = do_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt), warmup=100, rep=500,
+                           return_mode="median")
+    print(f"Wan 1.3B self-attn 32760^2 x12 heads: vidattn {flops / t_vid / 1e9:.0f} TFLOPS, "
+          f"cuDNN {flops / t_cudnn / 1e9:.0f} TFLOPS, ratio {t_cudnn / t_vid:.3f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time", action="store_true", help="also time the Wan 1.3B self-attention shape")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    failed = 0
+    for case in CASES:
+        msg = run_case(*case)
+        failed += not msg.startswith("ok")
+        print(f"{str(case[:5]):28s} {str(case[5])[6:]:9s} {case[6]} lens={case[7]}: {msg}", flush=True)
+    if args.time:
+        time_wan()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
