@@ -1,0 +1,26 @@
+"""vidattn: exact attention for video diffusion transformers on NVIDIA Hopper.
+
+    import vidattn
+    vidattn.apply(pipe)                      # every transformer of a diffusers pipeline (Wan 2.1 / 2.2)
+    out = vidattn.attention(q, k, v)         # (B, S, H, D) in, same out
+    vidattn.explain(q, k, v)                 # None when the kernel runs, else why SDPA runs instead
+
+The diffusers integration (`apply`, `restore`, `WanAttnProcessor`) is imported on first use, so
+`import vidattn` does not import diffusers.
+"""
+from ._ext import build
+from .ops import VidattnFallbackWarning, attention, explain, kernel_available
+
+__version__ = "0.1.0"
+
+_DIFFUSERS_NAMES = ("apply", "restore", "register_processor", "WanAttnProcessor", "ApplyHandle")
+
+__all__ = ["attention", "explain", "kernel_available", "build", "VidattnFallbackWarning", *_DIFFUSERS_NAMES]
+
+
+def __getattr__(name):
+    if name in _DIFFUSERS_NAMES:
+        from . import diffusers as _integration
+
+        return getattr(_integration, name)
+    raise AttributeError(f"module 'vidattn' has no attribute {name!r}")

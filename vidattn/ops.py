@@ -1,0 +1,279 @@
+"""The public attention op: `vidattn.attention`, its `torch.library` custom op, the SDPA fallback, `explain`.
+
+Layering: the public function validates arguments and handles nothing but shapes; the custom op
+`vidattn::attention` makes the dispatch decision (kernel or SDPA) at run time, so `torch.compile` sees one
+opaque node whose output shapes come from the fake implementation below.
+"""
+import math
+import os
+import sys
+import warnings
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from . import _ext
+
+LAYOUTS = ("bshd", "bhsd")
+# The fallback computes the LSE from fp32 scores; it materialises at most this many scores at once.
+_LSE_CHUNK_ELEMENTS = 1 << 26
+
+
+class VidattnFallbackWarning(UserWarning):
+    """Issued once per distinct reason when a call runs PyTorch SDPA instead of the vidattn kernel."""
+
+
+_warned: set = set()
+
+
+def warn_fallback(reason: str) -> None:
+    """Warn once per distinct reason that SDPA ran instead of the kernel."""
+    if reason in _warned:
+        return
+    _warned.add(reason)
+    warnings.warn(
+        f"vidattn: running PyTorch SDPA instead of the vidattn kernel: {reason}. "
+        "Call vidattn.explain(q, k, v, layout=..., kv_lens=...) with your tensors to check a call; "
+        "this warning is shown once per reason.",
+        VidattnFallbackWarning, stacklevel=_caller_stacklevel())
+
+
+_INTERNAL_DIRS = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)))
+
+
+def _caller_stacklevel() -> int:
+    """Stack level of the first frame outside vidattn and torch, so the warning points at user code."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_INTERNAL_DIRS):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _is_compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# validation (runs before dispatch, eagerly or at trace time; never looks at tensor values while compiling)
+# ----------------------------------------------------------------------------------------------------------
+
+def _validate(q, k, v, layout, scale, kv_lens):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"vidattn.attention: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"vidattn.attention: layout must be 'bshd' (batch, seq, heads, dim) or 'bhsd' "
+                         f"(batch, heads, seq, dim), got {layout!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"vidattn.attention: {name} must be 4-D ({layout}), got shape {tuple(t.shape)}")
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"vidattn.attention: {name} must be a floating-point tensor, got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"vidattn.attention: q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"vidattn.attention: q, k and v must be on one device, got {q.device}, {k.device}, "
+                         f"{v.device}")
+    s_ax, h_ax = (1, 2) if layout == "bshd" else (2, 1)
+    names = f"({'B, S, H, D' if layout == 'bshd' else 'B, H, S, D'})"
+    qs, ks, vs = tuple(q.shape), tuple(k.shape), tuple(v.shape)
+    if not (qs[0] == ks[0] == vs[0]):
+        raise ValueError(f"vidattn.attention: batch sizes differ: q {qs}, k {ks}, v {vs} {names}")
+    if not (qs[h_ax] == ks[h_ax] == vs[h_ax]):
+        raise ValueError(f"vidattn.attention: head counts differ: q {qs}, k {ks}, v {vs} {names} "
+                         f"(grouped-query attention is not supported)")
+    if not (qs[3] == ks[3] == vs[3]):
+        raise ValueError(f"vidattn.attention: head dims differ: q {qs}, k {ks}, v {vs} {names}")
+    if ks[s_ax] != vs[s_ax]:
+        raise ValueError(f"vidattn.attention: k and v must have the same sequence length: k {ks}, v {vs} {names}")
+    if min(qs) < 1 or ks[s_ax] < 1:
+        raise ValueError(f"vidattn.attention: every dimension must be >= 1: q {qs}, k {ks} {names}")
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise TypeError(f"vidattn.attention: scale must be a float or None, got {type(scale).__name__}")
+        if not math.isfinite(scale):
+            raise ValueError(f"vidattn.attention: scale must be finite, got {scale}")
+    if kv_lens is not None:
+        skv = ks[s_ax]
+        if not isinstance(kv_lens, torch.Tensor):
+            raise TypeError(f"vidattn.attention: kv_lens must be a torch.Tensor of shape (batch,) or None, "
+                            f"got {type(kv_lens).__name__}")
+        if kv_lens.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"vidattn.attention: kv_lens must be int32 or int64, got {kv_lens.dtype}")
+        if tuple(kv_lens.shape) != (qs[0],):
+            raise ValueError(f"vidattn.attention: kv_lens must have shape (batch,) = ({qs[0]},), "
+                             f"got {tuple(kv_lens.shape)}")
+        if kv_lens.device != q.device and kv_lens.device.type != "cpu":
+            raise ValueError(f"vidattn.attention: kv_lens is on {kv_lens.device}, q on {q.device}")
+        # Value checks cost a device sync on GPU tensors, so only host-side lengths are checked (always
+        # worth it: they are about to be copied anyway); never while tracing.
+        if kv_lens.device.type == "cpu" and not _is_compiling():
+            lo, hi = int(kv_lens.min()), int(kv_lens.max())
+            if lo < 1 or hi > skv:
+                raise ValueError(f"vidattn.attention: kv_lens values must lie in [1, {skv}] (the key length), "
+                                 f"got min {lo}, max {hi}")
+
+
+def _prepare_kv_lens(kv_lens, device):
+    if kv_lens is None:
+        return None
+    return kv_lens.to(device=device, dtype=torch.int32, non_blocking=True)
+
+
+def _bshd(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """A (B, S, H, D) view of t (no copy)."""
+    return t if layout == "bshd" else t.transpose(1, 2)
+
+
+def _default_scale(scale, head_dim: int) -> float:
+    return float(scale) if scale is not None else 1.0 / math.sqrt(head_dim)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# SDPA fallback (differentiable; also the reference the tests compare against)
+# ----------------------------------------------------------------------------------------------------------
+
+def _key_mask(kv_lens, skv, device):
+    """Boolean (B, 1, 1, Skv) mask, True where the key is kept."""
+    return (torch.arange(skv, device=device)[None, :] < kv_lens[:, None].to(device))[:, None, None, :]
+
+
+def sdpa_fallback(qh, kh, vh, scale: float, kv_lens, return_lse: bool):
+    """Attention on (B, H, S, D) tensors with PyTorch SDPA; LSE (B, H, Sq) fp32 from fp32 scores, chunked
+    over the query length so at most `_LSE_CHUNK_ELEMENTS` scores exist at a time."""
+    mask = _key_mask(kv_lens, kh.shape[2], qh.device) if kv_lens is not None else None
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
+    if not return_lse:
+        return out, None
+    b, h, sq, _ = qh.shape
+    skv = kh.shape[2]
+    kf = kh.detach().float().transpose(-1, -2)
+    rows = max(1, _LSE_CHUNK_ELEMENTS // max(1, b * h * skv))
+    parts = []
+    for i in range(0, sq, rows):
+        s = torch.matmul(qh[:, :, i:i + rows].detach().float(), kf) * scale
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        parts.append(torch.logsumexp(s, dim=-1))
+    return out, torch.cat(parts, dim=2)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the custom op
+# ----------------------------------------------------------------------------------------------------------
+
+def _empty_lse(q):
+    return torch.empty((0,), dtype=torch.float32, device=q.device)
+
+
+@torch.library.custom_op("vidattn::attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, scale: Optional[float],
+                  kv_lens: Optional[torch.Tensor], return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
+    b, sq, h, d = qv.shape
+    sc = _default_scale(scale, d)
+    reason = _ext.kernel_reason(qv, kv, vv, kv_lens, sc)
+    if reason is None:
+        if layout == "bshd":
+            out = torch.empty((b, sq, h, vv.shape[3]), dtype=q.dtype, device=q.device)
+            out_view = out
+        else:
+            out = torch.empty((b, h, sq, vv.shape[3]), dtype=q.dtype, device=q.device)
+            out_view = out.transpose(1, 2)
+        lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device) if return_lse else None
+        _ext.forward(qv, kv, vv, out_view, lse, kv_lens, sc)
+        return out, (lse if lse is not None else _empty_lse(q))
+    warn_fallback(reason)
+    out, lse = sdpa_fallback(qv.transpose(1, 2), kv.transpose(1, 2), vv.transpose(1, 2), sc, kv_lens, return_lse)
+    # Same strides as the kernel path (and the fake): contiguous in the caller's layout.
+    out = out.contiguous() if layout == "bhsd" else out.transpose(1, 2).contiguous()
+    return out, (lse if lse is not None else _empty_lse(q))
+
+
+@_attention_op.register_fake
+def _attention_fake(q, k, v, layout, scale, kv_lens, return_lse):
+    if layout == "bshd":
+        b, sq, h, _ = q.shape
+        out = q.new_empty((b, sq, h, v.shape[3]))
+    else:
+        b, h, sq, _ = q.shape
+        out = q.new_empty((b, h, sq, v.shape[3]))
+    lse = q.new_empty((b, h, sq), dtype=torch.float32) if return_lse else q.new_empty((0,), dtype=torch.float32)
+    return out, lse
+
+
+# ----------------------------------------------------------------------------------------------------------
+# public API
+# ----------------------------------------------------------------------------------------------------------
+
+def _grad_reason(q, k, v) -> Optional[str]:
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return "inputs require grad: the kernel is forward-only"
+    return None
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
+              scale: Optional[float] = None, kv_lens: Optional[torch.Tensor] = None, return_lse: bool = False):
+    """Exact (non-causal) attention ``softmax(q @ k^T * scale) @ v``, the numerics contract of PyTorch SDPA.
+
+    Args:
+        q: queries, ``(B, Sq, H, D)`` for ``layout="bshd"`` (what diffusers processors hold) or
+            ``(B, H, Sq, D)`` for ``layout="bhsd"`` (what ``F.scaled_dot_product_attention`` takes).
+        k, v: keys and values, ``(B, Skv, H, D)`` / ``(B, H, Skv, D)``; ``Skv`` may differ from ``Sq``.
+            Any strides work; the kernel reads them as given (no copies) when the last dim is contiguous.
+        layout: ``"bshd"`` or ``"bhsd"``; the output has the same layout.
+        scale: softmax scale; ``None`` means ``1 / sqrt(D)``.
+        kv_lens: optional int32/int64 tensor of shape ``(B,)``: keys at positions ``>= kv_lens[b]`` are
+            ignored for batch element ``b`` (text padding). Values must lie in ``[1, Skv]`` (checked when the
+            tensor is on the CPU; it is then copied to q's device).
+        return_lse: also return the fp32 log-sum-exp of the scaled scores, shape ``(B, H, Sq)``
+            (natural log), e.g. to merge partial results in ring attention.
+
+    Returns:
+        ``out`` with q's dtype and the caller's layout, or ``(out, lse)`` when ``return_lse``.
+
+    The sm_90a kernel runs for CUDA tensors on Hopper, bf16/fp16, D in {64, 128}, 16-byte aligned strides and
+    no autograd; any other call runs PyTorch SDPA and warns once per reason. ``vidattn.explain`` says which.
+    """
+    _validate(q, k, v, layout, scale, kv_lens)
+    kv_lens = _prepare_kv_lens(kv_lens, q.device)
+    scale = None if scale is None else float(scale)
+    if _grad_reason(q, k, v) is not None:
+        # The custom op has no backward; the differentiable SDPA path keeps training and grad checks working.
+        if not _is_compiling():
+            warn_fallback(_grad_reason(q, k, v))
+        qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
+        out, lse = sdpa_fallback(qv.transpose(1, 2), kv.transpose(1, 2), vv.transpose(1, 2),
+                                 _default_scale(scale, q.shape[-1]), kv_lens, return_lse)
+        out = out if layout == "bhsd" else out.transpose(1, 2)
+        return (out, lse) if return_lse else out
+    out, lse = torch.ops.vidattn.attention(q, k, v, layout, scale, kv_lens, return_lse)
+    return (out, lse) if return_lse else out
+
+
+def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
+            scale: Optional[float] = None, kv_lens: Optional[torch.Tensor] = None) -> Optional[str]:
+    """Why ``vidattn.attention`` with these arguments would run PyTorch SDPA instead of the kernel; ``None``
+    when the kernel runs. Raises the same errors as ``attention`` for invalid arguments. On a Hopper GPU the
+    first call may compile the kernel library (cached on disk)."""
+    _validate(q, k, v, layout, scale, kv_lens)
+    kv_lens = _prepare_kv_lens(kv_lens, q.device)
+    reason = _grad_reason(q, k, v)
+    if reason is not None:
+        return reason
+    qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
+    return _ext.kernel_reason(qv, kv, vv, kv_lens, _default_scale(scale, q.shape[-1]))
+
+
+def kernel_available() -> bool:
+    """True when the current CUDA device is Hopper and the kernel library is built/loaded. Never raises;
+    may compile the kernel library on first call."""
+    try:
+        if not torch.cuda.is_available():
+            return False
+        if _ext.device_reason(torch.device("cuda", torch.cuda.current_device())) is not None:
+            return False
+        return _ext.load() is not None
+    except Exception:  # noqa: BLE001 - an availability probe must not raise
+        return False
