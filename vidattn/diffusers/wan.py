@@ -1,0 +1,118 @@
+"""Wan 2.1 / 2.2 (`WanTransformer3DModel`): a drop-in for diffusers' `WanAttnProcessor`.
+
+Every step of the stock processor is kept (QKV projections, fused or not; RMS norms over heads; RoPE on
+(B, S, H, D); the I2V image-key branch; text cross-attention) and only the attention call changes to
+`vidattn.attention(..., layout="bshd")`.
+"""
+from typing import Optional
+
+import torch
+
+from .. import ops
+from .masks import mask_to_kv_lens
+
+
+def _qkv(attn, hidden_states, encoder_hidden_states):
+    context = hidden_states if encoder_hidden_states is None else encoder_hidden_states
+    if getattr(attn, "fused_projections", False):
+        if not attn.is_cross_attention:
+            return attn.to_qkv(hidden_states).chunk(3, dim=-1)
+        key, value = attn.to_kv(context).chunk(2, dim=-1)
+        return attn.to_q(hidden_states), key, value
+    return attn.to_q(hidden_states), attn.to_k(context), attn.to_v(context)
+
+
+def _image_kv(attn, image_states):
+    if getattr(attn, "fused_projections", False):
+        return attn.to_added_kv(image_states).chunk(2, dim=-1)
+    return attn.add_k_proj(image_states), attn.add_v_proj(image_states)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate interleaved channel pairs (x[2i], x[2i+1]) of a (B, S, H, D) tensor; same arithmetic as diffusers."""
+    even, odd = x.unflatten(-1, (-1, 2)).unbind(-1)
+    cos, sin = cos[..., 0::2], sin[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = even * cos - odd * sin
+    out[..., 1::2] = even * sin + odd * cos
+    return out.type_as(x)
+
+
+class WanAttnProcessor:
+    """vidattn processor for diffusers' `WanAttention` (Wan 2.1 T2V/I2V, Wan 2.2 T2V/I2V/TI2V).
+
+    Use through `vidattn.apply(pipe)` or `pipe.transformer.set_attn_processor(vidattn.WanAttnProcessor())`.
+    Masks: a boolean key-padding mask ((B, Skv), (B, 1, Skv) or (B, 1, 1, Skv), True = keep, a prefix per row)
+    becomes `kv_lens`; any other mask, or context parallelism, runs diffusers' own attention dispatch.
+    """
+
+    # Read and written by diffusers (set_attention_backend, enable_parallelism); used on the fallback path.
+    _attention_backend = None
+    _parallel_config = None
+
+    def _dispatch(self, query, key, value, attention_mask, parallel_config, reason: Optional[str]):
+        """diffusers' stock attention call, for what the kernel cannot express."""
+        from diffusers.models.attention_dispatch import dispatch_attention_fn
+
+        if reason is not None and not torch.compiler.is_compiling():
+            ops.warn_fallback(reason)
+        return dispatch_attention_fn(query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,
+                                     backend=self._attention_backend, parallel_config=parallel_config)
+
+    def _attend(self, query, key, value, attention_mask=None, parallel_config=None):
+        if parallel_config is not None:
+            return self._dispatch(query, key, value, attention_mask, parallel_config,
+                                  "context parallelism is configured: diffusers' dispatch runs the ring")
+        if attention_mask is None:
+            return ops.attention(query, key, value, layout="bshd")
+        kv_lens, reason = mask_to_kv_lens(attention_mask, query.shape[0], key.shape[1])
+        if kv_lens is None:
+            return self._dispatch(query, key, value, attention_mask, None, reason)
+        return ops.attention(query, key, value, layout="bshd", kv_lens=kv_lens)
+
+    def __call__(
+        self,
+        attn,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: Optional[torch.Tensor] = None,
+        attention_mask: Optional[torch.Tensor] = None,
+        rotary_emb: Optional[tuple] = None,
+    ) -> torch.Tensor:
+        image_states = None
+        if attn.add_k_proj is not None:
+            # I2V: image tokens come first; the text context is the last 512 tokens (as in diffusers).
+            n_image = encoder_hidden_states.shape[1] - 512
+            image_states = encoder_hidden_states[:, :n_image]
+            encoder_hidden_states = encoder_hidden_states[:, n_image:]
+
+        query, key, value = _qkv(attn, hidden_states, encoder_hidden_states)
+        query = attn.norm_q(query)
+        key = attn.norm_k(key)
+
+        query = query.unflatten(2, (attn.heads, -1))
+        key = key.unflatten(2, (attn.heads, -1))
+        value = value.unflatten(2, (attn.heads, -1))
+
+        if rotary_emb is not None:
+            query = _rope(query, *rotary_emb)
+            key = _rope(key, *rotary_emb)
+
+        image_out = None
+        if image_states is not None:
+            key_img, value_img = _image_kv(attn, image_states)
+            key_img = attn.norm_added_k(key_img)
+            key_img = key_img.unflatten(2, (attn.heads, -1))
+            value_img = value_img.unflatten(2, (attn.heads, -1))
+            image_out = self._attend(query, key_img, value_img)
+            image_out = image_out.flatten(2, 3).type_as(query)
+
+        parallel_config = self._parallel_config if encoder_hidden_states is None else None
+        hidden_states = self._attend(query, key, value, attention_mask, parallel_config)
+        hidden_states = hidden_states.flatten(2, 3).type_as(query)
+
+        if image_out is not None:
+            hidden_states = hidden_states + image_out
+
+        hidden_states = attn.to_out[0](hidden_states)
+        hidden_states = attn.to_out[1](hidden_states)
+        return hidden_states
