@@ -1,0 +1,78 @@
+"""Two small kernel calls for compute-sanitizer (memcheck, racecheck): no pytest, exit 0 only if both are right.
+
+    compute-sanitizer --tool memcheck  --error-exitcode 1 python3 tests/sanitizer_cases.py
+    compute-sanitizer --tool racecheck --error-exitcode 1 python3 tests/sanitizer_cases.py
+
+Inputs are made and the reference computed on the CPU, so under the sanitizer the GPU runs little besides
+copies and the vidattn kernel itself. Run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so every tensor is its own
+allocation and memcheck sees reads or writes past its end (the caching allocator would hide them).
+Build the kernel library first (`python -c "import vidattn; vidattn.build()"`), or nvcc runs under the tool.
+Exit codes: 0 all right, 1 wrong result, 2 the kernel did not run (fallback) or no usable GPU.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# (name, B, H, Sq, Skv, D, dtype, layout, kv_lens): a tail-heavy case (no tile is full) and a degenerate one.
+CASES = [
+    ("tails+ragged", 2, 3, 129, 777, 128, torch.bfloat16, "bshd", [777, 259]),
+    ("skv=1", 1, 2, 65, 1, 64, torch.float16, "bhsd", None),
+]
+REL_L2_MAX = 1e-2
+LSE_ATOL = 1e-2
+
+
+def reference(q, k, v, layout, kv_lens):
+    """fp64 attention on the CPU: (out in `layout`, lse (B, H, Sq))."""
+    qb, kb, vb = (t.double() if layout == "bhsd" else t.double().transpose(1, 2) for t in (q, k, v))
+    s = qb @ kb.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if kv_lens is not None:
+        keep = torch.arange(kb.shape[2])[None, :] < torch.tensor(kv_lens)[:, None]
+        s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
+    out = torch.softmax(s, -1) @ vb
+    return (out if layout == "bhsd" else out.transpose(1, 2)), torch.logsumexp(s, -1)
+
+
+def run_case(vidattn, name, b, h, sq, skv, d, dtype, layout, kv_lens) -> int:
+    g = torch.Generator().manual_seed(1234)
+    shape = (lambda s: (b, s, h, d)) if layout == "bshd" else (lambda s: (b, h, s, d))
+    q, k, v = ((torch.randn(shape(s), generator=g) + 0.5).to(dtype) for s in (sq, skv, skv))
+    qd, kd, vd = (t.cuda() for t in (q, k, v))
+    lens = torch.tensor(kv_lens, dtype=torch.int32).cuda() if kv_lens is not None else None
+    reason = vidattn.explain(qd, kd, vd, layout=layout, kv_lens=lens)
+    if reason is not None:
+        print(f"[sanitizer_cases] {name}: the kernel would not run ({reason}); nothing to sanitize")
+        return 2
+    out, lse = vidattn.attention(qd, kd, vd, layout=layout, kv_lens=lens, return_lse=True)
+    torch.cuda.synchronize()
+    out, lse = out.cpu(), lse.cpu()
+    ref, ref_lse = reference(q, k, v, layout, kv_lens)
+    finite = bool(torch.isfinite(out).all()) and bool(torch.isfinite(lse).all())
+    rel = ((out.double() - ref).norm() / ref.norm()).item() if finite else float("nan")
+    lse_err = (lse.double() - ref_lse).abs().max().item() if finite else float("nan")
+    ok = finite and rel < REL_L2_MAX and lse_err < LSE_ATOL and out.shape == ref.shape
+    print(f"[sanitizer_cases] {name}: B{b} H{h} {sq}x{skv} D{d} {dtype} {layout} kv_lens={kv_lens}: "
+          f"rel-L2 {rel:.2e}, max|lse err| {lse_err:.2e} -> {'ok' if ok else 'WRONG'}", flush=True)
+    return 0 if ok else 1
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("[sanitizer_cases] CUDA is not available")
+        return 2
+    import vidattn
+    rc = 0
+    for case in CASES:
+        rc = max(rc, run_case(vidattn, *case))
+    torch.cuda.synchronize()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
