@@ -79,13 +79,140 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
+// ---- consumer building blocks: each one step of the algorithm, all operating on one thread's fragments ----------
+
+// Keys at or past kv_len (sequence tail, or text padding through kv_lens) get score -inf, so exp2 makes them 0.
+template <int kN>
+__device__ __forceinline__ void mask_keys(float (&sacc)[kN / 2], int kv0, int kv_len, int col_in_group) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if (kv0 + 8 * i + col_in_group + e >= kv_len) {
+        sacc[4 * i + e] = kNegInf;
+        sacc[4 * i + 2 + e] = kNegInf;
+      }
+    }
+  }
+}
+
+// Online softmax in base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score. Exponentiates
+// sacc in place, updates the running max and (per-thread partial) sum, and returns the factor O must be scaled by.
+template <int kN>
+__device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&row_max)[2], float (&row_sum)[2],
+                                               float (&alpha)[2], float scale_log2) {
+  float mx[2] = {row_max[0], row_max[1]};
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i) {
+    mx[0] = fmaxf(mx[0], fmaxf(sacc[4 * i], sacc[4 * i + 1]));
+    mx[1] = fmaxf(mx[1], fmaxf(sacc[4 * i + 2], sacc[4 * i + 3]));
+  }
+  float neg_ms[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = quad_max(mx[r]);
+    // Key 0 of tile 0 is always valid (a tile exists only when kv_len >= 1), so mx is finite; on the first tile
+    // alpha = 2^-inf = 0 and multiplies the still-zero O and sum.
+    alpha[r] = ptx::exp2_approx((row_max[r] - mx[r]) * scale_log2);
+    neg_ms[r] = -mx[r] * scale_log2;
+    row_max[r] = mx[r];
+  }
+  float tile_sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i) {
+    sacc[4 * i + 0] = ptx::exp2_approx(fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]));
+    sacc[4 * i + 1] = ptx::exp2_approx(fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]));
+    sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]));
+    sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]));
+    tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
+    tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + tile_sum[r];
+}
+
+template <int kD>
+__device__ __forceinline__ void rescale_o(float (&o)[kD / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < kD / 8; ++i) {
+    o[4 * i + 0] *= alpha[0];
+    o[4 * i + 1] *= alpha[0];
+    o[4 * i + 2] *= alpha[1];
+    o[4 * i + 3] *= alpha[1];
+  }
+}
+
+// P to 16-bit A fragments: S's accumulator layout (rows r, r+8; column pairs) is exactly wgmma's register-A layout
+// for m64k16, so no data moves between threads.
+template <int kN, bool kFp16>
+__device__ __forceinline__ void pack_p(const float (&sacc)[kN / 2], uint32_t (&pa)[kN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kN / 16; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) pa[kk][r] = ptx::pack2<kFp16>(sacc[8 * kk + 2 * r], sacc[8 * kk + 2 * r + 1]);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void fence_frag(uint32_t (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[i][r])::"memory");
+  }
+}
+
+// S = Q K^T: D/16 wgmmas over the head dim; Q (A) and K (B) both K-major, 8-row core groups 1024 B apart.
+template <int kHeadDim, bool kFp16>
+__device__ __forceinline__ void issue_qk(float (&sacc)[FwdTraits<kHeadDim>::kBlockN / 2], uint32_t q_smem,
+                                         uint32_t k_smem) {
+  using T = FwdTraits<kHeadDim>;
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    const uint32_t chunk = kk / 4, within = (kk % 4) * 32;  // 4 k-steps of 16 elements per 128-byte row
+    const uint64_t da = ptx::make_smem_desc_sw128(q_smem + chunk * T::kBlockM * kChunkBytes + within, 16, 1024);
+    const uint64_t db = ptx::make_smem_desc_sw128(k_smem + chunk * T::kBlockN * kChunkBytes + within, 16, 1024);
+    ptx::Wgmma<T::kBlockN, kFp16>::ss(sacc, da, db, kk > 0);
+  }
+  ptx::wgmma_commit();
+}
+
+// O += P V: kN/16 wgmmas over the keys. V sits MN-major (rows = keys): SBO steps 8 keys, LBO steps 64-column chunks.
+template <int kHeadDim, bool kFp16>
+__device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
+                                         const uint32_t (&pa)[FwdTraits<kHeadDim>::kBlockN / 16][4],
+                                         uint32_t v_smem) {
+  using T = FwdTraits<kHeadDim>;
+#pragma unroll
+  for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+    const uint64_t db = ptx::make_smem_desc_sw128(v_smem + kk * 16 * kChunkBytes, T::kBlockN * kChunkBytes, 1024);
+    ptx::Wgmma<kHeadDim, kFp16>::rs(o, pa[kk], db, 1);
+  }
+  ptx::wgmma_commit();
+}
+
+// Ping-pong between the two consumer warpgroups: each takes a turn to issue its wgmmas, so one warpgroup's softmax
+// runs while the other's GEMMs own the tensor cores. Barrier kSchedBase + w (256 threads) = "warpgroup w may issue".
+enum class SchedBarrier : uint32_t { kBase = 3 };
+template <bool kPingpong>
+__device__ __forceinline__ void sched_wait(int cwg) {
+  if constexpr (kPingpong) ptx::named_barrier_sync(static_cast<uint32_t>(SchedBarrier::kBase) + cwg, 256);
+}
+template <bool kPingpong>
+__device__ __forceinline__ void sched_pass(int cwg, bool last) {
+  // Warpgroup 1's final pass would have no matching wait; skipping it leaves both barriers balanced at exit.
+  if constexpr (kPingpong) {
+    if (!(cwg == 1 && last)) ptx::named_barrier_arrive(static_cast<uint32_t>(SchedBarrier::kBase) + (cwg ^ 1), 256);
+  }
+}
+
 template <int kHeadDim, bool kFp16>
 __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim>& s, int cwg, int m_block,
                                          int head, int batch, int n_blocks, int kv_len) {
   using T = FwdTraits<kHeadDim>;
   constexpr int kN = T::kBlockN;
-  using MmaS = ptx::Wgmma<kN, kFp16>;
-  using MmaO = ptx::Wgmma<kHeadDim, kFp16>;
+  constexpr bool kPingpong = T::kPingpong;
   const float kNegInf = -__int_as_float(0x7f800000);
 
   const int tid = threadIdx.x - 128 * (cwg + 1);
@@ -100,109 +227,69 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
   float sacc[kN / 2];
+  uint32_t pa[kN / 16][4];
   float row_max[2] = {kNegInf, kNegInf};
   float row_sum[2] = {0.f, 0.f};  // per-thread partial sums; the quad reduction waits for the epilogue
+  float alpha[2];
 
   const uint32_t q_smem = ptx::smem_addr(s.q) + cwg * T::kRowsPerWG * kChunkBytes;
   const float scale_log2 = p.scale_log2;
 
+  // Always wait for Q, even with no keys: the epilogue reuses Q's shared memory and TMA may still be writing it.
   ptx::mbarrier_wait(&s.q_full, 0);
+  if (n_blocks > 0) {
+    if (kPingpong && cwg == 1) ptx::named_barrier_arrive(static_cast<uint32_t>(SchedBarrier::kBase), 256);
 
-  for (int j = 0; j < n_blocks; ++j) {
-    const int stage = j % T::kStages;
-    const uint32_t phase = (j / T::kStages) & 1;
-    const uint32_t k_smem = ptx::smem_addr(s.k[stage]);
-    const uint32_t v_smem = ptx::smem_addr(s.v[stage]);
-
-    // ---- S = Q K^T: D/16 wgmmas over the head dim; K-major A and B, 8-row core groups 1024 B apart --------------
-    ptx::mbarrier_wait(&s.k_full[stage], phase);
+    // Prologue: S_0 alone, then its softmax; P_0 is ready for the first overlapped step.
+    ptx::mbarrier_wait(&s.k_full[0], 0);
+    sched_wait<kPingpong>(cwg);
     ptx::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const uint32_t chunk = kk / 4, within = (kk % 4) * 32;  // 4 k-steps of 16 elements per 128-byte row
-      const uint64_t da = ptx::make_smem_desc_sw128(q_smem + chunk * T::kBlockM * kChunkBytes + within, 16, 1024);
-      const uint64_t db = ptx::make_smem_desc_sw128(k_smem + chunk * kN * kChunkBytes + within, 16, 1024);
-      MmaS::ss(sacc, da, db, kk > 0);
-    }
-    ptx::wgmma_commit();
+    issue_qk<kHeadDim, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[0]));
+    sched_pass<kPingpong>(cwg, false);
     ptx::wgmma_wait<0>();
     ptx::fence_regs(sacc);
-    if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
+    if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[0]);
+    if (kN > kv_len) mask_keys<kN>(sacc, 0, kv_len, col_in_group);
+    online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
+    pack_p<kN, kFp16>(sacc, pa);
 
-    // ---- mask keys past kv_len (sequence tail, or text padding through kv_lens) -------------------------------
-    const int kv0 = j * kN;
-    if (kv0 + kN > kv_len) {
-#pragma unroll
-      for (int i = 0; i < kN / 8; ++i) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (kv0 + 8 * i + col_in_group + e >= kv_len) {
-            sacc[4 * i + e] = kNegInf;
-            sacc[4 * i + 2 + e] = kNegInf;
-          }
-        }
-      }
-    }
-
-    // ---- online softmax, base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score -----------
-    float mx[2] = {row_max[0], row_max[1]};
-#pragma unroll
-    for (int i = 0; i < kN / 8; ++i) {
-      mx[0] = fmaxf(mx[0], fmaxf(sacc[4 * i], sacc[4 * i + 1]));
-      mx[1] = fmaxf(mx[1], fmaxf(sacc[4 * i + 2], sacc[4 * i + 3]));
-    }
-    float alpha[2], neg_ms[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = quad_max(mx[r]);
-      // Key 0 of tile 0 is always valid (kv_len >= 1 when there is a tile), so mx is finite here; the first
-      // tile's alpha is 2^-inf = 0 and multiplies the zero O and zero sum.
-      alpha[r] = ptx::exp2_approx((row_max[r] - mx[r]) * scale_log2);
-      neg_ms[r] = -mx[r] * scale_log2;
-      row_max[r] = mx[r];
-    }
-    float tile_sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < kN / 8; ++i) {
-      sacc[4 * i + 0] = ptx::exp2_approx(fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]));
-      sacc[4 * i + 1] = ptx::exp2_approx(fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]));
-      sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]));
-      sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]));
-      tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
-      tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + tile_sum[r];
-#pragma unroll
-    for (int i = 0; i < kHeadDim / 8; ++i) {
-      o[4 * i + 0] *= alpha[0];
-      o[4 * i + 1] *= alpha[0];
-      o[4 * i + 2] *= alpha[1];
-      o[4 * i + 3] *= alpha[1];
+    // Steady state: issue S_j = Q K_j and O += P_{j-1} V_{j-1} back to back; the softmax of S_j then runs on the
+    // CUDA cores while P V is still on the tensor cores. O is rescaled only after P V retires.
+    for (int j = 1; j < n_blocks; ++j) {
+      const int stage = j % T::kStages, prev = (j - 1) % T::kStages;
+      const uint32_t phase = (j / T::kStages) & 1, prev_phase = ((j - 1) / T::kStages) & 1;
+      ptx::mbarrier_wait(&s.k_full[stage], phase);
+      ptx::mbarrier_wait(&s.v_full[prev], prev_phase);
+      sched_wait<kPingpong>(cwg);
+      ptx::wgmma_fence();
+      issue_qk<kHeadDim, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
+      issue_pv<kHeadDim, kFp16>(o, pa, ptx::smem_addr(s.v[prev]));
+      sched_pass<kPingpong>(cwg, false);
+      ptx::wgmma_wait<1>();  // S_j done; P V may still run
+      ptx::fence_regs(sacc);
+      if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
+      const int kv0 = j * kN;
+      if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
+      online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
+      ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
+      ptx::fence_regs(o);
+      fence_frag(pa);
+      if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
+      rescale_o<kHeadDim>(o, alpha);
+      pack_p<kN, kFp16>(sacc, pa);
     }
 
-    // ---- P to 16-bit A fragments: the accumulator layout of S is exactly wgmma's register-A layout ------------
-    uint32_t pa[kN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      pa[kk][0] = ptx::pack2<kFp16>(sacc[8 * kk + 0], sacc[8 * kk + 1]);
-      pa[kk][1] = ptx::pack2<kFp16>(sacc[8 * kk + 2], sacc[8 * kk + 3]);
-      pa[kk][2] = ptx::pack2<kFp16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
-      pa[kk][3] = ptx::pack2<kFp16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
-    }
-
-    // ---- O += P V: kN/16 wgmmas over the keys; V is MN-major (rows = keys): LBO steps 64-column chunks --------
-    ptx::mbarrier_wait(&s.v_full[stage], phase);
+    // Drain: the last P V.
+    const int last = (n_blocks - 1) % T::kStages;
+    ptx::mbarrier_wait(&s.v_full[last], ((n_blocks - 1) / T::kStages) & 1);
+    sched_wait<kPingpong>(cwg);
     ptx::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      const uint64_t db = ptx::make_smem_desc_sw128(v_smem + kk * 16 * kChunkBytes, kN * kChunkBytes, 1024);
-      MmaO::rs(o, pa[kk], db, 1);
-    }
-    ptx::wgmma_commit();
+    issue_pv<kHeadDim, kFp16>(o, pa, ptx::smem_addr(s.v[last]));
+    sched_pass<kPingpong>(cwg, true);
     ptx::wgmma_wait<0>();
     ptx::fence_regs(o);
-    if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[stage]);
+    fence_frag(pa);
+    if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
   }
 
   // ---- epilogue: normalise, stage O in this warpgroup's (now dead) Q rows, TMA-store it ----------------------

@@ -2,7 +2,22 @@
 #pragma once
 #include <cstdint>
 
+// Ping-pong scheduling of the two consumer warpgroups (see flash_fwd.cuh); a macro so A/B builds need no edit.
+#ifndef VIDATTN_PINGPONG
+#define VIDATTN_PINGPONG 1
+#endif
+
+// KV tile width per head dim (A/B builds override these; defaults are the measured best, see csrc/NOTES.md).
+#ifndef VIDATTN_BLOCK_N_D128
+#define VIDATTN_BLOCK_N_D128 128
+#endif
+#ifndef VIDATTN_BLOCK_N_D64
+#define VIDATTN_BLOCK_N_D64 128
+#endif
+
 namespace vidattn::sm90 {
+
+constexpr int kSmemBudget = 227 * 1024;  // per-block opt-in maximum on sm_90
 
 // Rows of one TMA box / one 128-byte swizzle row: 64 bf16/fp16 elements. TMA's 128B swizzle caps the box's inner
 // extent at 128 bytes, so a head dim of 128 is loaded as two 64-column chunks.
@@ -18,12 +33,18 @@ struct FwdTraits {
   static constexpr int kConsumerWGs = 2;
   static constexpr int kRowsPerWG = 64;
   static constexpr int kBlockM = kConsumerWGs * kRowsPerWG;
-  // KV tile: 128 keys. S (64 x 128 fp32) and O (64 x D fp32) both live in registers: 64 + 64 at D=128.
-  static constexpr int kBlockN = 128;
-  // Shared memory at D=128: Q 32 KB + stages x (K 32 KB + V 32 KB); 2 stages = 160 KB of the 227 KB a block may use.
-  // At D=64 every tile is half as large, so 4 stages fit in the same 160 KB and hide more latency.
-  static constexpr int kStages = kHeadDim == 128 ? 2 : 4;
+  // KV tile: S (64 x kBlockN fp32), P (kBlockN/2 packed 16-bit) and O (64 x D fp32) all live in registers;
+  // at D=128, N=128 that is 64 + 32 + 64 of the consumers' 240.
+  static constexpr int kBlockN = kHeadDim == 128 ? VIDATTN_BLOCK_N_D128 : VIDATTN_BLOCK_N_D64;
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN: a wgmma N, multiple of 16, at most 256");
+  // As many K+V stages as shared memory holds next to Q (up to 4): at D=128, N=128 that is Q 32 KB + 2 x 64 KB.
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kStageBytes = 2 * kBlockN * kHeadDim * 2;
+  static constexpr int kStagesFit = (kSmemBudget - 2048 - kQBytes) / kStageBytes;
+  static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
+  static_assert(kStages >= 2, "tile too large: fewer than 2 K/V stages fit in shared memory");
   static constexpr int kChunks = kHeadDim / kChunkCols;
+  static constexpr bool kPingpong = VIDATTN_PINGPONG != 0;
 
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
   // setmaxnreg budgets: the producer issues TMA from one thread and needs almost nothing; the consumers hold
