@@ -27,6 +27,7 @@ import datetime
 import itertools
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -136,16 +137,22 @@ def dry_run_table(shapes: list[Shape]) -> str:
 
 
 def _git_commit() -> str:
+    """The checkout's commit; on the device machine the copied tree has no .git, so VIDATTN_GIT_COMMIT
+    (set by whoever launches the run) stands in for it."""
+    commit = "unknown"
     try:
         from vidattn.envinfo import git_commit
-        return git_commit(REPO)
+        commit = git_commit(REPO)
     except Exception:  # noqa: BLE001 - a broken package must not stop --dry-run
         import subprocess
         try:
-            return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                  timeout=10, check=True).stdout.strip() or "unknown"
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                    timeout=10, check=True).stdout.strip() or "unknown"
         except (OSError, subprocess.SubprocessError):
-            return "unknown"
+            pass
+    if commit == "unknown" and os.environ.get("VIDATTN_GIT_COMMIT"):
+        commit = os.environ["VIDATTN_GIT_COMMIT"].strip()
+    return commit
 
 
 def default_out_name() -> str:
@@ -434,6 +441,8 @@ def main(argv=None) -> int:
     out_path = resolve_out(args.out)
     timer = Timer(args.quick)
     meta = run_metadata()
+    if meta.get("git_commit") in (None, "unknown"):
+        meta["git_commit"] = _git_commit()
     config = {"dtype": "bfloat16", "causal": False, "input_layout": "BSHD (diffusers)",
               "backends": args.backends, "backend_notes": {b: BACKEND_NOTES[b] for b in args.backends},
               "timing": timer.method, "warmup_ms": timer.warmup_ms, "rep_ms": timer.rep_ms,
