@@ -123,7 +123,8 @@ def apply(pipe_or_model) -> ApplyHandle:
                          f"supported: {', '.join(sorted(PROCESSORS))} (Wan 2.1 / 2.2 WanTransformer3DModel)")
     previous: Optional[ApplyHandle] = getattr(pipe_or_model, _HANDLE_ATTR, None)
     if previous is not None and previous is not handle:
-        handle._originals = previous._originals + handle._originals
+        handle._originals = previous._originals + handle._originals  # the newest handle restores everything
+        previous._originals.clear()
     try:
         object.__setattr__(pipe_or_model, _HANDLE_ATTR, handle)
     except (AttributeError, TypeError):

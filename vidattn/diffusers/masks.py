@@ -6,7 +6,8 @@ import torch
 
 def mask_to_kv_lens(mask: torch.Tensor, batch: int, seqlen_kv: int) -> tuple[Optional[torch.Tensor], Optional[str]]:
     """`(kv_lens, None)` when `mask` is a boolean key-padding mask whose kept keys form a prefix of every row
-    (shapes (B, Skv), (B, 1, Skv), (B, 1, 1, Skv); True = attend), else `(None, reason)`.
+    (shapes (B, Skv) or (B, 1, 1, Skv); True = attend), else `(None, reason)`. A (B, 1, Skv) mask is not
+    converted: diffusers hands it to SDPA as is, which broadcasts it as (1, B, 1, Skv).
 
     The prefix test reads the mask's values (one device sync), so while compiling every mask takes the
     fallback instead of breaking the graph.
@@ -16,7 +17,7 @@ def mask_to_kv_lens(mask: torch.Tensor, batch: int, seqlen_kv: int) -> tuple[Opt
     if mask.dtype != torch.bool:
         return None, f"attention_mask has dtype {mask.dtype}; only boolean key-padding masks map to kv_lens"
     shape = tuple(mask.shape)
-    if shape not in ((batch, seqlen_kv), (batch, 1, seqlen_kv), (batch, 1, 1, seqlen_kv)):
+    if shape not in ((batch, seqlen_kv), (batch, 1, 1, seqlen_kv)):
         return None, (f"attention_mask of shape {shape} is not a key-padding mask (batch={batch}, "
                       f"keys={seqlen_kv})")
     if torch.compiler.is_compiling():

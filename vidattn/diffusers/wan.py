@@ -42,7 +42,7 @@ class WanAttnProcessor:
     """vidattn processor for diffusers' `WanAttention` (Wan 2.1 T2V/I2V, Wan 2.2 T2V/I2V/TI2V).
 
     Use through `vidattn.apply(pipe)` or `pipe.transformer.set_attn_processor(vidattn.WanAttnProcessor())`.
-    Masks: a boolean key-padding mask ((B, Skv), (B, 1, Skv) or (B, 1, 1, Skv), True = keep, a prefix per row)
+    Masks: a boolean key-padding mask ((B, Skv) or (B, 1, 1, Skv), True = keep, a prefix per row)
     becomes `kv_lens`; any other mask, or context parallelism, runs diffusers' own attention dispatch.
     """
 
