@@ -1,0 +1,65 @@
+"""Shared test setup: `gpu`-marked tests are skipped without CUDA; tiny Wan models built offline."""
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (marked gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def is_hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.fixture
+def fresh_warnings():
+    """Forget which fallback reasons have already warned, so a test sees its own warnings."""
+    from vidattn import ops
+
+    saved = set(ops._warned)
+    ops._warned.clear()
+    yield ops._warned
+    ops._warned.clear()
+    ops._warned.update(saved)
+
+
+# A Wan transformer small enough for CPU tests: 2 layers, 2 heads x 64 (a kernel head dim; RoPE splits 64 into
+# t/h/w = 24/20/20 channels), text_dim 32.
+TINY_WAN = dict(
+    patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=64, in_channels=16, out_channels=16,
+    text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True, rope_max_seq_len=32,
+)
+# I2V variant: image embeddings (image_dim) go through added K/V projections in every cross-attention.
+TINY_WAN_I2V = dict(TINY_WAN, image_dim=24, added_kv_proj_dim=128)
+
+
+def tiny_wan(seed: int = 0, **overrides):
+    from diffusers import WanTransformer3DModel
+
+    torch.manual_seed(seed)
+    return WanTransformer3DModel(**{**TINY_WAN, **overrides}).eval()
+
+
+def tiny_wan_inputs(batch: int = 1, frames: int = 3, size: int = 8, text: int = 10, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, 16, frames, size, size, generator=g)
+    t = torch.full((batch,), 500, dtype=torch.long)
+    ctx = torch.randn(batch, text, TINY_WAN["text_dim"], generator=g)
+    return x, t, ctx
+
+
+def tiny_wan_pipeline(two_transformers: bool = False):
+    """A WanPipeline from tiny random components; no tokenizer/text encoder (pass prompt_embeds)."""
+    from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline
+
+    torch.manual_seed(0)
+    vae = AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                           temperal_downsample=[False, True, True]).eval()
+    extra = dict(transformer_2=tiny_wan(seed=1), boundary_ratio=0.5) if two_transformers else {}
+    return WanPipeline(tokenizer=None, text_encoder=None, transformer=tiny_wan(seed=0), vae=vae,
+                       scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0), **extra)
