@@ -1,0 +1,483 @@
+#!/usr/bin/env python3
+"""End-to-end report: the same Wan 2.1 generation under SDPA and under vidattn, timed and compared.
+
+    python scripts/e2e_report.py                       # 1.3B architecture, 480x832x81, 4 steps (GPU)
+    python scripts/e2e_report.py --forward-only        # one transformer forward at full size, both paths
+    python scripts/e2e_report.py --preset tiny         # CPU smoke run (what CI does)
+
+One pipeline is built (seeded random weights, or `--model DIR`); the SDPA run uses diffusers' default processors,
+the vidattn run installs vidattn's with `vidattn.apply(pipe)` on the same object (shared weights), then
+`vidattn.restore(pipe)`. Both runs get the same prompt embeddings and initial latents. The report defaults to
+4 denoising steps (a 50-step video is projected from the per-step median); step 0 is warm-up and excluded
+from the step statistics (it is still in the total).
+
+Writes to --out-dir (default bench/results/e2e_<preset>_<date>/): report.json, report.md, latency.png,
+sdpa.mp4 / vidattn.mp4 (the first --sample-frames frames of each video) and first_frames.png.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import torch  # noqa: E402
+
+from generate_video import DTYPES, attention_paths, resolve  # noqa: E402
+
+PATHS = ("sdpa", "vidattn")
+
+
+def log(msg: str) -> None:
+    print(f"[e2e] {msg}", flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", choices=["1.3b", "14b", "tiny"], default=None,
+                   help="architecture with random weights (default 1.3b; tiny on a machine without CUDA)")
+    p.add_argument("--model", default=None, metavar="DIR", help="local diffusers Wan folder (real weights)")
+    p.add_argument("--height", type=int, default=None, help="multiple of 16 (default 480; tiny: 64)")
+    p.add_argument("--width", type=int, default=None, help="multiple of 16 (default 832; tiny: 96)")
+    p.add_argument("--frames", type=int, default=None, help="4k+1 (default 81; tiny: 9)")
+    p.add_argument("--steps", type=int, default=4, help="denoising steps (default 4 for the report; a 50-step "
+                                                         "video is projected from the per-step median)")
+    p.add_argument("--warmup-steps", type=int, default=1,
+                   help="leading steps excluded from the step statistics (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed for weights, embeddings and noise (default 0)")
+    p.add_argument("--guidance", type=float, default=5.0, help="CFG scale (default 5.0: 2 forwards per step)")
+    p.add_argument("--flow-shift", type=float, default=None, help="scheduler shift (default 3.0 at 480p)")
+    p.add_argument("--prompt", default="A red fox trots through fresh snow in a quiet birch forest at dawn.")
+    p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
+    p.add_argument("--dtype", choices=list(DTYPES), default=None, help="default bf16 on CUDA, fp32 on CPU")
+    p.add_argument("--out-dir", default=None, help="default bench/results/e2e_<preset>_<date>/")
+    p.add_argument("--no-video", action="store_true", help="do not write the sample mp4s")
+    p.add_argument("--sample-frames", type=int, default=17, help="frames per sample mp4 (default 17)")
+    p.add_argument("--forward-only", action="store_true",
+                   help="time one transformer forward at the full size under both paths (no scheduler, no VAE)")
+    p.add_argument("--iters", type=int, default=10, help="timed forwards per path in --forward-only (default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed forwards per path in --forward-only (default 2)")
+    p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler attention-share forward")
+    return p
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+class AttnSwitch:
+    """Switch one pipeline between diffusers' SDPA processors and vidattn's, collecting fallback warnings."""
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+        self.warnings: list[str] = []
+        try:
+            import vidattn
+        except Exception as exc:
+            raise SystemExit(f"error: cannot import vidattn ({type(exc).__name__}: {exc})") from None
+        self.vidattn = vidattn
+
+    def run(self, path: str, fn):
+        if path == "sdpa":
+            return fn()
+        self.vidattn.apply(self.pipe)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = fn()
+            for w in caught:
+                msg = str(w.message)
+                if "vidattn" in msg.lower() and msg not in self.warnings:
+                    self.warnings.append(msg)
+                    log(f"warning: {msg}")
+            return result
+        finally:
+            self.vidattn.restore(self.pipe)
+
+
+def mem_reset(device):
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def mem_peak_gib(device):
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+
+
+def transformer_inputs(pipe, latents, prompt_embeds, dtype):
+    t = torch.full((latents.shape[0],), 999.0, device=latents.device)
+    return dict(hidden_states=latents.to(dtype), timestep=t, encoder_hidden_states=prompt_embeds.to(dtype),
+                return_dict=False)
+
+
+def fallback_summary(paths: dict | None, profiles: dict, device) -> dict:
+    """Did the vidattn run use the kernel? From explain() on the run's shapes and, on CUDA, the profiler."""
+    kernel_paths = [k for k, v in (paths or {}).items() if v["path"] == "kernel"]
+    seen = profiles.get("vidattn", {}).get("vidattn_kernel_seen")
+    all_fallback = not kernel_paths
+    if device.type == "cuda" and seen is False and kernel_paths:
+        all_fallback = True  # explain() said kernel, but no vidattn kernel showed up in the profile
+    partial = bool(kernel_paths) and len(kernel_paths) < len(paths or {})
+    if all_fallback:
+        reasons = sorted({v["reason"] for v in (paths or {}).values() if v["reason"]}) or \
+            ["explain() reported the kernel, but the profiler saw no vidattn kernel"]
+        text = ("vidattn FELL BACK TO SDPA for every attention call: " + "; ".join(reasons) +
+                ". Both runs used SDPA, so a speedup of about 1.0 is expected.")
+    elif partial:
+        fb = [k for k in paths if k not in kernel_paths]
+        text = f"vidattn kernel ran for {', '.join(kernel_paths)}; SDPA fallback for {', '.join(fb)}"
+    else:
+        text = "vidattn kernel ran for every attention call"
+    return {"all_fallback": all_fallback, "partial_fallback": partial, "kernel_for": kernel_paths,
+            "vidattn_kernel_seen_in_profile": seen, "summary": text}
+
+
+def fmt(x, nd=1, unit=""):
+    if x is None:
+        return "n/a"
+    if isinstance(x, str):
+        return x
+    if x != x:
+        return "nan"
+    if x == float("inf"):
+        return "inf"
+    return f"{x:.{nd}f}{unit}"
+
+
+def ratio(a, b):
+    return (a / b) if (a is not None and b) else None
+
+
+# ------------------------------------------------------------------------------------------- full run
+def run_generation(args, pipe, device, dtype, switch: AttnSwitch) -> dict:
+    from pipelines import decode_latents, denoise, initial_latents, prompt_pair, token_count
+    from pipelines.measure import ForwardTimer, Stopwatch, attention_share, spread
+
+    prompt_embeds, negative_embeds = prompt_pair(pipe, args.prompt)
+    latents = initial_latents(pipe, args.height, args.width, args.frames, args.seed, device)
+    n_tok = token_count(args.height, args.width, args.frames, tuple(pipe.transformer.config.patch_size))
+    fwd_inputs = transformer_inputs(pipe, latents, prompt_embeds, dtype)
+    results, finals, videos, profiles = {}, {}, {}, {}
+
+    for path in PATHS:
+        log(f"[{path}] warm-up forward ...")
+        mem_reset(device)
+
+        def one_forward():
+            with torch.no_grad():
+                return pipe.transformer(**fwd_inputs)[0]
+
+        with Stopwatch(device) as sw_warm:
+            switch.run(path, one_forward)
+        log(f"[{path}] warm-up forward {sw_warm.ms:.1f} ms; denoising {args.steps} steps ...")
+        timer = ForwardTimer(pipe.transformer, device)
+
+        def on_step_end(_pipe, i, t, kw):
+            timer.mark_step()
+            return {}
+
+        def gen():
+            return denoise(pipe, prompt_embeds=prompt_embeds, negative_prompt_embeds=negative_embeds,
+                           latents=latents.clone(), height=args.height, width=args.width, frames=args.frames,
+                           steps=args.steps, guidance=args.guidance, callback=on_step_end, progress=True)
+
+        with Stopwatch(device) as sw_denoise:
+            final = switch.run(path, gen)
+        timer.close()
+        finals[path] = final.float().cpu()
+        fwd, steps = timer.forward_ms(), timer.step_ms()
+        w = min(args.warmup_steps, max(len(steps) - 1, 0))
+        per_step = timer.forwards_per_step()
+        fwd_after = fwd[sum(per_step[:w]):]
+        peak_denoise = mem_peak_gib(device)
+        log(f"[{path}] denoise {sw_denoise.ms / 1e3:.2f} s; decoding with the VAE ...")
+        mem_reset(device)
+        with Stopwatch(device) as sw_decode:
+            frames = decode_latents(pipe, final)[0]
+        videos[path] = (frames.clip(0, 1) * 255 + 0.5).astype("uint8")
+        peak_decode = mem_peak_gib(device)
+        results[path] = {
+            "warmup_forward_ms": sw_warm.ms,
+            "forward_ms": fwd, "step_ms": steps, "forwards_per_step": per_step,
+            "warmup_steps_excluded": w,
+            "forward_stats_ms": spread(fwd_after), "step_stats_ms": spread(steps[w:]),
+            "transformer_total_ms": sum(fwd), "denoise_ms": sw_denoise.ms, "decode_ms": sw_decode.ms,
+            "peak_mem_denoise_gib": peak_denoise, "peak_mem_decode_gib": peak_decode,
+            "latents_finite": bool(torch.isfinite(final).all()),
+        }
+        s = results[path]["step_stats_ms"]["median"]
+        log(f"[{path}] transformer {fmt(results[path]['forward_stats_ms']['median'])} ms/forward (median), "
+            f"{fmt(s)} ms/step; VAE decode {sw_decode.ms / 1e3:.2f} s")
+        if not args.no_profile:
+            log(f"[{path}] profiling one transformer forward ...")
+            profiles[path] = switch.run(path, lambda: attention_share(one_forward, device))
+            log(f"[{path}] attention share {fmt(100 * (profiles[path]['attention_share'] or 0))} % "
+                f"({profiles[path]['basis']})")
+
+    from pipelines.measure import rel_l2, video_fidelity
+    fidelity = {"latent_rel_l2": rel_l2(finals["vidattn"], finals["sdpa"]),
+                **video_fidelity(videos["vidattn"], videos["sdpa"])}
+    s, v = results["sdpa"], results["vidattn"]
+    speed = {
+        "per_forward_median": ratio(s["forward_stats_ms"]["median"], v["forward_stats_ms"]["median"]),
+        "per_step_median": ratio(s["step_stats_ms"]["median"], v["step_stats_ms"]["median"]),
+        "denoise_total": ratio(s["denoise_ms"], v["denoise_ms"]),
+        "denoise_plus_decode": ratio(s["denoise_ms"] + s["decode_ms"], v["denoise_ms"] + v["decode_ms"]),
+    }
+    projected = {}
+    for path in PATHS:
+        med = results[path]["step_stats_ms"]["median"]
+        projected[path] = {"steps": 50, "seconds": (50 * med + results[path]["decode_ms"]) / 1e3 if med else None}
+    return {"tokens": n_tok, "results": results, "profiles": profiles, "fidelity": fidelity, "speedup": speed,
+            "projected_50_step_video": projected, "_videos": videos}
+
+
+# ----------------------------------------------------------------------------------------- forward only
+def run_forward_only(args, pipe, device, dtype, switch: AttnSwitch) -> dict:
+    from pipelines import initial_latents, prompt_pair, token_count
+    from pipelines.measure import attention_share, rel_l2, spread, sync
+
+    prompt_embeds, _ = prompt_pair(pipe, args.prompt)
+    latents = initial_latents(pipe, args.height, args.width, args.frames, args.seed, device)
+    inputs = transformer_inputs(pipe, latents, prompt_embeds, dtype)
+    n_tok = token_count(args.height, args.width, args.frames, tuple(pipe.transformer.config.patch_size))
+    results, outputs, profiles = {}, {}, {}
+
+    def one_forward():
+        with torch.no_grad():
+            return pipe.transformer(**inputs)[0]
+
+    for path in PATHS:
+        mem_reset(device)
+
+        def timed():
+            for _ in range(args.warmup):
+                one_forward()
+            sync(device)
+            times, out = [], None
+            for _ in range(args.iters):
+                if device.type == "cuda":
+                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    a.record()
+                    out = one_forward()
+                    b.record()
+                    b.synchronize()
+                    times.append(a.elapsed_time(b))
+                else:
+                    t0 = time.perf_counter()
+                    out = one_forward()
+                    times.append((time.perf_counter() - t0) * 1e3)
+            return times, out
+
+        log(f"[{path}] {args.warmup} warm-up + {args.iters} timed forwards ({n_tok} tokens) ...")
+        times, out = switch.run(path, timed)
+        outputs[path] = out.float().cpu()
+        results[path] = {"forward_ms": times, "forward_stats_ms": spread(times), "peak_mem_gib": mem_peak_gib(device),
+                         "output_finite": bool(torch.isfinite(out).all())}
+        log(f"[{path}] {fmt(results[path]['forward_stats_ms']['median'])} ms/forward (median)")
+        if not args.no_profile:
+            profiles[path] = switch.run(path, lambda: attention_share(one_forward, device))
+            log(f"[{path}] attention share {fmt(100 * (profiles[path]['attention_share'] or 0))} %")
+    speed = {"per_forward_median": ratio(results["sdpa"]["forward_stats_ms"]["median"],
+                                         results["vidattn"]["forward_stats_ms"]["median"])}
+    return {"tokens": n_tok, "results": results, "profiles": profiles,
+            "fidelity": {"output_rel_l2": rel_l2(outputs["vidattn"], outputs["sdpa"])}, "speedup": speed}
+
+
+# ------------------------------------------------------------------------------------------------ output
+def plot_latency(report: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    forward_only = report["mode"] == "forward-only"
+    for name, color in (("sdpa", "tab:blue"), ("vidattn", "tab:orange")):
+        r = report["results"][name]
+        ys = r["forward_ms"] if forward_only else r["step_ms"]
+        ax.plot(range(len(ys)), ys, marker="o", color=color, label=name)
+        med = r["forward_stats_ms"]["median"] if forward_only else r["step_stats_ms"]["median"]
+        if med:
+            ax.axhline(med, color=color, linestyle="--", linewidth=0.8)
+    if not forward_only:
+        w = report["results"]["sdpa"]["warmup_steps_excluded"]
+        if w:
+            ax.axvspan(-0.5, w - 0.5, color="0.9", label="warm-up (excluded)")
+    ax.set_xlabel("timed forward" if forward_only else "denoising step")
+    ax.set_ylabel("ms per forward" if forward_only else "transformer ms per step")
+    ax.set_title(f"Wan {report['model']} {report['height']}x{report['width']}x{report['frames']} "
+                 f"({report['tokens']} tokens) on {report['metadata'].get('gpu') or report['device']}", fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_first_frames(videos: dict, path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    a, b = videos["sdpa"][0], videos["vidattn"][0]
+    diff = np.clip(np.abs(a.astype(np.int16) - b.astype(np.int16)) * 10, 0, 255).astype(np.uint8)
+    Image.fromarray(np.concatenate([a, b, diff], axis=1)).save(path)
+
+
+def markdown(report: dict) -> str:
+    r, sp = report["results"], report["speedup"]
+    fb = report["fallback"]
+    lines = [f"# vidattn end-to-end report: Wan {report['model']}, {report['mode']}", ""]
+    if fb["all_fallback"]:
+        lines += [f"> **WARNING: {fb['summary']}**", ""]
+    elif fb["partial_fallback"]:
+        lines += [f"> **Note: {fb['summary']}**", ""]
+    m = report["metadata"]
+    lines += [f"- GPU: {m.get('gpu') or 'none (' + report['device'] + ')'}; torch {m.get('torch')}, CUDA "
+              f"{m.get('cuda')}, cuDNN {m.get('cudnn')}, diffusers {m.get('diffusers')}",
+              f"- commit `{m.get('git_commit')}`, {m.get('date_utc')}",
+              f"- command: `{m.get('command')}`",
+              f"- video {report['height']}x{report['width']}, {report['frames']} frames = {report['tokens']} tokens; "
+              f"dtype {report['dtype']}; weights: {report['weights']}", ""]
+    lines += ["| attention call | path | reason |", "|---|---|---|"]
+    for k, v in (report.get("attention_paths") or {}).items():
+        lines.append(f"| {k} q{tuple(v['shape_q'])} kv{tuple(v['shape_kv'])} | {v['path']} | {v['reason'] or ''} |")
+    lines.append("")
+    if report["mode"] == "forward-only":
+        lines += ["| path | forward median (ms) | p10 / p90 | peak mem (GiB) | attention share |",
+                  "|---|---|---|---|---|"]
+        for p in PATHS:
+            st = r[p]["forward_stats_ms"]
+            share = report["profiles"].get(p, {}).get("attention_share")
+            lines.append(f"| {p} | {fmt(st['median'])} | {fmt(st['p10'])} / {fmt(st['p90'])} | "
+                         f"{fmt(r[p]['peak_mem_gib'], 2)} | {fmt(100 * share if share is not None else None, 1, ' %')} |")
+        lines += ["", f"Speedup (SDPA / vidattn, median forward): **{fmt(sp['per_forward_median'], 3, 'x')}**; "
+                      f"output relative L2 difference {report['fidelity']['output_rel_l2']:.2e}.", ""]
+    else:
+        lines += [f"{report['steps']} denoising steps, guidance {report['guidance']} "
+                  f"({r['sdpa']['forwards_per_step'][0] if r['sdpa']['forwards_per_step'] else '?'} forwards/step); "
+                  f"the first {r['sdpa']['warmup_steps_excluded']} step(s) are excluded from the step statistics.", "",
+                  "| path | forward median (ms) | forward p10 / p90 | step median (ms) | step min / max | "
+                  "denoise total (s) | VAE decode (s) | attention share | projected 50-step video (s) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for p in PATHS:
+            f, s = r[p]["forward_stats_ms"], r[p]["step_stats_ms"]
+            share = report["profiles"].get(p, {}).get("attention_share")
+            proj = report["projected_50_step_video"][p]["seconds"]
+            lines.append(f"| {p} | {fmt(f['median'])} | {fmt(f['p10'])} / {fmt(f['p90'])} | {fmt(s['median'])} | "
+                         f"{fmt(s['min'])} / {fmt(s['max'])} | {fmt(r[p]['denoise_ms'] / 1e3, 2)} | "
+                         f"{fmt(r[p]['decode_ms'] / 1e3, 2)} | "
+                         f"{fmt(100 * share if share is not None else None, 1, ' %')} | {fmt(proj, 1)} |")
+        fi = report["fidelity"]
+        lines += ["", "| speedup (SDPA / vidattn) | value |", "|---|---|"]
+        for k, v in sp.items():
+            lines.append(f"| {k.replace('_', ' ')} | {fmt(v, 3, 'x')} |")
+        lines += ["", "| fidelity (vidattn vs SDPA) | value |", "|---|---|",
+                  f"| decoded video PSNR | {fmt(fi['psnr_db'], 2, ' dB')} |",
+                  f"| decoded video SSIM (mean per frame) | {fmt(fi['ssim'], 5)} |",
+                  f"| max abs pixel difference (0-255) | {fi['max_abs_diff_u8']} |",
+                  f"| final latents relative L2 | {fi['latent_rel_l2']:.3e} |", ""]
+    for p in PATHS:
+        prof = report["profiles"].get(p)
+        if prof:
+            names = ", ".join(f"`{x['name'][:80]}`" for x in (prof["matched_kernels"] or prof["matched_ops"])[:4])
+            lines.append(f"- {p}: attention {fmt(prof['attention_ms'], 1)} of {fmt(prof['total_ms'], 1)} ms "
+                         f"({prof['basis']}); matched: {names or 'nothing'}")
+    if report.get("vidattn_warnings"):
+        lines += ["", "vidattn warnings:"] + [f"- {w}" for w in report["vidattn_warnings"]]
+    lines += ["", "Random weights: the videos are not meaningful, the timings and the SDPA-vs-vidattn agreement "
+                  "are." if report["weights"].startswith("random") else ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# -------------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> dict:
+    args = build_parser().parse_args(argv)
+    args.attn = "both"
+    args = resolve(args)
+    if args.warmup_steps < 0 or args.iters < 1 or args.warmup < 0 or args.sample_frames < 1:
+        raise SystemExit("error: --warmup-steps/--warmup must be >= 0, --iters/--sample-frames >= 1")
+    if not args.forward_only and args.steps <= args.warmup_steps:
+        log(f"NOTE: --steps {args.steps} <= --warmup-steps {args.warmup_steps}: statistics include warm-up steps")
+    for note in args.notes:
+        log(f"NOTE: {note}")
+    device, dtype = torch.device(args.device), DTYPES[args.dtype]
+    if device.type == "cpu":
+        log("NOTE: CPU run: timings use time.perf_counter and the profiler's CPU activity; the vidattn kernel "
+            "cannot run, so both paths are SDPA")
+    from pipelines import PipelineError, build_pipeline
+    from pipelines.measure import jsonable
+
+    model = args.preset_used if args.preset_used != "model" else Path(args.model).name
+    mode = "forward-only" if args.forward_only else "generation"
+    date = datetime.datetime.now().strftime("%Y%m%d")
+    out_dir = Path(args.out_dir) if args.out_dir else \
+        ROOT / "bench" / "results" / f"{'forward' if args.forward_only else 'e2e'}_{model}_{date}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    log(f"building the pipeline once for both paths (model {model}, {args.dtype}, {device}) ...")
+    t0 = time.perf_counter()
+    try:
+        pipe = build_pipeline(args.preset_used if args.preset_used != "model" else "1.3b", model_dir=args.model,
+                              device=device, dtype=dtype, seed=args.seed, flow_shift=args.flow_shift)
+    except PipelineError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    build_s = time.perf_counter() - t0
+    log(f"built in {build_s:.1f} s")
+    switch = AttnSwitch(pipe)
+    paths = attention_paths(pipe, args.height, args.width, args.frames, device, dtype)
+    for name, p in paths.items():
+        log(f"vidattn.explain {name}: {p['path']}" + (f" ({p['reason']})" if p["reason"] else ""))
+
+    from vidattn.envinfo import run_metadata
+    body = run_forward_only(args, pipe, device, dtype, switch) if args.forward_only else \
+        run_generation(args, pipe, device, dtype, switch)
+    videos = body.pop("_videos", None)
+    report = {
+        "metadata": run_metadata(), "mode": mode, "model": model, "device": str(device), "dtype": args.dtype,
+        "weights": f"local folder {args.model}" if args.model else f"random (seed {args.seed})",
+        "height": args.height, "width": args.width, "frames": args.frames,
+        "steps": None if args.forward_only else args.steps, "guidance": args.guidance,
+        "flow_shift": args.flow_shift, "seed": args.seed, "prompt": args.prompt, "build_s": build_s,
+        "timing_method": "cuda events" if device.type == "cuda" else "time.perf_counter",
+        "attention_paths": paths, **body, "vidattn_warnings": switch.warnings,
+    }
+    report["fallback"] = fallback_summary(paths, report["profiles"], device)
+    fb = report["fallback"]
+    if fb["all_fallback"]:
+        log("=" * 100)
+        log(f"WARNING: {fb['summary']}")
+        log("=" * 100)
+    else:
+        log(fb["summary"])
+
+    (out_dir / "report.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
+    (out_dir / "report.md").write_text(markdown(report))
+    plot_latency(report, out_dir / "latency.png")
+    files = ["report.json", "report.md", "latency.png"]
+    if videos is not None:
+        write_first_frames(videos, out_dir / "first_frames.png")
+        files.append("first_frames.png")
+        if not args.no_video:
+            from pipelines import write_video
+            for p in PATHS:
+                write_video(videos[p][: args.sample_frames], out_dir / f"{p}.mp4", fps=16)
+                files.append(f"{p}.mp4")
+    sp = report["speedup"]
+    log(f"speedup (SDPA / vidattn, median forward): {fmt(sp['per_forward_median'], 3, 'x')}")
+    if "psnr_db" in report["fidelity"]:
+        fi = report["fidelity"]
+        log(f"fidelity: PSNR {fmt(fi['psnr_db'], 2, ' dB')}, SSIM {fmt(fi['ssim'], 5)}, "
+            f"latent rel L2 {fi['latent_rel_l2']:.2e}")
+    log(f"wrote {', '.join(files)} to {out_dir}")
+    report["out_dir"] = str(out_dir)
+    return report
+
+
+if __name__ == "__main__":
+    main()
