@@ -1,0 +1,143 @@
+"""pipelines/: offline Wan pipelines (configs, seeded weights, embeddings, latents, validation). CPU, fast."""
+import json
+import re
+
+import pytest
+import torch
+
+from pipelines import (PRESETS, PipelineError, build_pipeline, decode_latents, denoise, initial_latents,
+                       prompt_pair, text_embeddings, token_count, validate_size)
+from pipelines.measure import ForwardTimer, attention_share, jsonable, rel_l2, spread, video_fidelity
+from pipelines.wan import check_model_dir
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run much faster single-threaded on small CI machines."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_pipeline("tiny", device="cpu", dtype=torch.float32, seed=0)
+
+
+def test_real_configs():
+    small, big = PRESETS["1.3b"].transformer, PRESETS["14b"].transformer
+    assert (small["num_layers"], small["num_attention_heads"], small["attention_head_dim"], small["ffn_dim"]) == \
+        (30, 12, 128, 8960)
+    assert (big["num_layers"], big["num_attention_heads"], big["attention_head_dim"], big["ffn_dim"]) == \
+        (40, 40, 128, 13824)
+    for cfg in (small, big):
+        assert cfg["text_dim"] == 4096 and cfg["in_channels"] == cfg["out_channels"] == 16
+        assert list(cfg["patch_size"]) == [1, 2, 2] and cfg["qk_norm"] == "rms_norm_across_heads"
+    assert token_count(480, 832, 81) == 32760  # ANCHORS' Wan 2.1 sequence length
+
+
+def test_1_3b_parameter_count_on_meta():
+    from diffusers import WanTransformer3DModel
+
+    with torch.device("meta"):
+        model = WanTransformer3DModel(**PRESETS["1.3b"].transformer)
+    n = sum(p.numel() for p in model.parameters())
+    assert 1.3e9 < n < 1.5e9, n
+
+
+def test_tiny_pipeline_runs_and_is_seeded(tiny):
+    again = build_pipeline("tiny", device="cpu", dtype=torch.float32, seed=0)
+    other = build_pipeline("tiny", device="cpu", dtype=torch.float32, seed=1)
+    a, b, c = (next(p.transformer.parameters()) for p in (tiny, again, other))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    pe, ne = prompt_pair(tiny, "a cat")
+    assert pe.shape == (1, 512, PRESETS["tiny"].transformer["text_dim"])
+    lat = initial_latents(tiny, 64, 96, 9, seed=0)
+    assert lat.shape == (1, 16, 3, 8, 12)
+    out = denoise(tiny, prompt_embeds=pe, negative_prompt_embeds=ne, latents=lat, height=64, width=96, frames=9,
+                  steps=2, guidance=5.0, progress=False)
+    assert out.shape == lat.shape and torch.isfinite(out).all() and 0.05 < out.std() < 20
+    video = decode_latents(tiny, out)
+    assert video.shape == (1, 9, 64, 96, 3) and video.min() >= 0 and video.max() <= 1
+
+
+def test_bf16_cast_keeps_fp32_modules():
+    pipe = build_pipeline("tiny", device="cpu", dtype=torch.bfloat16, seed=0)
+    tr = pipe.transformer
+    assert tr.blocks[0].attn1.to_q.weight.dtype == torch.bfloat16
+    assert tr.blocks[0].scale_shift_table.dtype == torch.float32
+    assert tr.rope.freqs_cos.dtype != torch.bfloat16
+    assert pipe.vae.dtype == torch.float32
+
+
+def test_embeddings_deterministic():
+    a = text_embeddings("hello world", 16)
+    assert torch.equal(a, text_embeddings("hello world", 16))
+    assert not torch.equal(a, text_embeddings("hello world!", 16))
+    assert a.shape == (1, 512, 16) and a[:, 100:].abs().sum() == 0 and a[:, 0].abs().sum() > 0
+
+
+@pytest.mark.parametrize("h,w,f,msg", [(480, 830, 81, "multiple of 16"), (0, 832, 81, "multiple of 16"),
+                                       (480, 832, 80, "4k+1"), (480, 832, 0, "4k+1")])
+def test_validate_size(h, w, f, msg):
+    with pytest.raises(PipelineError, match=re.escape(msg)):
+        validate_size(h, w, f)
+    validate_size(480, 832, 81)
+
+
+def test_check_model_dir(tmp_path):
+    with pytest.raises(PipelineError, match="no such directory"):
+        check_model_dir(tmp_path / "missing")
+    with pytest.raises(PipelineError, match="model_index.json"):
+        check_model_dir(tmp_path)
+    (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusionPipeline"}))
+    with pytest.raises(PipelineError, match="not a Wan pipeline"):
+        check_model_dir(tmp_path)
+    (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "WanPipeline"}))
+    with pytest.raises(PipelineError, match="transformer/config.json"):
+        check_model_dir(tmp_path)
+
+
+def test_local_folder_roundtrip(tmp_path, tiny):
+    tiny.transformer.save_pretrained(tmp_path / "transformer")
+    tiny.vae.save_pretrained(tmp_path / "vae")
+    (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "WanPipeline"}))
+    pipe = build_pipeline(model_dir=tmp_path, device="cpu", dtype=torch.float32)
+    a, b = next(pipe.transformer.parameters()), next(tiny.transformer.parameters())
+    assert torch.equal(a, b)
+
+
+def test_measure_helpers(tiny):
+    s = spread([3.0, 1.0, 2.0, float("nan")])
+    assert s["median"] == 2.0 and s["min"] == 1.0 and s["max"] == 3.0 and s["n"] == 3
+    assert spread([])["median"] is None
+    assert rel_l2(torch.ones(4), torch.ones(4)) == 0.0
+    assert abs(rel_l2(torch.ones(4) * 1.1, torch.ones(4)) - 0.1) < 1e-6
+    v = torch.rand(3, 16, 16, 3).numpy()
+    same = video_fidelity(v, v)
+    assert same["psnr_db"] == float("inf") and same["identical"]
+    noisy = video_fidelity((v + 0.01).clip(0, 1), v)
+    assert 30 < noisy["psnr_db"] < 60 and 0.5 < noisy["ssim"] <= 1.0
+    assert json.loads(json.dumps(jsonable({"x": float("inf"), "y": [float("nan")]}))) == {"x": "inf", "y": ["nan"]}
+
+    timer = ForwardTimer(tiny.transformer, "cpu")
+    x = torch.randn(1, 16, 1, 8, 8)
+    t = torch.tensor([500.0])
+    e = torch.randn(1, 512, PRESETS["tiny"].transformer["text_dim"])
+    with torch.no_grad():
+        for _ in range(2):
+            tiny.transformer(x, t, e)
+            tiny.transformer(x, t, e)
+            timer.mark_step()
+    timer.close()
+    assert len(timer.forward_ms()) == 4 and timer.forwards_per_step() == [2, 2]
+    assert all(ms > 0 for ms in timer.step_ms())
+
+    def fwd():
+        with torch.no_grad():
+            tiny.transformer(x, t, e)
+
+    prof = attention_share(fwd, torch.device("cpu"))
+    assert 0 < prof["attention_share"] <= 1
+    assert any("scaled_dot_product" in m["name"] or "vidattn" in m["name"] for m in prof["matched_ops"])

@@ -1,0 +1,153 @@
+"""scripts/generate_video.py and scripts/e2e_report.py on the tiny preset (CPU), plus their error messages."""
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gen = _load("generate_video")
+e2e = _load("e2e_report")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _cpu_only(monkeypatch):
+    """Behave as on a machine without CUDA even where one exists."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_generate_tiny_writes_playable_mp4(tmp_path, monkeypatch, capsys):
+    import imageio.v3 as iio
+
+    _cpu_only(monkeypatch)
+    out = tmp_path / "sub" / "v.mp4"
+    res = gen.main(["--prompt", "a fox", "--out", str(out), "--steps", "2", "--no-progress"])
+    log = capsys.readouterr().out
+    assert "tiny preset" in log and "falls back to SDPA" in log  # the CPU switch is announced
+    assert "transformer:" in log and "total" in log
+    frames = iio.imread(out)
+    assert frames.shape == (9, 64, 96, 3)
+    assert res["frames"] == 9 and res["transformer_ms"] > 0 and len(res["forward_ms"]) == 4
+
+
+def test_generate_sdpa_custom_size(tmp_path, monkeypatch):
+    import imageio.v3 as iio
+
+    _cpu_only(monkeypatch)
+    out = tmp_path / "v.mp4"
+    gen.main(["--preset", "tiny", "--attn", "sdpa", "--height", "48", "--width", "64", "--frames", "5",
+              "--steps", "1", "--guidance", "1.0", "--out", str(out), "--no-progress"])
+    assert iio.imread(out).shape == (5, 48, 64, 3)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--height", "50"], "multiple of 16"),
+    (["--width", "100"], "multiple of 16"),
+    (["--frames", "10"], "4k+1"),
+    (["--steps", "0"], "--steps"),
+    (["--preset", "1.3b"], "needs a CUDA GPU"),
+    (["--preset", "14b", "--device", "cpu"], "needs a CUDA GPU"),
+    (["--device", "cuda"], "CUDA is not available"),
+    (["--model", "/nonexistent/wan"], "no such directory"),
+])
+@pytest.mark.parametrize("script", ["generate", "e2e"])
+def test_clean_errors(argv, msg, script, monkeypatch, tmp_path):
+    _cpu_only(monkeypatch)
+    main = gen.main if script == "generate" else e2e.main
+    extra = ["--out", str(tmp_path / "x.mp4")] if script == "generate" else ["--out-dir", str(tmp_path)]
+    with pytest.raises(SystemExit) as exc:
+        main(argv + extra)
+    assert msg in str(exc.value.code)
+    assert not list(tmp_path.glob("*.mp4"))
+
+
+def test_model_dir_not_wan(tmp_path, monkeypatch):
+    _cpu_only(monkeypatch)
+    (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
+    with pytest.raises(SystemExit) as exc:
+        gen.main(["--model", str(tmp_path), "--out", str(tmp_path / "x.mp4")])
+    assert "not a Wan pipeline" in str(exc.value.code)
+
+
+def _finite_pos(x):
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def test_e2e_report_tiny(tmp_path, monkeypatch, capsys):
+    _cpu_only(monkeypatch)
+    out = tmp_path / "rep"
+    e2e.main(["--preset", "tiny", "--steps", "3", "--out-dir", str(out), "--sample-frames", "5"])
+    log = capsys.readouterr().out
+    assert "FELL BACK TO SDPA" in log
+    for f in ("report.json", "report.md", "latency.png", "first_frames.png", "sdpa.mp4", "vidattn.mp4"):
+        assert (out / f).is_file() and (out / f).stat().st_size > 0, f
+    rep = json.loads((out / "report.json").read_text())
+    for key in ("metadata", "results", "speedup", "fidelity", "profiles", "attention_paths", "fallback"):
+        assert key in rep, key
+    assert rep["metadata"]["git_commit"] and rep["metadata"]["command"] and rep["metadata"]["date_utc"]
+    assert rep["mode"] == "generation" and rep["tokens"] == 72 and rep["timing_method"] == "time.perf_counter"
+    for path in ("sdpa", "vidattn"):
+        r = rep["results"][path]
+        assert len(r["forward_ms"]) == 6 and r["forwards_per_step"] == [2, 2, 2]
+        assert all(_finite_pos(x) for x in r["forward_ms"] + r["step_ms"])
+        assert r["step_stats_ms"]["n"] == 2  # step 0 excluded as warm-up
+        assert _finite_pos(r["denoise_ms"]) and _finite_pos(r["decode_ms"]) and r["latents_finite"]
+        prof = rep["profiles"][path]
+        assert 0 < prof["attention_share"] <= 1 and prof["matched_ops"]
+    assert _finite_pos(rep["speedup"]["per_forward_median"])
+    # Both runs are SDPA on the CPU: the outputs agree exactly (or to float noise).
+    fi = rep["fidelity"]
+    assert fi["psnr_db"] == "inf" or fi["psnr_db"] > 60
+    assert fi["latent_rel_l2"] < 1e-5 and 0.99 <= fi["ssim"] <= 1.0
+    assert rep["fallback"]["all_fallback"] is True
+    assert all(v["path"] == "sdpa-fallback" and v["reason"] for v in rep["attention_paths"].values())
+    md = (out / "report.md").read_text()
+    assert "FELL BACK TO SDPA" in md and "| sdpa |" in md and "PSNR" in md
+
+
+def test_e2e_forward_only_tiny(tmp_path, monkeypatch):
+    _cpu_only(monkeypatch)
+    out = tmp_path / "fwd"
+    rep = e2e.main(["--preset", "tiny", "--forward-only", "--iters", "3", "--warmup", "1", "--out-dir", str(out)])
+    assert (out / "report.json").is_file() and (out / "latency.png").is_file() and (out / "report.md").is_file()
+    assert not list(out.glob("*.mp4"))
+    assert rep["mode"] == "forward-only"
+    for path in ("sdpa", "vidattn"):
+        assert len(rep["results"][path]["forward_ms"]) == 3
+        assert _finite_pos(rep["results"][path]["forward_stats_ms"]["median"])
+    assert rep["fidelity"]["output_rel_l2"] < 1e-5
+
+
+@pytest.mark.gpu
+def test_e2e_report_gpu_small(tmp_path):
+    """On a GPU: a reduced-size 1.3B-architecture report in bf16 (kernel path on Hopper)."""
+    out = tmp_path / "gpu"
+    rep = e2e.main(["--preset", "1.3b", "--height", "240", "--width", "416", "--frames", "21", "--steps", "3",
+                    "--out-dir", str(out), "--no-video"])
+    assert rep["timing_method"] == "cuda events"
+    assert rep["fidelity"]["latent_rel_l2"] < 0.1
+    for path in ("sdpa", "vidattn"):
+        assert rep["profiles"][path]["total_ms"] > 0
+        assert rep["profiles"][path]["matched_kernels"], "no attention kernel matched in the CUDA profile"
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert not rep["fallback"]["all_fallback"], rep["fallback"]["summary"]
