@@ -268,6 +268,10 @@ done
     for i in "${!NAMES[@]}"; do
         printf '%-10s %-18s %7s\n' "${NAMES[$i]}" "${STATUSES[$i]}" "${SECS[$i]}"
     done
+    if [[ " ${STAGES[*]} " == *" bench "* && -f $OUT/bench.log ]]; then
+        echo "== bench table (TFLOPS; from bench.log)"
+        grep -E '^\|' "$OUT/bench.log" | tail -n 14
+    fi
     n=$(find "$OUT" -type f | wc -l)
     echo "files in \$OUT: $n (at most $MAX_OUT_FILES come back)"
     find "$OUT" -type f -printf '  %P %s bytes\n' | sort
