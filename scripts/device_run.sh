@@ -21,6 +21,7 @@
 #   BUDGET_S          seconds for the whole script (default 580); MIN_STAGE_S (default 30)
 #   T_BUILD T_SMOKE T_GPU_TESTS T_SANITIZER T_BENCH T_E2E T_FORWARD   per-stage limits in seconds
 #   PYTEST_FLAGS      default "-x -q -rfEs --durations=15"; PYTEST_TIMEOUT per test (default 300)
+#   PYTEST_PATHS      default "tests/" (e.g. "tests/test_kernel_gpu.py" for the kernel suite alone)
 #   SANITIZER_TOOLS   default "memcheck racecheck"
 #   BENCH_ARGS        extra arguments for scripts/bench_kernel.py (e.g. "--quick", "--shapes seed")
 #   E2E_ARGS          extra arguments for scripts/e2e_report.py; FORWARD_ARGS for its --forward-only run
@@ -69,7 +70,7 @@ stage_gpu_tests() {
     fi
     # shellcheck disable=SC2086  # PYTEST_FLAGS is a list of flags
     "$PY" -m pytest -m gpu -p no:cacheprovider ${PYTEST_FLAGS:--x -q -rfEs --durations=15} \
-        ${extra[@]+"${extra[@]}"} tests/
+        ${extra[@]+"${extra[@]}"} ${PYTEST_PATHS:-tests/}
 }
 
 stage_sanitizer() {
