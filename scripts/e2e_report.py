@@ -312,6 +312,8 @@ def plot_latency(report: dict, path: Path) -> None:
     ax.set_ylabel("ms per forward" if forward_only else "transformer ms per step")
     ax.set_title(f"Wan {report['model']} {report['height']}x{report['width']}x{report['frames']} "
                  f"({report['tokens']} tokens) on {report['metadata'].get('gpu') or report['device']}", fontsize=9)
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(bottom=0)
     ax.legend()
     ax.grid(alpha=0.3)

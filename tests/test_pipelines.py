@@ -1,9 +1,13 @@
 """pipelines/: offline Wan pipelines (configs, seeded weights, embeddings, latents, validation). CPU, fast."""
 import json
 import re
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `pipelines` is not an installed package
 
 from pipelines import (PRESETS, PipelineError, build_pipeline, decode_latents, denoise, initial_latents,
                        prompt_pair, text_embeddings, token_count, validate_size)
