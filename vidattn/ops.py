@@ -39,7 +39,7 @@ def warn_fallback(reason: str) -> None:
         VidattnFallbackWarning, stacklevel=_caller_stacklevel())
 
 
-_INTERNAL_DIRS = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)))
+_INTERNAL_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (__file__, torch.__file__))
 
 
 def _caller_stacklevel() -> int:
