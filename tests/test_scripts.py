@@ -149,6 +149,7 @@ def test_e2e_report_gpu_small(tmp_path):
     assert rep["fidelity"]["latent_rel_l2"] < 0.1
     for path in ("sdpa", "vidattn"):
         assert rep["profiles"][path]["total_ms"] > 0
-        assert rep["profiles"][path]["matched_kernels"], "no attention kernel matched in the CUDA profile"
+        prof = rep["profiles"][path]
+        assert prof["attention_share"] and prof["attention_share"] > 0.05, prof
     if torch.cuda.get_device_capability()[0] == 9:
         assert not rep["fallback"]["all_fallback"], rep["fallback"]["summary"]
