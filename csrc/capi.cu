@@ -28,23 +28,33 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream) {
                   make_tensor_map_4d(&p.tm_k, a.k, kFp16, a.head_dim, a.seqlen_kv, a.heads, a.batch, a.k_stride,
                                      T::kBlockN, &err) &&
                   make_tensor_map_4d(&p.tm_v, a.v, kFp16, a.head_dim, a.seqlen_kv, a.heads, a.batch, a.v_stride,
-                                     T::kBlockN, &err) &&
-                  make_tensor_map_4d(&p.tm_o, a.o, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.o_stride,
-                                     T::kRowsPerWG, &err);
+                                     T::kBlockN, &err);
   if (!ok) return fail(err);
+  p.o = static_cast<uint16_t*>(a.o);
+  p.o_stride_b = a.o_stride[0];
+  p.o_stride_s = a.o_stride[1];
+  p.o_stride_h = a.o_stride[2];
   p.lse = a.lse;
   p.kv_lens = a.kv_lens;
   p.seqlen_q = static_cast<int>(a.seqlen_q);
   p.seqlen_kv = static_cast<int>(a.seqlen_kv);
   p.heads = static_cast<int>(a.heads);
   p.scale_log2 = a.scale * 1.4426950408889634f;
+  const int64_t m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+  const int64_t tiles = m_blocks * a.heads * a.batch;
+  if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/128) over 2^31)");
+  p.num_m_blocks = static_cast<int>(m_blocks);
+  p.num_tiles = static_cast<int>(tiles);
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
 
   const size_t smem = sizeof(SharedStorage<kHeadDim>) + 1024;  // +1 KB to align the ring to 1024 B in-kernel
   auto kernel = flash_fwd_kernel<kHeadDim, kFp16>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
-  const dim3 grid(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
-                  static_cast<unsigned>(a.batch));
+  // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list.
+  const dim3 grid(static_cast<unsigned>(tiles < sms ? tiles : (sms > 0 ? sms : 1)));
   kernel<<<grid, T::kThreads, smem, stream>>>(p);
   e = cudaGetLastError();
   if (e != cudaSuccess) return fail(std::string("kernel launch: ") + cudaGetErrorString(e));
@@ -61,8 +71,10 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   if (a->batch < 1 || a->heads < 1 || a->seqlen_q < 1 || a->seqlen_kv < 1)
     return fail("batch, heads and sequence lengths must be >= 1");
   if (a->seqlen_q > (1ll << 31) - 1 || a->seqlen_kv > (1ll << 31) - 1) return fail("sequence length over 2^31");
-  if (a->heads > 65535 || a->batch > 65535) return fail("heads and batch must be <= 65535 (grid limits)");
   if (!(a->scale > 0.f)) return fail("softmax scale must be positive");
+  // The epilogue stores O as aligned 4-byte pairs of 16-bit elements.
+  if (reinterpret_cast<uintptr_t>(a->o) % 4 || a->o_stride[0] % 2 || a->o_stride[1] % 2 || a->o_stride[2] % 2)
+    return fail("output must be 4-byte aligned with even strides");
   auto s = static_cast<cudaStream_t>(stream);
   const bool fp16 = a->dtype == 1;
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");

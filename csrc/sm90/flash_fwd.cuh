@@ -1,9 +1,9 @@
-// Dense non-causal attention forward for sm_90a: O = softmax(Q K^T * scale) V, one CTA per 128-row Q tile per
-// (head, batch). Warp-specialized: warpgroup 0 streams K/V tiles with TMA into a ring of shared-memory stages
+// Dense non-causal attention forward for sm_90a: O = softmax(Q K^T * scale) V. Persistent CTAs (one per SM) walk
+// 128-row Q tiles of every (head, batch). Warp-specialized: warpgroup 0 streams K/V tiles with TMA into a ring of shared-memory stages
 // guarded by mbarriers; warpgroups 1 and 2 each own 64 query rows and run S = Q K^T (wgmma, both operands in
 // shared memory), an online softmax in registers (base 2, scale folded into one FFMA), and O += P V (wgmma with P
-// straight from registers). Key tails and per-batch kv_lens are masked in registers; query tails are clipped by
-// the TMA store. Pure CUDA + PTX: no torch, no CUTLASS.
+// straight from registers). Key tails and per-batch kv_lens are masked in registers; query tails are skipped by
+// the bounds-checked epilogue. Pure CUDA + PTX: no torch, no CUTLASS.
 #pragma once
 #include <cstdint>
 #include <cuda.h>
@@ -24,47 +24,68 @@ struct SharedStorage {
   alignas(1024) uint16_t k[T::kStages][T::kBlockN * kHeadDim];
   alignas(1024) uint16_t v[T::kStages][T::kBlockN * kHeadDim];
   uint64_t q_full;
+  uint64_t q_empty;
   uint64_t k_full[T::kStages];
   uint64_t k_empty[T::kStages];
   uint64_t v_full[T::kStages];
   uint64_t v_empty[T::kStages];
 };
 
-// Named barrier ids (bar.sync); 0 belongs to __syncthreads.
-enum class NamedBarrier : uint32_t { kEpilogueBase = 1 };
-
 constexpr float kLn2 = 0.693147180559945309f;
 
+// Persistent tile order: m_block fastest, then head, then batch. The ~132 tiles in flight at once are neighbouring
+// Q blocks of one head, so that head's K/V (16 MB at Wan 480p) is fetched from HBM once and then served by L2.
+struct TileCoord {
+  int m_block, head, batch;
+};
+__device__ __forceinline__ TileCoord tile_coord(const FwdParams& p, int tile) {
+  const int hb = tile / p.num_m_blocks;
+  return {tile - hb * p.num_m_blocks, hb % p.heads, hb / p.heads};
+}
+__device__ __forceinline__ int kv_len_of(const FwdParams& p, int batch) {
+  return p.kv_lens != nullptr ? max(0, min(p.seqlen_kv, p.kv_lens[batch])) : p.seqlen_kv;
+}
+
+// Producer: one thread streams, tile after tile, Q (once per tile, into the buffer the consumers released after
+// their last S = Q K^T of the previous tile) and the K/V ring. Every tile restarts the ring at stage 0 so stage
+// indices derive from the loop counter alone (the compiler keeps them, and the wgmma descriptors built from them,
+// in uniform registers; a counter carried across tiles measured 5% slower from R2UR moves); the phase of each
+// stage is carried across tiles as one bit per stage.
 template <int kHeadDim>
-__device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHeadDim>& s, int m_block, int head,
-                                         int batch, int n_blocks) {
+__device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHeadDim>& s) {
   using T = FwdTraits<kHeadDim>;
   constexpr uint32_t kQBytes = T::kBlockM * kHeadDim * sizeof(uint16_t);
   constexpr uint32_t kKVBytes = T::kBlockN * kHeadDim * sizeof(uint16_t);
-
-  ptx::mbarrier_arrive_expect_tx(&s.q_full, kQBytes);
-#pragma unroll
-  for (int c = 0; c < T::kChunks; ++c) {
-    ptx::tma_load_4d(s.q + c * T::kBlockM * kChunkCols, &p.tm_q, &s.q_full, c * kChunkCols, m_block * T::kBlockM,
-                     head, batch);
-  }
-  for (int j = 0; j < n_blocks; ++j) {
-    const int stage = j % T::kStages;
-    const uint32_t phase = (j / T::kStages) & 1;
-    // K before V: the consumers need K first (S = Q K^T), V only after their softmax.
-    ptx::mbarrier_wait(&s.k_empty[stage], phase ^ 1);
-    ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
+  uint32_t empty_phase = 0;  // bit s: parity of stage s's next "empty" phase to wait for, xor 1
+  for (int tile = blockIdx.x, local = 0; tile < p.num_tiles; tile += gridDim.x, ++local) {
+    const TileCoord tc = tile_coord(p, tile);
+    const int n_blocks = (kv_len_of(p, tc.batch) + T::kBlockN - 1) / T::kBlockN;
+    ptx::mbarrier_wait(&s.q_empty, (local & 1) ^ 1);
+    ptx::mbarrier_arrive_expect_tx(&s.q_full, kQBytes);
 #pragma unroll
     for (int c = 0; c < T::kChunks; ++c) {
-      ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
-                       j * T::kBlockN, head, batch);
+      ptx::tma_load_4d(s.q + c * T::kBlockM * kChunkCols, &p.tm_q, &s.q_full, c * kChunkCols,
+                       tc.m_block * T::kBlockM, tc.head, tc.batch);
     }
-    ptx::mbarrier_wait(&s.v_empty[stage], phase ^ 1);
-    ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], kKVBytes);
+    for (int j = 0; j < n_blocks; ++j) {
+      const int stage = j % T::kStages;
+      const uint32_t phase = (empty_phase >> stage) & 1;
+      empty_phase ^= 1u << stage;
+      // K before V: the consumers need K first (S = Q K^T), V only after their softmax.
+      ptx::mbarrier_wait(&s.k_empty[stage], phase ^ 1);
+      ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
 #pragma unroll
-    for (int c = 0; c < T::kChunks; ++c) {
-      ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
-                       j * T::kBlockN, head, batch);
+      for (int c = 0; c < T::kChunks; ++c) {
+        ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
+                         j * T::kBlockN, tc.head, tc.batch);
+      }
+      ptx::mbarrier_wait(&s.v_empty[stage], phase ^ 1);
+      ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], kKVBytes);
+#pragma unroll
+      for (int c = 0; c < T::kChunks; ++c) {
+        ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
+                         j * T::kBlockN, tc.head, tc.batch);
+      }
     }
   }
 }
@@ -193,23 +214,43 @@ __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
 }
 
 // Ping-pong between the two consumer warpgroups: each takes a turn to issue its wgmmas, so one warpgroup's softmax
-// runs while the other's GEMMs own the tensor cores. Barrier kSchedBase + w (256 threads) = "warpgroup w may issue".
+// runs while the other's GEMMs own the tensor cores. Barrier kBase + w (256 threads) = "warpgroup w may issue".
+// The turn passes continuously across tiles (both warpgroups have the same issue points per tile), so the two
+// stay half a period apart through tile boundaries instead of re-synchronising at every tile: measured on short-KV
+// shapes, where boundaries are frequent.
 enum class SchedBarrier : uint32_t { kBase = 3 };
 template <bool kPingpong>
 __device__ __forceinline__ void sched_wait(int cwg) {
   if constexpr (kPingpong) ptx::named_barrier_sync(static_cast<uint32_t>(SchedBarrier::kBase) + cwg, 256);
 }
 template <bool kPingpong>
-__device__ __forceinline__ void sched_pass(int cwg, bool last) {
-  // Warpgroup 1's final pass would have no matching wait; skipping it leaves both barriers balanced at exit.
-  if constexpr (kPingpong) {
-    if (!(cwg == 1 && last)) ptx::named_barrier_arrive(static_cast<uint32_t>(SchedBarrier::kBase) + (cwg ^ 1), 256);
+__device__ __forceinline__ void sched_pass(int cwg) {
+  if constexpr (kPingpong) ptx::named_barrier_arrive(static_cast<uint32_t>(SchedBarrier::kBase) + (cwg ^ 1), 256);
+}
+
+// Epilogue: normalise and store O straight from the accumulator fragments (4-byte stores; a quad covers 16
+// contiguous bytes of a row), rows past seqlen_q skipped. Not staging through shared memory keeps Q's buffer free
+// for the producer to prefetch the next tile's Q during this tile's last P V.
+template <int kHeadDim, bool kFp16>
+__device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc, int row0, int col_in_group,
+                                        float (&o)[kHeadDim / 2], const float (&row_sum)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    if (row >= p.seqlen_q) continue;
+    const float inv = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;  // kv_len == 0: O = 0, LSE = -inf
+    uint16_t* dst = p.o + tc.batch * p.o_stride_b + static_cast<int64_t>(row) * p.o_stride_s +
+                    tc.head * p.o_stride_h + col_in_group;
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 8; ++i) {
+      *reinterpret_cast<uint32_t*>(dst + 8 * i) =
+          ptx::pack2<kFp16>(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
+    }
   }
 }
 
 template <int kHeadDim, bool kFp16>
-__device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim>& s, int cwg, int m_block,
-                                         int head, int batch, int n_blocks, int kv_len) {
+__device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim>& s, int cwg) {
   using T = FwdTraits<kHeadDim>;
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;
@@ -222,116 +263,112 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
   const int row_in_wg = warp * 16 + lane / 4;
   const int col_in_group = 2 * (lane % 4);
-
-  float o[kHeadDim / 2];
-#pragma unroll
-  for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
-  float sacc[kN / 2];
-  uint32_t pa[kN / 16][4];
-  float row_max[2] = {kNegInf, kNegInf};
-  float row_sum[2] = {0.f, 0.f};  // per-thread partial sums; the quad reduction waits for the epilogue
-  float alpha[2];
-
   const uint32_t q_smem = ptx::smem_addr(s.q) + cwg * T::kRowsPerWG * kChunkBytes;
   const float scale_log2 = p.scale_log2;
 
-  // Always wait for Q, even with no keys: the epilogue reuses Q's shared memory and TMA may still be writing it.
-  ptx::mbarrier_wait(&s.q_full, 0);
-  if (n_blocks > 0) {
-    if (kPingpong && cwg == 1) ptx::named_barrier_arrive(static_cast<uint32_t>(SchedBarrier::kBase), 256);
+  uint32_t k_phase = 0, v_phase = 0;  // bit s: parity of stage s's next K / V "full" phase (see producer)
+  // Warpgroup 0 takes the first turn. Warpgroup 1's last pass then has no matching wait; warpgroup 0 absorbs it
+  // with one extra wait after its last tile, so both barriers end balanced whatever the tile count.
+  if (kPingpong && cwg == 1) sched_pass<kPingpong>(cwg);
+  for (int tile = blockIdx.x, local = 0; tile < p.num_tiles; tile += gridDim.x, ++local) {
+    const TileCoord tc = tile_coord(p, tile);
+    const int kv_len = kv_len_of(p, tc.batch);
+    const int n_blocks = (kv_len + kN - 1) / kN;
 
-    // Prologue: S_0 alone, then its softmax; P_0 is ready for the first overlapped step.
-    ptx::mbarrier_wait(&s.k_full[0], 0);
-    sched_wait<kPingpong>(cwg);
-    ptx::wgmma_fence();
-    issue_qk<kHeadDim, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[0]));
-    sched_pass<kPingpong>(cwg, false);
-    ptx::wgmma_wait<0>();
-    ptx::fence_regs(sacc);
-    if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[0]);
-    if (kN > kv_len) mask_keys<kN>(sacc, 0, kv_len, col_in_group);
-    online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
-    pack_p<kN, kFp16>(sacc, pa);
+    float o[kHeadDim / 2];
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+    float sacc[kN / 2];
+    uint32_t pa[kN / 16][4];
+    float row_max[2] = {kNegInf, kNegInf};
+    float row_sum[2] = {0.f, 0.f};  // per-thread partial sums; the quad reduction waits for the epilogue
+    float alpha[2];
 
-    // Steady state: issue S_j = Q K_j and O += P_{j-1} V_{j-1} back to back; the softmax of S_j then runs on the
-    // CUDA cores while P V is still on the tensor cores. O is rescaled only after P V retires.
-    for (int j = 1; j < n_blocks; ++j) {
-      const int stage = j % T::kStages, prev = (j - 1) % T::kStages;
-      const uint32_t phase = (j / T::kStages) & 1, prev_phase = ((j - 1) / T::kStages) & 1;
-      ptx::mbarrier_wait(&s.k_full[stage], phase);
-      ptx::mbarrier_wait(&s.v_full[prev], prev_phase);
+    // Q's buffer goes back to the producer right after this tile's last S = Q K^T (or at once with no keys).
+    ptx::mbarrier_wait(&s.q_full, local & 1);
+    if (n_blocks == 0) {
+      if (lane == 0) ptx::mbarrier_arrive(&s.q_empty);
+    } else {
+      // Prologue: S_0 alone, then its softmax; P_0 is ready for the first overlapped step.
+      {
+        constexpr int stage = 0;
+        ptx::mbarrier_wait(&s.k_full[stage], k_phase & 1);
+        k_phase ^= 1u;
+        sched_wait<kPingpong>(cwg);
+        ptx::wgmma_fence();
+        issue_qk<kHeadDim, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
+        sched_pass<kPingpong>(cwg);
+        ptx::wgmma_wait<0>();
+        ptx::fence_regs(sacc);
+        if (lane == 0) {
+          ptx::mbarrier_arrive(&s.k_empty[stage]);
+          if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty);
+        }
+        if (kN > kv_len) mask_keys<kN>(sacc, 0, kv_len, col_in_group);
+        online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
+        pack_p<kN, kFp16>(sacc, pa);
+      }
+
+      // Steady state: issue S_j = Q K_j and O += P_{j-1} V_{j-1} back to back; the softmax of S_j then runs on the
+      // CUDA cores while P V is still on the tensor cores. O is rescaled only after P V retires.
+      for (int j = 1; j < n_blocks; ++j) {
+        const int stage = j % T::kStages, prev = (j - 1) % T::kStages;
+        ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
+        ptx::mbarrier_wait(&s.v_full[prev], (v_phase >> prev) & 1);
+        k_phase ^= 1u << stage;
+        v_phase ^= 1u << prev;
+        sched_wait<kPingpong>(cwg);
+        ptx::wgmma_fence();
+        issue_qk<kHeadDim, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
+        issue_pv<kHeadDim, kFp16>(o, pa, ptx::smem_addr(s.v[prev]));
+        sched_pass<kPingpong>(cwg);
+        ptx::wgmma_wait<1>();  // S_j done; P V may still run
+        ptx::fence_regs(sacc);
+        if (lane == 0) {
+          ptx::mbarrier_arrive(&s.k_empty[stage]);
+          if (j == n_blocks - 1) ptx::mbarrier_arrive(&s.q_empty);
+        }
+        const int kv0 = j * kN;
+        if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
+        online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
+        ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
+        ptx::fence_regs(o);
+        fence_frag(pa);
+        if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
+        rescale_o<kHeadDim>(o, alpha);
+        pack_p<kN, kFp16>(sacc, pa);
+      }
+
+      // Drain: the last P V.
+      const int last = (n_blocks - 1) % T::kStages;
+      ptx::mbarrier_wait(&s.v_full[last], (v_phase >> last) & 1);
+      v_phase ^= 1u << last;
       sched_wait<kPingpong>(cwg);
       ptx::wgmma_fence();
-      issue_qk<kHeadDim, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
-      issue_pv<kHeadDim, kFp16>(o, pa, ptx::smem_addr(s.v[prev]));
-      sched_pass<kPingpong>(cwg, false);
-      ptx::wgmma_wait<1>();  // S_j done; P V may still run
-      ptx::fence_regs(sacc);
-      if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
-      const int kv0 = j * kN;
-      if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
-      online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
-      ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
+      issue_pv<kHeadDim, kFp16>(o, pa, ptx::smem_addr(s.v[last]));
+      sched_pass<kPingpong>(cwg);
+      ptx::wgmma_wait<0>();
       ptx::fence_regs(o);
       fence_frag(pa);
-      if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
-      rescale_o<kHeadDim>(o, alpha);
-      pack_p<kN, kFp16>(sacc, pa);
+      if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
     }
 
-    // Drain: the last P V.
-    const int last = (n_blocks - 1) % T::kStages;
-    ptx::mbarrier_wait(&s.v_full[last], ((n_blocks - 1) / T::kStages) & 1);
-    sched_wait<kPingpong>(cwg);
-    ptx::wgmma_fence();
-    issue_pv<kHeadDim, kFp16>(o, pa, ptx::smem_addr(s.v[last]));
-    sched_pass<kPingpong>(cwg, true);
-    ptx::wgmma_wait<0>();
-    ptx::fence_regs(o);
-    fence_frag(pa);
-    if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
-  }
-
-  // ---- epilogue: normalise, stage O in this warpgroup's (now dead) Q rows, TMA-store it ----------------------
-  float inv[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] = quad_sum(row_sum[r]);
-    inv[r] = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;  // kv_len == 0: O = 0, LSE = -inf
-  }
-  // Same 128B swizzle as TMA uses: the 16-byte chunk index within a 128-byte row is XORed with (row % 8). It
-  // also makes these stores conflict-free: the 8 rows a warp writes per column group land in 8 distinct chunks.
-  const uint32_t swz = row_in_wg & 7;
+    for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
+    const int row0 = tc.m_block * T::kBlockM + cwg * T::kRowsPerWG + row_in_wg;
+    store_o<kHeadDim, kFp16>(p, tc, row0, col_in_group, o, row_sum);
+    if (p.lse != nullptr && lane % 4 == 0) {
 #pragma unroll
-  for (int i = 0; i < kHeadDim / 8; ++i) {
-    const uint32_t chunk = i / 8, col16 = i % 8;
-    const uint32_t base = q_smem + chunk * T::kBlockM * kChunkBytes + ((col16 ^ swz) * 16) + (lane % 4) * 4;
-    ptx::st_shared_u32(base + row_in_wg * kChunkBytes, ptx::pack2<kFp16>(o[4 * i] * inv[0], o[4 * i + 1] * inv[0]));
-    ptx::st_shared_u32(base + (row_in_wg + 8) * kChunkBytes,
-                       ptx::pack2<kFp16>(o[4 * i + 2] * inv[1], o[4 * i + 3] * inv[1]));
-  }
-  ptx::fence_proxy_async_smem();
-  ptx::named_barrier_sync(static_cast<uint32_t>(NamedBarrier::kEpilogueBase) + cwg, 128);
-  if (tid == 0) {
-    const uint8_t* q_rows = reinterpret_cast<const uint8_t*>(s.q) + cwg * T::kRowsPerWG * kChunkBytes;
-#pragma unroll
-    for (int c = 0; c < T::kChunks; ++c) {
-      ptx::tma_store_4d(&p.tm_o, q_rows + c * T::kBlockM * kChunkBytes, c * kChunkCols,
-                        m_block * T::kBlockM + cwg * T::kRowsPerWG, head, batch);
-    }
-    ptx::bulk_commit_group();
-    ptx::bulk_wait_group_read0();
-  }
-  if (p.lse != nullptr && lane % 4 == 0) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = m_block * T::kBlockM + cwg * T::kRowsPerWG + row_in_wg + 8 * r;
-      if (row < p.seqlen_q) {
-        const float lse = row_sum[r] > 0.f ? (row_max[r] * scale_log2 + __log2f(row_sum[r])) * kLn2 : kNegInf;
-        p.lse[(static_cast<int64_t>(batch) * p.heads + head) * p.seqlen_q + row] = lse;
+      for (int r = 0; r < 2; ++r) {
+        const int row = row0 + 8 * r;
+        if (row < p.seqlen_q) {
+          const float lse = row_sum[r] > 0.f ? (row_max[r] * scale_log2 + __log2f(row_sum[r])) * kLn2 : kNegInf;
+          p.lse[(static_cast<int64_t>(tc.batch) * p.heads + tc.head) * p.seqlen_q + row] = lse;
+        }
       }
     }
   }
+  if (kPingpong && cwg == 0) sched_wait<kPingpong>(cwg);
 }
 
 template <int kHeadDim, bool kFp16>
@@ -342,21 +379,14 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, 1)
   // Dynamic shared memory is only 16-byte aligned by contract; the launcher over-allocates 1 KB for this.
   const uint32_t pad = (1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023;
   auto& s = *reinterpret_cast<SharedStorage<kHeadDim>*>(smem_raw + pad);
-
-  const int m_block = blockIdx.x;
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
-  int kv_len = p.seqlen_kv;
-  if (p.kv_lens != nullptr) kv_len = max(0, min(kv_len, p.kv_lens[batch]));
-  const int n_blocks = (kv_len + T::kBlockN - 1) / T::kBlockN;
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
     ptx::prefetch_tensormap(&p.tm_q);
     ptx::prefetch_tensormap(&p.tm_k);
     ptx::prefetch_tensormap(&p.tm_v);
-    ptx::prefetch_tensormap(&p.tm_o);
     ptx::mbarrier_init(&s.q_full, 1);
+    ptx::mbarrier_init(&s.q_empty, 4 * T::kConsumerWGs);
 #pragma unroll
     for (int st = 0; st < T::kStages; ++st) {
       ptx::mbarrier_init(&s.k_full[st], 1);
@@ -371,10 +401,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, 1)
 
   if (wg == 0) {
     ptx::setmaxnreg_dec<T::kProducerRegs>();
-    if (threadIdx.x == 0) producer<kHeadDim>(p, s, m_block, head, batch, n_blocks);
+    if (threadIdx.x == 0) producer<kHeadDim>(p, s);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
-    consumer<kHeadDim, kFp16>(p, s, wg - 1, m_block, head, batch, n_blocks, kv_len);
+    consumer<kHeadDim, kFp16>(p, s, wg - 1);
   }
 }
 

@@ -6,16 +6,19 @@
 namespace vidattn::sm90 {
 
 struct FwdParams {
-  // Tensor maps over (D, S, H, B) with the caller's strides, so BSHD and BHSD are both read and written in place.
+  // Tensor maps over (D, S, H, B) with the caller's strides, so BSHD and BHSD are both read in place.
   CUtensorMap tm_q;
   CUtensorMap tm_k;
   CUtensorMap tm_v;
-  CUtensorMap tm_o;
+  uint16_t* o;           // (B, Sq, H, D) output, element strides below (written with plain bounds-checked stores)
+  int64_t o_stride_b, o_stride_s, o_stride_h;
   float* lse;            // (B, H, Sq) fp32 natural-log LSE, or nullptr
   const int* kv_lens;    // (B,) valid keys per batch, or nullptr
   int seqlen_q;
   int seqlen_kv;
   int heads;
+  int num_m_blocks;      // ceil(Sq / kBlockM)
+  int num_tiles;         // num_m_blocks * heads * batch: the persistent CTAs' work list
   float scale_log2;      // softmax scale * log2(e): the kernel works in base 2 (ex2) throughout
 };
 

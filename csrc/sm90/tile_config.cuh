@@ -9,7 +9,7 @@
 
 // KV tile width per head dim (A/B builds override these; defaults are the measured best, see csrc/NOTES.md).
 #ifndef VIDATTN_BLOCK_N_D128
-#define VIDATTN_BLOCK_N_D128 128
+#define VIDATTN_BLOCK_N_D128 176
 #endif
 #ifndef VIDATTN_BLOCK_N_D64
 #define VIDATTN_BLOCK_N_D64 128
