@@ -9,7 +9,10 @@ from pathlib import Path
 
 
 def git_commit(repo: Path | None = None) -> str:
-    """Commit of the checkout (with '-dirty' when the work tree has changes), or 'unknown' outside git."""
+    """Commit of the checkout (with '-dirty' when the work tree has changes); outside git (a copied tree, as on a
+    lent GPU machine) the VIDATTN_GIT_COMMIT environment variable, else 'unknown'."""
+    import os
+
     cwd = str(repo or Path(__file__).resolve().parent.parent)
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
@@ -18,7 +21,7 @@ def git_commit(repo: Path | None = None) -> str:
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return os.environ.get("VIDATTN_GIT_COMMIT", "").strip() or "unknown"
 
 
 def run_metadata(argv: list[str] | None = None) -> dict:
