@@ -139,9 +139,20 @@ def _key_mask(kv_lens, skv, device):
     return (torch.arange(skv, device=device)[None, :] < kv_lens[:, None].to(device))[:, None, None, :]
 
 
+def _sdpa_safe_view(t: torch.Tensor) -> torch.Tensor:
+    """t, or a packed copy when a stride is not a multiple of 16 bytes: measured on the H200 (torch 2.11, cuDNN
+    9.19), SDPA read such a CUDA view as if it were packed, a silent wrong answer
+    (tests/test_kernel_gpu.py::test_fallback_outside_envelope_is_still_right)."""
+    esize = t.element_size()
+    if t.is_cuda and any((st * esize) % 16 for st, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1):
+        return t.contiguous()
+    return t
+
+
 def sdpa_fallback(qh, kh, vh, scale: float, kv_lens, return_lse: bool):
     """Attention on (B, H, S, D) tensors with PyTorch SDPA; LSE (B, H, Sq) fp32 from fp32 scores, chunked
     over the query length so at most `_LSE_CHUNK_ELEMENTS` scores exist at a time."""
+    qh, kh, vh = _sdpa_safe_view(qh), _sdpa_safe_view(kh), _sdpa_safe_view(vh)
     mask = _key_mask(kv_lens, kh.shape[2], qh.device) if kv_lens is not None else None
     out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
     if not return_lse:
