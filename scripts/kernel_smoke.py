@@ -69,6 +69,7 @@ def run_case(b, sq, skv, h, d, dtype, layout, lens):
 TIMED = [  # (name, B, H, Sq, Skv, D) from ANCHORS.md
     ("wan13b_self", 1, 12, 32760, 32760, 128),
     ("wan_cross", 1, 12, 32760, 512, 128),
+    ("wan14b_self", 1, 40, 32760, 32760, 128),
     ("seed4k", 8, 16, 4096, 4096, 128),
     ("fa1k_d128", 16, 16, 1024, 1024, 128),
     ("cogvideox_d64", 1, 48, 17776, 17776, 64),
