@@ -32,6 +32,8 @@ def _attention_modules(model: torch.nn.Module):
     for name, module in model.named_modules():
         if hasattr(module, "processor") and (hasattr(module, "set_processor") or hasattr(module, "get_processor")):
             yield name, module
+        elif callable(getattr(module, "processor", None)) and not isinstance(module.processor, torch.nn.Module):
+            yield name, module  # holds a processor but has no set_processor (diffusers' MochiAttention)
 
 
 def _set(module, processor) -> None:
