@@ -1,0 +1,94 @@
+"""Shared by the processors whose stock diffusers version prepares an SDPA mask (CogVideoX, LTX-Video, Allegro):
+the prepared `(B, H, Sq or 1, Skv)` mask -> the kernel's `kv_lens`, the stock SDPA call for everything the kernel
+cannot express, and the stock processor that `vidattn.restore` hands back for processors set by hand.
+
+Nothing here imports diffusers at import time (`import vidattn` must not import it).
+"""
+import importlib
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from .. import ops
+
+# An additive mask value at or below this drops its key. diffusers writes (1 - mask) * -10000 for text padding
+# (LTX-Video, Allegro; -9984 once rounded to bf16). SDPA then weights a dropped key by exp(score - 10000 - max),
+# which underflows to exactly 0 in fp32 unless that key's score beats the best kept score by more than ~9900:
+# so leaving the key out (kv_lens) is the same softmax for any real scores.
+DROP_BIAS = -9000.0
+
+
+def sdpa_mask_to_kv_lens(mask, batch: int, heads: int, seqlen_q: int,
+                         seqlen_kv: int) -> tuple[Optional[torch.Tensor], Optional[str]]:
+    """`(kv_lens, None)` when `mask`, a mask as the stock processors hand it to SDPA (4-D, broadcastable to
+    (B, H, Sq, Skv)), drops the same keys for every head and query and the kept keys are a non-empty prefix of
+    each batch row; else `(None, reason)`.
+
+    Boolean masks: True = attend. Float (additive) masks: 0 = attend, <= `DROP_BIAS` (or -inf) = drop; any
+    other value is a real bias and is not converted. Reads the mask's values (one device sync), so under
+    `torch.compile` every mask takes the SDPA path instead of breaking the graph.
+    """
+    if not isinstance(mask, torch.Tensor):
+        return None, f"attention_mask of type {type(mask).__name__} is not a tensor"
+    shape = tuple(mask.shape)
+    if (mask.dim() != 4 or shape[0] != batch or shape[1] not in (1, heads) or shape[2] not in (1, seqlen_q)
+            or shape[3] != seqlen_kv):
+        return None, (f"attention_mask of shape {shape} is not a key-padding mask (batch={batch}, heads={heads}, "
+                      f"queries={seqlen_q}, keys={seqlen_kv})")
+    if torch.compiler.is_compiling():
+        return None, "attention_mask under torch.compile: the key-padding test needs the mask's values"
+    if mask.dtype == torch.bool:
+        keep = mask
+    elif mask.dtype.is_floating_point:
+        keep = mask == 0
+        if not bool(torch.all(keep | (mask <= DROP_BIAS))):
+            return None, (f"additive attention_mask has values other than 0 and <= {DROP_BIAS:g}: a bias, "
+                          "not key padding")
+    else:
+        return None, f"attention_mask has dtype {mask.dtype}; only boolean or additive float masks map to kv_lens"
+    row = keep[:, :1, :1, :]
+    if not bool(torch.equal(keep, row.expand_as(keep))):
+        return None, "attention_mask differs between heads or query positions: not a key-padding mask"
+    row = row.reshape(batch, seqlen_kv)
+    lens = row.sum(dim=1)
+    prefix = torch.arange(seqlen_kv, device=mask.device)[None, :] < lens[:, None]
+    if not bool(torch.equal(prefix, row)) or int(lens.min()) < 1:
+        return None, "attention_mask keeps keys that are not a non-empty prefix of each row"
+    return lens.to(torch.int32), None
+
+
+def stock_sdpa(query, key, value, attention_mask, reason: Optional[str]):
+    """The stock processors' own call, `F.scaled_dot_product_attention` on (B, H, S, D), for what the kernel
+    cannot express; warns once per reason."""
+    if reason is not None and not torch.compiler.is_compiling():
+        ops.warn_fallback(reason)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=0.0,
+                                          is_causal=False)
+
+
+def attend_bhsd(query, key, value, attention_mask=None):
+    """Attention on (B, H, S, D) tensors as the stock processors' SDPA call computes it: `vidattn.attention`
+    (key-padding masks as `kv_lens`), or the stock SDPA call for any other mask."""
+    if attention_mask is None:
+        return ops.attention(query, key, value, layout="bhsd")
+    b, h, sq, _ = query.shape
+    kv_lens, reason = sdpa_mask_to_kv_lens(attention_mask, b, h, sq, key.shape[2])
+    if kv_lens is None:
+        return stock_sdpa(query, key, value, attention_mask, reason)
+    return ops.attention(query, key, value, layout="bhsd", kv_lens=kv_lens)
+
+
+class StockProcessor:
+    """Class attribute `_vidattn_original` of a vidattn processor. `vidattn.apply` stores the replaced stock
+    object on the instance, which wins over this (non-data) descriptor; a processor set by hand has none, and
+    reads a new stock processor here, so `vidattn.restore` gives the module diffusers' own processor back even
+    where the attention class has no `_default_processor_cls` (diffusers' `Attention`, `MochiAttention`)."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return getattr(importlib.import_module(self.module), self.name)()
