@@ -1,5 +1,13 @@
 """diffusers integration: vidattn processors per model family and `apply` / `restore` for pipelines."""
 from .apply import PROCESSORS, ApplyHandle, apply, register_processor, restore
 from .wan import WanAttnProcessor
+from .cogvideox import CogVideoXAttnProcessor, FusedCogVideoXAttnProcessor
+from .ltx import LTXVideoAttnProcessor
+from .mochi import MochiAttnProcessor
+from .allegro import AllegroAttnProcessor
 
 __all__ = ["apply", "restore", "register_processor", "ApplyHandle", "PROCESSORS", "WanAttnProcessor"]
+__all__ += ["CogVideoXAttnProcessor", "FusedCogVideoXAttnProcessor"]
+__all__ += ["LTXVideoAttnProcessor"]
+__all__ += ["MochiAttnProcessor"]
+__all__ += ["AllegroAttnProcessor"]
