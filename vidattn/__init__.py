@@ -14,6 +14,10 @@ from .ops import VidattnFallbackWarning, attention, explain, kernel_available
 __version__ = "0.1.0"
 
 _DIFFUSERS_NAMES = ("apply", "restore", "register_processor", "WanAttnProcessor", "ApplyHandle")
+_DIFFUSERS_NAMES += ("CogVideoXAttnProcessor", "FusedCogVideoXAttnProcessor")
+_DIFFUSERS_NAMES += ("LTXVideoAttnProcessor",)
+_DIFFUSERS_NAMES += ("MochiAttnProcessor",)
+_DIFFUSERS_NAMES += ("AllegroAttnProcessor",)
 
 __all__ = ["attention", "explain", "kernel_available", "build", "VidattnFallbackWarning", *_DIFFUSERS_NAMES]
 
