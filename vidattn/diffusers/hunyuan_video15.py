@@ -1,0 +1,108 @@
+"""HunyuanVideo 1.5 (`HunyuanVideo15Transformer3DModel`): a drop-in for diffusers' `HunyuanVideo15AttnProcessor2_0`.
+
+Every step of the stock processor is kept (QKV projections, RMS norms over heads, RoPE on the video tokens, the
+text stream's added projections, output split and projections); only the attention call changes.
+
+The stock processor takes the text mask (B, N_text), pads it with True for the video tokens to `keep` (B, S)
+and attends with the (B, 1, S, S) mask `keep[i] & keep[j]`. The model orders every row's valid text tokens
+first, so `keep` is a prefix of length `L_b`: valid query rows attend to the first `L_b` keys (`kv_lens`), and
+padded query rows keep no key at all, for which SDPA returns zeros: those rows are zeroed here too. A `keep`
+that is not a prefix goes through diffusers' dispatch with the stock mask (fallback warning).
+
+The token refiner (`AttnProcessor2_0`) is left as it is and listed as skipped by `vidattn.apply`.
+"""
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from .. import ops
+from ._base import ProcessorBase
+from .apply import register_processor
+from .masks import mask_to_kv_lens
+
+
+def _stock_mask(keep: torch.Tensor) -> torch.Tensor:
+    b, s = keep.shape
+    rows = keep.view(b, 1, 1, s).repeat(1, 1, s, 1)
+    return rows & rows.transpose(2, 3)
+
+
+class HunyuanVideo15AttnProcessor(ProcessorBase):
+    """vidattn processor for diffusers' HunyuanVideo 1.5 dual-stream blocks (see the module docstring for the
+    mask). Use through `vidattn.apply(pipe)` or `module.set_processor(vidattn.HunyuanVideo15AttnProcessor())`."""
+
+    def _attend_joint(self, query, key, value, text_mask):
+        batch, seq_len = query.shape[0], query.shape[1]
+        if text_mask is None:
+            return self._attend(query, key, value, None, self._parallel_config)
+        keep = F.pad(text_mask, (seq_len - text_mask.shape[1], 0), value=True).bool()
+        if self._parallel_config is not None:
+            return self._dispatch(query, key, value, _stock_mask(keep), self._parallel_config,
+                                  "context parallelism is configured: diffusers' dispatch runs the ring")
+        kv_lens, reason = mask_to_kv_lens(keep, batch, seq_len)
+        if kv_lens is None:
+            return self._dispatch(query, key, value, _stock_mask(keep), None, reason)
+        out = ops.attention(query, key, value, layout="bshd", kv_lens=kv_lens)
+        if bool((kv_lens < seq_len).any()):
+            out = out.masked_fill(~keep[:, :, None, None], 0.0)  # padded query rows: no key kept -> zeros
+        return out
+
+    def __call__(
+        self,
+        attn,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: Optional[torch.Tensor] = None,
+        attention_mask: Optional[torch.Tensor] = None,
+        image_rotary_emb: Optional[torch.Tensor] = None,
+    ):
+        query = attn.to_q(hidden_states)
+        key = attn.to_k(hidden_states)
+        value = attn.to_v(hidden_states)
+
+        query = query.unflatten(2, (attn.heads, -1))
+        key = key.unflatten(2, (attn.heads, -1))
+        value = value.unflatten(2, (attn.heads, -1))
+
+        query = attn.norm_q(query)
+        key = attn.norm_k(key)
+
+        if image_rotary_emb is not None:
+            from diffusers.models.embeddings import apply_rotary_emb
+
+            query = apply_rotary_emb(query, image_rotary_emb, sequence_dim=1)
+            key = apply_rotary_emb(key, image_rotary_emb, sequence_dim=1)
+
+        if encoder_hidden_states is not None:
+            encoder_query = attn.add_q_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
+            encoder_key = attn.add_k_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
+            encoder_value = attn.add_v_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
+
+            if attn.norm_added_q is not None:
+                encoder_query = attn.norm_added_q(encoder_query)
+            if attn.norm_added_k is not None:
+                encoder_key = attn.norm_added_k(encoder_key)
+
+            query = torch.cat([query, encoder_query], dim=1)
+            key = torch.cat([key, encoder_key], dim=1)
+            value = torch.cat([value, encoder_value], dim=1)
+
+        hidden_states = self._attend_joint(query, key, value, attention_mask)
+        hidden_states = hidden_states.flatten(2, 3)
+        hidden_states = hidden_states.to(query.dtype)
+
+        if encoder_hidden_states is not None:
+            n_text = encoder_hidden_states.shape[1]
+            hidden_states, encoder_hidden_states = hidden_states[:, :-n_text], hidden_states[:, -n_text:]
+
+            if getattr(attn, "to_out", None) is not None:
+                hidden_states = attn.to_out[0](hidden_states)
+                hidden_states = attn.to_out[1](hidden_states)
+
+            if getattr(attn, "to_add_out", None) is not None:
+                encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
+
+        return hidden_states, encoder_hidden_states
+
+
+register_processor("HunyuanVideo15AttnProcessor2_0", HunyuanVideo15AttnProcessor)
