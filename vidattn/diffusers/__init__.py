@@ -11,3 +11,6 @@ __all__ += ["CogVideoXAttnProcessor", "FusedCogVideoXAttnProcessor"]
 __all__ += ["LTXVideoAttnProcessor"]
 __all__ += ["MochiAttnProcessor"]
 __all__ += ["AllegroAttnProcessor"]
+from .hunyuan_video import HunyuanVideoAttnProcessor; __all__ += ["HunyuanVideoAttnProcessor"]  # noqa: E402,E702
+from .hunyuan_video15 import HunyuanVideo15AttnProcessor; __all__ += ["HunyuanVideo15AttnProcessor"]  # noqa: E402,E702
+from .skyreels_v2 import SkyReelsV2AttnProcessor; __all__ += ["SkyReelsV2AttnProcessor"]  # noqa: E402,E702
