@@ -18,6 +18,7 @@ _DIFFUSERS_NAMES += ("CogVideoXAttnProcessor", "FusedCogVideoXAttnProcessor")
 _DIFFUSERS_NAMES += ("LTXVideoAttnProcessor",)
 _DIFFUSERS_NAMES += ("MochiAttnProcessor",)
 _DIFFUSERS_NAMES += ("AllegroAttnProcessor",)
+_DIFFUSERS_NAMES += ("HunyuanVideoAttnProcessor", "HunyuanVideo15AttnProcessor", "SkyReelsV2AttnProcessor")
 
 __all__ = ["attention", "explain", "kernel_available", "build", "VidattnFallbackWarning", *_DIFFUSERS_NAMES]
 
