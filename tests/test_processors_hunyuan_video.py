@@ -1,0 +1,163 @@
+"""vidattn.HunyuanVideoAttnProcessor against diffusers' HunyuanVideoAttnProcessor2_0 on tiny random
+HunyuanVideo transformers (T2V and the token-replace I2V variant), built offline."""
+import warnings
+
+import pytest
+import torch
+
+import vidattn
+from vidattn import ops
+from conftest import is_hopper
+
+diffusers = pytest.importorskip("diffusers")
+from diffusers.models.transformers.transformer_hunyuan_video import (  # noqa: E402
+    HunyuanVideoAttnProcessor2_0 as StockProcessor,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning")
+
+TEXT_DIM, POOLED_DIM, IN_CH = 32, 16, 4
+
+
+def tiny_hunyuan(seed=0, head_dim=64, **overrides):
+    from diffusers import HunyuanVideoTransformer3DModel
+
+    torch.manual_seed(seed)
+    # 1 dual-stream + 1 single-stream block, 1 refiner layer; RoPE axes split the head dim (t/h/w).
+    axes = (16, 24, 24) if head_dim == 64 else (16, 56, 56)
+    config = dict(in_channels=IN_CH, out_channels=IN_CH, num_attention_heads=2, attention_head_dim=head_dim,
+                  num_layers=1, num_single_layers=1, num_refiner_layers=1, mlp_ratio=2.0, patch_size=2,
+                  patch_size_t=1, text_embed_dim=TEXT_DIM, pooled_projection_dim=POOLED_DIM, rope_axes_dim=axes)
+    return HunyuanVideoTransformer3DModel(**{**config, **overrides}).eval()
+
+
+def tiny_inputs(batch=2, text=7, valid=(7, 4), seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, IN_CH, 3, 8, 8, generator=g)
+    t = torch.full((batch,), 500, dtype=torch.long)
+    ctx = torch.randn(batch, text, TEXT_DIM, generator=g)
+    mask = (torch.arange(text)[None, :] < torch.tensor(valid[:batch])[:, None]).long()
+    pooled = torch.randn(batch, POOLED_DIM, generator=g)
+    guidance = torch.full((batch,), 3000.0)
+    return x, t, ctx, mask, pooled, guidance
+
+
+def forward(model, inputs):
+    with torch.no_grad():
+        return model(*inputs[:5], guidance=inputs[5]).sample
+
+
+def processors(model):
+    return [m.processor for m in model.modules() if hasattr(m, "set_processor")]
+
+
+@pytest.mark.parametrize("variant", [None, "token_replace"])
+def test_apply_matches_stock_restores_exact_objects_and_skips_refiner(variant):
+    model = tiny_hunyuan(image_condition_type=variant)
+    inputs = tiny_inputs()
+    originals = processors(model)
+    expected = forward(model, inputs)
+
+    handle = vidattn.apply(model)
+    assert handle.replaced == ["transformer_blocks.0.attn", "single_transformer_blocks.0.attn"]
+    assert all(isinstance(model.get_submodule(p).processor, vidattn.HunyuanVideoAttnProcessor)
+               for p in handle.replaced)
+    # the token refiner's plain attention is left alone and reported
+    assert handle.skipped == [("context_embedder.token_refiner.refiner_blocks.0.attn",
+                               "no vidattn processor for AttnProcessor2_0")]
+    assert "skipped context_embedder.token_refiner" in str(handle)
+    torch.testing.assert_close(forward(model, inputs), expected, atol=1e-5, rtol=1e-5)
+
+    assert vidattn.restore(model) == 2
+    assert all(a is b for a, b in zip(processors(model), originals))
+    torch.testing.assert_close(forward(model, inputs), expected, atol=0, rtol=0)
+
+
+def test_text_padding_mask_becomes_kv_lens(monkeypatch):
+    seen = []
+    real = ops.attention
+
+    def spy(q, k, v, **kw):
+        seen.append((k.shape[1], kw.get("kv_lens")))
+        return real(q, k, v, **kw)
+
+    model = tiny_hunyuan()
+    vidattn.apply(model)
+    monkeypatch.setattr(ops, "attention", spy)
+    forward(model, tiny_inputs())
+    n_video = 3 * 4 * 4  # 3 frames x (8/2) x (8/2)
+    assert len(seen) == 2
+    for n_keys, lens in seen:
+        assert n_keys == n_video + 7 and lens.tolist() == [n_video + 7, n_video + 4]
+
+
+def test_padded_text_tokens_change_nothing():
+    model = tiny_hunyuan()
+    vidattn.apply(model)
+    inputs = tiny_inputs()
+    out = forward(model, inputs)
+    x, t, ctx, mask, pooled, guidance = inputs
+    ctx = ctx.clone()
+    ctx[1, 4:] = 100 * torch.randn(3, TEXT_DIM)  # padded tokens of the second prompt
+    out2 = forward(model, (x, t, ctx, mask, pooled, guidance))
+    torch.testing.assert_close(out2, out, atol=1e-6, rtol=1e-6)
+
+
+def _joint_call(mask, single_stream=False):
+    model = tiny_hunyuan()
+    attn = (model.single_transformer_blocks if single_stream else model.transformer_blocks)[0].attn
+    g = torch.Generator().manual_seed(5)
+    hidden = torch.randn(2, 12, 128, generator=g)
+    text = torch.randn(2, 5, 128, generator=g)
+    cos, sin = torch.randn(12, 64, generator=g), torch.randn(12, 64, generator=g)
+    with torch.no_grad():
+        expected = StockProcessor()(attn, hidden, text, attention_mask=mask, image_rotary_emb=(cos, sin))
+        out = vidattn.HunyuanVideoAttnProcessor()(attn, hidden, text, attention_mask=mask,
+                                                  image_rotary_emb=(cos, sin))
+    return out, expected
+
+
+@pytest.mark.parametrize("single_stream", [False, True])
+def test_processor_matches_stock_with_prefix_mask(single_stream):
+    keep = torch.arange(17)[None, :] < torch.tensor([17, 14])[:, None]
+    out, expected = _joint_call(keep[:, None, None, :], single_stream)
+    for a, b in zip(out, expected):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_non_prefix_mask_falls_back_to_diffusers_dispatch(fresh_warnings):
+    keep = torch.ones(2, 1, 1, 17, dtype=torch.bool)
+    keep[1, ..., 13] = False  # a hole inside the text tokens
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out, expected = _joint_call(keep)
+    for a, b in zip(out, expected):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert any(issubclass(w.category, vidattn.VidattnFallbackWarning) and "prefix" in str(w.message)
+               for w in caught)
+
+
+@pytest.mark.gpu
+def test_gpu_hunyuan_head_dim_128_bf16_takes_kernel_path():
+    model = tiny_hunyuan(head_dim=128).to("cuda", torch.bfloat16)
+    inputs = [a.to("cuda") for a in tiny_inputs()]
+    for i in (0, 2, 4):
+        inputs[i] = inputs[i].bfloat16()
+    expected = forward(model, inputs)
+    calls = []
+    real = ops.attention
+
+    def spy(q, k, v, **kw):
+        calls.append(vidattn.explain(q, k, v, **{k_: v_ for k_, v_ in kw.items() if k_ != "return_lse"}))
+        return real(q, k, v, **kw)
+
+    vidattn.apply(model)
+    ops.attention, saved = spy, ops.attention
+    try:
+        out = forward(model, inputs)
+    finally:
+        ops.attention = saved
+    assert len(calls) == 2  # dual- and single-stream joint attention, both with kv_lens
+    if is_hopper():
+        assert calls == [None] * 2, calls
+    torch.testing.assert_close(out.float(), expected.float(), atol=5e-2, rtol=5e-2)
