@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(kThreads) naive_attention_kernel(const __nv_bf
     uint4 raw;
     __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&raw);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) p[i] = __floats2bfloat162_rn(acc[c * 8 + 2 * i] * inv_l, acc[c * 8 + 2 * i + 1] * inv_l);
+    for (int i = 0; i < 4; ++i)
+      p[i] = __floats2bfloat162_rn(acc[c * 8 + 2 * i] * inv_l, acc[c * 8 + 2 * i + 1] * inv_l);
     orow[c] = raw;
   }
 }
