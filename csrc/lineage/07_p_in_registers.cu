@@ -44,6 +44,7 @@ struct SharedStorage {
   uint64_t q_full;
   uint64_t kv_full[kStages];
 };
+static_assert(sizeof(SharedStorage) + 1024 <= 227 * 1024, "shared memory: over the 227 KB a block may use");
 
 struct Params {
   CUtensorMap tm_q, tm_k, tm_v;  // (D, S, H, B) maps, 128B swizzle, boxes of 64 columns

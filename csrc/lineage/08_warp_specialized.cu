@@ -58,6 +58,7 @@ struct SharedStorage {
   uint64_t v_full[kStages];
   uint64_t v_empty[kStages];
 };
+static_assert(sizeof(SharedStorage) + 1024 <= 227 * 1024, "shared memory: over the 227 KB a block may use");
 
 struct Params {
   CUtensorMap tm_q, tm_k, tm_v, tm_o;  // (D, S, H, B) maps, 128B swizzle, boxes of 64 columns
