@@ -11,8 +11,9 @@
 //     V is the B operand in MN-major form (keys are its rows), read with trans-b.
 //   - wgmma.fence before every wgmma that touches registers written by ordinary code, commit_group after issuing,
 //     wait_group 0 before reading the accumulator (plus an empty asm per register so the compiler keeps order).
-// Still a single warpgroup per CTA, and the same thread that computes also issues the TMA loads (one tile ahead,
-// into a 2-stage K/V ring): no specialisation yet, so the tensor cores idle while this warpgroup runs its softmax.
+// Tiles, ring and grid are step 05's (64 x 64 tiles, thread 0 issuing the TMA loads one tile ahead into a 2-stage
+// ring): only the math changes. No specialisation yet: within a CTA the tensor cores idle while its warpgroup runs
+// the softmax, and only the other CTA on the SM can fill that gap.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -28,7 +29,10 @@ namespace {
 // ---- tile sizes ------------------------------------------------------------------------------------------------
 constexpr int kHeadDim = 128;
 constexpr int kBlockM = 64;    // query rows per CTA: one warpgroup, wgmma's M
-constexpr int kBlockN = 128;   // keys per K/V tile: S is 64 x 128 fp32 = 64 registers per thread
+// Step 05's tiles and ring: 64 keys per K/V tile (S is 64 x 64 fp32 = 32 registers per thread), 2 stages.
+// Shared memory stays under half an SM's 228 KB, so two CTAs (two warpgroups) share each SM and one's softmax
+// can run under the other's GEMMs.
+constexpr int kBlockN = 64;
 constexpr int kStages = 2;     // K/V ring: tile j+1 loads while tile j computes
 constexpr int kThreads = 128;  // one warpgroup
 // TMA's 128-byte swizzle caps a box row at 128 bytes = 64 bf16, so every 128-column tile is stored as two
@@ -42,13 +46,13 @@ static_assert(kSeqMultiple % kBlockM == 0 && kSeqMultiple % kBlockN == 0, "tiles
 // alignas(1024): the 128-byte swizzle repeats every 8 rows x 128 B; TMA and the descriptors assume aligned atoms.
 struct SharedStorage {
   alignas(1024) uint16_t q[kBlockM * kHeadDim];           // 16 KB: 2 chunks of [64 rows][64 cols]
-  alignas(1024) uint16_t k[kStages][kBlockN * kHeadDim];  // 32 KB per stage: 2 chunks of [128 keys][64 cols]
+  alignas(1024) uint16_t k[kStages][kBlockN * kHeadDim];  // 16 KB per stage: 2 chunks of [64 keys][64 cols]
   alignas(1024) uint16_t v[kStages][kBlockN * kHeadDim];
-  alignas(1024) uint16_t p[kBlockM * kBlockN];            // 16 KB: 2 chunks of [64 rows][64 keys], bf16
+  alignas(1024) uint16_t p[kBlockM * kBlockN];            // 8 KB: one chunk of [64 rows][64 keys], bf16
   uint64_t q_full;
   uint64_t kv_full[kStages];
 };
-static_assert(sizeof(SharedStorage) + 1024 <= 227 * 1024, "shared memory: over the 227 KB a block may use");
+static_assert(2 * (sizeof(SharedStorage) + 1024 + 1024) <= 228 * 1024, "shared memory: two CTAs must fit on an SM");
 
 struct Params {
   CUtensorMap tm_q, tm_k, tm_v;  // (D, S, H, B) maps, 128B swizzle, boxes of 64 columns
@@ -132,25 +136,19 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t addr, uint32_t
 }
 
 // wgmma.mma_async (9.7.15.5.2), bf16 in, fp32 accumulate; operand lists written out (inline asm takes no arrays).
-// D(64x128) (+)= A(64x16, smem, K-major) * B(16x128, smem, K-major)
-__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+// D(64x64) (+)= A(64x16, smem, K-major) * B(16x64, smem, K-major)
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
@@ -277,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_kernel(const __grid_cons
       const uint32_t chunk = kk / 4, within = (kk % 4) * 32;
       const uint64_t da = make_smem_desc_sw128(q_smem + chunk * kBlockM * kChunkBytes + within, 16, 1024);
       const uint64_t db = make_smem_desc_sw128(k_smem + chunk * kBlockN * kChunkBytes + within, 16, 1024);
-      wgmma_m64n128k16_ss(sacc, da, db, kk > 0);
+      wgmma_m64n64k16_ss(sacc, da, db, kk > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -331,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_kernel(const __grid_cons
     fence_proxy_async_smem();  // these generic-proxy stores must be visible to wgmma's (async-proxy) reads
     __syncthreads();           // and every warp's rows written: each wgmma reads all 64 rows of P
 
-    // ---- O += P V: 8 wgmmas of k=16 along the keys. P (A) K-major like Q. V (B) MN-major (rows = keys,
+    // ---- O += P V: 4 wgmmas of k=16 along the keys. P (A) K-major like Q. V (B) MN-major (rows = keys,
     // trans-b): a k-step moves 16 key rows = 2048 B; SBO = 1024 B per 8 keys, LBO = the 64-column chunk stride.
     wgmma_fence();  // O was rescaled by ordinary code above
 #pragma unroll

@@ -14,6 +14,8 @@
 //     back (24) and the consumers take them (240), which is what lets S, P and O all live in registers.
 //   - the epilogue stages O in this warpgroup's (now dead) rows of Q's shared memory, with the swizzle TMA uses,
 //     and one thread TMA-stores it.
+//   - tiles grow from step 07's 64 x 64 to v1's 128 query rows x 128 keys: with 240 registers a consumer holds
+//     S (64) + P (32) + O (64), and the CTA (160 KB) now has the SM to itself.
 // Each consumer is still serial: S, wait, softmax, P V, wait.
 #include <cuda.h>
 #include <cudaTypedefs.h>
