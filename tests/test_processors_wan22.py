@@ -60,7 +60,11 @@ def test_wan22_i2v_a14b_both_transformers_match_stock_and_restore():
     handle = vidattn.apply(pipe)
     assert len(handle.replaced) == 8
     assert {p.split(".")[0] for p in handle.replaced} == {"transformer", "transformer_2"}
+    ran = []
+    for name in ("transformer", "transformer_2"):
+        getattr(pipe, name).register_forward_hook(lambda *_, name=name: ran.append(name))
     out = generate(pipe)
+    assert set(ran) == {"transformer", "transformer_2"}  # boundary 0.9: step 1 on transformer, step 2 on _2
     assert out.shape == expected.shape == (1, 16, 2, 2, 2)  # final latents (VAE decode skipped: not attention)
     assert abs(out - expected).max() < 1e-5
     assert vidattn.restore(pipe) == 8
