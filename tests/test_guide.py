@@ -74,7 +74,14 @@ def test_step_page(step):
             continue
         if link.startswith("diffs/"):
             assert link == f"diffs/{step}.diff", f"{page.name}: links {link}, expected diffs/{step}.diff"
-            continue  # written by scripts/lineage_diffs.py; may not be generated yet
+            # Written by scripts/lineage_diffs.py: required once that script has run (the folder exists) and both
+            # this step's file and its predecessor's exist.
+            prev = f"{int(step) - 1:02d}"
+            if (GUIDE / "diffs").is_dir() and sorted(LINEAGE.glob(f"{step}_*.cu")) and sorted(
+                LINEAGE.glob(f"{prev}_*.cu")
+            ):
+                assert (GUIDE / link).is_file(), f"{page.name}: {link} missing: run scripts/lineage_diffs.py"
+            continue
         if link.startswith("../../csrc/lineage/") and not sorted(LINEAGE.glob(f"{step}_*.cu")):
             continue  # this step's file is not written yet; checked below once it is
         assert (page.parent / link).resolve().exists(), f"{page.name}: broken link {link}"
