@@ -19,7 +19,7 @@ from .sdpa_common import StockProcessor, attend_bhsd
 class AllegroAttnProcessor:
     """vidattn processor for diffusers' `AllegroAttnProcessor2_0` (diffusers' `Attention`).
 
-    Use through `vidattn.apply(pipe)` or `pipe.transformer.set_attn_processor(vidattn.AllegroAttnProcessor())`.
+    Use through `vidattn.apply(pipe)` (the model has no `set_attn_processor`: apply sets each `Attention`'s).
     """
 
     _vidattn_original = StockProcessor("diffusers.models.attention_processor", "AllegroAttnProcessor2_0")
