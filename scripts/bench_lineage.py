@@ -508,9 +508,10 @@ def run_tasks(tasks: list[dict], args) -> dict[str, dict]:
                     print(f"[run] {name}: {why}", file=sys.stderr, flush=True)
                     pending = [t for t in pending if t["name"] != name]
                 break
-            if not line.startswith(MARK):
+            at = line.find(MARK)  # anywhere in the line: a library may have printed without a newline
+            if at < 0:
                 continue
-            ev = json.loads(line[len(MARK):])
+            ev = json.loads(line[at + len(MARK):])
             if ev["event"] == "start":
                 current, started_any = ev["name"], True
                 task = next(t for t in pending if t["name"] == current)
