@@ -161,3 +161,32 @@ def test_gpu_hunyuan_head_dim_128_bf16_takes_kernel_path():
     if is_hopper():
         assert calls == [None] * 2, calls
     torch.testing.assert_close(out.float(), expected.float(), atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_framepack_transformer_matches_stock(batch):
+    """FramePack's HunyuanVideo transformer uses the same processor (mask None at batch 1, (B, 1, 1, S) else)."""
+    from diffusers import HunyuanVideoFramepackTransformer3DModel
+
+    torch.manual_seed(0)
+    model = HunyuanVideoFramepackTransformer3DModel(
+        in_channels=IN_CH, out_channels=IN_CH, num_attention_heads=2, attention_head_dim=64, num_layers=1,
+        num_single_layers=1, num_refiner_layers=1, mlp_ratio=2.0, text_embed_dim=TEXT_DIM,
+        pooled_projection_dim=POOLED_DIM, rope_axes_dim=(16, 24, 24), has_image_proj=True, image_proj_dim=16,
+        has_clean_x_embedder=True).eval()
+    x, t, ctx, mask, pooled, guidance = tiny_inputs(batch=batch, valid=(4, 7))
+    g = torch.Generator().manual_seed(2)
+    kwargs = dict(
+        guidance=guidance, indices_latents=torch.arange(3),
+        latents_clean=torch.randn(batch, IN_CH, 2, 8, 8, generator=g), indices_latents_clean=torch.tensor([0, 4]),
+        latents_history_2x=torch.randn(batch, IN_CH, 2, 8, 8, generator=g),
+        indices_latents_history_2x=torch.tensor([5, 6]),
+        latents_history_4x=torch.randn(batch, IN_CH, 4, 8, 8, generator=g),
+        indices_latents_history_4x=torch.arange(7, 11))
+    args = (x, t, ctx, mask, pooled, torch.randn(batch, 5, 16, generator=g))
+    with torch.no_grad():
+        expected = model(*args, **kwargs).sample
+        handle = vidattn.apply(model)
+        out = model(*args, **kwargs).sample
+    assert len(handle.replaced) == 2 and len(handle.skipped) == 1
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
