@@ -447,6 +447,8 @@ def worker_main(tasks: list[dict], quick: bool, check_only: bool, seed: int) -> 
         _emit({"event": "result", **res})
         if fatal:
             return 3
+        if not res["ok"]:
+            canon = None  # a wrong step may have written outside its output: fresh inputs and reference next
     _emit({"event": "done"})
     return 0
 
