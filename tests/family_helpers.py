@@ -64,3 +64,20 @@ def check_unknown_module_skipped(model, n_replaced: int):
     assert model.extra.processor is original
     vidattn.restore(model)
     assert model.extra.processor is original
+
+
+def envelope_reasons(calls):
+    """For each recorded call, why its tensors are outside the kernel's envelope (dtype, head dim, strides,
+    alignment, kv_lens), None when inside: what decides the kernel path apart from the device, so a CPU run in
+    bf16 shows that a processor hands the kernel tensors it can take."""
+    import math
+
+    from vidattn import _ext
+
+    reasons = []
+    for call in calls:
+        views = [t if call["layout"] == "bshd" else t.transpose(1, 2) for t in call["tensors"]]
+        lens = call["kv_lens"]
+        lens = None if lens is None else lens.to(device=views[0].device, dtype=torch.int32)
+        reasons.append(_ext.envelope_reason(*views, lens, 1.0 / math.sqrt(views[0].shape[-1])))
+    return reasons

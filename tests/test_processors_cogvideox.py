@@ -6,7 +6,8 @@ import torch
 
 import vidattn
 from conftest import is_hopper
-from family_helpers import AttentionSpy, assert_restored, attention_processors, check_unknown_module_skipped
+from family_helpers import (AttentionSpy, assert_restored, attention_processors, check_unknown_module_skipped,
+                            envelope_reasons)
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers.models.attention_processor import (  # noqa: E402
@@ -136,6 +137,15 @@ def test_text_padding_mask_is_honoured_through_the_fallback(fresh_warnings):
     text2[1, 5:] = torch.randn(TEXT - 5, 128, generator=g) * 10  # change only the padded text tokens
     video2, _ = _joint_call(keep, text2)
     torch.testing.assert_close(video2, video, atol=1e-6, rtol=1e-6)
+
+def test_bf16_calls_are_inside_the_kernel_envelope(monkeypatch):
+    """On the CPU in bf16: everything but the device says kernel (head dim 64, strides, alignment)."""
+    model = tiny_cogvideox().to(torch.bfloat16)
+    x, ctx, t, emb = tiny_inputs()
+    vidattn.apply(model)
+    spy = AttentionSpy(monkeypatch)
+    forward(model, x.bfloat16(), ctx.bfloat16(), t, emb)
+    assert len(spy.calls) == 2 and envelope_reasons(spy.calls) == [None, None]
 
 
 def test_unknown_modules_are_skipped_and_reported():

@@ -6,7 +6,8 @@ import torch
 
 import vidattn
 from conftest import is_hopper
-from family_helpers import AttentionSpy, assert_restored, attention_processors, check_unknown_module_skipped
+from family_helpers import (AttentionSpy, assert_restored, attention_processors, check_unknown_module_skipped,
+                            envelope_reasons)
 from vidattn.diffusers.sdpa_common import sdpa_mask_to_kv_lens
 
 diffusers = pytest.importorskip("diffusers")
@@ -150,6 +151,16 @@ def test_diffusers_bias_in_each_dtype_is_key_padding(dtype):
     lens, reason = sdpa_mask_to_kv_lens(bias.float().masked_fill(~keep[:, None, None, :], float("-inf")),
                                         2, 3, 12, TEXT)
     assert reason is None and lens.tolist() == [TEXT, 4]
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_bf16_calls_are_inside_the_kernel_envelope(head_dim, monkeypatch):
+    """On the CPU in bf16: everything but the device says kernel (head dim, strides, alignment, kv_lens)."""
+    model = tiny_ltx(head_dim).to(torch.bfloat16)
+    x, ctx, t, mask = tiny_inputs()
+    vidattn.apply(model)
+    spy = AttentionSpy(monkeypatch)
+    forward(model, x.bfloat16(), ctx.bfloat16(), t, mask)
+    assert len(spy.calls) == 4 and envelope_reasons(spy.calls) == [None] * 4
 
 
 def test_unknown_modules_are_skipped_and_reported():

@@ -5,7 +5,8 @@ import torch
 
 import vidattn
 from conftest import is_hopper
-from family_helpers import AttentionSpy, assert_restored, attention_processors, check_unknown_module_skipped
+from family_helpers import (AttentionSpy, assert_restored, attention_processors, check_unknown_module_skipped,
+                            envelope_reasons)
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers.models.attention_processor import MochiAttnProcessor2_0  # noqa: E402
@@ -131,6 +132,15 @@ def test_padded_text_tokens_change_nothing():
     ctx2 = ctx.clone()
     ctx2[1, 5:] = torch.randn(TEXT - 5, 32) * 10
     torch.testing.assert_close(forward(model, x, ctx2, t, mask), out, atol=1e-6, rtol=1e-6)
+
+def test_bf16_calls_are_inside_the_kernel_envelope(monkeypatch):
+    """On the CPU in bf16 at Mochi's head dim 128: everything but the device says kernel."""
+    model = tiny_mochi(head_dim=128).to(torch.bfloat16)
+    x, ctx, t, mask = tiny_inputs()
+    vidattn.apply(model)
+    spy = AttentionSpy(monkeypatch)
+    forward(model, x.bfloat16(), ctx.bfloat16(), t, mask)
+    assert len(spy.calls) == 2 and envelope_reasons(spy.calls) == [None, None]
 
 
 def test_unknown_modules_are_skipped_and_reported():
