@@ -108,6 +108,28 @@ def test_diffusion_forcing_block_causal_mask_runs_per_block(monkeypatch):
     assert len(seen) == 6 and all(lens is None for _, _, lens in seen)
 
 
+def test_block_causal_mask_cache_and_inference_mode(monkeypatch):
+    """The row-prefix test runs once per mask object (cached), is redone when the mask changes in place, and
+    works on inference-mode tensors (no version counter: not cached)."""
+    from vidattn.diffusers import _base
+
+    calls = []
+    real_equal = torch.equal
+    monkeypatch.setattr(_base.torch, "equal", lambda a, b: calls.append(1) or real_equal(a, b))
+    frames = torch.arange(4).repeat_interleave(3)
+    mask = (frames[None, :] <= frames[:, None])[None, None]  # (1, 1, 12, 12), 4 blocks of 3 rows
+    first = _base.row_prefix_runs(mask, 12, 12)
+    assert first == ([(0, 3, 3), (3, 6, 6), (6, 9, 9), (9, 12, 12)], None) and len(calls) == 1
+    assert _base.row_prefix_runs(mask, 12, 12) == first and len(calls) == 1
+    mask[..., 5, 1] = False  # in place: re-checked, row 5 now has a hole
+    assert _base.row_prefix_runs(mask, 12, 12)[0] is None and len(calls) == 2
+    with torch.inference_mode():
+        frozen = (frames[None, :] <= frames[:, None])[None, None]
+        assert _base.row_prefix_runs(frozen, 12, 12) == first
+        assert _base.row_prefix_runs(frozen, 12, 12) == first
+    assert len(calls) == 4
+
+
 def _self_attention_call(mask):
     model = tiny_skyreels()
     attn = model.blocks[0].attn1

@@ -79,8 +79,13 @@ def row_prefix_runs(mask: torch.Tensor, seqlen_q: int, seqlen_kv: int):
                       f"(1, 1, Sq, Skv) row-prefix mask")
     if torch.compiler.is_compiling():
         return None, "attention_mask under torch.compile: the row-prefix test needs the mask's values"
+    try:
+        version = mask._version
+    except RuntimeError:  # an inference-mode tensor has no version counter: not cached
+        version = None
     cached = _RUNS_CACHE.get("last")
-    if cached is not None and cached[0]() is mask and cached[1] == mask._version and cached[2] == mask.shape:
+    if version is not None and cached is not None and cached[0]() is mask and cached[1] == version \
+            and cached[2] == mask.shape:
         return cached[3]
     rows = mask[0, 0]
     lens = rows.sum(dim=1)
@@ -103,5 +108,6 @@ def row_prefix_runs(mask: torch.Tensor, seqlen_q: int, seqlen_kv: int):
             stops = cuts + [seqlen_q]
             kept = lens[starts].tolist()
             result = ([(a, b, int(n)) for a, b, n in zip(starts, stops, kept)], None)
-    _RUNS_CACHE["last"] = (weakref.ref(mask), mask._version, mask.shape, result)
+    if version is not None:
+        _RUNS_CACHE["last"] = (weakref.ref(mask), version, mask.shape, result)
     return result
