@@ -190,3 +190,15 @@ def test_framepack_transformer_matches_stock(batch):
         out = model(*args, **kwargs).sample
     assert len(handle.replaced) == 2 and len(handle.skipped) == 1
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_hunyuan_real_shape_joint_call_is_in_kernel_envelope():
+    """HunyuanVideo's joint attention at its real heads x D (24 x 128): video tokens + 256 text tokens, the
+    text padding as kv_lens; the kernel runs it (explain is None) on Hopper."""
+    if not is_hopper():
+        pytest.skip("needs an sm_90 GPU")
+    s = 32760 + 256
+    q, k, v = (torch.randn(2, s, 24, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    lens = torch.tensor([s, 32760 + 77], device="cuda", dtype=torch.int32)
+    assert vidattn.explain(q, k, v, kv_lens=lens) is None

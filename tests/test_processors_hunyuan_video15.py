@@ -167,3 +167,14 @@ def test_gpu_hunyuan15_head_dim_128_bf16_takes_kernel_path():
     if is_hopper():
         assert calls == [None] * 2, calls
     torch.testing.assert_close(out.float(), expected.float(), atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_hunyuan15_real_shape_joint_call_is_in_kernel_envelope():
+    """HunyuanVideo 1.5 at its real heads x D (16 x 128), text padding as kv_lens: the kernel runs it."""
+    if not is_hopper():
+        pytest.skip("needs an sm_90 GPU")
+    s = 30600 + 1000 + 256 + 729
+    q, k, v = (torch.randn(2, s, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    lens = torch.tensor([s, s - 700], device="cuda", dtype=torch.int32)
+    assert vidattn.explain(q, k, v, kv_lens=lens) is None

@@ -209,3 +209,16 @@ def test_gpu_skyreels_head_dim_128_bf16_takes_kernel_path(forcing):
     if is_hopper():
         assert calls == [None] * len(calls), calls
     torch.testing.assert_close(out.float(), expected.float(), atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_skyreels_real_shape_block_calls_are_in_kernel_envelope():
+    """SkyReels-V2 14B (40 x 128) at 544x960x97 (51000 tokens, 25 latent frames of 2040): a diffusion-forcing
+    block of 5 frames is a query slice on a key prefix; the kernel runs both views as they are."""
+    if not is_hopper():
+        pytest.skip("needs an sm_90 GPU")
+    per_frame, s = 2040, 51000
+    q, k, v = (torch.randn(1, s, 40, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    a, b = 5 * per_frame, 10 * per_frame  # the second block of 5 frames attends to the first 10 frames
+    assert vidattn.explain(q[:, a:b], k[:, :b], v[:, :b]) is None
+    assert vidattn.explain(q, k, v) is None
