@@ -1,24 +1,24 @@
 """vidattn: exact attention for video diffusion transformers on NVIDIA Hopper.
 
     import vidattn
-    vidattn.apply(pipe)                      # every transformer of a diffusers pipeline (Wan 2.1 / 2.2)
+    vidattn.apply(pipe)                      # every transformer of a diffusers video pipeline (README: families)
     out = vidattn.attention(q, k, v)         # (B, S, H, D) in, same out
     vidattn.explain(q, k, v)                 # None when the kernel runs, else why SDPA runs instead
 
-The diffusers integration (`apply`, `restore`, `WanAttnProcessor`) is imported on first use, so
-`import vidattn` does not import diffusers.
+The diffusers integration (`apply`, `restore`, the per-family processors such as `WanAttnProcessor`) is
+imported on first use, so `import vidattn` does not import diffusers.
 """
 from ._ext import build
 from .ops import VidattnFallbackWarning, attention, explain, kernel_available
 
 __version__ = "0.1.0"
 
-_DIFFUSERS_NAMES = ("apply", "restore", "register_processor", "WanAttnProcessor", "ApplyHandle")
-_DIFFUSERS_NAMES += ("CogVideoXAttnProcessor", "FusedCogVideoXAttnProcessor")
-_DIFFUSERS_NAMES += ("LTXVideoAttnProcessor",)
-_DIFFUSERS_NAMES += ("MochiAttnProcessor",)
-_DIFFUSERS_NAMES += ("AllegroAttnProcessor",)
-_DIFFUSERS_NAMES += ("HunyuanVideoAttnProcessor", "HunyuanVideo15AttnProcessor", "SkyReelsV2AttnProcessor")
+_DIFFUSERS_NAMES = (
+    "apply", "restore", "register_processor", "ApplyHandle",
+    "WanAttnProcessor", "SkyReelsV2AttnProcessor", "HunyuanVideoAttnProcessor", "HunyuanVideo15AttnProcessor",
+    "CogVideoXAttnProcessor", "FusedCogVideoXAttnProcessor", "LTXVideoAttnProcessor", "MochiAttnProcessor",
+    "AllegroAttnProcessor",
+)
 
 __all__ = ["attention", "explain", "kernel_available", "build", "VidattnFallbackWarning", *_DIFFUSERS_NAMES]
 

@@ -122,7 +122,7 @@ def apply(pipe_or_model) -> ApplyHandle:
     if not handle.replaced and not any(r.startswith("already") for _, r in handle.skipped):
         found = "; ".join(f"{m} uses {', '.join(sorted(p))}" for m, p in seen.items()) or "no attention modules"
         raise ValueError(f"vidattn has no processor for {type(pipe_or_model).__name__} ({found}); "
-                         f"supported: {', '.join(sorted(PROCESSORS))} (Wan 2.1 / 2.2 WanTransformer3DModel)")
+                         f"supported: {', '.join(sorted(PROCESSORS))} (the families in README's table)")
     previous: Optional[ApplyHandle] = getattr(pipe_or_model, _HANDLE_ATTR, None)
     if previous is not None and previous is not handle:
         handle._originals = previous._originals + handle._originals  # the newest handle restores everything
