@@ -40,6 +40,12 @@ def allegro_rope(frames=2, grid=4):
     return (freqs_t, freqs_h, freqs_w), tuple(pos)
 
 
+def _to_cuda(obj):
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_to_cuda(x) for x in obj)
+    return obj.to("cuda")
+
+
 def tiny_inputs(batch=2, seed=1):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, 4, 2, 8, 8, generator=g)
@@ -145,7 +151,7 @@ def test_gpu_allegro_head_dim_96_bf16_falls_back_with_reason(monkeypatch):
     x, ctx, t, mask = tiny_inputs()
     x, ctx, t, mask = x.to("cuda", torch.bfloat16), ctx.to("cuda", torch.bfloat16), t.to("cuda"), mask.to("cuda")
     rope = allegro_rope()
-    rope = (tuple(f.to("cuda") for f in rope[0]), tuple(p.to("cuda") for p in rope[1]))
+    rope = _to_cuda(rope)  # nested: ((cos, sin) per axis, ...), positions
     expected = forward(model, x, ctx, t, mask, rope)
     vidattn.apply(model)
     spy = AttentionSpy(monkeypatch, explain=True)
