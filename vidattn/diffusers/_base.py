@@ -1,4 +1,4 @@
-"""Shared attention-call plumbing for the vidattn processors of HunyuanVideo, HunyuanVideo 1.5 and SkyReels-V2.
+"""Shared attention-call plumbing for the vidattn processors of Wan, SkyReels-V2, HunyuanVideo and HunyuanVideo 1.5.
 
 `ProcessorBase._attend` is the one place these processors call attention: no mask -> `vidattn.attention`;
 a boolean key-padding mask -> `vidattn.attention(..., kv_lens=)`; context parallelism or any other mask ->

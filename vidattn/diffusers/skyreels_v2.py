@@ -13,7 +13,7 @@ import torch
 
 from ._base import ProcessorBase
 from .apply import register_processor
-from .wan import _image_kv, _qkv, _rope
+from .wan import project_wan
 
 
 class SkyReelsV2AttnProcessor(ProcessorBase):
@@ -33,32 +33,11 @@ class SkyReelsV2AttnProcessor(ProcessorBase):
         attention_mask: Optional[torch.Tensor] = None,
         rotary_emb: Optional[tuple] = None,
     ) -> torch.Tensor:
-        image_states = None
-        if attn.add_k_proj is not None:
-            # I2V: image tokens come first; the text context is the last 512 tokens (as in diffusers).
-            n_image = encoder_hidden_states.shape[1] - 512
-            image_states = encoder_hidden_states[:, :n_image]
-            encoder_hidden_states = encoder_hidden_states[:, n_image:]
-
-        query, key, value = _qkv(attn, hidden_states, encoder_hidden_states)
-        query = attn.norm_q(query)
-        key = attn.norm_k(key)
-
-        query = query.unflatten(2, (attn.heads, -1))
-        key = key.unflatten(2, (attn.heads, -1))
-        value = value.unflatten(2, (attn.heads, -1))
-
-        if rotary_emb is not None:
-            query = _rope(query, *rotary_emb)
-            key = _rope(key, *rotary_emb)
+        query, key, value, image_kv = project_wan(attn, hidden_states, encoder_hidden_states, rotary_emb)
 
         image_out = None
-        if image_states is not None:
-            key_img, value_img = _image_kv(attn, image_states)
-            key_img = attn.norm_added_k(key_img)
-            key_img = key_img.unflatten(2, (attn.heads, -1))
-            value_img = value_img.unflatten(2, (attn.heads, -1))
-            image_out = self._attend(query, key_img, value_img, None, self._parallel_config)
+        if image_kv is not None:
+            image_out = self._attend(query, *image_kv, None, self._parallel_config)
             image_out = image_out.flatten(2, 3).type_as(query)
 
         hidden_states = self._attend_row_prefix(query, key, value, attention_mask, self._parallel_config)

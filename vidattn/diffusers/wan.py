@@ -8,8 +8,7 @@ from typing import Optional
 
 import torch
 
-from .. import ops
-from .masks import mask_to_kv_lens
+from ._base import ProcessorBase
 
 
 def _qkv(attn, hidden_states, encoder_hidden_states):
@@ -38,37 +37,43 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return out.type_as(x)
 
 
-class WanAttnProcessor:
+def project_wan(attn, hidden_states, encoder_hidden_states, rotary_emb):
+    """The stock Wan processor up to its attention calls: (query, key, value) as (B, S, H, D) with the norms and
+    RoPE applied, and the I2V image (key, value) pair (None without image tokens). Shared with SkyReels-V2."""
+    image_states = None
+    if attn.add_k_proj is not None:
+        # I2V: image tokens come first; the text context is the last 512 tokens (as in diffusers).
+        n_image = encoder_hidden_states.shape[1] - 512
+        image_states = encoder_hidden_states[:, :n_image]
+        encoder_hidden_states = encoder_hidden_states[:, n_image:]
+
+    query, key, value = _qkv(attn, hidden_states, encoder_hidden_states)
+    query = attn.norm_q(query)
+    key = attn.norm_k(key)
+
+    query = query.unflatten(2, (attn.heads, -1))
+    key = key.unflatten(2, (attn.heads, -1))
+    value = value.unflatten(2, (attn.heads, -1))
+
+    if rotary_emb is not None:
+        query = _rope(query, *rotary_emb)
+        key = _rope(key, *rotary_emb)
+
+    image_kv = None
+    if image_states is not None:
+        key_img, value_img = _image_kv(attn, image_states)
+        key_img = attn.norm_added_k(key_img)
+        image_kv = (key_img.unflatten(2, (attn.heads, -1)), value_img.unflatten(2, (attn.heads, -1)))
+    return query, key, value, image_kv
+
+
+class WanAttnProcessor(ProcessorBase):
     """vidattn processor for diffusers' `WanAttention` (Wan 2.1 T2V/I2V, Wan 2.2 T2V/I2V/TI2V).
 
     Use through `vidattn.apply(pipe)` or `pipe.transformer.set_attn_processor(vidattn.WanAttnProcessor())`.
     Masks: a boolean key-padding mask ((B, Skv) or (B, 1, 1, Skv), True = keep, a prefix per row)
     becomes `kv_lens`; any other mask, or context parallelism, runs diffusers' own attention dispatch.
     """
-
-    # Read and written by diffusers (set_attention_backend, enable_parallelism); used on the fallback path.
-    _attention_backend = None
-    _parallel_config = None
-
-    def _dispatch(self, query, key, value, attention_mask, parallel_config, reason: Optional[str]):
-        """diffusers' stock attention call, for what the kernel cannot express."""
-        from diffusers.models.attention_dispatch import dispatch_attention_fn
-
-        if reason is not None and not torch.compiler.is_compiling():
-            ops.warn_fallback(reason)
-        return dispatch_attention_fn(query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,
-                                     backend=self._attention_backend, parallel_config=parallel_config)
-
-    def _attend(self, query, key, value, attention_mask=None, parallel_config=None):
-        if parallel_config is not None:
-            return self._dispatch(query, key, value, attention_mask, parallel_config,
-                                  "context parallelism is configured: diffusers' dispatch runs the ring")
-        if attention_mask is None:
-            return ops.attention(query, key, value, layout="bshd")
-        kv_lens, reason = mask_to_kv_lens(attention_mask, query.shape[0], key.shape[1])
-        if kv_lens is None:
-            return self._dispatch(query, key, value, attention_mask, None, reason)
-        return ops.attention(query, key, value, layout="bshd", kv_lens=kv_lens)
 
     def __call__(
         self,
@@ -78,32 +83,11 @@ class WanAttnProcessor:
         attention_mask: Optional[torch.Tensor] = None,
         rotary_emb: Optional[tuple] = None,
     ) -> torch.Tensor:
-        image_states = None
-        if attn.add_k_proj is not None:
-            # I2V: image tokens come first; the text context is the last 512 tokens (as in diffusers).
-            n_image = encoder_hidden_states.shape[1] - 512
-            image_states = encoder_hidden_states[:, :n_image]
-            encoder_hidden_states = encoder_hidden_states[:, n_image:]
-
-        query, key, value = _qkv(attn, hidden_states, encoder_hidden_states)
-        query = attn.norm_q(query)
-        key = attn.norm_k(key)
-
-        query = query.unflatten(2, (attn.heads, -1))
-        key = key.unflatten(2, (attn.heads, -1))
-        value = value.unflatten(2, (attn.heads, -1))
-
-        if rotary_emb is not None:
-            query = _rope(query, *rotary_emb)
-            key = _rope(key, *rotary_emb)
+        query, key, value, image_kv = project_wan(attn, hidden_states, encoder_hidden_states, rotary_emb)
 
         image_out = None
-        if image_states is not None:
-            key_img, value_img = _image_kv(attn, image_states)
-            key_img = attn.norm_added_k(key_img)
-            key_img = key_img.unflatten(2, (attn.heads, -1))
-            value_img = value_img.unflatten(2, (attn.heads, -1))
-            image_out = self._attend(query, key_img, value_img)
+        if image_kv is not None:
+            image_out = self._attend(query, *image_kv)
             image_out = image_out.flatten(2, 3).type_as(query)
 
         parallel_config = self._parallel_config if encoder_hidden_states is None else None
