@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# A/B kernel variants in one device call: build each variant of csrc/ (an optional patch from csrc/experiments/
+# plus -D flags) into its own library, then run scripts/kernel_smoke.py --time against each, every run under a
+# timeout so a hanging variant costs seconds, not the lease. The baseline (the tree as it is) always runs first.
+#
+#   bash scripts/kernel_ab.sh --build-only                # here (nvcc, no GPU): build every variant into .build/ab
+#   bash scripts/kernel_ab.sh                             # on the H200 (carry .build): smoke + timing per variant
+#   VARIANTS="base| ring176|running_ring_q_double_buffer|" bash scripts/kernel_ab.sh
+#
+# VARIANTS: newline- or space-separated "name|patch|flags" (patch: a file name in csrc/experiments, or empty;
+# flags: extra nvcc -D flags, commas for spaces). Logs: $OUT/ab_<name>.log (OUT defaults to ./out).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+REPO=$PWD
+OUT=${OUT:-$REPO/out}
+BUILD=$REPO/.build/ab
+T_SMOKE=${T_SMOKE:-90}
+VARIANTS=${VARIANTS:-"base||
+base_n128||-DVIDATTN_BLOCK_N_D128=128
+qdb_n128|q_double_buffer.patch|-DVIDATTN_BLOCK_N_D128=128
+ring_n176|running_ring_q_double_buffer.patch|
+ring_n128|running_ring_q_double_buffer.patch|-DVIDATTN_BLOCK_N_D128=128"}
+mkdir -p "$OUT" "$BUILD"
+mapfile -t NVCC_FLAGS < <(python3 - <<'PY'
+import ast, pathlib
+for node in ast.walk(ast.parse(pathlib.Path("vidattn/_ext.py").read_text())):
+    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "NVCC_FLAGS":
+        print("\n".join(ast.literal_eval(node.value)))
+PY
+)
+
+build_variant() {  # name patch flags
+    local name=$1 patch=$2 flags=${3//,/ } src
+    src=$(mktemp -d)
+    cp -r csrc "$src/csrc"
+    if [[ -n $patch ]]; then
+        (cd "$src" && git apply "$REPO/csrc/experiments/$patch") || { echo "[ab] $name: patch $patch does not apply"; return 1; }
+    fi
+    # shellcheck disable=SC2086
+    if nvcc "${NVCC_FLAGS[@]}" $flags -I "$src/csrc" "$src/csrc/capi.cu" -o "$BUILD/lib_$name.so" 2>"$BUILD/$name.ptxas.log"; then
+        echo "[ab] built $name: $(grep -c 'Compiling entry' "$BUILD/$name.ptxas.log") kernels," \
+             "$(grep -E 'spill stores' "$BUILD/$name.ptxas.log" | grep -vc ' 0 bytes spill stores') with spills"
+    else
+        echo "[ab] $name: build failed"; tail -20 "$BUILD/$name.ptxas.log"; return 1
+    fi
+    rm -rf "$src"
+}
+
+build_only=0
+[[ ${1:-} == --build-only ]] && build_only=1
+for spec in $VARIANTS; do
+    IFS='|' read -r name patch flags <<<"$spec"
+    [[ -f $BUILD/lib_$name.so && $build_only == 0 ]] || build_variant "$name" "$patch" "$flags"
+done
+((build_only)) && exit 0
+
+export PYTHONUNBUFFERED=1
+summary=()
+for spec in $VARIANTS; do
+    IFS='|' read -r name _ _ <<<"$spec"
+    [[ -f $BUILD/lib_$name.so ]] || { summary+=("$name: not built"); continue; }
+    echo "=== $name"
+    VIDATTN_LIBRARY=$BUILD/lib_$name.so timeout "$T_SMOKE" python3 scripts/kernel_smoke.py --time \
+        >"$OUT/ab_$name.log" 2>&1
+    rc=$?
+    grep -v '^(' "$OUT/ab_$name.log"
+    ok=$(grep -c '^(.*: ok ' "$OUT/ab_$name.log")
+    summary+=("$name: rc=$rc, $ok correctness cases ok$([[ $rc == 124 ]] && echo ', TIMED OUT (hang?)')")
+done
+echo "== summary"
+printf '%s\n' "${summary[@]}"
