@@ -19,7 +19,8 @@ VARIANTS=${VARIANTS:-"base||
 base_n128||-DVIDATTN_BLOCK_N_D128=128
 qdb_n128|q_double_buffer.patch|-DVIDATTN_BLOCK_N_D128=128
 ring_n176|running_ring_q_double_buffer.patch|
-ring_n128|running_ring_q_double_buffer.patch|-DVIDATTN_BLOCK_N_D128=128"}
+ring_n128|running_ring_q_double_buffer.patch|-DVIDATTN_BLOCK_N_D128=128
+d64x3|d64_three_consumer_wgs.patch|"}
 mkdir -p "$OUT" "$BUILD"
 mapfile -t NVCC_FLAGS < <(python3 - <<'PY'
 import ast, pathlib
