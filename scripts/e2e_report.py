@@ -4,6 +4,14 @@
     python scripts/e2e_report.py                       # 1.3B architecture, 480x832x81, 4 steps (GPU)
     python scripts/e2e_report.py --forward-only        # one transformer forward at full size, both paths
     python scripts/e2e_report.py --preset tiny         # CPU smoke run (what CI does)
+    python scripts/e2e_report.py --model-family hunyuan_video   # another family: one forward, both paths
+
+`--model-family NAME` (wan, wan14b, skyreels_v2, hunyuan_video, hunyuan_video15, cogvideox, ltx, mochi, allegro;
+pipelines/families.py) builds that family's transformer from its real config with random weights and the inputs
+its pipeline gives one transformer call at the default size, and runs the forward-only measurement under SDPA
+and under vidattn: CUDA-event median, torch.profiler attention share, output relative L2, and a census of which
+attention calls ran the kernel, fell back to SDPA (with the reasons) or stayed stock. Full video generation is
+only implemented for Wan (the default, without --model-family); other families always run forward-only.
 
 One pipeline is built (seeded random weights, or `--model DIR`); the SDPA run uses diffusers' default processors,
 the vidattn run installs vidattn's with `vidattn.apply(pipe)` on the same object (shared weights), then
@@ -41,8 +49,16 @@ def log(msg: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=["1.3b", "14b", "tiny"], default=None,
-                   help="architecture with random weights (default 1.3b; tiny on a machine without CUDA)")
+    p.add_argument("--preset", choices=["1.3b", "14b", "tiny", "default", "540p"], default=None,
+                   help="architecture with random weights (default 1.3b; tiny on a machine without CUDA); with "
+                        "--model-family: default (real config, the pipeline's default size), tiny, or a "
+                        "family's smaller size (hunyuan_video: 540p)")
+    p.add_argument("--model-family", default=None, metavar="NAME",
+                   help="forward-only report for another video DiT family (see pipelines/families.py): wan, "
+                        "wan14b, skyreels_v2, hunyuan_video, hunyuan_video15, cogvideox, ltx, mochi, allegro")
+    p.add_argument("--batch", type=int, default=None,
+                   help="with --model-family: batch of the forward (default: what the pipeline passes, 2 where it "
+                        "batches CFG)")
     p.add_argument("--model", default=None, metavar="DIR", help="local diffusers Wan folder (real weights)")
     p.add_argument("--height", type=int, default=None, help="multiple of 16 (default 480; tiny: 64)")
     p.add_argument("--width", type=int, default=None, help="multiple of 16 (default 832; tiny: 96)")
@@ -312,7 +328,8 @@ def plot_latency(report: dict, path: Path) -> None:
             ax.axvspan(-0.5, w - 0.5, color="0.9", label="warm-up (excluded)")
     ax.set_xlabel("timed forward" if forward_only else "denoising step")
     ax.set_ylabel("ms per forward" if forward_only else "transformer ms per step")
-    ax.set_title(f"Wan {report['model']} {report['height']}x{report['width']}x{report['frames']} "
+    prefix = "" if report.get("model_family") else "Wan "
+    ax.set_title(f"{prefix}{report['model']} {report['height']}x{report['width']}x{report['frames']} "
                  f"({report['tokens']} tokens) on {report['metadata'].get('gpu') or report['device']}", fontsize=9)
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -399,9 +416,320 @@ def markdown(report: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# ------------------------------------------------------------------------------------ other model families
+def _resolve_family(args) -> None:
+    """Device, dtype, preset and size for a --model-family run; raises SystemExit(message) on errors."""
+    from pipelines import families
+
+    args.notes = []
+    cuda = torch.cuda.is_available()
+    if args.model is not None:
+        raise SystemExit("error: --model DIR loads Wan weights; --model-family runs use random weights")
+    if args.device is None:
+        args.device = "cuda" if cuda else "cpu"
+    try:
+        dev = torch.device(args.device)
+    except RuntimeError:
+        raise SystemExit(f"error: --device {args.device!r} is not a valid torch device") from None
+    if dev.type not in ("cuda", "cpu"):
+        raise SystemExit(f"error: --device must be cuda[:N] or cpu, got {args.device!r}")
+    if dev.type == "cuda" and not cuda:
+        raise SystemExit("error: --device cuda requested but CUDA is not available on this machine "
+                         "(use --device cpu with --preset tiny)")
+    fam = families.family(args.model_family)
+    if args.preset is None:
+        args.preset = "tiny" if dev.type == "cpu" else "default"
+        if dev.type == "cpu":
+            args.notes.append(f"no CUDA device: the tiny {args.model_family} config on the CPU "
+                              "(pass --preset tiny to silence this)")
+    if args.preset in ("1.3b", "14b"):
+        raise SystemExit(f"error: --preset {args.preset} is a Wan preset; --model-family takes "
+                         f"{', '.join(fam.presets())}")
+    if args.preset not in fam.presets():
+        raise SystemExit(f"error: --model-family {args.model_family} has no preset {args.preset!r} "
+                         f"(choose from {', '.join(fam.presets())})")
+    if dev.type == "cpu" and args.preset != "tiny":
+        raise SystemExit(f"error: the {args.model_family} {args.preset} preset needs a CUDA GPU; use --preset tiny "
+                         "on CPU")
+    base = families.size_for(args.model_family, args.preset)
+    args.size = families.Size(args.height or base.height, args.width or base.width, args.frames or base.frames)
+    args.height, args.width, args.frames = args.size.height, args.size.width, args.size.frames
+    try:
+        families.check_size(args.model_family, args.size, families.config_for(args.model_family, args.preset))
+    except families.FamilyError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if args.batch is not None and args.batch < 1:
+        raise SystemExit(f"error: --batch must be >= 1, got {args.batch}")
+    if args.iters < 1 or args.warmup < 0:
+        raise SystemExit("error: --iters must be >= 1 and --warmup >= 0")
+    if args.dtype is None:
+        args.dtype = "fp32" if dev.type == "cpu" else "bf16"
+    if dev.type == "cpu":
+        args.notes.append("CPU run: timings use time.perf_counter and the profiler's CPU activity; the vidattn kernel "
+                          "cannot run, so both paths are SDPA")
+    if args.steps != 4 or args.guidance != 5.0:
+        args.notes.append("--steps/--guidance are ignored by --model-family runs (one transformer forward)")
+
+
+def _is_oom(exc: BaseException) -> bool:
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    return (oom is not None and isinstance(exc, oom)) or "out of memory" in str(exc).lower()
+
+
+def _family_fallback(census: dict | None, profile: dict | None, device) -> dict:
+    """Did the vidattn run use the kernel? From the census of one vidattn forward and, on CUDA, the profiler."""
+    if not census:
+        return {"all_fallback": None, "partial_fallback": None, "summary": "no vidattn census (the run failed)"}
+    k, fb, st = census["kernel"], census["fallback"], census["stock"]
+    seen = (profile or {}).get("vidattn_kernel_seen")
+    all_fb = k == 0
+    if device.type == "cuda" and seen is False and k > 0:
+        all_fb = True
+    reasons = "; ".join(f"{r} ({n} calls)" for r, n in census["fallback_reasons"].items())
+    stock = f"; {st} call(s) in modules vidattn leaves stock" if st else ""
+    if all_fb:
+        text = ("vidattn FELL BACK TO SDPA for every attention call" + (f": {reasons}" if reasons else "") +
+                (" (explain() said kernel, but the profiler saw no vidattn kernel)" if k > 0 else "") + stock +
+                ". Both runs used SDPA, so a speedup of about 1.0 is expected.")
+    elif fb:
+        text = f"vidattn kernel ran {k} of {census['calls']} attention calls; SDPA fallback for {fb}: {reasons}{stock}"
+    else:
+        text = f"vidattn kernel ran all {k} vidattn attention calls{stock}"
+    return {"all_fallback": all_fb, "partial_fallback": bool(k and fb), "kernel_calls": k, "fallback_calls": fb,
+            "stock_calls": st, "vidattn_kernel_seen_in_profile": seen, "summary": text}
+
+
+def run_family_forward(args, built, device, switch: AttnSwitch) -> dict:
+    """SDPA, then vidattn: warm-up (the first one under the attention census), timed forwards, one profiled."""
+    from pipelines.census import AttentionCensus
+    from pipelines.measure import attention_share, rel_l2, spread, sync
+
+    results, outputs, profiles, calls, failed = {}, {}, {}, {}, None
+    n_tok = built.info()["tokens"]
+    for path in PATHS:
+        mem_reset(device)
+
+        def timed():
+            with AttentionCensus() as census:
+                t0 = time.perf_counter()
+                out = built.forward()
+                sync(device)
+                first_ms = (time.perf_counter() - t0) * 1e3
+            for _ in range(max(args.warmup - 1, 0)):
+                built.forward()
+            sync(device)
+            times = []
+            for _ in range(args.iters):
+                if device.type == "cuda":
+                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    a.record()
+                    out = built.forward()
+                    b.record()
+                    b.synchronize()
+                    times.append(a.elapsed_time(b))
+                else:
+                    t0 = time.perf_counter()
+                    out = built.forward()
+                    times.append((time.perf_counter() - t0) * 1e3)
+            return census.summary(), first_ms, times, out
+
+        log(f"[{path}] {max(args.warmup, 1)} warm-up (the first one under the attention census) + {args.iters} "
+            f"timed forwards ({n_tok} tokens, batch {built.batch}) ...")
+        try:
+            census, first_ms, times, out = switch.run(path, timed)
+        except Exception as exc:  # noqa: BLE001 - an OOM or a model error becomes a failure report
+            failed = {"failed_at": path, "error": f"{type(exc).__name__}: {str(exc)[:2000]}", "oom": _is_oom(exc),
+                      "peak_mem_gib": mem_peak_gib(device)}
+            log(f"[{path}] FAILED: {failed['error'][:300]}")
+            break
+        calls[path] = census
+        outputs[path] = out.float().cpu()
+        results[path] = {"census_forward_ms": first_ms, "forward_ms": times, "forward_stats_ms": spread(times),
+                         "peak_mem_gib": mem_peak_gib(device), "output_finite": bool(torch.isfinite(out).all())}
+        del out
+        log(f"[{path}] {fmt(results[path]['forward_stats_ms']['median'])} ms/forward (median); attention calls: "
+            f"{census['kernel']} kernel, {census['fallback']} fallback, {census['stock']} stock")
+        if not args.no_profile:
+            profiles[path] = switch.run(path, lambda: attention_share(built.forward, device))
+            log(f"[{path}] attention share {fmt(100 * (profiles[path]['attention_share'] or 0))} %")
+    body = {"results": results, "profiles": profiles, "attention_calls": calls}
+    if failed:
+        body.update(status="failed", failure=failed)
+        return body
+    body.update(status="ok",
+                speedup={"per_forward_median": ratio(results["sdpa"]["forward_stats_ms"]["median"],
+                                                     results["vidattn"]["forward_stats_ms"]["median"])},
+                fidelity={"output_rel_l2": rel_l2(outputs["vidattn"], outputs["sdpa"])})
+    return body
+
+
+def _params_text(n) -> str:
+    return "n/a" if n is None else (f"{n / 1e9:.2f}B" if n >= 1e8 else f"{n / 1e6:.2f}M")
+
+
+def family_markdown(report: dict) -> str:
+    m, fb = report["metadata"], report["fallback"]
+    lines = [f"# vidattn forward-only report: {report['model']} (`--model-family {report['model_family']}`)", ""]
+    if report["status"] != "ok":
+        f = report["failure"]
+        lines += [f"> **FAILED at {f['failed_at']}: {f['error'][:500]}**", ""]
+    elif fb.get("all_fallback"):
+        lines += [f"> **WARNING: {fb['summary']}**", ""]
+    else:
+        lines += [f"> {fb['summary']}", ""]
+    lines += [f"- GPU: {m.get('gpu') or 'none (' + report['device'] + ')'}; torch {m.get('torch')}, CUDA "
+              f"{m.get('cuda')}, cuDNN {m.get('cudnn')}, diffusers {m.get('diffusers')}",
+              f"- commit `{m.get('git_commit')}`, {m.get('date_utc')}",
+              f"- command: `{m.get('command')}`",
+              f"- `{report['class']}`, "
+              f"{'config of `' + report['checkpoint'] + '`' if report['checkpoint'] else 'tiny config (CPU tests)'}, "
+              f"{_params_text(report['params'])} parameters, "
+              f"{report['layers']} layers, {report['heads']} heads x {report['head_dim']}; "
+              f"weights: {report['weights']}",
+              f"- video {report['height']}x{report['width']}, {report['frames']} frames = {report['tokens']} video "
+              f"tokens; batch {report['batch']}; dtype {report['dtype']}; inputs as `{report['pipeline']}` builds "
+              f"them: {report['inputs_note']}", ""]
+    r = report.get("results", {})
+    if r:
+        lines += ["| path | forward median (ms) | p10 / p90 | peak mem (GiB) | attention share | kernel / fallback / "
+                  "stock calls |", "|---|---|---|---|---|---|"]
+        for p in PATHS:
+            if p not in r:
+                continue
+            st, c = r[p]["forward_stats_ms"], report["attention_calls"][p]
+            share = report["profiles"].get(p, {}).get("attention_share")
+            lines.append(f"| {p} | {fmt(st['median'])} | {fmt(st['p10'])} / {fmt(st['p90'])} | "
+                         f"{fmt(r[p]['peak_mem_gib'], 2)} | {fmt(100 * share if share is not None else None, 1, ' %')} "
+                         f"| {c['kernel']} / {c['fallback']} / {c['stock']} |")
+        lines.append("")
+    if report["status"] == "ok":
+        sp = fmt(report["speedup"]["per_forward_median"], 3, "x")
+        lines += [f"Speedup (SDPA / vidattn, median forward): **{sp}**; "
+                  f"output relative L2 difference {report['fidelity']['output_rel_l2']:.2e}.", ""]
+    census = report.get("attention_calls", {}).get("vidattn")
+    if census:
+        lines += ["Attention calls of one vidattn forward:", "",
+                  "| calls | path | via | layout | q | k | kv_lens | reason |", "|---|---|---|---|---|---|---|---|"]
+        for g in census["shapes"]:
+            lines.append(f"| {g['count']} | {g['kind']} | {g['via']} | {g['layout']} | {tuple(g['q'])} | "
+                         f"{tuple(g['k'])} | {'yes' if g['kv_lens'] else ''} | {g['reason'] or ''} |")
+        lines.append("")
+    for p in PATHS:
+        prof = report.get("profiles", {}).get(p)
+        if prof:
+            names = ", ".join(f"`{x['name'][:80]}`" for x in (prof["matched_kernels"] or prof["matched_ops"])[:4])
+            lines.append(f"- {p}: attention {fmt(prof['attention_ms'], 1)} of {fmt(prof['total_ms'], 1)} ms "
+                         f"({prof['basis']}); matched: {names or 'nothing'}")
+    if report.get("apply"):
+        a = report["apply"]
+        lines += ["", f"`vidattn.apply`: {a['replaced']} attention modules replaced, {len(a['skipped'])} skipped"
+                  + (f" ({', '.join(sorted({r for _, r in a['skipped']}))})" if a["skipped"] else "") + "."]
+    if report.get("vidattn_warnings"):
+        lines += ["", "vidattn warnings:"] + [f"- {w}" for w in report["vidattn_warnings"]]
+    lines += ["", "Random weights and random text embeddings: the output means nothing; the timings and the "
+                  "SDPA-vs-vidattn agreement do. Full video generation for this family is not measured here."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main_family(args) -> dict:
+    """`--model-family NAME`: the forward-only report for one family; writes report.json/.md/latency.png."""
+    from pipelines import families
+    from pipelines.measure import jsonable
+    from vidattn.envinfo import run_metadata
+
+    _resolve_family(args)
+    name = args.model_family
+    if not args.forward_only and name not in ("wan", "wan14b"):
+        log(f"NOTE: full video generation is only implemented for Wan; {name} runs --forward-only")
+    for note in args.notes:
+        log(f"NOTE: {note}")
+    device, dtype = torch.device(args.device), DTYPES[args.dtype]
+    date = datetime.datetime.now().strftime("%Y%m%d")
+    tag = name if args.preset == "default" else f"{name}-{args.preset}"
+    out_dir = Path(args.out_dir) if args.out_dir else ROOT / "bench" / "results" / f"forward_{tag}_{date}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fam = families.family(name)
+    report = {"metadata": run_metadata(), "mode": "forward-only", "model_family": name,
+              "model": fam.display if args.preset != "tiny" else f"{fam.display} (tiny)",
+              "checkpoint": fam.checkpoint if args.preset != "tiny" else None, "class": fam.cls_name,
+              "pipeline": fam.pipeline, "preset": args.preset, "device": str(device), "dtype": args.dtype,
+              "weights": f"random (seed {args.seed})", "seed": args.seed, "height": args.height, "width": args.width,
+              "frames": args.frames, "warmup": args.warmup, "iters": args.iters,
+              "timing_method": "cuda events" if device.type == "cuda" else "time.perf_counter"}
+    log(f"building {fam.display} ({args.preset}, {args.dtype}, {device}) with random weights ...")
+    t0 = time.perf_counter()
+    mem_reset(device)
+    try:
+        built = families.build(name, args.preset, device=device, dtype=dtype, seed=args.seed, size=args.size,
+                               batch=args.batch)
+    except Exception as exc:  # noqa: BLE001 - e.g. out of memory: recorded, not a traceback
+        config = families.config_for(name, args.preset)
+        shapes = families.attention_shapes(name, args.size, config, args.batch)
+        report.update(status="failed", batch=args.batch or fam.batch,
+                      tokens=families.video_tokens(name, args.size, config), heads=config["num_attention_heads"],
+                      head_dim=config["attention_head_dim"], params=families.param_count(name, args.preset),
+                      layers=str(config["num_layers"]), attention_shapes=shapes, inputs_note=fam.note,
+                      failure={"failed_at": "build", "error": f"{type(exc).__name__}: {str(exc)[:2000]}",
+                               "oom": _is_oom(exc), "peak_mem_gib": mem_peak_gib(device)},
+                      fallback=_family_fallback(None, None, device))
+        log(f"build FAILED: {report['failure']['error'][:300]}")
+        (out_dir / "report.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
+        (out_dir / "report.md").write_text(family_markdown(report))
+        report["out_dir"] = str(out_dir)
+        return report
+    report["build_s"] = time.perf_counter() - t0
+    report.update(built.info())
+    report["model"] = fam.display if args.preset != "tiny" else f"{fam.display} (tiny)"
+    log(f"built in {report['build_s']:.1f} s: {_params_text(report['params'])} parameters, {report['tokens']} video "
+        f"tokens, batch {built.batch}, {report['heads']} heads x {report['head_dim']}")
+    switch = AttnSwitch(built.model)
+    import vidattn
+    handle = vidattn.apply(built.model)
+    report["apply"] = {"replaced": len(handle.replaced), "skipped": [list(x) for x in handle.skipped]}
+    vidattn.restore(built.model)
+    log(f"vidattn.apply replaces {len(handle.replaced)} attention modules, skips {len(handle.skipped)}")
+    report.update(run_family_forward(args, built, device, switch))
+    report["vidattn_warnings"] = switch.warnings
+    report["fallback"] = _family_fallback(report["attention_calls"].get("vidattn"),
+                                          report["profiles"].get("vidattn"), device)
+    fb = report["fallback"]
+    if report["status"] == "ok" and fb["all_fallback"]:
+        log("=" * 100)
+        log(f"WARNING: {fb['summary']}")
+        log("=" * 100)
+    else:
+        log(fb["summary"])
+    (out_dir / "report.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
+    (out_dir / "report.md").write_text(family_markdown(report))
+    files = ["report.json", "report.md"]
+    if report["status"] == "ok":
+        plot_latency(report, out_dir / "latency.png")
+        files.append("latency.png")
+        log(f"speedup (SDPA / vidattn, median forward): {fmt(report['speedup']['per_forward_median'], 3, 'x')}; "
+            f"output rel L2 {report['fidelity']['output_rel_l2']:.2e}")
+    log(f"wrote {', '.join(files)} to {out_dir}")
+    report["out_dir"] = str(out_dir)
+    return report
+
+
 # -------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
+    if args.model_family is not None:
+        from pipelines.families import FAMILIES
+
+        if args.model_family not in FAMILIES:
+            raise SystemExit(f"error: unknown --model-family {args.model_family!r} (choose from "
+                             f"{', '.join(FAMILIES)})")
+        if args.forward_only or args.model_family not in ("wan", "wan14b"):
+            return main_family(args)
+        # Wan generation: the report below, with the family's preset
+        if args.preset in (None, "default"):
+            args.preset = "14b" if args.model_family == "wan14b" else (None if args.preset is None else "1.3b")
+    if args.preset not in (None, "1.3b", "14b", "tiny"):
+        raise SystemExit(f"error: --preset {args.preset} is for --model-family runs (Wan presets: 1.3b, 14b, tiny)")
+    if args.batch is not None:
+        raise SystemExit("error: --batch is for --model-family runs")
     args.attn = "both"
     args = resolve(args)
     if args.warmup_steps < 0 or args.iters < 1 or args.warmup < 0 or args.sample_frames < 1:
@@ -484,4 +812,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(0 if main().get("status", "ok") == "ok" else 1)
