@@ -5,7 +5,9 @@
 #   bash scripts/device_run.sh build bench          # chosen stages, in the order given ("all" = the default set)
 #   BENCH_ARGS="--quick --shapes Wan" bash scripts/device_run.sh build bench
 #
-# Stages: build, smoke (scripts/kernel_smoke.py; not in the default set), gpu-tests, sanitizer, bench, e2e, forward.
+# Stages: build, smoke (scripts/kernel_smoke.py; not in the default set), gpu-tests, sanitizer, bench, e2e, forward,
+# cross-model (not in the default set: one forward-only report per video DiT family, then the cross-model table;
+# it prints each family's estimated wall time first; see stage_cross_model).
 # Each runs under `timeout`, a failure does not stop the next one, and a summary table (stage, status, seconds)
 # is printed last. The whole run keeps inside BUDGET_S seconds (default 580, for the 10-minute device call):
 # a stage gets min(its limit, what is left), and a stage with under MIN_STAGE_S seconds left is skipped.
@@ -14,17 +16,22 @@
 #   device_run.log  header, build, smoke, gpu-tests, sanitizer, summary
 #   bench.log       bench stage;  kernel_<date>_<commit>.json  its results (commit them from here)
 #   e2e.log         e2e and forward stages;  report.json report.md latency.png forward_report.json (if made)
+#   cross_model.log cross-model stage;  cross_model_reports.tar.gz (every family's report.json/.md/latency.png and
+#                   the table, paths relative to the repo: `tar xzf ... -C <repo>`), cross_model_<date>.md/.json
 #
 # Environment (all optional):
 #   OUT               where logs and results go (default ./out)
 #   PYTHON            interpreter (default python3)
 #   BUDGET_S          seconds for the whole script (default 580); MIN_STAGE_S (default 30)
-#   T_BUILD T_SMOKE T_GPU_TESTS T_SANITIZER T_BENCH T_E2E T_FORWARD   per-stage limits in seconds
+#   T_BUILD T_SMOKE T_GPU_TESTS T_SANITIZER T_BENCH T_E2E T_FORWARD T_CROSS_MODEL   per-stage limits in seconds
 #   PYTEST_FLAGS      default "-x -q -rfEs --durations=15"; PYTEST_TIMEOUT per test (default 300)
 #   PYTEST_PATHS      default "tests/" (e.g. "tests/test_kernel_gpu.py" for the kernel suite alone)
 #   SANITIZER_TOOLS   default "memcheck racecheck"
 #   BENCH_ARGS        extra arguments for scripts/bench_kernel.py (e.g. "--quick", "--shapes seed")
 #   E2E_ARGS          extra arguments for scripts/e2e_report.py; FORWARD_ARGS for its --forward-only run
+#   CROSS_MODELS      cross-model families in run order, FAMILY or FAMILY:PRESET (default: all, cheapest first:
+#                     ltx wan cogvideox skyreels_v2 hunyuan_video15 wan14b mochi allegro hunyuan_video)
+#   CROSS_ARGS        extra arguments for every cross-model e2e_report.py run
 #   VIDATTN_GIT_COMMIT  commit to record when the copied tree has no .git (the bench JSON name uses it)
 #   COPY_LIB=1        also copy the built kernel library (.so) into $OUT (one more file of the 8)
 set -uo pipefail
@@ -35,7 +42,7 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-$REPO/out}
 MAX_OUT_FILES=8
 
-ALL_STAGES=(build smoke gpu-tests sanitizer bench e2e forward)
+ALL_STAGES=(build smoke gpu-tests sanitizer bench e2e forward cross-model)
 DEFAULT_STAGES=(build gpu-tests sanitizer bench e2e forward)
 SKIPPED_RC=200  # a stage body exits with this when it has nothing to do (e.g. script missing)
 
@@ -114,6 +121,72 @@ stage_forward() {
     "$PY" scripts/e2e_report.py --forward-only ${FORWARD_ARGS:-}
 }
 
+stage_cross_model() {
+    # One forward-only report per family (scripts/e2e_report.py --model-family F --forward-only), each under its
+    # own timeout (about 2x its estimate + 90 s, and never past what is left of this stage), then the table.
+    # Families whose estimate does not fit in what is left are skipped (and said so): run them in a later call.
+    # Estimated wall time on the H200 per family (python3 -m pipelines.families; build + both paths, warm-up,
+    # timed and profiled forwards; estimates for budgeting, fitted to the measured Wan forwards):
+    #   ltx 34s  wan 37s  cogvideox 62s  skyreels_v2 45s  hunyuan_video15 75s  wan14b 82s  mochi 120s
+    #   allegro 133s  hunyuan_video 244s (720p, 118800 tokens)  -> about 830 s in all, plus ~15 s for the plan:
+    # two 10-minute device calls, e.g.
+    #   CROSS_MODELS="ltx wan cogvideox skyreels_v2 hunyuan_video15 wan14b allegro" bash scripts/device_run.sh build cross-model
+    #   CROSS_MODELS="mochi hunyuan_video" bash scripts/device_run.sh build cross-model
+    [[ -f scripts/cross_model_table.py && -f pipelines/families.py ]] || { echo "cross-model scripts missing"; return $SKIPPED_RC; }
+    local t0=$SECONDS stage_limit=${STAGE_LIMIT_S:-570} date plan fam preset tmo w i est left dir rc st
+    local -a dirs=() summary=()
+    date=$(date -u +%Y%m%d)
+    echo "-- cross-model plan (H200 estimates from pipelines/families.py, for budgeting; not measurements):"
+    # shellcheck disable=SC2086  # CROSS_MODELS is a list
+    "$PY" -m pipelines.families --timeouts-file "$OUT/.cross_plan" ${CROSS_MODELS:-} | sed 's/^/   /'
+    plan=$(cat "$OUT/.cross_plan" 2>/dev/null) && rm -f "$OUT/.cross_plan"
+    [[ -n $plan ]] || { echo "pipelines.families failed: no plan"; return 1; }
+    echo "-- stage limit ${stage_limit}s; the table and the tarball need about 20 s at the end"
+    while read -r fam preset tmo w i est; do
+        [[ -n $fam ]] || continue
+        left=$(( stage_limit - (SECONDS - t0) - 30 ))
+        if (( left < est )); then
+            echo "-- [$fam:$preset] skipped: estimated ${est}s, ${left}s left in this stage (run it in another call: CROSS_MODELS=\"$fam:$preset\")"
+            summary+=("$fam:$preset skipped(budget)")
+            continue
+        fi
+        (( tmo > left )) && tmo=$left
+        if [[ $preset == default ]]; then dir=bench/results/forward_${fam}_${date}; else dir=bench/results/forward_${fam}-${preset}_${date}; fi
+        echo "-- [$fam:$preset] start $(date -u +%H:%M:%S), estimated ${est}s, timeout ${tmo}s -> $dir"
+        local t=$SECONDS
+        # shellcheck disable=SC2086
+        timeout -k 10 "$tmo" "$PY" scripts/e2e_report.py --model-family "$fam" --preset "$preset" --forward-only \
+            --warmup "$w" --iters "$i" --out-dir "$REPO/$dir" ${CROSS_ARGS:-} </dev/null
+        rc=$?
+        if (( rc == 0 )); then st=pass; elif (( rc == 124 || rc == 137 )); then st="TIMEOUT(${tmo}s)"; else st="FAIL(rc=$rc)"; fi
+        echo "-- [$fam:$preset] $st in $(( SECONDS - t ))s (estimated ${est}s)"
+        summary+=("$fam:$preset $st $(( SECONDS - t ))s est ${est}s")
+        [[ -f $REPO/$dir/report.json ]] && dirs+=("$dir")
+    done <<< "$plan"
+    "$PY" scripts/cross_model_table.py --date "$date" || echo "cross_model_table.py failed (rc $?)"
+    local files=()
+    for d in ${dirs[@]+"${dirs[@]}"}; do
+        for f in report.json report.md latency.png; do [[ -f $REPO/$d/$f ]] && files+=("$d/$f"); done
+    done
+    for f in bench/results/cross_model_"$date".md bench/results/cross_model_"$date".json; do
+        [[ -f $REPO/$f ]] && files+=("$f")
+    done
+    if (( ${#files[@]} )); then
+        tar czf "$OUT/cross_model_reports.tar.gz" -C "$REPO" "${files[@]}" && \
+            echo "-- wrote \$OUT/cross_model_reports.tar.gz (${#files[@]} files; unpack with: tar xzf cross_model_reports.tar.gz -C <repo>)"
+        for f in bench/results/cross_model_"$date".md bench/results/cross_model_"$date".json; do
+            if [[ -f $REPO/$f ]] && (( $(find "$OUT" -type f | wc -l) < MAX_OUT_FILES )); then cp -f "$REPO/$f" "$OUT/"; fi
+        done
+    fi
+    echo "-- cross-model summary (family:preset status seconds, estimate):"
+    printf '   %s\n' ${summary[@]+"${summary[@]}"}
+    local bad=0 s_
+    for s_ in ${summary[@]+"${summary[@]}"}; do
+        [[ $s_ == *" pass "* || $s_ == *"skipped(budget)"* ]] || bad=1
+    done
+    return $bad
+}
+
 if [[ ${1:-} == __stage ]]; then
     fn="stage_${2//-/_}"
     "$fn"
@@ -142,6 +215,7 @@ log_of() {
     case $1 in
         bench) echo "$OUT/bench.log" ;;
         e2e | forward) echo "$OUT/e2e.log" ;;
+        cross-model) echo "$OUT/cross_model.log" ;;
         *) echo "$MAIN_LOG" ;;
     esac
 }
@@ -155,6 +229,7 @@ limit_of() {
         bench) echo "${T_BENCH:-420}" ;;
         e2e) echo "${T_E2E:-540}" ;;
         forward) echo "${T_FORWARD:-300}" ;;
+        cross-model) echo "${T_CROSS_MODEL:-570}" ;;
     esac
 }
 
@@ -225,7 +300,7 @@ run_stage() {
     (( limit > left )) && limit=$left
     echo "== [$name] start $(date -u +%H:%M:%S), limit ${limit}s" | tee -a "$log"
     t=$SECONDS
-    timeout -k 10 "$limit" bash "$REPO/scripts/device_run.sh" __stage "$name" 2>&1 | tee -a "$log"
+    STAGE_LIMIT_S=$limit timeout -k 10 "$limit" bash "$REPO/scripts/device_run.sh" __stage "$name" 2>&1 | tee -a "$log"
     rc=${PIPESTATUS[0]}
     dt=$(( SECONDS - t ))
     if (( rc == 0 )); then st=pass
