@@ -179,8 +179,12 @@ def render(chosen: dict, notes: list[str]) -> tuple[str, dict, str]:
             if _num(f.get("peak_mem_gib")) is not None else ""
         where = "the model build" if f.get("failed_at") == "build" else f"the {f.get('failed_at')} forward"
         what = f"out of GPU memory in {where}" if f.get("oom") else f"failed in {where}"
+        ran = [f"the {p} path ran: {fmt(r[p + '_ms'])} ms/forward" for p in ("sdpa", "vidattn")
+               if r[p + "_ms"] is not None]
+        ran_text = ("; " + ", ".join(ran)) if ran else ""
         fail_lines.append(f"- {r['model']} ({_size_text(r)}, {r['tokens']} video tokens, batch {r['batch']}) "
-                          f"on {r['gpu'] or r['device']}: {what}: {_shorten_reason(f.get('error', ''))}{weights}{peak}")
+                          f"on {r['gpu'] or r['device']}: {what}: {_shorten_reason(f.get('error', ''))}{weights}{peak}"
+                          f"{ran_text}")
     md = ["# Cross-model end to end: one transformer forward, SDPA vs vidattn", ""] + head + [""] + body
     if reasons:
         md += ["", "Fallbacks (by design or not):", ""] + reasons

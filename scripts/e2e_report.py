@@ -535,13 +535,18 @@ def run_family_forward(args, built, device, switch: AttnSwitch) -> dict:
 
         log(f"[{path}] {max(args.warmup, 1)} warm-up (the first one under the attention census) + {args.iters} "
             f"timed forwards ({n_tok} tokens, batch {built.batch}) ...")
+        fail = None
         try:
             census, first_ms, times, out = switch.run(path, timed)
         except Exception as exc:  # noqa: BLE001 - an OOM or a model error becomes a failure report
-            failed = {"failed_at": path, "error": f"{type(exc).__name__}: {str(exc)[:2000]}", "oom": _is_oom(exc),
-                      "peak_mem_gib": mem_peak_gib(device)}
-            log(f"[{path}] FAILED: {failed['error'][:300]}")
-            break
+            fail = {"failed_at": path, "error": f"{type(exc).__name__}: {str(exc)[:2000]}", "oom": _is_oom(exc),
+                    "peak_mem_gib": mem_peak_gib(device)}
+        if fail is not None:  # outside the except block, so the traceback's tensors are already freed
+            failed = failed or fail
+            log(f"[{path}] FAILED: {fail['error'][:300]}")
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            continue  # the other path may still run (e.g. vidattn where stock SDPA ran out of memory)
         calls[path] = census
         outputs[path] = out.float().cpu()
         results[path] = {"census_forward_ms": first_ms, "forward_ms": times, "forward_stats_ms": spread(times),

@@ -83,6 +83,30 @@ def test_tiny_forward_report_both_paths(name, tmp_path):
     assert len(saved["apply"]["skipped"]) == (1 if name.startswith("hunyuan") else 0)
 
 
+def test_a_path_out_of_memory_is_a_failure_report_and_the_other_path_still_runs(tmp_path, monkeypatch):
+    real_run = e2e.AttnSwitch.run
+
+    def run(self, path, fn):
+        if path == "sdpa":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.20 TiB")
+        return real_run(self, path, fn)
+
+    monkeypatch.setattr(e2e.AttnSwitch, "run", run)
+    out = tmp_path / "results" / "forward_ltx_20261201"
+    rep = e2e.main(["--model-family", "ltx", "--preset", "tiny", "--forward-only", "--iters", "1", "--warmup", "1",
+                    "--out-dir", str(out)])
+    assert rep["status"] == "failed" and rep["failure"]["failed_at"] == "sdpa" and rep["failure"]["oom"]
+    assert "sdpa" not in rep["results"] and rep["results"]["vidattn"]["forward_ms"]
+    assert "FAILED at sdpa" in (out / "report.md").read_text()
+    saved = json.loads((out / "report.json").read_text())
+    saved["preset"] = "default"  # as the device run would write it
+    (out / "report.json").write_text(json.dumps(saved))
+    data = table.main(["--results", str(tmp_path / "results"), "--out-dir", str(tmp_path)])
+    assert not data["rows"] and [r["model_family"] for r in data["failed"]] == ["ltx"]
+    md = Path(data["md"]).read_text()
+    assert "out of GPU memory in the sdpa forward" in md and "the vidattn path ran:" in md
+
+
 # Real configs: parameters counted on the meta device, in the published sizes' range.
 PARAMS_B = {"wan": (1.3, 1.5), "wan14b": (13.5, 15.0), "skyreels_v2": (1.3, 1.5), "hunyuan_video": (12.5, 13.2),
             "hunyuan_video15": (8.0, 8.6), "cogvideox": (5.3, 5.8), "ltx": (1.8, 2.1), "mochi": (9.8, 10.3),
