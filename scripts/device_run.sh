@@ -128,10 +128,14 @@ stage_cross_model() {
     # Estimated wall time on the H200 per family (python3 -m pipelines.families; build + both paths, warm-up,
     # timed and profiled forwards; estimates for budgeting, fitted to the measured Wan forwards):
     #   ltx 34s  wan 37s  cogvideox 62s  skyreels_v2 45s  hunyuan_video15 75s  wan14b 82s  mochi 120s
-    #   allegro 133s  hunyuan_video 244s (720p, 118800 tokens)  -> about 830 s in all, plus ~15 s for the plan:
-    # two 10-minute device calls, e.g.
-    #   CROSS_MODELS="ltx wan cogvideox skyreels_v2 hunyuan_video15 wan14b allegro" bash scripts/device_run.sh build cross-model
-    #   CROSS_MODELS="mochi hunyuan_video" bash scripts/device_run.sh build cross-model
+    #   allegro 133s  hunyuan_video 244s (720p, 118800 tokens)  -> about 830 s in all, plus ~15 s per call for
+    # the plan and ~10 s for the table: three device calls back to back (the machine stays warm between them),
+    # each well inside its 10 minutes (about 375 s, 280 s, 270 s):
+    #   CROSS_MODELS="ltx wan cogvideox skyreels_v2 hunyuan_video15 wan14b" bash scripts/device_run.sh build cross-model
+    #   CROSS_MODELS="mochi allegro" bash scripts/device_run.sh build cross-model
+    #   CROSS_MODELS="hunyuan_video" bash scripts/device_run.sh build cross-model
+    # then, here: unpack each call's cross_model_reports.tar.gz into the repo and run
+    # `python3 scripts/cross_model_table.py --readme` for the table over all of them.
     [[ -f scripts/cross_model_table.py && -f pipelines/families.py ]] || { echo "cross-model scripts missing"; return $SKIPPED_RC; }
     local t0=$SECONDS stage_limit=${STAGE_LIMIT_S:-570} date plan fam preset tmo w i est left dir rc st
     local -a dirs=() summary=()
