@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import torch  # noqa: E402
 
-from generate_video import DTYPES, attention_paths, resolve  # noqa: E402
+from generate_video import DTYPES, attention_paths, resolve, resolve_device  # noqa: E402
 
 PATHS = ("sdpa", "vidattn")
 
@@ -425,17 +425,7 @@ def _resolve_family(args) -> None:
     cuda = torch.cuda.is_available()
     if args.model is not None:
         raise SystemExit("error: --model DIR loads Wan weights; --model-family runs use random weights")
-    if args.device is None:
-        args.device = "cuda" if cuda else "cpu"
-    try:
-        dev = torch.device(args.device)
-    except RuntimeError:
-        raise SystemExit(f"error: --device {args.device!r} is not a valid torch device") from None
-    if dev.type not in ("cuda", "cpu"):
-        raise SystemExit(f"error: --device must be cuda[:N] or cpu, got {args.device!r}")
-    if dev.type == "cuda" and not cuda:
-        raise SystemExit("error: --device cuda requested but CUDA is not available on this machine "
-                         "(use --device cpu with --preset tiny)")
+    args.device, dev = resolve_device(args.device, cuda)
     fam = families.family(args.model_family)
     if args.preset is None:
         args.preset = "tiny" if dev.type == "cpu" else "default"

@@ -51,6 +51,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def resolve_device(requested, cuda_available: bool):
+    """(device string, torch.device) for --device: CUDA when there is one and nothing was asked; a clean
+    SystemExit for a malformed device, one that is neither CUDA nor CPU, or CUDA on a machine without it."""
+    requested = requested or ("cuda" if cuda_available else "cpu")
+    try:
+        dev = torch.device(requested)
+    except RuntimeError:
+        raise SystemExit(f"error: --device {requested!r} is not a valid torch device") from None
+    if dev.type not in ("cuda", "cpu"):
+        raise SystemExit(f"error: --device must be cuda[:N] or cpu, got {requested!r}")
+    if dev.type == "cuda" and not cuda_available:
+        raise SystemExit("error: --device cuda requested but CUDA is not available on this machine "
+                         "(use --device cpu with --preset tiny)")
+    return requested, dev
+
+
 def resolve(args: argparse.Namespace, cuda_available: bool | None = None) -> argparse.Namespace:
     """Fill defaults that depend on the machine and validate everything; raises SystemExit(message) on errors.
 
@@ -62,17 +78,7 @@ def resolve(args: argparse.Namespace, cuda_available: bool | None = None) -> arg
     if cuda_available is None:
         cuda_available = torch.cuda.is_available()
     args.notes = []
-    if args.device is None:
-        args.device = "cuda" if cuda_available else "cpu"
-    try:
-        dev = torch.device(args.device)
-    except RuntimeError:
-        raise SystemExit(f"error: --device {args.device!r} is not a valid torch device") from None
-    if dev.type not in ("cuda", "cpu"):
-        raise SystemExit(f"error: --device must be cuda[:N] or cpu, got {args.device!r}")
-    if dev.type == "cuda" and not cuda_available:
-        raise SystemExit("error: --device cuda requested but CUDA is not available on this machine "
-                         "(use --device cpu with --preset tiny)")
+    args.device, dev = resolve_device(args.device, cuda_available)
     on_cpu = dev.type == "cpu"
 
     if args.model is not None:
