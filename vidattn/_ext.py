@@ -93,6 +93,8 @@ def library_path(nvcc: str) -> Path:
 
 def build(verbose: bool = True, force: bool = False) -> Path:
     """Compile csrc/capi.cu into the cached shared library; returns its path. Raises RuntimeError on failure."""
+    if not (CSRC / "capi.cu").is_file():
+        raise RuntimeError(f"kernel sources not found at {CSRC} (install from a source checkout: pip install -e .)")
     nvcc = find_nvcc()
     if nvcc is None:
         raise RuntimeError("nvcc not found (set CUDA_HOME or put nvcc on PATH) - cannot build the vidattn kernel")
