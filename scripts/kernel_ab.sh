@@ -4,11 +4,12 @@
 # timeout so a hanging variant costs seconds, not the lease. The baseline (the tree as it is) always runs first.
 #
 #   bash scripts/kernel_ab.sh --build-only                # here (nvcc, no GPU): build every variant into .build/ab
-#   bash scripts/kernel_ab.sh                             # on the H200 (carry .build): smoke + timing per variant
+#   bash scripts/kernel_ab.sh                             # on the H200 (carry .build): smoke per variant, then
+#                                                         # all variants timed interleaved (kernel_ab_time.py)
 #   VARIANTS="base| ring176|running_ring_q_double_buffer|" bash scripts/kernel_ab.sh
 #
 # VARIANTS: newline- or space-separated "name|patch|flags" (patch: a file name in csrc/experiments, or empty;
-# flags: extra nvcc -D flags, commas for spaces). Logs: $OUT/ab_<name>.log (OUT defaults to ./out).
+# flags: extra nvcc -D flags, commas for spaces). Logs: $OUT/ab_smoke.log, $OUT/ab_time.log, ab_times.json.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 REPO=$PWD
@@ -56,17 +57,26 @@ done
 ((build_only)) && exit 0
 
 export PYTHONUNBUFFERED=1
+# Correctness first, one process per variant under a timeout (a hanging variant costs T_SMOKE seconds), then
+# one process that times every variant that passed, interleaved round by round with cuDNN
+# (scripts/kernel_ab_time.py: cross-process drift was as large as the effects being measured).
 summary=()
+passed=()
 for spec in $VARIANTS; do
     IFS='|' read -r name _ _ <<<"$spec"
     [[ -f $BUILD/lib_$name.so ]] || { summary+=("$name: not built"); continue; }
-    echo "=== $name"
-    VIDATTN_LIBRARY=$BUILD/lib_$name.so timeout "$T_SMOKE" python3 scripts/kernel_smoke.py --time \
-        >"$OUT/ab_$name.log" 2>&1
+    VIDATTN_LIBRARY=$BUILD/lib_$name.so timeout "$T_SMOKE" python3 scripts/kernel_smoke.py >"$BUILD/smoke.log" 2>&1
     rc=$?
-    grep -v '^(' "$OUT/ab_$name.log"
-    ok=$(grep -c '^(.*: ok ' "$OUT/ab_$name.log")
+    { echo "=== $name (rc=$rc)"; cat "$BUILD/smoke.log"; } >>"$OUT/ab_smoke.log"
+    ok=$(grep -c '^(.*: ok ' "$BUILD/smoke.log")
     summary+=("$name: rc=$rc, $ok correctness cases ok$([[ $rc == 124 ]] && echo ', TIMED OUT (hang?)')")
+    ((rc == 0)) && passed+=("$name=$BUILD/lib_$name.so")
 done
+printf '%s\n' "${summary[@]}"
+if ((${#passed[@]})); then
+    # shellcheck disable=SC2086
+    timeout "${T_TIME:-360}" python3 scripts/kernel_ab_time.py "${passed[@]}" --json "$OUT/ab_times.json" \
+        ${AB_TIME_ARGS:-} 2>&1 | tee "$OUT/ab_time.log"
+fi
 echo "== summary"
 printf '%s\n' "${summary[@]}"

@@ -40,7 +40,7 @@ def reference(q, k, v, scale, kv_lens):
     return torch.einsum("bhqk,bhkd->bhqd", torch.softmax(s, -1), vf).transpose(1, 2), lse
 
 
-def run_case(b, sq, skv, h, d, dtype, layout, lens):
+def run_case(b, sq, skv, h, d, dtype, layout, lens, lib=None):
     dev = "cuda"
     def make(s):
         if layout == "bshd":
@@ -53,10 +53,10 @@ def run_case(b, sq, skv, h, d, dtype, layout, lens):
     if layout == "bhsd":
         out = torch.full((b, h, sq, d), float("nan"), device=dev, dtype=dtype).transpose(1, 2)
     lse = torch.full((b, h, sq), float("nan"), device=dev, dtype=torch.float32)
-    reason = _ext.kernel_reason(q, k, v, kv_lens, scale)
+    reason = _ext.kernel_reason(q, k, v, kv_lens, scale) if lib is None else None
     if reason:
         return f"FALLBACK? {reason}"
-    _ext.forward(q, k, v, out, lse, kv_lens, scale)
+    _ext.forward(q, k, v, out, lse, kv_lens, scale, lib=lib)
     torch.cuda.synchronize()
     ref, ref_lse = reference(q, k, v, scale, kv_lens)
     rel = ((out.float() - ref).norm() / ref.norm()).item()

@@ -120,6 +120,16 @@ def build(verbose: bool = True, force: bool = False) -> Path:
     return out
 
 
+def open_library(path: str | Path) -> ctypes.CDLL:
+    """Load one kernel library and declare its C ABI (A/B scripts open several builds side by side)."""
+    lib = ctypes.CDLL(str(path))
+    lib.vidattn_sm90_fwd.argtypes = [ctypes.POINTER(_Args), ctypes.c_void_p]
+    lib.vidattn_sm90_fwd.restype = ctypes.c_int
+    lib.vidattn_sm90_last_error.argtypes = []
+    lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
+    return lib
+
+
 def load() -> ctypes.CDLL | None:
     """The loaded kernel library, building it on first use; None (with `build_error()` set) if impossible."""
     global _lib, _build_error, _tried
@@ -131,12 +141,7 @@ def load() -> ctypes.CDLL | None:
         try:
             prebuilt = os.environ.get("VIDATTN_LIBRARY")
             path = Path(prebuilt) if prebuilt else build(verbose=True)
-            lib = ctypes.CDLL(str(path))
-            lib.vidattn_sm90_fwd.argtypes = [ctypes.POINTER(_Args), ctypes.c_void_p]
-            lib.vidattn_sm90_fwd.restype = ctypes.c_int
-            lib.vidattn_sm90_last_error.argtypes = []
-            lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
-            _lib = lib
+            _lib = open_library(path)
         except (RuntimeError, OSError, AttributeError) as exc:
             _build_error = f"kernel library unavailable: {exc}"
         _tried = True
@@ -203,10 +208,11 @@ def kernel_reason(q, k, v, kv_lens, scale) -> str | None:
     return reason
 
 
-def forward(q, k, v, out, lse, kv_lens, scale: float) -> None:
+def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = None) -> None:
     """Launch the kernel on the current stream. q, k, v, out: (B, S, H, D) views (any strides, last dim 1);
-    lse: contiguous fp32 (B, H, Sq) or None; kv_lens: int32 (B,) or None. Call only when kernel_reason is None."""
-    lib = load()
+    lse: contiguous fp32 (B, H, Sq) or None; kv_lens: int32 (B,) or None. Call only when kernel_reason is None.
+    `lib`: a library from open_library (A/B timing); default: the one load() built or found."""
+    lib = lib or load()
     if lib is None:
         raise RuntimeError(build_error() or "vidattn kernel library not loaded")
     b, sq, h, d = q.shape

@@ -1,0 +1,110 @@
+"""A/B kernel builds side by side in one process: smoke-check each, then time them interleaved against cuDNN.
+
+Separate processes per variant (what kernel_ab.sh did first) put run-to-run drift of several percent between
+variants (the same D=64 build measured 0.904x and 0.973x cuDNN in two processes, bench/results/kernel_ab_20261130).
+Here every library is loaded at once and each shape is timed in rounds, variants in a rotated order each round,
+cuDNN timed in every round too; the table shows the median over rounds and the spread (max-min)/median of each.
+
+    python3 scripts/kernel_ab_time.py base=.build/ab/lib_base.so ring=.build/ab/lib_ring_n176.so [--rounds 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vidattn import _ext  # noqa: E402
+import kernel_smoke  # noqa: E402
+
+SHAPES = [  # (name, B, H, Sq, Skv, D): the anchor shapes below or near 1.00x cuDNN, and two long ones as guards
+    ("wan_cross", 1, 12, 32760, 512, 128),
+    ("fa1k_d128", 16, 16, 1024, 1024, 128),
+    ("fa1k_d64", 16, 32, 1024, 1024, 64),
+    ("fa8k_d64", 2, 32, 8192, 8192, 64),
+    ("ltx_d64", 1, 32, 24576, 24576, 64),
+    ("cogvideox_d64", 1, 48, 17776, 17776, 64),
+    ("seed4k", 8, 16, 4096, 4096, 128),
+    ("seed8k", 4, 16, 8192, 8192, 128),
+    ("wan13b_self", 1, 12, 32760, 32760, 128),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("libs", nargs="+", help="name=path of a kernel library build")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rep-ms", type=float, default=60.0, help="do_bench rep per measurement")
+    ap.add_argument("--shapes", default="", help="comma-separated substrings of shape names (default: all)")
+    ap.add_argument("--json", default="", help="write the per-round times here")
+    args = ap.parse_args()
+    from triton.testing import do_bench
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    libs = {}
+    for spec in args.libs:
+        name, _, path = spec.partition("=")
+        if not Path(path).is_file():
+            print(f"[ab] {name}: {path} missing, skipped")
+            continue
+        libs[name] = _ext.open_library(path)
+    torch.manual_seed(0)
+    good = {}
+    for name, lib in libs.items():
+        fails = [c for c in kernel_smoke.CASES if not kernel_smoke.run_case(*c, lib=lib).startswith("ok")]
+        good[name] = not fails
+        print(f"[ab] {name}: {len(kernel_smoke.CASES) - len(fails)}/{len(kernel_smoke.CASES)} smoke cases ok"
+              + (f"; FAILED {fails}" if fails else ""), flush=True)
+    names = [n for n in libs if good[n]]
+    pats = [p for p in args.shapes.split(",") if p]
+    shapes = [s for s in SHAPES if not pats or any(p in s[0] for p in pats)]
+    record = {}
+    for sname, b, h, sq, skv, d in shapes:
+        q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b, skv, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out = torch.empty_like(q)
+        scale = d ** -0.5
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+        times = {n: [] for n in names + ["cudnn"]}
+        order = names + ["cudnn"]
+        for r in range(args.rounds):
+            rot = order[r % len(order):] + order[:r % len(order)]
+            for n in rot:
+                if n == "cudnn":
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        t = do_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt), warmup=20,
+                                     rep=args.rep_ms, return_mode="median")
+                else:
+                    lib = libs[n]
+                    t = do_bench(lambda: _ext.forward(q, k, v, out, None, None, scale, lib=lib), warmup=20,
+                                 rep=args.rep_ms, return_mode="median")
+                times[n].append(t)
+        flops = 4 * b * h * sq * skv * d
+        med = {n: statistics.median(ts) for n, ts in times.items()}
+        record[sname] = times
+        cells = []
+        for n in names:
+            spread = (max(times[n]) - min(times[n])) / med[n]
+            cells.append(f"{n} {flops / med[n] / 1e9:4.0f}T {med['cudnn'] / med[n]:.3f}x (±{spread * 50:.1f}%)")
+        print(f"{sname:14s} cudnn {flops / med['cudnn'] / 1e9:4.0f}T | " + " | ".join(cells), flush=True)
+        del q, k, v, out, qt, kt, vt
+        torch.cuda.empty_cache()
+    if args.json:
+        Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                               "rounds": args.rounds, "times_ms": record}, indent=1))
+    print("== ratio table (cuDNN time / variant time, median over rounds)")
+    print(f"{'shape':14s} " + " ".join(f"{n:>10s}" for n in names))
+    for sname, times in record.items():
+        cd = statistics.median(times["cudnn"])
+        print(f"{sname:14s} " + " ".join(f"{cd / statistics.median(times[n]):10.3f}" for n in names))
+    sys.exit(0 if all(good.values()) else 1)
+
+
+if __name__ == "__main__":
+    main()
