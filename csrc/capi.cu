@@ -11,16 +11,17 @@
 namespace {
 
 thread_local std::string g_last_error;
+int g_d64_warpgroups = 0;  // 0: pick by shape (pick_d64_three_wgs); 2 or 3: forced (vidattn_sm90_set_d64_warpgroups)
 
 int fail(const std::string& msg) {
   g_last_error = msg;
   return 1;
 }
 
-template <int kHeadDim, bool kFp16>
-int launch(const VidattnFwdArgs& a, cudaStream_t stream) {
+template <int kHeadDim, int kWGs, bool kFp16>
+int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   using namespace vidattn::sm90;
-  using T = FwdTraits<kHeadDim>;
+  using T = FwdTraits<kHeadDim, kWGs>;
   FwdParams p{};
   std::string err;
   const bool ok = make_tensor_map_4d(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride,
@@ -42,28 +43,42 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream) {
   p.scale_log2 = a.scale * 1.4426950408889634f;
   const int64_t m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   const int64_t tiles = m_blocks * a.heads * a.batch;
-  if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/128) over 2^31)");
+  if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/kBlockM) over 2^31)");
   p.num_m_blocks = static_cast<int>(m_blocks);
   p.num_tiles = static_cast<int>(tiles);
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-
-  const size_t smem = sizeof(SharedStorage<kHeadDim>) + 1024;  // +1 KB to align the ring to 1024 B in-kernel
-  auto kernel = flash_fwd_kernel<kHeadDim, kFp16>;
+  const size_t smem = sizeof(SharedStorage<kHeadDim, kWGs>) + 1024;  // +1 KB to align the ring to 1024 B in-kernel
+  auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
   // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list.
-  const dim3 grid(static_cast<unsigned>(tiles < sms ? tiles : (sms > 0 ? sms : 1)));
+  const dim3 grid(static_cast<unsigned>(tiles < sms ? tiles : sms));
   kernel<<<grid, T::kThreads, smem, stream>>>(p);
   e = cudaGetLastError();
   if (e != cudaSuccess) return fail(std::string("kernel launch: ") + cudaGetErrorString(e));
   return 0;
 }
 
+// D=64 has two builds: three consumer warpgroups (192-row tiles, about 1.1x the throughput per row on long
+// sequences: csrc/NOTES.md) and two (128-row tiles). With static persistent scheduling a launch lasts about
+// ceil(tiles / SMs) tile times; pick the build with the smaller estimate, so short queries whose 192-row tiles
+// would be mostly padding (FA-bench 1K: 1152 rows computed for 1024) keep the 128-row tiles.
+bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
+  constexpr double kThreeWgGain = 1.1;
+  const int64_t tiles3 = (seqlen_q + 191) / 192 * batch_heads, tiles2 = (seqlen_q + 127) / 128 * batch_heads;
+  const double t3 = static_cast<double>((tiles3 + sms - 1) / sms) * 192 / kThreeWgGain;
+  const double t2 = static_cast<double>((tiles2 + sms - 1) / sms) * 128;
+  return t3 <= t2;
+}
+
 }  // namespace
 
 extern "C" const char* vidattn_sm90_last_error(void) { return g_last_error.c_str(); }
+
+extern "C" int vidattn_sm90_set_d64_warpgroups(int warpgroups) {
+  if (warpgroups != 0 && warpgroups != 2 && warpgroups != 3) return 1;
+  g_d64_warpgroups = warpgroups;
+  return 0;
+}
 
 extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   if (a == nullptr) return fail("null argument block");
@@ -78,9 +93,17 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const bool fp16 = a->dtype == 1;
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (sms < 1) sms = 1;
   switch (a->head_dim) {
-    case 64: return fp16 ? launch<64, true>(*a, s) : launch<64, false>(*a, s);
-    case 128: return fp16 ? launch<128, true>(*a, s) : launch<128, false>(*a, s);
+    case 64:
+      if (g_d64_warpgroups == 3 ||
+          (g_d64_warpgroups == 0 && pick_d64_three_wgs(a->seqlen_q, a->batch * a->heads, sms)))
+        return fp16 ? launch<64, 3, true>(*a, s, sms) : launch<64, 3, false>(*a, s, sms);
+      return fp16 ? launch<64, 2, true>(*a, s, sms) : launch<64, 2, false>(*a, s, sms);
+    case 128: return fp16 ? launch<128, 2, true>(*a, s, sms) : launch<128, 2, false>(*a, s, sms);
     default: return fail("head dim must be 64 or 128");
   }
 }

@@ -22,6 +22,9 @@ typedef struct VidattnFwdArgs {
 // Launches on `stream` (a cudaStream_t). Returns 0 on success; otherwise vidattn_sm90_last_error() says why.
 int vidattn_sm90_fwd(const VidattnFwdArgs* args, void* stream);
 const char* vidattn_sm90_last_error(void);
+// Head dim 64 only: force the consumer warpgroup count of later launches (2 or 3), or 0 for the launcher's choice
+// by shape (the default). For tests and A/B timing; returns 0, or 1 for any other value (nothing changes).
+int vidattn_sm90_set_d64_warpgroups(int warpgroups);
 
 #ifdef __cplusplus
 }

@@ -28,7 +28,7 @@ if grep -q "C7508\|setmaxnreg.*ignored" "$log"; then
   echo "ci_kernel_check: ptxas ignored setmaxnreg"; grep -E "C7508|setmaxnreg" "$log"; exit 1
 fi
 kernels=$(grep -c "Compiling entry function" "$log" || true)
-if [ "$kernels" -lt 4 ]; then echo "ci_kernel_check: expected >= 4 kernel instantiations, saw $kernels"; exit 1; fi
+if [ "$kernels" -lt 6 ]; then echo "ci_kernel_check: expected >= 6 kernel instantiations, saw $kernels"; exit 1; fi
 if [ -n "$bad" ]; then
   echo "ci_kernel_check: FAIL - spills or stack frames:"; echo "$bad"; exit 1
 fi

@@ -1,4 +1,4 @@
-"""Two small kernel calls for compute-sanitizer (memcheck, racecheck): no pytest, exit 0 only if both are right.
+"""Three small kernel calls for compute-sanitizer (memcheck, racecheck): no pytest, exit 0 only if all are right.
 
     compute-sanitizer --tool memcheck  --error-exitcode 1 python3 tests/sanitizer_cases.py
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 tests/sanitizer_cases.py
@@ -19,10 +19,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-# (name, B, H, Sq, Skv, D, dtype, layout, kv_lens): a tail-heavy case (no tile is full) and a degenerate one.
+# (name, B, H, Sq, Skv, D, dtype, layout, kv_lens, D=64 warpgroups (0: the launcher's pick, 3: forced)): a
+# tail-heavy case (no tile is full), a degenerate one, and a tail-heavy one on the three-warpgroup D=64 build.
 CASES = [
-    ("tails+ragged", 2, 3, 129, 777, 128, torch.bfloat16, "bshd", [777, 259]),
-    ("skv=1", 1, 2, 65, 1, 64, torch.float16, "bhsd", None),
+    ("tails+ragged", 2, 3, 129, 777, 128, torch.bfloat16, "bshd", [777, 259], 0),
+    ("skv=1", 1, 2, 65, 1, 64, torch.float16, "bhsd", None, 0),
+    ("d64-3wg tails+ragged", 2, 2, 257, 333, 64, torch.bfloat16, "bshd", [333, 100], 3),
 ]
 REL_L2_MAX = 1e-2
 LSE_ATOL = 1e-2
@@ -39,7 +41,7 @@ def reference(q, k, v, layout, kv_lens):
     return (out if layout == "bhsd" else out.transpose(1, 2)), torch.logsumexp(s, -1)
 
 
-def run_case(vidattn, name, b, h, sq, skv, d, dtype, layout, kv_lens) -> int:
+def run_case(vidattn, name, b, h, sq, skv, d, dtype, layout, kv_lens, d64_wgs) -> int:
     g = torch.Generator().manual_seed(1234)
     shape = (lambda s: (b, s, h, d)) if layout == "bshd" else (lambda s: (b, h, s, d))
     q, k, v = ((torch.randn(shape(s), generator=g) + 0.5).to(dtype) for s in (sq, skv, skv))
@@ -49,8 +51,11 @@ def run_case(vidattn, name, b, h, sq, skv, d, dtype, layout, kv_lens) -> int:
     if reason is not None:
         print(f"[sanitizer_cases] {name}: the kernel would not run ({reason}); nothing to sanitize")
         return 2
+    from vidattn import _ext
+    _ext.set_d64_warpgroups(d64_wgs)
     out, lse = vidattn.attention(qd, kd, vd, layout=layout, kv_lens=lens, return_lse=True)
     torch.cuda.synchronize()
+    _ext.set_d64_warpgroups(0)
     out, lse = out.cpu(), lse.cpu()
     ref, ref_lse = reference(q, k, v, layout, kv_lens)
     finite = bool(torch.isfinite(out).all()) and bool(torch.isfinite(lse).all())

@@ -50,7 +50,44 @@ GRID = sorted({(n, n) for n in LENGTHS} | {
     (129, 127), (1, 64), (129, 4224), (4224, 129), (777, 4224), (4224, 63), (65, 1),
 })
 DTYPES = (torch.bfloat16, torch.float16)
-HEAD_DIMS = (64, 128)
+
+
+class ForcedD64(int):
+    """Head dim 64 with the kernel's D=64 consumer warpgroups forced to `wgs` for the test (by the autouse fixture
+    below). The launcher picks the warpgroup count by shape, and every small shape of this grid would take the
+    two-warpgroup build, so the three-warpgroup one gets its own copy of each D=64 case."""
+
+    def __new__(cls, wgs: int):
+        obj = int.__new__(cls, 64)
+        obj.wgs = wgs
+        return obj
+
+    def __repr__(self):
+        return f"64x{self.wgs}wg"
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        return repr(self)
+
+
+HEAD_DIMS = (64, ForcedD64(3), 128)
+
+
+
+@pytest.fixture(autouse=True)
+def _d64_warpgroups(request):
+    callspec = getattr(request.node, "callspec", None)
+    d = callspec.params.get("d") if callspec is not None else None
+    if not isinstance(d, ForcedD64):
+        yield
+        return
+    from vidattn import _ext
+    _ext.set_d64_warpgroups(d.wgs)
+    try:
+        yield
+    finally:
+        _ext.set_d64_warpgroups(0)
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -188,7 +225,9 @@ def test_grid_bhsd(sq, skv, dtype, d):
     (32760, 32760, torch.bfloat16, 128),  # Wan 1.3B self-attention length
     (32760, 512, torch.bfloat16, 128),    # Wan cross-attention to the text tokens
     (32760, 512, torch.float16, 64),
-], ids=["self-32760-bf16-d128", "cross-32760x512-bf16-d128", "cross-32760x512-fp16-d64"])
+    (32760, 512, torch.bfloat16, ForcedD64(3)),
+], ids=["self-32760-bf16-d128", "cross-32760x512-bf16-d128", "cross-32760x512-fp16-d64",
+        "cross-32760x512-bf16-d64x3wg"])
 def test_long(sq, skv, dtype, d):
     g, seed = new_gen()
     q, k, v = make_qkv(1, 2, sq, skv, d, dtype, "bshd", g, True)

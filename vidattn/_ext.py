@@ -127,7 +127,25 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     lib.vidattn_sm90_fwd.restype = ctypes.c_int
     lib.vidattn_sm90_last_error.argtypes = []
     lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
+    if hasattr(lib, "vidattn_sm90_set_d64_warpgroups"):  # builds before 2026-11-30 lack it
+        lib.vidattn_sm90_set_d64_warpgroups.argtypes = [ctypes.c_int]
+        lib.vidattn_sm90_set_d64_warpgroups.restype = ctypes.c_int
+        forced = os.environ.get("VIDATTN_D64_WARPGROUPS")
+        if forced:
+            set_d64_warpgroups(int(forced), lib)
     return lib
+
+
+def set_d64_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
+    """Force the D=64 kernel's consumer warpgroups (2 or 3) for later launches, or 0 for the launcher's choice by
+    shape. A testing and benchmarking knob (also read from VIDATTN_D64_WARPGROUPS when the library loads)."""
+    lib = lib or load()
+    if lib is None:
+        raise RuntimeError(build_error() or "vidattn kernel library not loaded")
+    if not hasattr(lib, "vidattn_sm90_set_d64_warpgroups"):
+        raise RuntimeError("this kernel library predates the D=64 warpgroup switch")
+    if lib.vidattn_sm90_set_d64_warpgroups(int(warpgroups)) != 0:
+        raise ValueError(f"D=64 warpgroups must be 0 (by shape), 2 or 3, got {warpgroups}")
 
 
 def load() -> ctypes.CDLL | None:

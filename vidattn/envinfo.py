@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import subprocess
 import sys
@@ -43,6 +44,9 @@ def run_metadata(argv: list[str] | None = None) -> dict:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         meta["gpu"] = props.name
         meta["sm_count"] = props.multi_processor_count
+    if os.environ.get("VIDATTN_LIBRARY"):  # a prebuilt kernel library, e.g. an A/B variant's -D flags
+        meta["kernel_library"] = os.path.basename(os.environ["VIDATTN_LIBRARY"])
+        meta["kernel_build_flags"] = os.environ.get("VIDATTN_LIBRARY_FLAGS", "")
     try:
         import diffusers
         meta["diffusers"] = diffusers.__version__

@@ -1,9 +1,10 @@
 // Dense non-causal attention forward for sm_90a: O = softmax(Q K^T * scale) V. Persistent CTAs (one per SM) walk
-// 128-row Q tiles of every (head, batch). Warp-specialized: warpgroup 0 streams K/V tiles with TMA into a ring of shared-memory stages
-// guarded by mbarriers; warpgroups 1 and 2 each own 64 query rows and run S = Q K^T (wgmma, both operands in
-// shared memory), an online softmax in registers (base 2, scale folded into one FFMA), and O += P V (wgmma with P
-// straight from registers). Key tails and per-batch kv_lens are masked in registers; query tails are skipped by
-// the bounds-checked epilogue. Pure CUDA + PTX: no torch, no CUTLASS.
+// Q tiles of every (head, batch), 64 query rows per consumer warpgroup (two warpgroups at D=128, three at D=64).
+// Warp-specialized: warpgroup 0 streams Q and K/V tiles with TMA into double-buffered Q and a ring of shared-memory
+// stages that runs on across tiles, guarded by mbarriers; each consumer warpgroup runs S = Q K^T (wgmma, both
+// operands in shared memory), an online softmax in registers (base 2, scale folded into one FFMA), and O += P V
+// (wgmma with P straight from registers), taking turns on the tensor cores. Key tails and per-batch kv_lens are
+// masked in registers; query tails are skipped by the bounds-checked epilogue. Pure CUDA + PTX: no torch, no CUTLASS.
 #pragma once
 #include <cstdint>
 #include <cuda.h>
@@ -17,14 +18,14 @@ namespace vidattn::sm90 {
 
 // Every tile is stored as kChunks column chunks of [rows][64 elements], each row 128 bytes, 128B-swizzled by TMA.
 // alignas(1024): the swizzle pattern repeats every 8 rows x 128 B, and descriptors assume atoms start aligned.
-template <int kHeadDim>
+template <int kHeadDim, int kWGs>
 struct SharedStorage {
-  using T = FwdTraits<kHeadDim>;
-  alignas(1024) uint16_t q[T::kBlockM * kHeadDim];
+  using T = FwdTraits<kHeadDim, kWGs>;
+  alignas(1024) uint16_t q[T::kQBuffers][T::kBlockM * kHeadDim];
   alignas(1024) uint16_t k[T::kStages][T::kBlockN * kHeadDim];
   alignas(1024) uint16_t v[T::kStages][T::kBlockN * kHeadDim];
-  uint64_t q_full;
-  uint64_t q_empty;
+  uint64_t q_full[T::kQBuffers];
+  uint64_t q_empty[T::kQBuffers];
   uint64_t k_full[T::kStages];
   uint64_t k_empty[T::kStages];
   uint64_t v_full[T::kStages];
@@ -46,47 +47,67 @@ __device__ __forceinline__ int kv_len_of(const FwdParams& p, int batch) {
   return p.kv_lens != nullptr ? max(0, min(p.seqlen_kv, p.kv_lens[batch])) : p.seqlen_kv;
 }
 
-// Producer: one thread streams, tile after tile, Q (once per tile, into the buffer the consumers released after
-// their last S = Q K^T of the previous tile) and the K/V ring. Every tile restarts the ring at stage 0 so stage
-// indices derive from the loop counter alone (the compiler keeps them, and the wgmma descriptors built from them,
-// in uniform registers; a counter carried across tiles measured 5% slower from R2UR moves); the phase of each
-// stage is carried across tiles as one bit per stage.
-template <int kHeadDim>
-__device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHeadDim>& s) {
-  using T = FwdTraits<kHeadDim>;
+// Producer: one thread streams, tile after tile, Q (into whichever of the kQBuffers buffers the consumers released
+// after their last S = Q K^T of the tile before) and the K/V ring. The ring runs on across tiles (tile t+1's K_0
+// goes to the stage after tile t's last), so the next tile's first loads need not wait for this tile's last block;
+// the consumer dispatches each tile on its start stage (mainloop_from) so stage indices stay compile-time offsets
+// of the loop counter, in uniform registers (a plain carried counter measured 5% slower from R2UR moves). The
+// phase of each stage is carried across tiles as one bit per stage.
+template <int kHeadDim, int kWGs>
+__device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s) {
+  using T = FwdTraits<kHeadDim, kWGs>;
   constexpr uint32_t kQBytes = T::kBlockM * kHeadDim * sizeof(uint16_t);
   constexpr uint32_t kKVBytes = T::kBlockN * kHeadDim * sizeof(uint16_t);
   uint32_t empty_phase = 0;  // bit s: parity of stage s's next "empty" phase to wait for, xor 1
+  int start = 0;             // the ring runs on across tiles: tile t+1's K_0 goes where tile t left off
   for (int tile = blockIdx.x, local = 0; tile < p.num_tiles; tile += gridDim.x, ++local) {
     const TileCoord tc = tile_coord(p, tile);
     const int n_blocks = (kv_len_of(p, tc.batch) + T::kBlockN - 1) / T::kBlockN;
-    ptx::mbarrier_wait(&s.q_empty, (local & 1) ^ 1);
-    ptx::mbarrier_arrive_expect_tx(&s.q_full, kQBytes);
-#pragma unroll
-    for (int c = 0; c < T::kChunks; ++c) {
-      ptx::tma_load_4d(s.q + c * T::kBlockM * kChunkCols, &p.tm_q, &s.q_full, c * kChunkCols,
-                       tc.m_block * T::kBlockM, tc.head, tc.batch);
+    const int qb = local % T::kQBuffers;
+    auto load_q = [&]() {
+      ptx::mbarrier_wait(&s.q_empty[qb], ((local / T::kQBuffers) & 1) ^ 1);
+      ptx::mbarrier_arrive_expect_tx(&s.q_full[qb], kQBytes);
+#pragma unroll 1
+      for (int c = 0; c < T::kChunks; ++c) {
+        ptx::tma_load_4d(s.q[qb] + c * T::kBlockM * kChunkCols, &p.tm_q, &s.q_full[qb], c * kChunkCols,
+                         tc.m_block * T::kBlockM, tc.head, tc.batch);
+      }
+    };
+    if (n_blocks == 0) load_q();
+    if constexpr (T::kQPrefetchL2) {
+      // With one Q buffer the next tile's Q can only load after this tile's last S; fetched from HBM then, its
+      // latency lands between tiles (short-KV shapes have a boundary every few blocks). Asked into L2 now, that
+      // load later reads L2 instead.
+      const int next = tile + static_cast<int>(gridDim.x);
+      if (T::kQBuffers == 1 && next < p.num_tiles) {
+        const TileCoord nc = tile_coord(p, next);
+#pragma unroll 1
+        for (int c = 0; c < T::kChunks; ++c)
+          ptx::tma_prefetch_l2_4d(&p.tm_q, c * kChunkCols, nc.m_block * T::kBlockM, nc.head, nc.batch);
+      }
     }
     for (int j = 0; j < n_blocks; ++j) {
-      const int stage = j % T::kStages;
+      const int stage = (start + j) % T::kStages;
       const uint32_t phase = (empty_phase >> stage) & 1;
       empty_phase ^= 1u << stage;
-      // K before V: the consumers need K first (S = Q K^T), V only after their softmax.
       ptx::mbarrier_wait(&s.k_empty[stage], phase ^ 1);
       ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
-#pragma unroll
+#pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
         ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
                          j * T::kBlockN, tc.head, tc.batch);
       }
+      // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S.
+      if (j == 0) load_q();
       ptx::mbarrier_wait(&s.v_empty[stage], phase ^ 1);
       ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], kKVBytes);
-#pragma unroll
+#pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
         ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
                          j * T::kBlockN, tc.head, tc.batch);
       }
     }
+    start = (start + n_blocks) % T::kStages;
   }
 }
 
@@ -185,10 +206,10 @@ __device__ __forceinline__ void fence_frag(uint32_t (&a)[N][4]) {
 }
 
 // S = Q K^T: D/16 wgmmas over the head dim; Q (A) and K (B) both K-major, 8-row core groups 1024 B apart.
-template <int kHeadDim, bool kFp16>
-__device__ __forceinline__ void issue_qk(float (&sacc)[FwdTraits<kHeadDim>::kBlockN / 2], uint32_t q_smem,
+template <int kHeadDim, int kWGs, bool kFp16>
+__device__ __forceinline__ void issue_qk(float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2], uint32_t q_smem,
                                          uint32_t k_smem) {
-  using T = FwdTraits<kHeadDim>;
+  using T = FwdTraits<kHeadDim, kWGs>;
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
     const uint32_t chunk = kk / 4, within = (kk % 4) * 32;  // 4 k-steps of 16 elements per 128-byte row
@@ -200,11 +221,11 @@ __device__ __forceinline__ void issue_qk(float (&sacc)[FwdTraits<kHeadDim>::kBlo
 }
 
 // O += P V: kN/16 wgmmas over the keys. V sits MN-major (rows = keys): SBO steps 8 keys, LBO steps 64-column chunks.
-template <int kHeadDim, bool kFp16>
+template <int kHeadDim, int kWGs, bool kFp16>
 __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
-                                         const uint32_t (&pa)[FwdTraits<kHeadDim>::kBlockN / 16][4],
+                                         const uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4],
                                          uint32_t v_smem) {
-  using T = FwdTraits<kHeadDim>;
+  using T = FwdTraits<kHeadDim, kWGs>;
 #pragma unroll
   for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
     const uint64_t db = ptx::make_smem_desc_sw128(v_smem + kk * 16 * kChunkBytes, T::kBlockN * kChunkBytes, 1024);
@@ -213,19 +234,21 @@ __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
   ptx::wgmma_commit();
 }
 
-// Ping-pong between the two consumer warpgroups: each takes a turn to issue its wgmmas, so one warpgroup's softmax
-// runs while the other's GEMMs own the tensor cores. Barrier kBase + w (256 threads) = "warpgroup w may issue".
-// The turn passes continuously across tiles (both warpgroups have the same issue points per tile), so the two
-// stay half a period apart through tile boundaries instead of re-synchronising at every tile: measured on short-KV
-// shapes, where boundaries are frequent.
+// Ping-pong between the consumer warpgroups: each takes a turn to issue its wgmmas, so one warpgroup's softmax
+// runs while another's GEMMs own the tensor cores. Barrier kBase + w (256 threads: the passer's 128 arrive, w's 128
+// sync) = "warpgroup w may issue"; the turn goes round 0 -> 1 (-> 2) -> 0. It passes continuously across tiles
+// (all warpgroups have the same issue points per tile), so they stay out of phase through tile boundaries instead
+// of re-synchronising at every tile: measured on short-KV shapes, where boundaries are frequent.
 enum class SchedBarrier : uint32_t { kBase = 3 };
 template <bool kPingpong>
 __device__ __forceinline__ void sched_wait(int cwg) {
   if constexpr (kPingpong) ptx::named_barrier_sync(static_cast<uint32_t>(SchedBarrier::kBase) + cwg, 256);
 }
-template <bool kPingpong>
+template <bool kPingpong, int kWGs = 2>
 __device__ __forceinline__ void sched_pass(int cwg) {
-  if constexpr (kPingpong) ptx::named_barrier_arrive(static_cast<uint32_t>(SchedBarrier::kBase) + (cwg ^ 1), 256);
+  // The turn goes round the consumer warpgroups in order (0 -> 1 -> ... -> 0).
+  if constexpr (kPingpong)
+    ptx::named_barrier_arrive(static_cast<uint32_t>(SchedBarrier::kBase) + (cwg + 1 == kWGs ? 0 : cwg + 1), 256);
 }
 
 // Epilogue: normalise and store O straight from the accumulator fragments (4-byte stores; a quad covers 16
@@ -249,9 +272,104 @@ __device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc,
   }
 }
 
-template <int kHeadDim, bool kFp16>
-__device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim>& s, int cwg) {
-  using T = FwdTraits<kHeadDim>;
+// One tile's K/V loop, starting at ring stage kStart. A template per start stage keeps every stage index a
+// function of the loop counter alone, so the wgmma descriptors stay in uniform registers while the ring runs on
+// across tiles (the next tile's first K/V loads no longer wait for this tile's last block to be released).
+template <int kHeadDim, int kWGs, bool kFp16, int kStart>
+__device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg, uint32_t q_smem,
+                                         int qb, int n_blocks, int kv_len, int col_in_group, int lane,
+                                         uint32_t& k_phase, uint32_t& v_phase, float (&o)[kHeadDim / 2],
+                                         float (&row_max)[2], float (&row_sum)[2]) {
+  using T = FwdTraits<kHeadDim, kWGs>;
+  constexpr int kN = T::kBlockN;
+  constexpr bool kPingpong = T::kPingpong;
+  const float scale_log2 = p.scale_log2;
+  float sacc[kN / 2];
+  uint32_t pa[kN / 16][4];
+  float alpha[2];
+  // Prologue: S_0 alone, then its softmax; P_0 is ready for the first overlapped step.
+  {
+    constexpr int stage = kStart;
+    ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
+    k_phase ^= 1u << stage;
+    sched_wait<kPingpong>(cwg);
+    ptx::wgmma_fence();
+    issue_qk<kHeadDim, kWGs, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
+    sched_pass<kPingpong, T::kConsumerWGs>(cwg);
+    ptx::wgmma_wait<0>();
+    ptx::fence_regs(sacc);
+    if (lane == 0) {
+      ptx::mbarrier_arrive(&s.k_empty[stage]);
+      if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
+    }
+    if (kN > kv_len) mask_keys<kN>(sacc, 0, kv_len, col_in_group);
+    online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
+    pack_p<kN, kFp16>(sacc, pa);
+  }
+
+  // Steady state: issue S_j = Q K_j and O += P_{j-1} V_{j-1} back to back; the softmax of S_j then runs on the
+  // CUDA cores while P V is still on the tensor cores. O is rescaled only after P V retires.
+  for (int j = 1; j < n_blocks; ++j) {
+    const int stage = (kStart + j) % T::kStages, prev = (kStart + j - 1) % T::kStages;
+    ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
+    ptx::mbarrier_wait(&s.v_full[prev], (v_phase >> prev) & 1);
+    k_phase ^= 1u << stage;
+    v_phase ^= 1u << prev;
+    sched_wait<kPingpong>(cwg);
+    ptx::wgmma_fence();
+    issue_qk<kHeadDim, kWGs, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
+    issue_pv<kHeadDim, kWGs, kFp16>(o, pa, ptx::smem_addr(s.v[prev]));
+    sched_pass<kPingpong, T::kConsumerWGs>(cwg);
+    ptx::wgmma_wait<1>();  // S_j done; P V may still run
+    ptx::fence_regs(sacc);
+    if (lane == 0) {
+      ptx::mbarrier_arrive(&s.k_empty[stage]);
+      if (j == n_blocks - 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
+    }
+    const int kv0 = j * kN;
+    if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
+    online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
+    ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
+    ptx::fence_regs(o);
+    fence_frag(pa);
+    if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
+    rescale_o<kHeadDim>(o, alpha);
+    pack_p<kN, kFp16>(sacc, pa);
+  }
+
+  // Drain: the last P V.
+  const int last = (kStart + n_blocks - 1) % T::kStages;
+  ptx::mbarrier_wait(&s.v_full[last], (v_phase >> last) & 1);
+  v_phase ^= 1u << last;
+  sched_wait<kPingpong>(cwg);
+  ptx::wgmma_fence();
+  issue_pv<kHeadDim, kWGs, kFp16>(o, pa, ptx::smem_addr(s.v[last]));
+  sched_pass<kPingpong, T::kConsumerWGs>(cwg);
+  ptx::wgmma_wait<0>();
+  ptx::fence_regs(o);
+  fence_frag(pa);
+  if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
+}
+
+template <int kHeadDim, int kWGs, bool kFp16, int kStart>
+__device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg,
+                                              uint32_t q_smem, int qb, int n_blocks, int kv_len, int col_in_group,
+                                              int lane, uint32_t& k_phase, uint32_t& v_phase,
+                                              float (&o)[kHeadDim / 2], float (&row_max)[2], float (&row_sum)[2]) {
+  if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs>::kStages) {
+    if (start != kStart) {
+      mainloop_from<kHeadDim, kWGs, kFp16, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, kv_len, col_in_group, lane,
+                                                 k_phase, v_phase, o, row_max, row_sum);
+      return;
+    }
+  }
+  mainloop<kHeadDim, kWGs, kFp16, kStart>(p, s, cwg, q_smem, qb, n_blocks, kv_len, col_in_group, lane, k_phase, v_phase,
+                                    o, row_max, row_sum);
+}
+
+template <int kHeadDim, int kWGs, bool kFp16>
+__device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg) {
+  using T = FwdTraits<kHeadDim, kWGs>;
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;
   const float kNegInf = -__int_as_float(0x7f800000);
@@ -263,13 +381,15 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
   const int row_in_wg = warp * 16 + lane / 4;
   const int col_in_group = 2 * (lane % 4);
-  const uint32_t q_smem = ptx::smem_addr(s.q) + cwg * T::kRowsPerWG * kChunkBytes;
+  const uint32_t q_smem0 = ptx::smem_addr(s.q[0]) + cwg * T::kRowsPerWG * kChunkBytes;
   const float scale_log2 = p.scale_log2;
 
   uint32_t k_phase = 0, v_phase = 0;  // bit s: parity of stage s's next K / V "full" phase (see producer)
-  // Warpgroup 0 takes the first turn. Warpgroup 1's last pass then has no matching wait; warpgroup 0 absorbs it
-  // with one extra wait after its last tile, so both barriers end balanced whatever the tile count.
-  if (kPingpong && cwg == 1) sched_pass<kPingpong>(cwg);
+  int start = 0;                      // ring stage of this tile's K_0 (see producer)
+  // Warpgroup 0 takes the first turn (the last warpgroup passes it once up front). The last warpgroup's final pass
+  // then has no matching wait; warpgroup 0 absorbs it with one extra wait after its last tile, so every barrier
+  // ends balanced whatever the tile count.
+  if (kPingpong && cwg == T::kConsumerWGs - 1) sched_pass<kPingpong, T::kConsumerWGs>(cwg);
   for (int tile = blockIdx.x, local = 0; tile < p.num_tiles; tile += gridDim.x, ++local) {
     const TileCoord tc = tile_coord(p, tile);
     const int kv_len = kv_len_of(p, tc.batch);
@@ -278,80 +398,20 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     float o[kHeadDim / 2];
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
-    float sacc[kN / 2];
-    uint32_t pa[kN / 16][4];
     float row_max[2] = {kNegInf, kNegInf};
     float row_sum[2] = {0.f, 0.f};  // per-thread partial sums; the quad reduction waits for the epilogue
-    float alpha[2];
 
     // Q's buffer goes back to the producer right after this tile's last S = Q K^T (or at once with no keys).
-    ptx::mbarrier_wait(&s.q_full, local & 1);
+    const int qb = local % T::kQBuffers;
+    const uint32_t q_smem = q_smem0 + qb * T::kQBytes;
+    ptx::mbarrier_wait(&s.q_full[qb], (local / T::kQBuffers) & 1);
     if (n_blocks == 0) {
-      if (lane == 0) ptx::mbarrier_arrive(&s.q_empty);
+      if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
     } else {
-      // Prologue: S_0 alone, then its softmax; P_0 is ready for the first overlapped step.
-      {
-        constexpr int stage = 0;
-        ptx::mbarrier_wait(&s.k_full[stage], k_phase & 1);
-        k_phase ^= 1u;
-        sched_wait<kPingpong>(cwg);
-        ptx::wgmma_fence();
-        issue_qk<kHeadDim, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
-        sched_pass<kPingpong>(cwg);
-        ptx::wgmma_wait<0>();
-        ptx::fence_regs(sacc);
-        if (lane == 0) {
-          ptx::mbarrier_arrive(&s.k_empty[stage]);
-          if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty);
-        }
-        if (kN > kv_len) mask_keys<kN>(sacc, 0, kv_len, col_in_group);
-        online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
-        pack_p<kN, kFp16>(sacc, pa);
-      }
-
-      // Steady state: issue S_j = Q K_j and O += P_{j-1} V_{j-1} back to back; the softmax of S_j then runs on the
-      // CUDA cores while P V is still on the tensor cores. O is rescaled only after P V retires.
-      for (int j = 1; j < n_blocks; ++j) {
-        const int stage = j % T::kStages, prev = (j - 1) % T::kStages;
-        ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
-        ptx::mbarrier_wait(&s.v_full[prev], (v_phase >> prev) & 1);
-        k_phase ^= 1u << stage;
-        v_phase ^= 1u << prev;
-        sched_wait<kPingpong>(cwg);
-        ptx::wgmma_fence();
-        issue_qk<kHeadDim, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
-        issue_pv<kHeadDim, kFp16>(o, pa, ptx::smem_addr(s.v[prev]));
-        sched_pass<kPingpong>(cwg);
-        ptx::wgmma_wait<1>();  // S_j done; P V may still run
-        ptx::fence_regs(sacc);
-        if (lane == 0) {
-          ptx::mbarrier_arrive(&s.k_empty[stage]);
-          if (j == n_blocks - 1) ptx::mbarrier_arrive(&s.q_empty);
-        }
-        const int kv0 = j * kN;
-        if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
-        online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
-        ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
-        ptx::fence_regs(o);
-        fence_frag(pa);
-        if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
-        rescale_o<kHeadDim>(o, alpha);
-        pack_p<kN, kFp16>(sacc, pa);
-      }
-
-      // Drain: the last P V.
-      const int last = (n_blocks - 1) % T::kStages;
-      ptx::mbarrier_wait(&s.v_full[last], (v_phase >> last) & 1);
-      v_phase ^= 1u << last;
-      sched_wait<kPingpong>(cwg);
-      ptx::wgmma_fence();
-      issue_pv<kHeadDim, kFp16>(o, pa, ptx::smem_addr(s.v[last]));
-      sched_pass<kPingpong>(cwg);
-      ptx::wgmma_wait<0>();
-      ptx::fence_regs(o);
-      fence_frag(pa);
-      if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
+      mainloop_from<kHeadDim, kWGs, kFp16, 0>(start, p, s, cwg, q_smem, qb, n_blocks, kv_len, col_in_group, lane,
+                                         k_phase, v_phase, o, row_max, row_sum);
     }
+    start = (start + n_blocks) % T::kStages;
 
 #pragma unroll
     for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
@@ -371,22 +431,25 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   if (kPingpong && cwg == 0) sched_wait<kPingpong>(cwg);
 }
 
-template <int kHeadDim, bool kFp16>
-__global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, 1)
+template <int kHeadDim, int kWGs, bool kFp16>
+__global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs>::kThreads, 1)
     flash_fwd_kernel(const __grid_constant__ FwdParams p) {
-  using T = FwdTraits<kHeadDim>;
+  using T = FwdTraits<kHeadDim, kWGs>;
   extern __shared__ uint8_t smem_raw[];
   // Dynamic shared memory is only 16-byte aligned by contract; the launcher over-allocates 1 KB for this.
   const uint32_t pad = (1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023;
-  auto& s = *reinterpret_cast<SharedStorage<kHeadDim>*>(smem_raw + pad);
+  auto& s = *reinterpret_cast<SharedStorage<kHeadDim, kWGs>*>(smem_raw + pad);
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
     ptx::prefetch_tensormap(&p.tm_q);
     ptx::prefetch_tensormap(&p.tm_k);
     ptx::prefetch_tensormap(&p.tm_v);
-    ptx::mbarrier_init(&s.q_full, 1);
-    ptx::mbarrier_init(&s.q_empty, 4 * T::kConsumerWGs);
+#pragma unroll
+    for (int b = 0; b < T::kQBuffers; ++b) {
+      ptx::mbarrier_init(&s.q_full[b], 1);
+      ptx::mbarrier_init(&s.q_empty[b], 4 * T::kConsumerWGs);
+    }
 #pragma unroll
     for (int st = 0; st < T::kStages; ++st) {
       ptx::mbarrier_init(&s.k_full[st], 1);
@@ -401,10 +464,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim>::kThreads, 1)
 
   if (wg == 0) {
     ptx::setmaxnreg_dec<T::kProducerRegs>();
-    if (threadIdx.x == 0) producer<kHeadDim>(p, s);
+    if (threadIdx.x == 0) producer<kHeadDim, kWGs>(p, s);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
-    consumer<kHeadDim, kFp16>(p, s, wg - 1);
+    consumer<kHeadDim, kWGs, kFp16>(p, s, wg - 1);
   }
 }
 

@@ -15,6 +15,11 @@
 #define VIDATTN_BLOCK_N_D64 128
 #endif
 
+// Prefetch the next tile's Q into L2 when Q has a single shared-memory buffer (see the producer).
+#ifndef VIDATTN_Q_L2_PREFETCH
+#define VIDATTN_Q_L2_PREFETCH 1
+#endif
+
 namespace vidattn::sm90 {
 
 constexpr int kSmemBudget = 227 * 1024;  // per-block opt-in maximum on sm_90
@@ -24,13 +29,18 @@ constexpr int kSmemBudget = 227 * 1024;  // per-block opt-in maximum on sm_90
 constexpr int kChunkCols = 64;
 constexpr int kChunkBytes = kChunkCols * 2;
 
-template <int kHeadDim>
+// kWGs: consumer warpgroups (64 query rows each). D=64 defaults to three (see kConsumerWGs); the launcher also
+// has a two-warpgroup D=64 build for short queries, where 192-row tiles waste rows (capi.cu, pick_d64_wgs).
+template <int kHeadDim, int kWGs = (kHeadDim == 64 ? 3 : 2)>
 struct FwdTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "vidattn sm90 forward: head dim must be 64 or 128");
   static constexpr int kHeadDimV = kHeadDim;
-  // wgmma's M is 64 per warpgroup; two consumer warpgroups share one 128-row Q tile so K/V tiles are read once
-  // for 128 query rows.
-  static constexpr int kConsumerWGs = 2;
+  // wgmma's M is 64 per warpgroup; the consumer warpgroups share one Q tile so each K/V tile is read once for
+  // all their rows. D=128: two (128 rows; S, P and O need 240 registers). D=64: three (192 rows; S, P and O fit
+  // in 160, O being only 32), so each K/V byte fetched serves 1.5x the rows: measured +9 to +11% on the long D=64
+  // shapes (csrc/NOTES.md).
+  static constexpr int kConsumerWGs = kWGs;
+  static_assert(kWGs == 2 || (kWGs == 3 && kHeadDim == 64), "three consumer warpgroups fit only at D=64");
   static constexpr int kRowsPerWG = 64;
   static constexpr int kBlockM = kConsumerWGs * kRowsPerWG;
   // KV tile: S (64 x kBlockN fp32), P (kBlockN/2 packed 16-bit) and O (64 x D fp32) all live in registers;
@@ -40,17 +50,21 @@ struct FwdTraits {
   // As many K+V stages as shared memory holds next to Q (up to 4): at D=128, N=128 that is Q 32 KB + 2 x 64 KB.
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kStageBytes = 2 * kBlockN * kHeadDim * 2;
-  static constexpr int kStagesFit = (kSmemBudget - 2048 - kQBytes) / kStageBytes;
+  // A second Q buffer lets the next tile's Q load a whole tile early; taken only when 2 K/V stages still fit.
+  static constexpr int kQBuffers = (kSmemBudget - 2048 - 2 * kQBytes) / kStageBytes >= 2 ? 2 : 1;
+  static constexpr int kStagesFit = (kSmemBudget - 2048 - kQBuffers * kQBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static_assert(kStages >= 2, "tile too large: fewer than 2 K/V stages fit in shared memory");
   static constexpr int kChunks = kHeadDim / kChunkCols;
   static constexpr bool kPingpong = VIDATTN_PINGPONG != 0;
+  static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
 
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
   // setmaxnreg budgets: the producer issues TMA from one thread and needs almost nothing; the consumers hold
-  // S, O and P. 24*128 + 240*256 = 64512 <= 65536 registers per SM at one block per SM.
+  // S, O and P. 24*128 + 240*256 = 64512 <= 65536 registers per SM at one block per SM; with three consumer
+  // warpgroups (D=64: S 64 + P 32 + O 32 at N=128) 24*128 + 160*384 = 64512.
   static constexpr uint32_t kProducerRegs = 24;
-  static constexpr uint32_t kConsumerRegs = 240;
+  static constexpr uint32_t kConsumerRegs = kConsumerWGs == 3 ? 160 : 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536, "register file overcommitted");
 };
 

@@ -48,6 +48,7 @@ class AllegroAttnProcessor:
             hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape
         )
 
+        mask_source = attention_mask  # the model's one mask tensor for every layer: the kv_lens memo's key
         if attention_mask is not None:
             attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
             attention_mask = attention_mask.view(batch_size, attn.heads, -1, attention_mask.shape[-1])
@@ -78,7 +79,7 @@ class AllegroAttnProcessor:
             query = apply_rotary_emb_allegro(query, image_rotary_emb[0], image_rotary_emb[1])
             key = apply_rotary_emb_allegro(key, image_rotary_emb[0], image_rotary_emb[1])
 
-        hidden_states = attend_bhsd(query, key, value, attention_mask)
+        hidden_states = attend_bhsd(query, key, value, attention_mask, mask_source)
 
         hidden_states = hidden_states.transpose(1, 2).reshape(batch_size, -1, attn.heads * head_dim)
         hidden_states = hidden_states.to(query.dtype)

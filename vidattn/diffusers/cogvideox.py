@@ -15,7 +15,8 @@ from .apply import register_processor
 from .sdpa_common import StockProcessor, attend_bhsd
 
 
-def _joint_attention(attn, query, key, value, batch_size, text_seq_length, attention_mask, image_rotary_emb):
+def _joint_attention(attn, query, key, value, batch_size, text_seq_length, attention_mask, image_rotary_emb,
+                     mask_source=None):
     inner_dim = key.shape[-1]
     head_dim = inner_dim // attn.heads
 
@@ -35,7 +36,7 @@ def _joint_attention(attn, query, key, value, batch_size, text_seq_length, atten
         if not attn.is_cross_attention:
             key[:, :, text_seq_length:] = apply_rotary_emb(key[:, :, text_seq_length:], image_rotary_emb)
 
-    hidden_states = attend_bhsd(query, key, value, attention_mask)
+    hidden_states = attend_bhsd(query, key, value, attention_mask, mask_source)
 
     hidden_states = hidden_states.transpose(1, 2).reshape(batch_size, -1, attn.heads * head_dim)
 
@@ -70,6 +71,7 @@ class CogVideoXAttnProcessor:
 
         batch_size, sequence_length, _ = hidden_states.shape
 
+        mask_source = attention_mask  # the model's one mask tensor for every layer: the kv_lens memo's key
         if attention_mask is not None:
             attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
             attention_mask = attention_mask.view(batch_size, attn.heads, -1, attention_mask.shape[-1])
@@ -78,7 +80,7 @@ class CogVideoXAttnProcessor:
         key = attn.to_k(hidden_states)
         value = attn.to_v(hidden_states)
         return _joint_attention(attn, query, key, value, batch_size, text_seq_length, attention_mask,
-                                image_rotary_emb)
+                                image_rotary_emb, mask_source)
 
 
 class FusedCogVideoXAttnProcessor:
@@ -103,6 +105,7 @@ class FusedCogVideoXAttnProcessor:
             hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape
         )
 
+        mask_source = attention_mask  # the model's one mask tensor for every layer: the kv_lens memo's key
         if attention_mask is not None:
             attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
             attention_mask = attention_mask.view(batch_size, attn.heads, -1, attention_mask.shape[-1])
@@ -111,7 +114,7 @@ class FusedCogVideoXAttnProcessor:
         split_size = qkv.shape[-1] // 3
         query, key, value = torch.split(qkv, split_size, dim=-1)
         return _joint_attention(attn, query, key, value, batch_size, text_seq_length, attention_mask,
-                                image_rotary_emb)
+                                image_rotary_emb, mask_source)
 
 
 register_processor("CogVideoXAttnProcessor2_0", CogVideoXAttnProcessor)

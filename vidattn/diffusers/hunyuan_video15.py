@@ -19,13 +19,25 @@ import torch.nn.functional as F
 from .. import ops
 from ._base import ProcessorBase
 from .apply import register_processor
-from .masks import mask_to_kv_lens
+from .masks import LastMaskMemo, prefix_lengths
 
 
 def _stock_mask(keep: torch.Tensor) -> torch.Tensor:
     b, s = keep.shape
     rows = keep.view(b, 1, 1, s).repeat(1, 1, s, 1)
     return rows & rows.transpose(2, 3)
+
+
+_MEMO = LastMaskMemo()  # one text mask per forward, handed to every block
+
+
+def _kv_lens_of(keep: torch.Tensor, batch: int, seq_len: int):
+    """(kv_lens, reason, any row padded), read back from the device once."""
+    lens, ok = prefix_lengths(keep)
+    flags = torch.stack([ok, (lens < seq_len).any()]).tolist()  # the one device sync
+    if not flags[0]:
+        return None, "attention_mask keeps keys that are not a non-empty prefix of each row", False
+    return lens.to(torch.int32), None, bool(flags[1])
 
 
 class HunyuanVideo15AttnProcessor(ProcessorBase):
@@ -40,11 +52,14 @@ class HunyuanVideo15AttnProcessor(ProcessorBase):
         if self._parallel_config is not None:
             return self._dispatch(query, key, value, _stock_mask(keep), self._parallel_config,
                                   "context parallelism is configured: diffusers' dispatch runs the ring")
-        kv_lens, reason = mask_to_kv_lens(keep, batch, seq_len)
+        if torch.compiler.is_compiling():
+            return self._dispatch(query, key, value, _stock_mask(keep), None,
+                                  "attention_mask under torch.compile: the key-padding test needs the mask's values")
+        kv_lens, reason, padded = _MEMO.get(text_mask, (batch, seq_len), lambda: _kv_lens_of(keep, batch, seq_len))
         if kv_lens is None:
             return self._dispatch(query, key, value, _stock_mask(keep), None, reason)
         out = ops.attention(query, key, value, layout="bshd", kv_lens=kv_lens)
-        if bool((kv_lens < seq_len).any()):
+        if padded:
             out = out.masked_fill(~keep[:, :, None, None], 0.0)  # padded query rows: no key kept -> zeros
         return out
 

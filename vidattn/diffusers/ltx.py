@@ -36,14 +36,14 @@ class LTXVideoAttnProcessor:
         return dispatch_attention_fn(query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,
                                      backend=self._attention_backend, parallel_config=self._parallel_config)
 
-    def _attend(self, query, key, value, attention_mask):
+    def _attend(self, query, key, value, attention_mask, mask_source=None):
         if self._parallel_config is not None:
             return self._dispatch(query, key, value, attention_mask,
                                   "context parallelism is configured: diffusers' dispatch runs the ring")
         if attention_mask is None:
             return ops.attention(query, key, value, layout="bshd")
         b, sq, h, _ = query.shape
-        kv_lens, reason = sdpa_mask_to_kv_lens(attention_mask, b, h, sq, key.shape[1])
+        kv_lens, reason = sdpa_mask_to_kv_lens(attention_mask, b, h, sq, key.shape[1], source=mask_source)
         if kv_lens is None:
             return self._dispatch(query, key, value, attention_mask, reason)
         return ops.attention(query, key, value, layout="bshd", kv_lens=kv_lens)
@@ -60,6 +60,7 @@ class LTXVideoAttnProcessor:
             hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape
         )
 
+        mask_source = attention_mask  # the model's one mask tensor for every layer: the kv_lens memo's key
         if attention_mask is not None:
             attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
             attention_mask = attention_mask.view(batch_size, attn.heads, -1, attention_mask.shape[-1])
@@ -84,7 +85,7 @@ class LTXVideoAttnProcessor:
         key = key.unflatten(2, (attn.heads, -1))
         value = value.unflatten(2, (attn.heads, -1))
 
-        hidden_states = self._attend(query, key, value, attention_mask)
+        hidden_states = self._attend(query, key, value, attention_mask, mask_source)
         hidden_states = hidden_states.flatten(2, 3)
         hidden_states = hidden_states.to(query.dtype)
 

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import ops
+from .masks import LastMaskMemo, prefix_lengths
 
 # An additive mask value at or below this drops its key. diffusers writes (1 - mask) * -10000 for text padding
 # (LTX-Video, Allegro; -9984 once rounded to bf16). SDPA then weights a dropped key by exp(score - 10000 - max),
@@ -18,16 +19,20 @@ from .. import ops
 # so leaving the key out (kv_lens) is the same softmax for any real scores.
 DROP_BIAS = -9000.0
 
+_MEMO = LastMaskMemo()
 
-def sdpa_mask_to_kv_lens(mask, batch: int, heads: int, seqlen_q: int,
-                         seqlen_kv: int) -> tuple[Optional[torch.Tensor], Optional[str]]:
+
+def sdpa_mask_to_kv_lens(mask, batch: int, heads: int, seqlen_q: int, seqlen_kv: int,
+                         source: Optional[torch.Tensor] = None) -> tuple[Optional[torch.Tensor], Optional[str]]:
     """`(kv_lens, None)` when `mask`, a mask as the stock processors hand it to SDPA (4-D, broadcastable to
     (B, H, Sq, Skv)), drops the same keys for every head and query and the kept keys are a non-empty prefix of
     each batch row; else `(None, reason)`.
 
     Boolean masks: True = attend. Float (additive) masks: 0 = attend, <= `DROP_BIAS` (or -inf) = drop; any
     other value is a real bias and is not converted. Reads the mask's values (one device sync), so under
-    `torch.compile` every mask takes the SDPA path instead of breaking the graph.
+    `torch.compile` every mask takes the SDPA path instead of breaking the graph. The answer is memoised on
+    `source` (default: `mask`), the tensor the model hands every layer, when `mask` is prepared from it per layer
+    (masks.LastMaskMemo).
     """
     if not isinstance(mask, torch.Tensor):
         return None, f"attention_mask of type {type(mask).__name__} is not a tensor"
@@ -38,24 +43,29 @@ def sdpa_mask_to_kv_lens(mask, batch: int, heads: int, seqlen_q: int,
                       f"queries={seqlen_q}, keys={seqlen_kv})")
     if torch.compiler.is_compiling():
         return None, "attention_mask under torch.compile: the key-padding test needs the mask's values"
-    if mask.dtype == torch.bool:
-        keep = mask
-    elif mask.dtype.is_floating_point:
-        keep = mask == 0
-        if not bool(torch.all(keep | (mask <= DROP_BIAS))):
-            return None, (f"additive attention_mask has values other than 0 and <= {DROP_BIAS:g}: a bias, "
-                          "not key padding")
-    else:
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
         return None, f"attention_mask has dtype {mask.dtype}; only boolean or additive float masks map to kv_lens"
+    src = mask if source is None else source
+    return _MEMO.get(src, (shape, mask.dtype, batch, heads, seqlen_q, seqlen_kv), lambda: _convert(mask, batch,
+                                                                                                 seqlen_kv))
+
+
+def _convert(mask, batch, seqlen_kv):
+    """The key-padding test in device ops, read back once; the reason is worked out only when it fails."""
+    keep = mask if mask.dtype == torch.bool else mask == 0
     row = keep[:, :1, :1, :]
-    if not bool(torch.equal(keep, row.expand_as(keep))):
+    lens, ok = prefix_lengths(row.reshape(batch, seqlen_kv))
+    ok = ok & (keep == row).all()
+    if mask.dtype != torch.bool:
+        ok = ok & (keep | (mask <= DROP_BIAS)).all()
+    if bool(ok):  # the one device sync
+        return lens.to(torch.int32), None
+    if mask.dtype != torch.bool and not bool((keep | (mask <= DROP_BIAS)).all()):
+        return None, (f"additive attention_mask has values other than 0 and <= {DROP_BIAS:g}: a bias, "
+                      "not key padding")
+    if not bool((keep == row).all()):
         return None, "attention_mask differs between heads or query positions: not a key-padding mask"
-    row = row.reshape(batch, seqlen_kv)
-    lens = row.sum(dim=1)
-    prefix = torch.arange(seqlen_kv, device=mask.device)[None, :] < lens[:, None]
-    if not bool(torch.equal(prefix, row)) or int(lens.min()) < 1:
-        return None, "attention_mask keeps keys that are not a non-empty prefix of each row"
-    return lens.to(torch.int32), None
+    return None, "attention_mask keeps keys that are not a non-empty prefix of each row"
 
 
 def stock_sdpa(query, key, value, attention_mask, reason: Optional[str]):
@@ -67,13 +77,13 @@ def stock_sdpa(query, key, value, attention_mask, reason: Optional[str]):
                                           is_causal=False)
 
 
-def attend_bhsd(query, key, value, attention_mask=None):
+def attend_bhsd(query, key, value, attention_mask=None, mask_source=None):
     """Attention on (B, H, S, D) tensors as the stock processors' SDPA call computes it: `vidattn.attention`
     (key-padding masks as `kv_lens`), or the stock SDPA call for any other mask."""
     if attention_mask is None:
         return ops.attention(query, key, value, layout="bhsd")
     b, h, sq, _ = query.shape
-    kv_lens, reason = sdpa_mask_to_kv_lens(attention_mask, b, h, sq, key.shape[2])
+    kv_lens, reason = sdpa_mask_to_kv_lens(attention_mask, b, h, sq, key.shape[2], source=mask_source)
     if kv_lens is None:
         return stock_sdpa(query, key, value, attention_mask, reason)
     return ops.attention(query, key, value, layout="bhsd", kv_lens=kv_lens)

@@ -1,0 +1,100 @@
+"""The kv_lens memo: a model's one mask per forward is tested (a host sync) once, not once per layer, and a mask
+that changes is tested again."""
+import pytest
+import torch
+
+from vidattn.diffusers import masks, sdpa_common
+from vidattn.diffusers.masks import LastMaskMemo, mask_to_kv_lens
+
+
+def counting(fn):
+    calls = []
+
+    def wrapped():
+        calls.append(1)
+        return fn()
+    return wrapped, calls
+
+
+def test_memo_hits_for_the_same_mask_and_recomputes_on_change():
+    memo = LastMaskMemo()
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    n = [0]
+
+    def compute():
+        n[0] += 1
+        return int(mask.sum())
+    assert memo.get(mask, ("k",), compute) == 10
+    assert memo.get(mask, ("k",), compute) == 10 and n[0] == 1
+    mask[1, 3:] = False  # written in place: the version counter moves
+    assert memo.get(mask, ("k",), compute) == 8 and n[0] == 2
+    assert memo.get(mask, ("other shape",), compute) == 8 and n[0] == 3
+    other = mask.clone()  # equal values, another tensor: tested again
+    assert memo.get(other, ("other shape",), compute) == 8 and n[0] == 4
+
+
+def test_memo_skips_inference_mode_tensors():
+    memo = LastMaskMemo()
+    with torch.inference_mode():
+        mask = torch.ones(3, dtype=torch.bool)
+    n = [0]
+
+    def compute():
+        n[0] += 1
+        return n[0]
+    assert memo.get(mask, (), compute) == 1
+    assert memo.get(mask, (), compute) == 2
+
+
+def test_bool_mask_memo_answers_follow_the_mask():
+    keep = torch.arange(6)[None, :] < torch.tensor([6, 3])[:, None]
+    lens, reason = mask_to_kv_lens(keep, 2, 6)
+    assert reason is None and lens.tolist() == [6, 3]
+    keep[1] = torch.tensor([True, False, True, False, False, False])  # no longer a prefix
+    lens, reason = mask_to_kv_lens(keep, 2, 6)
+    assert lens is None and "prefix" in reason
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_sdpa_mask_memo_keys_on_the_source_tensor(dtype, monkeypatch):
+    wrapped_calls = []
+    real = sdpa_common._convert
+
+    def spy(*a):
+        wrapped_calls.append(1)
+        return real(*a)
+    monkeypatch.setattr(sdpa_common, "_convert", spy)
+    keep = torch.arange(8)[None, :] < torch.tensor([8, 5])[:, None]
+    source = keep if dtype == torch.bool else (1 - keep.float()) * -10000.0
+    for _ in range(3):  # three layers, each preparing its own (B, H, 1, Skv) copy of the model's mask
+        prepared = source[:, None, None, :].expand(2, 4, 1, 8).clone()
+        lens, reason = sdpa_common.sdpa_mask_to_kv_lens(prepared, 2, 4, 16, 8, source=source)
+        assert reason is None and lens.tolist() == [8, 5]
+    assert len(wrapped_calls) == 1
+
+
+def test_ltx_forward_tests_its_text_mask_once(monkeypatch):
+    pytest.importorskip("diffusers")
+    import vidattn
+    from test_processors_ltx import forward, tiny_inputs, tiny_ltx
+
+    calls = []
+    real = sdpa_common._convert
+
+    def spy(*a):
+        calls.append(1)
+        return real(*a)
+    monkeypatch.setattr(sdpa_common, "_convert", spy)
+    model = tiny_ltx(64)
+    inputs = tiny_inputs()
+    expected = forward(model, *inputs)
+    vidattn.apply(model)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = forward(model, *inputs)
+        assert len(calls) == 1  # two masked cross-attention layers, one test
+        out2 = forward(model, *inputs)  # a new forward makes a new mask tensor: tested again
+    assert len(calls) == 2
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out2, expected, atol=1e-5, rtol=1e-5)
