@@ -18,7 +18,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from vidattn import _ext  # noqa: E402
 
-CASES = [  # (B, Sq, Skv, H, D, dtype, layout, kv_lens)
+CASES = [  # (B, Sq, Skv, H, D, dtype, layout, kv_lens[, D=64 warpgroups forced: 2 or 3; default: by shape])
     (1, 128, 128, 1, 128, torch.bfloat16, "bshd", None),
     (2, 256, 384, 3, 128, torch.bfloat16, "bshd", None),
     (1, 1, 7, 2, 128, torch.bfloat16, "bshd", None),
@@ -26,6 +26,9 @@ CASES = [  # (B, Sq, Skv, H, D, dtype, layout, kv_lens)
     (3, 333, 513, 2, 128, torch.float16, "bhsd", [513, 1, 200]),
     (1, 4224, 4224, 2, 64, torch.bfloat16, "bshd", None),
     (1, 1000, 512, 4, 128, torch.bfloat16, "bshd", [300]),
+    (2, 129, 777, 2, 64, torch.float16, "bhsd", None, 3),
+    (3, 333, 513, 2, 64, torch.bfloat16, "bshd", [513, 1, 200], 3),
+    (1, 4224, 4224, 2, 64, torch.bfloat16, "bshd", None, 3),
 ]
 
 
@@ -40,7 +43,7 @@ def reference(q, k, v, scale, kv_lens):
     return torch.einsum("bhqk,bhkd->bhqd", torch.softmax(s, -1), vf).transpose(1, 2), lse
 
 
-def run_case(b, sq, skv, h, d, dtype, layout, lens, lib=None):
+def run_case(b, sq, skv, h, d, dtype, layout, lens, wgs=0, lib=None):
     dev = "cuda"
     def make(s):
         if layout == "bshd":
@@ -56,7 +59,16 @@ def run_case(b, sq, skv, h, d, dtype, layout, lens, lib=None):
     reason = _ext.kernel_reason(q, k, v, kv_lens, scale) if lib is None else None
     if reason:
         return f"FALLBACK? {reason}"
-    _ext.forward(q, k, v, out, lse, kv_lens, scale, lib=lib)
+    if wgs:
+        handle = lib or _ext.load()
+        if not hasattr(handle, "vidattn_sm90_set_d64_warpgroups"):
+            return "ok   (skipped: this build has no D=64 warpgroup switch)"
+        _ext.set_d64_warpgroups(wgs, handle)
+    try:
+        _ext.forward(q, k, v, out, lse, kv_lens, scale, lib=lib)
+    finally:
+        if wgs:
+            _ext.set_d64_warpgroups(0, handle)
     torch.cuda.synchronize()
     ref, ref_lse = reference(q, k, v, scale, kv_lens)
     rel = ((out.float() - ref).norm() / ref.norm()).item()
@@ -106,7 +118,8 @@ def main():
     for case in CASES:
         msg = run_case(*case)
         failed += not msg.startswith("ok")
-        print(f"{str(case[:5]):28s} {str(case[5])[6:]:9s} {case[6]} lens={case[7]}: {msg}", flush=True)
+        wgs = f" d64 warpgroups={case[8]}" if len(case) > 8 else ""
+        print(f"{str(case[:5]):28s} {str(case[5])[6:]:9s} {case[6]} lens={case[7]}{wgs}: {msg}", flush=True)
     if args.time:
         time_shapes()
     sys.exit(1 if failed else 0)

@@ -20,6 +20,11 @@
 #define VIDATTN_Q_L2_PREFETCH 1
 #endif
 
+// Issue the next tile's S = Q K_0 at the tile boundary, under this tile's epilogue (see the consumer).
+#ifndef VIDATTN_CROSS_TILE
+#define VIDATTN_CROSS_TILE 0
+#endif
+
 namespace vidattn::sm90 {
 
 constexpr int kSmemBudget = 227 * 1024;  // per-block opt-in maximum on sm_90
@@ -58,6 +63,7 @@ struct FwdTraits {
   static constexpr int kChunks = kHeadDim / kChunkCols;
   static constexpr bool kPingpong = VIDATTN_PINGPONG != 0;
   static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
+  static constexpr bool kCrossTile = VIDATTN_CROSS_TILE != 0;
 
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
   // setmaxnreg budgets: the producer issues TMA from one thread and needs almost nothing; the consumers hold
