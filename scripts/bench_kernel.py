@@ -137,8 +137,9 @@ def dry_run_table(shapes: list[Shape]) -> str:
 
 
 def _git_commit() -> str:
-    """The checkout's commit; on the device machine the copied tree has no .git, so VIDATTN_GIT_COMMIT
-    (set by whoever launches the run) stands in for it."""
+    """VIDATTN_GIT_COMMIT when set (a copied tree on the device machine), else the checkout's commit."""
+    if os.environ.get("VIDATTN_GIT_COMMIT", "").strip():
+        return os.environ["VIDATTN_GIT_COMMIT"].strip()
     commit = "unknown"
     try:
         from vidattn.envinfo import git_commit
@@ -150,8 +151,6 @@ def _git_commit() -> str:
                                     timeout=10, check=True).stdout.strip() or "unknown"
         except (OSError, subprocess.SubprocessError):
             pass
-    if commit == "unknown" and os.environ.get("VIDATTN_GIT_COMMIT"):
-        commit = os.environ["VIDATTN_GIT_COMMIT"].strip()
     return commit
 
 

@@ -539,8 +539,10 @@ def run_tasks(tasks: list[dict], args) -> dict[str, dict]:
 
 
 def _git_commit() -> str:
-    """Same rule as vidattn.envinfo.git_commit (commit, '-dirty' with tracked changes, else VIDATTN_GIT_COMMIT),
-    without importing vidattn (and torch) so --dry-run and --build-only stay fast."""
+    """Same rule as vidattn.envinfo.git_commit (VIDATTN_GIT_COMMIT when set, else the commit, '-dirty' with
+    tracked changes), without importing vidattn (and torch) so --dry-run and --build-only stay fast."""
+    if os.environ.get("VIDATTN_GIT_COMMIT", "").strip():
+        return os.environ["VIDATTN_GIT_COMMIT"].strip()
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10,
                              check=True).stdout.strip()
@@ -548,7 +550,7 @@ def _git_commit() -> str:
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("VIDATTN_GIT_COMMIT", "").strip() or "unknown"
+        return "unknown"
 
 
 def resolve_out(out: str | None) -> Path:

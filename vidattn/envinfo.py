@@ -10,10 +10,12 @@ from pathlib import Path
 
 
 def git_commit(repo: Path | None = None) -> str:
-    """Commit of the checkout (with '-dirty' when the work tree has changes); outside git (a copied tree, as on a
-    lent GPU machine) the VIDATTN_GIT_COMMIT environment variable, else 'unknown'."""
-    import os
-
+    """The VIDATTN_GIT_COMMIT environment variable when set (whoever launches a run on a copied tree knows what it
+    is: the lent GPU machine's copy carried a .git of an older base commit, so its `git rev-parse` named the wrong
+    commit, 2026-11-30); else the checkout's commit (with '-dirty' when the work tree has changes), else
+    'unknown'."""
+    if os.environ.get("VIDATTN_GIT_COMMIT", "").strip():
+        return os.environ["VIDATTN_GIT_COMMIT"].strip()
     cwd = str(repo or Path(__file__).resolve().parent.parent)
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
@@ -22,7 +24,7 @@ def git_commit(repo: Path | None = None) -> str:
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("VIDATTN_GIT_COMMIT", "").strip() or "unknown"
+        return "unknown"
 
 
 def run_metadata(argv: list[str] | None = None) -> dict:

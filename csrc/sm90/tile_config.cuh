@@ -15,12 +15,14 @@
 #define VIDATTN_BLOCK_N_D64 128
 #endif
 
-// Prefetch the next tile's Q into L2 when Q has a single shared-memory buffer (see the producer).
+// Prefetch the next tile's Q into L2 when Q has a single shared-memory buffer (see the producer). Off: measured
+// no gain (Wan cross-attention 0.881x cuDNN with it, 0.897x without, within the spread; csrc/NOTES.md).
 #ifndef VIDATTN_Q_L2_PREFETCH
-#define VIDATTN_Q_L2_PREFETCH 1
+#define VIDATTN_Q_L2_PREFETCH 0
 #endif
 
-// Issue the next tile's S = Q K_0 at the tile boundary, under this tile's epilogue (see the consumer).
+// Issue the next tile's S = Q K_0 at the tile boundary, under this tile's epilogue (see the consumer). Off:
+// measured 7-8% slower on the short-KV shapes it was meant for (csrc/NOTES.md).
 #ifndef VIDATTN_CROSS_TILE
 #define VIDATTN_CROSS_TILE 0
 #endif
