@@ -77,6 +77,7 @@ def row_of(rep: dict) -> dict:
     sdpa_calls = rep.get("attention_calls", {}).get("sdpa") or {}
     med = {p: _num(res.get(p, {}).get("forward_stats_ms", {}).get("median")) for p in ("sdpa", "vidattn")}
     share = {p: _num(prof.get(p, {}).get("attention_share")) for p in ("sdpa", "vidattn")}
+    attn_ms = {p: _num(prof.get(p, {}).get("attention_ms")) for p in ("sdpa", "vidattn")}
     peak = {p: _num(res.get(p, {}).get("peak_mem_gib")) for p in ("sdpa", "vidattn")}
     m = rep.get("metadata", {})
     return {
@@ -88,6 +89,7 @@ def row_of(rep: dict) -> dict:
         "sdpa_ms": med["sdpa"], "vidattn_ms": med["vidattn"],
         "speedup": _num(rep.get("speedup", {}).get("per_forward_median")),
         "attention_share_sdpa": share["sdpa"], "attention_share_vidattn": share["vidattn"],
+        "attention_ms_sdpa": attn_ms["sdpa"], "attention_ms_vidattn": attn_ms["vidattn"],
         "output_rel_l2": _num(rep.get("fidelity", {}).get("output_rel_l2")),
         "kernel_calls": calls.get("kernel"), "fallback_calls": calls.get("fallback"),
         "stock_calls": calls.get("stock"), "sdpa_path_calls": sdpa_calls.get("calls"),
@@ -125,15 +127,19 @@ def _size_text(r: dict) -> str:
 
 def table_lines(rows: list[dict]) -> list[str]:
     lines = ["| model | size (H×W×frames) | video tokens | batch | heads × D | params | SDPA ms/forward | "
-             "vidattn ms/forward | speedup | attention share (SDPA) | output rel-L2 | kernel / fallback calls |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "vidattn ms/forward | speedup | attention share (SDPA) | attention ms, SDPA → vidattn | output rel-L2 | "
+             "kernel / fallback calls | commit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         sh = r["attention_share_sdpa"]
+        a_s, a_v = r.get("attention_ms_sdpa"), r.get("attention_ms_vidattn")
+        attn = "n/a" if a_s is None or a_v is None else f"{fmt(a_s)} → {fmt(a_v)}"
         lines.append(
             f"| {r['model']} | {_size_text(r)} | {r['tokens']} | {r['batch']} | {r['heads']}×{r['head_dim']} | "
             f"{_params_text(r['params'])} | {fmt(r['sdpa_ms'])} | {fmt(r['vidattn_ms'])} | "
-            f"**{fmt(r['speedup'], 3, '×')}** | {fmt(None if sh is None else 100 * sh, 1, ' %')} | "
-            f"{'n/a' if r['output_rel_l2'] is None else format(r['output_rel_l2'], '.2e')} | {_calls_text(r)} |")
+            f"**{fmt(r['speedup'], 3, '×')}** | {fmt(None if sh is None else 100 * sh, 1, ' %')} | {attn} | "
+            f"{'n/a' if r['output_rel_l2'] is None else format(r['output_rel_l2'], '.2e')} | {_calls_text(r)} | "
+            f"`{(r['git_commit'] or '?')[:7]}` |")
     return lines
 
 
@@ -161,9 +167,12 @@ def render(chosen: dict, notes: list[str]) -> tuple[str, dict, str]:
                     f"the inputs that pipeline gives one transformer call (batch 2 where it batches classifier-free "
                     f"guidance), under SDPA and under vidattn (`vidattn.apply(model)`) on the same weights. "
                     f"ms/forward: median of the timed forwards after warm-up ({timing}); attention share: "
-                    f"torch.profiler, attention's share of one SDPA forward; output rel-L2: vidattn's output against "
+                    f"torch.profiler, attention's share of one SDPA forward; attention ms: the attention kernels' "
+                    f"device time in one profiled forward of each path; output rel-L2: vidattn's output against "
                     f"SDPA's; kernel / fallback calls: a census of one vidattn forward (`vidattn.explain` on every "
-                    f"call; stock: modules vidattn leaves alone). Full video generation is measured for Wan only.")
+                    f"call; stock: modules vidattn leaves alone); commit: the kernel's source per row (rows measured "
+                    f"at different commits ran different kernel versions). Full video generation is measured for Wan "
+                    f"only.")
     else:
         head.append("No cross-model forward report has been measured yet.")
     body = table_lines(ok) if ok else []

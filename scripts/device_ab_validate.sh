@@ -6,7 +6,8 @@
 #      check passed (the first candidate when none was timed);
 #   3. run device_run.sh STAGES with VIDATTN_LIBRARY set to it, and VIDATTN_LIBRARY_FLAGS naming its build flags
 #      (recorded in every JSON's metadata; the tree's defaults must then be set to them before committing);
-#   4. pack every file under $OUT but device_run.log into results.tgz ($OUT returns at most 8 files).
+#   4. pack every file under $OUT but device_run.log into results.tgz ($OUT returns at most 8 files; device_run.sh
+#      is told it may leave more, so the e2e report files are not dropped as they were on 2026-11-30).
 #
 #   # here: build each candidate into .build/ab/lib_<name>.so (kernel_ab.sh --build-only with VARIANTS), then
 #   CANDIDATES="pf1 xt" REFERENCE=old FLAGS_pf1="" FLAGS_xt="-DVIDATTN_CROSS_TILE=1" \
@@ -25,30 +26,14 @@ variants=""
 for n in ${REFERENCE:-} ${CANDIDATES:?name the candidate libraries}; do variants+="$n|| "; done
 VARIANTS=$variants T_SMOKE=${T_SMOKE:-45} bash scripts/kernel_ab.sh 2>&1 | tail -n 25
 
-best=$(python3 - "$OUT/ab_times.json" ${CANDIDATES} <<'PY'
-import json, math, statistics, sys
-path, cands = sys.argv[1], sys.argv[2:]
-try:
-    times = json.load(open(path))["times_ms"]
-except (OSError, ValueError, KeyError):
-    print(cands[0]); sys.exit()
-score = {}
-for c in cands:
-    ratios = [statistics.median(t["cudnn"]) / statistics.median(t[c]) for t in times.values() if c in t]
-    if ratios:
-        score[c] = math.exp(sum(map(math.log, ratios)) / len(ratios))
-for c, g in sorted(score.items(), key=lambda kv: -kv[1]):
-    print(f"[pick] {c}: geomean vidattn/cuDNN {g:.4f}", file=sys.stderr)
-print(max(score, key=score.get) if score else cands[0])
-PY
-)
+best=$(python3 scripts/kernel_ab_time.py --pick "$OUT/ab_times.json" "${CANDIDATES// /,}")
 flags_var="FLAGS_$best"
 export VIDATTN_LIBRARY=$BUILD/lib_$best.so VIDATTN_LIBRARY_FLAGS="${!flags_var:-} (candidate $best)"
 echo "[pick] validating $best: VIDATTN_LIBRARY=$VIDATTN_LIBRARY flags: $VIDATTN_LIBRARY_FLAGS" | tee "$OUT/picked.txt"
 
 left=$(( BUDGET_S - (SECONDS - T0) ))
 # shellcheck disable=SC2086
-BUDGET_S=$left bash scripts/device_run.sh ${STAGES:-build gpu-tests sanitizer bench e2e}
+OUT_FILE_LIMIT=1000 BUDGET_S=$left bash scripts/device_run.sh ${STAGES:-build gpu-tests sanitizer bench e2e}
 
 files=()
 while IFS= read -r f; do files+=("$f"); done < <(cd "$OUT" && find . -type f ! -name device_run.log ! -name results.tgz | sed 's|^\./||')

@@ -34,13 +34,15 @@
 #   CROSS_ARGS        extra arguments for every cross-model e2e_report.py run
 #   VIDATTN_GIT_COMMIT  commit to record when the copied tree has no .git (the bench JSON name uses it)
 #   COPY_LIB=1        also copy the built kernel library (.so) into $OUT (one more file of the 8)
+#   OUT_FILE_LIMIT    files this script leaves in $OUT at most (default 8; device_ab_validate.sh bundles, so more)
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 REPO=$PWD
 PY=${PYTHON:-python3}
 OUT=${OUT:-$REPO/out}
-MAX_OUT_FILES=8
+# The device tool returns at most 8 files from $OUT; a wrapper that bundles $OUT afterwards raises this.
+MAX_OUT_FILES=${OUT_FILE_LIMIT:-8}
 
 ALL_STAGES=(build smoke gpu-tests sanitizer bench e2e forward cross-model)
 DEFAULT_STAGES=(build gpu-tests sanitizer bench e2e forward)

@@ -6,7 +6,7 @@
 #   bash scripts/kernel_ab.sh --build-only                # here (nvcc, no GPU): build every variant into .build/ab
 #   bash scripts/kernel_ab.sh                             # on the H200 (carry .build): smoke per variant, then
 #                                                         # all variants timed interleaved (kernel_ab_time.py)
-#   VARIANTS="base| ring176|running_ring_q_double_buffer|" bash scripts/kernel_ab.sh
+#   VARIANTS="base|| xt||-DVIDATTN_CROSS_TILE=1" bash scripts/kernel_ab.sh
 #
 # VARIANTS: newline- or space-separated "name|patch|flags" (patch: a file name in csrc/experiments, or empty;
 # flags: extra nvcc -D flags, commas for spaces). Logs: $OUT/ab_smoke.log, $OUT/ab_time.log, ab_times.json.
@@ -17,11 +17,9 @@ OUT=${OUT:-$REPO/out}
 BUILD=$REPO/.build/ab
 T_SMOKE=${T_SMOKE:-90}
 VARIANTS=${VARIANTS:-"base||
-base_n128||-DVIDATTN_BLOCK_N_D128=128
-qdb_n128|q_double_buffer.patch|-DVIDATTN_BLOCK_N_D128=128
-ring_n176|running_ring_q_double_buffer.patch|
-ring_n128|running_ring_q_double_buffer.patch|-DVIDATTN_BLOCK_N_D128=128
-d64x3|d64_three_consumer_wgs.patch|"}
+n128||-DVIDATTN_BLOCK_N_D128=128
+q_l2_prefetch||-DVIDATTN_Q_L2_PREFETCH=1
+cross_tile||-DVIDATTN_CROSS_TILE=1"}
 mkdir -p "$OUT" "$BUILD"
 mapfile -t NVCC_FLAGS < <(python3 - <<'PY'
 import ast, pathlib

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -36,14 +37,39 @@ SHAPES = [  # (name, B, H, Sq, Skv, D): the anchor shapes below or near 1.00x cu
 ]
 
 
+def pick_best(times: dict, candidates: list[str]) -> tuple[str, dict]:
+    """(the candidate with the best geometric-mean cuDNN/variant time ratio over the shapes that timed it, the
+    scores); the first candidate when none was timed. `times`: shape -> name -> per-round ms (this script's JSON)."""
+    scores = {}
+    for c in candidates:
+        ratios = [statistics.median(t["cudnn"]) / statistics.median(t[c]) for t in times.values() if c in t]
+        if ratios:
+            scores[c] = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    return (max(scores, key=scores.get) if scores else candidates[0]), scores
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("libs", nargs="+", help="name=path of a kernel library build")
+    ap.add_argument("libs", nargs="*", help="name=path of a kernel library build")
+    ap.add_argument("--pick", nargs=2, metavar=("JSON", "CANDIDATES"),
+                    help="no timing: print the best of the comma-separated CANDIDATES in a JSON this script wrote")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rep-ms", type=float, default=60.0, help="do_bench rep per measurement")
     ap.add_argument("--shapes", default="", help="comma-separated substrings of shape names (default: all)")
     ap.add_argument("--json", default="", help="write the per-round times here")
     args = ap.parse_args()
+    if args.pick:
+        try:
+            times = json.loads(Path(args.pick[0]).read_text())["times_ms"]
+        except (OSError, ValueError, KeyError):
+            times = {}
+        best, scores = pick_best(times, args.pick[1].split(","))
+        for name, g in sorted(scores.items(), key=lambda kv: -kv[1]):
+            print(f"[pick] {name}: geomean vidattn/cuDNN {g:.4f}", file=sys.stderr)
+        print(best)
+        return
+    if not args.libs:
+        ap.error("name at least one library (name=path)")
     from triton.testing import do_bench
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

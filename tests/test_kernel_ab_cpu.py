@@ -1,20 +1,51 @@
-"""scripts/kernel_ab.sh: valid bash, and every patch its default variants name exists in csrc/experiments."""
+"""scripts/kernel_ab.sh and device_ab_validate.sh: valid bash; every patch the default variants name exists in
+csrc/experiments and every -D flag is a macro the kernel reads; the candidate pick of kernel_ab_time.py."""
+import importlib.util
 import re
 import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "kernel_ab.sh"
 
 
-def test_syntax():
-    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+@pytest.mark.parametrize("name", ["kernel_ab.sh", "device_ab_validate.sh"])
+def test_syntax(name):
+    subprocess.run(["bash", "-n", str(ROOT / "scripts" / name)], check=True)
 
 
-def test_default_variants_name_existing_patches():
+def test_default_variants_name_existing_patches_and_macros():
     text = SCRIPT.read_text()
     block = re.search(r'VARIANTS=\$\{VARIANTS:-"(.*?)"\}', text, re.S).group(1)
-    patches = {line.split("|")[1] for line in block.split() if line.split("|")[1]}
-    assert patches, "expected at least one patched variant"
-    for p in patches:
-        assert (ROOT / "csrc" / "experiments" / p).is_file(), p
+    specs = [line.split("|") for line in block.split()]
+    assert len(specs) >= 2 and all(len(s) == 3 for s in specs)
+    config = (ROOT / "csrc" / "sm90" / "tile_config.cuh").read_text()
+    for _, patch, flags in specs:
+        if patch:
+            assert (ROOT / "csrc" / "experiments" / patch).is_file(), patch
+        for flag in filter(None, flags.split(",")):
+            macro = re.fullmatch(r"-D(\w+)=\w+", flag).group(1)
+            assert f"#ifndef {macro}" in config, macro
+
+
+def _ab_time():
+    spec = importlib.util.spec_from_file_location("kernel_ab_time", ROOT / "scripts" / "kernel_ab_time.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pick_takes_the_best_geomean_among_candidates_only():
+    times = {  # ms per round; ratio = cudnn / variant
+        "a": {"cudnn": [1.0, 1.0, 1.0], "old": [0.5, 0.5, 0.5], "x": [1.0, 1.1, 0.9], "y": [0.8, 0.8, 0.8]},
+        "b": {"cudnn": [2.0, 2.0, 2.0], "old": [1.0, 1.0, 1.0], "x": [1.6, 1.6, 1.6], "y": [2.2, 2.2, 2.2]},
+    }
+    best, scores = _ab_time().pick_best(times, ["x", "y"])
+    # x: sqrt(1.0 * 1.25) = 1.118; y: sqrt(1.25 * 0.909) = 1.066; "old" is faster but not a candidate
+    assert best == "x" and scores["x"] > scores["y"] and "old" not in scores
+
+
+def test_pick_without_timings_returns_the_first_candidate():
+    assert _ab_time().pick_best({}, ["first", "second"])[0] == "first"

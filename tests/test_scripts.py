@@ -153,3 +153,24 @@ def test_e2e_report_gpu_small(tmp_path):
         assert prof["attention_share"] and prof["attention_share"] > 0.05, prof
     if torch.cuda.get_device_capability()[0] == 9:
         assert not rep["fallback"]["all_fallback"], rep["fallback"]["summary"]
+
+
+def test_git_commit_prefers_the_launcher_supplied_commit(monkeypatch):
+    """On the device machine the copied tree carried a .git of an older base commit; the commit the launcher names
+    must win over what git there says."""
+    from vidattn import envinfo
+
+    monkeypatch.setenv("VIDATTN_GIT_COMMIT", "0123456789abcdef0123456789abcdef01234567")
+    assert envinfo.git_commit() == "0123456789abcdef0123456789abcdef01234567"
+    assert envinfo.run_metadata([])["git_commit"].startswith("0123456")
+    monkeypatch.delenv("VIDATTN_GIT_COMMIT")
+    assert envinfo.git_commit() != "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_run_metadata_names_a_prebuilt_kernel_library(monkeypatch):
+    from vidattn import envinfo
+
+    monkeypatch.setenv("VIDATTN_LIBRARY", "/some/where/lib_pf0.so")
+    monkeypatch.setenv("VIDATTN_LIBRARY_FLAGS", "-DVIDATTN_Q_L2_PREFETCH=0")
+    meta = envinfo.run_metadata([])
+    assert meta["kernel_library"] == "lib_pf0.so" and meta["kernel_build_flags"] == "-DVIDATTN_Q_L2_PREFETCH=0"
