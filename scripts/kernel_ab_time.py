@@ -87,7 +87,8 @@ def main():
         good[name] = not fails
         print(f"[ab] {name}: {len(kernel_smoke.CASES) - len(fails)}/{len(kernel_smoke.CASES)} smoke cases ok"
               + (f"; FAILED {fails}" if fails else ""), flush=True)
-    names = [n for n in libs if good[n]]
+    # diag_* builds (e.g. -DVIDATTN_DIAG_SKIP_O_STORE=1) compute wrong answers on purpose: timed regardless.
+    names = [n for n in libs if good[n] or n.startswith("diag_")]
     pats = [p for p in args.shapes.split(",") if p]
     shapes = [s for s in SHAPES if not pats or any(p in s[0] for p in pats)]
     record = {}
@@ -129,7 +130,7 @@ def main():
     for sname, times in record.items():
         cd = statistics.median(times["cudnn"])
         print(f"{sname:14s} " + " ".join(f"{cd / statistics.median(times[n]):10.3f}" for n in names))
-    sys.exit(0 if all(good.values()) else 1)
+    sys.exit(0 if all(ok or n.startswith("diag_") for n, ok in good.items()) else 1)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,16 @@ def test_step_page(step):
     assert page.stem == step_file.stem, f"{page.name}: page name differs from {step_file.name}"
 
 
+def test_pages_beyond_the_lineage_link_what_exists():
+    for page in GUIDE.glob("*.md"):
+        if page.name == "README.md" or page in _pages():
+            continue
+        for link in _links(page):
+            if not link.startswith(("http://", "https://")):
+                assert (page.parent / link).resolve().exists(), f"{page.name}: broken link {link}"
+        assert any(l.startswith("img/") for l in _links(page)), f"{page.name}: no diagram"
+
+
 def test_every_lineage_step_has_a_page():
     for cu in sorted(LINEAGE.glob("[0-9][0-9]_*.cu")):
         assert (GUIDE / f"{cu.stem}.md").is_file(), f"{cu.name} has no page docs/guide/{cu.stem}.md"
@@ -112,7 +122,10 @@ def test_index():
         assert page.name in links, f"README.md does not link {page.name}"
     for svg in _svgs():
         assert f"img/{svg.name}" in links, f"README.md does not list img/{svg.name}"
-    # Every diagram is used by at least one page.
-    used = {l for p in _pages() for l in _links(p)}
+    # Every diagram is used by at least one page (step pages, or the pages beyond the lineage).
+    extra = [p for p in GUIDE.glob("*.md") if p.name != "README.md" and p not in _pages()]
+    for page in extra:
+        assert page.name in links, f"README.md does not link {page.name}"
+    used = {l for p in _pages() + extra for l in _links(p)}
     for svg in _svgs():
         assert f"img/{svg.name}" in used, f"img/{svg.name} is on no page"

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "kernel_ab.sh"
 
 
-@pytest.mark.parametrize("name", ["kernel_ab.sh", "device_ab_validate.sh"])
+@pytest.mark.parametrize("name", ["kernel_ab.sh", "device_ab_validate.sh", "ncu_profile.sh"])
 def test_syntax(name):
     subprocess.run(["bash", "-n", str(ROOT / "scripts" / name)], check=True)
 

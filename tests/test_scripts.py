@@ -174,3 +174,18 @@ def test_run_metadata_names_a_prebuilt_kernel_library(monkeypatch):
     monkeypatch.setenv("VIDATTN_LIBRARY_FLAGS", "-DVIDATTN_Q_L2_PREFETCH=0")
     meta = envinfo.run_metadata([])
     assert meta["kernel_library"] == "lib_pf0.so" and meta["kernel_build_flags"] == "-DVIDATTN_Q_L2_PREFETCH=0"
+
+
+def test_kernel_once_refuses_cleanly_without_the_kernel():
+    import subprocess
+    import sys as _sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        import pytest
+        pytest.skip("a GPU is present: the script would run the kernel")
+    root = __import__("pathlib").Path(__file__).resolve().parent.parent
+    proc = subprocess.run([_sys.executable, str(root / "scripts" / "kernel_once.py"), "wan_cross"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "cannot run here" in proc.stderr

@@ -27,6 +27,13 @@
 #define VIDATTN_CROSS_TILE 0
 #endif
 
+// DIAGNOSTIC ONLY, never a default: skip the O stores (the epilogue still computes them) to price the epilogue's
+// global-memory traffic by difference. Results are garbage; kernel_ab.sh times "diag_*" variants without its
+// correctness gate.
+#ifndef VIDATTN_DIAG_SKIP_O_STORE
+#define VIDATTN_DIAG_SKIP_O_STORE 0
+#endif
+
 namespace vidattn::sm90 {
 
 constexpr int kSmemBudget = 227 * 1024;  // per-block opt-in maximum on sm_90

@@ -1,0 +1,45 @@
+"""Run the kernel on one anchor shape a few times and stop: the target program for a profiler.
+
+    ncu --clock-control none -k regex:flash_fwd --launch-skip 3 --launch-count 1 --set full \
+        -o out/ncu_wan_cross python3 scripts/kernel_once.py wan_cross
+
+Shapes are scripts/kernel_ab_time.py's. Honours VIDATTN_LIBRARY and VIDATTN_D64_WARPGROUPS like every other script.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vidattn import _ext  # noqa: E402
+from kernel_ab_time import SHAPES  # noqa: E402
+
+
+def main():
+    names = [s[0] for s in SHAPES]
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("shape", choices=names)
+    ap.add_argument("--launches", type=int, default=5, help="kernel launches (profile one after a few warm ones)")
+    args = ap.parse_args()
+    _, b, h, sq, skv, d = SHAPES[names.index(args.shape)]
+    reason = None if torch.cuda.is_available() else "no CUDA device"
+    g = torch.Generator(device="cuda").manual_seed(0) if reason is None else None
+    if reason is None:
+        q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        k, v = (torch.randn(b, skv, h, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        reason = _ext.kernel_reason(q, k, v, None, d ** -0.5)
+    if reason:
+        sys.exit(f"kernel_once: the kernel cannot run here: {reason}")
+    out = torch.empty_like(q)
+    for _ in range(args.launches):
+        _ext.forward(q, k, v, out, None, None, d ** -0.5)
+    torch.cuda.synchronize()
+    print(f"kernel_once: {args.shape} B{b} H{h} {sq}x{skv} D{d}: {args.launches} launches")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Nsight Compute on the kernel for a few anchor shapes (on the H200; ncu reads the counters there with
+# --clock-control none, and METHOD.md says to leave the clocks alone). One .ncu-rep per shape plus a text summary
+# of the numbers that say where a tile's time goes: tensor-pipe activity, issue stalls of the consumer warps, L2
+# and DRAM throughput, shared-memory bank conflicts.
+#
+#   SHAPES="wan_cross wan13b_self" bash scripts/ncu_profile.sh        # $OUT/ncu_<shape>.ncu-rep, ncu_summary.txt
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[[ -n $NCU ]] || { echo "ncu not found"; exit 3; }
+summary=$OUT/ncu_summary.txt
+: >"$summary"
+for shape in ${SHAPES:-wan_cross wan13b_self}; do
+    echo "== $shape" | tee -a "$summary"
+    timeout "${T_SHAPE:-240}" "$NCU" --clock-control none -k regex:flash_fwd --launch-skip 3 --launch-count 1 \
+        --set full -f -o "$OUT/ncu_$shape" python3 scripts/kernel_once.py "$shape" >"$OUT/ncu_$shape.log" 2>&1
+    rc=$?
+    if ((rc != 0)); then echo "ncu rc=$rc; tail of its log:" | tee -a "$summary"; tail -5 "$OUT/ncu_$shape.log" | tee -a "$summary"; continue; fi
+    "$NCU" --import "$OUT/ncu_$shape.ncu-rep" --page details --print-units base 2>/dev/null |
+        grep -E "Duration|SM Busy|Tensor|Issue Slots Busy|Warp Cycles Per Issued|Stall|L2 Cache Throughput|DRAM Throughput|Bank Conflicts|Registers Per|Achieved Occupancy|Memory Throughput" |
+        head -60 | tee -a "$summary"
+    "$NCU" --import "$OUT/ncu_$shape.ncu-rep" --page raw --print-units base 2>/dev/null |
+        grep -E "smsp__average_warp_latency_issue_stalled|smsp__pcsamp_warps_issue_stalled_[a-z_]+ |sm__pipe_tensor_op_hmma_cycles_active.avg.pct|lts__t_bytes.sum.per_second" |
+        sort -k3 -g -r | head -30 | tee -a "$summary"
+done
+echo "summary: $summary"
