@@ -47,6 +47,19 @@ __device__ __forceinline__ int kv_len_of(const FwdParams& p, int batch) {
   return p.kv_lens != nullptr ? max(0, min(p.seqlen_kv, p.kv_lens[batch])) : p.seqlen_kv;
 }
 
+// Key-block order (kKvRotate): tile t visits block (j + t mod n) mod n at step j. The online softmax does not care
+// about the order, and every block below n holds at least one valid key, so any block may come first.
+template <bool kRotate>
+__device__ __forceinline__ int kv_rotation(int tile, int n_blocks) {
+  if constexpr (kRotate) return n_blocks > 1 ? tile % n_blocks : 0;
+  return 0;
+}
+template <bool kRotate>
+__device__ __forceinline__ int kv_block(int j, int rot, int n_blocks) {
+  if constexpr (kRotate) return j + rot >= n_blocks ? j + rot - n_blocks : j + rot;
+  return j;
+}
+
 // Producer: one thread streams, tile after tile, Q (into whichever of the kQBuffers buffers the consumers released
 // after their last S = Q K^T of the tile before) and the K/V ring. The ring runs on across tiles (tile t+1's K_0
 // goes to the stage after tile t's last), so the next tile's first loads need not wait for this tile's last block;
@@ -63,6 +76,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   for (int tile = blockIdx.x, local = 0; tile < p.num_tiles; tile += gridDim.x, ++local) {
     const TileCoord tc = tile_coord(p, tile);
     const int n_blocks = (kv_len_of(p, tc.batch) + T::kBlockN - 1) / T::kBlockN;
+    const int rot = kv_rotation<T::kKvRotate>(tile, n_blocks);
     const int qb = local % T::kQBuffers;
     auto load_q = [&]() {
       ptx::mbarrier_wait(&s.q_empty[qb], ((local / T::kQBuffers) & 1) ^ 1);
@@ -95,7 +109,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
         ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
-                         j * T::kBlockN, tc.head, tc.batch);
+                         kv_block<T::kKvRotate>(j, rot, n_blocks) * T::kBlockN, tc.head, tc.batch);
       }
       // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S.
       if (j == 0) load_q();
@@ -104,7 +118,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
         ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
-                         j * T::kBlockN, tc.head, tc.batch);
+                         kv_block<T::kKvRotate>(j, rot, n_blocks) * T::kBlockN, tc.head, tc.batch);
       }
     }
     start = (start + n_blocks) % T::kStages;
@@ -298,9 +312,9 @@ __device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord&
 }
 
 // What the tile boundary needs to know of the next tile (kCrossTile): its key blocks (0: none, or no next tile),
-// key length, and Q buffer with the phase to wait for.
+// key length, Q buffer with the phase to wait for, and its first key block (kKvRotate).
 struct NextTile {
-  int blocks, kv_len, qb;
+  int blocks, kv_len, qb, rot;
   uint32_t q_phase, q_smem;
 };
 
@@ -312,7 +326,7 @@ struct NextTile {
 template <int kHeadDim, int kWGs, bool kFp16, int kStart>
 __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, const TileCoord& tc,
                                          int row_in_wg, int cwg, uint32_t q_smem,
-                                         int qb, int n_blocks, int kv_len, int col_in_group, int lane,
+                                         int qb, int n_blocks, int rot, int kv_len, int col_in_group, int lane,
                                          uint32_t& k_phase, uint32_t& v_phase, float (&o)[kHeadDim / 2],
                                          float (&row_max)[2], float (&row_sum)[2], bool s0_ready,
                                          float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
@@ -338,7 +352,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       ptx::mbarrier_arrive(&s.k_empty[stage]);
       if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
     }
-    if (kN > kv_len) mask_keys<kN>(sacc, 0, kv_len, col_in_group);
+    const int kv0 = kv_block<T::kKvRotate>(0, rot, n_blocks) * kN;
+    if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
     pack_p<kN, kFp16>(sacc, pa);
   }
@@ -362,7 +377,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       ptx::mbarrier_arrive(&s.k_empty[stage]);
       if (j == n_blocks - 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
     }
-    const int kv0 = j * kN;
+    const int kv0 = kv_block<T::kKvRotate>(j, rot, n_blocks) * kN;
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
     ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
@@ -411,7 +426,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
         ptx::mbarrier_arrive(&s.k_empty[st]);
         if (nt.blocks == 1) ptx::mbarrier_arrive(&s.q_empty[nt.qb]);
       }
-      if (kN > nt.kv_len) mask_keys<kN>(sacc, 0, nt.kv_len, col_in_group);
+      const int next_kv0 = nt.rot * kN;  // the next tile's first block (kv_block(0, rot, n) == rot)
+      if (next_kv0 + kN > nt.kv_len) mask_keys<kN>(sacc, next_kv0, nt.kv_len, col_in_group);
       online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);  // O is zero: alpha unused
       pack_p<kN, kFp16>(sacc, pa);
       s0_next = true;
@@ -427,7 +443,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
 template <int kHeadDim, int kWGs, bool kFp16, int kStart>
 __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s,
                                               const TileCoord& tc, int row_in_wg, int cwg, uint32_t q_smem, int qb,
-                                              int n_blocks, int kv_len, int col_in_group, int lane,
+                                              int n_blocks, int rot, int kv_len, int col_in_group, int lane,
                                               uint32_t& k_phase, uint32_t& v_phase, float (&o)[kHeadDim / 2],
                                               float (&row_max)[2], float (&row_sum)[2], bool s0_ready,
                                               float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
@@ -435,13 +451,13 @@ __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, Sha
                                               const NextTile& nt, bool& s0_next) {
   if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs>::kStages) {
     if (start != kStart) {
-      mainloop_from<kHeadDim, kWGs, kFp16, kStart + 1>(start, p, s, tc, row_in_wg, cwg, q_smem, qb, n_blocks, kv_len,
+      mainloop_from<kHeadDim, kWGs, kFp16, kStart + 1>(start, p, s, tc, row_in_wg, cwg, q_smem, qb, n_blocks, rot, kv_len,
                                                        col_in_group, lane, k_phase, v_phase, o, row_max, row_sum,
                                                        s0_ready, sacc, pa, nt, s0_next);
       return;
     }
   }
-  mainloop<kHeadDim, kWGs, kFp16, kStart>(p, s, tc, row_in_wg, cwg, q_smem, qb, n_blocks, kv_len, col_in_group, lane,
+  mainloop<kHeadDim, kWGs, kFp16, kStart>(p, s, tc, row_in_wg, cwg, q_smem, qb, n_blocks, rot, kv_len, col_in_group, lane,
                                           k_phase, v_phase, o, row_max, row_sum, s0_ready, sacc, pa, nt, s0_next);
 }
 
@@ -487,12 +503,13 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
       // Q's buffer goes back to the producer right after this tile's last S = Q K^T (or at once with no keys).
       ptx::mbarrier_wait(&s.q_full[qb], (local / T::kQBuffers) & 1);
     }
-    NextTile nt{0, 0, 0, 0u, 0u};
+    NextTile nt{0, 0, 0, 0, 0u, 0u};
     if constexpr (T::kCrossTile) {
       const int next = tile + static_cast<int>(gridDim.x);
       if (next < p.num_tiles) {
         nt.kv_len = kv_len_of(p, tile_coord(p, next).batch);
         nt.blocks = (nt.kv_len + kN - 1) / kN;
+        nt.rot = kv_rotation<T::kKvRotate>(next, nt.blocks);
         nt.qb = (local + 1) % T::kQBuffers;
         nt.q_phase = ((local + 1) / T::kQBuffers) & 1;
         nt.q_smem = q_smem0 + nt.qb * T::kQBytes;
@@ -502,7 +519,8 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     if (n_blocks == 0) {
       if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
     } else {
-      mainloop_from<kHeadDim, kWGs, kFp16, 0>(start, p, s, tc, row_in_wg, cwg, q_smem, qb, n_blocks, kv_len,
+      mainloop_from<kHeadDim, kWGs, kFp16, 0>(start, p, s, tc, row_in_wg, cwg, q_smem, qb, n_blocks,
+                                              kv_rotation<T::kKvRotate>(tile, n_blocks), kv_len,
                                               col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, s0_ready,
                                               sacc, pa, nt, s0_next);
     }

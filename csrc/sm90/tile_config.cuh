@@ -27,6 +27,12 @@
 #define VIDATTN_CROSS_TILE 0
 #endif
 
+// Rotate each tile's key-block order by (tile index mod its block count), so that the CTAs running at one time do
+// not all read the same K/V block of the same head from L2 at once (a suspect for the short-KV gap; csrc/NOTES.md).
+#ifndef VIDATTN_KV_ROTATE
+#define VIDATTN_KV_ROTATE 0
+#endif
+
 // DIAGNOSTIC ONLY, never a default: skip the O stores (the epilogue still computes them) to price the epilogue's
 // global-memory traffic by difference. Results are garbage; kernel_ab.sh times "diag_*" variants without its
 // correctness gate.
@@ -73,6 +79,7 @@ struct FwdTraits {
   static constexpr bool kPingpong = VIDATTN_PINGPONG != 0;
   static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
   static constexpr bool kCrossTile = VIDATTN_CROSS_TILE != 0;
+  static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
 
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
   // setmaxnreg budgets: the producer issues TMA from one thread and needs almost nothing; the consumers hold
