@@ -3,17 +3,8 @@ that changes is tested again."""
 import pytest
 import torch
 
-from vidattn.diffusers import masks, sdpa_common
+from vidattn.diffusers import sdpa_common
 from vidattn.diffusers.masks import LastMaskMemo, mask_to_kv_lens
-
-
-def counting(fn):
-    calls = []
-
-    def wrapped():
-        calls.append(1)
-        return fn()
-    return wrapped, calls
 
 
 def test_memo_hits_for_the_same_mask_and_recomputes_on_change():
@@ -55,29 +46,9 @@ def test_bool_mask_memo_answers_follow_the_mask():
     assert lens is None and "prefix" in reason
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
-def test_sdpa_mask_memo_keys_on_the_source_tensor(dtype, monkeypatch):
-    wrapped_calls = []
-    real = sdpa_common._convert
-
-    def spy(*a):
-        wrapped_calls.append(1)
-        return real(*a)
-    monkeypatch.setattr(sdpa_common, "_convert", spy)
-    keep = torch.arange(8)[None, :] < torch.tensor([8, 5])[:, None]
-    source = keep if dtype == torch.bool else (1 - keep.float()) * -10000.0
-    for _ in range(3):  # three layers, each preparing its own (B, H, 1, Skv) copy of the model's mask
-        prepared = source[:, None, None, :].expand(2, 4, 1, 8).clone()
-        lens, reason = sdpa_common.sdpa_mask_to_kv_lens(prepared, 2, 4, 16, 8, source=source)
-        assert reason is None and lens.tolist() == [8, 5]
-    assert len(wrapped_calls) == 1
-
-
-def test_ltx_forward_tests_its_text_mask_once(monkeypatch):
-    pytest.importorskip("diffusers")
-    import vidattn
-    from test_processors_ltx import forward, tiny_inputs, tiny_ltx
-
+@pytest.fixture
+def convert_calls(monkeypatch):
+    """One entry per run of the SDPA-mask test (sdpa_common._convert, the part with the host sync)."""
     calls = []
     real = sdpa_common._convert
 
@@ -85,6 +56,26 @@ def test_ltx_forward_tests_its_text_mask_once(monkeypatch):
         calls.append(1)
         return real(*a)
     monkeypatch.setattr(sdpa_common, "_convert", spy)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_sdpa_mask_memo_keys_on_the_source_tensor(dtype, convert_calls):
+    keep = torch.arange(8)[None, :] < torch.tensor([8, 5])[:, None]
+    source = keep if dtype == torch.bool else (1 - keep.float()) * -10000.0
+    for _ in range(3):  # three layers, each preparing its own (B, H, 1, Skv) copy of the model's mask
+        prepared = source[:, None, None, :].expand(2, 4, 1, 8).clone()
+        lens, reason = sdpa_common.sdpa_mask_to_kv_lens(prepared, 2, 4, 16, 8, source=source)
+        assert reason is None and lens.tolist() == [8, 5]
+    assert len(convert_calls) == 1
+
+
+def test_ltx_forward_tests_its_text_mask_once(convert_calls):
+    pytest.importorskip("diffusers")
+    import vidattn
+    from test_processors_ltx import forward, tiny_inputs, tiny_ltx
+
+    calls = convert_calls
     model = tiny_ltx(64)
     inputs = tiny_inputs()
     expected = forward(model, *inputs)
