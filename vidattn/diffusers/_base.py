@@ -6,13 +6,12 @@ diffusers' own `dispatch_attention_fn` (with a fallback warning naming the reaso
 adds masks whose every query row keeps a prefix of the keys (block-causal masks): one kernel call per run of
 rows with the same prefix.
 """
-import weakref
 from typing import Optional
 
 import torch
 
 from .. import ops
-from .masks import mask_to_kv_lens
+from .masks import LastMaskMemo, mask_to_kv_lens
 
 # At most this many distinct row-prefix runs are split into separate kernel calls; more runs fall back.
 MAX_ROW_RUNS = 64
@@ -65,7 +64,7 @@ class ProcessorBase:
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
-_RUNS_CACHE: dict = {}  # "last" -> (weakref to mask, mask._version, shape, result); one mask per forward
+_RUNS_MEMO = LastMaskMemo()  # one mask per forward, handed to every layer
 
 
 def row_prefix_runs(mask: torch.Tensor, seqlen_q: int, seqlen_kv: int):
@@ -79,14 +78,10 @@ def row_prefix_runs(mask: torch.Tensor, seqlen_q: int, seqlen_kv: int):
                       f"(1, 1, Sq, Skv) row-prefix mask")
     if torch.compiler.is_compiling():
         return None, "attention_mask under torch.compile: the row-prefix test needs the mask's values"
-    try:
-        version = mask._version
-    except RuntimeError:  # an inference-mode tensor has no version counter: not cached
-        version = None
-    cached = _RUNS_CACHE.get("last")
-    if version is not None and cached is not None and cached[0]() is mask and cached[1] == version \
-            and cached[2] == mask.shape:
-        return cached[3]
+    return _RUNS_MEMO.get(mask, (seqlen_q, seqlen_kv), lambda: _row_prefix_runs_of(mask, seqlen_q, seqlen_kv))
+
+
+def _row_prefix_runs_of(mask: torch.Tensor, seqlen_q: int, seqlen_kv: int):
     rows = mask[0, 0]
     lens = rows.sum(dim=1)
     arange = torch.arange(seqlen_kv, device=mask.device)
@@ -97,17 +92,11 @@ def row_prefix_runs(mask: torch.Tensor, seqlen_q: int, seqlen_kv: int):
             ok = False
             break
     if not ok:
-        result = (None, "attention_mask keeps keys that are not a prefix of each query row")
-    else:
-        cuts = (torch.nonzero(lens[1:] != lens[:-1]).flatten() + 1).tolist()
-        if len(cuts) + 1 > MAX_ROW_RUNS:
-            result = (None, f"attention_mask has {len(cuts) + 1} distinct row-prefix runs "
-                            f"(more than {MAX_ROW_RUNS})")
-        else:
-            starts = [0] + cuts
-            stops = cuts + [seqlen_q]
-            kept = lens[starts].tolist()
-            result = ([(a, b, int(n)) for a, b, n in zip(starts, stops, kept)], None)
-    if version is not None:
-        _RUNS_CACHE["last"] = (weakref.ref(mask), version, mask.shape, result)
-    return result
+        return None, "attention_mask keeps keys that are not a prefix of each query row"
+    cuts = (torch.nonzero(lens[1:] != lens[:-1]).flatten() + 1).tolist()
+    if len(cuts) + 1 > MAX_ROW_RUNS:
+        return None, f"attention_mask has {len(cuts) + 1} distinct row-prefix runs (more than {MAX_ROW_RUNS})"
+    starts = [0] + cuts
+    stops = cuts + [seqlen_q]
+    kept = lens[starts].tolist()
+    return [(a, b, int(n)) for a, b, n in zip(starts, stops, kept)], None

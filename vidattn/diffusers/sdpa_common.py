@@ -46,26 +46,25 @@ def sdpa_mask_to_kv_lens(mask, batch: int, heads: int, seqlen_q: int, seqlen_kv:
     if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
         return None, f"attention_mask has dtype {mask.dtype}; only boolean or additive float masks map to kv_lens"
     src = mask if source is None else source
-    return _MEMO.get(src, (shape, mask.dtype, batch, heads, seqlen_q, seqlen_kv), lambda: _convert(mask, batch,
-                                                                                                 seqlen_kv))
+    key = (shape, mask.dtype, batch, heads, seqlen_q, seqlen_kv)
+    return _MEMO.get(src, key, lambda: _convert(mask, batch, seqlen_kv))
 
 
 def _convert(mask, batch, seqlen_kv):
-    """The key-padding test in device ops, read back once; the reason is worked out only when it fails."""
+    """The key-padding test in device ops, its three answers read back at once."""
     keep = mask if mask.dtype == torch.bool else mask == 0
     row = keep[:, :1, :1, :]
-    lens, ok = prefix_lengths(row.reshape(batch, seqlen_kv))
-    ok = ok & (keep == row).all()
-    if mask.dtype != torch.bool:
-        ok = ok & (keep | (mask <= DROP_BIAS)).all()
-    if bool(ok):  # the one device sync
-        return lens.to(torch.int32), None
-    if mask.dtype != torch.bool and not bool((keep | (mask <= DROP_BIAS)).all()):
+    lens, prefix_ok = prefix_lengths(row.reshape(batch, seqlen_kv))
+    bias_ok = (keep | (mask <= DROP_BIAS)).all() if mask.dtype != torch.bool else torch.ones_like(prefix_ok)
+    bias_ok, uniform, prefix_ok = torch.stack([bias_ok, (keep == row).all(), prefix_ok]).tolist()  # the one sync
+    if not bias_ok:
         return None, (f"additive attention_mask has values other than 0 and <= {DROP_BIAS:g}: a bias, "
                       "not key padding")
-    if not bool((keep == row).all()):
+    if not uniform:
         return None, "attention_mask differs between heads or query positions: not a key-padding mask"
-    return None, "attention_mask keeps keys that are not a non-empty prefix of each row"
+    if not prefix_ok:
+        return None, "attention_mask keeps keys that are not a non-empty prefix of each row"
+    return lens.to(torch.int32), None
 
 
 def stock_sdpa(query, key, value, attention_mask, reason: Optional[str]):
