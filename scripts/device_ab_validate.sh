@@ -10,7 +10,7 @@
 #      is told it may leave more, so the e2e report files are not dropped as they were on 2026-11-30).
 #
 #   # here: build each candidate into .build/ab/lib_<name>.so (kernel_ab.sh --build-only with VARIANTS), then
-#   CANDIDATES="pf1 xt" REFERENCE=old FLAGS_pf1="" FLAGS_xt="-DVIDATTN_CROSS_TILE=1" \
+#   CANDIDATES="base rot" REFERENCE=old FLAGS_base="" FLAGS_rot="-DVIDATTN_KV_ROTATE=1" \
 #       STAGES="build gpu-tests sanitizer bench e2e" bash scripts/device_ab_validate.sh     # on the device
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2

@@ -6,7 +6,7 @@
 #   bash scripts/kernel_ab.sh --build-only                # here (nvcc, no GPU): build every variant into .build/ab
 #   bash scripts/kernel_ab.sh                             # on the H200 (carry .build): smoke per variant, then
 #                                                         # all variants timed interleaved (kernel_ab_time.py)
-#   VARIANTS="base|| xt||-DVIDATTN_CROSS_TILE=1" bash scripts/kernel_ab.sh
+#   VARIANTS="base|| rot||-DVIDATTN_KV_ROTATE=1" bash scripts/kernel_ab.sh
 #
 # VARIANTS: newline- or space-separated "name|patch|flags" (patch: a file name in csrc/experiments, or empty;
 # flags: extra nvcc -D flags, commas for spaces). Logs: $OUT/ab_smoke.log, $OUT/ab_time.log, ab_times.json.
@@ -19,7 +19,8 @@ T_SMOKE=${T_SMOKE:-90}
 VARIANTS=${VARIANTS:-"base||
 n128||-DVIDATTN_BLOCK_N_D128=128
 q_l2_prefetch||-DVIDATTN_Q_L2_PREFETCH=1
-cross_tile||-DVIDATTN_CROSS_TILE=1"}
+kv_rotate||-DVIDATTN_KV_ROTATE=1
+cross_tile|cross_tile_s0.patch|-DVIDATTN_CROSS_TILE=1"}
 mkdir -p "$OUT" "$BUILD"
 mapfile -t NVCC_FLAGS < <(python3 - <<'PY'
 import ast, pathlib

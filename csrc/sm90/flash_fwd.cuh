@@ -311,34 +311,23 @@ __device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord&
   }
 }
 
-// What the tile boundary needs to know of the next tile (kCrossTile): its key blocks (0: none, or no next tile),
-// key length, Q buffer with the phase to wait for, and its first key block (kKvRotate).
-struct NextTile {
-  int blocks, kv_len, qb, rot;
-  uint32_t q_phase, q_smem;
-};
-
 // One tile's K/V loop, starting at ring stage kStart. A template per start stage keeps every stage index a
 // function of the loop counter alone, so the wgmma descriptors stay in uniform registers while the ring runs on
 // across tiles (the next tile's first K/V loads no longer wait for this tile's last block to be released).
-// s0_ready: S_0 and its softmax were already done (P_0 in `pa`) at the previous tile's boundary (kCrossTile).
-// Returns with the last P V issued; without kCrossTile it has also retired and its V stage is released.
 template <int kHeadDim, int kWGs, bool kFp16, int kStart>
-__device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, const TileCoord& tc,
-                                         int row_in_wg, int cwg, uint32_t q_smem,
+__device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg, uint32_t q_smem,
                                          int qb, int n_blocks, int rot, int kv_len, int col_in_group, int lane,
                                          uint32_t& k_phase, uint32_t& v_phase, float (&o)[kHeadDim / 2],
-                                         float (&row_max)[2], float (&row_sum)[2], bool s0_ready,
+                                         float (&row_max)[2], float (&row_sum)[2],
                                          float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
-                                         uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4],
-                                         const NextTile& nt, bool& s0_next) {
+                                         uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4]) {
   using T = FwdTraits<kHeadDim, kWGs>;
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;
   const float scale_log2 = p.scale_log2;
   float alpha[2];
   // Prologue: S_0 alone, then its softmax; P_0 is ready for the first overlapped step.
-  if (!s0_ready) {
+  {
     constexpr int stage = kStart;
     ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
     k_phase ^= 1u << stage;
@@ -396,44 +385,6 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   ptx::wgmma_fence();
   issue_pv<kHeadDim, kWGs, kFp16>(o, pa, ptx::smem_addr(s.v[last]));
   sched_pass<kPingpong, T::kConsumerWGs>(cwg);
-  if constexpr (T::kCrossTile) {
-    if (nt.blocks > 0) {
-      // Tile boundary: the next tile's S_0 goes to the tensor cores behind this tile's last P V and runs while
-      // this warpgroup normalises and stores O. Done here, inside the per-start-stage copy, so no wgmma is in
-      // flight where the copies' control flow merges (register moves there would read live accumulators and
-      // make ptxas serialise every wgmma of the kernel: C7514).
-      const int st = (kStart + n_blocks) % T::kStages;
-      ptx::mbarrier_wait(&s.q_full[nt.qb], nt.q_phase);
-      ptx::mbarrier_wait(&s.k_full[st], (k_phase >> st) & 1);
-      k_phase ^= 1u << st;
-      sched_wait<kPingpong>(cwg);
-      ptx::wgmma_fence();
-      issue_qk<kHeadDim, kWGs, kFp16>(sacc, nt.q_smem, ptx::smem_addr(s.k[st]));
-      sched_pass<kPingpong, T::kConsumerWGs>(cwg);
-      ptx::wgmma_wait<1>();  // the last P V retired (groups retire in order); S_0' may still run
-      ptx::fence_regs(o);
-      fence_frag(pa);
-      if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
-      finish_tile<kHeadDim, kWGs, kFp16>(p, tc, cwg, row_in_wg, col_in_group, lane, o, row_max, row_sum);
-      const float kNegInf = -__int_as_float(0x7f800000);
-#pragma unroll
-      for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
-      row_max[0] = row_max[1] = kNegInf;
-      row_sum[0] = row_sum[1] = 0.f;
-      ptx::wgmma_wait<0>();
-      ptx::fence_regs(sacc);
-      if (lane == 0) {
-        ptx::mbarrier_arrive(&s.k_empty[st]);
-        if (nt.blocks == 1) ptx::mbarrier_arrive(&s.q_empty[nt.qb]);
-      }
-      const int next_kv0 = nt.rot * kN;  // the next tile's first block (kv_block(0, rot, n) == rot)
-      if (next_kv0 + kN > nt.kv_len) mask_keys<kN>(sacc, next_kv0, nt.kv_len, col_in_group);
-      online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);  // O is zero: alpha unused
-      pack_p<kN, kFp16>(sacc, pa);
-      s0_next = true;
-      return;
-    }
-  }
   ptx::wgmma_wait<0>();
   ptx::fence_regs(o);
   fence_frag(pa);
@@ -441,24 +392,21 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
 }
 
 template <int kHeadDim, int kWGs, bool kFp16, int kStart>
-__device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s,
-                                              const TileCoord& tc, int row_in_wg, int cwg, uint32_t q_smem, int qb,
-                                              int n_blocks, int rot, int kv_len, int col_in_group, int lane,
-                                              uint32_t& k_phase, uint32_t& v_phase, float (&o)[kHeadDim / 2],
-                                              float (&row_max)[2], float (&row_sum)[2], bool s0_ready,
+__device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg,
+                                              uint32_t q_smem, int qb, int n_blocks, int rot, int kv_len,
+                                              int col_in_group, int lane, uint32_t& k_phase, uint32_t& v_phase,
+                                              float (&o)[kHeadDim / 2], float (&row_max)[2], float (&row_sum)[2],
                                               float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
-                                              uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4],
-                                              const NextTile& nt, bool& s0_next) {
+                                              uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4]) {
   if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs>::kStages) {
     if (start != kStart) {
-      mainloop_from<kHeadDim, kWGs, kFp16, kStart + 1>(start, p, s, tc, row_in_wg, cwg, q_smem, qb, n_blocks, rot, kv_len,
-                                                       col_in_group, lane, k_phase, v_phase, o, row_max, row_sum,
-                                                       s0_ready, sacc, pa, nt, s0_next);
+      mainloop_from<kHeadDim, kWGs, kFp16, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, rot, kv_len,
+                                                       col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa);
       return;
     }
   }
-  mainloop<kHeadDim, kWGs, kFp16, kStart>(p, s, tc, row_in_wg, cwg, q_smem, qb, n_blocks, rot, kv_len, col_in_group, lane,
-                                          k_phase, v_phase, o, row_max, row_sum, s0_ready, sacc, pa, nt, s0_next);
+  mainloop<kHeadDim, kWGs, kFp16, kStart>(p, s, cwg, q_smem, qb, n_blocks, rot, kv_len, col_in_group, lane, k_phase,
+                                          v_phase, o, row_max, row_sum, sacc, pa);
 }
 
 template <int kHeadDim, int kWGs, bool kFp16>
@@ -479,54 +427,39 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
 
   uint32_t k_phase = 0, v_phase = 0;  // bit s: parity of stage s's next K / V "full" phase (see producer)
   int start = 0;                      // ring stage of this tile's K_0 (see producer)
+  // Accumulators and row statistics live across the tile loop (reset per tile): this placement is the one the
+  // validated build of bench/results/kernel_2026-11-30_520d1c0.json compiled to; declaring them inside the loop
+  // compiles to differently scheduled SASS.
   float o[kHeadDim / 2];
   float row_max[2], row_sum[2];  // row sums: per-thread partials; the quad reduction waits for the epilogue
   float sacc[kN / 2];
   uint32_t pa[kN / 16][4];
-  bool s0_ready = false;  // kCrossTile: this tile's S_0 and softmax were done under the previous tile's epilogue
   // Warpgroup 0 takes the first turn (the last warpgroup passes it once up front). The last warpgroup's final pass
   // then has no matching wait; warpgroup 0 absorbs it with one extra wait after its last tile, so every barrier
-  // ends balanced whatever the tile count. Every tile with keys costs each warpgroup n_blocks + 1 turns, whether
-  // its S_0 is issued in its own prologue or at the previous tile's boundary.
+  // ends balanced whatever the tile count.
   if (kPingpong && cwg == T::kConsumerWGs - 1) sched_pass<kPingpong, T::kConsumerWGs>(cwg);
   for (int tile = blockIdx.x, local = 0; tile < p.num_tiles; tile += gridDim.x, ++local) {
     const TileCoord tc = tile_coord(p, tile);
     const int kv_len = kv_len_of(p, tc.batch);
     const int n_blocks = (kv_len + kN - 1) / kN;
+
     const int qb = local % T::kQBuffers;
     const uint32_t q_smem = q_smem0 + qb * T::kQBytes;
-    if (!s0_ready) {
 #pragma unroll
-      for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
-      row_max[0] = row_max[1] = kNegInf;
-      row_sum[0] = row_sum[1] = 0.f;
-      // Q's buffer goes back to the producer right after this tile's last S = Q K^T (or at once with no keys).
-      ptx::mbarrier_wait(&s.q_full[qb], (local / T::kQBuffers) & 1);
-    }
-    NextTile nt{0, 0, 0, 0, 0u, 0u};
-    if constexpr (T::kCrossTile) {
-      const int next = tile + static_cast<int>(gridDim.x);
-      if (next < p.num_tiles) {
-        nt.kv_len = kv_len_of(p, tile_coord(p, next).batch);
-        nt.blocks = (nt.kv_len + kN - 1) / kN;
-        nt.rot = kv_rotation<T::kKvRotate>(next, nt.blocks);
-        nt.qb = (local + 1) % T::kQBuffers;
-        nt.q_phase = ((local + 1) / T::kQBuffers) & 1;
-        nt.q_smem = q_smem0 + nt.qb * T::kQBytes;
-      }
-    }
-    bool s0_next = false;
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+    row_max[0] = row_max[1] = kNegInf;
+    row_sum[0] = row_sum[1] = 0.f;
+    // Q's buffer goes back to the producer right after this tile's last S = Q K^T (or at once with no keys).
+    ptx::mbarrier_wait(&s.q_full[qb], (local / T::kQBuffers) & 1);
     if (n_blocks == 0) {
       if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
     } else {
-      mainloop_from<kHeadDim, kWGs, kFp16, 0>(start, p, s, tc, row_in_wg, cwg, q_smem, qb, n_blocks,
-                                              kv_rotation<T::kKvRotate>(tile, n_blocks), kv_len,
-                                              col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, s0_ready,
-                                              sacc, pa, nt, s0_next);
+      mainloop_from<kHeadDim, kWGs, kFp16, 0>(start, p, s, cwg, q_smem, qb, n_blocks,
+                                              kv_rotation<T::kKvRotate>(tile, n_blocks), kv_len, col_in_group, lane,
+                                              k_phase, v_phase, o, row_max, row_sum, sacc, pa);
     }
     start = (start + n_blocks) % T::kStages;
-    s0_ready = s0_next;  // if set, this tile's epilogue already ran inside the boundary step
-    if (!s0_next) finish_tile<kHeadDim, kWGs, kFp16>(p, tc, cwg, row_in_wg, col_in_group, lane, o, row_max, row_sum);
+    finish_tile<kHeadDim, kWGs, kFp16>(p, tc, cwg, row_in_wg, col_in_group, lane, o, row_max, row_sum);
   }
   if (kPingpong && cwg == 0) sched_wait<kPingpong>(cwg);
 }

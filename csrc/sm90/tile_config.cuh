@@ -21,12 +21,6 @@
 #define VIDATTN_Q_L2_PREFETCH 0
 #endif
 
-// Issue the next tile's S = Q K_0 at the tile boundary, under this tile's epilogue (see the consumer). Off:
-// measured 7-8% slower on the short-KV shapes it was meant for (csrc/NOTES.md).
-#ifndef VIDATTN_CROSS_TILE
-#define VIDATTN_CROSS_TILE 0
-#endif
-
 // Rotate each tile's key-block order by (tile index mod its block count), so that the CTAs running at one time do
 // not all read the same K/V block of the same head from L2 at once (a suspect for the short-KV gap; csrc/NOTES.md).
 #ifndef VIDATTN_KV_ROTATE
@@ -78,7 +72,6 @@ struct FwdTraits {
   static constexpr int kChunks = kHeadDim / kChunkCols;
   static constexpr bool kPingpong = VIDATTN_PINGPONG != 0;
   static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
-  static constexpr bool kCrossTile = VIDATTN_CROSS_TILE != 0;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
 
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
