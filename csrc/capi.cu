@@ -64,9 +64,10 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
 // would be mostly padding (FA-bench 1K: 1152 rows computed for 1024) keep the 128-row tiles.
 bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
   constexpr double kThreeWgGain = 1.1;
-  const int64_t tiles3 = (seqlen_q + 191) / 192 * batch_heads, tiles2 = (seqlen_q + 127) / 128 * batch_heads;
-  const double t3 = static_cast<double>((tiles3 + sms - 1) / sms) * 192 / kThreeWgGain;
-  const double t2 = static_cast<double>((tiles2 + sms - 1) / sms) * 128;
+  constexpr int64_t m3 = vidattn::sm90::FwdTraits<64, 3>::kBlockM, m2 = vidattn::sm90::FwdTraits<64, 2>::kBlockM;
+  const int64_t tiles3 = (seqlen_q + m3 - 1) / m3 * batch_heads, tiles2 = (seqlen_q + m2 - 1) / m2 * batch_heads;
+  const double t3 = static_cast<double>((tiles3 + sms - 1) / sms) * m3 / kThreeWgGain;
+  const double t2 = static_cast<double>((tiles2 + sms - 1) / sms) * m2;
   return t3 <= t2;
 }
 
