@@ -8,6 +8,7 @@ suite use `pytest -m gpu tests/test_kernel_gpu.py`; for the benchmark table `scr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 from pathlib import Path
@@ -60,15 +61,10 @@ def run_case(b, sq, skv, h, d, dtype, layout, lens, wgs=0, lib=None):
     if reason:
         return f"FALLBACK? {reason}"
     if wgs:
-        handle = lib or _ext.load()
-        if not hasattr(handle, "vidattn_sm90_set_d64_warpgroups"):
+        if not hasattr(lib or _ext.load(), "vidattn_sm90_set_d64_warpgroups"):
             return "ok   (skipped: this build has no D=64 warpgroup switch)"
-        _ext.set_d64_warpgroups(wgs, handle)
-    try:
+    with _ext.d64_warpgroups(wgs, lib) if wgs else contextlib.nullcontext():
         _ext.forward(q, k, v, out, lse, kv_lens, scale, lib=lib)
-    finally:
-        if wgs:
-            _ext.set_d64_warpgroups(0, handle)
     torch.cuda.synchronize()
     ref, ref_lse = reference(q, k, v, scale, kv_lens)
     rel = ((out.float() - ref).norm() / ref.norm()).item()

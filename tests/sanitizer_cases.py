@@ -52,10 +52,9 @@ def run_case(vidattn, name, b, h, sq, skv, d, dtype, layout, kv_lens, d64_wgs) -
         print(f"[sanitizer_cases] {name}: the kernel would not run ({reason}); nothing to sanitize")
         return 2
     from vidattn import _ext
-    _ext.set_d64_warpgroups(d64_wgs)
-    out, lse = vidattn.attention(qd, kd, vd, layout=layout, kv_lens=lens, return_lse=True)
-    torch.cuda.synchronize()
-    _ext.set_d64_warpgroups(0)
+    with _ext.d64_warpgroups(d64_wgs):
+        out, lse = vidattn.attention(qd, kd, vd, layout=layout, kv_lens=lens, return_lse=True)
+        torch.cuda.synchronize()
     out, lse = out.cpu(), lse.cpu()
     ref, ref_lse = reference(q, k, v, layout, kv_lens)
     finite = bool(torch.isfinite(out).all()) and bool(torch.isfinite(lse).all())

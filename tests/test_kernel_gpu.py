@@ -83,11 +83,8 @@ def _d64_warpgroups(request):
         yield
         return
     from vidattn import _ext
-    _ext.set_d64_warpgroups(d.wgs)
-    try:
+    with _ext.d64_warpgroups(d.wgs):
         yield
-    finally:
-        _ext.set_d64_warpgroups(0)
 
 
 # --------------------------------------------------------------------------------------------- helpers

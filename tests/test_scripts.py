@@ -189,3 +189,25 @@ def test_kernel_once_refuses_cleanly_without_the_kernel():
     proc = subprocess.run([_sys.executable, str(root / "scripts" / "kernel_once.py"), "wan_cross"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "cannot run here" in proc.stderr
+
+
+def test_d64_warpgroups_block_restores_the_load_time_setting(monkeypatch):
+    from vidattn import _ext
+
+    class FakeLib:
+        def __init__(self):
+            self.calls = []
+
+        def vidattn_sm90_set_d64_warpgroups(self, n):
+            self.calls.append(n)
+            return 0 if n in (0, 2, 3) else 1
+
+    lib = FakeLib()
+    monkeypatch.delenv("VIDATTN_D64_WARPGROUPS", raising=False)
+    with _ext.d64_warpgroups(3, lib):
+        assert lib.calls == [3]
+    assert lib.calls == [3, 0]
+    monkeypatch.setenv("VIDATTN_D64_WARPGROUPS", "2")
+    with _ext.d64_warpgroups(3, lib):
+        pass
+    assert lib.calls == [3, 0, 3, 2]

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -146,6 +147,17 @@ def set_d64_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
         raise RuntimeError("this kernel library predates the D=64 warpgroup switch")
     if lib.vidattn_sm90_set_d64_warpgroups(int(warpgroups)) != 0:
         raise ValueError(f"D=64 warpgroups must be 0 (by shape), 2 or 3, got {warpgroups}")
+
+
+@contextmanager
+def d64_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None):
+    """`set_d64_warpgroups` for the duration of a block; afterwards the setting the library loaded with
+    (VIDATTN_D64_WARPGROUPS, else 0: by shape) is back."""
+    set_d64_warpgroups(warpgroups, lib)
+    try:
+        yield
+    finally:
+        set_d64_warpgroups(int(os.environ.get("VIDATTN_D64_WARPGROUPS") or 0), lib)
 
 
 def load() -> ctypes.CDLL | None:
