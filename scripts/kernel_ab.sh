@@ -75,7 +75,7 @@ done
 printf '%s\n' "${summary[@]}"
 if ((${#passed[@]})); then
     # shellcheck disable=SC2086
-    timeout "${T_TIME:-360}" python3 scripts/kernel_ab_time.py "${passed[@]}" --json "$OUT/ab_times.json" \
+    timeout "${T_TIME:-360}" python3 scripts/kernel_ab_time.py "${passed[@]}" --checked --json "$OUT/ab_times.json" \
         ${AB_TIME_ARGS:-} 2>&1 | tee "$OUT/ab_time.log"
 fi
 echo "== summary"
