@@ -4,14 +4,14 @@
 #      (scripts/kernel_ab.sh -> kernel_ab_time.py);
 #   2. pick the candidate with the best geometric-mean ratio to cuDNN over the timed shapes among those whose smoke
 #      check passed (the first candidate when none was timed);
-#   3. run device_run.sh STAGES with VIDATTN_LIBRARY set to it, and VIDATTN_LIBRARY_FLAGS naming its build flags
-#      (recorded in every JSON's metadata; the tree's defaults must then be set to them before committing);
+#   3. run device_run.sh STAGES with VIDATTN_LIBRARY set to it, and VIDATTN_LIBRARY_FLAGS naming its patch and
+#      flags as kernel_ab.sh recorded them at build time (.build/ab/<name>.variant; they go into every JSON's
+#      metadata, and the tree's defaults must then be set to them before committing);
 #   4. pack every file under $OUT but device_run.log into results.tgz ($OUT returns at most 8 files; device_run.sh
 #      is told it may leave more, so the e2e report files are not dropped as they were on 2026-11-30).
 #
-#   # here: build each candidate into .build/ab/lib_<name>.so (kernel_ab.sh --build-only with VARIANTS), then
-#   CANDIDATES="base rot" REFERENCE=old FLAGS_base="" FLAGS_rot="-DVIDATTN_KV_ROTATE=1" \
-#       STAGES="build gpu-tests sanitizer bench e2e" bash scripts/device_ab_validate.sh     # on the device
+#   VARIANTS="base|| rot||-DVIDATTN_KV_ROTATE=1" bash scripts/kernel_ab.sh --build-only      # here, then
+#   CANDIDATES="base rot" STAGES="build gpu-tests sanitizer bench e2e" bash scripts/device_ab_validate.sh   # device
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 REPO=$PWD
@@ -27,8 +27,9 @@ for n in ${REFERENCE:-} ${CANDIDATES:?name the candidate libraries}; do variants
 VARIANTS=$variants T_SMOKE=${T_SMOKE:-45} bash scripts/kernel_ab.sh 2>&1 | tail -n 25
 
 best=$(python3 scripts/kernel_ab_time.py --pick "$OUT/ab_times.json" "${CANDIDATES// /,}")
-flags_var="FLAGS_$best"
-export VIDATTN_LIBRARY=$BUILD/lib_$best.so VIDATTN_LIBRARY_FLAGS="${!flags_var:-} (candidate $best)"
+export VIDATTN_LIBRARY=$BUILD/lib_$best.so
+VIDATTN_LIBRARY_FLAGS="$(cat "$BUILD/$best.variant" 2>/dev/null || echo "unrecorded build") (candidate $best)"
+export VIDATTN_LIBRARY_FLAGS
 echo "[pick] validating $best: VIDATTN_LIBRARY=$VIDATTN_LIBRARY flags: $VIDATTN_LIBRARY_FLAGS" | tee "$OUT/picked.txt"
 
 left=$(( BUDGET_S - (SECONDS - T0) ))

@@ -44,6 +44,8 @@ build_variant() {  # name patch flags
     else
         echo "[ab] $name: build failed"; tail -20 "$BUILD/$name.ptxas.log"; return 1
     fi
+    # What the build was, for whoever validates or records it later (device_ab_validate.sh).
+    echo "${patch:+patch $patch }${flags:-(tree defaults)}" >"$BUILD/$name.variant"
     rm -rf "$src"
 }
 
