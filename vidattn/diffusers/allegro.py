@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from .apply import register_processor
-from .sdpa_common import StockProcessor, attend_bhsd
+from .sdpa_common import StockProcessor, attend_bhsd, prepare_sdpa_mask
 
 
 class AllegroAttnProcessor:
@@ -48,10 +48,7 @@ class AllegroAttnProcessor:
             hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape
         )
 
-        mask_source = attention_mask  # the model's one mask tensor for every layer: the kv_lens memo's key
-        if attention_mask is not None:
-            attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
-            attention_mask = attention_mask.view(batch_size, attn.heads, -1, attention_mask.shape[-1])
+        attention_mask, mask_source = prepare_sdpa_mask(attn, attention_mask, sequence_length, batch_size)
 
         if attn.group_norm is not None:
             hidden_states = attn.group_norm(hidden_states.transpose(1, 2)).transpose(1, 2)

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from .apply import register_processor
-from .sdpa_common import StockProcessor, attend_bhsd
+from .sdpa_common import StockProcessor, attend_bhsd, prepare_sdpa_mask
 
 
 def _joint_attention(attn, query, key, value, batch_size, text_seq_length, attention_mask, image_rotary_emb,
@@ -71,10 +71,7 @@ class CogVideoXAttnProcessor:
 
         batch_size, sequence_length, _ = hidden_states.shape
 
-        mask_source = attention_mask  # the model's one mask tensor for every layer: the kv_lens memo's key
-        if attention_mask is not None:
-            attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
-            attention_mask = attention_mask.view(batch_size, attn.heads, -1, attention_mask.shape[-1])
+        attention_mask, mask_source = prepare_sdpa_mask(attn, attention_mask, sequence_length, batch_size)
 
         query = attn.to_q(hidden_states)
         key = attn.to_k(hidden_states)
@@ -105,10 +102,7 @@ class FusedCogVideoXAttnProcessor:
             hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape
         )
 
-        mask_source = attention_mask  # the model's one mask tensor for every layer: the kv_lens memo's key
-        if attention_mask is not None:
-            attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
-            attention_mask = attention_mask.view(batch_size, attn.heads, -1, attention_mask.shape[-1])
+        attention_mask, mask_source = prepare_sdpa_mask(attn, attention_mask, sequence_length, batch_size)
 
         qkv = attn.to_qkv(hidden_states)
         split_size = qkv.shape[-1] // 3

@@ -13,7 +13,7 @@ import torch
 
 from .. import ops
 from .apply import register_processor
-from .sdpa_common import StockProcessor, sdpa_mask_to_kv_lens
+from .sdpa_common import StockProcessor, prepare_sdpa_mask, sdpa_mask_to_kv_lens
 
 
 class LTXVideoAttnProcessor:
@@ -60,10 +60,7 @@ class LTXVideoAttnProcessor:
             hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape
         )
 
-        mask_source = attention_mask  # the model's one mask tensor for every layer: the kv_lens memo's key
-        if attention_mask is not None:
-            attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
-            attention_mask = attention_mask.view(batch_size, attn.heads, -1, attention_mask.shape[-1])
+        attention_mask, mask_source = prepare_sdpa_mask(attn, attention_mask, sequence_length, batch_size)
 
         if encoder_hidden_states is None:
             encoder_hidden_states = hidden_states

@@ -67,6 +67,16 @@ def _convert(mask, batch, seqlen_kv):
     return lens.to(torch.int32), None
 
 
+def prepare_sdpa_mask(attn, attention_mask, sequence_length: int, batch_size: int):
+    """The stock processors' mask preparation (`attn.prepare_attention_mask`, viewed as (B, H, Sq or 1, Skv)),
+    returning the prepared mask and the tensor it came from: the model hands that one tensor to every layer, so it
+    keys the kv_lens memo while the prepared copy is new in each layer."""
+    if attention_mask is None:
+        return None, None
+    prepared = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
+    return prepared.view(batch_size, attn.heads, -1, prepared.shape[-1]), attention_mask
+
+
 def stock_sdpa(query, key, value, attention_mask, reason: Optional[str]):
     """The stock processors' own call, `F.scaled_dot_product_attention` on (B, H, S, D), for what the kernel
     cannot express; warns once per reason."""
