@@ -38,9 +38,19 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import torch  # noqa: E402
 
-from generate_video import DTYPES, attention_paths, resolve, resolve_device  # noqa: E402
+from generate_video import DTYPES, attention_paths, build_from_args, resolve, resolve_device  # noqa: E402
 
 PATHS = ("sdpa", "vidattn")
+
+
+def log_fallback(fb: dict, warn: bool = True) -> None:
+    """The fallback summary on the log; framed as a WARNING when vidattn fell back on every call."""
+    if warn and fb["all_fallback"]:
+        log("=" * 100)
+        log(f"WARNING: {fb['summary']}")
+        log("=" * 100)
+    else:
+        log(fb["summary"])
 
 
 def log(msg: str) -> None:
@@ -687,13 +697,7 @@ def main_family(args) -> dict:
     report["vidattn_warnings"] = switch.warnings
     report["fallback"] = _family_fallback(report["attention_calls"].get("vidattn"),
                                           report["profiles"].get("vidattn"), device)
-    fb = report["fallback"]
-    if report["status"] == "ok" and fb["all_fallback"]:
-        log("=" * 100)
-        log(f"WARNING: {fb['summary']}")
-        log("=" * 100)
-    else:
-        log(fb["summary"])
+    log_fallback(report["fallback"], warn=report["status"] == "ok")
     (out_dir / "report.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
     (out_dir / "report.md").write_text(family_markdown(report))
     files = ["report.json", "report.md"]
@@ -740,7 +744,6 @@ def main(argv: list[str] | None = None) -> dict:
     if device.type == "cpu":
         log("NOTE: CPU run: timings use time.perf_counter and the profiler's CPU activity; the vidattn kernel "
             "cannot run, so both paths are SDPA")
-    from pipelines import PipelineError, build_pipeline
     from pipelines.measure import jsonable
 
     model = args.preset_used if args.preset_used != "model" else Path(args.model).name
@@ -752,11 +755,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     log(f"building the pipeline once for both paths (model {model}, {args.dtype}, {device}) ...")
     t0 = time.perf_counter()
-    try:
-        pipe = build_pipeline(args.preset_used if args.preset_used != "model" else "1.3b", model_dir=args.model,
-                              device=device, dtype=dtype, seed=args.seed, flow_shift=args.flow_shift)
-    except PipelineError as exc:
-        raise SystemExit(f"error: {exc}") from None
+    pipe = build_from_args(args, device, dtype)
     build_s = time.perf_counter() - t0
     log(f"built in {build_s:.1f} s")
     switch = AttnSwitch(pipe)
@@ -778,13 +777,7 @@ def main(argv: list[str] | None = None) -> dict:
         "attention_paths": paths, **body, "vidattn_warnings": switch.warnings,
     }
     report["fallback"] = fallback_summary(paths, report["profiles"], device)
-    fb = report["fallback"]
-    if fb["all_fallback"]:
-        log("=" * 100)
-        log(f"WARNING: {fb['summary']}")
-        log("=" * 100)
-    else:
-        log(fb["summary"])
+    log_fallback(report["fallback"])
 
     (out_dir / "report.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
     (out_dir / "report.md").write_text(markdown(report))

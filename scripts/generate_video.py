@@ -165,10 +165,22 @@ def set_attention(pipe, attn: str):
         raise SystemExit(f"error: --attn vidattn but vidattn cannot be imported ({exc}); use --attn sdpa") from None
 
 
+def build_from_args(args, device: torch.device, dtype: torch.dtype):
+    """The Wan pipeline the resolved arguments name (a preset, or `--model DIR`); a user-facing problem
+    (pipelines.PipelineError) ends the script with its one-line message."""
+    from pipelines import PipelineError, build_pipeline
+
+    try:
+        return build_pipeline(args.preset_used if args.preset_used != "model" else "1.3b", model_dir=args.model,
+                              device=device, dtype=dtype, seed=args.seed, flow_shift=args.flow_shift)
+    except PipelineError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = resolve(build_parser().parse_args(argv))
-    from pipelines import (DEFAULT_NEGATIVE_PROMPT, PipelineError, build_pipeline, decode_latents, denoise,
-                           initial_latents, prompt_pair, token_count, write_video)
+    from pipelines import (DEFAULT_NEGATIVE_PROMPT, decode_latents, denoise, initial_latents, prompt_pair,
+                           token_count, write_video)
     from pipelines.measure import ForwardTimer, Stopwatch
 
     for note in args.notes:
@@ -178,11 +190,7 @@ def main(argv: list[str] | None = None) -> dict:
     tokens = token_count(args.height, args.width, args.frames)
     log(f"building the Wan pipeline ({what}, {args.dtype}, {device}) ...")
     t0 = time.perf_counter()
-    try:
-        pipe = build_pipeline(args.preset_used if args.preset_used != "model" else "1.3b", model_dir=args.model,
-                              device=device, dtype=dtype, seed=args.seed, flow_shift=args.flow_shift)
-    except PipelineError as exc:
-        raise SystemExit(f"error: {exc}") from None
+    pipe = build_from_args(args, device, dtype)
     log(f"built in {time.perf_counter() - t0:.1f} s")
 
     handle = set_attention(pipe, args.attn)
