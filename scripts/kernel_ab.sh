@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B kernel variants in one device call: build each variant of csrc/ (an optional patch from csrc/experiments/
-# plus -D flags) into its own library, then run scripts/kernel_smoke.py --time against each, every run under a
-# timeout so a hanging variant costs seconds, not the lease. The baseline (the tree as it is) always runs first.
+# plus -D flags) into its own library, smoke-check each with scripts/kernel_smoke.py in its own process under a
+# timeout (a hanging variant costs seconds, not the lease), then time every variant that passed in one process,
+# interleaved with cuDNN (scripts/kernel_ab_time.py). The first variant listed is the baseline.
 #
 #   bash scripts/kernel_ab.sh --build-only                # here (nvcc, no GPU): build every variant into .build/ab
 #   bash scripts/kernel_ab.sh                             # on the H200 (carry .build): smoke per variant, then
