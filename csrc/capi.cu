@@ -29,12 +29,10 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
                   make_tensor_map_4d(&p.tm_k, a.k, kFp16, a.head_dim, a.seqlen_kv, a.heads, a.batch, a.k_stride,
                                      T::kBlockN, &err) &&
                   make_tensor_map_4d(&p.tm_v, a.v, kFp16, a.head_dim, a.seqlen_kv, a.heads, a.batch, a.v_stride,
-                                     T::kBlockN, &err);
+                                     T::kBlockN, &err) &&
+                  make_tensor_map_4d(&p.tm_o, a.o, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.o_stride, 16,
+                                     &err);
   if (!ok) return fail(err);
-  p.o = static_cast<uint16_t*>(a.o);
-  p.o_stride_b = a.o_stride[0];
-  p.o_stride_s = a.o_stride[1];
-  p.o_stride_h = a.o_stride[2];
   p.lse = a.lse;
   p.kv_lens = a.kv_lens;
   p.seqlen_q = static_cast<int>(a.seqlen_q);
@@ -88,9 +86,9 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
     return fail("batch, heads and sequence lengths must be >= 1");
   if (a->seqlen_q > (1ll << 31) - 1 || a->seqlen_kv > (1ll << 31) - 1) return fail("sequence length over 2^31");
   if (!(a->scale > 0.f)) return fail("softmax scale must be positive");
-  // The epilogue stores O as aligned 4-byte pairs of 16-bit elements.
-  if (reinterpret_cast<uintptr_t>(a->o) % 4 || a->o_stride[0] % 2 || a->o_stride[1] % 2 || a->o_stride[2] % 2)
-    return fail("output must be 4-byte aligned with even strides");
+  // The epilogue stores O with TMA (flash_fwd.cuh, store_o), which wants 16-byte aligned bases and strides.
+  if (reinterpret_cast<uintptr_t>(a->o) % 16 || a->o_stride[0] % 8 || a->o_stride[1] % 8 || a->o_stride[2] % 8)
+    return fail("output must be 16-byte aligned with strides that are multiples of 8 elements");
   auto s = static_cast<cudaStream_t>(stream);
   const bool fp16 = a->dtype == 1;
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");

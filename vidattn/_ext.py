@@ -239,7 +239,8 @@ def kernel_reason(q, k, v, kv_lens, scale) -> str | None:
 
 
 def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = None) -> None:
-    """Launch the kernel on the current stream. q, k, v, out: (B, S, H, D) views (any strides, last dim 1);
+    """Launch the kernel on the current stream. q, k, v, out: (B, S, H, D) views (any strides, last dim 1; out's
+    base 16-byte aligned and its strides multiples of 8 elements, as a fresh tensor's are: O is stored with TMA);
     lse: contiguous fp32 (B, H, Sq) or None; kv_lens: int32 (B,) or None. Call only when kernel_reason is None.
     `lib`: a library from open_library (A/B timing); default: the one load() built or found."""
     lib = lib or load()

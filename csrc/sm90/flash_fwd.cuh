@@ -4,7 +4,8 @@
 // stages that runs on across tiles, guarded by mbarriers; each consumer warpgroup runs S = Q K^T (wgmma, both
 // operands in shared memory), an online softmax in registers (base 2, scale folded into one FFMA), and O += P V
 // (wgmma with P straight from registers), taking turns on the tensor cores. Key tails and per-batch kv_lens are
-// masked in registers; query tails are skipped by the bounds-checked epilogue. Pure CUDA + PTX: no torch, no CUTLASS.
+// masked in registers; O leaves through shared memory with TMA stores, which clip query tails. Pure CUDA + PTX: no
+// torch, no CUTLASS.
 #pragma once
 #include <cstdint>
 #include <cuda.h>
@@ -24,6 +25,8 @@ struct SharedStorage {
   alignas(1024) uint16_t q[T::kQBuffers][T::kBlockM * kHeadDim];
   alignas(1024) uint16_t k[T::kStages][T::kBlockN * kHeadDim];
   alignas(1024) uint16_t v[T::kStages][T::kBlockN * kHeadDim];
+  // per consumer warp, see store_o; 1024-aligned so that a TMA store's 128B swizzle matches the layout written
+  alignas(1024) uint16_t o_scratch[T::kConsumerWGs * 4][16 * kChunkCols];
   uint64_t q_full[T::kQBuffers];
   uint64_t q_empty[T::kQBuffers];
   uint64_t k_full[T::kStages];
@@ -265,40 +268,61 @@ __device__ __forceinline__ void sched_pass(int cwg) {
     ptx::named_barrier_arrive(static_cast<uint32_t>(SchedBarrier::kBase) + (cwg + 1 == kWGs ? 0 : cwg + 1), 256);
 }
 
-// Epilogue: normalise and store O straight from the accumulator fragments (4-byte stores; a quad covers 16
-// contiguous bytes of a row), rows past seqlen_q skipped. Not staging through shared memory keeps Q's buffer free
-// for the producer to prefetch the next tile's Q during this tile's last P V.
+// Epilogue: normalise O, write it with stmatrix into a per-warp 2 KB shared-memory scratch (16 rows x 64 columns
+// in the accumulator layout, no shuffles), and let one lane store that box with TMA; twice at D=128. Stored
+// straight from the fragments (4 bytes a thread: eight rows of 16 bytes per warp instruction), O cost Wan
+// cross-attention 14% of its time (a build without the O stores measured 1.018x cuDNN against 0.876x); 16-byte
+// stores from the scratch won back most of it (0.954-0.972x), the TMA store the rest (0.994x; csrc/NOTES.md).
+// Scratch rows are 128 bytes with the 16-byte chunk index xor-ed by the row (mod 8) in a 1024-aligned buffer:
+// TMA's 128B swizzle, and the eight rows of each 8x8 stmatrix hit all banks once. Rows past seqlen_q lie outside
+// the tensor map and are not written.
 template <int kHeadDim, bool kFp16>
-__device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc, int row0, int col_in_group,
-                                        float (&o)[kHeadDim / 2], const float (&row_sum)[2]) {
+__device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc, int warp_row0, uint16_t* scratch,
+                                        const float (&o)[kHeadDim / 2], const float (&row_sum)[2]) {
+  const int lane = ptx::lane_id();  // not the caller's lane: see lane_id (at D=64 with three warpgroups it spilled)
+  float inv[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 8 * r;
-    if (row >= p.seqlen_q) continue;
-    const float inv = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;  // kv_len == 0: O = 0, LSE = -inf
-    uint16_t* dst = p.o + tc.batch * p.o_stride_b + static_cast<int64_t>(row) * p.o_stride_s +
-                    tc.head * p.o_stride_h + col_in_group;
+  for (int r = 0; r < 2; ++r) inv[r] = row_sum[r] > 0.f ? ptx::rcp_approx(row_sum[r]) : 0.f;  // kv_len == 0: O = 0
+  const uint32_t base = ptx::smem_addr(scratch);
+  // This lane's stmatrix row address: matrix m = lane / 8 is (rows 8 * (m % 2) .., column group 2c + m / 2).
+  const int m = lane / 8, st_row = lane % 8 + 8 * (m & 1);
 #pragma unroll
-    for (int i = 0; i < kHeadDim / 8; ++i) {
-      const uint32_t packed = ptx::pack2<kFp16>(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
-      // The diagnostic build tests a runtime value the compiler cannot fold, so the math above stays.
-      if (VIDATTN_DIAG_SKIP_O_STORE && p.seqlen_q > 0) continue;
-      *reinterpret_cast<uint32_t*>(dst + 8 * i) = packed;
+  for (int h = 0; h < kHeadDim / kChunkCols; ++h) {
+    // Lane 0's previous TMA store (the other half, or the last tile's) has finished reading the scratch.
+    if (lane == 0) ptx::bulk_wait_group_read<0>();
+    __syncwarp();
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int g = 8 * h + 2 * c;  // the 8-column groups g and g + 1
+      const int chunk = 2 * c + (m >> 1);
+      ptx::stmatrix_x4(base + st_row * 128 + ((chunk ^ (st_row & 7)) << 4),
+                       ptx::pack2<kFp16>(o[4 * g + 0] * inv[0], o[4 * g + 1] * inv[0]),
+                       ptx::pack2<kFp16>(o[4 * g + 2] * inv[1], o[4 * g + 3] * inv[1]),
+                       ptx::pack2<kFp16>(o[4 * g + 4] * inv[0], o[4 * g + 5] * inv[0]),
+                       ptx::pack2<kFp16>(o[4 * g + 6] * inv[1], o[4 * g + 7] * inv[1]));
+    }
+    ptx::fence_proxy_async_smem();  // each lane's stmatrix writes, before the async proxy reads them
+    __syncwarp();
+    // The diagnostic build tests a runtime value the compiler cannot fold, so the work above stays.
+    if (lane == 0 && !(VIDATTN_DIAG_SKIP_O_STORE && p.seqlen_q > 0)) {
+      ptx::tma_store_4d(&p.tm_o, scratch, h * kChunkCols, warp_row0, tc.head, tc.batch);
+      ptx::bulk_commit_group();
     }
   }
 }
 
 // Epilogue of one tile: row sums reduced over the quad, O normalised and stored, LSE if asked.
 template <int kHeadDim, int kWGs, bool kFp16>
-__device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord& tc, int cwg, int row_in_wg,
-                                            int col_in_group, int lane, float (&o)[kHeadDim / 2],
-                                            const float (&row_max)[2], float (&row_sum)[2]) {
+__device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord& tc, int cwg, int warp, int lane,
+                                            uint16_t* scratch, float (&o)[kHeadDim / 2], const float (&row_max)[2],
+                                            float (&row_sum)[2]) {
   using T = FwdTraits<kHeadDim, kWGs>;
   const float kNegInf = -__int_as_float(0x7f800000);
 #pragma unroll
   for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
-  const int row0 = tc.m_block * T::kBlockM + cwg * T::kRowsPerWG + row_in_wg;
-  store_o<kHeadDim, kFp16>(p, tc, row0, col_in_group, o, row_sum);
+  const int warp_row0 = tc.m_block * T::kBlockM + cwg * T::kRowsPerWG + warp * 16;
+  const int row0 = warp_row0 + lane / 4;
+  store_o<kHeadDim, kFp16>(p, tc, warp_row0, scratch, o, row_sum);
   if (p.lse != nullptr && lane % 4 == 0) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -421,7 +445,6 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   const int lane = tid % 32;
   // Accumulator fragment (wgmma m64nN, fp32): this thread holds rows r and r+8 of its warp's 16, and for every
   // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
-  const int row_in_wg = warp * 16 + lane / 4;
   const int col_in_group = 2 * (lane % 4);
   const uint32_t q_smem0 = ptx::smem_addr(s.q[0]) + cwg * T::kRowsPerWG * kChunkBytes;
 
@@ -459,9 +482,11 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
                                               k_phase, v_phase, o, row_max, row_sum, sacc, pa);
     }
     start = (start + n_blocks) % T::kStages;
-    finish_tile<kHeadDim, kWGs, kFp16>(p, tc, cwg, row_in_wg, col_in_group, lane, o, row_max, row_sum);
+    finish_tile<kHeadDim, kWGs, kFp16>(p, tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max, row_sum);
   }
   if (kPingpong && cwg == 0) sched_wait<kPingpong>(cwg);
+  // Shared memory must outlive the reads of the last TMA stores of O.
+  if (lane == 0) ptx::bulk_wait_group<0>();
 }
 
 template <int kHeadDim, int kWGs, bool kFp16>

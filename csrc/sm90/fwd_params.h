@@ -10,8 +10,7 @@ struct FwdParams {
   CUtensorMap tm_q;
   CUtensorMap tm_k;
   CUtensorMap tm_v;
-  uint16_t* o;           // (B, Sq, H, D) output, element strides below (written with plain bounds-checked stores)
-  int64_t o_stride_b, o_stride_s, o_stride_h;
+  CUtensorMap tm_o;      // the output, in 16-row boxes: one TMA store per consumer warp and 64 columns
   float* lse;            // (B, H, Sq) fp32 natural-log LSE, or nullptr
   const int* kv_lens;    // (B,) valid keys per batch, or nullptr
   int seqlen_q;

@@ -55,6 +55,31 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// 4-D tile store shared -> global (9.7.9.25.5.1), tracked in the issuing thread's bulk async-groups (9.7.9.25.6:
+// cp.async.bulk.commit_group / wait_group). Box elements outside the tensor are not written, so query tails need no
+// bounds checks. The shared source must be made visible to the async proxy first (fence_proxy_async_smem).
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// .read: only until the sources have been read (the shared buffer may be rewritten); without it, until written.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
+}
+// fence.proxy.async (9.7.13.4.x): this thread's generic-proxy shared-memory writes, ordered before later
+// async-proxy (TMA) accesses.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // ---- TMA prefetch: cp.async.bulk.prefetch.tensor (9.7.9.25.5.3) ----------------------------------------------
 // 4-D tile global -> L2 only: no shared memory, no barrier, a hint the memory system may drop. Used to bring the
 // next tile's Q into L2 while its shared-memory buffer is still in use.
@@ -67,6 +92,24 @@ __device__ __forceinline__ void tma_prefetch_l2_4d(const CUtensorMap* map, int c
 
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// %laneid (special register, 10.x), read with asm volatile so that values derived from it are computed where used:
+// an epilogue's lane-dependent addresses hoisted out of the tile loop stay live through the whole main loop.
+__device__ __forceinline__ int lane_id() {
+  int l;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+  return l;
+}
+
+// ---- stmatrix (9.7.14.5.16): four 8x8 16-bit matrices from mma fragment layout to shared memory ------------
+// Lane l holds element (l / 4, 2 * (l % 4) + {0, 1}) of matrix k in r_k; lanes 8k..8k+7 give the row addresses of
+// matrix k. This is the accumulator layout of wgmma, so O leaves the registers with no shuffles.
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_byte_addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_byte_addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
 }
 
 // ---- named barriers (9.7.13.1 bar.sync): sync a subset of warps; id 0 is __syncthreads' -------------------
@@ -121,6 +164,14 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_byte_addr
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// rcp.approx.ftz.f32 (9.7.4.x): one MUFU op, within 1 ulp; the normaliser of O, whose bf16/fp16 rounding is 2^16
+// times coarser. (1.f / x compiles to the IEEE division with a branch to a slow path.)
+__device__ __forceinline__ float rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 

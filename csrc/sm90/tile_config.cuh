@@ -73,9 +73,13 @@ struct FwdTraits {
   // As many K+V stages as shared memory holds next to Q (up to 4): at D=128, N=128 that is Q 32 KB + 2 x 64 KB.
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kStageBytes = 2 * kBlockN * kHeadDim * 2;
+  // The epilogue's scratch: per consumer warp 16 rows x 64 columns of O (2 KB), see store_o. At D=128, N=176 it
+  // takes 16 of the 17 KB left beside one Q buffer and two K/V stages.
+  static constexpr int kOScratchBytes = kConsumerWGs * 4 * 16 * kChunkCols * 2;
+  static constexpr int kFree = kSmemBudget - 2048 - kOScratchBytes;
   // A second Q buffer lets the next tile's Q load a whole tile early; taken only when 2 K/V stages still fit.
-  static constexpr int kQBuffers = (kSmemBudget - 2048 - 2 * kQBytes) / kStageBytes >= 2 ? 2 : 1;
-  static constexpr int kStagesFit = (kSmemBudget - 2048 - kQBuffers * kQBytes) / kStageBytes;
+  static constexpr int kQBuffers = (kFree - 2 * kQBytes) / kStageBytes >= 2 ? 2 : 1;
+  static constexpr int kStagesFit = (kFree - kQBuffers * kQBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static_assert(kStages >= 2, "tile too large: fewer than 2 K/V stages fit in shared memory");
   static constexpr int kChunks = kHeadDim / kChunkCols;
