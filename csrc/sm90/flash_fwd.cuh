@@ -158,15 +158,7 @@ __device__ __forceinline__ void mask_keys(float (&sacc)[kN / 2], int kv0, int kv
 
 // Online softmax in base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score. Exponentiates
 // sacc in place, updates the running max and (per-thread partial) sum, and returns the factor O must be scaled by.
-// kEmuEvery > 0: every kEmuEvery-th group of 8 columns is exponentiated on the FMA pipe (exp2_poly), so the MUFU
-// unit, which at D=64 is as busy as the tensor cores, takes only the rest.
-template <int kEmuEvery>
-__device__ __forceinline__ float exp2_group(int i, float x) {
-  if (kEmuEvery > 0 && i % kEmuEvery == kEmuEvery - 1) return ptx::exp2_poly(x);
-  return ptx::exp2_approx(x);
-}
-
-template <int kN, int kEmuEvery>
+template <int kN>
 __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                float (&alpha)[2], float scale_log2) {
   float mx[2] = {row_max[0], row_max[1]};
@@ -188,10 +180,10 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
   float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
-    sacc[4 * i + 0] = exp2_group<kEmuEvery>(i, fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]));
-    sacc[4 * i + 1] = exp2_group<kEmuEvery>(i, fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]));
-    sacc[4 * i + 2] = exp2_group<kEmuEvery>(i, fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]));
-    sacc[4 * i + 3] = exp2_group<kEmuEvery>(i, fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]));
+    sacc[4 * i + 0] = ptx::exp2_approx(fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]));
+    sacc[4 * i + 1] = ptx::exp2_approx(fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]));
+    sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]));
+    sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]));
     tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
     tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
   }
@@ -375,7 +367,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     }
     const int kv0 = kv_block<T::kKvRotate>(0, rot, n_blocks) * kN;
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
-    online_softmax<kN, T::kExp2EmuEvery>(sacc, row_max, row_sum, alpha, scale_log2);
+    online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
     pack_p<kN, kFp16>(sacc, pa);
   }
 
@@ -400,7 +392,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     }
     const int kv0 = kv_block<T::kKvRotate>(j, rot, n_blocks) * kN;
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
-    online_softmax<kN, T::kExp2EmuEvery>(sacc, row_max, row_sum, alpha, scale_log2);
+    online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
     ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
     ptx::fence_regs(o);
     fence_frag(pa);

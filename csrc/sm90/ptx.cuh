@@ -167,19 +167,6 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-// 2^x on the FMA pipe (no MUFU), for x <= 0: x = n + f with n = round(x) read from the mantissa of x + 1.5 * 2^23
-// and f in [-0.5, 0.5]; 2^f by a degree-3 polynomial (coefficients fitted to minimise the relative error on that
-// interval: at most 7.5e-5, below fp16's and bf16's half ulp of P); n added to the exponent field with one integer
-// shift-add. x is clamped at -126 (p >= 0.7 keeps the exponent field from wrapping below zero), so -inf (a masked
-// key) gives 2^-126 (1.2e-38) instead of ex2's 0: nothing once added to fp32 sums of terms near 1.
-__device__ __forceinline__ float exp2_poly(float x) {
-  x = fmaxf(x, -126.f);
-  const float t = x + 12582912.f;
-  const float f = x - (t - 12582912.f);
-  const float p = fmaf(fmaf(fmaf(0.05517132f, f, 0.24261054f), f, 0.69326097f), f, 0.99992812f);
-  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));
-}
-
 // rcp.approx.ftz.f32 (9.7.4.x): one MUFU op, within 1 ulp; the normaliser of O, whose bf16/fp16 rounding is 2^16
 // times coarser. (1.f / x compiles to the IEEE division with a branch to a slow path.)
 __device__ __forceinline__ float rcp_approx(float x) {

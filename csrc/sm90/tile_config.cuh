@@ -36,15 +36,6 @@
 #define VIDATTN_KV_ROTATE 0
 #endif
 
-// Exponentials on the FMA pipe: in every k-th group of 8 score columns the softmax uses exp2_poly instead of the
-// MUFU ex2 (0 = never). At D=64 a softmax needs as many MUFU cycles as the warpgroup's GEMMs take tensor cycles.
-#ifndef VIDATTN_EXP2_EMU_D64
-#define VIDATTN_EXP2_EMU_D64 0
-#endif
-#ifndef VIDATTN_EXP2_EMU_D128
-#define VIDATTN_EXP2_EMU_D128 0
-#endif
-
 // DIAGNOSTIC ONLY, never a default: skip the O stores (the epilogue still computes them) to price the epilogue's
 // global-memory traffic by difference. Results are garbage; kernel_ab.sh times "diag_*" variants without its
 // correctness gate.
@@ -97,7 +88,6 @@ struct FwdTraits {
   static constexpr bool kTurnDrain = kPingpong && (VIDATTN_PINGPONG_EDGES & 2) != 0;
   static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
-  static constexpr int kExp2EmuEvery = kHeadDim == 64 ? VIDATTN_EXP2_EMU_D64 : VIDATTN_EXP2_EMU_D128;
 
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
   // setmaxnreg budgets: the producer issues TMA from one thread and needs almost nothing; the consumers hold
