@@ -39,7 +39,9 @@ TINY_WAN_I2V = dict(TINY_WAN, image_dim=24, added_kv_proj_dim=128)
 
 
 def tiny_wan(seed: int = 0, **overrides):
-    from diffusers import WanTransformer3DModel
+    # A test that builds the tiny model skips, not fails, where diffusers is absent (the device has no diffusers
+    # until .whl is installed; tests/test_compile.py's GPU test failed there on 2026-11-30).
+    WanTransformer3DModel = pytest.importorskip("diffusers").WanTransformer3DModel
 
     torch.manual_seed(seed)
     return WanTransformer3DModel(**{**TINY_WAN, **overrides}).eval()
@@ -55,7 +57,9 @@ def tiny_wan_inputs(batch: int = 1, frames: int = 3, size: int = 8, text: int = 
 
 def tiny_wan_pipeline(two_transformers: bool = False):
     """A WanPipeline from tiny random components; no tokenizer/text encoder (pass prompt_embeds)."""
-    from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline
+    diffusers = pytest.importorskip("diffusers")
+    AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline = (
+        diffusers.AutoencoderKLWan, diffusers.FlowMatchEulerDiscreteScheduler, diffusers.WanPipeline)
 
     torch.manual_seed(0)
     vae = AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,

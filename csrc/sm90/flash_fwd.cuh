@@ -161,12 +161,24 @@ __device__ __forceinline__ void mask_keys(float (&sacc)[kN / 2], int kv0, int kv
 template <int kN>
 __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                float (&alpha)[2], float scale_log2) {
-  float mx[2] = {row_max[0], row_max[1]};
+  // Row max in kMaxChains independent chains per row, folded at the end: every exponential waits for it, and one
+  // chain of kN/8 dependent FMNMX (16 at D=64) was the longest stretch of the softmax's critical path.
+  constexpr int kMaxChains = 4;
+  float part[2][kMaxChains];
 #pragma unroll
-  for (int i = 0; i < kN / 8; ++i) {
-    mx[0] = fmaxf(mx[0], fmaxf(sacc[4 * i], sacc[4 * i + 1]));
-    mx[1] = fmaxf(mx[1], fmaxf(sacc[4 * i + 2], sacc[4 * i + 3]));
+  for (int c = 0; c < kMaxChains; ++c) {
+    part[0][c] = fmaxf(sacc[4 * c], sacc[4 * c + 1]);
+    part[1][c] = fmaxf(sacc[4 * c + 2], sacc[4 * c + 3]);
   }
+#pragma unroll
+  for (int i = kMaxChains; i < kN / 8; ++i) {
+    part[0][i % kMaxChains] = fmaxf(part[0][i % kMaxChains], fmaxf(sacc[4 * i], sacc[4 * i + 1]));
+    part[1][i % kMaxChains] = fmaxf(part[1][i % kMaxChains], fmaxf(sacc[4 * i + 2], sacc[4 * i + 3]));
+  }
+  float mx[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    mx[r] = fmaxf(fmaxf(fmaxf(part[r][0], part[r][1]), fmaxf(part[r][2], part[r][3])), row_max[r]);
   float neg_ms[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
