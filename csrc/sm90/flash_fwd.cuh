@@ -158,9 +158,8 @@ __device__ __forceinline__ void mask_keys(float (&sacc)[kN / 2], int kv0, int kv
 
 // Online softmax in base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score. Exponentiates
 // sacc in place, updates the running max and (per-thread partial) sum, and returns the factor O must be scaled by.
-// Returns whether either of this thread's row maxima moved (if neither did, alpha is exactly 1).
 template <int kN>
-__device__ __forceinline__ bool online_softmax(float (&sacc)[kN / 2], float (&row_max)[2], float (&row_sum)[2],
+__device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                float (&alpha)[2], float scale_log2) {
   // Row max in kMaxChains independent chains per row, folded at the end: every exponential waits for it, and one
   // chain of kN/8 dependent FMNMX (16 at D=64) was the longest stretch of the softmax's critical path.
@@ -180,7 +179,6 @@ __device__ __forceinline__ bool online_softmax(float (&sacc)[kN / 2], float (&ro
 #pragma unroll
   for (int r = 0; r < 2; ++r)
     mx[r] = fmaxf(fmaxf(fmaxf(part[r][0], part[r][1]), fmaxf(part[r][2], part[r][3])), row_max[r]);
-  const bool moved = mx[0] != row_max[0] || mx[1] != row_max[1];
   float neg_ms[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -203,7 +201,6 @@ __device__ __forceinline__ bool online_softmax(float (&sacc)[kN / 2], float (&ro
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + tile_sum[r];
-  return moved;
 }
 
 template <int kD>
@@ -407,12 +404,12 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     }
     const int kv0 = kv_block<T::kKvRotate>(j, rot, n_blocks) * kN;
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
-    const bool moved = online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
+    online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
     ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
     ptx::fence_regs(o);
     fence_frag(pa);
     if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
-    if (!T::kSkipRescale || __any_sync(0xffffffff, moved)) rescale_o<kHeadDim>(o, alpha);
+    rescale_o<kHeadDim>(o, alpha);
     pack_p<kN, kFp16>(sacc, pa);
   }
 

@@ -36,12 +36,6 @@
 #define VIDATTN_KV_ROTATE 0
 #endif
 
-// Skip O's rescale after a block that moved no row maximum of the warp (alpha is then exactly 1): one vote per
-// block against kHeadDim/2 multiplies per thread.
-#ifndef VIDATTN_SKIP_RESCALE
-#define VIDATTN_SKIP_RESCALE 0
-#endif
-
 // DIAGNOSTIC ONLY, never a default: skip the O stores (the epilogue still computes them) to price the epilogue's
 // global-memory traffic by difference. Results are garbage; kernel_ab.sh times "diag_*" variants without its
 // correctness gate.
@@ -94,7 +88,6 @@ struct FwdTraits {
   static constexpr bool kTurnDrain = kPingpong && (VIDATTN_PINGPONG_EDGES & 2) != 0;
   static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
-  static constexpr bool kSkipRescale = VIDATTN_SKIP_RESCALE != 0;
 
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
   // setmaxnreg budgets: the producer issues TMA from one thread and needs almost nothing; the consumers hold
