@@ -367,10 +367,10 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     constexpr int stage = kStart;
     ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
     k_phase ^= 1u << stage;
-    sched_wait<T::kTurnPrologue>(cwg);
+    sched_wait<kPingpong>(cwg);
     ptx::wgmma_fence();
     issue_qk<kHeadDim, kWGs, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
-    sched_pass<T::kTurnPrologue, T::kConsumerWGs>(cwg);
+    sched_pass<kPingpong, T::kConsumerWGs>(cwg);
     ptx::wgmma_wait<0>();
     ptx::fence_regs(sacc);
     if (lane == 0) {
@@ -417,10 +417,10 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   const int last = (kStart + n_blocks - 1) % T::kStages;
   ptx::mbarrier_wait(&s.v_full[last], (v_phase >> last) & 1);
   v_phase ^= 1u << last;
-  sched_wait<T::kTurnDrain>(cwg);
+  sched_wait<kPingpong>(cwg);
   ptx::wgmma_fence();
   issue_pv<kHeadDim, kWGs, kFp16>(o, pa, ptx::smem_addr(s.v[last]));
-  sched_pass<T::kTurnDrain, T::kConsumerWGs>(cwg);
+  sched_pass<kPingpong, T::kConsumerWGs>(cwg);
   ptx::wgmma_wait<0>();
   ptx::fence_regs(o);
   fence_frag(pa);

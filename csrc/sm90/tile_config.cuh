@@ -7,15 +7,6 @@
 #define VIDATTN_PINGPONG 1
 #endif
 
-// Which ends of a tile's K/V loop take a ping-pong turn: bit 0 the prologue's lone S_0 = Q K_0^T, bit 1 the drain's
-// last P V. With both (3) every GEMM issue of a tile waits for its turn; a cleared bit lets that half-step issue as
-// soon as its warpgroup is ready, so a warpgroup's epilogue or first softmax need not fit under the other
-// warpgroup's half-step (a suspect for the short-KV gap, csrc/NOTES.md). Both warpgroups take the same number of
-// turns per tile either way, so the turn stays balanced.
-#ifndef VIDATTN_PINGPONG_EDGES
-#define VIDATTN_PINGPONG_EDGES 3
-#endif
-
 // KV tile width per head dim (A/B builds override these; defaults are the measured best, see csrc/NOTES.md).
 #ifndef VIDATTN_BLOCK_N_D128
 #define VIDATTN_BLOCK_N_D128 176
@@ -84,8 +75,6 @@ struct FwdTraits {
   static_assert(kStages >= 2, "tile too large: fewer than 2 K/V stages fit in shared memory");
   static constexpr int kChunks = kHeadDim / kChunkCols;
   static constexpr bool kPingpong = VIDATTN_PINGPONG != 0;
-  static constexpr bool kTurnPrologue = kPingpong && (VIDATTN_PINGPONG_EDGES & 1) != 0;
-  static constexpr bool kTurnDrain = kPingpong && (VIDATTN_PINGPONG_EDGES & 2) != 0;
   static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
 
