@@ -3,7 +3,7 @@
 #   1. smoke-check every library in CANDIDATES (and REFERENCE) and time them interleaved with cuDNN
 #      (scripts/kernel_ab.sh -> kernel_ab_time.py);
 #   2. pick the candidate with the best geometric-mean ratio to cuDNN over the timed shapes among those whose smoke
-#      check passed (the first candidate when none was timed);
+#      check passed (and stop, validating nothing, when none was timed);
 #   3. run device_run.sh STAGES with VIDATTN_LIBRARY set to it, and VIDATTN_LIBRARY_FLAGS naming its patch and
 #      flags as kernel_ab.sh recorded them at build time (.build/ab/<name>.variant; they go into every JSON's
 #      metadata, and the tree's defaults must then be set to them before committing);
@@ -26,7 +26,10 @@ variants=""
 for n in ${REFERENCE:-} ${CANDIDATES:?name the candidate libraries}; do variants+="$n|| "; done
 VARIANTS=$variants T_SMOKE=${T_SMOKE:-45} bash scripts/kernel_ab.sh 2>&1 | tail -n 25
 
-best=$(python3 scripts/kernel_ab_time.py --pick "$OUT/ab_times.json" "${CANDIDATES// /,}")
+if ! best=$(python3 scripts/kernel_ab_time.py --pick "$OUT/ab_times.json" "${CANDIDATES// /,}"); then
+    echo "[ab+validate] no candidate passed its smoke check and timing: nothing validated" | tee "$OUT/picked.txt"
+    exit 3
+fi
 export VIDATTN_LIBRARY=$BUILD/lib_$best.so
 VIDATTN_LIBRARY_FLAGS="$(cat "$BUILD/$best.variant" 2>/dev/null || echo "unrecorded build") (candidate $best)"
 export VIDATTN_LIBRARY_FLAGS

@@ -37,15 +37,16 @@ SHAPES = [  # (name, B, H, Sq, Skv, D): the anchor shapes below or near 1.00x cu
 ]
 
 
-def pick_best(times: dict, candidates: list[str]) -> tuple[str, dict]:
+def pick_best(times: dict, candidates: list[str]) -> tuple[str | None, dict]:
     """(the candidate with the best geometric-mean cuDNN/variant time ratio over the shapes that timed it, the
-    scores); the first candidate when none was timed. `times`: shape -> name -> per-round ms (this script's JSON)."""
+    scores); None when no candidate was timed (every build failed its smoke check, or the timing never ran): there
+    is nothing to validate then. `times`: shape -> name -> per-round ms (this script's JSON)."""
     scores = {}
     for c in candidates:
         ratios = [statistics.median(t["cudnn"]) / statistics.median(t[c]) for t in times.values() if c in t]
         if ratios:
             scores[c] = math.exp(sum(map(math.log, ratios)) / len(ratios))
-    return (max(scores, key=scores.get) if scores else candidates[0]), scores
+    return (max(scores, key=scores.get) if scores else None), scores
 
 
 def main():
@@ -69,6 +70,9 @@ def main():
         best, scores = pick_best(times, args.pick[1].split(","))
         for name, g in sorted(scores.items(), key=lambda kv: -kv[1]):
             print(f"[pick] {name}: geomean vidattn/cuDNN {g:.4f}", file=sys.stderr)
+        if best is None:
+            sys.exit(f"[pick] none of {args.pick[1]} was timed in {args.pick[0]} (smoke check failed or no timing): "
+                     "nothing to validate")
         print(best)
         return
     if not args.libs:

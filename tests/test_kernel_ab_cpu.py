@@ -49,5 +49,19 @@ def test_pick_takes_the_best_geomean_among_candidates_only():
     assert best == "x" and scores["x"] > scores["y"] and "old" not in scores
 
 
-def test_pick_without_timings_returns_the_first_candidate():
-    assert _ab_time().pick_best({}, ["first", "second"])[0] == "first"
+def test_pick_without_timings_returns_none():
+    # A candidate that was never timed (failed smoke check) must not be validated as if it had won.
+    times = {"a": {"cudnn": [1.0], "other": [1.0]}}
+    assert _ab_time().pick_best(times, ["first", "second"]) == (None, {})
+
+
+def test_pick_cli_refuses_when_nothing_was_timed(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    path = tmp_path / "ab_times.json"
+    path.write_text(json.dumps({"times_ms": {"a": {"cudnn": [1.0]}}}))
+    script = Path(__file__).resolve().parent.parent / "scripts" / "kernel_ab_time.py"
+    r = subprocess.run([sys.executable, str(script), "--pick", str(path), "x,y"], capture_output=True, text=True)
+    assert r.returncode != 0 and r.stdout == "" and "nothing to validate" in r.stderr
