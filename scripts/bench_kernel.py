@@ -32,12 +32,14 @@ import statistics
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from anchor_shapes import SHAPES, Shape  # noqa: E402,F401  (Shape: the bench's row type, used by callers)
 
 BACKENDS = ("vidattn", "sdpa", "cudnn", "flash")
 BACKEND_NOTES = {
@@ -52,41 +54,7 @@ DEFAULT_L2_BYTES = 50 * 2**20
 MAX_ROTATING_SETS = 8
 
 
-@dataclass(frozen=True)
-class Shape:
-    name: str
-    b: int
-    h: int
-    sq: int
-    skv: int
-    d: int
-    anchor_cudnn: float | None = None  # TFLOPS from ANCHORS.md (another run; compare ratios, not absolutes)
-    anchor_fa3: float | None = None
-
-    @property
-    def flops(self) -> int:
-        return 4 * self.b * self.h * self.sq * self.skv * self.d
-
-    def bytes_bf16(self) -> int:
-        """q, k, v read once and out written once, bf16."""
-        return 2 * self.b * self.h * self.d * (2 * self.sq + 2 * self.skv)
-
-
-# The kernel table of /work/shared/ANCHORS.md, in its order.
-SHAPES = [
-    Shape("seed 4K", 8, 16, 4096, 4096, 128, 609, 652),
-    Shape("seed 8K", 4, 16, 8192, 8192, 128, 612, 649),
-    Shape("seed 16K", 2, 16, 16384, 16384, 128, 600, 659),
-    Shape("FA-bench 1K", 16, 16, 1024, 1024, 128, 607, 604),
-    Shape("FA-bench 1K D64", 16, 32, 1024, 1024, 64, 426, 377),
-    Shape("FA-bench 8K D64", 2, 32, 8192, 8192, 64, 455, 520),
-    Shape("Wan2.1-1.3B self", 1, 12, 32760, 32760, 128, 569, 681),
-    Shape("Wan2.1 cross 32760x512", 1, 12, 32760, 512, 128, 537, 546),
-    Shape("Wan2.1-14B self", 1, 40, 32760, 32760, 128, 573, 671),
-    Shape("HunyuanVideo 720p", 1, 24, 119056, 119056, 128, 569, 665),
-    Shape("CogVideoX-5B", 1, 48, 17776, 17776, 64, 417, 528),
-    Shape("LTX-Video", 1, 32, 24576, 24576, 64, 465, 530),
-]
+# The kernel table of /work/shared/ANCHORS.md, in its order (scripts/anchor_shapes.py, shared with the A/B scripts).
 
 
 def select_shapes(patterns: list[str] | None) -> list[Shape]:

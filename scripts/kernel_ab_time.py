@@ -22,19 +22,12 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vidattn import _ext  # noqa: E402
+import anchor_shapes  # noqa: E402
 import kernel_smoke  # noqa: E402
 
-SHAPES = [  # (name, B, H, Sq, Skv, D): the anchor shapes below or near 1.00x cuDNN, and two long ones as guards
-    ("wan_cross", 1, 12, 32760, 512, 128),
-    ("fa1k_d128", 16, 16, 1024, 1024, 128),
-    ("fa1k_d64", 16, 32, 1024, 1024, 64),
-    ("fa8k_d64", 2, 32, 8192, 8192, 64),
-    ("ltx_d64", 1, 32, 24576, 24576, 64),
-    ("cogvideox_d64", 1, 48, 17776, 17776, 64),
-    ("seed4k", 8, 16, 4096, 4096, 128),
-    ("seed8k", 4, 16, 8192, 8192, 128),
-    ("wan13b_self", 1, 12, 32760, 32760, 128),
-]
+# (key, B, H, Sq, Skv, D): the anchor shapes below or near 1.00x cuDNN, and two long ones as guards.
+SHAPES = anchor_shapes.by_key(["wan_cross", "fa1k_d128", "fa1k_d64", "fa8k_d64", "ltx_d64", "cogvideox_d64", "seed4k",
+                               "seed8k", "wan13b_self"])
 
 
 def pick_best(times: dict, candidates: list[str]) -> tuple[str | None, dict]:

@@ -3,7 +3,7 @@
     ncu --clock-control none -k regex:flash_fwd --launch-skip 3 --launch-count 1 --set full \
         -o out/ncu_wan_cross python3 scripts/kernel_once.py wan_cross
 
-Shapes are scripts/kernel_ab_time.py's. Honours VIDATTN_LIBRARY and VIDATTN_D64_WARPGROUPS like every other script.
+Shapes: every anchor shape of scripts/anchor_shapes.py, by key. Honours VIDATTN_LIBRARY and VIDATTN_D64_WARPGROUPS like every other script.
 """
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vidattn import _ext  # noqa: E402
-from kernel_ab_time import SHAPES  # noqa: E402
+from anchor_shapes import SHAPES as ANCHORS  # noqa: E402
+
+SHAPES = [s.as_tuple() for s in ANCHORS]
 
 
 def main():

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import anchor_shapes  # noqa: E402
 from vidattn import _ext  # noqa: E402
 
 CASES = [  # (B, Sq, Skv, H, D, dtype, layout, kv_lens[, D=64 warpgroups forced: 2 or 3; default: by shape])
@@ -74,15 +76,8 @@ def run_case(b, sq, skv, h, d, dtype, layout, lens, wgs=0, lib=None):
     return f"{'ok  ' if ok else 'FAIL'} rel_l2={rel:.2e} lse_err={lse_err:.2e} nan={nan}"
 
 
-TIMED = [  # (name, B, H, Sq, Skv, D) from ANCHORS.md
-    ("wan13b_self", 1, 12, 32760, 32760, 128),
-    ("wan_cross", 1, 12, 32760, 512, 128),
-    ("wan14b_self", 1, 40, 32760, 32760, 128),
-    ("seed4k", 8, 16, 4096, 4096, 128),
-    ("fa1k_d128", 16, 16, 1024, 1024, 128),
-    ("cogvideox_d64", 1, 48, 17776, 17776, 64),
-    ("fa1k_d64", 16, 32, 1024, 1024, 64),
-]
+TIMED = anchor_shapes.by_key(["wan13b_self", "wan_cross", "wan14b_self", "seed4k", "fa1k_d128", "cogvideox_d64",
+                              "fa1k_d64"])
 
 
 def time_shapes():

@@ -65,3 +65,14 @@ def test_pick_cli_refuses_when_nothing_was_timed(tmp_path):
     script = Path(__file__).resolve().parent.parent / "scripts" / "kernel_ab_time.py"
     r = subprocess.run([sys.executable, str(script), "--pick", str(path), "x,y"], capture_output=True, text=True)
     assert r.returncode != 0 and r.stdout == "" and "nothing to validate" in r.stderr
+
+
+def test_anchor_shape_keys_are_unique_and_resolve():
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import anchor_shapes
+    keys = [s.key for s in anchor_shapes.SHAPES]
+    assert len(keys) == len(set(keys)) == 12 and all(keys)
+    assert anchor_shapes.by_key(["wan_cross"]) == [("wan_cross", 1, 12, 32760, 512, 128)]
+    with pytest.raises(KeyError):
+        anchor_shapes.by_key(["no_such_shape"])
