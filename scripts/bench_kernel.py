@@ -27,7 +27,6 @@ import datetime
 import itertools
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -40,6 +39,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from anchor_shapes import SHAPES, Shape  # noqa: E402,F401  (Shape: the bench's row type, used by callers)
+from envinfo_light import git_commit  # noqa: E402
 
 BACKENDS = ("vidattn", "sdpa", "cudnn", "flash")
 BACKEND_NOTES = {
@@ -105,21 +105,8 @@ def dry_run_table(shapes: list[Shape]) -> str:
 
 
 def _git_commit() -> str:
-    """VIDATTN_GIT_COMMIT when set (a copied tree on the device machine), else the checkout's commit."""
-    if os.environ.get("VIDATTN_GIT_COMMIT", "").strip():
-        return os.environ["VIDATTN_GIT_COMMIT"].strip()
-    commit = "unknown"
-    try:
-        from vidattn.envinfo import git_commit
-        commit = git_commit(REPO)
-    except Exception:  # noqa: BLE001 - a broken package must not stop --dry-run
-        import subprocess
-        try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                    timeout=10, check=True).stdout.strip() or "unknown"
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return commit
+    """vidattn.envinfo.git_commit's rule (VIDATTN_GIT_COMMIT when set), loaded without torch for --dry-run."""
+    return git_commit(REPO)
 
 
 def default_out_name() -> str:

@@ -539,18 +539,11 @@ def run_tasks(tasks: list[dict], args) -> dict[str, dict]:
 
 
 def _git_commit() -> str:
-    """Same rule as vidattn.envinfo.git_commit (VIDATTN_GIT_COMMIT when set, else the commit, '-dirty' with
-    tracked changes), without importing vidattn (and torch) so --dry-run and --build-only stay fast."""
-    if os.environ.get("VIDATTN_GIT_COMMIT", "").strip():
-        return os.environ["VIDATTN_GIT_COMMIT"].strip()
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    """vidattn.envinfo.git_commit's rule, loaded without importing vidattn (and torch) so --dry-run and
+    --build-only stay fast."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from envinfo_light import git_commit
+    return git_commit(REPO)
 
 
 def resolve_out(out: str | None) -> Path:
