@@ -183,6 +183,7 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     mx[r] = quad_max(mx[r]);
+    if constexpr (VIDATTN_DIAG_SOFTMAX == 1) mx[r] = 0.f;  // diagnostic: the max path above is dead code now
     // Key 0 of tile 0 is always valid (a tile exists only when kv_len >= 1), so mx is finite; on the first tile
     // alpha = 2^-inf = 0 and multiplies the still-zero O and sum.
     alpha[r] = ptx::exp2_approx((row_max[r] - mx[r]) * scale_log2);
@@ -192,10 +193,17 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
   float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
-    sacc[4 * i + 0] = ptx::exp2_approx(fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]));
-    sacc[4 * i + 1] = ptx::exp2_approx(fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]));
-    sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]));
-    sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]));
+    if constexpr (VIDATTN_DIAG_SOFTMAX == 2) {  // diagnostic: no MUFU
+      sacc[4 * i + 0] = fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]);
+      sacc[4 * i + 1] = fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]);
+      sacc[4 * i + 2] = fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]);
+      sacc[4 * i + 3] = fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]);
+    } else {
+      sacc[4 * i + 0] = ptx::exp2_approx(fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]));
+      sacc[4 * i + 1] = ptx::exp2_approx(fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]));
+      sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]));
+      sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]));
+    }
     tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
     tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
   }

@@ -34,6 +34,13 @@
 #define VIDATTN_DIAG_SKIP_O_STORE 0
 #endif
 
+// DIAGNOSTIC ONLY, never a default: leave one part of the online softmax out to price it by difference, as the O
+// stores were priced. 1 = no row max (the max is pinned at 0: no FMNMX chains, no quad shuffles; inputs of unit
+// scale do not overflow); 2 = no exponentials (P is the scaled score itself: no MUFU). Results are garbage.
+#ifndef VIDATTN_DIAG_SOFTMAX
+#define VIDATTN_DIAG_SOFTMAX 0
+#endif
+
 namespace vidattn::sm90 {
 
 constexpr int kSmemBudget = 227 * 1024;  // per-block opt-in maximum on sm_90
