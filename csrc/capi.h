@@ -17,6 +17,11 @@ typedef struct VidattnFwdArgs {
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // (batch, seq, head) strides, in elements
   float scale;
   int32_t dtype;        // 0 = bf16, 1 = fp16
+  // Scratch for the tail split (see vidattn_sm90_workspace_bytes), or NULL: the launch then runs unsplit. Its first
+  // 4096 bytes must be zero before the first launch that uses it; launches leave them zero. One launch at a time
+  // per workspace (one per stream).
+  void* workspace;
+  uint64_t workspace_bytes;
 } VidattnFwdArgs;
 
 // Launches on `stream` (a cudaStream_t). Returns 0 on success; otherwise vidattn_sm90_last_error() says why.
@@ -25,6 +30,8 @@ const char* vidattn_sm90_last_error(void);
 // Head dim 64 only: force the consumer warpgroup count of later launches (2 or 3), or 0 for the launcher's choice
 // by shape (the default). For tests and A/B timing; returns 0, or 1 for any other value (nothing changes).
 int vidattn_sm90_set_d64_warpgroups(int warpgroups);
+// Bytes of workspace this build can use on the current device (0: the build has no tail split).
+uint64_t vidattn_sm90_workspace_bytes(void);
 
 #ifdef __cplusplus
 }

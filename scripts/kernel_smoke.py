@@ -32,6 +32,10 @@ CASES = [  # (B, Sq, Skv, H, D, dtype, layout, kv_lens[, D=64 warpgroups forced:
     (2, 129, 777, 2, 64, torch.float16, "bhsd", None, 3),
     (3, 333, 513, 2, 64, torch.bfloat16, "bshd", [513, 1, 200], 3),
     (1, 4224, 4224, 2, 64, torch.bfloat16, "bshd", None, 3),
+    # One 128-row tile per head and 133 / 136 heads: on 132 SMs a last round of 1 / 4 tiles, which builds with the
+    # tail split (csrc/experiments/tail_split.patch) cut along the keys and merge.
+    (1, 100, 777, 133, 128, torch.bfloat16, "bshd", None),
+    (1, 100, 4224, 136, 64, torch.float16, "bhsd", None),
 ]
 
 

@@ -351,6 +351,26 @@ def test_poisoned_allocator(sq, skv, ragged, d, layout):
     assert (lse.double() - ref_lse).abs().max().item() < LSE_ATOL, what
 
 
+@pytest.mark.parametrize("skv", [777, 4224])
+@pytest.mark.parametrize("tail", [1, 4])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+def test_last_round_tiles(d, tail, skv):
+    """One 128-row tile per head and SM count + `tail` heads: a last round of `tail` tiles, the launches a
+    tail-splitting build (csrc/experiments/tail_split.patch) cuts along the keys and merges. Accuracy, LSE, and
+    bitwise repeatability whichever piece finishes last."""
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    g, seed = new_gen()
+    q, k, v = make_qkv(1, sms + tail, 100, skv, d, torch.bfloat16, "bshd", g, True)
+    assert_kernel_ran(q, k, v)
+    out, lse = vidattn.attention(q, k, v, layout="bshd", return_lse=True)
+    ref, ref_lse = reference(q, k, v, "bshd")
+    what = f"last round: H{sms + tail} 100x{skv} D{d} seed={seed}"
+    assert_accurate(out, ref, sdpa(q, k, v, "bshd"), what)
+    assert (lse.double() - ref_lse).abs().max().item() < LSE_ATOL, what
+    out2, lse2 = vidattn.attention(q, k, v, layout="bshd", return_lse=True)
+    assert torch.equal(out, out2) and torch.equal(lse, lse2), f"{what}: two runs differ bitwise"
+
+
 @pytest.mark.parametrize("case", ["4224x4224-d128", "129x777-ragged-d64", "32760x512-d128"])
 def test_deterministic(case):
     g, seed = new_gen()

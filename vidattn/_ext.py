@@ -50,6 +50,7 @@ class _Args(ctypes.Structure):
         ("q_stride", ctypes.c_int64 * 3), ("k_stride", ctypes.c_int64 * 3),
         ("v_stride", ctypes.c_int64 * 3), ("o_stride", ctypes.c_int64 * 3),
         ("scale", ctypes.c_float), ("dtype", ctypes.c_int32),
+        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64),
     ]
 
 
@@ -128,6 +129,9 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     lib.vidattn_sm90_fwd.restype = ctypes.c_int
     lib.vidattn_sm90_last_error.argtypes = []
     lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
+    if hasattr(lib, "vidattn_sm90_workspace_bytes"):  # builds before the third session of 2026-11-30 lack it
+        lib.vidattn_sm90_workspace_bytes.argtypes = []
+        lib.vidattn_sm90_workspace_bytes.restype = ctypes.c_uint64
     if hasattr(lib, "vidattn_sm90_set_d64_warpgroups"):  # builds before 2026-11-30 lack it
         lib.vidattn_sm90_set_d64_warpgroups.argtypes = [ctypes.c_int]
         lib.vidattn_sm90_set_d64_warpgroups.restype = ctypes.c_int
@@ -238,6 +242,27 @@ def kernel_reason(q, k, v, kv_lens, scale) -> str | None:
     return reason
 
 
+# Per (library, device, stream): the zero-initialised scratch a build's tail split asks for (capi.h: one launch at
+# a time per workspace, so one per stream), or 0 where the build asks for none.
+_workspaces: dict[tuple[int, int, int], "torch.Tensor | int"] = {}
+
+
+def workspace(lib: ctypes.CDLL, device: torch.device, stream: int) -> "torch.Tensor | None":
+    """The library's workspace for launches on `stream`, allocated (zeroed) on first use; None when the build needs
+    none, or while a CUDA graph is being captured and none exists yet (that launch then runs without it)."""
+    key = (id(lib), device.index if device.index is not None else torch.cuda.current_device(), stream)
+    ws = _workspaces.get(key)
+    if ws is None:
+        fn = getattr(lib, "vidattn_sm90_workspace_bytes", None)
+        with torch.cuda.device(device):
+            nbytes = int(fn()) if fn is not None else 0
+        if nbytes and torch.cuda.is_current_stream_capturing():
+            return None
+        ws = torch.zeros(nbytes, dtype=torch.uint8, device=device) if nbytes else 0
+        _workspaces[key] = ws
+    return ws if isinstance(ws, torch.Tensor) else None
+
+
 def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = None) -> None:
     """Launch the kernel on the current stream. q, k, v, out: (B, S, H, D) views (any strides, last dim 1; out's
     base 16-byte aligned and its strides multiples of 8 elements, as a fresh tensor's are: O is stored with TMA);
@@ -257,6 +282,9 @@ def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = 
         float(scale), DTYPES[q.dtype],
     )
     stream = torch.cuda.current_stream(q.device).cuda_stream
+    ws = workspace(lib, q.device, stream)
+    if ws is not None:
+        args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
     with torch.cuda.device(q.device):
         rc = lib.vidattn_sm90_fwd(ctypes.byref(args), ctypes.c_void_p(stream))
     if rc != 0:

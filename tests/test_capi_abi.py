@@ -1,0 +1,40 @@
+"""The ctypes mirror of the C ABI (vidattn/_ext.py `_Args`) against csrc/capi.h: same fields, same order, same
+widths. A mismatch would not crash; it would hand the kernel wrong pointers."""
+from __future__ import annotations
+
+import ctypes
+import re
+from pathlib import Path
+
+from vidattn import _ext
+
+CAPI_H = Path(__file__).resolve().parent.parent / "csrc" / "capi.h"
+C_TYPES = {"const void*": ctypes.c_void_p, "void*": ctypes.c_void_p, "float*": ctypes.c_void_p,
+           "const int32_t*": ctypes.c_void_p, "int64_t": ctypes.c_int64, "float": ctypes.c_float,
+           "int32_t": ctypes.c_int32, "uint64_t": ctypes.c_uint64}
+
+
+def header_fields() -> list[tuple[str, type, int]]:
+    body = re.search(r"typedef struct VidattnFwdArgs \{(.*?)\} VidattnFwdArgs;", CAPI_H.read_text(), re.S).group(1)
+    fields = []
+    for line in body.splitlines():
+        line = line.split("//")[0].strip()
+        if not line:
+            continue
+        m = re.match(r"((?:const )?\w+\*?)\s+(.+);$", line)
+        assert m, f"unparsed line in capi.h: {line!r}"
+        ctype = C_TYPES[m.group(1)]
+        for name in (n.strip() for n in m.group(2).split(",")):
+            arr = re.match(r"(\w+)\[(\d+)\]$", name)
+            fields.append((arr.group(1), ctype, int(arr.group(2))) if arr else (name, ctype, 1))
+    return fields
+
+
+def test_args_mirror_matches_capi_h():
+    mirror = []
+    for name, ctype in _ext._Args._fields_:
+        if issubclass(ctype, ctypes.Array):
+            mirror.append((name, ctype._type_, ctype._length_))
+        else:
+            mirror.append((name, ctype, 1))
+    assert mirror == header_fields()
