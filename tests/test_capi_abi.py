@@ -38,3 +38,44 @@ def test_args_mirror_matches_capi_h():
         else:
             mirror.append((name, ctype, 1))
     assert mirror == header_fields()
+
+
+class _FakeLib:
+    def __init__(self, nbytes):
+        self.nbytes, self.calls = nbytes, 0
+
+    def vidattn_sm90_workspace_bytes(self):
+        self.calls += 1
+        return self.nbytes
+
+
+def test_workspace_is_allocated_once_zeroed_and_only_when_asked(monkeypatch):
+    import contextlib
+
+    import torch
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(_ext, "_workspaces", {})
+    cpu = torch.device("cpu")
+    none = _FakeLib(0)
+    assert _ext.workspace(none, cpu, 7) is None and _ext.workspace(none, cpu, 7) is None
+    assert none.calls == 1  # "needs none" is remembered too
+    lib = _FakeLib(4096 + 64)
+    ws = _ext.workspace(lib, cpu, 7)
+    assert ws.numel() == 4096 + 64 and ws.dtype == torch.uint8 and not ws.any()
+    assert _ext.workspace(lib, cpu, 7) is ws and lib.calls == 1
+    assert _ext.workspace(lib, cpu, 8) is not ws  # another stream: its own workspace
+    # A library without the entry point (an older build) needs none.
+    assert _ext.workspace(object(), cpu, 7) is None
+
+
+def test_workspace_not_created_during_graph_capture(monkeypatch):
+    import contextlib
+
+    import torch
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(_ext, "_workspaces", {})
+    lib = _FakeLib(8192)
+    assert _ext.workspace(lib, torch.device("cpu"), 1) is None
+    assert _ext._workspaces == {}  # nothing cached: a later launch outside capture still gets one
