@@ -4,7 +4,8 @@
 # of the numbers that say where a tile's time goes: tensor-pipe activity, issue stalls of the consumer warps, L2
 # and DRAM throughput, shared-memory bank conflicts.
 #
-#   SHAPES="wan_cross wan13b_self" bash scripts/ncu_profile.sh        # $OUT/ncu_<shape>.ncu-rep, ncu_summary.txt
+#   SHAPES="wan_cross wan13b_self" bash scripts/ncu_profile.sh        # $OUT/ncu_<shape>.ncu-rep, ncu_summary.txt,
+#                                                                     # ncu_<shape>_src.csv.gz (per-instruction stalls)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 OUT=${OUT:-$PWD/out}
@@ -25,5 +26,9 @@ for shape in ${SHAPES:-wan_cross wan13b_self}; do
     "$NCU" --import "$OUT/ncu_$shape.ncu-rep" --page raw --print-units base 2>/dev/null |
         grep -E "smsp__average_warp_latency_issue_stalled|smsp__pcsamp_warps_issue_stalled_[a-z_]+ |sm__pipe_tensor_op_hmma_cycles_active.avg.pct|lts__t_bytes.sum.per_second" |
         sort -k3 -g -r | head -30 | tee -a "$summary"
+    # Per-instruction stall samples (scripts/ncu_stalls.py reads it), small enough to come back from the device.
+    "$NCU" --import "$OUT/ncu_$shape.ncu-rep" --page source --csv --print-source sass 2>/dev/null |
+        gzip >"$OUT/ncu_${shape}_src.csv.gz"
+    python3 scripts/ncu_stalls.py "$OUT/ncu_${shape}_src.csv.gz" --top 25 2>&1 | tee -a "$summary"
 done
 echo "summary: $summary"
