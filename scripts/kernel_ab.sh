@@ -18,10 +18,9 @@ OUT=${OUT:-$REPO/out}
 BUILD=$REPO/.build/ab
 T_SMOKE=${T_SMOKE:-90}
 VARIANTS=${VARIANTS:-"base||
-n128||-DVIDATTN_BLOCK_N_D128=128
-q_l2_prefetch||-DVIDATTN_Q_L2_PREFETCH=1
-kv_rotate||-DVIDATTN_KV_ROTATE=1
-cross_tile|cross_tile_s0.patch|-DVIDATTN_CROSS_TILE=1"}
+tail|tail_split.patch|-DVIDATTN_TAIL_SPLIT=1
+diag_nomax||-DVIDATTN_DIAG_SOFTMAX=1
+diag_noexp||-DVIDATTN_DIAG_SOFTMAX=2"}
 mkdir -p "$OUT" "$BUILD"
 mapfile -t NVCC_FLAGS < <(python3 - <<'PY'
 import ast, pathlib
