@@ -90,9 +90,12 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
     return fail("batch, heads and sequence lengths must be >= 1");
   if (a->seqlen_q > (1ll << 31) - 1 || a->seqlen_kv > (1ll << 31) - 1) return fail("sequence length over 2^31");
   if (!(a->scale > 0.f)) return fail("softmax scale must be positive");
-  // The epilogue stores O with TMA (flash_fwd.cuh, store_o), which wants 16-byte aligned bases and strides.
-  if (reinterpret_cast<uintptr_t>(a->o) % 16 || a->o_stride[0] % 8 || a->o_stride[1] % 8 || a->o_stride[2] % 8)
-    return fail("output must be 16-byte aligned with strides that are multiples of 8 elements");
+  // The epilogue stores O with TMA (flash_fwd.cuh, store_o), which wants 16-byte aligned bases and strides (the
+  // stride of an extent-1 dimension is never stepped, as for q, k and v: make_tensor_map_4d).
+  const int64_t o_extent[3] = {a->batch, a->seqlen_q, a->heads};
+  bool o_aligned = reinterpret_cast<uintptr_t>(a->o) % 16 == 0;
+  for (int i = 0; i < 3; ++i) o_aligned = o_aligned && (o_extent[i] == 1 || a->o_stride[i] % 8 == 0);
+  if (!o_aligned) return fail("output must be 16-byte aligned with strides that are multiples of 8 elements");
   auto s = static_cast<cudaStream_t>(stream);
   const bool fp16 = a->dtype == 1;
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
