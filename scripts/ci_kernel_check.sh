@@ -11,14 +11,7 @@ fi
 log=$(mktemp)
 out=$(mktemp --suffix=.so)
 # Same flags as vidattn/_ext.py builds with (read from there, so the check cannot drift from the real build).
-mapfile -t flags < <(python3 - <<'PY'
-import ast, pathlib
-src = pathlib.Path("vidattn/_ext.py").read_text()
-for node in ast.walk(ast.parse(src)):
-    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "NVCC_FLAGS":
-        print("\n".join(ast.literal_eval(node.value)))
-PY
-)
+mapfile -t flags < <(python3 scripts/nvcc_flags.py)
 t0=$(date +%s)
 "$NVCC" "${flags[@]}" -I csrc csrc/capi.cu -o "$out" 2>"$log" || { cat "$log"; exit 1; }
 echo "ci_kernel_check: built csrc/capi.cu for sm_90a in $(( $(date +%s) - t0 )) s with $("$NVCC" --version | tail -1)"

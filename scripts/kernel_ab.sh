@@ -22,13 +22,7 @@ tail|tail_split.patch|-DVIDATTN_TAIL_SPLIT=1
 diag_nomax||-DVIDATTN_DIAG_SOFTMAX=1
 diag_noexp||-DVIDATTN_DIAG_SOFTMAX=2"}
 mkdir -p "$OUT" "$BUILD"
-mapfile -t NVCC_FLAGS < <(python3 - <<'PY'
-import ast, pathlib
-for node in ast.walk(ast.parse(pathlib.Path("vidattn/_ext.py").read_text())):
-    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "NVCC_FLAGS":
-        print("\n".join(ast.literal_eval(node.value)))
-PY
-)
+mapfile -t NVCC_FLAGS < <(python3 scripts/nvcc_flags.py)  # the flags vidattn/_ext.py builds with
 
 build_variant() {  # name patch flags
     local name=$1 patch=$2 flags=${3//,/ } src
