@@ -39,7 +39,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from anchor_shapes import SHAPES, Shape  # noqa: E402,F401  (Shape: the bench's row type, used by callers)
-from envinfo_light import git_commit  # noqa: E402
+from envinfo_light import git_commit, short_commit  # noqa: E402
 
 BACKENDS = ("vidattn", "sdpa", "cudnn", "flash")
 BACKEND_NOTES = {
@@ -104,15 +104,8 @@ def dry_run_table(shapes: list[Shape]) -> str:
     return "\n".join(lines)
 
 
-def _git_commit() -> str:
-    """vidattn.envinfo.git_commit's rule (VIDATTN_GIT_COMMIT when set), loaded without torch for --dry-run."""
-    return git_commit(REPO)
-
-
 def default_out_name() -> str:
-    commit = _git_commit()
-    short = "unknown" if commit == "unknown" else commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
-    return f"kernel_{datetime.date.today().isoformat()}_{short}.json"
+    return f"kernel_{datetime.date.today().isoformat()}_{short_commit(git_commit(REPO))}.json"
 
 
 def resolve_out(out: str | None) -> Path:
@@ -396,7 +389,7 @@ def main(argv=None) -> int:
     timer = Timer(args.quick)
     meta = run_metadata()
     if meta.get("git_commit") in (None, "unknown"):
-        meta["git_commit"] = _git_commit()
+        meta["git_commit"] = git_commit(REPO)
     config = {"dtype": "bfloat16", "causal": False, "input_layout": "BSHD (diffusers)",
               "backends": args.backends, "backend_notes": {b: BACKEND_NOTES[b] for b in args.backends},
               "timing": timer.method, "warmup_ms": timer.warmup_ms, "rep_ms": timer.rep_ms,

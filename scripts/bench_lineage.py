@@ -48,6 +48,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# vidattn.envinfo's git rule without importing vidattn (and torch), so --dry-run and --build-only stay fast.
+from envinfo_light import git_commit, short_commit  # noqa: E402
 
 LINEAGE_DIR = REPO / "csrc" / "lineage"
 HEADER = LINEAGE_DIR / "lineage.h"
@@ -538,18 +541,8 @@ def run_tasks(tasks: list[dict], args) -> dict[str, dict]:
     return results
 
 
-def _git_commit() -> str:
-    """vidattn.envinfo.git_commit's rule, loaded without importing vidattn (and torch) so --dry-run and
-    --build-only stay fast."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from envinfo_light import git_commit
-    return git_commit(REPO)
-
-
 def resolve_out(out: str | None) -> Path:
-    commit = _git_commit()
-    short = "unknown" if commit == "unknown" else commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
-    name = f"lineage_{datetime.date.today().isoformat()}_{short}.json"
+    name = f"lineage_{datetime.date.today().isoformat()}_{short_commit(git_commit(REPO))}.json"
     if out is None:
         return REPO / "bench" / "results" / name
     p = Path(out)
@@ -671,7 +664,7 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001
         meta = {"error": _err(exc)}
     if meta.get("git_commit") in (None, "unknown"):
-        meta["git_commit"] = _git_commit()
+        meta["git_commit"] = git_commit(REPO)
     out_path = resolve_out(args.out)
     config = {"canonical_shape": CANONICAL, "check_shapes": CHECK_SHAPES, "check_rel_l2_threshold": CHECK_REL_L2,
               "dtype": "bfloat16", "layout": "BSHD contiguous", "causal": False, "flops": "4*B*H*S*S*D",

@@ -11,3 +11,4 @@ _spec = importlib.util.spec_from_file_location("vidattn_envinfo_light", _PATH)
 envinfo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(envinfo)
 git_commit = envinfo.git_commit
+short_commit = envinfo.short_commit

@@ -167,6 +167,14 @@ def test_git_commit_prefers_the_launcher_supplied_commit(monkeypatch):
     assert envinfo.git_commit() != "0123456789abcdef0123456789abcdef01234567"
 
 
+def test_short_commit_keeps_dirty_and_unknown():
+    from vidattn import envinfo
+
+    assert envinfo.short_commit("0123456789abcdef") == "0123456"
+    assert envinfo.short_commit("0123456789abcdef-dirty") == "0123456-dirty"
+    assert envinfo.short_commit("unknown") == "unknown"
+
+
 def test_run_metadata_names_a_prebuilt_kernel_library(monkeypatch):
     from vidattn import envinfo
 

@@ -27,6 +27,13 @@ def git_commit(repo: Path | None = None) -> str:
         return "unknown"
 
 
+def short_commit(commit: str) -> str:
+    """The 7-character form of git_commit()'s answer for file names, keeping '-dirty' and 'unknown'."""
+    if commit == "unknown":
+        return commit
+    return commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
+
+
 def run_metadata(argv: list[str] | None = None) -> dict:
     """GPU name, torch/CUDA/cuDNN versions, date (UTC), git commit and the command line."""
     import torch
