@@ -244,13 +244,13 @@ def kernel_reason(q, k, v, kv_lens, scale) -> str | None:
 
 # Per (library, device, stream): the zero-initialised scratch a build's tail split asks for (capi.h: one launch at
 # a time per workspace, so one per stream), or 0 where the build asks for none.
-_workspaces: dict[tuple[int, str, int], "torch.Tensor | int"] = {}
+_workspaces: dict[tuple[int, str, int | None, int], "torch.Tensor | int"] = {}
 
 
 def workspace(lib: ctypes.CDLL, device: torch.device, stream: int) -> "torch.Tensor | None":
     """The library's workspace for launches on `stream`, allocated (zeroed) on first use; None when the build needs
     none, or while a CUDA graph is being captured and none exists yet (that launch then runs without it)."""
-    key = (id(lib), str(device), stream)
+    key = (id(lib), device.type, device.index, stream)  # every launch looks here: no string formatting
     ws = _workspaces.get(key)
     if ws is None:
         fn = getattr(lib, "vidattn_sm90_workspace_bytes", None)
