@@ -1,4 +1,4 @@
-"""Helpers for the per-family processor tests (CogVideoX, LTX-Video, Mochi, Allegro): attention-module walks,
+"""Helpers for the processor tests of every family: attention-module walks,
 a spy on `vidattn.attention`, a module with an unknown processor."""
 import torch
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import vidattn
-from vidattn import ops
+from family_helpers import AttentionSpy
 from conftest import TINY_WAN_I2V, is_hopper, tiny_wan, tiny_wan_inputs, tiny_wan_pipeline
 
 diffusers = pytest.importorskip("diffusers")
@@ -138,16 +138,10 @@ def _cross_attention_call(mask, batch=2):
 
 @pytest.mark.parametrize("shape", [(2, 9), (2, 1, 1, 9)])
 def test_key_padding_mask_becomes_kv_lens(shape, monkeypatch):
-    seen = []
-    real = ops.attention
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs.get("kv_lens"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(ops, "attention", spy)
+    spy = AttentionSpy(monkeypatch)
     keep = torch.arange(9)[None, :] < torch.tensor([9, 4])[:, None]
     out, expected = _cross_attention_call(keep.reshape(shape))
+    seen = [c["kv_lens"] for c in spy.calls]
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     assert len(seen) == 1 and seen[0].tolist() == [9, 4] and seen[0].dtype == torch.int32
 
@@ -244,24 +238,15 @@ def test_import_vidattn_does_not_import_diffusers():
 
 # ------------------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
-def test_gpu_tiny_wan_bf16_takes_kernel_path():
+def test_gpu_tiny_wan_bf16_takes_kernel_path(monkeypatch):
     model = tiny_wan().to("cuda", torch.bfloat16)
     x, t, ctx = (a.to("cuda") for a in tiny_wan_inputs(batch=2, frames=5, size=16, text=40))
     x, ctx = x.bfloat16(), ctx.bfloat16()
     expected = forward(model, x, t, ctx)
-    calls = []
-    real = ops.attention
-
-    def spy(q, k, v, **kw):
-        calls.append(vidattn.explain(q, k, v, **{k_: v_ for k_, v_ in kw.items() if k_ != "return_lse"}))
-        return real(q, k, v, **kw)
-
     vidattn.apply(model)
-    ops.attention, saved = spy, ops.attention
-    try:
-        out = forward(model, x, t, ctx)
-    finally:
-        ops.attention = saved
+    spy = AttentionSpy(monkeypatch, explain=True)
+    out = forward(model, x, t, ctx)
+    calls = [c["explain"] for c in spy.calls]
     assert len(calls) == 4
     if is_hopper():
         assert calls == [None] * 4, calls

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import vidattn
-from vidattn import ops
+from family_helpers import AttentionSpy
 from conftest import is_hopper
 
 diffusers = pytest.importorskip("diffusers")
@@ -74,17 +74,11 @@ def test_apply_matches_stock_restores_exact_objects_and_skips_refiner(variant):
 
 
 def test_text_padding_mask_becomes_kv_lens(monkeypatch):
-    seen = []
-    real = ops.attention
-
-    def spy(q, k, v, **kw):
-        seen.append((k.shape[1], kw.get("kv_lens")))
-        return real(q, k, v, **kw)
-
     model = tiny_hunyuan()
     vidattn.apply(model)
-    monkeypatch.setattr(ops, "attention", spy)
+    spy = AttentionSpy(monkeypatch)
     forward(model, tiny_inputs())
+    seen = [(c["k"][1], c["kv_lens"]) for c in spy.calls]
     n_video = 3 * 4 * 4  # 3 frames x (8/2) x (8/2)
     assert len(seen) == 2
     for n_keys, lens in seen:
@@ -138,25 +132,16 @@ def test_non_prefix_mask_falls_back_to_diffusers_dispatch(fresh_warnings):
 
 
 @pytest.mark.gpu
-def test_gpu_hunyuan_head_dim_128_bf16_takes_kernel_path():
+def test_gpu_hunyuan_head_dim_128_bf16_takes_kernel_path(monkeypatch):
     model = tiny_hunyuan(head_dim=128).to("cuda", torch.bfloat16)
     inputs = [a.to("cuda") for a in tiny_inputs()]
     for i in (0, 2, 4):
         inputs[i] = inputs[i].bfloat16()
     expected = forward(model, inputs)
-    calls = []
-    real = ops.attention
-
-    def spy(q, k, v, **kw):
-        calls.append(vidattn.explain(q, k, v, **{k_: v_ for k_, v_ in kw.items() if k_ != "return_lse"}))
-        return real(q, k, v, **kw)
-
     vidattn.apply(model)
-    ops.attention, saved = spy, ops.attention
-    try:
-        out = forward(model, inputs)
-    finally:
-        ops.attention = saved
+    spy = AttentionSpy(monkeypatch, explain=True)
+    out = forward(model, inputs)
+    calls = [c["explain"] for c in spy.calls]
     assert len(calls) == 2  # dual- and single-stream joint attention, both with kv_lens
     if is_hopper():
         assert calls == [None] * 2, calls

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import vidattn
-from vidattn import ops
+from family_helpers import AttentionSpy
 from conftest import is_hopper
 
 diffusers = pytest.importorskip("diffusers")
@@ -75,17 +75,11 @@ def test_apply_matches_stock_and_restores_exact_objects(image):
 
 
 def test_text_mask_becomes_kv_lens(monkeypatch):
-    seen = []
-    real = ops.attention
-
-    def spy(q, k, v, **kw):
-        seen.append((k.shape[1], kw.get("kv_lens")))
-        return real(q, k, v, **kw)
-
     model = tiny_hunyuan15()
     vidattn.apply(model)
-    monkeypatch.setattr(ops, "attention", spy)
+    spy = AttentionSpy(monkeypatch)
     forward(model, tiny_inputs())  # T2V: the 3 image tokens are padding; valid text 7+3 and 4+5
+    seen = [(c["k"][1], c["kv_lens"]) for c in spy.calls]
     assert len(seen) == 2
     for n_keys, lens in seen:
         assert n_keys == N_VIDEO + 3 + 5 + 7
@@ -122,11 +116,10 @@ def _joint_call(text_mask):
 def test_padded_query_rows_match_stock_zeros(monkeypatch):
     """Padded text rows keep no key in the stock mask (SDPA gives zeros): the text-stream output, padded rows
     included, is the stock one; the kernel is called once with kv_lens."""
-    seen = []
-    real = ops.attention
-    monkeypatch.setattr(ops, "attention", lambda *a, **kw: seen.append(kw.get("kv_lens")) or real(*a, **kw))
+    spy = AttentionSpy(monkeypatch)
     mask = (torch.arange(6)[None, :] < torch.tensor([6, 2])[:, None]).long()
     (video, text), (video_ref, text_ref) = _joint_call(mask)
+    seen = [c["kv_lens"] for c in spy.calls]
     torch.testing.assert_close(video, video_ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(text, text_ref, atol=1e-5, rtol=1e-5)
     assert [lens.tolist() for lens in seen] == [[18, 14]]
@@ -145,24 +138,15 @@ def test_non_prefix_text_mask_falls_back_to_diffusers_dispatch(fresh_warnings):
 
 
 @pytest.mark.gpu
-def test_gpu_hunyuan15_head_dim_128_bf16_takes_kernel_path():
+def test_gpu_hunyuan15_head_dim_128_bf16_takes_kernel_path(monkeypatch):
     model = tiny_hunyuan15(head_dim=128).to("cuda", torch.bfloat16)
     inputs = {k: (v.to("cuda", torch.bfloat16) if v.is_floating_point() else v.to("cuda"))
               for k, v in tiny_inputs(image=True).items()}
     expected = forward(model, inputs)
-    calls = []
-    real = ops.attention
-
-    def spy(q, k, v, **kw):
-        calls.append(vidattn.explain(q, k, v, **{k_: v_ for k_, v_ in kw.items() if k_ != "return_lse"}))
-        return real(q, k, v, **kw)
-
     vidattn.apply(model)
-    ops.attention, saved = spy, ops.attention
-    try:
-        out = forward(model, inputs)
-    finally:
-        ops.attention = saved
+    spy = AttentionSpy(monkeypatch, explain=True)
+    out = forward(model, inputs)
+    calls = [c["explain"] for c in spy.calls]
     assert len(calls) == 2
     if is_hopper():
         assert calls == [None] * 2, calls

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import vidattn
-from vidattn import ops
+from family_helpers import AttentionSpy
 from conftest import is_hopper
 
 diffusers = pytest.importorskip("diffusers")
@@ -91,16 +91,10 @@ def test_diffusion_forcing_block_causal_mask_runs_per_block(monkeypatch):
     model = tiny_skyreels(num_frame_per_block=2)
     inputs = tiny_inputs(batch=2, frames=4, per_frame_timesteps=True)
     expected = forward(model, *inputs, enable_diffusion_forcing=True)
-    seen = []
-    real = ops.attention
-
-    def spy(q, k, v, **kw):
-        seen.append((q.shape[1], k.shape[1], kw.get("kv_lens")))
-        return real(q, k, v, **kw)
-
     vidattn.apply(model)
-    monkeypatch.setattr(ops, "attention", spy)
+    spy = AttentionSpy(monkeypatch)
     out = forward(model, *inputs, enable_diffusion_forcing=True)
+    seen = [(c["q"][1], c["k"][1], c["kv_lens"]) for c in spy.calls]
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     n = 4 * TOKENS_PER_FRAME
     self_calls = [(sq, skv) for sq, skv, _ in seen if skv != 10]
@@ -186,25 +180,16 @@ def test_unknown_modules_are_skipped_and_reported():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("forcing", [False, True], ids=["t2v", "diffusion_forcing"])
-def test_gpu_skyreels_head_dim_128_bf16_takes_kernel_path(forcing):
+def test_gpu_skyreels_head_dim_128_bf16_takes_kernel_path(forcing, monkeypatch):
     model = tiny_skyreels(attention_head_dim=128, num_frame_per_block=2 if forcing else 1).to("cuda", torch.bfloat16)
     x, t, ctx = (a.to("cuda") for a in tiny_inputs(batch=2, frames=4, text=40, per_frame_timesteps=forcing))
     x, ctx = x.bfloat16(), ctx.bfloat16()
     kwargs = dict(enable_diffusion_forcing=forcing)
     expected = forward(model, x, t, ctx, **kwargs)
-    calls = []
-    real = ops.attention
-
-    def spy(q, k, v, **kw):
-        calls.append(vidattn.explain(q, k, v, **{k_: v_ for k_, v_ in kw.items() if k_ != "return_lse"}))
-        return real(q, k, v, **kw)
-
     vidattn.apply(model)
-    ops.attention, saved = spy, ops.attention
-    try:
-        out = forward(model, x, t, ctx, **kwargs)
-    finally:
-        ops.attention = saved
+    spy = AttentionSpy(monkeypatch, explain=True)
+    out = forward(model, x, t, ctx, **kwargs)
+    calls = [c["explain"] for c in spy.calls]
     assert len(calls) == (6 if forcing else 4)
     if is_hopper():
         assert calls == [None] * len(calls), calls
