@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from anchor_shapes import SHAPES, Shape  # noqa: E402,F401  (Shape: the bench's row type, used by callers)
+from anchor_shapes import SHAPES, Shape  # noqa: E402
 from envinfo_light import git_commit, short_commit  # noqa: E402
 
 BACKENDS = ("vidattn", "sdpa", "cudnn", "flash")
