@@ -43,16 +43,21 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   const int64_t tiles = m_blocks * a.heads * a.batch;
   if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/kBlockM) over 2^31)");
   p.num_m_blocks = static_cast<int>(m_blocks);
-  p.num_tiles = static_cast<int>(tiles);
   const size_t smem = sizeof(SharedStorage<kHeadDim, kWGs>) + 1024;  // +1 KB to align the ring to 1024 B in-kernel
   auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
-  // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list.
-  const dim3 grid(static_cast<unsigned>(tiles < sms ? tiles : sms));
-  kernel<<<grid, T::kThreads, smem, stream>>>(p);
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return fail(std::string("kernel launch: ") + cudaGetErrorString(e));
+  // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most
+  // 32 * kRedoWords of its tiles for a redo (flash_fwd.cuh, kFixedRef), so larger problems take several launches.
+  const int64_t per_launch = static_cast<int64_t>(sms) * 32 * T::kRedoWords;
+  for (int64_t base = 0; base < tiles; base += per_launch) {
+    const int64_t n = tiles - base < per_launch ? tiles - base : per_launch;
+    p.tile_base = static_cast<int>(base);
+    p.num_tiles = static_cast<int>(n);
+    kernel<<<dim3(static_cast<unsigned>(n < sms ? n : sms)), T::kThreads, smem, stream>>>(p);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return fail(std::string("kernel launch: ") + cudaGetErrorString(e));
+  }
   return 0;
 }
 
@@ -73,7 +78,7 @@ bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
 
 extern "C" const char* vidattn_sm90_last_error(void) { return g_last_error.c_str(); }
 
-// The shipped kernel does not split its last round (csrc/experiments/tail_split.patch does, measured next): it
+// The shipped kernel does not split its last round (csrc/experiments/tail_split.patch did, and measured slower): it
 // asks for no workspace and ignores one given.
 extern "C" uint64_t vidattn_sm90_workspace_bytes(void) { return 0; }
 

@@ -32,11 +32,36 @@ CASES = [  # (B, Sq, Skv, H, D, dtype, layout, kv_lens[, D=64 warpgroups forced:
     (2, 129, 777, 2, 64, torch.float16, "bhsd", None, 3),
     (3, 333, 513, 2, 64, torch.bfloat16, "bshd", [513, 1, 200], 3),
     (1, 4224, 4224, 2, 64, torch.bfloat16, "bshd", None, 3),
-    # One 128-row tile per head and 133 / 136 heads: on 132 SMs a last round of 1 / 4 tiles, which builds with the
-    # tail split (csrc/experiments/tail_split.patch) cut along the keys and merge.
+    # One 128-row tile per head and 133 / 136 heads: on 132 SMs a last round of 1 / 4 tiles (what the tail split of
+    # csrc/experiments/tail_split.patch cuts along the keys and merges).
     (1, 100, 777, 133, 128, torch.bfloat16, "bshd", None),
     (1, 100, 4224, 136, 64, torch.float16, "bhsd", None),
 ]
+# Score ranges the fixed-reference softmax (csrc/sm90/flash_fwd.cuh, softmax_fixed_ref) must survive: a ramp (later
+# key blocks' maxima up to ~40 log2 units above the first block's: p up to 2^40, no redo) and a spike (one key far
+# above everything, p overflows: the tile is run again with the exact softmax). (case, pattern)
+RANGE_CASES = [
+    ((1, 700, 3000, 2, 128, torch.bfloat16, "bshd", None), "ramp"),
+    ((1, 700, 3000, 2, 128, torch.bfloat16, "bshd", None), "spike"),
+    ((2, 300, 2000, 3, 64, torch.float16, "bhsd", None, 3), "ramp"),
+    ((2, 300, 2000, 3, 64, torch.bfloat16, "bshd", [2000, 1500], 2), "spike"),
+    # 1320 tiles, ten per CTA: heads 0 and 4 spiked, so some CTAs run two tiles again and most none
+    ((1, 4224, 1000, 40, 128, torch.bfloat16, "bshd", None), "spike"),
+]
+
+
+def shape_scores(q, k, pattern):
+    """Adds to every key a multiple of the all-ones vector, so that with q = randn + 0.5 (rows summing to about
+    D/2) the scores of a row grow with the key index ("ramp": up to ~40 log2 units above the first key block by
+    the last key) or, in heads 0 and 4, one key past the first block dwarfs all others ("spike")."""
+    d, skv = q.shape[-1], k.shape[1]
+    per_unit = 0.5 * d ** 0.5 * 1.4427  # log2 units of score per unit added to every element of a key, roughly
+    if pattern == "ramp":
+        k += (torch.arange(skv, device=k.device, dtype=torch.float32) / skv * 40 / per_unit).to(k.dtype)[
+            None, :, None, None]
+    elif pattern == "spike":
+        k[:, 1234 % skv, 0::4][:, :2] += 500 / per_unit
+    return k
 
 
 def reference(q, k, v, scale, kv_lens):
@@ -50,13 +75,15 @@ def reference(q, k, v, scale, kv_lens):
     return torch.einsum("bhqk,bhkd->bhqd", torch.softmax(s, -1), vf).transpose(1, 2), lse
 
 
-def run_case(b, sq, skv, h, d, dtype, layout, lens, wgs=0, lib=None):
+def run_case(b, sq, skv, h, d, dtype, layout, lens, wgs=0, lib=None, pattern=None):
     dev = "cuda"
     def make(s):
         if layout == "bshd":
             return torch.randn(b, s, h, d, device=dev, dtype=dtype) + 0.5
         return (torch.randn(b, h, s, d, device=dev, dtype=dtype) + 0.5).transpose(1, 2)
     q, k, v = make(sq), make(skv), make(skv)
+    if pattern:
+        k = shape_scores(q, k, pattern)
     kv_lens = torch.tensor(lens, device=dev, dtype=torch.int32) if lens else None
     scale = 1.0 / math.sqrt(d)
     out = torch.full((b, sq, h, d), float("nan"), device=dev, dtype=dtype)
@@ -115,6 +142,11 @@ def main():
         failed += not msg.startswith("ok")
         wgs = f" d64 warpgroups={case[8]}" if len(case) > 8 else ""
         print(f"{str(case[:5]):28s} {str(case[5])[6:]:9s} {case[6]} lens={case[7]}{wgs}: {msg}", flush=True)
+    for case, pattern in RANGE_CASES:
+        msg = run_case(*case, pattern=pattern)
+        failed += not msg.startswith("ok")
+        wgs = f" d64 warpgroups={case[8]}" if len(case) > 8 else ""
+        print(f"{str(case[:5]):28s} {str(case[5])[6:]:9s} {case[6]} lens={case[7]}{wgs} {pattern}: {msg}", flush=True)
     if args.time:
         time_shapes()
     sys.exit(1 if failed else 0)

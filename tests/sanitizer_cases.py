@@ -1,4 +1,4 @@
-"""Three small kernel calls for compute-sanitizer (memcheck, racecheck): no pytest, exit 0 only if all are right.
+"""Four small kernel calls for compute-sanitizer (memcheck, racecheck): no pytest, exit 0 only if all are right.
 
     compute-sanitizer --tool memcheck  --error-exitcode 1 python3 tests/sanitizer_cases.py
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 tests/sanitizer_cases.py
@@ -19,12 +19,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-# (name, B, H, Sq, Skv, D, dtype, layout, kv_lens, D=64 warpgroups (0: the launcher's pick, 3: forced)): a
-# tail-heavy case (no tile is full), a degenerate one, and a tail-heavy one on the three-warpgroup D=64 build.
+# (name, B, H, Sq, Skv, D, dtype, layout, kv_lens, D=64 warpgroups (0: the launcher's pick, 3: forced)[, spiked
+# heads]): a tail-heavy case (no tile is full), a degenerate one, a tail-heavy one on the three-warpgroup D=64
+# build, and one whose spiked heads overflow the fixed-reference softmax, so their tiles are marked and run again
+# (the marks in shared memory, the producer told through an mbarrier: csrc/sm90/flash_fwd.cuh, redo_tiles).
 CASES = [
     ("tails+ragged", 2, 3, 129, 777, 128, torch.bfloat16, "bshd", [777, 259], 0),
     ("skv=1", 1, 2, 65, 1, 64, torch.float16, "bhsd", None, 0),
     ("d64-3wg tails+ragged", 2, 2, 257, 333, 64, torch.bfloat16, "bshd", [333, 100], 3),
+    ("redo", 1, 4, 300, 500, 128, torch.bfloat16, "bshd", None, 0, [1, 2]),
 ]
 REL_L2_MAX = 1e-2
 LSE_ATOL = 1e-2
@@ -41,10 +44,15 @@ def reference(q, k, v, layout, kv_lens):
     return (out if layout == "bhsd" else out.transpose(1, 2)), torch.logsumexp(s, -1)
 
 
-def run_case(vidattn, name, b, h, sq, skv, d, dtype, layout, kv_lens, d64_wgs) -> int:
+def run_case(vidattn, name, b, h, sq, skv, d, dtype, layout, kv_lens, d64_wgs, spiked=()) -> int:
     g = torch.Generator().manual_seed(1234)
     shape = (lambda s: (b, s, h, d)) if layout == "bshd" else (lambda s: (b, h, s, d))
     q, k, v = ((torch.randn(shape(s), generator=g) + 0.5).to(dtype) for s in (sq, skv, skv))
+    if spiked:  # one key of the second block scoring ~1000 log2 units above the rest (rows of q sum to about D/2)
+        if layout == "bshd":
+            k[:, 300, spiked] += 100.0
+        else:
+            k[:, spiked, 300] += 100.0
     qd, kd, vd = (t.cuda() for t in (q, k, v))
     lens = torch.tensor(kv_lens, dtype=torch.int32).cuda() if kv_lens is not None else None
     reason = vidattn.explain(qd, kd, vd, layout=layout, kv_lens=lens)

@@ -371,6 +371,68 @@ def test_last_round_tiles(d, tail, skv):
     assert torch.equal(out, out2) and torch.equal(lse, lse2), f"{what}: two runs differ bitwise"
 
 
+def shape_scores(q, k, pattern, heads=None):
+    """Make later keys outscore the first key block (the fixed-reference softmax's reference, flash_fwd.cuh): with
+    q shifted by +0.5 (rows summing to about D/2), adding c to every element of key j adds about c * D/2 * scale to
+    its scores. "ramp": up to ~40 log2 units by the last key, so p reaches ~2^40 but the row sums stay in range;
+    "spike": one key ~500 log2 units above the rest, so p overflows and the tile must be run again exactly.
+    `heads`: the spiked heads (default all). Returns the new k."""
+    d, skv = q.shape[-1], k.shape[1]
+    per_unit = 0.5 * d ** 0.5 * math.log2(math.e)
+    k = k.clone()
+    if pattern == "ramp":
+        ramp = torch.arange(skv, device=k.device, dtype=torch.float32) / skv * 40 / per_unit
+        k += ramp.to(k.dtype)[None, :, None, None]
+    else:
+        sel = slice(None) if heads is None else heads
+        k[:, min(1234, skv - 1), sel] += 500 / per_unit
+    return k
+
+
+@pytest.mark.parametrize("pattern", ["ramp", "spike", "spike-some-heads"])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: str(t).split(".")[-1])
+def test_score_range(dtype, d, pattern):
+    """Scores that grow past the first key block's maximum: large p within range (ramp), and p overflowing in
+    some tiles, which the kernel marks and runs again with the exact online softmax (spike). 1320 tiles at D=128
+    (about ten per CTA); with spikes in a few heads some CTAs redo two tiles and most none. Accuracy against
+    fp64, LSE, and bitwise repeatability."""
+    g, seed = new_gen()
+    b, h, sq, skv = (1, 40, 4224, 1000) if pattern == "spike-some-heads" else (2, 3, 700, 3000)
+    q, k, v = make_qkv(b, h, sq, skv, d, dtype, "bshd", g, True)
+    k = shape_scores(q, k, "spike" if pattern.startswith("spike") else pattern,
+                     heads=[0, 4, 17] if pattern == "spike-some-heads" else None)
+    assert_kernel_ran(q, k, v)
+    out, lse = vidattn.attention(q, k, v, layout="bshd", return_lse=True)
+    ref, ref_lse = reference(q, k, v, "bshd")
+    what = f"score range {pattern}: B{b} H{h} {sq}x{skv} D{d} {dtype} seed={seed}"
+    assert_accurate(out, ref, sdpa(q, k, v, "bshd"), what)
+    assert (lse.double() - ref_lse).abs().max().item() < LSE_ATOL, what
+    out2, lse2 = vidattn.attention(q, k, v, layout="bshd", return_lse=True)
+    assert torch.equal(out, out2) and torch.equal(lse, lse2), f"{what}: two runs differ bitwise"
+
+
+def test_more_tiles_than_one_launch_marks():
+    """A CTA can mark 2048 of its tiles for a redo, so the launcher splits a problem of more than SMs x 2048 tiles
+    into several launches (csrc/capi.cu). One-row queries over 130 keys (two key blocks at D=64) and SMs x 2048 +
+    77 heads, spikes in heads on both sides of the launch boundary; the reference is checked on slices of heads
+    around the boundary and at both ends."""
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    per_launch = sms * 2048
+    h = per_launch + 77
+    g, seed = new_gen()
+    q, k, v = make_qkv(1, h, 1, 130, 64, torch.bfloat16, "bshd", g, True)
+    spiked = [3, per_launch - 2, per_launch + 5]
+    k[:, 129, spiked] += 200.0
+    assert_kernel_ran(q, k, v)
+    out = vidattn.attention(q, k, v, layout="bshd")
+    assert torch.isfinite(out).all(), f"seed={seed}: non-finite output"
+    for lo, hi in [(0, 16), (per_launch - 16, per_launch + 16), (h - 16, h)]:
+        qs, ks, vs = (t[:, :, lo:hi] for t in (q, k, v))
+        ref, _ = reference(qs, ks, vs, "bshd")
+        assert_accurate(out[:, :, lo:hi], ref, sdpa(qs, ks, vs, "bshd"), f"heads {lo}:{hi} of {h}, seed={seed}")
+
+
 @pytest.mark.parametrize("case", ["4224x4224-d128", "129x777-ragged-d64", "32760x512-d128"])
 def test_deterministic(case):
     g, seed = new_gen()

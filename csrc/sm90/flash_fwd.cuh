@@ -2,8 +2,9 @@
 // Q tiles of every (head, batch), 64 query rows per consumer warpgroup (two warpgroups at D=128, three at D=64).
 // Warp-specialized: warpgroup 0 streams Q and K/V tiles with TMA into double-buffered Q and a ring of shared-memory
 // stages that runs on across tiles, guarded by mbarriers; each consumer warpgroup runs S = Q K^T (wgmma, both
-// operands in shared memory), an online softmax in registers (base 2, scale folded into one FFMA), and O += P V
-// (wgmma with P straight from registers), taking turns on the tensor cores. Key tails and per-batch kv_lens are
+// operands in shared memory), a softmax in registers (base 2, scale folded into one FFMA; against the first key
+// block's row max for bf16, with tiles that leave the safe range run again exactly), and O += P V (wgmma with P
+// straight from registers), taking turns on the tensor cores. Key tails and per-batch kv_lens are
 // masked in registers; O leaves through shared memory with TMA stores, which clip query tails. Pure CUDA + PTX: no
 // torch, no CUTLASS.
 #pragma once
@@ -33,6 +34,8 @@ struct SharedStorage {
   uint64_t k_empty[T::kStages];
   uint64_t v_full[T::kStages];
   uint64_t v_empty[T::kStages];
+  uint64_t redo_ready;                 // the consumers' redo marks are final (redo_tiles)
+  uint32_t redo_bits[T::kRedoWords];   // bit L: this CTA's L-th tile must run again, exact (kFixedRef)
 };
 
 constexpr float kLn2 = 0.693147180559945309f;
@@ -43,6 +46,7 @@ struct TileCoord {
   int m_block, head, batch;
 };
 __device__ __forceinline__ TileCoord tile_coord(const FwdParams& p, int tile) {
+  tile += p.tile_base;
   const int hb = tile / p.num_m_blocks;
   return {tile - hb * p.num_m_blocks, hb % p.heads, hb / p.heads};
 }
@@ -63,20 +67,38 @@ __device__ __forceinline__ int kv_block(int j, int rot, int n_blocks) {
   return j;
 }
 
+// The tiles of this CTA marked for a redo (bit L of `bits`: its L-th tile, blockIdx.x + L * gridDim.x), in
+// ascending order, each run as local tile number n_local, n_local + 1, ... after the n_local tiles of the first pass
+// (Q buffers and the ring's stages carry on). Producer and consumers walk the same bits in the same order.
+template <int kWords, typename F>
+__device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&& run) {
+  int local = n_local;
+#pragma unroll 1
+  for (int w = 0; w < kWords && 32 * w < n_local; ++w) {
+    uint32_t b = bits[w];
+#pragma unroll 1
+    while (b != 0) {
+      const int bit = __ffs(b) - 1;
+      b &= b - 1;
+      run(static_cast<int>(blockIdx.x) + (32 * w + bit) * static_cast<int>(gridDim.x), local++);
+    }
+  }
+}
+
 // Producer: one thread streams, tile after tile, Q (into whichever of the kQBuffers buffers the consumers released
 // after their last S = Q K^T of the tile before) and the K/V ring. The ring runs on across tiles (tile t+1's K_0
 // goes to the stage after tile t's last), so the next tile's first loads need not wait for this tile's last block;
 // the consumer dispatches each tile on its start stage (mainloop_from) so stage indices stay compile-time offsets
 // of the loop counter, in uniform registers (a plain carried counter measured 5% slower from R2UR moves). The
 // phase of each stage is carried across tiles as one bit per stage.
-template <int kHeadDim, int kWGs>
+template <int kHeadDim, int kWGs, bool kFixedRef>
 __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s) {
   using T = FwdTraits<kHeadDim, kWGs>;
   constexpr uint32_t kQBytes = T::kBlockM * kHeadDim * sizeof(uint16_t);
   constexpr uint32_t kKVBytes = T::kBlockN * kHeadDim * sizeof(uint16_t);
   uint32_t empty_phase = 0;  // bit s: parity of stage s's next "empty" phase to wait for, xor 1
   int start = 0;             // the ring runs on across tiles: tile t+1's K_0 goes where tile t left off
-  for (int tile = blockIdx.x, local = 0; tile < p.num_tiles; tile += gridDim.x, ++local) {
+  auto produce = [&](int tile, int local) {
     const TileCoord tc = tile_coord(p, tile);
     const int n_blocks = (kv_len_of(p, tc.batch) + T::kBlockN - 1) / T::kBlockN;
     const int rot = kv_rotation<T::kKvRotate>(tile, n_blocks);
@@ -125,6 +147,13 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       }
     }
     start = (start + n_blocks) % T::kStages;
+  };
+  int local = 0;
+  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local) produce(tile, local);
+  if constexpr (kFixedRef) {
+    // Then the tiles the consumers marked, in the order they run them (redo_tiles): once their marks are final.
+    ptx::mbarrier_wait(&s.redo_ready, 0);
+    redo_tiles<T::kRedoWords>(s.redo_bits, local, [&](int tile, int l) { produce(tile, l); });
   }
 }
 
@@ -204,15 +233,54 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
       sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]));
       sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]));
     }
-    tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
-    tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
+    if constexpr (VIDATTN_DIAG_SOFTMAX != 3) {  // diagnostic: no row sum
+      tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
+      tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
+    }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + tile_sum[r];
 }
 
+// Softmax against a fixed reference (kFixedRef): every block after a row's first is exponentiated against that
+// first block's row max m0, p = 2^(s*scale_log2 - m0*scale_log2), and summed; no row max, no quad shuffles, no
+// factor for O. The algebra is exact for any reference (O and the sum share it, and the epilogue divides it out,
+// LSE = m0 + log2 l). What a reference below the row's true max risks is range: p grows by 2^(jump) for a later
+// score above m0, and fp32 holds 2^128. The epilogue checks the final row sum l (>= 1, since m0's own key gives
+// 2^0): l <= 2^64 bounds every p, hence O <= 2^64 sum |v|, far from overflow; a tile with a row past that (or NaN)
+// is marked and run again with the exact online softmax (redo_tiles). The lost precision is none: P is rounded
+// to 16 bits relative to its own magnitude either way, and no p can underflow that the exact softmax would keep.
+template <int kN>
+__device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2],
+                                                  float (&row_sum)[2], float scale_log2) {
+  const float neg_ref[2] = {-row_max[0] * scale_log2, -row_max[1] * scale_log2};
+  float tile_sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i) {
+    sacc[4 * i + 0] = ptx::exp2_approx(fmaf(sacc[4 * i + 0], scale_log2, neg_ref[0]));
+    sacc[4 * i + 1] = ptx::exp2_approx(fmaf(sacc[4 * i + 1], scale_log2, neg_ref[0]));
+    sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ref[1]));
+    sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ref[1]));
+    tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
+    tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) row_sum[r] += tile_sum[r];
+}
+
+// bf16 only: P is packed to the input type for P V, and fp16 overflows at 65504, so an fp16 P leaves no room for
+// p > 1 (the smoke test's score ramp made it inf); fp16 launches run the exact online softmax.
+template <bool kFp16>
+constexpr bool fixed_ref_softmax(bool enabled) {
+  return enabled && !kFp16;
+}
+
+// The largest row sum the fixed-reference softmax accepts (see softmax_fixed_ref).
+constexpr float kFixedRefMaxSum = 18446744073709551616.f;  // 2^64
+
 template <int kD>
 __device__ __forceinline__ void rescale_o(float (&o)[kD / 2], const float (&alpha)[2]) {
+  if constexpr (VIDATTN_DIAG_SOFTMAX == 4) return;  // diagnostic: no O rescale
 #pragma unroll
   for (int i = 0; i < kD / 8; ++i) {
     o[4 * i + 0] *= alpha[0];
@@ -358,7 +426,7 @@ __device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord&
 // One tile's K/V loop, starting at ring stage kStart. A template per start stage keeps every stage index a
 // function of the loop counter alone, so the wgmma descriptors stay in uniform registers while the ring runs on
 // across tiles (the next tile's first K/V loads no longer wait for this tile's last block to be released).
-template <int kHeadDim, int kWGs, bool kFp16, int kStart>
+template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, int kStart>
 __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg, uint32_t q_smem,
                                          int qb, int n_blocks, int rot, int kv_len, int col_in_group, int lane,
                                          uint32_t& k_phase, uint32_t& v_phase, float (&o)[kHeadDim / 2],
@@ -412,12 +480,15 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     }
     const int kv0 = kv_block<T::kKvRotate>(j, rot, n_blocks) * kN;
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
-    online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
+    if constexpr (kFixed)
+      softmax_fixed_ref<kN>(sacc, row_max, row_sum, scale_log2);  // row_max: the first block's, for good
+    else
+      online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
     ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
     ptx::fence_regs(o);
     fence_frag(pa);
     if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
-    rescale_o<kHeadDim>(o, alpha);
+    if constexpr (!kFixed) rescale_o<kHeadDim>(o, alpha);
     pack_p<kN, kFp16>(sacc, pa);
   }
 
@@ -435,7 +506,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
 }
 
-template <int kHeadDim, int kWGs, bool kFp16, int kStart>
+template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, int kStart>
 __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg,
                                               uint32_t q_smem, int qb, int n_blocks, int rot, int kv_len,
                                               int col_in_group, int lane, uint32_t& k_phase, uint32_t& v_phase,
@@ -444,14 +515,21 @@ __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, Sha
                                               uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4]) {
   if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs>::kStages) {
     if (start != kStart) {
-      mainloop_from<kHeadDim, kWGs, kFp16, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, rot, kv_len,
+      mainloop_from<kHeadDim, kWGs, kFp16, kFixed, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, rot, kv_len,
                                                        col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa);
       return;
     }
   }
-  mainloop<kHeadDim, kWGs, kFp16, kStart>(p, s, cwg, q_smem, qb, n_blocks, rot, kv_len, col_in_group, lane, k_phase,
+  mainloop<kHeadDim, kWGs, kFp16, kFixed, kStart>(p, s, cwg, q_smem, qb, n_blocks, rot, kv_len, col_in_group, lane, k_phase,
                                           v_phase, o, row_max, row_sum, sacc, pa);
 }
+
+template <bool B>
+struct BoolTag {
+  static constexpr bool value = B;
+};
+// After the first pass over its tiles, every consumer thread of a CTA meets here before the redo (kFixedRef).
+enum class RedoBarrier : uint32_t { kId = 7 };  // 3..5: the ping-pong's
 
 template <int kHeadDim, int kWGs, bool kFp16>
 __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg) {
@@ -481,7 +559,10 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   // then has no matching wait; warpgroup 0 absorbs it with one extra wait after its last tile, so every barrier
   // ends balanced whatever the tile count.
   if (kPingpong && cwg == T::kConsumerWGs - 1) sched_pass<kPingpong, T::kConsumerWGs>(cwg);
-  for (int tile = blockIdx.x, local = 0; tile < p.num_tiles; tile += gridDim.x, ++local) {
+  auto consume = [&](int tile, int local, auto fixed) {
+    constexpr bool kFixed = decltype(fixed)::value;
+    // Lane-dependent values read afresh per tile: held across the loop they spilled (see ptx::lane_id).
+    const int lane = ptx::lane_id(), warp = ptx::warp_in_block() % 4, col_in_group = 2 * (lane % 4);
     const TileCoord tc = tile_coord(p, tile);
     const int kv_len = kv_len_of(p, tc.batch);
     const int n_blocks = (kv_len + kN - 1) / kN;
@@ -497,12 +578,29 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     if (n_blocks == 0) {
       if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
     } else {
-      mainloop_from<kHeadDim, kWGs, kFp16, 0>(start, p, s, cwg, q_smem, qb, n_blocks,
-                                              kv_rotation<T::kKvRotate>(tile, n_blocks), kv_len, col_in_group, lane,
-                                              k_phase, v_phase, o, row_max, row_sum, sacc, pa);
+      mainloop_from<kHeadDim, kWGs, kFp16, kFixed, 0>(start, p, s, cwg, q_smem, qb, n_blocks,
+                                                      kv_rotation<T::kKvRotate>(tile, n_blocks), kv_len,
+                                                      col_in_group, lane, k_phase, v_phase, o, row_max, row_sum,
+                                                      sacc, pa);
     }
     start = (start + n_blocks) % T::kStages;
     finish_tile<kHeadDim, kWGs, kFp16>(p, tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max, row_sum);
+    // (row sums quad-reduced by finish_tile; the comparison is false for NaN)
+    if constexpr (kFixed) {
+      if (!(row_sum[0] <= kFixedRefMaxSum && row_sum[1] <= kFixedRefMaxSum))
+        atomicOr(&s.redo_bits[local >> 5], 1u << (local & 31));
+    }
+  };
+  int local = 0;
+  constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef);
+  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local) consume(tile, local, BoolTag<kFixedRef>{});
+  if constexpr (kFixedRef) {
+    // Every consumer warpgroup's marks are in (bar.sync orders shared memory among its threads), then the producer
+    // may read them. Marked tiles run again, exact, after this CTA's O stores of the first pass have landed.
+    ptx::named_barrier_sync(static_cast<uint32_t>(RedoBarrier::kId), 128 * T::kConsumerWGs);
+    if (cwg == 0 && tid == 0) ptx::mbarrier_arrive(&s.redo_ready);
+    if (lane == 0) ptx::bulk_wait_group<0>();
+    redo_tiles<T::kRedoWords>(s.redo_bits, local, [&](int tile, int l) { consume(tile, l, BoolTag<false>{}); });
   }
   if (kPingpong && cwg == 0) sched_wait<kPingpong>(cwg);
   // Shared memory must outlive the reads of the last TMA stores of O.
@@ -536,13 +634,15 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs>::kThreads, 1)
       ptx::mbarrier_init(&s.k_empty[st], 4 * T::kConsumerWGs);
       ptx::mbarrier_init(&s.v_empty[st], 4 * T::kConsumerWGs);
     }
+    ptx::mbarrier_init(&s.redo_ready, 1);
     ptx::fence_barrier_init();
   }
+  if (threadIdx.x < T::kRedoWords) s.redo_bits[threadIdx.x] = 0;
   __syncthreads();
 
   if (wg == 0) {
     ptx::setmaxnreg_dec<T::kProducerRegs>();
-    if (threadIdx.x == 0) producer<kHeadDim, kWGs>(p, s);
+    if (threadIdx.x == 0) producer<kHeadDim, kWGs, fixed_ref_softmax<kFp16>(T::kFixedRef)>(p, s);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
     consumer<kHeadDim, kWGs, kFp16>(p, s, wg - 1);

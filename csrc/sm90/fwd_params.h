@@ -17,8 +17,9 @@ struct FwdParams {
   int seqlen_kv;
   int heads;
   int num_m_blocks;      // ceil(Sq / kBlockM)
-  int num_tiles;         // num_m_blocks * heads * batch: the persistent CTAs' work list
+  int num_tiles;         // tiles of this launch (of num_m_blocks * heads * batch): the persistent CTAs' work list
   float scale_log2;      // softmax scale * log2(e): the kernel works in base 2 (ex2) throughout
+  int tile_base;         // this launch runs tiles tile_base .. tile_base + num_tiles - 1 (capi.cu: launch)
 };
 
 }  // namespace vidattn::sm90

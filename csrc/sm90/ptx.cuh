@@ -101,6 +101,12 @@ __device__ __forceinline__ int lane_id() {
   asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
   return l;
 }
+// %warpid would not do (it may change over a warp's life); the warp's index in its block, from %tid.x read afresh.
+__device__ __forceinline__ int warp_in_block() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t / 32;
+}
 
 // ---- stmatrix (9.7.14.5.16): four 8x8 16-bit matrices from mma fragment layout to shared memory ------------
 // Lane l holds element (l / 4, 2 * (l % 4) + {0, 1}) of matrix k in r_k; lanes 8k..8k+7 give the row addresses of
