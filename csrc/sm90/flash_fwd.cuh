@@ -187,7 +187,7 @@ __device__ __forceinline__ void mask_keys(float (&sacc)[kN / 2], int kv0, int kv
 
 // Online softmax in base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score. Exponentiates
 // sacc in place, updates the running max and (per-thread partial) sum, and returns the factor O must be scaled by.
-template <int kN>
+template <int kN, bool kSumHere = true>
 __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                float (&alpha)[2], float scale_log2) {
   // Row max in kMaxChains independent chains per row, folded at the end: every exponential waits for it, and one
@@ -233,7 +233,7 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
       sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]));
       sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]));
     }
-    if constexpr (VIDATTN_DIAG_SOFTMAX != 3) {  // diagnostic: no row sum
+    if constexpr (kSumHere && VIDATTN_DIAG_SOFTMAX != 3) {  // (3, diagnostic: no row sum)
       tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
       tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
     }
@@ -243,29 +243,44 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
 }
 
 // Softmax against a fixed reference (kFixedRef): every block after a row's first is exponentiated against that
-// first block's row max m0, p = 2^(s*scale_log2 - m0*scale_log2), and summed; no row max, no quad shuffles, no
-// factor for O. The algebra is exact for any reference (O and the sum share it, and the epilogue divides it out,
+// first block's row max m0, p = 2^(s*scale_log2 - m0*scale_log2) (summed after rounding: add_packed_row_sum); no
+// row max, no quad shuffles, no factor for O. The algebra is exact for any reference (O and the sum share it, and the epilogue divides it out,
 // LSE = m0 + log2 l). What a reference below the row's true max risks is range: p grows by 2^(jump) for a later
 // score above m0, and fp32 holds 2^128. The epilogue checks the final row sum l (>= 1, since m0's own key gives
 // 2^0): l <= 2^64 bounds every p, hence O <= 2^64 sum |v|, far from overflow; a tile with a row past that (or NaN)
 // is marked and run again with the exact online softmax (redo_tiles). The lost precision is none: P is rounded
 // to 16 bits relative to its own magnitude either way, and no p can underflow that the exact softmax would keep.
 template <int kN>
-__device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2],
-                                                  float (&row_sum)[2], float scale_log2) {
+__device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2], float scale_log2) {
   const float neg_ref[2] = {-row_max[0] * scale_log2, -row_max[1] * scale_log2};
-  float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
     sacc[4 * i + 0] = ptx::exp2_approx(fmaf(sacc[4 * i + 0], scale_log2, neg_ref[0]));
     sacc[4 * i + 1] = ptx::exp2_approx(fmaf(sacc[4 * i + 1], scale_log2, neg_ref[0]));
     sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ref[1]));
     sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ref[1]));
-    tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
-    tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
   }
+}
+
+// Row sums of P as P V will see it: of the bf16-rounded values (pack_p's fragments), so that O = sum p^ v / sum p^
+// is an exact weighted mean of V's rows. With the running max as reference (the exact softmax, and cuDNN) a row's
+// largest p is 1, which bf16 holds exactly; against a fixed reference it is any value and rounds by up to 2^-9,
+// and summing the unrounded p then left that error in the output (max |err| up to 2x cuDNN's on rows dominated by
+// few keys: run22). bf16 to fp32 is a shift: the high half masked, the low half moved up. Fragment r of each
+// 16-key group holds row r % 2 (pack_p).
+template <int kN>
+__device__ __forceinline__ void add_packed_row_sum(const uint32_t (&pa)[kN / 16][4], float (&row_sum)[2]) {
+  float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
-  for (int r = 0; r < 2; ++r) row_sum[r] += tile_sum[r];
+  for (int kk = 0; kk < kN / 16; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float hi = __uint_as_float(pa[kk][r] & 0xffff0000u), lo = __uint_as_float(pa[kk][r] << 16);
+      part[r % 2][r / 2] += hi + lo;
+    }
+  }
+  row_sum[0] += part[0][0] + part[0][1];
+  row_sum[1] += part[1][0] + part[1][1];
 }
 
 // bf16 only: P is packed to the input type for P V, and fp16 overflows at 65504, so an fp16 P leaves no room for
@@ -434,6 +449,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
                                          float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
                                          uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4]) {
   using T = FwdTraits<kHeadDim, kWGs>;
+  static_assert(!(kFixed && kFp16), "the fixed-reference softmax is bf16 only (fixed_ref_softmax)");
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;
   const float scale_log2 = p.scale_log2;
@@ -455,8 +471,9 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     }
     const int kv0 = kv_block<T::kKvRotate>(0, rot, n_blocks) * kN;
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
-    online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
+    online_softmax<kN, !kFixed>(sacc, row_max, row_sum, alpha, scale_log2);
     pack_p<kN, kFp16>(sacc, pa);
+    if constexpr (kFixed) add_packed_row_sum<kN>(pa, row_sum);
   }
 
   // Steady state: issue S_j = Q K_j and O += P_{j-1} V_{j-1} back to back; the softmax of S_j then runs on the
@@ -481,7 +498,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     const int kv0 = kv_block<T::kKvRotate>(j, rot, n_blocks) * kN;
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     if constexpr (kFixed)
-      softmax_fixed_ref<kN>(sacc, row_max, row_sum, scale_log2);  // row_max: the first block's, for good
+      softmax_fixed_ref<kN>(sacc, row_max, scale_log2);  // row_max: the first block's, for good
     else
       online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
     ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
@@ -490,6 +507,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
     if constexpr (!kFixed) rescale_o<kHeadDim>(o, alpha);
     pack_p<kN, kFp16>(sacc, pa);
+    if constexpr (kFixed) add_packed_row_sum<kN>(pa, row_sum);
   }
 
   // Drain: the last P V.
