@@ -34,7 +34,6 @@ struct SharedStorage {
   uint64_t k_empty[T::kStages];
   uint64_t v_full[T::kStages];
   uint64_t v_empty[T::kStages];
-  alignas(128) uint16_t ones[128];     // bf16 1.0: B of the row-sum wgmma (issue_pv); two 8x8 core matrices
   uint64_t redo_ready;                 // the consumers' redo marks are final (redo_tiles)
   uint32_t redo_bits[T::kRedoWords];   // bit L: this CTA's L-th tile must run again, exact (kFixedRef)
 };
@@ -244,8 +243,8 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
 }
 
 // Softmax against a fixed reference (kFixedRef): every block after a row's first is exponentiated against that
-// first block's row max m0, p = 2^(s*scale_log2 - m0*scale_log2), summed by the tensor cores (issue_pv);
-// no row max, no quad shuffles, no factor for O. The algebra is exact for any reference (O and the sum share it, and the epilogue divides it out,
+// first block's row max m0, p = 2^(s*scale_log2 - m0*scale_log2) (summed after rounding: add_packed_row_sum); no
+// row max, no quad shuffles, no factor for O. The algebra is exact for any reference (O and the sum share it, and the epilogue divides it out,
 // LSE = m0 + log2 l). What a reference below the row's true max risks is range: p grows by 2^(jump) for a later
 // score above m0, and fp32 holds 2^128. The epilogue checks the final row sum l (>= 1, since m0's own key gives
 // 2^0): l <= 2^64 bounds every p, hence O <= 2^64 sum |v|, far from overflow; a tile with a row past that (or NaN)
@@ -261,6 +260,27 @@ __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const f
     sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ref[1]));
     sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ref[1]));
   }
+}
+
+// Row sums of P as P V will see it: of the bf16-rounded values (pack_p's fragments), so that O = sum p^ v / sum p^
+// is an exact weighted mean of V's rows. With the running max as reference (the exact softmax, and cuDNN) a row's
+// largest p is 1, which bf16 holds exactly; against a fixed reference it is any value and rounds by up to 2^-9,
+// and summing the unrounded p then left that error in the output (max |err| up to 2x cuDNN's on rows dominated by
+// few keys: run22). bf16 to fp32 is a shift: the high half masked, the low half moved up. Fragment r of each
+// 16-key group holds row r % 2 (pack_p).
+template <int kN>
+__device__ __forceinline__ void add_packed_row_sum(const uint32_t (&pa)[kN / 16][4], float (&row_sum)[2]) {
+  float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+#pragma unroll
+  for (int kk = 0; kk < kN / 16; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float hi = __uint_as_float(pa[kk][r] & 0xffff0000u), lo = __uint_as_float(pa[kk][r] << 16);
+      part[r % 2][r / 2] += hi + lo;
+    }
+  }
+  row_sum[0] += part[0][0] + part[0][1];
+  row_sum[1] += part[1][0] + part[1][1];
 }
 
 // bf16 only: P is packed to the input type for P V, and fp16 overflows at 65504, so an fp16 P leaves no room for
@@ -321,19 +341,15 @@ __device__ __forceinline__ void issue_qk(float (&sacc)[FwdTraits<kHeadDim, kWGs>
 }
 
 // O += P V: kN/16 wgmmas over the keys. V sits MN-major (rows = keys): SBO steps 8 keys, LBO steps 64-column chunks.
-// kRowSum (the fixed-reference softmax): also l += P 1 with an m64n8k16 wgmma per 16 keys against a block of ones,
-// so the row sums are of P exactly as P V sees it (bf16-rounded) and accumulate as O does; that costs kN/16
-// instructions and a sixteenth (D=128) of P V's tensor time instead of a FADD per score plus the unpacking.
-template <int kHeadDim, int kWGs, bool kFp16, bool kRowSum>
-__device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2], float (&l)[4],
+template <int kHeadDim, int kWGs, bool kFp16>
+__device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
                                          const uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4],
-                                         uint32_t v_smem, uint64_t ones_desc) {
+                                         uint32_t v_smem) {
   using T = FwdTraits<kHeadDim, kWGs>;
 #pragma unroll
   for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
     const uint64_t db = ptx::make_smem_desc_sw128(v_smem + kk * 16 * kChunkBytes, T::kBlockN * kChunkBytes, 1024);
     ptx::Wgmma<kHeadDim, kFp16>::rs(o, pa[kk], db, 1);
-    if constexpr (kRowSum) ptx::Wgmma<8, kFp16>::rs(l, pa[kk], ones_desc, 1);
   }
   ptx::wgmma_commit();
 }
@@ -399,16 +415,14 @@ __device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc,
 }
 
 // Epilogue of one tile: row sums reduced over the quad, O normalised and stored, LSE if asked.
-template <int kHeadDim, int kWGs, bool kFp16, bool kQuadSum>
+template <int kHeadDim, int kWGs, bool kFp16>
 __device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord& tc, int cwg, int warp, int lane,
                                             uint16_t* scratch, float (&o)[kHeadDim / 2], const float (&row_max)[2],
                                             float (&row_sum)[2]) {
   using T = FwdTraits<kHeadDim, kWGs>;
   const float kNegInf = -__int_as_float(0x7f800000);
-  if constexpr (kQuadSum) {  // per-thread partial sums (the exact softmax); the tensor cores' are whole rows
 #pragma unroll
-    for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
-  }
+  for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
   const int warp_row0 = tc.m_block * T::kBlockM + cwg * T::kRowsPerWG + warp * 16;
   const int row0 = warp_row0 + lane / 4;
   store_o<kHeadDim, kFp16>(p, tc, warp_row0, scratch, o, row_sum);
@@ -431,7 +445,7 @@ template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, int kStart>
 __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg, uint32_t q_smem,
                                          int qb, int n_blocks, int rot, int kv_len, int col_in_group, int lane,
                                          uint32_t& k_phase, uint32_t& v_phase, float (&o)[kHeadDim / 2],
-                                         float (&row_max)[2], float (&row_sum)[2], float (&lsum)[4],
+                                         float (&row_max)[2], float (&row_sum)[2],
                                          float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
                                          uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4]) {
   using T = FwdTraits<kHeadDim, kWGs>;
@@ -439,8 +453,6 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;
   const float scale_log2 = p.scale_log2;
-  // B of the row-sum wgmma: two 8x8 core matrices of ones (any layout reads ones; issue_pv)
-  const uint64_t ones_desc = ptx::make_smem_desc_noswizzle(ptx::smem_addr(s.ones), 128, 128);
   float alpha[2];
   // Prologue: S_0 alone, then its softmax; P_0 is ready for the first overlapped step.
   {
@@ -461,6 +473,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     online_softmax<kN, !kFixed>(sacc, row_max, row_sum, alpha, scale_log2);
     pack_p<kN, kFp16>(sacc, pa);
+    if constexpr (kFixed) add_packed_row_sum<kN>(pa, row_sum);
   }
 
   // Steady state: issue S_j = Q K_j and O += P_{j-1} V_{j-1} back to back; the softmax of S_j then runs on the
@@ -474,7 +487,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     sched_wait<kPingpong>(cwg);
     ptx::wgmma_fence();
     issue_qk<kHeadDim, kWGs, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
-    issue_pv<kHeadDim, kWGs, kFp16, kFixed>(o, lsum, pa, ptx::smem_addr(s.v[prev]), ones_desc);
+    issue_pv<kHeadDim, kWGs, kFp16>(o, pa, ptx::smem_addr(s.v[prev]));
     sched_pass<kPingpong, T::kConsumerWGs>(cwg);
     ptx::wgmma_wait<1>();  // S_j done; P V may still run
     ptx::fence_regs(sacc);
@@ -494,6 +507,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
     if constexpr (!kFixed) rescale_o<kHeadDim>(o, alpha);
     pack_p<kN, kFp16>(sacc, pa);
+    if constexpr (kFixed) add_packed_row_sum<kN>(pa, row_sum);
   }
 
   // Drain: the last P V.
@@ -502,17 +516,12 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   v_phase ^= 1u << last;
   sched_wait<kPingpong>(cwg);
   ptx::wgmma_fence();
-  issue_pv<kHeadDim, kWGs, kFp16, kFixed>(o, lsum, pa, ptx::smem_addr(s.v[last]), ones_desc);
+  issue_pv<kHeadDim, kWGs, kFp16>(o, pa, ptx::smem_addr(s.v[last]));
   sched_pass<kPingpong, T::kConsumerWGs>(cwg);
   ptx::wgmma_wait<0>();
   ptx::fence_regs(o);
   fence_frag(pa);
   if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
-  if constexpr (kFixed) {
-    ptx::fence_regs(lsum);
-    row_sum[0] = lsum[0];  // columns 0 and 1 of rows r (and 2, 3 of r + 8) hold the same sum
-    row_sum[1] = lsum[2];
-  }
 }
 
 template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, int kStart>
@@ -520,18 +529,17 @@ __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, Sha
                                               uint32_t q_smem, int qb, int n_blocks, int rot, int kv_len,
                                               int col_in_group, int lane, uint32_t& k_phase, uint32_t& v_phase,
                                               float (&o)[kHeadDim / 2], float (&row_max)[2], float (&row_sum)[2],
-                                              float (&lsum)[4],
                                               float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
                                               uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4]) {
   if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs>::kStages) {
     if (start != kStart) {
       mainloop_from<kHeadDim, kWGs, kFp16, kFixed, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, rot, kv_len,
-                                                       col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, lsum, sacc, pa);
+                                                       col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa);
       return;
     }
   }
   mainloop<kHeadDim, kWGs, kFp16, kFixed, kStart>(p, s, cwg, q_smem, qb, n_blocks, rot, kv_len, col_in_group, lane, k_phase,
-                                          v_phase, o, row_max, row_sum, lsum, sacc, pa);
+                                          v_phase, o, row_max, row_sum, sacc, pa);
 }
 
 template <bool B>
@@ -549,7 +557,11 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   const float kNegInf = -__int_as_float(0x7f800000);
 
   const int tid = threadIdx.x - 128 * (cwg + 1);
+  const int warp = tid / 32;
   const int lane = tid % 32;
+  // Accumulator fragment (wgmma m64nN, fp32): this thread holds rows r and r+8 of its warp's 16, and for every
+  // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
+  const int col_in_group = 2 * (lane % 4);
   const uint32_t q_smem0 = ptx::smem_addr(s.q[0]) + cwg * T::kRowsPerWG * kChunkBytes;
 
   uint32_t k_phase = 0, v_phase = 0;  // bit s: parity of stage s's next K / V "full" phase (see producer)
@@ -559,7 +571,6 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   // compiles to differently scheduled SASS.
   float o[kHeadDim / 2];
   float row_max[2], row_sum[2];  // row sums: per-thread partials; the quad reduction waits for the epilogue
-  float lsum[4];                 // fixed reference: the row sums from the tensor cores (issue_pv), whole rows
   float sacc[kN / 2];
   uint32_t pa[kN / 16][4];
   // Warpgroup 0 takes the first turn (the last warpgroup passes it once up front). The last warpgroup's final pass
@@ -569,8 +580,6 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   auto consume = [&](int tile, int local, auto fixed) {
     constexpr bool kFixed = decltype(fixed)::value;
     // Lane-dependent values read afresh per tile: held across the loop they spilled (see ptx::lane_id).
-    // Accumulator fragment (wgmma m64nN, fp32): this thread holds rows r and r+8 of its warp's 16, and for every
-    // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
     const int lane = ptx::lane_id(), warp = ptx::warp_in_block() % 4, col_in_group = 2 * (lane % 4);
     const TileCoord tc = tile_coord(p, tile);
     const int kv_len = kv_len_of(p, tc.batch);
@@ -582,7 +591,6 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
     row_max[0] = row_max[1] = kNegInf;
     row_sum[0] = row_sum[1] = 0.f;
-    if constexpr (kFixed) lsum[0] = lsum[1] = lsum[2] = lsum[3] = 0.f;
     // Q's buffer goes back to the producer right after this tile's last S = Q K^T (or at once with no keys).
     ptx::mbarrier_wait(&s.q_full[qb], (local / T::kQBuffers) & 1);
     if (n_blocks == 0) {
@@ -591,12 +599,11 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
       mainloop_from<kHeadDim, kWGs, kFp16, kFixed, 0>(start, p, s, cwg, q_smem, qb, n_blocks,
                                                       kv_rotation<T::kKvRotate>(tile, n_blocks), kv_len,
                                                       col_in_group, lane, k_phase, v_phase, o, row_max, row_sum,
-                                                      lsum, sacc, pa);
+                                                      sacc, pa);
     }
     start = (start + n_blocks) % T::kStages;
-    finish_tile<kHeadDim, kWGs, kFp16, !kFixed>(p, tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max,
-                                                row_sum);
-    // (whole-row sums now; the comparison is false for NaN)
+    finish_tile<kHeadDim, kWGs, kFp16>(p, tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max, row_sum);
+    // (row sums quad-reduced by finish_tile; the comparison is false for NaN)
     if constexpr (kFixed) {
       if (!(row_sum[0] <= kFixedRefMaxSum && row_sum[1] <= kFixedRefMaxSum))
         atomicOr(&s.redo_bits[local >> 5], 1u << (local & 31));
@@ -649,10 +656,6 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs>::kThreads, 1)
     ptx::fence_barrier_init();
   }
   if (threadIdx.x < T::kRedoWords) s.redo_bits[threadIdx.x] = 0;
-  if (threadIdx.x < 128) {
-    s.ones[threadIdx.x] = 0x3F80;    // bf16 1.0
-    ptx::fence_proxy_async_smem();  // read by wgmma, through the async proxy
-  }
   __syncthreads();
 
   if (wg == 0) {

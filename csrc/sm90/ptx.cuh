@@ -165,16 +165,6 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_byte_addr
   return desc;
 }
 
-// Matrix descriptor without swizzle (9.7.15.5.1.2, layout type 0: 8x8 core matrices of 16-byte rows, 128 bytes
-// each; lbo / sbo step between core matrices along K / along M or N).
-__device__ __forceinline__ uint64_t make_smem_desc_noswizzle(uint32_t smem_byte_addr, uint32_t lbo, uint32_t sbo) {
-  uint64_t desc = 0;
-  desc |= static_cast<uint64_t>((smem_byte_addr & 0x3FFFF) >> 4);
-  desc |= static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16;
-  desc |= static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32;
-  return desc;
-}
-
 // ---- math ---------------------------------------------------------------------------------------------------
 // ex2.approx (9.7.4.x): one MUFU op; -inf -> +0, which is how masked keys drop out of the softmax.
 __device__ __forceinline__ float exp2_approx(float x) {

@@ -3,61 +3,12 @@
 //   *_ss: A and B from shared memory, both through matrix descriptors (9.7.15.5.1.2), both K-major here.
 //   *_rs: A from registers (4 x b32 per thread, the accumulator fragment layout), B through a descriptor;
 //         trans_b = 1 reads B as MN-major, which is how V sits in shared memory (rows = keys).
-//   N = 8: the row sums of P, against a block of ones (flash_fwd.cuh, issue_pv).
 #pragma once
 #include <cstdint>
 
 namespace vidattn::ptx {
 
 template <int N, bool kFp16> struct Wgmma;
-
-template <bool kFp16> struct Wgmma<8, kFp16> {
-  static constexpr int kRegs = 4;
-  __device__ __forceinline__ static void ss(float (&d)[4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    if constexpr (!kFp16) {
-      asm volatile(
-          "{\n.reg .pred p;\n"
-          "setp.ne.b32 p, %6, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-          "{%0, %1, %2, %3}, "
-          "%4, %5, p, 1, 1, 0, 0;\n}\n"
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    }
-    else {
-      asm volatile(
-          "{\n.reg .pred p;\n"
-          "setp.ne.b32 p, %6, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
-          "{%0, %1, %2, %3}, "
-          "%4, %5, p, 1, 1, 0, 0;\n}\n"
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    }
-  }
-  __device__ __forceinline__ static void rs(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
-    if constexpr (!kFp16) {
-      asm volatile(
-          "{\n.reg .pred p;\n"
-          "setp.ne.b32 p, %9, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-          "{%0, %1, %2, %3}, "
-          "{%4, %5, %6, %7}, %8, p, 1, 1, 1;\n}\n"
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-    }
-    else {
-      asm volatile(
-          "{\n.reg .pred p;\n"
-          "setp.ne.b32 p, %9, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
-          "{%0, %1, %2, %3}, "
-          "{%4, %5, %6, %7}, %8, p, 1, 1, 1;\n}\n"
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-    }
-  }
-};
 
 template <bool kFp16> struct Wgmma<64, kFp16> {
   static constexpr int kRegs = 32;
