@@ -1,4 +1,4 @@
-"""Error against an fp64 reference of several kernel library builds and of cuDNN, on reduced anchor shapes (few
+"""Error against an fp64 reference of several kernel library builds, of cuDNN and of SDPA's flash backend, on reduced anchor shapes (few
 heads, so the chunked fp64 reference stays cheap), for plain and shifted (+0.5) random inputs: the accuracy side
 of an A/B (scripts/kernel_ab_time.py is the speed side).
 
@@ -49,7 +49,7 @@ def main():
     libs = {n: _ext.open_library(p) for n, _, p in (s.partition("=") for s in args.libs)}
     from torch.nn.attention import SDPBackend, sdpa_kernel
     torch.manual_seed(0)
-    print(f"{'shape':14s} {'input':6s} " + " ".join(f"{n + ' relL2/maxabs':>24s}" for n in [*libs, "cudnn"]))
+    print(f"{'shape':14s} {'input':6s} " + " ".join(f"{n + ' relL2/maxabs':>24s}" for n in [*libs, "cudnn", "flash"]))
     for name, b, h, sq, skv, d in SHAPES:
         for shift in (0.0, 0.5):
             q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) + shift for s in (sq, skv, skv))
@@ -60,9 +60,10 @@ def main():
                 out = torch.full_like(q, float("nan"))
                 _ext.forward(q, k, v, out, None, None, scale, lib=lib)
                 cells.append(err(out, ref))
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                o = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
-            cells.append(err(o, ref))
+            for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
+                with sdpa_kernel(backend):
+                    o = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
+                cells.append(err(o, ref))
             print(f"{name:14s} {'+0.5' if shift else 'randn':6s} "
                   + " ".join(f"{r:11.3e}/{m:11.3e}" for r, m in cells), flush=True)
             del q, k, v, ref

@@ -1,9 +1,13 @@
 """Correctness of the sm_90a kernel behind `vidattn.attention` (runs on a Hopper GPU only).
 
 Method (the FlashAttention way): the reference is attention computed in float64 on the upcast inputs; the
-kernel's error against it, both max |out - ref| and relative L2, must be at most K_ERR times the error of
-cuDNN SDPA (default SDPA when cuDNN refuses the shape) on the very same bf16/fp16 inputs, plus a small floor,
-and never above a plain bf16-sized cap. Every case draws fresh random inputs (its seed is in the failure
+kernel's error against it must be at most a multiple of the error of cuDNN SDPA (default SDPA when cuDNN refuses
+the shape) on the very same bf16/fp16 inputs, plus a small floor, and never above a plain bf16-sized cap:
+relative L2 at most K_ERR (1.5) times cuDNN's, max |out - ref| at most K_ERR_MAX_ABS (2, FlashAttention's own
+test bound) times cuDNN's. Until the bf16 fixed-reference softmax (csrc/sm90/flash_fwd.cuh) the kernel computed
+the same P as cuDNN, whose errors it matched to four digits, so one bound of 1.5 held for both; now P is rounded
+against another reference, the rounding errors are independent of cuDNN's, and the single worst element of a
+tensor lands anywhere up to ~1.55x cuDNN's (rel-L2 stays within 1.05x; csrc/NOTES.md, run22/run23). Every case draws fresh random inputs (its seed is in the failure
 message), plain randn and randn + 0.5 (rows that do not average to zero). Every in-envelope case also
 asserts `vidattn.explain(...) is None`: the kernel ran, not the SDPA fallback.
 
@@ -37,7 +41,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 import vidattn  # noqa: E402
 
 DEV = "cuda"
-K_ERR = 1.5            # kernel error <= K_ERR x SDPA's error (+ floors below)
+K_ERR = 1.5            # kernel rel-L2 error <= K_ERR x SDPA's (+ floors below)
+K_ERR_MAX_ABS = 2.0    # kernel max |err| <= K_ERR_MAX_ABS x SDPA's (+ floor): see the module docstring
 REL_L2_FLOOR = 1e-5    # so 0-vs-0 (e.g. Skv = 1, where out == v exactly) cannot fail on a ratio
 MAX_ABS_FLOOR = 1e-5
 REL_L2_CAP = 2e-2      # absolute sanity cap: SDPA itself being far off must not make the test lenient
@@ -176,8 +181,8 @@ def assert_accurate(out, ref, base, what):
     k_abs, k_rel = errors(out, ref)
     s_abs, s_rel = errors(base, ref)
     msg = (f"{what}: kernel max|err| {k_abs:.3e} rel-L2 {k_rel:.3e}; "
-           f"SDPA max|err| {s_abs:.3e} rel-L2 {s_rel:.3e} (allowed {K_ERR}x + floor)")
-    assert k_abs <= K_ERR * s_abs + MAX_ABS_FLOOR, msg
+           f"SDPA max|err| {s_abs:.3e} rel-L2 {s_rel:.3e} (allowed {K_ERR_MAX_ABS}x / {K_ERR}x + floor)")
+    assert k_abs <= K_ERR_MAX_ABS * s_abs + MAX_ABS_FLOOR, msg
     assert k_rel <= K_ERR * s_rel + REL_L2_FLOOR, msg
     assert k_rel <= REL_L2_CAP, msg
 
