@@ -198,6 +198,18 @@ def check_case(q, k, v, *, layout="bshd", scale=None, kv_lens=None, what="", exp
     return out
 
 
+def check_accurate_lse_repeatable(q, k, v, what):
+    """BSHD q, k, v through the kernel with LSE: accuracy against fp64 and cuDNN, the LSE, and a second run
+    bitwise equal to the first."""
+    assert_kernel_ran(q, k, v)
+    out, lse = vidattn.attention(q, k, v, layout="bshd", return_lse=True)
+    ref, ref_lse = reference(q, k, v, "bshd")
+    assert_accurate(out, ref, sdpa(q, k, v, "bshd"), what)
+    assert (lse.double() - ref_lse).abs().max().item() < LSE_ATOL, what
+    out2, lse2 = vidattn.attention(q, k, v, layout="bshd", return_lse=True)
+    assert torch.equal(out, out2) and torch.equal(lse, lse2), f"{what}: two runs differ bitwise"
+
+
 # ----------------------------------------------------------------------------------------------- tests
 
 @pytest.mark.parametrize("shift", [False, True], ids=["randn", "shift"])
@@ -366,14 +378,7 @@ def test_last_round_tiles(d, tail, skv):
     sms = torch.cuda.get_device_properties(DEV).multi_processor_count
     g, seed = new_gen()
     q, k, v = make_qkv(1, sms + tail, 100, skv, d, torch.bfloat16, "bshd", g, True)
-    assert_kernel_ran(q, k, v)
-    out, lse = vidattn.attention(q, k, v, layout="bshd", return_lse=True)
-    ref, ref_lse = reference(q, k, v, "bshd")
-    what = f"last round: H{sms + tail} 100x{skv} D{d} seed={seed}"
-    assert_accurate(out, ref, sdpa(q, k, v, "bshd"), what)
-    assert (lse.double() - ref_lse).abs().max().item() < LSE_ATOL, what
-    out2, lse2 = vidattn.attention(q, k, v, layout="bshd", return_lse=True)
-    assert torch.equal(out, out2) and torch.equal(lse, lse2), f"{what}: two runs differ bitwise"
+    check_accurate_lse_repeatable(q, k, v, f"last round: H{sms + tail} 100x{skv} D{d} seed={seed}")
 
 
 def shape_scores(q, k, pattern, heads=None):
@@ -407,14 +412,7 @@ def test_score_range(dtype, d, pattern):
     q, k, v = make_qkv(b, h, sq, skv, d, dtype, "bshd", g, True)
     k = shape_scores(q, k, "spike" if pattern.startswith("spike") else pattern,
                      heads=[0, 4, 17] if pattern == "spike-some-heads" else None)
-    assert_kernel_ran(q, k, v)
-    out, lse = vidattn.attention(q, k, v, layout="bshd", return_lse=True)
-    ref, ref_lse = reference(q, k, v, "bshd")
-    what = f"score range {pattern}: B{b} H{h} {sq}x{skv} D{d} {dtype} seed={seed}"
-    assert_accurate(out, ref, sdpa(q, k, v, "bshd"), what)
-    assert (lse.double() - ref_lse).abs().max().item() < LSE_ATOL, what
-    out2, lse2 = vidattn.attention(q, k, v, layout="bshd", return_lse=True)
-    assert torch.equal(out, out2) and torch.equal(lse, lse2), f"{what}: two runs differ bitwise"
+    check_accurate_lse_repeatable(q, k, v, f"score range {pattern}: B{b} H{h} {sq}x{skv} D{d} {dtype} seed={seed}")
 
 
 def test_more_tiles_than_one_launch_marks():

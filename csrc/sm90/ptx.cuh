@@ -101,7 +101,7 @@ __device__ __forceinline__ int lane_id() {
   asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
   return l;
 }
-// %warpid would not do (it may change over a warp's life); the warp's index in its block, from %tid.x read afresh.
+// %tid.x (special register, 10.1), read afresh: the warp's index in its block (%warpid may change over a warp's life).
 __device__ __forceinline__ int warp_in_block() {
   int t;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
