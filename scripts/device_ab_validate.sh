@@ -31,9 +31,18 @@ if ! best=$(python3 scripts/kernel_ab_time.py --pick "$OUT/ab_times.json" "${CAN
     exit 3
 fi
 export VIDATTN_LIBRARY=$BUILD/lib_$best.so
+# The picked build's source commit, as kernel_ab.sh --build-only recorded it, names every result file; without one
+# (csrc/ was dirty at build time) the caller's VIDATTN_GIT_COMMIT stands, with a warning.
+if [[ -s $BUILD/$best.commit ]]; then
+    VIDATTN_GIT_COMMIT=$(head -n 1 "$BUILD/$best.commit")
+    export VIDATTN_GIT_COMMIT
+else
+    echo "[pick] $best: no commit recorded at build time (csrc/ was dirty); results name ${VIDATTN_GIT_COMMIT:-no commit}"
+fi
 VIDATTN_LIBRARY_FLAGS="$(cat "$BUILD/$best.variant" 2>/dev/null || echo "unrecorded build") (candidate $best)"
 export VIDATTN_LIBRARY_FLAGS
-echo "[pick] validating $best: VIDATTN_LIBRARY=$VIDATTN_LIBRARY flags: $VIDATTN_LIBRARY_FLAGS" | tee "$OUT/picked.txt"
+echo "[pick] validating $best: VIDATTN_LIBRARY=$VIDATTN_LIBRARY flags: $VIDATTN_LIBRARY_FLAGS" \
+     "commit: ${VIDATTN_GIT_COMMIT:-none}" | tee "$OUT/picked.txt"
 
 left=$(( BUDGET_S - (SECONDS - T0) ))
 # shellcheck disable=SC2086

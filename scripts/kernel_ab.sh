@@ -18,9 +18,8 @@ OUT=${OUT:-$REPO/out}
 BUILD=$REPO/.build/ab
 T_SMOKE=${T_SMOKE:-90}
 VARIANTS=${VARIANTS:-"base||
-tail|tail_split.patch|-DVIDATTN_TAIL_SPLIT=1
-diag_nomax||-DVIDATTN_DIAG_SOFTMAX=1
-diag_noexp||-DVIDATTN_DIAG_SOFTMAX=2"}
+exact||-DVIDATTN_FIXED_REF=0
+diag_exact_nomax||-DVIDATTN_FIXED_REF=0,-DVIDATTN_DIAG_SOFTMAX=1"}
 mkdir -p "$OUT" "$BUILD"
 mapfile -t NVCC_FLAGS < <(python3 scripts/nvcc_flags.py)  # the flags vidattn/_ext.py builds with
 
@@ -38,8 +37,16 @@ build_variant() {  # name patch flags
     else
         echo "[ab] $name: build failed"; tail -20 "$BUILD/$name.ptxas.log"; return 1
     fi
-    # What the build was, for whoever validates or records it later (device_ab_validate.sh).
+    # What the build was, for whoever validates or records it later (device_ab_validate.sh): its flags, and the
+    # commit its csrc/ is when the working tree's csrc/ was clean at build time (the device's copy has no .git, and
+    # a commit typed by hand into VIDATTN_GIT_COMMIT once named the wrong build in a result file).
     echo "${patch:+patch $patch }${flags:-(tree defaults)}" >"$BUILD/$name.variant"
+    rm -f "$BUILD/$name.commit"
+    if git -C "$REPO" rev-parse --verify -q HEAD >/dev/null && git -C "$REPO" diff --quiet HEAD -- csrc; then
+        git -C "$REPO" rev-parse HEAD >"$BUILD/$name.commit"
+    else
+        echo "[ab] $name: csrc/ has uncommitted changes; no commit recorded for this build"
+    fi
     rm -rf "$src"
 }
 

@@ -2,6 +2,7 @@
 csrc/experiments and every -D flag is a macro the kernel reads; the candidate pick of kernel_ab_time.py."""
 import importlib.util
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -76,3 +77,38 @@ def test_anchor_shape_keys_are_unique_and_resolve():
     assert anchor_shapes.by_key(["wan_cross"]) == [("wan_cross", 1, 12, 32760, 512, 128)]
     with pytest.raises(KeyError):
         anchor_shapes.by_key(["no_such_shape"])
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_build_records_the_commit_only_when_csrc_is_committed(tmp_path):
+    """kernel_ab.sh --build-only writes .build/ab/NAME.commit (the commit csrc/ is) for device_ab_validate.sh to
+    name results by, and none when csrc/ has uncommitted changes. nvcc is a stub here."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for name in ("kernel_ab.sh", "nvcc_flags.py"):
+        (repo / "scripts" / name).write_text((ROOT / "scripts" / name).read_text())
+    (repo / "vidattn").mkdir()
+    (repo / "vidattn" / "_ext.py").write_text('NVCC_FLAGS = ["-O3"]\n')
+    (repo / "csrc").mkdir()
+    (repo / "csrc" / "capi.cu").write_text("// kernel\n")
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "nvcc").write_text('#!/bin/sh\nwhile [ "$1" != "-o" ]; do shift; done\ntouch "$2"\n'
+                               'echo "ptxas info    : Compiling entry function k" >&2\n')
+    (stub / "nvcc").chmod(0o755)
+    env = {"PATH": f"{stub}:/usr/bin:/bin", "HOME": str(tmp_path), "VARIANTS": "v||",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    git = lambda *a: subprocess.run(["git", *a], cwd=repo, env=env, check=True, capture_output=True, text=True)
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "x")
+    head = git("rev-parse", "HEAD").stdout.strip()
+    run = lambda: subprocess.run(["bash", "scripts/kernel_ab.sh", "--build-only"], cwd=repo, env=env, check=True,
+                                 capture_output=True, text=True)
+    run()
+    assert (repo / ".build" / "ab" / "v.commit").read_text().strip() == head
+    (repo / ".build" / "ab" / "lib_v.so").unlink()
+    (repo / "csrc" / "capi.cu").write_text("// kernel, edited\n")
+    assert "uncommitted" in run().stdout
+    assert not (repo / ".build" / "ab" / "v.commit").exists()
