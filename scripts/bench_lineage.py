@@ -7,7 +7,8 @@ D=128, non-causal, seqlen a multiple of 1408). This script
 1. builds every step into its own shared library (`.build/lineage/`, keyed by a hash of the file, lineage.h, the
    nvcc flags and the nvcc version; parallel builds) and reads ptxas' register and spill counts;
 2. checks every step against an fp32 SDPA reference on fresh randn inputs (B=1 H=2 S=1408 and B=2 H=3 S=2816,
-   output poisoned with NaN first; rel-L2 < 2e-2) and that it refuses shapes outside the contract;
+   and B=1 H=4 S=2816 shifted by +0.5 with one key scoring far above the rest in two heads; output poisoned with
+   NaN first; rel-L2 < 2e-2) and that it refuses shapes outside the contract;
 3. times every step at the canonical shape (B=1, H=16, S=11264, D=128, bf16) with `triton.testing.do_bench`
    (median; slow steps get a plain CUDA-event median capped at ~3 s), next to cuDNN SDPA and the production
    kernel (`vidattn.attention`), and checks each step's canonical output against cuDNN's;
@@ -63,6 +64,7 @@ HEAD_DIM = 128
 SEQ_MULTIPLE = 1408  # lcm(128, 176), the lineage contract
 CANONICAL = dict(b=1, h=16, s=11264, d=HEAD_DIM)
 CHECK_SHAPES = [dict(b=1, h=2, s=1408, d=HEAD_DIM), dict(b=2, h=3, s=2816, d=HEAD_DIM)]
+SPIKE_SHAPE = dict(b=1, h=4, s=2816, d=HEAD_DIM)  # check_step's spike case
 CHECK_REL_L2 = 2e-2
 SLOW_STEP_MS = 50.0          # above this per call, time with a short CUDA-event loop instead of do_bench
 STEP_TIME_CAP_S = 3.0        # timing budget per slow step
@@ -320,9 +322,8 @@ def check_step(lib, seed: int) -> dict:
     stream = torch.cuda.current_stream().cuda_stream
     gen = torch.Generator(device="cuda").manual_seed(seed)
     rels = {}
-    for shape in CHECK_SHAPES:
-        b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
-        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+
+    def check(name, q, k, v, shape):
         o = torch.full_like(q, float("nan"))
         _call(lib, _args_for(q, k, v, o, shape), stream)
         _cuda_sync("check launch")
@@ -330,10 +331,22 @@ def check_step(lib, seed: int) -> dict:
                                              v.float().transpose(1, 2)).transpose(1, 2)
         finite = bool(torch.isfinite(o).all())
         rel = rel_l2(o, ref) if finite else float("nan")
-        rels[f"{b}x{h}x{s}"] = rel
+        rels[name] = rel
         if not finite or not rel < CHECK_REL_L2:
-            raise StepFailure("wrong", f"B={b} H={h} S={s}: rel-L2 {rel:.3e} vs fp32 SDPA"
+            raise StepFailure("wrong", f"{name}: rel-L2 {rel:.3e} vs fp32 SDPA"
                               + ("" if finite else " (non-finite output)"))
+
+    for shape in CHECK_SHAPES:
+        b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+        check(f"{b}x{h}x{s}", q, k, v, shape)
+    # A spike: with q shifted by +0.5, one key past every tile's first key block scores ~800 log2 units above the
+    # rest in heads 1 and 2, which overflows a fixed softmax reference (step 13 runs those tiles again, exactly).
+    shape = SPIKE_SHAPE
+    b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen) + 0.5 for _ in range(3))
+    k[:, 2000, 1:3] += 100.0
+    check(f"spike {b}x{h}x{s}", q, k, v, shape)
     # Out-of-contract shapes must be refused (buffers are large enough that a step which does launch cannot
     # write out of bounds).
     big = dict(b=1, h=2, s=SEQ_MULTIPLE + 128, d=HEAD_DIM)
