@@ -17,9 +17,9 @@ typedef struct VidattnFwdArgs {
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // (batch, seq, head) strides, in elements
   float scale;
   int32_t dtype;        // 0 = bf16, 1 = fp16
-  // Scratch for the tail split (see vidattn_sm90_workspace_bytes), or NULL: the launch then runs unsplit. Its first
-  // 4096 bytes must be zero before the first launch that uses it; launches leave them zero. One launch at a time
-  // per workspace (one per stream).
+  // Scratch for builds that ask for one (vidattn_sm90_workspace_bytes > 0), or NULL. The shipped build asks for
+  // none; csrc/experiments/tail_split.patch (measured slower) did, and needed its first 4096 bytes zero before the
+  // first launch that used it, launches leaving them zero. One launch at a time per workspace (one per stream).
   void* workspace;
   uint64_t workspace_bytes;
 } VidattnFwdArgs;
@@ -30,7 +30,7 @@ const char* vidattn_sm90_last_error(void);
 // Head dim 64 only: force the consumer warpgroup count of later launches (2 or 3), or 0 for the launcher's choice
 // by shape (the default). For tests and A/B timing; returns 0, or 1 for any other value (nothing changes).
 int vidattn_sm90_set_d64_warpgroups(int warpgroups);
-// Bytes of workspace this build can use on the current device (0: the build has no tail split).
+// Bytes of workspace this build can use on the current device (0: it uses none, as the shipped build).
 uint64_t vidattn_sm90_workspace_bytes(void);
 
 #ifdef __cplusplus

@@ -242,8 +242,9 @@ def kernel_reason(q, k, v, kv_lens, scale) -> str | None:
     return reason
 
 
-# Per (library, device, stream): the zero-initialised scratch a build's tail split asks for (capi.h: one launch at
-# a time per workspace, so one per stream), or 0 where the build asks for none.
+# Per (library, device, stream): the zero-initialised scratch a build asks for (capi.h: one launch at a time per
+# workspace, so one per stream; the tail-split experiment asked for one, the shipped build does not), or 0 where the
+# build asks for none.
 _workspaces: dict[tuple[int, str, int | None, int], "torch.Tensor | int"] = {}
 
 
