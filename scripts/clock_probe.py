@@ -1,0 +1,111 @@
+"""SM clock, power and temperature while one attention path runs back to back: is a shape's ratio to cuDNN the
+kernel's, or the GPU's power limit? Each (shape, path) runs for --seconds while `nvidia-smi` samples every 50 ms;
+the table gives the path's TFLOPS next to the median clock, power and temperature of the samples taken while it
+ran. vidattn and cuDNN alternate per shape, cuDNN first, with a pause between them so the GPU cools the same way.
+
+    python3 scripts/clock_probe.py wan13b_self hunyuan_720p        # anchor keys (scripts/anchor_shapes.py)
+
+Honours VIDATTN_LIBRARY like every other script. Needs `nvidia-smi` on PATH.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import anchor_shapes  # noqa: E402
+
+QUERY = "timestamp,clocks.sm,power.draw,temperature.gpu"
+
+
+def parse_samples(lines: list[str]) -> list[tuple[float, float, float]]:
+    """(SM clock MHz, power W, temperature C) from `nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits`
+    lines; lines that do not parse (a header, "[N/A]", a cut-off last line) are skipped."""
+    out = []
+    for line in lines:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 4:
+            continue
+        try:
+            out.append((float(parts[1]), float(parts[2]), float(parts[3])))
+        except ValueError:
+            continue
+    return out
+
+
+def summarize(samples: list[tuple[float, float, float]]) -> dict:
+    """Median clock, power and temperature, and the sample count."""
+    if not samples:
+        return {"n": 0, "clock_mhz": float("nan"), "power_w": float("nan"), "temp_c": float("nan")}
+    return {"n": len(samples), "clock_mhz": statistics.median(s[0] for s in samples),
+            "power_w": statistics.median(s[1] for s in samples), "temp_c": statistics.median(s[2] for s in samples)}
+
+
+def run_sampled(fn, seconds: float, period_ms: int = 50) -> tuple[int, float, list[tuple[float, float, float]]]:
+    """Calls fn back to back for about `seconds` while nvidia-smi samples; returns (calls, elapsed s, samples)."""
+    import torch
+    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
+                            f"-lms={period_ms}"], stdout=subprocess.PIPE, text=True)
+    try:
+        fn()
+        torch.cuda.synchronize()
+        calls, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(4):
+                fn()
+            calls += 4
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+    finally:
+        smi.terminate()
+        text, _ = smi.communicate(timeout=10)
+    return calls, elapsed, parse_samples(text.splitlines())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("shapes", nargs="+", help="anchor shape keys")
+    ap.add_argument("--seconds", type=float, default=4.0, help="per shape and path")
+    ap.add_argument("--pause", type=float, default=3.0, help="idle seconds before each run")
+    args = ap.parse_args()
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from vidattn import _ext
+    rows = []
+    for key, b, h, sq, skv, d in anchor_shapes.by_key(args.shapes):
+        q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b, skv, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out = torch.empty_like(q)
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+
+        def cudnn():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                F.scaled_dot_product_attention(qt, kt, vt)
+
+        paths = {"cudnn": cudnn, "vidattn": lambda: _ext.forward(q, k, v, out, None, None, d ** -0.5)}
+        flops = 4 * b * h * sq * skv * d
+        for name, fn in paths.items():
+            time.sleep(args.pause)
+            calls, elapsed, samples = run_sampled(fn, args.seconds)
+            rows.append({"shape": key, "path": name, "tflops": flops * calls / elapsed / 1e12, **summarize(samples)})
+            r = rows[-1]
+            print(f"{key:14s} {name:8s} {r['tflops']:6.0f} TFLOPS  SM {r['clock_mhz']:6.0f} MHz  "
+                  f"{r['power_w']:5.0f} W  {r['temp_c']:3.0f} C  ({r['n']} samples)", flush=True)
+        del q, k, v, out, qt, kt, vt
+        torch.cuda.empty_cache()
+    print("\n| shape | path | TFLOPS | SM clock (MHz) | power (W) | temp (C) | samples |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['shape']} | {r['path']} | {r['tflops']:.0f} | {r['clock_mhz']:.0f} | {r['power_w']:.0f} | "
+              f"{r['temp_c']:.0f} | {r['n']} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""scripts/clock_probe.py: parsing nvidia-smi's CSV samples and their summary (CPU only; the probe itself needs a
+GPU and nvidia-smi)."""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _mod():
+    spec = importlib.util.spec_from_file_location("clock_probe", ROOT / "scripts" / "clock_probe.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_parse_skips_what_is_not_a_sample():
+    lines = ["timestamp, clocks.sm [MHz], power.draw [W], temperature.gpu",  # a header, should one appear
+             "2026/11/30 15:00:00.050, 1980, 612.40, 61",
+             "2026/11/30 15:00:00.100, 1755, [N/A], 62",
+             "2026/11/30 15:00:00.150, 1740, 698.10, 63",
+             "2026/11/30 15:00:00.2"]  # cut off when the sampler was stopped
+    assert _mod().parse_samples(lines) == [(1980.0, 612.4, 61.0), (1740.0, 698.1, 63.0)]
+
+
+def test_summary_is_the_median_and_nan_without_samples():
+    mod = _mod()
+    s = mod.summarize([(1980.0, 600.0, 60.0), (1700.0, 700.0, 70.0), (1800.0, 650.0, 65.0)])
+    assert s == {"n": 3, "clock_mhz": 1800.0, "power_w": 650.0, "temp_c": 65.0}
+    empty = mod.summarize([])
+    assert empty["n"] == 0 and math.isnan(empty["clock_mhz"])
