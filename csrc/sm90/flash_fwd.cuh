@@ -559,11 +559,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   const float kNegInf = -__int_as_float(0x7f800000);
 
   const int tid = threadIdx.x - 128 * (cwg + 1);
-  const int warp = tid / 32;
   const int lane = tid % 32;
-  // Accumulator fragment (wgmma m64nN, fp32): this thread holds rows r and r+8 of its warp's 16, and for every
-  // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
-  const int col_in_group = 2 * (lane % 4);
   const uint32_t q_smem0 = ptx::smem_addr(s.q[0]) + cwg * T::kRowsPerWG * kChunkBytes;
 
   uint32_t k_phase = 0, v_phase = 0;  // bit s: parity of stage s's next K / V "full" phase (see producer)
@@ -582,6 +578,8 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   auto consume = [&](int tile, int local, auto fixed) {
     constexpr bool kFixed = decltype(fixed)::value;
     // Lane-dependent values read afresh per tile: held across the loop they spilled (see ptx::lane_id).
+    // Accumulator fragment (wgmma m64nN, fp32): this thread holds rows r and r+8 of its warp's 16, and for every
+    // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
     const int lane = ptx::lane_id(), warp = ptx::warp_in_block() % 4, col_in_group = 2 * (lane % 4);
     const TileCoord tc = tile_coord(p, tile);
     const int kv_len = kv_len_of(p, tc.batch);
