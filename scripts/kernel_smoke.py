@@ -38,8 +38,8 @@ CASES = [  # (B, Sq, Skv, H, D, dtype, layout, kv_lens[, D=64 warpgroups forced:
     (1, 100, 4224, 136, 64, torch.float16, "bhsd", None),
 ]
 # Score ranges the fixed-reference softmax (csrc/sm90/flash_fwd.cuh, softmax_fixed_ref) must survive: a ramp (later
-# key blocks' maxima up to ~40 log2 units above the first block's: p up to 2^40, no redo) and a spike (one key far
-# above everything, p overflows: the tile is run again with the exact softmax). (case, pattern)
+# key blocks' maxima ~40 log2 units above the first block's on average: p up to 2^40 and beyond) and a spike (one key
+# far above everything, p overflows: the tile is run again with the exact softmax). (case, pattern)
 RANGE_CASES = [
     ((1, 700, 3000, 2, 128, torch.bfloat16, "bshd", None), "ramp"),
     ((1, 700, 3000, 2, 128, torch.bfloat16, "bshd", None), "spike"),
@@ -48,19 +48,26 @@ RANGE_CASES = [
     # 1320 tiles, ten per CTA: heads 0 and 4 spiked, so some CTAs run two tiles again and most none
     ((1, 4224, 1000, 40, 128, torch.bfloat16, "bshd", None), "spike"),
 ]
+SPIKED_HEADS = [0, 4]  # the heads RANGE_CASES' spikes go to (those that exist)
 
 
-def shape_scores(q, k, pattern):
-    """Adds to every key a multiple of the all-ones vector, so that with q = randn + 0.5 (rows summing to about
-    D/2) the scores of a row grow with the key index ("ramp": up to ~40 log2 units above the first key block by
-    the last key) or, in heads 0 and 4, one key past the first block dwarfs all others ("spike")."""
+def shape_scores(q, k, pattern, heads=None):
+    """Makes later keys outscore the first key block (the fixed-reference softmax's reference, csrc/sm90/flash_fwd.cuh),
+    in place on k (B, S, H, D; views too), and returns it. With q shifted by +0.5 (rows summing to about D/2),
+    adding c to every element of key j adds about c * D/2 * scale to its scores. "ramp": the last key ~40 log2 units
+    higher on average, so p reaches ~2^40 and most row sums stay in range (rows of q with large sums get more and
+    may reach the redo); "spike": in `heads` (default
+    all) key min(1234, Skv - 1) ~500 log2 units above the rest, so p overflows and the tile must run again exactly.
+    Shared by the smoke cases, tests/test_kernel_gpu.py, tests/sanitizer_cases.py and bench_lineage.py's check."""
     d, skv = q.shape[-1], k.shape[1]
-    per_unit = 0.5 * d ** 0.5 * 1.4427  # log2 units of score per unit added to every element of a key, roughly
+    per_unit = 0.5 * d ** 0.5 * math.log2(math.e)  # log2 units of score per unit added to every element of a key
     if pattern == "ramp":
-        k += (torch.arange(skv, device=k.device, dtype=torch.float32) / skv * 40 / per_unit).to(k.dtype)[
-            None, :, None, None]
+        ramp = torch.arange(skv, device=k.device, dtype=torch.float32) / skv * 40 / per_unit
+        k += ramp.to(k.dtype)[None, :, None, None]
     elif pattern == "spike":
-        k[:, 1234 % skv, 0::4][:, :2] += 500 / per_unit
+        k[:, min(1234, skv - 1), slice(None) if heads is None else heads] += 500 / per_unit
+    else:
+        raise ValueError(f"unknown score pattern {pattern!r}")
     return k
 
 
@@ -83,7 +90,7 @@ def run_case(b, sq, skv, h, d, dtype, layout, lens, wgs=0, lib=None, pattern=Non
         return (torch.randn(b, h, s, d, device=dev, dtype=dtype) + 0.5).transpose(1, 2)
     q, k, v = make(sq), make(skv), make(skv)
     if pattern:
-        k = shape_scores(q, k, pattern)
+        shape_scores(q, k, pattern, heads=[x for x in SPIKED_HEADS if x < h])
     kv_lens = torch.tensor(lens, device=dev, dtype=torch.int32) if lens else None
     scale = 1.0 / math.sqrt(d)
     out = torch.full((b, sq, h, d), float("nan"), device=dev, dtype=dtype)
@@ -137,16 +144,12 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(0)
     failed = 0
-    for case in CASES:
-        msg = run_case(*case)
-        failed += not msg.startswith("ok")
-        wgs = f" d64 warpgroups={case[8]}" if len(case) > 8 else ""
-        print(f"{str(case[:5]):28s} {str(case[5])[6:]:9s} {case[6]} lens={case[7]}{wgs}: {msg}", flush=True)
-    for case, pattern in RANGE_CASES:
+    for case, pattern in [(c, None) for c in CASES] + RANGE_CASES:
         msg = run_case(*case, pattern=pattern)
         failed += not msg.startswith("ok")
         wgs = f" d64 warpgroups={case[8]}" if len(case) > 8 else ""
-        print(f"{str(case[:5]):28s} {str(case[5])[6:]:9s} {case[6]} lens={case[7]}{wgs} {pattern}: {msg}", flush=True)
+        label = f" {pattern}" if pattern else ""
+        print(f"{str(case[:5]):28s} {str(case[5])[6:]:9s} {case[6]} lens={case[7]}{wgs}{label}: {msg}", flush=True)
     if args.time:
         time_shapes()
     sys.exit(1 if failed else 0)

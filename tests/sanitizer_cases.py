@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 # (name, B, H, Sq, Skv, D, dtype, layout, kv_lens, D=64 warpgroups (0: the launcher's pick, 3: forced)[, spiked
 # heads]): a tail-heavy case (no tile is full), a degenerate one, a tail-heavy one on the three-warpgroup D=64
@@ -48,11 +49,9 @@ def run_case(vidattn, name, b, h, sq, skv, d, dtype, layout, kv_lens, d64_wgs, s
     g = torch.Generator().manual_seed(1234)
     shape = (lambda s: (b, s, h, d)) if layout == "bshd" else (lambda s: (b, h, s, d))
     q, k, v = ((torch.randn(shape(s), generator=g) + 0.5).to(dtype) for s in (sq, skv, skv))
-    if spiked:  # one key of the second block scoring ~1000 log2 units above the rest (rows of q sum to about D/2)
-        if layout == "bshd":
-            k[:, 300, spiked] += 100.0
-        else:
-            k[:, spiked, 300] += 100.0
+    if spiked:  # one key past the first key block far above the rest in these heads (kernel_smoke.shape_scores)
+        from kernel_smoke import shape_scores
+        shape_scores(q, k if layout == "bshd" else k.transpose(1, 2), "spike", heads=list(spiked))
     qd, kd, vd = (t.cuda() for t in (q, k, v))
     lens = torch.tensor(kv_lens, dtype=torch.int32).cuda() if kv_lens is not None else None
     reason = vidattn.explain(qd, kd, vd, layout=layout, kv_lens=lens)

@@ -7,16 +7,20 @@ relative L2 at most K_ERR (1.5) times cuDNN's, max |out - ref| at most K_ERR_MAX
 test bound) times cuDNN's. Until the bf16 fixed-reference softmax (csrc/sm90/flash_fwd.cuh) the kernel computed
 the same P as cuDNN, whose errors it matched to four digits, so one bound of 1.5 held for both; now P is rounded
 against another reference, the rounding errors are independent of cuDNN's, and the single worst element of a
-tensor lands anywhere up to ~1.55x cuDNN's (rel-L2 stays within 1.05x; csrc/NOTES.md, run22/run23). Every case draws fresh random inputs (its seed is in the failure
-message), plain randn and randn + 0.5 (rows that do not average to zero). Every in-envelope case also
-asserts `vidattn.explain(...) is None`: the kernel ran, not the SDPA fallback.
+tensor lands anywhere up to ~1.55x cuDNN's (rel-L2 stays within 1.05x; csrc/NOTES.md, run22/run23).
+
+Every case draws fresh random inputs (its seed is in the failure message), plain randn and randn + 0.5 (rows that
+do not average to zero). Every in-envelope case also asserts `vidattn.explain(...) is None`: the kernel ran, not
+the SDPA fallback.
 
 The whole module is skipped without CUDA or without an sm_90 GPU.
 """
 from __future__ import annotations
 
 import math
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -39,6 +43,9 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import vidattn  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from kernel_smoke import shape_scores  # noqa: E402  (the score ramps and spikes of the smoke cases)
 
 DEV = "cuda"
 K_ERR = 1.5            # kernel rel-L2 error <= K_ERR x SDPA's (+ floors below)
@@ -381,37 +388,19 @@ def test_last_round_tiles(d, tail, skv):
     check_accurate_lse_repeatable(q, k, v, f"last round: H{sms + tail} 100x{skv} D{d} seed={seed}")
 
 
-def shape_scores(q, k, pattern, heads=None):
-    """Make later keys outscore the first key block (the fixed-reference softmax's reference, flash_fwd.cuh): with
-    q shifted by +0.5 (rows summing to about D/2), adding c to every element of key j adds about c * D/2 * scale to
-    its scores. "ramp": up to ~40 log2 units by the last key, so p reaches ~2^40 but the row sums stay in range;
-    "spike": one key ~500 log2 units above the rest, so p overflows and the tile must be run again exactly.
-    `heads`: the spiked heads (default all). Returns the new k."""
-    d, skv = q.shape[-1], k.shape[1]
-    per_unit = 0.5 * d ** 0.5 * math.log2(math.e)
-    k = k.clone()
-    if pattern == "ramp":
-        ramp = torch.arange(skv, device=k.device, dtype=torch.float32) / skv * 40 / per_unit
-        k += ramp.to(k.dtype)[None, :, None, None]
-    else:
-        sel = slice(None) if heads is None else heads
-        k[:, min(1234, skv - 1), sel] += 500 / per_unit
-    return k
-
-
 @pytest.mark.parametrize("pattern", ["ramp", "spike", "spike-some-heads"])
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: str(t).split(".")[-1])
 def test_score_range(dtype, d, pattern):
-    """Scores that grow past the first key block's maximum: large p within range (ramp), and p overflowing in
-    some tiles, which the kernel marks and runs again with the exact online softmax (spike). 1320 tiles at D=128
-    (about ten per CTA); with spikes in a few heads some CTAs redo two tiles and most none. Accuracy against
-    fp64, LSE, and bitwise repeatability."""
+    """Scores that grow past the first key block's maximum (kernel_smoke.shape_scores): large p, mostly within range
+    (ramp), and p overflowing in some tiles, which the kernel marks and runs again with the exact online softmax
+    (spike). 1320 tiles at D=128 (about ten per CTA); with spikes in three heads a quarter of the CTAs redo two
+    tiles, a quarter one and half none. Accuracy against fp64, LSE, and bitwise repeatability."""
     g, seed = new_gen()
     b, h, sq, skv = (1, 40, 4224, 1000) if pattern == "spike-some-heads" else (2, 3, 700, 3000)
     q, k, v = make_qkv(b, h, sq, skv, d, dtype, "bshd", g, True)
-    k = shape_scores(q, k, "spike" if pattern.startswith("spike") else pattern,
-                     heads=[0, 4, 17] if pattern == "spike-some-heads" else None)
+    shape_scores(q, k, "spike" if pattern.startswith("spike") else pattern,
+                 heads=[0, 4, 17] if pattern == "spike-some-heads" else None)
     check_accurate_lse_repeatable(q, k, v, f"score range {pattern}: B{b} H{h} {sq}x{skv} D{d} {dtype} seed={seed}")
 
 
@@ -425,8 +414,7 @@ def test_more_tiles_than_one_launch_marks():
     h = per_launch + 77
     g, seed = new_gen()
     q, k, v = make_qkv(1, h, 1, 130, 64, torch.bfloat16, "bshd", g, True)
-    spiked = [3, per_launch - 2, per_launch + 5]
-    k[:, 129, spiked] += 200.0
+    shape_scores(q, k, "spike", heads=[3, per_launch - 2, per_launch + 5])  # key 129: the second key block
     assert_kernel_ran(q, k, v)
     out = vidattn.attention(q, k, v, layout="bshd")
     assert torch.isfinite(out).all(), f"seed={seed}: non-finite output"

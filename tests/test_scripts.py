@@ -219,3 +219,31 @@ def test_d64_warpgroups_block_restores_the_load_time_setting(monkeypatch):
     with _ext.d64_warpgroups(3, lib):
         pass
     assert lib.calls == [3, 0, 3, 2]
+
+
+def test_shape_scores_spike_and_ramp_do_what_the_gpu_tests_rely_on():
+    """kernel_smoke.shape_scores (the smoke, GPU, sanitizer and lineage checks' score ramps and spikes), on the CPU:
+    a spike lifts one key past the first key block far enough above that block's max that 2^(jump) overflows
+    fp32, in the named heads only; a ramp lifts the last key by about 40 log2 units on average (rows of q with
+    large sums get more, and may reach the redo)."""
+    import torch
+    ks = _load("kernel_smoke")
+    g = torch.Generator().manual_seed(0)
+    d = 64
+    q = torch.randn(1, 8, 6, d, generator=g) + 0.5
+    k0 = torch.randn(1, 300, 6, d, generator=g)
+
+    def log2_scores(k):  # (heads, rows, keys)
+        return torch.einsum("bqhd,bkhd->hqk", q, k) * d ** -0.5 * math.log2(math.e)
+
+    k = k0.clone()
+    assert ks.shape_scores(q, k, "spike", heads=[0, 4]) is k
+    s, s0 = log2_scores(k), log2_scores(k0)
+    for h in (0, 4):
+        assert (s[h, :, 299] - s[h, :, :128].amax(-1)).min() > 128
+    assert torch.equal(s[[1, 2, 3, 5]], s0[[1, 2, 3, 5]])
+    k = ks.shape_scores(q, k0.clone(), "ramp")
+    lift = (log2_scores(k) - s0)[:, :, -1]
+    assert 30 < lift.mean() < 50 and lift.min() > 0
+    with pytest.raises(ValueError):
+        ks.shape_scores(q, k0.clone(), "slope")
