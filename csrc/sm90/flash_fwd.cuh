@@ -551,7 +551,7 @@ struct BoolTag {
 // After the first pass over its tiles, every consumer thread of a CTA meets here before the redo (kFixedRef).
 enum class RedoBarrier : uint32_t { kId = 7 };  // 3..5: the ping-pong's
 
-template <int kHeadDim, int kWGs, bool kFp16>
+template <int kHeadDim, int kWGs, bool kFp16, bool kFixedRef>
 __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg) {
   using T = FwdTraits<kHeadDim, kWGs>;
   constexpr int kN = T::kBlockN;
@@ -610,7 +610,6 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     }
   };
   int local = 0;
-  constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef);
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local)
     consume(tile, local, BoolTag<kFixedRef>{});
   if constexpr (kFixedRef) {
@@ -659,12 +658,14 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs>::kThreads, 1)
   if (threadIdx.x < T::kRedoWords) s.redo_bits[threadIdx.x] = 0;
   __syncthreads();
 
+  // Producer and consumers must agree on the redo pass (the producer waits for the consumers' marks): one decision.
+  constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef);
   if (wg == 0) {
     ptx::setmaxnreg_dec<T::kProducerRegs>();
-    if (threadIdx.x == 0) producer<kHeadDim, kWGs, fixed_ref_softmax<kFp16>(T::kFixedRef)>(p, s);
+    if (threadIdx.x == 0) producer<kHeadDim, kWGs, kFixedRef>(p, s);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
-    consumer<kHeadDim, kWGs, kFp16>(p, s, wg - 1);
+    consumer<kHeadDim, kWGs, kFp16, kFixedRef>(p, s, wg - 1);
   }
 }
 
