@@ -5,17 +5,59 @@
 #include <string>
 
 #include "capi.h"
+#include "sm90/combine.cuh"
 #include "sm90/flash_fwd.cuh"
 #include "sm90/tma_desc.h"
 
 namespace {
 
 thread_local std::string g_last_error;
+thread_local int g_last_tail_splits = 0;  // key ranges per tail tile of this thread's last launch (0: no tail launch)
 int g_d64_warpgroups = 0;  // 0: pick by shape (pick_d64_three_wgs); 2 or 3: forced (vidattn_sm90_set_d64_warpgroups)
 
 int fail(const std::string& msg) {
   g_last_error = msg;
   return 1;
+}
+
+// The tail launch (VIDATTN_TAIL_LAUNCH): with static persistent scheduling a launch of `tiles` tiles lasts
+// ceil(tiles / SMs) tile times, so the r = tiles mod SMs tiles of a last, partial round cost a whole tile time while
+// most SMs idle (seed 8K: 4096 tiles = 31 rounds + 4 tiles, 3% of the launch). The main launch takes the full rounds;
+// the r tiles then run as `splits` key ranges each (at most one item per SM, each at least kMinBlocks key blocks, so
+// a range's pipeline fill and workspace write stay small against its keys), and combine_kernel merges the ranges.
+// An in-kernel split of the last round (csrc/experiments/tail_split.patch) measured slower: its work-item decoding
+// taxed every tile; here the main launch's kernel is the plain one.
+#ifndef VIDATTN_TAIL_LAUNCH
+#define VIDATTN_TAIL_LAUNCH 1
+#endif
+#ifndef VIDATTN_TAIL_MIN_BLOCKS
+#define VIDATTN_TAIL_MIN_BLOCKS 3
+#endif
+
+struct TailPlan {
+  int64_t tiles = 0;  // tiles of the last round run as key ranges (0: no tail launch)
+  int splits = 1;
+};
+
+// Workspace bytes per tail item: the largest tile of any build (kBlockM x (D + 2) fp32: O and the row statistics).
+constexpr uint64_t kTailItemBytes = 128 * (128 + 2) * sizeof(float);
+static_assert(vidattn::sm90::FwdTraits<64, 3>::kBlockM * (64 + 2) * sizeof(float) <= kTailItemBytes, "item bytes");
+
+template <int kHeadDim, int kWGs>
+TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
+  using T = vidattn::sm90::FwdTraits<kHeadDim, kWGs>;
+  TailPlan plan;
+  // kv_lens: ranges of a short batch would hold no keys; the rare ragged launch keeps the plain schedule.
+  if (!VIDATTN_TAIL_LAUNCH || a.kv_lens != nullptr || a.workspace == nullptr) return plan;
+  const int64_t r = tiles % sms;
+  if (r == 0) return plan;
+  const int64_t blocks = (a.seqlen_kv + T::kBlockN - 1) / T::kBlockN;
+  int64_t splits = sms / r;
+  if (splits > blocks / VIDATTN_TAIL_MIN_BLOCKS) splits = blocks / VIDATTN_TAIL_MIN_BLOCKS;
+  if (splits < 2 || static_cast<uint64_t>(r * splits) * kTailItemBytes > a.workspace_bytes) return plan;
+  plan.tiles = r;
+  plan.splits = static_cast<int>(splits);
+  return plan;
 }
 
 template <int kHeadDim, int kWGs, bool kFp16>
@@ -44,20 +86,56 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/kBlockM) over 2^31)");
   p.num_m_blocks = static_cast<int>(m_blocks);
   const size_t smem = sizeof(SharedStorage<kHeadDim, kWGs>) + 1024;  // +1 KB to align the ring to 1024 B in-kernel
-  auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16>;
+  auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16, false>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
+  // A problem of more than one launch (below) keeps the plain schedule: its last round is a sliver of it.
+  const TailPlan tail = tiles <= static_cast<int64_t>(sms) * 32 * T::kRedoWords ? plan_tail<kHeadDim, kWGs>(a, tiles, sms)
+                                                                               : TailPlan{};
+  const int64_t main_tiles = tiles - tail.tiles;
+  g_last_tail_splits = tail.tiles > 0 ? tail.splits : 0;
   // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most
   // 32 * kRedoWords of its tiles for a redo (flash_fwd.cuh, kFixedRef), so larger problems take several launches.
   const int64_t per_launch = static_cast<int64_t>(sms) * 32 * T::kRedoWords;
-  for (int64_t base = 0; base < tiles; base += per_launch) {
-    const int64_t n = tiles - base < per_launch ? tiles - base : per_launch;
+  for (int64_t base = 0; base < main_tiles; base += per_launch) {
+    const int64_t n = main_tiles - base < per_launch ? main_tiles - base : per_launch;
     p.tile_base = static_cast<int>(base);
     p.num_tiles = static_cast<int>(n);
     kernel<<<dim3(static_cast<unsigned>(n < sms ? n : sms)), T::kThreads, smem, stream>>>(p);
     e = cudaGetLastError();
     if (e != cudaSuccess) return fail(std::string("kernel launch: ") + cudaGetErrorString(e));
   }
+  if (tail.tiles == 0) return 0;
+  auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16, true>;
+  e = cudaFuncSetAttribute(split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
+  const int64_t items = tail.tiles * tail.splits;
+  p.tile_base = static_cast<int>(main_tiles);
+  p.num_tiles = static_cast<int>(items);
+  p.kv_splits = tail.splits;
+  p.ws_o = static_cast<float*>(a.workspace);
+  p.ws_ml = p.ws_o + items * T::kBlockM * kHeadDim;
+  split_kernel<<<dim3(static_cast<unsigned>(items)), T::kThreads, smem, stream>>>(p);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return fail(std::string("tail launch: ") + cudaGetErrorString(e));
+  CombineParams c{};
+  c.ws_o = p.ws_o;
+  c.ws_ml = p.ws_ml;
+  c.o = a.o;
+  for (int i = 0; i < 3; ++i) c.o_stride[i] = a.o_stride[i];
+  c.lse = a.lse;
+  c.seqlen_q = p.seqlen_q;
+  c.heads = p.heads;
+  c.num_m_blocks = p.num_m_blocks;
+  c.tile_base = p.tile_base;
+  c.block_m = T::kBlockM;
+  c.splits = tail.splits;
+  c.num_rows = static_cast<int>(tail.tiles * T::kBlockM);
+  constexpr int kRowsPerBlock = 256 / 32;
+  combine_kernel<kHeadDim, kFp16>
+      <<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)), 256, 0, stream>>>(c);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return fail(std::string("tail merge launch: ") + cudaGetErrorString(e));
   return 0;
 }
 
@@ -78,9 +156,17 @@ bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
 
 extern "C" const char* vidattn_sm90_last_error(void) { return g_last_error.c_str(); }
 
-// The shipped kernel does not split its last round (csrc/experiments/tail_split.patch did, and measured slower): it
-// asks for no workspace and ignores one given.
-extern "C" uint64_t vidattn_sm90_workspace_bytes(void) { return 0; }
+// The tail launch's scratch (plan_tail): one item per SM at most. Without it (or with less) launches keep the plain
+// schedule.
+extern "C" uint64_t vidattn_sm90_workspace_bytes(void) {
+  if (!VIDATTN_TAIL_LAUNCH) return 0;
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return static_cast<uint64_t>(sms > 0 ? sms : 1) * kTailItemBytes;
+}
+
+extern "C" int vidattn_sm90_last_tail_splits(void) { return g_last_tail_splits; }
 
 extern "C" int vidattn_sm90_set_d64_warpgroups(int warpgroups) {
   if (warpgroups != 0 && warpgroups != 2 && warpgroups != 3) return 1;
@@ -102,6 +188,7 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   for (int i = 0; i < 3; ++i) o_aligned = o_aligned && (o_extent[i] == 1 || a->o_stride[i] % 8 == 0);
   if (!o_aligned) return fail("output must be 16-byte aligned with strides that are multiples of 8 elements");
   auto s = static_cast<cudaStream_t>(stream);
+  g_last_tail_splits = 0;
   const bool fp16 = a->dtype == 1;
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
   int device = 0, sms = 0;

@@ -17,9 +17,9 @@ typedef struct VidattnFwdArgs {
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // (batch, seq, head) strides, in elements
   float scale;
   int32_t dtype;        // 0 = bf16, 1 = fp16
-  // Scratch for builds that ask for one (vidattn_sm90_workspace_bytes > 0), or NULL. The shipped build asks for
-  // none; csrc/experiments/tail_split.patch (measured slower) did, and needed its first 4096 bytes zero before the
-  // first launch that used it, launches leaving them zero. One launch at a time per workspace (one per stream).
+  // Scratch of vidattn_sm90_workspace_bytes() bytes for the tail launch (capi.cu, plan_tail: the last, partial round
+  // of tiles split along the keys), or NULL: launches then keep the plain schedule. Any contents; one launch at a
+  // time per workspace (one per stream).
   void* workspace;
   uint64_t workspace_bytes;
 } VidattnFwdArgs;
@@ -30,8 +30,10 @@ const char* vidattn_sm90_last_error(void);
 // Head dim 64 only: force the consumer warpgroup count of later launches (2 or 3), or 0 for the launcher's choice
 // by shape (the default). For tests and A/B timing; returns 0, or 1 for any other value (nothing changes).
 int vidattn_sm90_set_d64_warpgroups(int warpgroups);
-// Bytes of workspace this build can use on the current device (0: it uses none, as the shipped build).
+// Bytes of workspace this build can use on the current device (0: it uses none, as a VIDATTN_TAIL_LAUNCH=0 build).
 uint64_t vidattn_sm90_workspace_bytes(void);
+// Key ranges per tile of the tail launch of this thread's last vidattn_sm90_fwd call (0: it had none). For tests.
+int vidattn_sm90_last_tail_splits(void);
 
 #ifdef __cplusplus
 }

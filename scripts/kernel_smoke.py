@@ -32,9 +32,11 @@ CASES = [  # (B, Sq, Skv, H, D, dtype, layout, kv_lens[, D=64 warpgroups forced:
     (2, 129, 777, 2, 64, torch.float16, "bhsd", None, 3),
     (3, 333, 513, 2, 64, torch.bfloat16, "bshd", [513, 1, 200], 3),
     (1, 4224, 4224, 2, 64, torch.bfloat16, "bshd", None, 3),
-    # One 128-row tile per head and 133 / 136 heads: on 132 SMs a last round of 1 / 4 tiles (what the tail split of
-    # csrc/experiments/tail_split.patch cuts along the keys and merges).
+    # One 128-row tile per head and 133 / 136 heads: on 132 SMs a last round of 1 / 4 tiles, which the tail launch
+    # runs as key ranges and merges (csrc/capi.cu, plan_tail) when the keys are long enough: 2000 keys at D=128 make 4
+    # ranges, 4224 at D=64 make 11, 777 at D=128 too few (the plain schedule).
     (1, 100, 777, 133, 128, torch.bfloat16, "bshd", None),
+    (1, 100, 2000, 133, 128, torch.bfloat16, "bshd", None),
     (1, 100, 4224, 136, 64, torch.float16, "bhsd", None),
 ]
 # Score ranges the fixed-reference softmax (csrc/sm90/flash_fwd.cuh, softmax_fixed_ref) must survive: a ramp (later

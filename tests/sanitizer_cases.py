@@ -1,4 +1,4 @@
-"""Four small kernel calls for compute-sanitizer (memcheck, racecheck): no pytest, exit 0 only if all are right.
+"""Five small kernel calls for compute-sanitizer (memcheck, racecheck): no pytest, exit 0 only if all are right.
 
     compute-sanitizer --tool memcheck  --error-exitcode 1 python3 tests/sanitizer_cases.py
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 tests/sanitizer_cases.py
@@ -23,12 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 # (name, B, H, Sq, Skv, D, dtype, layout, kv_lens, D=64 warpgroups (0: the launcher's pick, 3: forced)[, spiked
 # heads]): a tail-heavy case (no tile is full), a degenerate one, a tail-heavy one on the three-warpgroup D=64
 # build, and one whose spiked heads overflow the fixed-reference softmax, so their tiles are marked and run again
-# (the marks in shared memory, the producer told through an mbarrier: csrc/sm90/flash_fwd.cuh, redo_tiles).
+# (the marks in shared memory, the producer told through an mbarrier: csrc/sm90/flash_fwd.cuh, redo_tiles), and one
+# with a last round of one tile ("sms+1" heads of one tile each), which runs as two key ranges merged by
+# combine_kernel (csrc/capi.cu, plan_tail).
 CASES = [
     ("tails+ragged", 2, 3, 129, 777, 128, torch.bfloat16, "bshd", [777, 259], 0),
     ("skv=1", 1, 2, 65, 1, 64, torch.float16, "bhsd", None, 0),
     ("d64-3wg tails+ragged", 2, 2, 257, 333, 64, torch.bfloat16, "bshd", [333, 100], 3),
     ("redo", 1, 4, 300, 500, 128, torch.bfloat16, "bshd", None, 0, [1, 2]),
+    ("tail launch", 1, "sms+1", 100, 1000, 128, torch.bfloat16, "bshd", None, 0),
 ]
 REL_L2_MAX = 1e-2
 LSE_ATOL = 1e-2
@@ -79,8 +82,9 @@ def main() -> int:
         return 2
     import vidattn
     rc = 0
-    for case in CASES:
-        rc = max(rc, run_case(vidattn, *case))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for name, b, h, *rest in CASES:
+        rc = max(rc, run_case(vidattn, name, b, sms + 1 if h == "sms+1" else h, *rest))
     torch.cuda.synchronize()
     return rc
 

@@ -379,13 +379,51 @@ def test_poisoned_allocator(sq, skv, ragged, d, layout):
 @pytest.mark.parametrize("tail", [1, 4])
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
 def test_last_round_tiles(d, tail, skv):
-    """One 128-row tile per head and SM count + `tail` heads: a last round of `tail` tiles, the launches a
-    tail-splitting build (csrc/experiments/tail_split.patch) cuts along the keys and merges. Accuracy, LSE, and
-    bitwise repeatability whichever piece finishes last."""
+    """One tile per head and SM count + `tail` heads: a last round of `tail` tiles, which the tail launch cuts along
+    the keys when they are long enough (csrc/capi.cu, plan_tail). Accuracy, LSE, and bitwise repeatability."""
     sms = torch.cuda.get_device_properties(DEV).multi_processor_count
     g, seed = new_gen()
     q, k, v = make_qkv(1, sms + tail, 100, skv, d, torch.bfloat16, "bshd", g, True)
     check_accurate_lse_repeatable(q, k, v, f"last round: H{sms + tail} 100x{skv} D{d} seed={seed}")
+
+
+def expected_tail_splits(tiles: int, skv: int, d: int, sms: int) -> int:
+    """The tail launch's key ranges per tile as csrc/capi.cu plans them: the last round's r = tiles mod SMs tiles,
+    split SMs // r ways, each range at least 3 key blocks (176 keys at D=128, 128 at D=64); none below 2."""
+    r = tiles % sms
+    if r == 0:
+        return 0
+    splits = min(sms // r, -(-skv // (176 if d == 128 else 128)) // 3)
+    return splits if splits >= 2 else 0
+
+
+@pytest.mark.parametrize("case", ["one-tile-tail", "four-tile-tail-fp16", "fewer-tiles-than-sms", "ragged-no-tail"])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+def test_tail_launch(d, case):
+    """The tail launch engages as planned (vidattn_sm90_last_tail_splits) and its key ranges merge into the right
+    output: accuracy against fp64 and cuDNN, the LSE, bitwise repeatability. Problems of fewer tiles than SMs run
+    wholly as key ranges; a launch with kv_lens keeps the plain schedule."""
+    from vidattn import _ext
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    dtype = torch.float16 if case.endswith("fp16") else torch.bfloat16
+    b, h, sq, skv = {"one-tile-tail": (1, sms + 1, 100, 4224), "four-tile-tail-fp16": (1, sms + 4, 64, 2000),
+                     "fewer-tiles-than-sms": (1, 2, 1000, 3000), "ragged-no-tail": (2, 3, 1000, 3000)}[case]
+    g, seed = new_gen()
+    q, k, v = make_qkv(b, h, sq, skv, d, dtype, "bshd", g, True)
+    what = f"tail launch {case}: B{b} H{h} {sq}x{skv} D{d} {dtype} seed={seed}"
+    block_m = 192 if getattr(d, "wgs", 2) == 3 else 128
+    tiles = b * h * -(-sq // block_m)
+    if case == "ragged-no-tail":
+        lens = torch.tensor([skv, skv // 3], dtype=torch.int32, device=DEV)
+        out = vidattn.attention(q, k, v, layout="bshd", kv_lens=lens)
+        assert _ext.last_tail_splits() == 0, what
+        ref, _ = reference(q, k, v, "bshd", None, lens)
+        assert_accurate(out, ref, sdpa(q, k, v, "bshd", None, lens), what)
+        return
+    check_accurate_lse_repeatable(q, k, v, what)
+    want = expected_tail_splits(tiles, skv, d, sms)
+    assert want >= 2, f"{what}: the case should plan a tail launch"
+    assert _ext.last_tail_splits() == want, what
 
 
 @pytest.mark.parametrize("pattern", ["ramp", "spike", "spike-some-heads"])

@@ -132,6 +132,9 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     if hasattr(lib, "vidattn_sm90_workspace_bytes"):  # builds before the third session of 2026-11-30 lack it
         lib.vidattn_sm90_workspace_bytes.argtypes = []
         lib.vidattn_sm90_workspace_bytes.restype = ctypes.c_uint64
+    if hasattr(lib, "vidattn_sm90_last_tail_splits"):  # builds before the fifth session of 2026-11-30 lack it
+        lib.vidattn_sm90_last_tail_splits.argtypes = []
+        lib.vidattn_sm90_last_tail_splits.restype = ctypes.c_int
     if hasattr(lib, "vidattn_sm90_set_d64_warpgroups"):  # builds before 2026-11-30 lack it
         lib.vidattn_sm90_set_d64_warpgroups.argtypes = [ctypes.c_int]
         lib.vidattn_sm90_set_d64_warpgroups.restype = ctypes.c_int
@@ -151,6 +154,17 @@ def set_d64_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
         raise RuntimeError("this kernel library predates the D=64 warpgroup switch")
     if lib.vidattn_sm90_set_d64_warpgroups(int(warpgroups)) != 0:
         raise ValueError(f"D=64 warpgroups must be 0 (by shape), 2 or 3, got {warpgroups}")
+
+
+def last_tail_splits(lib: ctypes.CDLL | None = None) -> int:
+    """Key ranges per tile of the tail launch of this thread's last kernel call (0: it had none): the last, partial
+    round of tiles split along the keys (csrc/capi.cu, plan_tail). For tests and benchmarks."""
+    lib = lib or load()
+    if lib is None:
+        raise RuntimeError(build_error() or "vidattn kernel library not loaded")
+    if not hasattr(lib, "vidattn_sm90_last_tail_splits"):
+        raise RuntimeError("this kernel library predates the tail launch")
+    return int(lib.vidattn_sm90_last_tail_splits())
 
 
 @contextmanager
@@ -242,9 +256,8 @@ def kernel_reason(q, k, v, kv_lens, scale) -> str | None:
     return reason
 
 
-# Per (library, device, stream): the zero-initialised scratch a build asks for (capi.h: one launch at a time per
-# workspace, so one per stream; the tail-split experiment asked for one, the shipped build does not), or 0 where the
-# build asks for none.
+# Per (library, device, stream): the scratch a build asks for (capi.h: the tail launch's; one launch at a time per
+# workspace, so one per stream), or 0 where the build asks for none.
 _workspaces: dict[tuple[int, str, int | None, int], "torch.Tensor | int"] = {}
 
 

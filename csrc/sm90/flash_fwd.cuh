@@ -67,6 +67,35 @@ __device__ __forceinline__ int kv_block(int j, int rot, int n_blocks) {
   return j;
 }
 
+// One work item: a whole tile, or in the tail launch (kSplit, capi.cu) one of p.kv_splits contiguous key-block
+// ranges of a tile, item t being range t % kv_splits of tile t / kv_splits.
+struct TileWork {
+  TileCoord tc;
+  int kv_len;    // valid keys of the batch
+  int kv_first;  // first key block of this item
+  int n_blocks;  // key blocks of this item (0 only when kv_len is, or a range is empty)
+};
+template <int kN, bool kSplit>
+__device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
+  int tile = item, range = 0;
+  if constexpr (kSplit) {
+    tile = item / p.kv_splits;
+    range = item - tile * p.kv_splits;
+  }
+  TileWork w;
+  w.tc = tile_coord(p, tile);
+  w.kv_len = kv_len_of(p, w.tc.batch);
+  const int n = (w.kv_len + kN - 1) / kN;
+  if constexpr (kSplit) {
+    w.kv_first = range * n / p.kv_splits;
+    w.n_blocks = (range + 1) * n / p.kv_splits - w.kv_first;
+  } else {
+    w.kv_first = 0;
+    w.n_blocks = n;
+  }
+  return w;
+}
+
 // The tiles of this CTA marked for a redo (bit L of `bits`: its L-th tile, blockIdx.x + L * gridDim.x), in
 // ascending order, each run as local tile number n_local, n_local + 1, ... after the n_local tiles of the first pass
 // (Q buffers and the ring's stages carry on). Producer and consumers walk the same bits in the same order.
@@ -91,7 +120,7 @@ __device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&
 // the consumer dispatches each tile on its start stage (mainloop_from) so stage indices stay compile-time offsets
 // of the loop counter, in uniform registers (a plain carried counter measured 5% slower from R2UR moves). The
 // phase of each stage is carried across tiles as one bit per stage.
-template <int kHeadDim, int kWGs, bool kFixedRef>
+template <int kHeadDim, int kWGs, bool kFixedRef, bool kSplit>
 __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s) {
   using T = FwdTraits<kHeadDim, kWGs>;
   constexpr uint32_t kQBytes = T::kBlockM * kHeadDim * sizeof(uint16_t);
@@ -99,8 +128,9 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   uint32_t empty_phase = 0;  // bit s: parity of stage s's next "empty" phase to wait for, xor 1
   int start = 0;             // the ring runs on across tiles: tile t+1's K_0 goes where tile t left off
   auto produce = [&](int tile, int local) {
-    const TileCoord tc = tile_coord(p, tile);
-    const int n_blocks = (kv_len_of(p, tc.batch) + T::kBlockN - 1) / T::kBlockN;
+    const TileWork w = tile_work<T::kBlockN, kSplit>(p, tile);
+    const TileCoord& tc = w.tc;
+    const int n_blocks = w.n_blocks;
     const int rot = kv_rotation<T::kKvRotate>(tile, n_blocks);
     const int qb = local % T::kQBuffers;
     auto load_q = [&]() {
@@ -134,7 +164,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
         ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
-                         kv_block<T::kKvRotate>(j, rot, n_blocks) * T::kBlockN, tc.head, tc.batch);
+                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, tc.head, tc.batch);
       }
       // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S.
       if (j == 0) load_q();
@@ -143,7 +173,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
         ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
-                         kv_block<T::kKvRotate>(j, rot, n_blocks) * T::kBlockN, tc.head, tc.batch);
+                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, tc.head, tc.batch);
       }
     }
     start = (start + n_blocks) % T::kStages;
@@ -439,12 +469,37 @@ __device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord&
   }
 }
 
+// Epilogue of a work item of the tail launch (kSplit): its unnormalised O in fp32 and each row's (max * scale_log2,
+// sum) go to the workspace, item t's rows at [t * kBlockM, (t + 1) * kBlockM); combine_kernel (combine.cuh) merges
+// the items of a tile and stores O. Plain 8-byte stores: a tail launch has at most one item per SM.
+template <int kHeadDim, int kWGs>
+__device__ __forceinline__ void store_partial(const FwdParams& p, int item, int cwg, int warp, int lane,
+                                              const float (&o)[kHeadDim / 2], const float (&row_max)[2],
+                                              float (&row_sum)[2]) {
+  using T = FwdTraits<kHeadDim, kWGs>;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
+  const int64_t row0 = static_cast<int64_t>(item) * T::kBlockM + cwg * T::kRowsPerWG + warp * 16 + lane / 4;
+  float* out = p.ws_o + row0 * kHeadDim + 2 * (lane % 4);
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 8; ++i) {
+    *reinterpret_cast<float2*>(out + 8 * i) = make_float2(o[4 * i + 0], o[4 * i + 1]);
+    *reinterpret_cast<float2*>(out + 8 * kHeadDim + 8 * i) = make_float2(o[4 * i + 2], o[4 * i + 3]);
+  }
+  if (lane % 4 == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      *reinterpret_cast<float2*>(p.ws_ml + 2 * (row0 + 8 * r)) = make_float2(row_max[r] * p.scale_log2, row_sum[r]);
+  }
+}
+
 // One tile's K/V loop, starting at ring stage kStart. A template per start stage keeps every stage index a
 // function of the loop counter alone, so the wgmma descriptors stay in uniform registers while the ring runs on
 // across tiles (the next tile's first K/V loads no longer wait for this tile's last block to be released).
 template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, int kStart>
 __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg, uint32_t q_smem,
-                                         int qb, int n_blocks, int rot, int kv_len, int col_in_group, int lane,
+                                         int qb, int n_blocks, int kv_first, int rot, int kv_len, int col_in_group,
+                                         int lane,
                                          uint32_t& k_phase, uint32_t& v_phase, float (&o)[kHeadDim / 2],
                                          float (&row_max)[2], float (&row_sum)[2],
                                          float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
@@ -470,7 +525,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       ptx::mbarrier_arrive(&s.k_empty[stage]);
       if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
     }
-    const int kv0 = kv_block<T::kKvRotate>(0, rot, n_blocks) * kN;
+    const int kv0 = (kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks)) * kN;
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     online_softmax<kN, !kFixed>(sacc, row_max, row_sum, alpha, scale_log2);
     pack_p<kN, kFp16>(sacc, pa);
@@ -496,7 +551,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       ptx::mbarrier_arrive(&s.k_empty[stage]);
       if (j == n_blocks - 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
     }
-    const int kv0 = kv_block<T::kKvRotate>(j, rot, n_blocks) * kN;
+    const int kv0 = (kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * kN;
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     if constexpr (kFixed)
       softmax_fixed_ref<kN>(sacc, row_max, scale_log2);  // row_max: the first block's, for good
@@ -527,21 +582,21 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
 
 template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, int kStart>
 __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg,
-                                              uint32_t q_smem, int qb, int n_blocks, int rot, int kv_len,
-                                              int col_in_group, int lane, uint32_t& k_phase, uint32_t& v_phase,
+                                              uint32_t q_smem, int qb, int n_blocks, int kv_first, int rot,
+                                              int kv_len, int col_in_group, int lane, uint32_t& k_phase, uint32_t& v_phase,
                                               float (&o)[kHeadDim / 2], float (&row_max)[2], float (&row_sum)[2],
                                               float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
                                               uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4]) {
   if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs>::kStages) {
     if (start != kStart) {
-      mainloop_from<kHeadDim, kWGs, kFp16, kFixed, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, rot,
-                                                               kv_len, col_in_group, lane, k_phase, v_phase, o,
-                                                               row_max, row_sum, sacc, pa);
+      mainloop_from<kHeadDim, kWGs, kFp16, kFixed, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, kv_first,
+                                                               rot, kv_len, col_in_group, lane, k_phase, v_phase,
+                                                               o, row_max, row_sum, sacc, pa);
       return;
     }
   }
-  mainloop<kHeadDim, kWGs, kFp16, kFixed, kStart>(p, s, cwg, q_smem, qb, n_blocks, rot, kv_len, col_in_group, lane,
-                                                  k_phase, v_phase, o, row_max, row_sum, sacc, pa);
+  mainloop<kHeadDim, kWGs, kFp16, kFixed, kStart>(p, s, cwg, q_smem, qb, n_blocks, kv_first, rot, kv_len,
+                                                  col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa);
 }
 
 template <bool B>
@@ -551,7 +606,7 @@ struct BoolTag {
 // After the first pass over its tiles, every consumer thread of a CTA meets here before the redo (kFixedRef).
 enum class RedoBarrier : uint32_t { kId = 7 };  // 3..5: the ping-pong's
 
-template <int kHeadDim, int kWGs, bool kFp16, bool kFixedRef>
+template <int kHeadDim, int kWGs, bool kFp16, bool kFixedRef, bool kSplit>
 __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg) {
   using T = FwdTraits<kHeadDim, kWGs>;
   constexpr int kN = T::kBlockN;
@@ -581,9 +636,8 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     // Accumulator fragment (wgmma m64nN, fp32): this thread holds rows r and r+8 of its warp's 16, and for every
     // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
     const int lane = ptx::lane_id(), warp = ptx::warp_in_block() % 4, col_in_group = 2 * (lane % 4);
-    const TileCoord tc = tile_coord(p, tile);
-    const int kv_len = kv_len_of(p, tc.batch);
-    const int n_blocks = (kv_len + kN - 1) / kN;
+    const TileWork w = tile_work<kN, kSplit>(p, tile);
+    const int n_blocks = w.n_blocks;
 
     const int qb = local % T::kQBuffers;
     const uint32_t q_smem = q_smem0 + qb * T::kQBytes;
@@ -596,13 +650,16 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     if (n_blocks == 0) {
       if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
     } else {
-      mainloop_from<kHeadDim, kWGs, kFp16, kFixed, 0>(start, p, s, cwg, q_smem, qb, n_blocks,
-                                                      kv_rotation<T::kKvRotate>(tile, n_blocks), kv_len,
+      mainloop_from<kHeadDim, kWGs, kFp16, kFixed, 0>(start, p, s, cwg, q_smem, qb, n_blocks, w.kv_first,
+                                                      kv_rotation<T::kKvRotate>(tile, n_blocks), w.kv_len,
                                                       col_in_group, lane, k_phase, v_phase, o, row_max, row_sum,
                                                       sacc, pa);
     }
     start = (start + n_blocks) % T::kStages;
-    finish_tile<kHeadDim, kWGs, kFp16>(p, tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max, row_sum);
+    if constexpr (kSplit)
+      store_partial<kHeadDim, kWGs>(p, tile, cwg, warp, lane, o, row_max, row_sum);
+    else
+      finish_tile<kHeadDim, kWGs, kFp16>(p, w.tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max, row_sum);
     // (row sums quad-reduced by finish_tile; the comparison is false for NaN)
     if constexpr (kFixed) {
       if (!(row_sum[0] <= kFixedRefMaxSum && row_sum[1] <= kFixedRefMaxSum))
@@ -625,7 +682,8 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   if (lane == 0) ptx::bulk_wait_group<0>();
 }
 
-template <int kHeadDim, int kWGs, bool kFp16>
+// kSplit: the tail launch's build (work items are key ranges of tiles, O goes to the workspace unnormalised; capi.cu).
+template <int kHeadDim, int kWGs, bool kFp16, bool kSplit>
 __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs>::kThreads, 1)
     flash_fwd_kernel(const __grid_constant__ FwdParams p) {
   using T = FwdTraits<kHeadDim, kWGs>;
@@ -659,13 +717,15 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs>::kThreads, 1)
   __syncthreads();
 
   // Producer and consumers must agree on the redo pass (the producer waits for the consumers' marks): one decision.
-  constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef);
+  // The tail launch's items run the exact softmax: they are at most one per SM, and their merge wants each item's
+  // own row max as its reference anyway.
+  constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef) && !kSplit;
   if (wg == 0) {
     ptx::setmaxnreg_dec<T::kProducerRegs>();
-    if (threadIdx.x == 0) producer<kHeadDim, kWGs, kFixedRef>(p, s);
+    if (threadIdx.x == 0) producer<kHeadDim, kWGs, kFixedRef, kSplit>(p, s);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
-    consumer<kHeadDim, kWGs, kFp16, kFixedRef>(p, s, wg - 1);
+    consumer<kHeadDim, kWGs, kFp16, kFixedRef, kSplit>(p, s, wg - 1);
   }
 }
 

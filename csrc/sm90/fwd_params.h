@@ -20,6 +20,12 @@ struct FwdParams {
   int num_tiles;         // tiles of this launch (of num_m_blocks * heads * batch): the persistent CTAs' work list
   float scale_log2;      // softmax scale * log2(e): the kernel works in base 2 (ex2) throughout
   int tile_base;         // this launch runs tiles tile_base .. tile_base + num_tiles - 1 (capi.cu: launch)
+  // The tail launch only (flash_fwd_kernel<..., kSplit = true>; capi.cu, plan_tail): its work items are kv_splits
+  // key ranges of each of num_tiles / kv_splits tiles, and write unnormalised O (fp32, kBlockM x D per item) and
+  // per-row (max * scale_log2, sum) pairs to the workspace for combine_kernel.
+  int kv_splits;
+  float* ws_o;
+  float* ws_ml;
 };
 
 }  // namespace vidattn::sm90

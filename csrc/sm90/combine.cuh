@@ -1,0 +1,69 @@
+// The tail launch's merge (capi.cu, plan_tail): the last, partial round of tiles runs as key ranges of each tile,
+// one per SM, which leave unnormalised O and row statistics in the workspace (flash_fwd.cuh, store_partial); this
+// kernel weighs the ranges of every row by 2^(m_s - max m), normalises, and writes O and the LSE. The ranges merge in
+// a fixed order, so results repeat bitwise. Pure CUDA, no torch.
+#pragma once
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <type_traits>
+
+namespace vidattn::sm90 {
+
+struct CombineParams {
+  const float* ws_o;   // [item][block_m][head_dim] fp32, item = tile_in_tail * splits + range
+  const float* ws_ml;  // [item][block_m][2]: row max * scale_log2 (-inf for a range without keys), row sum
+  void* o;             // the output, (B, Sq, H, D) with o_stride (elements)
+  int64_t o_stride[3];
+  float* lse;          // (B, H, Sq) natural-log LSE, or nullptr
+  int seqlen_q, heads, num_m_blocks;
+  int tile_base;       // the first tail tile's global index (tile_coord's order)
+  int block_m, splits, num_rows;  // num_rows = tail tiles x block_m
+};
+
+// One warp per output row, kHeadDim / 32 consecutive columns per lane.
+template <int kHeadDim, bool kFp16>
+__global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ CombineParams c) {
+  constexpr int kCols = kHeadDim / 32;
+  const int lane = threadIdx.x % 32;
+  const int r = static_cast<int>((static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
+  if (r >= c.num_rows) return;
+  const int t = r / c.block_m, row_in_tile = r - t * c.block_m;
+  const int tile = c.tile_base + t, hb = tile / c.num_m_blocks;
+  const int row = (tile - hb * c.num_m_blocks) * c.block_m + row_in_tile;
+  const int head = hb % c.heads, batch = hb / c.heads;
+  if (row >= c.seqlen_q) return;
+  const float kNegInf = -__int_as_float(0x7f800000);
+  const int64_t item_row0 = static_cast<int64_t>(t) * c.splits * c.block_m + row_in_tile;
+  float m = kNegInf;
+  for (int s = 0; s < c.splits; ++s) m = fmaxf(m, c.ws_ml[2 * (item_row0 + static_cast<int64_t>(s) * c.block_m)]);
+  float l = 0.f, acc[kCols];
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) acc[i] = 0.f;
+  if (m != kNegInf) {
+    for (int s = 0; s < c.splits; ++s) {
+      const int64_t ir = item_row0 + static_cast<int64_t>(s) * c.block_m;
+      const float w = exp2f(c.ws_ml[2 * ir] - m);  // 0 for a range without keys (m_s = -inf)
+      l += w * c.ws_ml[2 * ir + 1];
+      const float* src = c.ws_o + ir * kHeadDim + lane * kCols;
+#pragma unroll
+      for (int i = 0; i < kCols; ++i) acc[i] += w * src[i];
+    }
+  }
+  const float inv = l > 0.f ? 1.f / l : 0.f;  // no valid key: O = 0, as the main kernel writes
+  using Elem = typename std::conditional<kFp16, __half, __nv_bfloat16>::type;
+  Elem* dst = static_cast<Elem*>(c.o) + batch * c.o_stride[0] + row * c.o_stride[1] + head * c.o_stride[2] +
+              lane * kCols;
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) {
+    if constexpr (kFp16)
+      dst[i] = __float2half_rn(acc[i] * inv);
+    else
+      dst[i] = __float2bfloat16_rn(acc[i] * inv);
+  }
+  if (c.lse != nullptr && lane == 0)
+    c.lse[(static_cast<int64_t>(batch) * c.heads + head) * c.seqlen_q + row] =
+        l > 0.f ? (m + __log2f(l)) * 0.693147180559945309f : kNegInf;
+}
+
+}  // namespace vidattn::sm90
