@@ -23,8 +23,11 @@ int fail(const std::string& msg) {
 // The tail launch (VIDATTN_TAIL_LAUNCH): with static persistent scheduling a launch of `tiles` tiles lasts
 // ceil(tiles / SMs) tile times, so the r = tiles mod SMs tiles of a last, partial round cost a whole tile time while
 // most SMs idle (seed 8K: 4096 tiles = 31 rounds + 4 tiles, 3% of the launch). The main launch takes the full rounds;
-// the r tiles then run as `splits` key ranges each (at most one item per SM, each at least kMinBlocks key blocks, so
-// a range's pipeline fill and workspace write stay small against its keys), and combine_kernel merges the ranges.
+// the r tiles then run as `splits` key ranges each (at most one item per SM, each at least VIDATTN_TAIL_MIN_BLOCKS
+// key blocks, so a range's pipeline fill and workspace write stay small against its keys), and combine_kernel merges
+// the ranges. Tiles of fewer than VIDATTN_TAIL_MIN_TILE_BLOCKS key blocks keep the plain schedule: the two extra
+// launches cost more than their last round (FA-bench 1K D64, 8 blocks: 1.014x -> 1.000x cuDNN split in two, run 2 of
+// the fifth session).
 // An in-kernel split of the last round (csrc/experiments/tail_split.patch) measured slower: its work-item decoding
 // taxed every tile; here the main launch's kernel is the plain one.
 #ifndef VIDATTN_TAIL_LAUNCH
@@ -32,6 +35,9 @@ int fail(const std::string& msg) {
 #endif
 #ifndef VIDATTN_TAIL_MIN_BLOCKS
 #define VIDATTN_TAIL_MIN_BLOCKS 3
+#endif
+#ifndef VIDATTN_TAIL_MIN_TILE_BLOCKS
+#define VIDATTN_TAIL_MIN_TILE_BLOCKS 12
 #endif
 
 struct TailPlan {
@@ -52,6 +58,7 @@ TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
   const int64_t r = tiles % sms;
   if (r == 0) return plan;
   const int64_t blocks = (a.seqlen_kv + T::kBlockN - 1) / T::kBlockN;
+  if (blocks < VIDATTN_TAIL_MIN_TILE_BLOCKS) return plan;
   int64_t splits = sms / r;
   if (splits > blocks / VIDATTN_TAIL_MIN_BLOCKS) splits = blocks / VIDATTN_TAIL_MIN_BLOCKS;
   if (splits < 2 || static_cast<uint64_t>(r * splits) * kTailItemBytes > a.workspace_bytes) return plan;

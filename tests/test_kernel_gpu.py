@@ -3,11 +3,16 @@
 Method (the FlashAttention way): the reference is attention computed in float64 on the upcast inputs; the
 kernel's error against it must be at most a multiple of the error of cuDNN SDPA (default SDPA when cuDNN refuses
 the shape) on the very same bf16/fp16 inputs, plus a small floor, and never above a plain bf16-sized cap:
-relative L2 at most K_ERR (1.5) times cuDNN's, max |out - ref| at most K_ERR_MAX_ABS (2, FlashAttention's own
-test bound) times cuDNN's. Until the bf16 fixed-reference softmax (csrc/sm90/flash_fwd.cuh) the kernel computed
-the same P as cuDNN, whose errors it matched to four digits, so one bound of 1.5 held for both; now P is rounded
-against another reference, the rounding errors are independent of cuDNN's, and the single worst element of a
-tensor lands anywhere up to ~1.55x cuDNN's (rel-L2 stays within 1.05x; csrc/NOTES.md, run22/run23).
+relative L2 at most K_ERR (1.5) times cuDNN's, and every element's |out - ref| at most K_ERR_MAX_ABS (2,
+FlashAttention's own test bound) times cuDNN's max |err|, or one unit in the last place of the output type at that
+element's magnitude, whichever is larger. Until the bf16 fixed-reference softmax (csrc/sm90/flash_fwd.cuh) the
+kernel computed the same P as cuDNN, whose errors it matched to four digits, so one bound of 1.5x held for both;
+now P is rounded against another reference and the errors are independent of cuDNN's. A tensor's max |err| is then
+mostly its output rounding: the worst element is one whose exact value lies near the midpoint of two bf16 values,
+about half an ulp off whichever way it rounds, and how near a midpoint cuDNN's worst element happened to fall is
+chance (2.11x cuDNN's on one 777 x 777 randn case, 2.65e-3 against 1.26e-3, where half an ulp at 0.5-1 is 1.95e-3;
+csrc/NOTES.md, fifth session). One ulp allows that half ulp plus half an ulp of error before rounding, P's own
+bf16 rounding level; relative L2, which no single element decides, keeps its 1.5x.
 
 Every case draws fresh random inputs (its seed is in the failure message), plain randn and randn + 0.5 (rows that
 do not average to zero). Every in-envelope case also asserts `vidattn.explain(...) is None`: the kernel ran, not
@@ -181,15 +186,28 @@ def errors(out, ref):
     return diff.abs().max().item(), (diff.norm() / ref.norm().clamp_min(1e-300)).item()
 
 
+def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """One unit in the last place of `dtype` (bf16 or fp16) at each element's magnitude (subnormals: the smallest
+    normal's)."""
+    mantissa, min_exp = (7, -126) if dtype == torch.bfloat16 else (10, -14)
+    return torch.exp2(torch.floor(torch.log2(ref.abs().clamp_min(2.0 ** min_exp))) - mantissa)
+
+
 def assert_accurate(out, ref, base, what):
-    """out (kernel) and base (SDPA) against the float64 ref, by max |err| and relative L2."""
+    """out (kernel) and base (SDPA) against the float64 ref: every element within K_ERR_MAX_ABS x SDPA's max |err| or
+    one ulp at its magnitude (module docstring), relative L2 within K_ERR x SDPA's."""
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     assert torch.isfinite(out).all(), f"{what}: non-finite values in the output"
     k_abs, k_rel = errors(out, ref)
     s_abs, s_rel = errors(base, ref)
     msg = (f"{what}: kernel max|err| {k_abs:.3e} rel-L2 {k_rel:.3e}; "
-           f"SDPA max|err| {s_abs:.3e} rel-L2 {s_rel:.3e} (allowed {K_ERR_MAX_ABS}x / {K_ERR}x + floor)")
-    assert k_abs <= K_ERR_MAX_ABS * s_abs + MAX_ABS_FLOOR, msg
+           f"SDPA max|err| {s_abs:.3e} rel-L2 {s_rel:.3e} (allowed {K_ERR_MAX_ABS}x or 1 ulp / {K_ERR}x + floor)")
+    if k_abs > K_ERR_MAX_ABS * s_abs + MAX_ABS_FLOOR:
+        excess = (out.double() - ref).abs() - torch.clamp(ulp(ref, out.dtype), min=K_ERR_MAX_ABS * s_abs)
+        worst = int(excess.argmax())
+        assert excess.max().item() <= MAX_ABS_FLOOR, (
+            f"{msg}; element {worst} (ref {ref.flatten()[worst].item():.6g}, out {out.flatten()[worst].item():.6g}) "
+            f"is off by more than both")
     assert k_rel <= K_ERR * s_rel + REL_L2_FLOOR, msg
     assert k_rel <= REL_L2_CAP, msg
 
@@ -389,11 +407,13 @@ def test_last_round_tiles(d, tail, skv):
 
 def expected_tail_splits(tiles: int, skv: int, d: int, sms: int) -> int:
     """The tail launch's key ranges per tile as csrc/capi.cu plans them: the last round's r = tiles mod SMs tiles,
-    split SMs // r ways, each range at least 3 key blocks (176 keys at D=128, 128 at D=64); none below 2."""
+    split SMs // r ways, each range at least 3 key blocks (176 keys at D=128, 128 at D=64), tiles of at least 12
+    blocks; none below 2."""
     r = tiles % sms
-    if r == 0:
+    blocks = -(-skv // (176 if d == 128 else 128))
+    if r == 0 or blocks < 12:
         return 0
-    splits = min(sms // r, -(-skv // (176 if d == 128 else 128)) // 3)
+    splits = min(sms // r, blocks // 3)
     return splits if splits >= 2 else 0
 
 
