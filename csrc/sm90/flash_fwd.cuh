@@ -5,7 +5,8 @@
 // operands in shared memory), a softmax in registers (base 2, scale folded into one FFMA; against the first key
 // block's row max for bf16, with tiles that leave the safe range run again exactly), and O += P V (wgmma with P
 // straight from registers), taking turns on the tensor cores. Key tails and per-batch kv_lens are
-// masked in registers; O leaves through shared memory with TMA stores, which clip query tails. Pure CUDA + PTX: no
+// masked in registers; O leaves through shared memory with TMA stores, which clip query tails. The kSplit build runs
+// the tail launch's key ranges (capi.cu, plan_tail) and leaves unnormalised O for combine.cuh. Pure CUDA + PTX: no
 // torch, no CUTLASS.
 #pragma once
 #include <cstdint>
