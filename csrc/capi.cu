@@ -49,13 +49,13 @@ struct TailPlan {
 constexpr uint64_t kTailItemBytes = 128 * (128 + 2) * sizeof(float);
 static_assert(vidattn::sm90::FwdTraits<64, 3>::kBlockM * (64 + 2) * sizeof(float) <= kTailItemBytes, "item bytes");
 
-// r: the tiles of the last, partial round (the last tiles of the launch order).
 template <int kHeadDim, int kWGs>
-TailPlan plan_tail(const VidattnFwdArgs& a, int64_t r, int sms) {
+TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
   using T = vidattn::sm90::FwdTraits<kHeadDim, kWGs>;
   TailPlan plan;
   // kv_lens: ranges of a short batch would hold no keys; the rare ragged launch keeps the plain schedule.
   if (!VIDATTN_TAIL_LAUNCH || a.kv_lens != nullptr || a.workspace == nullptr) return plan;
+  const int64_t r = tiles % sms;
   if (r == 0) return plan;
   const int64_t blocks = (a.seqlen_kv + T::kBlockN - 1) / T::kBlockN;
   if (blocks < VIDATTN_TAIL_MIN_TILE_BLOCKS) return plan;
@@ -65,107 +65,6 @@ TailPlan plan_tail(const VidattnFwdArgs& a, int64_t r, int sms) {
   plan.tiles = r;
   plan.splits = static_cast<int>(splits);
   return plan;
-}
-
-// The tail launch (plan_tail): the tiles from first_tile on, as key ranges, then their merge.
-template <int kHeadDim, int kWGs, bool kFp16>
-int launch_tail(const VidattnFwdArgs& a, vidattn::sm90::FwdParams p, cudaStream_t stream, size_t smem,
-                const TailPlan& tail, int64_t first_tile) {
-  using namespace vidattn::sm90;
-  using T = FwdTraits<kHeadDim, kWGs>;
-  auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16, true>;
-  cudaError_t e = cudaFuncSetAttribute(split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
-  const int64_t items = tail.tiles * tail.splits;
-  p.tile_base = static_cast<int>(first_tile);
-  p.num_tiles = static_cast<int>(items);
-  p.kv_splits = tail.splits;
-  p.ws_o = static_cast<float*>(a.workspace);
-  p.ws_ml = p.ws_o + items * T::kBlockM * kHeadDim;
-  split_kernel<<<dim3(static_cast<unsigned>(items)), T::kThreads, smem, stream>>>(p);
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return fail(std::string("tail launch: ") + cudaGetErrorString(e));
-  CombineParams c{};
-  c.ws_o = p.ws_o;
-  c.ws_ml = p.ws_ml;
-  c.o = a.o;
-  for (int i = 0; i < 3; ++i) c.o_stride[i] = a.o_stride[i];
-  c.lse = a.lse;
-  c.seqlen_q = p.seqlen_q;
-  c.heads = p.heads;
-  c.num_m_blocks = p.num_m_blocks;
-  c.tile_base = p.tile_base;
-  c.block_m = T::kBlockM;
-  c.splits = tail.splits;
-  c.num_rows = static_cast<int>(tail.tiles * T::kBlockM);
-  constexpr int kRowsPerBlock = 256 / 32;
-  combine_kernel<kHeadDim, kFp16>
-      <<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)), 256, 0, stream>>>(c);
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return fail(std::string("tail merge launch: ") + cudaGetErrorString(e));
-  return 0;
-}
-
-// K/V multicast (VIDATTN_KV_MULTICAST; flash_fwd.cuh, kMc): clusters of two CTAs, each pair running two
-// neighbouring Q tiles of one (head, batch) and each CTA loading half of every K/V block for both, so that the L2 ->
-// shared memory traffic per query row halves (the long shapes run at the card's power limit: csrc/NOTES.md). Returns
-// -1 when the problem does not suit it (more pairs than one launch can mark for a redo; no cluster fits; few and an
-// odd number of Q blocks), leaving it to the plain launch.
-#ifndef VIDATTN_KV_MULTICAST
-#define VIDATTN_KV_MULTICAST 0
-#endif
-template <int kHeadDim, int kWGs, bool kFp16>
-int launch_multicast(const VidattnFwdArgs& a, vidattn::sm90::FwdParams p, cudaStream_t stream, int sms, size_t smem,
-                     int64_t tiles) {
-  using namespace vidattn::sm90;
-  using T = FwdTraits<kHeadDim, kWGs>;
-  auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16, false, true>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(sms & ~1));
-  cfg.blockDim = dim3(T::kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  static thread_local int clusters_cache[2][2][2] = {};  // per (D=64/128, WGs 2/3, fp16) build; 0: not asked yet
-  int& clusters = clusters_cache[kHeadDim == 128][kWGs == 3][kFp16];
-  if (clusters == 0 && cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
-    cudaGetLastError();
-    clusters = -1;
-  }
-  const int64_t m_blocks = p.num_m_blocks, pairs_per_hb = (m_blocks + 1) / 2;
-  const int64_t pairs = pairs_per_hb * a.heads * a.batch;
-  if (clusters < 1 || pairs > static_cast<int64_t>(clusters) * 32 * T::kRedoWords) return -1;
-  // An odd number of Q blocks leaves one empty tile per (head, batch): paid for where there are few.
-  if (m_blocks % 2 == 1 && m_blocks < 16) return -1;
-  // The tail: the tiles of the last, partial round of pairs (from pair q0 on: tiles hb0 * m_blocks + 2 * mp0 on).
-  const int64_t r_pairs = pairs % clusters, q0 = pairs - r_pairs;
-  const int64_t first_tail_tile = q0 / pairs_per_hb * m_blocks + 2 * (q0 % pairs_per_hb);
-  const TailPlan tail = r_pairs ? plan_tail<kHeadDim, kWGs>(a, tiles - first_tail_tile, sms) : TailPlan{};
-  const int64_t main_pairs = tail.tiles > 0 ? q0 : pairs;
-  g_last_tail_splits = tail.tiles > 0 ? tail.splits : 0;
-  FwdParams pm = p;
-  std::string err;
-  if (!make_tensor_map_4d(&pm.tm_k, a.k, kFp16, a.head_dim, a.seqlen_kv, a.heads, a.batch, a.k_stride,
-                          T::kBlockN / 2, &err) ||
-      !make_tensor_map_4d(&pm.tm_v, a.v, kFp16, a.head_dim, a.seqlen_kv, a.heads, a.batch, a.v_stride,
-                          T::kBlockN / 2, &err))
-    return fail(err);
-  if (main_pairs > 0) {
-    pm.tile_base = 0;
-    pm.num_tiles = static_cast<int>(main_pairs);
-    cfg.gridDim = dim3(static_cast<unsigned>(2 * (main_pairs < clusters ? main_pairs : clusters)));
-    e = cudaLaunchKernelEx(&cfg, kernel, pm);
-    if (e != cudaSuccess) return fail(std::string("multicast kernel launch: ") + cudaGetErrorString(e));
-  }
-  return tail.tiles == 0 ? 0 : launch_tail<kHeadDim, kWGs, kFp16>(a, p, stream, smem, tail, first_tail_tile);
 }
 
 template <int kHeadDim, int kWGs, bool kFp16>
@@ -198,13 +97,8 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
   // A problem of more than one launch (below) keeps the plain schedule: its last round is a sliver of it.
-  if constexpr (VIDATTN_KV_MULTICAST != 0) {
-    const int rc = launch_multicast<kHeadDim, kWGs, kFp16>(a, p, stream, sms, smem, tiles);
-    if (rc >= 0) return rc;  // else the problem does not suit it: the plain launch below
-  }
-  const TailPlan tail = tiles <= static_cast<int64_t>(sms) * 32 * T::kRedoWords
-                            ? plan_tail<kHeadDim, kWGs>(a, tiles % sms, sms)
-                            : TailPlan{};
+  const TailPlan tail = tiles <= static_cast<int64_t>(sms) * 32 * T::kRedoWords ? plan_tail<kHeadDim, kWGs>(a, tiles, sms)
+                                                                               : TailPlan{};
   const int64_t main_tiles = tiles - tail.tiles;
   g_last_tail_splits = tail.tiles > 0 ? tail.splits : 0;
   // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most
@@ -218,7 +112,38 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     e = cudaGetLastError();
     if (e != cudaSuccess) return fail(std::string("kernel launch: ") + cudaGetErrorString(e));
   }
-  return tail.tiles == 0 ? 0 : launch_tail<kHeadDim, kWGs, kFp16>(a, p, stream, smem, tail, main_tiles);
+  if (tail.tiles == 0) return 0;
+  auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16, true>;
+  e = cudaFuncSetAttribute(split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
+  const int64_t items = tail.tiles * tail.splits;
+  p.tile_base = static_cast<int>(main_tiles);
+  p.num_tiles = static_cast<int>(items);
+  p.kv_splits = tail.splits;
+  p.ws_o = static_cast<float*>(a.workspace);
+  p.ws_ml = p.ws_o + items * T::kBlockM * kHeadDim;
+  split_kernel<<<dim3(static_cast<unsigned>(items)), T::kThreads, smem, stream>>>(p);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return fail(std::string("tail launch: ") + cudaGetErrorString(e));
+  CombineParams c{};
+  c.ws_o = p.ws_o;
+  c.ws_ml = p.ws_ml;
+  c.o = a.o;
+  for (int i = 0; i < 3; ++i) c.o_stride[i] = a.o_stride[i];
+  c.lse = a.lse;
+  c.seqlen_q = p.seqlen_q;
+  c.heads = p.heads;
+  c.num_m_blocks = p.num_m_blocks;
+  c.tile_base = p.tile_base;
+  c.block_m = T::kBlockM;
+  c.splits = tail.splits;
+  c.num_rows = static_cast<int>(tail.tiles * T::kBlockM);
+  constexpr int kRowsPerBlock = 256 / 32;
+  combine_kernel<kHeadDim, kFp16>
+      <<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)), 256, 0, stream>>>(c);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return fail(std::string("tail merge launch: ") + cudaGetErrorString(e));
+  return 0;
 }
 
 // D=64 has two builds: three consumer warpgroups (192-row tiles, about 1.1x the throughput per row on long

@@ -37,11 +37,6 @@ struct SharedStorage {
   uint64_t v_empty[T::kStages];
   uint64_t redo_ready;                 // the consumers' redo marks are final (redo_tiles)
   uint32_t redo_bits[T::kRedoWords];   // bit L: this CTA's L-th tile must run again, exact (kFixedRef)
-  // K/V multicast in CTA pairs only (kMc): the peer's redo marks, written into this CTA by the peer, and the
-  // barriers that say they are in (peer_marks) and that the peer no longer touches this CTA's memory (peer_done).
-  uint64_t peer_marks;
-  uint64_t peer_done;
-  uint32_t peer_bits[T::kRedoWords];
 };
 
 constexpr float kLn2 = 0.693147180559945309f;
@@ -81,11 +76,7 @@ struct TileWork {
   int kv_first;  // first key block of this item
   int n_blocks;  // key blocks of this item (0 only when kv_len is, or a range is empty)
 };
-// K/V multicast (kMc, VIDATTN_KV_MULTICAST): CTAs run in clusters of two, and work item q of a cluster is the pair
-// of neighbouring Q tiles 2m, 2m + 1 of one (head, batch), one per CTA (rank), so both read the same K/V blocks in
-// the same order and each loads half of every block for both. With an odd number of Q blocks the last pair's second
-// tile lies past the sequence: its Q loads as zeros and its stores are clipped.
-template <int kN, bool kSplit, bool kMc = false>
+template <int kN, bool kSplit>
 __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
   int tile = item, range = 0;
   if constexpr (kSplit) {
@@ -93,12 +84,7 @@ __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
     range = item - tile * p.kv_splits;
   }
   TileWork w;
-  if constexpr (kMc) {
-    const int pairs = (p.num_m_blocks + 1) / 2, hb = item / pairs;
-    w.tc = {2 * (item - hb * pairs) + static_cast<int>(ptx::cluster_ctarank()), hb % p.heads, hb / p.heads};
-  } else {
-    w.tc = tile_coord(p, tile);
-  }
+  w.tc = tile_coord(p, tile);
   w.kv_len = kv_len_of(p, w.tc.batch);
   const int n = (w.kv_len + kN - 1) / kN;
   if constexpr (kSplit) {
@@ -111,20 +97,10 @@ __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
   return w;
 }
 
-// This CTA's first work item and the step to its next: one per CTA, or per CTA pair (kMc).
-template <bool kMc>
-__device__ __forceinline__ int first_item() {
-  return static_cast<int>(kMc ? blockIdx.x / 2 : blockIdx.x);
-}
-template <bool kMc>
-__device__ __forceinline__ int item_stride() {
-  return static_cast<int>(kMc ? gridDim.x / 2 : gridDim.x);
-}
-
-// The tiles of this CTA marked for a redo (bit L of `bits`: its L-th tile, first_item + L * item_stride), in
+// The tiles of this CTA marked for a redo (bit L of `bits`: its L-th tile, blockIdx.x + L * gridDim.x), in
 // ascending order, each run as local tile number n_local, n_local + 1, ... after the n_local tiles of the first pass
 // (Q buffers and the ring's stages carry on). Producer and consumers walk the same bits in the same order.
-template <int kWords, bool kMc, typename F>
+template <int kWords, typename F>
 __device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&& run) {
   int local = n_local;
 #pragma unroll 1
@@ -134,27 +110,8 @@ __device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&
     while (b != 0) {
       const int bit = __ffs(b) - 1;
       b &= b - 1;
-      run(first_item<kMc>() + (32 * w + bit) * item_stride<kMc>(), local++);
+      run(static_cast<int>(blockIdx.x) + (32 * w + bit) * static_cast<int>(gridDim.x), local++);
     }
-  }
-}
-
-// One K or V block into a ring stage: the whole block, or with K/V multicast (kMc) this CTA's half of its rows,
-// written into the same stage of both CTAs of the pair and counted on both CTAs' `full` barriers (each expects the
-// whole block's bytes). Half a block is a whole number of 8-row swizzle atoms (kBlockN / 2 a multiple of 8).
-template <typename T, bool kMc>
-__device__ __forceinline__ void load_kv(uint16_t* stage, const CUtensorMap* map, uint64_t* full, int row0,
-                                        const TileCoord& tc) {
-  constexpr int kRows = kMc ? T::kBlockN / 2 : T::kBlockN;
-  static_assert(kRows % 8 == 0, "a multicast half block must be whole swizzle atoms");
-  const int half = kMc ? static_cast<int>(ptx::cluster_ctarank()) : 0;
-#pragma unroll 1
-  for (int c = 0; c < T::kChunks; ++c) {
-    uint16_t* dst = stage + c * T::kBlockN * kChunkCols + half * kRows * kChunkCols;
-    if constexpr (kMc)
-      ptx::tma_load_4d_multicast(dst, map, full, c * kChunkCols, row0 + half * kRows, tc.head, tc.batch, 0x3);
-    else
-      ptx::tma_load_4d(dst, map, full, c * kChunkCols, row0, tc.head, tc.batch);
   }
 }
 
@@ -164,7 +121,7 @@ __device__ __forceinline__ void load_kv(uint16_t* stage, const CUtensorMap* map,
 // the consumer dispatches each tile on its start stage (mainloop_from) so stage indices stay compile-time offsets
 // of the loop counter, in uniform registers (a plain carried counter measured 5% slower from R2UR moves). The
 // phase of each stage is carried across tiles as one bit per stage.
-template <int kHeadDim, int kWGs, bool kFixedRef, bool kSplit, bool kMc>
+template <int kHeadDim, int kWGs, bool kFixedRef, bool kSplit>
 __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s) {
   using T = FwdTraits<kHeadDim, kWGs>;
   constexpr uint32_t kQBytes = T::kBlockM * kHeadDim * sizeof(uint16_t);
@@ -172,7 +129,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   uint32_t empty_phase = 0;  // bit s: parity of stage s's next "empty" phase to wait for, xor 1
   int start = 0;             // the ring runs on across tiles: tile t+1's K_0 goes where tile t left off
   auto produce = [&](int tile, int local) {
-    const TileWork w = tile_work<T::kBlockN, kSplit, kMc>(p, tile);
+    const TileWork w = tile_work<T::kBlockN, kSplit>(p, tile);
     const TileCoord& tc = w.tc;
     const int n_blocks = w.n_blocks;
     const int rot = kv_rotation<T::kKvRotate>(tile, n_blocks);
@@ -191,7 +148,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       // With one Q buffer the next tile's Q can only load after this tile's last S; fetched from HBM then, its
       // latency lands between tiles (short-KV shapes have a boundary every few blocks). Asked into L2 now, that
       // load later reads L2 instead.
-      const int next = tile + item_stride<kMc>();
+      const int next = tile + static_cast<int>(gridDim.x);
       if (T::kQBuffers == 1 && next < p.num_tiles) {
         const TileCoord nc = tile_coord(p, next);
 #pragma unroll 1
@@ -205,23 +162,29 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       empty_phase ^= 1u << stage;
       ptx::mbarrier_wait(&s.k_empty[stage], phase ^ 1);
       ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
-      load_kv<T, kMc>(s.k[stage], &p.tm_k, &s.k_full[stage],
-                      (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, tc);
+#pragma unroll 1
+      for (int c = 0; c < T::kChunks; ++c) {
+        ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
+                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, tc.head, tc.batch);
+      }
       // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S.
       if (j == 0) load_q();
       ptx::mbarrier_wait(&s.v_empty[stage], phase ^ 1);
       ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], kKVBytes);
-      load_kv<T, kMc>(s.v[stage], &p.tm_v, &s.v_full[stage],
-                      (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, tc);
+#pragma unroll 1
+      for (int c = 0; c < T::kChunks; ++c) {
+        ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
+                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, tc.head, tc.batch);
+      }
     }
     start = (start + n_blocks) % T::kStages;
   };
   int local = 0;
-  for (int tile = first_item<kMc>(); tile < p.num_tiles; tile += item_stride<kMc>(), ++local) produce(tile, local);
+  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local) produce(tile, local);
   if constexpr (kFixedRef) {
     // Then the tiles the consumers marked, in the order they run them (redo_tiles): once their marks are final.
     ptx::mbarrier_wait(&s.redo_ready, 0);
-    redo_tiles<T::kRedoWords, kMc>(s.redo_bits, local, [&](int tile, int l) { produce(tile, l); });
+    redo_tiles<T::kRedoWords>(s.redo_bits, local, [&](int tile, int l) { produce(tile, l); });
   }
 }
 
@@ -531,18 +494,10 @@ __device__ __forceinline__ void store_partial(const FwdParams& p, int item, int 
   }
 }
 
-// A consumer warp's release of a K or V stage: with K/V multicast (kMc) the peer's producer writes into this CTA's
-// stages too, so the `empty` barriers of both CTAs count both CTAs' warps.
-template <bool kMc>
-__device__ __forceinline__ void release_stage(uint64_t* empty) {
-  ptx::mbarrier_arrive(empty);
-  if constexpr (kMc) ptx::mbarrier_arrive_cluster(ptx::mapa(empty, ptx::cluster_ctarank() ^ 1));
-}
-
 // One tile's K/V loop, starting at ring stage kStart. A template per start stage keeps every stage index a
 // function of the loop counter alone, so the wgmma descriptors stay in uniform registers while the ring runs on
 // across tiles (the next tile's first K/V loads no longer wait for this tile's last block to be released).
-template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, bool kMc, int kStart>
+template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, int kStart>
 __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg, uint32_t q_smem,
                                          int qb, int n_blocks, int kv_first, int rot, int kv_len, int col_in_group,
                                          int lane,
@@ -568,7 +523,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     ptx::wgmma_wait<0>();
     ptx::fence_regs(sacc);
     if (lane == 0) {
-      release_stage<kMc>(&s.k_empty[stage]);
+      ptx::mbarrier_arrive(&s.k_empty[stage]);
       if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
     }
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks)) * kN;
@@ -594,7 +549,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     ptx::wgmma_wait<1>();  // S_j done; P V may still run
     ptx::fence_regs(sacc);
     if (lane == 0) {
-      release_stage<kMc>(&s.k_empty[stage]);
+      ptx::mbarrier_arrive(&s.k_empty[stage]);
       if (j == n_blocks - 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
     }
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * kN;
@@ -606,7 +561,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
     ptx::fence_regs(o);
     fence_frag(pa);
-    if (lane == 0) release_stage<kMc>(&s.v_empty[prev]);
+    if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
     if constexpr (!kFixed) rescale_o<kHeadDim>(o, alpha);
     pack_p<kN, kFp16>(sacc, pa);
     if constexpr (kFixed) add_packed_row_sum<kN>(pa, row_sum);
@@ -623,10 +578,10 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   ptx::wgmma_wait<0>();
   ptx::fence_regs(o);
   fence_frag(pa);
-  if (lane == 0) release_stage<kMc>(&s.v_empty[last]);
+  if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
 }
 
-template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, bool kMc, int kStart>
+template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, int kStart>
 __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg,
                                               uint32_t q_smem, int qb, int n_blocks, int kv_first, int rot,
                                               int kv_len, int col_in_group, int lane, uint32_t& k_phase, uint32_t& v_phase,
@@ -635,13 +590,13 @@ __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, Sha
                                               uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4]) {
   if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs>::kStages) {
     if (start != kStart) {
-      mainloop_from<kHeadDim, kWGs, kFp16, kFixed, kMc, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, kv_first,
+      mainloop_from<kHeadDim, kWGs, kFp16, kFixed, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, kv_first,
                                                                rot, kv_len, col_in_group, lane, k_phase, v_phase,
                                                                o, row_max, row_sum, sacc, pa);
       return;
     }
   }
-  mainloop<kHeadDim, kWGs, kFp16, kFixed, kMc, kStart>(p, s, cwg, q_smem, qb, n_blocks, kv_first, rot, kv_len,
+  mainloop<kHeadDim, kWGs, kFp16, kFixed, kStart>(p, s, cwg, q_smem, qb, n_blocks, kv_first, rot, kv_len,
                                                   col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa);
 }
 
@@ -652,7 +607,7 @@ struct BoolTag {
 // After the first pass over its tiles, every consumer thread of a CTA meets here before the redo (kFixedRef).
 enum class RedoBarrier : uint32_t { kId = 7 };  // 3..5: the ping-pong's
 
-template <int kHeadDim, int kWGs, bool kFp16, bool kFixedRef, bool kSplit, bool kMc>
+template <int kHeadDim, int kWGs, bool kFp16, bool kFixedRef, bool kSplit>
 __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg) {
   using T = FwdTraits<kHeadDim, kWGs>;
   constexpr int kN = T::kBlockN;
@@ -682,7 +637,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     // Accumulator fragment (wgmma m64nN, fp32): this thread holds rows r and r+8 of its warp's 16, and for every
     // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
     const int lane = ptx::lane_id(), warp = ptx::warp_in_block() % 4, col_in_group = 2 * (lane % 4);
-    const TileWork w = tile_work<kN, kSplit, kMc>(p, tile);
+    const TileWork w = tile_work<kN, kSplit>(p, tile);
     const int n_blocks = w.n_blocks;
 
     const int qb = local % T::kQBuffers;
@@ -696,7 +651,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     if (n_blocks == 0) {
       if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
     } else {
-      mainloop_from<kHeadDim, kWGs, kFp16, kFixed, kMc, 0>(start, p, s, cwg, q_smem, qb, n_blocks, w.kv_first,
+      mainloop_from<kHeadDim, kWGs, kFp16, kFixed, 0>(start, p, s, cwg, q_smem, qb, n_blocks, w.kv_first,
                                                       kv_rotation<T::kKvRotate>(tile, n_blocks), w.kv_len,
                                                       col_in_group, lane, k_phase, v_phase, o, row_max, row_sum,
                                                       sacc, pa);
@@ -713,47 +668,25 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     }
   };
   int local = 0;
-  for (int tile = first_item<kMc>(); tile < p.num_tiles; tile += item_stride<kMc>(), ++local)
+  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local)
     consume(tile, local, BoolTag<kFixedRef>{});
   if constexpr (kFixedRef) {
     // Every consumer warpgroup's marks are in (bar.sync orders shared memory among its threads), then the producer
     // may read them. Marked tiles run again, exact, after this CTA's O stores of the first pass have landed.
     ptx::named_barrier_sync(static_cast<uint32_t>(RedoBarrier::kId), 128 * T::kConsumerWGs);
-    if constexpr (kMc) {
-      // The pair redoes the union of its marks in lock step (its K/V loads are shared): each CTA's marks go into
-      // the other's peer_bits, announced by a release arrival, and are or-ed in after the acquire wait.
-      // One thread does it all, so that its release orders its own stores (64 words, once per kernel).
-      if (cwg == 0 && tid == 0) {
-        const uint32_t peer = ptx::cluster_ctarank() ^ 1;
-        for (int i = 0; i < T::kRedoWords; ++i) ptx::st_cluster_u32(ptx::mapa(&s.peer_bits[i], peer), s.redo_bits[i]);
-        ptx::mbarrier_arrive_cluster(ptx::mapa(&s.peer_marks, peer));
-        ptx::mbarrier_wait_cluster(&s.peer_marks, 0);
-        for (int i = 0; i < T::kRedoWords; ++i) s.redo_bits[i] |= s.peer_bits[i];
-      }
-      ptx::named_barrier_sync(static_cast<uint32_t>(RedoBarrier::kId), 128 * T::kConsumerWGs);
-    }
     if (cwg == 0 && tid == 0) ptx::mbarrier_arrive(&s.redo_ready);
     if (lane == 0) ptx::bulk_wait_group<0>();
-    redo_tiles<T::kRedoWords, kMc>(s.redo_bits, local, [&](int tile, int l) { consume(tile, l, BoolTag<false>{}); });
+    redo_tiles<T::kRedoWords>(s.redo_bits, local, [&](int tile, int l) { consume(tile, l, BoolTag<false>{}); });
   }
   if (kPingpong && cwg == 0) sched_wait<kPingpong>(cwg);
   // Shared memory must outlive the reads of the last TMA stores of O.
   if (lane == 0) ptx::bulk_wait_group<0>();
-  if constexpr (kMc) {
-    // Nor may it go while the peer still arrives on this CTA's barriers: each warp's last remote arrival is followed
-    // by its arrival on the peer's peer_done, and each CTA waits for all of the peer's.
-    if (lane == 0) ptx::mbarrier_arrive_cluster(ptx::mapa(&s.peer_done, ptx::cluster_ctarank() ^ 1));
-    ptx::mbarrier_wait_cluster(&s.peer_done, 0);
-  }
 }
 
 // kSplit: the tail launch's build (work items are key ranges of tiles, O goes to the workspace unnormalised; capi.cu).
-// kMc: K/V multicast in clusters of two CTAs (launched with a cluster dimension of 2, K/V tensor maps in half-block
-// boxes; capi.cu).
-template <int kHeadDim, int kWGs, bool kFp16, bool kSplit, bool kMc = false>
+template <int kHeadDim, int kWGs, bool kFp16, bool kSplit>
 __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs>::kThreads, 1)
     flash_fwd_kernel(const __grid_constant__ FwdParams p) {
-  static_assert(!(kMc && kSplit), "the tail launch runs without clusters");
   using T = FwdTraits<kHeadDim, kWGs>;
   extern __shared__ uint8_t smem_raw[];
   // Dynamic shared memory is only 16-byte aligned by contract; the launcher over-allocates 1 KB for this.
@@ -775,22 +708,14 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs>::kThreads, 1)
       ptx::mbarrier_init(&s.k_full[st], 1);
       ptx::mbarrier_init(&s.v_full[st], 1);
       // one arrival per consumer warp: each warp releases a stage after its own wgmma_wait
-      ptx::mbarrier_init(&s.k_empty[st], (kMc ? 8 : 4) * T::kConsumerWGs);
-      ptx::mbarrier_init(&s.v_empty[st], (kMc ? 8 : 4) * T::kConsumerWGs);
+      ptx::mbarrier_init(&s.k_empty[st], 4 * T::kConsumerWGs);
+      ptx::mbarrier_init(&s.v_empty[st], 4 * T::kConsumerWGs);
     }
     ptx::mbarrier_init(&s.redo_ready, 1);
-    if constexpr (kMc) {
-      ptx::mbarrier_init(&s.peer_marks, 1);
-      ptx::mbarrier_init(&s.peer_done, 4 * T::kConsumerWGs);
-    }
     ptx::fence_barrier_init();
   }
   if (threadIdx.x < T::kRedoWords) s.redo_bits[threadIdx.x] = 0;
-  // With K/V multicast the peer's TMA and arrivals reach this CTA's barriers: both CTAs' inits come first.
-  if constexpr (kMc)
-    ptx::cluster_sync();
-  else
-    __syncthreads();
+  __syncthreads();
 
   // Producer and consumers must agree on the redo pass (the producer waits for the consumers' marks): one decision.
   // The tail launch's items run the exact softmax: they are at most one per SM, and their merge wants each item's
@@ -798,10 +723,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs>::kThreads, 1)
   constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef) && !kSplit;
   if (wg == 0) {
     ptx::setmaxnreg_dec<T::kProducerRegs>();
-    if (threadIdx.x == 0) producer<kHeadDim, kWGs, kFixedRef, kSplit, kMc>(p, s);
+    if (threadIdx.x == 0) producer<kHeadDim, kWGs, kFixedRef, kSplit>(p, s);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
-    consumer<kHeadDim, kWGs, kFp16, kFixedRef, kSplit, kMc>(p, s, wg - 1);
+    consumer<kHeadDim, kWGs, kFp16, kFixedRef, kSplit>(p, s, wg - 1);
   }
 }
 

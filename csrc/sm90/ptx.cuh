@@ -55,17 +55,6 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
-// The same load multicast (9.7.9.25.5.1, .multicast::cluster): the box lands at dst's offset, and completes on
-// bar's offset, in every CTA of the cluster named in cta_mask.
-__device__ __forceinline__ void tma_load_4d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0,
-                                                      int c1, int c2, int c3, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "h"(cta_mask)
-      : "memory");
-}
-
 // 4-D tile store shared -> global (9.7.9.25.5.1), tracked in the issuing thread's bulk async-groups (9.7.9.25.6:
 // cp.async.bulk.commit_group / wait_group). Box elements outside the tensor are not written, so query tails need no
 // bounds checks. The shared source must be made visible to the async proxy first (fence_proxy_async_smem).
@@ -103,44 +92,6 @@ __device__ __forceinline__ void tma_prefetch_l2_4d(const CUtensorMap* map, int c
 
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
-// ---- clusters: ranks (10.x %cluster_ctarank), mapa (9.7.9.21), barrier.cluster (9.7.13.3), remote mbarriers ----
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// The shared::cluster address of `p`'s offset in CTA `rank` of this cluster.
-__device__ __forceinline__ uint32_t mapa(const void* p, uint32_t rank) {
-  uint32_t a;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_addr(p)), "r"(rank));
-  return a;
-}
-// Every thread of every CTA of the cluster: the CTAs' earlier shared-memory writes (barrier inits) are seen by all.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// One arrival on an mbarrier of another CTA of the cluster (address from mapa), ordered after this thread's earlier
-// memory operations at cluster scope (9.7.13.15.13, .release.cluster).
-__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
-}
-// mbarrier_wait with acquire at cluster scope: what other CTAs wrote before their (release.cluster) arrivals is seen.
-__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "VIDATTN_CWAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra VIDATTN_CWAIT_%=;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-// A 32-bit store into another CTA's shared memory (st.shared::cluster, 9.7.9.10).
-__device__ __forceinline__ void st_cluster_u32(uint32_t cluster_addr, uint32_t v) {
-  asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(cluster_addr), "r"(v) : "memory");
 }
 
 // %laneid (special register, 10.x), read with asm volatile so that values derived from it are computed where used:
