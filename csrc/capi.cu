@@ -79,8 +79,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
                                      T::kBlockN, &err) &&
                   make_tensor_map_4d(&p.tm_v, a.v, kFp16, a.head_dim, a.seqlen_kv, a.heads, a.batch, a.v_stride,
                                      T::kBlockN, &err) &&
-                  make_tensor_map_4d(&p.tm_o, a.o, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.o_stride,
-                                     VIDATTN_O_STORE_ROWS,
+                  make_tensor_map_4d(&p.tm_o, a.o, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.o_stride, 16,
                                      &err);
   if (!ok) return fail(err);
   p.lse = a.lse;

@@ -419,38 +419,6 @@ __device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc,
 #pragma unroll
   for (int r = 0; r < 2; ++r) inv[r] = row_sum[r] > 0.f ? ptx::rcp_approx(row_sum[r]) : 0.f;  // kv_len == 0: O = 0
   const uint32_t base = ptx::smem_addr(scratch);
-  if constexpr (VIDATTN_O_STORE_ROWS == 8) {
-    // 8-row pieces through the scratch's two 1 KB halves in turn: a piece waits only for the store of the piece
-    // before last (wait_group.read 1), not for the one just issued, as the 16-row box's second half did.
-    const int row = lane % 8;
-#pragma unroll
-    for (int h = 0; h < kHeadDim / kChunkCols; ++h) {
-#pragma unroll
-      for (int rh = 0; rh < 2; ++rh) {
-        const int piece = 2 * h + rh;
-        const uint32_t buf = base + (piece & 1) * 1024;
-        if (lane == 0) ptx::bulk_wait_group_read<1>();
-        __syncwarp();
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int g = 8 * h + 4 * c;  // the 8-column groups g .. g + 3; matrix lane / 8 is group g + lane / 8
-          ptx::stmatrix_x4(buf + row * 128 + (((4 * c + lane / 8) ^ row) << 4),
-                           ptx::pack2<kFp16>(o[4 * g + 2 * rh] * inv[rh], o[4 * g + 2 * rh + 1] * inv[rh]),
-                           ptx::pack2<kFp16>(o[4 * g + 4 + 2 * rh] * inv[rh], o[4 * g + 5 + 2 * rh] * inv[rh]),
-                           ptx::pack2<kFp16>(o[4 * g + 8 + 2 * rh] * inv[rh], o[4 * g + 9 + 2 * rh] * inv[rh]),
-                           ptx::pack2<kFp16>(o[4 * g + 12 + 2 * rh] * inv[rh], o[4 * g + 13 + 2 * rh] * inv[rh]));
-        }
-        ptx::fence_proxy_async_smem();
-        __syncwarp();
-        if (lane == 0 && !(VIDATTN_DIAG_SKIP_O_STORE && p.seqlen_q > 0)) {
-          ptx::tma_store_4d(&p.tm_o, scratch + (piece & 1) * 512, h * kChunkCols, warp_row0 + 8 * rh, tc.head,
-                            tc.batch);
-          ptx::bulk_commit_group();
-        }
-      }
-    }
-    return;
-  }
   // This lane's stmatrix row address: matrix m = lane / 8 is (rows 8 * (m % 2) .., column group 2c + m / 2).
   const int m = lane / 8, st_row = lane % 8 + 8 * (m & 1);
 #pragma unroll

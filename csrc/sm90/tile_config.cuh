@@ -43,12 +43,6 @@
 #define VIDATTN_DIAG_SOFTMAX 0
 #endif
 
-// Rows of each TMA store of O (store_o): 16 (a warp's rows, one box per 64 columns) or 8 (two boxes, alternating
-// between the halves of the warp's scratch so a box need not wait for the store just issued).
-#ifndef VIDATTN_O_STORE_ROWS
-#define VIDATTN_O_STORE_ROWS 16
-#endif
-
 // Softmax against a fixed reference (flash_fwd.cuh, softmax_fixed_ref; bf16 only): each row's exponentials after
 // its first key block are taken against that block's max, so the steady loop has no row max, no quad shuffles and
 // no rescale of O; a tile whose row sum leaves the safe range is run again with the exact online softmax
