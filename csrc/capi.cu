@@ -97,8 +97,8 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
   // A problem of more than one launch (below) keeps the plain schedule: its last round is a sliver of it.
-  const TailPlan tail = tiles <= static_cast<int64_t>(sms) * 32 * T::kRedoWords ? plan_tail<kHeadDim, kWGs>(a, tiles, sms)
-                                                                               : TailPlan{};
+  const bool one_launch = tiles <= static_cast<int64_t>(sms) * 32 * T::kRedoWords;
+  const TailPlan tail = one_launch ? plan_tail<kHeadDim, kWGs>(a, tiles, sms) : TailPlan{};
   const int64_t main_tiles = tiles - tail.tiles;
   g_last_tail_splits = tail.tiles > 0 ? tail.splits : 0;
   // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most

@@ -584,7 +584,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
 template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, int kStart>
 __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg,
                                               uint32_t q_smem, int qb, int n_blocks, int kv_first, int rot,
-                                              int kv_len, int col_in_group, int lane, uint32_t& k_phase, uint32_t& v_phase,
+                                              int kv_len, int col_in_group, int lane, uint32_t& k_phase,
+                                              uint32_t& v_phase,
                                               float (&o)[kHeadDim / 2], float (&row_max)[2], float (&row_sum)[2],
                                               float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
                                               uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4]) {
@@ -660,7 +661,8 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     if constexpr (kSplit)
       store_partial<kHeadDim, kWGs>(p, tile, cwg, warp, lane, o, row_max, row_sum);
     else
-      finish_tile<kHeadDim, kWGs, kFp16>(p, w.tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max, row_sum);
+      finish_tile<kHeadDim, kWGs, kFp16>(p, w.tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max,
+                                         row_sum);
     // (row sums quad-reduced by finish_tile; the comparison is false for NaN)
     if constexpr (kFixed) {
       if (!(row_sum[0] <= kFixedRefMaxSum && row_sum[1] <= kFixedRefMaxSum))
