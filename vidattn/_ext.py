@@ -144,12 +144,18 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     return lib
 
 
-def set_d64_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
-    """Force the D=64 kernel's consumer warpgroups (2 or 3) for later launches, or 0 for the launcher's choice by
-    shape. A testing and benchmarking knob (also read from VIDATTN_D64_WARPGROUPS when the library loads)."""
+def _library(lib: ctypes.CDLL | None) -> ctypes.CDLL:
+    """`lib`, or the library load() built or found; RuntimeError (the build's error) when there is none."""
     lib = lib or load()
     if lib is None:
         raise RuntimeError(build_error() or "vidattn kernel library not loaded")
+    return lib
+
+
+def set_d64_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
+    """Force the D=64 kernel's consumer warpgroups (2 or 3) for later launches, or 0 for the launcher's choice by
+    shape. A testing and benchmarking knob (also read from VIDATTN_D64_WARPGROUPS when the library loads)."""
+    lib = _library(lib)
     if not hasattr(lib, "vidattn_sm90_set_d64_warpgroups"):
         raise RuntimeError("this kernel library predates the D=64 warpgroup switch")
     if lib.vidattn_sm90_set_d64_warpgroups(int(warpgroups)) != 0:
@@ -159,9 +165,7 @@ def set_d64_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
 def last_tail_splits(lib: ctypes.CDLL | None = None) -> int:
     """Key ranges per tile of the tail launch of this thread's last kernel call (0: it had none): the last, partial
     round of tiles split along the keys (csrc/capi.cu, plan_tail). For tests and benchmarks."""
-    lib = lib or load()
-    if lib is None:
-        raise RuntimeError(build_error() or "vidattn kernel library not loaded")
+    lib = _library(lib)
     if not hasattr(lib, "vidattn_sm90_last_tail_splits"):
         raise RuntimeError("this kernel library predates the tail launch")
     return int(lib.vidattn_sm90_last_tail_splits())
@@ -282,9 +286,7 @@ def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = 
     base 16-byte aligned and its strides multiples of 8 elements, as a fresh tensor's are: O is stored with TMA);
     lse: contiguous fp32 (B, H, Sq) or None; kv_lens: int32 (B,) or None. Call only when kernel_reason is None.
     `lib`: a library from open_library (A/B timing); default: the one load() built or found."""
-    lib = lib or load()
-    if lib is None:
-        raise RuntimeError(build_error() or "vidattn kernel library not loaded")
+    lib = _library(lib)
     b, sq, h, d = q.shape
     args = _Args(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
