@@ -159,6 +159,14 @@ bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
   return t3 <= t2;
 }
 
+// Multiprocessors of the current device (at least 1): the persistent grid, the tail plan and the workspace size.
+int sm_count() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms > 0 ? sms : 1;
+}
+
 }  // namespace
 
 extern "C" const char* vidattn_sm90_last_error(void) { return g_last_error.c_str(); }
@@ -167,10 +175,7 @@ extern "C" const char* vidattn_sm90_last_error(void) { return g_last_error.c_str
 // schedule.
 extern "C" uint64_t vidattn_sm90_workspace_bytes(void) {
   if (!VIDATTN_TAIL_LAUNCH) return 0;
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  return static_cast<uint64_t>(sms > 0 ? sms : 1) * kTailItemBytes;
+  return static_cast<uint64_t>(sm_count()) * kTailItemBytes;
 }
 
 extern "C" int vidattn_sm90_last_tail_splits(void) { return g_last_tail_splits; }
@@ -198,10 +203,7 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   g_last_tail_splits = 0;
   const bool fp16 = a->dtype == 1;
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (sms < 1) sms = 1;
+  const int sms = sm_count();
   switch (a->head_dim) {
     case 64:
       if (g_d64_warpgroups == 3 ||
