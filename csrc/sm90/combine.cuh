@@ -8,6 +8,8 @@
 #include <cuda_fp16.h>
 #include <type_traits>
 
+#include "flash_fwd.cuh"  // decode_tile, kLn2: the main kernel's tile order and LSE base
+
 namespace vidattn::sm90 {
 
 struct CombineParams {
@@ -29,9 +31,8 @@ __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Co
   const int r = static_cast<int>((static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
   if (r >= c.num_rows) return;
   const int t = r / c.block_m, row_in_tile = r - t * c.block_m;
-  const int tile = c.tile_base + t, hb = tile / c.num_m_blocks;
-  const int row = (tile - hb * c.num_m_blocks) * c.block_m + row_in_tile;
-  const int head = hb % c.heads, batch = hb / c.heads;
+  const TileCoord tc = decode_tile(c.tile_base + t, c.num_m_blocks, c.heads);
+  const int row = tc.m_block * c.block_m + row_in_tile, head = tc.head, batch = tc.batch;
   if (row >= c.seqlen_q) return;
   const float kNegInf = -__int_as_float(0x7f800000);
   const int64_t item_row0 = static_cast<int64_t>(t) * c.splits * c.block_m + row_in_tile;
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Co
   }
   if (c.lse != nullptr && lane == 0)
     c.lse[(static_cast<int64_t>(batch) * c.heads + head) * c.seqlen_q + row] =
-        l > 0.f ? (m + __log2f(l)) * 0.693147180559945309f : kNegInf;
+        l > 0.f ? (m + __log2f(l)) * kLn2 : kNegInf;
 }
 
 }  // namespace vidattn::sm90

@@ -46,10 +46,12 @@ constexpr float kLn2 = 0.693147180559945309f;
 struct TileCoord {
   int m_block, head, batch;
 };
+__device__ __forceinline__ TileCoord decode_tile(int tile, int num_m_blocks, int heads) {
+  const int hb = tile / num_m_blocks;
+  return {tile - hb * num_m_blocks, hb % heads, hb / heads};
+}
 __device__ __forceinline__ TileCoord tile_coord(const FwdParams& p, int tile) {
-  tile += p.tile_base;
-  const int hb = tile / p.num_m_blocks;
-  return {tile - hb * p.num_m_blocks, hb % p.heads, hb / p.heads};
+  return decode_tile(tile + p.tile_base, p.num_m_blocks, p.heads);
 }
 __device__ __forceinline__ int kv_len_of(const FwdParams& p, int batch) {
   return p.kv_lens != nullptr ? max(0, min(p.seqlen_kv, p.kv_lens[batch])) : p.seqlen_kv;
