@@ -448,15 +448,13 @@ __device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc,
   }
 }
 
-// Epilogue of one tile: row sums reduced over the quad, O normalised and stored, LSE if asked.
+// Epilogue of one tile (row sums already reduced over the quad): O normalised and stored, LSE if asked.
 template <int kHeadDim, int kWGs, bool kFp16>
 __device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord& tc, int cwg, int warp, int lane,
                                             uint16_t* scratch, float (&o)[kHeadDim / 2], const float (&row_max)[2],
-                                            float (&row_sum)[2]) {
+                                            const float (&row_sum)[2]) {
   using T = FwdTraits<kHeadDim, kWGs>;
   const float kNegInf = -__int_as_float(0x7f800000);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
   const int warp_row0 = tc.m_block * T::kBlockM + cwg * T::kRowsPerWG + warp * 16;
   const int row0 = warp_row0 + lane / 4;
   store_o<kHeadDim, kFp16>(p, tc, warp_row0, scratch, o, row_sum);
@@ -478,10 +476,8 @@ __device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord&
 template <int kHeadDim, int kWGs>
 __device__ __forceinline__ void store_partial(const FwdParams& p, int item, int cwg, int warp, int lane,
                                               const float (&o)[kHeadDim / 2], const float (&row_max)[2],
-                                              float (&row_sum)[2]) {
+                                              const float (&row_sum)[2]) {
   using T = FwdTraits<kHeadDim, kWGs>;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
   const int64_t row0 = static_cast<int64_t>(item) * T::kBlockM + cwg * T::kRowsPerWG + warp * 16 + lane / 4;
   float* out = p.ws_o + row0 * kHeadDim + 2 * (lane % 4);
 #pragma unroll
@@ -660,12 +656,15 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
                                                       sacc, pa);
     }
     start = (start + n_blocks) % T::kStages;
+    // Row sums were per-thread partials; every use below wants the whole row's.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
     if constexpr (kSplit)
       store_partial<kHeadDim, kWGs>(p, tile, cwg, warp, lane, o, row_max, row_sum);
     else
       finish_tile<kHeadDim, kWGs, kFp16>(p, w.tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max,
                                          row_sum);
-    // (row sums quad-reduced by finish_tile; the comparison is false for NaN)
+    // (the comparison is false for NaN)
     if constexpr (kFixed) {
       if (!(row_sum[0] <= kFixedRefMaxSum && row_sum[1] <= kFixedRefMaxSum))
         atomicOr(&s.redo_bits[local >> 5], 1u << (local & 31));
