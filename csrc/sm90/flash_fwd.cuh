@@ -218,6 +218,16 @@ __device__ __forceinline__ void mask_keys(float (&sacc)[kN / 2], int kv0, int kv
   }
 }
 
+// The exponentials of 8-column group i of S (this thread's two pairs, rows r and r + 8): p = 2^(s*scale_log2 +
+// neg[row]), one FFMA + one MUFU each; neg[row] = -(the row's reference) * scale_log2.
+template <int kN>
+__device__ __forceinline__ void exp2_group(float (&sacc)[kN / 2], int i, const float (&neg)[2], float scale_log2) {
+  sacc[4 * i + 0] = ptx::exp2_approx(fmaf(sacc[4 * i + 0], scale_log2, neg[0]));
+  sacc[4 * i + 1] = ptx::exp2_approx(fmaf(sacc[4 * i + 1], scale_log2, neg[0]));
+  sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg[1]));
+  sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg[1]));
+}
+
 // Online softmax in base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score. Exponentiates
 // sacc in place, updates the running max and (per-thread partial) sum, and returns the factor O must be scaled by.
 template <int kN, bool kSumHere = true>
@@ -261,10 +271,7 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
       sacc[4 * i + 2] = fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]);
       sacc[4 * i + 3] = fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]);
     } else {
-      sacc[4 * i + 0] = ptx::exp2_approx(fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]));
-      sacc[4 * i + 1] = ptx::exp2_approx(fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]));
-      sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]));
-      sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]));
+      exp2_group<kN>(sacc, i, neg_ms, scale_log2);
     }
     if constexpr (kSumHere && VIDATTN_DIAG_SOFTMAX != 3) {  // (3, diagnostic: no row sum)
       tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
@@ -288,12 +295,7 @@ template <int kN>
 __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2], float scale_log2) {
   const float neg_ref[2] = {-row_max[0] * scale_log2, -row_max[1] * scale_log2};
 #pragma unroll
-  for (int i = 0; i < kN / 8; ++i) {
-    sacc[4 * i + 0] = ptx::exp2_approx(fmaf(sacc[4 * i + 0], scale_log2, neg_ref[0]));
-    sacc[4 * i + 1] = ptx::exp2_approx(fmaf(sacc[4 * i + 1], scale_log2, neg_ref[0]));
-    sacc[4 * i + 2] = ptx::exp2_approx(fmaf(sacc[4 * i + 2], scale_log2, neg_ref[1]));
-    sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg_ref[1]));
-  }
+  for (int i = 0; i < kN / 8; ++i) exp2_group<kN>(sacc, i, neg_ref, scale_log2);
 }
 
 // Row sums of P as P V will see it: of the bf16-rounded values (pack_p's fragments), so that O = sum p^ v / sum p^
