@@ -97,8 +97,7 @@ def main():
     shapes = [s for s in SHAPES if not pats or any(p in s[0] for p in pats)]
     record = {}
     for sname, b, h, sq, skv, d in shapes:
-        q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(b, skv, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        q, k, v = kernel_smoke.bshd_inputs(b, h, sq, skv, d)
         out = torch.empty_like(q)
         scale = d ** -0.5
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))

@@ -120,13 +120,20 @@ TIMED = anchor_shapes.by_key(["wan13b_self", "wan_cross", "wan14b_self", "seed4k
                               "fa1k_d64"])
 
 
+def bshd_inputs(b, h, sq, skv, d):
+    """Fresh randn q (B, Sq, H, D), k and v (B, Skv, H, D), bf16 on the GPU: an anchor shape's inputs as the timing
+    scripts (time_shapes, kernel_ab_time.py, clock_probe.py) give them to vidattn and, transposed, to cuDNN."""
+    q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, skv, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    return q, k, v
+
+
 def time_shapes():
     """vidattn vs cuDNN on a few anchor shapes, one line each (ratio = cuDNN time / vidattn time)."""
     from triton.testing import do_bench
     from torch.nn.attention import SDPBackend, sdpa_kernel
     for name, b, h, sq, skv, d in TIMED:
-        q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(b, skv, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        q, k, v = bshd_inputs(b, h, sq, skv, d)
         out = torch.empty_like(q)
         flops = 4 * b * h * sq * skv * d
         scale = d ** -0.5
