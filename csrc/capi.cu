@@ -96,14 +96,13 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16, false>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
-  // A problem of more than one launch (below) keeps the plain schedule: its last round is a sliver of it.
-  const bool one_launch = tiles <= static_cast<int64_t>(sms) * 32 * T::kRedoWords;
-  const TailPlan tail = one_launch ? plan_tail<kHeadDim, kWGs>(a, tiles, sms) : TailPlan{};
+  // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most
+  // 32 * kRedoWords of its tiles for a redo (flash_fwd.cuh, kFixedRef), so larger problems take several launches;
+  // such a problem keeps the plain schedule, its last round being a sliver of it.
+  const int64_t per_launch = static_cast<int64_t>(sms) * 32 * T::kRedoWords;
+  const TailPlan tail = tiles <= per_launch ? plan_tail<kHeadDim, kWGs>(a, tiles, sms) : TailPlan{};
   const int64_t main_tiles = tiles - tail.tiles;
   g_last_tail_splits = tail.tiles > 0 ? tail.splits : 0;
-  // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most
-  // 32 * kRedoWords of its tiles for a redo (flash_fwd.cuh, kFixedRef), so larger problems take several launches.
-  const int64_t per_launch = static_cast<int64_t>(sms) * 32 * T::kRedoWords;
   for (int64_t base = 0; base < main_tiles; base += per_launch) {
     const int64_t n = main_tiles - base < per_launch ? main_tiles - base : per_launch;
     p.tile_base = static_cast<int>(base);
