@@ -361,33 +361,116 @@ __device__ __forceinline__ void fence_frag(uint32_t (&a)[N][4]) {
   }
 }
 
-// S = Q K^T: D/16 wgmmas over the head dim; Q (A) and K (B) both K-major, 8-row core groups 1024 B apart.
-template <int kHeadDim, int kWGs, bool kFp16>
-__device__ __forceinline__ void issue_qk(float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2], uint32_t q_smem,
-                                         uint32_t k_smem) {
+// S = Q K^T: D/16 wgmmas over the head dim; Q (A) and K (B) both K-major, 8-row core groups 1024 B apart. N: the
+// keys computed, kBlockN, or fewer for a tile's last, partial block (issue_qk_block).
+template <int kHeadDim, int kWGs, bool kFp16, int N = FwdTraits<kHeadDim, kWGs>::kBlockN>
+__device__ __forceinline__ void issue_qk(float (&sacc)[N / 2], uint32_t q_smem, uint32_t k_smem) {
   using T = FwdTraits<kHeadDim, kWGs>;
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
     const uint32_t chunk = kk / 4, within = (kk % 4) * 32;  // 4 k-steps of 16 elements per 128-byte row
     const uint64_t da = ptx::make_smem_desc_sw128(q_smem + chunk * T::kBlockM * kChunkBytes + within, 16, 1024);
     const uint64_t db = ptx::make_smem_desc_sw128(k_smem + chunk * T::kBlockN * kChunkBytes + within, 16, 1024);
-    ptx::Wgmma<T::kBlockN, kFp16>::ss(sacc, da, db, kk > 0);
+    ptx::Wgmma<N, kFp16>::ss(sacc, da, db, kk > 0);
   }
   ptx::wgmma_commit();
 }
 
-// O += P V: kN/16 wgmmas over the keys. V sits MN-major (rows = keys): SBO steps 8 keys, LBO steps 64-column chunks.
-template <int kHeadDim, int kWGs, bool kFp16>
+// O += P V: one wgmma per 16 keys. V sits MN-major (rows = keys): SBO steps 8 keys, LBO steps 64-column chunks.
+// kSteps < kBlockN / 16 for a partial block: the steps past its last valid key hold P = 0.
+template <int kHeadDim, int kWGs, bool kFp16, int kSteps = FwdTraits<kHeadDim, kWGs>::kBlockN / 16>
 __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
                                          const uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4],
                                          uint32_t v_smem) {
   using T = FwdTraits<kHeadDim, kWGs>;
 #pragma unroll
-  for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+  for (int kk = 0; kk < kSteps; ++kk) {
     const uint64_t db = ptx::make_smem_desc_sw128(v_smem + kk * 16 * kChunkBytes, T::kBlockN * kChunkBytes, 1024);
     ptx::Wgmma<kHeadDim, kFp16>::rs(o, pa[kk], db, 1);
   }
   ptx::wgmma_commit();
+}
+
+// A narrowed partial block runs a multiple of kNarrowStep 16-key steps, at most kNarrowMax (tile_config.cuh).
+template <int kN>
+constexpr int kNarrowMax = kN / 16 - VIDATTN_NARROW_MIN_SAVED;
+constexpr int kNarrowStep = VIDATTN_NARROW_STEP;
+
+// The 16-key steps S and P V run over for the block starting at key kv0: kN / 16, or fewer for a partial block.
+template <int kN>
+__device__ __forceinline__ int block_steps(int kv0, int kv_len) {
+  if constexpr (!kNarrowTail) return kN / 16;
+  if constexpr (kNarrowStep == 1 && kNarrowMax<kN> == kN / 16 - 1)  // every partial block, one 16-key step apart
+    return kv0 + kN <= kv_len ? kN / 16 : (kv_len - kv0 + 15) / 16;
+  if (kv0 + kN <= kv_len) return kN / 16;
+  const int steps = (kv_len - kv0 + 16 * kNarrowStep - 1) / (16 * kNarrowStep) * kNarrowStep;
+  return steps <= kNarrowMax<kN> ? steps : kN / 16;
+}
+
+template <int V>
+struct IntTag {
+  static constexpr int value = V;
+};
+// f(IntTag<steps>{}) for the steps of a narrowed block (block_steps: kNarrowStep, 2 kNarrowStep, ... up to kMax): a
+// chain of compares, run once per tile at most. steps is the same in every thread of the warpgroup (wgmma needs it).
+template <int kMax, int kC = kNarrowStep, typename F>
+__device__ __forceinline__ void with_partial_steps(int steps, F&& f) {
+  if constexpr (kC + kNarrowStep <= kMax) {
+    if (steps != kC) {
+      with_partial_steps<kMax, kC + kNarrowStep>(steps, f);
+      return;
+    }
+  }
+  f(IntTag<kC>{});
+}
+
+// S of one key block: issued, followed by `after` (the overlapped P V and the turn's pass), then waited for with
+// wgmma_wait<kWait>. A tile's last block is partial unless kBlockN divides the keys (seed 4K: 48 of 176 keys), and
+// its S then runs only steps * 16 keys wide, into an accumulator of its own that is copied into sacc after the wait,
+// -inf past it (one block per tile pays the copies); mask_keys then masks the computed keys past the last valid one
+// as for a full block. ptxas serialised every wgmma of the kernel (C7511) when the narrow wgmma wrote the leading
+// registers of sacc itself, and injected its own warpgroup.arrive (C7519) when the fence stood before the branch.
+template <int kHeadDim, int kWGs, bool kFp16, int kWait, typename After>
+__device__ __forceinline__ void issue_qk_block(int steps, float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
+                                               uint32_t q_smem, uint32_t k_smem, After&& after) {
+  constexpr int kN = FwdTraits<kHeadDim, kWGs>::kBlockN;
+  if (steps == kN / 16) {
+    ptx::wgmma_fence();
+    issue_qk<kHeadDim, kWGs, kFp16>(sacc, q_smem, k_smem);
+    after();
+    ptx::wgmma_wait<kWait>();
+    ptx::fence_regs(sacc);
+  } else {
+    with_partial_steps<kNarrowMax<kN>>(steps, [&](auto c) {
+      constexpr int kCols = decltype(c)::value * 16;
+      float part[kCols / 2];
+      ptx::wgmma_fence();
+      issue_qk<kHeadDim, kWGs, kFp16, kCols>(part, q_smem, k_smem);
+      after();
+      ptx::wgmma_wait<kWait>();
+      ptx::fence_regs(part);
+      const float kNegInf = -__int_as_float(0x7f800000);
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) sacc[i] = i < kCols / 2 ? part[i] : kNegInf;
+    });
+  }
+}
+
+// O += P V of the block whose P is in pa, over its steps only (issue_qk_block).
+template <int kHeadDim, int kWGs, bool kFp16>
+__device__ __forceinline__ void issue_pv_block(int steps, float (&o)[kHeadDim / 2],
+                                               const uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4],
+                                               uint32_t v_smem) {
+  constexpr int kN = FwdTraits<kHeadDim, kWGs>::kBlockN;
+  if (steps == kN / 16) {
+    ptx::wgmma_fence();
+    issue_pv<kHeadDim, kWGs, kFp16>(o, pa, v_smem);
+  } else {
+    with_partial_steps<kNarrowMax<kN>>(steps, [&](auto c) {
+      ptx::wgmma_fence();
+      issue_pv<kHeadDim, kWGs, kFp16, decltype(c)::value>(o, pa, v_smem);
+    });
+  }
 }
 
 // Ping-pong between the consumer warpgroups: each takes a turn to issue its wgmmas, so one warpgroup's softmax
@@ -511,22 +594,21 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   constexpr bool kPingpong = T::kPingpong;
   const float scale_log2 = p.scale_log2;
   float alpha[2];
+  int pv_steps;  // key steps of the block whose P V is issued next (issue_pv)
   // Prologue: S_0 alone, then its softmax; P_0 is ready for the first overlapped step.
   {
     constexpr int stage = kStart;
     ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
     k_phase ^= 1u << stage;
+    const int kv0 = (kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks)) * kN;
+    pv_steps = block_steps<kN>(kv0, kv_len);
     sched_wait<kPingpong>(cwg);
-    ptx::wgmma_fence();
-    issue_qk<kHeadDim, kWGs, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
-    sched_pass<kPingpong, T::kConsumerWGs>(cwg);
-    ptx::wgmma_wait<0>();
-    ptx::fence_regs(sacc);
+    issue_qk_block<kHeadDim, kWGs, kFp16, 0>(pv_steps, sacc, q_smem, ptx::smem_addr(s.k[stage]),
+                                             [&] { sched_pass<kPingpong, T::kConsumerWGs>(cwg); });
     if (lane == 0) {
       ptx::mbarrier_arrive(&s.k_empty[stage]);
       if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
     }
-    const int kv0 = (kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks)) * kN;
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     online_softmax<kN, !kFixed>(sacc, row_max, row_sum, alpha, scale_log2);
     pack_p<kN, kFp16>(sacc, pa);
@@ -541,18 +623,19 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     ptx::mbarrier_wait(&s.v_full[prev], (v_phase >> prev) & 1);
     k_phase ^= 1u << stage;
     v_phase ^= 1u << prev;
+    const int kv0 = (kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * kN;
+    const int qk_steps = block_steps<kN>(kv0, kv_len);
     sched_wait<kPingpong>(cwg);
-    ptx::wgmma_fence();
-    issue_qk<kHeadDim, kWGs, kFp16>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
-    issue_pv<kHeadDim, kWGs, kFp16>(o, pa, ptx::smem_addr(s.v[prev]));
-    sched_pass<kPingpong, T::kConsumerWGs>(cwg);
-    ptx::wgmma_wait<1>();  // S_j done; P V may still run
-    ptx::fence_regs(sacc);
+    // The P V here is of a full block unless the key order is rotated (kKvRotate): only the last block is partial.
+    issue_qk_block<kHeadDim, kWGs, kFp16, 1>(qk_steps, sacc, q_smem, ptx::smem_addr(s.k[stage]), [&] {
+      issue_pv<kHeadDim, kWGs, kFp16>(o, pa, ptx::smem_addr(s.v[prev]));
+      sched_pass<kPingpong, T::kConsumerWGs>(cwg);
+    });  // S_j done; P V may still run
+    pv_steps = qk_steps;
     if (lane == 0) {
       ptx::mbarrier_arrive(&s.k_empty[stage]);
       if (j == n_blocks - 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
     }
-    const int kv0 = (kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * kN;
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     if constexpr (kFixed)
       softmax_fixed_ref<kN>(sacc, row_max, scale_log2);  // row_max: the first block's, for good
@@ -572,8 +655,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   ptx::mbarrier_wait(&s.v_full[last], (v_phase >> last) & 1);
   v_phase ^= 1u << last;
   sched_wait<kPingpong>(cwg);
-  ptx::wgmma_fence();
-  issue_pv<kHeadDim, kWGs, kFp16>(o, pa, ptx::smem_addr(s.v[last]));
+  issue_pv_block<kHeadDim, kWGs, kFp16>(T::kKvRotate ? kN / 16 : pv_steps, o, pa, ptx::smem_addr(s.v[last]));
   sched_pass<kPingpong, T::kConsumerWGs>(cwg);
   ptx::wgmma_wait<0>();
   ptx::fence_regs(o);
@@ -632,7 +714,9 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   // then has no matching wait; warpgroup 0 absorbs it with one extra wait after its last tile, so every barrier
   // ends balanced whatever the tile count.
   if (kPingpong && cwg == T::kConsumerWGs - 1) sched_pass<kPingpong, T::kConsumerWGs>(cwg);
-  auto consume = [&](int tile, int local, auto fixed) {
+  // always_inline (here and on the redo's lambda): with the narrow partial-block paths the inliner left the redo's
+  // tile body out of line, a call with a 944-byte stack frame.
+  auto consume = [&](int tile, int local, auto fixed) __attribute__((always_inline)) {
     constexpr bool kFixed = decltype(fixed)::value;
     // Lane-dependent values read afresh per tile: held across the loop they spilled (see ptx::lane_id).
     // Accumulator fragment (wgmma m64nN, fp32): this thread holds rows r and r+8 of its warp's 16, and for every
@@ -681,7 +765,8 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     ptx::named_barrier_sync(static_cast<uint32_t>(RedoBarrier::kId), 128 * T::kConsumerWGs);
     if (cwg == 0 && tid == 0) ptx::mbarrier_arrive(&s.redo_ready);
     if (lane == 0) ptx::bulk_wait_group<0>();
-    redo_tiles<T::kRedoWords>(s.redo_bits, local, [&](int tile, int l) { consume(tile, l, BoolTag<false>{}); });
+    redo_tiles<T::kRedoWords>(s.redo_bits, local,
+                              [&](int tile, int l) __attribute__((always_inline)) { consume(tile, l, BoolTag<false>{}); });
   }
   if (kPingpong && cwg == 0) sched_wait<kPingpong>(cwg);
   // Shared memory must outlive the reads of the last TMA stores of O.

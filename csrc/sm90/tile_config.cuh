@@ -51,7 +51,22 @@
 #define VIDATTN_FIXED_REF 1
 #endif
 
+// Run S = Q K^T and P V of a tile's last, partial key block only over its keys (flash_fwd.cuh, block_steps): seed
+// 4K's last block holds 48 of 176 keys. In steps of VIDATTN_NARROW_STEP x 16 keys, and only when that leaves out at
+// least VIDATTN_NARROW_MIN_SAVED steps; each narrow width is one more copy of the wgmma sequences in the library.
+#ifndef VIDATTN_NARROW_TAIL
+#define VIDATTN_NARROW_TAIL 1
+#endif
+#ifndef VIDATTN_NARROW_STEP
+#define VIDATTN_NARROW_STEP 1
+#endif
+#ifndef VIDATTN_NARROW_MIN_SAVED
+#define VIDATTN_NARROW_MIN_SAVED 1
+#endif
+
 namespace vidattn::sm90 {
+
+constexpr bool kNarrowTail = VIDATTN_NARROW_TAIL != 0;
 
 constexpr int kSmemBudget = 227 * 1024;  // per-block opt-in maximum on sm_90
 
