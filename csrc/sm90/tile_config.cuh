@@ -63,6 +63,10 @@
 #ifndef VIDATTN_NARROW_MIN_SAVED
 #define VIDATTN_NARROW_MIN_SAVED 1
 #endif
+// Experiment (csrc/NOTES.md): every narrow width compiled, but blocks of more steps than this run the full path.
+#ifndef VIDATTN_NARROW_FULL_ABOVE
+#define VIDATTN_NARROW_FULL_ABOVE 0
+#endif
 
 namespace vidattn::sm90 {
 
