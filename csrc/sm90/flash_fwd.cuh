@@ -400,11 +400,8 @@ constexpr int kNarrowStep = VIDATTN_NARROW_STEP;
 template <int kN>
 __device__ __forceinline__ int block_steps(int kv0, int kv_len) {
   if constexpr (!kNarrowTail) return kN / 16;
-  if constexpr (kNarrowStep == 1 && kNarrowMax<kN> == kN / 16 - 1) {  // every partial block, one 16-key step apart
-    if constexpr (VIDATTN_NARROW_FULL_ABOVE == 0) return kv0 + kN <= kv_len ? kN / 16 : (kv_len - kv0 + 15) / 16;
-    const int steps = kv0 + kN <= kv_len ? kN / 16 : (kv_len - kv0 + 15) / 16;
-    return steps > VIDATTN_NARROW_FULL_ABOVE ? kN / 16 : steps;
-  }
+  if constexpr (kNarrowStep == 1 && kNarrowMax<kN> == kN / 16 - 1)  // every partial block, one 16-key step apart
+    return kv0 + kN <= kv_len ? kN / 16 : (kv_len - kv0 + 15) / 16;
   if (kv0 + kN <= kv_len) return kN / 16;
   const int steps = (kv_len - kv0 + 16 * kNarrowStep - 1) / (16 * kNarrowStep) * kNarrowStep;
   return steps <= kNarrowMax<kN> ? steps : kN / 16;
