@@ -228,7 +228,7 @@ log_of() {
 
 limit_of() {
     case $1 in
-        build) echo "${T_BUILD:-300}" ;;
+        build) echo "${T_BUILD:-540}" ;;
         smoke) echo "${T_SMOKE:-120}" ;;
         gpu-tests) echo "${T_GPU_TESTS:-300}" ;;
         sanitizer) echo "${T_SANITIZER:-300}" ;;

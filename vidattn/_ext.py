@@ -107,7 +107,7 @@ def build(verbose: bool = True, force: bool = False) -> Path:
     tmp = out.with_suffix(f".tmp{os.getpid()}.so")
     cmd = [nvcc, *NVCC_FLAGS, "-I", str(CSRC), str(CSRC / "capi.cu"), "-o", str(tmp)]
     if verbose:
-        print(f"[vidattn] building the sm_90a kernel library (one time, cached in {out.parent}) ...",
+        print(f"[vidattn] building the sm_90a kernel library (one time, a few minutes; cached in {out.parent}) ...",
               file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
