@@ -400,7 +400,9 @@ constexpr int kNarrowStep = VIDATTN_NARROW_STEP;
 template <int kN>
 __device__ __forceinline__ int block_steps(int kv0, int kv_len) {
   if constexpr (!kNarrowTail) return kN / 16;
-  if constexpr (kNarrowStep == 1 && kNarrowMax<kN> == kN / 16 - 1)  // every partial block, one 16-key step apart
+  // MIN_SAVED 1, STEP 1 (every partial block): the expression d05d46c was measured with; the general one below
+  // computes the same steps but compiled to different SASS (csrc/NOTES.md, sixth session).
+  if constexpr (kNarrowStep == 1 && kNarrowMax<kN> == kN / 16 - 1)
     return kv0 + kN <= kv_len ? kN / 16 : (kv_len - kv0 + 15) / 16;
   if (kv0 + kN <= kv_len) return kN / 16;
   const int steps = (kv_len - kv0 + 16 * kNarrowStep - 1) / (16 * kNarrowStep) * kNarrowStep;
@@ -594,7 +596,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   constexpr bool kPingpong = T::kPingpong;
   const float scale_log2 = p.scale_log2;
   float alpha[2];
-  int pv_steps;  // key steps of the block whose P V is issued next (issue_pv)
+  int pv_steps;  // key steps of the block whose P V is issued next (block_steps, issue_pv_block)
   // Prologue: S_0 alone, then its softmax; P_0 is ready for the first overlapped step.
   {
     constexpr int stage = kStart;
