@@ -776,8 +776,9 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     ptx::named_barrier_sync(static_cast<uint32_t>(RedoBarrier::kId), 128 * T::kConsumerWGs);
     if (cwg == 0 && tid == 0) ptx::mbarrier_arrive(&s.redo_ready);
     if (lane == 0) ptx::bulk_wait_group<0>();
-    redo_tiles<T::kRedoWords>(s.redo_bits, local,
-                              [&](int tile, int l) __attribute__((always_inline)) { consume(tile, l, BoolTag<false>{}); });
+    redo_tiles<T::kRedoWords>(s.redo_bits, local, [&](int tile, int l) __attribute__((always_inline)) {
+      consume(tile, l, BoolTag<false>{});
+    });
   }
   if (kPingpong && cwg == 0) sched_wait<kPingpong>(cwg);
   // Shared memory must outlive the reads of the last TMA stores of O.
