@@ -68,8 +68,8 @@
 #endif
 
 // Experiment, off (csrc/NOTES.md, sixth session, open lead 1): make the wait for the previous block's P V depend on
-// this block's exponentials (ptx::wgmma_wait_after), so that ptxas keeps them above it. 1: on the last 4 of them;
-// 2: on all of them (one FADD per score more).
+// this block's exponentials (ptx::wgmma_wait_after), so that ptxas keeps them above it; fixed-reference blocks
+// only. 1: on the last 4 of them; 2: on all of them (one FADD per score more).
 #ifndef VIDATTN_EXP_BEFORE_PV_WAIT
 #define VIDATTN_EXP_BEFORE_PV_WAIT 0
 #endif
