@@ -391,21 +391,16 @@ __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
   ptx::wgmma_commit();
 }
 
-// A narrowed partial block runs a multiple of kNarrowStep 16-key steps, at most kNarrowMax (tile_config.cuh).
+// A narrowed partial block runs at most kNarrowMax 16-key steps (tile_config.cuh, VIDATTN_NARROW_MIN_SAVED).
 template <int kN>
 constexpr int kNarrowMax = kN / 16 - VIDATTN_NARROW_MIN_SAVED;
-constexpr int kNarrowStep = VIDATTN_NARROW_STEP;
 
 // The 16-key steps S and P V run over for the block starting at key kv0: kN / 16, or fewer for a partial block.
 template <int kN>
 __device__ __forceinline__ int block_steps(int kv0, int kv_len) {
   if constexpr (!kNarrowTail) return kN / 16;
-  // MIN_SAVED 1, STEP 1 (every partial block): the expression d05d46c was measured with; the general one below
-  // computes the same steps but compiled to different SASS (csrc/NOTES.md, sixth session).
-  if constexpr (kNarrowStep == 1 && kNarrowMax<kN> == kN / 16 - 1)
-    return kv0 + kN <= kv_len ? kN / 16 : (kv_len - kv0 + 15) / 16;
   if (kv0 + kN <= kv_len) return kN / 16;
-  const int steps = (kv_len - kv0 + 16 * kNarrowStep - 1) / (16 * kNarrowStep) * kNarrowStep;
+  const int steps = (kv_len - kv0 + 15) / 16;
   return steps <= kNarrowMax<kN> ? steps : kN / 16;
 }
 
@@ -413,13 +408,13 @@ template <int V>
 struct IntTag {
   static constexpr int value = V;
 };
-// f(IntTag<steps>{}) for the steps of a narrowed block (block_steps: kNarrowStep, 2 kNarrowStep, ... up to kMax): a
-// chain of compares, run once per tile at most. steps is the same in every thread of the warpgroup (wgmma needs it).
-template <int kMax, int kC = kNarrowStep, typename F>
+// f(IntTag<steps>{}) for the steps of a narrowed block (block_steps: 1 .. kMax): a chain of compares, run once per
+// tile at most. steps is the same in every thread of the warpgroup (wgmma needs it).
+template <int kMax, int kC = 1, typename F>
 __device__ __forceinline__ void with_partial_steps(int steps, F&& f) {
-  if constexpr (kC + kNarrowStep <= kMax) {
+  if constexpr (kC < kMax) {
     if (steps != kC) {
-      with_partial_steps<kMax, kC + kNarrowStep>(steps, f);
+      with_partial_steps<kMax, kC + 1>(steps, f);
       return;
     }
   }
@@ -667,7 +662,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   ptx::mbarrier_wait(&s.v_full[last], (v_phase >> last) & 1);
   v_phase ^= 1u << last;
   sched_wait<kPingpong>(cwg);
-  issue_pv_block<kHeadDim, kWGs, kFp16>(T::kKvRotate ? kN / 16 : pv_steps, o, pa, ptx::smem_addr(s.v[last]));
+  issue_pv_block<kHeadDim, kWGs, kFp16>(pv_steps, o, pa, ptx::smem_addr(s.v[last]));
   sched_pass<kPingpong, T::kConsumerWGs>(cwg);
   ptx::wgmma_wait<0>();
   ptx::fence_regs(o);

@@ -52,16 +52,13 @@
 #endif
 
 // Run S = Q K^T and P V of a tile's last, partial key block only over its keys (flash_fwd.cuh, block_steps): seed
-// 4K's last block holds 48 of 176 keys. In steps of VIDATTN_NARROW_STEP x 16 keys, and only when that leaves out at
-// least VIDATTN_NARROW_MIN_SAVED steps; each narrow width is one more copy of the wgmma sequences in the library.
+// 4K's last block holds 48 of 176 keys. In steps of 16 keys, and only when that leaves out at least
+// VIDATTN_NARROW_MIN_SAVED steps; each narrow width is one more copy of the wgmma sequences in the library.
 // Measured (csrc/NOTES.md, sixth session), against the full-width block: long shapes +2-4%. MIN_SAVED 1 (every
-// partial block) cost Wan cross-attention (10 of 11 steps) and FA-bench 1K (9) 1-4%, which 3 gives back; 32-key
-// steps (STEP 2) lost the long shapes' gain.
+// partial block; d05d46c as committed) cost Wan cross-attention (10 of 11 steps) and FA-bench 1K (9) 1-4%, which 3
+// gives back; 32-key steps (a build of that session) lost the long shapes' gain.
 #ifndef VIDATTN_NARROW_TAIL
 #define VIDATTN_NARROW_TAIL 1
-#endif
-#ifndef VIDATTN_NARROW_STEP
-#define VIDATTN_NARROW_STEP 1
 #endif
 #ifndef VIDATTN_NARROW_MIN_SAVED
 #define VIDATTN_NARROW_MIN_SAVED 3
