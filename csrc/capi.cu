@@ -67,6 +67,20 @@ TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
   return plan;
 }
 
+// The error of the launch just made, as this file reports one (0 if none).
+int check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? 0 : fail(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Opts `kernel` into `smem` bytes of dynamic shared memory (above the 48 KB default).
+template <typename Kernel>
+int allow_smem(Kernel kernel, size_t smem) {
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  return e == cudaSuccess ? 0 : fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
+}
+
 template <int kHeadDim, int kWGs, bool kFp16>
 int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   using namespace vidattn::sm90;
@@ -94,8 +108,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   p.num_m_blocks = static_cast<int>(m_blocks);
   const size_t smem = sizeof(SharedStorage<kHeadDim, kWGs>) + 1024;  // +1 KB to align the ring to 1024 B in-kernel
   auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16, false>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
+  if (allow_smem(kernel, smem) != 0) return 1;
   // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most
   // 32 * kRedoWords of its tiles for a redo (flash_fwd.cuh, kFixedRef), so larger problems take several launches;
   // such a problem keeps the plain schedule, its last round being a sliver of it.
@@ -108,13 +121,11 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     p.tile_base = static_cast<int>(base);
     p.num_tiles = static_cast<int>(n);
     kernel<<<dim3(static_cast<unsigned>(n < sms ? n : sms)), T::kThreads, smem, stream>>>(p);
-    e = cudaGetLastError();
-    if (e != cudaSuccess) return fail(std::string("kernel launch: ") + cudaGetErrorString(e));
+    if (check_launch("kernel launch") != 0) return 1;
   }
   if (tail.tiles == 0) return 0;
   auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16, true>;
-  e = cudaFuncSetAttribute(split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
+  if (allow_smem(split_kernel, smem) != 0) return 1;
   const int64_t items = tail.tiles * tail.splits;
   p.tile_base = static_cast<int>(main_tiles);
   p.num_tiles = static_cast<int>(items);
@@ -122,8 +133,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   p.ws_o = static_cast<float*>(a.workspace);
   p.ws_ml = p.ws_o + items * T::kBlockM * kHeadDim;
   split_kernel<<<dim3(static_cast<unsigned>(items)), T::kThreads, smem, stream>>>(p);
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return fail(std::string("tail launch: ") + cudaGetErrorString(e));
+  if (check_launch("tail launch") != 0) return 1;
   CombineParams c{};
   c.ws_o = p.ws_o;
   c.ws_ml = p.ws_ml;
@@ -137,12 +147,10 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   c.block_m = T::kBlockM;
   c.splits = tail.splits;
   c.num_rows = static_cast<int>(tail.tiles * T::kBlockM);
-  constexpr int kRowsPerBlock = 256 / 32;
-  combine_kernel<kHeadDim, kFp16>
-      <<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)), 256, 0, stream>>>(c);
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return fail(std::string("tail merge launch: ") + cudaGetErrorString(e));
-  return 0;
+  constexpr int kRowsPerBlock = kCombineThreads / 32;  // one warp per row
+  combine_kernel<kHeadDim, kFp16><<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)),
+                                    kCombineThreads, 0, stream>>>(c);
+  return check_launch("tail merge launch");
 }
 
 // D=64 has two builds: three consumer warpgroups (192-row tiles, about 1.1x the throughput per row on long

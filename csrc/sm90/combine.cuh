@@ -23,9 +23,11 @@ struct CombineParams {
   int block_m, splits, num_rows;  // num_rows = tail tiles x block_m
 };
 
+constexpr int kCombineThreads = 256;
+
 // One warp per output row, kHeadDim / 32 consecutive columns per lane.
 template <int kHeadDim, bool kFp16>
-__global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ CombineParams c) {
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_constant__ CombineParams c) {
   constexpr int kCols = kHeadDim / 32;
   const int lane = threadIdx.x % 32;
   const int r = static_cast<int>((static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32);
