@@ -27,8 +27,8 @@ import kernel_smoke  # noqa: E402
 
 # (key, B, H, Sq, Skv, D): the anchor shapes below or near 1.00x cuDNN, long ones as guards, and the two longest,
 # which run at the card's power limit (csrc/NOTES.md, fifth session).
-SHAPES = anchor_shapes.by_key(["wan_cross", "fa1k_d128", "fa1k_d64", "fa8k_d64", "ltx_d64", "cogvideox_d64", "seed4k", "seed16k",
-                               "seed8k", "wan13b_self", "wan14b_self", "hunyuan_720p"])
+SHAPES = anchor_shapes.by_key(["wan_cross", "fa1k_d128", "fa1k_d64", "fa8k_d64", "ltx_d64", "cogvideox_d64", "seed4k",
+                               "seed16k", "seed8k", "wan13b_self", "wan14b_self", "hunyuan_720p"])
 
 
 def pick_best(times: dict, candidates: list[str]) -> tuple[str | None, dict]:

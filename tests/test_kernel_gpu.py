@@ -405,8 +405,13 @@ def test_last_round_tiles(d, tail, skv):
     check_accurate_lse_repeatable(q, k, v, f"last round: H{sms + tail} 100x{skv} D{d} seed={seed}")
 
 
-# Keys in a tile's last key block (of 176 at D=128, 128 at D=64): one on each side of every 16-key step, so that
-# each narrow width of that block's S and P V (csrc/sm90/flash_fwd.cuh, block_steps) runs, and the full width.
+def block_n(d) -> int:
+    """Keys per key block of the kernel at head dim d (csrc/sm90/tile_config.cuh, kBlockN)."""
+    return 176 if d == 128 else 128
+
+
+# Keys in a tile's last key block (block_n): one on each side of every 16-key step, so that each narrow width of
+# that block's S and P V (csrc/sm90/flash_fwd.cuh, block_steps) runs, and the full width.
 PARTIAL_KEYS = (1, 15, 16, 17, 32, 33, 48, 63, 64, 80, 96, 97, 112, 113, 127, 128, 144, 145, 160, 161, 175)
 
 
@@ -415,7 +420,7 @@ PARTIAL_KEYS = (1, 15, 16, 17, 32, 33, 48, 63, 64, 80, 96, 97, 112, 113, 127, 12
 def test_partial_last_block(d, dtype):
     """Every width of a tile's last, partial key block, after two full blocks and alone (one-block tiles), with
     131 query rows (a partial query tile too) and shifted inputs."""
-    n = 176 if d == 128 else 128
+    n = block_n(d)
     for r in (r for r in PARTIAL_KEYS if r < n):
         for skv in (2 * n + r, r):
             g, seed = new_gen()
@@ -425,10 +430,9 @@ def test_partial_last_block(d, dtype):
 
 def expected_tail_splits(tiles: int, skv: int, d: int, sms: int) -> int:
     """The tail launch's key ranges per tile as csrc/capi.cu plans them: the last round's r = tiles mod SMs tiles,
-    split SMs // r ways, each range at least 3 key blocks (176 keys at D=128, 128 at D=64), tiles of at least 12
-    blocks; none below 2."""
+    split SMs // r ways, each range at least 3 key blocks (block_n), tiles of at least 12 blocks; none below 2."""
     r = tiles % sms
-    blocks = -(-skv // (176 if d == 128 else 128))
+    blocks = -(-skv // block_n(d))
     if r == 0 or blocks < 12:
         return 0
     splits = min(sms // r, blocks // 3)
