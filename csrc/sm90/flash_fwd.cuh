@@ -28,7 +28,7 @@ struct SharedStorage {
   alignas(1024) uint16_t k[T::kStages][T::kBlockN * kHeadDim];
   alignas(1024) uint16_t v[T::kStages][T::kBlockN * kHeadDim];
   // per consumer warp, see store_o; 1024-aligned so that a TMA store's 128B swizzle matches the layout written
-  alignas(1024) uint16_t o_scratch[T::kConsumerWGs * 4][16 * kChunkCols];
+  alignas(1024) uint16_t o_scratch[T::kConsumerWGs * 4][T::kOScratchSlots * 16 * kChunkCols];
   uint64_t q_full[T::kQBuffers];
   uint64_t q_empty[T::kQBuffers];
   uint64_t k_full[T::kStages];
@@ -495,20 +495,25 @@ __device__ __forceinline__ void sched_pass(int cwg) {
 // Scratch rows are 128 bytes with the 16-byte chunk index xor-ed by the row (mod 8) in a 1024-aligned buffer:
 // TMA's 128B swizzle, and the eight rows of each 8x8 stmatrix hit all banks once. Rows past seqlen_q lie outside
 // the tensor map and are not written.
-template <int kHeadDim, bool kFp16>
+// kSlots (FwdTraits::kOScratchSlots): boxes in this warp's scratch; half h goes to box h % kSlots, and waits only
+// for the store that last read that box (the bulk groups of one thread complete in order).
+template <int kHeadDim, bool kFp16, int kSlots>
 __device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc, int warp_row0, uint16_t* scratch,
                                         const float (&o)[kHeadDim / 2], const float (&row_sum)[2]) {
   const int lane = ptx::lane_id();  // not the caller's lane: see lane_id (at D=64 with three warpgroups it spilled)
   float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) inv[r] = row_sum[r] > 0.f ? ptx::rcp_approx(row_sum[r]) : 0.f;  // kv_len == 0: O = 0
-  const uint32_t base = ptx::smem_addr(scratch);
+  const uint32_t scratch_addr = ptx::smem_addr(scratch);
   // This lane's stmatrix row address: matrix m = lane / 8 is (rows 8 * (m % 2) .., column group 2c + m / 2).
   const int m = lane / 8, st_row = lane % 8 + 8 * (m & 1);
 #pragma unroll
   for (int h = 0; h < kHeadDim / kChunkCols; ++h) {
-    // Lane 0's previous TMA store (the other half, or the last tile's) has finished reading the scratch.
-    if (lane == 0) ptx::bulk_wait_group_read<0>();
+    constexpr int kBoxElems = 16 * kChunkCols;
+    uint16_t* box = scratch + (h % kSlots) * kBoxElems;
+    const uint32_t base = scratch_addr + (h % kSlots) * kBoxElems * 2;
+    // Lane 0's TMA store that last read this box (the other half, or the last tile's) has finished reading it.
+    if (lane == 0) ptx::bulk_wait_group_read<kSlots - 1>();
     __syncwarp();
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -524,7 +529,7 @@ __device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc,
     __syncwarp();
     // The diagnostic build tests a runtime value the compiler cannot fold, so the work above stays.
     if (lane == 0 && !(VIDATTN_DIAG_SKIP_O_STORE && p.seqlen_q > 0)) {
-      ptx::tma_store_4d(&p.tm_o, scratch, h * kChunkCols, warp_row0, tc.head, tc.batch);
+      ptx::tma_store_4d(&p.tm_o, box, h * kChunkCols, warp_row0, tc.head, tc.batch);
       ptx::bulk_commit_group();
     }
   }
@@ -539,7 +544,7 @@ __device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord&
   const float kNegInf = -__int_as_float(0x7f800000);
   const int warp_row0 = tc.m_block * T::kBlockM + cwg * T::kRowsPerWG + warp * 16;
   const int row0 = warp_row0 + lane / 4;
-  store_o<kHeadDim, kFp16>(p, tc, warp_row0, scratch, o, row_sum);
+  store_o<kHeadDim, kFp16, T::kOScratchSlots>(p, tc, warp_row0, scratch, o, row_sum);
   if (p.lse != nullptr && lane % 4 == 0) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
