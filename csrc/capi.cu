@@ -14,6 +14,8 @@ namespace {
 thread_local std::string g_last_error;
 thread_local int g_last_tail_splits = 0;  // key ranges per tail tile of this thread's last launch (0: no tail launch)
 int g_d64_warpgroups = 0;  // 0: pick by shape (pick_d64_three_wgs); 2 or 3: forced (vidattn_sm90_set_d64_warpgroups)
+int g_d128_block_n = 0;    // 0: pick by key count (pick_d128_block_n); 128 or 176: forced (vidattn_sm90_set_d128_block_n)
+thread_local int g_last_block_n = 0;  // kBlockN of this thread's last launch (0: none)
 
 int fail(const std::string& msg) {
   g_last_error = msg;
@@ -49,9 +51,9 @@ struct TailPlan {
 constexpr uint64_t kTailItemBytes = 128 * (128 + 2) * sizeof(float);
 static_assert(vidattn::sm90::FwdTraits<64, 3>::kBlockM * (64 + 2) * sizeof(float) <= kTailItemBytes, "item bytes");
 
-template <int kHeadDim, int kWGs>
+template <int kHeadDim, int kWGs, int kBN>
 TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
-  using T = vidattn::sm90::FwdTraits<kHeadDim, kWGs>;
+  using T = vidattn::sm90::FwdTraits<kHeadDim, kWGs, kBN>;
   TailPlan plan;
   // kv_lens: ranges of a short batch would hold no keys; the rare ragged launch keeps the plain schedule.
   if (!VIDATTN_TAIL_LAUNCH || a.kv_lens != nullptr || a.workspace == nullptr) return plan;
@@ -81,10 +83,10 @@ int allow_smem(Kernel kernel, size_t smem) {
   return e == cudaSuccess ? 0 : fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
 }
 
-template <int kHeadDim, int kWGs, bool kFp16>
+template <int kHeadDim, int kWGs, int kBN, bool kFp16>
 int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   using namespace vidattn::sm90;
-  using T = FwdTraits<kHeadDim, kWGs>;
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
   FwdParams p{};
   std::string err;
   const bool ok = make_tensor_map_4d(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride,
@@ -106,14 +108,16 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   const int64_t tiles = m_blocks * a.heads * a.batch;
   if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/kBlockM) over 2^31)");
   p.num_m_blocks = static_cast<int>(m_blocks);
-  const size_t smem = sizeof(SharedStorage<kHeadDim, kWGs>) + 1024;  // +1 KB to align the ring to 1024 B in-kernel
-  auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16, false>;
+  g_last_block_n = kBN;
+  // +1 KB to align the ring to 1024 B in-kernel
+  const size_t smem = sizeof(SharedStorage<kHeadDim, kWGs, kBN>) + 1024;
+  auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, false>;
   if (allow_smem(kernel, smem) != 0) return 1;
   // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most
   // 32 * kRedoWords of its tiles for a redo (flash_fwd.cuh, kFixedRef), so larger problems take several launches;
   // such a problem keeps the plain schedule, its last round being a sliver of it.
   const int64_t per_launch = static_cast<int64_t>(sms) * 32 * T::kRedoWords;
-  const TailPlan tail = tiles <= per_launch ? plan_tail<kHeadDim, kWGs>(a, tiles, sms) : TailPlan{};
+  const TailPlan tail = tiles <= per_launch ? plan_tail<kHeadDim, kWGs, kBN>(a, tiles, sms) : TailPlan{};
   const int64_t main_tiles = tiles - tail.tiles;
   g_last_tail_splits = tail.tiles > 0 ? tail.splits : 0;
   for (int64_t base = 0; base < main_tiles; base += per_launch) {
@@ -124,7 +128,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     if (check_launch("kernel launch") != 0) return 1;
   }
   if (tail.tiles == 0) return 0;
-  auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs, kFp16, true>;
+  auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, true>;
   if (allow_smem(split_kernel, smem) != 0) return 1;
   const int64_t items = tail.tiles * tail.splits;
   p.tile_base = static_cast<int>(main_tiles);
@@ -166,6 +170,23 @@ bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
   return t3 <= t2;
 }
 
+// D=128 has two builds: N=176 key blocks (the default) and N=128, whose smaller stages leave room for a second Q
+// buffer and a second O scratch box (tile_config.cuh, VIDATTN_BLOCK_N_D128_SHORT). Those help where tile boundaries
+// are frequent, that is where tiles have few key blocks: Wan cross-attention (512 keys) and FA-bench 1K gained 7
+// and 4% at N=128, the long shapes lost 0-2% (csrc/NOTES.md, seventh session). The threshold is from a sweep of the
+// key count (scripts/block_n_sweep.py).
+#ifndef VIDATTN_D128_SHORT_KV_MAX
+#define VIDATTN_D128_SHORT_KV_MAX 2048
+#endif
+constexpr int kD128Long = vidattn::sm90::default_block_n(128);
+constexpr int kD128Short = VIDATTN_BLOCK_N_D128_SHORT;
+static_assert(kD128Short != kD128Long, "the two D=128 builds must differ in kBlockN");
+
+int pick_d128_block_n(int64_t seqlen_kv) {
+  if (g_d128_block_n != 0) return g_d128_block_n;
+  return seqlen_kv <= VIDATTN_D128_SHORT_KV_MAX ? kD128Short : kD128Long;
+}
+
 // Multiprocessors of the current device (at least 1): the persistent grid, the tail plan and the workspace size.
 int sm_count() {
   int device = 0, sms = 0;
@@ -186,6 +207,14 @@ extern "C" uint64_t vidattn_sm90_workspace_bytes(void) {
 }
 
 extern "C" int vidattn_sm90_last_tail_splits(void) { return g_last_tail_splits; }
+
+extern "C" int vidattn_sm90_last_block_n(void) { return g_last_block_n; }
+
+extern "C" int vidattn_sm90_set_d128_block_n(int block_n) {
+  if (block_n != 0 && block_n != kD128Short && block_n != kD128Long) return 1;
+  g_d128_block_n = block_n;
+  return 0;
+}
 
 extern "C" int vidattn_sm90_set_d64_warpgroups(int warpgroups) {
   if (warpgroups != 0 && warpgroups != 2 && warpgroups != 3) return 1;
@@ -208,16 +237,21 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   if (!o_aligned) return fail("output must be 16-byte aligned with strides that are multiples of 8 elements");
   auto s = static_cast<cudaStream_t>(stream);
   g_last_tail_splits = 0;
+  g_last_block_n = 0;
   const bool fp16 = a->dtype == 1;
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
   const int sms = sm_count();
+  constexpr int kD64N = vidattn::sm90::default_block_n(64);
   switch (a->head_dim) {
     case 64:
       if (g_d64_warpgroups == 3 ||
           (g_d64_warpgroups == 0 && pick_d64_three_wgs(a->seqlen_q, a->batch * a->heads, sms)))
-        return fp16 ? launch<64, 3, true>(*a, s, sms) : launch<64, 3, false>(*a, s, sms);
-      return fp16 ? launch<64, 2, true>(*a, s, sms) : launch<64, 2, false>(*a, s, sms);
-    case 128: return fp16 ? launch<128, 2, true>(*a, s, sms) : launch<128, 2, false>(*a, s, sms);
+        return fp16 ? launch<64, 3, kD64N, true>(*a, s, sms) : launch<64, 3, kD64N, false>(*a, s, sms);
+      return fp16 ? launch<64, 2, kD64N, true>(*a, s, sms) : launch<64, 2, kD64N, false>(*a, s, sms);
+    case 128:
+      if (pick_d128_block_n(a->seqlen_kv) == kD128Short)
+        return fp16 ? launch<128, 2, kD128Short, true>(*a, s, sms) : launch<128, 2, kD128Short, false>(*a, s, sms);
+      return fp16 ? launch<128, 2, kD128Long, true>(*a, s, sms) : launch<128, 2, kD128Long, false>(*a, s, sms);
     default: return fail("head dim must be 64 or 128");
   }
 }

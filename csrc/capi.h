@@ -30,6 +30,12 @@ const char* vidattn_sm90_last_error(void);
 // Head dim 64 only: force the consumer warpgroup count of later launches (2 or 3), or 0 for the launcher's choice
 // by shape (the default). For tests and A/B timing; returns 0, or 1 for any other value (nothing changes).
 int vidattn_sm90_set_d64_warpgroups(int warpgroups);
+// Head dim 128 only: force the key-block width of later launches (the two builds: 176, and 128 for short keys), or 0
+// for the launcher's choice by key count (the default). For tests and A/B timing; returns 0, or 1 for any other
+// value (nothing changes).
+int vidattn_sm90_set_d128_block_n(int block_n);
+// Key-block width (kBlockN) of the kernel this thread's last vidattn_sm90_fwd call launched (0: it launched none).
+int vidattn_sm90_last_block_n(void);
 // Bytes of workspace this build can use on the current device (0: it uses none, as a VIDATTN_TAIL_LAUNCH=0 build).
 uint64_t vidattn_sm90_workspace_bytes(void);
 // Key ranges per tile of the tail launch of this thread's last vidattn_sm90_fwd call (0: it had none). For tests.

@@ -21,9 +21,9 @@ namespace vidattn::sm90 {
 
 // Every tile is stored as kChunks column chunks of [rows][64 elements], each row 128 bytes, 128B-swizzled by TMA.
 // alignas(1024): the swizzle pattern repeats every 8 rows x 128 B, and descriptors assume atoms start aligned.
-template <int kHeadDim, int kWGs>
+template <int kHeadDim, int kWGs, int kBN>
 struct SharedStorage {
-  using T = FwdTraits<kHeadDim, kWGs>;
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
   alignas(1024) uint16_t q[T::kQBuffers][T::kBlockM * kHeadDim];
   alignas(1024) uint16_t k[T::kStages][T::kBlockN * kHeadDim];
   alignas(1024) uint16_t v[T::kStages][T::kBlockN * kHeadDim];
@@ -123,9 +123,9 @@ __device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&
 // the consumer dispatches each tile on its start stage (mainloop_from) so stage indices stay compile-time offsets
 // of the loop counter, in uniform registers (a plain carried counter measured 5% slower from R2UR moves). The
 // phase of each stage is carried across tiles as one bit per stage.
-template <int kHeadDim, int kWGs, bool kFixedRef, bool kSplit>
-__device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s) {
-  using T = FwdTraits<kHeadDim, kWGs>;
+template <int kHeadDim, int kWGs, int kBN, bool kFixedRef, bool kSplit>
+__device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s) {
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
   constexpr uint32_t kQBytes = T::kBlockM * kHeadDim * sizeof(uint16_t);
   constexpr uint32_t kKVBytes = T::kBlockN * kHeadDim * sizeof(uint16_t);
   uint32_t empty_phase = 0;  // bit s: parity of stage s's next "empty" phase to wait for, xor 1
@@ -363,9 +363,9 @@ __device__ __forceinline__ void fence_frag(uint32_t (&a)[N][4]) {
 
 // S = Q K^T: D/16 wgmmas over the head dim; Q (A) and K (B) both K-major, 8-row core groups 1024 B apart. N: the
 // keys computed, kBlockN, or fewer for a tile's last, partial block (issue_qk_block).
-template <int kHeadDim, int kWGs, bool kFp16, int N = FwdTraits<kHeadDim, kWGs>::kBlockN>
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, int N = FwdTraits<kHeadDim, kWGs, kBN>::kBlockN>
 __device__ __forceinline__ void issue_qk(float (&sacc)[N / 2], uint32_t q_smem, uint32_t k_smem) {
-  using T = FwdTraits<kHeadDim, kWGs>;
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
     const uint32_t chunk = kk / 4, within = (kk % 4) * 32;  // 4 k-steps of 16 elements per 128-byte row
@@ -378,11 +378,11 @@ __device__ __forceinline__ void issue_qk(float (&sacc)[N / 2], uint32_t q_smem, 
 
 // O += P V: one wgmma per 16 keys. V sits MN-major (rows = keys): SBO steps 8 keys, LBO steps 64-column chunks.
 // kSteps < kBlockN / 16 for a partial block: the steps past its last valid key hold P = 0.
-template <int kHeadDim, int kWGs, bool kFp16, int kSteps = FwdTraits<kHeadDim, kWGs>::kBlockN / 16>
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, int kSteps = FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16>
 __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
-                                         const uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4],
+                                         const uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4],
                                          uint32_t v_smem) {
-  using T = FwdTraits<kHeadDim, kWGs>;
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
     const uint64_t db = ptx::make_smem_desc_sw128(v_smem + kk * 16 * kChunkBytes, T::kBlockN * kChunkBytes, 1024);
@@ -427,13 +427,13 @@ __device__ __forceinline__ void with_partial_steps(int steps, F&& f) {
 // -inf past it (one block per tile pays the copies); mask_keys then masks the computed keys past the last valid one
 // as for a full block. ptxas serialised every wgmma of the kernel (C7511) when the narrow wgmma wrote the leading
 // registers of sacc itself, and injected its own warpgroup.arrive (C7519) when the fence stood before the branch.
-template <int kHeadDim, int kWGs, bool kFp16, int kWait, typename After>
-__device__ __forceinline__ void issue_qk_block(int steps, float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, int kWait, typename After>
+__device__ __forceinline__ void issue_qk_block(int steps, float (&sacc)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 2],
                                                uint32_t q_smem, uint32_t k_smem, After&& after) {
-  constexpr int kN = FwdTraits<kHeadDim, kWGs>::kBlockN;
+  constexpr int kN = FwdTraits<kHeadDim, kWGs, kBN>::kBlockN;
   if (steps == kN / 16) {
     ptx::wgmma_fence();
-    issue_qk<kHeadDim, kWGs, kFp16>(sacc, q_smem, k_smem);
+    issue_qk<kHeadDim, kWGs, kBN, kFp16>(sacc, q_smem, k_smem);
     after();
     ptx::wgmma_wait<kWait>();
     ptx::fence_regs(sacc);
@@ -442,7 +442,7 @@ __device__ __forceinline__ void issue_qk_block(int steps, float (&sacc)[FwdTrait
       constexpr int kCols = decltype(c)::value * 16;
       float part[kCols / 2];
       ptx::wgmma_fence();
-      issue_qk<kHeadDim, kWGs, kFp16, kCols>(part, q_smem, k_smem);
+      issue_qk<kHeadDim, kWGs, kBN, kFp16, kCols>(part, q_smem, k_smem);
       after();
       ptx::wgmma_wait<kWait>();
       ptx::fence_regs(part);
@@ -454,18 +454,18 @@ __device__ __forceinline__ void issue_qk_block(int steps, float (&sacc)[FwdTrait
 }
 
 // O += P V of the block whose P is in pa, over its steps only (issue_qk_block).
-template <int kHeadDim, int kWGs, bool kFp16>
+template <int kHeadDim, int kWGs, int kBN, bool kFp16>
 __device__ __forceinline__ void issue_pv_block(int steps, float (&o)[kHeadDim / 2],
-                                               const uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4],
+                                               const uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4],
                                                uint32_t v_smem) {
-  constexpr int kN = FwdTraits<kHeadDim, kWGs>::kBlockN;
+  constexpr int kN = FwdTraits<kHeadDim, kWGs, kBN>::kBlockN;
   if (steps == kN / 16) {
     ptx::wgmma_fence();
-    issue_pv<kHeadDim, kWGs, kFp16>(o, pa, v_smem);
+    issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, v_smem);
   } else {
     with_partial_steps<kNarrowMax<kN>>(steps, [&](auto c) {
       ptx::wgmma_fence();
-      issue_pv<kHeadDim, kWGs, kFp16, decltype(c)::value>(o, pa, v_smem);
+      issue_pv<kHeadDim, kWGs, kBN, kFp16, decltype(c)::value>(o, pa, v_smem);
     });
   }
 }
@@ -536,11 +536,11 @@ __device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc,
 }
 
 // Epilogue of one tile (row sums already reduced over the quad): O normalised and stored, LSE if asked.
-template <int kHeadDim, int kWGs, bool kFp16>
+template <int kHeadDim, int kWGs, int kBN, bool kFp16>
 __device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord& tc, int cwg, int warp, int lane,
                                             uint16_t* scratch, float (&o)[kHeadDim / 2], const float (&row_max)[2],
                                             const float (&row_sum)[2]) {
-  using T = FwdTraits<kHeadDim, kWGs>;
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
   const float kNegInf = -__int_as_float(0x7f800000);
   const int warp_row0 = tc.m_block * T::kBlockM + cwg * T::kRowsPerWG + warp * 16;
   const int row0 = warp_row0 + lane / 4;
@@ -560,11 +560,11 @@ __device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord&
 // Epilogue of a work item of the tail launch (kSplit): its unnormalised O in fp32 and each row's (max * scale_log2,
 // sum) go to the workspace, item t's rows at [t * kBlockM, (t + 1) * kBlockM); combine_kernel (combine.cuh) merges
 // the items of a tile and stores O. Plain 8-byte stores: a tail launch has at most one item per SM.
-template <int kHeadDim, int kWGs>
+template <int kHeadDim, int kWGs, int kBN>
 __device__ __forceinline__ void store_partial(const FwdParams& p, int item, int cwg, int warp, int lane,
                                               const float (&o)[kHeadDim / 2], const float (&row_max)[2],
                                               const float (&row_sum)[2]) {
-  using T = FwdTraits<kHeadDim, kWGs>;
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
   const int64_t row0 = static_cast<int64_t>(item) * T::kBlockM + cwg * T::kRowsPerWG + warp * 16 + lane / 4;
   float* out = p.ws_o + row0 * kHeadDim + 2 * (lane % 4);
 #pragma unroll
@@ -582,15 +582,16 @@ __device__ __forceinline__ void store_partial(const FwdParams& p, int item, int 
 // One tile's K/V loop, starting at ring stage kStart. A template per start stage keeps every stage index a
 // function of the loop counter alone, so the wgmma descriptors stay in uniform registers while the ring runs on
 // across tiles (the next tile's first K/V loads no longer wait for this tile's last block to be released).
-template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, int kStart>
-__device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg, uint32_t q_smem,
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, int kStart>
+__device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s, int cwg,
+                                         uint32_t q_smem,
                                          int qb, int n_blocks, int kv_first, int rot, int kv_len, int col_in_group,
                                          int lane,
                                          uint32_t& k_phase, uint32_t& v_phase, float (&o)[kHeadDim / 2],
                                          float (&row_max)[2], float (&row_sum)[2],
-                                         float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
-                                         uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4]) {
-  using T = FwdTraits<kHeadDim, kWGs>;
+                                         float (&sacc)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 2],
+                                         uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4]) {
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
   static_assert(!(kFixed && kFp16), "the fixed-reference softmax is bf16 only (fixed_ref_softmax)");
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;
@@ -605,7 +606,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks)) * kN;
     pv_steps = block_steps<kN>(kv0, kv_len);
     sched_wait<kPingpong>(cwg);
-    issue_qk_block<kHeadDim, kWGs, kFp16, 0>(pv_steps, sacc, q_smem, ptx::smem_addr(s.k[stage]),
+    issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 0>(pv_steps, sacc, q_smem, ptx::smem_addr(s.k[stage]),
                                              [&] { sched_pass<kPingpong, T::kConsumerWGs>(cwg); });
     if (lane == 0) {
       ptx::mbarrier_arrive(&s.k_empty[stage]);
@@ -629,8 +630,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     const int qk_steps = block_steps<kN>(kv0, kv_len);
     sched_wait<kPingpong>(cwg);
     // The P V here is of a full block unless the key order is rotated (kKvRotate): only the last block is partial.
-    issue_qk_block<kHeadDim, kWGs, kFp16, 1>(qk_steps, sacc, q_smem, ptx::smem_addr(s.k[stage]), [&] {
-      issue_pv<kHeadDim, kWGs, kFp16>(o, pa, ptx::smem_addr(s.v[prev]));
+    issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 1>(qk_steps, sacc, q_smem, ptx::smem_addr(s.k[stage]), [&] {
+      issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, ptx::smem_addr(s.v[prev]));
       sched_pass<kPingpong, T::kConsumerWGs>(cwg);
     });  // S_j done; P V may still run
     pv_steps = qk_steps;
@@ -667,7 +668,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   ptx::mbarrier_wait(&s.v_full[last], (v_phase >> last) & 1);
   v_phase ^= 1u << last;
   sched_wait<kPingpong>(cwg);
-  issue_pv_block<kHeadDim, kWGs, kFp16>(pv_steps, o, pa, ptx::smem_addr(s.v[last]));
+  issue_pv_block<kHeadDim, kWGs, kBN, kFp16>(pv_steps, o, pa, ptx::smem_addr(s.v[last]));
   sched_pass<kPingpong, T::kConsumerWGs>(cwg);
   ptx::wgmma_wait<0>();
   ptx::fence_regs(o);
@@ -675,23 +676,24 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
 }
 
-template <int kHeadDim, int kWGs, bool kFp16, bool kFixed, int kStart>
-__device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg,
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, int kStart>
+__device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s,
+                                              int cwg,
                                               uint32_t q_smem, int qb, int n_blocks, int kv_first, int rot,
                                               int kv_len, int col_in_group, int lane, uint32_t& k_phase,
                                               uint32_t& v_phase,
                                               float (&o)[kHeadDim / 2], float (&row_max)[2], float (&row_sum)[2],
-                                              float (&sacc)[FwdTraits<kHeadDim, kWGs>::kBlockN / 2],
-                                              uint32_t (&pa)[FwdTraits<kHeadDim, kWGs>::kBlockN / 16][4]) {
-  if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs>::kStages) {
+                                              float (&sacc)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 2],
+                                              uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4]) {
+  if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs, kBN>::kStages) {
     if (start != kStart) {
-      mainloop_from<kHeadDim, kWGs, kFp16, kFixed, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, kv_first,
+      mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, kv_first,
                                                                rot, kv_len, col_in_group, lane, k_phase, v_phase,
                                                                o, row_max, row_sum, sacc, pa);
       return;
     }
   }
-  mainloop<kHeadDim, kWGs, kFp16, kFixed, kStart>(p, s, cwg, q_smem, qb, n_blocks, kv_first, rot, kv_len,
+  mainloop<kHeadDim, kWGs, kBN, kFp16, kFixed, kStart>(p, s, cwg, q_smem, qb, n_blocks, kv_first, rot, kv_len,
                                                   col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa);
 }
 
@@ -702,9 +704,9 @@ struct BoolTag {
 // After the first pass over its tiles, every consumer thread of a CTA meets here before the redo (kFixedRef).
 enum class RedoBarrier : uint32_t { kId = 7 };  // 3..5: the ping-pong's
 
-template <int kHeadDim, int kWGs, bool kFp16, bool kFixedRef, bool kSplit>
-__device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim, kWGs>& s, int cwg) {
-  using T = FwdTraits<kHeadDim, kWGs>;
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixedRef, bool kSplit>
+__device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s, int cwg) {
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;
   const float kNegInf = -__int_as_float(0x7f800000);
@@ -748,7 +750,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     if (n_blocks == 0) {
       if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
     } else {
-      mainloop_from<kHeadDim, kWGs, kFp16, kFixed, 0>(start, p, s, cwg, q_smem, qb, n_blocks, w.kv_first,
+      mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, 0>(start, p, s, cwg, q_smem, qb, n_blocks, w.kv_first,
                                                       kv_rotation<T::kKvRotate>(tile, n_blocks), w.kv_len,
                                                       col_in_group, lane, k_phase, v_phase, o, row_max, row_sum,
                                                       sacc, pa);
@@ -758,9 +760,9 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll
     for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
     if constexpr (kSplit)
-      store_partial<kHeadDim, kWGs>(p, tile, cwg, warp, lane, o, row_max, row_sum);
+      store_partial<kHeadDim, kWGs, kBN>(p, tile, cwg, warp, lane, o, row_max, row_sum);
     else
-      finish_tile<kHeadDim, kWGs, kFp16>(p, w.tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max,
+      finish_tile<kHeadDim, kWGs, kBN, kFp16>(p, w.tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max,
                                          row_sum);
     // (the comparison is false for NaN)
     if constexpr (kFixed) {
@@ -787,14 +789,14 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
 }
 
 // kSplit: the tail launch's build (work items are key ranges of tiles, O goes to the workspace unnormalised; capi.cu).
-template <int kHeadDim, int kWGs, bool kFp16, bool kSplit>
-__global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs>::kThreads, 1)
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kSplit>
+__global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
     flash_fwd_kernel(const __grid_constant__ FwdParams p) {
-  using T = FwdTraits<kHeadDim, kWGs>;
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
   extern __shared__ uint8_t smem_raw[];
   // Dynamic shared memory is only 16-byte aligned by contract; the launcher over-allocates 1 KB for this.
   const uint32_t pad = (1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023;
-  auto& s = *reinterpret_cast<SharedStorage<kHeadDim, kWGs>*>(smem_raw + pad);
+  auto& s = *reinterpret_cast<SharedStorage<kHeadDim, kWGs, kBN>*>(smem_raw + pad);
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -826,10 +828,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs>::kThreads, 1)
   constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef) && !kSplit;
   if (wg == 0) {
     ptx::setmaxnreg_dec<T::kProducerRegs>();
-    if (threadIdx.x == 0) producer<kHeadDim, kWGs, kFixedRef, kSplit>(p, s);
+    if (threadIdx.x == 0) producer<kHeadDim, kWGs, kBN, kFixedRef, kSplit>(p, s);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
-    consumer<kHeadDim, kWGs, kFp16, kFixedRef, kSplit>(p, s, wg - 1);
+    consumer<kHeadDim, kWGs, kBN, kFp16, kFixedRef, kSplit>(p, s, wg - 1);
   }
 }
 

@@ -11,6 +11,13 @@
 #ifndef VIDATTN_BLOCK_N_D128
 #define VIDATTN_BLOCK_N_D128 176
 #endif
+// D=128 has a second build for short keys (capi.cu, pick_d128_block_n): at N=128 two Q buffers and a scratch box
+// per O half fit beside two K/V stages, which N=176 leaves no room for, so the next tile's Q loads a tile early and
+// the epilogue does not wait between its halves. Measured (seventh session, same process as N=176): Wan
+// cross-attention 0.996 -> 1.062x cuDNN, FA-bench 1K 1.036 -> 1.081x, the long shapes 0-2% slower.
+#ifndef VIDATTN_BLOCK_N_D128_SHORT
+#define VIDATTN_BLOCK_N_D128_SHORT 128
+#endif
 #ifndef VIDATTN_BLOCK_N_D64
 #define VIDATTN_BLOCK_N_D64 128
 #endif
@@ -84,7 +91,10 @@ constexpr int kChunkBytes = kChunkCols * 2;
 
 // kWGs: consumer warpgroups (64 query rows each). D=64 defaults to three (see kConsumerWGs); the launcher also
 // has a two-warpgroup D=64 build for short queries, where 192-row tiles waste rows (capi.cu, pick_d64_wgs).
-template <int kHeadDim, int kWGs = (kHeadDim == 64 ? 3 : 2)>
+// kBN: the KV tile width (kBlockN); each head dim has its default, D=128 a second build for short keys.
+constexpr int default_block_n(int head_dim) { return head_dim == 128 ? VIDATTN_BLOCK_N_D128 : VIDATTN_BLOCK_N_D64; }
+
+template <int kHeadDim, int kWGs = (kHeadDim == 64 ? 3 : 2), int kBN = default_block_n(kHeadDim)>
 struct FwdTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "vidattn sm90 forward: head dim must be 64 or 128");
   static constexpr int kHeadDimV = kHeadDim;
@@ -98,7 +108,7 @@ struct FwdTraits {
   static constexpr int kBlockM = kConsumerWGs * kRowsPerWG;
   // KV tile: S (64 x kBlockN fp32), P (kBlockN/2 packed 16-bit) and O (64 x D fp32) all live in registers;
   // at D=128, N=128 that is 64 + 32 + 64 of the consumers' 240.
-  static constexpr int kBlockN = kHeadDim == 128 ? VIDATTN_BLOCK_N_D128 : VIDATTN_BLOCK_N_D64;
+  static constexpr int kBlockN = kBN;
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN: a wgmma N, multiple of 16, at most 256");
   // As many K+V stages as shared memory holds next to Q (up to 4): at D=128, N=128 that is Q 32 KB + 2 x 64 KB.
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
