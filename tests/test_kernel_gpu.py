@@ -88,19 +88,40 @@ class ForcedD64(int):
         return repr(self)
 
 
-HEAD_DIMS = (64, ForcedD64(3), 128)
+class ForcedD128(int):
+    """Head dim 128 with the D=128 key-block width forced to `block_n` for the test (by the autouse fixture below).
+    The launcher picks the N=128 build for short keys and N=176 for long ones (csrc/capi.cu, pick_d128_block_n), so
+    each D=128 case runs on both builds whatever its key count; test_d128_build_by_key_count checks the choice."""
 
+    def __new__(cls, block_n: int):
+        obj = int.__new__(cls, 128)
+        obj.block_n = block_n
+        return obj
+
+    def __repr__(self):
+        return f"128n{self.block_n}"
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        return repr(self)
+
+
+HEAD_DIMS = (64, ForcedD64(3), ForcedD128(128), ForcedD128(176))
 
 
 @pytest.fixture(autouse=True)
-def _d64_warpgroups(request):
+def _forced_build(request):
     callspec = getattr(request.node, "callspec", None)
     d = callspec.params.get("d") if callspec is not None else None
-    if not isinstance(d, ForcedD64):
-        yield
-        return
     from vidattn import _ext
-    with _ext.d64_warpgroups(d.wgs):
+    if isinstance(d, ForcedD64):
+        with _ext.d64_warpgroups(d.wgs):
+            yield
+    elif isinstance(d, ForcedD128):
+        with _ext.d128_block_n(d.block_n):
+            yield
+    else:
         yield
 
 
@@ -406,8 +427,9 @@ def test_last_round_tiles(d, tail, skv):
 
 
 def block_n(d) -> int:
-    """Keys per key block of the kernel at head dim d (csrc/sm90/tile_config.cuh, kBlockN)."""
-    return 176 if d == 128 else 128
+    """Keys per key block of the kernel at head dim d (csrc/sm90/tile_config.cuh, kBlockN): D=64's, or the D=128
+    build the test forces."""
+    return d.block_n if isinstance(d, ForcedD128) else 128
 
 
 # Keys in a tile's last key block (block_n): one on each side of every 16-key step, so that each narrow width of
@@ -499,6 +521,29 @@ def test_more_tiles_than_one_launch_marks():
         qs, ks, vs = (t[:, :, lo:hi] for t in (q, k, v))
         ref, _ = reference(qs, ks, vs, "bshd")
         assert_accurate(out[:, :, lo:hi], ref, sdpa(qs, ks, vs, "bshd"), f"heads {lo}:{hi} of {h}, seed={seed}")
+
+
+D128_SHORT_KV_MAX = 2048  # csrc/capi.cu, VIDATTN_D128_SHORT_KV_MAX: the N=128 build up to this many keys
+
+
+@pytest.mark.parametrize("skv", [1, 512, D128_SHORT_KV_MAX, D128_SHORT_KV_MAX + 1, 4224])
+def test_d128_build_by_key_count(skv):
+    """The launcher runs D=128 on the N=128 build up to D128_SHORT_KV_MAX keys and on N=176 above
+    (vidattn_sm90_last_block_n); forcing a build overrides that and is undone after the block. Accurate either way."""
+    from vidattn import _ext
+    g, seed = new_gen()
+    q, k, v = make_qkv(1, 2, 300, skv, 128, torch.bfloat16, "bshd", g, True)
+    what = f"D=128 build for 300x{skv} seed={seed}"
+    check_case(q, k, v, what=what)
+    assert _ext.last_block_n() == (128 if skv <= D128_SHORT_KV_MAX else 176), what
+    other = 176 if skv <= D128_SHORT_KV_MAX else 128
+    with _ext.d128_block_n(other):
+        check_case(q, k, v, what=f"{what}, forced N={other}")
+        assert _ext.last_block_n() == other, what
+    vidattn.attention(q, k, v, layout="bshd")
+    assert _ext.last_block_n() == (128 if skv <= D128_SHORT_KV_MAX else 176), f"{what}: forcing not undone"
+    with pytest.raises(ValueError):
+        _ext.set_d128_block_n(144)
 
 
 @pytest.mark.parametrize("case", ["4224x4224-d128", "129x777-ragged-d64", "32760x512-d128"])

@@ -221,6 +221,30 @@ def test_d64_warpgroups_block_restores_the_load_time_setting(monkeypatch):
     assert lib.calls == [3, 0, 3, 2]
 
 
+def test_d128_block_n_block_restores_the_load_time_setting(monkeypatch):
+    from vidattn import _ext
+
+    class FakeLib:
+        def __init__(self):
+            self.calls = []
+
+        def vidattn_sm90_set_d128_block_n(self, n):
+            self.calls.append(n)
+            return 0 if n in (0, 128, 176) else 1
+
+    lib = FakeLib()
+    monkeypatch.delenv("VIDATTN_D128_BLOCK_N", raising=False)
+    with _ext.d128_block_n(128, lib):
+        assert lib.calls == [128]
+    assert lib.calls == [128, 0]
+    monkeypatch.setenv("VIDATTN_D128_BLOCK_N", "176")
+    with _ext.d128_block_n(128, lib):
+        pass
+    assert lib.calls == [128, 0, 128, 176]
+    with pytest.raises(ValueError):
+        _ext.set_d128_block_n(96, lib)
+
+
 def test_shape_scores_spike_and_ramp_do_what_the_gpu_tests_rely_on():
     """kernel_smoke.shape_scores (the smoke, GPU, sanitizer and lineage checks' score ramps and spikes), on the CPU:
     a spike lifts one key past the first key block far enough above that block's max that 2^(jump) overflows

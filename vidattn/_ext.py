@@ -144,6 +144,14 @@ def open_library(path: str | Path) -> ctypes.CDLL:
         forced = os.environ.get("VIDATTN_D64_WARPGROUPS")
         if forced:
             set_d64_warpgroups(int(forced), lib)
+    if hasattr(lib, "vidattn_sm90_set_d128_block_n"):  # builds before the seventh session of 2026-11-30 lack it
+        lib.vidattn_sm90_set_d128_block_n.argtypes = [ctypes.c_int]
+        lib.vidattn_sm90_set_d128_block_n.restype = ctypes.c_int
+        lib.vidattn_sm90_last_block_n.argtypes = []
+        lib.vidattn_sm90_last_block_n.restype = ctypes.c_int
+        forced = os.environ.get("VIDATTN_D128_BLOCK_N")
+        if forced:
+            set_d128_block_n(int(forced), lib)
     return lib
 
 
@@ -165,6 +173,26 @@ def set_d64_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
         raise ValueError(f"D=64 warpgroups must be 0 (by shape), 2 or 3, got {warpgroups}")
 
 
+def set_d128_block_n(block_n: int, lib: ctypes.CDLL | None = None) -> None:
+    """Force the D=128 kernel's key-block width (176, or 128: the build for short keys) for later launches, or 0 for
+    the launcher's choice by key count. A testing and benchmarking knob (also read from VIDATTN_D128_BLOCK_N when
+    the library loads)."""
+    lib = _library(lib)
+    if not hasattr(lib, "vidattn_sm90_set_d128_block_n"):
+        raise RuntimeError("this kernel library predates the D=128 short-key build")
+    if lib.vidattn_sm90_set_d128_block_n(int(block_n)) != 0:
+        raise ValueError(f"D=128 block width must be 0 (by key count), 128 or 176, got {block_n}")
+
+
+def last_block_n(lib: ctypes.CDLL | None = None) -> int:
+    """Key-block width of the kernel this thread's last kernel call launched (0: none; csrc/capi.cu,
+    pick_d128_block_n). For tests, benchmarks and `vidattn.explain`-style questions."""
+    lib = _library(lib)
+    if not hasattr(lib, "vidattn_sm90_last_block_n"):
+        raise RuntimeError("this kernel library predates the D=128 short-key build")
+    return int(lib.vidattn_sm90_last_block_n())
+
+
 def last_tail_splits(lib: ctypes.CDLL | None = None) -> int:
     """Key ranges per tile of the tail launch of this thread's last kernel call (0: it had none): the last, partial
     round of tiles split along the keys (csrc/capi.cu, plan_tail). For tests and benchmarks."""
@@ -183,6 +211,17 @@ def d64_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None):
         yield
     finally:
         set_d64_warpgroups(int(os.environ.get("VIDATTN_D64_WARPGROUPS") or 0), lib)
+
+
+@contextmanager
+def d128_block_n(block_n: int, lib: ctypes.CDLL | None = None):
+    """`set_d128_block_n` for the duration of a block; afterwards the setting the library loaded with
+    (VIDATTN_D128_BLOCK_N, else 0: by key count) is back."""
+    set_d128_block_n(block_n, lib)
+    try:
+        yield
+    finally:
+        set_d128_block_n(int(os.environ.get("VIDATTN_D128_BLOCK_N") or 0), lib)
 
 
 def load() -> ctypes.CDLL | None:

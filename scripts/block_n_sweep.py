@@ -1,0 +1,89 @@
+"""Where the D=128 launcher should switch from the N=128 build (short keys) to N=176: both forced, timed against
+cuDNN over a range of key counts, in one process, interleaved round by round (csrc/capi.cu, pick_d128_block_n).
+
+The query side is fixed (B=1, H=24, Sq=16384: 3072 tiles, the same 23.3 rounds of 132 SMs as Wan 1.3B), so only the
+key count changes between rows. Prints a table and, last, the largest key count at which N=128 is not slower.
+
+    python3 scripts/block_n_sweep.py [--rounds 5] [--json bench/results/block_n_sweep_<date>.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vidattn import _ext, envinfo  # noqa: E402
+import kernel_smoke  # noqa: E402
+
+KEYS = (256, 512, 768, 1024, 1536, 2048, 2560, 3072, 4096, 6144)
+BUILDS = (128, 176)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rep-ms", type=float, default=50.0, help="do_bench rep per measurement")
+    ap.add_argument("--keys", default=",".join(map(str, KEYS)), help="comma-separated key counts")
+    ap.add_argument("--json", default="", help="write the per-round times here")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("block_n_sweep: needs a CUDA GPU")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    lib = _ext.load()
+    if lib is None:
+        sys.exit(f"block_n_sweep: no kernel library: {_ext.build_error()}")
+    b, h, sq, d = 1, 24, 16384, 128
+    scale = d ** -0.5
+    record, best_short = {}, None
+    print(f"B{b} H{h} Sq{sq} D{d} bf16; ratio = cuDNN time / vidattn time (median of {args.rounds} rounds)")
+    print(f"{'keys':>6s} {'cuDNN T':>8s} " + " ".join(f"{f'N={n}':>8s}" for n in BUILDS) + "  faster")
+    for skv in (int(x) for x in args.keys.split(",")):
+        q, k, v = kernel_smoke.bshd_inputs(b, h, sq, skv, d)
+        out = torch.empty_like(q)
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+        order = [*BUILDS, "cudnn"]
+        times = {n: [] for n in order}
+        for r in range(args.rounds):
+            for n in order[r % len(order):] + order[:r % len(order)]:
+                if n == "cudnn":
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        t = do_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt), warmup=20, rep=args.rep_ms,
+                                     return_mode="median")
+                else:
+                    with _ext.d128_block_n(n, lib):
+                        t = do_bench(lambda: _ext.forward(q, k, v, out, None, None, scale, lib=lib), warmup=20,
+                                     rep=args.rep_ms, return_mode="median")
+                times[n].append(t)
+        med = {n: statistics.median(ts) for n, ts in times.items()}
+        ratio = {n: med["cudnn"] / med[n] for n in BUILDS}
+        faster = max(BUILDS, key=lambda n: ratio[n])
+        if faster == 128:
+            best_short = skv
+        flops = 4 * b * h * sq * skv * d
+        print(f"{skv:6d} {flops / med['cudnn'] / 1e9:7.0f}T " + " ".join(f"{ratio[n]:8.3f}" for n in BUILDS)
+              + f"  N={faster}", flush=True)
+        record[str(skv)] = {str(n): ts for n, ts in times.items()}
+        del q, k, v, out, qt, kt, vt
+        torch.cuda.empty_cache()
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        meta = envinfo.run_metadata(None if argv is None else ["scripts/block_n_sweep.py", *argv])
+        Path(args.json).write_text(json.dumps({
+            "meta": meta, "rounds": args.rounds, "rep_ms": args.rep_ms,
+            "shape": {"B": b, "H": h, "Sq": sq, "D": d, "dtype": "bf16"}, "times_ms": record,
+        }, indent=1))
+    print(f"largest key count where N=128 was faster: {best_short}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
