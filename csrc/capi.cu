@@ -14,7 +14,8 @@ namespace {
 thread_local std::string g_last_error;
 thread_local int g_last_tail_splits = 0;  // key ranges per tail tile of this thread's last launch (0: no tail launch)
 int g_d64_warpgroups = 0;  // 0: pick by shape (pick_d64_three_wgs); 2 or 3: forced (vidattn_sm90_set_d64_warpgroups)
-int g_d128_block_n = 0;    // 0: pick by key count (pick_d128_block_n); 128 or 176: forced (vidattn_sm90_set_d128_block_n)
+// 0: pick by key count (pick_d128_block_n); 128 or 176: forced (vidattn_sm90_set_d128_block_n)
+int g_d128_block_n = 0;
 thread_local int g_last_block_n = 0;  // kBlockN of this thread's last launch (0: none)
 
 int fail(const std::string& msg) {

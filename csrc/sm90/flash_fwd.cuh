@@ -644,17 +644,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       softmax_fixed_ref<kN>(sacc, row_max, scale_log2);  // row_max: the first block's, for good
     else
       online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
-    if constexpr (T::kExpBeforePvWait == 0 || !kFixed) {
-      ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
-    } else {
-      // Experiment (tile_config.cuh): the wait depends on exponentials, so they are computed before it. Fixed-
-      // reference blocks only: on the exact path (fp16, redo) it spilled the redo loop's counter.
-      constexpr int kProbe = T::kExpBeforePvWait == 1 ? 4 : kN / 2;
-      float probe = 0.f;
-#pragma unroll
-      for (int i = kN / 2 - kProbe; i < kN / 2; ++i) probe += sacc[i];
-      ptx::wgmma_wait_after<0>(__float_as_uint(probe));
-    }
+    ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
     ptx::fence_regs(o);
     fence_frag(pa);
     if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);

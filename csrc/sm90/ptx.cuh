@@ -148,23 +148,6 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
 
-// wgmma.wait_group after a bar.warp.sync (9.7.13.2) whose member mask comes from `probe` (the bits of a float
-// sum): the full mask, since no FADD returns the NaN payload 0x7fc00001 (NaN results are canonical), but ptxas
-// cannot know that, so the instructions computing `probe` stay above the sync and the wait after it. An unguarded
-// wait has no inputs, and ptxas placed it ahead of a block's whole softmax (csrc/NOTES.md, sixth session, open
-// lead 1). A predicate on the wait itself made ptxas serialise the wgmmas (C7514).
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait_after(uint32_t probe) {
-  static_assert(kPending >= 0 && kPending <= 7, "wgmma.wait_group takes an immediate in [0, 7]");
-  asm volatile(
-      "{\n.reg .pred p;\n.reg .b32 m;\n"
-      "setp.ne.b32 p, %0, 0x7fc00001;\n"
-      "selp.b32 m, -1, 1, p;\n"
-      "bar.warp.sync m;\n}\n" ::"r"(probe)
-      : "memory");
-  wgmma_wait<kPending>();
-}
-
 // Keeps the compiler from moving accumulator reads/writes across an in-flight wgmma.
 template <int N>
 __device__ __forceinline__ void fence_regs(float (&r)[N]) {

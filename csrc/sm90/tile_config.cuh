@@ -71,13 +71,6 @@
 #define VIDATTN_NARROW_MIN_SAVED 3
 #endif
 
-// Experiment, off (csrc/NOTES.md, sixth session, open lead 1): make the wait for the previous block's P V depend on
-// this block's exponentials (ptx::wgmma_wait_after), so that ptxas keeps them above it; fixed-reference blocks
-// only. 1: on the last 4 of them; 2: on all of them (one FADD per score more).
-#ifndef VIDATTN_EXP_BEFORE_PV_WAIT
-#define VIDATTN_EXP_BEFORE_PV_WAIT 0
-#endif
-
 namespace vidattn::sm90 {
 
 constexpr bool kNarrowTail = VIDATTN_NARROW_TAIL != 0;
@@ -132,7 +125,6 @@ struct FwdTraits {
   static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
   static constexpr bool kFixedRef = VIDATTN_FIXED_REF != 0;
-  static constexpr int kExpBeforePvWait = VIDATTN_EXP_BEFORE_PV_WAIT;
   // Tiles a CTA can mark for a redo, one bit each (64 words: 2048 tiles per CTA, 270K tiles per launch on 132 SMs);
   // the host splits larger problems into several launches (capi.cu).
   static constexpr int kRedoWords = 64;
