@@ -6,8 +6,12 @@ Every shape is timed in bf16, non-causal, with inputs held the way diffusers' pr
 of the same tensors (B, H, S, D with non-contiguous strides) and its (B, H, S, D) output is left as it
 comes (no copy back to BSHD is timed). FLOPs = 4·B·H·Sq·Skv·D. Each measurement is the median of
 `triton.testing.do_bench` (which also clears L2 before every call), or of a CUDA-event loop when triton is
-missing; the backends are measured round by round (--rounds, default 3) and each one's time is the median of its
-rounds, the ratio's spread over rounds going into the JSON. When one input set is smaller than about twice the L2
+missing; the backends are measured round by round (--rounds, default 3), each round in a rotated order (round r
+starts at the r-th backend), and each one's time is the median of its rounds, the ratio's spread over rounds going
+into the JSON. On the long shapes the card runs at its power limit and a kernel's clock depends on what ran just
+before it; in the fixed order used before, vidattn always went first (after the correctness check, then after FA2),
+and on the long shapes it read 1-3% lower against cuDNN than in kernel_ab_time.py's rotated order (csrc/NOTES.md,
+seventh session). When one input set is smaller than about twice the L2
 several sets are rotated so timings are not cache-hot.
 
 Before timing a shape, vidattn's output is checked against SDPA's (relative L2 < 2e-2) and
@@ -302,13 +306,15 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
     # fifth session), so a lone timing per backend made the ratio a draw.
     fns = {b: make_fn(b, sets, vidattn_mod) for b in args.backends if not (b == "vidattn" and vidattn_mod is None)}
     rounds: dict[str, list[float]] = {b: [] for b in fns}
+    order = list(fns)
     for rnd in range(args.rounds):
-        for backend, fn in fns.items():
+        for backend in order[rnd % len(order):] + order[:rnd % len(order)]:
+            fn = fns[backend]
             if backend in res["errors"]:
                 continue
             try:
                 with sdpa_context(backend):
-                    if rnd == 0:
+                    if not rounds[backend]:
                         fn()  # surfaces "no available kernel" before timing
                         torch.cuda.synchronize()
                     rounds[backend].append(timer(fn))
