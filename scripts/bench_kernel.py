@@ -8,10 +8,10 @@ comes (no copy back to BSHD is timed). FLOPs = 4·B·H·Sq·Skv·D. Each measure
 `triton.testing.do_bench` (which also clears L2 before every call), or of a CUDA-event loop when triton is
 missing; the backends are measured round by round (--rounds, default 3), each round in a rotated order (round r
 starts at the r-th backend), and each one's time is the median of its rounds, the ratio's spread over rounds going
-into the JSON. On the long shapes the card runs at its power limit and a kernel's clock depends on what ran just
-before it; in the fixed order used before, vidattn always went first (after the correctness check, then after FA2),
-and on the long shapes it read 1-3% lower against cuDNN than in kernel_ab_time.py's rotated order (csrc/NOTES.md,
-seventh session). When one input set is smaller than about twice the L2
+into the JSON. The rotation keeps any backend from always running right after the same one (on the long shapes the
+card runs at its power limit, where clocks depend on recent load). It did not change the readings: the rotated and
+the earlier fixed order (vidattn first every round), run back to back on one library, differed by -6 to +3% per
+shape in both directions, the spread of two runs of either (csrc/NOTES.md, seventh session). When one input set is smaller than about twice the L2
 several sets are rotated so timings are not cache-hot.
 
 Before timing a shape, vidattn's output is checked against SDPA's (relative L2 < 2e-2) and
