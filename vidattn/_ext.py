@@ -37,8 +37,9 @@ NVCC_FLAGS = [
     # wgmma and setmaxnreg exist only on the arch-specific sm_90a target (plain sm_90 rejects them).
     "-gencode=arch=compute_90a,code=sm_90a",
     "-Xptxas=-v", "--expt-relaxed-constexpr",
-    # ptxas on the 16 kernels in parallel, one thread per CPU: the narrow partial-block copies made the serial build
-    # about 4 minutes on two cores; split, 2.5 minutes there, with identical SASS (csrc/NOTES.md, sixth session).
+    # ptxas on the kernels in parallel, one thread per CPU: the narrow partial-block copies made the serial build of
+    # 16 kernels about 4 minutes on two cores; split, 2.5 minutes there, with identical SASS (csrc/NOTES.md, sixth
+    # session). With the short-key D=128 build (20 kernels) it takes about 4.5 minutes on two cores.
     "--split-compile=0",
 ]
 
