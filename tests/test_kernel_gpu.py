@@ -69,42 +69,41 @@ GRID = sorted({(n, n) for n in LENGTHS} | {
 DTYPES = (torch.bfloat16, torch.float16)
 
 
-class ForcedD64(int):
-    """Head dim 64 with the kernel's D=64 consumer warpgroups forced to `wgs` for the test (by the autouse fixture
-    below). The launcher picks the warpgroup count by shape, and every small shape of this grid would take the
-    two-warpgroup build, so the three-warpgroup one gets its own copy of each D=64 case."""
+class _ForcedBuild(int):
+    """A head dim (an int, so `d == 128` and `d // 2` work) with one of its kernel builds forced for the test by the
+    autouse fixture below; its test id names the build."""
+
+    label = ""
+
+    def __repr__(self):
+        return self.label
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        return repr(self)
+
+
+class ForcedD64(_ForcedBuild):
+    """Head dim 64 with the kernel's D=64 consumer warpgroups forced to `wgs`. The launcher picks the warpgroup count
+    by shape, and every small shape of this grid would take the two-warpgroup build, so the three-warpgroup one gets
+    its own copy of each D=64 case."""
 
     def __new__(cls, wgs: int):
         obj = int.__new__(cls, 64)
-        obj.wgs = wgs
+        obj.wgs, obj.label = wgs, f"64x{wgs}wg"
         return obj
 
-    def __repr__(self):
-        return f"64x{self.wgs}wg"
 
-    __str__ = __repr__
-
-    def __format__(self, spec):
-        return repr(self)
-
-
-class ForcedD128(int):
-    """Head dim 128 with the D=128 key-block width forced to `block_n` for the test (by the autouse fixture below).
-    The launcher picks the N=128 build for short keys and N=176 for long ones (csrc/capi.cu, pick_d128_block_n), so
-    each D=128 case runs on both builds whatever its key count; test_d128_build_by_key_count checks the choice."""
+class ForcedD128(_ForcedBuild):
+    """Head dim 128 with the D=128 key-block width forced to `block_n`. The launcher picks the N=128 build for short
+    keys and N=176 for long ones (csrc/capi.cu, pick_d128_block_n), so each D=128 case runs on both builds whatever
+    its key count; test_d128_build_by_key_count checks the choice."""
 
     def __new__(cls, block_n: int):
         obj = int.__new__(cls, 128)
-        obj.block_n = block_n
+        obj.block_n, obj.label = block_n, f"128n{block_n}"
         return obj
-
-    def __repr__(self):
-        return f"128n{self.block_n}"
-
-    __str__ = __repr__
-
-    def __format__(self, spec):
-        return repr(self)
 
 
 HEAD_DIMS = (64, ForcedD64(3), ForcedD128(128), ForcedD128(176))

@@ -199,50 +199,28 @@ def test_kernel_once_refuses_cleanly_without_the_kernel():
     assert proc.returncode == 1 and "cannot run here" in proc.stderr
 
 
-def test_d64_warpgroups_block_restores_the_load_time_setting(monkeypatch):
+@pytest.mark.parametrize("block,symbol,env,valid,forced,load_time,invalid", [
+    ("d64_warpgroups", "vidattn_sm90_set_d64_warpgroups", "VIDATTN_D64_WARPGROUPS", (0, 2, 3), 3, 2, 4),
+    ("d128_block_n", "vidattn_sm90_set_d128_block_n", "VIDATTN_D128_BLOCK_N", (0, 128, 176), 128, 176, 96),
+])
+def test_forced_build_block_restores_the_load_time_setting(monkeypatch, block, symbol, env, valid, forced, load_time,
+                                                            invalid):
+    """_ext.d64_warpgroups / d128_block_n force a build for a block, then put back what the library loaded with (its
+    environment variable, else 0: the launcher's choice); a value the library refuses raises ValueError."""
     from vidattn import _ext
 
-    class FakeLib:
-        def __init__(self):
-            self.calls = []
-
-        def vidattn_sm90_set_d64_warpgroups(self, n):
-            self.calls.append(n)
-            return 0 if n in (0, 2, 3) else 1
-
-    lib = FakeLib()
-    monkeypatch.delenv("VIDATTN_D64_WARPGROUPS", raising=False)
-    with _ext.d64_warpgroups(3, lib):
-        assert lib.calls == [3]
-    assert lib.calls == [3, 0]
-    monkeypatch.setenv("VIDATTN_D64_WARPGROUPS", "2")
-    with _ext.d64_warpgroups(3, lib):
+    calls = []
+    lib = type("FakeLib", (), {symbol: staticmethod(lambda n: calls.append(n) or (0 if n in valid else 1))})()
+    monkeypatch.delenv(env, raising=False)
+    with getattr(_ext, block)(forced, lib):
+        assert calls == [forced]
+    assert calls == [forced, 0]
+    monkeypatch.setenv(env, str(load_time))
+    with getattr(_ext, block)(forced, lib):
         pass
-    assert lib.calls == [3, 0, 3, 2]
-
-
-def test_d128_block_n_block_restores_the_load_time_setting(monkeypatch):
-    from vidattn import _ext
-
-    class FakeLib:
-        def __init__(self):
-            self.calls = []
-
-        def vidattn_sm90_set_d128_block_n(self, n):
-            self.calls.append(n)
-            return 0 if n in (0, 128, 176) else 1
-
-    lib = FakeLib()
-    monkeypatch.delenv("VIDATTN_D128_BLOCK_N", raising=False)
-    with _ext.d128_block_n(128, lib):
-        assert lib.calls == [128]
-    assert lib.calls == [128, 0]
-    monkeypatch.setenv("VIDATTN_D128_BLOCK_N", "176")
-    with _ext.d128_block_n(128, lib):
-        pass
-    assert lib.calls == [128, 0, 128, 176]
+    assert calls == [forced, 0, forced, load_time]
     with pytest.raises(ValueError):
-        _ext.set_d128_block_n(96, lib)
+        getattr(_ext, "set_" + block)(invalid, lib)
 
 
 def test_shape_scores_spike_and_ramp_do_what_the_gpu_tests_rely_on():
