@@ -174,13 +174,15 @@ bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
 // D=128 has two builds: N=176 key blocks (the default) and N=128, whose smaller stages leave room for a second Q
 // buffer and a second O scratch box (tile_config.cuh, VIDATTN_BLOCK_N_D128_SHORT). Those help where tile boundaries
 // are frequent, that is where tiles have few key blocks: Wan cross-attention (512 keys) and FA-bench 1K gained 7
-// and 4% at N=128, the long shapes lost 0-2% (csrc/NOTES.md, seventh session). The threshold is from a sweep of the
-// key count (scripts/block_n_sweep.py).
+// and 4% at N=128, the long shapes lost 0-2% (csrc/NOTES.md, seventh session). The threshold: a sweep of the key
+// count (scripts/block_n_sweep.py) put N=128 ahead by 4-17% up to 1024 keys, the two within 2% either way from 1536
+// to 4096, and N=176 ahead at 6144; 2048 sits inside the band it could not resolve.
 #ifndef VIDATTN_D128_SHORT_KV_MAX
 #define VIDATTN_D128_SHORT_KV_MAX 2048
 #endif
 constexpr int kD128Long = vidattn::sm90::default_block_n(128);
 constexpr int kD128Short = VIDATTN_BLOCK_N_D128_SHORT;
+// One width everywhere (an A/B of N=128 against N=176): VIDATTN_D128_SHORT_KV_MAX=0 or a huge value, not equal widths.
 static_assert(kD128Short != kD128Long, "the two D=128 builds must differ in kBlockN");
 
 int pick_d128_block_n(int64_t seqlen_kv) {
