@@ -18,6 +18,11 @@
 #ifndef VIDATTN_BLOCK_N_D128_SHORT
 #define VIDATTN_BLOCK_N_D128_SHORT 128
 #endif
+// At most this many O scratch boxes per warp (FwdTraits::kOScratchSlots). 1 takes the second box away from the
+// short-key build, to tell its gain from the second Q buffer's (not yet measured apart; csrc/NOTES.md).
+#ifndef VIDATTN_O_SCRATCH_SLOTS_MAX
+#define VIDATTN_O_SCRATCH_SLOTS_MAX 2
+#endif
 #ifndef VIDATTN_BLOCK_N_D64
 #define VIDATTN_BLOCK_N_D64 128
 #endif
@@ -117,7 +122,10 @@ struct FwdTraits {
   // second half without waiting for the first half's TMA store to read the first (store_o). At D=128 that takes
   // N <= 128 (N=176 leaves no room); D=64 has one chunk.
   static constexpr int kOScratchSlots =
-      (kFree - kQBuffers * kQBytes - (kChunks - 1) * kOScratchBytes) / kStageBytes >= 2 ? kChunks : 1;
+      VIDATTN_O_SCRATCH_SLOTS_MAX >= kChunks &&
+              (kFree - kQBuffers * kQBytes - (kChunks - 1) * kOScratchBytes) / kStageBytes >= 2
+          ? kChunks
+          : 1;
   static constexpr int kStagesFit = (kFree - kQBuffers * kQBytes - (kOScratchSlots - 1) * kOScratchBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static_assert(kStages >= 2, "tile too large: fewer than 2 K/V stages fit in shared memory");

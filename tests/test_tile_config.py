@@ -1,0 +1,59 @@
+"""csrc/sm90/tile_config.cuh's shared-memory plan, on the CPU: the header has no CUDA in it, so a host compiler
+evaluates FwdTraits for every build the launcher has and this test checks what each build is meant to get (Q
+buffers, K/V stages, O scratch boxes) and that it fits in the 227 KB a block may opt into. Skipped without g++."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BUILDS = [(128, 2, 176), (128, 2, 128), (64, 3, 128), (64, 2, 128)]  # (head dim, consumer warpgroups, kBlockN)
+
+PROGRAM = """
+#include <cstdio>
+#include "sm90/tile_config.cuh"
+using namespace vidattn::sm90;
+template <int D, int W, int N> void show() {
+  using T = FwdTraits<D, W, N>;
+  std::printf("%d %d %d %d %d %d %d %d %d\\n", D, W, N, T::kQBuffers, T::kStages, T::kOScratchSlots, T::kQBytes,
+              T::kStageBytes, T::kOScratchBytes);
+}
+int main() { SHOW_CALLS }
+"""
+
+
+def plans(tmp_path: Path, defines: tuple[str, ...] = ()) -> dict:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    src = tmp_path / "plan.cpp"
+    src.write_text(PROGRAM.replace("SHOW_CALLS", " ".join(f"show<{d}, {w}, {n}>();" for d, w, n in BUILDS)))
+    exe = tmp_path / "plan"
+    subprocess.run([cxx, "-std=c++17", *defines, "-I", str(REPO / "csrc"), str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        d, w, n, q, st, slots, qb, sb, ob = map(int, line.split())
+        rows[(d, w, n)] = {"q": q, "stages": st, "slots": slots, "bytes": q * qb + st * sb + slots * ob}
+    return rows
+
+
+def test_each_build_gets_its_buffers_and_fits(tmp_path):
+    p = plans(tmp_path)
+    # N=176 at D=128: two K/V stages leave room for neither a second Q buffer nor a second O box.
+    assert (p[(128, 2, 176)]["q"], p[(128, 2, 176)]["stages"], p[(128, 2, 176)]["slots"]) == (1, 2, 1)
+    # The short-key build exists for its second Q buffer and second O box, beside two K/V stages.
+    assert (p[(128, 2, 128)]["q"], p[(128, 2, 128)]["stages"], p[(128, 2, 128)]["slots"]) == (2, 2, 2)
+    for build in [(64, 3, 128), (64, 2, 128)]:
+        assert p[build]["slots"] == 1 and p[build]["stages"] >= 2, build  # D=64 has one O chunk
+    for build, row in p.items():
+        # 2 KB stay free for the barriers and redo marks (SharedStorage), 1 KB for the launcher's alignment pad.
+        assert row["bytes"] <= 227 * 1024 - 2048, (build, row)
+
+
+def test_o_scratch_slots_max_takes_only_the_second_box(tmp_path):
+    p = plans(tmp_path, ("-DVIDATTN_O_SCRATCH_SLOTS_MAX=1",))
+    assert (p[(128, 2, 128)]["q"], p[(128, 2, 128)]["stages"], p[(128, 2, 128)]["slots"]) == (2, 2, 1)
