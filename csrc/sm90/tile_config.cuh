@@ -118,15 +118,15 @@ struct FwdTraits {
   // A second Q buffer lets the next tile's Q load a whole tile early; taken only when 2 K/V stages still fit.
   static constexpr int kQBuffers = (kFree - 2 * kQBytes) / kStageBytes >= 2 ? 2 : 1;
   static constexpr int kChunks = kHeadDim / kChunkCols;
+  static constexpr int kFreeBesideQ = kFree - kQBuffers * kQBytes;
   // A scratch box per 64-column chunk of O, when 2 K/V stages still fit beside them: the epilogue then writes its
   // second half without waiting for the first half's TMA store to read the first (store_o). At D=128 that takes
   // N <= 128 (N=176 leaves no room); D=64 has one chunk.
   static constexpr int kOScratchSlots =
-      VIDATTN_O_SCRATCH_SLOTS_MAX >= kChunks &&
-              (kFree - kQBuffers * kQBytes - (kChunks - 1) * kOScratchBytes) / kStageBytes >= 2
+      VIDATTN_O_SCRATCH_SLOTS_MAX >= kChunks && (kFreeBesideQ - (kChunks - 1) * kOScratchBytes) / kStageBytes >= 2
           ? kChunks
           : 1;
-  static constexpr int kStagesFit = (kFree - kQBuffers * kQBytes - (kOScratchSlots - 1) * kOScratchBytes) / kStageBytes;
+  static constexpr int kStagesFit = (kFreeBesideQ - (kOScratchSlots - 1) * kOScratchBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static_assert(kStages >= 2, "tile too large: fewer than 2 K/V stages fit in shared memory");
   static constexpr bool kPingpong = VIDATTN_PINGPONG != 0;
