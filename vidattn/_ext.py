@@ -142,17 +142,14 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     if hasattr(lib, "vidattn_sm90_set_d64_warpgroups"):  # builds before 2026-11-30 lack it
         lib.vidattn_sm90_set_d64_warpgroups.argtypes = [ctypes.c_int]
         lib.vidattn_sm90_set_d64_warpgroups.restype = ctypes.c_int
-        forced = os.environ.get("VIDATTN_D64_WARPGROUPS")
-        if forced:
-            set_d64_warpgroups(int(forced), lib)
     if hasattr(lib, "vidattn_sm90_set_d128_block_n"):  # builds before the seventh session of 2026-11-30 lack it
         lib.vidattn_sm90_set_d128_block_n.argtypes = [ctypes.c_int]
         lib.vidattn_sm90_set_d128_block_n.restype = ctypes.c_int
         lib.vidattn_sm90_last_block_n.argtypes = []
         lib.vidattn_sm90_last_block_n.restype = ctypes.c_int
-        forced = os.environ.get("VIDATTN_D128_BLOCK_N")
-        if forced:
-            set_d128_block_n(int(forced), lib)
+    for symbol, env, setter in _FORCED_BUILDS:
+        if hasattr(lib, symbol) and os.environ.get(env):
+            setter(int(os.environ[env]), lib)
     return lib
 
 
@@ -164,13 +161,19 @@ def _library(lib: ctypes.CDLL | None) -> ctypes.CDLL:
     return lib
 
 
+def _entry(lib: ctypes.CDLL | None, symbol: str, predates: str):
+    """The C function `symbol` of `lib` (default: the loaded library); RuntimeError when the build predates it
+    (`predates`: the feature it lacks)."""
+    lib = _library(lib)
+    if not hasattr(lib, symbol):
+        raise RuntimeError(f"this kernel library predates {predates}")
+    return getattr(lib, symbol)
+
+
 def set_d64_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
     """Force the D=64 kernel's consumer warpgroups (2 or 3) for later launches, or 0 for the launcher's choice by
     shape. A testing and benchmarking knob (also read from VIDATTN_D64_WARPGROUPS when the library loads)."""
-    lib = _library(lib)
-    if not hasattr(lib, "vidattn_sm90_set_d64_warpgroups"):
-        raise RuntimeError("this kernel library predates the D=64 warpgroup switch")
-    if lib.vidattn_sm90_set_d64_warpgroups(int(warpgroups)) != 0:
+    if _entry(lib, "vidattn_sm90_set_d64_warpgroups", "the D=64 warpgroup switch")(int(warpgroups)) != 0:
         raise ValueError(f"D=64 warpgroups must be 0 (by shape), 2 or 3, got {warpgroups}")
 
 
@@ -178,51 +181,48 @@ def set_d128_block_n(block_n: int, lib: ctypes.CDLL | None = None) -> None:
     """Force the D=128 kernel's key-block width (176, or 128: the build for short keys) for later launches, or 0 for
     the launcher's choice by key count. A testing and benchmarking knob (also read from VIDATTN_D128_BLOCK_N when
     the library loads)."""
-    lib = _library(lib)
-    if not hasattr(lib, "vidattn_sm90_set_d128_block_n"):
-        raise RuntimeError("this kernel library predates the D=128 short-key build")
-    if lib.vidattn_sm90_set_d128_block_n(int(block_n)) != 0:
+    if _entry(lib, "vidattn_sm90_set_d128_block_n", "the D=128 short-key build")(int(block_n)) != 0:
         raise ValueError(f"D=128 block width must be 0 (by key count), 128 or 176, got {block_n}")
+
+
+# (C setter, environment variable read when a library loads, Python setter) of each build a test or A/B can force.
+_FORCED_BUILDS = (("vidattn_sm90_set_d64_warpgroups", "VIDATTN_D64_WARPGROUPS", set_d64_warpgroups),
+                  ("vidattn_sm90_set_d128_block_n", "VIDATTN_D128_BLOCK_N", set_d128_block_n))
 
 
 def last_block_n(lib: ctypes.CDLL | None = None) -> int:
     """Key-block width of the kernel this thread's last kernel call launched (0: none; csrc/capi.cu,
     pick_d128_block_n). For tests, benchmarks and `vidattn.explain`-style questions."""
-    lib = _library(lib)
-    if not hasattr(lib, "vidattn_sm90_last_block_n"):
-        raise RuntimeError("this kernel library predates the D=128 short-key build")
-    return int(lib.vidattn_sm90_last_block_n())
+    return int(_entry(lib, "vidattn_sm90_last_block_n", "the D=128 short-key build")())
 
 
 def last_tail_splits(lib: ctypes.CDLL | None = None) -> int:
     """Key ranges per tile of the tail launch of this thread's last kernel call (0: it had none): the last, partial
     round of tiles split along the keys (csrc/capi.cu, plan_tail). For tests and benchmarks."""
-    lib = _library(lib)
-    if not hasattr(lib, "vidattn_sm90_last_tail_splits"):
-        raise RuntimeError("this kernel library predates the tail launch")
-    return int(lib.vidattn_sm90_last_tail_splits())
+    return int(_entry(lib, "vidattn_sm90_last_tail_splits", "the tail launch")())
 
 
 @contextmanager
+def _forced(setter, env: str, value: int, lib: ctypes.CDLL | None):
+    """setter(value) for the duration of a block; afterwards the setting the library loaded with (`env`, else 0:
+    the launcher's choice) is back."""
+    setter(value, lib)
+    try:
+        yield
+    finally:
+        setter(int(os.environ.get(env) or 0), lib)
+
+
 def d64_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None):
     """`set_d64_warpgroups` for the duration of a block; afterwards the setting the library loaded with
     (VIDATTN_D64_WARPGROUPS, else 0: by shape) is back."""
-    set_d64_warpgroups(warpgroups, lib)
-    try:
-        yield
-    finally:
-        set_d64_warpgroups(int(os.environ.get("VIDATTN_D64_WARPGROUPS") or 0), lib)
+    return _forced(set_d64_warpgroups, "VIDATTN_D64_WARPGROUPS", warpgroups, lib)
 
 
-@contextmanager
 def d128_block_n(block_n: int, lib: ctypes.CDLL | None = None):
     """`set_d128_block_n` for the duration of a block; afterwards the setting the library loaded with
     (VIDATTN_D128_BLOCK_N, else 0: by key count) is back."""
-    set_d128_block_n(block_n, lib)
-    try:
-        yield
-    finally:
-        set_d128_block_n(int(os.environ.get("VIDATTN_D128_BLOCK_N") or 0), lib)
+    return _forced(set_d128_block_n, "VIDATTN_D128_BLOCK_N", block_n, lib)
 
 
 def load() -> ctypes.CDLL | None:
