@@ -11,8 +11,8 @@ starts at the r-th backend), and each one's time is the median of its rounds, th
 into the JSON. The rotation keeps any backend from always running right after the same one (on the long shapes the
 card runs at its power limit, where clocks depend on recent load). It did not change the readings: the rotated and
 the earlier fixed order (vidattn first every round), run back to back on one library, differed by -6 to +3% per
-shape in both directions, the spread of two runs of either (csrc/NOTES.md, seventh session). When one input set is smaller than about twice the L2
-several sets are rotated so timings are not cache-hot.
+shape in both directions, the spread of two runs of either (csrc/NOTES.md, seventh session). When one input set is
+smaller than about twice the L2 several sets are rotated so timings are not cache-hot.
 
 Before timing a shape, vidattn's output is checked against SDPA's (relative L2 < 2e-2) and
 `vidattn.explain` records whether the kernel ran or why it fell back. Results go to a markdown table on

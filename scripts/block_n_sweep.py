@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vidattn import _ext, envinfo  # noqa: E402
 import kernel_smoke  # noqa: E402
+from kernel_ab_time import time_interleaved  # noqa: E402
 
 KEYS = (256, 512, 768, 1024, 1536, 2048, 2560, 3072, 4096, 6144)
 BUILDS = (128, 176)
@@ -36,7 +37,6 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         sys.exit("block_n_sweep: needs a CUDA GPU")
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from triton.testing import do_bench
 
     lib = _ext.load()
     if lib is None:
@@ -50,19 +50,11 @@ def main(argv=None) -> int:
         q, k, v = kernel_smoke.bshd_inputs(b, h, sq, skv, d)
         out = torch.empty_like(q)
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
-        order = [*BUILDS, "cudnn"]
-        times = {n: [] for n in order}
-        for r in range(args.rounds):
-            for n in order[r % len(order):] + order[:r % len(order)]:
-                if n == "cudnn":
-                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        t = do_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt), warmup=20, rep=args.rep_ms,
-                                     return_mode="median")
-                else:
-                    with _ext.d128_block_n(n, lib):
-                        t = do_bench(lambda: _ext.forward(q, k, v, out, None, None, scale, lib=lib), warmup=20,
-                                     rep=args.rep_ms, return_mode="median")
-                times[n].append(t)
+        fns = {n: (lambda n=n: _ext.d128_block_n(n, lib),
+                   lambda: _ext.forward(q, k, v, out, None, None, scale, lib=lib)) for n in BUILDS}
+        fns["cudnn"] = (lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION),
+                        lambda: F.scaled_dot_product_attention(qt, kt, vt))
+        times = time_interleaved(fns, args.rounds, args.rep_ms)
         med = {n: statistics.median(ts) for n, ts in times.items()}
         ratio = {n: med["cudnn"] / med[n] for n in BUILDS}
         faster = max(BUILDS, key=lambda n: ratio[n])

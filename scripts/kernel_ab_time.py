@@ -10,6 +10,7 @@ cuDNN timed in every round too; the table shows the median over rounds and the s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -29,6 +30,22 @@ import kernel_smoke  # noqa: E402
 # which run at the card's power limit (csrc/NOTES.md, fifth session).
 SHAPES = anchor_shapes.by_key(["wan_cross", "fa1k_d128", "fa1k_d64", "fa8k_d64", "ltx_d64", "cogvideox_d64", "seed4k",
                                "seed16k", "seed8k", "wan13b_self", "wan14b_self", "hunyuan_720p"])
+
+
+def time_interleaved(fns: dict, rounds: int, rep_ms: float) -> dict:
+    """Per-round times (ms, the median of `triton.testing.do_bench`) of each entry of `fns`, name -> (context,
+    fn): `fn` takes no arguments and `context()` is entered around its measurement (an SDPA backend choice, a forced
+    build). Each round takes the names in a rotated order, so that none always runs right after the same one."""
+    from triton.testing import do_bench
+
+    order = list(fns)
+    times = {n: [] for n in order}
+    for r in range(rounds):
+        for n in order[r % len(order):] + order[:r % len(order)]:
+            context, fn = fns[n]
+            with context():
+                times[n].append(do_bench(fn, warmup=20, rep=rep_ms, return_mode="median"))
+    return times
 
 
 def pick_best(times: dict, candidates: list[str]) -> tuple[str | None, dict]:
@@ -71,7 +88,6 @@ def main():
         return
     if not args.libs:
         ap.error("name at least one library (name=path)")
-    from triton.testing import do_bench
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     libs = {}
@@ -101,20 +117,11 @@ def main():
         out = torch.empty_like(q)
         scale = d ** -0.5
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
-        times = {n: [] for n in names + ["cudnn"]}
-        order = names + ["cudnn"]
-        for r in range(args.rounds):
-            rot = order[r % len(order):] + order[:r % len(order)]
-            for n in rot:
-                if n == "cudnn":
-                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        t = do_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt), warmup=20,
-                                     rep=args.rep_ms, return_mode="median")
-                else:
-                    lib = libs[n]
-                    t = do_bench(lambda: _ext.forward(q, k, v, out, None, None, scale, lib=lib), warmup=20,
-                                 rep=args.rep_ms, return_mode="median")
-                times[n].append(t)
+        fns = {n: (contextlib.nullcontext, lambda lib=libs[n]: _ext.forward(q, k, v, out, None, None, scale, lib=lib))
+               for n in names}
+        fns["cudnn"] = (lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION),
+                        lambda: F.scaled_dot_product_attention(qt, kt, vt))
+        times = time_interleaved(fns, args.rounds, args.rep_ms)
         flops = 4 * b * h * sq * skv * d
         med = {n: statistics.median(ts) for n, ts in times.items()}
         record[sname] = times

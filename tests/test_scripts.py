@@ -249,3 +249,36 @@ def test_shape_scores_spike_and_ramp_do_what_the_gpu_tests_rely_on():
     assert 30 < lift.mean() < 50 and lift.min() > 0
     with pytest.raises(ValueError):
         ks.shape_scores(q, k0.clone(), "slope")
+
+
+def test_time_interleaved_rotates_the_order_and_enters_each_context(monkeypatch):
+    """kernel_ab_time.time_interleaved (the A/B script's and block_n_sweep.py's timing loop), with do_bench faked:
+    round r starts at the r-th name, each measurement runs inside its entry's context, and each name gets one time
+    per round, in the order measured."""
+    import contextlib
+    import types
+
+    events = []
+
+    def do_bench(fn, warmup, rep, return_mode):
+        assert (warmup, rep, return_mode) == (20, 7.0, "median")
+        fn()
+        return float(len(events))
+
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setitem(sys.modules, "triton.testing", types.SimpleNamespace(do_bench=do_bench))
+    ab = _load("kernel_ab_time")
+
+    @contextlib.contextmanager
+    def context(name):
+        events.append(f"enter {name}")
+        yield
+        events.append(f"exit {name}")
+
+    fns = {n: (lambda n=n: context(n), lambda n=n: events.append(f"run {n}")) for n in ("a", "b", "c")}
+    times = ab.time_interleaved(fns, rounds=4, rep_ms=7.0)
+    runs = [e.split()[1] for e in events if e.startswith("run")]
+    assert runs == list("abc" "bca" "cab" "abc")
+    assert events[:3] == ["enter a", "run a", "exit a"]
+    assert all(len(t) == 4 for t in times.values())
+    assert times["a"] == [2.0, 17.0, 23.0, 29.0]  # events before each of a's return: 3 per measurement
