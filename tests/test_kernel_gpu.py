@@ -533,14 +533,15 @@ def test_d128_build_by_key_count(skv):
     g, seed = new_gen()
     q, k, v = make_qkv(1, 2, 300, skv, 128, torch.bfloat16, "bshd", g, True)
     what = f"D=128 build for 300x{skv} seed={seed}"
+    want = 128 if skv <= D128_SHORT_KV_MAX else 176
+    other = 176 if want == 128 else 128
     check_case(q, k, v, what=what)
-    assert _ext.last_block_n() == (128 if skv <= D128_SHORT_KV_MAX else 176), what
-    other = 176 if skv <= D128_SHORT_KV_MAX else 128
+    assert _ext.last_block_n() == want, what
     with _ext.d128_block_n(other):
         check_case(q, k, v, what=f"{what}, forced N={other}")
         assert _ext.last_block_n() == other, what
     vidattn.attention(q, k, v, layout="bshd")
-    assert _ext.last_block_n() == (128 if skv <= D128_SHORT_KV_MAX else 176), f"{what}: forcing not undone"
+    assert _ext.last_block_n() == want, f"{what}: forcing not undone"
     with pytest.raises(ValueError):
         _ext.set_d128_block_n(144)
 
