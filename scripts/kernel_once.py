@@ -4,6 +4,8 @@
         -o out/ncu_wan_cross python3 scripts/kernel_once.py wan_cross
 
 Shapes: every anchor shape of scripts/anchor_shapes.py, by key. Honours VIDATTN_LIBRARY and VIDATTN_D64_WARPGROUPS like every other script.
+`--backend cudnn` runs SDPA's cuDNN kernel on the same inputs instead (as bench_kernel.py calls it), so that a
+profiler can read the same counters for both.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shape", choices=names)
     ap.add_argument("--launches", type=int, default=5, help="kernel launches (profile one after a few warm ones)")
+    ap.add_argument("--backend", choices=("vidattn", "cudnn"), default="vidattn")
     args = ap.parse_args()
     _, b, h, sq, skv, d = SHAPES[names.index(args.shape)]
     reason = None if torch.cuda.is_available() else "no CUDA device"
@@ -33,14 +36,22 @@ def main():
     if reason is None:
         q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16, generator=g)
         k, v = (torch.randn(b, skv, h, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-        reason = _ext.kernel_reason(q, k, v, None, d ** -0.5)
+        if args.backend == "vidattn":
+            reason = _ext.kernel_reason(q, k, v, None, d ** -0.5)
     if reason:
         sys.exit(f"kernel_once: the kernel cannot run here: {reason}")
-    out = torch.empty_like(q)
-    for _ in range(args.launches):
-        _ext.forward(q, k, v, out, None, None, d ** -0.5)
+    if args.backend == "cudnn":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            for _ in range(args.launches):
+                torch.nn.functional.scaled_dot_product_attention(qt, kt, vt)
+    else:
+        out = torch.empty_like(q)
+        for _ in range(args.launches):
+            _ext.forward(q, k, v, out, None, None, d ** -0.5)
     torch.cuda.synchronize()
-    print(f"kernel_once: {args.shape} B{b} H{h} {sq}x{skv} D{d}: {args.launches} launches")
+    print(f"kernel_once: {args.backend} {args.shape} B{b} H{h} {sq}x{skv} D{d}: {args.launches} launches")
 
 
 if __name__ == "__main__":
