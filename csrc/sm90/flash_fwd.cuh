@@ -366,12 +366,11 @@ __device__ __forceinline__ void fence_frag(uint32_t (&a)[N][4]) {
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, int N = FwdTraits<kHeadDim, kWGs, kBN>::kBlockN>
 __device__ __forceinline__ void issue_qk(float (&sacc)[N / 2], uint32_t q_smem, uint32_t k_smem) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
-  const uint64_t da0 = ptx::make_smem_desc_sw128(q_smem, 16, 1024), db0 = ptx::make_smem_desc_sw128(k_smem, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
     const uint32_t chunk = kk / 4, within = (kk % 4) * 32;  // 4 k-steps of 16 elements per 128-byte row
-    const uint64_t da = ptx::smem_desc_advance(da0, chunk * T::kBlockM * kChunkBytes + within);
-    const uint64_t db = ptx::smem_desc_advance(db0, chunk * T::kBlockN * kChunkBytes + within);
+    const uint64_t da = ptx::make_smem_desc_sw128(q_smem + chunk * T::kBlockM * kChunkBytes + within, 16, 1024);
+    const uint64_t db = ptx::make_smem_desc_sw128(k_smem + chunk * T::kBlockN * kChunkBytes + within, 16, 1024);
     ptx::Wgmma<N, kFp16>::ss(sacc, da, db, kk > 0);
   }
   ptx::wgmma_commit();
@@ -384,10 +383,9 @@ __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
                                          const uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4],
                                          uint32_t v_smem) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
-  const uint64_t db0 = ptx::make_smem_desc_sw128(v_smem, T::kBlockN * kChunkBytes, 1024);
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
-    const uint64_t db = ptx::smem_desc_advance(db0, kk * 16 * kChunkBytes);
+    const uint64_t db = ptx::make_smem_desc_sw128(v_smem + kk * 16 * kChunkBytes, T::kBlockN * kChunkBytes, 1024);
     ptx::Wgmma<kHeadDim, kFp16>::rs(o, pa[kk], db, 1);
   }
   ptx::wgmma_commit();
@@ -789,9 +787,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
   // Dynamic shared memory is only 16-byte aligned by contract; the launcher over-allocates 1 KB for this.
   const uint32_t pad = (1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023;
   auto& s = *reinterpret_cast<SharedStorage<kHeadDim, kWGs, kBN>*>(smem_raw + pad);
-  // Broadcast from lane 0 so that the compiler knows the warpgroup index is warp-uniform: addresses derived from it
-  // (each consumer warpgroup's Q rows) then live in uniform registers, where wgmma reads its descriptors.
-  const int wg = __shfl_sync(0xffffffff, static_cast<int>(threadIdx.x / 128), 0);
+  const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
     ptx::prefetch_tensormap(&p.tm_q);

@@ -165,19 +165,6 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_byte_addr
   return desc;
 }
 
-// The descriptor of the same operand `byte_offset` bytes further on: only the start-address field (bits 0-13,
-// address >> 4) moves. Shared-memory addresses stay below 2^18, so the field never carries into the next one and
-// a 32-bit add on the low word is exact. Built this way from one base per tile, each wgmma's descriptor costs one
-// add instead of the mask, shift and or that make_smem_desc_sw128 repeats per call.
-__device__ __forceinline__ uint64_t smem_desc_advance(uint64_t desc, uint32_t byte_offset) {
-  uint32_t lo, hi;
-  asm("mov.b64 {%0, %1}, %2;" : "=r"(lo), "=r"(hi) : "l"(desc));
-  lo += byte_offset >> 4;
-  uint64_t out;
-  asm("mov.b64 %0, {%1, %2};" : "=l"(out) : "r"(lo), "r"(hi));
-  return out;
-}
-
 // ---- math ---------------------------------------------------------------------------------------------------
 // ex2.approx (9.7.4.x): one MUFU op; -inf -> +0, which is how masked keys drop out of the softmax.
 __device__ __forceinline__ float exp2_approx(float x) {
