@@ -4,7 +4,7 @@
 # one O box (3 stages of 48 KB); n64 = N=64 (4 stages of 32 KB, 2 Q buffers, 2 O boxes). A/B on the two anchor
 # shapes that run the short build, then each library's short build against N=176 over key counts.
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../../.."
 VARIANTS="final|| n96o1|| n64||" AB_TIME_ARGS="--rounds 9 --shapes wan_cross,fa1k_d128" T_SMOKE=60 \
   bash scripts/kernel_ab.sh > $OUT/ab.log 2>&1; echo "ab rc=$?"
 for spec in final:128 n96o1:96 n64:64; do

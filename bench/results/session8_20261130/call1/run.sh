@@ -2,7 +2,7 @@
 # Eighth session, device call 1: where the long D=128 shapes' time and energy go (Nsight Compute, vidattn and
 # cuDNN on the same inputs), the harness gap on Wan 14B, and the O-box A/B on the short-key build.
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../../.."
 export VIDATTN_LIBRARY=$PWD/.build/ab/lib_final.so
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 nvidia-smi --query-gpu=name,temperature.gpu,power.draw,clocks.sm,power.limit --format=csv | tee $OUT/smi_start.txt
