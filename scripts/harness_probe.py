@@ -39,6 +39,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("harness_probe: needs a CUDA GPU")
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 

@@ -184,19 +184,31 @@ def test_run_metadata_names_a_prebuilt_kernel_library(monkeypatch):
     assert meta["kernel_library"] == "lib_pf0.so" and meta["kernel_build_flags"] == "-DVIDATTN_Q_L2_PREFETCH=0"
 
 
-def test_kernel_once_refuses_cleanly_without_the_kernel():
+@pytest.mark.parametrize("backend", ["vidattn", "cudnn"])
+def test_kernel_once_refuses_cleanly_without_the_kernel(backend):
     import subprocess
     import sys as _sys
 
-    import torch
-
     if torch.cuda.is_available():
-        import pytest
         pytest.skip("a GPU is present: the script would run the kernel")
-    root = __import__("pathlib").Path(__file__).resolve().parent.parent
-    proc = subprocess.run([_sys.executable, str(root / "scripts" / "kernel_once.py"), "wan_cross"],
+    proc = subprocess.run([_sys.executable, str(ROOT / "scripts" / "kernel_once.py"), "wan_cross", "--backend", backend],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "cannot run here" in proc.stderr
+
+
+def test_harness_probe_refuses_cleanly_without_a_gpu(monkeypatch):
+    probe = _load("harness_probe")
+    _cpu_only(monkeypatch)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        probe.main(["--shape", "wan14b_self"])
+
+
+@pytest.mark.parametrize("builds", ["176", "64,128,176"])
+def test_block_n_sweep_wants_two_widths(builds, capsys):
+    sweep = _load("block_n_sweep")
+    with pytest.raises(SystemExit) as exc:
+        sweep.main(["--builds", builds])
+    assert exc.value.code == 2 and "two widths" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("block,symbol,env,valid,forced,load_time,invalid", [
