@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import anchor_shapes
 import kernel_smoke
+from kernel_ab_time import time_interleaved
 
 import vidattn
 from vidattn import _ext
@@ -42,7 +43,6 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         sys.exit("harness_probe: needs a CUDA GPU")
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from triton.testing import do_bench
 
     (name, b, h, sq, skv, d), = anchor_shapes.by_key([args.shape])
     q, k, v = kernel_smoke.bshd_inputs(b, h, sq, skv, d)
@@ -64,12 +64,8 @@ def main(argv=None) -> int:
     flops = 4 * b * h * sq * skv * d
     record = {}
     for phase, names in (("with-fa2", ["op", "prealloc", "cudnn", "fa2"]), ("no-fa2", ["op", "prealloc", "cudnn"])):
-        times = {n: [] for n in names}
-        for r in range(args.rounds):
-            for n in names[r % len(names):] + names[:r % len(names)]:
-                ctx, fn = fns[n]
-                with ctx():
-                    times[n].append(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+        # bench_kernel.py's do_bench windows (warm-up 25 ms, rep 100 ms), not the A/B script's.
+        times = time_interleaved({n: fns[n] for n in names}, args.rounds, rep_ms=100, warmup_ms=25)
         record[phase] = times
         med = {n: statistics.median(t) for n, t in times.items()}
         print(f"== {name} {phase}: ms per round (rotated order), median TFLOPS, cuDNN/x")

@@ -32,7 +32,7 @@ SHAPES = anchor_shapes.by_key(["wan_cross", "fa1k_d128", "fa1k_d64", "fa8k_d64",
                                "seed16k", "seed8k", "wan13b_self", "wan14b_self", "hunyuan_720p"])
 
 
-def time_interleaved(fns: dict, rounds: int, rep_ms: float) -> dict:
+def time_interleaved(fns: dict, rounds: int, rep_ms: float, warmup_ms: float = 20.0) -> dict:
     """Per-round times (ms, the median of `triton.testing.do_bench`) of each entry of `fns`, name -> (context,
     fn): `fn` takes no arguments and `context()` is entered around its measurement (an SDPA backend choice, a forced
     build). Each round takes the names in a rotated order, so that none always runs right after the same one."""
@@ -44,7 +44,7 @@ def time_interleaved(fns: dict, rounds: int, rep_ms: float) -> dict:
         for n in order[r % len(order):] + order[:r % len(order)]:
             context, fn = fns[n]
             with context():
-                times[n].append(do_bench(fn, warmup=20, rep=rep_ms, return_mode="median"))
+                times[n].append(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
     return times
 
 

@@ -264,16 +264,18 @@ def test_shape_scores_spike_and_ramp_do_what_the_gpu_tests_rely_on():
 
 
 def test_time_interleaved_rotates_the_order_and_enters_each_context(monkeypatch):
-    """kernel_ab_time.time_interleaved (the A/B script's and block_n_sweep.py's timing loop), with do_bench faked:
-    round r starts at the r-th name, each measurement runs inside its entry's context, and each name gets one time
-    per round, in the order measured."""
+    """kernel_ab_time.time_interleaved (the timing loop of the A/B script, block_n_sweep.py and harness_probe.py),
+    with do_bench faked: round r starts at the r-th name, each measurement runs inside its entry's context, each
+    name gets one time per round, in the order measured, and the warm-up is 20 ms unless the caller names one."""
     import contextlib
     import types
 
     events = []
+    warmups = []
 
     def do_bench(fn, warmup, rep, return_mode):
-        assert (warmup, rep, return_mode) == (20, 7.0, "median")
+        assert (rep, return_mode) == (7.0, "median")
+        warmups.append(warmup)
         fn()
         return float(len(events))
 
@@ -294,3 +296,6 @@ def test_time_interleaved_rotates_the_order_and_enters_each_context(monkeypatch)
     assert events[:3] == ["enter a", "run a", "exit a"]
     assert all(len(t) == 4 for t in times.values())
     assert times["a"] == [2.0, 17.0, 23.0, 29.0]  # events before each of a's return: 3 per measurement
+    assert set(warmups) == {20}
+    ab.time_interleaved({"a": fns["a"]}, rounds=1, rep_ms=7.0, warmup_ms=25)
+    assert warmups[-1] == 25

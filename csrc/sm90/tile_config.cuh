@@ -19,7 +19,7 @@
 #define VIDATTN_BLOCK_N_D128_SHORT 128
 #endif
 // At most this many O scratch boxes per warp (FwdTraits::kOScratchSlots). 1 takes the second box away from the
-// short-key build, to tell its gain from the second Q buffer's (not yet measured apart; csrc/NOTES.md).
+// short-key build: measured no different (Wan cross 1.039 against 1.035x cuDNN; csrc/NOTES.md, eighth session).
 #ifndef VIDATTN_O_SCRATCH_SLOTS_MAX
 #define VIDATTN_O_SCRATCH_SLOTS_MAX 2
 #endif
