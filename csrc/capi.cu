@@ -219,6 +219,30 @@ extern "C" int vidattn_sm90_set_d128_block_n(int block_n) {
   return 0;
 }
 
+#if VIDATTN_DIAG_TIMELINE
+// Diagnostic builds only (diag_timeline.cuh): copies the stamps of the launches since the last reset into the two
+// host buffers (consumer rows, then producer rows; their exact sizes in bytes), then zeroes them if `reset`.
+extern "C" int vidattn_sm90_diag_timeline(void* consumer, uint64_t consumer_bytes, void* producer,
+                                          uint64_t producer_bytes, int reset) {
+  using namespace vidattn::sm90;
+  if (consumer_bytes != sizeof(g_tl_consumer) || producer_bytes != sizeof(g_tl_producer))
+    return fail("timeline buffers must be " + std::to_string(sizeof(g_tl_consumer)) + " and " +
+                std::to_string(sizeof(g_tl_producer)) + " bytes");
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e == cudaSuccess && consumer != nullptr) e = cudaMemcpyFromSymbol(consumer, g_tl_consumer, consumer_bytes);
+  if (e == cudaSuccess && producer != nullptr) e = cudaMemcpyFromSymbol(producer, g_tl_producer, producer_bytes);
+  if (e == cudaSuccess && reset) {
+    void* dev = nullptr;
+    e = cudaGetSymbolAddress(&dev, g_tl_consumer);
+    if (e == cudaSuccess) e = cudaMemset(dev, 0, consumer_bytes);
+    if (e == cudaSuccess) e = cudaGetSymbolAddress(&dev, g_tl_producer);
+    if (e == cudaSuccess) e = cudaMemset(dev, 0, producer_bytes);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  }
+  return e == cudaSuccess ? 0 : fail(std::string("timeline copy: ") + cudaGetErrorString(e));
+}
+#endif
+
 extern "C" int vidattn_sm90_set_d64_warpgroups(int warpgroups) {
   if (warpgroups != 0 && warpgroups != 2 && warpgroups != 3) return 1;
   g_d64_warpgroups = warpgroups;

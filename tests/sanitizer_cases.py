@@ -1,4 +1,4 @@
-"""Five small kernel calls for compute-sanitizer (memcheck, racecheck): no pytest, exit 0 only if all are right.
+"""Seven small kernel calls for compute-sanitizer (memcheck, racecheck): no pytest, exit 0 only if all are right.
 
     compute-sanitizer --tool memcheck  --error-exitcode 1 python3 tests/sanitizer_cases.py
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 tests/sanitizer_cases.py
@@ -32,6 +32,10 @@ CASES = [
     ("d64-3wg tails+ragged", 2, 2, 257, 333, 64, torch.bfloat16, "bshd", [333, 100], 3),
     ("redo", 1, 4, 300, 500, 128, torch.bfloat16, "bshd", None, 0, [1, 2]),
     ("tail launch", 1, "sms+1", 100, 2200, 128, torch.bfloat16, "bshd", None, 0),
+    # Several tiles per CTA with two Q buffers: O stored behind the next tile's S_0, which rides in the last P V's
+    # turn (flash_fwd.cuh, S0Link); batch 1's single key block is a next tile whose S_0 releases its Q.
+    ("merged turns", 2, 140, 200, 300, 128, torch.bfloat16, "bshd", [300, 100], 0),
+    ("d64-3wg merged turns", 1, 140, 400, 300, 64, torch.float16, "bhsd", None, 3),
 ]
 REL_L2_MAX = 1e-2
 LSE_ATOL = 1e-2

@@ -352,6 +352,23 @@ def test_kv_lens_ragged(sq, skv, d, layout):
                what=f"kv_lens {kv_lens.tolist()} {layout} {sq}x{skv} D{d} seed={seed}")
 
 
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+def test_many_tile_boundaries_per_cta(d):
+    """Every CTA walks several tiles, so every tile boundary runs: O stored behind the next tile's S_0
+    (kDeferOStore), and where Q has two buffers that S_0 issued in the last P V's turn (kMergeTurn, S0Link). The
+    batches' kv_lens make next tiles of each kind: several key blocks, one full-width block (its S_0 is its last S
+    and releases its Q), one narrow block (not merged); keys past kv_lens hold large garbage."""
+    g, seed = new_gen()
+    b, h, sq, skv = 3, 50, 640, 700
+    q, k, v = make_qkv(b, h, sq, skv, d, torch.bfloat16, "bshd", g, True)
+    kv_lens = torch.tensor([skv, 100, 60], dtype=torch.int32, device=DEV)
+    for bi, n in enumerate(kv_lens.tolist()):
+        k[bi, n:].fill_(30.0)
+        v[bi, n:].fill_(1000.0)
+    check_case(q, k, v, kv_lens=kv_lens, what=f"tile walk B{b} H{h} {sq}x{skv} kv_lens {kv_lens.tolist()} D{d} "
+                                              f"seed={seed}")
+
+
 @pytest.mark.parametrize("kv_lens", [None, "ragged"])
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
 @pytest.mark.parametrize("sq,skv", [(1, 1), (65, 777), (777, 65), (129, 4224), (4224, 4224)], ids=lambda x: str(x))

@@ -299,3 +299,52 @@ def test_time_interleaved_rotates_the_order_and_enters_each_context(monkeypatch)
     assert set(warmups) == {20}
     ab.time_interleaved({"a": fns["a"]}, rounds=1, rep_ms=7.0, warmup_ms=25)
     assert warmups[-1] == 25
+
+
+def _timeline_rows(probe, tiles=5, blocks=10, steady=1000, epilogue=400, ctas=2):
+    """Synthetic stamps as a timeline build writes them: per CTA `tiles` tiles of `blocks` key blocks, warpgroup 1
+    100 cycles behind warpgroup 0, Q issued 800 cycles before each tile starts."""
+    cons = [[[[0] * probe.EVENTS for _ in range(probe.WGS)] for _ in range(probe.MAX_LOCAL)]
+            for _ in range(probe.MAX_CTAS)]
+    prod = [[[0, 0] for _ in range(probe.MAX_LOCAL)] for _ in range(probe.MAX_CTAS)]
+    period = 300 + (blocks - 1) * steady + 500 + epilogue + 100
+    for c in range(ctas):
+        t = 1000
+        for local in range(tiles):
+            for w in range(2):
+                b = t + 100 * w
+                r = cons[c][local][w]
+                r[probe.START], r[probe.QFULL], r[probe.K0FULL], r[probe.S0DONE] = b, b + 50, b + 60, b + 300
+                r[probe.DRAIN] = r[probe.S0DONE] + (blocks - 1) * steady
+                r[probe.LASTPV] = r[probe.DRAIN] + 500
+                r[probe.EPI] = r[probe.LASTPV] + epilogue
+                r[probe.BLOCKS] = blocks
+            prod[c][local] = [t - 900, t - 800]
+            t += period
+    return cons, prod, period
+
+
+def test_timeline_probe_analyses_the_stamps_it_reads():
+    probe = _load("timeline_probe")
+    cons, prod, period = _timeline_rows(probe)
+    r = probe.analyse(cons, prod, 132)
+    assert r["tiles"] == 2 * 3 * 2  # 2 CTAs x the 3 middle tiles x 2 warpgroups
+    assert r["period_cycles"] == period and r["steady_cycles_per_block"] == 1000
+    assert r["boundary_cycles"] == period - 10 * 1000
+    assert r["phases_median_cycles"]["epilogue"] == 400 and r["phases_median_cycles"]["q wait"] == 50
+    assert r["wg1_start_minus_wg0_start_cycles"] == 100
+    assert r["q_issued_before_tile_start_cycles"] == 800 and r["q_issue_to_q_full_cycles"] == 850
+    # A longer epilogue lengthens the period by as much, and the boundary with it: the analysis must see it.
+    cons2, prod2, period2 = _timeline_rows(probe, epilogue=900)
+    r2 = probe.analyse(cons2, prod2, 132)
+    assert r2["boundary_cycles"] - r["boundary_cycles"] == 500 == period2 - period
+    # No complete tile row (a launch that did not stamp): nothing to report, no division by zero.
+    empty, eprod, _ = _timeline_rows(probe, tiles=0)
+    assert probe.analyse(empty, eprod, 132) == {"tiles": 0}
+
+
+def test_timeline_probe_refuses_cleanly_without_a_gpu(monkeypatch):
+    probe = _load("timeline_probe")
+    _cpu_only(monkeypatch)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        probe.main(["seed4k"])

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cuda.h>
 
+#include "diag_timeline.cuh"
 #include "fwd_params.h"
 #include "ptx.cuh"
 #include "tile_config.cuh"
@@ -137,6 +138,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     const int rot = kv_rotation<T::kKvRotate>(tile, n_blocks);
     const int qb = local % T::kQBuffers;
     auto load_q = [&]() {
+      tl_producer_stamp(kSplit, local, kTlQEmptyWait);
       ptx::mbarrier_wait(&s.q_empty[qb], ((local / T::kQBuffers) & 1) ^ 1);
       ptx::mbarrier_arrive_expect_tx(&s.q_full[qb], kQBytes);
 #pragma unroll 1
@@ -144,6 +146,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
         ptx::tma_load_4d(s.q[qb] + c * T::kBlockM * kChunkCols, &p.tm_q, &s.q_full[qb], c * kChunkCols,
                          tc.m_block * T::kBlockM, tc.head, tc.batch);
       }
+      tl_producer_stamp(kSplit, local, kTlQIssued);
     };
     if (n_blocks == 0) load_q();
     if constexpr (T::kQPrefetchL2) {
@@ -497,13 +500,12 @@ __device__ __forceinline__ void sched_pass(int cwg) {
 // the tensor map and are not written.
 // kSlots (FwdTraits::kOScratchSlots): boxes in this warp's scratch; half h goes to box h % kSlots, and waits only
 // for the store that last read that box (the bulk groups of one thread complete in order).
-template <int kHeadDim, bool kFp16, int kSlots>
-__device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc, int warp_row0, uint16_t* scratch,
-                                        const float (&o)[kHeadDim / 2], const float (&row_sum)[2]) {
+// The boxes of O: word(g, i) is the i-th 32-bit register (two 16-bit values) of 8-column groups g, g + 1 for
+// stmatrix (i = 0, 2: row r; 1, 3: row r + 8), computed on the spot (store_o) or packed earlier (pack_o).
+template <int kHeadDim, int kSlots, typename Word>
+__device__ __forceinline__ void store_o_boxes(const FwdParams& p, const TileCoord& tc, int warp_row0,
+                                              uint16_t* scratch, Word&& word) {
   const int lane = ptx::lane_id();  // not the caller's lane: see lane_id (at D=64 with three warpgroups it spilled)
-  float inv[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) inv[r] = row_sum[r] > 0.f ? ptx::rcp_approx(row_sum[r]) : 0.f;  // kv_len == 0: O = 0
   const uint32_t scratch_addr = ptx::smem_addr(scratch);
   // This lane's stmatrix row address: matrix m = lane / 8 is (rows 8 * (m % 2) .., column group 2c + m / 2).
   const int m = lane / 8, st_row = lane % 8 + 8 * (m & 1);
@@ -519,11 +521,8 @@ __device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc,
     for (int c = 0; c < 4; ++c) {
       const int g = 8 * h + 2 * c;  // the 8-column groups g and g + 1
       const int chunk = 2 * c + (m >> 1);
-      ptx::stmatrix_x4(base + st_row * 128 + ((chunk ^ (st_row & 7)) << 4),
-                       ptx::pack2<kFp16>(o[4 * g + 0] * inv[0], o[4 * g + 1] * inv[0]),
-                       ptx::pack2<kFp16>(o[4 * g + 2] * inv[1], o[4 * g + 3] * inv[1]),
-                       ptx::pack2<kFp16>(o[4 * g + 4] * inv[0], o[4 * g + 5] * inv[0]),
-                       ptx::pack2<kFp16>(o[4 * g + 6] * inv[1], o[4 * g + 7] * inv[1]));
+      ptx::stmatrix_x4(base + st_row * 128 + ((chunk ^ (st_row & 7)) << 4), word(g, 0), word(g, 1), word(g, 2),
+                       word(g, 3));
     }
     ptx::fence_proxy_async_smem();  // each lane's stmatrix writes, before the async proxy reads them
     __syncwarp();
@@ -535,16 +534,48 @@ __device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc,
   }
 }
 
-// Epilogue of one tile (row sums already reduced over the quad): O normalised and stored, LSE if asked.
-template <int kHeadDim, int kWGs, int kBN, bool kFp16>
-__device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord& tc, int cwg, int warp, int lane,
-                                            uint16_t* scratch, float (&o)[kHeadDim / 2], const float (&row_max)[2],
-                                            const float (&row_sum)[2]) {
-  using T = FwdTraits<kHeadDim, kWGs, kBN>;
+// 1 / row sum, or 0 for a row without keys (kv_len == 0: O = 0).
+__device__ __forceinline__ void inv_row_sums(const float (&row_sum)[2], float (&inv)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) inv[r] = row_sum[r] > 0.f ? ptx::rcp_approx(row_sum[r]) : 0.f;
+}
+
+// O normalised and packed to 16 bits in the order store_o_boxes takes it: the deferred epilogue (kDeferOStore)
+// holds these 32 registers instead of O's 64 until the next tile's S_0 is on the tensor cores.
+template <int kHeadDim, bool kFp16>
+__device__ __forceinline__ void pack_o(const float (&o)[kHeadDim / 2], const float (&row_sum)[2],
+                                       uint32_t (&opk)[kHeadDim / 4]) {
+  float inv[2];
+  inv_row_sums(row_sum, inv);
+#pragma unroll
+  for (int g = 0; g < kHeadDim / 8; g += 2) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      opk[2 * g + i] = ptx::pack2<kFp16>(o[4 * g + 2 * i] * inv[i % 2], o[4 * g + 2 * i + 1] * inv[i % 2]);
+  }
+}
+
+template <int kHeadDim, int kSlots>
+__device__ __forceinline__ void store_packed_o(const FwdParams& p, const TileCoord& tc, int warp_row0,
+                                               uint16_t* scratch, const uint32_t (&opk)[kHeadDim / 4]) {
+  store_o_boxes<kHeadDim, kSlots>(p, tc, warp_row0, scratch, [&](int g, int i) { return opk[2 * g + i]; });
+}
+
+template <int kHeadDim, bool kFp16, int kSlots>
+__device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc, int warp_row0, uint16_t* scratch,
+                                        const float (&o)[kHeadDim / 2], const float (&row_sum)[2]) {
+  float inv[2];
+  inv_row_sums(row_sum, inv);
+  store_o_boxes<kHeadDim, kSlots>(p, tc, warp_row0, scratch, [&](int g, int i) {
+    return ptx::pack2<kFp16>(o[4 * g + 2 * i] * inv[i % 2], o[4 * g + 2 * i + 1] * inv[i % 2]);
+  });
+}
+
+// Each row's LSE, if asked (row sums already reduced over the quad).
+__device__ __forceinline__ void write_lse(const FwdParams& p, const TileCoord& tc, int warp_row0, int lane,
+                                          const float (&row_max)[2], const float (&row_sum)[2]) {
   const float kNegInf = -__int_as_float(0x7f800000);
-  const int warp_row0 = tc.m_block * T::kBlockM + cwg * T::kRowsPerWG + warp * 16;
   const int row0 = warp_row0 + lane / 4;
-  store_o<kHeadDim, kFp16, T::kOScratchSlots>(p, tc, warp_row0, scratch, o, row_sum);
   if (p.lse != nullptr && lane % 4 == 0) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -555,6 +586,24 @@ __device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord&
       }
     }
   }
+}
+
+// The first row of this warp's 16 in the output.
+template <int kHeadDim, int kWGs, int kBN>
+__device__ __forceinline__ int warp_first_row(const TileCoord& tc, int cwg, int warp) {
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
+  return tc.m_block * T::kBlockM + cwg * T::kRowsPerWG + warp * 16;
+}
+
+// Epilogue of one tile (row sums already reduced over the quad): O normalised and stored, LSE if asked.
+template <int kHeadDim, int kWGs, int kBN, bool kFp16>
+__device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord& tc, int cwg, int warp, int lane,
+                                            uint16_t* scratch, float (&o)[kHeadDim / 2], const float (&row_max)[2],
+                                            const float (&row_sum)[2]) {
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
+  const int warp_row0 = warp_first_row<kHeadDim, kWGs, kBN>(tc, cwg, warp);
+  store_o<kHeadDim, kFp16, T::kOScratchSlots>(p, tc, warp_row0, scratch, o, row_sum);
+  write_lse(p, tc, warp_row0, lane, row_max, row_sum);
 }
 
 // Epilogue of a work item of the tail launch (kSplit): its unnormalised O in fp32 and each row's (max * scale_log2,
@@ -582,7 +631,7 @@ __device__ __forceinline__ void store_partial(const FwdParams& p, int item, int 
 // One tile's K/V loop, starting at ring stage kStart. A template per start stage keeps every stage index a
 // function of the loop counter alone, so the wgmma descriptors stay in uniform registers while the ring runs on
 // across tiles (the next tile's first K/V loads no longer wait for this tile's last block to be released).
-template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, int kStart>
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, int kStart, typename Flush>
 __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s, int cwg,
                                          uint32_t q_smem,
                                          int qb, int n_blocks, int kv_first, int rot, int kv_len, int col_in_group,
@@ -590,7 +639,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
                                          uint32_t& k_phase, uint32_t& v_phase, float (&o)[kHeadDim / 2],
                                          float (&row_max)[2], float (&row_sum)[2],
                                          float (&sacc)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 2],
-                                         uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4]) {
+                                         uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4],
+                                         const Timeline& tl, Flush&& flush) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
   static_assert(!(kFixed && kFp16), "the fixed-reference softmax is bf16 only (fixed_ref_softmax)");
   constexpr int kN = T::kBlockN;
@@ -602,12 +652,17 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   {
     constexpr int stage = kStart;
     ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
+    tl.stamp(kTlK0Full);
     k_phase ^= 1u << stage;
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks)) * kN;
     pv_steps = block_steps<kN>(kv0, kv_len);
     sched_wait<kPingpong>(cwg);
     issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 0>(pv_steps, sacc, q_smem, ptx::smem_addr(s.k[stage]),
-                                             [&] { sched_pass<kPingpong, T::kConsumerWGs>(cwg); });
+                                             [&] {
+                                               sched_pass<kPingpong, T::kConsumerWGs>(cwg);
+                                               flush();  // the previous tile's O stores, under S_0 (kDeferOStore)
+                                             });
+    tl.stamp(kTlS0Done);
     if (lane == 0) {
       ptx::mbarrier_arrive(&s.k_empty[stage]);
       if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
@@ -656,17 +711,19 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   // Drain: the last P V.
   const int last = (kStart + n_blocks - 1) % T::kStages;
   ptx::mbarrier_wait(&s.v_full[last], (v_phase >> last) & 1);
+  tl.stamp(kTlDrainStart);
   v_phase ^= 1u << last;
   sched_wait<kPingpong>(cwg);
   issue_pv_block<kHeadDim, kWGs, kBN, kFp16>(pv_steps, o, pa, ptx::smem_addr(s.v[last]));
   sched_pass<kPingpong, T::kConsumerWGs>(cwg);
   ptx::wgmma_wait<0>();
+  tl.stamp(kTlLastPvDone);
   ptx::fence_regs(o);
   fence_frag(pa);
   if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
 }
 
-template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, int kStart>
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, int kStart, typename Flush>
 __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s,
                                               int cwg,
                                               uint32_t q_smem, int qb, int n_blocks, int kv_first, int rot,
@@ -674,17 +731,19 @@ __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, Sha
                                               uint32_t& v_phase,
                                               float (&o)[kHeadDim / 2], float (&row_max)[2], float (&row_sum)[2],
                                               float (&sacc)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 2],
-                                              uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4]) {
+                                              uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4],
+                                              const Timeline& tl, Flush&& flush) {
   if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs, kBN>::kStages) {
     if (start != kStart) {
       mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, kv_first,
                                                                rot, kv_len, col_in_group, lane, k_phase, v_phase,
-                                                               o, row_max, row_sum, sacc, pa);
+                                                               o, row_max, row_sum, sacc, pa, tl, flush);
       return;
     }
   }
   mainloop<kHeadDim, kWGs, kBN, kFp16, kFixed, kStart>(p, s, cwg, q_smem, qb, n_blocks, kv_first, rot, kv_len,
-                                                  col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa);
+                                                  col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa,
+                                                  tl, flush);
 }
 
 template <bool B>
@@ -714,6 +773,22 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   float row_max[2], row_sum[2];  // row sums: per-thread partials; the quad reduction waits for the epilogue
   float sacc[kN / 2];
   uint32_t pa[kN / 16][4];
+  // kDeferOStore: a tile's O leaves packed in opk, and its stores are issued behind the next tile's S_0 (the
+  // prologue's flush), so that they run while S_0 is on the tensor cores instead of between the two tiles.
+  constexpr bool kDefer = T::kDeferOStore && !kSplit;
+  uint32_t opk[kHeadDim / 4];
+  TileCoord o_tc{};
+  bool o_pending = false;
+  auto flush_o = [&]() __attribute__((always_inline)) {
+    if constexpr (kDefer) {
+      if (o_pending) {
+        const int warp = ptx::warp_in_block() % 4;
+        store_packed_o<kHeadDim, T::kOScratchSlots>(p, o_tc, warp_first_row<kHeadDim, kWGs, kBN>(o_tc, cwg, warp),
+                                                    s.o_scratch[cwg * 4 + warp], opk);
+        o_pending = false;
+      }
+    }
+  };
   // Warpgroup 0 takes the first turn (the last warpgroup passes it once up front). The last warpgroup's final pass
   // then has no matching wait; warpgroup 0 absorbs it with one extra wait after its last tile, so every barrier
   // ends balanced whatever the tile count.
@@ -731,29 +806,41 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
 
     const int qb = local % T::kQBuffers;
     const uint32_t q_smem = q_smem0 + qb * T::kQBytes;
+    const Timeline tl(kSplit, local, cwg, tid == 0);
+    tl.stamp(kTlTileStart);
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
     row_max[0] = row_max[1] = kNegInf;
     row_sum[0] = row_sum[1] = 0.f;
     // Q's buffer goes back to the producer right after this tile's last S = Q K^T (or at once with no keys).
     ptx::mbarrier_wait(&s.q_full[qb], (local / T::kQBuffers) & 1);
+    tl.stamp(kTlQFull);
     if (n_blocks == 0) {
+      flush_o();
       if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
     } else {
       mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, 0>(start, p, s, cwg, q_smem, qb, n_blocks, w.kv_first,
                                                       kv_rotation<T::kKvRotate>(tile, n_blocks), w.kv_len,
                                                       col_in_group, lane, k_phase, v_phase, o, row_max, row_sum,
-                                                      sacc, pa);
+                                                      sacc, pa, tl, flush_o);
     }
     start = (start + n_blocks) % T::kStages;
     // Row sums were per-thread partials; every use below wants the whole row's.
 #pragma unroll
     for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
-    if constexpr (kSplit)
+    if constexpr (kSplit) {
       store_partial<kHeadDim, kWGs, kBN>(p, tile, cwg, warp, lane, o, row_max, row_sum);
-    else
+    } else if constexpr (kDefer) {
+      pack_o<kHeadDim, kFp16>(o, row_sum, opk);
+      o_tc = w.tc;
+      o_pending = true;
+      write_lse(p, w.tc, warp_first_row<kHeadDim, kWGs, kBN>(w.tc, cwg, warp), lane, row_max, row_sum);
+    } else {
       finish_tile<kHeadDim, kWGs, kBN, kFp16>(p, w.tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max,
                                          row_sum);
+    }
+    tl.stamp(kTlEpilogueDone);
+    tl.value(kTlBlocks, static_cast<unsigned long long>(n_blocks));
     // (the comparison is false for NaN)
     if constexpr (kFixed) {
       if (!(row_sum[0] <= kFixedRefMaxSum && row_sum[1] <= kFixedRefMaxSum))
@@ -763,6 +850,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   int local = 0;
   for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local)
     consume(tile, local, BoolTag<kFixedRef>{});
+  flush_o();
   if constexpr (kFixedRef) {
     // Every consumer warpgroup's marks are in (bar.sync orders shared memory among its threads), then the producer
     // may read them. Marked tiles run again, exact, after this CTA's O stores of the first pass have landed.
@@ -772,6 +860,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     redo_tiles<T::kRedoWords>(s.redo_bits, local, [&](int tile, int l) __attribute__((always_inline)) {
       consume(tile, l, BoolTag<false>{});
     });
+    flush_o();
   }
   if (kPingpong && cwg == 0) sched_wait<kPingpong>(cwg);
   // Shared memory must outlive the reads of the last TMA stores of O.

@@ -33,6 +33,12 @@
 #define VIDATTN_Q_L2_PREFETCH 0
 #endif
 
+// Issue a tile's O stores (stmatrix into the scratch, TMA store) behind the next tile's S_0 instead of before it
+// (flash_fwd.cuh, consumer: kDeferOStore), holding O packed in 32 registers across the tile boundary.
+#ifndef VIDATTN_DEFER_O_STORE
+#define VIDATTN_DEFER_O_STORE 1
+#endif
+
 // Rotate each tile's key-block order by (tile index mod its block count), so that the CTAs running at one time do
 // not all read the same K/V block of the same head from L2 at once (a suspect for the short-KV gap; csrc/NOTES.md).
 #ifndef VIDATTN_KV_ROTATE
@@ -131,6 +137,7 @@ struct FwdTraits {
   static_assert(kStages >= 2, "tile too large: fewer than 2 K/V stages fit in shared memory");
   static constexpr bool kPingpong = VIDATTN_PINGPONG != 0;
   static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
+  static constexpr bool kDeferOStore = VIDATTN_DEFER_O_STORE != 0;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
   static constexpr bool kFixedRef = VIDATTN_FIXED_REF != 0;
   // Tiles a CTA can mark for a redo, one bit each (64 words: 2048 tiles per CTA, 270K tiles per launch on 132 SMs);

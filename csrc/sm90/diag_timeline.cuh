@@ -1,0 +1,64 @@
+// DIAGNOSTIC ONLY, never a default (VIDATTN_DIAG_TIMELINE=1): clock64 stamps at the phases of each tile, to see
+// where a tile boundary's time goes (scripts/timeline_probe.py reads them back through vidattn_sm90_diag_timeline).
+// One row of kTlEvents stamps per (CTA, local tile, consumer warpgroup), written by the warpgroup's first thread, and
+// one row per (CTA, local tile) for the producer. clock64 is the SM's own cycle counter, so only differences within
+// one CTA mean anything. The main launch only (the tail launch's CTAs would overwrite rows 0..). In a shipped build
+// every stamp compiles to nothing.
+#pragma once
+#include <cstdint>
+
+#ifndef VIDATTN_DIAG_TIMELINE
+#define VIDATTN_DIAG_TIMELINE 0
+#endif
+
+namespace vidattn::sm90 {
+
+constexpr int kTlMaxCtas = 160, kTlMaxLocal = 64, kTlWGs = 3, kTlEvents = 8;
+// Consumer events, in the order a tile passes them.
+enum TlEvent : int {
+  kTlTileStart = 0,  // consume() entered (the previous tile's epilogue issued)
+  kTlQFull = 1,      // Q of this tile has landed
+  kTlK0Full = 2,     // K_0 has landed (prologue)
+  kTlS0Done = 3,     // S_0 = Q K_0^T retired (the turn waited for and the wgmma run)
+  kTlDrainStart = 4, // last V landed, before the last P V waits for its turn
+  kTlLastPvDone = 5, // the last P V retired
+  kTlEpilogueDone = 6,  // O handed to the TMA store
+  kTlBlocks = 7,     // not a time: the tile's key blocks
+};
+// Producer events: before waiting for Q's buffer to be released, and after Q's loads were issued.
+enum TlProducerEvent : int { kTlQEmptyWait = 0, kTlQIssued = 1 };
+
+#if VIDATTN_DIAG_TIMELINE
+__device__ unsigned long long g_tl_consumer[kTlMaxCtas * kTlMaxLocal * kTlWGs * kTlEvents];
+__device__ unsigned long long g_tl_producer[kTlMaxCtas * kTlMaxLocal * 2];
+#endif
+
+// A consumer warpgroup's row for one tile; stamp() only in the warpgroup's first thread.
+struct Timeline {
+#if VIDATTN_DIAG_TIMELINE
+  unsigned long long* row = nullptr;
+  __device__ __forceinline__ Timeline(bool split, int local, int cwg, bool first_thread) {
+    if (!split && first_thread && blockIdx.x < kTlMaxCtas && local < kTlMaxLocal)
+      row = g_tl_consumer + ((blockIdx.x * kTlMaxLocal + local) * kTlWGs + cwg) * kTlEvents;
+  }
+  __device__ __forceinline__ void stamp(int e) const {
+    if (row != nullptr) row[e] = clock64();
+  }
+  __device__ __forceinline__ void value(int e, unsigned long long v) const {
+    if (row != nullptr) row[e] = v;
+  }
+#else
+  __device__ __forceinline__ Timeline(bool, int, int, bool) {}
+  __device__ __forceinline__ void stamp(int) const {}
+  __device__ __forceinline__ void value(int, unsigned long long) const {}
+#endif
+};
+
+__device__ __forceinline__ void tl_producer_stamp(bool split, int local, int e) {
+#if VIDATTN_DIAG_TIMELINE
+  if (!split && blockIdx.x < kTlMaxCtas && local < kTlMaxLocal)
+    g_tl_producer[(blockIdx.x * kTlMaxLocal + local) * 2 + e] = clock64();
+#endif
+}
+
+}  // namespace vidattn::sm90

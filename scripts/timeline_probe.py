@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Where a tile's time goes: per-phase clock64 stamps from a timeline build of the kernel library.
+
+    VARIANTS="tl||-DVIDATTN_DIAG_TIMELINE=1" bash scripts/kernel_ab.sh --build-only
+    VIDATTN_LIBRARY=.build/ab/lib_tl.so python3 scripts/timeline_probe.py seed4k seed16k wan_cross
+
+A timeline build (csrc/sm90/diag_timeline.cuh) stamps each consumer warpgroup's tile at: entry, Q landed, K_0 landed,
+S_0 retired, last V landed, last P V retired, epilogue issued; the producer stamps when it starts to wait for Q's
+buffer and when Q's loads are issued. After warm launches this runs the shape `--launches` times back to back (the
+rows hold the last launch) and prints, per shape, the median cycles of each phase over the tiles of every CTA (a
+CTA's first and last tile left out: pipeline fill and drain), the steady cycles per key block, and the tile
+boundary's cost: period - blocks x steady cycles per block. Cycles are SM cycles (clock64), whatever the clock.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# csrc/sm90/diag_timeline.cuh
+MAX_CTAS, MAX_LOCAL, WGS, EVENTS = 160, 64, 3, 8
+START, QFULL, K0FULL, S0DONE, DRAIN, LASTPV, EPI, BLOCKS = range(8)
+Q_EMPTY_WAIT, Q_ISSUED = range(2)
+PHASES = (("q wait", START, QFULL), ("K_0 wait", QFULL, K0FULL), ("S_0 (turn + wgmma)", K0FULL, S0DONE),
+          ("blocks 1..n-1", S0DONE, DRAIN), ("last P V", DRAIN, LASTPV), ("epilogue", LASTPV, EPI))
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def analyse(cons, prod, grid: int) -> dict:
+    """Per-phase medians (cycles) from the consumer rows cons[cta][local][wg][event] and producer rows."""
+    phases: dict[str, list[float]] = {name: [] for name, _, _ in PHASES}
+    per_block, period, boundary, blocks_seen = [], [], [], []
+    q_issue_before_start, q_latency_seen, wg_skew, gap_next = [], [], [], []
+    tiles = 0
+    for c in range(min(grid, MAX_CTAS)):
+        n_local = 0
+        while n_local < MAX_LOCAL and cons[c][n_local][0][BLOCKS] > 0:
+            n_local += 1
+        for l in range(1, n_local - 1):  # not the CTA's first (fill) or last (drain) tile
+            for w in range(2):
+                r, nxt = cons[c][l][w], cons[c][l + 1][w]
+                n = r[BLOCKS]
+                if any(r[e] == 0 for e in range(7)) or n < 2:
+                    continue
+                for name, a, b in PHASES:
+                    phases[name].append(r[b] - r[a])
+                per_block.append((r[DRAIN] - r[S0DONE]) / (n - 1))
+                period.append(nxt[START] - r[START])
+                gap_next.append(nxt[START] - r[EPI])
+                blocks_seen.append(n)
+                tiles += 1
+            r0, r1 = cons[c][l][0], cons[c][l][1]
+            wg_skew.append(r1[START] - r0[START])
+            p = prod[c][l]
+            if p[Q_ISSUED]:
+                q_issue_before_start.append(r0[START] - p[Q_ISSUED])
+                q_latency_seen.append(r0[QFULL] - p[Q_ISSUED])
+    if not tiles:
+        return {"tiles": 0}
+    steady = statistics.median(per_block)
+    n_med = statistics.median(blocks_seen)
+    for pr in period:
+        boundary.append(pr - n_med * steady)
+    out = {
+        "tiles": tiles,
+        "blocks_per_tile": n_med,
+        "period_cycles": statistics.median(period),
+        "steady_cycles_per_block": steady,
+        "boundary_cycles": statistics.median(boundary),
+        "boundary_share": statistics.median(boundary) / statistics.median(period),
+        "phases_median_cycles": {k: statistics.median(v) for k, v in phases.items()},
+        "phases_p90_cycles": {k: pct(v, 0.9) for k, v in phases.items()},
+        "gap_to_next_tile_cycles": statistics.median(gap_next),
+        "wg1_start_minus_wg0_start_cycles": statistics.median(wg_skew) if wg_skew else None,
+        "q_issued_before_tile_start_cycles": statistics.median(q_issue_before_start) if q_issue_before_start else None,
+        "q_issue_to_q_full_cycles": statistics.median(q_latency_seen) if q_latency_seen else None,
+    }
+    return out
+
+
+def main(argv: list[str] | None = None):
+    import torch
+
+    from anchor_shapes import SHAPES as ANCHORS
+    from vidattn import _ext
+
+    shapes = {s.key: s for s in ANCHORS}
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("shapes", nargs="+", choices=sorted(shapes))
+    ap.add_argument("--launches", type=int, default=8, help="back-to-back launches after the reset (rows: the last)")
+    ap.add_argument("--warm-ms", type=float, default=300, help="warm-up time per shape before the reset")
+    ap.add_argument("--json", help="write the analysis here")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("timeline_probe: needs a CUDA GPU (and a timeline build of the kernel library)")
+    lib = _ext.load()
+    if lib is None or not hasattr(lib, "vidattn_sm90_diag_timeline"):
+        sys.exit("timeline_probe: not a timeline build (build csrc/ with -DVIDATTN_DIAG_TIMELINE=1, set VIDATTN_LIBRARY)")
+    fn = lib.vidattn_sm90_diag_timeline
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    cons_t = ctypes.c_uint64 * (MAX_CTAS * MAX_LOCAL * WGS * EVENTS)
+    prod_t = ctypes.c_uint64 * (MAX_CTAS * MAX_LOCAL * 2)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    results = {}
+    for key in args.shapes:
+        s = shapes[key]
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q = torch.randn(s.b, s.sq, s.h, s.d, device="cuda", dtype=torch.bfloat16, generator=g)
+        k, v = (torch.randn(s.b, s.skv, s.h, s.d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        out = torch.empty_like(q)
+        run = lambda: _ext.forward(q, k, v, out, None, None, s.d ** -0.5)  # noqa: E731
+        run()
+        torch.cuda.synchronize()
+        t = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t[0].record(); run(); t[1].record(); torch.cuda.synchronize()
+        one_ms = max(t[0].elapsed_time(t[1]), 1e-3)
+        for _ in range(int(args.warm_ms / one_ms) + 1):
+            run()
+        cons, prod = cons_t(), prod_t()
+        if fn(None, ctypes.sizeof(cons), None, ctypes.sizeof(prod), 1) != 0:
+            sys.exit(f"timeline_probe: {lib.vidattn_sm90_last_error().decode()}")
+        for _ in range(int(args.warm_ms / one_ms) + 1):
+            run()  # back to the power state of a busy GPU before the recorded launches
+        t[0].record()
+        for _ in range(args.launches):
+            run()
+        t[1].record()
+        if fn(cons, ctypes.sizeof(cons), prod, ctypes.sizeof(prod), 1) != 0:
+            sys.exit(f"timeline_probe: {lib.vidattn_sm90_last_error().decode()}")
+        ms = t[0].elapsed_time(t[1]) / args.launches
+        flat_c = list(cons)
+        cons4 = [[[flat_c[((c * MAX_LOCAL + l) * WGS + w) * EVENTS:((c * MAX_LOCAL + l) * WGS + w + 1) * EVENTS]
+                   for w in range(WGS)] for l in range(MAX_LOCAL)] for c in range(MAX_CTAS)]
+        flat_p = list(prod)
+        prod3 = [[flat_p[(c * MAX_LOCAL + l) * 2:(c * MAX_LOCAL + l) * 2 + 2] for l in range(MAX_LOCAL)]
+                 for c in range(MAX_CTAS)]
+        r = analyse(cons4, prod3, sms)
+        r["ms_per_launch"] = ms
+        r["tflops"] = 4 * s.b * s.h * s.sq * s.skv * s.d / ms / 1e9
+        results[key] = r
+        print(f"\n== {key} (B{s.b} H{s.h} {s.sq}x{s.skv} D{s.d}): {ms:.3f} ms, {r['tflops']:.0f} TFLOPS, "
+              f"{r['tiles']} tile rows", flush=True)
+        if r["tiles"]:
+            print(f"   blocks/tile {r['blocks_per_tile']:.0f}, period {r['period_cycles']:.0f} cyc, steady "
+                  f"{r['steady_cycles_per_block']:.0f} cyc/block, boundary {r['boundary_cycles']:.0f} cyc "
+                  f"({100 * r['boundary_share']:.1f}% of the period)")
+            for name, _, _ in PHASES:
+                print(f"   {name:22s} median {r['phases_median_cycles'][name]:8.0f}   p90 "
+                      f"{r['phases_p90_cycles'][name]:8.0f}")
+            for k2 in ("gap_to_next_tile_cycles", "wg1_start_minus_wg0_start_cycles",
+                       "q_issued_before_tile_start_cycles", "q_issue_to_q_full_cycles"):
+                print(f"   {k2:38s} {r[k2]}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
