@@ -381,15 +381,20 @@ __device__ __forceinline__ void issue_qk(float (&sacc)[N / 2], uint32_t q_smem, 
 
 // O += P V: one wgmma per 16 keys. V sits MN-major (rows = keys): SBO steps 8 keys, LBO steps 64-column chunks.
 // kSteps < kBlockN / 16 for a partial block: the steps past its last valid key hold P = 0.
+// first (kDeferONormalise only): the tile's first P V, whose first step overwrites O instead of adding to it, so O
+// need not be zeroed at the tile start and can still hold the previous tile's output until then.
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, int kSteps = FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16>
 __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
                                          const uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4],
-                                         uint32_t v_smem) {
+                                         uint32_t v_smem, bool first = false) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
     const uint64_t db = ptx::make_smem_desc_sw128(v_smem + kk * 16 * kChunkBytes, T::kBlockN * kChunkBytes, 1024);
-    ptx::Wgmma<kHeadDim, kFp16>::rs(o, pa[kk], db, 1);
+    if constexpr (T::kDeferONormalise)
+      ptx::Wgmma<kHeadDim, kFp16>::rs(o, pa[kk], db, kk > 0 || !first);
+    else
+      ptx::Wgmma<kHeadDim, kFp16>::rs(o, pa[kk], db, 1);
   }
   ptx::wgmma_commit();
 }
@@ -460,15 +465,15 @@ __device__ __forceinline__ void issue_qk_block(int steps, float (&sacc)[FwdTrait
 template <int kHeadDim, int kWGs, int kBN, bool kFp16>
 __device__ __forceinline__ void issue_pv_block(int steps, float (&o)[kHeadDim / 2],
                                                const uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4],
-                                               uint32_t v_smem) {
+                                               uint32_t v_smem, bool first = false) {
   constexpr int kN = FwdTraits<kHeadDim, kWGs, kBN>::kBlockN;
   if (steps == kN / 16) {
     ptx::wgmma_fence();
-    issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, v_smem);
+    issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, v_smem, first);
   } else {
     with_partial_steps<kNarrowMax<kN>>(steps, [&](auto c) {
       ptx::wgmma_fence();
-      issue_pv<kHeadDim, kWGs, kBN, kFp16, decltype(c)::value>(o, pa, v_smem);
+      issue_pv<kHeadDim, kWGs, kBN, kFp16, decltype(c)::value>(o, pa, v_smem, first);
     });
   }
 }
@@ -561,14 +566,22 @@ __device__ __forceinline__ void store_packed_o(const FwdParams& p, const TileCoo
   store_o_boxes<kHeadDim, kSlots>(p, tc, warp_row0, scratch, [&](int g, int i) { return opk[2 * g + i]; });
 }
 
+// O scaled by inv (1 / row sum, inv_row_sums) and stored.
+template <int kHeadDim, bool kFp16, int kSlots>
+__device__ __forceinline__ void store_o_scaled(const FwdParams& p, const TileCoord& tc, int warp_row0,
+                                               uint16_t* scratch, const float (&o)[kHeadDim / 2],
+                                               const float (&inv)[2]) {
+  store_o_boxes<kHeadDim, kSlots>(p, tc, warp_row0, scratch, [&](int g, int i) {
+    return ptx::pack2<kFp16>(o[4 * g + 2 * i] * inv[i % 2], o[4 * g + 2 * i + 1] * inv[i % 2]);
+  });
+}
+
 template <int kHeadDim, bool kFp16, int kSlots>
 __device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc, int warp_row0, uint16_t* scratch,
                                         const float (&o)[kHeadDim / 2], const float (&row_sum)[2]) {
   float inv[2];
   inv_row_sums(row_sum, inv);
-  store_o_boxes<kHeadDim, kSlots>(p, tc, warp_row0, scratch, [&](int g, int i) {
-    return ptx::pack2<kFp16>(o[4 * g + 2 * i] * inv[i % 2], o[4 * g + 2 * i + 1] * inv[i % 2]);
-  });
+  store_o_scaled<kHeadDim, kFp16, kSlots>(p, tc, warp_row0, scratch, o, inv);
 }
 
 // Each row's LSE, if asked (row sums already reduced over the quad).
@@ -686,7 +699,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     sched_wait<kPingpong>(cwg);
     // The P V here is of a full block unless the key order is rotated (kKvRotate): only the last block is partial.
     issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 1>(qk_steps, sacc, q_smem, ptx::smem_addr(s.k[stage]), [&] {
-      issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, ptx::smem_addr(s.v[prev]));
+      issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, ptx::smem_addr(s.v[prev]), j == 1);
       sched_pass<kPingpong, T::kConsumerWGs>(cwg);
     });  // S_j done; P V may still run
     pv_steps = qk_steps;
@@ -714,7 +727,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   tl.stamp(kTlDrainStart);
   v_phase ^= 1u << last;
   sched_wait<kPingpong>(cwg);
-  issue_pv_block<kHeadDim, kWGs, kBN, kFp16>(pv_steps, o, pa, ptx::smem_addr(s.v[last]));
+  issue_pv_block<kHeadDim, kWGs, kBN, kFp16>(pv_steps, o, pa, ptx::smem_addr(s.v[last]), n_blocks == 1);
   sched_pass<kPingpong, T::kConsumerWGs>(cwg);
   ptx::wgmma_wait<0>();
   tl.stamp(kTlLastPvDone);
@@ -779,12 +792,19 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   uint32_t opk[kHeadDim / 4];
   TileCoord o_tc{};
   bool o_pending = false;
+  // kDeferONormalise: O stays in its fp32 registers, unnormalised, until the flush (the next tile's first P V
+  // overwrites it, issue_pv), and only 1 / row sum is kept; the packing moves under S_0 with the stores.
+  constexpr bool kDeferNorm = kDefer && T::kDeferONormalise;
+  float o_inv[2] = {0.f, 0.f};
   auto flush_o = [&]() __attribute__((always_inline)) {
     if constexpr (kDefer) {
       if (o_pending) {
         const int warp = ptx::warp_in_block() % 4;
-        store_packed_o<kHeadDim, T::kOScratchSlots>(p, o_tc, warp_first_row<kHeadDim, kWGs, kBN>(o_tc, cwg, warp),
-                                                    s.o_scratch[cwg * 4 + warp], opk);
+        const int row0 = warp_first_row<kHeadDim, kWGs, kBN>(o_tc, cwg, warp);
+        if constexpr (kDeferNorm)
+          store_o_scaled<kHeadDim, kFp16, T::kOScratchSlots>(p, o_tc, row0, s.o_scratch[cwg * 4 + warp], o, o_inv);
+        else
+          store_packed_o<kHeadDim, T::kOScratchSlots>(p, o_tc, row0, s.o_scratch[cwg * 4 + warp], opk);
         o_pending = false;
       }
     }
@@ -808,8 +828,10 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     const uint32_t q_smem = q_smem0 + qb * T::kQBytes;
     const Timeline tl(kSplit, local, cwg, tid == 0);
     tl.stamp(kTlTileStart);
+    if constexpr (!kDeferNorm) {
 #pragma unroll
-    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+      for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+    }
     row_max[0] = row_max[1] = kNegInf;
     row_sum[0] = row_sum[1] = 0.f;
     // Q's buffer goes back to the producer right after this tile's last S = Q K^T (or at once with no keys).
@@ -817,6 +839,10 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     tl.stamp(kTlQFull);
     if (n_blocks == 0) {
       flush_o();
+      if constexpr (kDeferNorm) {
+#pragma unroll
+        for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;  // no P V will overwrite it
+      }
       if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
     } else {
       mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, 0>(start, p, s, cwg, q_smem, qb, n_blocks, w.kv_first,
@@ -830,6 +856,11 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
     if constexpr (kSplit) {
       store_partial<kHeadDim, kWGs, kBN>(p, tile, cwg, warp, lane, o, row_max, row_sum);
+    } else if constexpr (kDeferNorm) {
+      inv_row_sums(row_sum, o_inv);
+      o_tc = w.tc;
+      o_pending = true;
+      write_lse(p, w.tc, warp_first_row<kHeadDim, kWGs, kBN>(w.tc, cwg, warp), lane, row_max, row_sum);
     } else if constexpr (kDefer) {
       pack_o<kHeadDim, kFp16>(o, row_sum, opk);
       o_tc = w.tc;

@@ -38,6 +38,12 @@
 #ifndef VIDATTN_DEFER_O_STORE
 #define VIDATTN_DEFER_O_STORE 1
 #endif
+// With the deferred O store, also leave O unnormalised and unpacked until then (its registers are free anyway until
+// the next tile's first P V, which then overwrites O instead of adding to a zeroed one): the normalising multiplies
+// and the 16-bit packing move from between the tiles to under S_0 with the stores.
+#ifndef VIDATTN_DEFER_O_NORMALISE
+#define VIDATTN_DEFER_O_NORMALISE 0
+#endif
 
 // Rotate each tile's key-block order by (tile index mod its block count), so that the CTAs running at one time do
 // not all read the same K/V block of the same head from L2 at once (a suspect for the short-KV gap; csrc/NOTES.md).
@@ -138,6 +144,7 @@ struct FwdTraits {
   static constexpr bool kPingpong = VIDATTN_PINGPONG != 0;
   static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
   static constexpr bool kDeferOStore = VIDATTN_DEFER_O_STORE != 0;
+  static constexpr bool kDeferONormalise = VIDATTN_DEFER_O_NORMALISE != 0 && kDeferOStore;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
   static constexpr bool kFixedRef = VIDATTN_FIXED_REF != 0;
   // Tiles a CTA can mark for a redo, one bit each (64 words: 2048 tiles per CTA, 270K tiles per launch on 132 SMs);
