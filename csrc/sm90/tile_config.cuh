@@ -40,9 +40,10 @@
 #endif
 // With the deferred O store, also leave O unnormalised and unpacked until then (its registers are free anyway until
 // the next tile's first P V, which then overwrites O instead of adding to a zeroed one): the normalising multiplies
-// and the 16-bit packing move from between the tiles to under S_0 with the stores.
+// and the 16-bit packing move from between the tiles to under S_0 with the stores. Only where Q has two buffers
+// (FwdTraits::kDeferONormalise).
 #ifndef VIDATTN_DEFER_O_NORMALISE
-#define VIDATTN_DEFER_O_NORMALISE 0
+#define VIDATTN_DEFER_O_NORMALISE 1
 #endif
 
 // Rotate each tile's key-block order by (tile index mod its block count), so that the CTAs running at one time do
@@ -144,7 +145,9 @@ struct FwdTraits {
   static constexpr bool kPingpong = VIDATTN_PINGPONG != 0;
   static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
   static constexpr bool kDeferOStore = VIDATTN_DEFER_O_STORE != 0;
-  static constexpr bool kDeferONormalise = VIDATTN_DEFER_O_NORMALISE != 0 && kDeferOStore;
+  // Where Q has two buffers (the short-key D=128 build, D=64): measured ahead there and behind on the long D=128
+  // shapes (csrc/NOTES.md, ninth session, call 5), so the N=176 build keeps O's packing at the tile's end.
+  static constexpr bool kDeferONormalise = VIDATTN_DEFER_O_NORMALISE != 0 && kDeferOStore && kQBuffers == 2;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
   static constexpr bool kFixedRef = VIDATTN_FIXED_REF != 0;
   // Tiles a CTA can mark for a redo, one bit each (64 words: 2048 tiles per CTA, 270K tiles per launch on 132 SMs);
