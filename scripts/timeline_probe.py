@@ -5,11 +5,12 @@
     VIDATTN_LIBRARY=.build/ab/lib_tl.so python3 scripts/timeline_probe.py seed4k seed16k wan_cross
 
 A timeline build (csrc/sm90/diag_timeline.cuh) stamps each consumer warpgroup's tile at: entry, Q landed, K_0 landed,
-S_0 retired, last V landed, last P V retired, epilogue issued; the producer stamps when it starts to wait for Q's
+S_0 retired, the third and the last key iterations begun, last V landed, last P V retired, epilogue issued; the producer stamps when it starts to wait for Q's
 buffer and when Q's loads are issued. After warm launches this runs the shape `--launches` times back to back (the
 rows hold the last launch) and prints, per shape, the median cycles of each phase over the tiles of every CTA (a
-CTA's first and last tile left out: pipeline fill and drain), the steady cycles per key block, and the tile
-boundary's cost: period - blocks x steady cycles per block. Cycles are SM cycles (clock64), whatever the clock.
+CTA's first and last tile left out: pipeline fill and drain), the cycles per key block from S_0 to the last V, the
+tile boundary's cost (period - blocks x those cycles), and for tiles of 4+ key blocks the key loop split into S_0's
+softmax with the first iteration, one steady iteration, and the last. Cycles are SM cycles (clock64), whatever the clock.
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # csrc/sm90/diag_timeline.cuh
-MAX_CTAS, MAX_LOCAL, WGS, EVENTS = 160, 64, 3, 8
-START, QFULL, K0FULL, S0DONE, DRAIN, LASTPV, EPI, BLOCKS = range(8)
+MAX_CTAS, MAX_LOCAL, WGS, EVENTS = 160, 64, 3, 10
+START, QFULL, K0FULL, S0DONE, DRAIN, LASTPV, EPI, BLOCKS, ITER2, LASTITER = range(10)
 Q_EMPTY_WAIT, Q_ISSUED = range(2)
 PHASES = (("q wait", START, QFULL), ("K_0 wait", QFULL, K0FULL), ("S_0 (turn + wgmma)", K0FULL, S0DONE),
           ("blocks 1..n-1", S0DONE, DRAIN), ("last P V", DRAIN, LASTPV), ("epilogue", LASTPV, EPI))
@@ -40,6 +41,7 @@ def analyse(cons, prod, grid: int) -> dict:
     """Per-phase medians (cycles) from the consumer rows cons[cta][local][wg][event] and producer rows."""
     phases: dict[str, list[float]] = {name: [] for name, _, _ in PHASES}
     per_block, period, boundary, blocks_seen = [], [], [], []
+    first_iter, steady_iter, last_iter = [], [], []  # tiles of 4+ key blocks: the key loop split by iteration
     q_issue_before_start, q_latency_seen, wg_skew, gap_next = [], [], [], []
     tiles = 0
     for c in range(min(grid, MAX_CTAS)):
@@ -55,6 +57,10 @@ def analyse(cons, prod, grid: int) -> dict:
                 for name, a, b in PHASES:
                     phases[name].append(r[b] - r[a])
                 per_block.append((r[DRAIN] - r[S0DONE]) / (n - 1))
+                if n >= 4 and r[ITER2] and r[LASTITER]:
+                    first_iter.append(r[ITER2] - r[S0DONE])
+                    steady_iter.append((r[LASTITER] - r[ITER2]) / (n - 3))
+                    last_iter.append(r[DRAIN] - r[LASTITER])
                 period.append(nxt[START] - r[START])
                 gap_next.append(nxt[START] - r[EPI])
                 blocks_seen.append(n)
@@ -81,6 +87,10 @@ def analyse(cons, prod, grid: int) -> dict:
         "phases_median_cycles": {k: statistics.median(v) for k, v in phases.items()},
         "phases_p90_cycles": {k: pct(v, 0.9) for k, v in phases.items()},
         "gap_to_next_tile_cycles": statistics.median(gap_next),
+        # S_0's softmax plus the first key iteration; one steady iteration; the last iteration (4+ key blocks).
+        "first_iteration_cycles": statistics.median(first_iter) if first_iter else None,
+        "steady_iteration_cycles": statistics.median(steady_iter) if steady_iter else None,
+        "last_iteration_cycles": statistics.median(last_iter) if last_iter else None,
         "wg1_start_minus_wg0_start_cycles": statistics.median(wg_skew) if wg_skew else None,
         "q_issued_before_tile_start_cycles": statistics.median(q_issue_before_start) if q_issue_before_start else None,
         "q_issue_to_q_full_cycles": statistics.median(q_latency_seen) if q_latency_seen else None,
@@ -158,7 +168,8 @@ def main(argv: list[str] | None = None):
             for name, _, _ in PHASES:
                 print(f"   {name:22s} median {r['phases_median_cycles'][name]:8.0f}   p90 "
                       f"{r['phases_p90_cycles'][name]:8.0f}")
-            for k2 in ("gap_to_next_tile_cycles", "wg1_start_minus_wg0_start_cycles",
+            for k2 in ("gap_to_next_tile_cycles", "first_iteration_cycles", "steady_iteration_cycles",
+                       "last_iteration_cycles", "wg1_start_minus_wg0_start_cycles",
                        "q_issued_before_tile_start_cycles", "q_issue_to_q_full_cycles"):
                 print(f"   {k2:38s} {r[k2]}")
     if args.json:

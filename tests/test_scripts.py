@@ -307,7 +307,7 @@ def _timeline_rows(probe, tiles=5, blocks=10, steady=1000, epilogue=400, ctas=2)
     cons = [[[[0] * probe.EVENTS for _ in range(probe.WGS)] for _ in range(probe.MAX_LOCAL)]
             for _ in range(probe.MAX_CTAS)]
     prod = [[[0, 0] for _ in range(probe.MAX_LOCAL)] for _ in range(probe.MAX_CTAS)]
-    period = 300 + (blocks - 1) * steady + 500 + epilogue + 100
+    period = 300 + (blocks - 1) * steady + 700 + 500 + epilogue + 100
     for c in range(ctas):
         t = 1000
         for local in range(tiles):
@@ -315,10 +315,13 @@ def _timeline_rows(probe, tiles=5, blocks=10, steady=1000, epilogue=400, ctas=2)
                 b = t + 100 * w
                 r = cons[c][local][w]
                 r[probe.START], r[probe.QFULL], r[probe.K0FULL], r[probe.S0DONE] = b, b + 50, b + 60, b + 300
-                r[probe.DRAIN] = r[probe.S0DONE] + (blocks - 1) * steady
+                r[probe.DRAIN] = r[probe.S0DONE] + (blocks - 1) * steady + 700
                 r[probe.LASTPV] = r[probe.DRAIN] + 500
                 r[probe.EPI] = r[probe.LASTPV] + epilogue
                 r[probe.BLOCKS] = blocks
+                # the first key iteration 700 cycles longer than the others (S_0's softmax in it)
+                r[probe.ITER2] = r[probe.S0DONE] + steady + 700
+                r[probe.LASTITER] = r[probe.ITER2] + (blocks - 3) * steady
             prod[c][local] = [t - 900, t - 800]
             t += period
     return cons, prod, period
@@ -329,15 +332,16 @@ def test_timeline_probe_analyses_the_stamps_it_reads():
     cons, prod, period = _timeline_rows(probe)
     r = probe.analyse(cons, prod, 132)
     assert r["tiles"] == 2 * 3 * 2  # 2 CTAs x the 3 middle tiles x 2 warpgroups
-    assert r["period_cycles"] == period and r["steady_cycles_per_block"] == 1000
-    assert r["boundary_cycles"] == period - 10 * 1000
+    assert r["period_cycles"] == period and r["steady_cycles_per_block"] == 1000 + 700 / 9
+    assert r["boundary_cycles"] == pytest.approx(period - 10 * (1000 + 700 / 9))
+    assert (r["first_iteration_cycles"], r["steady_iteration_cycles"], r["last_iteration_cycles"]) == (1700, 1000, 1000)
     assert r["phases_median_cycles"]["epilogue"] == 400 and r["phases_median_cycles"]["q wait"] == 50
     assert r["wg1_start_minus_wg0_start_cycles"] == 100
     assert r["q_issued_before_tile_start_cycles"] == 800 and r["q_issue_to_q_full_cycles"] == 850
     # A longer epilogue lengthens the period by as much, and the boundary with it: the analysis must see it.
     cons2, prod2, period2 = _timeline_rows(probe, epilogue=900)
     r2 = probe.analyse(cons2, prod2, 132)
-    assert r2["boundary_cycles"] - r["boundary_cycles"] == 500 == period2 - period
+    assert r2["boundary_cycles"] - r["boundary_cycles"] == pytest.approx(500) and period2 - period == 500
     # No complete tile row (a launch that did not stamp): nothing to report, no division by zero.
     empty, eprod, _ = _timeline_rows(probe, tiles=0)
     assert probe.analyse(empty, eprod, 132) == {"tiles": 0}

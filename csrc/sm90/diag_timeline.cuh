@@ -13,7 +13,7 @@
 
 namespace vidattn::sm90 {
 
-constexpr int kTlMaxCtas = 160, kTlMaxLocal = 64, kTlWGs = 3, kTlEvents = 8;
+constexpr int kTlMaxCtas = 160, kTlMaxLocal = 64, kTlWGs = 3, kTlEvents = 10;
 // Consumer events, in the order a tile passes them.
 enum TlEvent : int {
   kTlTileStart = 0,  // consume() entered (the previous tile's epilogue issued)
@@ -24,6 +24,10 @@ enum TlEvent : int {
   kTlLastPvDone = 5, // the last P V retired
   kTlEpilogueDone = 6,  // O handed to the TMA store
   kTlBlocks = 7,     // not a time: the tile's key blocks
+  // Inside the key loop (tiles of at least 3 and 4 key blocks): S_0's softmax and the first key iteration lie
+  // between kTlS0Done and kTlIter2Start, the steady iterations between that and kTlLastIterStart.
+  kTlIter2Start = 8,     // the third key block's iteration begins (before its waits)
+  kTlLastIterStart = 9,  // the last key block's iteration begins
 };
 // Producer events: before waiting for Q's buffer to be released, and after Q's loads were issued.
 enum TlProducerEvent : int { kTlQEmptyWait = 0, kTlQIssued = 1 };

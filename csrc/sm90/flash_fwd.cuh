@@ -690,6 +690,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   // CUDA cores while P V is still on the tensor cores. O is rescaled only after P V retires.
   for (int j = 1; j < n_blocks; ++j) {
     const int stage = (kStart + j) % T::kStages, prev = (kStart + j - 1) % T::kStages;
+    if (j == 2) tl.stamp(kTlIter2Start);
+    if (j == n_blocks - 1) tl.stamp(kTlLastIterStart);
     ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
     ptx::mbarrier_wait(&s.v_full[prev], (v_phase >> prev) & 1);
     k_phase ^= 1u << stage;
