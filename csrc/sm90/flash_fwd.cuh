@@ -545,6 +545,12 @@ __device__ __forceinline__ void inv_row_sums(const float (&row_sum)[2], float (&
   for (int r = 0; r < 2; ++r) inv[r] = row_sum[r] > 0.f ? ptx::rcp_approx(row_sum[r]) : 0.f;
 }
 
+// store_o_boxes's word(g, i) of O scaled by inv (1 / row sum: inv_row_sums).
+template <int kHeadDim, bool kFp16>
+__device__ __forceinline__ uint32_t o_word(const float (&o)[kHeadDim / 2], const float (&inv)[2], int g, int i) {
+  return ptx::pack2<kFp16>(o[4 * g + 2 * i] * inv[i % 2], o[4 * g + 2 * i + 1] * inv[i % 2]);
+}
+
 // O normalised and packed to 16 bits in the order store_o_boxes takes it: the deferred epilogue (kDeferOStore)
 // holds these 32 registers instead of O's 64 until the next tile's S_0 is on the tensor cores.
 template <int kHeadDim, bool kFp16>
@@ -555,8 +561,7 @@ __device__ __forceinline__ void pack_o(const float (&o)[kHeadDim / 2], const flo
 #pragma unroll
   for (int g = 0; g < kHeadDim / 8; g += 2) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      opk[2 * g + i] = ptx::pack2<kFp16>(o[4 * g + 2 * i] * inv[i % 2], o[4 * g + 2 * i + 1] * inv[i % 2]);
+    for (int i = 0; i < 4; ++i) opk[2 * g + i] = o_word<kHeadDim, kFp16>(o, inv, g, i);
   }
 }
 
@@ -571,9 +576,8 @@ template <int kHeadDim, bool kFp16, int kSlots>
 __device__ __forceinline__ void store_o_scaled(const FwdParams& p, const TileCoord& tc, int warp_row0,
                                                uint16_t* scratch, const float (&o)[kHeadDim / 2],
                                                const float (&inv)[2]) {
-  store_o_boxes<kHeadDim, kSlots>(p, tc, warp_row0, scratch, [&](int g, int i) {
-    return ptx::pack2<kFp16>(o[4 * g + 2 * i] * inv[i % 2], o[4 * g + 2 * i + 1] * inv[i % 2]);
-  });
+  store_o_boxes<kHeadDim, kSlots>(p, tc, warp_row0, scratch,
+                                  [&](int g, int i) { return o_word<kHeadDim, kFp16>(o, inv, g, i); });
 }
 
 template <int kHeadDim, bool kFp16, int kSlots>
@@ -858,13 +862,11 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     for (int r = 0; r < 2; ++r) row_sum[r] = quad_sum(row_sum[r]);
     if constexpr (kSplit) {
       store_partial<kHeadDim, kWGs, kBN>(p, tile, cwg, warp, lane, o, row_max, row_sum);
-    } else if constexpr (kDeferNorm) {
-      inv_row_sums(row_sum, o_inv);
-      o_tc = w.tc;
-      o_pending = true;
-      write_lse(p, w.tc, warp_first_row<kHeadDim, kWGs, kBN>(w.tc, cwg, warp), lane, row_max, row_sum);
     } else if constexpr (kDefer) {
-      pack_o<kHeadDim, kFp16>(o, row_sum, opk);
+      if constexpr (kDeferNorm)
+        inv_row_sums(row_sum, o_inv);
+      else
+        pack_o<kHeadDim, kFp16>(o, row_sum, opk);
       o_tc = w.tc;
       o_pending = true;
       write_lse(p, w.tc, warp_first_row<kHeadDim, kWGs, kBN>(w.tc, cwg, warp), lane, row_max, row_sum);
