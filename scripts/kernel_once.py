@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vidattn import _ext  # noqa: E402
 from anchor_shapes import SHAPES as ANCHORS  # noqa: E402
+from bench_kernel import make_inputs  # noqa: E402
 
 SHAPES = [s.as_tuple() for s in ANCHORS]
 
@@ -30,12 +31,11 @@ def main():
     ap.add_argument("--launches", type=int, default=5, help="kernel launches (profile one after a few warm ones)")
     ap.add_argument("--backend", choices=("vidattn", "cudnn"), default="vidattn")
     args = ap.parse_args()
-    _, b, h, sq, skv, d = SHAPES[names.index(args.shape)]
+    shape = ANCHORS[names.index(args.shape)]
+    _, b, h, sq, skv, d = shape.as_tuple()
     reason = None if torch.cuda.is_available() else "no CUDA device"
-    g = torch.Generator(device="cuda").manual_seed(0) if reason is None else None
     if reason is None:
-        q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16, generator=g)
-        k, v = (torch.randn(b, skv, h, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        (q, k, v), = make_inputs(shape, 1, torch.Generator(device="cuda").manual_seed(0))
         if args.backend == "vidattn":
             reason = _ext.kernel_reason(q, k, v, None, d ** -0.5)
     if reason:

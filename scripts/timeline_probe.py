@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None):
     import torch
 
     from anchor_shapes import SHAPES as ANCHORS
+    from bench_kernel import make_inputs
     from vidattn import _ext
 
     shapes = {s.key: s for s in ANCHORS}
@@ -125,9 +126,7 @@ def main(argv: list[str] | None = None):
     results = {}
     for key in args.shapes:
         s = shapes[key]
-        g = torch.Generator(device="cuda").manual_seed(0)
-        q = torch.randn(s.b, s.sq, s.h, s.d, device="cuda", dtype=torch.bfloat16, generator=g)
-        k, v = (torch.randn(s.b, s.skv, s.h, s.d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        (q, k, v), = make_inputs(s, 1, torch.Generator(device="cuda").manual_seed(0))
         out = torch.empty_like(q)
         run = lambda: _ext.forward(q, k, v, out, None, None, s.d ** -0.5)  # noqa: E731
         run()
