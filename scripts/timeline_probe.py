@@ -10,7 +10,11 @@ buffer and when Q's loads are issued. After warm launches this runs the shape `-
 rows hold the last launch) and prints, per shape, the median cycles of each phase over the tiles of every CTA (a
 CTA's first and last tile left out: pipeline fill and drain), the cycles per key block from S_0 to the last V, the
 tile boundary's cost (period - blocks x those cycles), and for tiles of 4+ key blocks the key loop split into S_0's
-softmax with the first iteration, one steady iteration, and the last. Cycles are SM cycles (clock64), whatever the clock.
+softmax with the first iteration, one steady iteration, and the last; then what the key iterations wait for (cycles per
+iteration in the K/V "full" waits, the ping-pong turn, the turn's issue with the wait for S_j, and the P V wait
+after the softmax; the rest of an iteration is the softmax and P's packing) and how long the producer
+found the ring full (cycles per key block waiting for a K and a V stage to be released). Cycles are SM cycles
+(clock64), whatever the clock.
 """
 from __future__ import annotations
 
@@ -25,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # csrc/sm90/diag_timeline.cuh
-MAX_CTAS, MAX_LOCAL, WGS, EVENTS = 160, 64, 3, 10
-START, QFULL, K0FULL, S0DONE, DRAIN, LASTPV, EPI, BLOCKS, ITER2, LASTITER = range(10)
-Q_EMPTY_WAIT, Q_ISSUED = range(2)
+MAX_CTAS, MAX_LOCAL, WGS, EVENTS, PEVENTS = 160, 64, 3, 14, 4
+(START, QFULL, K0FULL, S0DONE, DRAIN, LASTPV, EPI, BLOCKS, ITER2, LASTITER, KVWAIT, TURNWAIT, PVWAIT,
+ SWAIT) = range(14)
+Q_EMPTY_WAIT, Q_ISSUED, K_EMPTY_WAIT, V_EMPTY_WAIT = range(4)
 PHASES = (("q wait", START, QFULL), ("K_0 wait", QFULL, K0FULL), ("S_0 (turn + wgmma)", K0FULL, S0DONE),
           ("blocks 1..n-1", S0DONE, DRAIN), ("last P V", DRAIN, LASTPV), ("epilogue", LASTPV, EPI))
 
@@ -42,6 +47,9 @@ def analyse(cons, prod, grid: int) -> dict:
     phases: dict[str, list[float]] = {name: [] for name, _, _ in PHASES}
     per_block, period, boundary, blocks_seen = [], [], [], []
     first_iter, steady_iter, last_iter = [], [], []  # tiles of 4+ key blocks: the key loop split by iteration
+    # per key iteration 1..n-1: cycles waited for the ring (K/V full), the turn, the P V after the softmax
+    waits = {"kv_full_wait": [], "turn_wait": [], "pv_wait": [], "s_issue_wait": []}
+    prod_waits = {"k_empty_wait": [], "v_empty_wait": []}  # the producer, per key block: the ring full
     q_issue_before_start, q_latency_seen, wg_skew, gap_next = [], [], [], []
     tiles = 0
     for c in range(min(grid, MAX_CTAS)):
@@ -57,6 +65,9 @@ def analyse(cons, prod, grid: int) -> dict:
                 for name, a, b in PHASES:
                     phases[name].append(r[b] - r[a])
                 per_block.append((r[DRAIN] - r[S0DONE]) / (n - 1))
+                for name, e in (("kv_full_wait", KVWAIT), ("turn_wait", TURNWAIT), ("pv_wait", PVWAIT),
+                                ("s_issue_wait", SWAIT)):
+                    waits[name].append(r[e] / (n - 1))
                 if n >= 4 and r[ITER2] and r[LASTITER]:
                     first_iter.append(r[ITER2] - r[S0DONE])
                     steady_iter.append((r[LASTITER] - r[ITER2]) / (n - 3))
@@ -68,6 +79,9 @@ def analyse(cons, prod, grid: int) -> dict:
             r0, r1 = cons[c][l][0], cons[c][l][1]
             wg_skew.append(r1[START] - r0[START])
             p = prod[c][l]
+            if cons[c][l][0][BLOCKS] > 0:
+                prod_waits["k_empty_wait"].append(p[K_EMPTY_WAIT] / cons[c][l][0][BLOCKS])
+                prod_waits["v_empty_wait"].append(p[V_EMPTY_WAIT] / cons[c][l][0][BLOCKS])
             if p[Q_ISSUED]:
                 q_issue_before_start.append(r0[START] - p[Q_ISSUED])
                 q_latency_seen.append(r0[QFULL] - p[Q_ISSUED])
@@ -94,6 +108,10 @@ def analyse(cons, prod, grid: int) -> dict:
         "wg1_start_minus_wg0_start_cycles": statistics.median(wg_skew) if wg_skew else None,
         "q_issued_before_tile_start_cycles": statistics.median(q_issue_before_start) if q_issue_before_start else None,
         "q_issue_to_q_full_cycles": statistics.median(q_latency_seen) if q_latency_seen else None,
+        # medians, cycles per key iteration (consumers) / per key block (producer)
+        "waits_per_iteration_cycles": {k: statistics.median(v) for k, v in waits.items() if v},
+        "waits_per_iteration_p90_cycles": {k: pct(v, 0.9) for k, v in waits.items() if v},
+        "producer_waits_per_block_cycles": {k: statistics.median(v) for k, v in prod_waits.items() if v},
     }
     return out
 
@@ -121,7 +139,7 @@ def main(argv: list[str] | None = None):
     fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int]
     fn.restype = ctypes.c_int
     cons_t = ctypes.c_uint64 * (MAX_CTAS * MAX_LOCAL * WGS * EVENTS)
-    prod_t = ctypes.c_uint64 * (MAX_CTAS * MAX_LOCAL * 2)
+    prod_t = ctypes.c_uint64 * (MAX_CTAS * MAX_LOCAL * PEVENTS)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     results = {}
     for key in args.shapes:
@@ -152,7 +170,7 @@ def main(argv: list[str] | None = None):
         cons4 = [[[flat_c[((c * MAX_LOCAL + l) * WGS + w) * EVENTS:((c * MAX_LOCAL + l) * WGS + w + 1) * EVENTS]
                    for w in range(WGS)] for l in range(MAX_LOCAL)] for c in range(MAX_CTAS)]
         flat_p = list(prod)
-        prod3 = [[flat_p[(c * MAX_LOCAL + l) * 2:(c * MAX_LOCAL + l) * 2 + 2] for l in range(MAX_LOCAL)]
+        prod3 = [[flat_p[(c * MAX_LOCAL + l) * PEVENTS:(c * MAX_LOCAL + l + 1) * PEVENTS] for l in range(MAX_LOCAL)]
                  for c in range(MAX_CTAS)]
         r = analyse(cons4, prod3, sms)
         r["ms_per_launch"] = ms
@@ -171,6 +189,9 @@ def main(argv: list[str] | None = None):
                        "last_iteration_cycles", "wg1_start_minus_wg0_start_cycles",
                        "q_issued_before_tile_start_cycles", "q_issue_to_q_full_cycles"):
                 print(f"   {k2:38s} {r[k2]}")
+            for k2 in ("waits_per_iteration_cycles", "waits_per_iteration_p90_cycles",
+                       "producer_waits_per_block_cycles"):
+                print(f"   {k2:38s} " + ", ".join(f"{a} {b:.0f}" for a, b in r[k2].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

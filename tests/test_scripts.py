@@ -306,7 +306,7 @@ def _timeline_rows(probe, tiles=5, blocks=10, steady=1000, epilogue=400, ctas=2)
     100 cycles behind warpgroup 0, Q issued 800 cycles before each tile starts."""
     cons = [[[[0] * probe.EVENTS for _ in range(probe.WGS)] for _ in range(probe.MAX_LOCAL)]
             for _ in range(probe.MAX_CTAS)]
-    prod = [[[0, 0] for _ in range(probe.MAX_LOCAL)] for _ in range(probe.MAX_CTAS)]
+    prod = [[[0] * probe.PEVENTS for _ in range(probe.MAX_LOCAL)] for _ in range(probe.MAX_CTAS)]
     period = 300 + (blocks - 1) * steady + 700 + 500 + epilogue + 100
     for c in range(ctas):
         t = 1000
@@ -322,7 +322,10 @@ def _timeline_rows(probe, tiles=5, blocks=10, steady=1000, epilogue=400, ctas=2)
                 # the first key iteration 700 cycles longer than the others (S_0's softmax in it)
                 r[probe.ITER2] = r[probe.S0DONE] + steady + 700
                 r[probe.LASTITER] = r[probe.ITER2] + (blocks - 3) * steady
-            prod[c][local] = [t - 900, t - 800]
+                # summed over the blocks - 1 key iterations: 30 cycles each on the ring, 20 * (w + 1) on the turn
+                r[probe.KVWAIT], r[probe.TURNWAIT], r[probe.PVWAIT] = 30 * (blocks - 1), 20 * (w + 1) * (blocks - 1), 0
+                r[probe.SWAIT] = 600 * (blocks - 1)
+            prod[c][local] = [t - 900, t - 800, 500 * blocks, 200 * blocks]
             t += period
     return cons, prod, period
 
@@ -338,6 +341,10 @@ def test_timeline_probe_analyses_the_stamps_it_reads():
     assert r["phases_median_cycles"]["epilogue"] == 400 and r["phases_median_cycles"]["q wait"] == 50
     assert r["wg1_start_minus_wg0_start_cycles"] == 100
     assert r["q_issued_before_tile_start_cycles"] == 800 and r["q_issue_to_q_full_cycles"] == 850
+    assert r["waits_per_iteration_cycles"] == {"kv_full_wait": 30, "turn_wait": 30, "pv_wait": 0,
+                                             "s_issue_wait": 600}
+    assert r["waits_per_iteration_p90_cycles"]["turn_wait"] == 40
+    assert r["producer_waits_per_block_cycles"] == {"k_empty_wait": 500, "v_empty_wait": 200}
     # A longer epilogue lengthens the period by as much, and the boundary with it: the analysis must see it.
     cons2, prod2, period2 = _timeline_rows(probe, epilogue=900)
     r2 = probe.analyse(cons2, prod2, 132)

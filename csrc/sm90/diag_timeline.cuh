@@ -13,7 +13,7 @@
 
 namespace vidattn::sm90 {
 
-constexpr int kTlMaxCtas = 160, kTlMaxLocal = 64, kTlWGs = 3, kTlEvents = 10;
+constexpr int kTlMaxCtas = 160, kTlMaxLocal = 64, kTlWGs = 3, kTlEvents = 14, kTlProducerEvents = 4;
 // Consumer events, in the order a tile passes them.
 enum TlEvent : int {
   kTlTileStart = 0,  // consume() entered (the previous tile's epilogue issued)
@@ -28,13 +28,19 @@ enum TlEvent : int {
   // between kTlS0Done and kTlIter2Start, the steady iterations between that and kTlLastIterStart.
   kTlIter2Start = 8,     // the third key block's iteration begins (before its waits)
   kTlLastIterStart = 9,  // the last key block's iteration begins
+  // Not times but sums of cycles over the key loop's iterations 1..n-1 (TlWaits): what a steady iteration waits for.
+  kTlKvWaitSum = 10,    // the K_j / V_{j-1} "full" waits: the ring late
+  kTlTurnWaitSum = 11,  // the ping-pong turn (sched_wait): the other warpgroup has not issued yet
+  kTlPvWaitSum = 12,    // the P V wait after the softmax: the tensor cores behind this warpgroup's softmax
+  kTlSIssueWaitSum = 13,  // the turn's issue of S_j and P_{j-1} V_{j-1}, then the wait for S_j to retire
 };
-// Producer events: before waiting for Q's buffer to be released, and after Q's loads were issued.
-enum TlProducerEvent : int { kTlQEmptyWait = 0, kTlQIssued = 1 };
+// Producer events: before waiting for Q's buffer to be released, and after Q's loads were issued; then the sums of
+// cycles the producer waited over the tile for K and for V stages to be released (the ring full: consumer-bound).
+enum TlProducerEvent : int { kTlQEmptyWait = 0, kTlQIssued = 1, kTlKEmptyWaitSum = 2, kTlVEmptyWaitSum = 3 };
 
 #if VIDATTN_DIAG_TIMELINE
 __device__ unsigned long long g_tl_consumer[kTlMaxCtas * kTlMaxLocal * kTlWGs * kTlEvents];
-__device__ unsigned long long g_tl_producer[kTlMaxCtas * kTlMaxLocal * 2];
+__device__ unsigned long long g_tl_producer[kTlMaxCtas * kTlMaxLocal * kTlProducerEvents];
 #endif
 
 // A consumer warpgroup's row for one tile; stamp() only in the warpgroup's first thread.
@@ -61,8 +67,30 @@ struct Timeline {
 __device__ __forceinline__ void tl_producer_stamp(bool split, int local, int e) {
 #if VIDATTN_DIAG_TIMELINE
   if (!split && blockIdx.x < kTlMaxCtas && local < kTlMaxLocal)
-    g_tl_producer[(blockIdx.x * kTlMaxLocal + local) * 2 + e] = clock64();
+    g_tl_producer[(blockIdx.x * kTlMaxLocal + local) * kTlProducerEvents + e] = clock64();
 #endif
 }
+__device__ __forceinline__ void tl_producer_value(bool split, int local, int e, unsigned long long v) {
+#if VIDATTN_DIAG_TIMELINE
+  if (!split && blockIdx.x < kTlMaxCtas && local < kTlMaxLocal)
+    g_tl_producer[(blockIdx.x * kTlMaxLocal + local) * kTlProducerEvents + e] = v;
+#endif
+}
+
+// Cycles spent in kinds of wait, summed in registers over a tile (32-bit clock: a tile is far below 2^32 cycles).
+// In a shipped build start() is 0 and add() nothing, so both compile away.
+template <int kKinds>
+struct TlWaits {
+#if VIDATTN_DIAG_TIMELINE
+  uint32_t sum[kKinds] = {};
+  __device__ __forceinline__ uint32_t start() const { return static_cast<uint32_t>(clock()); }
+  __device__ __forceinline__ void add(int kind, uint32_t t0) { sum[kind] += static_cast<uint32_t>(clock()) - t0; }
+  __device__ __forceinline__ unsigned long long get(int kind) const { return sum[kind]; }
+#else
+  __device__ __forceinline__ uint32_t start() const { return 0; }
+  __device__ __forceinline__ void add(int, uint32_t) {}
+  __device__ __forceinline__ unsigned long long get(int) const { return 0; }
+#endif
+};
 
 }  // namespace vidattn::sm90

@@ -161,11 +161,14 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
           ptx::tma_prefetch_l2_4d(&p.tm_q, c * kChunkCols, nc.m_block * T::kBlockM, nc.head, nc.batch);
       }
     }
+    TlWaits<2> waits;  // timeline build only: how long the ring stayed full
     for (int j = 0; j < n_blocks; ++j) {
       const int stage = (start + j) % T::kStages;
       const uint32_t phase = (empty_phase >> stage) & 1;
       empty_phase ^= 1u << stage;
+      uint32_t t_wait = waits.start();
       ptx::mbarrier_wait(&s.k_empty[stage], phase ^ 1);
+      waits.add(0, t_wait);
       ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
@@ -174,7 +177,9 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       }
       // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S.
       if (j == 0) load_q();
+      t_wait = waits.start();
       ptx::mbarrier_wait(&s.v_empty[stage], phase ^ 1);
+      waits.add(1, t_wait);
       ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], kKVBytes);
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
@@ -182,6 +187,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
                          (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, tc.head, tc.batch);
       }
     }
+    tl_producer_value(kSplit, local, kTlKEmptyWaitSum, waits.get(0));
+    tl_producer_value(kSplit, local, kTlVEmptyWaitSum, waits.get(1));
     start = (start + n_blocks) % T::kStages;
   };
   int local = 0;
@@ -692,22 +699,29 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
 
   // Steady state: issue S_j = Q K_j and O += P_{j-1} V_{j-1} back to back; the softmax of S_j then runs on the
   // CUDA cores while P V is still on the tensor cores. O is rescaled only after P V retires.
+  TlWaits<4> waits;  // timeline build only: what the steady iterations wait for
   for (int j = 1; j < n_blocks; ++j) {
     const int stage = (kStart + j) % T::kStages, prev = (kStart + j - 1) % T::kStages;
     if (j == 2) tl.stamp(kTlIter2Start);
     if (j == n_blocks - 1) tl.stamp(kTlLastIterStart);
+    uint32_t t_wait = waits.start();
     ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
     ptx::mbarrier_wait(&s.v_full[prev], (v_phase >> prev) & 1);
+    waits.add(0, t_wait);
     k_phase ^= 1u << stage;
     v_phase ^= 1u << prev;
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * kN;
     const int qk_steps = block_steps<kN>(kv0, kv_len);
+    t_wait = waits.start();
     sched_wait<kPingpong>(cwg);
+    waits.add(1, t_wait);
+    t_wait = waits.start();
     // The P V here is of a full block unless the key order is rotated (kKvRotate): only the last block is partial.
     issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 1>(qk_steps, sacc, q_smem, ptx::smem_addr(s.k[stage]), [&] {
       issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, ptx::smem_addr(s.v[prev]), j == 1);
       sched_pass<kPingpong, T::kConsumerWGs>(cwg);
     });  // S_j done; P V may still run
+    waits.add(3, t_wait);
     pv_steps = qk_steps;
     if (lane == 0) {
       ptx::mbarrier_arrive(&s.k_empty[stage]);
@@ -718,7 +732,9 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       softmax_fixed_ref<kN>(sacc, row_max, scale_log2);  // row_max: the first block's, for good
     else
       online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
+    t_wait = waits.start();
     ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
+    waits.add(2, t_wait);
     ptx::fence_regs(o);
     fence_frag(pa);
     if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
@@ -726,6 +742,11 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     pack_p<kN, kFp16>(sacc, pa);
     if constexpr (kFixed) add_packed_row_sum<kN>(pa, row_sum);
   }
+
+  tl.value(kTlKvWaitSum, waits.get(0));
+  tl.value(kTlTurnWaitSum, waits.get(1));
+  tl.value(kTlPvWaitSum, waits.get(2));
+  tl.value(kTlSIssueWaitSum, waits.get(3));
 
   // Drain: the last P V.
   const int last = (kStart + n_blocks - 1) % T::kStages;
