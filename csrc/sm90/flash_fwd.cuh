@@ -129,7 +129,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
   constexpr uint32_t kQBytes = T::kBlockM * kHeadDim * sizeof(uint16_t);
   constexpr uint32_t kKVBytes = T::kBlockN * kHeadDim * sizeof(uint16_t);
-  uint32_t empty_phase = 0;  // bit s: parity of stage s's next "empty" phase to wait for, xor 1
+  // bit s: parity of stage s's next K / V "empty" phase to wait for, xor 1
+  uint32_t k_empty_phase = 0, v_empty_phase = 0;
   int start = 0;             // the ring runs on across tiles: tile t+1's K_0 goes where tile t left off
   auto produce = [&](int tile, int local) {
     const TileWork w = tile_work<T::kBlockN, kSplit>(p, tile);
@@ -162,11 +163,11 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       }
     }
     TlWaits<2> waits;  // timeline build only: how long the ring stayed full
-    for (int j = 0; j < n_blocks; ++j) {
+    auto load_k = [&](int j) {
       const int stage = (start + j) % T::kStages;
-      const uint32_t phase = (empty_phase >> stage) & 1;
-      empty_phase ^= 1u << stage;
-      uint32_t t_wait = waits.start();
+      const uint32_t phase = (k_empty_phase >> stage) & 1;
+      k_empty_phase ^= 1u << stage;
+      const uint32_t t_wait = waits.start();
       ptx::mbarrier_wait(&s.k_empty[stage], phase ^ 1);
       waits.add(0, t_wait);
       ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
@@ -175,9 +176,12 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
         ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
                          (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, tc.head, tc.batch);
       }
-      // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S.
-      if (j == 0) load_q();
-      t_wait = waits.start();
+    };
+    auto load_v = [&](int j) {
+      const int stage = (start + j) % T::kStages;
+      const uint32_t phase = (v_empty_phase >> stage) & 1;
+      v_empty_phase ^= 1u << stage;
+      const uint32_t t_wait = waits.start();
       ptx::mbarrier_wait(&s.v_empty[stage], phase ^ 1);
       waits.add(1, t_wait);
       ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], kKVBytes);
@@ -185,6 +189,24 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       for (int c = 0; c < T::kChunks; ++c) {
         ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
                          (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, tc.head, tc.batch);
+      }
+    };
+    // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S.
+    if constexpr (T::kKAhead) {
+      // K_{j+1} before V_j (tile_config.cuh, VIDATTN_K_AHEAD)
+      if (n_blocks > 0) {
+        load_k(0);
+        load_q();
+      }
+      for (int j = 0; j < n_blocks; ++j) {
+        if (j + 1 < n_blocks) load_k(j + 1);
+        load_v(j);
+      }
+    } else {
+      for (int j = 0; j < n_blocks; ++j) {
+        load_k(j);
+        if (j == 0) load_q();
+        load_v(j);
       }
     }
     tl_producer_value(kSplit, local, kTlKEmptyWaitSum, waits.get(0));
@@ -706,9 +728,10 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     if (j == n_blocks - 1) tl.stamp(kTlLastIterStart);
     uint32_t t_wait = waits.start();
     ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
-    ptx::mbarrier_wait(&s.v_full[prev], (v_phase >> prev) & 1);
+    if constexpr (!T::kLateVWait) ptx::mbarrier_wait(&s.v_full[prev], (v_phase >> prev) & 1);
     waits.add(0, t_wait);
     k_phase ^= 1u << stage;
+    const uint32_t v_parity = (v_phase >> prev) & 1;
     v_phase ^= 1u << prev;
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * kN;
     const int qk_steps = block_steps<kN>(kv0, kv_len);
@@ -718,6 +741,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     t_wait = waits.start();
     // The P V here is of a full block unless the key order is rotated (kKvRotate): only the last block is partial.
     issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 1>(qk_steps, sacc, q_smem, ptx::smem_addr(s.k[stage]), [&] {
+      // VIDATTN_LATE_V_WAIT: V_{j-1} may still land while S_j runs
+      if constexpr (T::kLateVWait) ptx::mbarrier_wait(&s.v_full[prev], v_parity);
       issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, ptx::smem_addr(s.v[prev]), j == 1);
       sched_pass<kPingpong, T::kConsumerWGs>(cwg);
     });  // S_j done; P V may still run

@@ -46,6 +46,18 @@
 #define VIDATTN_DEFER_O_NORMALISE 1
 #endif
 
+// In a key iteration, wait for V_{j-1} only after S_j = Q K_j^T has gone to the tensor cores, inside the same turn,
+// instead of waiting for K_j and V_{j-1} before issuing either: V's stage is released last (after both warpgroups'
+// P V), so V is the load that arrives late, and S_j needs only K_j (flash_fwd.cuh, mainloop).
+#ifndef VIDATTN_LATE_V_WAIT
+#define VIDATTN_LATE_V_WAIT 0
+#endif
+// The producer issues K_{j+1} before V_j (flash_fwd.cuh, producer): K's stage frees after both warpgroups' S, V's
+// only after their P V, so K need not queue behind V's later release.
+#ifndef VIDATTN_K_AHEAD
+#define VIDATTN_K_AHEAD 0
+#endif
+
 // Rotate each tile's key-block order by (tile index mod its block count), so that the CTAs running at one time do
 // not all read the same K/V block of the same head from L2 at once (a suspect for the short-KV gap; csrc/NOTES.md).
 #ifndef VIDATTN_KV_ROTATE
@@ -149,6 +161,8 @@ struct FwdTraits {
   // shapes (csrc/NOTES.md, ninth session, call 5), so the N=176 build keeps O's packing at the tile's end.
   static constexpr bool kDeferONormalise = VIDATTN_DEFER_O_NORMALISE != 0 && kDeferOStore && kQBuffers == 2;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
+  static constexpr bool kLateVWait = VIDATTN_LATE_V_WAIT != 0;
+  static constexpr bool kKAhead = VIDATTN_K_AHEAD != 0;
   static constexpr bool kFixedRef = VIDATTN_FIXED_REF != 0;
   // Tiles a CTA can mark for a redo, one bit each (64 words: 2048 tiles per CTA, 270K tiles per launch on 132 SMs);
   // the host splits larger problems into several launches (capi.cu).
