@@ -48,12 +48,14 @@
 
 // In a key iteration, wait for V_{j-1} only after S_j = Q K_j^T has gone to the tensor cores, inside the same turn,
 // instead of waiting for K_j and V_{j-1} before issuing either: V's stage is released last (after both warpgroups'
-// P V), so V is the load that arrives late, and S_j needs only K_j (flash_fwd.cuh, mainloop).
+// P V), so V is the load that arrives late, and S_j needs only K_j (flash_fwd.cuh, mainloop). Measured (tenth
+// session, call 2, 7 rounds): geometric mean 1.171 -> 1.187x cuDNN, seed 4K 1.113 -> 1.151, Wan 1.3B 1.233 -> 1.264.
 #ifndef VIDATTN_LATE_V_WAIT
-#define VIDATTN_LATE_V_WAIT 0
+#define VIDATTN_LATE_V_WAIT 1
 #endif
 // The producer issues K_{j+1} before V_j (flash_fwd.cuh, producer): K's stage frees after both warpgroups' S, V's
-// only after their P V, so K need not queue behind V's later release.
+// only after their P V. Off: measured slower with the late V wait (geometric mean 1.187 -> 1.172x cuDNN, the long
+// D=128 shapes -2 to -4%; tenth session, call 2), and no different without it (call 1).
 #ifndef VIDATTN_K_AHEAD
 #define VIDATTN_K_AHEAD 0
 #endif
