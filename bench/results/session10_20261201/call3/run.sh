@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../../../.."
 nvidia-smi --query-gpu=name,temperature.gpu,power.draw,clocks.sm,power.limit --format=csv | tee /tmp/smi_start.txt
 VARIANTS="def|| thr2|| ql2|| rot||" AB_TIME_ARGS="--rounds 5" T_SMOKE=45 T_TIME=220 OUT=/tmp/abo bash scripts/kernel_ab.sh > /tmp/ab.log 2>&1
 echo "ab rc=$?"
-timeout 170 python3 scripts/bench_lineage.py --out /tmp/lineage/ > /tmp/lineage.log 2>&1
+VIDATTN_LIBRARY=$PWD/.build/ab/lib_def.so VIDATTN_GIT_COMMIT=1431428 timeout 170 python3 scripts/bench_lineage.py --out /tmp/lineage/ > /tmp/lineage.log 2>&1
 echo "lineage rc=$?"
 VIDATTN_LIBRARY=$PWD/.build/ab/lib_def.so VIDATTN_GIT_COMMIT=$(cat .build/ab/def.commit) VIDATTN_LIBRARY_FLAGS="(tree defaults) (def)" \
   timeout 190 python3 scripts/bench_kernel.py --rounds 7 --no-progress --out /tmp/bench/ > /tmp/bench.log 2>&1
