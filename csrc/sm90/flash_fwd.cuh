@@ -191,23 +191,12 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
                          (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, tc.head, tc.batch);
       }
     };
-    // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S.
-    if constexpr (T::kKAhead) {
-      // K_{j+1} before V_j (tile_config.cuh, VIDATTN_K_AHEAD)
-      if (n_blocks > 0) {
-        load_k(0);
-        load_q();
-      }
-      for (int j = 0; j < n_blocks; ++j) {
-        if (j + 1 < n_blocks) load_k(j + 1);
-        load_v(j);
-      }
-    } else {
-      for (int j = 0; j < n_blocks; ++j) {
-        load_k(j);
-        if (j == 0) load_q();
-        load_v(j);
-      }
+    // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S. K_{j+1} before
+    // V_j measured slower with the late V wait (csrc/experiments/k_ahead.patch, tenth session).
+    for (int j = 0; j < n_blocks; ++j) {
+      load_k(j);
+      if (j == 0) load_q();
+      load_v(j);
     }
     tl_producer_value(kSplit, local, kTlKEmptyWaitSum, waits.get(0));
     tl_producer_value(kSplit, local, kTlVEmptyWaitSum, waits.get(1));

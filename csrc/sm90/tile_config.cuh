@@ -53,13 +53,6 @@
 #ifndef VIDATTN_LATE_V_WAIT
 #define VIDATTN_LATE_V_WAIT 1
 #endif
-// The producer issues K_{j+1} before V_j (flash_fwd.cuh, producer): K's stage frees after both warpgroups' S, V's
-// only after their P V. Off: measured slower with the late V wait (geometric mean 1.187 -> 1.172x cuDNN, the long
-// D=128 shapes -2 to -4%; tenth session, call 2), and no different without it (call 1).
-#ifndef VIDATTN_K_AHEAD
-#define VIDATTN_K_AHEAD 0
-#endif
-
 // Rotate each tile's key-block order by (tile index mod its block count), so that the CTAs running at one time do
 // not all read the same K/V block of the same head from L2 at once (a suspect for the short-KV gap; csrc/NOTES.md).
 #ifndef VIDATTN_KV_ROTATE
@@ -164,7 +157,6 @@ struct FwdTraits {
   static constexpr bool kDeferONormalise = VIDATTN_DEFER_O_NORMALISE != 0 && kDeferOStore && kQBuffers == 2;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
   static constexpr bool kLateVWait = VIDATTN_LATE_V_WAIT != 0;
-  static constexpr bool kKAhead = VIDATTN_K_AHEAD != 0;
   static constexpr bool kFixedRef = VIDATTN_FIXED_REF != 0;
   // Tiles a CTA can mark for a redo, one bit each (64 words: 2048 tiles per CTA, 270K tiles per launch on 132 SMs);
   // the host splits larger problems into several launches (capi.cu).
