@@ -14,7 +14,10 @@ softmax with the first iteration, one steady iteration, and the last; then what 
 iteration in the K/V "full" waits, the ping-pong turn, the turn's issue with the wait for S_j, and the P V wait
 after the softmax; the rest of an iteration is the softmax and P's packing) and how long the producer
 found the ring full (cycles per key block waiting for a K and a V stage to be released). Cycles are SM cycles
-(clock64), whatever the clock.
+(clock64), whatever the clock. Also printed: the share of key iterations whose K_j or V_{j-1} had not landed when
+the consumer came to wait for it (level 1, no clock in the key loop). The cycle sums come from a level-2 build
+(`-DVIDATTN_DIAG_TIMELINE=2`), whose clock reads change ptxas' schedule of the key loop (csrc/sm90/diag_timeline.cuh);
+a level-1 build prints them as 0.
 """
 from __future__ import annotations
 
@@ -29,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # csrc/sm90/diag_timeline.cuh
-MAX_CTAS, MAX_LOCAL, WGS, EVENTS, PEVENTS = 160, 64, 3, 14, 4
+MAX_CTAS, MAX_LOCAL, WGS, EVENTS, PEVENTS = 160, 64, 3, 16, 4
 (START, QFULL, K0FULL, S0DONE, DRAIN, LASTPV, EPI, BLOCKS, ITER2, LASTITER, KVWAIT, TURNWAIT, PVWAIT,
- SWAIT) = range(14)
+ SWAIT, KLATE, VLATE) = range(16)
 Q_EMPTY_WAIT, Q_ISSUED, K_EMPTY_WAIT, V_EMPTY_WAIT = range(4)
 PHASES = (("q wait", START, QFULL), ("K_0 wait", QFULL, K0FULL), ("S_0 (turn + wgmma)", K0FULL, S0DONE),
           ("blocks 1..n-1", S0DONE, DRAIN), ("last P V", DRAIN, LASTPV), ("epilogue", LASTPV, EPI))
@@ -50,6 +53,8 @@ def analyse(cons, prod, grid: int) -> dict:
     # per key iteration 1..n-1: cycles waited for the ring (K/V full), the turn, the P V after the softmax
     waits = {"kv_full_wait": [], "turn_wait": [], "pv_wait": [], "s_issue_wait": []}
     prod_waits = {"k_empty_wait": [], "v_empty_wait": []}  # the producer, per key block: the ring full
+    late_iters = {"k": 0, "v": 0}  # key iterations whose K_j / V_{j-1} had not landed when waited for
+    iters = 0
     q_issue_before_start, q_latency_seen, wg_skew, gap_next = [], [], [], []
     tiles = 0
     for c in range(min(grid, MAX_CTAS)):
@@ -68,6 +73,9 @@ def analyse(cons, prod, grid: int) -> dict:
                 for name, e in (("kv_full_wait", KVWAIT), ("turn_wait", TURNWAIT), ("pv_wait", PVWAIT),
                                 ("s_issue_wait", SWAIT)):
                     waits[name].append(r[e] / (n - 1))
+                late_iters["k"] += r[KLATE]
+                late_iters["v"] += r[VLATE]
+                iters += n - 1
                 if n >= 4 and r[ITER2] and r[LASTITER]:
                     first_iter.append(r[ITER2] - r[S0DONE])
                     steady_iter.append((r[LASTITER] - r[ITER2]) / (n - 3))
@@ -112,6 +120,8 @@ def analyse(cons, prod, grid: int) -> dict:
         "waits_per_iteration_cycles": {k: statistics.median(v) for k, v in waits.items() if v},
         "waits_per_iteration_p90_cycles": {k: pct(v, 0.9) for k, v in waits.items() if v},
         "producer_waits_per_block_cycles": {k: statistics.median(v) for k, v in prod_waits.items() if v},
+        # share of key iterations 1..n-1 (all middle tiles) that found K_j / V_{j-1} not yet landed
+        "late_share": {k: v / iters for k, v in late_iters.items()} if iters else {},
     }
     return out
 
@@ -192,6 +202,8 @@ def main(argv: list[str] | None = None):
             for k2 in ("waits_per_iteration_cycles", "waits_per_iteration_p90_cycles",
                        "producer_waits_per_block_cycles"):
                 print(f"   {k2:38s} " + ", ".join(f"{a} {b:.0f}" for a, b in r[k2].items()))
+            print(f"   {'late_share (K_j, V_(j-1) not landed)':38s} "
+                  + ", ".join(f"{a} {100 * b:.1f}%" for a, b in r["late_share"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -1,9 +1,14 @@
-// DIAGNOSTIC ONLY, never a default (VIDATTN_DIAG_TIMELINE=1): clock64 stamps at the phases of each tile, to see
+// DIAGNOSTIC ONLY, never a default (VIDATTN_DIAG_TIMELINE=1 or 2): clock64 stamps at the phases of each tile, to see
 // where a tile boundary's time goes (scripts/timeline_probe.py reads them back through vidattn_sm90_diag_timeline).
 // One row of kTlEvents stamps per (CTA, local tile, consumer warpgroup), written by the warpgroup's first thread, and
 // one row per (CTA, local tile) for the producer. clock64 is the SM's own cycle counter, so only differences within
 // one CTA mean anything. The main launch only (the tail launch's CTAs would overwrite rows 0..). In a shipped build
 // every stamp compiles to nothing.
+// Level 1 also counts, per tile, the key iterations whose K or V load had not landed when the consumer came to wait
+// for it (mbarrier.test_wait, no clock in the key loop). Level 2 adds the cycles each kind of wait took (TlWaits):
+// those clock reads around the P V wait made ptxas move all of the softmax's exponentials above that wait, which
+// releases V later and slowed the key loop ~15% (csrc/NOTES.md, tenth session), so read level 2 for what waits, not
+// for how long a plain build's iteration takes.
 #pragma once
 #include <cstdint>
 
@@ -13,7 +18,7 @@
 
 namespace vidattn::sm90 {
 
-constexpr int kTlMaxCtas = 160, kTlMaxLocal = 64, kTlWGs = 3, kTlEvents = 14, kTlProducerEvents = 4;
+constexpr int kTlMaxCtas = 160, kTlMaxLocal = 64, kTlWGs = 3, kTlEvents = 16, kTlProducerEvents = 4;
 // Consumer events, in the order a tile passes them.
 enum TlEvent : int {
   kTlTileStart = 0,  // consume() entered (the previous tile's epilogue issued)
@@ -29,10 +34,14 @@ enum TlEvent : int {
   kTlIter2Start = 8,     // the third key block's iteration begins (before its waits)
   kTlLastIterStart = 9,  // the last key block's iteration begins
   // Not times but sums of cycles over the key loop's iterations 1..n-1 (TlWaits): what a steady iteration waits for.
-  kTlKvWaitSum = 10,    // the K_j / V_{j-1} "full" waits: the ring late
+  kTlKvWaitSum = 10,    // the K_j (and, without VIDATTN_LATE_V_WAIT, V_{j-1}) "full" waits: the ring late
   kTlTurnWaitSum = 11,  // the ping-pong turn (sched_wait): the other warpgroup has not issued yet
   kTlPvWaitSum = 12,    // the P V wait after the softmax: the tensor cores behind this warpgroup's softmax
-  kTlSIssueWaitSum = 13,  // the turn's issue of S_j and P_{j-1} V_{j-1}, then the wait for S_j to retire
+  kTlSIssueWaitSum = 13,  // the turn's issue of S_j and P_{j-1} V_{j-1} (with the late V wait, V_{j-1}'s wait
+                          // between them), then the wait for S_j to retire
+  // Counts over the key iterations 1..n-1 (TlLate, level 1 and up): the load had not landed when waited for.
+  kTlKLate = 14,  // K_j
+  kTlVLate = 15,  // V_{j-1}
 };
 // Producer events: before waiting for Q's buffer to be released, and after Q's loads were issued; then the sums of
 // cycles the producer waited over the tile for K and for V stages to be released (the ring full: consumer-bound).
@@ -77,11 +86,29 @@ __device__ __forceinline__ void tl_producer_value(bool split, int local, int e, 
 #endif
 }
 
+// Waits that would block, counted per tile (level 1 and up): count(kind, not_ready) calls not_ready() (a test_wait)
+// only in a timeline build, so a shipped build emits no test_wait.
+template <int kKinds>
+struct TlLate {
+#if VIDATTN_DIAG_TIMELINE
+  uint32_t n[kKinds] = {};
+  template <typename F>
+  __device__ __forceinline__ void count(int kind, F&& not_ready) {
+    n[kind] += not_ready() ? 1u : 0u;
+  }
+  __device__ __forceinline__ unsigned long long get(int kind) const { return n[kind]; }
+#else
+  template <typename F>
+  __device__ __forceinline__ void count(int, F&&) {}
+  __device__ __forceinline__ unsigned long long get(int) const { return 0; }
+#endif
+};
+
 // Cycles spent in kinds of wait, summed in registers over a tile (32-bit clock: a tile is far below 2^32 cycles).
-// In a shipped build start() is 0 and add() nothing, so both compile away.
+// Level 2 only; otherwise start() is 0 and add() nothing, so both compile away.
 template <int kKinds>
 struct TlWaits {
-#if VIDATTN_DIAG_TIMELINE
+#if VIDATTN_DIAG_TIMELINE >= 2
   uint32_t sum[kKinds] = {};
   __device__ __forceinline__ uint32_t start() const { return static_cast<uint32_t>(clock()); }
   __device__ __forceinline__ void add(int kind, uint32_t t0) { sum[kind] += static_cast<uint32_t>(clock()) - t0; }

@@ -43,6 +43,22 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// Whether the phase with the given parity has completed, without waiting (mbarrier.test_wait, 9.7.13.15.16). Only
+// the timeline build uses it, to count waits that would block without timing them (diag_timeline.cuh, TlLate).
+__device__ __forceinline__ bool mbarrier_ready(uint64_t* bar, uint32_t parity) {
+  uint32_t ready;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(ready)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return ready != 0;
+}
+
 // ---- TMA: cp.async.bulk.tensor (9.7.9.25.5.1) ------------------------------------------------------------
 // 4-D tile load global -> shared, completion counted in bytes on `bar`. Out-of-bounds box elements read as 0,
 // which is what makes sequence tails free on loads.
