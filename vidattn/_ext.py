@@ -182,7 +182,8 @@ def set_d128_block_n(block_n: int, lib: ctypes.CDLL | None = None) -> None:
     the launcher's choice by key count. A testing and benchmarking knob (also read from VIDATTN_D128_BLOCK_N when
     the library loads)."""
     if _entry(lib, "vidattn_sm90_set_d128_block_n", "the D=128 short-key build")(int(block_n)) != 0:
-        raise ValueError(f"D=128 block width must be 0 (by key count), 128 or 176, got {block_n}")
+        raise ValueError(f"D=128 block width must be 0 (by key count) or one of the library's two D=128 builds "
+                         f"(128 and 176 unless it was built with other VIDATTN_BLOCK_N_D128* widths), got {block_n}")
 
 
 # (C setter, environment variable read when a library loads, Python setter) of each build a test or A/B can force.

@@ -53,6 +53,7 @@
 #ifndef VIDATTN_LATE_V_WAIT
 #define VIDATTN_LATE_V_WAIT 1
 #endif
+
 // Rotate each tile's key-block order by (tile index mod its block count), so that the CTAs running at one time do
 // not all read the same K/V block of the same head from L2 at once (a suspect for the short-KV gap; csrc/NOTES.md).
 #ifndef VIDATTN_KV_ROTATE
