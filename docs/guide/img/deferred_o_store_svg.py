@@ -1,13 +1,10 @@
 # Writes docs/guide/img/deferred_o_store.svg (schematic; bar lengths are the timeline medians at seed 4K):
 #   python3 docs/guide/img/deferred_o_store_svg.py
+from svg_bars import bar, legend_entry
 S = 0.18  # px per cycle
 X0 = 150
 def rect(x0, x1, y, h, fill, label="", tc="#000"):
-    x, w = X0 + x0 * S, (x1 - x0) * S
-    out = f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{h}" fill="{fill}" stroke="#333" stroke-width="0.6"/>'
-    if label and w > 28:
-        out += f'<text x="{x + w / 2:.1f}" y="{y + h / 2 + 4}" font-family="sans-serif" font-size="10" text-anchor="middle" fill="{tc}">{label}</text>'
-    return out
+    return bar(X0 + x0 * S, (x1 - x0) * S, y, h, fill, label, min_label_w=28, text_fill=tc)
 C = {"pv": "#7fb3d5", "s0": "#f5b041", "epi": "#e74c3c", "pack": "#f1948a", "setup": "#d5d8dc", "wait": "#ffffff",
      "soft": "#82e0aa", "st": "#c39bd3", "idle": "#fdebd0"}
 parts = []
@@ -41,8 +38,7 @@ panel(210, "After (94a8692): O is packed, S_0 issued, and the stores run while S
 lx, ly = 20, 372
 for key, name in (("pv", "P V / S + P V"), ("s0", "S_0"), ("epi", "epilogue (stores inside)"), ("pack", "normalise + pack to bf16"),
                   ("st", "stmatrix + TMA store"), ("setup", "tile set-up, Q and K_0 waits"), ("soft", "softmax"), ("idle", "tensor cores idle")):
-    parts.append(f'<rect x="{lx}" y="{ly}" width="14" height="12" fill="{C[key]}" stroke="#333" stroke-width="0.6"/>')
-    parts.append(f'<text x="{lx + 18}" y="{ly + 10}" font-family="sans-serif" font-size="11">{name}</text>')
+    parts += legend_entry(lx, ly, C[key], name)
     lx += 18 + 7 * len(name) + 14
     if lx > 860:
         lx, ly = 20, ly + 18

@@ -2,6 +2,8 @@
 # illustrative, not measured): python3 docs/guide/img/late_v_wait_svg.py
 from pathlib import Path
 
+from svg_bars import bar, legend_entry
+
 S = 0.2  # px per cycle
 X0 = 170
 C = {"k": "#f5b041", "v": "#7fb3d5", "s": "#f8c471", "pv": "#85c1e9", "soft": "#82e0aa", "wait": "#ffffff",
@@ -9,12 +11,7 @@ C = {"k": "#f5b041", "v": "#7fb3d5", "s": "#f8c471", "pv": "#85c1e9", "soft": "#
 
 
 def rect(x0, x1, y, h, fill, label=""):
-    x, w = X0 + x0 * S, (x1 - x0) * S
-    out = f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{h}" fill="{fill}" stroke="#333" stroke-width="0.6"/>'
-    if label and w > 30:
-        out += (f'<text x="{x + w / 2:.1f}" y="{y + h / 2 + 4}" font-family="sans-serif" font-size="10" '
-                f'text-anchor="middle">{label}</text>')
-    return out
+    return bar(X0 + x0 * S, (x1 - x0) * S, y, h, fill, label, min_label_w=30)
 
 
 def panel(parts, y0, title, rows):
@@ -56,8 +53,7 @@ def main():
     lx, ly = 20, 392
     for key, name in (("k", "K load"), ("v", "V load"), ("s", "S = Q K^T"), ("pv", "P V"), ("soft", "softmax"),
                       ("other", "other warpgroup / issue"), ("idle", "tensor cores idle")):
-        parts.append(f'<rect x="{lx}" y="{ly}" width="14" height="12" fill="{C[key]}" stroke="#333" stroke-width="0.6"/>')
-        parts.append(f'<text x="{lx + 18}" y="{ly + 10}" font-family="sans-serif" font-size="11">{name}</text>')
+        parts += legend_entry(lx, ly, C[key], name)
         lx += 18 + 7 * len(name) + 16
     parts.append(f'<text x="20" y="{H - 4}" font-family="sans-serif" font-size="10" fill="#555">A V stage is released '
                  'only after both warpgroups\' P V (and a K stage after their S), so of the two loads a key iteration '

@@ -1,0 +1,18 @@
+# The pieces the guide's timeline diagrams share (deferred_o_store_svg.py, late_v_wait_svg.py): a bar with its label
+# centred on it, and a legend entry. Positions are in pixels; each diagram scales its cycles itself.
+
+
+def bar(x, w, y, h, fill, label="", min_label_w=30, text_fill=None):
+    """A rectangle at (x, y) of width w, labelled in its middle when it is wider than min_label_w."""
+    out = f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{h}" fill="{fill}" stroke="#333" stroke-width="0.6"/>'
+    if label and w > min_label_w:
+        colour = f' fill="{text_fill}"' if text_fill else ""
+        out += (f'<text x="{x + w / 2:.1f}" y="{y + h / 2 + 4}" font-family="sans-serif" font-size="10" '
+                f'text-anchor="middle"{colour}>{label}</text>')
+    return out
+
+
+def legend_entry(x, y, fill, name):
+    """A colour swatch and its name; the caller advances x by about 18 + 7 * len(name) for the next one."""
+    return [f'<rect x="{x}" y="{y}" width="14" height="12" fill="{fill}" stroke="#333" stroke-width="0.6"/>',
+            f'<text x="{x + 18}" y="{y + 10}" font-family="sans-serif" font-size="11">{name}</text>']
