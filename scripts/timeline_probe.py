@@ -45,12 +45,17 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
+def median_or_none(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
 def analyse(cons, prod, grid: int) -> dict:
     """Per-phase medians (cycles) from the consumer rows cons[cta][local][wg][event] and producer rows."""
     phases: dict[str, list[float]] = {name: [] for name, _, _ in PHASES}
     per_block, period, boundary, blocks_seen = [], [], [], []
     first_iter, steady_iter, last_iter = [], [], []  # tiles of 4+ key blocks: the key loop split by iteration
-    # per key iteration 1..n-1: cycles waited for the ring (K/V full), the turn, the P V after the softmax
+    # per key iteration 1..n-1: cycles waited for the ring (K/V full), the turn, the turn's issue with S_j's wait,
+    # and the P V after the softmax (level-2 builds)
     waits = {"kv_full_wait": [], "turn_wait": [], "pv_wait": [], "s_issue_wait": []}
     prod_waits = {"k_empty_wait": [], "v_empty_wait": []}  # the producer, per key block: the ring full
     late_iters = {"k": 0, "v": 0}  # key iterations whose K_j / V_{j-1} had not landed when waited for
@@ -87,9 +92,9 @@ def analyse(cons, prod, grid: int) -> dict:
             r0, r1 = cons[c][l][0], cons[c][l][1]
             wg_skew.append(r1[START] - r0[START])
             p = prod[c][l]
-            if cons[c][l][0][BLOCKS] > 0:
-                prod_waits["k_empty_wait"].append(p[K_EMPTY_WAIT] / cons[c][l][0][BLOCKS])
-                prod_waits["v_empty_wait"].append(p[V_EMPTY_WAIT] / cons[c][l][0][BLOCKS])
+            if r0[BLOCKS] > 0:
+                prod_waits["k_empty_wait"].append(p[K_EMPTY_WAIT] / r0[BLOCKS])
+                prod_waits["v_empty_wait"].append(p[V_EMPTY_WAIT] / r0[BLOCKS])
             if p[Q_ISSUED]:
                 q_issue_before_start.append(r0[START] - p[Q_ISSUED])
                 q_latency_seen.append(r0[QFULL] - p[Q_ISSUED])
@@ -110,18 +115,18 @@ def analyse(cons, prod, grid: int) -> dict:
         "phases_p90_cycles": {k: pct(v, 0.9) for k, v in phases.items()},
         "gap_to_next_tile_cycles": statistics.median(gap_next),
         # S_0's softmax plus the first key iteration; one steady iteration; the last iteration (4+ key blocks).
-        "first_iteration_cycles": statistics.median(first_iter) if first_iter else None,
-        "steady_iteration_cycles": statistics.median(steady_iter) if steady_iter else None,
-        "last_iteration_cycles": statistics.median(last_iter) if last_iter else None,
-        "wg1_start_minus_wg0_start_cycles": statistics.median(wg_skew) if wg_skew else None,
-        "q_issued_before_tile_start_cycles": statistics.median(q_issue_before_start) if q_issue_before_start else None,
-        "q_issue_to_q_full_cycles": statistics.median(q_latency_seen) if q_latency_seen else None,
+        "first_iteration_cycles": median_or_none(first_iter),
+        "steady_iteration_cycles": median_or_none(steady_iter),
+        "last_iteration_cycles": median_or_none(last_iter),
+        "wg1_start_minus_wg0_start_cycles": median_or_none(wg_skew),
+        "q_issued_before_tile_start_cycles": median_or_none(q_issue_before_start),
+        "q_issue_to_q_full_cycles": median_or_none(q_latency_seen),
         # medians, cycles per key iteration (consumers) / per key block (producer)
         "waits_per_iteration_cycles": {k: statistics.median(v) for k, v in waits.items() if v},
         "waits_per_iteration_p90_cycles": {k: pct(v, 0.9) for k, v in waits.items() if v},
         "producer_waits_per_block_cycles": {k: statistics.median(v) for k, v in prod_waits.items() if v},
         # share of key iterations 1..n-1 (all middle tiles) that found K_j / V_{j-1} not yet landed
-        "late_share": {k: v / iters for k, v in late_iters.items()} if iters else {},
+        "late_share": {k: v / iters for k, v in late_iters.items()},  # iters >= tiles > 0
     }
     return out
 
