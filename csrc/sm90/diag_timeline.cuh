@@ -73,16 +73,15 @@ struct Timeline {
 #endif
 };
 
-__device__ __forceinline__ void tl_producer_stamp(bool split, int local, int e) {
-#if VIDATTN_DIAG_TIMELINE
-  if (!split && blockIdx.x < kTlMaxCtas && local < kTlMaxLocal)
-    g_tl_producer[(blockIdx.x * kTlMaxLocal + local) * kTlProducerEvents + e] = clock64();
-#endif
-}
 __device__ __forceinline__ void tl_producer_value(bool split, int local, int e, unsigned long long v) {
 #if VIDATTN_DIAG_TIMELINE
   if (!split && blockIdx.x < kTlMaxCtas && local < kTlMaxLocal)
     g_tl_producer[(blockIdx.x * kTlMaxLocal + local) * kTlProducerEvents + e] = v;
+#endif
+}
+__device__ __forceinline__ void tl_producer_stamp(bool split, int local, int e) {
+#if VIDATTN_DIAG_TIMELINE
+  tl_producer_value(split, local, e, clock64());  // the producer is one thread: its clock read costs nothing else
 #endif
 }
 
