@@ -59,6 +59,7 @@ def analyse(cons, prod, grid: int) -> dict:
     waits = {"kv_full_wait": [], "turn_wait": [], "pv_wait": [], "s_issue_wait": []}
     prod_waits = {"k_empty_wait": [], "v_empty_wait": []}  # the producer, per key block: the ring full
     late_iters = {"k": 0, "v": 0}  # key iterations whose K_j / V_{j-1} had not landed when waited for
+    late_first = {"k": 0, "v": 0}  # the same, of the first iteration (j = 1) alone: the counts' high words
     iters = 0
     q_issue_before_start, q_latency_seen, wg_skew, gap_next = [], [], [], []
     tiles = 0
@@ -78,8 +79,9 @@ def analyse(cons, prod, grid: int) -> dict:
                 for name, e in (("kv_full_wait", KVWAIT), ("turn_wait", TURNWAIT), ("pv_wait", PVWAIT),
                                 ("s_issue_wait", SWAIT)):
                     waits[name].append(r[e] / (n - 1))
-                late_iters["k"] += r[KLATE]
-                late_iters["v"] += r[VLATE]
+                for k2, e in (("k", KLATE), ("v", VLATE)):
+                    late_iters[k2] += r[e] & 0xFFFFFFFF
+                    late_first[k2] += r[e] >> 32
                 iters += n - 1
                 if n >= 4 and r[ITER2] and r[LASTITER]:
                     first_iter.append(r[ITER2] - r[S0DONE])
@@ -127,6 +129,8 @@ def analyse(cons, prod, grid: int) -> dict:
         "producer_waits_per_block_cycles": {k: statistics.median(v) for k, v in prod_waits.items() if v},
         # share of key iterations 1..n-1 (all middle tiles) that found K_j / V_{j-1} not yet landed
         "late_share": {k: v / iters for k, v in late_iters.items()},  # iters >= tiles > 0
+        # share of the first key iterations (j = 1, one per tile row) that found K_1 / V_0 not yet landed
+        "late_share_first_iteration": {k: v / tiles for k, v in late_first.items()},
     }
     return out
 
@@ -209,6 +213,8 @@ def main(argv: list[str] | None = None):
                 print(f"   {k2:38s} " + ", ".join(f"{a} {b:.0f}" for a, b in r[k2].items()))
             print(f"   {'late_share (K_j, V_(j-1) not landed)':38s} "
                   + ", ".join(f"{a} {100 * b:.1f}%" for a, b in r["late_share"].items()))
+            print(f"   {'  of the first iteration (K_1, V_0)':38s} "
+                  + ", ".join(f"{a} {100 * b:.1f}%" for a, b in r["late_share_first_iteration"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -325,7 +325,8 @@ def _timeline_rows(probe, tiles=5, blocks=10, steady=1000, epilogue=400, ctas=2)
                 # summed over the blocks - 1 key iterations: 30 cycles each on the ring, 20 * (w + 1) on the turn
                 r[probe.KVWAIT], r[probe.TURNWAIT], r[probe.PVWAIT] = 30 * (blocks - 1), 20 * (w + 1) * (blocks - 1), 0
                 r[probe.SWAIT] = 600 * (blocks - 1)
-                r[probe.KLATE], r[probe.VLATE] = 0, 3 * w  # warpgroup 1: V late in 3 of its blocks - 1 iterations
+                # warpgroup 1: V late in 3 of its blocks - 1 iterations, the first one among them (the high word)
+                r[probe.KLATE], r[probe.VLATE] = 0, 3 * w + (w << 32)
             prod[c][local] = [t - 900, t - 800, 500 * blocks, 200 * blocks]
             t += period
     return cons, prod, period
@@ -347,6 +348,7 @@ def test_timeline_probe_analyses_the_stamps_it_reads():
     assert r["waits_per_iteration_p90_cycles"]["turn_wait"] == 40
     assert r["producer_waits_per_block_cycles"] == {"k_empty_wait": 500, "v_empty_wait": 200}
     assert r["late_share"] == {"k": 0.0, "v": pytest.approx(3 / 18)}  # 3 of 9 iterations late, in half the rows
+    assert r["late_share_first_iteration"] == {"k": 0.0, "v": 0.5}
     # A longer epilogue lengthens the period by as much, and the boundary with it: the analysis must see it.
     cons2, prod2, period2 = _timeline_rows(probe, epilogue=900)
     r2 = probe.analyse(cons2, prod2, 132)

@@ -39,7 +39,8 @@ enum TlEvent : int {
   kTlPvWaitSum = 12,    // the P V wait after the softmax: the tensor cores behind this warpgroup's softmax
   kTlSIssueWaitSum = 13,  // the turn's issue of S_j and P_{j-1} V_{j-1} (with the late V wait, V_{j-1}'s wait
                           // between them), then the wait for S_j to retire
-  // Counts over the key iterations 1..n-1 (TlLate, level 1 and up): the load had not landed when waited for.
+  // Counts over the key iterations 1..n-1 (TlLate, level 1 and up): the load had not landed when waited for. Low
+  // 32 bits: all iterations; high 32 bits: the first iteration (j = 1) alone, 0 or 1.
   kTlKLate = 14,  // K_j
   kTlVLate = 15,  // V_{j-1}
 };
