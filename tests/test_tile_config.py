@@ -18,8 +18,8 @@ PROGRAM = """
 using namespace vidattn::sm90;
 template <int D, int W, int N> void show() {
   using T = FwdTraits<D, W, N>;
-  std::printf("%d %d %d %d %d %d %d %d %d\\n", D, W, N, T::kQBuffers, T::kStages, T::kOScratchSlots, T::kQBytes,
-              T::kStageBytes, T::kOScratchBytes);
+  std::printf("%d %d %d %d %d %d %d %d %d %d\\n", D, W, N, T::kQBuffers, T::kStages, T::kOScratchSlots, T::kQBytes,
+              T::kStageBytes, T::kOScratchBytes, int(T::kQInRegs));
 }
 int main() { SHOW_CALLS }
 """
@@ -36,8 +36,9 @@ def plans(tmp_path: Path, defines: tuple[str, ...] = ()) -> dict:
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     rows = {}
     for line in out.splitlines():
-        d, w, n, q, st, slots, qb, sb, ob = map(int, line.split())
-        rows[(d, w, n)] = {"q": q, "stages": st, "slots": slots, "bytes": q * qb + st * sb + slots * ob}
+        d, w, n, q, st, slots, qb, sb, ob, qregs = map(int, line.split())
+        rows[(d, w, n)] = {"q": q, "stages": st, "slots": slots, "bytes": q * qb + st * sb + slots * ob,
+                           "q_in_regs": bool(qregs)}
     return rows
 
 
@@ -57,3 +58,14 @@ def test_each_build_gets_its_buffers_and_fits(tmp_path):
 def test_o_scratch_slots_max_takes_only_the_second_box(tmp_path):
     p = plans(tmp_path, ("-DVIDATTN_O_SCRATCH_SLOTS_MAX=1",))
     assert (p[(128, 2, 128)]["q"], p[(128, 2, 128)]["stages"], p[(128, 2, 128)]["slots"]) == (2, 2, 1)
+
+
+def test_q_in_registers_only_where_the_registers_are(tmp_path):
+    p = plans(tmp_path)
+    # The N=128 D=128 build holds Q in registers; N=176 has no 32 registers to spare, D=64 never takes it.
+    assert {b: r["q_in_regs"] for b, r in p.items()} == {(128, 2, 176): False, (128, 2, 128): True,
+                                                        (64, 3, 128): False, (64, 2, 128): False}
+    off = plans(tmp_path, ("-DVIDATTN_Q_IN_REGS_MAX_N=0",))
+    assert not any(r["q_in_regs"] for r in off.values())
+    # Q in registers leaves the shared-memory plan alone (Q still lands there first).
+    assert {b: r["bytes"] for b, r in off.items()} == {b: r["bytes"] for b, r in p.items()}

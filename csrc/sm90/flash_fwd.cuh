@@ -382,17 +382,47 @@ __device__ __forceinline__ void fence_frag(uint32_t (&a)[N][4]) {
   }
 }
 
-// S = Q K^T: D/16 wgmmas over the head dim; Q (A) and K (B) both K-major, 8-row core groups 1024 B apart. N: the
-// keys computed, kBlockN, or fewer for a tile's last, partial block (issue_qk_block).
+// This warpgroup's Q for S = Q K^T: its rows in shared memory, and with kQInRegs (VIDATTN_Q_IN_REGS_MAX_N) a copy in
+// registers in wgmma's A fragment layout, one [4] per 16-column k-step, loaded once per tile (load_q_regs).
+template <int kHeadDim, bool kRegs>
+struct QOperand {
+  uint32_t smem;
+  uint32_t a[kRegs ? kHeadDim / 16 : 1][4];
+};
+template <int kHeadDim, int kWGs, int kBN>
+using QOp = QOperand<kHeadDim, FwdTraits<kHeadDim, kWGs, kBN>::kQInRegs>;
+
+// ldmatrix of this warp's 16 rows, 16 columns per k-step. Q sits in 64-column chunks of 128-byte rows with TMA's
+// 128-byte swizzle (16-byte unit u of row r at u ^ (r % 8)); the warpgroup's rows start 1024-byte aligned.
+template <int kHeadDim, int kWGs, int kBN>
+__device__ __forceinline__ void load_q_regs(QOp<kHeadDim, kWGs, kBN>& q, int warp, int lane) {
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
+  if constexpr (T::kQInRegs) {
+    const int r = 16 * warp + (lane & 7) + (lane & 8);
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const int chunk = kk / 4, unit = (kk % 4) * 2 + (lane >> 4);
+      ptx::ldmatrix_x4(q.smem + chunk * T::kBlockM * kChunkBytes + r * kChunkBytes + ((unit ^ (r & 7)) << 4), q.a[kk]);
+    }
+  }
+}
+
+// S = Q K^T: D/16 wgmmas over the head dim; Q (A) and K (B) both K-major, 8-row core groups 1024 B apart (Q from
+// registers with kQInRegs). N: the keys computed, kBlockN, or fewer for a tile's last, partial block
+// (issue_qk_block).
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, int N = FwdTraits<kHeadDim, kWGs, kBN>::kBlockN>
-__device__ __forceinline__ void issue_qk(float (&sacc)[N / 2], uint32_t q_smem, uint32_t k_smem) {
+__device__ __forceinline__ void issue_qk(float (&sacc)[N / 2], const QOp<kHeadDim, kWGs, kBN>& q, uint32_t k_smem) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
     const uint32_t chunk = kk / 4, within = (kk % 4) * 32;  // 4 k-steps of 16 elements per 128-byte row
-    const uint64_t da = ptx::make_smem_desc_sw128(q_smem + chunk * T::kBlockM * kChunkBytes + within, 16, 1024);
     const uint64_t db = ptx::make_smem_desc_sw128(k_smem + chunk * T::kBlockN * kChunkBytes + within, 16, 1024);
-    ptx::Wgmma<N, kFp16>::ss(sacc, da, db, kk > 0);
+    if constexpr (T::kQInRegs) {
+      ptx::Wgmma<N, kFp16>::rs_kmajor(sacc, q.a[kk], db, kk > 0);
+    } else {
+      const uint64_t da = ptx::make_smem_desc_sw128(q.smem + chunk * T::kBlockM * kChunkBytes + within, 16, 1024);
+      ptx::Wgmma<N, kFp16>::ss(sacc, da, db, kk > 0);
+    }
   }
   ptx::wgmma_commit();
 }
@@ -455,11 +485,11 @@ __device__ __forceinline__ void with_partial_steps(int steps, F&& f) {
 // registers of sacc itself, and injected its own warpgroup.arrive (C7519) when the fence stood before the branch.
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, int kWait, typename After>
 __device__ __forceinline__ void issue_qk_block(int steps, float (&sacc)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 2],
-                                               uint32_t q_smem, uint32_t k_smem, After&& after) {
+                                               const QOp<kHeadDim, kWGs, kBN>& q, uint32_t k_smem, After&& after) {
   constexpr int kN = FwdTraits<kHeadDim, kWGs, kBN>::kBlockN;
   if (steps == kN / 16) {
     ptx::wgmma_fence();
-    issue_qk<kHeadDim, kWGs, kBN, kFp16>(sacc, q_smem, k_smem);
+    issue_qk<kHeadDim, kWGs, kBN, kFp16>(sacc, q, k_smem);
     after();
     ptx::wgmma_wait<kWait>();
     ptx::fence_regs(sacc);
@@ -468,7 +498,7 @@ __device__ __forceinline__ void issue_qk_block(int steps, float (&sacc)[FwdTrait
       constexpr int kCols = decltype(c)::value * 16;
       float part[kCols / 2];
       ptx::wgmma_fence();
-      issue_qk<kHeadDim, kWGs, kBN, kFp16, kCols>(part, q_smem, k_smem);
+      issue_qk<kHeadDim, kWGs, kBN, kFp16, kCols>(part, q, k_smem);
       after();
       ptx::wgmma_wait<kWait>();
       ptx::fence_regs(part);
@@ -668,7 +698,7 @@ __device__ __forceinline__ void store_partial(const FwdParams& p, int item, int 
 // across tiles (the next tile's first K/V loads no longer wait for this tile's last block to be released).
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, int kStart, typename Flush>
 __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s, int cwg,
-                                         uint32_t q_smem,
+                                         const QOp<kHeadDim, kWGs, kBN>& q,
                                          int qb, int n_blocks, int kv_first, int rot, int kv_len, int col_in_group,
                                          int lane,
                                          uint32_t& k_phase, uint32_t& v_phase, float (&o)[kHeadDim / 2],
@@ -692,7 +722,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks)) * kN;
     pv_steps = block_steps<kN>(kv0, kv_len);
     sched_wait<kPingpong>(cwg);
-    issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 0>(pv_steps, sacc, q_smem, ptx::smem_addr(s.k[stage]),
+    issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 0>(pv_steps, sacc, q, ptx::smem_addr(s.k[stage]),
                                              [&] {
                                                sched_pass<kPingpong, T::kConsumerWGs>(cwg);
                                                flush();  // the previous tile's O stores, under S_0 (kDeferOStore)
@@ -734,7 +764,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     waits.add(1, t_wait);
     t_wait = waits.start();
     // The P V here is of a full block unless the key order is rotated (kKvRotate): only the last block is partial.
-    issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 1>(qk_steps, sacc, q_smem, ptx::smem_addr(s.k[stage]), [&] {
+    issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 1>(qk_steps, sacc, q, ptx::smem_addr(s.k[stage]), [&] {
       // VIDATTN_LATE_V_WAIT: V_{j-1} may still land while S_j runs
       if constexpr (T::kLateVWait) {
         late.count(j == 1 ? 3 : 1, [&] { return !ptx::mbarrier_ready(&s.v_full[prev], v_parity); });
@@ -790,7 +820,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, int kStart, typename Flush>
 __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s,
                                               int cwg,
-                                              uint32_t q_smem, int qb, int n_blocks, int kv_first, int rot,
+                                              const QOp<kHeadDim, kWGs, kBN>& q, int qb, int n_blocks,
+                                              int kv_first, int rot,
                                               int kv_len, int col_in_group, int lane, uint32_t& k_phase,
                                               uint32_t& v_phase,
                                               float (&o)[kHeadDim / 2], float (&row_max)[2], float (&row_sum)[2],
@@ -799,13 +830,13 @@ __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, Sha
                                               const Timeline& tl, Flush&& flush) {
   if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs, kBN>::kStages) {
     if (start != kStart) {
-      mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, kStart + 1>(start, p, s, cwg, q_smem, qb, n_blocks, kv_first,
+      mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, kStart + 1>(start, p, s, cwg, q, qb, n_blocks, kv_first,
                                                                rot, kv_len, col_in_group, lane, k_phase, v_phase,
                                                                o, row_max, row_sum, sacc, pa, tl, flush);
       return;
     }
   }
-  mainloop<kHeadDim, kWGs, kBN, kFp16, kFixed, kStart>(p, s, cwg, q_smem, qb, n_blocks, kv_first, rot, kv_len,
+  mainloop<kHeadDim, kWGs, kBN, kFp16, kFixed, kStart>(p, s, cwg, q, qb, n_blocks, kv_first, rot, kv_len,
                                                   col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa,
                                                   tl, flush);
 }
@@ -876,7 +907,8 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     const int n_blocks = w.n_blocks;
 
     const int qb = local % T::kQBuffers;
-    const uint32_t q_smem = q_smem0 + qb * T::kQBytes;
+    QOp<kHeadDim, kWGs, kBN> q;
+    q.smem = q_smem0 + qb * T::kQBytes;
     const Timeline tl(kSplit, local, cwg, tid == 0);
     tl.stamp(kTlTileStart);
     if constexpr (!kDeferNorm) {
@@ -887,6 +919,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     row_sum[0] = row_sum[1] = 0.f;
     // Q's buffer goes back to the producer right after this tile's last S = Q K^T (or at once with no keys).
     ptx::mbarrier_wait(&s.q_full[qb], (local / T::kQBuffers) & 1);
+    load_q_regs<kHeadDim, kWGs, kBN>(q, warp, lane);
     tl.stamp(kTlQFull);
     if (n_blocks == 0) {
       flush_o();
@@ -896,7 +929,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
       }
       if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
     } else {
-      mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, 0>(start, p, s, cwg, q_smem, qb, n_blocks, w.kv_first,
+      mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, 0>(start, p, s, cwg, q, qb, n_blocks, w.kv_first,
                                                       kv_rotation<T::kKvRotate>(tile, n_blocks), w.kv_len,
                                                       col_in_group, lane, k_phase, v_phase, o, row_max, row_sum,
                                                       sacc, pa, tl, flush_o);

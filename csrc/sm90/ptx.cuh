@@ -124,6 +124,17 @@ __device__ __forceinline__ int warp_in_block() {
   return t / 32;
 }
 
+// ---- ldmatrix (9.7.14.5.15): four 8x8 16-bit matrices from shared memory into mma fragment layout ----------
+// Lanes 8k..8k+7 give the row addresses of matrix k; lane l receives element (l / 4, 2 * (l % 4) + {0, 1}) of
+// matrix k in r[k]. With the matrices ordered (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
+// (rows 8-15, k 8-15) that is wgmma's A fragment for one warp's 16 rows and 16 k (9.7.15.5.1.1).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t smem_byte_addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_byte_addr)
+               : "memory");
+}
+
 // ---- stmatrix (9.7.14.5.16): four 8x8 16-bit matrices from mma fragment layout to shared memory ------------
 // Lane l holds element (l / 4, 2 * (l % 4) + {0, 1}) of matrix k in r_k; lanes 8k..8k+7 give the row addresses of
 // matrix k. This is the accumulator layout of wgmma, so O leaves the registers with no shuffles.

@@ -54,6 +54,16 @@
 #define VIDATTN_LATE_V_WAIT 1
 #endif
 
+// Hold each warpgroup's Q in registers for the tile (wgmma's A from registers, 32 per thread at D=128) instead of
+// reading it from shared memory in every S = Q K^T, in the D=128 builds whose N is at most this (0: none). The
+// N=176 consumer uses 234 of its 240 registers without them (at N=160 they spill). Measured (eleventh session, two
+// A/Bs of 7 rounds): Wan cross-attention 1.079 -> 1.087 and 1.065 -> 1.088x cuDNN, FA-bench 1K 1.097 -> 1.110 and
+// 1.100 -> 1.105; all of D=128 at N=128 then keeps up with N=176 on the long shapes (N=128 without it: 5-7% behind),
+// and N=144 with it does not (csrc/NOTES.md).
+#ifndef VIDATTN_Q_IN_REGS_MAX_N
+#define VIDATTN_Q_IN_REGS_MAX_N 128
+#endif
+
 // Rotate each tile's key-block order by (tile index mod its block count), so that the CTAs running at one time do
 // not all read the same K/V block of the same head from L2 at once (a suspect for the short-KV gap; csrc/NOTES.md).
 #ifndef VIDATTN_KV_ROTATE
@@ -158,6 +168,7 @@ struct FwdTraits {
   static constexpr bool kDeferONormalise = VIDATTN_DEFER_O_NORMALISE != 0 && kDeferOStore && kQBuffers == 2;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
   static constexpr bool kLateVWait = VIDATTN_LATE_V_WAIT != 0;
+  static constexpr bool kQInRegs = kHeadDim == 128 && kBN <= VIDATTN_Q_IN_REGS_MAX_N;
   static constexpr bool kFixedRef = VIDATTN_FIXED_REF != 0;
   // Tiles a CTA can mark for a redo, one bit each (64 words: 2048 tiles per CTA, 270K tiles per launch on 132 SMs);
   // the host splits larger problems into several launches (capi.cu).
