@@ -176,9 +176,12 @@ bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
 // are frequent, that is where tiles have few key blocks: Wan cross-attention (512 keys) and FA-bench 1K gained 7
 // and 4% at N=128, the long shapes lost 0-2% (csrc/NOTES.md, seventh session). The threshold: a sweep of the key
 // count (scripts/block_n_sweep.py) put N=128 ahead by 4-17% up to 1024 keys, the two within 2% either way from 1536
-// to 4096, and N=176 ahead at 6144; 2048 sits inside the band it could not resolve.
+// to 4096, and N=176 ahead at 6144. It was 2048 until the N=128 build held Q in registers (VIDATTN_Q_IN_REGS_MAX_N,
+// eleventh session), which took N=128 from 5-7% behind N=176 on the long shapes to level; seed 4K (4096 keys, 32
+// blocks of 128 against 23.3 of 176) then read 1.151 -> 1.172x cuDNN at 4096 in an A/B of 9 rounds (and +0.7%, +0.9%
+// with every shape on N=128), where with Q in shared memory it had read 1-5% slower twice (tenth session).
 #ifndef VIDATTN_D128_SHORT_KV_MAX
-#define VIDATTN_D128_SHORT_KV_MAX 2048
+#define VIDATTN_D128_SHORT_KV_MAX 4096
 #endif
 constexpr int kD128Long = vidattn::sm90::default_block_n(128);
 constexpr int kD128Short = VIDATTN_BLOCK_N_D128_SHORT;

@@ -539,7 +539,7 @@ def test_more_tiles_than_one_launch_marks():
         assert_accurate(out[:, :, lo:hi], ref, sdpa(qs, ks, vs, "bshd"), f"heads {lo}:{hi} of {h}, seed={seed}")
 
 
-D128_SHORT_KV_MAX = 2048  # csrc/capi.cu, VIDATTN_D128_SHORT_KV_MAX: the N=128 build up to this many keys
+D128_SHORT_KV_MAX = 4096  # csrc/capi.cu, VIDATTN_D128_SHORT_KV_MAX: the N=128 build up to this many keys
 
 
 @pytest.mark.parametrize("skv", [1, 512, D128_SHORT_KV_MAX, D128_SHORT_KV_MAX + 1, 4224])
