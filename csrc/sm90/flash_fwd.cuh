@@ -418,7 +418,7 @@ __device__ __forceinline__ void issue_qk(float (&sacc)[N / 2], const QOp<kHeadDi
     const uint32_t chunk = kk / 4, within = (kk % 4) * 32;  // 4 k-steps of 16 elements per 128-byte row
     const uint64_t db = ptx::make_smem_desc_sw128(k_smem + chunk * T::kBlockN * kChunkBytes + within, 16, 1024);
     if constexpr (T::kQInRegs) {
-      ptx::Wgmma<N, kFp16>::rs_kmajor(sacc, q.a[kk], db, kk > 0);
+      ptx::Wgmma<N, kFp16>::template rs<0>(sacc, q.a[kk], db, kk > 0);  // B (K) K-major
     } else {
       const uint64_t da = ptx::make_smem_desc_sw128(q.smem + chunk * T::kBlockM * kChunkBytes + within, 16, 1024);
       ptx::Wgmma<N, kFp16>::ss(sacc, da, db, kk > 0);
