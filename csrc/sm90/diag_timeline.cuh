@@ -86,20 +86,21 @@ __device__ __forceinline__ void tl_producer_stamp(bool split, int local, int e) 
 #endif
 }
 
-// Waits that would block, counted per tile (level 1 and up): count(kind, not_ready) calls not_ready() (a test_wait)
-// only in a timeline build, so a shipped build emits no test_wait.
+// Waits that would block, counted per tile (level 1 and up): count(kind, first, not_ready) calls not_ready() (a
+// test_wait) only in a timeline build, so a shipped build emits no test_wait. Each count holds all iterations in its
+// low 32 bits and the first iteration's (first = true) in its high 32 bits, as kTlKLate / kTlVLate are read back.
 template <int kKinds>
 struct TlLate {
 #if VIDATTN_DIAG_TIMELINE
-  uint32_t n[kKinds] = {};
+  unsigned long long n[kKinds] = {};
   template <typename F>
-  __device__ __forceinline__ void count(int kind, F&& not_ready) {
-    n[kind] += not_ready() ? 1u : 0u;
+  __device__ __forceinline__ void count(int kind, bool first, F&& not_ready) {
+    if (not_ready()) n[kind] += first ? (1ull << 32) + 1 : 1;
   }
   __device__ __forceinline__ unsigned long long get(int kind) const { return n[kind]; }
 #else
   template <typename F>
-  __device__ __forceinline__ void count(int, F&&) {}
+  __device__ __forceinline__ void count(int, bool, F&&) {}
   __device__ __forceinline__ unsigned long long get(int) const { return 0; }
 #endif
 };

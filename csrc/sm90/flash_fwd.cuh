@@ -741,16 +741,16 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   // Steady state: issue S_j = Q K_j and O += P_{j-1} V_{j-1} back to back; the softmax of S_j then runs on the
   // CUDA cores while P V is still on the tensor cores. O is rescaled only after P V retires.
   TlWaits<4> waits;  // timeline build only: what the steady iterations wait for (level 2), and how often (TlLate)
-  TlLate<4> late;  // kinds 2, 3: the same for the first iteration alone (j == 1)
+  TlLate<2> late;
   for (int j = 1; j < n_blocks; ++j) {
     const int stage = (kStart + j) % T::kStages, prev = (kStart + j - 1) % T::kStages;
     if (j == 2) tl.stamp(kTlIter2Start);
     if (j == n_blocks - 1) tl.stamp(kTlLastIterStart);
-    late.count(j == 1 ? 2 : 0, [&] { return !ptx::mbarrier_ready(&s.k_full[stage], (k_phase >> stage) & 1); });
+    late.count(0, j == 1, [&] { return !ptx::mbarrier_ready(&s.k_full[stage], (k_phase >> stage) & 1); });
     uint32_t t_wait = waits.start();
     ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
     if constexpr (!T::kLateVWait) {
-      late.count(j == 1 ? 3 : 1, [&] { return !ptx::mbarrier_ready(&s.v_full[prev], (v_phase >> prev) & 1); });
+      late.count(1, j == 1, [&] { return !ptx::mbarrier_ready(&s.v_full[prev], (v_phase >> prev) & 1); });
       ptx::mbarrier_wait(&s.v_full[prev], (v_phase >> prev) & 1);
     }
     waits.add(0, t_wait);
@@ -767,7 +767,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 1>(qk_steps, sacc, q, ptx::smem_addr(s.k[stage]), [&] {
       // VIDATTN_LATE_V_WAIT: V_{j-1} may still land while S_j runs
       if constexpr (T::kLateVWait) {
-        late.count(j == 1 ? 3 : 1, [&] { return !ptx::mbarrier_ready(&s.v_full[prev], v_parity); });
+        late.count(1, j == 1, [&] { return !ptx::mbarrier_ready(&s.v_full[prev], v_parity); });
         ptx::mbarrier_wait(&s.v_full[prev], v_parity);
       }
       issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, ptx::smem_addr(s.v[prev]), j == 1);
@@ -799,8 +799,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   tl.value(kTlTurnWaitSum, waits.get(1));
   tl.value(kTlPvWaitSum, waits.get(2));
   tl.value(kTlSIssueWaitSum, waits.get(3));
-  tl.value(kTlKLate, late.get(0) + late.get(2) + (late.get(2) << 32));  // high word: the first iteration's
-  tl.value(kTlVLate, late.get(1) + late.get(3) + (late.get(3) << 32));
+  tl.value(kTlKLate, late.get(0));
+  tl.value(kTlVLate, late.get(1));
 
   // Drain: the last P V.
   const int last = (kStart + n_blocks - 1) % T::kStages;
