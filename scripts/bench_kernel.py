@@ -6,13 +6,14 @@ Every shape is timed in bf16, non-causal, with inputs held the way diffusers' pr
 of the same tensors (B, H, S, D with non-contiguous strides) and its (B, H, S, D) output is left as it
 comes (no copy back to BSHD is timed). FLOPs = 4·B·H·Sq·Skv·D. Each measurement is the median of
 `triton.testing.do_bench` (which also clears L2 before every call), or of a CUDA-event loop when triton is
-missing; the backends are measured round by round (--rounds, default 3), each round in a rotated order (round r
-starts at the r-th backend), and each one's time is the median of its rounds, the ratio's spread over rounds going
-into the JSON. The rotation keeps any backend from always running right after the same one (on the long shapes the
-card runs at its power limit, where clocks depend on recent load). It did not change the readings: the rotated and
-the earlier fixed order (vidattn first every round), run back to back on one library, differed by -6 to +3% per
-shape in both directions, the spread of two runs of either (csrc/NOTES.md, seventh session). When one input set is
-smaller than about twice the L2 several sets are rotated so timings are not cache-hot.
+missing; the backends are measured round by round (--rounds, default 4; a multiple of 4 balances the four backends),
+each round in the order of a Williams design (scripts/round_order.py: over four rounds every backend runs right after
+every other one once), and each one's time is the median of its rounds, the ratio's spread over rounds going into the
+JSON. On the long shapes the card runs at its power limit, where a kernel's clock depends on what ran just before it.
+Until the twelfth session each round rotated one fixed order (`--order rotated` still does), which kept every
+backend's neighbour fixed: vidattn always ran right after FlashAttention-2 and cuDNN right after SDPA's default
+(cuDNN again). When one input set is smaller than about twice the L2 several sets are rotated so timings are not
+cache-hot.
 
 Before timing a shape, vidattn's output is checked against SDPA's (relative L2 < 2e-2) and
 `vidattn.explain` records whether the kernel ran or why it fell back. Results go to a markdown table on
@@ -45,6 +46,7 @@ if str(REPO) not in sys.path:
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from anchor_shapes import SHAPES, Shape  # noqa: E402
 from envinfo_light import git_commit, short_commit  # noqa: E402
+from round_order import ORDERS, round_orders  # noqa: E402
 
 BACKENDS = ("vidattn", "sdpa", "cudnn", "flash")
 BACKEND_NOTES = {
@@ -78,8 +80,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--backends", default=",".join(BACKENDS),
                     help=f"comma-separated subset of {','.join(BACKENDS)}")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (do_bench warmup 10 ms, rep 40 ms)")
-    ap.add_argument("--rounds", type=int, default=3,
+    ap.add_argument("--rounds", type=int, default=4,
                     help="backends timed round by round this many times; each backend's time is its median")
+    ap.add_argument("--order", choices=ORDERS, default="williams",
+                    help="each round's backend order: a Williams design (every backend after every other one "
+                         "equally often) or the earlier rotation of one fixed order (scripts/round_order.py)")
     ap.add_argument("--profile", action="store_true",
                     help="run vidattn exactly once on the first selected shape (for ncu) and exit")
     ap.add_argument("--dry-run", action="store_true", help="list shapes and FLOPs, touch no GPU")
@@ -306,9 +311,8 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
     # fifth session), so a lone timing per backend made the ratio a draw.
     fns = {b: make_fn(b, sets, vidattn_mod) for b in args.backends if not (b == "vidattn" and vidattn_mod is None)}
     rounds: dict[str, list[float]] = {b: [] for b in fns}
-    order = list(fns)
-    for rnd in range(args.rounds):
-        for backend in order[rnd % len(order):] + order[:rnd % len(order)]:
+    for backend_order in round_orders(fns, args.rounds, args.order):
+        for backend in backend_order:
             fn = fns[backend]
             if backend in res["errors"]:
                 continue
@@ -416,6 +420,7 @@ def main(argv=None) -> int:
               "backends": args.backends, "backend_notes": {b: BACKEND_NOTES[b] for b in args.backends},
               "timing": timer.method, "warmup_ms": timer.warmup_ms, "rep_ms": timer.rep_ms,
               "rounds": args.rounds, "per_backend_time": "median of the rounds (backends interleaved per round)",
+              "round_order": args.order, "round_orders": round_orders(args.backends, args.rounds, args.order),
               "flops": "4*B*H*Sq*Skv*D", "l2_bytes": l2_bytes(), "check_rel_l2_threshold": CHECK_REL_L2,
               "seed": args.seed}
     gen = torch.Generator(device="cuda").manual_seed(args.seed)

@@ -2,7 +2,8 @@
 
 Separate processes per variant (what kernel_ab.sh did first) put run-to-run drift of several percent between
 variants (the same D=64 build measured 0.904x and 0.973x cuDNN in two processes, bench/results/kernel_ab_20261130).
-Here every library is loaded at once and each shape is timed in rounds, variants in a rotated order each round,
+Here every library is loaded at once and each shape is timed in rounds, variants in a Williams-design order
+(scripts/round_order.py: every name runs right after every other one equally often),
 cuDNN timed in every round too; the table shows the median over rounds and the spread (max-min)/median of each.
 
     python3 scripts/kernel_ab_time.py base=.build/ab/lib_base.so ring=.build/ab/lib_ring_n176.so [--rounds 5]
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vidattn import _ext  # noqa: E402
 import anchor_shapes  # noqa: E402
+from round_order import ORDERS, round_orders  # noqa: E402
 import kernel_smoke  # noqa: E402
 
 # (key, B, H, Sq, Skv, D): the anchor shapes below or near 1.00x cuDNN, long ones as guards, and the two longest,
@@ -32,16 +34,16 @@ SHAPES = anchor_shapes.by_key(["wan_cross", "fa1k_d128", "fa1k_d64", "fa8k_d64",
                                "seed16k", "seed8k", "wan13b_self", "wan14b_self", "hunyuan_720p"])
 
 
-def time_interleaved(fns: dict, rounds: int, rep_ms: float, warmup_ms: float = 20.0) -> dict:
+def time_interleaved(fns: dict, rounds: int, rep_ms: float, warmup_ms: float = 20.0, order: str = "williams") -> dict:
     """Per-round times (ms, the median of `triton.testing.do_bench`) of each entry of `fns`, name -> (context,
     fn): `fn` takes no arguments and `context()` is entered around its measurement (an SDPA backend choice, a forced
-    build). Each round takes the names in a rotated order, so that none always runs right after the same one."""
+    build). Round r takes the names in round_orders(fns, rounds, order)[r]: by default a Williams design, so that
+    none always runs right after the same one (a rotated fixed order, `order="rotated"`, kept every neighbour)."""
     from triton.testing import do_bench
 
-    order = list(fns)
-    times = {n: [] for n in order}
-    for r in range(rounds):
-        for n in order[r % len(order):] + order[:r % len(order)]:
+    times = {n: [] for n in fns}
+    for names in round_orders(fns, rounds, order):
+        for n in names:
             context, fn = fns[n]
             with context():
                 times[n].append(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
@@ -67,6 +69,7 @@ def main():
                     help="no timing: print the best of the comma-separated CANDIDATES in a JSON this script wrote")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rep-ms", type=float, default=60.0, help="do_bench rep per measurement")
+    ap.add_argument("--order", choices=ORDERS, default="williams", help="each round's order (scripts/round_order.py)")
     ap.add_argument("--shapes", default="", help="comma-separated substrings of shape names (default: all)")
     ap.add_argument("--json", default="", help="write the per-round times here")
     ap.add_argument("--checked", action="store_true",
@@ -121,7 +124,7 @@ def main():
                for n in names}
         fns["cudnn"] = (lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION),
                         lambda: F.scaled_dot_product_attention(qt, kt, vt))
-        times = time_interleaved(fns, args.rounds, args.rep_ms)
+        times = time_interleaved(fns, args.rounds, args.rep_ms, order=args.order)
         flops = 4 * b * h * sq * skv * d
         med = {n: statistics.median(ts) for n, ts in times.items()}
         record[sname] = times

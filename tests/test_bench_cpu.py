@@ -133,3 +133,14 @@ def test_gpu_suite_skips_cleanly_without_cuda():
                  "tests/test_kernel_gpu.py"])
     assert proc.returncode in (0, 5), proc.stdout + proc.stderr  # 5: nothing collected (module skipped)
     assert "1 skipped" in proc.stdout and "error" not in proc.stdout.lower(), proc.stdout
+
+
+def test_bench_round_order_defaults_to_the_balanced_design():
+    """bench_kernel.py times four rounds by default in the Williams order (scripts/round_order.py), takes
+    --order rotated for the earlier scheme, and refuses other orders."""
+    mod = _bench_module()
+    args = mod.parse_args([])
+    assert (args.order, args.rounds) == ("williams", 4)
+    assert mod.parse_args(["--order", "rotated", "--rounds", "8"]).order == "rotated"
+    with pytest.raises(SystemExit):
+        mod.parse_args(["--order", "random"])

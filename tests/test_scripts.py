@@ -263,10 +263,11 @@ def test_shape_scores_spike_and_ramp_do_what_the_gpu_tests_rely_on():
         ks.shape_scores(q, k0.clone(), "slope")
 
 
-def test_time_interleaved_rotates_the_order_and_enters_each_context(monkeypatch):
+def test_time_interleaved_orders_rounds_and_enters_each_context(monkeypatch):
     """kernel_ab_time.time_interleaved (the timing loop of the A/B script, block_n_sweep.py and harness_probe.py),
-    with do_bench faked: round r starts at the r-th name, each measurement runs inside its entry's context, each
-    name gets one time per round, in the order measured, and the warm-up is 20 ms unless the caller names one."""
+    with do_bench faked: the rounds follow a Williams design (for three names: the three cyclic orders, then their
+    reverses), each measurement runs inside its entry's context, each name gets one time per round, in the order
+    measured, and the warm-up is 20 ms unless the caller names one; order="rotated" is the earlier scheme."""
     import contextlib
     import types
 
@@ -292,10 +293,13 @@ def test_time_interleaved_rotates_the_order_and_enters_each_context(monkeypatch)
     fns = {n: (lambda n=n: context(n), lambda n=n: events.append(f"run {n}")) for n in ("a", "b", "c")}
     times = ab.time_interleaved(fns, rounds=4, rep_ms=7.0)
     runs = [e.split()[1] for e in events if e.startswith("run")]
-    assert runs == list("abc" "bca" "cab" "abc")
+    assert runs == list("abc" "bca" "cab" "cba")
     assert events[:3] == ["enter a", "run a", "exit a"]
     assert all(len(t) == 4 for t in times.values())
-    assert times["a"] == [2.0, 17.0, 23.0, 29.0]  # events before each of a's return: 3 per measurement
+    assert times["a"] == [2.0, 17.0, 23.0, 35.0]  # events before each of a's return: 3 per measurement
+    events.clear()
+    ab.time_interleaved(fns, rounds=4, rep_ms=7.0, order="rotated")
+    assert [e.split()[1] for e in events if e.startswith("run")] == list("abc" "bca" "cab" "abc")
     assert set(warmups) == {20}
     ab.time_interleaved({"a": fns["a"]}, rounds=1, rep_ms=7.0, warmup_ms=25)
     assert warmups[-1] == 25
@@ -363,3 +367,38 @@ def test_timeline_probe_refuses_cleanly_without_a_gpu(monkeypatch):
     _cpu_only(monkeypatch)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         probe.main(["seed4k"])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
+def test_williams_rows_balance_neighbours_and_positions(n):
+    """round_order.williams_rows: every row a permutation, every name in every position equally often, and every
+    ordered pair of different names adjacent equally often (once for even n, twice for odd n over 2n rows)."""
+    import collections
+
+    ro = _load("round_order")
+    rows = ro.williams_rows(n)
+    assert len(rows) == (2 * n if n % 2 and n > 1 else n)
+    assert all(sorted(r) == list(range(n)) for r in rows)
+    for pos in range(n):
+        assert collections.Counter(r[pos] for r in rows) == {i: len(rows) // n for i in range(n)}
+    pairs = collections.Counter((r[i], r[i + 1]) for r in rows for i in range(n - 1))
+    assert set(pairs) == {(a, b) for a in range(n) for b in range(n) if a != b}
+    assert len(set(pairs.values())) <= 1
+
+
+def test_round_orders_for_the_four_benchmark_backends():
+    """The order bench_kernel.py takes its four backends in: vidattn no longer always right after FlashAttention-2,
+    nor cuDNN always right after SDPA's default; "rotated" reproduces the earlier scheme; bad names are refused."""
+    ro = _load("round_order")
+    backends = ["vidattn", "sdpa", "cudnn", "flash"]
+    orders = ro.round_orders(backends, 8)
+    assert orders[:4] == orders[4:]
+    before = {b: {o[o.index(b) - 1] for o in orders if o.index(b) > 0} for b in backends}
+    assert before["vidattn"] == {"sdpa", "cudnn", "flash"} and before["cudnn"] == {"vidattn", "sdpa", "flash"}
+    rotated = ro.round_orders(backends, 4, "rotated")
+    assert {o[o.index("vidattn") - 1] for o in rotated if o.index("vidattn") > 0} == {"flash"}
+    assert ro.round_orders([], 2) == [[], []]
+    with pytest.raises(ValueError, match="unknown round order"):
+        ro.round_orders(backends, 2, "random")
+    with pytest.raises(ValueError):
+        ro.williams_rows(0)
