@@ -402,3 +402,27 @@ def test_round_orders_for_the_four_benchmark_backends():
         ro.round_orders(backends, 2, "random")
     with pytest.raises(ValueError):
         ro.williams_rows(0)
+
+
+def test_neighbour_probe_plan_samples_and_table():
+    """neighbour_probe.py's pure parts: each repetition runs all 8 (predecessor, target) pairs once, the repetitions
+    in different orders; nvidia-smi lines parse (a header or "[N/A]" skipped); samples are assigned to the target
+    windows they fall in; the table has one row per pair with the target's median time."""
+    probe = _load("neighbour_probe")
+    plan = probe.pair_plan(3)
+    assert len(plan) == 24 and len(set(plan)) == 8
+    assert all(sorted(plan[8 * r:8 * r + 8]) == sorted(set(plan)) for r in range(3))
+    assert plan[:8] != plan[8:16]
+    assert {t for _, t in plan} == {"vidattn", "cudnn"} and {p for p, _ in plan} == set(probe.PREDECESSORS)
+    lines = ["timestamp, clocks.current.sm [MHz], power.draw [W]", "2026/12/01 11:20:20.100, 1650, 690.5",
+             "2026/12/01 11:20:20.300, [N/A], 700", "2026/12/01 11:20:21.500, 1980, 120.0", "garbage"]
+    samples = probe.parse_samples(lines)
+    assert [(c, p) for _, c, p in samples] == [(1650.0, 690.5), (1980.0, 120.0)]
+    t0 = samples[0][0]
+    records = [{"pred": "cudnn", "target": "vidattn", "t0": t0 - 0.05, "t1": t0 + 0.05, "ms": 9.8},
+               {"pred": "cudnn", "target": "vidattn", "t0": t0 + 5, "t1": t0 + 6, "ms": 9.6},
+               {"pred": "idle", "target": "vidattn", "t0": t0 + 1.3, "t1": t0 + 1.5, "ms": 9.1}]
+    rows = {(r["pred"], r["target"]): r for r in probe.summarize(records, samples)}
+    assert rows[("cudnn", "vidattn")]["ms"] == pytest.approx(9.7) and rows[("cudnn", "vidattn")]["samples"] == 1
+    assert rows[("cudnn", "vidattn")]["clock_mhz"] == 1650.0
+    assert rows[("idle", "vidattn")]["clock_mhz"] == 1980.0 and rows[("idle", "vidattn")]["n"] == 1
