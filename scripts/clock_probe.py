@@ -10,6 +10,8 @@ Honours VIDATTN_LIBRARY like every other script. Needs `nvidia-smi` on PATH.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
 import statistics
 import subprocess
 import sys
@@ -23,19 +25,45 @@ import anchor_shapes  # noqa: E402
 QUERY = "timestamp,clocks.sm,power.draw,temperature.gpu"
 
 
-def parse_samples(lines: list[str]) -> list[tuple[float, float, float]]:
-    """(SM clock MHz, power W, temperature C) from `nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits`
-    lines; lines that do not parse (a header, "[N/A]", a cut-off last line) are skipped."""
+def parse_timed_samples(lines: list[str]) -> list[tuple[float | None, float, float, float]]:
+    """(unix time, SM clock MHz, power W, temperature C) from `nvidia-smi --query-gpu=QUERY --format=csv,noheader,
+    nounits` lines; the time is None where the timestamp ("YYYY/MM/DD HH:MM:SS.mmm", local time) does not parse,
+    and lines whose numbers do not parse (a header, "[N/A]", a cut-off last line) are skipped."""
     out = []
     for line in lines:
         parts = [p.strip() for p in line.split(",")]
         if len(parts) != 4:
             continue
         try:
-            out.append((float(parts[1]), float(parts[2]), float(parts[3])))
+            values = (float(parts[1]), float(parts[2]), float(parts[3]))
         except ValueError:
             continue
+        try:
+            t = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+        except ValueError:
+            t = None
+        out.append((t, *values))
     return out
+
+
+def parse_samples(lines: list[str]) -> list[tuple[float, float, float]]:
+    """(SM clock MHz, power W, temperature C) of each sample that parse_timed_samples keeps."""
+    return [s[1:] for s in parse_timed_samples(lines)]
+
+
+@contextlib.contextmanager
+def sampling(period_ms: int = 50):
+    """`nvidia-smi` samples QUERY every period_ms while the block runs; the list it yields is filled with the
+    samples (parse_timed_samples) when the block ends. Shared with scripts/neighbour_probe.py."""
+    samples: list = []
+    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
+                            f"-lms={period_ms}"], stdout=subprocess.PIPE, text=True)
+    try:
+        yield samples
+    finally:
+        smi.terminate()
+        text, _ = smi.communicate(timeout=10)
+        samples.extend(parse_timed_samples(text.splitlines()))
 
 
 def summarize(samples: list[tuple[float, float, float]]) -> dict:
@@ -49,9 +77,7 @@ def summarize(samples: list[tuple[float, float, float]]) -> dict:
 def run_sampled(fn, seconds: float, period_ms: int = 50) -> tuple[int, float, list[tuple[float, float, float]]]:
     """Calls fn back to back for about `seconds` while nvidia-smi samples; returns (calls, elapsed s, samples)."""
     import torch
-    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
-                            f"-lms={period_ms}"], stdout=subprocess.PIPE, text=True)
-    try:
+    with sampling(period_ms) as samples:
         fn()
         torch.cuda.synchronize()
         calls, t0 = 0, time.perf_counter()
@@ -61,10 +87,7 @@ def run_sampled(fn, seconds: float, period_ms: int = 50) -> tuple[int, float, li
             calls += 4
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - t0
-    finally:
-        smi.terminate()
-        text, _ = smi.communicate(timeout=10)
-    return calls, elapsed, parse_samples(text.splitlines())
+    return calls, elapsed, [s[1:] for s in samples]
 
 
 def main():

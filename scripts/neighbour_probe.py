@@ -16,10 +16,8 @@ Honours VIDATTN_LIBRARY like every other script. Needs triton and `nvidia-smi` o
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,11 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import anchor_shapes  # noqa: E402
+from clock_probe import sampling  # noqa: E402
 from round_order import round_orders  # noqa: E402
 
 PREDECESSORS = ("idle", "vidattn", "cudnn", "flash")
 TARGETS = ("vidattn", "cudnn")
-QUERY = "timestamp,clocks.sm,power.draw"
 WARMUP_MS, REP_MS = 25, 100  # bench_kernel.py's Timer (not --quick)
 
 
@@ -43,25 +41,10 @@ def pair_plan(reps: int, predecessors=PREDECESSORS, targets=TARGETS) -> list[tup
     return [tuple(n.split(">")) for order in round_orders(names, reps) for n in order]
 
 
-def parse_samples(lines: list[str]) -> list[tuple[float, float, float]]:
-    """(unix time, SM clock MHz, power W) from `nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits`
-    lines (timestamp as "YYYY/MM/DD HH:MM:SS.mmm", the machine's local time); lines that do not parse are skipped."""
-    out = []
-    for line in lines:
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 3:
-            continue
-        try:
-            t = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
-            out.append((t, float(parts[1]), float(parts[2])))
-        except ValueError:
-            continue
-    return out
-
-
-def samples_within(samples, windows) -> list[tuple[float, float, float]]:
-    """The samples whose time falls inside any of the (start, end) windows (unix seconds)."""
-    return [s for s in samples if any(a <= s[0] <= b for a, b in windows)]
+def samples_within(samples, windows) -> list[tuple]:
+    """The samples (clock_probe.parse_timed_samples: time, clock, power, temperature) whose time falls inside any
+    of the (start, end) windows (unix seconds); samples without a time are left out."""
+    return [s for s in samples if s[0] is not None and any(a <= s[0] <= b for a, b in windows)]
 
 
 def summarize(records: list[dict], samples) -> list[dict]:
@@ -119,18 +102,12 @@ def main(argv=None) -> int:
             ms = do_bench(fns[name], warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
         return t0, time.time(), ms
 
-    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-lms=20"],
-                           stdout=subprocess.PIPE, text=True)
     records = []
-    try:
+    with sampling(period_ms=20) as samples:
         for pred, target in pair_plan(args.reps):
             window(pred)
             t0, t1, ms = window(target)
             records.append({"pred": pred, "target": target, "t0": t0, "t1": t1, "ms": ms})
-    finally:
-        smi.terminate()
-        text, _ = smi.communicate(timeout=10)
-    samples = parse_samples(text.splitlines())
     rows = summarize(records, samples)
     flops = 4 * b * h * sq * skv * d
     print(f"{key}: {len(records)} target windows, {len(samples)} nvidia-smi samples")

@@ -31,3 +31,13 @@ def test_summary_is_the_median_and_nan_without_samples():
     assert s == {"n": 3, "clock_mhz": 1800.0, "power_w": 650.0, "temp_c": 65.0}
     empty = mod.summarize([])
     assert empty["n"] == 0 and math.isnan(empty["clock_mhz"])
+
+
+def test_timed_samples_keep_the_time_and_parse_samples_drops_it():
+    """parse_timed_samples (what the sampling context yields, shared with neighbour_probe.py) keeps each sample's
+    time, None where the timestamp does not parse; parse_samples is the same samples without it."""
+    mod = _mod()
+    lines = ["2026/11/30 15:00:00.050, 1980, 612.40, 61", "not a time, 1740, 698.10, 63"]
+    timed = mod.parse_timed_samples(lines)
+    assert [s[1:] for s in timed] == mod.parse_samples(lines) == [(1980.0, 612.4, 61.0), (1740.0, 698.1, 63.0)]
+    assert timed[0][0] is not None and timed[1][0] is None

@@ -406,18 +406,21 @@ def test_round_orders_for_the_four_benchmark_backends():
 
 def test_neighbour_probe_plan_samples_and_table():
     """neighbour_probe.py's pure parts: each repetition runs all 8 (predecessor, target) pairs once, the repetitions
-    in different orders; nvidia-smi lines parse (a header or "[N/A]" skipped); samples are assigned to the target
-    windows they fall in; the table has one row per pair with the target's median time."""
+    in different orders; nvidia-smi lines parse with their times (clock_probe.parse_timed_samples, which the probe
+    samples through: a header or "[N/A]" skipped); samples are assigned to the target windows they fall in; the table
+    has one row per pair with the target's median time."""
     probe = _load("neighbour_probe")
     plan = probe.pair_plan(3)
     assert len(plan) == 24 and len(set(plan)) == 8
     assert all(sorted(plan[8 * r:8 * r + 8]) == sorted(set(plan)) for r in range(3))
     assert plan[:8] != plan[8:16]
     assert {t for _, t in plan} == {"vidattn", "cudnn"} and {p for p, _ in plan} == set(probe.PREDECESSORS)
-    lines = ["timestamp, clocks.current.sm [MHz], power.draw [W]", "2026/12/01 11:20:20.100, 1650, 690.5",
-             "2026/12/01 11:20:20.300, [N/A], 700", "2026/12/01 11:20:21.500, 1980, 120.0", "garbage"]
-    samples = probe.parse_samples(lines)
-    assert [(c, p) for _, c, p in samples] == [(1650.0, 690.5), (1980.0, 120.0)]
+    lines = ["timestamp, clocks.current.sm [MHz], power.draw [W], temperature.gpu",
+             "2026/12/01 11:20:20.100, 1650, 690.5, 60", "2026/12/01 11:20:20.300, [N/A], 700, 60",
+             "2026/12/01 11:20:21.500, 1980, 120.0, 55", "garbage"]
+    samples = _load("clock_probe").parse_timed_samples(lines)
+    assert [(c, p) for _, c, p, _ in samples] == [(1650.0, 690.5), (1980.0, 120.0)]
+    assert samples[1][0] - samples[0][0] == pytest.approx(1.4)
     t0 = samples[0][0]
     records = [{"pred": "cudnn", "target": "vidattn", "t0": t0 - 0.05, "t1": t0 + 0.05, "ms": 9.8},
                {"pred": "cudnn", "target": "vidattn", "t0": t0 + 5, "t1": t0 + 6, "ms": 9.6},
