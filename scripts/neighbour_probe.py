@@ -7,7 +7,8 @@ times pairs of windows, a predecessor then a target, for every predecessor in {i
 every target in {vidattn, cudnn}. Each window is `triton.testing.do_bench` with bench_kernel.py's warm-up (25 ms)
 and rep (100 ms); "idle" is --pause seconds of sleep. The pairs run --reps times, each repetition in a Williams order
 (scripts/round_order.py), while `nvidia-smi` samples the SM clock and power every 20 ms. The table gives, per pair,
-the target's median time and the median clock and power of the samples inside its windows.
+the target's median time, the medians of the first and last quarter of its calls inside a window (does the
+window start slow and speed up, or the other way?), and the median clock and power of the samples inside its windows.
 
     python3 scripts/neighbour_probe.py wan13b_self --reps 4 --json out/neighbour_wan13b.json
 
@@ -47,15 +48,29 @@ def samples_within(samples, windows) -> list[tuple]:
     return [s for s in samples if s[0] is not None and any(a <= s[0] <= b for a, b in windows)]
 
 
+def window_quarters(records: list[dict]) -> tuple[float, float]:
+    """Median of the first and of the last quarter (at least one call) of each window's per-call times, pooled over
+    the windows; NaN where no record kept its per-call times."""
+    head, tail = [], []
+    for r in records:
+        times = r.get("times") or []
+        if times:
+            q = max(1, len(times) // 4)
+            head += times[:q]
+            tail += times[-q:]
+    return (statistics.median(head) if head else float("nan"), statistics.median(tail) if tail else float("nan"))
+
+
 def summarize(records: list[dict], samples) -> list[dict]:
-    """Per (predecessor, target): the target's median ms over its windows, and the median clock and power of the
-    samples inside them."""
+    """Per (predecessor, target): the target's median ms over its windows, the first and last quarters of its calls
+    (window_quarters), and the median clock and power of the samples inside the windows."""
     rows = []
     for p, t in dict.fromkeys((r["pred"], r["target"]) for r in records):
         mine = [r for r in records if (r["pred"], r["target"]) == (p, t)]
         inside = samples_within(samples, [(r["t0"], r["t1"]) for r in mine])
+        head, tail = window_quarters(mine)
         rows.append({"pred": p, "target": t, "n": len(mine), "ms": statistics.median(r["ms"] for r in mine),
-                     "ms_all": [r["ms"] for r in mine], "samples": len(inside),
+                     "ms_all": [r["ms"] for r in mine], "head_ms": head, "tail_ms": tail, "samples": len(inside),
                      "clock_mhz": statistics.median(s[1] for s in inside) if inside else float("nan"),
                      "power_w": statistics.median(s[2] for s in inside) if inside else float("nan")})
     return rows
@@ -97,24 +112,26 @@ def main(argv=None) -> int:
         t0 = time.time()
         if name == "idle":
             time.sleep(args.pause)
-            ms = float("nan")
+            times = []
         else:
-            ms = do_bench(fns[name], warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
-        return t0, time.time(), ms
+            times = list(do_bench(fns[name], warmup=WARMUP_MS, rep=REP_MS, return_mode="all"))
+        return t0, time.time(), times
 
     records = []
     with sampling(period_ms=20) as samples:
         for pred, target in pair_plan(args.reps):
             window(pred)
-            t0, t1, ms = window(target)
-            records.append({"pred": pred, "target": target, "t0": t0, "t1": t1, "ms": ms})
+            t0, t1, times = window(target)
+            records.append({"pred": pred, "target": target, "t0": t0, "t1": t1, "ms": statistics.median(times),
+                            "times": times})
     rows = summarize(records, samples)
     flops = 4 * b * h * sq * skv * d
     print(f"{key}: {len(records)} target windows, {len(samples)} nvidia-smi samples")
-    print("| target | after | windows | median ms | TFLOPS | SM clock (MHz) | power (W) | samples |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| target | after | windows | median ms | first / last quarter ms | TFLOPS | SM clock (MHz) | power (W) "
+          "| samples |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (r["target"], PREDECESSORS.index(r["pred"]))):
-        print(f"| {r['target']} | {r['pred']} | {r['n']} | {r['ms']:.3f} | {flops / r['ms'] / 1e9:.0f} | "
+        print(f"| {r['target']} | {r['pred']} | {r['n']} | {r['ms']:.3f} | {r['head_ms']:.3f} / {r['tail_ms']:.3f} | {flops / r['ms'] / 1e9:.0f} | "
               f"{r['clock_mhz']:.0f} | {r['power_w']:.0f} | {r['samples']} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"shape": key, "gpu": torch.cuda.get_device_name(),

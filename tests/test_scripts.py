@@ -408,7 +408,7 @@ def test_neighbour_probe_plan_samples_and_table():
     """neighbour_probe.py's pure parts: each repetition runs all 8 (predecessor, target) pairs once, the repetitions
     in different orders; nvidia-smi lines parse with their times (clock_probe.parse_timed_samples, which the probe
     samples through: a header or "[N/A]" skipped); samples are assigned to the target windows they fall in; the table
-    has one row per pair with the target's median time."""
+    has one row per pair with the target's median time and the first / last quarter of its calls in a window."""
     probe = _load("neighbour_probe")
     plan = probe.pair_plan(3)
     assert len(plan) == 24 and len(set(plan)) == 8
@@ -422,10 +422,15 @@ def test_neighbour_probe_plan_samples_and_table():
     assert [(c, p) for _, c, p, _ in samples] == [(1650.0, 690.5), (1980.0, 120.0)]
     assert samples[1][0] - samples[0][0] == pytest.approx(1.4)
     t0 = samples[0][0]
-    records = [{"pred": "cudnn", "target": "vidattn", "t0": t0 - 0.05, "t1": t0 + 0.05, "ms": 9.8},
-               {"pred": "cudnn", "target": "vidattn", "t0": t0 + 5, "t1": t0 + 6, "ms": 9.6},
+    records = [{"pred": "cudnn", "target": "vidattn", "t0": t0 - 0.05, "t1": t0 + 0.05, "ms": 9.8,
+                "times": [10.0, 9.9, 9.8, 9.7, 9.6, 9.5, 9.4, 9.3]},
+               {"pred": "cudnn", "target": "vidattn", "t0": t0 + 5, "t1": t0 + 6, "ms": 9.6, "times": [9.9, 9.6, 9.2]},
                {"pred": "idle", "target": "vidattn", "t0": t0 + 1.3, "t1": t0 + 1.5, "ms": 9.1}]
     rows = {(r["pred"], r["target"]): r for r in probe.summarize(records, samples)}
     assert rows[("cudnn", "vidattn")]["ms"] == pytest.approx(9.7) and rows[("cudnn", "vidattn")]["samples"] == 1
     assert rows[("cudnn", "vidattn")]["clock_mhz"] == 1650.0
     assert rows[("idle", "vidattn")]["clock_mhz"] == 1980.0 and rows[("idle", "vidattn")]["n"] == 1
+    # first / last quarter of each window's calls, pooled: (10.0, 9.9, 9.9) and (9.4, 9.3, 9.2)
+    assert rows[("cudnn", "vidattn")]["head_ms"] == pytest.approx(9.9)
+    assert rows[("cudnn", "vidattn")]["tail_ms"] == pytest.approx(9.3)
+    assert math.isnan(rows[("idle", "vidattn")]["head_ms"])
