@@ -153,8 +153,33 @@ def _outermost_attention_ops(events) -> list:
     return out
 
 
+def _attention_kernel_us(ev) -> float:
+    """Device time (us) of the attention-named kernels launched under a CPU op or any op nested in it."""
+    own = sum(float(k.duration) for k in getattr(ev, "kernels", None) or [] if is_attention_name(k.name))
+    return own + sum(_attention_kernel_us(c) for c in getattr(ev, "cpu_children", None) or [])
+
+
+def attention_calls(ops) -> list[dict]:
+    """The outermost attention ops grouped by (name, input shapes): calls, and the device time of the attention
+    kernels each launched (kernel time only: a copy SDPA makes of its inputs is not in it). The shapes (the
+    profiler's `input_shapes`, recorded with record_shapes=True; q, k and v first) are what tells self- from
+    cross-attention apart where one kernel serves both, as cuDNN's does."""
+    groups: dict[tuple, dict] = {}
+    for ev in ops:
+        shapes = [list(x) for x in (getattr(ev, "input_shapes", None) or [])[:3]]
+        key = (ev.name, repr(shapes))
+        g = groups.setdefault(key, {"op": ev.name, "shapes": shapes, "calls": 0, "kernel_ms": 0.0})
+        g["calls"] += 1
+        g["kernel_ms"] += _attention_kernel_us(ev) / 1e3
+    out = sorted(groups.values(), key=lambda g: -g["kernel_ms"])
+    for g in out:
+        g["kernel_ms_per_call"] = g["kernel_ms"] / g["calls"]
+    return out
+
+
 def attention_share(fn, device: torch.device) -> dict:
-    """Profile one call of `fn` and return the attention share of its time.
+    """Profile one call of `fn` and return the attention share of its time, and (CUDA) per kind of attention call
+    (op and input shapes) its attention kernels' time per call (`attention_calls`).
 
     CUDA, two attributions: (a) by kernel name: device time of kernels whose name looks like attention over
     the device time of all kernels; (b) by op: device time launched under the outermost attention ops
@@ -167,7 +192,7 @@ def attention_share(fn, device: torch.device) -> dict:
     device = torch.device(device)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     sync(device)
-    with profile(activities=acts) as prof:
+    with profile(activities=acts, record_shapes=True) as prof:
         t0 = time.perf_counter()
         fn()
         sync(device)
@@ -200,7 +225,8 @@ def attention_share(fn, device: torch.device) -> dict:
                                     sorted(kernels.items(), key=lambda kv: -kv[1])],
                    matched_ops=[{"name": k, "ms": v / 1e3} for k, v in
                                 sorted(op_times.items(), key=lambda kv: -kv[1])],
-                   vidattn_kernel_seen=any("vidattn" in k.lower() for k in kernels))
+                   vidattn_kernel_seen=any("vidattn" in k.lower() for k in kernels),
+                   attention_calls=attention_calls(ops))
     else:
         op_times = {}
         for ev in ops:

@@ -181,6 +181,38 @@ def ratio(a, b):
     return (a / b) if (a is not None and b) else None
 
 
+def attention_per_call(paths: dict | None, profiles: dict) -> dict:
+    """Per attention call of the model (self_attn, cross_attn): the attention kernels' device time per call in the
+    profiled forward under each path (pipelines.measure.attention_calls: the op's calls whose q and k shapes are the
+    call's, in either layout), and SDPA's over vidattn's. The kernels timed inside the model, between its GEMMs,
+    rather than back to back as bench_kernel.py times them."""
+    out = {}
+    for name, p in (paths or {}).items():
+        want = (sorted(p["shape_q"]), sorted(p["shape_kv"]))
+        row = {}
+        for path in PATHS:
+            groups = [g for g in (profiles.get(path) or {}).get("attention_calls") or []
+                      if len(g["shapes"]) >= 2 and (sorted(g["shapes"][0]), sorted(g["shapes"][1])) == want]
+            calls = sum(g["calls"] for g in groups)
+            row[path] = {"calls": calls,
+                         "kernel_ms_per_call": sum(g["kernel_ms"] for g in groups) / calls if calls else None}
+        row["speedup"] = ratio(row["sdpa"]["kernel_ms_per_call"], row["vidattn"]["kernel_ms_per_call"])
+        out[name] = row
+    return out
+
+
+def per_call_lines(report: dict) -> list[str]:
+    rows = report.get("attention_per_call") or {}
+    if not any(r["sdpa"]["calls"] or r["vidattn"]["calls"] for r in rows.values()):
+        return []
+    lines = ["| attention kernels per call, in the profiled forward | SDPA (ms) | vidattn (ms) | calls | SDPA / vidattn |",
+             "|---|---|---|---|---|"]
+    for k, r in rows.items():
+        lines.append(f"| {k} | {fmt(r['sdpa']['kernel_ms_per_call'], 3)} | {fmt(r['vidattn']['kernel_ms_per_call'], 3)} "
+                     f"| {r['sdpa']['calls']} / {r['vidattn']['calls']} | {fmt(r['speedup'], 3, 'x')} |")
+    return lines + [""]
+
+
 # ------------------------------------------------------------------------------------------- full run
 def run_generation(args, pipe, device, dtype, switch: AttnSwitch) -> dict:
     from pipelines import decode_latents, denoise, initial_latents, prompt_pair, token_count
@@ -413,6 +445,7 @@ def markdown(report: dict) -> str:
                   f"| decoded video SSIM (mean over {len(fi['ssim_frames'])} frames) | {fmt(fi['ssim'], 5)} |",
                   f"| max abs pixel difference (0-255) | {fi['max_abs_diff_u8']} |",
                   f"| final latents relative L2 | {fi['latent_rel_l2']:.3e} |", ""]
+    lines += per_call_lines(report)
     for p in PATHS:
         prof = report["profiles"].get(p)
         if prof:
@@ -777,7 +810,12 @@ def main(argv: list[str] | None = None) -> dict:
         "attention_paths": paths, **body, "vidattn_warnings": switch.warnings,
     }
     report["fallback"] = fallback_summary(paths, report["profiles"], device)
+    report["attention_per_call"] = attention_per_call(paths, report["profiles"])
     log_fallback(report["fallback"])
+    for k, r in report["attention_per_call"].items():
+        if r["speedup"] is not None:
+            log(f"{k}: attention kernels {fmt(r['sdpa']['kernel_ms_per_call'], 3)} ms (SDPA) vs "
+                f"{fmt(r['vidattn']['kernel_ms_per_call'], 3)} ms (vidattn) per call: {fmt(r['speedup'], 3, 'x')}")
 
     (out_dir / "report.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
     (out_dir / "report.md").write_text(markdown(report))

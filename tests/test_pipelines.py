@@ -145,3 +145,32 @@ def test_measure_helpers(tiny):
     prof = attention_share(fwd, torch.device("cpu"))
     assert 0 < prof["attention_share"] <= 1
     assert any("scaled_dot_product" in m["name"] or "vidattn" in m["name"] for m in prof["matched_ops"])
+
+
+def test_attention_calls_group_by_shapes_and_count_attention_kernels_only():
+    """attention_calls: the outermost attention ops grouped by (name, q/k/v shapes); each call's time is the
+    attention-named kernels launched under it or any op nested in it (a copy kernel under SDPA is not counted)."""
+    from types import SimpleNamespace as NS
+
+    from pipelines.measure import attention_calls
+
+    def kern(name, us):
+        return NS(name=name, device=0, duration=us)
+
+    def op(shapes, kernels=(), children=()):
+        return NS(name="aten::scaled_dot_product_attention", input_shapes=shapes, kernels=list(kernels),
+                  cpu_children=list(children))
+
+    self_shapes = [[1, 12, 64, 128], [1, 12, 64, 128], [1, 12, 64, 128], []]
+    cross_shapes = [[1, 12, 64, 128], [1, 12, 8, 128], [1, 12, 8, 128]]
+    launch = NS(name="cudaLaunchKernel", kernels=[kern("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", 900.0)],
+                cpu_children=[])
+    ops = [op(self_shapes, [kern("elementwise_copy_kernel", 500.0)], [launch]),
+           op(self_shapes, [kern("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", 1100.0)]),
+           op(cross_shapes, [kern("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", 30.0)])]
+    groups = attention_calls(ops)
+    assert [g["calls"] for g in groups] == [2, 1]
+    assert groups[0]["shapes"] == self_shapes[:3] and groups[1]["shapes"] == cross_shapes
+    assert groups[0]["kernel_ms"] == pytest.approx(2.0) and groups[0]["kernel_ms_per_call"] == pytest.approx(1.0)
+    assert groups[1]["kernel_ms_per_call"] == pytest.approx(0.03)
+    assert attention_calls([]) == []

@@ -153,6 +153,34 @@ def test_e2e_report_gpu_small(tmp_path):
         assert prof["attention_share"] and prof["attention_share"] > 0.05, prof
     if torch.cuda.get_device_capability()[0] == 9:
         assert not rep["fallback"]["all_fallback"], rep["fallback"]["summary"]
+        # the per-call split finds both kinds of call under both paths, and accounts for the attention kernels
+        for kind, row in rep["attention_per_call"].items():
+            assert row["sdpa"]["calls"] > 0 and row["vidattn"]["calls"] == row["sdpa"]["calls"], (kind, row)
+            assert row["speedup"] and row["speedup"] > 0.5, (kind, row)
+        for path in ("sdpa", "vidattn"):
+            prof = rep["profiles"][path]
+            split = sum(g["kernel_ms"] for g in prof["attention_calls"])
+            assert split == pytest.approx(prof["attention_ms"], rel=0.05), (path, split, prof["attention_ms"])
+
+
+def test_e2e_attention_per_call_matches_calls_by_shape():
+    """The report's per-call table: each attention call of the model is found in each path's profile by its q and
+    k shapes whatever their layout (SDPA's (B, H, S, D) against the model's (B, S, H, D)); a path without a match
+    has no time and no ratio."""
+    paths = {"self_attn": {"shape_q": [1, 64, 12, 128], "shape_kv": [1, 64, 12, 128]},
+             "cross_attn": {"shape_q": [1, 64, 12, 128], "shape_kv": [1, 8, 12, 128]}}
+    sdpa = [{"shapes": [[1, 12, 64, 128], [1, 12, 64, 128], [1, 12, 64, 128]], "calls": 4, "kernel_ms": 40.0},
+            {"shapes": [[1, 12, 64, 128], [1, 12, 8, 128], [1, 12, 8, 128]], "calls": 4, "kernel_ms": 2.0}]
+    vid = [{"shapes": [[1, 64, 12, 128], [1, 64, 12, 128], [1, 64, 12, 128]], "calls": 4, "kernel_ms": 32.0}]
+    rows = e2e.attention_per_call(paths, {"sdpa": {"attention_calls": sdpa}, "vidattn": {"attention_calls": vid}})
+    assert rows["self_attn"]["sdpa"]["kernel_ms_per_call"] == pytest.approx(10.0)
+    assert rows["self_attn"]["vidattn"]["kernel_ms_per_call"] == pytest.approx(8.0)
+    assert rows["self_attn"]["speedup"] == pytest.approx(1.25)
+    assert rows["cross_attn"]["vidattn"] == {"calls": 0, "kernel_ms_per_call": None}
+    assert rows["cross_attn"]["speedup"] is None
+    lines = e2e.per_call_lines({"attention_per_call": rows})
+    assert any(line.startswith("| self_attn | 10.000 | 8.000 | 4 / 4 | 1.250x |") for line in lines)
+    assert e2e.per_call_lines({"attention_per_call": {}}) == []
 
 
 def test_git_commit_prefers_the_launcher_supplied_commit(monkeypatch):
