@@ -153,33 +153,8 @@ def _outermost_attention_ops(events) -> list:
     return out
 
 
-def _attention_kernel_us(ev) -> float:
-    """Device time (us) of the attention-named kernels launched under a CPU op or any op nested in it."""
-    own = sum(float(k.duration) for k in getattr(ev, "kernels", None) or [] if is_attention_name(k.name))
-    return own + sum(_attention_kernel_us(c) for c in getattr(ev, "cpu_children", None) or [])
-
-
-def attention_calls(ops) -> list[dict]:
-    """The outermost attention ops grouped by (name, input shapes): calls, and the device time of the attention
-    kernels each launched (kernel time only: a copy SDPA makes of its inputs is not in it). The shapes (the
-    profiler's `input_shapes`, recorded with record_shapes=True; q, k and v first) are what tells self- from
-    cross-attention apart where one kernel serves both, as cuDNN's does."""
-    groups: dict[tuple, dict] = {}
-    for ev in ops:
-        shapes = [list(x) for x in (getattr(ev, "input_shapes", None) or [])[:3]]
-        key = (ev.name, repr(shapes))
-        g = groups.setdefault(key, {"op": ev.name, "shapes": shapes, "calls": 0, "kernel_ms": 0.0})
-        g["calls"] += 1
-        g["kernel_ms"] += _attention_kernel_us(ev) / 1e3
-    out = sorted(groups.values(), key=lambda g: -g["kernel_ms"])
-    for g in out:
-        g["kernel_ms_per_call"] = g["kernel_ms"] / g["calls"]
-    return out
-
-
 def attention_share(fn, device: torch.device) -> dict:
-    """Profile one call of `fn` and return the attention share of its time, and (CUDA) per kind of attention call
-    (op and input shapes) its attention kernels' time per call (`attention_calls`).
+    """Profile one call of `fn` and return the attention share of its time.
 
     CUDA, two attributions: (a) by kernel name: device time of kernels whose name looks like attention over
     the device time of all kernels; (b) by op: device time launched under the outermost attention ops
@@ -192,7 +167,7 @@ def attention_share(fn, device: torch.device) -> dict:
     device = torch.device(device)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     sync(device)
-    with profile(activities=acts, record_shapes=True) as prof:
+    with profile(activities=acts) as prof:
         t0 = time.perf_counter()
         fn()
         sync(device)
@@ -225,8 +200,7 @@ def attention_share(fn, device: torch.device) -> dict:
                                     sorted(kernels.items(), key=lambda kv: -kv[1])],
                    matched_ops=[{"name": k, "ms": v / 1e3} for k, v in
                                 sorted(op_times.items(), key=lambda kv: -kv[1])],
-                   vidattn_kernel_seen=any("vidattn" in k.lower() for k in kernels),
-                   attention_calls=attention_calls(ops))
+                   vidattn_kernel_seen=any("vidattn" in k.lower() for k in kernels))
     else:
         op_times = {}
         for ev in ops:
@@ -240,6 +214,68 @@ def attention_share(fn, device: torch.device) -> dict:
                                 sorted(op_times.items(), key=lambda kv: -kv[1])],
                    vidattn_kernel_seen=False)
     return res
+
+
+def attention_call_times(fn, device: torch.device) -> list[dict]:
+    """Run `fn` once with every attention call timed where the model makes it: `F.scaled_dot_product_attention` and
+    `vidattn.ops.attention` are wrapped for the call, each call between two CUDA events on the current stream (CPU:
+    perf_counter), only the outermost one where they nest (vidattn's SDPA fallback). Returns the calls grouped by
+    (function, q shape, k shape): calls, total ms and ms per call. What this times is the attention call as the model
+    runs it, between its GEMMs, against bench_kernel.py's calls back to back; an SDPA call's copies of its inputs,
+    if it makes any, are in it. (The profiler's kernel-to-op links are not used: on the H200 they credited the
+    self-attention ops with 1.0-1.8x the attention kernels' time, differently per run and path.)"""
+    import torch.nn.functional as F
+
+    from vidattn import ops as vops
+
+    cuda = torch.device(device).type == "cuda"
+    records, depth = [], [0]
+
+    def wrap(name, orig):
+        def timed(*args, **kwargs):
+            if depth[0]:
+                return orig(*args, **kwargs)
+            q = args[0] if args else kwargs.get("query", kwargs.get("q"))
+            k = args[1] if len(args) > 1 else kwargs.get("key", kwargs.get("k"))
+            depth[0] += 1
+            try:
+                if cuda:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    out = orig(*args, **kwargs)
+                    end.record()
+                else:
+                    t0 = time.perf_counter()
+                    out = orig(*args, **kwargs)
+                    start, end = t0, time.perf_counter()
+            finally:
+                depth[0] -= 1
+            records.append((name, list(q.shape), list(k.shape), start, end))
+            return out
+        return timed
+
+    targets = [(F, "scaled_dot_product_attention", "F.scaled_dot_product_attention"),
+               (vops, "attention", "vidattn.attention")]
+    saved = [getattr(mod, attr) for mod, attr, _ in targets]
+    try:
+        for (mod, attr, name), orig in zip(targets, saved):
+            setattr(mod, attr, wrap(name, orig))
+        fn()
+        sync(torch.device(device))
+    finally:
+        for (mod, attr, _), orig in zip(targets, saved):
+            setattr(mod, attr, orig)
+    groups: dict[tuple, dict] = {}
+    for name, qs, ks, start, end in records:
+        ms = start.elapsed_time(end) if cuda else (end - start) * 1e3
+        g = groups.setdefault((name, repr(qs), repr(ks)), {"fn": name, "q_shape": qs, "k_shape": ks, "calls": 0,
+                                                           "ms": 0.0})
+        g["calls"] += 1
+        g["ms"] += ms
+    out = sorted(groups.values(), key=lambda g: -g["ms"])
+    for g in out:
+        g["ms_per_call"] = g["ms"] / g["calls"]
+    return out
 
 
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -147,30 +147,38 @@ def test_measure_helpers(tiny):
     assert any("scaled_dot_product" in m["name"] or "vidattn" in m["name"] for m in prof["matched_ops"])
 
 
-def test_attention_calls_group_by_shapes_and_count_attention_kernels_only():
-    """attention_calls: the outermost attention ops grouped by (name, q/k/v shapes); each call's time is the
-    attention-named kernels launched under it or any op nested in it (a copy kernel under SDPA is not counted)."""
-    from types import SimpleNamespace as NS
+def test_attention_call_times_wraps_both_functions_and_restores_them(tiny):
+    """attention_call_times: every attention call the model makes is timed once, grouped by (function, q shape,
+    k shape), the outermost call only where vidattn.attention falls back to SDPA inside; both functions are
+    restored afterwards, also when the forward raises."""
+    import torch.nn.functional as F
 
-    from pipelines.measure import attention_calls
+    import vidattn
+    from pipelines.measure import attention_call_times
+    from vidattn import ops as vops
 
-    def kern(name, us):
-        return NS(name=name, device=0, duration=us)
+    sdpa, vattn = F.scaled_dot_product_attention, vops.attention
+    q = torch.randn(1, 2, 16, 8)
+    k = torch.randn(1, 2, 4, 8)
 
-    def op(shapes, kernels=(), children=()):
-        return NS(name="aten::scaled_dot_product_attention", input_shapes=shapes, kernels=list(kernels),
-                  cpu_children=list(children))
+    def fwd():
+        F.scaled_dot_product_attention(q, q, q)
+        F.scaled_dot_product_attention(q, k, k)
+        F.scaled_dot_product_attention(query=q, key=k, value=k)
+        with pytest.warns(UserWarning):
+            vops.attention(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2), layout="bshd")  # falls back
 
-    self_shapes = [[1, 12, 64, 128], [1, 12, 64, 128], [1, 12, 64, 128], []]
-    cross_shapes = [[1, 12, 64, 128], [1, 12, 8, 128], [1, 12, 8, 128]]
-    launch = NS(name="cudaLaunchKernel", kernels=[kern("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", 900.0)],
-                cpu_children=[])
-    ops = [op(self_shapes, [kern("elementwise_copy_kernel", 500.0)], [launch]),
-           op(self_shapes, [kern("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", 1100.0)]),
-           op(cross_shapes, [kern("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", 30.0)])]
-    groups = attention_calls(ops)
-    assert [g["calls"] for g in groups] == [2, 1]
-    assert groups[0]["shapes"] == self_shapes[:3] and groups[1]["shapes"] == cross_shapes
-    assert groups[0]["kernel_ms"] == pytest.approx(2.0) and groups[0]["kernel_ms_per_call"] == pytest.approx(1.0)
-    assert groups[1]["kernel_ms_per_call"] == pytest.approx(0.03)
-    assert attention_calls([]) == []
+    groups = attention_call_times(fwd, torch.device("cpu"))
+    by = {(g["fn"], tuple(g["k_shape"])): g for g in groups}
+    assert by[("F.scaled_dot_product_attention", (1, 2, 16, 8))]["calls"] == 1
+    assert by[("F.scaled_dot_product_attention", (1, 2, 4, 8))]["calls"] == 2
+    assert by[("vidattn.attention", (1, 4, 2, 8))]["calls"] == 1 and len(groups) == 3
+    assert all(g["ms"] >= 0 and g["ms_per_call"] == pytest.approx(g["ms"] / g["calls"]) for g in groups)
+    assert F.scaled_dot_product_attention is sdpa and vops.attention is vattn
+
+    def boom():
+        raise RuntimeError("forward failed")
+
+    with pytest.raises(RuntimeError, match="forward failed"):
+        attention_call_times(boom, torch.device("cpu"))
+    assert F.scaled_dot_product_attention is sdpa and vops.attention is vattn and vidattn.attention is vattn
