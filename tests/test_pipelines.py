@@ -147,7 +147,7 @@ def test_measure_helpers(tiny):
     assert any("scaled_dot_product" in m["name"] or "vidattn" in m["name"] for m in prof["matched_ops"])
 
 
-def test_attention_call_times_wraps_both_functions_and_restores_them(tiny):
+def test_attention_call_times_wraps_both_functions_and_restores_them(fresh_warnings):
     """attention_call_times: every attention call the model makes is timed once, grouped by (function, q shape,
     k shape), the outermost call only where vidattn.attention falls back to SDPA inside; both functions are
     restored afterwards, also when the forward raises."""
