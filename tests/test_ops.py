@@ -235,3 +235,19 @@ def test_gpu_fp32_falls_back_with_reason():
     assert "dtype" in vidattn.explain(q, k, v)
     torch.testing.assert_close(vidattn.attention(q, k, v).cpu().double(), ref_bshd(q.cpu(), k.cpu(), v.cpu())[0],
                                atol=1e-3, rtol=1e-3)
+
+
+def test_eager_call_keeps_the_op_name_in_profiles(fresh_warnings):
+    """An eager call runs the op's body without the custom op's dispatch; under torch's profiler it still shows as
+    a `vidattn::attention` range (which pipelines.measure counts as attention), and outside it no range is opened."""
+    from torch.profiler import ProfilerActivity, profile
+
+    q, k, v = rand_bshd(1, 8, 8, 2, 16)
+    assert not ops._profiler_on()
+    with pytest.warns(UserWarning), profile(activities=[ProfilerActivity.CPU]) as prof:
+        assert ops._profiler_on()
+        out = vidattn.attention(q, k, v, layout="bshd")
+    assert not ops._profiler_on()
+    names = [e.name for e in prof.events()]
+    assert names.count("vidattn::attention") == 1
+    torch.testing.assert_close(out.double(), ref_bshd(q, k, v)[0], atol=1e-5, rtol=1e-5)

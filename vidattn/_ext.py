@@ -248,11 +248,18 @@ def build_error() -> str | None:
     return _build_error
 
 
+_capabilities: dict[int, tuple[int, int]] = {}  # per device index: asked once (every launch looks here)
+
+
 def device_reason(device: torch.device) -> str | None:
     """Why the kernel cannot run on this device at all (None if it can, given a working build)."""
     if device.type != "cuda":
         return f"tensors are on {device.type}, the kernel runs on CUDA only"
-    major, minor = torch.cuda.get_device_capability(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    cap = _capabilities.get(index)
+    if cap is None:
+        cap = _capabilities[index] = torch.cuda.get_device_capability(index)
+    major, minor = cap
     if major != 9:
         return f"GPU is sm_{major}{minor}; the kernel is built for Hopper (sm_90a) only"
     return None

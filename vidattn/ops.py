@@ -54,6 +54,12 @@ def _is_compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
+def _profiler_on() -> bool:
+    """Whether torch's profiler is recording (its module flag; True where a torch lacks it, which only costs the
+    profiler range's few microseconds)."""
+    return getattr(torch.autograd.profiler, "_is_profiler_enabled", True)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # validation (runs before dispatch, eagerly or at trace time; never looks at tensor values while compiling)
 # ----------------------------------------------------------------------------------------------------------
@@ -179,8 +185,9 @@ def _empty_lse(q):
 
 
 def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, scale: Optional[float],
-                    kv_lens: Optional[torch.Tensor], return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """The body of the `vidattn::attention` custom op: the kernel, or SDPA with a warning naming the reason."""
+                    kv_lens: Optional[torch.Tensor], return_lse: bool):
+    """(out, lse or None): the kernel, or SDPA with a warning naming the reason. The custom op's body, and what an
+    eager `attention` call runs directly."""
     qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
     b, sq, h, d = qv.shape
     sc = _default_scale(scale, d)
@@ -194,15 +201,19 @@ def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: s
             out_view = out.transpose(1, 2)
         lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device) if return_lse else None
         _ext.forward(qv, kv, vv, out_view, lse, kv_lens, sc)
-        return out, (lse if lse is not None else _empty_lse(q))
+        return out, lse
     warn_fallback(reason)
     out, lse = sdpa_fallback(qv.transpose(1, 2), kv.transpose(1, 2), vv.transpose(1, 2), sc, kv_lens, return_lse)
     # Same strides as the kernel path (and the fake): contiguous in the caller's layout.
     out = out.contiguous() if layout == "bhsd" else out.transpose(1, 2).contiguous()
+    return out, lse
+
+
+@torch.library.custom_op("vidattn::attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, scale: Optional[float],
+                  kv_lens: Optional[torch.Tensor], return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = _attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
     return out, (lse if lse is not None else _empty_lse(q))
-
-
-_attention_op = torch.library.custom_op("vidattn::attention", _attention_impl, mutates_args=())
 
 
 @_attention_op.register_fake
@@ -267,9 +278,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
         # layers, which cost more host time than a short kernel takes (scripts/call_overhead.py), under a profiler
         # range of the op's name so traces read the same either way.
         out, lse = torch.ops.vidattn.attention(q, k, v, layout, scale, kv_lens, return_lse)
-    else:
+    elif _profiler_on():
         with torch.profiler.record_function("vidattn::attention"):
             out, lse = _attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
+    else:
+        out, lse = _attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
     return (out, lse) if return_lse else out
 
 

@@ -1,0 +1,103 @@
+"""Where a small Wan forward's time goes under SDPA and under vidattn: wall time, host time, kernel count, top host
+functions.
+
+The e2e GPU test's reduced Wan 1.3B (240x416, 21 frames: 1560 tokens) ran a forward in 88 ms under vidattn and in
+42 ms under SDPA (thirteenth session, call 4), where one attention call's host path costs about 95 us more than
+SDPA's (scripts/call_overhead.py): 60 calls explain 6 ms of the 46. Per path this builds the forward once and
+reports: wall ms per forward (synchronised), host ms per forward (launches only, the GPU queue kept full by a sleep
+kernel), the device kernels one forward launches and their summed time (torch.profiler), and cProfile's top
+functions by own time.
+
+    python3 scripts/forward_overhead.py --preset 1.3b --height 240 --width 416 --frames 21
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="1.3b")
+    ap.add_argument("--height", type=int, default=240)
+    ap.add_argument("--width", type=int, default=416)
+    ap.add_argument("--frames", type=int, default=21)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args(argv)
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import vidattn
+    from pipelines import build_pipeline, initial_latents, prompt_pair
+
+    dev = torch.device(args.device)
+    cuda = dev.type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    pipe = build_pipeline(args.preset, device=dev, dtype=dtype)
+    latents = initial_latents(pipe, args.height, args.width, args.frames, 0, dev)
+    embeds, _ = prompt_pair(pipe, "a fox in the snow")
+    inputs = dict(hidden_states=latents.to(dtype), timestep=torch.full((latents.shape[0],), 999.0, device=dev),
+                  encoder_hidden_states=embeds.to(dtype), return_dict=False)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(dev)
+
+    def forward():
+        with torch.no_grad():
+            return pipe.transformer(**inputs)[0]
+
+    for path in ("sdpa", "vidattn"):
+        if path == "vidattn":
+            vidattn.apply(pipe)
+        for _ in range(3):
+            forward()
+        sync()
+        wall = []
+        for _ in range(args.iters):
+            t0 = time.perf_counter()
+            forward()
+            sync()
+            wall.append((time.perf_counter() - t0) * 1e3)
+        host = []
+        for _ in range(args.iters):
+            if cuda:
+                torch.cuda._sleep(int(0.5 * torch.cuda.clock_rate(dev) * 1e6))  # 0.5 s of queue ahead
+            t0 = time.perf_counter()
+            forward()
+            host.append((time.perf_counter() - t0) * 1e3)
+            sync()
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=acts) as prof:
+            forward()
+            sync()
+        kernels = [e for e in prof.events() if getattr(e, "device_type", None) is not None
+                   and e.device_type != torch.autograd.DeviceType.CPU]
+        dev_ms = sum(e.device_time_total for e in kernels) / 1e3
+        cp = cProfile.Profile()
+        cp.enable()
+        forward()
+        cp.disable()
+        sync()
+        text = io.StringIO()
+        pstats.Stats(cp, stream=text).sort_stats("tottime").print_stats(args.top)
+        print(f"## {path}: wall {statistics.median(wall):.1f} ms/forward, host {statistics.median(host):.1f} ms, "
+              f"{len(kernels)} kernels, {dev_ms:.1f} ms of kernel time")
+        print(text.getvalue())
+        if path == "vidattn":
+            vidattn.restore(pipe)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
