@@ -209,6 +209,7 @@ def test_run_metadata_names_a_prebuilt_kernel_library(monkeypatch):
     monkeypatch.setenv("VIDATTN_LIBRARY", "/some/where/lib_pf0.so")
     monkeypatch.setenv("VIDATTN_LIBRARY_FLAGS", "-DVIDATTN_Q_L2_PREFETCH=0")
     meta = envinfo.run_metadata([])
+    assert "gpu_uuid" in meta  # None without a GPU; on one, which physical card ran
     assert meta["kernel_library"] == "lib_pf0.so" and meta["kernel_build_flags"] == "-DVIDATTN_Q_L2_PREFETCH=0"
 
 

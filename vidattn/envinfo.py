@@ -48,11 +48,17 @@ def run_metadata(argv: list[str] | None = None) -> dict:
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "gpu": None,
         "sm_count": None,
+        "gpu_uuid": None,
     }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         meta["gpu"] = props.name
         meta["sm_count"] = props.multi_processor_count
+        # Which physical card: a lent machine may differ from call to call, and cuDNN's own speed on the long shapes
+        # moved between calls (Wan 1.3B 561-564 TFLOPS, then 547-548; csrc/NOTES.md, thirteenth session). With the
+        # card recorded, runs can be grouped by it.
+        uuid = getattr(props, "uuid", None)
+        meta["gpu_uuid"] = str(uuid) if uuid is not None else None
     if os.environ.get("VIDATTN_LIBRARY"):  # a prebuilt kernel library, e.g. an A/B variant's -D flags
         meta["kernel_library"] = os.path.basename(os.environ["VIDATTN_LIBRARY"])
         meta["kernel_build_flags"] = os.environ.get("VIDATTN_LIBRARY_FLAGS", "")
