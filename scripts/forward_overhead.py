@@ -39,6 +39,7 @@ def main(argv=None) -> int:
 
     import vidattn
     from pipelines import build_pipeline, initial_latents, prompt_pair
+    from pipelines.measure import device_kernels
 
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
@@ -81,8 +82,7 @@ def main(argv=None) -> int:
         with profile(activities=acts) as prof:
             forward()
             sync()
-        kernels = [e for e in prof.events() if getattr(e, "device_type", None) is not None
-                   and e.device_type != torch.autograd.DeviceType.CPU]
+        kernels = device_kernels(list(prof.events()))
         dev_ms = sum(e.device_time_total for e in kernels) / 1e3
         cp = cProfile.Profile()
         cp.enable()

@@ -182,3 +182,20 @@ def test_attention_call_times_wraps_both_functions_and_restores_them(fresh_warni
     with pytest.raises(RuntimeError, match="forward failed"):
         attention_call_times(boom, torch.device("cpu"))
     assert F.scaled_dot_product_attention is sdpa and vops.attention is vattn and vidattn.attention is vattn
+
+
+def test_device_kernels_leave_out_annotation_mirrors():
+    """The profiler mirrors a record_function range onto the device timeline; attention_share must not count it as
+    a kernel (flagged is_user_annotation where torch says so, or named like a CPU event of the same profile)."""
+    from types import SimpleNamespace as NS
+
+    from pipelines.measure import device_kernels
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    events = [NS(name="vidattn::attention", device_type=cpu),
+              NS(name="vidattn::attention", device_type=cuda),  # mirror, unflagged (older torch)
+              NS(name="my_range", device_type=cuda, is_user_annotation=True),
+              NS(name="void vidattn::sm90::flash_fwd_kernel<128, 2, 176, false, false>(vidattn::sm90::FwdParams)",
+                 device_type=cuda, is_user_annotation=False),
+              NS(name="cudnn_generated_fort_native_sdpa_sm90_flash_fprop", device_type=cuda)]
+    assert [e.name[:12] for e in device_kernels(events)] == ["void vidattn", "cudnn_genera"]
