@@ -251,3 +251,18 @@ def test_eager_call_keeps_the_op_name_in_profiles(fresh_warnings):
     names = [e.name for e in prof.events()]
     assert names.count("vidattn::attention") == 1
     torch.testing.assert_close(out.double(), ref_bshd(q, k, v)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_fake_tensors_and_dispatch_modes_take_the_custom_op():
+    """Under FakeTensorMode (and any other dispatch mode, or with tensor subclasses) an eager call goes through the
+    custom op, whose fake implementation gives the output without touching data; plain tensors take the fast path."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    q = torch.randn(1, 8, 2, 64, dtype=torch.bfloat16)
+    assert ops._eager_fast_path(q, q, q)
+    with FakeTensorMode() as mode:
+        fq = mode.from_tensor(q)
+        assert not ops._eager_fast_path(fq, fq, fq)
+        out, lse = vidattn.attention(fq, fq, fq, layout="bshd", return_lse=True)
+    assert out.shape == (1, 8, 2, 64) and lse.shape == (1, 2, 8)
+    assert not ops._eager_fast_path(torch.nn.Parameter(q), q, q)

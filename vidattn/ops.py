@@ -54,6 +54,21 @@ def _is_compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
+try:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+except ImportError:  # a torch without it: assume no mode (the op route then only loses its host-time saving)
+    def _get_current_dispatch_mode():
+        return None
+
+
+def _eager_fast_path(q, k, v) -> bool:
+    """Whether an eager call may run the op's body directly: plain tensors and no dispatch mode active. Tensor
+    subclasses (FakeTensor, DTensor) and modes (FakeTensorMode, FlopCounterMode) take the custom op, whose fake
+    implementation and dispatch they rely on (the body reads data pointers)."""
+    return (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
+            and _get_current_dispatch_mode() is None)
+
+
 def _profiler_on() -> bool:
     """Whether torch's profiler is recording (its module flag; True where a torch lacks it, which only costs the
     profiler range's few microseconds)."""
@@ -273,10 +288,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
                                  _default_scale(scale, q.shape[-1]), kv_lens, return_lse)
         out = out if layout == "bhsd" else out.transpose(1, 2)
         return (out, lse) if return_lse else out
-    if _is_compiling():
-        # torch.compile traces the custom op (its fake gives the output's metadata); eager calls skip its dispatch
-        # layers, which cost more host time than a short kernel takes (scripts/call_overhead.py), under a profiler
-        # range of the op's name so traces read the same either way.
+    if _is_compiling() or not _eager_fast_path(q, k, v):
+        # torch.compile traces the custom op (its fake gives the output's metadata); plain eager calls skip its
+        # dispatch layers, which cost more host time than a short kernel takes (scripts/call_overhead.py), under a
+        # profiler range of the op's name so traces read the same either way.
         out, lse = torch.ops.vidattn.attention(q, k, v, layout, scale, kv_lens, return_lse)
     elif _profiler_on():
         with torch.profiler.record_function("vidattn::attention"):
