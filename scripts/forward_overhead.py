@@ -4,9 +4,10 @@ functions.
 The e2e GPU test's reduced Wan 1.3B (240x416, 21 frames: 1560 tokens) ran a forward in 88 ms under vidattn and in
 42 ms under SDPA (thirteenth session, call 4), where one attention call's host path costs about 95 us more than
 SDPA's (scripts/call_overhead.py): 60 calls explain 6 ms of the 46. Per path this builds the forward once and
-reports: wall ms per forward (synchronised), host ms per forward (launches only, the GPU queue kept full by a sleep
-kernel), the device kernels one forward launches and their summed time (torch.profiler), and cProfile's top
-functions by own time.
+reports: wall ms per forward (synchronised), host ms per forward (the GPU queue kept full by a 0.5 s sleep kernel
+first; Wan's forward waits for the GPU somewhere inside, so on the H200 this read 0.5 s plus the forward and says
+only that), the device kernels one forward launches and their summed time (torch.profiler, annotation ranges left
+out), and cProfile's top functions by own time.
 
     python3 scripts/forward_overhead.py --preset 1.3b --height 240 --width 416 --frames 21
 """
