@@ -7,7 +7,8 @@ SDPA's (scripts/call_overhead.py): 60 calls explain 6 ms of the 46. Per path thi
 reports: wall ms per forward (synchronised), host ms per forward (the GPU queue kept full by a 0.5 s sleep kernel
 first; Wan's forward waits for the GPU somewhere inside, so on the H200 this read 0.5 s plus the forward and says
 only that), the device kernels one forward launches and their summed time (torch.profiler, annotation ranges left
-out), and cProfile's top functions by own time.
+out), cProfile's top functions by own time, and the garbage collections per timed forward (--no-gc times with the
+collector off: one suspect for the host time every builtin loses under vidattn).
 
     python3 scripts/forward_overhead.py --preset 1.3b --height 240 --width 416 --frames 21
 """
@@ -34,7 +35,9 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--no-gc", action="store_true", help="time with Python's garbage collector off (gc.disable)")
     args = ap.parse_args(argv)
+    import gc
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -66,11 +69,17 @@ def main(argv=None) -> int:
             forward()
         sync()
         wall = []
+        collections0 = [g["collections"] for g in gc.get_stats()]
+        if args.no_gc:
+            gc.disable()
         for _ in range(args.iters):
             t0 = time.perf_counter()
             forward()
             sync()
             wall.append((time.perf_counter() - t0) * 1e3)
+        gc.enable()
+        # collections per forward by generation: a path that allocates more tracked objects triggers more of them
+        per_fwd = [(g["collections"] - c0) / args.iters for g, c0 in zip(gc.get_stats(), collections0)]
         host = []
         for _ in range(args.iters):
             if cuda:
@@ -93,7 +102,8 @@ def main(argv=None) -> int:
         text = io.StringIO()
         pstats.Stats(cp, stream=text).sort_stats("tottime").print_stats(args.top)
         print(f"## {path}: wall {statistics.median(wall):.1f} ms/forward, host {statistics.median(host):.1f} ms, "
-              f"{len(kernels)} kernels, {dev_ms:.1f} ms of kernel time")
+              f"{len(kernels)} kernels, {dev_ms:.1f} ms of kernel time; gc collections per forward (gen 0/1/2) "
+              f"{' / '.join(f'{x:.2f}' for x in per_fwd)}{' (gc off while timing)' if args.no_gc else ''}")
         print(text.getvalue())
         if path == "vidattn":
             vidattn.restore(pipe)
