@@ -463,3 +463,21 @@ def test_neighbour_probe_plan_samples_and_table():
     assert rows[("cudnn", "vidattn")]["head_ms"] == pytest.approx(9.9)
     assert rows[("cudnn", "vidattn")]["tail_ms"] == pytest.approx(9.3)
     assert math.isnan(rows[("idle", "vidattn")]["head_ms"])
+
+
+def test_call_and_forward_overhead_run_on_cpu(capsys, fresh_warnings):
+    """The two host-time probes run end to end on the CPU (no device column there) and print one row per path;
+    a malformed --shape is refused."""
+    call = _load("call_overhead")
+    assert call.main(["--device", "cpu", "--shape", "1,16,2,64", "--calls", "5", "--profile"]) == 0
+    out = capsys.readouterr().out
+    for path in ("| vidattn |", "| vidattn (custom op) |", "| sdpa |"):
+        assert path in out
+    assert "cumulative" in out  # the cProfile listing
+    with pytest.raises(SystemExit):
+        call.main(["--shape", "1,16,2"])
+    fwd = _load("forward_overhead")
+    assert fwd.main(["--preset", "tiny", "--device", "cpu", "--height", "64", "--width", "64", "--frames", "5",
+                     "--iters", "2", "--top", "3", "--no-gc"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("## ") == 2 and "gc off while timing" in out
