@@ -263,6 +263,12 @@ def sdpa_default_choice(q, k, v) -> str | None:
         return None
 
 
+def timed_backends(backends, vidattn_mod) -> list[str]:
+    """The backends a run times: the requested ones, less vidattn when `import vidattn` failed (its error is
+    recorded per shape instead). The rounds take these in round_orders' order, and the JSON config says so."""
+    return [b for b in backends if not (b == "vidattn" and vidattn_mod is None)]
+
+
 def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | None, gen) -> dict:
     import torch
     import torch.nn.functional as F
@@ -309,7 +315,7 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
     # Backends interleaved round by round, each backend's time the median of its rounds: on the long shapes the GPU
     # runs at its power limit and one measurement of the same kernel moved by up to 8% between calls (csrc/NOTES.md,
     # fifth session), so a lone timing per backend made the ratio a draw.
-    fns = {b: make_fn(b, sets, vidattn_mod) for b in args.backends if not (b == "vidattn" and vidattn_mod is None)}
+    fns = {b: make_fn(b, sets, vidattn_mod) for b in timed_backends(args.backends, vidattn_mod)}
     rounds: dict[str, list[float]] = {b: [] for b in fns}
     for backend_order in round_orders(fns, args.rounds, args.order):
         for backend in backend_order:
@@ -420,7 +426,8 @@ def main(argv=None) -> int:
               "backends": args.backends, "backend_notes": {b: BACKEND_NOTES[b] for b in args.backends},
               "timing": timer.method, "warmup_ms": timer.warmup_ms, "rep_ms": timer.rep_ms,
               "rounds": args.rounds, "per_backend_time": "median of the rounds (backends interleaved per round)",
-              "round_order": args.order, "round_orders": round_orders(args.backends, args.rounds, args.order),
+              "round_order": args.order,
+              "round_orders": round_orders(timed_backends(args.backends, vidattn_mod), args.rounds, args.order),
               "flops": "4*B*H*Sq*Skv*D", "l2_bytes": l2_bytes(), "check_rel_l2_threshold": CHECK_REL_L2,
               "seed": args.seed}
     gen = torch.Generator(device="cuda").manual_seed(args.seed)

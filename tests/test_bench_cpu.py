@@ -144,3 +144,13 @@ def test_bench_round_order_defaults_to_the_balanced_design():
     assert mod.parse_args(["--order", "rotated", "--rounds", "8"]).order == "rotated"
     with pytest.raises(SystemExit):
         mod.parse_args(["--order", "random"])
+
+
+def test_bench_times_and_records_the_same_backends():
+    """The backends a run times and the ones its config's round orders name are one list: without vidattn (its
+    import failed) the SDPA backends still run, and the orders leave vidattn out too."""
+    bench = _bench_module()
+    assert bench.timed_backends(["vidattn", "sdpa", "cudnn", "flash"], object()) == ["vidattn", "sdpa", "cudnn",
+                                                                                      "flash"]
+    assert bench.timed_backends(["vidattn", "sdpa", "cudnn", "flash"], None) == ["sdpa", "cudnn", "flash"]
+    assert bench.timed_backends(["cudnn"], None) == ["cudnn"]
