@@ -26,6 +26,13 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def queue_ahead(device: torch.device, seconds: float) -> None:
+    """Queue a sleep kernel of about `seconds` on the current CUDA stream (nothing on the CPU), so that work launched
+    next waits behind it: what the CPU then spends launching is its own time, never a wait for the GPU."""
+    if device.type == "cuda":
+        torch.cuda._sleep(int(seconds * torch.cuda.clock_rate(device) * 1e6))
+
+
 class ForwardTimer:
     """Times every forward of a module with pre/post forward hooks: CUDA events on GPU, perf_counter on CPU.
 

@@ -294,6 +294,14 @@ def prompt_pair(pipe, prompt: str, negative_prompt: str = DEFAULT_NEGATIVE_PROMP
             text_embeddings(negative_prompt, text_dim, device=dev))
 
 
+def transformer_inputs(latents: torch.Tensor, prompt_embeds: torch.Tensor, dtype: torch.dtype) -> dict:
+    """Keyword arguments for one Wan transformer forward outside the pipeline: `latents` as the hidden states and
+    `prompt_embeds` in `dtype`, at timestep 999 (the first denoising step's), tuple output."""
+    t = torch.full((latents.shape[0],), 999.0, device=latents.device)
+    return dict(hidden_states=latents.to(dtype), timestep=t, encoder_hidden_states=prompt_embeds.to(dtype),
+                return_dict=False)
+
+
 @torch.no_grad()
 def decode_latents(pipe, latents: torch.Tensor, output_type: str = "np"):
     """What `WanPipeline.__call__` does after the loop: un-normalise, VAE decode, postprocess."""

@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     import torch.nn.functional as F
 
     import vidattn
+    from pipelines import measure
 
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
@@ -60,13 +61,10 @@ def main(argv=None) -> int:
              "sdpa": lambda: F.scaled_dot_product_attention(qt, kt, vt)}
 
     def sync():
-        if cuda:
-            torch.cuda.synchronize(dev)
+        measure.sync(dev)
 
     def fill_queue(us):
-        # a sleep kernel of `us` microseconds queued first, so that the CPU never waits for the GPU while it launches
-        if cuda:
-            torch.cuda._sleep(int(us * 1e-6 * torch.cuda.clock_rate(dev) * 1e6))
+        measure.queue_ahead(dev, us * 1e-6)
 
     rows = []
     for name, fn in paths.items():

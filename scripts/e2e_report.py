@@ -137,12 +137,6 @@ def mem_peak_gib(device):
     return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
 
 
-def transformer_inputs(pipe, latents, prompt_embeds, dtype):
-    t = torch.full((latents.shape[0],), 999.0, device=latents.device)
-    return dict(hidden_states=latents.to(dtype), timestep=t, encoder_hidden_states=prompt_embeds.to(dtype),
-                return_dict=False)
-
-
 def fallback_summary(paths: dict | None, profiles: dict, device) -> dict:
     """Did the vidattn run use the kernel? From explain() on the run's shapes and, on CUDA, the profiler."""
     kernel_paths = [k for k, v in (paths or {}).items() if v["path"] == "kernel"]
@@ -213,13 +207,13 @@ def per_call_lines(report: dict) -> list[str]:
 
 # ------------------------------------------------------------------------------------------- full run
 def run_generation(args, pipe, device, dtype, switch: AttnSwitch) -> dict:
-    from pipelines import decode_latents, denoise, initial_latents, prompt_pair, token_count
+    from pipelines import decode_latents, denoise, initial_latents, prompt_pair, token_count, transformer_inputs
     from pipelines.measure import ForwardTimer, Stopwatch, attention_call_times, attention_share, spread
 
     prompt_embeds, negative_embeds = prompt_pair(pipe, args.prompt)
     latents = initial_latents(pipe, args.height, args.width, args.frames, args.seed, device)
     n_tok = token_count(args.height, args.width, args.frames, tuple(pipe.transformer.config.patch_size))
-    fwd_inputs = transformer_inputs(pipe, latents, prompt_embeds, dtype)
+    fwd_inputs = transformer_inputs(latents, prompt_embeds, dtype)
     results, finals, videos, profiles, calls = {}, {}, {}, {}, {}
 
     for path in PATHS:
@@ -298,12 +292,12 @@ def run_generation(args, pipe, device, dtype, switch: AttnSwitch) -> dict:
 
 # ----------------------------------------------------------------------------------------- forward only
 def run_forward_only(args, pipe, device, dtype, switch: AttnSwitch) -> dict:
-    from pipelines import initial_latents, prompt_pair, token_count
+    from pipelines import initial_latents, prompt_pair, token_count, transformer_inputs
     from pipelines.measure import attention_call_times, attention_share, rel_l2, spread, sync
 
     prompt_embeds, _ = prompt_pair(pipe, args.prompt)
     latents = initial_latents(pipe, args.height, args.width, args.frames, args.seed, device)
-    inputs = transformer_inputs(pipe, latents, prompt_embeds, dtype)
+    inputs = transformer_inputs(latents, prompt_embeds, dtype)
     n_tok = token_count(args.height, args.width, args.frames, tuple(pipe.transformer.config.patch_size))
     results, outputs, profiles, calls = {}, {}, {}, {}
 

@@ -42,8 +42,9 @@ def main(argv=None) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     import vidattn
-    from pipelines import build_pipeline, initial_latents, prompt_pair
-    from pipelines.measure import device_kernels
+    from pipelines import build_pipeline, initial_latents, prompt_pair, transformer_inputs
+    from pipelines.measure import device_kernels, queue_ahead
+    from pipelines.measure import sync as sync_device
 
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
@@ -51,12 +52,10 @@ def main(argv=None) -> int:
     pipe = build_pipeline(args.preset, device=dev, dtype=dtype)
     latents = initial_latents(pipe, args.height, args.width, args.frames, 0, dev)
     embeds, _ = prompt_pair(pipe, "a fox in the snow")
-    inputs = dict(hidden_states=latents.to(dtype), timestep=torch.full((latents.shape[0],), 999.0, device=dev),
-                  encoder_hidden_states=embeds.to(dtype), return_dict=False)
+    inputs = transformer_inputs(latents, embeds, dtype)
 
     def sync():
-        if cuda:
-            torch.cuda.synchronize(dev)
+        sync_device(dev)
 
     def forward():
         with torch.no_grad():
@@ -82,8 +81,7 @@ def main(argv=None) -> int:
         per_fwd = [(g["collections"] - c0) / args.iters for g, c0 in zip(gc.get_stats(), collections0)]
         host = []
         for _ in range(args.iters):
-            if cuda:
-                torch.cuda._sleep(int(0.5 * torch.cuda.clock_rate(dev) * 1e6))  # 0.5 s of queue ahead
+            queue_ahead(dev, 0.5)
             t0 = time.perf_counter()
             forward()
             host.append((time.perf_counter() - t0) * 1e3)
