@@ -38,8 +38,7 @@ def pair_plan(reps: int, predecessors=PREDECESSORS, targets=TARGETS) -> list[tup
     """(predecessor, target) pairs in run order: every pair once per repetition, each repetition in the next row
     of a Williams design over the pairs, so that no pair always follows the same one."""
     pairs = [(p, t) for t in targets for p in predecessors]
-    names = [f"{p}>{t}" for p, t in pairs]
-    return [tuple(n.split(">")) for order in round_orders(names, reps) for n in order]
+    return [pair for order in round_orders(pairs, reps) for pair in order]
 
 
 def samples_within(samples, windows) -> list[tuple]:
@@ -131,8 +130,8 @@ def main(argv=None) -> int:
           "| samples |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (r["target"], PREDECESSORS.index(r["pred"]))):
-        print(f"| {r['target']} | {r['pred']} | {r['n']} | {r['ms']:.3f} | {r['head_ms']:.3f} / {r['tail_ms']:.3f} | {flops / r['ms'] / 1e9:.0f} | "
-              f"{r['clock_mhz']:.0f} | {r['power_w']:.0f} | {r['samples']} |")
+        print(f"| {r['target']} | {r['pred']} | {r['n']} | {r['ms']:.3f} | {r['head_ms']:.3f} / {r['tail_ms']:.3f} | "
+              f"{flops / r['ms'] / 1e9:.0f} | {r['clock_mhz']:.0f} | {r['power_w']:.0f} | {r['samples']} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"shape": key, "gpu": torch.cuda.get_device_name(),
                                                "torch": torch.__version__, "reps": args.reps, "pause_s": args.pause,
