@@ -10,7 +10,13 @@ only that), the device kernels one forward launches and their summed time (torch
 out), cProfile's top functions by own time, and the garbage collections per timed forward (--no-gc times with the
 collector off: one suspect for the host time every builtin loses under vidattn).
 
+`--paths` picks the paths and their order, to tell the suspects apart: `sdpa` (diffusers' own processor),
+`vidattn`, `vidattn-nolaunch` (vidattn's processors and Python path, but the library is never called: the output is
+left as allocated, garbage), `vidattn-sdpa` (the same, with SDPA computing the output in the library's place). A path
+may repeat (`sdpa,vidattn,sdpa`: does the second run of a path read slower whatever it is?).
+
     python3 scripts/forward_overhead.py --preset 1.3b --height 240 --width 416 --frames 21
+    python3 scripts/forward_overhead.py --paths sdpa,vidattn,vidattn-nolaunch,vidattn-sdpa,sdpa
 """
 from __future__ import annotations
 
@@ -26,6 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+PATHS = ("sdpa", "vidattn", "vidattn-nolaunch", "vidattn-sdpa")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="1.3b")
@@ -36,7 +45,13 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--no-gc", action="store_true", help="time with Python's garbage collector off (gc.disable)")
+    ap.add_argument("--paths", default="sdpa,vidattn",
+                    help=f"comma-separated, in run order, repeats allowed; from {', '.join(PATHS)}")
     args = ap.parse_args(argv)
+    paths = [x.strip() for x in args.paths.split(",") if x.strip()]
+    unknown = sorted(set(paths) - set(PATHS))
+    if unknown or not paths:
+        ap.error(f"--paths: unknown {unknown or 'empty list'}; choose from {', '.join(PATHS)}")
     import gc
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -61,9 +76,22 @@ def main(argv=None) -> int:
         with torch.no_grad():
             return pipe.transformer(**inputs)[0]
 
-    for path in ("sdpa", "vidattn"):
-        if path == "vidattn":
+    from vidattn import _ext
+
+    launch = _ext.forward
+
+    def no_launch(q, k, v, out, lse, kv_lens, scale, lib=None):
+        return None
+
+    def sdpa_launch(q, k, v, out, lse, kv_lens, scale, lib=None):
+        o = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                             v.transpose(1, 2), scale=scale)
+        out.copy_(o.transpose(1, 2))
+
+    for path in paths:
+        if path != "sdpa":
             vidattn.apply(pipe)
+        _ext.forward = {"vidattn-nolaunch": no_launch, "vidattn-sdpa": sdpa_launch}.get(path, launch)
         for _ in range(3):
             forward()
         sync()
@@ -103,8 +131,9 @@ def main(argv=None) -> int:
               f"{len(kernels)} kernels, {dev_ms:.1f} ms of kernel time; gc collections per forward (gen 0/1/2) "
               f"{' / '.join(f'{x:.2f}' for x in per_fwd)}{' (gc off while timing)' if args.no_gc else ''}")
         print(text.getvalue())
-        if path == "vidattn":
+        if path != "sdpa":
             vidattn.restore(pipe)
+        _ext.forward = launch
     return 0
 
 

@@ -481,3 +481,12 @@ def test_call_and_forward_overhead_run_on_cpu(capsys, fresh_warnings):
                      "--iters", "2", "--top", "3", "--no-gc"]) == 0
     out = capsys.readouterr().out
     assert out.count("## ") == 2 and "gc off while timing" in out
+    assert fwd.main(["--preset", "tiny", "--device", "cpu", "--height", "64", "--width", "64", "--frames", "5",
+                     "--iters", "1", "--top", "1", "--paths", "sdpa,vidattn-nolaunch,vidattn-sdpa,sdpa"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("## ")] == [
+        "## sdpa", "## vidattn-nolaunch", "## vidattn-sdpa", "## sdpa"]
+    from vidattn import _ext
+    assert _ext.forward.__module__ == "vidattn._ext"  # the stubs are undone
+    with pytest.raises(SystemExit):
+        fwd.main(["--paths", "sdpa,cudnn"])
