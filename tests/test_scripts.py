@@ -490,3 +490,33 @@ def test_call_and_forward_overhead_run_on_cpu(capsys, fresh_warnings):
     assert _ext.forward.__module__ == "vidattn._ext"  # the stubs are undone
     with pytest.raises(SystemExit):
         fwd.main(["--paths", "sdpa,cudnn"])
+
+
+def test_accuracy_tail_runs_on_cpu(capsys, tmp_path):
+    """The error-tail probe runs on the CPU (the math backend as its only column): cuDNN's column against itself
+    reads ratio 1 and no failures; an unknown shape is refused."""
+    tail = _load("accuracy_tail")
+    out_json = tmp_path / "tail.json"
+    assert tail.main(["--device", "cpu", "--seeds", "2", "--shapes", "777_d64", "--json", str(out_json)]) == 0
+    rows = json.loads(out_json.read_text())
+    assert set(rows) == {"777_d64/randn/cudnn", "777_d64/shift/cudnn"}
+    for r in rows.values():
+        assert r["draws"] == 2 and r["ratio_max"] == 1.0 and r["suite_fails"] == 0 and r["fa_fails"] == 0
+        assert 0.0 < r["suite_margin_max"] <= 0.5 + 1e-6  # cuDNN's own worst element: its output rounding
+    with pytest.raises(SystemExit):
+        tail.main(["--device", "cpu", "--shapes", "999_d128"])
+
+
+def test_accuracy_tail_margins():
+    """The two bounds' margins on a hand-made draw: one element 1.5 ulp off fails the suite's bound (no 2x-base
+    cover) and passes FlashAttention's, whose atol is about two ulps at 0.3 + ref."""
+    tail = _load("accuracy_tail")
+    ref = torch.full((64,), 0.33, dtype=torch.float64)
+    out = ref.to(torch.bfloat16)
+    base_abs = (out.double() - ref).abs().max().item()  # the rounding of 0.33: under half an ulp (2^-9)
+    bad = out.clone()
+    bad[5] = (ref[5] + 1.5 * 2.0 ** -9).to(torch.bfloat16)
+    s = tail.draw_stats(bad, ref, base_abs)
+    assert not s["suite_ok"] and s["suite_margin"] > 1.0
+    assert s["fa_ok"] and s["fa_margin"] < 1.0
+    assert tail.draw_stats(out, ref, base_abs)["suite_ok"]
