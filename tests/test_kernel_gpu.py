@@ -3,16 +3,21 @@
 Method (the FlashAttention way): the reference is attention computed in float64 on the upcast inputs; the
 kernel's error against it must be at most a multiple of the error of cuDNN SDPA (default SDPA when cuDNN refuses
 the shape) on the very same bf16/fp16 inputs, plus a small floor, and never above a plain bf16-sized cap:
-relative L2 at most K_ERR (1.5) times cuDNN's, and every element's |out - ref| at most K_ERR_MAX_ABS (2,
-FlashAttention's own test bound) times cuDNN's max |err|, or one unit in the last place of the output type at that
-element's magnitude, whichever is larger. Until the bf16 fixed-reference softmax (csrc/sm90/flash_fwd.cuh) the
-kernel computed the same P as cuDNN, whose errors it matched to four digits, so one bound of 1.5x held for both;
-now P is rounded against another reference and the errors are independent of cuDNN's. A tensor's max |err| is then
-mostly its output rounding: the worst element is one whose exact value lies near the midpoint of two bf16 values,
-about half an ulp off whichever way it rounds, and how near a midpoint cuDNN's worst element happened to fall is
-chance (2.11x cuDNN's on one 777 x 777 randn case, 2.65e-3 against 1.26e-3, where half an ulp at 0.5-1 is 1.95e-3;
-csrc/NOTES.md, fifth session). One ulp allows that half ulp plus half an ulp of error before rounding, P's own
-bf16 rounding level; relative L2, which no single element decides, keeps its 1.5x.
+relative L2 at most K_ERR (1.5) times cuDNN's, and max |out - ref| at most FlashAttention's own test bound,
+K_ERR_MAX_ABS (2) times cuDNN's max |err| plus twice the largest rounding error of ref + 0.3 in the output type
+(`fa_atol`; in bf16 at most 2^-8 = 3.9e-3).
+
+Why that absolute term. Until the bf16 fixed-reference softmax (csrc/sm90/flash_fwd.cuh) the kernel computed the
+same P as cuDNN, whose errors it matched to four digits. Now each row's P is rounded against its first key block's
+max, so a row's largest p is no longer exactly 1: where one key outside the first block dominates a row, its
+weight carries bf16's rounding (up to 2^-8 relative), which cuDNN's running max spares. The errors are then
+independent of cuDNN's, with the same relative L2 (1.04x) and a longer max |err| tail on short rows: over 200
+draws per case (scripts/accuracy_tail.py, fourteenth session, call 2) 777 x 777 randn read 1.19-1.27x cuDNN's max
+|err| at the median and up to 2.27x, where the exact online-softmax build of the same source reads 1.00x. The
+suite's earlier bound (each element within 2x cuDNN's max |err| or one ulp at its magnitude) failed 1 draw in 200
+there, and one GPU-suite case in call 1 (2.07x cuDNN's, 1.1 ulp from the exact value). FlashAttention's bound
+held on every draw, the largest error at 0.51 of its allowance; relative L2, which no single element decides,
+keeps its 1.5x.
 
 Every case draws fresh random inputs (its seed is in the failure message), plain randn and randn + 0.5 (rows that
 do not average to zero). Every in-envelope case also asserts `vidattn.explain(...) is None`: the kernel ran, not
@@ -54,7 +59,7 @@ from kernel_smoke import shape_scores  # noqa: E402  (the score ramps and spikes
 
 DEV = "cuda"
 K_ERR = 1.5            # kernel rel-L2 error <= K_ERR x SDPA's (+ floors below)
-K_ERR_MAX_ABS = 2.0    # kernel max |err| <= K_ERR_MAX_ABS x SDPA's (+ floor): see the module docstring
+K_ERR_MAX_ABS = 2.0    # kernel max |err| <= K_ERR_MAX_ABS x SDPA's + fa_atol (+ floor): see the module docstring
 REL_L2_FLOOR = 1e-5    # so 0-vs-0 (e.g. Skv = 1, where out == v exactly) cannot fail on a ratio
 MAX_ABS_FLOOR = 1e-5
 REL_L2_CAP = 2e-2      # absolute sanity cap: SDPA itself being far off must not make the test lenient
@@ -206,28 +211,26 @@ def errors(out, ref):
     return diff.abs().max().item(), (diff.norm() / ref.norm().clamp_min(1e-300)).item()
 
 
-def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """One unit in the last place of `dtype` (bf16 or fp16) at each element's magnitude (subnormals: the smallest
-    normal's)."""
-    mantissa, min_exp = (7, -126) if dtype == torch.bfloat16 else (10, -14)
-    return torch.exp2(torch.floor(torch.log2(ref.abs().clamp_min(2.0 ** min_exp))) - mantissa)
+def fa_atol(ref: torch.Tensor, dtype: torch.dtype) -> float:
+    """FlashAttention's absolute term: twice the largest rounding error of ref + 0.3 in `dtype` (the output's own
+    rounding at the magnitudes attention outputs take)."""
+    return 2.0 * ((ref + 0.3).to(dtype).double() - 0.3 - ref).abs().max().item()
 
 
 def assert_accurate(out, ref, base, what):
-    """out (kernel) and base (SDPA) against the float64 ref: every element within K_ERR_MAX_ABS x SDPA's max |err| or
-    one ulp at its magnitude (module docstring), relative L2 within K_ERR x SDPA's."""
+    """out (kernel) and base (SDPA) against the float64 ref: max |err| within K_ERR_MAX_ABS x SDPA's + fa_atol,
+    relative L2 within K_ERR x SDPA's (module docstring)."""
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     assert torch.isfinite(out).all(), f"{what}: non-finite values in the output"
     k_abs, k_rel = errors(out, ref)
     s_abs, s_rel = errors(base, ref)
+    atol = fa_atol(ref, out.dtype)
     msg = (f"{what}: kernel max|err| {k_abs:.3e} rel-L2 {k_rel:.3e}; "
-           f"SDPA max|err| {s_abs:.3e} rel-L2 {s_rel:.3e} (allowed {K_ERR_MAX_ABS}x or 1 ulp / {K_ERR}x + floor)")
-    if k_abs > K_ERR_MAX_ABS * s_abs + MAX_ABS_FLOOR:
-        excess = (out.double() - ref).abs() - torch.clamp(ulp(ref, out.dtype), min=K_ERR_MAX_ABS * s_abs)
-        worst = int(excess.argmax())
-        assert excess.max().item() <= MAX_ABS_FLOOR, (
-            f"{msg}; element {worst} (ref {ref.flatten()[worst].item():.6g}, out {out.flatten()[worst].item():.6g}) "
-            f"is off by more than both")
+           f"SDPA max|err| {s_abs:.3e} rel-L2 {s_rel:.3e} (allowed {K_ERR_MAX_ABS}x + {atol:.2e} / {K_ERR}x + floor)")
+    if k_abs > K_ERR_MAX_ABS * s_abs + atol + MAX_ABS_FLOOR:
+        worst = int((out.double() - ref).abs().argmax())
+        raise AssertionError(f"{msg}; worst element {worst} (ref {ref.flatten()[worst].item():.6g}, "
+                             f"out {out.flatten()[worst].item():.6g})")
     assert k_rel <= K_ERR * s_rel + REL_L2_FLOOR, msg
     assert k_rel <= REL_L2_CAP, msg
 
