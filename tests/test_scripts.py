@@ -520,3 +520,28 @@ def test_accuracy_tail_margins():
     assert not s["suite_ok"] and s["suite_margin"] > 1.0
     assert s["fa_ok"] and s["fa_margin"] < 1.0
     assert tail.draw_stats(out, ref, base_abs)["suite_ok"]
+
+
+def test_round_positions_pools_rounds_by_position(tmp_path, capsys):
+    """round_positions.py puts each round's time at the position its recorded order gave the backend, pooled over
+    runs; a run without recorded orders is left out, and none at all is an error."""
+    rp = _load("round_positions")
+    orders = [["vidattn", "cudnn"], ["cudnn", "vidattn"]]
+    run = {"config": {"round_orders": orders},
+           "results": [{"name": "Wan", "ms_rounds": {"vidattn": [9.0, 10.0, 9.2, 10.4], "cudnn": [12.0, 12.2, 12.1, 12.3]}}]}
+    times = rp.position_times([run, {"config": {}, "results": run["results"]}], ["vidattn", "cudnn"])
+    assert times[("Wan", "vidattn")] == {0: [9.0, 9.2], 1: [10.0, 10.4]}
+    assert times[("Wan", "cudnn")] == {1: [12.0, 12.1], 0: [12.2, 12.3]}
+    rows = rp.table(times)
+    assert rows[2] == "| Wan | vidattn | 9.100 (2) | 10.200 (2) | 1.121 |"
+    # by predecessor: round 0's first follows the setup, round 2's first the last of round 1 (vidattn itself)
+    after = rp.position_times([run], ["vidattn"], by="predecessor")[("Wan", "vidattn")]
+    assert after == {"setup": [9.0], "cudnn": [10.0, 10.4], "vidattn": [9.2]}
+    assert rp.table({("Wan", "vidattn"): after})[0] == "| shape | backend | after cudnn | after setup | after vidattn |"
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps(run))
+    assert rp.main([str(f), "--shapes", "wan"]) == 0
+    assert "| Wan | cudnn |" in capsys.readouterr().out
+    g = tmp_path / "old.json"
+    g.write_text(json.dumps({"config": {}, "results": []}))
+    assert rp.main([str(g)]) == 1
