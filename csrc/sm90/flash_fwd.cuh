@@ -327,6 +327,7 @@ __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const f
 // 16-key group holds row r % 2 (pack_p).
 template <int kN>
 __device__ __forceinline__ void add_packed_row_sum(const uint32_t (&pa)[kN / 16][4], float (&row_sum)[2]) {
+  if constexpr (VIDATTN_DIAG_SOFTMAX == 3) return;  // diagnostic: no row sum after a tile's first block
   float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int kk = 0; kk < kN / 16; ++kk) {
