@@ -313,10 +313,22 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
 // underflows that the exact softmax would keep, but P's bf16 rounding falls differently (there a row's largest p
 // is exactly 1): relative L2 error 1.00-1.04x cuDNN's, max |error| up to 1.4x (csrc/NOTES.md, run25).
 template <int kN>
-__device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2], float scale_log2) {
+__device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2], float (&row_sum)[2],
+                                                  float scale_log2) {
   const float neg_ref[2] = {-row_max[0] * scale_log2, -row_max[1] * scale_log2};
+  float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
-  for (int i = 0; i < kN / 8; ++i) exp2_group<kN>(sacc, i, neg_ref, scale_log2);
+  for (int i = 0; i < kN / 8; ++i) {
+    exp2_group<kN>(sacc, i, neg_ref, scale_log2);
+    if constexpr (kRowSumUnrounded) {
+      part[0][i % 2] += sacc[4 * i + 0] + sacc[4 * i + 1];
+      part[1][i % 2] += sacc[4 * i + 2] + sacc[4 * i + 3];
+    }
+  }
+  if constexpr (kRowSumUnrounded) {
+    row_sum[0] += part[0][0] + part[0][1];
+    row_sum[1] += part[1][0] + part[1][1];
+  }
 }
 
 // Row sums of P as P V will see it: of the bf16-rounded values (pack_p's fragments), so that O = sum p^ v / sum p^
@@ -327,7 +339,7 @@ __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const f
 // 16-key group holds row r % 2 (pack_p).
 template <int kN>
 __device__ __forceinline__ void add_packed_row_sum(const uint32_t (&pa)[kN / 16][4], float (&row_sum)[2]) {
-  if constexpr (VIDATTN_DIAG_SOFTMAX == 3) return;  // diagnostic: no row sum after a tile's first block
+  if constexpr (VIDATTN_DIAG_SOFTMAX == 3 || kRowSumUnrounded) return;  // (diagnostic 3: no row sum at all)
   float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int kk = 0; kk < kN / 16; ++kk) {
@@ -734,7 +746,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
     }
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
-    online_softmax<kN, !kFixed>(sacc, row_max, row_sum, alpha, scale_log2);
+    online_softmax<kN, !kFixed || kRowSumUnrounded>(sacc, row_max, row_sum, alpha, scale_log2);
     pack_p<kN, kFp16>(sacc, pa);
     if constexpr (kFixed) add_packed_row_sum<kN>(pa, row_sum);
   }
@@ -782,7 +794,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     }
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     if constexpr (kFixed)
-      softmax_fixed_ref<kN>(sacc, row_max, scale_log2);  // row_max: the first block's, for good
+      softmax_fixed_ref<kN>(sacc, row_max, row_sum, scale_log2);  // row_max: the first block's, for good
     else
       online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
     t_wait = waits.start();

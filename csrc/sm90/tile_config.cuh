@@ -96,6 +96,14 @@
 #define VIDATTN_FIXED_REF 1
 #endif
 
+// EXPERIMENT, off: with the fixed-reference softmax, sum each row's p in fp32 as exponentiated instead of after their
+// bf16 rounding (add_packed_row_sum), one FADD per score and no integer op. O = sum p^ v / sum p then carries the
+// rounding's mismatch as a scale error of the row (up to 2^-8 where one key dominates it). Dropping the rounded sums
+// whole bought 2.5-6% on the long shapes (fourteenth session, call 6, a diagnostic build).
+#ifndef VIDATTN_ROW_SUM_UNROUNDED
+#define VIDATTN_ROW_SUM_UNROUNDED 0
+#endif
+
 // Run S = Q K^T and P V of a tile's last, partial key block only over its keys (flash_fwd.cuh, block_steps): seed
 // 4K's last block holds 48 of 176 keys. In steps of 16 keys, and only when that leaves out at least
 // VIDATTN_NARROW_MIN_SAVED steps; each narrow width is one more copy of the wgmma sequences in the library.
@@ -112,6 +120,7 @@
 namespace vidattn::sm90 {
 
 constexpr bool kNarrowTail = VIDATTN_NARROW_TAIL != 0;
+constexpr bool kRowSumUnrounded = VIDATTN_ROW_SUM_UNROUNDED != 0;
 
 constexpr int kSmemBudget = 227 * 1024;  // per-block opt-in maximum on sm_90
 
