@@ -8,7 +8,9 @@ reports: wall ms per forward (synchronised), host ms per forward (the GPU queue 
 first; Wan's forward waits for the GPU somewhere inside, so on the H200 this read 0.5 s plus the forward and says
 only that), the device kernels one forward launches and their summed time (torch.profiler, annotation ranges left
 out), cProfile's top functions by own time, and the garbage collections per timed forward (--no-gc times with the
-collector off: one suspect for the host time every builtin loses under vidattn).
+collector off). The thirteenth session read 81.4 against 61.9 ms here, every host builtin slower under vidattn; the
+fourteenth found none of it vidattn's: the same SDPA path read 32.2 and 53.9 ms in one process, and interleaved
+(`--paths sdpa,vidattn,sdpa,vidattn,sdpa,vidattn --iters 20`) the two read 42.4-48.1 and 43.4-46.2 ms.
 
 `--paths` picks the paths and their order, to tell the suspects apart: `sdpa` (diffusers' own processor),
 `vidattn`, `vidattn-nolaunch` (vidattn's processors and Python path, but the library is never called: the output is
@@ -52,13 +54,9 @@ def main(argv=None) -> int:
     unknown = sorted(set(paths) - set(PATHS))
     if unknown or not paths:
         ap.error(f"--paths: unknown {unknown or 'empty list'}; choose from {', '.join(PATHS)}")
-    import gc
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
-    import vidattn
     from pipelines import build_pipeline, initial_latents, prompt_pair, transformer_inputs
-    from pipelines.measure import device_kernels, queue_ahead
     from pipelines.measure import sync as sync_device
 
     dev = torch.device(args.device)
@@ -88,10 +86,31 @@ def main(argv=None) -> int:
                                                              v.transpose(1, 2), scale=scale)
         out.copy_(o.transpose(1, 2))
 
-    for path in paths:
-        if path != "sdpa":
-            vidattn.apply(pipe)
-        _ext.forward = {"vidattn-nolaunch": no_launch, "vidattn-sdpa": sdpa_launch}.get(path, launch)
+    try:
+        for path in paths:
+            run_path(path, pipe, forward, sync, dev, args, {"vidattn-nolaunch": no_launch,
+                                                            "vidattn-sdpa": sdpa_launch}.get(path, launch))
+    finally:
+        _ext.forward = launch
+    return 0
+
+
+def run_path(path, pipe, forward, sync, dev, args, launch_fn) -> None:
+    """Time and profile one path (see the module docstring) and print its block. `launch_fn` stands in for
+    `vidattn._ext.forward` meanwhile; the caller puts the real one back. The path's processors are undone after."""
+    import gc
+
+    from torch.profiler import ProfilerActivity, profile
+
+    import vidattn
+    from pipelines.measure import device_kernels, queue_ahead
+    from vidattn import _ext
+
+    cuda = dev.type == "cuda"
+    if path != "sdpa":
+        vidattn.apply(pipe)
+    _ext.forward = launch_fn
+    try:
         for _ in range(3):
             forward()
         sync()
@@ -99,12 +118,14 @@ def main(argv=None) -> int:
         collections0 = [g["collections"] for g in gc.get_stats()]
         if args.no_gc:
             gc.disable()
-        for _ in range(args.iters):
-            t0 = time.perf_counter()
-            forward()
-            sync()
-            wall.append((time.perf_counter() - t0) * 1e3)
-        gc.enable()
+        try:
+            for _ in range(args.iters):
+                t0 = time.perf_counter()
+                forward()
+                sync()
+                wall.append((time.perf_counter() - t0) * 1e3)
+        finally:
+            gc.enable()
         # collections per forward by generation: a path that allocates more tracked objects triggers more of them
         per_fwd = [(g["collections"] - c0) / args.iters for g, c0 in zip(gc.get_stats(), collections0)]
         host = []
@@ -125,16 +146,15 @@ def main(argv=None) -> int:
         forward()
         cp.disable()
         sync()
-        text = io.StringIO()
-        pstats.Stats(cp, stream=text).sort_stats("tottime").print_stats(args.top)
-        print(f"## {path}: wall {statistics.median(wall):.1f} ms/forward, host {statistics.median(host):.1f} ms, "
-              f"{len(kernels)} kernels, {dev_ms:.1f} ms of kernel time; gc collections per forward (gen 0/1/2) "
-              f"{' / '.join(f'{x:.2f}' for x in per_fwd)}{' (gc off while timing)' if args.no_gc else ''}")
-        print(text.getvalue())
+    finally:
         if path != "sdpa":
             vidattn.restore(pipe)
-        _ext.forward = launch
-    return 0
+    text = io.StringIO()
+    pstats.Stats(cp, stream=text).sort_stats("tottime").print_stats(args.top)
+    print(f"## {path}: wall {statistics.median(wall):.1f} ms/forward, host {statistics.median(host):.1f} ms, "
+          f"{len(kernels)} kernels, {dev_ms:.1f} ms of kernel time; gc collections per forward (gen 0/1/2) "
+          f"{' / '.join(f'{x:.2f}' for x in per_fwd)}{' (gc off while timing)' if args.no_gc else ''}")
+    print(text.getvalue())
 
 
 if __name__ == "__main__":
