@@ -99,7 +99,7 @@
 // EXPERIMENT, off: with the fixed-reference softmax, sum each row's p in fp32 as exponentiated instead of after their
 // bf16 rounding (add_packed_row_sum), one FADD per score and no integer op. O = sum p^ v / sum p then carries the
 // rounding's mismatch as a scale error of the row (up to 2^-8 where one key dominates it). Dropping the rounded sums
-// whole bought 2.5-6% on the long shapes (fourteenth session, call 6, a diagnostic build).
+// whole bought 2.5-6.5% on the long shapes (fourteenth session, call 6, a diagnostic build).
 #ifndef VIDATTN_ROW_SUM_UNROUNDED
 #define VIDATTN_ROW_SUM_UNROUNDED 0
 #endif
