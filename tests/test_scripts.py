@@ -545,3 +545,22 @@ def test_round_positions_pools_rounds_by_position(tmp_path, capsys):
     g = tmp_path / "old.json"
     g.write_text(json.dumps({"config": {}, "results": []}))
     assert rp.main([str(g)]) == 1
+
+
+def test_accuracy_tail_sink_inputs():
+    """The "sink" draw puts one key two thirds along (past the first key block of any build) that takes about half
+    of a typical row's weight, its V row offset; "shift" offsets q, k and v by 0.5."""
+    tail = _load("accuracy_tail")
+    g = torch.Generator().manual_seed(3)
+    q, k, v = tail.make_inputs("sink", 1, 1, 128, 777, 128, g, torch.device("cpu"), torch.bfloat16)
+    assert q.dtype == torch.bfloat16 and q.shape == (1, 128, 1, 128) and k.shape == (1, 777, 1, 128)
+    j = (2 * 777) // 3
+    assert j >= 176
+    w = torch.softmax((q.double()[0, :, 0] @ k.double()[0, :, 0].T) * 128 ** -0.5, -1)[:, j]
+    assert 0.3 < w.median().item() < 0.7 and w.max().item() > 0.8
+    assert (v.double()[0, j, 0] - v.double()[0, :, 0].mean(0)).mean().item() > 0.5
+    g = torch.Generator().manual_seed(3)
+    qs, _, _ = tail.make_inputs("shift", 1, 1, 4096, 8, 64, g, torch.device("cpu"), torch.float32)
+    assert abs(qs.mean().item() - 0.5) < 0.02
+    with pytest.raises(SystemExit):
+        tail.main(["--device", "cpu", "--inputs", "ramp"])
