@@ -11,13 +11,13 @@ Why that absolute term. Until the bf16 fixed-reference softmax (csrc/sm90/flash_
 same P as cuDNN, whose errors it matched to four digits. Now each row's P is rounded against its first key block's
 max, so a row's largest p is no longer exactly 1: where one key outside the first block dominates a row, its
 weight carries bf16's rounding (up to 2^-8 relative), which cuDNN's running max spares. The errors are then
-independent of cuDNN's, with the same relative L2 (1.04x) and a longer max |err| tail on short rows: over 200
-draws per case (scripts/accuracy_tail.py, fourteenth session, call 2) 777 x 777 randn read 1.19-1.27x cuDNN's max
-|err| at the median and up to 2.27x, where the exact online-softmax build of the same source reads 1.00x. The
-suite's earlier bound (each element within 2x cuDNN's max |err| or one ulp at its magnitude) failed 1 draw in 200
-there, and one GPU-suite case in call 1 (2.07x cuDNN's, 1.1 ulp from the exact value). FlashAttention's bound
-held on every draw, the largest error at 0.51 of its allowance; relative L2, which no single element decides,
-keeps its 1.5x.
+independent of cuDNN's, with the same relative L2 (1.04x) and a longer max |err| tail on short rows: over 1000
+draws per case (scripts/accuracy_tail.py, fourteenth session, call 3) 777 x 777 randn read 1.19-1.27x cuDNN's max
+|err| at the median and up to 3.1x, where the exact online-softmax build of the same source reads 1.00x. The
+suite's earlier bound (each element within 2x cuDNN's max |err| or one ulp at its magnitude) failed 2 draws in
+1000 there at D=64, and one GPU-suite case in call 1 (2.07x cuDNN's, 1.1 ulp from the exact value).
+FlashAttention's bound held on every draw, the largest error at 0.52 of its allowance; relative L2, which no
+single element decides, keeps its 1.5x.
 
 Every case draws fresh random inputs (its seed is in the failure message), plain randn and randn + 0.5 (rows that
 do not average to zero). Every in-envelope case also asserts `vidattn.explain(...) is None`: the kernel ran, not
