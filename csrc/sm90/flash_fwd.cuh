@@ -314,7 +314,7 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
 // is exactly 1; here a later key that dominates its row carries up to 2^-8 relative rounding in its weight):
 // relative L2 error 1.00-1.04x cuDNN's, max |error| up to 3.1x on short rows over 1000 draws, within
 // FlashAttention's test bound (csrc/NOTES.md, fourteenth session).
-template <int kN>
+template <int kN, bool kSumHere>
 __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2], float (&row_sum)[2],
                                                   float scale_log2) {
   const float neg_ref[2] = {-row_max[0] * scale_log2, -row_max[1] * scale_log2};
@@ -322,12 +322,12 @@ __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const f
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
     exp2_group<kN>(sacc, i, neg_ref, scale_log2);
-    if constexpr (kRowSumUnrounded) {
+    if constexpr (kSumHere) {
       part[0][i % 2] += sacc[4 * i + 0] + sacc[4 * i + 1];
       part[1][i % 2] += sacc[4 * i + 2] + sacc[4 * i + 3];
     }
   }
-  if constexpr (kRowSumUnrounded) {
+  if constexpr (kSumHere) {
     row_sum[0] += part[0][0] + part[0][1];
     row_sum[1] += part[1][0] + part[1][1];
   }
@@ -341,7 +341,7 @@ __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const f
 // 16-key group holds row r % 2 (pack_p).
 template <int kN>
 __device__ __forceinline__ void add_packed_row_sum(const uint32_t (&pa)[kN / 16][4], float (&row_sum)[2]) {
-  if constexpr (VIDATTN_DIAG_SOFTMAX == 3 || kRowSumUnrounded) return;  // (diagnostic 3: no row sum at all)
+  if constexpr (VIDATTN_DIAG_SOFTMAX == 3) return;  // diagnostic: no row sums (the first block's come here too)
   float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int kk = 0; kk < kN / 16; ++kk) {
@@ -723,6 +723,9 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
                                          const Timeline& tl, Flush&& flush) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
   static_assert(!(kFixed && kFp16), "the fixed-reference softmax is bf16 only (fixed_ref_softmax)");
+  // Where each block's row sums are taken: of P after its bf16 rounding (add_packed_row_sum, the fixed reference's
+  // default), or in the softmax, of p as exponentiated (the exact softmax; VIDATTN_ROW_SUM_UNROUNDED).
+  constexpr bool kSumRounded = kFixed && !kRowSumUnrounded;
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;
   const float scale_log2 = p.scale_log2;
@@ -748,9 +751,9 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
     }
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
-    online_softmax<kN, !kFixed || kRowSumUnrounded>(sacc, row_max, row_sum, alpha, scale_log2);
+    online_softmax<kN, !kSumRounded>(sacc, row_max, row_sum, alpha, scale_log2);
     pack_p<kN, kFp16>(sacc, pa);
-    if constexpr (kFixed) add_packed_row_sum<kN>(pa, row_sum);
+    if constexpr (kSumRounded) add_packed_row_sum<kN>(pa, row_sum);
   }
 
   // Steady state: issue S_j = Q K_j and O += P_{j-1} V_{j-1} back to back; the softmax of S_j then runs on the
@@ -796,7 +799,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     }
     if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     if constexpr (kFixed)
-      softmax_fixed_ref<kN>(sacc, row_max, row_sum, scale_log2);  // row_max: the first block's, for good
+      softmax_fixed_ref<kN, !kSumRounded>(sacc, row_max, row_sum, scale_log2);  // the first block's row_max, for good
     else
       online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
     t_wait = waits.start();
@@ -807,7 +810,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
     if constexpr (!kFixed) rescale_o<kHeadDim>(o, alpha);
     pack_p<kN, kFp16>(sacc, pa);
-    if constexpr (kFixed) add_packed_row_sum<kN>(pa, row_sum);
+    if constexpr (kSumRounded) add_packed_row_sum<kN>(pa, row_sum);
   }
 
   tl.value(kTlKvWaitSum, waits.get(0));
