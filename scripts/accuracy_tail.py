@@ -61,6 +61,13 @@ def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.exp2(torch.floor(torch.log2(ref.abs().clamp_min(2.0 ** min_exp))) - mantissa)
 
 
+def fa_atol(ref: torch.Tensor, dtype: torch.dtype) -> float:
+    """FlashAttention's absolute term, the GPU suite's since the fourteenth session (tests/test_kernel_gpu.py imports
+    it from here): twice the largest rounding error of ref + 0.3 in `dtype`, the output's own rounding at the
+    magnitudes attention outputs take."""
+    return 2.0 * ((ref + 0.3).to(dtype).double() - 0.3 - ref).abs().max().item()
+
+
 def draw_stats(out: torch.Tensor, ref: torch.Tensor, base_abs: float) -> dict:
     """Max |err| and relative L2, and the two bounds' margins (<= 1 passes), against cuDNN's max |err| base_abs:
     suite = max over elements of |err| / max(ulp, 2 base_abs); fa = max |err| / (2 base_abs + FA's atol)."""
@@ -69,8 +76,7 @@ def draw_stats(out: torch.Tensor, ref: torch.Tensor, base_abs: float) -> dict:
     allowed = torch.clamp(ulp(ref, out.dtype), min=2.0 * base_abs)
     suite = (diff / allowed).max().item()
     suite_excess = (diff - allowed).max().item()  # the suite's test: at most its floor, 1e-5
-    fa_atol = 2.0 * ((ref + 0.3).to(out.dtype).double() - 0.3 - ref).abs().max().item()
-    fa = k_abs / (2.0 * base_abs + fa_atol)
+    fa = k_abs / (2.0 * base_abs + fa_atol(ref, out.dtype))
     return {"max_abs": k_abs, "rel_l2": (diff.norm() / ref.norm().clamp_min(1e-300)).item(),
             "ratio": k_abs / base_abs if base_abs > 0 else float("nan"), "suite_margin": suite, "fa_margin": fa,
             "suite_ok": k_abs <= 2.0 * base_abs + 1e-5 or suite_excess <= 1e-5, "fa_ok": fa <= 1.0}

@@ -55,6 +55,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 import vidattn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from accuracy_tail import fa_atol  # noqa: E402  (FlashAttention's absolute term of the max-|error| bound)
 from kernel_smoke import shape_scores  # noqa: E402  (the score ramps and spikes of the smoke cases)
 
 DEV = "cuda"
@@ -209,12 +210,6 @@ def assert_kernel_ran(q, k, v, layout="bshd", scale=None, kv_lens=None):
 def errors(out, ref):
     diff = out.double() - ref
     return diff.abs().max().item(), (diff.norm() / ref.norm().clamp_min(1e-300)).item()
-
-
-def fa_atol(ref: torch.Tensor, dtype: torch.dtype) -> float:
-    """FlashAttention's absolute term: twice the largest rounding error of ref + 0.3 in `dtype` (the output's own
-    rounding at the magnitudes attention outputs take)."""
-    return 2.0 * ((ref + 0.3).to(dtype).double() - 0.3 - ref).abs().max().item()
 
 
 def assert_accurate(out, ref, base, what):
