@@ -96,12 +96,16 @@
 #define VIDATTN_FIXED_REF 1
 #endif
 
-// EXPERIMENT, off: with the fixed-reference softmax, sum each row's p in fp32 as exponentiated instead of after their
-// bf16 rounding (add_packed_row_sum), one FADD per score and no integer op. O = sum p^ v / sum p then carries the
-// rounding's mismatch as a scale error of the row (up to 2^-8 where one key dominates it). Dropping the rounded sums
-// whole bought 2.5-6.5% on the long shapes (fourteenth session, call 6, a diagnostic build).
+// With the fixed-reference softmax, sum each row's p in fp32 as exponentiated (one FADD per score, in the softmax)
+// rather than after their bf16 rounding (add_packed_row_sum: one more integer op per score to unpack). At the power
+// limit that op is worth far more than its issue slot: in full runs on one card +2.5-4% on Wan 1.3B (683 -> 700-713
+// TFLOPS) and +4-5% on LTX and Wan cross-attention (fifteenth session, calls 1-2). The cost is accuracy: O = sum p^ v
+// / sum p carries the rounding's mismatch as a scale error of the row, up to 2^-9 of the dominant key's share of it.
+// Relative L2 +0.4%; max |error| 1.31x cuDNN's at the median on randn (rounded sums 1.26x) and 2.2x (1.3x) where
+// one late key takes half of each row; FlashAttention's bound holds with margin (0.64 of it at most), the GPU suite's.
+// 0 gives the rounded sums back (csrc/NOTES.md, fourteenth and fifteenth sessions).
 #ifndef VIDATTN_ROW_SUM_UNROUNDED
-#define VIDATTN_ROW_SUM_UNROUNDED 0
+#define VIDATTN_ROW_SUM_UNROUNDED 1
 #endif
 
 // Run S = Q K^T and P V of a tile's last, partial key block only over its keys (flash_fwd.cuh, block_steps): seed
