@@ -304,16 +304,17 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
 }
 
 // Softmax against a fixed reference (kFixedRef): every block after a row's first is exponentiated against that
-// first block's row max m0, p = 2^(s*scale_log2 - m0*scale_log2) (summed after rounding: add_packed_row_sum); no
-// row max, no quad shuffles, no factor for O. The algebra is exact for any reference (O and the sum share it, and
+// first block's row max m0, p = 2^(s*scale_log2 - m0*scale_log2) (summed here, kSumHere, or after P's bf16
+// rounding in add_packed_row_sum: VIDATTN_ROW_SUM_UNROUNDED); no row max, no quad shuffles, no factor for O. The algebra is exact for any reference (O and the sum share it, and
 // the epilogue divides it out, LSE = m0 + log2 l). What a reference below the row's true max risks is range: p
 // grows by 2^(jump) for a later score above m0, and fp32 holds 2^128. The epilogue checks the final row sum l (>= 1,
 // since m0's own key gives 2^0): l <= 2^64 bounds every p, hence O <= 2^64 sum |v|, far from overflow; a tile with
 // a row past that (or NaN) is marked and run again with the exact online softmax (redo_tiles). Precision: no p
 // underflows that the exact softmax would keep, but P's bf16 rounding falls differently (there a row's largest p
-// is exactly 1; here a later key that dominates its row carries up to 2^-8 relative rounding in its weight):
-// relative L2 error 1.00-1.04x cuDNN's, max |error| up to 3.1x on short rows over 1000 draws, within
-// FlashAttention's test bound (csrc/NOTES.md, fourteenth session).
+// is exactly 1; here a later key that dominates its row carries up to 2^-8 relative rounding in its weight, and
+// with the unrounded sum, the default, a scale error of the row as well): relative L2 error 1.00-1.04x cuDNN's, max
+// |error| 1.3x cuDNN's at the median on short randn rows and 2.2x where a late key takes half of each row, within
+// FlashAttention's test bound (csrc/NOTES.md, fourteenth and fifteenth sessions).
 template <int kN, bool kSumHere>
 __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2], float (&row_sum)[2],
                                                   float scale_log2) {
@@ -333,8 +334,9 @@ __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const f
   }
 }
 
-// Row sums of P as P V will see it: of the bf16-rounded values (pack_p's fragments), so that O = sum p^ v / sum p^
-// is an exact weighted mean of V's rows. With the running max as reference (the exact softmax, and cuDNN) a row's
+// Row sums of P as P V will see it (the fixed reference's sums with -DVIDATTN_ROW_SUM_UNROUNDED=0; the default sums
+// p unrounded, in softmax_fixed_ref, one integer op per score cheaper: tile_config.cuh): of the bf16-rounded values
+// (pack_p's fragments), so that O = sum p^ v / sum p^ is an exact weighted mean of V's rows. With the running max as reference (the exact softmax, and cuDNN) a row's
 // largest p is 1, which bf16 holds exactly; against a fixed reference it is any value and rounds by up to 2^-9,
 // and summing the unrounded p then left that error in the output (max |err| up to 2x cuDNN's on rows dominated by
 // few keys: run22). bf16 to fp32 is a shift: the high half masked, the low half moved up. Fragment r of each
@@ -723,8 +725,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
                                          const Timeline& tl, Flush&& flush) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
   static_assert(!(kFixed && kFp16), "the fixed-reference softmax is bf16 only (fixed_ref_softmax)");
-  // Where each block's row sums are taken: of P after its bf16 rounding (add_packed_row_sum, the fixed reference's
-  // default), or in the softmax, of p as exponentiated (the exact softmax; VIDATTN_ROW_SUM_UNROUNDED).
+  // Where each block's row sums are taken: in the softmax, of p as exponentiated (the exact softmax, and the fixed
+  // reference by default), or of P after its bf16 rounding (add_packed_row_sum; VIDATTN_ROW_SUM_UNROUNDED=0).
   constexpr bool kSumRounded = kFixed && !kRowSumUnrounded;
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;

@@ -1,6 +1,6 @@
 # The pieces the guide's generated diagrams share (deferred_o_store_svg.py, late_v_wait_svg.py,
-# q_in_registers_svg.py, unrounded_row_sum_svg.py): a bar with its label centred on it, and a legend entry. Positions are in pixels; each
-# diagram scales its own quantities.
+# q_in_registers_svg.py, unrounded_row_sum_svg.py): a bar with its label centred on it, and a legend entry.
+# Positions are in pixels; each diagram scales its own quantities.
 
 
 def bar(x, w, y, h, fill, label="", min_label_w=30, text_fill=None):
