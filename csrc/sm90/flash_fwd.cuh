@@ -303,18 +303,18 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
   for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + tile_sum[r];
 }
 
-// Softmax against a fixed reference (kFixedRef): every block after a row's first is exponentiated against that
-// first block's row max m0, p = 2^(s*scale_log2 - m0*scale_log2) (summed here, kSumHere, or after P's bf16
-// rounding in add_packed_row_sum: VIDATTN_ROW_SUM_UNROUNDED); no row max, no quad shuffles, no factor for O. The algebra is exact for any reference (O and the sum share it, and
-// the epilogue divides it out, LSE = m0 + log2 l). What a reference below the row's true max risks is range: p
-// grows by 2^(jump) for a later score above m0, and fp32 holds 2^128. The epilogue checks the final row sum l (>= 1,
-// since m0's own key gives 2^0): l <= 2^64 bounds every p, hence O <= 2^64 sum |v|, far from overflow; a tile with
-// a row past that (or NaN) is marked and run again with the exact online softmax (redo_tiles). Precision: no p
-// underflows that the exact softmax would keep, but P's bf16 rounding falls differently (there a row's largest p
-// is exactly 1; here a later key that dominates its row carries up to 2^-8 relative rounding in its weight, and
-// with the unrounded sum, the default, a scale error of the row as well): relative L2 error 1.00-1.04x cuDNN's, max
-// |error| 1.3x cuDNN's at the median on short randn rows and 2.2x where a late key takes half of each row, within
-// FlashAttention's test bound (csrc/NOTES.md, fourteenth and fifteenth sessions).
+// Softmax against a fixed reference (kFixedRef): every block after a row's first is exponentiated against that first
+// block's row max m0, p = 2^(s*scale_log2 - m0*scale_log2) (summed here, kSumHere, or after P's bf16 rounding in
+// add_packed_row_sum: VIDATTN_ROW_SUM_UNROUNDED); no row max, no quad shuffles, no factor for O. The algebra is exact
+// for any reference (O and the sum share it, and the epilogue divides it out, LSE = m0 + log2 l). What a reference
+// below the row's true max risks is range: p grows by 2^(jump) for a later score above m0, and fp32 holds 2^128. The
+// epilogue checks the final row sum l (>= 1, since m0's own key gives 2^0): l <= 2^64 bounds every p, hence O <= 2^64
+// sum |v|, far from overflow; a tile with a row past that (or NaN) is marked and run again with the exact online
+// softmax (redo_tiles). Precision: no p underflows that the exact softmax would keep, but P's bf16 rounding falls
+// differently (there a row's largest p is exactly 1; here a later key that dominates its row carries up to 2^-8
+// relative rounding in its weight, and with the unrounded sum, the default, a scale error of the row as well): relative
+// L2 error 1.00-1.04x cuDNN's, max |error| 1.3x cuDNN's at the median on short randn rows and 2.2x where a late key
+// takes half of each row, within FlashAttention's test bound (csrc/NOTES.md, fourteenth and fifteenth sessions).
 template <int kN, bool kSumHere>
 __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2], float (&row_sum)[2],
                                                   float scale_log2) {
@@ -334,13 +334,13 @@ __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const f
   }
 }
 
-// Row sums of P as P V will see it (the fixed reference's sums with -DVIDATTN_ROW_SUM_UNROUNDED=0; the default sums
-// p unrounded, in softmax_fixed_ref, one integer op per score cheaper: tile_config.cuh): of the bf16-rounded values
-// (pack_p's fragments), so that O = sum p^ v / sum p^ is an exact weighted mean of V's rows. With the running max as reference (the exact softmax, and cuDNN) a row's
-// largest p is 1, which bf16 holds exactly; against a fixed reference it is any value and rounds by up to 2^-9,
-// and summing the unrounded p then left that error in the output (max |err| up to 2x cuDNN's on rows dominated by
-// few keys: run22). bf16 to fp32 is a shift: the high half masked, the low half moved up. Fragment r of each
-// 16-key group holds row r % 2 (pack_p).
+// Row sums of P as P V will see it (the fixed reference's sums with -DVIDATTN_ROW_SUM_UNROUNDED=0; the default sums p
+// unrounded, in softmax_fixed_ref, one integer op per score cheaper: tile_config.cuh): of the bf16-rounded values
+// (pack_p's fragments), so that O = sum p^ v / sum p^ is an exact weighted mean of V's rows. With the running max as
+// reference (the exact softmax, and cuDNN) a row's largest p is 1, which bf16 holds exactly; against a fixed reference
+// it is any value and rounds by up to 2^-9, and summing the unrounded p then left that error in the output (max |err|
+// up to 2x cuDNN's on rows dominated by few keys: run22). bf16 to fp32 is a shift: the high half masked, the low half
+// moved up. Fragment r of each 16-key group holds row r % 2 (pack_p).
 template <int kN>
 __device__ __forceinline__ void add_packed_row_sum(const uint32_t (&pa)[kN / 16][4], float (&row_sum)[2]) {
   if constexpr (VIDATTN_DIAG_SOFTMAX == 3) return;  // diagnostic: no row sums (the first block's come here too)

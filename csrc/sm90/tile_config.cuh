@@ -98,12 +98,12 @@
 
 // With the fixed-reference softmax, sum each row's p in fp32 as exponentiated (one FADD per score, in the softmax)
 // rather than after their bf16 rounding (add_packed_row_sum: one more integer op per score to unpack). At the power
-// limit that op is worth far more than its issue slot: in full runs on one card +2.5-4% on Wan 1.3B (683 -> 700-713
-// TFLOPS) and +4-5% on LTX and Wan cross-attention (fifteenth session, calls 1-2). The cost is accuracy: O = sum p^ v
-// / sum p carries the rounding's mismatch as a scale error of the row, up to 2^-9 of the dominant key's share of it.
-// Relative L2 +0.4%; max |error| 1.31x cuDNN's at the median on randn (rounded sums 1.26x) and 2.2x (1.3x) where
-// one late key takes half of each row; FlashAttention's bound holds with margin (0.64 of it at most), the GPU suite's.
-// 0 gives the rounded sums back (csrc/NOTES.md, fourteenth and fifteenth sessions).
+// limit that op is worth far more than its issue slot: in full runs on one card +3-5% on Wan 1.3B (683 -> 700-713
+// TFLOPS), LTX and Wan cross-attention, +4-7% at D = 64, seed 16K -1.6% (fifteenth session, calls 1-2). The cost is
+// accuracy: O = sum p^ v / sum p carries the rounding's mismatch as a scale error of the row, up to 2^-9 of the
+// dominant key's share of it. Relative L2 +0.4%; max |error| 1.31x cuDNN's at the median on randn (rounded sums 1.26x)
+// and 2.2x (1.3x) where one late key takes half of each row; FlashAttention's bound holds with margin (0.64 of it at
+// most), the GPU suite's. 0 gives the rounded sums back (csrc/NOTES.md, fourteenth and fifteenth sessions).
 #ifndef VIDATTN_ROW_SUM_UNROUNDED
 #define VIDATTN_ROW_SUM_UNROUNDED 1
 #endif

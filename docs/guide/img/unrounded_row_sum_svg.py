@@ -46,7 +46,8 @@ def flow(parts, y0, title, rounded_sum):
     else:
         parts.append(box(430, ys, 110, 26, C["fadd"], "FADD: sum p"))
         parts.append(arrow(485, y + 26, 485, ys - 2))
-        parts.append(text(560, ys + 10, "O = sum p^ v / sum p: each p^ is p to within 2^-9, so a row carries a scale", 11))
+        parts.append(text(560, ys + 10, "O = sum p^ v / sum p: each p^ is p to within 2^-9, so a row carries a "
+                          "scale", 11))
         parts.append(text(560, ys + 24, "error of up to 2^-9 of its dominant key's share (FlashAttention's sum)", 11))
 
 
