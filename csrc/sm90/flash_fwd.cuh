@@ -318,17 +318,18 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
 template <int kN, bool kSumHere>
 __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2], float (&row_sum)[2],
                                                   float scale_log2) {
+  constexpr bool kSum = kSumHere && VIDATTN_DIAG_SOFTMAX != 3;  // (3, diagnostic: no row sum, as online_softmax)
   const float neg_ref[2] = {-row_max[0] * scale_log2, -row_max[1] * scale_log2};
   float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
     exp2_group<kN>(sacc, i, neg_ref, scale_log2);
-    if constexpr (kSumHere) {
+    if constexpr (kSum) {
       part[0][i % 2] += sacc[4 * i + 0] + sacc[4 * i + 1];
       part[1][i % 2] += sacc[4 * i + 2] + sacc[4 * i + 3];
     }
   }
-  if constexpr (kSumHere) {
+  if constexpr (kSum) {
     row_sum[0] += part[0][0] + part[0][1];
     row_sum[1] += part[1][0] + part[1][1];
   }

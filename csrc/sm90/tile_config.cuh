@@ -82,8 +82,8 @@
 // scale do not overflow); 2 = no exponentials (P is the scaled score itself: no MUFU); 3 = no row sum (no FADDs);
 // 4 = no O rescale (no FMULs on O). Results are garbage. They act on the exact online softmax, which with
 // VIDATTN_FIXED_REF runs only for each tile's first key block and fp16: build them with -DVIDATTN_FIXED_REF=0;
-// 3 with -DVIDATTN_ROW_SUM_UNROUNDED=0 also drops the fixed-reference path's sums of the rounded P
-// (add_packed_row_sum: per score one integer op and one FADD), which priced them (fourteenth session).
+// 3 also drops the fixed-reference path's row sums, wherever VIDATTN_ROW_SUM_UNROUNDED takes them (softmax_fixed_ref,
+// or add_packed_row_sum: per score one integer op and one FADD, which it priced in the fourteenth session).
 #ifndef VIDATTN_DIAG_SOFTMAX
 #define VIDATTN_DIAG_SOFTMAX 0
 #endif
