@@ -2,13 +2,13 @@
 the GPU suite's bound, for kernel library builds beside cuDNN and SDPA's flash backend.
 
 The GPU suite draws fresh inputs per case, so a bound set from a few draws can fail on a rare one (fourteenth
-session: bf16 777 x 777, D=128, max |err| 2.07x cuDNN's and 1.1 ulp). This runs `--seeds` draws per shape and
-input (`--inputs`: plain randn, randn + 0.5, and a late attention sink) and prints, per backend: the median and largest ratio of its max |err| to
-cuDNN's on the same draw, and for two bounds the largest margin (error over allowance; above 1 fails) and how many
-draws fail: (a) the GPU suite's bound until the fourteenth session (every element within 2x cuDNN's max |err| or
-one ulp of the output type at its magnitude) and (b) FlashAttention's test bound, the suite's since
-(tests/test_kernel_gpu.py: max |err| <= 2x the reference implementation's + 2x the rounding error of ref + 0.3 in
-the output type).
+session: bf16 777 x 777, D=128, max |err| 2.07x cuDNN's and 1.1 ulp). This runs `--seeds` draws per shape and input
+(`--inputs`: plain randn, randn + 0.5, and a late attention sink) and prints, per backend: the median and largest
+ratio of its max |err| to cuDNN's on the same draw, and for two bounds the largest margin (error over allowance;
+above 1 fails) and how many draws fail: (a) the GPU suite's bound until the fourteenth session (every element within
+2x cuDNN's max |err| or one ulp of the output type at its magnitude) and (b) FlashAttention's test bound, the
+suite's since (tests/test_kernel_gpu.py: max |err| <= 2x the reference implementation's + 2x the rounding error of
+ref + 0.3 in the output type).
 
     python3 scripts/accuracy_tail.py ship=.build/ab/lib_def.so online=.build/ab/lib_onl.so --seeds 200
 """
