@@ -17,7 +17,7 @@ _DIFFUSERS_NAMES = (
     "apply", "restore", "register_processor", "ApplyHandle",
     "WanAttnProcessor", "SkyReelsV2AttnProcessor", "HunyuanVideoAttnProcessor", "HunyuanVideo15AttnProcessor",
     "CogVideoXAttnProcessor", "FusedCogVideoXAttnProcessor", "LTXVideoAttnProcessor", "MochiAttnProcessor",
-    "AllegroAttnProcessor",
+    "AllegroAttnProcessor", "register_backend", "unregister_backend",
 )
 
 __all__ = ["attention", "explain", "kernel_available", "build", "VidattnFallbackWarning", *_DIFFUSERS_NAMES]
