@@ -14,3 +14,5 @@ __all__ += ["AllegroAttnProcessor"]
 from .hunyuan_video import HunyuanVideoAttnProcessor; __all__ += ["HunyuanVideoAttnProcessor"]  # noqa: E402,E702
 from .hunyuan_video15 import HunyuanVideo15AttnProcessor; __all__ += ["HunyuanVideo15AttnProcessor"]  # noqa: E402,E702
 from .skyreels_v2 import SkyReelsV2AttnProcessor; __all__ += ["SkyReelsV2AttnProcessor"]  # noqa: E402,E702
+# Registers the "vidattn" diffusers attention backend (model.set_attention_backend("vidattn")) on import.
+from .backend import BACKEND_NAME, register_backend, unregister_backend; __all__ += ["BACKEND_NAME", "register_backend", "unregister_backend"]  # noqa: E402,E501,E702
