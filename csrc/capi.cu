@@ -31,7 +31,7 @@ int fail(const std::string& msg) {
 // the ranges. Tiles of fewer than VIDATTN_TAIL_MIN_TILE_BLOCKS key blocks keep the plain schedule: the two extra
 // launches cost more than their last round (FA-bench 1K D64, 8 blocks: 1.014x -> 1.000x cuDNN split in two, run 2 of
 // the fifth session).
-// An in-kernel split of the last round (csrc/experiments/tail_split.patch) measured slower: its work-item decoding
+// An in-kernel split of the last round (dev/experiments/tail_split.patch) measured slower: its work-item decoding
 // taxed every tile; here the main launch's kernel is the plain one.
 #ifndef VIDATTN_TAIL_LAUNCH
 #define VIDATTN_TAIL_LAUNCH 1
@@ -159,7 +159,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
 }
 
 // D=64 has two builds: three consumer warpgroups (192-row tiles, about 1.1x the throughput per row on long
-// sequences: csrc/NOTES.md) and two (128-row tiles). With static persistent scheduling a launch lasts about
+// sequences: dev/NOTES.md) and two (128-row tiles). With static persistent scheduling a launch lasts about
 // ceil(tiles / SMs) tile times; pick the build with the smaller estimate, so short queries whose 192-row tiles
 // would be mostly padding (FA-bench 1K: 1152 rows computed for 1024) keep the 128-row tiles.
 bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
@@ -174,8 +174,8 @@ bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
 // D=128 has two builds: N=176 key blocks (the default) and N=128, whose smaller stages leave room for a second Q
 // buffer and a second O scratch box (tile_config.cuh, VIDATTN_BLOCK_N_D128_SHORT). Those help where tile boundaries
 // are frequent, that is where tiles have few key blocks: Wan cross-attention (512 keys) and FA-bench 1K gained 7
-// and 4% at N=128, the long shapes lost 0-2% (csrc/NOTES.md, seventh session). The threshold: a sweep of the key
-// count (scripts/block_n_sweep.py) put N=128 ahead by 4-17% up to 1024 keys, the two within 2% either way from 1536
+// and 4% at N=128, the long shapes lost 0-2% (dev/NOTES.md, seventh session). The threshold: a sweep of the key
+// count (dev/probes/block_n_sweep.py) put N=128 ahead by 4-17% up to 1024 keys, the two within 2% either way from 1536
 // to 4096, and N=176 ahead at 6144. It was 2048 until the N=128 build held Q in registers (VIDATTN_Q_IN_REGS_MAX_N,
 // eleventh session), which took N=128 from 5-7% behind N=176 on the long shapes to level; seed 4K (4096 keys, 32
 // blocks of 128 against 23.3 of 176) then read 1.151 -> 1.172x cuDNN at 4096 in an A/B of 9 rounds (and +0.7%, +0.9%

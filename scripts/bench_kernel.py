@@ -7,7 +7,7 @@ of the same tensors (B, H, S, D with non-contiguous strides) and its (B, H, S, D
 comes (no copy back to BSHD is timed). FLOPs = 4·B·H·Sq·Skv·D. Each measurement is the median of
 `triton.testing.do_bench` (which also clears L2 before every call), or of a CUDA-event loop when triton is
 missing; the backends are measured round by round (--rounds, default 4; a multiple of 4 balances the four backends),
-each round in the order of a Williams design (scripts/round_order.py: over four rounds every backend runs right after
+each round in the order of a Williams design (bench/round_order.py: over four rounds every backend runs right after
 every other one once), and each one's time is the median of its rounds, the ratio's spread over rounds going into the
 JSON. On the long shapes the card runs at its power limit, where a kernel's clock depends on what ran just before it.
 Until the twelfth session each round rotated one fixed order (`--order rotated` still does), which kept every
@@ -43,10 +43,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from anchor_shapes import SHAPES, Shape  # noqa: E402
-from envinfo_light import git_commit, short_commit  # noqa: E402
-from round_order import ORDERS, round_orders  # noqa: E402
+from bench.anchor_shapes import SHAPES, Shape  # noqa: E402
+from bench.envinfo_light import git_commit, short_commit  # noqa: E402
+from bench.round_order import ORDERS, round_orders  # noqa: E402
 
 BACKENDS = ("vidattn", "sdpa", "cudnn", "flash")
 BACKEND_NOTES = {
@@ -61,7 +60,7 @@ DEFAULT_L2_BYTES = 50 * 2**20
 MAX_ROTATING_SETS = 8
 
 
-# The kernel table of /work/shared/ANCHORS.md, in its order (scripts/anchor_shapes.py, shared with the A/B scripts).
+# The kernel table of /work/shared/ANCHORS.md, in its order (bench/anchor_shapes.py, shared with the A/B scripts).
 
 
 def select_shapes(patterns: list[str] | None) -> list[Shape]:
@@ -84,7 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="backends timed round by round this many times; each backend's time is its median")
     ap.add_argument("--order", choices=ORDERS, default="williams",
                     help="each round's backend order: a Williams design (every backend after every other one "
-                         "equally often) or the earlier rotation of one fixed order (scripts/round_order.py)")
+                         "equally often) or the earlier rotation of one fixed order (bench/round_order.py)")
     ap.add_argument("--profile", action="store_true",
                     help="run vidattn exactly once on the first selected shape (for ncu) and exit")
     ap.add_argument("--dry-run", action="store_true", help="list shapes and FLOPs, touch no GPU")
@@ -313,7 +312,7 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
                     torch.cuda.empty_cache()
 
     # Backends interleaved round by round, each backend's time the median of its rounds: on the long shapes the GPU
-    # runs at its power limit and one measurement of the same kernel moved by up to 8% between calls (csrc/NOTES.md,
+    # runs at its power limit and one measurement of the same kernel moved by up to 8% between calls (dev/NOTES.md,
     # fifth session), so a lone timing per backend made the ratio a draw.
     fns = {b: make_fn(b, sets, vidattn_mod) for b in timed_backends(args.backends, vidattn_mod)}
     rounds: dict[str, list[float]] = {b: [] for b in fns}

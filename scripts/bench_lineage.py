@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """The lineage: every optimization step of the kernel as a standalone .cu, built, checked and timed in one run.
 
-Each `csrc/lineage/NN_<change>.cu` implements the C ABI of `csrc/lineage/lineage.h` (bf16, contiguous BSHD,
+Each `docs/guide/lineage/NN_<change>.cu` implements the C ABI of `docs/guide/lineage/lineage.h` (bf16, contiguous BSHD,
 D=128, non-causal, seqlen a multiple of 1408). This script
 
 1. builds every step into its own shared library (`.build/lineage/`, keyed by a hash of the file, lineage.h, the
    nvcc flags and the nvcc version; parallel builds) and reads ptxas' register and spill counts;
 2. checks every step against an fp32 SDPA reference on fresh randn inputs (B=1 H=2 S=1408 and B=2 H=3 S=2816,
    and B=1 H=4 S=2816 shifted by +0.5 with one key scoring far above the rest in two heads, as in
-   kernel_smoke.shape_scores; output poisoned with NaN first; rel-L2 < 2e-2) and that it refuses shapes outside
+   bench.accuracy.shape_scores; output poisoned with NaN first; rel-L2 < 2e-2) and that it refuses shapes outside
    the contract;
 3. times every step at the canonical shape (B=1, H=16, S=11264, D=128, bf16) with `triton.testing.do_bench`
    (median; slow steps get a plain CUDA-event median capped at ~3 s), next to cuDNN SDPA and the production
@@ -50,11 +50,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 # vidattn.envinfo's git rule without importing vidattn (and torch), so --dry-run and --build-only stay fast.
-from envinfo_light import git_commit, short_commit  # noqa: E402
+from bench.envinfo_light import git_commit, short_commit  # noqa: E402
 
-LINEAGE_DIR = REPO / "csrc" / "lineage"
+LINEAGE_DIR = REPO / "docs" / "guide" / "lineage"
 HEADER = LINEAGE_DIR / "lineage.h"
 BUILD_DIR = REPO / ".build" / "lineage"
 NVCC_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo",
@@ -221,7 +220,7 @@ def _err(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------------------------- GPU worker
 
 class LineageArgs(ctypes.Structure):
-    """Mirror of `LineageArgs` in csrc/lineage/lineage.h; field order and types must match exactly."""
+    """Mirror of `LineageArgs` in docs/guide/lineage/lineage.h; field order and types must match exactly."""
     _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("o", ctypes.c_void_p),
                 ("batch", ctypes.c_int), ("heads", ctypes.c_int), ("seqlen", ctypes.c_int),
                 ("head_dim", ctypes.c_int), ("scale", ctypes.c_float)]
@@ -343,7 +342,7 @@ def check_step(lib, seed: int) -> dict:
         check(f"{b}x{h}x{s}", q, k, v, shape)
     # A spike: with q shifted by +0.5, one key past every tile's first key block scores ~500 log2 units above the
     # rest in heads 1 and 2, which overflows a fixed softmax reference (step 13 runs those tiles again, exactly).
-    from kernel_smoke import shape_scores
+    from bench.accuracy import shape_scores
     shape = SPIKE_SHAPE
     b, h, s, d = shape["b"], shape["h"], shape["s"], shape["d"]
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen) + 0.5 for _ in range(3))

@@ -1,9 +1,32 @@
-"""Shared test setup: `gpu`-marked tests are skipped without CUDA; tiny Wan models built offline."""
+"""Shared test setup: `gpu`-marked tests are skipped without CUDA; the developer's tooling is marked `dev` and left
+out of a plain run; tiny Wan models built offline."""
 import pytest
 import torch
 
+# Modules that test the kernel developer's tooling (dev/probes, dev/tools, dev/experiments, the guide's lineage and
+# its diffs, the A/B and ncu scripts) or compile with nvcc: marked `dev` here rather than in each file. A plain
+# `pytest` run leaves them out (the library and the user's scripts, fast); `pytest -m dev` runs them, and any other
+# `-m` expression (e.g. `-m gpu` on the device) selects among all tests as written.
+DEV_MODULES = {
+    "test_dev_probes", "test_clock_probe_cpu", "test_ncu_stalls_cpu", "test_kernel_ab_cpu", "test_experiment_patches",
+    "test_lineage_cpu", "test_lineage_diffs", "test_lineage_gpu", "test_guide", "test_fill_guide_results",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "dev: tests of the developer's tooling and nvcc-heavy checks (pytest -m dev)")
+
 
 def pytest_collection_modifyitems(config, items):
+    dev = pytest.mark.dev
+    for item in items:
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in DEV_MODULES:
+            item.add_marker(dev)
+    if not config.option.markexpr:
+        kept = [item for item in items if "dev" not in item.keywords]
+        if len(kept) != len(items):
+            config.hook.pytest_deselected(items=[item for item in items if "dev" in item.keywords])
+            items[:] = kept
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (marked gpu)")

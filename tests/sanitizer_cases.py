@@ -18,7 +18,6 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 # (name, B, H, Sq, Skv, D, dtype, layout, kv_lens, D=64 warpgroups (0: the launcher's pick, 3: forced)[, spiked
 # heads]): a tail-heavy case (no tile is full), a degenerate one, a tail-heavy one on the three-warpgroup D=64
@@ -56,8 +55,8 @@ def run_case(vidattn, name, b, h, sq, skv, d, dtype, layout, kv_lens, d64_wgs, s
     g = torch.Generator().manual_seed(1234)
     shape = (lambda s: (b, s, h, d)) if layout == "bshd" else (lambda s: (b, h, s, d))
     q, k, v = ((torch.randn(shape(s), generator=g) + 0.5).to(dtype) for s in (sq, skv, skv))
-    if spiked:  # one key past the first key block far above the rest in these heads (kernel_smoke.shape_scores)
-        from kernel_smoke import shape_scores
+    if spiked:  # one key past the first key block far above the rest in these heads (bench.accuracy.shape_scores)
+        from bench.accuracy import shape_scores
         shape_scores(q, k if layout == "bshd" else k.transpose(1, 2), "spike", heads=list(spiked))
     qd, kd, vd = (t.cuda() for t in (q, k, v))
     lens = torch.tensor(kv_lens, dtype=torch.int32).cuda() if kv_lens is not None else None

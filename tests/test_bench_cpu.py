@@ -13,7 +13,7 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "scripts" / "bench_kernel.py"
-DEVICE_RUN = REPO / "scripts" / "device_run.sh"
+DEVICE_RUN = REPO / "dev" / "probes" / "device_run.sh"
 
 # The kernel table of /work/shared/ANCHORS.md: name, B, H, Sq, Skv, D.
 ANCHOR_SHAPES = [
@@ -136,7 +136,7 @@ def test_gpu_suite_skips_cleanly_without_cuda():
 
 
 def test_bench_round_order_defaults_to_the_balanced_design():
-    """bench_kernel.py times four rounds by default in the Williams order (scripts/round_order.py), takes
+    """bench_kernel.py times four rounds by default in the Williams order (bench/round_order.py), takes
     --order rotated for the earlier scheme, and refuses other orders."""
     mod = _bench_module()
     args = mod.parse_args([])

@@ -1,4 +1,4 @@
-"""scripts/clock_probe.py: parsing nvidia-smi's CSV samples and their summary (CPU only; the probe itself needs a
+"""dev/probes/clock_probe.py: parsing nvidia-smi's CSV samples and their summary (CPU only; the probe itself needs a
 GPU and nvidia-smi)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("clock_probe", ROOT / "scripts" / "clock_probe.py")
+    spec = importlib.util.spec_from_file_location("clock_probe", ROOT / "dev" / "probes" / "clock_probe.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -300,11 +300,11 @@ def test_readme_has_the_cross_model_block():
 
 # ------------------------------------------------------------------------------------------- the device stage
 def test_device_run_has_cross_model_stage_outside_the_default_set():
-    sh = (ROOT / "scripts" / "device_run.sh").read_text()
+    sh = (ROOT / "dev" / "probes" / "device_run.sh").read_text()
     assert "ALL_STAGES=(build smoke gpu-tests sanitizer bench e2e forward cross-model)" in sh
     assert "DEFAULT_STAGES=(build gpu-tests sanitizer bench e2e forward)" in sh
-    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "device_run.sh")]).returncode == 0
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "device_run.sh"), "nope"], capture_output=True, text=True)
+    assert subprocess.run(["bash", "-n", str(ROOT / "dev" / "probes" / "device_run.sh")]).returncode == 0
+    r = subprocess.run(["bash", str(ROOT / "dev" / "probes" / "device_run.sh"), "nope"], capture_output=True, text=True)
     assert r.returncode == 2 and "cross-model" in r.stderr
 
 

@@ -1,4 +1,4 @@
-"""Every patch in csrc/experiments is listed in its README with the commit it applies to: the kernel source moves
+"""Every patch in dev/experiments is listed in its README with the commit it applies to: the kernel source moves
 on under the experiments that did not land, and a patch without its base commit cannot be rebuilt."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPERIMENTS = ROOT / "csrc" / "experiments"
+EXPERIMENTS = ROOT / "dev" / "experiments"
 
 
 def test_every_patch_is_listed_with_its_base_commit():
@@ -16,4 +16,4 @@ def test_every_patch_is_listed_with_its_base_commit():
     assert patches, "no experiment patches found"
     for name in patches:
         m = re.search(re.escape(f"`{name}`") + r"[^`]*(?:`[^`]*\.patch`[^`]*)*?to `([0-9a-f]{7,40})`", head)
-        assert m, f"csrc/experiments/README.md does not say which commit {name} applies to"
+        assert m, f"dev/experiments/README.md does not say which commit {name} applies to"

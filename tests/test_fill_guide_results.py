@@ -1,4 +1,4 @@
-"""scripts/fill_guide_results.py writes the lineage JSON's numbers, and only those, into the marked blocks."""
+"""dev/tools/fill_guide_results.py writes the lineage JSON's numbers, and only those, into the marked blocks."""
 import json
 import shutil
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "dev" / "tools"))
 import fill_guide_results as fgr  # noqa: E402
 
 RESULTS = sorted((ROOT / "bench" / "results").glob("lineage_*.json"))

@@ -1,5 +1,5 @@
 """docs/guide: every SVG is well-formed, self-contained SVG; every page links images and files that exist; every
-lineage step (csrc/lineage/NN_*.cu) has a page. CPU only, no GPU, no network."""
+lineage step (docs/guide/lineage/NN_*.cu) has a page. CPU only, no GPU, no network."""
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -9,7 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "guide"
 IMG = GUIDE / "img"
-LINEAGE = ROOT / "csrc" / "lineage"
+LINEAGE = ROOT / "docs" / "guide" / "lineage"
 SVG_NS = "{http://www.w3.org/2000/svg}"
 STEPS = [f"{n:02d}" for n in range(1, 13)]
 
@@ -74,15 +74,15 @@ def test_step_page(step):
             continue
         if link.startswith("diffs/"):
             assert link == f"diffs/{step}.diff", f"{page.name}: links {link}, expected diffs/{step}.diff"
-            # Written by scripts/lineage_diffs.py: required once that script has run (the folder exists) and both
+            # Written by dev/tools/lineage_diffs.py: required once that script has run (the folder exists) and both
             # this step's file and its predecessor's exist.
             prev = f"{int(step) - 1:02d}"
             if (GUIDE / "diffs").is_dir() and sorted(LINEAGE.glob(f"{step}_*.cu")) and sorted(
                 LINEAGE.glob(f"{prev}_*.cu")
             ):
-                assert (GUIDE / link).is_file(), f"{page.name}: {link} missing: run scripts/lineage_diffs.py"
+                assert (GUIDE / link).is_file(), f"{page.name}: {link} missing: run dev/tools/lineage_diffs.py"
             continue
-        if link.startswith("../../csrc/lineage/") and not sorted(LINEAGE.glob(f"{step}_*.cu")):
+        if link.startswith("lineage/") and not sorted(LINEAGE.glob(f"{step}_*.cu")):
             continue  # this step's file is not written yet; checked below once it is
         assert (page.parent / link).resolve().exists(), f"{page.name}: broken link {link}"
     if step != "01":
@@ -90,9 +90,9 @@ def test_step_page(step):
     # The step file: when it exists, the page must link exactly that file (and be named after it).
     step_files = sorted(LINEAGE.glob(f"{step}_*.cu"))
     if not step_files:
-        pytest.skip(f"csrc/lineage/{step}_*.cu not written yet")
+        pytest.skip(f"docs/guide/lineage/{step}_*.cu not written yet")
     step_file = step_files[0]
-    assert f"../../csrc/lineage/{step_file.name}" in links, f"{page.name}: does not link {step_file.name}"
+    assert f"lineage/{step_file.name}" in links, f"{page.name}: does not link {step_file.name}"
     assert page.stem == step_file.stem, f"{page.name}: page name differs from {step_file.name}"
 
 

@@ -1,5 +1,5 @@
-"""scripts/kernel_ab.sh and device_ab_validate.sh: valid bash; every patch the default variants name exists in
-csrc/experiments and every -D flag is a macro the kernel reads; the candidate pick of kernel_ab_time.py."""
+"""dev/probes/kernel_ab.sh and device_ab_validate.sh: valid bash; every patch the default variants name exists in
+dev/experiments and every -D flag is a macro the kernel reads; the candidate pick of kernel_ab_time.py."""
 import importlib.util
 import re
 import shutil
@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "kernel_ab.sh"
+SCRIPT = ROOT / "dev" / "probes" / "kernel_ab.sh"
 
 
 @pytest.mark.parametrize("name", ["kernel_ab.sh", "device_ab_validate.sh", "ncu_profile.sh"])
 def test_syntax(name):
-    subprocess.run(["bash", "-n", str(ROOT / "scripts" / name)], check=True)
+    subprocess.run(["bash", "-n", str(ROOT / "dev" / "probes" / name)], check=True)
 
 
 def test_default_variants_name_existing_patches_and_macros():
@@ -26,15 +26,15 @@ def test_default_variants_name_existing_patches_and_macros():
     for _, patch, flags in specs:
         defined_by = config
         if patch:
-            assert (ROOT / "csrc" / "experiments" / patch).is_file(), patch
-            defined_by += (ROOT / "csrc" / "experiments" / patch).read_text()  # a patch may add its own macro
+            assert (ROOT / "dev" / "experiments" / patch).is_file(), patch
+            defined_by += (ROOT / "dev" / "experiments" / patch).read_text()  # a patch may add its own macro
         for flag in filter(None, flags.split(",")):
             macro = re.fullmatch(r"-D(\w+)=\w+", flag).group(1)
             assert f"#ifndef {macro}" in defined_by, macro
 
 
 def _ab_time():
-    spec = importlib.util.spec_from_file_location("kernel_ab_time", ROOT / "scripts" / "kernel_ab_time.py")
+    spec = importlib.util.spec_from_file_location("kernel_ab_time", ROOT / "dev" / "probes" / "kernel_ab_time.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -63,15 +63,15 @@ def test_pick_cli_refuses_when_nothing_was_timed(tmp_path):
     from pathlib import Path
     path = tmp_path / "ab_times.json"
     path.write_text(json.dumps({"times_ms": {"a": {"cudnn": [1.0]}}}))
-    script = Path(__file__).resolve().parent.parent / "scripts" / "kernel_ab_time.py"
+    script = Path(__file__).resolve().parent.parent / "dev" / "probes" / "kernel_ab_time.py"
     r = subprocess.run([sys.executable, str(script), "--pick", str(path), "x,y"], capture_output=True, text=True)
     assert r.returncode != 0 and r.stdout == "" and "nothing to validate" in r.stderr
 
 
 def test_anchor_shape_keys_are_unique_and_resolve():
     import sys
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import anchor_shapes
+    sys.path.insert(0, str(ROOT))
+    from bench import anchor_shapes
     keys = [s.key for s in anchor_shapes.SHAPES]
     assert len(keys) == len(set(keys)) == 12 and all(keys)
     assert anchor_shapes.by_key(["wan_cross"]) == [("wan_cross", 1, 12, 32760, 512, 128)]
@@ -85,8 +85,9 @@ def test_build_records_the_commit_only_when_csrc_is_committed(tmp_path):
     name results by, and none when csrc/ has uncommitted changes. nvcc is a stub here."""
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
-    for name in ("kernel_ab.sh", "nvcc_flags.py"):
-        (repo / "scripts" / name).write_text((ROOT / "scripts" / name).read_text())
+    (repo / "dev" / "probes").mkdir(parents=True)
+    for name in ("dev/probes/kernel_ab.sh", "scripts/nvcc_flags.py"):
+        (repo / name).write_text((ROOT / name).read_text())
     (repo / "vidattn").mkdir()
     (repo / "vidattn" / "_ext.py").write_text('NVCC_FLAGS = ["-O3"]\n')
     (repo / "csrc").mkdir()
@@ -104,7 +105,7 @@ def test_build_records_the_commit_only_when_csrc_is_committed(tmp_path):
     git("add", "-A")
     git("commit", "-qm", "x")
     head = git("rev-parse", "HEAD").stdout.strip()
-    run = lambda: subprocess.run(["bash", "scripts/kernel_ab.sh", "--build-only"], cwd=repo, env=env, check=True,
+    run = lambda: subprocess.run(["bash", "dev/probes/kernel_ab.sh", "--build-only"], cwd=repo, env=env, check=True,
                                  capture_output=True, text=True)
     run()
     assert (repo / ".build" / "ab" / "v.commit").read_text().strip() == head

@@ -12,7 +12,7 @@ same P as cuDNN, whose errors it matched to four digits. Now each row's P is rou
 max, so a row's largest p is no longer exactly 1: where one key outside the first block dominates a row, its
 weight carries bf16's rounding (up to 2^-8 relative), which cuDNN's running max spares. The errors are then
 independent of cuDNN's, with the same relative L2 (1.04x) and a longer max |err| tail on short rows: over 1000
-draws per case (scripts/accuracy_tail.py, fourteenth session, call 3) 777 x 777 randn read 1.19-1.27x cuDNN's max
+draws per case (dev/probes/accuracy_tail.py, fourteenth session, call 3) 777 x 777 randn read 1.19-1.27x cuDNN's max
 |err| at the median and up to 3.1x, where the exact online-softmax build of the same source reads 1.00x. The
 suite's earlier bound (each element within 2x cuDNN's max |err| or one ulp at its magnitude) failed 2 draws in
 1000 there at D=64, and one GPU-suite case in call 1 (2.07x cuDNN's, 1.1 ulp from the exact value).
@@ -57,9 +57,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import vidattn  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from accuracy_tail import fa_atol, make_inputs  # noqa: E402  (FlashAttention's absolute term; the sink draw)
-from kernel_smoke import shape_scores  # noqa: E402  (the score ramps and spikes of the smoke cases)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.accuracy import fa_atol, make_inputs, shape_scores  # noqa: E402  (FlashAttention's absolute term; the sink draw; score ramps and spikes)
 
 DEV = "cuda"
 K_ERR = 1.5            # kernel rel-L2 error <= K_ERR x SDPA's (+ floors below)

@@ -1,4 +1,4 @@
-"""CPU checks of the lineage (csrc/lineage/NN_*.cu): headers, numbering, the driver's --dry-run and --build-only.
+"""CPU checks of the lineage (docs/guide/lineage/NN_*.cu): headers, numbering, the driver's --dry-run and --build-only.
 
 The build test compiles every step with nvcc (skipped without nvcc): about 1-2 min cold on 2 cores, seconds once
 `.build/lineage/` holds the cached libraries.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-LINEAGE = REPO / "csrc" / "lineage"
+LINEAGE = REPO / "docs" / "guide" / "lineage"
 BENCH = REPO / "scripts" / "bench_lineage.py"
 
 

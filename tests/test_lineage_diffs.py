@@ -1,4 +1,4 @@
-"""scripts/lineage_diffs.py: docs/guide/diffs/NN.diff exist, are non-empty and current for every lineage step whose
+"""dev/tools/lineage_diffs.py: docs/guide/diffs/NN.diff exist, are non-empty and current for every lineage step whose
 predecessor exists; the generator itself on small synthetic steps. CPU only."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "scripts" / "lineage_diffs.py"
+SCRIPT = REPO / "dev" / "tools" / "lineage_diffs.py"
 DIFFS = REPO / "docs" / "guide" / "diffs"
 
 
@@ -30,12 +30,12 @@ def test_diff_exists_and_is_not_empty(n):
     if n - 1 not in _STEPS:
         pytest.skip(f"step {n - 1:02d} (the predecessor) is not written yet")
     path = DIFFS / f"{n:02d}.diff"
-    assert path.is_file(), f"{path} missing: run python3 scripts/lineage_diffs.py"
+    assert path.is_file(), f"{path} missing: run python3 dev/tools/lineage_diffs.py"
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     assert len(lines) > 3, f"{path.name} is empty"
-    assert lines[0] == f"--- a/csrc/lineage/{_STEPS[n - 1].name}", lines[0]
-    assert lines[1] == f"+++ b/csrc/lineage/{_STEPS[n].name}", lines[1]
+    assert lines[0] == f"--- a/docs/guide/lineage/{_STEPS[n - 1].name}", lines[0]
+    assert lines[1] == f"+++ b/docs/guide/lineage/{_STEPS[n].name}", lines[1]
     assert lines[2].startswith("@@ "), lines[2]
     # Every step changes its opening line ("// Step NN: step NN-1 + ..."), so the diff always shows it.
     assert any(l.startswith(f"+// Step {n:02d}: ") for l in lines), f"{path.name}: no new opening line"
@@ -44,7 +44,7 @@ def test_diff_exists_and_is_not_empty(n):
 def test_diffs_are_current():
     proc = subprocess.run([sys.executable, str(SCRIPT), "--check"], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
-    assert proc.returncode == 0, "docs/guide/diffs is stale: run python3 scripts/lineage_diffs.py\n" + proc.stdout
+    assert proc.returncode == 0, "docs/guide/diffs is stale: run python3 dev/tools/lineage_diffs.py\n" + proc.stdout
 
 
 def test_generator_on_synthetic_steps(tmp_path):

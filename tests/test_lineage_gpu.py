@@ -1,4 +1,4 @@
-"""GPU check of every lineage step (csrc/lineage/NN_*.cu) through scripts/bench_lineage.py --check-only.
+"""GPU check of every lineage step (docs/guide/lineage/NN_*.cu) through scripts/bench_lineage.py --check-only.
 
 One driver run builds (or reuses) every step and checks it against an fp32 SDPA reference on two small shapes,
 at the canonical shape against cuDNN, and that it refuses out-of-contract shapes; each step then gets its own
@@ -17,7 +17,7 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "scripts" / "bench_lineage.py"
-STEPS = sorted(p.stem for p in (REPO / "csrc" / "lineage").glob("*.cu") if re.match(r"^\d\d_", p.name))
+STEPS = sorted(p.stem for p in (REPO / "docs" / "guide" / "lineage").glob("*.cu") if re.match(r"^\d\d_", p.name))
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""scripts/ncu_stalls.py on a small synthetic Nsight Compute source-page export."""
+"""dev/probes/ncu_stalls.py on a small synthetic Nsight Compute source-page export."""
 from __future__ import annotations
 
 import gzip
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "ncu_stalls.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "dev" / "probes" / "ncu_stalls.py"
 CSV = """"Kernel Name","k",
 "Address","Source","Warp Stall Sampling (All Samples)","stall_barrier","stall_long_sb","stall_wait","stall_barrier (Not Issued)"
 "0x10","  HGMMA.64x176x16 R24, gdesc[UR4], RZ","30","25","0","5","20"

@@ -38,7 +38,7 @@ NVCC_FLAGS = [
     "-gencode=arch=compute_90a,code=sm_90a",
     "-Xptxas=-v", "--expt-relaxed-constexpr",
     # ptxas on the kernels in parallel, one thread per CPU: the narrow partial-block copies made the serial build of
-    # 16 kernels about 4 minutes on two cores; split, 2.5 minutes there, with identical SASS (csrc/NOTES.md, sixth
+    # 16 kernels about 4 minutes on two cores; split, 2.5 minutes there, with identical SASS (dev/NOTES.md, sixth
     # session). With the short-key D=128 build (20 kernels) it takes about 4.5 minutes on two cores.
     "--split-compile=0",
 ]

@@ -55,7 +55,7 @@ def run_metadata(argv: list[str] | None = None) -> dict:
         meta["gpu"] = props.name
         meta["sm_count"] = props.multi_processor_count
         # Which physical card: a lent machine may differ from call to call, and cuDNN's own speed on the long shapes
-        # moved between calls (Wan 1.3B 561-564 TFLOPS, then 547-548; csrc/NOTES.md, thirteenth session). With the
+        # moved between calls (Wan 1.3B 561-564 TFLOPS, then 547-548; dev/NOTES.md, thirteenth session). With the
         # card recorded, runs can be grouped by it.
         uuid = getattr(props, "uuid", None)
         meta["gpu_uuid"] = str(uuid) if uuid is not None else None

@@ -290,7 +290,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
         return (out, lse) if return_lse else out
     if _is_compiling() or not _eager_fast_path(q, k, v):
         # torch.compile traces the custom op (its fake gives the output's metadata); plain eager calls skip its
-        # dispatch layers, which cost more host time than a short kernel takes (scripts/call_overhead.py), under a
+        # dispatch layers, which cost more host time than a short kernel takes (dev/probes/call_overhead.py), under a
         # profiler range of the op's name so traces read the same either way.
         out, lse = torch.ops.vidattn.attention(q, k, v, layout, scale, kv_lens, return_lse)
     elif _profiler_on():

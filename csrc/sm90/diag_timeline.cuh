@@ -1,5 +1,5 @@
 // DIAGNOSTIC ONLY, never a default (VIDATTN_DIAG_TIMELINE=1 or 2): clock64 stamps at the phases of each tile, to see
-// where a tile boundary's time goes (scripts/timeline_probe.py reads them back through vidattn_sm90_diag_timeline).
+// where a tile boundary's time goes (dev/probes/timeline_probe.py reads them back through vidattn_sm90_diag_timeline).
 // One row of kTlEvents stamps per (CTA, local tile, consumer warpgroup), written by the warpgroup's first thread, and
 // one row per (CTA, local tile) for the producer. clock64 is the SM's own cycle counter, so only differences within
 // one CTA mean anything. The main launch only (the tail launch's CTAs would overwrite rows 0..). In a shipped build
@@ -7,7 +7,7 @@
 // Level 1 also counts, per tile, the key iterations whose K or V load had not landed when the consumer came to wait
 // for it (mbarrier.test_wait, no clock in the key loop). Level 2 adds the cycles each kind of wait took (TlWaits):
 // those clock reads around the P V wait made ptxas move all of the softmax's exponentials above that wait, which
-// releases V later and slowed the key loop ~15% (csrc/NOTES.md, tenth session), so read level 2 for what waits, not
+// releases V later and slowed the key loop ~15% (dev/NOTES.md, tenth session), so read level 2 for what waits, not
 // for how long a plain build's iteration takes.
 #pragma once
 #include <cstdint>

@@ -192,7 +192,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       }
     };
     // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S. K_{j+1} before
-    // V_j measured slower with the late V wait (csrc/experiments/k_ahead.patch, tenth session).
+    // V_j measured slower with the late V wait (dev/experiments/k_ahead.patch, tenth session).
     for (int j = 0; j < n_blocks; ++j) {
       load_k(j);
       if (j == 0) load_q();
@@ -314,7 +314,7 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
 // differently (there a row's largest p is exactly 1; here a later key that dominates its row carries up to 2^-8
 // relative rounding in its weight, and with the unrounded sum, the default, a scale error of the row as well): relative
 // L2 error 1.00-1.04x cuDNN's, max |error| 1.3x cuDNN's at the median on short randn rows and 2.2x where a late key
-// takes half of each row, within FlashAttention's test bound (csrc/NOTES.md, fourteenth and fifteenth sessions).
+// takes half of each row, within FlashAttention's test bound (dev/NOTES.md, fourteenth and fifteenth sessions).
 template <int kN, bool kSumHere>
 __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2], float (&row_sum)[2],
                                                   float scale_log2) {
@@ -565,7 +565,7 @@ __device__ __forceinline__ void sched_pass(int cwg) {
 // in the accumulator layout, no shuffles), and let one lane store that box with TMA; twice at D=128. Stored
 // straight from the fragments (4 bytes a thread: eight rows of 16 bytes per warp instruction), O cost Wan
 // cross-attention 14% of its time (a build without the O stores measured 1.018x cuDNN against 0.876x); 16-byte
-// stores from the scratch won back most of it (0.954-0.972x), the TMA store the rest (0.994x; csrc/NOTES.md).
+// stores from the scratch won back most of it (0.954-0.972x), the TMA store the rest (0.994x; dev/NOTES.md).
 // Scratch rows are 128 bytes with the 16-byte chunk index xor-ed by the row (mod 8) in a 1024-aligned buffer:
 // TMA's 128B swizzle, and the eight rows of each 8x8 stmatrix hit all banks once. Rows past seqlen_q lie outside
 // the tensor map and are not written.

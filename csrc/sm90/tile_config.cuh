@@ -7,7 +7,7 @@
 #define VIDATTN_PINGPONG 1
 #endif
 
-// KV tile width per head dim (A/B builds override these; defaults are the measured best, see csrc/NOTES.md).
+// KV tile width per head dim (A/B builds override these; defaults are the measured best, see dev/NOTES.md).
 #ifndef VIDATTN_BLOCK_N_D128
 #define VIDATTN_BLOCK_N_D128 176
 #endif
@@ -19,7 +19,7 @@
 #define VIDATTN_BLOCK_N_D128_SHORT 128
 #endif
 // At most this many O scratch boxes per warp (FwdTraits::kOScratchSlots). 1 takes the second box away from the
-// short-key build: measured no different (Wan cross 1.039 against 1.035x cuDNN; csrc/NOTES.md, eighth session).
+// short-key build: measured no different (Wan cross 1.039 against 1.035x cuDNN; dev/NOTES.md, eighth session).
 #ifndef VIDATTN_O_SCRATCH_SLOTS_MAX
 #define VIDATTN_O_SCRATCH_SLOTS_MAX 2
 #endif
@@ -28,7 +28,7 @@
 #endif
 
 // Prefetch the next tile's Q into L2 when Q has a single shared-memory buffer (see the producer). Off: measured
-// no gain (Wan cross-attention 0.881x cuDNN with it, 0.897x without, within the spread; csrc/NOTES.md).
+// no gain (Wan cross-attention 0.881x cuDNN with it, 0.897x without, within the spread; dev/NOTES.md).
 #ifndef VIDATTN_Q_L2_PREFETCH
 #define VIDATTN_Q_L2_PREFETCH 0
 #endif
@@ -59,13 +59,13 @@
 // N=176 consumer uses 234 of its 240 registers without them (at N=160 they spill). Measured (eleventh session, two
 // A/Bs of 7 rounds): Wan cross-attention 1.079 -> 1.087 and 1.065 -> 1.088x cuDNN, FA-bench 1K 1.097 -> 1.110 and
 // 1.100 -> 1.105; all of D=128 at N=128 then keeps up with N=176 on the long shapes (N=128 without it: 5-7% behind),
-// and N=144 with it does not (csrc/NOTES.md).
+// and N=144 with it does not (dev/NOTES.md).
 #ifndef VIDATTN_Q_IN_REGS_MAX_N
 #define VIDATTN_Q_IN_REGS_MAX_N 128
 #endif
 
 // Rotate each tile's key-block order by (tile index mod its block count), so that the CTAs running at one time do
-// not all read the same K/V block of the same head from L2 at once (a suspect for the short-KV gap; csrc/NOTES.md).
+// not all read the same K/V block of the same head from L2 at once (a suspect for the short-KV gap; dev/NOTES.md).
 #ifndef VIDATTN_KV_ROTATE
 #define VIDATTN_KV_ROTATE 0
 #endif
@@ -91,7 +91,7 @@
 // Softmax against a fixed reference (flash_fwd.cuh, softmax_fixed_ref; bf16 only): each row's exponentials after
 // its first key block are taken against that block's max, so the steady loop has no row max, no quad shuffles and
 // no rescale of O; a tile whose row sum leaves the safe range is run again with the exact online softmax
-// (redo_tiles). Measured +4 to +14% on every shape of the table (csrc/NOTES.md, run21).
+// (redo_tiles). Measured +4 to +14% on every shape of the table (dev/NOTES.md, run21).
 #ifndef VIDATTN_FIXED_REF
 #define VIDATTN_FIXED_REF 1
 #endif
@@ -103,7 +103,7 @@
 // accuracy: O = sum p^ v / sum p carries the rounding's mismatch as a scale error of the row, up to 2^-9 of the
 // dominant key's share of it. Relative L2 +0.4%; max |error| 1.31x cuDNN's at the median on randn (rounded sums 1.26x)
 // and 2.2x (1.3x) where one late key takes half of each row; FlashAttention's bound holds with margin (0.64 of it at
-// most), the GPU suite's. 0 gives the rounded sums back (csrc/NOTES.md, fourteenth and fifteenth sessions).
+// most), the GPU suite's. 0 gives the rounded sums back (dev/NOTES.md, fourteenth and fifteenth sessions).
 #ifndef VIDATTN_ROW_SUM_UNROUNDED
 #define VIDATTN_ROW_SUM_UNROUNDED 1
 #endif
@@ -111,7 +111,7 @@
 // Run S = Q K^T and P V of a tile's last, partial key block only over its keys (flash_fwd.cuh, block_steps): seed
 // 4K's last block holds 48 of 176 keys. In steps of 16 keys, and only when that leaves out at least
 // VIDATTN_NARROW_MIN_SAVED steps; each narrow width is one more copy of the wgmma sequences in the library.
-// Measured (csrc/NOTES.md, sixth session), against the full-width block: long shapes +2-4%. MIN_SAVED 1 (every
+// Measured (dev/NOTES.md, sixth session), against the full-width block: long shapes +2-4%. MIN_SAVED 1 (every
 // partial block; d05d46c as committed) cost Wan cross-attention (10 of 11 steps) and FA-bench 1K (9) 1-4%, which 3
 // gives back; 32-key steps (a build of that session) lost the long shapes' gain.
 #ifndef VIDATTN_NARROW_TAIL
@@ -145,7 +145,7 @@ struct FwdTraits {
   // wgmma's M is 64 per warpgroup; the consumer warpgroups share one Q tile so each K/V tile is read once for
   // all their rows. D=128: two (128 rows; S, P and O need 240 registers). D=64: three (192 rows; S, P and O fit
   // in 160, O being only 32), so each K/V byte fetched serves 1.5x the rows: measured +9 to +11% on the long D=64
-  // shapes (csrc/NOTES.md).
+  // shapes (dev/NOTES.md).
   static constexpr int kConsumerWGs = kWGs;
   static_assert(kWGs == 2 || (kWGs == 3 && kHeadDim == 64), "three consumer warpgroups fit only at D=64");
   static constexpr int kRowsPerWG = 64;
@@ -179,7 +179,7 @@ struct FwdTraits {
   static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
   static constexpr bool kDeferOStore = VIDATTN_DEFER_O_STORE != 0;
   // Where Q has two buffers (the short-key D=128 build, D=64): measured ahead there and behind on the long D=128
-  // shapes (csrc/NOTES.md, ninth session, call 5), so the N=176 build keeps O's packing at the tile's end.
+  // shapes (dev/NOTES.md, ninth session, call 5), so the N=176 build keeps O's packing at the tile's end.
   static constexpr bool kDeferONormalise = VIDATTN_DEFER_O_NORMALISE != 0 && kDeferOStore && kQBuffers == 2;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
   static constexpr bool kLateVWait = VIDATTN_LATE_V_WAIT != 0;

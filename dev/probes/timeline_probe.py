@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Where a tile's time goes: per-phase clock64 stamps from a timeline build of the kernel library.
 
-    VARIANTS="tl||-DVIDATTN_DIAG_TIMELINE=1" bash scripts/kernel_ab.sh --build-only
-    VIDATTN_LIBRARY=.build/ab/lib_tl.so python3 scripts/timeline_probe.py seed4k seed16k wan_cross
+    VARIANTS="tl||-DVIDATTN_DIAG_TIMELINE=1" bash dev/probes/kernel_ab.sh --build-only
+    VIDATTN_LIBRARY=.build/ab/lib_tl.so python3 dev/probes/timeline_probe.py seed4k seed16k wan_cross
 
 A timeline build (csrc/sm90/diag_timeline.cuh) stamps each consumer warpgroup's tile at: entry, Q landed, K_0 landed,
 S_0 retired, the third and the last key iterations begun, last V landed, last P V retired, epilogue issued; the producer stamps when it starts to wait for Q's
@@ -28,8 +28,9 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # bench_kernel's inputs
 
 # csrc/sm90/diag_timeline.cuh
 MAX_CTAS, MAX_LOCAL, WGS, EVENTS, PEVENTS = 160, 64, 3, 16, 4
@@ -138,7 +139,7 @@ def analyse(cons, prod, grid: int) -> dict:
 def main(argv: list[str] | None = None):
     import torch
 
-    from anchor_shapes import SHAPES as ANCHORS
+    from bench.anchor_shapes import SHAPES as ANCHORS
     from bench_kernel import make_inputs
     from vidattn import _ext
 

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# A/B kernel variants in one device call: build each variant of csrc/ (an optional patch from csrc/experiments/
-# plus -D flags) into its own library, smoke-check each with scripts/kernel_smoke.py in its own process under a
+# A/B kernel variants in one device call: build each variant of csrc/ (an optional patch from dev/experiments/
+# plus -D flags) into its own library, smoke-check each with dev/probes/kernel_smoke.py in its own process under a
 # timeout (a hanging variant costs seconds, not the lease), then time every variant that passed in one process,
-# interleaved with cuDNN (scripts/kernel_ab_time.py). The first variant listed is the baseline.
+# interleaved with cuDNN (dev/probes/kernel_ab_time.py). The first variant listed is the baseline.
 #
-#   bash scripts/kernel_ab.sh --build-only                # here (nvcc, no GPU): build every variant into .build/ab
-#   bash scripts/kernel_ab.sh                             # on the H200 (carry .build): smoke per variant, then
+#   bash dev/probes/kernel_ab.sh --build-only                # here (nvcc, no GPU): build every variant into .build/ab
+#   bash dev/probes/kernel_ab.sh                             # on the H200 (carry .build): smoke per variant, then
 #                                                         # all variants timed interleaved (kernel_ab_time.py)
-#   VARIANTS="base|| rot||-DVIDATTN_KV_ROTATE=1" bash scripts/kernel_ab.sh
+#   VARIANTS="base|| rot||-DVIDATTN_KV_ROTATE=1" bash dev/probes/kernel_ab.sh
 #
-# VARIANTS: newline- or space-separated "name|patch|flags" (patch: a file name in csrc/experiments, or empty;
+# VARIANTS: newline- or space-separated "name|patch|flags" (patch: a file name in dev/experiments, or empty;
 # flags: extra nvcc -D flags, commas for spaces). Logs: $OUT/ab_smoke.log, $OUT/ab_time.log, ab_times.json.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 REPO=$PWD
 OUT=${OUT:-$REPO/out}
 BUILD=$REPO/.build/ab
@@ -28,7 +28,7 @@ build_variant() {  # name patch flags
     src=$(mktemp -d)
     cp -r csrc "$src/csrc"
     if [[ -n $patch ]]; then
-        (cd "$src" && git apply "$REPO/csrc/experiments/$patch") || { echo "[ab] $name: patch $patch does not apply"; return 1; }
+        (cd "$src" && git apply "$REPO/dev/experiments/$patch") || { echo "[ab] $name: patch $patch does not apply"; return 1; }
     fi
     # shellcheck disable=SC2086
     if nvcc "${NVCC_FLAGS[@]}" $flags -I "$src/csrc" "$src/csrc/capi.cu" -o "$BUILD/lib_$name.so" 2>"$BUILD/$name.ptxas.log"; then
@@ -61,13 +61,13 @@ done
 export PYTHONUNBUFFERED=1
 # Correctness first, one process per variant under a timeout (a hanging variant costs T_SMOKE seconds), then
 # one process that times every variant that passed, interleaved round by round with cuDNN
-# (scripts/kernel_ab_time.py: cross-process drift was as large as the effects being measured).
+# (dev/probes/kernel_ab_time.py: cross-process drift was as large as the effects being measured).
 summary=()
 passed=()
 for spec in $VARIANTS; do
     IFS='|' read -r name _ _ <<<"$spec"
     [[ -f $BUILD/lib_$name.so ]] || { summary+=("$name: not built"); continue; }
-    VIDATTN_LIBRARY=$BUILD/lib_$name.so timeout "$T_SMOKE" python3 scripts/kernel_smoke.py >"$BUILD/smoke.log" 2>&1
+    VIDATTN_LIBRARY=$BUILD/lib_$name.so timeout "$T_SMOKE" python3 dev/probes/kernel_smoke.py >"$BUILD/smoke.log" 2>&1
     rc=$?
     { echo "=== $name (rc=$rc)"; cat "$BUILD/smoke.log"; } >>"$OUT/ab_smoke.log"
     ok=$(grep -c '^(.*: ok ' "$BUILD/smoke.log")
@@ -78,7 +78,7 @@ done
 printf '%s\n' "${summary[@]}"
 if ((${#passed[@]})); then
     # shellcheck disable=SC2086
-    timeout "${T_TIME:-360}" python3 scripts/kernel_ab_time.py "${passed[@]}" --checked --json "$OUT/ab_times.json" \
+    timeout "${T_TIME:-360}" python3 dev/probes/kernel_ab_time.py "${passed[@]}" --checked --json "$OUT/ab_times.json" \
         ${AB_TIME_ARGS:-} 2>&1 | tee "$OUT/ab_time.log"
 fi
 echo "== summary"

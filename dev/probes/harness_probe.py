@@ -10,7 +10,7 @@ order: the op, `_ext.forward` into a preallocated output, cuDNN, and (phase "wit
 same without FlashAttention-2. It prints each round's times and the op's output address, so that placement and
 neighbours can be told apart.
 
-    python3 scripts/harness_probe.py --shape wan14b_self [--rounds 5]
+    python3 dev/probes/harness_probe.py --shape wan14b_self [--rounds 5]
 """
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import anchor_shapes
+from bench import anchor_shapes
 import kernel_smoke
 from kernel_ab_time import time_interleaved
 
@@ -36,7 +36,7 @@ from vidattn import _ext
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", default="wan14b_self", help="anchor key (scripts/anchor_shapes.py)")
+    ap.add_argument("--shape", default="wan14b_self", help="anchor key (bench/anchor_shapes.py)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)

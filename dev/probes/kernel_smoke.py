@@ -3,7 +3,7 @@
 Calls the kernel seam (`vidattn._ext.forward`) directly, so it works before/without the op layer. For the full
 suite use `pytest -m gpu tests/test_kernel_gpu.py`; for the benchmark table `scripts/bench_kernel.py`.
 
-    python scripts/kernel_smoke.py [--time]
+    python dev/probes/kernel_smoke.py [--time]
 """
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import anchor_shapes  # noqa: E402
+from bench import anchor_shapes  # noqa: E402
+from bench.accuracy import shape_scores  # noqa: E402,F401  (the GPU suite's score ramps and spikes)
 from vidattn import _ext  # noqa: E402
 
 CASES = [  # (B, Sq, Skv, H, D, dtype, layout, kv_lens[, D=64 warpgroups forced: 2 or 3; default: by shape])
@@ -51,26 +52,6 @@ RANGE_CASES = [
     ((1, 4224, 1000, 40, 128, torch.bfloat16, "bshd", None), "spike"),
 ]
 SPIKED_HEADS = [0, 4]  # the heads RANGE_CASES' spikes go to (those that exist)
-
-
-def shape_scores(q, k, pattern, heads=None):
-    """Makes later keys outscore the first key block (the fixed-reference softmax's reference, csrc/sm90/flash_fwd.cuh),
-    in place on k (B, S, H, D; views too), and returns it. With q shifted by +0.5 (rows summing to about D/2),
-    adding c to every element of key j adds about c * D/2 * scale to its scores. "ramp": the last key ~40 log2 units
-    higher on average, so p reaches ~2^40 and most row sums stay in range (rows of q with large sums get more and
-    may reach the redo); "spike": in `heads` (default
-    all) key min(1234, Skv - 1) ~500 log2 units above the rest, so p overflows and the tile must run again exactly.
-    Shared by the smoke cases, tests/test_kernel_gpu.py, tests/sanitizer_cases.py and bench_lineage.py's check."""
-    d, skv = q.shape[-1], k.shape[1]
-    per_unit = 0.5 * d ** 0.5 * math.log2(math.e)  # log2 units of score per unit added to every element of a key
-    if pattern == "ramp":
-        ramp = torch.arange(skv, device=k.device, dtype=torch.float32) / skv * 40 / per_unit
-        k += ramp.to(k.dtype)[None, :, None, None]
-    elif pattern == "spike":
-        k[:, min(1234, skv - 1), slice(None) if heads is None else heads] += 500 / per_unit
-    else:
-        raise ValueError(f"unknown score pattern {pattern!r}")
-    return k
 
 
 def reference(q, k, v, scale, kv_lens):

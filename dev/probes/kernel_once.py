@@ -1,9 +1,9 @@
 """Run the kernel on one anchor shape a few times and stop: the target program for a profiler.
 
     ncu --clock-control none -k regex:flash_fwd --launch-skip 3 --launch-count 1 --set full \
-        -o out/ncu_wan_cross python3 scripts/kernel_once.py wan_cross
+        -o out/ncu_wan_cross python3 dev/probes/kernel_once.py wan_cross
 
-Shapes: every anchor shape of scripts/anchor_shapes.py, by key. Honours VIDATTN_LIBRARY and VIDATTN_D64_WARPGROUPS like every other script.
+Shapes: every anchor shape of bench/anchor_shapes.py, by key. Honours VIDATTN_LIBRARY and VIDATTN_D64_WARPGROUPS like every other script.
 `--backend cudnn` runs SDPA's cuDNN kernel on the same inputs instead (as bench_kernel.py calls it), so that a
 profiler can read the same counters for both.
 """
@@ -15,10 +15,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # bench_kernel's inputs
 from vidattn import _ext  # noqa: E402
-from anchor_shapes import SHAPES as ANCHORS  # noqa: E402
+from bench.anchor_shapes import SHAPES as ANCHORS  # noqa: E402
 from bench_kernel import make_inputs  # noqa: E402
 
 SHAPES = [s.as_tuple() for s in ANCHORS]

@@ -3,7 +3,7 @@ functions.
 
 The e2e GPU test's reduced Wan 1.3B (240x416, 21 frames: 1560 tokens) ran a forward in 88 ms under vidattn and in
 42 ms under SDPA (thirteenth session, call 4), where one attention call's host path costs about 95 us more than
-SDPA's (scripts/call_overhead.py): 60 calls explain 6 ms of the 46. Per path this builds the forward once and
+SDPA's (dev/probes/call_overhead.py): 60 calls explain 6 ms of the 46. Per path this builds the forward once and
 reports: wall ms per forward (synchronised), host ms per forward (the GPU queue kept full by a 0.5 s sleep kernel
 first; Wan's forward waits for the GPU somewhere inside, so on the H200 this read 0.5 s plus the forward and says
 only that), the device kernels one forward launches and their summed time (torch.profiler, annotation ranges left
@@ -17,8 +17,8 @@ fourteenth found none of it vidattn's: the same SDPA path read 32.2 and 53.9 ms 
 left as allocated, garbage), `vidattn-sdpa` (the same, with SDPA computing the output in the library's place). A path
 may repeat (`sdpa,vidattn,sdpa`: does the second run of a path read slower whatever it is?).
 
-    python3 scripts/forward_overhead.py --preset 1.3b --height 240 --width 416 --frames 21
-    python3 scripts/forward_overhead.py --paths sdpa,vidattn,vidattn-nolaunch,vidattn-sdpa,sdpa
+    python3 dev/probes/forward_overhead.py --preset 1.3b --height 240 --width 416 --frames 21
+    python3 dev/probes/forward_overhead.py --paths sdpa,vidattn,vidattn-nolaunch,vidattn-sdpa,sdpa
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 PATHS = ("sdpa", "vidattn", "vidattn-nolaunch", "vidattn-sdpa")

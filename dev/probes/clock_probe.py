@@ -3,7 +3,7 @@ kernel's, or the GPU's power limit? Each (shape, path) runs for --seconds while 
 the table gives the path's TFLOPS next to the median clock, power and temperature of the samples taken while it
 ran. vidattn and cuDNN alternate per shape, cuDNN first, with a pause between them so the GPU cools the same way.
 
-    python3 scripts/clock_probe.py wan13b_self hunyuan_720p        # anchor keys (scripts/anchor_shapes.py)
+    python3 dev/probes/clock_probe.py wan13b_self hunyuan_720p        # anchor keys (bench/anchor_shapes.py)
 
 Honours VIDATTN_LIBRARY like every other script. Needs `nvidia-smi` on PATH.
 """
@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import anchor_shapes  # noqa: E402
+from bench import anchor_shapes  # noqa: E402
 
 QUERY = "timestamp,clocks.sm,power.draw,temperature.gpu"
 
@@ -54,7 +54,7 @@ def parse_samples(lines: list[str]) -> list[tuple[float, float, float]]:
 @contextlib.contextmanager
 def sampling(period_ms: int = 50):
     """`nvidia-smi` samples QUERY every period_ms while the block runs; the list it yields is filled with the
-    samples (parse_timed_samples) when the block ends. Shared with scripts/neighbour_probe.py."""
+    samples (parse_timed_samples) when the block ends. Shared with dev/probes/neighbour_probe.py."""
     samples: list = []
     smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
                             f"-lms={period_ms}"], stdout=subprocess.PIPE, text=True)

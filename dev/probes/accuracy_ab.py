@@ -1,8 +1,8 @@
 """Error against an fp64 reference of several kernel library builds, of cuDNN and of SDPA's flash backend, on reduced anchor shapes (few
 heads, so the chunked fp64 reference stays cheap), for plain and shifted (+0.5) random inputs: the accuracy side
-of an A/B (scripts/kernel_ab_time.py is the speed side).
+of an A/B (dev/probes/kernel_ab_time.py is the speed side).
 
-    python scripts/accuracy_ab.py ship=.build/ab/lib_ship.so cur=.build/ab/lib_cur.so
+    python dev/probes/accuracy_ab.py ship=.build/ab/lib_ship.so cur=.build/ab/lib_cur.so
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from vidattn import _ext  # noqa: E402
 
 SHAPES = [  # (name, B, H, Sq, Skv, D)

@@ -3,10 +3,10 @@
 Separate processes per variant (what kernel_ab.sh did first) put run-to-run drift of several percent between
 variants (the same D=64 build measured 0.904x and 0.973x cuDNN in two processes, bench/results/kernel_ab_20261130).
 Here every library is loaded at once and each shape is timed in rounds, variants in a Williams-design order
-(scripts/round_order.py: every name runs right after every other one equally often),
+(bench/round_order.py: every name runs right after every other one equally often),
 cuDNN timed in every round too; the table shows the median over rounds and the spread (max-min)/median of each.
 
-    python3 scripts/kernel_ab_time.py base=.build/ab/lib_base.so ring=.build/ab/lib_ring_n176.so [--rounds 5]
+    python3 dev/probes/kernel_ab_time.py base=.build/ab/lib_base.so ring=.build/ab/lib_ring_n176.so [--rounds 5]
 """
 from __future__ import annotations
 
@@ -21,15 +21,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vidattn import _ext  # noqa: E402
-import anchor_shapes  # noqa: E402
-from round_order import ORDERS, round_orders  # noqa: E402
+from bench import anchor_shapes  # noqa: E402
+from bench.round_order import ORDERS, round_orders  # noqa: E402
 import kernel_smoke  # noqa: E402
 
 # (key, B, H, Sq, Skv, D): the anchor shapes below or near 1.00x cuDNN, long ones as guards, and the two longest,
-# which run at the card's power limit (csrc/NOTES.md, fifth session).
+# which run at the card's power limit (dev/NOTES.md, fifth session).
 SHAPES = anchor_shapes.by_key(["wan_cross", "fa1k_d128", "fa1k_d64", "fa8k_d64", "ltx_d64", "cogvideox_d64", "seed4k",
                                "seed16k", "seed8k", "wan13b_self", "wan14b_self", "hunyuan_720p"])
 
@@ -69,11 +69,11 @@ def main():
                     help="no timing: print the best of the comma-separated CANDIDATES in a JSON this script wrote")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rep-ms", type=float, default=60.0, help="do_bench rep per measurement")
-    ap.add_argument("--order", choices=ORDERS, default="williams", help="each round's order (scripts/round_order.py)")
+    ap.add_argument("--order", choices=ORDERS, default="williams", help="each round's order (bench/round_order.py)")
     ap.add_argument("--shapes", default="", help="comma-separated substrings of shape names (default: all)")
     ap.add_argument("--json", default="", help="write the per-round times here")
     ap.add_argument("--checked", action="store_true",
-                    help="the builds passed scripts/kernel_smoke.py already (kernel_ab.sh runs it per build under a "
+                    help="the builds passed dev/probes/kernel_smoke.py already (kernel_ab.sh runs it per build under a "
                          "timeout): skip the in-process smoke check")
     args = ap.parse_args()
     if args.pick:

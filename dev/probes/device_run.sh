@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The one script run on the H200: build the kernel, GPU tests, compute-sanitizer, kernel benchmark, end to end.
 #
-#   bash scripts/device_run.sh                      # default stages: build gpu-tests sanitizer bench e2e forward
-#   bash scripts/device_run.sh build bench          # chosen stages, in the order given ("all" = the default set)
-#   BENCH_ARGS="--quick --shapes Wan" bash scripts/device_run.sh build bench
+#   bash dev/probes/device_run.sh                      # default stages: build gpu-tests sanitizer bench e2e forward
+#   bash dev/probes/device_run.sh build bench          # chosen stages, in the order given ("all" = the default set)
+#   BENCH_ARGS="--quick --shapes Wan" bash dev/probes/device_run.sh build bench
 #
-# Stages: build, smoke (scripts/kernel_smoke.py; not in the default set), gpu-tests, sanitizer, bench, e2e, forward,
+# Stages: build, smoke (dev/probes/kernel_smoke.py; not in the default set), gpu-tests, sanitizer, bench, e2e, forward,
 # cross-model (not in the default set: one forward-only report per video DiT family, then the cross-model table;
 # it prints each family's estimated wall time first; see stage_cross_model).
 # Each runs under `timeout`, a failure does not stop the next one, and a summary table (stage, status, seconds)
@@ -37,7 +37,7 @@
 #   OUT_FILE_LIMIT    files this script leaves in $OUT at most (default 8; device_ab_validate.sh bundles, so more)
 set -uo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 REPO=$PWD
 PY=${PYTHON:-python3}
 OUT=${OUT:-$REPO/out}
@@ -49,7 +49,7 @@ DEFAULT_STAGES=(build gpu-tests sanitizer bench e2e forward)
 SKIPPED_RC=200  # a stage body exits with this when it has nothing to do (e.g. script missing)
 
 # --------------------------------------------------------------------------------------------- stage bodies
-# Each runs in its own `bash scripts/device_run.sh __stage NAME` process, so `timeout` can end it cleanly.
+# Each runs in its own `bash dev/probes/device_run.sh __stage NAME` process, so `timeout` can end it cleanly.
 
 stage_build() {
     command -v nvcc >/dev/null && nvcc --version | tail -n 2
@@ -68,8 +68,8 @@ PYEOF
 }
 
 stage_smoke() {
-    [[ -f scripts/kernel_smoke.py ]] || { echo "scripts/kernel_smoke.py missing"; return $SKIPPED_RC; }
-    "$PY" scripts/kernel_smoke.py
+    [[ -f dev/probes/kernel_smoke.py ]] || { echo "dev/probes/kernel_smoke.py missing"; return $SKIPPED_RC; }
+    "$PY" dev/probes/kernel_smoke.py
 }
 
 stage_gpu_tests() {
@@ -133,9 +133,9 @@ stage_cross_model() {
     #   allegro 133s  hunyuan_video 244s (720p, 118800 tokens)  -> about 830 s in all, plus ~15 s per call for
     # the plan and ~10 s for the table: three device calls back to back (the machine stays warm between them),
     # each well inside its 10 minutes (about 375 s, 280 s, 270 s):
-    #   CROSS_MODELS="ltx wan cogvideox skyreels_v2 hunyuan_video15 wan14b" bash scripts/device_run.sh build cross-model
-    #   CROSS_MODELS="mochi allegro" bash scripts/device_run.sh build cross-model
-    #   CROSS_MODELS="hunyuan_video" bash scripts/device_run.sh build cross-model
+    #   CROSS_MODELS="ltx wan cogvideox skyreels_v2 hunyuan_video15 wan14b" bash dev/probes/device_run.sh build cross-model
+    #   CROSS_MODELS="mochi allegro" bash dev/probes/device_run.sh build cross-model
+    #   CROSS_MODELS="hunyuan_video" bash dev/probes/device_run.sh build cross-model
     # then, here: unpack each call's cross_model_reports.tar.gz into the repo and run
     # `python3 scripts/cross_model_table.py --readme` for the table over all of them.
     [[ -f scripts/cross_model_table.py && -f pipelines/families.py ]] || { echo "cross-model scripts missing"; return $SKIPPED_RC; }
@@ -306,7 +306,7 @@ run_stage() {
     (( limit > left )) && limit=$left
     echo "== [$name] start $(date -u +%H:%M:%S), limit ${limit}s" | tee -a "$log"
     t=$SECONDS
-    STAGE_LIMIT_S=$limit timeout -k 10 "$limit" bash "$REPO/scripts/device_run.sh" __stage "$name" 2>&1 | tee -a "$log"
+    STAGE_LIMIT_S=$limit timeout -k 10 "$limit" bash "$REPO/dev/probes/device_run.sh" __stage "$name" 2>&1 | tee -a "$log"
     rc=${PIPESTATUS[0]}
     dt=$(( SECONDS - t ))
     if (( rc == 0 )); then st=pass

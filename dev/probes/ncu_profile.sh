@@ -4,11 +4,11 @@
 # of the numbers that say where a tile's time goes: tensor-pipe activity, issue stalls of the consumer warps, L2
 # and DRAM throughput, shared-memory bank conflicts.
 #
-#   SHAPES="wan_cross wan13b_self" bash scripts/ncu_profile.sh        # $OUT/ncu_<shape>.ncu-rep, ncu_summary.txt,
+#   SHAPES="wan_cross wan13b_self" bash dev/probes/ncu_profile.sh        # $OUT/ncu_<shape>.ncu-rep, ncu_summary.txt,
 #                                                                     # ncu_<shape>_src.csv.gz (per-instruction stalls)
 #   NCU_KERNEL_REGEX='flash_fwd_kernel.*Lb1EEEvNS0_9FwdParamsE' ...    # the tail launch's kernel instead (mangled)
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -21,7 +21,7 @@ for shape in ${SHAPES:-wan_cross wan13b_self}; do
     # (the key ranges); matching the mangled name's last template argument (kSplit = false) skips those.
     timeout "${T_SHAPE:-240}" "$NCU" --clock-control none --kernel-name-base mangled \
         -k "regex:${NCU_KERNEL_REGEX:-flash_fwd_kernel.*Lb0EEEvNS0_9FwdParamsE}" --launch-skip 3 --launch-count 1 \
-        --set full -f -o "$OUT/ncu_$shape" python3 scripts/kernel_once.py "$shape" >"$OUT/ncu_$shape.log" 2>&1
+        --set full -f -o "$OUT/ncu_$shape" python3 dev/probes/kernel_once.py "$shape" >"$OUT/ncu_$shape.log" 2>&1
     rc=$?
     if ((rc != 0)); then echo "ncu rc=$rc; tail of its log:" | tee -a "$summary"; tail -5 "$OUT/ncu_$shape.log" | tee -a "$summary"; continue; fi
     "$NCU" --import "$OUT/ncu_$shape.ncu-rep" --page details --print-units base 2>/dev/null |
@@ -30,9 +30,9 @@ for shape in ${SHAPES:-wan_cross wan13b_self}; do
     "$NCU" --import "$OUT/ncu_$shape.ncu-rep" --page raw --print-units base 2>/dev/null |
         grep -E "smsp__average_warp_latency_issue_stalled|smsp__pcsamp_warps_issue_stalled_[a-z_]+ |sm__pipe_tensor_op_hmma_cycles_active.avg.pct|lts__t_bytes.sum.per_second" |
         sort -k3 -g -r | head -30 | tee -a "$summary"
-    # Per-instruction stall samples (scripts/ncu_stalls.py reads it), small enough to come back from the device.
+    # Per-instruction stall samples (dev/probes/ncu_stalls.py reads it), small enough to come back from the device.
     "$NCU" --import "$OUT/ncu_$shape.ncu-rep" --page source --csv --print-source sass 2>/dev/null |
         gzip >"$OUT/ncu_${shape}_src.csv.gz"
-    python3 scripts/ncu_stalls.py "$OUT/ncu_${shape}_src.csv.gz" --top 25 2>&1 | tee -a "$summary"
+    python3 dev/probes/ncu_stalls.py "$OUT/ncu_${shape}_src.csv.gz" --top 25 2>&1 | tee -a "$summary"
 done
 echo "summary: $summary"

@@ -14,7 +14,7 @@ call 4). Per path this measures, over --calls calls on (B, S, H, D) inputs as th
 
 --profile adds cProfile's top functions for the vidattn calls.
 
-    python3 scripts/call_overhead.py --shape 1,1560,12,128 --calls 300 --profile
+    python3 dev/probes/call_overhead.py --shape 1,1560,12,128 --calls 300 --profile
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def parse_shape(text: str) -> tuple[int, int, int, int]:

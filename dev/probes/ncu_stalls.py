@@ -2,7 +2,7 @@
 """Where a kernel's warps wait, per SASS instruction, from an Nsight Compute source-page export.
 
     ncu --import out/ncu_wan_cross.ncu-rep --page source --csv --print-source sass > src.csv   # (ncu_profile.sh does it)
-    python3 scripts/ncu_stalls.py src.csv.gz [--top 30]
+    python3 dev/probes/ncu_stalls.py src.csv.gz [--top 30]
 
 Prints the total of each stall reason over all sampled instructions, then the instructions with the most samples,
 each with its share and its top three reasons. Plain or gzip CSV. Caveat when reading it: the producer warp's

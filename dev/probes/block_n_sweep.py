@@ -7,7 +7,7 @@ The query side is fixed (B=1, H=24, Sq=16384: 3072 tiles, the same 23.3 rounds o
 key count changes between rows. Prints a table and, last, the largest key count at which the short build is
 faster.
 
-    python3 scripts/block_n_sweep.py [--rounds 5] [--builds 128,176] [--json bench/results/block_n_sweep_<date>.json]
+    python3 dev/probes/block_n_sweep.py [--rounds 5] [--builds 128,176] [--json bench/results/block_n_sweep_<date>.json]
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vidattn import _ext, envinfo  # noqa: E402
 import kernel_smoke  # noqa: E402
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        meta = envinfo.run_metadata(None if argv is None else ["scripts/block_n_sweep.py", *argv])
+        meta = envinfo.run_metadata(None if argv is None else ["dev/probes/block_n_sweep.py", *argv])
         Path(args.json).write_text(json.dumps({
             "meta": meta, "rounds": args.rounds, "rep_ms": args.rep_ms, "builds": list(builds),
             "shape": {"B": b, "H": h, "Sq": sq, "D": d, "dtype": "bf16"}, "times_ms": record,

@@ -1,6 +1,6 @@
 """Write the measured lineage numbers into the guide and the README, from a bench_lineage JSON.
 
-    python3 scripts/fill_guide_results.py bench/results/lineage_<date>_<commit>.json
+    python3 dev/tools/fill_guide_results.py bench/results/lineage_<date>_<commit>.json
 
 Fills three kinds of marked blocks, so that every figure in them is read from the JSON (never typed by hand):
   docs/guide/README.md   <!-- lineage-results:begin/end -->   the whole table
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _replace_block(text: str, tag: str, body: str) -> str:

@@ -1,4 +1,4 @@
-// lineage.h: the one C ABI every lineage step (csrc/lineage/NN_*.cu) implements.
+// lineage.h: the one C ABI every lineage step (docs/guide/lineage/NN_*.cu) implements.
 //
 // Contract (every step may assume it and must return an error, never garbage, for anything else):
 //   - q, k, v, o: contiguous (batch, seqlen, heads, head_dim) bf16 device pointers (BSHD);

@@ -10,7 +10,7 @@ above 1 fails) and how many draws fail: (a) the GPU suite's bound until the four
 suite's since (tests/test_kernel_gpu.py: max |err| <= 2x the reference implementation's + 2x the rounding error of
 ref + 0.3 in the output type).
 
-    python3 scripts/accuracy_tail.py ship=.build/ab/lib_def.so online=.build/ab/lib_onl.so --seeds 200
+    python3 dev/probes/accuracy_tail.py ship=.build/ab/lib_def.so online=.build/ab/lib_onl.so --seeds 200
 """
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy_ab import reference  # noqa: E402
+from bench.accuracy import INPUTS, fa_atol, make_inputs, ulp  # noqa: E402
 
 SHAPES = {  # name: (B, H, Sq, Skv, D); the GPU suite's 777 case first (its B, H)
     "777_d128": (2, 3, 777, 777, 128),
@@ -32,42 +33,6 @@ SHAPES = {  # name: (B, H, Sq, Skv, D); the GPU suite's 777 case first (its B, H
     "4224_d128": (1, 2, 4224, 4224, 128),
     "129x4224_d128": (1, 2, 129, 4224, 128),
 }
-ULP_MANTISSA = {torch.bfloat16: (7, -126), torch.float16: (10, -14)}
-INPUTS = ("randn", "shift", "sink")
-# "sink": one key, two thirds of the way along, that every row attends to about as much as to all the others
-# together (a shared query feature of 2 against that key's 3.6 sqrt(D): a score ~7 above the rest, about ln of the
-# 777-key case's partition sum), with V's row for it offset by 1. The case where the fixed reference's rounding of
-# a later key's weight shows most (csrc/NOTES.md, fourteenth session).
-SINK_Q, SINK_K, SINK_V = 2.0, 3.6, 1.0
-
-
-def make_inputs(kind: str, b: int, h: int, sq: int, skv: int, d: int, g, dev, dtype):
-    """(q, k, v) as (B, S, H, D) in `dtype` for one draw: randn, randn + 0.5 ("shift"), or randn with a late
-    attention sink ("sink", above)."""
-    q, k, v = (torch.randn(b, s, h, d, device=dev, generator=g) for s in (sq, skv, skv))
-    if kind == "shift":
-        q, k, v = q + 0.5, k + 0.5, v + 0.5
-    elif kind == "sink":
-        j = (2 * skv) // 3
-        q[..., 0] = SINK_Q
-        k[:, j, :, 0] = SINK_K * d ** 0.5
-        v[:, j] += SINK_V
-    return q.to(dtype), k.to(dtype), v.to(dtype)
-
-
-def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """One unit in the last place of `dtype` at each element's magnitude (subnormals: the smallest normal's)."""
-    mantissa, min_exp = ULP_MANTISSA[dtype]
-    return torch.exp2(torch.floor(torch.log2(ref.abs().clamp_min(2.0 ** min_exp))) - mantissa)
-
-
-def fa_atol(ref: torch.Tensor, dtype: torch.dtype) -> float:
-    """FlashAttention's absolute term, the GPU suite's since the fourteenth session (tests/test_kernel_gpu.py imports
-    it from here): twice the largest rounding error of ref + 0.3 in `dtype`, the output's own rounding at the
-    magnitudes attention outputs take."""
-    return 2.0 * ((ref + 0.3).to(dtype).double() - 0.3 - ref).abs().max().item()
-
-
 def draw_stats(out: torch.Tensor, ref: torch.Tensor, base_abs: float) -> dict:
     """Max |err| and relative L2, and the two bounds' margins (<= 1 passes), against cuDNN's max |err| base_abs:
     suite = max over elements of |err| / max(ulp, 2 base_abs); fa = max |err| / (2 base_abs + FA's atol)."""

@@ -1,16 +1,16 @@
 """Does a backend's timing window depend on what ran right before it? One anchor shape, bench_kernel.py's windows.
 
 Every full `bench_kernel.py` run of the twelfth session read vidattn's first Wan 1.3B round at 9.12-9.13 ms (1.27x
-cuDNN) and its later rounds at 9.42-10.06 ms, while cuDNN's rounds stayed within 5% (csrc/NOTES.md, lead 1). The
+cuDNN) and its later rounds at 9.42-10.06 ms, while cuDNN's rounds stayed within 5% (dev/NOTES.md, lead 1). The
 first round follows the correctness check; every later one follows another backend's 125 ms window. This probe
 times pairs of windows, a predecessor then a target, for every predecessor in {idle, vidattn, cudnn, flash} and
 every target in {vidattn, cudnn}. Each window is `triton.testing.do_bench` with bench_kernel.py's warm-up (25 ms)
 and rep (100 ms); "idle" is --pause seconds of sleep. The pairs run --reps times, each repetition in a Williams order
-(scripts/round_order.py), while `nvidia-smi` samples the SM clock and power every 20 ms. The table gives, per pair,
+(bench/round_order.py), while `nvidia-smi` samples the SM clock and power every 20 ms. The table gives, per pair,
 the target's median time, the medians of the first and last quarter of its calls inside a window (does the
 window start slow and speed up, or the other way?), and the median clock and power of the samples inside its windows.
 
-    python3 scripts/neighbour_probe.py wan13b_self --reps 4 --json out/neighbour_wan13b.json
+    python3 dev/probes/neighbour_probe.py wan13b_self --reps 4 --json out/neighbour_wan13b.json
 
 Honours VIDATTN_LIBRARY like every other script. Needs triton and `nvidia-smi` on the device.
 """
@@ -23,11 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import anchor_shapes  # noqa: E402
+from bench import anchor_shapes  # noqa: E402
 from clock_probe import sampling  # noqa: E402
-from round_order import round_orders  # noqa: E402
+from bench.round_order import round_orders  # noqa: E402
 
 PREDECESSORS = ("idle", "vidattn", "cudnn", "flash")
 TARGETS = ("vidattn", "cudnn")
@@ -77,7 +77,7 @@ def summarize(records: list[dict], samples) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("shape", help="anchor shape key (scripts/anchor_shapes.py), e.g. wan13b_self")
+    ap.add_argument("shape", help="anchor shape key (bench/anchor_shapes.py), e.g. wan13b_self")
     ap.add_argument("--reps", type=int, default=4, help="repetitions of the 8 pairs (default 4)")
     ap.add_argument("--pause", type=float, default=1.0, help="seconds of the idle predecessor")
     ap.add_argument("--json", default="", help="write the windows, samples and table here")

@@ -9,8 +9,8 @@ median round time at each position of the round and the ratio of the last positi
 "setup" for the first round, which follows the shape's inputs and correctness check). Only runs whose config
 records the round orders count (older JSONs lack them).
 
-    python3 scripts/round_positions.py bench/results/kernel_2026-12-01_*williams*.json
-    python3 scripts/round_positions.py --by predecessor --backends vidattn,cudnn --shapes Wan FILES...
+    python3 dev/probes/round_positions.py bench/results/kernel_2026-12-01_*williams*.json
+    python3 dev/probes/round_positions.py --by predecessor --backends vidattn,cudnn --shapes Wan FILES...
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Writes docs/guide/diffs/NN.diff: the unified diff of lineage step NN-1 -> NN (csrc/lineage/NN_*.cu).
+"""Writes docs/guide/diffs/NN.diff: the unified diff of lineage step NN-1 -> NN (docs/guide/lineage/NN_*.cu).
 
 Every guide page links its step's diff against the predecessor, so the reader sees exactly what one optimization
 changed. Steps whose predecessor file is missing get no diff; diffs for steps that no longer exist are removed.
 Pure Python (difflib), no GPU.
 
-    python3 scripts/lineage_diffs.py            # (re)write docs/guide/diffs/*.diff
-    python3 scripts/lineage_diffs.py --check    # exit 1 if any diff is missing or stale; writes nothing
+    python3 dev/tools/lineage_diffs.py            # (re)write docs/guide/diffs/*.diff
+    python3 dev/tools/lineage_diffs.py --check    # exit 1 if any diff is missing or stale; writes nothing
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import re
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-LINEAGE = REPO / "csrc" / "lineage"
+REPO = Path(__file__).resolve().parents[2]
+LINEAGE = REPO / "docs" / "guide" / "lineage"
 DIFFS = REPO / "docs" / "guide" / "diffs"
 STEP_FILE = re.compile(r"^(\d\d)_[A-Za-z0-9_]+\.cu$")
 NO_NEWLINE = "\\ No newline at end of file\n"
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="report missing or stale diffs (exit 1), write nothing")
     ap.add_argument("--out", type=Path, default=DIFFS, help="output folder (default docs/guide/diffs)")
-    ap.add_argument("--lineage", type=Path, default=LINEAGE, help="folder of NN_*.cu steps (default csrc/lineage)")
+    ap.add_argument("--lineage", type=Path, default=LINEAGE, help="folder of NN_*.cu steps (default docs/guide/lineage)")
     ap.add_argument("--context", type=int, default=3, help="lines of context per hunk (default 3)")
     args = ap.parse_args(argv)
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in extra:
             print(f"no such step pair any more: {args.out / name}")
         if stale or extra:
-            print("run: python3 scripts/lineage_diffs.py")
+            print("run: python3 dev/tools/lineage_diffs.py")
             return 1
         print(f"lineage_diffs: {len(want)} diffs up to date")
         return 0

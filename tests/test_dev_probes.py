@@ -1,0 +1,301 @@
+"""The developer's probes in dev/probes/ (A/B timing, accuracy tails, timeline, clock and neighbour probes,
+call overhead) on the CPU: their parsing, statistics and clean refusals without a GPU. Marked `dev` (tests/conftest.py)."""
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBES = ROOT / "dev" / "probes"
+sys.path.insert(0, str(ROOT))
+
+
+def _load(name):
+    sys.path.insert(0, str(PROBES))
+    spec = importlib.util.spec_from_file_location(name, PROBES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _cpu_only(monkeypatch):
+    """Behave as on a machine without CUDA even where one exists."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+@pytest.mark.parametrize("backend", ["vidattn", "cudnn"])
+def test_kernel_once_refuses_cleanly_without_the_kernel(backend):
+    import subprocess
+    import sys as _sys
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the script would run the kernel")
+    proc = subprocess.run([_sys.executable, str(PROBES / "kernel_once.py"), "wan_cross", "--backend", backend],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "cannot run here" in proc.stderr
+
+
+def test_harness_probe_refuses_cleanly_without_a_gpu(monkeypatch):
+    probe = _load("harness_probe")
+    _cpu_only(monkeypatch)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        probe.main(["--shape", "wan14b_self"])
+
+
+@pytest.mark.parametrize("builds", ["176", "64,128,176"])
+def test_block_n_sweep_wants_two_widths(builds, capsys):
+    sweep = _load("block_n_sweep")
+    with pytest.raises(SystemExit) as exc:
+        sweep.main(["--builds", builds])
+    assert exc.value.code == 2 and "two widths" in capsys.readouterr().err
+
+
+def test_time_interleaved_orders_rounds_and_enters_each_context(monkeypatch):
+    """kernel_ab_time.time_interleaved (the timing loop of the A/B script, block_n_sweep.py and harness_probe.py),
+    with do_bench faked: the rounds follow a Williams design (for three names: the three cyclic orders, then their
+    reverses), each measurement runs inside its entry's context, each name gets one time per round, in the order
+    measured, and the warm-up is 20 ms unless the caller names one; order="rotated" is the earlier scheme."""
+    import contextlib
+    import types
+
+    events = []
+    warmups = []
+
+    def do_bench(fn, warmup, rep, return_mode):
+        assert (rep, return_mode) == (7.0, "median")
+        warmups.append(warmup)
+        fn()
+        return float(len(events))
+
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setitem(sys.modules, "triton.testing", types.SimpleNamespace(do_bench=do_bench))
+    ab = _load("kernel_ab_time")
+
+    @contextlib.contextmanager
+    def context(name):
+        events.append(f"enter {name}")
+        yield
+        events.append(f"exit {name}")
+
+    fns = {n: (lambda n=n: context(n), lambda n=n: events.append(f"run {n}")) for n in ("a", "b", "c")}
+    times = ab.time_interleaved(fns, rounds=4, rep_ms=7.0)
+    runs = [e.split()[1] for e in events if e.startswith("run")]
+    assert runs == list("abc" "bca" "cab" "cba")
+    assert events[:3] == ["enter a", "run a", "exit a"]
+    assert all(len(t) == 4 for t in times.values())
+    assert times["a"] == [2.0, 17.0, 23.0, 35.0]  # events before each of a's return: 3 per measurement
+    events.clear()
+    ab.time_interleaved(fns, rounds=4, rep_ms=7.0, order="rotated")
+    assert [e.split()[1] for e in events if e.startswith("run")] == list("abc" "bca" "cab" "abc")
+    assert set(warmups) == {20}
+    ab.time_interleaved({"a": fns["a"]}, rounds=1, rep_ms=7.0, warmup_ms=25)
+    assert warmups[-1] == 25
+
+
+def _timeline_rows(probe, tiles=5, blocks=10, steady=1000, epilogue=400, ctas=2):
+    """Synthetic stamps as a timeline build writes them: per CTA `tiles` tiles of `blocks` key blocks, warpgroup 1
+    100 cycles behind warpgroup 0, Q issued 800 cycles before each tile starts."""
+    cons = [[[[0] * probe.EVENTS for _ in range(probe.WGS)] for _ in range(probe.MAX_LOCAL)]
+            for _ in range(probe.MAX_CTAS)]
+    prod = [[[0] * probe.PEVENTS for _ in range(probe.MAX_LOCAL)] for _ in range(probe.MAX_CTAS)]
+    period = 300 + (blocks - 1) * steady + 700 + 500 + epilogue + 100
+    for c in range(ctas):
+        t = 1000
+        for local in range(tiles):
+            for w in range(2):
+                b = t + 100 * w
+                r = cons[c][local][w]
+                r[probe.START], r[probe.QFULL], r[probe.K0FULL], r[probe.S0DONE] = b, b + 50, b + 60, b + 300
+                r[probe.DRAIN] = r[probe.S0DONE] + (blocks - 1) * steady + 700
+                r[probe.LASTPV] = r[probe.DRAIN] + 500
+                r[probe.EPI] = r[probe.LASTPV] + epilogue
+                r[probe.BLOCKS] = blocks
+                # the first key iteration 700 cycles longer than the others (S_0's softmax in it)
+                r[probe.ITER2] = r[probe.S0DONE] + steady + 700
+                r[probe.LASTITER] = r[probe.ITER2] + (blocks - 3) * steady
+                # summed over the blocks - 1 key iterations: 30 cycles each on the ring, 20 * (w + 1) on the turn
+                r[probe.KVWAIT], r[probe.TURNWAIT], r[probe.PVWAIT] = 30 * (blocks - 1), 20 * (w + 1) * (blocks - 1), 0
+                r[probe.SWAIT] = 600 * (blocks - 1)
+                # warpgroup 1: V late in 3 of its blocks - 1 iterations, the first one among them (the high word)
+                r[probe.KLATE], r[probe.VLATE] = 0, 3 * w + (w << 32)
+            prod[c][local] = [t - 900, t - 800, 500 * blocks, 200 * blocks]
+            t += period
+    return cons, prod, period
+
+
+def test_timeline_probe_analyses_the_stamps_it_reads():
+    probe = _load("timeline_probe")
+    cons, prod, period = _timeline_rows(probe)
+    r = probe.analyse(cons, prod, 132)
+    assert r["tiles"] == 2 * 3 * 2  # 2 CTAs x the 3 middle tiles x 2 warpgroups
+    assert r["period_cycles"] == period and r["steady_cycles_per_block"] == 1000 + 700 / 9
+    assert r["boundary_cycles"] == pytest.approx(period - 10 * (1000 + 700 / 9))
+    assert (r["first_iteration_cycles"], r["steady_iteration_cycles"], r["last_iteration_cycles"]) == (1700, 1000, 1000)
+    assert r["phases_median_cycles"]["epilogue"] == 400 and r["phases_median_cycles"]["q wait"] == 50
+    assert r["wg1_start_minus_wg0_start_cycles"] == 100
+    assert r["q_issued_before_tile_start_cycles"] == 800 and r["q_issue_to_q_full_cycles"] == 850
+    assert r["waits_per_iteration_cycles"] == {"kv_full_wait": 30, "turn_wait": 30, "pv_wait": 0,
+                                             "s_issue_wait": 600}
+    assert r["waits_per_iteration_p90_cycles"]["turn_wait"] == 40
+    assert r["producer_waits_per_block_cycles"] == {"k_empty_wait": 500, "v_empty_wait": 200}
+    assert r["late_share"] == {"k": 0.0, "v": pytest.approx(3 / 18)}  # 3 of 9 iterations late, in half the rows
+    assert r["late_share_first_iteration"] == {"k": 0.0, "v": 0.5}
+    # A longer epilogue lengthens the period by as much, and the boundary with it: the analysis must see it.
+    cons2, prod2, period2 = _timeline_rows(probe, epilogue=900)
+    r2 = probe.analyse(cons2, prod2, 132)
+    assert r2["boundary_cycles"] - r["boundary_cycles"] == pytest.approx(500) and period2 - period == 500
+    # No complete tile row (a launch that did not stamp): nothing to report, no division by zero.
+    empty, eprod, _ = _timeline_rows(probe, tiles=0)
+    assert probe.analyse(empty, eprod, 132) == {"tiles": 0}
+
+
+def test_timeline_probe_refuses_cleanly_without_a_gpu(monkeypatch):
+    probe = _load("timeline_probe")
+    _cpu_only(monkeypatch)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        probe.main(["seed4k"])
+
+
+def test_neighbour_probe_plan_samples_and_table():
+    """neighbour_probe.py's pure parts: each repetition runs all 8 (predecessor, target) pairs once, the repetitions
+    in different orders; nvidia-smi lines parse with their times (clock_probe.parse_timed_samples, which the probe
+    samples through: a header or "[N/A]" skipped); samples are assigned to the target windows they fall in; the table
+    has one row per pair with the target's median time and the first / last quarter of its calls in a window."""
+    probe = _load("neighbour_probe")
+    plan = probe.pair_plan(3)
+    assert len(plan) == 24 and len(set(plan)) == 8
+    assert all(sorted(plan[8 * r:8 * r + 8]) == sorted(set(plan)) for r in range(3))
+    assert plan[:8] != plan[8:16]
+    assert {t for _, t in plan} == {"vidattn", "cudnn"} and {p for p, _ in plan} == set(probe.PREDECESSORS)
+    lines = ["timestamp, clocks.current.sm [MHz], power.draw [W], temperature.gpu",
+             "2026/12/01 11:20:20.100, 1650, 690.5, 60", "2026/12/01 11:20:20.300, [N/A], 700, 60",
+             "2026/12/01 11:20:21.500, 1980, 120.0, 55", "garbage"]
+    samples = _load("clock_probe").parse_timed_samples(lines)
+    assert [(c, p) for _, c, p, _ in samples] == [(1650.0, 690.5), (1980.0, 120.0)]
+    assert samples[1][0] - samples[0][0] == pytest.approx(1.4)
+    t0 = samples[0][0]
+    records = [{"pred": "cudnn", "target": "vidattn", "t0": t0 - 0.05, "t1": t0 + 0.05, "ms": 9.8,
+                "times": [10.0, 9.9, 9.8, 9.7, 9.6, 9.5, 9.4, 9.3]},
+               {"pred": "cudnn", "target": "vidattn", "t0": t0 + 5, "t1": t0 + 6, "ms": 9.6, "times": [9.9, 9.6, 9.2]},
+               {"pred": "idle", "target": "vidattn", "t0": t0 + 1.3, "t1": t0 + 1.5, "ms": 9.1}]
+    rows = {(r["pred"], r["target"]): r for r in probe.summarize(records, samples)}
+    assert rows[("cudnn", "vidattn")]["ms"] == pytest.approx(9.7) and rows[("cudnn", "vidattn")]["samples"] == 1
+    assert rows[("cudnn", "vidattn")]["clock_mhz"] == 1650.0
+    assert rows[("idle", "vidattn")]["clock_mhz"] == 1980.0 and rows[("idle", "vidattn")]["n"] == 1
+    # first / last quarter of each window's calls, pooled: (10.0, 9.9, 9.9) and (9.4, 9.3, 9.2)
+    assert rows[("cudnn", "vidattn")]["head_ms"] == pytest.approx(9.9)
+    assert rows[("cudnn", "vidattn")]["tail_ms"] == pytest.approx(9.3)
+    assert math.isnan(rows[("idle", "vidattn")]["head_ms"])
+
+
+def test_call_and_forward_overhead_run_on_cpu(capsys, fresh_warnings):
+    """The two host-time probes run end to end on the CPU (no device column there) and print one row per path;
+    a malformed --shape is refused."""
+    call = _load("call_overhead")
+    assert call.main(["--device", "cpu", "--shape", "1,16,2,64", "--calls", "5", "--profile"]) == 0
+    out = capsys.readouterr().out
+    for path in ("| vidattn |", "| vidattn (custom op) |", "| sdpa |"):
+        assert path in out
+    assert "cumulative" in out  # the cProfile listing
+    with pytest.raises(SystemExit):
+        call.main(["--shape", "1,16,2"])
+    fwd = _load("forward_overhead")
+    assert fwd.main(["--preset", "tiny", "--device", "cpu", "--height", "64", "--width", "64", "--frames", "5",
+                     "--iters", "2", "--top", "3", "--no-gc"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("## ") == 2 and "gc off while timing" in out
+    assert fwd.main(["--preset", "tiny", "--device", "cpu", "--height", "64", "--width", "64", "--frames", "5",
+                     "--iters", "1", "--top", "1", "--paths", "sdpa,vidattn-nolaunch,vidattn-sdpa,sdpa"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("## ")] == [
+        "## sdpa", "## vidattn-nolaunch", "## vidattn-sdpa", "## sdpa"]
+    from vidattn import _ext
+    assert _ext.forward.__module__ == "vidattn._ext"  # the stubs are undone
+    with pytest.raises(SystemExit):
+        fwd.main(["--paths", "sdpa,cudnn"])
+
+
+def test_accuracy_tail_runs_on_cpu(capsys, tmp_path):
+    """The error-tail probe runs on the CPU (the math backend as its only column): cuDNN's column against itself
+    reads ratio 1 and no failures; an unknown shape is refused."""
+    tail = _load("accuracy_tail")
+    out_json = tmp_path / "tail.json"
+    assert tail.main(["--device", "cpu", "--seeds", "2", "--shapes", "777_d64", "--json", str(out_json)]) == 0
+    rows = json.loads(out_json.read_text())
+    assert set(rows) == {"777_d64/randn/cudnn", "777_d64/shift/cudnn"}
+    for r in rows.values():
+        assert r["draws"] == 2 and r["ratio_max"] == 1.0 and r["suite_fails"] == 0 and r["fa_fails"] == 0
+        assert 0.0 < r["suite_margin_max"] <= 0.5 + 1e-6  # cuDNN's own worst element: its output rounding
+    with pytest.raises(SystemExit):
+        tail.main(["--device", "cpu", "--shapes", "999_d128"])
+
+
+def test_accuracy_tail_margins():
+    """The two bounds' margins on a hand-made draw: one element 1.5 ulp off fails the suite's bound (no 2x-base
+    cover) and passes FlashAttention's, whose atol is about two ulps at 0.3 + ref."""
+    tail = _load("accuracy_tail")
+    ref = torch.full((64,), 0.33, dtype=torch.float64)
+    out = ref.to(torch.bfloat16)
+    base_abs = (out.double() - ref).abs().max().item()  # the rounding of 0.33: under half an ulp (2^-9)
+    bad = out.clone()
+    bad[5] = (ref[5] + 1.5 * 2.0 ** -9).to(torch.bfloat16)
+    s = tail.draw_stats(bad, ref, base_abs)
+    assert not s["suite_ok"] and s["suite_margin"] > 1.0
+    assert s["fa_ok"] and s["fa_margin"] < 1.0
+    assert tail.draw_stats(out, ref, base_abs)["suite_ok"]
+
+
+def test_round_positions_pools_rounds_by_position(tmp_path, capsys):
+    """round_positions.py puts each round's time at the position its recorded order gave the backend, pooled over
+    runs; a run without recorded orders is left out, and none at all is an error."""
+    rp = _load("round_positions")
+    orders = [["vidattn", "cudnn"], ["cudnn", "vidattn"]]
+    run = {"config": {"round_orders": orders},
+           "results": [{"name": "Wan", "ms_rounds": {"vidattn": [9.0, 10.0, 9.2, 10.4], "cudnn": [12.0, 12.2, 12.1, 12.3]}}]}
+    times = rp.position_times([run, {"config": {}, "results": run["results"]}], ["vidattn", "cudnn"])
+    assert times[("Wan", "vidattn")] == {0: [9.0, 9.2], 1: [10.0, 10.4]}
+    assert times[("Wan", "cudnn")] == {1: [12.0, 12.1], 0: [12.2, 12.3]}
+    rows = rp.table(times)
+    assert rows[2] == "| Wan | vidattn | 9.100 (2) | 10.200 (2) | 1.121 |"
+    # by predecessor: round 0's first follows the setup, round 2's first the last of round 1 (vidattn itself)
+    after = rp.position_times([run], ["vidattn"], by="predecessor")[("Wan", "vidattn")]
+    assert after == {"setup": [9.0], "cudnn": [10.0, 10.4], "vidattn": [9.2]}
+    assert rp.table({("Wan", "vidattn"): after})[0] == "| shape | backend | after cudnn | after setup | after vidattn |"
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps(run))
+    assert rp.main([str(f), "--shapes", "wan"]) == 0
+    assert "| Wan | cudnn |" in capsys.readouterr().out
+    g = tmp_path / "old.json"
+    g.write_text(json.dumps({"config": {}, "results": []}))
+    assert rp.main([str(g)]) == 1
+
+
+def test_accuracy_tail_sink_inputs():
+    """The "sink" draw puts one key two thirds along (past the first key block of any build) that takes about half
+    of a typical row's weight, its V row offset; "shift" offsets q, k and v by 0.5."""
+    tail = _load("accuracy_tail")
+    g = torch.Generator().manual_seed(3)
+    q, k, v = tail.make_inputs("sink", 1, 1, 128, 777, 128, g, torch.device("cpu"), torch.bfloat16)
+    assert q.dtype == torch.bfloat16 and q.shape == (1, 128, 1, 128) and k.shape == (1, 777, 1, 128)
+    j = (2 * 777) // 3
+    assert j >= 176
+    w = torch.softmax((q.double()[0, :, 0] @ k.double()[0, :, 0].T) * 128 ** -0.5, -1)[:, j]
+    assert 0.3 < w.median().item() < 0.7 and w.max().item() > 0.8
+    assert (v.double()[0, j, 0] - v.double()[0, :, 0].mean(0)).mean().item() > 0.5
+    g = torch.Generator().manual_seed(3)
+    qs, _, _ = tail.make_inputs("shift", 1, 1, 4096, 8, 64, g, torch.device("cpu"), torch.float32)
+    assert abs(qs.mean().item() - 0.5) < 0.02
+    with pytest.raises(SystemExit):
+        tail.main(["--device", "cpu", "--inputs", "ramp"])
