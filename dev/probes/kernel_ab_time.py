@@ -1,7 +1,7 @@
 """A/B kernel builds side by side in one process: smoke-check each, then time them interleaved against cuDNN.
 
 Separate processes per variant (what kernel_ab.sh did first) put run-to-run drift of several percent between
-variants (the same D=64 build measured 0.904x and 0.973x cuDNN in two processes, bench/results/kernel_ab_20261130).
+variants (the same D=64 build measured 0.904x and 0.973x cuDNN in two processes, bench/results/archive/kernel_ab_20261130).
 Here every library is loaded at once and each shape is timed in rounds, variants in a Williams-design order
 (bench/round_order.py: every name runs right after every other one equally often),
 cuDNN timed in every round too; the table shows the median over rounds and the spread (max-min)/median of each.
