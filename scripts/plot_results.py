@@ -1,0 +1,144 @@
+"""The README's results figure, drawn from committed result files only (bench/results/INDEX.md lists them).
+
+    python3 scripts/plot_results.py                      # -> docs/img/results.png
+    python3 scripts/plot_results.py --kernel bench/results/kernel_*.json --out /tmp/results.png
+
+Left: the kernel against cuDNN SDPA on the anchor shapes (bf16, non-causal), the median over the given
+`scripts/bench_kernel.py` runs of vidattn's TFLOPS over cuDNN's, each ratio taken within one run; beside it the
+reference kernels' ratios over cuDNN taken within their own runs (bench/results/anchors_fa3_sageattention_h200.json):
+FlashAttention-3 on every shape, SageAttention2 (8-bit: INT8 QK, FP8 PV; not exact) where it was measured.
+Right: one transformer forward per model family, vidattn over SDPA (`scripts/e2e_report.py`, the cross-model table),
+with the FlashAttention-3 and SageAttention2 forwards of Wan 1.3B from the same anchors file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+DEFAULT_KERNEL = [RESULTS / f"kernel_2026-12-01_{name}.json" for name in
+                  ("74bf459_williams", "74bf459_williams_run2", "5a9dc28_unr_williams", "5a9dc28_unr_williams_run2")]
+DEFAULT_CROSS = RESULTS / "cross_model_20261130.json"
+DEFAULT_E2E = RESULTS / "e2e_wan1.3b_74bf459" / "report.json"
+DEFAULT_ANCHORS = RESULTS / "anchors_fa3_sageattention_h200.json"
+DEFAULT_OUT = REPO / "docs" / "img" / "results.png"
+
+
+def kernel_ratios(paths: list[Path]) -> list[tuple[str, str, float]]:
+    """(key, name, median vidattn/cuDNN) per shape, in the order of the first file; a shape must be in every file."""
+    runs = [{r["key"]: r for r in json.loads(p.read_text())["results"]} for p in paths]
+    out = []
+    for key, row in runs[0].items():
+        ratios = [run[key]["vidattn_over_cudnn"] for run in runs if key in run and run[key].get("vidattn_over_cudnn")]
+        if len(ratios) != len(runs):
+            raise SystemExit(f"shape {key!r} is missing or has no vidattn/cuDNN ratio in some of {[str(p) for p in paths]}")
+        out.append((key, row["name"], statistics.median(ratios)))
+    return out
+
+
+def anchor_ratios(anchors: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """FA3/cuDNN (every anchor shape) and SageAttention2/cuDNN (where measured), each within its own run."""
+    fa3_table = anchors["kernel_2026-11-30"]
+    cols = fa3_table["columns"]
+    fa3 = {k: v[cols.index("fa3")] / v[cols.index("cudnn")] for k, v in fa3_table["rows"].items()}
+    sage_table = anchors["kernel_2026-12-01"]
+    cols = sage_table["columns"]
+    sage = {k: v[cols.index("sageattention2")] / v[cols.index("cudnn")] for k, v in sage_table["rows"].items()}
+    return fa3, sage
+
+
+def forward_rows(cross: dict, e2e: dict | None) -> list[tuple[str, float]]:
+    """(label, vidattn speedup over SDPA per transformer forward) per measured family, the shipped-kernel Wan report
+    first when given."""
+    rows = []
+    if e2e is not None:
+        commit = e2e["metadata"]["git_commit"][:7]
+        rows.append((f"Wan2.1-T2V-1.3B (e2e report, {commit})", e2e["speedup"]["per_forward_median"]))
+    for r in cross["rows"]:
+        if r.get("status") == "ok" and r.get("speedup"):
+            rows.append((f"{r['model']} ({r['git_commit'][:7]})", r["speedup"]))
+    return rows
+
+
+def wan_forward_anchors(anchors: dict) -> dict[str, float]:
+    row = anchors["wan_forward_2026-12-01"]["rows"]["wan13b_480p"]
+    sdpa = statistics.mean(row["sdpa"])
+    return {name: sdpa / row[name] for name in ("fa3", "sageattention2") if row.get(name)}
+
+
+def plot(kernel, fa3, sage, fwd, fwd_anchor, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_k, ax_f) = plt.subplots(1, 2, figsize=(13, 6.2), gridspec_kw={"width_ratios": [1.15, 1]})
+    names = [name for _, name, _ in kernel][::-1]
+    keys = [key for key, _, _ in kernel][::-1]
+    y = range(len(names))
+    h = 0.27
+    ax_k.barh([i + h for i in y], [r for _, _, r in kernel][::-1], h, label="vidattn (exact, bf16)", color="#2a6fdb")
+    ax_k.barh(list(y), [fa3.get(k, 0) for k in keys], h, label="FlashAttention-3 (exact, bf16)", color="#9aa5b1")
+    ax_k.barh([i - h for i in y], [sage.get(k, 0) for k in keys], h, label="SageAttention2 (8-bit, approximate)",
+              color="#f0a541")
+    ax_k.axvline(1.0, color="black", lw=0.8)
+    ax_k.set_yticks(list(y), names)
+    ax_k.set_xlim(0.5, 1.9)
+    ax_k.set_ylim(-2.4, len(names) - 0.4)  # room for the legend below the last shape
+    ax_k.set_xlabel("kernel TFLOPS over cuDNN SDPA, same run (higher is faster)")
+    ax_k.set_title("Attention kernel, H200, bf16 inputs")
+    ax_k.legend(loc="lower center", fontsize=8, ncol=2)
+
+    labels = [label for label, _ in fwd][::-1]
+    vals = [v for _, v in fwd][::-1]
+    ax_f.barh(range(len(vals)), vals, 0.6, color="#2a6fdb", label="vidattn")
+    top = len(vals) - 1  # the shipped-kernel Wan row, drawn first in `fwd`
+    for i, v in enumerate(vals):
+        right = max([v, *fwd_anchor.values()]) if i == top else v
+        ax_f.text(right + 0.05, i, f"{v:.2f}x", va="center", fontsize=8)
+    for (name, v), color in zip(sorted(fwd_anchor.items()), ("#9aa5b1", "#f0a541")):
+        label = {"fa3": "FlashAttention-3", "sageattention2": "SageAttention2 (8-bit)"}[name]
+        ax_f.plot([v], [top], marker="D", color=color, ls="none", label=f"{label}, Wan 1.3B forward")
+    ax_f.axvline(1.0, color="black", lw=0.8)
+    ax_f.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax_f.set_xlim(0.8, max(vals) + 0.4)
+    ax_f.set_xlabel("forward speedup over SDPA (kernel commit in brackets)")
+    ax_f.set_title("One transformer forward per model family")
+    ax_f.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernel", type=Path, nargs="+", default=DEFAULT_KERNEL,
+                    help="scripts/bench_kernel.py JSONs of one build (default: the shipped kernel's four runs)")
+    ap.add_argument("--cross-model", type=Path, default=DEFAULT_CROSS, help="scripts/cross_model_table.py JSON")
+    ap.add_argument("--e2e", type=Path, default=DEFAULT_E2E,
+                    help="an e2e_report.py report.json whose forward speedup heads the right panel ('' to leave out)")
+    ap.add_argument("--anchors", type=Path, default=DEFAULT_ANCHORS, help="reference kernels' measurements")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="PNG to write (default docs/img/results.png)")
+    args = ap.parse_args(argv)
+    for p in [*args.kernel, args.cross_model, args.anchors] + ([args.e2e] if str(args.e2e) not in ("", ".") else []):
+        if not p.is_file():
+            ap.error(f"{p}: no such file")
+    anchors = json.loads(args.anchors.read_text())
+    kernel = kernel_ratios(args.kernel)
+    fa3, sage = anchor_ratios(anchors)
+    e2e = json.loads(args.e2e.read_text()) if str(args.e2e) not in ("", ".") else None
+    fwd = forward_rows(json.loads(args.cross_model.read_text()), e2e)
+    plot(kernel, fa3, sage, fwd, wan_forward_anchors(anchors), args.out)
+    print(f"wrote {args.out}")
+    for _, name, r in kernel:
+        print(f"  {name:24s} vidattn/cuDNN {r:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

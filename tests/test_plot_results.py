@@ -1,0 +1,40 @@
+"""scripts/plot_results.py draws the README's figure from the committed result files, and refuses runs that do not
+cover the same shapes."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("plot_results", ROOT / "scripts" / "plot_results.py")
+plot_results = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(plot_results)
+
+
+def test_default_inputs_exist_and_the_figure_is_written(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "r.png"
+    assert plot_results.main(["--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Wan2.1-1.3B self" in capsys.readouterr().out
+
+
+def test_kernel_ratio_is_the_median_over_runs(tmp_path):
+    runs = []
+    for i, r in enumerate([1.1, 1.3, 1.2]):
+        p = tmp_path / f"k{i}.json"
+        p.write_text(json.dumps({"results": [{"key": "a", "name": "A", "vidattn_over_cudnn": r}]}))
+        runs.append(p)
+    assert plot_results.kernel_ratios(runs) == [("a", "A", 1.2)]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"results": [{"key": "b", "name": "B", "vidattn_over_cudnn": 1.0}]}))
+    with pytest.raises(SystemExit, match="missing"):
+        plot_results.kernel_ratios([runs[0], bad])
+
+
+def test_anchor_ratios_are_taken_within_each_run():
+    anchors = json.loads((ROOT / "bench" / "results" / "anchors_fa3_sageattention_h200.json").read_text())
+    fa3, sage = plot_results.anchor_ratios(anchors)
+    assert fa3["wan13b_self"] == pytest.approx(681 / 569)
+    assert sage["wan_cross"] == pytest.approx(294 / 522) and "seed4k" not in sage
