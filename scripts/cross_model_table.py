@@ -2,7 +2,7 @@
 """The cross-model table: one transformer forward per video DiT family, SDPA vs vidattn, from measured reports.
 
     python3 scripts/cross_model_table.py                 # bench/results/forward_*/report.json -> cross_model_*
-    python3 scripts/cross_model_table.py --readme        # also fill README's cross-model block
+    python3 scripts/cross_model_table.py --readme        # also fill the cross-model block of docs/results.md
     python3 scripts/cross_model_table.py --results DIR --out-dir DIR
 
 Reads every `forward_*/report.json` under --results written by `scripts/e2e_report.py --model-family NAME`
@@ -251,8 +251,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--results", default=str(ROOT / "bench" / "results"), help="folder holding forward_*/report.json")
     p.add_argument("--out-dir", default=None, help="where cross_model_<date>.md/.json go (default: --results)")
     p.add_argument("--date", default=None, help="YYYYMMDD in the file names (default: the newest report's date)")
-    p.add_argument("--readme", nargs="?", const=str(ROOT / "README.md"), default=None, metavar="PATH",
-                   help="fill the cross-model block of README.md (or PATH)")
+    p.add_argument("--readme", nargs="?", const=str(ROOT / "docs" / "results.md"), default=None, metavar="PATH",
+                   help="fill the cross-model block of docs/results.md (or PATH)")
     p.add_argument("--include-tiny", action="store_true", help="also tabulate tiny (CPU test) reports")
     args = p.parse_args(argv)
     results = Path(args.results)

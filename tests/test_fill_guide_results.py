@@ -16,12 +16,11 @@ RESULTS = sorted((ROOT / "bench" / "results").glob("lineage_*.json"))
 @pytest.mark.skipif(not RESULTS, reason="no lineage JSON committed yet")
 def test_fill_writes_the_json_numbers(tmp_path):
     shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
     (tmp_path / "bench" / "results").mkdir(parents=True)
     src = shutil.copy(RESULTS[-1], tmp_path / "bench" / "results" / RESULTS[-1].name)
     data = json.loads(Path(src).read_text())
     fgr.fill(Path(src), root=tmp_path)
-    readme = (tmp_path / "README.md").read_text()
+    readme = (tmp_path / "docs" / "results.md").read_text()
     for step in data["steps"]:
         if step["ok"]:
             assert f"| {step['tflops']:.1f} |" in readme, step["name"]

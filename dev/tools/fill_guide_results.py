@@ -1,11 +1,11 @@
-"""Write the measured lineage numbers into the guide and the README, from a bench_lineage JSON.
+"""Write the measured lineage numbers into the guide and the results page, from a bench_lineage JSON.
 
     python3 dev/tools/fill_guide_results.py bench/results/lineage_<date>_<commit>.json
 
 Fills three kinds of marked blocks, so that every figure in them is read from the JSON (never typed by hand):
   docs/guide/README.md   <!-- lineage-results:begin/end -->   the whole table
   docs/guide/NN_*.md     <!-- step-result:begin/end -->       the step's first line ("Lineage step: ...")
-  README.md              <!-- lineage:begin/end -->           the whole table
+  docs/results.md        <!-- lineage:begin/end -->           the whole table
 A step page keeps whatever follows its first line inside the block (e.g. the matching production version's
 measurement on another shape).
 """
@@ -94,9 +94,9 @@ def fill(json_path: Path, root: Path = ROOT) -> list[Path]:
     index = guide / "README.md"
     index.write_text(_replace_block(index.read_text(), "lineage-results", table(data, "")))
     changed.append(index)
-    readme = root / "README.md"
-    readme.write_text(_replace_block(readme.read_text(), "lineage", table(data, "docs/guide/")))
-    changed.append(readme)
+    results = root / "docs" / "results.md"
+    results.write_text(_replace_block(results.read_text(), "lineage", table(data, "guide/")))
+    changed.append(results)
     for r in summarize(data):
         page = guide / f"{r['name']}.md"
         if not page.is_file():
