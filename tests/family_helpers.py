@@ -60,7 +60,7 @@ def check_unknown_module_skipped(model, n_replaced: int):
     handle = vidattn.apply(model)
     assert len(handle.replaced) == n_replaced
     assert handle.skipped == [("extra", "no vidattn processor for OtherAttnProcessor")]
-    assert "skipped extra" in str(handle)
+    assert "stock     1 x OtherAttnProcessor: no vidattn route for family_helpers.OtherAttnProcessor" in str(handle)
     assert model.extra.processor is original
     vidattn.restore(model)
     assert model.extra.processor is original

@@ -207,7 +207,7 @@ def test_unknown_modules_are_skipped_and_reported():
     handle = vidattn.apply(model)
     assert len(handle.replaced) == 4
     assert handle.skipped == [("extra", "no vidattn processor for _OtherAttnProcessor")]
-    assert "skipped extra" in str(handle)
+    assert "stock     1 x _OtherAttnProcessor: no vidattn route for test_processors._OtherAttnProcessor" in str(handle)
     assert type(model.extra.processor) is _OtherAttnProcessor
 
 
@@ -215,7 +215,9 @@ def test_register_processor_extends_apply():
     class MyProcessor(_OtherAttnProcessor):
         pass
 
-    vidattn.register_processor("_OtherAttnProcessor", MyProcessor)
+    with pytest.raises(ValueError, match="ambiguous"):
+        vidattn.register_processor("_OtherAttnProcessor", MyProcessor)
+    vidattn.register_processor(_OtherAttnProcessor, MyProcessor)
     try:
         model = _UnknownModel()
         original = model.attn.processor
@@ -224,15 +226,19 @@ def test_register_processor_extends_apply():
         vidattn.restore(model)
         assert model.attn.processor is original
     finally:
-        from vidattn.diffusers import PROCESSORS
-        PROCESSORS.pop("_OtherAttnProcessor")
+        from vidattn.diffusers import PROCESSORS, ROUTES
+        from vidattn.diffusers.apply import stock_key
+        PROCESSORS.pop(stock_key(_OtherAttnProcessor))
+        ROUTES.pop(stock_key(_OtherAttnProcessor))
 
 
 def test_import_vidattn_does_not_import_diffusers():
     import subprocess
     import sys
 
-    code = "import sys, vidattn; vidattn.WanAttnProcessor(); vidattn.apply; assert 'diffusers' not in sys.modules"
+    # `import vidattn` and the op stay diffusers-free; `vidattn.apply` / the processors import vidattn.diffusers,
+    # which registers the "vidattn" diffusers backend and so imports diffusers.
+    code = "import sys, vidattn; vidattn.attention; vidattn.explain; assert 'diffusers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -65,7 +65,7 @@ def test_apply_matches_stock_restores_exact_objects_and_skips_refiner(variant):
     # the token refiner's plain attention is left alone and reported
     assert handle.skipped == [("context_embedder.token_refiner.refiner_blocks.0.attn",
                                "no vidattn processor for AttnProcessor2_0")]
-    assert "skipped context_embedder.token_refiner" in str(handle)
+    assert "stock     1 x AttnProcessor2_0" in str(handle) and "[context_embedder.token_refiner" in str(handle)
     torch.testing.assert_close(forward(model, inputs), expected, atol=1e-5, rtol=1e-5)
 
     assert vidattn.restore(model) == 2

@@ -12,6 +12,7 @@ import torch
 
 from .. import ops
 from .masks import LastMaskMemo, mask_to_kv_lens
+from .sdpa_common import VidattnProcessor, kernel, sdpa_mask_to_kv_lens
 
 # At most this many distinct row-prefix runs are split into separate kernel calls; more runs fall back.
 MAX_ROW_RUNS = 64
@@ -19,7 +20,7 @@ MAX_ROW_RUNS = 64
 _CHECK_ROWS = 4096
 
 
-class ProcessorBase:
+class ProcessorBase(VidattnProcessor):
     # Read and written by diffusers (set_attention_backend, enable_parallelism); used on the fallback path.
     _attention_backend = None
     _parallel_config = None
@@ -38,11 +39,26 @@ class ProcessorBase:
             return self._dispatch(query, key, value, attention_mask, parallel_config,
                                   "context parallelism is configured: diffusers' dispatch runs the ring")
         if attention_mask is None:
-            return ops.attention(query, key, value, layout="bshd")
+            return kernel(query, key, value, self.precision, layout="bshd")
         kv_lens, reason = mask_to_kv_lens(attention_mask, query.shape[0], key.shape[1])
         if kv_lens is None:
             return self._dispatch(query, key, value, attention_mask, None, reason)
-        return ops.attention(query, key, value, layout="bshd", kv_lens=kv_lens)
+        return kernel(query, key, value, self.precision, layout="bshd", kv_lens=kv_lens)
+
+    def _attend_sdpa_mask(self, query, key, value, attention_mask, mask_source=None, parallel_config=None):
+        """`_attend` for a mask prepared the way the stock processors prepare it for SDPA ((B, H, Sq or 1, Skv),
+        boolean or additive): key padding, whether boolean or 0 / <= -9000 (LTX's (1 - m) * -10000), becomes
+        `kv_lens`; a real bias (LTX-2 IC-LoRA's dense mask) or anything else runs diffusers' dispatch."""
+        if parallel_config is not None:
+            return self._dispatch(query, key, value, attention_mask, parallel_config,
+                                  "context parallelism is configured: diffusers' dispatch runs the ring")
+        if attention_mask is None:
+            return kernel(query, key, value, self.precision, layout="bshd")
+        b, sq, h, _ = query.shape
+        kv_lens, reason = sdpa_mask_to_kv_lens(attention_mask, b, h, sq, key.shape[1], source=mask_source)
+        if kv_lens is None:
+            return self._dispatch(query, key, value, attention_mask, None, reason)
+        return kernel(query, key, value, self.precision, layout="bshd", kv_lens=kv_lens)
 
     def _attend_row_prefix(self, query, key, value, attention_mask, parallel_config=None):
         """`_attend`, plus (1, 1, Sq, Skv) boolean masks whose rows each keep a prefix of the keys (SkyReels-V2
@@ -60,7 +76,7 @@ class ProcessorBase:
             if length == 0:  # no key kept: SDPA's math path returns zeros for fully masked rows
                 parts.append(q.new_zeros(q.shape[:-1] + (value.shape[-1],)))
             else:
-                parts.append(ops.attention(q, key[:, :length], value[:, :length], layout="bshd"))
+                parts.append(kernel(q, key[:, :length], value[:, :length], self.precision, layout="bshd"))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 

@@ -13,10 +13,10 @@ from typing import Optional
 import torch
 
 from .apply import register_processor
-from .sdpa_common import StockProcessor, attend_bhsd, prepare_sdpa_mask
+from .sdpa_common import StockProcessor, VidattnProcessor, attend_bhsd, prepare_sdpa_mask
 
 
-class AllegroAttnProcessor:
+class AllegroAttnProcessor(VidattnProcessor):
     """vidattn processor for diffusers' `AllegroAttnProcessor2_0` (diffusers' `Attention`).
 
     Use through `vidattn.apply(pipe)` (the model has no `set_attn_processor`: apply sets each `Attention`'s).
@@ -76,7 +76,7 @@ class AllegroAttnProcessor:
             query = apply_rotary_emb_allegro(query, image_rotary_emb[0], image_rotary_emb[1])
             key = apply_rotary_emb_allegro(key, image_rotary_emb[0], image_rotary_emb[1])
 
-        hidden_states = attend_bhsd(query, key, value, attention_mask, mask_source)
+        hidden_states = attend_bhsd(query, key, value, attention_mask, mask_source, self.precision)
 
         hidden_states = hidden_states.transpose(1, 2).reshape(batch_size, -1, attn.heads * head_dim)
         hidden_states = hidden_states.to(query.dtype)
@@ -97,4 +97,4 @@ class AllegroAttnProcessor:
         return hidden_states
 
 
-register_processor("AllegroAttnProcessor2_0", AllegroAttnProcessor)
+register_processor("diffusers.models.attention_processor.AllegroAttnProcessor2_0", AllegroAttnProcessor)

@@ -1,31 +1,110 @@
-"""`vidattn.apply(pipe_or_model)` / `vidattn.restore(pipe_or_model)`: swap diffusers attention processors.
+"""`vidattn.apply(pipe_or_model)` / `vidattn.restore(pipe_or_model)`: route diffusers attention to vidattn.
 
-Each attention module's processor is chosen by the class name of the processor it has now, through
-`PROCESSORS` (stock class name -> vidattn class). A new model family registers its processor there with
-`register_processor`; modules whose processor is not in the registry stay untouched and are listed as skipped.
+Each attention module is routed by the exact class of the processor it holds now: the stock class's module and
+qualified name (`"diffusers.models.transformers.transformer_wan.WanAttnProcessor"`), never its bare name, since
+diffusers 0.42 defines three different classes named `WanAttnProcessor` (Wan, ChronoEdit and Wan-Animate; the
+latter two are verified copies of Wan's and are listed as such below). A stock class maps to one of two routes:
+
+- "kernel": a vidattn processor replaces the stock one. It mirrors the stock `__call__` and changes only the
+  attention call; it batches masks the kernel can express (key padding -> `kv_lens`, Mochi's per-sample loop,
+  HunyuanVideo 1.5's outer-product mask, SkyReels-V2's block-causal rows), carries `precision`, and sends what
+  the kernel cannot take to diffusers' own path with the reason. Processors that call `F.sdpa` directly, or
+  hard-code `flex`, can only be reached this way.
+- "backend": the stock processor stays and its `_attention_backend` is set to the registered "vidattn" diffusers
+  backend (vidattn/diffusers/backend.py). Used where the stock processor attends through
+  `dispatch_attention_fn(..., backend=self._attention_backend)` and needs nothing model-specific: no code to keep
+  in step with diffusers, and the backend converts key-padding masks itself. Calls run at the context precision.
+
+A module whose processor is on no route stays stock and is listed with the reason; so is a module whose stock
+processor already uses a backend the user chose (e.g. `flex` for Kandinsky 5's NABLA attention).
+
+The handle holds weak references to the modules it changed, so replacing `pipe.transformer` lets the old model
+be freed; `restore` skips modules that are gone.
 """
+from __future__ import annotations
+
+import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 
+from .sdpa_common import VidattnProcessor
 from .wan import WanAttnProcessor
 
-PROCESSORS: dict = {
-    "WanAttnProcessor": WanAttnProcessor,  # Wan 2.1 / 2.2 (also what WanAttnProcessor2_0 constructs)
+KERNEL, BACKEND, STOCK = "kernel", "backend", "stock"
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: str                 # KERNEL or BACKEND
+    processor: Optional[type]  # the vidattn processor class (KERNEL)
+    note: str = ""            # what runs where, shown by print(handle)
+
+
+_T = "diffusers.models.transformers."
+# Stock processor ("module.QualName") -> Route. Family modules add theirs with register_processor / register_backend.
+ROUTES: dict = {
+    _T + "transformer_wan.WanAttnProcessor": Route(KERNEL, WanAttnProcessor, "Wan processor"),
+    # "Copied from" Wan's WanAttnProcessor; a diff of 0.42.1's sources shows only comments differ.
+    _T + "transformer_chronoedit.WanAttnProcessor": Route(KERNEL, WanAttnProcessor,
+                                                          "ChronoEdit's verified copy of Wan's processor"),
+    _T + "transformer_wan_animate.WanAttnProcessor": Route(KERNEL, WanAttnProcessor,
+                                                           "Wan-Animate's verified copy of Wan's processor"),
 }
+# Kept for callers of the earlier API: stock key -> vidattn class, for the kernel routes.
+PROCESSORS: dict = {}
 # Attributes diffusers sets on processor instances (attention backend, context parallelism): carried over.
 _CARRIED_ATTRS = ("_attention_backend", "_parallel_config")
 _HANDLE_ATTR = "_vidattn_handle"
+_ABSENT = object()
 
 
-def register_processor(stock_class_name: str, vidattn_class: type) -> None:
-    """Map a diffusers processor class name to the vidattn processor class that replaces it."""
-    PROCESSORS[stock_class_name] = vidattn_class
+def stock_key(processor_or_class) -> str:
+    """"module.QualName" of a processor (or processor class): what the routes are keyed on."""
+    cls = processor_or_class if isinstance(processor_or_class, type) else type(processor_or_class)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _key_of(stock) -> str:
+    if isinstance(stock, type):
+        return stock_key(stock)
+    if isinstance(stock, str) and "." in stock:
+        return stock
+    raise ValueError(f"register a stock processor by its class or as 'module.QualName', not {stock!r}: a bare "
+                     f"class name is ambiguous (diffusers has three classes named WanAttnProcessor)")
+
+
+def register_processor(stock, vidattn_class: type, note: str = "") -> None:
+    """Route modules whose processor is `stock` (a class, or "module.QualName") to `vidattn_class`."""
+    key = _key_of(stock)
+    ROUTES[key] = Route(KERNEL, vidattn_class, note)
+    PROCESSORS[key] = vidattn_class
+
+
+def register_backend_route(stock, note: str = "") -> None:
+    """Route modules whose processor is `stock` to the registered "vidattn" diffusers backend."""
+    ROUTES[_key_of(stock)] = Route(BACKEND, None, note)
+
+
+for _k, _r in list(ROUTES.items()):
+    PROCESSORS[_k] = _r.processor
+
+
+def backend_member():
+    """(the "vidattn" AttentionBackendName member, None), or (None, why it is unavailable)."""
+    try:
+        from .backend import register_backend
+    except ImportError as exc:
+        return None, f"the vidattn diffusers backend is not available ({exc})"
+    try:
+        return register_backend(), None
+    except (RuntimeError, ValueError, TypeError) as exc:
+        return None, f"the vidattn diffusers backend cannot be registered ({exc})"
 
 
 def _is_vidattn(processor) -> bool:
-    return type(processor) in set(PROCESSORS.values())
+    return isinstance(processor, VidattnProcessor) or type(processor) in set(PROCESSORS.values())
 
 
 def _attention_modules(model: torch.nn.Module):
@@ -54,79 +133,158 @@ def _models(obj) -> list[tuple[str, torch.nn.Module]]:
     raise TypeError(f"vidattn.apply expects a diffusers pipeline or a torch.nn.Module, got {type(obj).__name__}")
 
 
+def _backend_name(value) -> str:
+    return str(getattr(value, "value", value))
+
+
+@dataclass
+class _Change:
+    """One module apply changed: a weak reference to it, what it had, and what apply put there."""
+    module: weakref.ref
+    kind: str
+    stock: object                 # the stock processor (KERNEL: the one replaced; BACKEND: the one re-pointed)
+    installed: object = None      # KERNEL: the vidattn processor set on the module
+    previous_backend: object = _ABSENT  # BACKEND: the stock instance's own `_attention_backend`, if it had one
+    backend: object = None
+
+
 @dataclass
 class ApplyHandle:
-    """What `vidattn.apply` changed: `replaced` module paths, `skipped` (path, reason) pairs; `restore()`
-    puts the original processor objects back."""
+    """What `vidattn.apply` did. `modules`: (path, status, processor class, why) for every attention module,
+    status "kernel" (a vidattn processor), "backend" (the stock processor on the vidattn backend) or "stock";
+    `replaced` / `backend` / `skipped` list them by status. `restore()` undoes it. Print it for a summary."""
 
     target: str
     replaced: list = field(default_factory=list)
+    backend: list = field(default_factory=list)
     components: dict = field(default_factory=dict)  # component name ("" for a bare model) -> its class name
-    skipped: list = field(default_factory=list)
-    _originals: list = field(default_factory=list, repr=False)  # (module, original processor)
+    skipped: list = field(default_factory=list)     # (path, reason)
+    modules: list = field(default_factory=list)     # (path, status, stock processor class name, why)
+    _changes: list = field(default_factory=list, repr=False)
+
+    @property
+    def _originals(self) -> list:  # earlier API: [(module, original)] for the live replaced modules
+        return [(c.module(), c.stock) for c in self._changes if c.kind == KERNEL and c.module() is not None]
 
     def restore(self) -> int:
-        """Put the original processors back; returns how many modules were restored."""
+        """Undo what this handle did; returns how many modules changed back. A module that was freed (its model
+        replaced and collected) is skipped, as is one whose processor was changed since by someone else."""
         n = 0
-        for module, original in self._originals:
-            _set(module, original)
-            n += 1
-        self._originals.clear()
+        for c in self._changes:
+            module = c.module()
+            if module is None:
+                continue
+            if c.kind == KERNEL:
+                if module.processor is c.installed:
+                    _set(module, c.stock)
+                    n += 1
+            elif _backend_name(getattr(c.stock, "_attention_backend", None)) == _backend_name(c.backend):
+                if c.previous_backend is _ABSENT:
+                    vars(c.stock).pop("_attention_backend", None)
+                else:
+                    c.stock._attention_backend = c.previous_backend
+                n += 1
+        self._changes.clear()
         return n
 
+    def counts(self) -> dict:
+        out = {KERNEL: 0, BACKEND: 0, STOCK: 0}
+        for _, status, _, _ in self.modules:
+            out[status] += 1
+        return out
+
     def __str__(self) -> str:
-        lines = [f"vidattn.apply({self.target}): {len(self.replaced)} attention modules use vidattn, "
-                 f"{len(self.skipped)} skipped"]
+        c = self.counts()
+        lines = [f"vidattn.apply({self.target}): {c[KERNEL] + c[BACKEND]} attention modules use vidattn "
+                 f"({c[KERNEL]} kernel processors, {c[BACKEND]} on the vidattn backend), {c[STOCK]} stock"]
         for comp, cls in self.components.items():
-            paths = [p for p in self.replaced if not comp or p.startswith(comp + ".")]
-            span = f": {paths[0]} ... {paths[-1]}" if paths else ""
-            lines.append(f"  {comp + ' ' if comp else ''}({cls}): {len(paths)} replaced{span}")
-        for path, reason in self.skipped:
-            lines.append(f"  skipped {path}: {reason}")
-        lines.append("  (vidattn.explain(q, k, v) tells whether a call runs the kernel or falls back to SDPA)")
+            lines.append(f"  {comp + ' ' if comp else ''}({cls}):")
+            groups: dict = {}
+            for path, status, proc, why in self.modules:
+                if comp and not path.startswith(comp + "."):
+                    continue
+                groups.setdefault((status, proc, why), []).append(path)
+            if not groups:
+                lines.append("    no attention modules")
+            for (status, proc, why), paths in groups.items():
+                span = paths[0] if len(paths) == 1 else f"{paths[0]} ... {paths[-1]}"
+                lines.append(f"    {status:7} {len(paths):3d} x {proc}: {why} [{span}]")
+        lines.append("  (kernel/backend: the call runs the kernel inside its envelope, SDPA outside it; "
+                     "vidattn.explain(q, k, v) says which)")
         return "\n".join(lines)
 
 
-def apply(pipe_or_model) -> ApplyHandle:
-    """Give every supported attention module of a diffusers pipeline (all its transformers, e.g. `transformer`
-    and `transformer_2` of Wan 2.2 A14B) or of a single model a vidattn processor.
+def _why_not(stock, route: Optional[Route], backend_reason: Optional[str], vidattn_backend) -> Optional[str]:
+    """Why a module stays stock (None: it can be routed)."""
+    if route is None:
+        return f"no vidattn route for {stock_key(stock)}"
+    if route.kind == BACKEND:
+        if backend_reason is not None:
+            return backend_reason
+        current = getattr(stock, "_attention_backend", None)
+        if current is not None and _backend_name(current) not in ("native", _backend_name(vidattn_backend)):
+            return f"the processor uses the {_backend_name(current)!r} backend chosen for it; left as is"
+    return None
 
-    Returns an `ApplyHandle` (print it for a summary). Raises `ValueError` when no attention module has a
-    processor vidattn knows. Applying twice is harmless; `vidattn.restore(pipe_or_model)` undoes it.
+
+def apply(pipe_or_model) -> ApplyHandle:
+    """Route every attention module vidattn covers, in a diffusers pipeline (all its transformers, e.g.
+    `transformer` and `transformer_2` of Wan 2.2 A14B, and LTX-2's text connectors) or a single model, to vidattn:
+    a vidattn processor, or the registered "vidattn" diffusers backend (module docstring).
+
+    Returns an `ApplyHandle` (print it: per module kernel / backend / stock, and why). Raises `ValueError`, naming
+    what was found and what is covered, when no module can be routed. Applying twice is harmless;
+    `vidattn.restore(pipe_or_model)` undoes it.
     """
     models = _models(pipe_or_model)
     handle = ApplyHandle(target=type(pipe_or_model).__name__)
-    seen: dict = {}
+    found: dict = {}
+    vidattn_backend, backend_reason = None, None
+    if any(r.kind == BACKEND for r in ROUTES.values()):
+        vidattn_backend, backend_reason = backend_member()
     for comp_name, model in models:
         handle.components[comp_name] = type(model).__name__
         for name, module in _attention_modules(model):
             path = f"{comp_name}.{name}" if comp_name else name
             stock = module.processor
-            stock_name = type(stock).__name__
-            seen.setdefault(type(model).__name__, set()).add(stock_name)
+            proc_name = type(stock).__name__
+            found.setdefault(type(model).__name__, set()).add(stock_key(stock))
             if _is_vidattn(stock):
-                handle.skipped.append((path, f"already uses vidattn.{stock_name}"))
+                why = f"already uses vidattn.{proc_name}"
+                handle.modules.append((path, KERNEL, proc_name, why))
+                handle.skipped.append((path, why))
                 continue
-            cls = PROCESSORS.get(stock_name)
-            if cls is None:
-                handle.skipped.append((path, f"no vidattn processor for {stock_name}"))
+            route = ROUTES.get(stock_key(stock))
+            why_not = _why_not(stock, route, backend_reason, vidattn_backend)
+            if why_not is not None:
+                handle.modules.append((path, STOCK, proc_name, why_not))
+                handle.skipped.append((path, f"no vidattn processor for {proc_name}" if route is None else why_not))
                 continue
-            new = cls()
-            for attr in _CARRIED_ATTRS:
-                if attr in vars(stock):
-                    setattr(new, attr, getattr(stock, attr))
-            new._vidattn_original = stock
-            _set(module, new)
-            handle._originals.append((module, stock))
-            handle.replaced.append(path)
-    if not handle.replaced and not any(r.startswith("already") for _, r in handle.skipped):
-        found = "; ".join(f"{m} uses {', '.join(sorted(p))}" for m, p in seen.items()) or "no attention modules"
-        raise ValueError(f"vidattn has no processor for {type(pipe_or_model).__name__} ({found}); "
-                         f"supported: {', '.join(sorted(PROCESSORS))} (the families in README's table)")
-    previous: Optional[ApplyHandle] = getattr(pipe_or_model, _HANDLE_ATTR, None)
-    if previous is not None and previous is not handle:
-        handle._originals = previous._originals + handle._originals  # the newest handle restores everything
-        previous._originals.clear()
+            if route.kind == KERNEL:
+                new = route.processor()
+                for attr in _CARRIED_ATTRS:
+                    if attr in vars(stock):
+                        setattr(new, attr, getattr(stock, attr))
+                new._vidattn_original = stock
+                _set(module, new)
+                handle._changes.append(_Change(weakref.ref(module), KERNEL, stock, installed=new))
+                handle.replaced.append(path)
+                handle.modules.append((path, KERNEL, proc_name, f"vidattn.{route.processor.__name__}"
+                                       + (f" ({route.note})" if route.note else "")))
+            else:
+                previous = vars(stock).get("_attention_backend", _ABSENT)
+                stock._attention_backend = vidattn_backend
+                handle._changes.append(_Change(weakref.ref(module), BACKEND, stock, previous_backend=previous,
+                                               backend=vidattn_backend))
+                handle.backend.append(path)
+                handle.modules.append((path, BACKEND, proc_name, "stock processor on the vidattn backend"
+                                       + (f" ({route.note})" if route.note else "")))
+    if not handle.replaced and not handle.backend and not any(s == KERNEL for _, s, _, _ in handle.modules):
+        raise ValueError(_uncovered_message(pipe_or_model, found, handle))
+    previous_handle: Optional[ApplyHandle] = getattr(pipe_or_model, _HANDLE_ATTR, None)
+    if previous_handle is not None and previous_handle is not handle:
+        handle._changes = previous_handle._changes + handle._changes  # the newest handle restores everything
+        previous_handle._changes = []
     try:
         object.__setattr__(pipe_or_model, _HANDLE_ATTR, handle)
     except (AttributeError, TypeError):
@@ -134,25 +292,40 @@ def apply(pipe_or_model) -> ApplyHandle:
     return handle
 
 
+def _uncovered_message(obj, found: dict, handle: ApplyHandle) -> str:
+    what = "; ".join(f"{m} uses {', '.join(sorted(p))}" for m, p in found.items()) or "no attention modules"
+    reasons = sorted({why for _, s, _, why in handle.modules if s == STOCK and not why.startswith("no vidattn")})
+    covered = sorted({k.rsplit(".", 1)[1] for k in ROUTES})
+    msg = f"vidattn has no processor for {type(obj).__name__} ({what})"
+    if reasons:
+        msg += "; " + "; ".join(reasons)
+    return msg + f"; supported: {', '.join(covered)} (docs/support.md lists every diffusers video model)"
+
+
 def restore(pipe_or_model) -> int:
-    """Undo `vidattn.apply`: every module whose processor is a vidattn one gets back the exact processor object
-    it had before (for processors set by hand with `set_attn_processor`, the module's default diffusers
-    processor). Returns how many modules changed."""
+    """Undo `vidattn.apply`: modules apply changed get their exact stock processor object back (or their stock
+    processor its own backend setting). A vidattn processor set by hand (`set_attn_processor(vidattn.X())`, e.g.
+    on HunyuanVideo, whose `Attention` modules have no default processor class) is replaced by a new instance of
+    the stock diffusers processor it mirrors: the module's `_default_processor_cls` where it has one, else the
+    class the vidattn processor names. Returns how many modules changed."""
     n = 0
-    for comp_name, model in _models(pipe_or_model):
+    handle = getattr(pipe_or_model, _HANDLE_ATTR, None)
+    if handle is not None:
+        n += handle.restore()
+    for _, model in _models(pipe_or_model):
         for _, module in _attention_modules(model):
             proc = module.processor
             if not _is_vidattn(proc):
                 continue
-            original = getattr(proc, "_vidattn_original", None)
+            original = vars(proc).get("_vidattn_original")
             if original is None:
                 default_cls = getattr(module, "_default_processor_cls", None)
-                if default_cls is None:
-                    continue
-                original = default_cls()
+                if default_cls is not None:
+                    original = default_cls()
+                else:
+                    original = getattr(proc, "_vidattn_original", None)
+            if original is None:
+                continue
             _set(module, original)
             n += 1
-    handle = getattr(pipe_or_model, _HANDLE_ATTR, None)
-    if handle is not None:
-        handle._originals.clear()
     return n

@@ -12,11 +12,11 @@ from typing import Optional
 import torch
 
 from .apply import register_processor
-from .sdpa_common import StockProcessor, attend_bhsd, prepare_sdpa_mask
+from .sdpa_common import StockProcessor, VidattnProcessor, attend_bhsd, prepare_sdpa_mask
 
 
 def _joint_attention(attn, query, key, value, batch_size, text_seq_length, attention_mask, image_rotary_emb,
-                     mask_source=None):
+                     mask_source=None, precision=None):
     inner_dim = key.shape[-1]
     head_dim = inner_dim // attn.heads
 
@@ -36,7 +36,7 @@ def _joint_attention(attn, query, key, value, batch_size, text_seq_length, atten
         if not attn.is_cross_attention:
             key[:, :, text_seq_length:] = apply_rotary_emb(key[:, :, text_seq_length:], image_rotary_emb)
 
-    hidden_states = attend_bhsd(query, key, value, attention_mask, mask_source)
+    hidden_states = attend_bhsd(query, key, value, attention_mask, mask_source, precision)
 
     hidden_states = hidden_states.transpose(1, 2).reshape(batch_size, -1, attn.heads * head_dim)
 
@@ -49,7 +49,7 @@ def _joint_attention(attn, query, key, value, batch_size, text_seq_length, atten
     return hidden_states, encoder_hidden_states
 
 
-class CogVideoXAttnProcessor:
+class CogVideoXAttnProcessor(VidattnProcessor):
     """vidattn processor for diffusers' `CogVideoXAttnProcessor2_0` (CogVideoX 2B/5B/1.5: 30 or 48 heads x 64).
 
     Use through `vidattn.apply(pipe)` or `pipe.transformer.set_attn_processor(vidattn.CogVideoXAttnProcessor())`.
@@ -77,10 +77,10 @@ class CogVideoXAttnProcessor:
         key = attn.to_k(hidden_states)
         value = attn.to_v(hidden_states)
         return _joint_attention(attn, query, key, value, batch_size, text_seq_length, attention_mask,
-                                image_rotary_emb, mask_source)
+                                image_rotary_emb, mask_source, self.precision)
 
 
-class FusedCogVideoXAttnProcessor:
+class FusedCogVideoXAttnProcessor(VidattnProcessor):
     """vidattn processor for diffusers' `FusedCogVideoXAttnProcessor2_0` (after `fuse_qkv_projections()`)."""
 
     _vidattn_original = StockProcessor("diffusers.models.attention_processor", "FusedCogVideoXAttnProcessor2_0")
@@ -108,8 +108,8 @@ class FusedCogVideoXAttnProcessor:
         split_size = qkv.shape[-1] // 3
         query, key, value = torch.split(qkv, split_size, dim=-1)
         return _joint_attention(attn, query, key, value, batch_size, text_seq_length, attention_mask,
-                                image_rotary_emb, mask_source)
+                                image_rotary_emb, mask_source, self.precision)
 
 
-register_processor("CogVideoXAttnProcessor2_0", CogVideoXAttnProcessor)
-register_processor("FusedCogVideoXAttnProcessor2_0", FusedCogVideoXAttnProcessor)
+register_processor("diffusers.models.attention_processor.CogVideoXAttnProcessor2_0", CogVideoXAttnProcessor)
+register_processor("diffusers.models.attention_processor.FusedCogVideoXAttnProcessor2_0", FusedCogVideoXAttnProcessor)

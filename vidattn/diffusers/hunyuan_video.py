@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 
 from ._base import ProcessorBase
+from .sdpa_common import StockProcessor
 from .apply import register_processor
 
 
@@ -25,6 +26,9 @@ class HunyuanVideoAttnProcessor(ProcessorBase):
     Masks: a boolean key-padding mask ((B, S) or (B, 1, 1, S), a prefix per row) becomes `kv_lens`; any other
     mask, or context parallelism, runs diffusers' own attention dispatch.
     """
+
+    _vidattn_original = StockProcessor("diffusers.models.transformers.transformer_hunyuan_video",
+                                       "HunyuanVideoAttnProcessor2_0")
 
     def __call__(
         self,
@@ -95,4 +99,5 @@ class HunyuanVideoAttnProcessor(ProcessorBase):
         return hidden_states, encoder_hidden_states
 
 
-register_processor("HunyuanVideoAttnProcessor2_0", HunyuanVideoAttnProcessor)
+register_processor("diffusers.models.transformers.transformer_hunyuan_video.HunyuanVideoAttnProcessor2_0",
+                   HunyuanVideoAttnProcessor)

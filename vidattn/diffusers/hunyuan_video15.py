@@ -18,8 +18,10 @@ import torch.nn.functional as F
 
 from .. import ops
 from ._base import ProcessorBase
+from .sdpa_common import StockProcessor
 from .apply import register_processor
 from .masks import LastMaskMemo, prefix_lengths
+from .sdpa_common import kernel
 
 
 def _stock_mask(keep: torch.Tensor) -> torch.Tensor:
@@ -44,6 +46,9 @@ class HunyuanVideo15AttnProcessor(ProcessorBase):
     """vidattn processor for diffusers' HunyuanVideo 1.5 dual-stream blocks (see the module docstring for the
     mask). Use through `vidattn.apply(pipe)` or `module.set_processor(vidattn.HunyuanVideo15AttnProcessor())`."""
 
+    _vidattn_original = StockProcessor("diffusers.models.transformers.transformer_hunyuan_video15",
+                                       "HunyuanVideo15AttnProcessor2_0")
+
     def _attend_joint(self, query, key, value, text_mask):
         batch, seq_len = query.shape[0], query.shape[1]
         if text_mask is None:
@@ -58,7 +63,7 @@ class HunyuanVideo15AttnProcessor(ProcessorBase):
         kv_lens, reason, padded = _MEMO.get(text_mask, (batch, seq_len), lambda: _kv_lens_of(keep, batch, seq_len))
         if kv_lens is None:
             return self._dispatch(query, key, value, _stock_mask(keep), None, reason)
-        out = ops.attention(query, key, value, layout="bshd", kv_lens=kv_lens)
+        out = kernel(query, key, value, self.precision, layout="bshd", kv_lens=kv_lens)
         if padded:
             out = out.masked_fill(~keep[:, :, None, None], 0.0)  # padded query rows: no key kept -> zeros
         return out
@@ -120,4 +125,5 @@ class HunyuanVideo15AttnProcessor(ProcessorBase):
         return hidden_states, encoder_hidden_states
 
 
-register_processor("HunyuanVideo15AttnProcessor2_0", HunyuanVideo15AttnProcessor)
+register_processor("diffusers.models.transformers.transformer_hunyuan_video15.HunyuanVideo15AttnProcessor2_0",
+                   HunyuanVideo15AttnProcessor)

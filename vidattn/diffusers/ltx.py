@@ -13,10 +13,10 @@ import torch
 
 from .. import ops
 from .apply import register_processor
-from .sdpa_common import StockProcessor, prepare_sdpa_mask, sdpa_mask_to_kv_lens
+from .sdpa_common import StockProcessor, VidattnProcessor, kernel, prepare_sdpa_mask, sdpa_mask_to_kv_lens
 
 
-class LTXVideoAttnProcessor:
+class LTXVideoAttnProcessor(VidattnProcessor):
     """vidattn processor for diffusers' `LTXVideoAttnProcessor` (`LTXAttention`).
 
     Use through `vidattn.apply(pipe)` or `pipe.transformer.set_attn_processor(vidattn.LTXVideoAttnProcessor())`.
@@ -41,12 +41,12 @@ class LTXVideoAttnProcessor:
             return self._dispatch(query, key, value, attention_mask,
                                   "context parallelism is configured: diffusers' dispatch runs the ring")
         if attention_mask is None:
-            return ops.attention(query, key, value, layout="bshd")
+            return kernel(query, key, value, self.precision, layout="bshd")
         b, sq, h, _ = query.shape
         kv_lens, reason = sdpa_mask_to_kv_lens(attention_mask, b, h, sq, key.shape[1], source=mask_source)
         if kv_lens is None:
             return self._dispatch(query, key, value, attention_mask, reason)
-        return ops.attention(query, key, value, layout="bshd", kv_lens=kv_lens)
+        return kernel(query, key, value, self.precision, layout="bshd", kv_lens=kv_lens)
 
     def __call__(
         self,
@@ -91,4 +91,4 @@ class LTXVideoAttnProcessor:
         return hidden_states
 
 
-register_processor("LTXVideoAttnProcessor", LTXVideoAttnProcessor)
+register_processor("diffusers.models.transformers.transformer_ltx.LTXVideoAttnProcessor", LTXVideoAttnProcessor)

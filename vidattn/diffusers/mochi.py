@@ -13,9 +13,8 @@ from typing import Optional
 
 import torch
 
-from .. import ops
 from .apply import register_processor
-from .sdpa_common import StockProcessor
+from .sdpa_common import StockProcessor, VidattnProcessor, kernel
 
 
 def _apply_rotary_emb(x, freqs_cos, freqs_sin):
@@ -29,7 +28,7 @@ def _apply_rotary_emb(x, freqs_cos, freqs_sin):
     return torch.stack([cos, sin], dim=-1).flatten(-2)
 
 
-class MochiAttnProcessor:
+class MochiAttnProcessor(VidattnProcessor):
     """vidattn processor for diffusers' `MochiAttnProcessor2_0` (`MochiAttention`).
 
     Use through `vidattn.apply(pipe)`, or set `module.processor = vidattn.MochiAttnProcessor()` on each
@@ -96,7 +95,7 @@ class MochiAttnProcessor:
         value = torch.cat([value, encoder_value], dim=1)
         kv_lens = (n_valid + sequence_length).to(torch.int32)
 
-        hidden_states = ops.attention(query, key, value, layout="bshd", kv_lens=kv_lens)
+        hidden_states = kernel(query, key, value, self.precision, layout="bshd", kv_lens=kv_lens)
         if attention_mask is not None:  # the stock loop's zero padding for the dropped text tokens
             rows = torch.arange(hidden_states.shape[1], device=hidden_states.device)[None, :] < kv_lens[:, None]
             hidden_states = hidden_states.masked_fill(~rows[:, :, None, None], 0)
@@ -117,4 +116,4 @@ class MochiAttnProcessor:
         return hidden_states, encoder_hidden_states
 
 
-register_processor("MochiAttnProcessor2_0", MochiAttnProcessor)
+register_processor("diffusers.models.attention_processor.MochiAttnProcessor2_0", MochiAttnProcessor)

@@ -5,6 +5,7 @@ cannot express, and the stock processor that `vidattn.restore` hands back for pr
 Nothing here imports diffusers at import time (`import vidattn` must not import it).
 """
 import importlib
+import inspect
 from typing import Optional
 
 import torch
@@ -20,6 +21,34 @@ from .masks import LastMaskMemo, prefix_lengths
 DROP_BIAS = -9000.0
 
 _MEMO = LastMaskMemo()
+
+# Whether `vidattn.attention` takes `precision=` (read once: the processors pass it only where it exists, so they
+# keep working against an op without the keyword).
+_OP_TAKES_PRECISION = "precision" in inspect.signature(ops.attention).parameters
+
+
+def kernel(query, key, value, precision: Optional[str] = None, **kwargs):
+    """`vidattn.attention(query, key, value, **kwargs)` with the processor's precision (None: the context default).
+    Looks `ops.attention` up per call, so a test's spy on it sees every processor call."""
+    if precision is not None:
+        if not _OP_TAKES_PRECISION:
+            raise ValueError(f"precision={precision!r}: this vidattn.attention has no precision argument")
+        kwargs["precision"] = precision
+    return ops.attention(query, key, value, **kwargs)
+
+
+class VidattnProcessor:
+    """Base of every vidattn diffusers processor: `precision` (None = `vidattn.attention`'s current default,
+    "exact" unless `vidattn.use_precision` changes it) and a repr that tells it from diffusers' own processor."""
+
+    precision: Optional[str] = None
+
+    def __init__(self, precision: Optional[str] = None):
+        if precision is not None:
+            self.precision = precision
+
+    def __repr__(self) -> str:
+        return f"vidattn.{type(self).__name__}(precision={self.precision!r})"
 
 
 def sdpa_mask_to_kv_lens(mask, batch: int, heads: int, seqlen_q: int, seqlen_kv: int,
@@ -86,16 +115,16 @@ def stock_sdpa(query, key, value, attention_mask, reason: Optional[str]):
                                           is_causal=False)
 
 
-def attend_bhsd(query, key, value, attention_mask=None, mask_source=None):
+def attend_bhsd(query, key, value, attention_mask=None, mask_source=None, precision: Optional[str] = None):
     """Attention on (B, H, S, D) tensors as the stock processors' SDPA call computes it: `vidattn.attention`
     (key-padding masks as `kv_lens`), or the stock SDPA call for any other mask."""
     if attention_mask is None:
-        return ops.attention(query, key, value, layout="bhsd")
+        return kernel(query, key, value, precision, layout="bhsd")
     b, h, sq, _ = query.shape
     kv_lens, reason = sdpa_mask_to_kv_lens(attention_mask, b, h, sq, key.shape[2], source=mask_source)
     if kv_lens is None:
         return stock_sdpa(query, key, value, attention_mask, reason)
-    return ops.attention(query, key, value, layout="bhsd", kv_lens=kv_lens)
+    return kernel(query, key, value, precision, layout="bhsd", kv_lens=kv_lens)
 
 
 class StockProcessor:

@@ -12,6 +12,7 @@ from typing import Optional
 import torch
 
 from ._base import ProcessorBase
+from .sdpa_common import StockProcessor
 from .apply import register_processor
 from .wan import project_wan
 
@@ -24,6 +25,9 @@ class SkyReelsV2AttnProcessor(ProcessorBase):
     prefixes (the block-causal diffusion-forcing mask) runs per row block; any other mask, or context
     parallelism, runs diffusers' own attention dispatch.
     """
+
+    _vidattn_original = StockProcessor("diffusers.models.transformers.transformer_skyreels_v2",
+                                       "SkyReelsV2AttnProcessor")
 
     def __call__(
         self,
@@ -51,4 +55,5 @@ class SkyReelsV2AttnProcessor(ProcessorBase):
         return hidden_states
 
 
-register_processor("SkyReelsV2AttnProcessor", SkyReelsV2AttnProcessor)
+register_processor("diffusers.models.transformers.transformer_skyreels_v2.SkyReelsV2AttnProcessor",
+                   SkyReelsV2AttnProcessor)

@@ -9,6 +9,7 @@ from typing import Optional
 import torch
 
 from ._base import ProcessorBase
+from .sdpa_common import StockProcessor
 
 
 def _qkv(attn, hidden_states, encoder_hidden_states):
@@ -74,6 +75,8 @@ class WanAttnProcessor(ProcessorBase):
     Masks: a boolean key-padding mask ((B, Skv) or (B, 1, 1, Skv), True = keep, a prefix per row)
     becomes `kv_lens`; any other mask, or context parallelism, runs diffusers' own attention dispatch.
     """
+
+    _vidattn_original = StockProcessor("diffusers.models.transformers.transformer_wan", "WanAttnProcessor")
 
     def __call__(
         self,

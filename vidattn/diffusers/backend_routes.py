@@ -1,0 +1,45 @@
+"""Families routed to the registered "vidattn" diffusers backend instead of a vidattn processor.
+
+Their stock processors attend through `dispatch_attention_fn(..., backend=self._attention_backend)` with nothing
+the backend cannot take: no mask, a key-padding mask (the backend turns it into `kv_lens`), grouped-query K/V
+(the backend repeats the K/V heads), or calls that must stay on SDPA (causal, which the backend sends to diffusers'
+native path with the reason). So `vidattn.apply` sets the stock processor's `_attention_backend` and keeps diffusers'
+own code, rather than carrying a copy of each processor. A processor whose backend the user already chose (e.g.
+`flex` for Kandinsky 5's NABLA configs) is left as it is.
+"""
+from .apply import register_backend_route
+
+_T = "diffusers.models.transformers."
+
+BACKEND_ROUTES = {
+    _T + "transformer_helios.HeliosAttnProcessor":
+        "self-attention over [history + current] tokens and text cross-attention, no masks",
+    _T + "transformer_anyflow.AnyFlowAttnProcessor": "self-attention, no mask",
+    _T + "transformer_anyflow.AnyFlowCrossAttnProcessor": "text cross-attention, no mask",
+    _T + "transformer_anyflow_far.AnyFlowAttnProcessor": "bidirectional self-attention, no mask",
+    _T + "transformer_anyflow_far.AnyFlowCrossAttnProcessor": "text cross-attention, no mask",
+    _T + "transformer_kandinsky.Kandinsky5AttnProcessor":
+        "regular attention configs; NABLA configs need the flex backend and are left on it",
+    _T + "transformer_kandinsky6.Kandinsky6AttnProcessor":
+        "text, visual, audio and cross attentions; (B, S) prompt padding -> kv_lens in the backend",
+    _T + "transformer_motif_video.MotifVideoAttnProcessor2_0":
+        "joint video+text with a boolean key-padding prefix -> kv_lens in the backend",
+    _T + "transformer_motif_video.MotifVideoCrossAttnProcessor2_0": "text cross-attention; key padding -> kv_lens",
+    _T + "transformer_minimax_h3.MiniMaxH3AttnProcessor": "one packed joint sequence, no mask",
+    _T + "transformer_sana_wm_refiner.SanaWMLTX2RefinerAttnProcessor":
+        "current block over [sink + history + current] KV cache, no mask",
+    _T + "transformer_sana_wm_refiner.SanaWMLTX2AudioVideoAttnProcessor": "LTX-2-style attentions of the refiner",
+    _T + "transformer_sana_wm_refiner.SanaWMLTX2PerturbedAttnProcessor": "LTX-2-style perturbed attentions",
+    _T + "transformer_wan_animate.WanAnimateFaceBlockAttnProcessor":
+        "face adapter: per-frame cross-attention to 5 motion tokens (short keys: little to gain)",
+    _T + "transformer_wan_animate_2.WanAnimate2AttnProcessor":
+        "extract pass on the kernel; the cached pass hard-codes flex with a block mask (each frame sees all "
+        "generated tokens plus its reference frame) and stays on flex",
+    _T + "transformer_wan_animate_2.WanAnimate2CrossAttnProcessor": "text and image cross-attention, no mask",
+    _T + "transformer_cosmos3.Cosmos3AttnProcessor":
+        "generation pathway on the kernel (K/V heads repeated for GQA); the causal understanding pathway "
+        "goes to SDPA (the kernel is non-causal)",
+}
+
+for _stock, _note in BACKEND_ROUTES.items():
+    register_backend_route(_stock, _note)
