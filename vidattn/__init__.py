@@ -17,7 +17,8 @@ _DIFFUSERS_NAMES = (
     "apply", "restore", "register_processor", "ApplyHandle",
     "WanAttnProcessor", "SkyReelsV2AttnProcessor", "HunyuanVideoAttnProcessor", "HunyuanVideo15AttnProcessor",
     "CogVideoXAttnProcessor", "FusedCogVideoXAttnProcessor", "LTXVideoAttnProcessor", "MochiAttnProcessor",
-    "AllegroAttnProcessor", "register_backend", "unregister_backend",
+    "AllegroAttnProcessor", "LTX2AudioVideoAttnProcessor", "LTX2PerturbedAttnProcessor", "EasyAnimateAttnProcessor",
+    "CosmosAttnProcessor", "Cosmos25AttnProcessor", "AnyFlowCausalAttnProcessor", "register_backend", "unregister_backend",
 )
 
 __all__ = ["attention", "explain", "kernel_available", "build", "VidattnFallbackWarning", *_DIFFUSERS_NAMES]
