@@ -42,6 +42,6 @@ for key, name in (("pv", "P V / S + P V"), ("s0", "S_0"), ("epi", "epilogue (sto
     lx += 18 + 7 * len(name) + 14
     if lx > 860:
         lx, ly = 20, ly + 18
-parts.append(f'<text x="20" y="{H - 6}" font-family="sans-serif" font-size="10" fill="#555">Medians per tile from dev/probes/timeline_probe.py (bench/results/session9_20261201/call1, call3): epilogue 1187 -> 407 cycles, S_0 phase 922 -> 1403 cycles; 1 px = 5.6 cycles.</text>')
+parts.append(f'<text x="20" y="{H - 6}" font-family="sans-serif" font-size="10" fill="#555">Medians per tile from dev/probes/timeline_probe.py (bench/results/archive/session9_20261201/call1, call3): epilogue 1187 -> 407 cycles, S_0 phase 922 -> 1403 cycles; 1 px = 5.6 cycles.</text>')
 parts.append("</svg>")
 open(__import__("pathlib").Path(__file__).with_suffix("").with_name("deferred_o_store.svg"), "w").write("\n".join(parts) + "\n")

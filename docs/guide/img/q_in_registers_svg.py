@@ -1,6 +1,6 @@
 # Writes docs/guide/img/q_in_registers.svg: what one S = Q K^T k-step reads from shared memory with Q there and with
-# Q in registers (from the wgmma shapes), and the measured ratios to cuDNN, read from the eleventh session's A/B
-# files under bench/results/session11_20261201/ (median over rounds, as kernel_ab_time.py prints them):
+# Q in registers (from the wgmma shapes), and the measured ratios to cuDNN, read from an A/B
+# files under bench/results/archive/session11_20261201/ (median over rounds, as kernel_ab_time.py prints them):
 #   python3 docs/guide/img/q_in_registers_svg.py
 import json
 import statistics
@@ -9,7 +9,7 @@ from pathlib import Path
 from svg_bars import bar, legend_entry
 
 REPO = Path(__file__).resolve().parents[3]
-AB = REPO / "bench/results/session11_20261201"
+AB = REPO / "bench/results/archive/session11_20261201"
 C = {"q": "#f8c471", "k": "#f5b041", "v": "#7fb3d5", "a": "#d5d8dc", "b": "#85c1e9", "c": "#a9dfbf"}
 SERIES = ("a", "b", "c")  # the bars of one shape, in the order of ratio_panel's names
 TEXT = 'font-family="sans-serif"'
@@ -90,7 +90,7 @@ def main():
         parts += legend_entry(lx, ly, C[key], name)
         lx += 18 + 7 * len(name) + 16
     parts.append(f'<text x="20" y="{H - 4}" {TEXT} font-size="10" fill="#555">Ratios: cuDNN median time / vidattn '
-                 'median time, from bench/results/session11_20261201/call2-4/ab_times.json; bars start at 1.0.</text>')
+                 'median time, from bench/results/archive/session11_20261201/call2-4/ab_times.json; bars start at 1.0.</text>')
     parts.append("</svg>")
     Path(__file__).with_suffix("").with_name("q_in_registers.svg").write_text("\n".join(parts) + "\n")
 
