@@ -47,15 +47,20 @@ from bench.anchor_shapes import SHAPES, Shape  # noqa: E402
 from bench.envinfo_light import git_commit, short_commit  # noqa: E402
 from bench.round_order import ORDERS, round_orders  # noqa: E402
 
-BACKENDS = ("vidattn", "sdpa", "cudnn", "flash")
+BACKENDS = ("vidattn", "sdpa", "cudnn", "flash", "8bit")
+# Timed unless --backends leaves them out; the 8-bit path is not exact, so the default run stays the exact comparison.
+DEFAULT_BACKENDS = ("vidattn", "sdpa", "cudnn", "flash")
 BACKEND_NOTES = {
     "vidattn": "vidattn.attention(q, k, v, layout='bshd') on the (B,S,H,D) tensors; output (B,S,H,D)",
     "sdpa": "F.scaled_dot_product_attention on q.transpose(1,2) views (B,H,S,D, non-contiguous), "
             "torch's default backend choice; output (B,H,S,D), not copied back",
     "cudnn": "as sdpa, inside sdpa_kernel(SDPBackend.CUDNN_ATTENTION)",
     "flash": "as sdpa, inside sdpa_kernel(SDPBackend.FLASH_ATTENTION) (FlashAttention-2 in torch)",
+    "8bit": "vidattn.attention(q, k, v, layout='bshd', precision='8bit') on the (B,S,H,D) tensors: INT8 QK + e4m3 "
+            "PV, its quantization pre-pass (K smoothing, scales, V transposed) inside the timing; output (B,S,H,D)",
 }
 CHECK_REL_L2 = 2e-2
+CHECK_REL_L2_8BIT = 6e-2
 DEFAULT_L2_BYTES = 50 * 2**20
 MAX_ROTATING_SETS = 8
 
@@ -76,7 +81,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--shapes", nargs="*", default=None,
                     help="keep shapes whose name contains any of these substrings (case-insensitive); "
                          "comma-separated lists work too")
-    ap.add_argument("--backends", default=",".join(BACKENDS),
+    ap.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
                     help=f"comma-separated subset of {','.join(BACKENDS)}")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (do_bench warmup 10 ms, rep 40 ms)")
     ap.add_argument("--rounds", type=int, default=4,
@@ -225,7 +230,7 @@ def rel_l2_bshd_vs_bhsd(out_bshd, ref_bhsd, chunk: int = 4096) -> float:
 
 
 def sdpa_context(backend: str):
-    if backend in ("vidattn", "sdpa"):
+    if backend in ("vidattn", "sdpa", "8bit"):
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
     return sdpa_kernel({"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend])
@@ -239,6 +244,11 @@ def make_fn(backend: str, sets, vidattn_mod):
         def fn():
             q, k, v = sets[next(counter) % n]
             return vidattn_mod.attention(q, k, v, layout="bshd")
+        return fn
+    if backend == "8bit":
+        def fn():
+            q, k, v = sets[next(counter) % n]
+            return vidattn_mod.attention(q, k, v, layout="bshd", precision="8bit")
         return fn
     views = [(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)) for q, k, v in sets]
 
@@ -265,7 +275,7 @@ def sdpa_default_choice(q, k, v) -> str | None:
 def timed_backends(backends, vidattn_mod) -> list[str]:
     """The backends a run times: the requested ones, less vidattn when `import vidattn` failed (its error is
     recorded per shape instead). The rounds take these in round_orders' order, and the JSON config says so."""
-    return [b for b in backends if not (b == "vidattn" and vidattn_mod is None)]
+    return [b for b in backends if not (b in ("vidattn", "8bit") and vidattn_mod is None)]
 
 
 def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | None, gen) -> dict:
@@ -311,6 +321,22 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
                 if _is_oom(exc):
                     torch.cuda.empty_cache()
 
+    # The 8-bit path's own check: whether it ran (explain) and its distance from SDPA, against a looser bound (it is not
+    # exact: about 4e-2 relative L2 on random inputs, tests/test_8bit_gpu.py).
+    if "8bit" in args.backends and vidattn_mod is not None:
+        try:
+            res["8bit_fallback_reason"] = vidattn_mod.explain(q, k, v, layout="bshd", precision="8bit")
+            out_8 = vidattn_mod.attention(q, k, v, layout="bshd", precision="8bit")
+            out_s = F.scaled_dot_product_attention(qt, kt, vt)
+            torch.cuda.synchronize()
+            rel = rel_l2_bshd_vs_bhsd(out_8, out_s)
+            res["8bit_check_rel_l2_vs_sdpa"] = rel
+            res["8bit_check_passed"] = bool(torch.isfinite(out_8).all()) and rel < CHECK_REL_L2_8BIT
+            del out_8, out_s
+        except Exception as exc:  # noqa: BLE001
+            res["errors"]["8bit_check"] = _err(exc)
+            res["8bit_check_passed"] = False
+
     # Backends interleaved round by round, each backend's time the median of its rounds: on the long shapes the GPU
     # runs at its power limit and one measurement of the same kernel moved by up to 8% between calls (dev/NOTES.md,
     # fifth session), so a lone timing per backend made the ratio a draw.
@@ -340,6 +366,8 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
     t = res["tflops"]
     res["vidattn_over_cudnn"] = t["vidattn"] / t["cudnn"] if "vidattn" in t and "cudnn" in t else None
     res["vidattn_over_sdpa"] = t["vidattn"] / t["sdpa"] if "vidattn" in t and "sdpa" in t else None
+    res["8bit_over_vidattn"] = t["8bit"] / t["vidattn"] if "8bit" in t and "vidattn" in t else None
+    res["8bit_over_cudnn"] = t["8bit"] / t["cudnn"] if "8bit" in t and "cudnn" in t else None
     if res["vidattn_over_cudnn"] is not None:  # the spread: the ratio of each round's two times
         per_round = [c / v for v, c in zip(rounds["vidattn"], rounds["cudnn"])]
         res["vidattn_over_cudnn_rounds"] = [min(per_round), max(per_round)]

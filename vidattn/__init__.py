@@ -10,6 +10,7 @@ imported on first use, so `import vidattn` does not import diffusers.
 """
 from ._ext import build
 from .ops import VidattnFallbackWarning, attention, explain, kernel_available
+from .precision import PrecisionPolicy, use_precision
 
 __version__ = "0.1.0"
 
@@ -21,7 +22,8 @@ _DIFFUSERS_NAMES = (
     "CosmosAttnProcessor", "Cosmos25AttnProcessor", "AnyFlowCausalAttnProcessor", "register_backend", "unregister_backend",
 )
 
-__all__ = ["attention", "explain", "kernel_available", "build", "VidattnFallbackWarning", *_DIFFUSERS_NAMES]
+__all__ = ["attention", "explain", "kernel_available", "use_precision", "PrecisionPolicy", "build",
+           "VidattnFallbackWarning", *_DIFFUSERS_NAMES]
 
 
 def __getattr__(name):

@@ -1,0 +1,182 @@
+// C ABI of the 8-bit attention path (precision="8bit"): workspace sizing, the pre-pass launches (q8_quant.cuh) and
+// the kernel's (q8_fwd.cuh), all on the caller's stream. Included at the end of capi.cu, so it shares its error
+// reporting (fail, check_launch: vidattn_sm90_last_error) and its TMA encoder; no torch.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "capi.h"
+#include "sm90/q8_fwd.cuh"
+#include "sm90/q8_quant.cuh"
+#include "sm90/tma_desc.h"
+
+namespace {
+
+// The workspace's parts, each 256-byte aligned; k_sum and v_amax adjoin so one memset zeroes both.
+struct Q8Layout {
+  int64_t sq_pad = 0, skv_pad = 0;
+  uint64_t q8 = 0, q_scale = 0, k8 = 0, k_scale = 0, vt8 = 0, v_scale = 0, k_sum = 0, v_amax = 0, lse_corr = 0;
+  uint64_t stats_bytes = 0, total = 0;
+};
+
+Q8Layout q8_layout(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_kv, int64_t head_dim) {
+  using namespace vidattn::sm90;
+  Q8Layout l;
+  l.sq_pad = (seqlen_q + kQ8BlockM - 1) / kQ8BlockM * kQ8BlockM;
+  l.skv_pad = (seqlen_kv + kQ8BlockN - 1) / kQ8BlockN * kQ8BlockN;
+  const uint64_t bh = static_cast<uint64_t>(batch * heads);
+  uint64_t at = 0;
+  auto take = [&](uint64_t bytes) {
+    const uint64_t off = at;
+    at = (at + bytes + 255) / 256 * 256;
+    return off;
+  };
+  l.q8 = take(bh * l.sq_pad * head_dim);
+  l.q_scale = take(bh * l.sq_pad * 4);
+  l.k8 = take(bh * l.skv_pad * head_dim);
+  l.k_scale = take(bh * (l.skv_pad / kQ8BlockN) * kQ8KGroups * 4);
+  l.vt8 = take(bh * head_dim * l.skv_pad);
+  l.v_scale = take(bh * head_dim * 4);
+  l.k_sum = take(bh * head_dim * 4);
+  l.v_amax = take(bh * head_dim * 4);
+  l.stats_bytes = at - l.k_sum;
+  l.lse_corr = take(bh * seqlen_q * 4);
+  l.total = at;
+  return l;
+}
+
+// A 2-D map over rows of 8-bit elements (inner extent `inner` bytes, `rows` rows, contiguous), box (box_inner, box_rows).
+bool q8_tensor_map_2d(CUtensorMap* map, const void* base, uint64_t inner, uint64_t rows, uint32_t box_inner,
+                      uint32_t box_rows, CUtensorMapSwizzle swizzle, std::string* err) {
+  auto encode = vidattn::sm90::tensor_map_encoder(err);
+  if (encode == nullptr) return false;
+  cuuint64_t dims[2] = {inner, rows};
+  cuuint64_t gstrides[1] = {inner};
+  cuuint32_t box[2] = {box_inner, box_rows};
+  cuuint32_t estrides[2] = {1, 1};
+  CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, gstrides, box, estrides,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    *err = "cuTensorMapEncodeTiled (8-bit workspace) failed with CUresult " + std::to_string(static_cast<int>(r));
+    return false;
+  }
+  return true;
+}
+
+template <int kD, bool kFp16>
+int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
+  using namespace vidattn::sm90;
+  using T = Q8Traits<kD>;
+  uint8_t* ws = static_cast<uint8_t*>(a.workspace);
+  Q8PrepParams pp{};
+  pp.q = a.q;
+  pp.k = a.k;
+  pp.v = a.v;
+  for (int i = 0; i < 3; ++i) {
+    pp.q_stride[i] = a.q_stride[i];
+    pp.k_stride[i] = a.k_stride[i];
+    pp.v_stride[i] = a.v_stride[i];
+  }
+  pp.kv_lens = a.kv_lens;
+  pp.batch = static_cast<int>(a.batch);
+  pp.heads = static_cast<int>(a.heads);
+  pp.seqlen_q = static_cast<int>(a.seqlen_q);
+  pp.seqlen_kv = static_cast<int>(a.seqlen_kv);
+  pp.sq_pad = static_cast<int>(l.sq_pad);
+  pp.skv_pad = static_cast<int>(l.skv_pad);
+  pp.scale = a.scale;
+  pp.want_lse = a.lse != nullptr;
+  pp.ws.q8 = reinterpret_cast<int8_t*>(ws + l.q8);
+  pp.ws.q_scale = reinterpret_cast<float*>(ws + l.q_scale);
+  pp.ws.k8 = reinterpret_cast<int8_t*>(ws + l.k8);
+  pp.ws.k_scale = reinterpret_cast<float*>(ws + l.k_scale);
+  pp.ws.vt8 = ws + l.vt8;
+  pp.ws.v_scale = reinterpret_cast<float*>(ws + l.v_scale);
+  pp.ws.k_sum = reinterpret_cast<float*>(ws + l.k_sum);
+  pp.ws.v_amax = reinterpret_cast<uint32_t*>(ws + l.v_amax);
+  pp.ws.lse_corr = reinterpret_cast<float*>(ws + l.lse_corr);
+
+  Q8FwdParams p{};
+  std::string err;
+  const uint64_t bh = static_cast<uint64_t>(a.batch * a.heads);
+  const CUtensorMapSwizzle qk_swizzle = kD == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const bool ok =
+      q8_tensor_map_2d(&p.tm_q, pp.ws.q8, kD, bh * l.sq_pad, kD, T::kBlockM, qk_swizzle, &err) &&
+      q8_tensor_map_2d(&p.tm_k, pp.ws.k8, kD, bh * l.skv_pad, kD, T::kBlockN, qk_swizzle, &err) &&
+      q8_tensor_map_2d(&p.tm_v, pp.ws.vt8, l.skv_pad, bh * kD, T::kBlockN, kD, CU_TENSOR_MAP_SWIZZLE_128B, &err) &&
+      make_tensor_map_4d(&p.tm_o, a.o, kFp16, kD, a.seqlen_q, a.heads, a.batch, a.o_stride, 16, &err);
+  if (!ok) return fail(err);
+  p.q_scale = pp.ws.q_scale;
+  p.k_scale = pp.ws.k_scale;
+  p.v_scale = pp.ws.v_scale;
+  p.lse_corr = pp.ws.lse_corr;
+  p.lse = a.lse;
+  p.kv_lens = a.kv_lens;
+  p.seqlen_q = pp.seqlen_q;
+  p.seqlen_kv = pp.seqlen_kv;
+  p.heads = pp.heads;
+  p.sq_pad = pp.sq_pad;
+  p.skv_pad = pp.skv_pad;
+
+  cudaError_t e = cudaMemsetAsync(pp.ws.k_sum, 0, l.stats_bytes, stream);
+  if (e != cudaSuccess) return fail(std::string("8-bit workspace memset: ") + cudaGetErrorString(e));
+  const unsigned ubh = static_cast<unsigned>(bh);
+  q8_kv_stats_kernel<kD, kFp16>
+      <<<dim3(static_cast<unsigned>((a.seqlen_kv + kQ8StatKeys - 1) / kQ8StatKeys), ubh), kQ8StatThreads, 0,
+         stream>>>(pp);
+  if (check_launch("8-bit K/V statistics launch") != 0) return 1;
+  const int64_t q_rows = static_cast<int64_t>(bh) * l.sq_pad;
+  constexpr int kRowsPerBlock = kQ8QThreads / 32;
+  q8_q_kernel<kD, kFp16><<<dim3(static_cast<unsigned>((q_rows + kRowsPerBlock - 1) / kRowsPerBlock)), kQ8QThreads, 0,
+                           stream>>>(pp);
+  if (check_launch("8-bit Q quantization launch") != 0) return 1;
+  q8_kv_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(l.skv_pad / kQ8BlockN), ubh), kQ8KvThreads, 0, stream>>>(pp);
+  if (check_launch("8-bit K/V quantization launch") != 0) return 1;
+
+  const size_t smem = sizeof(Q8Shared<kD>) + 1024;
+  auto kernel = q8_fwd_kernel<kD, kFp16>;
+  if (allow_smem(kernel, smem) != 0) return 1;
+  kernel<<<dim3(static_cast<unsigned>(l.sq_pad / T::kBlockM), static_cast<unsigned>(a.heads),
+                static_cast<unsigned>(a.batch)),
+           T::kThreads, smem, stream>>>(p);
+  return check_launch("8-bit attention launch");
+}
+
+}  // namespace
+
+// Bytes of workspace vidattn_q8_fwd needs for this problem (any contents; one launch at a time per workspace).
+extern "C" uint64_t vidattn_q8_workspace_bytes(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_kv,
+                                                 int64_t head_dim) {
+  if (batch < 1 || heads < 1 || seqlen_q < 1 || seqlen_kv < 1 || head_dim < 1) return 0;
+  return q8_layout(batch, heads, seqlen_q, seqlen_kv, head_dim).total;
+}
+
+// The 8-bit forward: the same argument block as vidattn_sm90_fwd; `workspace` must hold
+// vidattn_q8_workspace_bytes(...) bytes, 256-byte aligned. Returns 0, or 1 with vidattn_sm90_last_error() set.
+extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
+  if (a == nullptr) return fail("null argument block");
+  if (!a->q || !a->k || !a->v || !a->o) return fail("null q/k/v/o pointer");
+  if (a->batch < 1 || a->heads < 1 || a->seqlen_q < 1 || a->seqlen_kv < 1)
+    return fail("batch, heads and sequence lengths must be >= 1");
+  if (a->seqlen_q > (1ll << 30) || a->seqlen_kv > (1ll << 30)) return fail("sequence length over 2^30");
+  if (a->batch * a->heads > 65535) return fail("batch * heads over 65535 (the 8-bit path's grid)");
+  if (a->batch > 65535 || a->heads > 65535) return fail("batch or heads over 65535");
+  if (!(a->scale > 0.f)) return fail("softmax scale must be positive");
+  if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
+  const int64_t o_extent[3] = {a->batch, a->seqlen_q, a->heads};
+  bool aligned = reinterpret_cast<uintptr_t>(a->o) % 16 == 0;
+  for (int i = 0; i < 3; ++i) aligned = aligned && (o_extent[i] == 1 || a->o_stride[i] % 8 == 0);
+  if (!aligned) return fail("output must be 16-byte aligned with strides that are multiples of 8 elements");
+  const Q8Layout l = q8_layout(a->batch, a->heads, a->seqlen_q, a->seqlen_kv, a->head_dim);
+  if (a->workspace == nullptr || a->workspace_bytes < l.total || reinterpret_cast<uintptr_t>(a->workspace) % 256)
+    return fail("8-bit workspace missing, too small (need " + std::to_string(l.total) + " bytes) or not 256-byte aligned");
+  auto s = static_cast<cudaStream_t>(stream);
+  const bool fp16 = a->dtype == 1;
+  switch (a->head_dim) {
+    case 64: return fp16 ? q8_launch<64, true>(*a, l, s) : q8_launch<64, false>(*a, l, s);
+    case 128: return fp16 ? q8_launch<128, true>(*a, l, s) : q8_launch<128, false>(*a, l, s);
+    default: return fail("8-bit path: head dim must be 64 or 128");
+  }
+}

@@ -1,0 +1,440 @@
+// The 8-bit attention kernel (precision="8bit"), sm_90a: S = Q K'^T with INT8 wgmma (.s32.s8.s8, exact integer
+// accumulation), an exact online softmax in base 2 with a static offset, P = 2^(s - m + 8) in [0, 256] packed to e4m3
+// in registers, and O_tile = P V with e4m3 wgmma (.f32.e4m3.e4m3) against V^T. Operands come from the pre-pass
+// (q8_quant.cuh): Q and K' in INT8 with per-row / per-(128-key block, key group) scales, V^T in e4m3 with per-channel
+// scales, keys permuted so P needs no shuffles.
+// Structure as the bf16 kernel (flash_fwd.cuh): warpgroup 0 streams with TMA (one thread) into an mbarrier-guarded
+// ring of K/V stages; two consumer warpgroups of 64 query rows each take turns on the tensor cores (ping-pong), and
+// inside each the S of key block j is issued together with the P V of block j-1 so the softmax of S_j overlaps it.
+// Two-level accumulation: every block's P V goes into a fresh fp32 accumulator (the e4m3 wgmma adds with about 22
+// bits, a drift over hundreds of blocks) that is merged as O = O * alpha + O_tile, one FFMA per element, which also
+// is the rescale of the online softmax. One CTA per 128-row tile (not persistent). Pure CUDA + PTX: no torch.
+#pragma once
+#include <cstdint>
+#include <cuda.h>
+
+#include "ptx.cuh"
+#include "q8_quant.cuh"
+#include "wgmma8_ops.cuh"
+
+namespace vidattn::sm90 {
+
+template <int kD>
+struct Q8Traits {
+  static constexpr int kBlockM = kQ8BlockM;      // 2 consumer warpgroups x 64 rows
+  static constexpr int kBlockN = kQ8BlockN;
+  static constexpr int kConsumerWGs = 2;
+  static constexpr int kThreads = 128 * (kConsumerWGs + 1);
+  static constexpr int kRowBytes = kD;           // Q8 / K8 rows: one byte per channel
+  static constexpr int kSwizzle = kD == 128 ? 128 : 64;
+  static constexpr int kStages = kD == 128 ? 4 : 6;
+  static constexpr int kQBytes = kBlockM * kD;
+  static constexpr int kKBytes = kBlockN * kD;
+  static constexpr int kVBytes = kD * kBlockN;   // V^T: D rows of 128 keys
+  static constexpr int kOChunks = kD / 64;       // O leaves in 16-row x 64-column boxes
+  static constexpr uint32_t kProducerRegs = 24;
+  static constexpr uint32_t kConsumerRegs = 240;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536, "register file overcommitted");
+};
+
+template <int kD>
+struct Q8Shared {
+  using T = Q8Traits<kD>;
+  alignas(1024) int8_t q[T::kQBytes];
+  alignas(1024) int8_t k[T::kStages][T::kKBytes];
+  alignas(1024) uint8_t v[T::kStages][T::kVBytes];
+  alignas(1024) uint16_t o_scratch[T::kConsumerWGs * 4][16 * 64];  // one 16 x 64 box per consumer warp
+  uint64_t q_full;
+  uint64_t k_full[T::kStages];
+  uint64_t k_empty[T::kStages];
+  uint64_t v_full[T::kStages];
+  uint64_t v_empty[T::kStages];
+};
+
+struct Q8FwdParams {
+  CUtensorMap tm_q;   // Q8 as (D, B*H*Sq_pad) bytes, box (D, 128)
+  CUtensorMap tm_k;   // K8 as (D, B*H*Skv_pad) bytes, box (D, 128)
+  CUtensorMap tm_v;   // V^T as (Skv_pad, B*H*D) bytes, box (128, D)
+  CUtensorMap tm_o;   // O as the bf16 kernel's: (D, Sq, H, B) 16-bit, box (64, 16)
+  const float* q_scale;
+  const float* k_scale;
+  const float* v_scale;
+  const float* lse_corr;
+  float* lse;         // (B, H, Sq) or nullptr
+  const int* kv_lens;
+  int seqlen_q, seqlen_kv, heads, sq_pad, skv_pad;
+};
+
+// ---- PTX this kernel adds to ptx.cuh (same conventions) ---------------------------------------------------------
+namespace q8ptx {
+// 2-D tile load global -> shared (cp.async.bulk.tensor, PTX ISA 9.7.9.25.5.1), completion counted on `bar`.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::
+          "r"(ptx::smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(ptx::smem_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+// Shared-memory matrix descriptor (9.7.15.5.1.2.2) for K-major tiles with a 128-byte (mode 1) or 64-byte (mode 2)
+// swizzle: 8-row core groups `sbo` bytes apart; the k32 step advances the start address by 32 bytes in the row.
+template <int kSwizzle>
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  constexpr uint64_t mode = kSwizzle == 128 ? 1 : 2;
+  constexpr uint32_t sbo = 8 * kSwizzle;
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>(1) << 16;  // LBO (unused for swizzled K-major)
+  d |= static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32;
+  d |= mode << 62;
+  return d;
+}
+__device__ __forceinline__ float i2f(int32_t x) {
+  float y;
+  asm("cvt.rn.f32.s32 %0, %1;" : "=f"(y) : "r"(x));
+  return y;
+}
+}  // namespace q8ptx
+
+template <int N>
+__device__ __forceinline__ void q8_fence_regs(int32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void q8_fence_frag(uint32_t (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[i][r])::"memory");
+  }
+}
+
+__device__ __forceinline__ float q8_quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+__device__ __forceinline__ float q8_quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+// Ping-pong turns between the two consumer warpgroups (named barriers 3, 4: as flash_fwd.cuh's SchedBarrier).
+__device__ __forceinline__ void q8_turn_wait(int cwg) { ptx::named_barrier_sync(3 + cwg, 256); }
+__device__ __forceinline__ void q8_turn_pass(int cwg) { ptx::named_barrier_arrive(3 + (cwg ^ 1), 256); }
+
+// S = Q K'^T over one 128-key block: D / 32 INT8 wgmmas, both operands K-major in shared memory.
+template <int kD>
+__device__ __forceinline__ void q8_issue_qk(int32_t (&sacc)[kQ8BlockN / 2], uint32_t q_smem, uint32_t k_smem) {
+  using T = Q8Traits<kD>;
+#pragma unroll
+  for (int kk = 0; kk < kD / 32; ++kk) {
+    const uint64_t da = q8ptx::smem_desc<T::kSwizzle>(q_smem + kk * 32);
+    const uint64_t db = q8ptx::smem_desc<T::kSwizzle>(k_smem + kk * 32);
+    ptx::WgmmaS8<kQ8BlockN>::ss(sacc, da, db, kk > 0);
+  }
+  ptx::wgmma_commit();
+}
+
+// O_tile = P V over one 128-key block: 4 e4m3 wgmmas of 32 keys, P from registers, V^T (rows of 128 keys) K-major.
+// The first overwrites O_tile (scale-d 0): a fresh accumulator per block.
+template <int kD>
+__device__ __forceinline__ void q8_issue_pv(float (&ot)[kD / 2], const uint32_t (&pa)[kQ8BlockN / 32][4],
+                                            uint32_t v_smem) {
+#pragma unroll
+  for (int kk = 0; kk < kQ8BlockN / 32; ++kk) {
+    const uint64_t db = q8ptx::smem_desc<128>(v_smem + kk * 32);
+    ptx::WgmmaE4m3<kD>::rs(ot, pa[kk], db, kk > 0);
+  }
+  ptx::wgmma_commit();
+}
+
+// The softmax of one block: dequantize (I2F, then the per-row x per-group multiplier c folded into the exponent's
+// FFMA), row max (exact: the current block's own max is in it, so p <= 2^8), p = 2^(s c - m + 8), row sums of the
+// unrounded p in fp32. alpha = 2^(m_old - m_new) is what O must be scaled by.
+constexpr float kQ8POffset = 8.f;  // log2 of P's largest value, 256, under e4m3's 448
+
+template <int kN>
+__device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2], const float (&c)[2],
+                                           float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2], int kv0,
+                                           int kv_len, int col_in_group) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) pf[i] = q8ptx::i2f(sacc[i]);
+  if (kv0 + kN > kv_len) {
+#pragma unroll
+    for (int i = 0; i < kN / 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        if (kv0 + 8 * i + col_in_group + e >= kv_len) {
+          pf[4 * i + e] = kNegInf;
+          pf[4 * i + 2 + e] = kNegInf;
+        }
+      }
+    }
+  }
+  constexpr int kChains = 4;
+  float part[2][kChains];
+#pragma unroll
+  for (int ch = 0; ch < kChains; ++ch) {
+    part[0][ch] = fmaxf(pf[4 * ch], pf[4 * ch + 1]);
+    part[1][ch] = fmaxf(pf[4 * ch + 2], pf[4 * ch + 3]);
+  }
+#pragma unroll
+  for (int i = kChains; i < kN / 8; ++i) {
+    part[0][i % kChains] = fmaxf(part[0][i % kChains], fmaxf(pf[4 * i], pf[4 * i + 1]));
+    part[1][i % kChains] = fmaxf(part[1][i % kChains], fmaxf(pf[4 * i + 2], pf[4 * i + 3]));
+  }
+  float neg[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    // c > 0 always (the pre-pass never writes a zero scale), so max(x) * c = max(x * c) and -inf stays -inf.
+    float mx = fmaxf(fmaxf(part[r][0], part[r][1]), fmaxf(part[r][2], part[r][3])) * c[r];
+    mx = fmaxf(q8_quad_max(mx), row_max[r]);
+    // Key 0 of the first block is valid, so mx is finite; there alpha = 2^-inf = 0 multiplies the still-zero sum.
+    alpha[r] = ptx::exp2_approx(row_max[r] - mx);
+    neg[r] = kQ8POffset - mx;
+    row_max[r] = mx;
+  }
+  float ts[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i) {
+    pf[4 * i + 0] = ptx::exp2_approx(fmaf(pf[4 * i + 0], c[0], neg[0]));
+    pf[4 * i + 1] = ptx::exp2_approx(fmaf(pf[4 * i + 1], c[0], neg[0]));
+    pf[4 * i + 2] = ptx::exp2_approx(fmaf(pf[4 * i + 2], c[1], neg[1]));
+    pf[4 * i + 3] = ptx::exp2_approx(fmaf(pf[4 * i + 3], c[1], neg[1]));
+    ts[0][i % 2] += pf[4 * i + 0] + pf[4 * i + 1];
+    ts[1][i % 2] += pf[4 * i + 2] + pf[4 * i + 3];
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + (ts[r][0] + ts[r][1]);
+}
+
+// P to e4m3 A fragments of the k32 steps: register 0 of step kk holds row r's keys 2t, 2t+1, 8+2t, 9+2t of keys
+// 32kk .. 32kk+15 (accumulator entries 16kk + {0, 1, 4, 5}), register 1 the same of row r+8 ({2, 3, 6, 7}),
+// registers 2, 3 the same 16 keys later; V^T's keys are permuted to match (q8_vperm_pos).
+template <int kN>
+__device__ __forceinline__ void q8_pack_p(const float (&pf)[kN / 2], uint32_t (&pa)[kN / 32][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kN / 32; ++kk) {
+    const int b = 16 * kk;
+    pa[kk][0] = q8_e4m3x4(pf[b + 0], pf[b + 1], pf[b + 4], pf[b + 5]);
+    pa[kk][1] = q8_e4m3x4(pf[b + 2], pf[b + 3], pf[b + 6], pf[b + 7]);
+    pa[kk][2] = q8_e4m3x4(pf[b + 8], pf[b + 9], pf[b + 12], pf[b + 13]);
+    pa[kk][3] = q8_e4m3x4(pf[b + 10], pf[b + 11], pf[b + 14], pf[b + 15]);
+  }
+}
+
+// O = O * alpha + O_tile: the two-level accumulation's promotion and the online softmax's rescale in one FFMA.
+template <int kD>
+__device__ __forceinline__ void q8_merge(float (&o)[kD / 2], const float (&ot)[kD / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < kD / 8; ++i) {
+    o[4 * i + 0] = fmaf(o[4 * i + 0], alpha[0], ot[4 * i + 0]);
+    o[4 * i + 1] = fmaf(o[4 * i + 1], alpha[0], ot[4 * i + 1]);
+    o[4 * i + 2] = fmaf(o[4 * i + 2], alpha[1], ot[4 * i + 2]);
+    o[4 * i + 3] = fmaf(o[4 * i + 3], alpha[1], ot[4 * i + 3]);
+  }
+}
+
+template <int kD>
+__device__ __forceinline__ void q8_producer(const Q8FwdParams& p, Q8Shared<kD>& s, int m_block, int bh,
+                                            int n_blocks) {
+  using T = Q8Traits<kD>;
+  ptx::mbarrier_arrive_expect_tx(&s.q_full, T::kQBytes);
+  q8ptx::tma_load_2d(s.q, &p.tm_q, &s.q_full, 0, bh * p.sq_pad + m_block * T::kBlockM);
+  for (int j = 0; j < n_blocks; ++j) {
+    const int stage = j % T::kStages;
+    const uint32_t parity = ((j / T::kStages) & 1) ^ 1;  // the first round passes on the fresh barriers
+    ptx::mbarrier_wait(&s.k_empty[stage], parity);
+    ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], T::kKBytes);
+    q8ptx::tma_load_2d(s.k[stage], &p.tm_k, &s.k_full[stage], 0, bh * p.skv_pad + j * T::kBlockN);
+    ptx::mbarrier_wait(&s.v_empty[stage], parity);
+    ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], T::kVBytes);
+    q8ptx::tma_load_2d(s.v[stage], &p.tm_v, &s.v_full[stage], j * T::kBlockN, bh * kD);
+  }
+}
+
+// Epilogue stores, as flash_fwd.cuh's store_o_boxes with one box per warp: stmatrix the 16 x 64 half into the
+// 128B-swizzled scratch, one lane stores it with TMA (query rows past Sq are clipped by the tensor map).
+template <int kD, bool kFp16>
+__device__ __forceinline__ void q8_store_o(const Q8FwdParams& p, int b, int h, int warp_row0, uint16_t* scratch,
+                                           const float (&o)[kD / 2], const float (&inv)[2], const float* vsc) {
+  const int lane = ptx::lane_id();
+  const uint32_t base = ptx::smem_addr(scratch);
+  const int m = lane / 8, st_row = lane % 8 + 8 * (m & 1);
+  const int t2 = 2 * (lane % 4);
+#pragma unroll
+  for (int hh = 0; hh < kD / 64; ++hh) {
+    if (lane == 0) ptx::bulk_wait_group_read<0>();
+    __syncwarp();
+#pragma unroll
+    for (int cc = 0; cc < 4; ++cc) {
+      const int g = 8 * hh + 2 * cc;  // 8-column groups g, g + 1
+      uint32_t w[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int grp = g + i / 2, r = i % 2;
+        const float s0 = vsc[8 * grp + t2] * inv[r], s1 = vsc[8 * grp + t2 + 1] * inv[r];
+        w[i] = ptx::pack2<kFp16>(o[4 * grp + 2 * r] * s0, o[4 * grp + 2 * r + 1] * s1);
+      }
+      const int chunk = 2 * cc + (m >> 1);
+      ptx::stmatrix_x4(base + st_row * 128 + ((chunk ^ (st_row & 7)) << 4), w[0], w[1], w[2], w[3]);
+    }
+    ptx::fence_proxy_async_smem();
+    __syncwarp();
+    if (lane == 0) {
+      ptx::tma_store_4d(&p.tm_o, scratch, hh * 64, warp_row0, h, b);
+      ptx::bulk_commit_group();
+    }
+  }
+}
+
+template <int kD, bool kFp16>
+__device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD>& s, int cwg, int m_block, int b,
+                                            int h, int n_blocks, int kv_len) {
+  using T = Q8Traits<kD>;
+  constexpr int kN = T::kBlockN;
+  const int tid = threadIdx.x - 128 * (cwg + 1), lane = tid % 32, warp = tid / 32;
+  const int col_in_group = 2 * (lane % 4);
+  const int bh = b * p.heads + h;
+  const int row_in_tile = cwg * 64 + warp * 16 + lane / 4;
+  const int64_t qrow = static_cast<int64_t>(bh) * p.sq_pad + m_block * T::kBlockM + row_in_tile;
+  const float qs[2] = {p.q_scale[qrow], p.q_scale[qrow + 8]};
+  const float* ks = p.k_scale + static_cast<int64_t>(bh) * (p.skv_pad / kN) * kQ8KGroups + (lane % 4);
+  const uint32_t q_smem = ptx::smem_addr(s.q) + cwg * 64 * T::kRowBytes;
+  const float kNegInf = -__int_as_float(0x7f800000);
+
+  float o[kD / 2], ot[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
+  float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
+  float alpha[2] = {0.f, 0.f}, alpha_prev[2] = {0.f, 0.f};
+  int32_t sacc[kN / 2];
+  float pf[kN / 2];
+  uint32_t pa[kN / 32][4];
+
+  // The last warpgroup passes the first turn, so warpgroup 0 starts; warpgroup 0 absorbs the last pass at the end.
+  if (cwg == 1) q8_turn_pass(cwg);
+  ptx::mbarrier_wait(&s.q_full, 0);
+  if (n_blocks > 0) {
+    {  // Prologue: S_0 alone, its softmax, P_0 packed.
+      ptx::mbarrier_wait(&s.k_full[0], 0);
+      float c[2];
+      const float k0 = ks[0];
+      c[0] = qs[0] * k0;
+      c[1] = qs[1] * k0;
+      q8_turn_wait(cwg);
+      ptx::wgmma_fence();
+      q8_issue_qk<kD>(sacc, q_smem, ptx::smem_addr(s.k[0]));
+      q8_turn_pass(cwg);
+      ptx::wgmma_wait<0>();
+      q8_fence_regs(sacc);
+      if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[0]);
+      q8_softmax<kN>(sacc, pf, c, row_max, row_sum, alpha, 0, kv_len, col_in_group);
+      q8_pack_p<kN>(pf, pa);
+    }
+    for (int j = 1; j < n_blocks; ++j) {
+      const int stage = j % T::kStages, prev = (j - 1) % T::kStages;
+      const uint32_t k_par = (j / T::kStages) & 1, v_par = ((j - 1) / T::kStages) & 1;
+      float c[2];
+      const float kj = ks[j * kQ8KGroups];
+      c[0] = qs[0] * kj;
+      c[1] = qs[1] * kj;
+      ptx::mbarrier_wait(&s.k_full[stage], k_par);
+      q8_turn_wait(cwg);
+      ptx::wgmma_fence();
+      q8_issue_qk<kD>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
+      // V_{j-1} may still land while S_j is issued. ptxas puts a wgmma fence after a wait loop anyway (C7519),
+      // as here: P's and O_tile's registers are unchanged since the fence above.
+      ptx::mbarrier_wait(&s.v_full[prev], v_par);
+      ptx::wgmma_fence();
+      q8_issue_pv<kD>(ot, pa, ptx::smem_addr(s.v[prev]));
+      q8_turn_pass(cwg);
+      ptx::wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
+      q8_fence_regs(sacc);
+      if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
+      alpha_prev[0] = alpha[0];
+      alpha_prev[1] = alpha[1];
+      q8_softmax<kN>(sacc, pf, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
+      ptx::wgmma_wait<0>();
+      ptx::fence_regs(ot);
+      q8_fence_frag(pa);
+      if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
+      q8_merge<kD>(o, ot, alpha_prev);  // O (to block j-2, reference m_{j-2}) -> to block j-1, reference m_{j-1}
+      q8_pack_p<kN>(pf, pa);
+    }
+    {  // Drain: the last P V, merged with the last block's alpha.
+      const int last = (n_blocks - 1) % T::kStages;
+      ptx::mbarrier_wait(&s.v_full[last], ((n_blocks - 1) / T::kStages) & 1);
+      q8_turn_wait(cwg);
+      ptx::wgmma_fence();
+      q8_issue_pv<kD>(ot, pa, ptx::smem_addr(s.v[last]));
+      q8_turn_pass(cwg);
+      ptx::wgmma_wait<0>();
+      ptx::fence_regs(ot);
+      if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
+      q8_merge<kD>(o, ot, alpha);
+    }
+  }
+  if (cwg == 0) q8_turn_wait(cwg);
+
+  // Epilogue: row sums over the quad, 1 / sum (0 for a row without keys), per-channel V scales, O out; LSE.
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] = q8_quad_sum(row_sum[r]);
+    inv[r] = row_sum[r] > 0.f ? ptx::rcp_approx(row_sum[r]) : 0.f;
+  }
+  const int warp_row0 = m_block * T::kBlockM + cwg * 64 + warp * 16;
+  q8_store_o<kD, kFp16>(p, b, h, warp_row0, s.o_scratch[cwg * 4 + warp], o, inv, p.v_scale + bh * kD);
+  if (p.lse != nullptr && lane % 4 == 0) {
+    constexpr float kLn2 = 0.693147180559945309f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m_block * T::kBlockM + row_in_tile + 8 * r;
+      if (row < p.seqlen_q) {
+        const int64_t i = static_cast<int64_t>(bh) * p.seqlen_q + row;
+        // Scores were taken against the smoothed keys (s - q . mean) and P carried 2^8: both undone here.
+        p.lse[i] = row_sum[r] > 0.f ? (row_max[r] + __log2f(row_sum[r]) - kQ8POffset) * kLn2 + p.lse_corr[i]
+                                    : kNegInf;
+      }
+    }
+  }
+  if (lane == 0) ptx::bulk_wait_group<0>();  // shared memory must outlive the TMA stores' reads
+}
+
+template <int kD, bool kFp16>
+__global__ void __launch_bounds__(Q8Traits<kD>::kThreads, 1) q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
+  using T = Q8Traits<kD>;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t pad = (1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023;
+  auto& s = *reinterpret_cast<Q8Shared<kD>*>(smem_raw + pad);
+  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
+  const int n_blocks = (kv_len + T::kBlockN - 1) / T::kBlockN;
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    ptx::prefetch_tensormap(&p.tm_q);
+    ptx::prefetch_tensormap(&p.tm_k);
+    ptx::prefetch_tensormap(&p.tm_v);
+    ptx::mbarrier_init(&s.q_full, 1);
+#pragma unroll
+    for (int st = 0; st < T::kStages; ++st) {
+      ptx::mbarrier_init(&s.k_full[st], 1);
+      ptx::mbarrier_init(&s.v_full[st], 1);
+      ptx::mbarrier_init(&s.k_empty[st], 4 * T::kConsumerWGs);
+      ptx::mbarrier_init(&s.v_empty[st], 4 * T::kConsumerWGs);
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<T::kProducerRegs>();
+    if (threadIdx.x == 0) q8_producer<kD>(p, s, m_block, b * p.heads + h, n_blocks);
+  } else {
+    ptx::setmaxnreg_inc<T::kConsumerRegs>();
+    q8_consumer<kD, kFp16>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
+  }
+}
+
+}  // namespace vidattn::sm90

@@ -1,0 +1,311 @@
+// The 8-bit path's pre-pass (precision="8bit"): reads 16-bit Q, K, V with the caller's strides and writes the
+// operands of q8_fwd.cuh into one workspace (Q8Workspace). Three launches (capi_8bit.cuh, q8_prepass):
+//   1. q8_kv_stats_kernel: per (batch, head, channel) the sum of K and the max |V| over the valid keys (atomics into
+//      zeroed fp32 / bit-pattern slots).
+//   2. q8_q_kernel: Q to INT8 with one scale per query row (the kernel's accumulator rows r, r+8 each get their own
+//      multiplier, so a per-row scale costs nothing there); the scale carries softmax scale * log2(e). With LSE asked,
+//      also scale * q . mean(K) per row: the smoothing shifts every score of a row by it (see below).
+//   3. q8_kv_kernel: per 128-key block, K' = K - mean(K) to INT8 with four scales per block (key % 8 / 2: the four
+//      key groups one thread of the accumulator fragment holds, so each thread dequantizes with one multiplier),
+//      and V to e4m3 with per-channel scales (max over the valid keys / 448), written transposed ([B, H, D, Skv_pad]:
+//      8-bit wgmma reads its B operand K-major, keys contiguous) with the keys of every 16-key group permuted so that
+//      the S accumulator fragment packs straight into P's register A fragment (kVPerm).
+// Smoothing is exact for the softmax: q . (k - mean) = q . k - q . mean shifts every score of a row by one constant,
+// which the softmax divides out; it removes the channel offsets shared by all keys that would otherwise take the INT8
+// range. Keys past kv_len (and the padding up to a multiple of 128) are written as zeros. Pure CUDA, no torch.
+#pragma once
+#include <cstdint>
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace vidattn::sm90 {
+
+constexpr int kQ8BlockN = 128;    // keys per K scale block and per kernel key block (q8_fwd.cuh)
+constexpr int kQ8BlockM = 128;    // query rows per kernel tile: Q8 is padded to a multiple of it
+constexpr int kQ8KGroups = 4;     // K scales per key block (key % 8 / 2)
+constexpr float kQ8IntMax = 127.f;
+constexpr float kQ8E4m3Max = 448.f;
+
+// Where each part of the workspace lies (capi_8bit.cuh, q8_layout, computes it; the kernels only read pointers).
+struct Q8Workspace {
+  int8_t* q8;          // [B, H, Sq_pad, D]
+  float* q_scale;      // [B, H, Sq_pad]: row scale * softmax scale * log2(e)
+  int8_t* k8;          // [B, H, Skv_pad, D], smoothed
+  float* k_scale;      // [B, H, Skv_pad / 128, 4]
+  uint8_t* vt8;        // [B, H, D, Skv_pad] e4m3, keys permuted in 16-key groups (kVPerm)
+  float* v_scale;      // [B, H, D]
+  float* k_sum;        // [B, H, D] (zeroed before the stats launch)
+  uint32_t* v_amax;    // [B, H, D] fp32 bit patterns of max |v| (zeroed; non-negative floats order as integers)
+  float* lse_corr;     // [B, H, Sq]: softmax scale * q . mean(K), natural-log units
+};
+
+struct Q8PrepParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  int64_t q_stride[3], k_stride[3], v_stride[3];  // (batch, seq, head), elements
+  const int* kv_lens;
+  int batch, heads, seqlen_q, seqlen_kv, sq_pad, skv_pad;
+  float scale;       // softmax scale
+  int want_lse;      // write lse_corr
+  Q8Workspace ws;
+};
+
+__device__ __forceinline__ int q8_kv_len(const int* kv_lens, int seqlen_kv, int batch) {
+  return kv_lens != nullptr ? max(0, min(seqlen_kv, kv_lens[batch])) : seqlen_kv;
+}
+
+// Eight 16-bit values (one 16-byte load) to fp32.
+template <bool kFp16>
+__device__ __forceinline__ void q8_unpack8(const uint4& u, float (&f)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kFp16) {
+      const __half2 h = *reinterpret_cast<const __half2*>(&w[i]);
+      const float2 x = __half22float2(h);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    } else {
+      const __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162*>(&w[i]);
+      const float2 x = __bfloat1622float2(h);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+}
+
+template <bool kFp16>
+__device__ __forceinline__ float q8_to_float(uint16_t x) {
+  if constexpr (kFp16) return __half2float(__ushort_as_half(x));
+  else return __bfloat162float(__ushort_as_bfloat16(x));
+}
+
+// Round to nearest and saturate to [-127, 127] (cvt.rni.sat.s8.f32 would clip at -128; the range is symmetric).
+__device__ __forceinline__ int q8_round(float x) { return max(-127, min(127, __float2int_rn(x))); }
+
+// Four fp32 to four e4m3 bytes, a in the lowest (cvt.rn.satfinite.e4m3x2.f32, PTX ISA 9.7.9.21: the first source
+// goes to the upper byte).
+__device__ __forceinline__ uint32_t q8_e4m3x4(float a, float b, float c, float d) {
+  uint32_t r;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(r)
+      : "f"(a), "f"(b), "f"(c), "f"(d));
+  return r;
+}
+
+// Position of key k (0..15) of a 16-key group in Vt. P's accumulator fragment gives thread t (lane % 4) the keys
+// 2t, 2t+1, 8+2t, 9+2t of every 16 (wgmma D fragment: columns 8i + 2t + {0, 1}); the e4m3 A fragment of a k32 step
+// wants row bytes k = 4t .. 4t+3 and 16 + 4t .. 16 + 4t+3 in one register each (PTX ISA 9.7.15.5.1.1, A in
+// registers, 8-bit types). So key 2t + e + 8h sits at position 4t + 2h + e.
+__device__ __forceinline__ int q8_vperm_pos(int k) { return 4 * ((k & 7) >> 1) + (k & 1) + 2 * (k >> 3); }
+
+// ---- 1. K sums and max |V| over the valid keys ------------------------------------------------------------------
+constexpr int kQ8StatThreads = 256;
+constexpr int kQ8StatKeys = 512;  // keys per block
+
+template <int kD, bool kFp16>
+__global__ void __launch_bounds__(kQ8StatThreads) q8_kv_stats_kernel(const Q8PrepParams p) {
+  constexpr int kVec = kD / 8, kLanes = kQ8StatThreads / kVec;
+  __shared__ float red_sum[kLanes][kD + 1];
+  __shared__ float red_max[kLanes][kD + 1];
+  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
+  const int vec = threadIdx.x % kVec, lane = threadIdx.x / kVec;
+  const int s0 = blockIdx.x * kQ8StatKeys, s1 = min(s0 + kQ8StatKeys, kv_len);
+  float sum[8], amax[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum[i] = amax[i] = 0.f;
+  const uint16_t* kp = static_cast<const uint16_t*>(p.k) + b * p.k_stride[0] + h * p.k_stride[2] + vec * 8;
+  const uint16_t* vp = static_cast<const uint16_t*>(p.v) + b * p.v_stride[0] + h * p.v_stride[2] + vec * 8;
+  for (int s = s0 + lane; s < s1; s += kLanes) {
+    const uint4 ku = *reinterpret_cast<const uint4*>(kp + s * p.k_stride[1]);
+    const uint4 vu = *reinterpret_cast<const uint4*>(vp + s * p.v_stride[1]);
+    float kf[8], vf[8];
+    q8_unpack8<kFp16>(ku, kf);
+    q8_unpack8<kFp16>(vu, vf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      sum[i] += kf[i];
+      amax[i] = fmaxf(amax[i], fabsf(vf[i]));
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    red_sum[lane][vec * 8 + i] = sum[i];
+    red_max[lane][vec * 8 + i] = amax[i];
+  }
+  __syncthreads();
+  if (threadIdx.x < kD && s0 < s1) {
+    float s = 0.f, m = 0.f;
+    for (int l = 0; l < kLanes; ++l) {
+      s += red_sum[l][threadIdx.x];
+      m = fmaxf(m, red_max[l][threadIdx.x]);
+    }
+    atomicAdd(&p.ws.k_sum[bh * kD + threadIdx.x], s);
+    // NaN compares as a huge pattern here and then poisons the scales, so it still shows in the output.
+    atomicMax(&p.ws.v_amax[bh * kD + threadIdx.x], __float_as_uint(m));
+  }
+}
+
+// ---- 2. Q to INT8, one scale per row; one warp per row ----------------------------------------------------------
+constexpr int kQ8QThreads = 256;
+
+template <int kD, bool kFp16>
+__global__ void __launch_bounds__(kQ8QThreads) q8_q_kernel(const Q8PrepParams p) {
+  constexpr int kE = kD / 32;  // elements per lane: 4 (D=128) or 2 (D=64)
+  const int lane = threadIdx.x % 32;
+  const int64_t grow = static_cast<int64_t>(blockIdx.x) * (kQ8QThreads / 32) + threadIdx.x / 32;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.sq_pad;
+  if (grow >= rows) return;
+  const int bh = static_cast<int>(grow / p.sq_pad), row = static_cast<int>(grow - static_cast<int64_t>(bh) * p.sq_pad);
+  const int b = bh / p.heads, h = bh % p.heads;
+  float x[kE];
+#pragma unroll
+  for (int e = 0; e < kE; ++e) x[e] = 0.f;
+  if (row < p.seqlen_q) {
+    const uint16_t* qp = static_cast<const uint16_t*>(p.q) + b * p.q_stride[0] + row * p.q_stride[1] +
+                         h * p.q_stride[2] + lane * kE;
+    if constexpr (kE == 4) {
+      const uint2 u = *reinterpret_cast<const uint2*>(qp);
+      x[0] = q8_to_float<kFp16>(u.x & 0xffff);
+      x[1] = q8_to_float<kFp16>(u.x >> 16);
+      x[2] = q8_to_float<kFp16>(u.y & 0xffff);
+      x[3] = q8_to_float<kFp16>(u.y >> 16);
+    } else {
+      const uint32_t u = *reinterpret_cast<const uint32_t*>(qp);
+      x[0] = q8_to_float<kFp16>(u & 0xffff);
+      x[1] = q8_to_float<kFp16>(u >> 16);
+    }
+  }
+  float m = 0.f;
+#pragma unroll
+  for (int e = 0; e < kE; ++e) m = fmaxf(m, fabsf(x[e]));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+  // An all-zero row keeps scale 1 (its codes are 0): a zero scale would make -inf * 0 = NaN of masked keys.
+  const float inv = m > 0.f ? kQ8IntMax / m : 1.f;
+  const float qs = m > 0.f ? m / kQ8IntMax : 1.f;
+  uint32_t packed = 0;
+#pragma unroll
+  for (int e = 0; e < kE; ++e) packed |= (static_cast<uint32_t>(q8_round(x[e] * inv)) & 0xff) << (8 * e);
+  int8_t* dst = p.ws.q8 + grow * kD + lane * kE;
+  if constexpr (kE == 4) *reinterpret_cast<uint32_t*>(dst) = packed;
+  else *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(packed);
+  if (lane == 0) p.ws.q_scale[grow] = qs * p.scale * 1.4426950408889634f;
+  if (p.want_lse && row < p.seqlen_q) {
+    const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
+    const float inv_n = kv_len > 0 ? 1.f / static_cast<float>(kv_len) : 0.f;
+    float dot = 0.f;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) dot += x[e] * p.ws.k_sum[bh * kD + lane * kE + e];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffff, dot, o);
+    if (lane == 0) p.ws.lse_corr[static_cast<int64_t>(bh) * p.seqlen_q + row] = dot * inv_n * p.scale;
+  }
+}
+
+// ---- 3. K' to INT8 (four scales per 128 keys) and V^T to e4m3 (per-channel scales), one block per 128 keys ------
+constexpr int kQ8KvThreads = kQ8BlockN;  // thread = key of the block
+
+template <int kD, bool kFp16>
+__global__ void __launch_bounds__(kQ8KvThreads) q8_kv_kernel(const Q8PrepParams p) {
+  __shared__ float mean[kD];
+  __shared__ float vinv[kD];
+  __shared__ float gmax[kQ8KvThreads / 32][kQ8KGroups];
+  __shared__ __align__(16) uint8_t vt[kD][kQ8BlockN];
+  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int key = blockIdx.x * kQ8BlockN + tid;
+  const bool valid = key < kv_len;
+  const float inv_n = kv_len > 0 ? 1.f / static_cast<float>(kv_len) : 0.f;
+  for (int c = tid; c < kD; c += kQ8KvThreads) {
+    mean[c] = p.ws.k_sum[bh * kD + c] * inv_n;
+    const float a = __uint_as_float(p.ws.v_amax[bh * kD + c]);
+    vinv[c] = a > 0.f ? kQ8E4m3Max / a : 1.f;
+    if (blockIdx.x == 0) p.ws.v_scale[bh * kD + c] = a > 0.f ? a / kQ8E4m3Max : 1.f;
+  }
+  __syncthreads();
+  const uint16_t* kp = static_cast<const uint16_t*>(p.k) + b * p.k_stride[0] + h * p.k_stride[2] +
+                       static_cast<int64_t>(valid ? key : 0) * p.k_stride[1];
+  const uint16_t* vp = static_cast<const uint16_t*>(p.v) + b * p.v_stride[0] + h * p.v_stride[2] +
+                       static_cast<int64_t>(valid ? key : 0) * p.v_stride[1];
+  // Pass 1: max |k - mean| of this key, then over its group (keys of equal key % 8 / 2: lanes differing in bits
+  // 0, 3 and 4, then the four warps).
+  float m = 0.f;
+  if (valid) {
+#pragma unroll 4
+    for (int c8 = 0; c8 < kD / 8; ++c8) {
+      float f[8];
+      q8_unpack8<kFp16>(*reinterpret_cast<const uint4*>(kp + c8 * 8), f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(f[i] - mean[c8 * 8 + i]));
+    }
+  }
+  m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 8));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 16));
+  if (lane < 8 && (lane & 1) == 0) gmax[warp][lane >> 1] = m;
+  __syncthreads();
+  const int g = (tid & 7) >> 1;
+  float gm = 0.f;
+#pragma unroll
+  for (int w = 0; w < kQ8KvThreads / 32; ++w) gm = fmaxf(gm, gmax[w][g]);
+  const float kinv = gm > 0.f ? kQ8IntMax / gm : 1.f;
+  const int64_t nkb = p.skv_pad / kQ8BlockN;
+  if (tid < kQ8KGroups) {
+    float gt = 0.f;
+#pragma unroll
+    for (int w = 0; w < kQ8KvThreads / 32; ++w) gt = fmaxf(gt, gmax[w][tid]);
+    p.ws.k_scale[(bh * nkb + blockIdx.x) * kQ8KGroups + tid] = gt > 0.f ? gt / kQ8IntMax : 1.f;
+  }
+  // Pass 2: K' codes, 16 bytes per store; V to e4m3 into the transposed shared tile.
+  int8_t* kd = p.ws.k8 + (static_cast<int64_t>(bh) * p.skv_pad + blockIdx.x * kQ8BlockN + tid) * kD;
+  const int pos = (tid & ~15) + q8_vperm_pos(tid & 15);
+#pragma unroll 2
+  for (int c16 = 0; c16 < kD / 16; ++c16) {
+    float f[16], v[16];
+    if (valid) {
+      q8_unpack8<kFp16>(*reinterpret_cast<const uint4*>(kp + c16 * 16), *reinterpret_cast<float(*)[8]>(f));
+      q8_unpack8<kFp16>(*reinterpret_cast<const uint4*>(kp + c16 * 16 + 8), *reinterpret_cast<float(*)[8]>(f + 8));
+      q8_unpack8<kFp16>(*reinterpret_cast<const uint4*>(vp + c16 * 16), *reinterpret_cast<float(*)[8]>(v));
+      q8_unpack8<kFp16>(*reinterpret_cast<const uint4*>(vp + c16 * 16 + 8), *reinterpret_cast<float(*)[8]>(v + 8));
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) f[i] = v[i] = 0.f;
+    }
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      w[j] = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = c16 * 16 + 4 * j + e;
+        const float x = valid ? (f[4 * j + e] - mean[c]) * kinv : 0.f;
+        w[j] |= (static_cast<uint32_t>(q8_round(x)) & 0xff) << (8 * e);
+      }
+      const int c = c16 * 16 + 4 * j;
+      const uint32_t e4 = q8_e4m3x4(v[4 * j] * vinv[c], v[4 * j + 1] * vinv[c + 1], v[4 * j + 2] * vinv[c + 2],
+                                    v[4 * j + 3] * vinv[c + 3]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) vt[c + e][pos] = static_cast<uint8_t>(e4 >> (8 * e));
+    }
+    *reinterpret_cast<uint4*>(kd + c16 * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  __syncthreads();
+  // V^T rows out: channel c's 128 keys are 128 contiguous bytes of [B, H, D, Skv_pad].
+  uint8_t* vd = p.ws.vt8 + static_cast<int64_t>(bh) * kD * p.skv_pad + blockIdx.x * kQ8BlockN;
+#pragma unroll
+  for (int i = tid; i < kD * (kQ8BlockN / 16); i += kQ8KvThreads) {
+    const int c = i / (kQ8BlockN / 16), u = i % (kQ8BlockN / 16);
+    *reinterpret_cast<uint4*>(vd + static_cast<int64_t>(c) * p.skv_pad + u * 16) =
+        *reinterpret_cast<const uint4*>(&vt[c][u * 16]);
+  }
+}
+
+}  // namespace vidattn::sm90

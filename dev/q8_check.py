@@ -1,0 +1,197 @@
+"""Device check of the 8-bit path (precision="8bit"): correctness against fp64, the guard inputs, and timing beside
+cuDNN and the exact kernel in one process. Prints a short table last; writes JSON to $OUT/q8_check.json.
+
+    python3 dev/q8_check.py [--quick] [--no-time]
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import vidattn  # noqa: E402
+from vidattn import _ext, quant8  # noqa: E402
+
+OUT = os.environ.get("OUT", "/tmp")
+DEV = torch.device("cuda")
+
+
+def ref64(q, k, v, scale, kv_lens=None):
+    """fp64 attention of (B, S, H, D) tensors; out (B, S, H, D) fp64 and lse (B, H, Sq)."""
+    qh, kh, vh = (t.transpose(1, 2).double() for t in (q, k, v))
+    s = torch.matmul(qh, kh.transpose(-1, -2)) * scale
+    if kv_lens is not None:
+        mask = torch.arange(k.shape[1], device=q.device)[None, :] < kv_lens[:, None]
+        s = s.masked_fill(~mask[:, None, None, :], float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.matmul(torch.softmax(s, dim=-1), vh)
+    return o.transpose(1, 2), lse
+
+
+def rel_l2(a, b):
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def run8(q, k, v, layout="bshd", scale=None, kv_lens=None, lse=False):
+    return vidattn.attention(q, k, v, layout=layout, scale=scale, kv_lens=kv_lens, return_lse=lse, precision="8bit")
+
+
+def make(b, h, sq, skv, d, dtype=torch.bfloat16, gen=None):
+    q = torch.randn(b, sq, h, d, device=DEV, dtype=dtype, generator=gen)
+    k = torch.randn(b, skv, h, d, device=DEV, dtype=dtype, generator=gen)
+    v = torch.randn(b, skv, h, d, device=DEV, dtype=dtype, generator=gen)
+    return q, k, v
+
+
+results = {"cases": [], "guards": [], "timing": []}
+
+
+def case(name, q, k, v, layout="bshd", scale=None, kv_lens=None, want_lse=False, bound=4e-2):
+    qv, kv, vv = (t if layout == "bshd" else t.transpose(1, 2) for t in (q, k, v))  # bshd views for the reference
+    sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    reason = vidattn.explain(q, k, v, layout=layout, scale=scale, kv_lens=kv_lens, precision="8bit")
+    torch.cuda.synchronize()
+    r = run8(q, k, v, layout, scale, kv_lens, want_lse)
+    out, lse = (r if want_lse else (r, None))
+    torch.cuda.synchronize()
+    o_ref, lse_ref = ref64(qv, kv, vv, sc, kv_lens)
+    ob = out if layout == "bshd" else out.transpose(1, 2)
+    ex = vidattn.attention(q, k, v, layout=layout, scale=scale, kv_lens=kv_lens, precision="exact")
+    exb = ex if layout == "bshd" else ex.transpose(1, 2)
+    rec = {"name": name, "reason": reason, "rel_l2": rel_l2(ob, o_ref), "exact_rel_l2": rel_l2(exb, o_ref),
+           "max_abs": float((ob.double() - o_ref).abs().max()), "nan": bool(torch.isnan(ob).any()),
+           "bound": bound}
+    if want_lse:
+        fin = torch.isfinite(lse_ref)
+        rec["lse_max_abs"] = float((lse.double() - lse_ref)[fin].abs().max())
+    rec["ok"] = (reason is None and not rec["nan"] and rec["rel_l2"] <= bound
+                 and (not want_lse or rec["lse_max_abs"] < 5e-2))
+    results["cases"].append(rec)
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
+def correctness(quick):
+    g = torch.Generator(device=DEV)
+    g.manual_seed(1234)
+    for d in (128, 64):
+        for (b, h, sq, skv) in [(1, 2, 113, 113), (1, 2, 1, 77), (2, 3, 1023, 517), (1, 4, 4224, 4224)]:
+            q, k, v = make(b, h, sq, skv, d, gen=g)
+            case(f"d{d} bshd {b}x{h}x{sq}x{skv}", q, k, v)
+        # bhsd layout, strided views (every other head of a bigger tensor), fp16, kv_lens + LSE
+        q, k, v = make(2, 6, 700, 1500, d, gen=g)
+        case(f"d{d} bhsd strided", q[:, :, ::2].transpose(1, 2), k[:, :, ::2].transpose(1, 2),
+             v[:, :, ::2].transpose(1, 2), layout="bhsd")
+        q, k, v = make(2, 2, 300, 1000, d, dtype=torch.float16, gen=g)
+        case(f"d{d} fp16 kv_lens lse", q, k, v, kv_lens=torch.tensor([1000, 37], device=DEV, dtype=torch.int32),
+             want_lse=True)
+        q, k, v = make(1, 2, 256, 32760 if not quick else 8192, d, gen=g)
+        case(f"d{d} long rows", q, k, v, want_lse=True)
+
+
+def guards():
+    g = torch.Generator(device=DEV)
+    g.manual_seed(99)
+    for d in (128, 64):
+        q, k, v = make(1, 8, 4096, 4096, d, gen=g)
+        case(f"guard d{d} plain", q, k, v)
+        off = 8.0 * torch.randn(d, device=DEV, generator=g)
+        case(f"guard d{d} key offset", q, (k.float() + off).to(k.dtype), v, want_lse=True)
+        case(f"guard d{d} sharpened", q, k, v, scale=4.0 / math.sqrt(d))
+        ones = torch.ones_like(v)
+        out = run8(q, k, ones)
+        dev1 = float((out.double() - 1).abs().max())
+        results["guards"].append({"name": f"d{d} V=ones", "max_abs_dev": dev1})
+        print(json.dumps(results["guards"][-1]), flush=True)
+        e = torch.randn(d, device=DEV, generator=g)
+        e = e / e.norm()
+        qs = (q.float() + 4.0 * e).to(q.dtype)
+        ks = k.clone()
+        ks[:, -1] = (30.0 * e).to(k.dtype)
+        case(f"guard d{d} late sink", qs, ks, v, want_lse=True)
+        out = run8(qs, ks, ones)
+        dev1 = float((out.double() - 1).abs().max())
+        results["guards"].append({"name": f"d{d} V=ones late sink", "max_abs_dev": dev1})
+        print(json.dumps(results["guards"][-1]), flush=True)
+
+
+def bench_ms(fn, reps=20):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+SHAPES = [("seed 8K", 4, 16, 8192, 8192, 128), ("Wan 1.3B self", 1, 12, 32760, 32760, 128),
+          ("Wan cross", 1, 12, 32760, 512, 128), ("CogVideoX", 1, 48, 17776, 17776, 64),
+          ("LTX", 1, 32, 24576, 24576, 64)]
+
+
+def timing():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    for name, b, h, sq, skv, d in SHAPES:
+        q, k, v = make(b, h, sq, skv, d)
+        flops = 4.0 * b * h * sq * skv * d
+        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+        row = {"shape": name}
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                row["cudnn"] = flops / bench_ms(lambda: F.scaled_dot_product_attention(qh, kh, vh)) / 1e9
+        except Exception as exc:  # noqa: BLE001
+            row["cudnn"] = None
+            print("cudnn failed", exc)
+        row["exact"] = flops / bench_ms(lambda: vidattn.attention(q, k, v, precision="exact")) / 1e9
+        row["8bit"] = flops / bench_ms(lambda: vidattn.attention(q, k, v, precision="8bit")) / 1e9
+        results["timing"].append(row)
+        print(json.dumps(row), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-time", action="store_true")
+    a = ap.parse_args()
+    t0 = time.time()
+    lib = _ext.load()
+    print("library", lib, _ext.build_error(), f"{time.time() - t0:.0f} s", flush=True)
+    try:
+        correctness(a.quick)
+        guards()
+    except Exception as exc:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        results["error"] = repr(exc)
+    if not a.no_time:
+        timing()
+    with open(os.path.join(OUT, "q8_check.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    print("\n== cases ==")
+    for c in results["cases"]:
+        print(f"{c['name']:34s} rel_l2 {c['rel_l2']:.2e} (exact {c['exact_rel_l2']:.1e}) max {c['max_abs']:.2e} "
+              f"lse {c.get('lse_max_abs', float('nan')):.1e} {'ok' if c['ok'] else 'FAIL'}")
+    for gd in results["guards"]:
+        print(f"{gd['name']:34s} max |out - 1| {gd['max_abs_dev']:.2e}")
+    print("== TFLOPS (8bit includes quantization) ==")
+    for r in results["timing"]:
+        cu = r.get("cudnn") or float("nan")
+        print(f"{r['shape']:16s} cudnn {cu:6.0f} exact {r['exact']:6.0f} 8bit {r['8bit']:6.0f} "
+              f"8bit/exact {r['8bit'] / r['exact']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

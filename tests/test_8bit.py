@@ -1,0 +1,228 @@
+"""CPU tests of the 8-bit path's Python side: the precision argument and its default, fallback reasons, the custom
+op's fake, the per-model PrecisionPolicy, the generated 8-bit wgmma header and the bench backend. The kernel's own
+tests need a Hopper GPU: tests/test_8bit_gpu.py."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import vidattn
+from vidattn import ops, precision, quant8
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def qkv(b=1, sq=5, skv=7, h=2, d=64, dtype=torch.float32):
+    return torch.randn(b, sq, h, d, dtype=dtype), torch.randn(b, skv, h, d, dtype=dtype), \
+        torch.randn(b, skv, h, d, dtype=dtype)
+
+
+@pytest.fixture
+def fresh_warnings():
+    saved = set(ops._warned)
+    ops._warned.clear()
+    yield
+    ops._warned.clear()
+    ops._warned.update(saved)
+
+
+@pytest.mark.parametrize("bad", ["fp8", "8-bit", "EXACT", 8, True, ""])
+def test_bad_precision_raises(bad):
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="precision"):
+        vidattn.attention(q, k, v, precision=bad)
+    with pytest.raises(ValueError, match="precision"):
+        vidattn.explain(q, k, v, precision=bad)
+    with pytest.raises(ValueError, match="precision"):
+        with vidattn.use_precision(bad):
+            pass
+
+
+def test_use_precision_nests_and_restores():
+    assert precision.current_precision() == "exact"
+    with vidattn.use_precision("8bit"):
+        assert precision.resolve_precision(None) == "8bit"
+        assert precision.resolve_precision("exact") == "exact"
+        with vidattn.use_precision("exact"):
+            assert precision.resolve_precision(None) == "exact"
+        assert precision.resolve_precision(None) == "8bit"
+    assert precision.resolve_precision(None) == "exact"
+    with pytest.raises(RuntimeError):
+        with vidattn.use_precision("8bit"):
+            raise RuntimeError("boom")
+    assert precision.current_precision() == "exact"
+
+
+def test_8bit_on_cpu_falls_back_to_the_exact_path(fresh_warnings):
+    q, k, v = qkv()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = vidattn.attention(q, k, v, precision="8bit")
+    msgs = [str(x.message) for x in w]
+    assert any("8-bit path unavailable" in m for m in msgs), msgs
+    torch.testing.assert_close(out, vidattn.attention(q, k, v, precision="exact"))
+    reason = vidattn.explain(q, k, v, precision="8bit")
+    assert reason.startswith("8-bit path unavailable") and "runs instead" in reason
+    with vidattn.use_precision("8bit"):
+        assert vidattn.explain(q, k, v) == reason
+    assert vidattn.explain(q, k, v) == ops.explain(q, k, v, precision="exact")
+
+
+def test_8bit_lse_and_layouts_on_fallback(fresh_warnings):
+    q, k, v = qkv(b=2, sq=9, skv=11)
+    out, lse = vidattn.attention(q, k, v, precision="8bit", return_lse=True)
+    ref, ref_lse = vidattn.attention(q, k, v, precision="exact", return_lse=True)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(lse, ref_lse)
+    qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    torch.testing.assert_close(vidattn.attention(qh, kh, vh, layout="bhsd", precision="8bit"),
+                               ref.transpose(1, 2))
+
+
+def test_grad_runs_exact_and_explain_says_so():
+    q, k, v = (t.requires_grad_() for t in qkv())
+    assert "grad" in vidattn.explain(q, k, v, precision="8bit")
+    out = vidattn.attention(q, k, v, precision="8bit")
+    out.sum().backward()
+    assert q.grad is not None
+
+
+def test_envelope_reasons():
+    q, k, v = qkv(d=96)
+    assert "head dim 96" in quant8.envelope_reason_8bit(q, k, v, None, 0.1)
+    q, k, v = qkv(d=128)
+    assert quant8.envelope_reason_8bit(q, k, v, None, 0.1) is None
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("lse", [False, True])
+def test_fake_shapes(layout, lse):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(2, 33, 3, 128, dtype=torch.bfloat16)
+        k = torch.empty(2, 50, 3, 128, dtype=torch.bfloat16)
+        if layout == "bhsd":
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
+        out, l = torch.ops.vidattn.attention_8bit(q, k, k, layout, None, None, lse)
+        assert tuple(out.shape) == tuple(q.shape) and out.dtype == torch.bfloat16
+        assert tuple(l.shape) == ((2, 3, 33) if lse else (0,)) and l.dtype == torch.float32
+
+
+def test_compile_fullgraph_on_cpu(fresh_warnings):
+    q, k, v = qkv()
+    f = torch.compile(lambda q, k, v: vidattn.attention(q, k, v, precision="8bit"), fullgraph=True, backend="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(f(q, k, v), vidattn.attention(q, k, v, precision="exact"))
+
+
+# ---- PrecisionPolicy ------------------------------------------------------------------------------------------
+
+class _Proc:
+    def __init__(self):
+        self.precision = None
+
+
+class _Attn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.processor = _Proc()
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn1, self.attn2 = _Attn(), _Attn()
+
+
+class _Model(torch.nn.Module):
+    def __init__(self, n=4):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_Block() for _ in range(n))
+        self.seen = []
+
+    def forward(self, x, timestep=None):
+        self.seen.append([(b.attn1.processor.precision, b.attn2.processor.precision) for b in self.blocks])
+        return x
+
+
+def test_policy_blocks_and_steps():
+    m = _Model()
+    h = vidattn.PrecisionPolicy("8bit", exact_blocks=(0, 3), exact_first_steps=2).install(m)
+    for t in (999, 999, 800, 800, 600, 400):  # classifier-free guidance: two calls per step
+        m(torch.zeros(1), timestep=torch.tensor([t]))
+    per_call = [[p[0] for p in call] for call in m.seen]
+    assert per_call[0] == per_call[1] == per_call[2] == per_call[3] == ["exact"] * 4  # steps 0, 1
+    assert per_call[4] == per_call[5] == ["exact", "8bit", "8bit", "exact"]  # steps 2, 3
+    assert h.step == 3
+    m(torch.zeros(1), timestep=torch.tensor([999]))  # a larger timestep: a new generation
+    assert h.step == 0 and m.seen[-1][1] == ("exact", "exact")
+    h.remove()
+    assert all(p.processor.precision is None for b in m.blocks for p in (b.attn1, b.attn2))
+    m(torch.zeros(1), timestep=torch.tensor([5]))
+    assert m.seen[-1][0] == (None, None)
+
+
+def test_policy_without_timestep_counts_forwards():
+    m = _Model(2)
+    h = vidattn.PrecisionPolicy(exact_first_steps=1).install(m)
+    m(torch.zeros(1))
+    m(torch.zeros(1))
+    assert m.seen[0][0] == ("exact", "exact") and m.seen[1][0] == ("8bit", "8bit") and h.step == 1
+    h.reset()
+    m(torch.zeros(1))
+    assert h.step == 0
+
+
+def test_policy_checks():
+    with pytest.raises(ValueError):
+        vidattn.PrecisionPolicy("fp8")
+    with pytest.raises(ValueError):
+        vidattn.PrecisionPolicy(exact_blocks=(-1,))
+    with pytest.raises(ValueError):
+        vidattn.PrecisionPolicy(exact_first_steps=-2)
+    with pytest.raises(RuntimeError, match="no vidattn processors"):
+        vidattn.PrecisionPolicy().install(torch.nn.Linear(2, 2))
+    p = vidattn.PrecisionPolicy()
+    assert p.precision_for(5, 0) == "8bit" and p.precision_for(None, 100) == "8bit"  # neutral default
+
+
+# ---- sources ----------------------------------------------------------------------------------------------------
+
+def test_generated_wgmma8_header_is_current():
+    out = subprocess.run([sys.executable, str(REPO / "csrc/tools/gen_wgmma8.py")], capture_output=True, text=True,
+                         check=True).stdout
+    assert out == (REPO / "csrc/sm90/wgmma8_ops.cuh").read_text()
+
+
+def test_capi_includes_the_8bit_abi():
+    text = (REPO / "csrc/capi.cu").read_text()
+    assert '#include "capi_8bit.cuh"' in text
+    assert "vidattn_q8_fwd" in (REPO / "csrc/capi_8bit.cuh").read_text()
+
+
+def test_v_permutation_matches_the_fragments():
+    """q8_vperm_pos (q8_quant.cuh): the keys a thread holds in P's accumulator fragment, 2t, 2t+1, 8+2t, 9+2t of
+    each 16, sit at the A fragment's k = 4t .. 4t+3 (PTX ISA, 8-bit A in registers)."""
+    src = (REPO / "csrc/sm90/q8_quant.cuh").read_text()
+    assert "4 * ((k & 7) >> 1) + (k & 1) + 2 * (k >> 3)" in src
+    pos = [4 * ((k & 7) >> 1) + (k & 1) + 2 * (k >> 3) for k in range(16)]
+    assert sorted(pos) == list(range(16))
+    for t in range(4):
+        assert [pos[2 * t], pos[2 * t + 1], pos[8 + 2 * t], pos[9 + 2 * t]] == [4 * t, 4 * t + 1, 4 * t + 2, 4 * t + 3]
+
+
+def test_bench_has_the_8bit_backend():
+    spec = importlib.util.spec_from_file_location("bench_kernel", REPO / "scripts/bench_kernel.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert "8bit" in mod.BACKENDS and "8bit" not in mod.DEFAULT_BACKENDS
+    args = mod.parse_args(["--backends", "vidattn,cudnn,8bit", "--dry-run"])
+    assert args.backends == ["vidattn", "cudnn", "8bit"]

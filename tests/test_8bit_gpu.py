@@ -1,0 +1,175 @@
+"""Correctness of the 8-bit path (`precision="8bit"`: INT8 Q K^T, e4m3 P V; csrc/sm90/q8_*.cuh) on a Hopper GPU.
+
+The reference is attention in float64 on the upcast inputs; every case draws fresh random inputs, checks that the
+8-bit kernel ran (`vidattn.explain(..., precision="8bit") is None`) and that no output element is NaN;
+test_poisoned_output launches into a NaN-filled buffer, so an element the kernel does not write fails.
+
+Bounds, stated (8-bit is not exact, so these are not multiples of cuDNN's error as in test_kernel_gpu.py):
+- relative L2 against fp64 <= REL_L2 = 4.0e-2 on plain, key-offset and sharpened inputs: SageAttention2's measured
+  3.8-4.2e-2 on the same inputs (issue text, H200). A CPU emulation of the same quantization (dev/q8_emulate.py)
+  predicts 3.7e-2: the e4m3 rounding of V and of P contribute 2.6e-2 and 2.5e-2, INT8 Q K^T little.
+- max |out - ref| <= MAX_ABS = 0.25 on randn V (unit scale): about 10x the typical error, a bound on outliers.
+- LSE: max |lse - ref| <= 2e-2 (natural log; INT8 scores carry ~1e-2 absolute error at unit-scale logits).
+- V = ones: every output within 2e-2 of 1 (row mass: P's e4m3 underflow/saturation would show here).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+    pytest.skip("the 8-bit kernel needs an sm_90 (Hopper) GPU", allow_module_level=True)
+
+import vidattn  # noqa: E402
+
+REL_L2 = 4.0e-2
+MAX_ABS = 0.25
+LSE_ABS = 2e-2
+MASS = 2e-2
+DEV = torch.device("cuda")
+
+
+def ref64(q, k, v, scale, kv_lens=None):
+    qh, kh, vh = (t.transpose(1, 2).double() for t in (q, k, v))
+    s = torch.matmul(qh, kh.transpose(-1, -2)) * scale
+    if kv_lens is not None:
+        keep = torch.arange(k.shape[1], device=DEV)[None, :] < kv_lens.to(DEV)[:, None]
+        s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
+    return torch.matmul(torch.softmax(s, -1), vh).transpose(1, 2), torch.logsumexp(s, -1)
+
+
+def rel_l2(a, b):
+    return float((a.double() - b).norm() / b.norm())
+
+
+def randn(*shape, dtype=torch.bfloat16, seed):
+    g = torch.Generator(device=DEV)
+    g.manual_seed(seed)
+    return torch.randn(*shape, device=DEV, dtype=dtype, generator=g)
+
+
+def check(q, k, v, *, layout="bshd", scale=None, kv_lens=None, lse=False, bound=REL_L2, seed=None):
+    assert vidattn.explain(q, k, v, layout=layout, scale=scale, kv_lens=kv_lens, precision="8bit") is None
+    r = vidattn.attention(q, k, v, layout=layout, scale=scale, kv_lens=kv_lens, return_lse=lse, precision="8bit")
+    out, lse_k = r if lse else (r, None)
+    to_bshd = (lambda t: t) if layout == "bshd" else (lambda t: t.transpose(1, 2))
+    qb, kb, vb, ob = to_bshd(q), to_bshd(k), to_bshd(v), to_bshd(out)
+    sc = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    o_ref, lse_ref = ref64(qb, kb, vb, sc, kv_lens)
+    assert out.dtype == q.dtype and out.shape == q.shape
+    assert not torch.isnan(ob).any(), f"NaN in the output (seed {seed})"
+    err = rel_l2(ob, o_ref)
+    assert err <= bound, f"relative L2 {err:.3e} > {bound:.1e} (seed {seed})"
+    assert float((ob.double() - o_ref).abs().max()) <= MAX_ABS * float(vb.double().abs().max()), f"seed {seed}"
+    if lse:
+        fin = torch.isfinite(lse_ref)
+        d = float((lse_k.double() - lse_ref)[fin].abs().max())
+        assert d <= LSE_ABS, f"LSE max |err| {d:.3e} (seed {seed})"
+    return err
+
+
+@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("sq,skv", [(1, 1), (1, 77), (113, 113), (1023, 517), (4224, 4224), (300, 32760)])
+def test_lengths(d, sq, skv):
+    seed = hash((d, sq, skv)) % 10000 + int(torch.randint(0, 1 << 20, ()).item())
+    q, k, v = (randn(1, n, 2, d, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
+    check(q, k, v, seed=seed, lse=True)
+
+
+@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_bhsd_strided_views(d, dtype):
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    q, k, v = (randn(2, 6, n, d, dtype=dtype, seed=seed + i) for i, n in enumerate((700, 1500, 1500)))
+    check(q[:, ::2], k[:, ::2], v[:, ::2], layout="bhsd", seed=seed)  # every other head: strided views
+
+
+@pytest.mark.parametrize("d", [128, 64])
+def test_kv_lens_and_lse(d):
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    q, k, v = (randn(3, n, 2, d, seed=seed + i) for i, n in enumerate((300, 1000, 1000)))
+    kv_lens = torch.tensor([1000, 37, 129], dtype=torch.int32, device=DEV)
+    v[1, 37:] = float("nan")  # keys past kv_len must not reach the output
+    check(q, k, v, kv_lens=kv_lens, lse=True, seed=seed)
+
+
+@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("kind", ["plain", "key offset", "sharpened"])
+def test_accuracy_guards(d, kind):
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    q, k, v = (randn(1, 4096, 8, d, seed=seed + i) for i in range(3))
+    scale = None
+    if kind == "key offset":  # one large vector shared by every key: K smoothing removes it
+        k = (k.float() + 8.0 * randn(d, dtype=torch.float32, seed=seed + 7)).to(k.dtype)
+    if kind == "sharpened":
+        scale = 4.0 / math.sqrt(d)
+    check(q, k, v, scale=scale, lse=True, seed=seed)
+
+
+@pytest.mark.parametrize("d", [128, 64])
+def test_row_mass_and_late_sink(d):
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    q, k = randn(1, 4096, 8, d, seed=seed), randn(1, 4096, 8, d, seed=seed + 1)
+    ones = torch.ones_like(k)
+    out = vidattn.attention(q, k, ones, precision="8bit")
+    assert float((out.double() - 1).abs().max()) <= MASS
+    # A late attention sink: the last key takes most of every row's mass (its score jumps in the last block).
+    e = randn(d, dtype=torch.float32, seed=seed + 2)
+    e = e / e.norm()
+    qs = (q.float() + 4.0 * e).to(q.dtype)
+    ks = k.clone()
+    ks[:, -1] = (30.0 * e).to(k.dtype)
+    out = vidattn.attention(qs, ks, ones, precision="8bit")
+    assert float((out.double() - 1).abs().max()) <= MASS
+    check(qs, ks, randn(1, 4096, 8, d, seed=seed + 3), lse=True, seed=seed)
+
+
+def test_long_rows_accumulate():
+    """64K keys: 512 key blocks, where a single FP8 accumulator would drift (two-level accumulation)."""
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    q, k, v = randn(1, 256, 2, 128, seed=seed), randn(1, 65536, 2, 128, seed=seed + 1), randn(1, 65536, 2, 128,
+                                                                                             seed=seed + 2)
+    check(q, k, v, lse=True, seed=seed)
+    out = vidattn.attention(q, k, torch.ones_like(v), precision="8bit")
+    assert float((out.double() - 1).abs().max()) <= MASS
+
+
+def test_use_precision_and_compile_graph():
+    q, k, v = (randn(1, 512, 4, 64, seed=i) for i in range(3))
+    with vidattn.use_precision("8bit"):
+        a = vidattn.attention(q, k, v)
+    b = vidattn.attention(q, k, v, precision="8bit")
+    assert torch.equal(a, b) or rel_l2(a, b.double()) < 1e-3  # K's mean is summed with atomics: order may vary
+    f = torch.compile(lambda q, k, v: vidattn.attention(q, k, v, precision="8bit"), fullgraph=True)
+    c = f(q, k, v)
+    assert rel_l2(c, b.double()) < 1e-3
+    g = torch.cuda.CUDAGraph()
+    out = None
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        vidattn.attention(q, k, v, precision="8bit")
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        out = vidattn.attention(q, k, v, precision="8bit")
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel_l2(out, b.double()) < 1e-3
+
+
+@pytest.mark.parametrize("d", [128, 64])
+def test_poisoned_output(d):
+    from vidattn import quant8
+
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    q, k, v = (randn(2, n, 3, d, seed=seed + i) for i, n in enumerate((333, 999, 999)))
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((2, 3, 333), float("nan"), device=DEV)
+    quant8.forward_8bit(q, k, v, out, lse, None, 1 / math.sqrt(d))
+    o_ref, lse_ref = ref64(q, k, v, 1 / math.sqrt(d))
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    assert rel_l2(out, o_ref) <= REL_L2
+    assert float((lse.double() - lse_ref).abs().max()) <= LSE_ABS

@@ -1,0 +1,162 @@
+"""Attention precision: the default for a region of code (`use_precision`), and per-model controls (`PrecisionPolicy`).
+
+`vidattn.attention(..., precision=None)` takes None as "the current default", which is "exact" unless changed by
+`with vidattn.use_precision("8bit"):`. Values: "exact" (the bf16/fp16 kernel, the default) and "8bit" (INT8 Q K^T,
+e4m3 P V: vidattn.quant8).
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import re
+from typing import Iterable, Optional
+
+PRECISIONS = ("exact", "8bit")
+_default: contextvars.ContextVar[str] = contextvars.ContextVar("vidattn_precision", default="exact")
+
+
+def check_precision(precision) -> str:
+    """precision itself when valid; ValueError otherwise (None is not a value here: see resolve_precision)."""
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ValueError(f"vidattn: precision must be one of {PRECISIONS} (or None for the current default), "
+                         f"got {precision!r}")
+    return precision
+
+
+def resolve_precision(precision: Optional[str]) -> str:
+    """The precision a call runs at: its own, or the current default when None."""
+    return _default.get() if precision is None else check_precision(precision)
+
+
+def current_precision() -> str:
+    return _default.get()
+
+
+@contextlib.contextmanager
+def use_precision(precision: str):
+    """Within the block, attention calls that pass no precision run at `precision` ("exact" or "8bit").
+
+        with vidattn.use_precision("8bit"):
+            video = pipe(prompt).frames
+    """
+    token = _default.set(check_precision(precision))
+    try:
+        yield
+    finally:
+        _default.reset(token)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# per-model controls
+# ----------------------------------------------------------------------------------------------------------
+
+_BLOCK_INDEX = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
+
+
+def _block_index(module_name: str) -> Optional[int]:
+    """The first integer component of a module path ("blocks.7.attn1" -> 7): the transformer block it belongs to."""
+    m = _BLOCK_INDEX.search(module_name)
+    return int(m.group(1)) if m else None
+
+
+def _timestep_value(args, kwargs) -> Optional[float]:
+    """The denoising timestep a transformer forward was called with (its `timestep` keyword, as diffusers pipelines
+    pass it), as one number; None when there is none."""
+    t = kwargs.get("timestep")
+    if t is None:
+        return None
+    try:
+        import torch
+
+        if isinstance(t, torch.Tensor):
+            return float(t.reshape(-1)[0]) if t.numel() else None
+        return float(t)
+    except (TypeError, ValueError):
+        return None
+
+
+class PrecisionPolicy:
+    """Which attention calls of one model run at which precision: `default` everywhere, except the blocks in
+    `exact_blocks` and the first `exact_first_steps` denoising steps, which run "exact".
+
+        policy = vidattn.PrecisionPolicy("8bit", exact_blocks=(0, 29), exact_first_steps=2)
+        handle = policy.install(pipe.transformer)      # after vidattn.apply(pipe)
+        video = pipe(prompt).frames
+        handle.remove()
+
+    It sets the `precision` attribute of the model's vidattn processors (vidattn.apply installs them) before every
+    forward of the transformer. A denoising step is a change of the forward's `timestep`: classifier-free guidance
+    that calls the transformer twice per step counts once, and a timestep larger than the last one (denoising
+    counts down) starts a new generation at step 0. Forwards without a `timestep` count one step each.
+
+    The defaults are neutral (no exceptions): which blocks or steps a model needs exact has to be measured per
+    model (dev/NOTES_8bit.md), and no such measurement backs a per-family default yet.
+    """
+
+    def __init__(self, default: str = "8bit", exact_blocks: Iterable[int] = (), exact_first_steps: int = 0):
+        self.default = check_precision(default)
+        blocks = tuple(exact_blocks)
+        for b in blocks:
+            if isinstance(b, bool) or not isinstance(b, int) or b < 0:
+                raise ValueError(f"PrecisionPolicy: exact_blocks must be non-negative ints, got {b!r}")
+        self.exact_blocks = frozenset(blocks)
+        if isinstance(exact_first_steps, bool) or not isinstance(exact_first_steps, int) or exact_first_steps < 0:
+            raise ValueError(f"PrecisionPolicy: exact_first_steps must be an int >= 0, got {exact_first_steps!r}")
+        self.exact_first_steps = exact_first_steps
+
+    def precision_for(self, block: Optional[int], step: int) -> str:
+        """The precision of an attention call in block `block` (None: outside the numbered blocks) at step `step`."""
+        if step < self.exact_first_steps or (block is not None and block in self.exact_blocks):
+            return "exact"
+        return self.default
+
+    def install(self, transformer) -> "PolicyHandle":
+        targets = []
+        for name, module in transformer.named_modules():
+            proc = getattr(module, "processor", None)
+            if proc is not None and hasattr(proc, "precision"):
+                targets.append((_block_index(name), proc))
+        if not targets:
+            raise RuntimeError("PrecisionPolicy.install: no vidattn processors on this model (run vidattn.apply(pipe) "
+                               "first; the diffusers backend route has no per-block processors)")
+        return PolicyHandle(self, transformer, targets)
+
+    def __repr__(self) -> str:
+        return (f"PrecisionPolicy(default={self.default!r}, exact_blocks={tuple(sorted(self.exact_blocks))}, "
+                f"exact_first_steps={self.exact_first_steps})")
+
+
+class PolicyHandle:
+    """What PrecisionPolicy.install returns: `step` (the current denoising step), `reset()` and `remove()`."""
+
+    def __init__(self, policy: PrecisionPolicy, transformer, targets):
+        self.policy = policy
+        self.targets = targets
+        self.step = -1
+        self._last_t: Optional[float] = None
+        self._saved = [(proc, proc.precision) for _, proc in targets]
+        self._hook = transformer.register_forward_pre_hook(self._pre_forward, with_kwargs=True)
+
+    def _pre_forward(self, module, args, kwargs):
+        t = _timestep_value(args, kwargs)
+        if t is None or self._last_t is None or t != self._last_t:
+            if t is not None and self._last_t is not None and t > self._last_t:
+                self.step = -1  # a new generation
+            self.step += 1
+        self._last_t = t
+        self.apply_step(self.step)
+
+    def apply_step(self, step: int) -> None:
+        """Set every processor's precision for denoising step `step`."""
+        for block, proc in self.targets:
+            proc.precision = self.policy.precision_for(block, step)
+
+    def reset(self) -> None:
+        """Start counting steps from 0 again at the next forward."""
+        self.step, self._last_t = -1, None
+
+    def remove(self) -> None:
+        """Remove the hook and give every processor back the precision it had."""
+        self._hook.remove()
+        for proc, prec in self._saved:
+            proc.precision = prec

@@ -1,0 +1,150 @@
+"""The 8-bit attention path (`precision="8bit"`): INT8 Q K^T and e4m3 P V on sm_90a, quantization included.
+
+One call runs a fused pre-pass (csrc/sm90/q8_quant.cuh: K smoothing, per-row Q scales, per-block K scales, per-channel
+V scales, V transposed to e4m3) and the kernel (csrc/sm90/q8_fwd.cuh) on the caller's stream, through the same library
+`vidattn._ext` builds (csrc/capi_8bit.cuh). Calls the 8-bit path cannot take run the exact path instead, with a
+warning naming the reason (`vidattn.explain(..., precision="8bit")` says which).
+
+As with the exact op, a `torch.library` custom op (`vidattn::attention_8bit`) with a fake implementation makes
+the call one opaque node for `torch.compile`; its workspace comes from the caching allocator, so CUDA graphs
+capture it like any other allocation.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Optional
+
+import torch
+
+from . import _ext
+
+HEAD_DIMS = (64, 128)
+_declared: set = set()
+
+
+def _entry(lib: ctypes.CDLL):
+    """The library's 8-bit entry points (declared once per library), or None when the build predates them."""
+    if not hasattr(lib, "vidattn_q8_fwd"):
+        return None
+    if id(lib) not in _declared:
+        lib.vidattn_q8_fwd.argtypes = [ctypes.POINTER(_ext._Args), ctypes.c_void_p]
+        lib.vidattn_q8_fwd.restype = ctypes.c_int
+        lib.vidattn_q8_workspace_bytes.argtypes = [ctypes.c_int64] * 5
+        lib.vidattn_q8_workspace_bytes.restype = ctypes.c_uint64
+        lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
+        _declared.add(id(lib))
+    return lib
+
+
+def envelope_reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
+    """Why these (B, S, H, D) views cannot take the 8-bit path, from shapes and dtypes alone (None: they can)."""
+    if q.shape[-1] not in HEAD_DIMS:
+        return f"head dim {q.shape[-1]} is not supported by the 8-bit kernel (64 or 128)"
+    if q.shape[0] * q.shape[2] > 65535:
+        return "batch * heads over 65535 (the 8-bit kernel's grid)"
+    if max(q.shape[1], k.shape[1]) > (1 << 30):
+        return "sequence length over 2^30"
+    return None
+
+
+def reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
+    """Why the 8-bit kernel cannot run these (B, S, H, D) views (None: it runs). The exact kernel's envelope (device,
+    dtype, strides) applies to it as well, since both read the same inputs and write the same output."""
+    reason = envelope_reason_8bit(q, k, v, kv_lens, scale) or _ext.kernel_reason(q, k, v, kv_lens, scale)
+    if reason is None and _entry(_ext.load()) is None:
+        reason = "the loaded kernel library predates the 8-bit path (rebuild it: vidattn.build(force=True))"
+    return reason
+
+
+def workspace_bytes(b: int, h: int, sq: int, skv: int, d: int, lib: ctypes.CDLL | None = None) -> int:
+    lib = _entry(lib or _ext._library(None))
+    if lib is None:
+        raise RuntimeError("the kernel library has no 8-bit path")
+    return int(lib.vidattn_q8_workspace_bytes(b, h, sq, skv, d))
+
+
+def forward_8bit(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = None) -> None:
+    """Launch the pre-pass and the 8-bit kernel on the current stream; arguments as `_ext.forward` (BSHD views).
+    Call only when reason_8bit is None."""
+    lib = _entry(lib or _ext._library(None))
+    if lib is None:
+        raise RuntimeError("the kernel library has no 8-bit path")
+    b, sq, h, d = q.shape
+    skv = k.shape[1]
+    nbytes = int(lib.vidattn_q8_workspace_bytes(b, h, sq, skv, d))
+    ws = torch.empty(nbytes, dtype=torch.uint8, device=q.device)  # the caching allocator's blocks are 512-byte aligned
+    args = _ext._Args(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+        lse.data_ptr() if lse is not None else None,
+        kv_lens.data_ptr() if kv_lens is not None else None,
+        b, h, sq, skv, d,
+        (ctypes.c_int64 * 3)(*q.stride()[:3]), (ctypes.c_int64 * 3)(*k.stride()[:3]),
+        (ctypes.c_int64 * 3)(*v.stride()[:3]), (ctypes.c_int64 * 3)(*out.stride()[:3]),
+        float(scale), _ext.DTYPES[q.dtype], ws.data_ptr(), nbytes,
+    )
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    with torch.cuda.device(q.device):
+        rc = lib.vidattn_q8_fwd(ctypes.byref(args), ctypes.c_void_p(stream))
+    if rc != 0:
+        raise RuntimeError(f"vidattn 8-bit kernel launch failed: {lib.vidattn_sm90_last_error().decode()}")
+
+
+def _attention_8bit_impl(q, k, v, layout: str, scale: Optional[float], kv_lens, return_lse: bool):
+    """(out, lse or None): the 8-bit kernel, or the exact path with a warning naming the reason."""
+    from . import ops
+
+    qv, kv, vv = ops._bshd(q, layout), ops._bshd(k, layout), ops._bshd(v, layout)
+    b, sq, h, d = qv.shape
+    sc = ops._default_scale(scale, d)
+    reason = reason_8bit(qv, kv, vv, kv_lens, sc)
+    if reason is not None:
+        ops.warn_fallback(f"8-bit path unavailable ({reason}); the exact path runs instead")
+        return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
+    if layout == "bshd":
+        out = torch.empty((b, sq, h, d), dtype=q.dtype, device=q.device)
+        out_view = out
+    else:
+        out = torch.empty((b, h, sq, d), dtype=q.dtype, device=q.device)
+        out_view = out.transpose(1, 2)
+    lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device) if return_lse else None
+    forward_8bit(qv, kv, vv, out_view, lse, kv_lens, sc)
+    return out, lse
+
+
+@torch.library.custom_op("vidattn::attention_8bit", mutates_args=())
+def _attention_8bit_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, scale: Optional[float],
+                       kv_lens: Optional[torch.Tensor], return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = _attention_8bit_impl(q, k, v, layout, scale, kv_lens, return_lse)
+    return out, (lse if lse is not None else torch.empty((0,), dtype=torch.float32, device=q.device))
+
+
+@_attention_8bit_op.register_fake
+def _attention_8bit_fake(q, k, v, layout, scale, kv_lens, return_lse):
+    from . import ops
+
+    return ops._attention_fake(q, k, v, layout, scale, kv_lens, return_lse)
+
+
+def attention_8bit(q, k, v, layout: str, scale: Optional[float], kv_lens, return_lse: bool):
+    """(out, lse or None) of a validated call (ops.attention did the checks); the custom op when tracing or for
+    tensor subclasses, the body directly for plain eager tensors (as ops.attention does for the exact op)."""
+    from . import ops
+
+    if ops._is_compiling() or not ops._eager_fast_path(q, k, v):
+        out, lse = torch.ops.vidattn.attention_8bit(q, k, v, layout, scale, kv_lens, return_lse)
+        return out, (lse if return_lse else None)
+    return _attention_8bit_impl(q, k, v, layout, scale, kv_lens, return_lse)
+
+
+def explain_8bit(q, k, v, layout: str, scale: Optional[float], kv_lens) -> Optional[str]:
+    """None when the 8-bit kernel would run; else why not and what runs instead."""
+    from . import ops
+
+    qv, kv, vv = ops._bshd(q, layout), ops._bshd(k, layout), ops._bshd(v, layout)
+    sc = ops._default_scale(scale, q.shape[-1])
+    reason = ops._grad_reason(q, k, v) or reason_8bit(qv, kv, vv, kv_lens, sc)
+    if reason is None:
+        return None
+    exact = ops._grad_reason(q, k, v) or _ext.kernel_reason(qv, kv, vv, kv_lens, sc)
+    instead = "the exact kernel runs instead" if exact is None else f"PyTorch SDPA runs instead ({exact})"
+    return f"8-bit path unavailable: {reason}; {instead}"
