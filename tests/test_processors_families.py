@@ -1,0 +1,217 @@
+"""Every family `vidattn.apply` routes beyond the original nine (pipelines/zoo.py builds a tiny model of each):
+which modules it reaches (kernel processor or the vidattn backend), that the kernel entry really runs (counted:
+a family that silently stays stock fails), output equal to stock, restore; and the handle's own behaviour
+(weak references, hand-set processors, user-chosen backends, precision, repr)."""
+import gc
+import warnings
+
+import pytest
+import torch
+
+import vidattn
+from vidattn import ops
+
+diffusers = pytest.importorskip("diffusers")
+from pipelines.zoo import ZOO, build_tiny  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning")
+
+# family -> (kernel processors, backend-routed modules) apply must report for the tiny model
+EXPECTED = {
+    "ltx2": (12, 0), "helios": (0, 4), "anyflow": (0, 4), "motif_video": (0, 2), "easyanimate": (2, 0),
+    "cosmos": (4, 0), "kandinsky5": (0, 5), "wan_vace": (6, 0), "chronoedit": (4, 0), "minimax_h3": (0, 3),
+    "cosmos3": (0, 2),
+}
+
+
+class KernelEntryCount:
+    """Counts calls of vidattn.ops' kernel entry (`_attention_impl`: the kernel, or its SDPA fallback on a CPU)."""
+
+    def __init__(self, monkeypatch):
+        self.n = 0
+        real = ops._attention_impl
+
+        def counted(*args, **kwargs):
+            self.n += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(ops, "_attention_impl", counted)
+
+
+def _first(out):
+    out = out[0]
+    return out[0] if isinstance(out, (list, tuple)) else out
+
+
+def _forward(model, inputs):
+    with torch.no_grad():
+        return _first(model(**inputs, return_dict=False))
+
+
+def _state(model):
+    return [(n, m.processor, vars(m.processor).get("_attention_backend", "absent"))
+            for n, m in model.named_modules() if hasattr(m, "processor") and hasattr(m, "set_processor")]
+
+
+def test_zoo_has_an_expectation_per_family():
+    assert set(EXPECTED) == set(ZOO)
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_family_reaches_the_kernel_entry_and_matches_stock(name, monkeypatch):
+    model, inputs = build_tiny(name)
+    before = _state(model)
+    expected = _forward(model, inputs)
+
+    count = KernelEntryCount(monkeypatch)
+    _forward(model, inputs)
+    assert count.n == 0, "stock attention must not reach vidattn"
+
+    handle = vidattn.apply(model)
+    kernel, backend = EXPECTED[name]
+    assert (len(handle.replaced), len(handle.backend)) == (kernel, backend), str(handle)
+    assert handle.counts()["stock"] == 0, str(handle)
+    out = _forward(model, inputs)
+    assert count.n >= kernel + backend, f"{name}: {count.n} kernel-entry calls for {kernel + backend} modules"
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+    assert vidattn.restore(model) == kernel + backend
+    after = _state(model)
+    assert [(n, b) for n, _, b in after] == [(n, b) for n, _, b in before]
+    assert all(a is b for (_, a, _), (_, b, _) in zip(after, before))
+    count.n = 0
+    torch.testing.assert_close(_forward(model, inputs), expected, atol=0, rtol=0)
+    assert count.n == 0
+
+
+def test_handle_print_names_kernel_backend_and_why():
+    model, _ = build_tiny("ltx2")
+    text = str(vidattn.apply(model))
+    assert "12 kernel processors" in text and "kernel   12 x LTX2AudioVideoAttnProcessor" in text
+    assert "IC-LoRA's dense bias -> dispatch" in text
+    model, _ = build_tiny("helios")
+    text = str(vidattn.apply(model))
+    assert "backend   4 x HeliosAttnProcessor: stock processor on the vidattn backend" in text
+
+
+def test_handle_does_not_keep_a_replaced_model_alive():
+    class Pipe:
+        def __init__(self, transformer):
+            self.transformer = transformer
+
+        @property
+        def components(self):
+            return {"transformer": self.transformer}
+
+    pipe = Pipe(build_tiny("chronoedit")[0])
+    handle = vidattn.apply(pipe)
+    old = torch.nn.Module  # keep the type; the module itself goes
+    ref = __import__("weakref").ref(pipe.transformer)
+    pipe.transformer = build_tiny("chronoedit", seed=1)[0]
+    gc.collect()
+    assert ref() is None, "the apply handle kept the replaced transformer alive"
+    assert handle.restore() == 0  # its modules are gone: skipped
+    assert old is torch.nn.Module
+
+
+def test_restore_of_processors_set_by_hand_uses_the_stock_class():
+    from diffusers.models.transformers.transformer_cosmos import CosmosAttnProcessor2_0
+
+    model, inputs = build_tiny("cosmos")
+    expected = _forward(model, inputs)
+    for m in model.modules():  # Cosmos has no set_attn_processor: per module, as a user would
+        if hasattr(m, "set_processor"):
+            m.set_processor(vidattn.CosmosAttnProcessor())
+    assert vidattn.restore(model) == 4
+    assert all(type(m.processor) is CosmosAttnProcessor2_0 for m in model.modules() if hasattr(m, "set_processor"))
+    torch.testing.assert_close(_forward(model, inputs), expected, atol=0, rtol=0)
+
+
+def test_restore_of_hand_set_hunyuan_video_processors():
+    from diffusers.models.transformers.transformer_hunyuan_video import HunyuanVideoAttnProcessor2_0
+    from pipelines.families import build
+
+    built = build("hunyuan_video", "tiny", dtype=torch.float32)
+    blocks = [m for n, m in built.model.named_modules() if hasattr(m, "set_processor") and "refiner" not in n]
+    for m in blocks:
+        m.set_processor(vidattn.HunyuanVideoAttnProcessor())
+    assert vidattn.restore(built.model) == len(blocks)
+    assert all(type(m.processor) is HunyuanVideoAttnProcessor2_0 for m in blocks)
+
+
+def test_a_backend_the_user_chose_is_left_alone():
+    model, inputs = build_tiny("kandinsky5")
+    for m in model.modules():
+        if hasattr(m, "set_processor"):
+            m.processor._attention_backend = "flex"
+    with pytest.raises(ValueError) as info:
+        vidattn.apply(model)
+    assert "'flex' backend chosen for it" in str(info.value) and "supported:" in str(info.value)
+
+
+def test_unknown_and_mixed_models_are_named():
+    class Other:
+        def __call__(self, attn, hidden_states, *a, **k):
+            return hidden_states
+
+    model, inputs = build_tiny("helios")
+    model.blocks[0].attn1.set_processor(Other())
+    handle = vidattn.apply(model)
+    text = str(handle)
+    assert "stock     1 x Other: no vidattn route for" in text and "backend   3 x HeliosAttnProcessor" in text
+
+
+def test_ltx2_dense_bias_goes_to_dispatch_with_the_reason(monkeypatch):
+    model, _ = build_tiny("ltx2")
+    attn = model.transformer_blocks[0].attn1
+    attn.set_processor(vidattn.LTX2AudioVideoAttnProcessor())
+    x = torch.randn(2, 16, attn.to_q.in_features)
+    count = KernelEntryCount(monkeypatch)
+    bias = torch.rand(2, 16, 16) * -3.0  # IC-LoRA-style fractional bias: not key padding
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            out = attn(x, attention_mask=bias)
+    assert count.n == 0
+    assert any("a bias, not key padding" in str(w.message) for w in caught)
+    from diffusers.models.transformers.transformer_ltx2 import LTX2AudioVideoAttnProcessor as Stock
+    attn.set_processor(Stock())
+    with torch.no_grad():
+        torch.testing.assert_close(out, attn(x, attention_mask=bias), atol=1e-6, rtol=1e-6)
+
+
+def test_ltx2_all_perturbed_skips_attention(monkeypatch):
+    from diffusers.models.transformers.transformer_ltx2 import LTX2PerturbedAttnProcessor as Stock
+
+    model, _ = build_tiny("ltx2")
+    attn = model.transformer_blocks[0].attn1
+    x = torch.randn(2, 16, attn.to_q.in_features)
+    mask = torch.ones(2, 16, 1)
+    mask[0] = 0.0
+    attn.set_processor(Stock())
+    with torch.no_grad():
+        ref = attn(x, perturbation_mask=mask), attn(x, perturbation_mask=torch.zeros(2, 16, 1))
+    attn.set_processor(vidattn.LTX2PerturbedAttnProcessor())
+    count = KernelEntryCount(monkeypatch)
+    with torch.no_grad():
+        got = attn(x, perturbation_mask=mask), attn(x, perturbation_mask=torch.zeros(2, 16, 1))
+    assert count.n == 1  # the all-perturbed call never attends
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+
+
+def test_repr_and_precision(monkeypatch):
+    from vidattn.diffusers import sdpa_common
+
+    p = vidattn.EasyAnimateAttnProcessor(precision="exact")
+    assert repr(p) == "vidattn.EasyAnimateAttnProcessor(precision='exact')"
+    assert repr(vidattn.WanAttnProcessor()) == "vidattn.WanAttnProcessor(precision=None)"
+    seen = []
+    monkeypatch.setattr(ops, "attention", lambda q, k, v, **kw: seen.append(kw) or q)
+    monkeypatch.setattr(sdpa_common, "_OP_TAKES_PRECISION", True)
+    sdpa_common.kernel(torch.zeros(1), None, None, "8bit", layout="bshd")
+    sdpa_common.kernel(torch.zeros(1), None, None, None, layout="bshd")
+    assert seen == [{"layout": "bshd", "precision": "8bit"}, {"layout": "bshd"}]
+    monkeypatch.setattr(sdpa_common, "_OP_TAKES_PRECISION", False)
+    with pytest.raises(ValueError, match="no precision argument"):
+        sdpa_common.kernel(torch.zeros(1), None, None, "8bit")
