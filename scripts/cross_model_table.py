@@ -26,7 +26,7 @@ BEGIN, END = "<!-- cross-model:begin -->", "<!-- cross-model:end -->"
 # The families the table expects (pipelines/families.py FAMILIES, in the table's order); kept here as a
 # plain list so the script needs neither torch nor diffusers.
 FAMILY_ORDER = ["wan", "wan14b", "skyreels_v2", "hunyuan_video", "hunyuan_video15", "cogvideox", "ltx", "mochi",
-                "allegro"]
+                "allegro", "ltx2"]
 
 
 def _num(x):
@@ -134,10 +134,13 @@ def table_lines(rows: list[dict]) -> list[str]:
         sh = r["attention_share_sdpa"]
         a_s, a_v = r.get("attention_ms_sdpa"), r.get("attention_ms_vidattn")
         attn = "n/a" if a_s is None or a_v is None else f"{fmt(a_s)} → {fmt(a_v)}"
+        # Where no call ran the kernel both paths ran SDPA: their ratio is noise, not a speedup.
+        speed = ("n/a (SDPA both)" if r.get("kernel_calls") == 0 and (r.get("fallback_calls") or 0) > 0
+                 else f"**{fmt(r['speedup'], 3, '×')}**")
         lines.append(
             f"| {r['model']} | {_size_text(r)} | {r['tokens']} | {r['batch']} | {r['heads']}×{r['head_dim']} | "
             f"{_params_text(r['params'])} | {fmt(r['sdpa_ms'])} | {fmt(r['vidattn_ms'])} | "
-            f"**{fmt(r['speedup'], 3, '×')}** | {fmt(None if sh is None else 100 * sh, 1, ' %')} | {attn} | "
+            f"{speed} | {fmt(None if sh is None else 100 * sh, 1, ' %')} | {attn} | "
             f"{'n/a' if r['output_rel_l2'] is None else format(r['output_rel_l2'], '.2e')} | {_calls_text(r)} | "
             f"`{(r['git_commit'] or '?')[:7]}` |")
     return lines

@@ -38,3 +38,17 @@ def test_anchor_ratios_are_taken_within_each_run():
     fa3, sage = plot_results.anchor_ratios(anchors)
     assert fa3["wan13b_self"] == pytest.approx(681 / 569)
     assert sage["wan_cross"] == pytest.approx(294 / 522) and "seed4k" not in sage
+
+
+def test_families_without_a_kernel_call_show_no_speedup():
+    """Allegro (head dim 96) runs SDPA on both paths: the table says so instead of a ratio, the plot leaves it out."""
+    cross = json.loads((ROOT / "bench" / "results" / "cross_model_20261130.json").read_text())
+    labels = [label for label, _ in plot_results.forward_rows(cross, None)]
+    assert not any(label.startswith("Allegro") for label in labels) and any(l.startswith("Mochi") for l in labels)
+    spec = importlib.util.spec_from_file_location("cross_model_table", ROOT / "scripts" / "cross_model_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    rows = {r["model_family"]: r for r in cross["rows"]}
+    lines = table.table_lines([rows["allegro"], rows["mochi"]])
+    assert "n/a (SDPA both)" in lines[2] and "0.992" not in lines[2]
+    assert "**1.103×**" in lines[3]
