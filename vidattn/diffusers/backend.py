@@ -434,12 +434,15 @@ def _cp_backward_op(ctx, grad_out, *args, **kwargs):
 
 
 def _register_at_import() -> None:
-    # A diffusers without the registry still gets the processors (vidattn.apply); the backend's own entry points
-    # (register_backend) raise the clear error, and this warns once so `set_attention_backend("vidattn")`
-    # failing later is not a surprise.
+    # A diffusers without the registry still gets the processors (vidattn.apply); the backend's own entry point
+    # (register_backend) raises the clear error, and this warns once so `set_attention_backend("vidattn")`
+    # failing later is not a surprise. DIFFUSERS_ATTN_BACKEND=vidattn is different: no diffusers model can run in
+    # this process, so the import fails with the explanation instead of diffusers' bare ValueError later.
     try:
         register_backend()
     except RuntimeError as exc:
+        if isinstance(exc.__cause__, ValueError):
+            raise
         warnings.warn(f"vidattn: the 'vidattn' diffusers attention backend is not registered: {exc}",
                       RuntimeWarning, stacklevel=2)
 

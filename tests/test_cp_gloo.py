@@ -1,0 +1,134 @@
+"""Context parallelism through the "vidattn" diffusers backend: two gloo processes on the CPU (loopback only).
+
+A tiny Wan with `enable_parallelism(ContextParallelConfig(ring_degree=2))` and with `ulysses_degree=2` must give
+the one-process output. On the CPU `vidattn.attention` runs its SDPA fallback (with an fp32 LSE), so this checks
+the plumbing: diffusers' templates call the backend's forward op, the LSE leaves it as (B, S, H), the ring merge
+and the Ulysses all-to-all give the unsharded answer. The kernel's own LSE and the merge on a GPU are
+tests/test_backend_gpu.py's.
+
+Two workarounds for a CPU-only host, both inside the spawned workers only:
+- diffusers' `_resolve_parallel_config` computes `rank % torch.accelerator.device_count()`, which is 0 without an
+  accelerator (ZeroDivisionError); the workers report one device, so the rank's device is `cpu:0`.
+- diffusers' context-parallel hook splits only the tensors of a `return_dict=False` call (hooks/context_parallel.py).
+"""
+import os
+import socket
+import sys
+import tempfile
+
+import pytest
+import torch
+
+pytest.importorskip("diffusers")
+from diffusers import ContextParallelConfig  # noqa: E402,F401  (imported before the fork)
+from diffusers.models.transformers.transformer_wan import WanTransformer3DModel  # noqa: E402,F401
+
+import vidattn.diffusers  # noqa: E402,F401
+
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+WORLD = 2
+TIMEOUT_S = 120
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, port: int, out_dir: str, modes: tuple):
+    import datetime
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    torch.set_num_threads(1)
+    torch.accelerator.device_count = lambda: 1  # see the module docstring
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    try:
+        from diffusers import ContextParallelConfig
+
+        import vidattn.diffusers  # noqa: F401  (registers the backend)
+        from vidattn import ops
+        from vidattn.diffusers import backend
+
+        from conftest import tiny_wan, tiny_wan_inputs
+
+        calls = []
+        real = ops.attention
+
+        def spy(q, k, v, **kw):
+            calls.append((tuple(q.shape), tuple(k.shape), bool(kw.get("return_lse")), kw.get("kv_lens")))
+            return real(q, k, v, **kw)
+
+        ops.attention = spy
+        x, t, ctx = tiny_wan_inputs(frames=2, size=8)  # 2 * 4 * 4 = 32 video tokens: splits in two
+        results = {}
+        with torch.no_grad():
+            reference = tiny_wan(seed=0)(x, t, ctx, return_dict=False)[0]
+            for mode in modes:
+                model = tiny_wan(seed=0)
+                model.set_attention_backend("vidattn")
+                model.enable_parallelism(config=ContextParallelConfig(**{f"{mode}_degree": WORLD}))
+                calls.clear()
+                backend.reset_route_counts()
+                out = model(x, t, ctx, return_dict=False)[0]
+                results[mode] = dict(diff=(out - reference).abs().max().item(), calls=list(calls),
+                                     routes=backend.route_counts())
+        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def cp_results():
+    with tempfile.TemporaryDirectory() as out_dir:
+        # fork: the workers inherit this process's imports (torch, diffusers, the Wan model class), which take
+        # most of a spawned worker's time; each worker runs single-threaded (set_num_threads(1) first), so
+        # OpenMP's thread pool is not used across the fork.
+        ctx = mp.get_context("fork")
+        port = _free_port()
+        procs = [ctx.Process(target=_worker, args=(r, port, out_dir, ("ring", "ulysses")), daemon=True)
+                 for r in range(WORLD)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(TIMEOUT_S)
+        alive = [p for p in procs if p.is_alive()]
+        for p in alive:
+            p.kill()
+        assert not alive, f"context-parallel workers still running after {TIMEOUT_S} s"
+        codes = [p.exitcode for p in procs]
+        assert codes == [0] * WORLD, f"worker exit codes {codes}"
+        yield [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(WORLD)]
+
+
+# Tiny Wan: 2 layers, 2 heads x 64; 32 video tokens (16 per rank), 10 text tokens.
+LAYERS, HEADS, D, TOKENS, TEXT = 2, 2, 64, 32, 10
+
+
+def test_ring_matches_one_process(cp_results):
+    for rank, res in enumerate(cp_results):
+        r = res["ring"]
+        assert r["diff"] < 1e-5, (rank, r["diff"])
+        # Self-attention: each layer once per key chunk, local queries against a 16-key chunk, LSE requested.
+        ring = [c for c in r["calls"] if c[2]]
+        assert [c[:2] for c in ring] == [((1, TOKENS // WORLD, HEADS, D), (1, TOKENS // WORLD, HEADS, D))] * (
+            LAYERS * WORLD), r["calls"]
+        # Cross-attention runs without context parallelism (Wan's plan splits the video tokens only): direct calls.
+        direct = [c for c in r["calls"] if not c[2]]
+        assert [c[:2] for c in direct] == [((1, TOKENS // WORLD, HEADS, D), (1, TEXT, HEADS, D))] * LAYERS
+        assert r["routes"] == {"vidattn": LAYERS * WORLD + LAYERS}
+
+
+def test_ulysses_matches_one_process(cp_results):
+    for rank, res in enumerate(cp_results):
+        u = res["ulysses"]
+        assert u["diff"] < 1e-5, (rank, u["diff"])
+        # After the all-to-all: all 32 tokens, one of the two heads, no LSE.
+        heads = [c for c in u["calls"] if c[1][1] == TOKENS]
+        assert [c[:3] for c in heads] == [((1, TOKENS, HEADS // WORLD, D), (1, TOKENS, HEADS // WORLD, D), False)] \
+            * LAYERS, u["calls"]
+        assert len(u["calls"]) == 2 * LAYERS
+        assert u["routes"] == {"vidattn": 2 * LAYERS}
