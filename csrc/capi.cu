@@ -2,6 +2,8 @@
 // launches on the caller's stream. The only host code of the library; no torch.
 #include <cuda_runtime.h>
 
+#include <cfloat>
+#include <cmath>
 #include <string>
 
 #include "capi.h"
@@ -258,13 +260,25 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   if (a->batch < 1 || a->heads < 1 || a->seqlen_q < 1 || a->seqlen_kv < 1)
     return fail("batch, heads and sequence lengths must be >= 1");
   if (a->seqlen_q > (1ll << 31) - 1 || a->seqlen_kv > (1ll << 31) - 1) return fail("sequence length over 2^31");
-  if (!(a->scale > 0.f)) return fail("softmax scale must be positive");
+  // The kernel works with scale * log2(e); a denormal scale would be flushed to zero (the same bound as
+  // vidattn/_ext.py, envelope_reason, so the Python side never launches what this refuses).
+  if (!(a->scale >= FLT_MIN) || !(a->scale * 1.4426950408889634f < INFINITY))
+    return fail("softmax scale must be a positive, normal float32 whose product with log2(e) is finite");
   // The epilogue stores O with TMA (flash_fwd.cuh, store_o), which wants 16-byte aligned bases and strides (the
   // stride of an extent-1 dimension is never stepped, as for q, k and v: make_tensor_map_4d).
   const int64_t o_extent[3] = {a->batch, a->seqlen_q, a->heads};
   bool o_aligned = reinterpret_cast<uintptr_t>(a->o) % 16 == 0;
   for (int i = 0; i < 3; ++i) o_aligned = o_aligned && (o_extent[i] == 1 || a->o_stride[i] % 8 == 0);
   if (!o_aligned) return fail("output must be 16-byte aligned with strides that are multiples of 8 elements");
+  // A worker thread whose first CUDA work is this call has no current context: the runtime would create one on its
+  // first runtime call, but cuTensorMapEncodeTiled (driver API) comes first and fails with CUDA_ERROR_INVALID_CONTEXT.
+  // Since CUDA 12, cudaSetDevice makes the device's primary context current in this thread (a cheap check when it
+  // is already). The caller made the tensors' device current (vidattn/_ext.py, forward).
+  int device = 0;
+  cudaError_t ctx = cudaGetDevice(&device);
+  if (ctx == cudaSuccess) ctx = cudaSetDevice(device);
+  if (ctx != cudaSuccess)
+    return fail(std::string("cannot make the device's context current: ") + cudaGetErrorString(ctx));
   auto s = static_cast<cudaStream_t>(stream);
   g_last_tail_splits = 0;
   g_last_block_n = 0;
@@ -285,3 +299,4 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
     default: return fail("head dim must be 64 or 128");
   }
 }
+#include "capi_8bit.cuh"

@@ -3,8 +3,13 @@
 The kernel lives in `csrc/` as pure CUDA (no torch headers). It is compiled by `nvcc` into a small shared
 library with a C ABI (`csrc/capi.cu`), cached on disk by a hash of its sources and flags, and called
 through ctypes with raw pointers, strides and the caller's current CUDA stream. Keeping torch out of the
-compiled part means the library builds in seconds, never breaks on a torch ABI change, and can be built
-ahead of time (`python -m vidattn.build`).
+compiled part means the library never breaks on a torch ABI change and can be built ahead of time
+(`python3 -m vidattn.build`).
+
+How it ships: the wheel carries the CUDA sources (vidattn/csrc/, copied there by setup.py) and the library is
+built on first use, on the machine that runs it. A build at install time would make `pip install` need nvcc and
+minutes, and fail on CPU-only machines that only import the package; a prebuilt library would tie the wheel to
+one CUDA driver floor (a library from an nvcc newer than the driver cannot launch). docs/install.md has the rest.
 
 Nothing here raises at import: a missing nvcc, a failed build or a GPU that is not Hopper each become a
 reason string that `vidattn.explain` reports and the op answers by falling back to SDPA.
@@ -12,11 +17,14 @@ reason string that `vidattn.explain` reports and the op answers by falling back 
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -24,9 +32,20 @@ from pathlib import Path
 
 import torch
 
-CSRC = Path(__file__).resolve().parent.parent / "csrc"
-if not CSRC.is_dir():  # installed as a wheel: sources shipped as package data
-    CSRC = Path(__file__).resolve().parent / "csrc"
+from ._csrc import ENTRY, kernel_sources
+
+
+def _find_csrc() -> Path:
+    """The kernel sources: inside the package when installed from a wheel, else the checkout's csrc/ (an editable
+    install or a source tree on sys.path)."""
+    here = Path(__file__).resolve().parent
+    for root in (here / "csrc", here.parent / "csrc"):
+        if (root / ENTRY).is_file():
+            return root
+    return here / "csrc"
+
+
+CSRC = _find_csrc()
 
 HEAD_DIMS = (64, 128)
 DTYPES = {torch.bfloat16: 0, torch.float16: 1}
@@ -37,11 +56,12 @@ NVCC_FLAGS = [
     # wgmma and setmaxnreg exist only on the arch-specific sm_90a target (plain sm_90 rejects them).
     "-gencode=arch=compute_90a,code=sm_90a",
     "-Xptxas=-v", "--expt-relaxed-constexpr",
-    # ptxas on the kernels in parallel, one thread per CPU: the narrow partial-block copies made the serial build of
-    # 16 kernels about 4 minutes on two cores; split, 2.5 minutes there, with identical SASS (dev/NOTES.md, sixth
-    # session). With the short-key D=128 build (20 kernels) it takes about 4.5 minutes on two cores.
+    # ptxas on the kernels in parallel, one thread per CPU, with identical SASS (dev/NOTES.md, sixth session). The
+    # build's time is measured and stated in docs/install.md.
     "--split-compile=0",
 ]
+# An nvcc that never returns must not hang every process waiting on the build lock: the build is killed after this.
+BUILD_TIMEOUT_S = 3600.0
 
 
 class _Args(ctypes.Structure):
@@ -58,16 +78,36 @@ class _Args(ctypes.Structure):
     ]
 
 
+class KernelLaunchError(RuntimeError):
+    """The library refused or failed a launch (vidattn_sm90_last_error says why)."""
+
+
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _build_error: str | None = None
+_launch_error: str | None = None  # set by the first failed launch of the loaded library: it is not used again
 _tried = False
+last_build_seconds: float | None = None  # nvcc's time in this process's last build (None: nothing was compiled)
 
+
+def _say(msg: str, end: str = "\n") -> None:
+    print(f"[vidattn] {msg}", file=sys.stderr, end=end, flush=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the build and its cache
+# ----------------------------------------------------------------------------------------------------------
 
 def cache_dir() -> Path:
+    """Where built libraries are kept: VIDATTN_CACHE_DIR, else $XDG_CACHE_HOME/vidattn, else ~/.cache/vidattn."""
     root = os.environ.get("VIDATTN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "vidattn")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vidattn")
     return Path(root)
+
+
+def _per_user_dir() -> Path:
+    """The cache used when cache_dir() is unusable (read-only, shared, not ours): private to this user."""
+    return Path(tempfile.gettempdir()) / f"vidattn-{os.getuid()}"
 
 
 def find_nvcc() -> str | None:
@@ -78,7 +118,7 @@ def find_nvcc() -> str | None:
 
 
 def _sources() -> list[Path]:
-    return sorted(p for p in CSRC.rglob("*") if p.suffix in (".cu", ".cuh", ".h") and "lineage" not in p.parts)
+    return kernel_sources(CSRC)
 
 
 def _nvcc_version(nvcc: str) -> str:
@@ -86,44 +126,204 @@ def _nvcc_version(nvcc: str) -> str:
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
-def library_path(nvcc: str) -> Path:
-    """Cached library path: a hash of every kernel source, the flags and the nvcc version."""
+def library_name(nvcc: str) -> str:
+    """File name of the library for the current sources: a hash of every kernel source, the flags and the nvcc
+    version, so an edit, a flag change or another nvcc never loads a stale build."""
     h = hashlib.sha256()
     for p in _sources():
         h.update(p.relative_to(CSRC).as_posix().encode())
         h.update(p.read_bytes())
     h.update(" ".join(NVCC_FLAGS).encode())
     h.update(_nvcc_version(nvcc).encode())
-    return cache_dir() / f"libvidattn_sm90-{h.hexdigest()[:16]}.so"
+    return f"libvidattn_sm90-{h.hexdigest()[:16]}.so"
 
 
-def build(verbose: bool = True, force: bool = False) -> Path:
-    """Compile csrc/capi.cu into the cached shared library; returns its path. Raises RuntimeError on failure."""
-    if not (CSRC / "capi.cu").is_file():
-        raise RuntimeError(f"kernel sources not found at {CSRC} (install from a source checkout: pip install -e .)")
+def library_path(nvcc: str) -> Path:
+    """The library's path in the configured cache (build() may fall back to another folder: its return value)."""
+    return cache_dir() / library_name(nvcc)
+
+
+def unsafe_reason(path: Path) -> str | None:
+    """Why loading code from `path` (a file, or the folder holding it) could run someone else's code, or None.
+
+    A library is code: whoever can write it, or the folder it sits in, runs code as the user who loads it. Only
+    files and folders owned by this user or root, and writable by neither group nor others, pass."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"cannot stat {path}: {exc.strerror}"
+    uid = os.getuid()
+    if st.st_uid not in (uid, 0):
+        return f"{path} is owned by uid {st.st_uid}, not by you (uid {uid}) or root"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):03o})"
+    return None
+
+
+def _dir_problem(d: Path) -> str | None:
+    """Why `d` cannot hold the cache (created private if missing), or None."""
+    try:
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        return f"cannot create {d}: {exc.strerror or exc}"
+    if not d.is_dir():
+        return f"{d} is not a directory"
+    return unsafe_reason(d)
+
+
+@contextmanager
+def _build_lock(d: Path, name: str, verbose: bool):
+    """An exclusive lock on building `name` in `d`, across processes (flock: the kernel drops it when a holder dies,
+    so a killed build never blocks the next one)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock; the atomic rename still keeps half-written files from being loaded
+        yield
+        return
+    fd = os.open(d / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            if verbose:
+                _say(f"waiting for another process that is building the kernel library in {d} ...")
+            deadline = time.monotonic() + BUILD_TIMEOUT_S + 60
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc2:
+                    if exc2.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"gave up waiting for the build lock {d / f'.{name}.lock'}") from None
+                time.sleep(0.2)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _compile(nvcc: str, out: Path, verbose: bool) -> float:
+    """Runs nvcc into `out`; returns the seconds it took. Prints a progress line while it runs (every second on a
+    terminal, every 30 s otherwise) and, with `verbose`, the command and the compiler's output."""
+    cmd = [nvcc, *NVCC_FLAGS, "-I", str(CSRC), str(CSRC / ENTRY), "-o", str(out)]
+    if verbose:
+        _say(" ".join(cmd))
+    timeout = float(os.environ.get("VIDATTN_BUILD_TIMEOUT") or BUILD_TIMEOUT_S)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    lines: list[str] = []
+    timer = threading.Timer(timeout, proc.kill)
+    timer.daemon = True
+    timer.start()
+    tty = sys.stderr.isatty()
+    stop = threading.Event()
+
+    def progress():  # a thread: nvcc may print nothing for minutes
+        every = 1.0 if tty else 30.0
+        while not stop.wait(every):
+            kernels = sum("Compiling entry function" in line for line in lines)
+            el = time.perf_counter() - t0
+            _say(f"building ... {int(el // 60)}:{int(el % 60):02d} elapsed, {kernels} kernels compiled",
+                 end="\r" if tty else "\n")
+
+    ticker = threading.Thread(target=progress, daemon=True)
+    ticker.start()
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if verbose:
+                sys.stderr.write(line)
+        rc = proc.wait()
+    finally:
+        stop.set()
+        timer.cancel()
+        if proc.poll() is None:  # interrupted (Ctrl-C): take nvcc down with us
+            proc.kill()
+            proc.wait()
+    dt = time.perf_counter() - t0
+    if tty:
+        sys.stderr.write("\n")
+    log = "".join(lines)
+    if rc != 0:
+        out.unlink(missing_ok=True)
+        why = f"timed out after {timeout:.0f} s (VIDATTN_BUILD_TIMEOUT)" if dt >= timeout else f"exit code {rc}"
+        raise RuntimeError(f"nvcc failed ({why}, {dt:.0f} s): {' '.join(cmd)}\n{log[-4000:]}")
+    if not out.is_file():
+        raise RuntimeError(f"nvcc reported success but wrote no {out}")
+    out.with_name(out.name + ".log").write_text(log)
+    return dt
+
+
+def _build_in(nvcc: str, d: Path, name: str, verbose: bool, force: bool) -> Path:
+    """The library `name` in the cache folder `d`, built under the lock unless present (and safe) already."""
+    lib = d / name
+    with _build_lock(d, name, verbose):
+        if lib.is_file() and not force and unsafe_reason(lib) is None:
+            return lib  # another process built it while we waited
+        # Holding the lock, any temporary file of this library is a build that died halfway (killed, power loss).
+        for stale in d.glob(f".{name}.tmp-*"):
+            stale.unlink(missing_ok=True)
+        tmp = d / f".{name}.tmp-{os.getpid()}"
+        _say(f"building the sm_90a kernel library (once per kernel version; see docs/install.md) with {nvcc} "
+             f"({_nvcc_version(nvcc)}) into {d} ...")
+        try:
+            dt = _compile(nvcc, tmp, verbose)
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, lib)  # atomic: a reader sees no library or the whole one
+            (d / f".{name}.tmp-{os.getpid()}.log").replace(d / f"{name}.log")
+        finally:
+            tmp.unlink(missing_ok=True)
+        global last_build_seconds
+        last_build_seconds = dt
+        _say(f"built {lib} in {dt:.1f} s")
+        return lib
+
+
+def build(verbose: bool = False, force: bool = False) -> Path:
+    """Compile csrc/capi.cu into the cached shared library (unless it is cached already, or `force`); returns its
+    path. Raises RuntimeError on failure.
+
+    Safe for many processes at once (one builds, the others wait and load its result), and never loads a
+    half-written file. The cache folder must be owned by this user (or root) and writable by no one else; a folder
+    that is not, or is read-only without the library, is passed over for a per-user one, and as a last resort the
+    library is built in a private temporary folder for this process alone. Each such step is said on stderr."""
+    if not (CSRC / ENTRY).is_file():
+        raise RuntimeError(f"kernel sources not found at {CSRC} (a wheel holds them in vidattn/csrc/; reinstall "
+                           f"vidattn, or use a source checkout: pip install -e .)")
     nvcc = find_nvcc()
     if nvcc is None:
         raise RuntimeError("nvcc not found (set CUDA_HOME or put nvcc on PATH) - cannot build the vidattn kernel")
-    out = library_path(nvcc)
-    if out.is_file() and not force:
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".tmp{os.getpid()}.so")
-    cmd = [nvcc, *NVCC_FLAGS, "-I", str(CSRC), str(CSRC / "capi.cu"), "-o", str(tmp)]
-    if verbose:
-        print(f"[vidattn] building the sm_90a kernel library (one time, a few minutes; cached in {out.parent}) ...",
-              file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    dt = time.perf_counter() - t0
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"nvcc failed ({dt:.0f} s): {' '.join(cmd)}\n{proc.stderr[-4000:]}")
-    (out.with_suffix(".ptxas.log")).write_text(proc.stderr)
-    os.replace(tmp, out)
-    if verbose:
-        print(f"[vidattn] built {out.name} in {dt:.1f} s", file=sys.stderr, flush=True)
-    return out
+    global last_build_seconds
+    last_build_seconds = None
+    name = library_name(nvcc)
+    passed_over: list[str] = []
+    candidates = [cache_dir()]
+    if _per_user_dir() != candidates[0]:
+        candidates.append(_per_user_dir())
+    for d in candidates:
+        problem = _dir_problem(d)
+        if problem is None:
+            lib = d / name
+            if lib.is_file() and not force:
+                problem = unsafe_reason(lib)
+                if problem is None:
+                    return lib
+            if not os.access(d, os.W_OK | os.X_OK):
+                problem = problem or f"{d} is read-only and holds no library for these sources"
+            else:
+                try:
+                    return _build_in(nvcc, d, name, verbose, force)
+                except OSError as exc:  # e.g. a read-only file system under a writable-looking folder
+                    problem = f"cannot write in {d}: {exc.strerror or exc}"
+        passed_over.append(problem)
+        _say(f"not using the kernel cache {d}: {problem}")
+    d = Path(tempfile.mkdtemp(prefix="vidattn-build-"))
+    _say(f"building in a private temporary folder {d}, for this process only (every new process builds again; "
+         f"set VIDATTN_CACHE_DIR to a folder of your own to keep the build)")
+    return _build_in(nvcc, d, name, verbose, force=True)
 
 
 def open_library(path: str | Path) -> ctypes.CDLL:
@@ -149,7 +349,10 @@ def open_library(path: str | Path) -> ctypes.CDLL:
         lib.vidattn_sm90_last_block_n.restype = ctypes.c_int
     for symbol, env, setter in _FORCED_BUILDS:
         if hasattr(lib, symbol) and os.environ.get(env):
-            setter(int(os.environ[env]), lib)
+            try:
+                setter(int(os.environ[env]), lib)
+            except ValueError as exc:
+                raise RuntimeError(f"{env}={os.environ[env]!r}: {exc}") from None
     return lib
 
 
@@ -227,7 +430,11 @@ def d128_block_n(block_n: int, lib: ctypes.CDLL | None = None):
 
 
 def load() -> ctypes.CDLL | None:
-    """The loaded kernel library, building it on first use; None (with `build_error()` set) if impossible."""
+    """The loaded kernel library, building it on first use; None (with `build_error()` set) if impossible.
+
+    Tried once per process: whatever goes wrong (no nvcc, a failed or timed-out build, a library that does not
+    load, a malformed VIDATTN_* setting) becomes the reason every later call states once and answers with SDPA,
+    never an exception per call or a rebuild per call."""
     global _lib, _build_error, _tried
     if _tried:
         return _lib
@@ -236,9 +443,10 @@ def load() -> ctypes.CDLL | None:
             return _lib
         try:
             prebuilt = os.environ.get("VIDATTN_LIBRARY")
-            path = Path(prebuilt) if prebuilt else build(verbose=True)
+            path = Path(prebuilt) if prebuilt else build(verbose=False)
             _lib = open_library(path)
-        except (RuntimeError, OSError, AttributeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is a stated fallback, see the docstring
+            _lib = None
             _build_error = f"kernel library unavailable: {exc}"
         _tried = True
         return _lib
@@ -248,13 +456,26 @@ def build_error() -> str | None:
     return _build_error
 
 
+def runtime_reason() -> str | None:
+    """Why the kernel library cannot run at all in this process (no build, or a launch that failed), or None.
+    May build the library."""
+    if _launch_error is not None:
+        return _launch_error
+    if load() is None:
+        return build_error()
+    return _launch_error
+
+
 _capabilities: dict[int, tuple[int, int]] = {}  # per device index: asked once (every launch looks here)
 
 
 def device_reason(device: torch.device) -> str | None:
-    """Why the kernel cannot run on this device at all (None if it can, given a working build)."""
+    """Why the kernel cannot run on this device at all (None if it can, given a working build). Checked before
+    anything about the call's dtypes or shapes: on a machine without a GPU that is the one thing to know."""
     if device.type != "cuda":
-        return f"tensors are on {device.type}, the kernel runs on CUDA only"
+        if not torch.cuda.is_available():
+            return "no CUDA GPU (torch.cuda.is_available() is False); the kernel runs on Hopper GPUs only"
+        return f"tensors are on {device.type}; the kernel runs on CUDA tensors only"
     index = device.index if device.index is not None else torch.cuda.current_device()
     cap = _capabilities.get(index)
     if cap is None:
@@ -265,12 +486,23 @@ def device_reason(device: torch.device) -> str | None:
     return None
 
 
+_FLT_MIN = 1.1754943508222875e-38  # smallest normal float32
+_LOG2E = 1.4426950408889634
+_INT32_MAX = (1 << 31) - 1
+_MIN_BLOCK_M = 128  # the smallest query tile of any build (FwdTraits): the most tiles a launch can have
+
+
+def _as_float32(x: float) -> float:
+    return ctypes.c_float(x).value
+
+
 def envelope_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Tensor | None,
                     scale: float) -> str | None:
     """Why this call (q, k, v as BSHD views) is outside the kernel's envelope, or None when it is inside.
 
-    Checks shapes and dtypes only; it never builds anything. `kernel_reason` adds device and build checks.
-    """
+    Checks shapes, dtypes, strides and the scale only; it never builds anything. `kernel_reason` adds device and
+    build checks. Everything csrc/capi.cu would refuse for these arguments is refused here first, so a call this
+    passes launches."""
     if q.dtype not in DTYPES:
         return f"dtype {q.dtype} is not supported by the kernel (bf16 or fp16 only)"
     if k.dtype != q.dtype or v.dtype != q.dtype:
@@ -283,8 +515,17 @@ def envelope_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: 
     if q.requires_grad or k.requires_grad or v.requires_grad:
         if torch.is_grad_enabled():
             return "inputs require grad: the kernel is forward-only"
-    if not (scale > 0.0 and scale == scale and scale != float("inf")):
-        return f"softmax scale {scale} must be a positive finite number for the kernel"
+    # The kernel takes the scale as a float32 and works with scale * log2(e): it must stay a normal, finite float32
+    # (1e-46 rounds to 0, 1e-40 is denormal and flushed to 0 on the GPU, 3e38 * log2(e) overflows).
+    s32 = _as_float32(scale) if scale == scale else scale
+    if not (s32 >= _FLT_MIN and abs(_as_float32(s32 * _LOG2E)) != float("inf")):
+        return f"softmax scale {scale} is not a positive, normal float32 the kernel can use"
+    b, sq, h, _ = q.shape
+    skv = k.shape[1]
+    if sq > _INT32_MAX or skv > _INT32_MAX:
+        return "sequence length over 2^31 - 1"
+    if b * h * -(-sq // _MIN_BLOCK_M) > _INT32_MAX:
+        return "too many query tiles (batch * heads * ceil(Sq / 128) over 2^31 - 1)"
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(-1) != 1:
             return f"{name} has a non-contiguous last dim (stride {t.stride(-1)})"
@@ -292,8 +533,8 @@ def envelope_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: 
         if t.data_ptr() % TMA_ALIGN_BYTES:
             return f"{name}'s data pointer is not {TMA_ALIGN_BYTES}-byte aligned (TMA requirement)"
         for dim, size, st in zip(("batch", "seq", "heads"), t.shape[:3], t.stride()[:3]):
-            if (st * esize) % TMA_ALIGN_BYTES and size > 1:
-                return f"{name}'s {dim} stride ({st} elements) is not a multiple of {TMA_ALIGN_BYTES} bytes"
+            if size > 1 and ((st * esize) % TMA_ALIGN_BYTES or st * esize >= 1 << 40):
+                return f"{name}'s {dim} stride ({st} elements) is not a multiple of {TMA_ALIGN_BYTES} bytes below 2^40"
     if kv_lens is not None:
         if kv_lens.dtype != torch.int32 or kv_lens.device != q.device or kv_lens.dim() != 1 \
                 or kv_lens.shape[0] != q.shape[0]:
@@ -302,42 +543,57 @@ def envelope_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: 
 
 
 def kernel_reason(q, k, v, kv_lens, scale) -> str | None:
-    """Full dispatch decision for BSHD views: envelope, device, then (only if all else passes) the build."""
+    """Full dispatch decision for BSHD views: the device first, then the envelope, then (only if all else passes)
+    the build and any earlier launch failure."""
     if k.device != q.device or v.device != q.device:
         return "q, k and v are on different devices"
-    reason = envelope_reason(q, k, v, kv_lens, scale) or device_reason(q.device)
-    if reason is None and load() is None:
-        reason = build_error()
+    reason = device_reason(q.device) or envelope_reason(q, k, v, kv_lens, scale)
+    if reason is None:
+        reason = runtime_reason()
     return reason
 
 
-# Per (library, device, stream): the scratch a build asks for (capi.h: the tail launch's; one launch at a time per
-# workspace, so one per stream), or 0 where the build asks for none.
-_workspaces: dict[tuple[int, str, int | None, int], "torch.Tensor | int"] = {}
+# Per (library, device index): the bytes of scratch a build asks for (capi.h: the tail launch's), 0 for none.
+_workspace_bytes: dict[tuple[int, int | None], int] = {}
 
 
-def workspace(lib: ctypes.CDLL, device: torch.device, stream: int) -> "torch.Tensor | None":
-    """The library's workspace for launches on `stream`, allocated (zeroed) on first use; None when the build needs
-    none, or while a CUDA graph is being captured and none exists yet (that launch then runs without it)."""
-    key = (id(lib), device.type, device.index, stream)  # every launch looks here: no string formatting
-    ws = _workspaces.get(key)
-    if ws is None:
+def workspace(lib: ctypes.CDLL, device: torch.device) -> "torch.Tensor | None":
+    """A fresh workspace for one launch, from torch's caching allocator on the current stream; None when the build
+    needs none.
+
+    One per call, not one per stream: two threads launching on one stream would otherwise interleave their tail and
+    merge launches on one buffer. The caching allocator hands a freed block only to work ordered after the launches
+    that used it (same stream), so this is safe and costs no allocation in steady state; under CUDA graph capture
+    the block comes from the graph's private pool, so each graph owns its scratch."""
+    key = (id(lib), device.index)  # every launch looks here: no string formatting
+    nbytes = _workspace_bytes.get(key)
+    if nbytes is None:
         fn = getattr(lib, "vidattn_sm90_workspace_bytes", None)
-        with torch.cuda.device(device):
-            nbytes = int(fn()) if fn is not None else 0
-        if nbytes and torch.cuda.is_current_stream_capturing():
-            return None
-        ws = torch.zeros(nbytes, dtype=torch.uint8, device=device) if nbytes else 0
-        _workspaces[key] = ws
-    return ws if isinstance(ws, torch.Tensor) else None
+        with _device_guard(device):
+            nbytes = _workspace_bytes[key] = int(fn()) if fn is not None else 0
+    return torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
+
+
+def _device_guard(device: torch.device):
+    return torch.cuda.device(device)
+
+
+def _current_stream(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = None) -> None:
     """Launch the kernel on the current stream. q, k, v, out: (B, S, H, D) views (any strides, last dim 1; out's
     base 16-byte aligned and its strides multiples of 8 elements, as a fresh tensor's are: O is stored with TMA);
-    lse: contiguous fp32 (B, H, Sq) or None; kv_lens: int32 (B,) or None. Call only when kernel_reason is None.
-    `lib`: a library from open_library (A/B timing); default: the one load() built or found."""
+    lse: contiguous fp32 (B, H, Sq) or None; kv_lens: int32 (B,) or None (any view; read contiguous). Call only
+    when kernel_reason is None. `lib`: a library from open_library (A/B timing); default: the one load() built or
+    found. Raises KernelLaunchError when the library refuses or fails the launch; for the default library that
+    also disables it for the rest of the process (runtime_reason then says why), so the op falls back once."""
+    global _launch_error
+    default = lib is None
     lib = _library(lib)
+    if kv_lens is not None and kv_lens.stride(0) != 1:
+        kv_lens = kv_lens.contiguous()
     b, sq, h, d = q.shape
     args = _Args(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
@@ -348,11 +604,17 @@ def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = 
         (ctypes.c_int64 * 3)(*v.stride()[:3]), (ctypes.c_int64 * 3)(*out.stride()[:3]),
         float(scale), DTYPES[q.dtype],
     )
-    stream = torch.cuda.current_stream(q.device).cuda_stream
-    ws = workspace(lib, q.device, stream)
-    if ws is not None:
-        args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
-    with torch.cuda.device(q.device):
+    # The guard makes q's device current; the library then makes its context current in this thread (a worker
+    # thread's first CUDA work may be this call: csrc/capi.cu, vidattn_sm90_fwd).
+    with _device_guard(q.device):
+        stream = _current_stream(q.device)
+        ws = workspace(lib, q.device)
+        if ws is not None:
+            args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
         rc = lib.vidattn_sm90_fwd(ctypes.byref(args), ctypes.c_void_p(stream))
     if rc != 0:
-        raise RuntimeError(f"vidattn kernel launch failed: {lib.vidattn_sm90_last_error().decode()}")
+        msg = lib.vidattn_sm90_last_error().decode(errors="replace")
+        if default:
+            _launch_error = f"kernel launch failed ({msg}); the kernel is not used again in this process"
+            raise KernelLaunchError(_launch_error)
+        raise KernelLaunchError(f"vidattn kernel launch failed: {msg}")

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _ext
+from .precision import resolve_precision
 
 LAYOUTS = ("bshd", "bhsd")
 # The fallback computes the LSE from fp32 scores; it materialises at most this many scores at once.
@@ -79,67 +80,93 @@ def _profiler_on() -> bool:
 # validation (runs before dispatch, eagerly or at trace time; never looks at tensor values while compiling)
 # ----------------------------------------------------------------------------------------------------------
 
-def _validate(q, k, v, layout, scale, kv_lens):
+def _validate(q, k, v, layout, scale, kv_lens, fn="vidattn.attention"):
+    """Raises TypeError/ValueError naming `fn` (the public function the caller called) for invalid arguments."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"vidattn.attention: {name} must be a torch.Tensor, got {type(t).__name__}")
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise ValueError(f"vidattn.attention: layout must be 'bshd' (batch, seq, heads, dim) or 'bhsd' "
+        raise ValueError(f"{fn}: layout must be 'bshd' (batch, seq, heads, dim) or 'bhsd' "
                          f"(batch, heads, seq, dim), got {layout!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
-            raise ValueError(f"vidattn.attention: {name} must be 4-D ({layout}), got shape {tuple(t.shape)}")
+            raise ValueError(f"{fn}: {name} must be 4-D ({layout}), got shape {tuple(t.shape)}")
         if not t.dtype.is_floating_point:
-            raise TypeError(f"vidattn.attention: {name} must be a floating-point tensor, got {t.dtype}")
+            raise TypeError(f"{fn}: {name} must be a floating-point tensor, got {t.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"vidattn.attention: q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise TypeError(f"{fn}: q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"vidattn.attention: q, k and v must be on one device, got {q.device}, {k.device}, "
+        raise ValueError(f"{fn}: q, k and v must be on one device, got {q.device}, {k.device}, "
                          f"{v.device}")
     s_ax, h_ax = (1, 2) if layout == "bshd" else (2, 1)
     names = f"({'B, S, H, D' if layout == 'bshd' else 'B, H, S, D'})"
     qs, ks, vs = tuple(q.shape), tuple(k.shape), tuple(v.shape)
     if not (qs[0] == ks[0] == vs[0]):
-        raise ValueError(f"vidattn.attention: batch sizes differ: q {qs}, k {ks}, v {vs} {names}")
+        raise ValueError(f"{fn}: batch sizes differ: q {qs}, k {ks}, v {vs} {names}")
     if not (qs[h_ax] == ks[h_ax] == vs[h_ax]):
-        raise ValueError(f"vidattn.attention: head counts differ: q {qs}, k {ks}, v {vs} {names} "
+        raise ValueError(f"{fn}: head counts differ: q {qs}, k {ks}, v {vs} {names} "
                          f"(grouped-query attention is not supported)")
     if not (qs[3] == ks[3] == vs[3]):
-        raise ValueError(f"vidattn.attention: head dims differ: q {qs}, k {ks}, v {vs} {names}")
+        raise ValueError(f"{fn}: head dims differ: q {qs}, k {ks}, v {vs} {names}")
     if ks[s_ax] != vs[s_ax]:
-        raise ValueError(f"vidattn.attention: k and v must have the same sequence length: k {ks}, v {vs} {names}")
+        raise ValueError(f"{fn}: k and v must have the same sequence length: k {ks}, v {vs} {names}")
     if min(qs) < 1 or ks[s_ax] < 1:
-        raise ValueError(f"vidattn.attention: every dimension must be >= 1: q {qs}, k {ks} {names}")
+        raise ValueError(f"{fn}: every dimension must be >= 1: q {qs}, k {ks} {names}")
     if scale is not None:
         if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-            raise TypeError(f"vidattn.attention: scale must be a float or None, got {type(scale).__name__}")
+            raise TypeError(f"{fn}: scale must be a float or None, got {type(scale).__name__}")
         if not math.isfinite(scale):
-            raise ValueError(f"vidattn.attention: scale must be finite, got {scale}")
+            raise ValueError(f"{fn}: scale must be finite, got {scale}")
     if kv_lens is not None:
         skv = ks[s_ax]
         if not isinstance(kv_lens, torch.Tensor):
-            raise TypeError(f"vidattn.attention: kv_lens must be a torch.Tensor of shape (batch,) or None, "
+            raise TypeError(f"{fn}: kv_lens must be a torch.Tensor of shape (batch,) or None, "
                             f"got {type(kv_lens).__name__}")
         if kv_lens.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"vidattn.attention: kv_lens must be int32 or int64, got {kv_lens.dtype}")
+            raise TypeError(f"{fn}: kv_lens must be int32 or int64, got {kv_lens.dtype}")
         if tuple(kv_lens.shape) != (qs[0],):
-            raise ValueError(f"vidattn.attention: kv_lens must have shape (batch,) = ({qs[0]},), "
+            raise ValueError(f"{fn}: kv_lens must have shape (batch,) = ({qs[0]},), "
                              f"got {tuple(kv_lens.shape)}")
         if kv_lens.device != q.device and kv_lens.device.type != "cpu":
-            raise ValueError(f"vidattn.attention: kv_lens is on {kv_lens.device}, q on {q.device}")
+            raise ValueError(f"{fn}: kv_lens is on {kv_lens.device}, q on {q.device}")
         # Value checks cost a device sync on GPU tensors, so only host-side lengths are checked (always
         # worth it: they are about to be copied anyway); never while tracing.
         if kv_lens.device.type == "cpu" and not _is_compiling():
             lo, hi = int(kv_lens.min()), int(kv_lens.max())
             if lo < 1 or hi > skv:
-                raise ValueError(f"vidattn.attention: kv_lens values must lie in [1, {skv}] (the key length), "
+                raise ValueError(f"{fn}: kv_lens values must lie in [1, {skv}] (the key length), "
                                  f"got min {lo}, max {hi}")
 
 
 def _prepare_kv_lens(kv_lens, device):
+    """int32 on q's device and contiguous: the kernel reads kv_lens with stride 1, and `.to` returns a strided view
+    (a column of a 2-D tensor, an expanded scalar) unchanged when it is already int32 on that device."""
     if kv_lens is None:
         return None
-    return kv_lens.to(device=device, dtype=torch.int32, non_blocking=True)
+    return kv_lens.to(device=device, dtype=torch.int32, non_blocking=True).contiguous()
+
+
+def _autocast_inputs(q, k, v):
+    """q, k, v as SDPA sees them under torch.autocast: SDPA is on autocast's lower-precision list, so every
+    floating-point input other than float64 on the autocast device is cast to the autocast dtype (an fp32 norm's q/k
+    beside a bf16 v then run together, as they do with SDPA)."""
+    if not isinstance(q, torch.Tensor):
+        return q, k, v  # _validate says what is wrong
+    dev = q.device.type
+    try:
+        if not torch.is_autocast_enabled(dev):
+            return q, k, v
+        dtype = torch.get_autocast_dtype(dev)
+    except (RuntimeError, TypeError):  # a device type autocast does not know
+        return q, k, v
+
+    def cast(t):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64 \
+                and t.device.type == dev and t.dtype != dtype:
+            return t.to(dtype)
+        return t
+
+    return cast(q), cast(k), cast(v)
 
 
 def _bshd(t: torch.Tensor, layout: str) -> torch.Tensor:
@@ -215,8 +242,11 @@ def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: s
             out = torch.empty((b, h, sq, vv.shape[3]), dtype=q.dtype, device=q.device)
             out_view = out.transpose(1, 2)
         lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device) if return_lse else None
-        _ext.forward(qv, kv, vv, out_view, lse, kv_lens, sc)
-        return out, lse
+        try:
+            _ext.forward(qv, kv, vv, out_view, lse, kv_lens, sc)
+            return out, lse
+        except _ext.KernelLaunchError as exc:  # the library is now off for the process: this and later calls fall back
+            reason = str(exc)
     warn_fallback(reason)
     out, lse = sdpa_fallback(qv.transpose(1, 2), kv.transpose(1, 2), vv.transpose(1, 2), sc, kv_lens, return_lse)
     # Same strides as the kernel path (and the fake): contiguous in the caller's layout.
@@ -253,8 +283,17 @@ def _grad_reason(q, k, v) -> Optional[str]:
     return None
 
 
+def _grad_fallback_reason(q, k, v) -> Optional[str]:
+    """The reason a differentiable call runs SDPA: no GPU (or a device the kernel cannot use) is said first, as
+    for every other call; then autograd."""
+    if _grad_reason(q, k, v) is None:
+        return None
+    return _ext.device_reason(q.device) or _grad_reason(q, k, v)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
-              scale: Optional[float] = None, kv_lens: Optional[torch.Tensor] = None, return_lse: bool = False):
+              scale: Optional[float] = None, kv_lens: Optional[torch.Tensor] = None, return_lse: bool = False,
+              precision: Optional[str] = None):
     """Exact (non-causal) attention ``softmax(q @ k^T * scale) @ v``, the numerics contract of PyTorch SDPA.
 
     Args:
@@ -273,20 +312,30 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     Returns:
         ``out`` with q's dtype and the caller's layout, or ``(out, lse)`` when ``return_lse``.
 
+    precision: ``None`` (the current default: ``"exact"`` unless set by ``vidattn.use_precision``), ``"exact"``, or
+        ``"8bit"``: INT8 ``q @ k^T`` and e4m3 ``P @ v`` (vidattn.quant8; about 1e-2 relative error, not exact), for
+        D in {64, 128} on Hopper; other calls run the exact path and warn.
+
     The sm_90a kernel runs for CUDA tensors on Hopper, bf16/fp16, D in {64, 128}, 16-byte aligned strides and
     no autograd; any other call runs PyTorch SDPA and warns once per reason. ``vidattn.explain`` says which.
     """
+    q, k, v = _autocast_inputs(q, k, v)
     _validate(q, k, v, layout, scale, kv_lens)
+    eight_bit = resolve_precision(precision) == "8bit"
     kv_lens = _prepare_kv_lens(kv_lens, q.device)
     scale = None if scale is None else float(scale)
     if _grad_reason(q, k, v) is not None:
         # The custom op has no backward; the differentiable SDPA path keeps training and grad checks working.
         if not _is_compiling():
-            warn_fallback(_grad_reason(q, k, v))
+            warn_fallback(_grad_fallback_reason(q, k, v))
         qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
         out, lse = sdpa_fallback(qv.transpose(1, 2), kv.transpose(1, 2), vv.transpose(1, 2),
                                  _default_scale(scale, q.shape[-1]), kv_lens, return_lse)
         out = out if layout == "bhsd" else out.transpose(1, 2)
+        return (out, lse) if return_lse else out
+    if eight_bit:
+        from .quant8 import attention_8bit
+        out, lse = attention_8bit(q, k, v, layout, scale, kv_lens, return_lse)
         return (out, lse) if return_lse else out
     if _is_compiling() or not _eager_fast_path(q, k, v):
         # torch.compile traces the custom op (its fake gives the output's metadata); plain eager calls skip its
@@ -302,13 +351,20 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
 
 
 def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
-            scale: Optional[float] = None, kv_lens: Optional[torch.Tensor] = None) -> Optional[str]:
+            scale: Optional[float] = None, kv_lens: Optional[torch.Tensor] = None,
+            precision: Optional[str] = None) -> Optional[str]:
     """Why ``vidattn.attention`` with these arguments would run PyTorch SDPA instead of the kernel; ``None``
     when the kernel runs. Raises the same errors as ``attention`` for invalid arguments. On a Hopper GPU the
-    first call may compile the kernel library (cached on disk)."""
-    _validate(q, k, v, layout, scale, kv_lens)
+    first call may compile the kernel library (cached on disk). With ``precision="8bit"`` (or that default): ``None``
+    when the 8-bit kernel runs, else why not and what runs instead."""
+    q, k, v = _autocast_inputs(q, k, v)
+    _validate(q, k, v, layout, scale, kv_lens, fn="vidattn.explain")
+    eight_bit = resolve_precision(precision) == "8bit"
     kv_lens = _prepare_kv_lens(kv_lens, q.device)
-    reason = _grad_reason(q, k, v)
+    if eight_bit:
+        from .quant8 import explain_8bit
+        return explain_8bit(q, k, v, layout, None if scale is None else float(scale), kv_lens)
+    reason = _grad_fallback_reason(q, k, v)
     if reason is not None:
         return reason
     qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
@@ -316,13 +372,14 @@ def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
 
 
 def kernel_available() -> bool:
-    """True when the current CUDA device is Hopper and the kernel library is built/loaded. Never raises;
-    may compile the kernel library on first call."""
+    """True when the current CUDA device is Hopper, the kernel library is built and loaded, and no launch of it has
+    failed in this process: what `explain` says for a call inside the envelope. Never raises; may compile the
+    kernel library on first call."""
     try:
         if not torch.cuda.is_available():
             return False
         if _ext.device_reason(torch.device("cuda", torch.cuda.current_device())) is not None:
             return False
-        return _ext.load() is not None
+        return _ext.runtime_reason() is None
     except Exception:  # noqa: BLE001 - an availability probe must not raise
         return False
