@@ -353,6 +353,33 @@ def test_ring_merge_of_forward_op_chunks_matches_unsharded(monkeypatch):
     torch.testing.assert_close(prev_lse.squeeze(-1), torch.logsumexp(s, -1).transpose(1, 2), atol=1e-5, rtol=1e-5)
 
 
+def ring_template(q, k, v, chunks: int, monkeypatch, scale=None):
+    """diffusers' own TemplatedRingAttention.forward in one process, as rank 0 of `chunks` ranks: the all-gather
+    of K/V is replaced by the concatenation of the key chunks (equal lengths), so its loop calls the backend's
+    forward op once per chunk and merges with its own formula. Returns (out, lse (B, S, H))."""
+    kc, vc = k.chunk(chunks, dim=1), v.chunk(chunks, dim=1)
+    assert len({c.shape for c in kc}) == 1, "the ring template needs equal key chunks"
+    gathered = torch.cat([torch.cat([a.flatten(), b.flatten()]) for a, b in zip(kc, vc)])
+    monkeypatch.setattr(ad, "funcol", types.SimpleNamespace(all_gather_tensor=lambda buf, gather_dim, group: gathered))
+    mesh = types.SimpleNamespace(get_group=lambda: None)
+    config = types.SimpleNamespace(context_parallel_config=types.SimpleNamespace(
+        _ring_mesh=mesh, _ring_local_rank=0, ring_degree=chunks, ulysses_degree=1, convert_to_fp32=True))
+    ctx = types.SimpleNamespace()
+    b = backend()
+    return ad.TemplatedRingAttention.forward(ctx, q, kc[0].contiguous(), vc[0].contiguous(), None, 0.0, False, scale,
+                                            False, True, b._cp_forward_op, b._cp_backward_op, config)
+
+
+def test_diffusers_ring_template_with_the_forward_op(monkeypatch):
+    fake = FakeKernel(monkeypatch)
+    q, k, v = qkv(skv=24)
+    out, lse = ring_template(q, k, v, 4, monkeypatch, scale=0.3)
+    assert [c["k"] for c in fake.calls] == [(2, 6, 4, 16)] * 4 and all(c["return_lse"] for c in fake.calls)
+    torch.testing.assert_close(out, native(q, k, v, scale=0.3), atol=1e-5, rtol=1e-5)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * 0.3
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1).transpose(1, 2), atol=1e-5, rtol=1e-5)
+
+
 def test_ring_refuses_a_mask_that_drops_keys(monkeypatch):
     fake = FakeKernel(monkeypatch)
     q, k, v = qkv()
