@@ -105,6 +105,16 @@ ALLEGRO = {
     "interpolation_scale_w": 2.0, "interpolation_scale_t": 2.2,
 }
 
+# Lightricks/LTX-2 (19B, audio + video): the class defaults are this checkpoint's transformer config. 48 blocks;
+# video 32 heads x 128 (cross-attention to 4096-wide text), audio 32 heads x 64 (2048); Gemma-3 text (3840 wide,
+# 1024 tokens after the connectors), six attentions per block (video/audio self, video/audio->text, a2v, v2a).
+LTX2_19B = {
+    "in_channels": 128, "out_channels": 128, "patch_size": 1, "patch_size_t": 1, "num_attention_heads": 32,
+    "attention_head_dim": 128, "cross_attention_dim": 4096, "audio_in_channels": 128, "audio_out_channels": 128,
+    "audio_num_attention_heads": 32, "audio_attention_head_dim": 64, "audio_cross_attention_dim": 2048,
+    "num_layers": 48, "qk_norm": "rms_norm_across_heads", "caption_channels": 3840, "rope_type": "interleaved",
+}
+
 # Tiny configs: same classes and structure (RoPE splits, qk norms, masks), CPU-sized.
 TINY = {
     "wan": _WAN_TINY,
@@ -129,6 +139,10 @@ TINY = {
     "allegro": {**ALLEGRO, "num_attention_heads": 2, "num_layers": 2, "cross_attention_dim": 192,
                 "sample_height": 8, "sample_width": 8, "sample_frames": 2, "caption_channels": 32},
 }
+TINY["ltx2"] = {**LTX2_19B, "in_channels": 8, "out_channels": 8, "num_attention_heads": 2, "cross_attention_dim": 256,
+                "audio_in_channels": 8, "audio_out_channels": 8, "audio_num_attention_heads": 2,
+                "audio_cross_attention_dim": 128, "num_layers": 2, "caption_channels": 32,
+                "rope_double_precision": False}
 TINY["wan14b"] = TINY["wan"]
 
 
@@ -164,7 +178,7 @@ class Family:
 TINY_SIZES = {  # CPU sizes that keep each VAE's compression factors valid
     "wan": Size(64, 96, 9), "wan14b": Size(64, 96, 9), "skyreels_v2": Size(64, 64, 9),
     "hunyuan_video": Size(64, 64, 9), "hunyuan_video15": Size(128, 128, 9), "cogvideox": Size(64, 64, 9),
-    "ltx": Size(128, 128, 9), "mochi": Size(64, 64, 7), "allegro": Size(64, 64, 8),
+    "ltx": Size(128, 128, 9), "mochi": Size(64, 64, 7), "allegro": Size(64, 64, 8), "ltx2": Size(128, 128, 9),
 }
 
 FAMILIES: dict[str, Family] = {f.name: f for f in [
@@ -209,6 +223,11 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            "AllegroPipeline",
            "CFG batched (batch 2); T5 512 tokens with mask; head dim 96: every call falls back to SDPA by design; "
            "RoPE from the pipeline"),
+    Family("ltx2", "LTX-2 (19B, audio+video)", "LTX2VideoTransformer3DModel", "Lightricks/LTX-2", LTX2_19B,
+           {"default": Size(512, 768, 121), "short": Size(512, 768, 41)}, 2,
+           {"tokens": 1024, "dim": 3840, "valid": None}, 32, 8, "LTX2Pipeline",
+           "CFG batched (batch 2); Gemma-3 1024 tokens through the connectors (padding replaced by registers: an "
+           "all-zero mask); audio latents for 121 frames at 24 fps (126 tokens); six attentions per block"),
 ]}
 
 
@@ -307,10 +326,25 @@ def attention_shapes(name: str, size: Size, config: dict | None = None, batch: i
         return [dict(count=c["num_layers"], B=b, H=h, Sq=n + txt, Skv=n + txt, D=d, what="joint text+video")]
     if name == "mochi":
         return [dict(count=c["num_layers"], B=b, H=h, Sq=n + txt, Skv=n + txt, D=d, what="joint video+text")]
+    if name == "ltx2":
+        na = ltx2_audio_tokens(size)
+        ha, da = c["audio_num_attention_heads"], c["audio_attention_head_dim"]
+        L = c["num_layers"]
+        return [dict(count=L, B=b, H=h, Sq=n, Skv=n, D=d, what="video self"),
+                dict(count=L, B=b, H=h, Sq=n, Skv=txt, D=d, what="video->text"),
+                dict(count=L, B=b, H=ha, Sq=na, Skv=na, D=da, what="audio self"),
+                dict(count=L, B=b, H=ha, Sq=na, Skv=txt, D=da, what="audio->text"),
+                dict(count=L, B=b, H=ha, Sq=n, Skv=na, D=da, what="audio->video (a2v)"),
+                dict(count=L, B=b, H=ha, Sq=na, Skv=n, D=da, what="video->audio (v2a)")]
     if name in ("ltx", "allegro"):
         return [dict(count=c["num_layers"], B=b, H=h, Sq=n, Skv=n, D=d, what="self"),
                 dict(count=c["num_layers"], B=b, H=h, Sq=n, Skv=txt, D=d, what="cross (text)")]
     raise FamilyError(name)
+
+
+def ltx2_audio_tokens(size: Size, frame_rate: float = 24.0) -> int:
+    """Audio latents LTX2Pipeline makes for `size.frames` at `frame_rate`: 16 kHz, hop 160, 4x VAE compression."""
+    return round(size.frames / frame_rate * 16000 / 160 / 4)
 
 
 def attention_flops(shapes: list[dict]) -> float:
@@ -460,6 +494,16 @@ def make_inputs(name: str, model, size: Size, *, dtype: torch.dtype, batch: int 
                     rope_interpolation_scale=(fam.vae_temporal / frame_rate, fam.vae_spatial, fam.vae_spatial),
                     return_dict=False)
 
+    if name == "ltx2":
+        na = 5 if tiny else ltx2_audio_tokens(size)
+        return dict(hidden_states=_randn((b, lt * lh * lw, cfg.in_channels), g, dev, dtype),  # packed, patch 1
+                    audio_hidden_states=_randn((b, na, cfg.audio_in_channels), g, dev, dtype),
+                    encoder_hidden_states=_randn((b, L, cfg.caption_channels), g, dev, dtype, 0.25),
+                    audio_encoder_hidden_states=_randn((b, L, cfg.caption_channels), g, dev, dtype, 0.25),
+                    timestep=torch.full((b,), timestep, device=dev), sigma=torch.full((b,), timestep, device=dev),
+                    encoder_attention_mask=_mask(valid, L, dev), audio_encoder_attention_mask=_mask(valid, L, dev),
+                    num_frames=lt, height=lh, width=lw, fps=24.0, audio_num_frames=na, return_dict=False)
+
     if name == "mochi":
         return dict(hidden_states=_randn((b, cfg.in_channels, lt, lh, lw), g, dev, dtype),
                     encoder_hidden_states=_randn((b, L, cfg.text_embed_dim), g, dev, dtype, 0.25),
@@ -574,10 +618,10 @@ def estimate(name: str, preset: str = "default", params: int | None = None, batc
 
 # Forwards per path in the device run (warm-up, timed), chosen so the whole cross-model stage fits two
 # 10-minute device calls; the profile forward comes on top (the census rides on the first warm-up forward).
-DEVICE_ITERS = {"wan": (2, 5), "wan14b": (1, 3), "skyreels_v2": (1, 5), "hunyuan_video": (1, 2),
+DEVICE_ITERS = {"ltx2": (1, 3), "wan": (2, 5), "wan14b": (1, 3), "skyreels_v2": (1, 5), "hunyuan_video": (1, 2),
                 "hunyuan_video15": (1, 3), "cogvideox": (2, 5), "ltx": (2, 10), "mochi": (1, 3), "allegro": (1, 2)}
 # Cheap first, so a short budget still measures most families.
-DEVICE_ORDER = ["ltx", "wan", "cogvideox", "skyreels_v2", "hunyuan_video15", "wan14b", "mochi", "allegro",
+DEVICE_ORDER = ["ltx", "ltx2", "wan", "cogvideox", "skyreels_v2", "hunyuan_video15", "wan14b", "mochi", "allegro",
                 "hunyuan_video"]
 
 

@@ -35,7 +35,8 @@ table = _load("cross_model_table")
 # Attention calls of one tiny forward under vidattn: (all calls, calls in modules vidattn leaves stock).
 # HunyuanVideo and 1.5: the token refiner; Mochi: the attention pool of its time embedding.
 TINY_CALLS = {"wan": (4, 0), "wan14b": (4, 0), "skyreels_v2": (4, 0), "hunyuan_video": (3, 1),
-              "hunyuan_video15": (3, 1), "cogvideox": (2, 0), "ltx": (4, 0), "mochi": (3, 1), "allegro": (4, 0)}
+              "hunyuan_video15": (3, 1), "cogvideox": (2, 0), "ltx": (4, 0), "mochi": (3, 1), "allegro": (4, 0),
+              "ltx2": (12, 0)}
 # Under the stock processors the calls are the same, except Mochi's: one SDPA per sample (batch 2) per layer.
 TINY_SDPA_CALLS = {**{k: v[0] for k, v in TINY_CALLS.items()}, "mochi": 5}
 
