@@ -113,10 +113,11 @@ def test_a_path_out_of_memory_is_a_failure_report_and_the_other_path_still_runs(
 # Real configs: parameters counted on the meta device, in the published sizes' range.
 PARAMS_B = {"wan": (1.3, 1.5), "wan14b": (13.5, 15.0), "skyreels_v2": (1.3, 1.5), "hunyuan_video": (12.5, 13.2),
             "hunyuan_video15": (8.0, 8.6), "cogvideox": (5.3, 5.8), "ltx": (1.8, 2.1), "mochi": (9.8, 10.3),
-            "allegro": (2.6, 3.0)}
+            "allegro": (2.6, 3.0), "ltx2": (18.5, 19.5)}
 # Video tokens at each family's default size (ANCHORS.md and the pipelines' defaults).
 TOKENS = {"wan": 32760, "wan14b": 32760, "skyreels_v2": 51000, "hunyuan_video": 118800, "hunyuan_video15": 49290,
-          "cogvideox": 17550, "ltx": 7392, "mochi": 44520, "allegro": 79200}
+          "cogvideox": 17550, "ltx": 7392, "mochi": 44520, "allegro": 79200,
+          "ltx2": 16 * 16 * 24}  # LTX-2: 121 frames -> 16 latent frames, 512x768 / 32
 
 
 @pytest.mark.parametrize("name", list(fams.FAMILIES))
