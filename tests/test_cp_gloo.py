@@ -8,7 +8,8 @@ tests/test_backend_gpu.py's.
 
 Two workarounds for a CPU-only host, both inside the spawned workers only:
 - diffusers' `_resolve_parallel_config` computes `rank % torch.accelerator.device_count()`, which is 0 without an
-  accelerator (ZeroDivisionError); the workers report one device, so the rank's device is `cpu:0`.
+  accelerator (ZeroDivisionError); the workers report one device and the CPU as the accelerator, so each rank's
+  device is `cpu:0` and the device mesh is a CPU (gloo) mesh.
 - diffusers' context-parallel hook splits only the tensors of a `return_dict=False` call (hooks/context_parallel.py).
 """
 import os
@@ -43,7 +44,10 @@ def _worker(rank: int, port: int, out_dir: str, modes: tuple):
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     torch.set_num_threads(1)
-    torch.accelerator.device_count = lambda: 1  # see the module docstring
+    # See the module docstring. On a host with a GPU the same run stays on the CPU: diffusers would otherwise build
+    # the device mesh (and pick each rank's device) on the accelerator.
+    torch.accelerator.device_count = lambda: 1
+    torch._C._get_accelerator = lambda: torch.device("cpu")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=TIMEOUT_S))
     try:
@@ -87,7 +91,8 @@ def cp_results():
         # fork: the workers inherit this process's imports (torch, diffusers, the Wan model class), which take
         # most of a spawned worker's time; each worker runs single-threaded (set_num_threads(1) first), so
         # OpenMP's thread pool is not used across the fork.
-        ctx = mp.get_context("fork")
+        # A process that has initialised CUDA cannot fork safely: spawn there (slower, the same test).
+        ctx = mp.get_context("spawn" if torch.cuda.is_initialized() else "fork")
         port = _free_port()
         procs = [ctx.Process(target=_worker, args=(r, port, out_dir, ("ring", "ulysses")), daemon=True)
                  for r in range(WORLD)]
