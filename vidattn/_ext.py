@@ -47,7 +47,10 @@ def _find_csrc() -> Path:
 
 CSRC = _find_csrc()
 
+# The kernel's builds; every multiple of 8 up to the widest runs on the next build up (TMA pads the columns on the
+# fly: csrc/sm90/fwd_params.h). Wider head dims (192, 256) have no build yet.
 HEAD_DIMS = (64, 128)
+MAX_HEAD_DIM = HEAD_DIMS[-1]
 DTYPES = {torch.bfloat16: 0, torch.float16: 1}
 # TMA needs 16-byte aligned base addresses and strides (PTX ISA / CUDA driver API, cuTensorMapEncodeTiled).
 TMA_ALIGN_BYTES = 16
@@ -75,6 +78,7 @@ class _Args(ctypes.Structure):
         ("v_stride", ctypes.c_int64 * 3), ("o_stride", ctypes.c_int64 * 3),
         ("scale", ctypes.c_float), ("dtype", ctypes.c_int32),
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64),
+        ("kv_heads", ctypes.c_int64),
     ]
 
 
@@ -122,8 +126,10 @@ def _sources() -> list[Path]:
 
 
 def _nvcc_version(nvcc: str) -> str:
+    """nvcc's release line ("Cuda compilation tools, release 13.0, V13.0.88"), else its last line."""
     out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
-    return out.strip().splitlines()[-1] if out.strip() else "unknown"
+    lines = out.strip().splitlines()
+    return next((line for line in lines if "release" in line), lines[-1] if lines else "unknown")
 
 
 def library_name(nvcc: str) -> str:
@@ -187,8 +193,7 @@ def _build_lock(d: Path, name: str, verbose: bool):
         except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-            if verbose:
-                _say(f"waiting for another process that is building the kernel library in {d} ...")
+            _say(f"waiting for another process that is building the kernel library in {d} ...")
             deadline = time.monotonic() + BUILD_TIMEOUT_S + 60
             while True:
                 try:
@@ -213,9 +218,19 @@ def _compile(nvcc: str, out: Path, verbose: bool) -> float:
         _say(" ".join(cmd))
     timeout = float(os.environ.get("VIDATTN_BUILD_TIMEOUT") or BUILD_TIMEOUT_S)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    # Its own process group: nvcc runs cicc and ptxas as children, which a timeout or Ctrl-C must take down too (they
+    # hold the output pipe open, so killing nvcc alone would leave this reading until they finish).
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                            start_new_session=True)
+
+    def kill():
+        try:
+            os.killpg(proc.pid, 9)
+        except OSError:
+            pass
+
     lines: list[str] = []
-    timer = threading.Timer(timeout, proc.kill)
+    timer = threading.Timer(timeout, kill)
     timer.daemon = True
     timer.start()
     tty = sys.stderr.isatty()
@@ -223,11 +238,9 @@ def _compile(nvcc: str, out: Path, verbose: bool) -> float:
 
     def progress():  # a thread: nvcc may print nothing for minutes
         every = 1.0 if tty else 30.0
-        while not stop.wait(every):
-            kernels = sum("Compiling entry function" in line for line in lines)
+        while not stop.wait(every):  # ptxas reports its kernels only at the end: elapsed time is the progress
             el = time.perf_counter() - t0
-            _say(f"building ... {int(el // 60)}:{int(el % 60):02d} elapsed, {kernels} kernels compiled",
-                 end="\r" if tty else "\n")
+            _say(f"building ... {int(el // 60)}:{int(el % 60):02d} elapsed", end="\r" if tty else "\n")
 
     ticker = threading.Thread(target=progress, daemon=True)
     ticker.start()
@@ -241,7 +254,7 @@ def _compile(nvcc: str, out: Path, verbose: bool) -> float:
         stop.set()
         timer.cancel()
         if proc.poll() is None:  # interrupted (Ctrl-C): take nvcc down with us
-            proc.kill()
+            kill()
             proc.wait()
     dt = time.perf_counter() - t0
     if tty:
@@ -508,10 +521,15 @@ def envelope_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: 
     if k.dtype != q.dtype or v.dtype != q.dtype:
         return "q, k and v have different dtypes"
     d = q.shape[-1]
-    if d not in HEAD_DIMS:
-        return f"head dim {d} is not supported by the kernel (64 or 128)"
+    if d > MAX_HEAD_DIM:
+        return (f"head dim {d} is over {MAX_HEAD_DIM}: the kernel has builds for head dims up to {MAX_HEAD_DIM} "
+                f"(192 and 256 are not built yet)")
+    if d % 8:
+        return f"head dim {d} is not a multiple of 8 (the kernel runs multiples of 8 up to {MAX_HEAD_DIM})"
     if k.shape[-1] != d or v.shape[-1] != d:
         return "k/v head dim differs from q's"
+    if k.shape[2] != v.shape[2] or q.shape[2] % k.shape[2]:
+        return "k and v must have one head count that divides q's (grouped-query attention)"
     if q.requires_grad or k.requires_grad or v.requires_grad:
         if torch.is_grad_enabled():
             return "inputs require grad: the kernel is forward-only"
@@ -602,7 +620,7 @@ def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = 
         b, h, sq, k.shape[1], d,
         (ctypes.c_int64 * 3)(*q.stride()[:3]), (ctypes.c_int64 * 3)(*k.stride()[:3]),
         (ctypes.c_int64 * 3)(*v.stride()[:3]), (ctypes.c_int64 * 3)(*out.stride()[:3]),
-        float(scale), DTYPES[q.dtype],
+        float(scale), DTYPES[q.dtype], None, 0, k.shape[2],
     )
     # The guard makes q's device current; the library then makes its context current in this thread (a worker
     # thread's first CUDA work may be this call: csrc/capi.cu, vidattn_sm90_fwd).

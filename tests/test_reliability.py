@@ -1,0 +1,436 @@
+"""Faults and bad input, on the CPU: a library that fails to load, a launch that fails, a read-only, shared or
+foreign cache, a build killed halfway, processes building at once, and every argument's bad values. Each ends in a
+stated fallback (SDPA's answer and one warning naming the reason) or a clear error; never a hang, a rebuild per call
+or a wrong answer. The fake nvcc and stub library (tests/_fake_toolchain.py) make the build paths run in seconds.
+
+The GPU half (threads, streams, CUDA graphs, launch edge cases) is tests/test_reliability_gpu.py."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import vidattn
+from vidattn import _ext, ops
+from _fake_toolchain import toolchain  # noqa: F401 - a fixture
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def fresh_ext(monkeypatch, tmp_path):
+    """A process state where the library has not been tried yet, a private cache, and no VIDATTN_* settings."""
+    for name, value in (("_tried", False), ("_lib", None), ("_build_error", None), ("_launch_error", None),
+                        ("_workspace_bytes", {})):
+        monkeypatch.setattr(_ext, name, value)
+    for env in ("VIDATTN_LIBRARY", "VIDATTN_D64_WARPGROUPS", "VIDATTN_D128_BLOCK_N", "VIDATTN_BUILD_TIMEOUT"):
+        monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv("VIDATTN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(_ext, "_per_user_dir", lambda: tmp_path / "per-user")
+    saved = set(ops._warned)
+    ops._warned.clear()
+    yield tmp_path
+    ops._warned.clear()
+    ops._warned.update(saved)
+
+
+@pytest.fixture
+def as_if_on_hopper(monkeypatch):
+    """CPU tensors take the kernel route as far as the library: the device check passes, the launch gets no CUDA
+    stream or device guard. What the library then does is the test's business."""
+    monkeypatch.setattr(_ext, "device_reason", lambda device: None)
+    monkeypatch.setattr(_ext, "_device_guard", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(_ext, "_current_stream", lambda device: 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+
+def qkv(b=2, s=16, h=2, d=64, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(b, s, h, d, generator=g).to(dtype) for _ in range(3))
+
+
+def sdpa_bshd(q, k, v, **kw):
+    return F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), **kw).transpose(1, 2)
+
+
+def fallback_warnings(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn()
+    return out, [str(w.message) for w in caught if issubclass(w.category, vidattn.VidattnFallbackWarning)]
+
+
+# ------------------------------------------------------------------------------------------------ load failures
+def test_library_that_fails_to_load_is_one_stated_fallback(fresh_ext, as_if_on_hopper, monkeypatch):
+    bad = fresh_ext / "libgarbage.so"
+    bad.write_bytes(b"not an ELF file")
+    monkeypatch.setenv("VIDATTN_LIBRARY", str(bad))
+    opened = []
+    real_open = _ext.open_library
+    monkeypatch.setattr(_ext, "open_library", lambda p: opened.append(p) or real_open(p))
+    q, k, v = qkv()
+    outs, msgs = fallback_warnings(lambda: [vidattn.attention(q, k, v) for _ in range(3)])
+    for out in outs:
+        torch.testing.assert_close(out, sdpa_bshd(q, k, v))
+    assert len(opened) == 1  # tried once, not once per call
+    assert len(msgs) == 1 and "kernel library unavailable" in msgs[0] and "libgarbage.so" in msgs[0], msgs
+    assert vidattn.explain(q, k, v) == _ext.build_error()
+    assert vidattn.kernel_available() is False
+
+
+@pytest.mark.parametrize("failure", ["timeout", "compile error", "bad env", "decode"])
+def test_build_and_setting_failures_fall_back_once(failure, fresh_ext, as_if_on_hopper, monkeypatch, toolchain):
+    monkeypatch.setattr(_ext, "find_nvcc", lambda: str(toolchain.nvcc))
+    if failure == "timeout":
+        monkeypatch.setenv("FAKE_NVCC_SLEEP", "30")
+        monkeypatch.setenv("VIDATTN_BUILD_TIMEOUT", "1")
+        expect = "timed out"
+    elif failure == "compile error":
+        monkeypatch.setenv("FAKE_NVCC_FAIL", "1")
+        expect = "fake nvcc: error"
+    elif failure == "bad env":
+        monkeypatch.setenv("VIDATTN_D128_BLOCK_N", "abc")
+        expect = "VIDATTN_D128_BLOCK_N='abc'"
+    else:  # any exception at all while loading, e.g. a source file that is not UTF-8 where text is expected
+        monkeypatch.setattr(_ext, "open_library", lambda p: b"\xff".decode())
+        expect = "codec can't decode"
+    q, k, v = qkv()
+    t0 = time.monotonic()
+    outs, msgs = fallback_warnings(lambda: [vidattn.attention(q, k, v) for _ in range(3)])
+    assert time.monotonic() - t0 < 20  # the timeout holds; nothing hangs
+    for out in outs:
+        torch.testing.assert_close(out, sdpa_bshd(q, k, v))
+    assert len(msgs) == 1 and expect in msgs[0], msgs
+    assert toolchain.runs() <= 1  # never rebuilt per call
+    assert not list((fresh_ext / "cache").glob(".*.tmp-*"))  # no temporary file left behind
+
+
+# ------------------------------------------------------------------------------------------------ launch failures
+def test_failed_launch_is_one_stated_fallback_and_explain_agrees(fresh_ext, as_if_on_hopper, monkeypatch, toolchain):
+    monkeypatch.setenv("VIDATTN_LIBRARY", str(toolchain.stub))  # its launch always fails
+    q, k, v = qkv()
+    assert vidattn.explain(q, k, v) is None and vidattn.kernel_available() is True  # loads; nothing ran yet
+    launches = []
+    lib = _ext.load()
+    real = lib.vidattn_sm90_fwd
+    lib.vidattn_sm90_fwd = lambda *a: launches.append(1) or real(*a)
+    outs, msgs = fallback_warnings(lambda: [vidattn.attention(q, k, v) for _ in range(3)])
+    for out in outs:
+        torch.testing.assert_close(out, sdpa_bshd(q, k, v))
+    assert len(launches) == 1  # the failing library is not launched again
+    assert len(msgs) == 1 and "stub library: launch refused" in msgs[0], msgs
+    # What the call does from now on, explain and kernel_available say.
+    assert "launch refused" in vidattn.explain(q, k, v)
+    assert vidattn.kernel_available() is False
+
+
+def test_a_library_given_explicitly_raises_instead(fresh_ext, as_if_on_hopper, toolchain):
+    """Scripts that pass `lib=` (A/B timing) want the error, and the default library stays usable."""
+    lib = _ext.open_library(toolchain.stub)
+    q, k, v = qkv()
+    out = torch.empty_like(q)
+    with pytest.raises(_ext.KernelLaunchError, match="launch refused"):
+        _ext.forward(q, k, v, out, None, None, 0.125, lib=lib)
+    assert _ext._launch_error is None
+
+
+@pytest.mark.parametrize("scale,runs", [(1e-46, False), (1e-40, False), (0.0, False), (-0.5, False), (3e38, False),
+                                        (1e-30, True), (0.125, True), (1e30, True)])
+def test_scale_envelope_matches_what_the_launch_accepts(scale, runs, monkeypatch):
+    """csrc/capi.cu refuses a float32 scale that is not normal and positive, or whose product with log2(e)
+    overflows; the envelope says so first, so explain and the call agree (the GPU test checks the launch)."""
+    monkeypatch.setattr(_ext, "device_reason", lambda device: None)
+    monkeypatch.setattr(_ext, "runtime_reason", lambda: None)
+    q, k, v = qkv()
+    reason = vidattn.explain(q, k, v, scale=scale)
+    assert (reason is None) is runs, reason
+    if not runs:
+        assert "scale" in reason
+
+
+@pytest.mark.parametrize("scale", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_scale_is_an_error_for_both(scale):
+    q, k, v = qkv()
+    for fn in (vidattn.attention, vidattn.explain):
+        with pytest.raises(ValueError, match="finite"):
+            fn(q, k, v, scale=scale)
+
+
+# ------------------------------------------------------------------------------------------------ the cache
+def built(tc, d: Path) -> list[Path]:
+    return sorted(d.glob("libvidattn_sm90-*.so"))
+
+
+def test_build_caches_and_reuses(fresh_ext, monkeypatch, toolchain, capsys):
+    monkeypatch.setattr(_ext, "find_nvcc", lambda: str(toolchain.nvcc))
+    path = _ext.build()
+    err = capsys.readouterr().err
+    assert path.parent == fresh_ext / "cache" and path.read_bytes() == toolchain.stub.read_bytes()
+    assert str(toolchain.nvcc) in err and "release 99.0" in err and "built " in err  # where nvcc is, its version
+    assert _ext.last_build_seconds is not None
+    assert _ext.build() == path and toolchain.runs() == 1 and _ext.last_build_seconds is None
+    assert _ext.build(force=True) == path and toolchain.runs() == 2
+    assert (fresh_ext / "cache").stat().st_mode & 0o077 == 0  # created private
+
+
+def test_read_only_cache_falls_back_to_a_per_user_folder(fresh_ext, monkeypatch, toolchain, capsys):
+    monkeypatch.setattr(_ext, "find_nvcc", lambda: str(toolchain.nvcc))
+    blocker = fresh_ext / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("VIDATTN_CACHE_DIR", str(blocker / "cache"))  # cannot be created, even by root
+    path = _ext.build()
+    assert path.parent == fresh_ext / "per-user"
+    assert "not using the kernel cache" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.getuid() == 0, reason="root writes read-only folders")
+def test_read_only_cache_with_the_library_is_used_as_is(fresh_ext, monkeypatch, toolchain):
+    monkeypatch.setattr(_ext, "find_nvcc", lambda: str(toolchain.nvcc))
+    path = _ext.build()
+    path.parent.chmod(0o555)
+    try:
+        assert _ext.build() == path and toolchain.runs() == 1
+    finally:
+        path.parent.chmod(0o700)
+
+
+def test_a_read_only_cache_holding_the_library_is_used(fresh_ext, monkeypatch, toolchain):
+    """As an administrator's shared, prebuilt cache: owned by root or us, writable by no one else, no writes needed."""
+    monkeypatch.setattr(_ext, "find_nvcc", lambda: str(toolchain.nvcc))
+    path = _ext.build()
+    monkeypatch.setattr(os, "access", lambda p, mode: False)  # nothing writable from here on
+    assert _ext.build() == path and toolchain.runs() == 1
+
+
+@pytest.mark.parametrize("what", ["group-writable folder", "world-writable library", "foreign owner"])
+def test_unsafe_cache_is_refused_and_rebuilt_elsewhere(what, fresh_ext, monkeypatch, toolchain, capsys):
+    monkeypatch.setattr(_ext, "find_nvcc", lambda: str(toolchain.nvcc))
+    path = _ext.build()
+    planted = b"planted by someone else"
+    path.write_bytes(planted)  # what another user who could write there would do
+    if what == "group-writable folder":
+        path.parent.chmod(0o770)
+    elif what == "world-writable library":
+        path.chmod(0o666)
+    else:
+        if os.getuid() != 0:
+            pytest.skip("only root can hand a folder to another user")
+        os.chown(path.parent, 65534, -1)
+    new = _ext.build()
+    assert new.read_bytes() == toolchain.stub.read_bytes()  # the planted file is never what build() returns
+    err = capsys.readouterr().err
+    if what == "world-writable library":  # a safe folder: rebuilt in place, atomically replacing the bad file
+        assert new == path and (path.stat().st_mode & 0o022) == 0
+    else:
+        assert new.parent == fresh_ext / "per-user" and "not using the kernel cache" in err
+        assert ("writable by group" in err) or ("owned by uid 65534" in err)
+
+
+def test_leftover_temporary_file_of_a_killed_build_is_never_loaded(fresh_ext, monkeypatch, toolchain):
+    monkeypatch.setattr(_ext, "find_nvcc", lambda: str(toolchain.nvcc))
+    name = _ext.library_name(str(toolchain.nvcc))
+    cache = fresh_ext / "cache"
+    cache.mkdir(mode=0o700)
+    leftover = cache / f".{name}.tmp-99999"
+    leftover.write_bytes(b"half a library")
+    path = _ext.build()
+    assert path == cache / name and path.read_bytes() == toolchain.stub.read_bytes()
+    assert not leftover.exists()
+
+
+def _build_in_subprocess(tc, cache: Path, sleep: float) -> subprocess.Popen:
+    env = dict(os.environ, CUDA_HOME=str(tc.cuda_home), VIDATTN_CACHE_DIR=str(cache), FAKE_NVCC_SLEEP=str(sleep),
+               PYTHONPATH=str(REPO))
+    env.pop("VIDATTN_LIBRARY", None)
+    code = "from vidattn import _ext; print(_ext.build())"
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def test_build_killed_halfway_then_a_new_build_succeeds(fresh_ext, toolchain):
+    cache = fresh_ext / "shared-cache"
+    proc = _build_in_subprocess(toolchain, cache, sleep=60)
+    deadline = time.monotonic() + 60
+    while not list(cache.glob(".*.tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(cache.glob(".*.tmp-*")), "the first build never started"
+    os.killpg(proc.pid, signal.SIGKILL)  # as an OOM kill or a scheduler's SIGKILL would
+    proc.wait()
+    for pid in toolchain.count_file.read_text().split():  # and its nvcc (a session of its own), mid-write
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int(pid), signal.SIGKILL)
+    assert not list(cache.glob("libvidattn_sm90-*.so"))  # the half-written file never took the library's name
+    second = _build_in_subprocess(toolchain, cache, sleep=0)
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    path = Path(out.strip())
+    assert path.read_bytes() == toolchain.stub.read_bytes() and not list(cache.glob(".*.tmp-*"))
+
+
+def test_processes_building_at_once_build_once(fresh_ext, toolchain):
+    """Ranks of one job starting together: one builds, the others wait on the lock and load its library."""
+    cache = fresh_ext / "shared-cache"
+    procs = [_build_in_subprocess(toolchain, cache, sleep=4) for _ in range(3)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [r[1] for r in results]
+    paths = {r[0].strip() for r in results}
+    assert len(paths) == 1 and Path(paths.pop()).read_bytes() == toolchain.stub.read_bytes()
+    assert toolchain.runs() == 1  # whether the others waited on the lock or came after, none built again
+
+
+def test_no_kernel_sources_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(_ext, "CSRC", tmp_path / "nowhere")
+    with pytest.raises(RuntimeError, match="kernel sources not found"):
+        _ext.build()
+
+
+def test_no_nvcc_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(_ext, "find_nvcc", lambda: None)
+    with pytest.raises(RuntimeError, match="nvcc not found"):
+        _ext.build()
+
+
+def test_build_module_cli(fresh_ext, toolchain):
+    env = dict(os.environ, CUDA_HOME=str(toolchain.cuda_home), VIDATTN_CACHE_DIR=str(fresh_ext / "c"),
+               PYTHONPATH=str(REPO))
+    env.pop("VIDATTN_LIBRARY", None)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "vidattn.build", *a], env=env, capture_output=True,  # noqa
+                                    text=True, timeout=120)
+    first, again, forced = run("--verbose"), run(), run("--force")
+    for r in (first, again, forced):
+        assert r.returncode == 0, r.stderr
+        assert "kernel library: " + str(fresh_ext / "c") in r.stdout
+    assert "built in" in first.stdout and "already built" in again.stdout and "built in" in forced.stdout
+    assert str(toolchain.nvcc) in first.stderr  # --verbose shows the command
+    assert toolchain.runs() == 2
+
+
+def test_vidattn_build_is_callable_after_the_module_is_imported(monkeypatch):
+    import importlib
+
+    importlib.import_module("vidattn.build")
+    called = []
+    monkeypatch.setattr(_ext, "build", lambda verbose=False, force=False: called.append((verbose, force)))
+    vidattn.build(force=True)
+    assert called == [(False, True)]
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+def test_kv_lens_views_are_read_as_their_values(as_if_on_hopper, monkeypatch):
+    """A column of a 2-D tensor and an expanded scalar reach the launch as contiguous int32 with the same values
+    (the C side reads kv_lens with stride 1)."""
+    seen = []
+    monkeypatch.setattr(_ext, "runtime_reason", lambda: None)
+
+    def fake_forward(q, k, v, out, lse, kv_lens, scale, lib=None):
+        seen.append(kv_lens)
+        out.copy_(sdpa_bshd(q, k, v, attn_mask=ops._key_mask(kv_lens, k.shape[1], q.device), scale=scale))
+
+    monkeypatch.setattr(_ext, "forward", fake_forward)
+    q, k, v = qkv(b=3)
+    table = torch.tensor([[16, 0], [5, 0], [9, 0]], dtype=torch.int32)
+    for lens in (table[:, 0], torch.tensor([7], dtype=torch.int32).expand(3),
+                 table[:, 0].to(torch.int64)):
+        assert vidattn.explain(q, k, v, kv_lens=lens) is None
+        out = vidattn.attention(q, k, v, kv_lens=lens)
+        assert seen[-1].is_contiguous() and seen[-1].dtype == torch.int32
+        assert seen[-1].tolist() == lens.tolist()
+        torch.testing.assert_close(out, vidattn.attention(q, k, v, kv_lens=lens.contiguous().clone()))
+
+
+@pytest.mark.parametrize("case", ["nan q", "inf k", "huge v"])
+def test_nan_and_inf_give_sdpa_answer(case):
+    q, k, v = qkv(dtype=torch.float32)
+    if case == "nan q":
+        q[0, 3, 1, 5] = float("nan")
+    elif case == "inf k":
+        k[1, 2, 0, 0] = float("inf")
+    else:
+        v[0, 0, 0, 0] = 3e38
+    torch.testing.assert_close(vidattn.attention(q, k, v), sdpa_bshd(q, k, v), equal_nan=True)
+
+
+def _more_bad_calls():
+    q, k, v = qkv(b=2, s=6, h=3, d=64, dtype=torch.float32)
+    return [
+        ((q[:, :0], k, v), {}, ValueError, ">= 1"),
+        ((q[:0], k[:0], v[:0]), {}, ValueError, ">= 1"),
+        ((q, k, v), {"kv_lens": torch.tensor([3, 4]).expand(2, 2)}, ValueError, "shape (batch,)"),
+        ((q, k, v), {"kv_lens": torch.tensor([-1, 4])}, ValueError, "[1, 6]"),
+        ((q, k, v), {"kv_lens": torch.tensor([True, False])}, TypeError, "int32 or int64"),
+        ((q, k, v), {"scale": True}, TypeError, "scale must be a float"),
+        ((q, k, v), {"scale": torch.tensor(0.1)}, TypeError, "scale must be a float"),
+        ((q, k, v), {"layout": None}, ValueError, "layout must be"),
+        ((q, k, v[..., None]), {}, ValueError, "v must be 4-D"),
+        ((q, k, None), {}, TypeError, "v must be a torch.Tensor"),
+        ((q.to(torch.complex64), k.to(torch.complex64), v.to(torch.complex64)), {}, TypeError, "complex64"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_more_bad_calls())))
+@pytest.mark.parametrize("fn", ["attention", "explain"])
+def test_more_bad_inputs_raise_clear_errors(case, fn):
+    args, kwargs, exc, fragment = _more_bad_calls()[case]
+    with pytest.raises(exc) as info:
+        getattr(vidattn, fn)(*args, **kwargs)
+    assert fragment in str(info.value) and str(info.value).startswith(f"vidattn.{fn}: ")
+
+
+@pytest.mark.parametrize("what", ["unaligned", "odd stride", "expanded batch", "last dim strided"])
+def test_views_outside_the_envelope_give_sdpa_answer(what, monkeypatch):
+    """Views the kernel cannot read are named by explain and answered by SDPA."""
+    monkeypatch.setattr(_ext, "device_reason", lambda device: None)
+    monkeypatch.setattr(_ext, "runtime_reason", lambda: None)
+    base = torch.randn(2, 16, 2, 72 * 2, dtype=torch.bfloat16)
+    q, k, v = qkv(dtype=torch.bfloat16)
+    if what == "unaligned":
+        q = torch.randn(2 * 16 * 2 * 64 + 1, dtype=torch.bfloat16)[1:].view(2, 16, 2, 64)
+    elif what == "odd stride":
+        q = base[..., :64].unflatten(0, (2,))[:, :, :, :64] if False else base[..., 3:67]
+    elif what == "expanded batch":
+        k = k[:1].expand(2, -1, -1, -1)
+        v = v[:1].expand(2, -1, -1, -1)
+    else:
+        q = base[..., ::2][..., :64]
+    reason = vidattn.explain(q, k, v)
+    if what == "expanded batch":  # a zero stride is fine for TMA: it runs, no copy
+        assert reason is None
+        return
+    assert reason is not None
+    monkeypatch.setattr(_ext, "forward", lambda *a, **kw: pytest.fail("launched outside the envelope"))
+    torch.testing.assert_close(vidattn.attention(q, k, v), sdpa_bshd(q, k, v))
+
+
+# ------------------------------------------------------------------------------------------------ autocast
+@pytest.mark.parametrize("fn", ["attention", "explain"])
+def test_autocast_with_mixed_dtypes_behaves_as_sdpa(fn):
+    """An fp32 norm's q/k beside a bf16 v: SDPA casts to the autocast dtype and runs; so does vidattn."""
+    q, k, v = qkv(dtype=torch.float32)
+    v = v.bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = sdpa_bshd(q, k, v)
+        if fn == "explain":
+            assert isinstance(vidattn.explain(q, k, v), str)  # no TypeError: a reason (the CPU), as for the call
+            return
+        out = vidattn.attention(q, k, v)
+    assert out.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(out, expected)
+    with pytest.raises(TypeError, match="share a dtype"):  # outside autocast, mixed dtypes stay an error
+        vidattn.attention(q, k, v)
+
+
+def test_autocast_leaves_float64_alone_as_sdpa_does():
+    q, k, v = qkv(dtype=torch.float64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = vidattn.attention(q, k, v)
+    assert out.dtype == torch.float64
