@@ -13,9 +13,13 @@ import pytest
 
 STUB_C = textwrap.dedent("""
     #include <stdint.h>
+    #include <stdlib.h>
     static int g_block_n = 0;
     int vidattn_sm90_fwd(const void* args, void* stream) { (void)args; (void)stream; return 1; }
-    const char* vidattn_sm90_last_error(void) { return "stub library: launch refused"; }
+    const char* vidattn_sm90_last_error(void) {
+      const char* e = getenv("STUB_LAUNCH_ERROR");
+      return e ? e : "stub library: launch refused";
+    }
     uint64_t vidattn_sm90_workspace_bytes(void) { return 0; }
     int vidattn_sm90_set_d128_block_n(int n) {
       if (n != 0 && n != 128 && n != 176) return 1;

@@ -553,6 +553,8 @@ def envelope_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: 
         for dim, size, st in zip(("batch", "seq", "heads"), t.shape[:3], t.stride()[:3]):
             if size > 1 and ((st * esize) % TMA_ALIGN_BYTES or st * esize >= 1 << 40):
                 return f"{name}'s {dim} stride ({st} elements) is not a multiple of {TMA_ALIGN_BYTES} bytes below 2^40"
+            if size > 1 and st == 0:  # an expanded view: TMA descriptors are not known to take a zero stride
+                return f"{name} is expanded along {dim} (stride 0); pass .contiguous() to run the kernel"
     if kv_lens is not None:
         if kv_lens.dtype != torch.int32 or kv_lens.device != q.device or kv_lens.dim() != 1 \
                 or kv_lens.shape[0] != q.shape[0]:
@@ -632,6 +634,10 @@ def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = 
         rc = lib.vidattn_sm90_fwd(ctypes.byref(args), ctypes.c_void_p(stream))
     if rc != 0:
         msg = lib.vidattn_sm90_last_error().decode(errors="replace")
+        if msg.startswith("cuTensorMapEncodeTiled failed"):
+            # These arguments' descriptors (a view the envelope let through): this call falls back, later calls
+            # with other tensors still run the kernel.
+            raise KernelLaunchError(f"the kernel's TMA descriptors refused these tensors ({msg})")
         if default:
             _launch_error = f"kernel launch failed ({msg}); the kernel is not used again in this process"
             raise KernelLaunchError(_launch_error)
