@@ -58,6 +58,7 @@ class FakeKernel:
                                kv_lens.tolist(), scale=scale, return_lse=return_lse))
         b, sq, h, d = q.shape
         sc = 1.0 / math.sqrt(d) if scale is None else scale
+        k, v = (t.repeat_interleave(h // k.shape[2], dim=2) for t in (k, v))  # grouped-query K/V, as the kernel
         outs, lses = [], []
         for i in range(b):
             n = k.shape[1] if kv_lens is None else int(kv_lens[i])
@@ -274,12 +275,13 @@ def test_causal_dropout_and_grouped_heads(monkeypatch):
     assert counts == {"is_causal=True: the kernel computes non-causal attention": 1,
                       "dropout_p=0.5: the kernel has no dropout": 1}
     assert "is_causal" in backend().explain(q, k, v, is_causal=True)
-    # Grouped-query attention: K/V heads repeated, then vidattn.attention (the kernel has no GQA of its own).
+    # Grouped-query attention: K/V with their own head count straight to vidattn.attention (the kernel reads each
+    # K/V head in place for its group).
     q, k, v = qkv(h=8, hkv=2)
     mask = _padding("bool (B, Skv)", [5, 9])
     out = call(query=q, key=k, value=v, attn_mask=mask, enable_gqa=True)
     torch.testing.assert_close(out, native(q, k, v, attn_mask=mask, enable_gqa=True), atol=1e-5, rtol=1e-5)
-    assert fake.calls == [dict(q=(2, 12, 8, 16), k=(2, 10, 8, 16), kv_lens=[5, 9], scale=None, return_lse=False)]
+    assert fake.calls == [dict(q=(2, 12, 8, 16), k=(2, 10, 2, 16), kv_lens=[5, 9], scale=None, return_lse=False)]
 
 
 def test_return_lse_layout(monkeypatch):
@@ -381,21 +383,28 @@ def test_diffusers_ring_template_with_the_forward_op(monkeypatch):
 
 
 def test_ring_refuses_a_mask_that_drops_keys(monkeypatch):
-    fake = FakeKernel(monkeypatch)
     q, k, v = qkv()
-    op = backend()._cp_forward_op
-    with pytest.raises(ValueError, match="ring attention .* same mask to every key chunk"):
-        op(None, q, k, v, _padding("bool (B, Skv)", [7, 10]), 0.0, False, None, False, True, _parallel_config=_config(2))
+    b = backend()
+    # Before the template (one process, no torch.distributed: the decision is this rank's alone): a mask that keeps
+    # every key is dropped, any other is refused.
+    assert b._ring_mask(q, k, torch.ones(2, 10, dtype=torch.bool), _config(2)) is None
+    assert b._ring_mask(q, k, torch.zeros(2, 1, 1, 10), _config(2)) is None
+    with pytest.raises(ValueError, match="ring attention .* one mask to every rotated key chunk"):
+        b._ring_mask(q, k, _padding("bool (B, Skv)", [7, 10]), _config(2))
+    with pytest.raises(ValueError, match="values other than 0"):
+        b._ring_mask(q, k, _not_padding("dense bias")[0], _config(2))
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    with pytest.raises(ValueError, match="torch.compile"):
+        b._ring_mask(q, k, torch.ones(2, 10, dtype=torch.bool), _config(2))
+    monkeypatch.undo()
+    # The forward op itself never applies a mask per ring chunk.
     with pytest.raises(ValueError, match="ring attention"):
-        op(None, q, k, v, _not_padding("dense bias")[0], 0.0, False, None, False, True, _parallel_config=_config(2))
-    # A mask that keeps every key means the same for each chunk: dropped, the kernel runs unmasked.
-    out, lse = op(None, q, k, v, torch.ones(2, 10, dtype=torch.bool), 0.0, False, None, False, True,
-                  _parallel_config=_config(2))
-    assert [c["kv_lens"] for c in fake.calls] == [None] and lse.shape == (2, 12, 4)
+        b._cp_forward_op(None, q, k, v, torch.ones(2, 10, dtype=torch.bool), 0.0, False, None, False, True,
+                         _parallel_config=_config(2))
     with pytest.raises(ValueError, match="dropout"):
-        op(None, q, k, v, None, 0.1, False, None, False, True, _parallel_config=_config(2))
+        b._cp_forward_op(None, q, k, v, None, 0.1, False, None, False, True, _parallel_config=_config(2))
     with pytest.raises(NotImplementedError, match="forward-only"):
-        backend()._cp_backward_op(None, torch.zeros(1))
+        b._cp_backward_op(None, torch.zeros(1))
 
 
 def test_ulysses_op_takes_key_padding_and_sends_other_masks_to_sdpa(monkeypatch):

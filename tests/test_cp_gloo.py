@@ -80,9 +80,45 @@ def _worker(rank: int, port: int, out_dir: str, modes: tuple):
                 out = model(x, t, ctx, return_dict=False)[0]
                 results[mode] = dict(diff=(out - reference).abs().max().item(), calls=list(calls),
                                      routes=backend.route_counts())
+            calls.clear()
+            results["masked"] = _masked_calls(rank, backend)
+            results["masked"]["calls"] = list(calls)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
+
+
+def _masked_calls(rank: int, backend) -> dict:
+    """Direct backend calls with a key-padding mask under real collectives, each rank holding its half of the
+    queries, keys and mask (as diffusers' CP hook splits them): Ulysses gathers the mask and runs kv_lens; ring must
+    refuse on every rank when one rank's half drops keys (rank 0's half here keeps all of them), and drop a mask
+    that keeps every key everywhere."""
+    from diffusers import ContextParallelConfig, ParallelConfig
+    from torch.distributed.device_mesh import init_device_mesh
+
+    g = torch.Generator().manual_seed(5)
+    b, s, h, d = 2, 16, 4, 64
+    q, k, v = (torch.randn(b, s, h, d, generator=g) for _ in range(3))
+    keep = torch.arange(s)[None, :] < torch.tensor([s, 11])[:, None]  # batch 1 drops keys 11-15: rank 1's half
+    full = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=keep[:, None, None, :]).transpose(1, 2)
+    plain = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+    mine = slice(rank * s // WORLD, (rank + 1) * s // WORLD)
+    out = {}
+    for mode in ("ulysses", "ring"):
+        cp = ContextParallelConfig(**{f"{mode}_degree": WORLD})
+        config = ParallelConfig(context_parallel_config=cp)
+        config.setup(rank, WORLD, torch.device("cpu"),
+                     mesh=init_device_mesh("cpu", cp.mesh_shape, mesh_dim_names=cp.mesh_dim_names))
+        for name, mask, expected in (("padded", keep, full), ("all kept", torch.ones_like(keep), plain)):
+            try:
+                o = backend.vidattn_attention(q[:, mine], k[:, mine], v[:, mine], attn_mask=mask[:, mine],
+                                              _parallel_config=config)
+                out[f"{mode} {name}"] = (o - expected[:, mine]).abs().max().item()
+            except ValueError as exc:
+                out[f"{mode} {name}"] = str(exc)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +173,14 @@ def test_ulysses_matches_one_process(cp_results):
             * LAYERS, u["calls"]
         assert len(u["calls"]) == 2 * LAYERS
         assert u["routes"] == {"vidattn": 2 * LAYERS}
+
+
+def test_masks_under_real_collectives(cp_results):
+    for rank, res in enumerate(cp_results):
+        m = res["masked"]
+        assert m["ulysses padded"] < 1e-5 and m["ulysses all kept"] < 1e-5, (rank, m)
+        # Both ranks refuse (rank 0's own half keeps every key: the decision is all-reduced).
+        assert "ring attention" in m["ring padded"] and "one mask to every rotated key chunk" in m["ring padded"]
+        assert m["ring all kept"] < 1e-5, (rank, m)
+        ulysses = [c for c in m["calls"] if not c[2]]
+        assert [c[3].tolist() if c[3] is not None else None for c in ulysses] == [[16, 11], [16, 16]], ulysses

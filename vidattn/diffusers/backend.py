@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import ops
+from ..precision import current_precision
 from .sdpa_common import sdpa_mask_to_kv_lens
 
 BACKEND_NAME = "vidattn"
@@ -262,9 +263,9 @@ def _route(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
 
 def _expand_kv(key, value, groups: int):
     # Grouped-query attention as SDPA's enable_gqa defines it: query head i reads key/value head i // groups. The
-    # kernel has no GQA, so the K/V heads are repeated (one copy of K and V, small next to the attention itself
-    # at video lengths) rather than sending the call to SDPA.
-    if groups == 1:
+    # exact kernel does the same in place (vidattn.attention takes K/V with fewer heads); only the 8-bit path has no
+    # GQA, so under it the K/V heads are repeated (one copy, small next to the attention at video lengths).
+    if groups == 1 or current_precision() != "8bit":
         return key, value
     return key.repeat_interleave(groups, dim=2), value.repeat_interleave(groups, dim=2)
 
@@ -378,6 +379,8 @@ def _context_parallel(query, key, value, attn_mask, dropout_p, is_causal, scale,
         enable_gqa = False
     elif enable_gqa and key.dim() == 4 and key.shape[2] == query.shape[2]:
         enable_gqa = False
+    if attn_mask is not None and _ring_degree(parallel_config) > 1:
+        attn_mask = _ring_mask(query, key, attn_mask, parallel_config)
     return template(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
                     forward_op=_cp_forward_op, backward_op=_cp_backward_op, _parallel_config=parallel_config)
 
@@ -385,6 +388,40 @@ def _context_parallel(query, key, value, attn_mask, dropout_p, is_causal, scale,
 def _ring_degree(parallel_config) -> int:
     cp = getattr(parallel_config, "context_parallel_config", None)
     return int(getattr(cp, "ring_degree", 1) or 1)
+
+
+_RING_MASK_ERROR = ("vidattn backend: ring attention (ContextParallelConfig(ring_degree > 1)) with an attention mask "
+                    "that drops keys: diffusers' ring template applies one mask to every rotated key chunk, which "
+                    "would drop the wrong keys. Use ulysses_degree instead, or no mask")
+
+
+def _ring_mask(query, key, attn_mask, parallel_config):
+    """None when `attn_mask` keeps every key on every rank of the context-parallel group (it changes nothing and
+    is dropped); else ValueError. The ring template hands one unsliced mask to every key chunk, so no other mask
+    can be right. The decision is all-reduced over the group: a mask may keep every local key on one rank and not
+    on another, and every rank must then raise, rather than one raising while the rest wait in the next
+    collective (or silently use a mask the user meant for other keys)."""
+    if torch.compiler.is_compiling():
+        raise ValueError(_RING_MASK_ERROR + " (under torch.compile the mask's values cannot be read)")
+    b, sq, h, _ = query.shape
+    kv_lens, reason = _kv_lens(attn_mask, b, h, sq, key.shape[1])
+    keeps = (kv_lens == key.shape[1]).all() if kv_lens is not None else torch.tensor(False)
+    flag = keeps.to(device=query.device, dtype=torch.int32).reshape(1)
+    group = _cp_group(parallel_config)
+    if group is not None:
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN, group=group)
+    if not bool(flag):
+        raise ValueError(_RING_MASK_ERROR + (f" ({reason})" if reason else ""))
+    return None
+
+
+def _cp_group(parallel_config):
+    """The process group of all context-parallel ranks (ring x Ulysses), None without torch.distributed."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return None
+    cp = parallel_config.context_parallel_config
+    mesh = getattr(cp, "_flattened_mesh", None) or getattr(cp, "_ring_mesh", None)
+    return None if mesh is None else mesh.get_group()
 
 
 def _cp_forward_op(ctx, query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
@@ -396,22 +433,15 @@ def _cp_forward_op(ctx, query, key, value, attn_mask=None, dropout_p: float = 0.
         raise ValueError(f"vidattn backend: dropout_p={dropout_p} under context parallelism; the kernel has no "
                          "dropout (inference passes 0)")
     b, sq, h, _ = query.shape
-    skv = key.shape[1]
     kv_lens = None
     if attn_mask is not None:
-        kv_lens, reason = _kv_lens(attn_mask, b, h, sq, skv)
         if _ring_degree(_parallel_config) > 1:
-            # The ring template hands one mask, unsliced, to every rotated key chunk: only a mask that keeps
-            # every key means the same thing for each chunk, and it can be dropped.
-            if kv_lens is None or not bool((kv_lens == skv).all()):
-                raise ValueError(
-                    "vidattn backend: ring attention (ContextParallelConfig(ring_degree > 1)) with an attention mask "
-                    "that drops keys: diffusers' ring template applies the same mask to every key chunk, which "
-                    "would mask the wrong keys. Use ulysses_degree instead, or no mask"
-                    + (f" ({reason})" if reason else ""))
-            kv_lens = None
-        elif kv_lens is None:
-            # Ulysses: the mask covers all keys (the template gathers a local one); not key padding -> SDPA.
+            # vidattn_attention drops masks that keep every key before the template and refuses the rest
+            # (_ring_mask); a mask here came another way and cannot be applied per chunk.
+            raise ValueError(_RING_MASK_ERROR)
+        # Ulysses: the mask covers all keys (the template gathers a local one).
+        kv_lens, reason = _kv_lens(attn_mask, b, h, sq, key.shape[1])
+        if kv_lens is None:
             _note(reason)
             return _native_op(query, key, value, attn_mask, scale, return_lse)
     _note(VIDATTN_ROUTE)
