@@ -142,6 +142,14 @@ def test_diffusers_without_registry_gets_a_clear_error(monkeypatch):
         backend().register_backend()
 
 
+def test_no_diffusers_gets_a_clear_error(monkeypatch):
+    b = backend()
+    monkeypatch.setitem(sys.modules, "diffusers", None)
+    monkeypatch.setitem(sys.modules, "diffusers.models.attention_dispatch", None)
+    with pytest.raises(RuntimeError, match=r"needs diffusers >= 0\.35 .*\(no diffusers\)"):
+        b.register_backend()
+
+
 def test_environment_variable_gets_a_helpful_error(monkeypatch):
     b = backend()
     monkeypatch.setenv("DIFFUSERS_ATTN_BACKEND", "vidattn")

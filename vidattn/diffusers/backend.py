@@ -70,8 +70,9 @@ def _dispatch_module():
                 "vidattn.diffusers.register_backend(default=True) for the whole process.") from exc
         raise
     except ImportError as exc:
-        raise RuntimeError(f"the vidattn diffusers backend needs diffusers >= 0.35 with {_DISPATCH} "
-                           f"(diffusers {_diffusers_version()} is installed): {exc}") from exc
+        have = f"diffusers {_diffusers_version()} is installed" if sys.modules.get("diffusers") else "no diffusers"
+        raise RuntimeError(f"the vidattn diffusers backend needs diffusers >= 0.35 with {_DISPATCH} ({have}): "
+                           f"{exc}") from exc
     missing = [n for n in ("AttentionBackendName", "_AttentionBackendRegistry") if not hasattr(ad, n)]
     names, registry = getattr(ad, "AttentionBackendName", None), getattr(ad, "_AttentionBackendRegistry", None)
     if registry is not None:
