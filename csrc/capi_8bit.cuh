@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "capi.h"
@@ -12,6 +13,21 @@
 #include "sm90/tma_desc.h"
 
 namespace {
+
+int g_q8_d64_wgs = 0;              // 0: the default (kQ8D64DefaultWGs); 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
+thread_local int g_q8_last_wgs = 0;  // consumer warpgroups of this thread's last 8-bit launch
+thread_local int g_q8_last_sum_mma = -1;
+#ifndef VIDATTN_Q8_D64_WGS
+#define VIDATTN_Q8_D64_WGS 2
+#endif
+// Row sums by the tensor cores (q8_fwd.cuh, kSumMma: a column of ones beside V, so P V also sums P as rounded and the
+// softmax drops one FADD per score) or in the softmax (fp32 sums of the unrounded p). 0/1 forced by
+// vidattn_q8_set_sum_mma; -1: the default.
+#ifndef VIDATTN_Q8_SUM_MMA
+#define VIDATTN_Q8_SUM_MMA 0
+#endif
+int g_q8_sum_mma = -1;
+
 
 // The workspace's parts, each 256-byte aligned; k_sum and v_amax adjoin so one memset zeroes both.
 struct Q8Layout {
@@ -23,7 +39,7 @@ struct Q8Layout {
 Q8Layout q8_layout(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_kv, int64_t head_dim) {
   using namespace vidattn::sm90;
   Q8Layout l;
-  l.sq_pad = (seqlen_q + kQ8BlockM - 1) / kQ8BlockM * kQ8BlockM;
+  l.sq_pad = (seqlen_q + kQ8BlockMPad - 1) / kQ8BlockMPad * kQ8BlockMPad;
   l.skv_pad = (seqlen_kv + kQ8BlockN - 1) / kQ8BlockN * kQ8BlockN;
   const uint64_t bh = static_cast<uint64_t>(batch * heads);
   uint64_t at = 0;
@@ -46,7 +62,7 @@ Q8Layout q8_layout(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqle
   return l;
 }
 
-// A 2-D map over rows of 8-bit elements (inner extent `inner` bytes, `rows` rows, contiguous), box (box_inner, box_rows).
+// A 2-D map over rows of 8-bit elements (`inner` bytes, `rows` rows, contiguous), box (box_inner, box_rows).
 bool q8_tensor_map_2d(CUtensorMap* map, const void* base, uint64_t inner, uint64_t rows, uint32_t box_inner,
                       uint32_t box_rows, CUtensorMapSwizzle swizzle, std::string* err) {
   auto encode = vidattn::sm90::tensor_map_encoder(err);
@@ -65,10 +81,10 @@ bool q8_tensor_map_2d(CUtensorMap* map, const void* base, uint64_t inner, uint64
   return true;
 }
 
-template <int kD, bool kFp16>
+template <int kD, int kWGs, bool kSumMma, bool kFp16>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
-  using T = Q8Traits<kD>;
+  using T = Q8Traits<kD, kWGs>;
   uint8_t* ws = static_cast<uint8_t*>(a.workspace);
   Q8PrepParams pp{};
   pp.q = a.q;
@@ -128,20 +144,40 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
          stream>>>(pp);
   if (check_launch("8-bit K/V statistics launch") != 0) return 1;
   const int64_t q_rows = static_cast<int64_t>(bh) * l.sq_pad;
-  constexpr int kRowsPerBlock = kQ8QThreads / 32;
+  constexpr int kRowsPerBlock = q8_q_rows_per_block<kD>();
   q8_q_kernel<kD, kFp16><<<dim3(static_cast<unsigned>((q_rows + kRowsPerBlock - 1) / kRowsPerBlock)), kQ8QThreads, 0,
                            stream>>>(pp);
   if (check_launch("8-bit Q quantization launch") != 0) return 1;
   q8_kv_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(l.skv_pad / kQ8BlockN), ubh), kQ8KvThreads, 0, stream>>>(pp);
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
-  const size_t smem = sizeof(Q8Shared<kD>) + 1024;
-  auto kernel = q8_fwd_kernel<kD, kFp16>;
+  const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
+  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, kFp16>;
   if (allow_smem(kernel, smem) != 0) return 1;
-  kernel<<<dim3(static_cast<unsigned>(l.sq_pad / T::kBlockM), static_cast<unsigned>(a.heads),
+  g_q8_last_wgs = kWGs;
+  g_q8_last_sum_mma = kSumMma ? 1 : 0;
+  kernel<<<dim3(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
                 static_cast<unsigned>(a.batch)),
            T::kThreads, smem, stream>>>(p);
   return check_launch("8-bit attention launch");
+}
+
+// A build default, unless the environment variable `name` holds a value in [lo, hi] (read once, for A/B runs).
+int q8_env_default(const char* name, int build_default, int lo, int hi) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == 0) return build_default;
+  const int v = std::atoi(e);
+  return v >= lo && v <= hi ? v : build_default;
+}
+
+// The instantiation for (head dim, warpgroups): the row-sum variant and the dtype chosen at run time.
+template <int kD, int kWGs>
+int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
+  const bool fp16 = a.dtype == 1;
+  static const int env_sum_mma = q8_env_default("VIDATTN_Q8_SUM_MMA", VIDATTN_Q8_SUM_MMA, 0, 1);
+  if ((g_q8_sum_mma < 0 ? env_sum_mma : g_q8_sum_mma) != 0)
+    return fp16 ? q8_launch<kD, kWGs, true, true>(a, l, s) : q8_launch<kD, kWGs, true, false>(a, l, s);
+  return fp16 ? q8_launch<kD, kWGs, false, true>(a, l, s) : q8_launch<kD, kWGs, false, false>(a, l, s);
 }
 
 }  // namespace
@@ -171,12 +207,40 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   if (!aligned) return fail("output must be 16-byte aligned with strides that are multiples of 8 elements");
   const Q8Layout l = q8_layout(a->batch, a->heads, a->seqlen_q, a->seqlen_kv, a->head_dim);
   if (a->workspace == nullptr || a->workspace_bytes < l.total || reinterpret_cast<uintptr_t>(a->workspace) % 256)
-    return fail("8-bit workspace missing, too small (need " + std::to_string(l.total) + " bytes) or not 256-byte aligned");
+    return fail("8-bit workspace missing, too small (need " + std::to_string(l.total) +
+                " bytes) or not 256-byte aligned");
   auto s = static_cast<cudaStream_t>(stream);
-  const bool fp16 = a->dtype == 1;
+  g_q8_last_wgs = 0;
+  g_q8_last_sum_mma = -1;
   switch (a->head_dim) {
-    case 64: return fp16 ? q8_launch<64, true>(*a, l, s) : q8_launch<64, false>(*a, l, s);
-    case 128: return fp16 ? q8_launch<128, true>(*a, l, s) : q8_launch<128, false>(*a, l, s);
+    case 64: {
+      static const int env_wgs = q8_env_default("VIDATTN_Q8_D64_WGS", VIDATTN_Q8_D64_WGS, 2, 3);
+      if ((g_q8_d64_wgs == 0 ? env_wgs : g_q8_d64_wgs) == 3) return q8_dispatch<64, 3>(*a, l, s);
+      return q8_dispatch<64, 2>(*a, l, s);
+    }
+    case 128: return q8_dispatch<128, 2>(*a, l, s);
     default: return fail("8-bit path: head dim must be 64 or 128");
   }
 }
+
+// Head dim 64 only: force the consumer warpgroups of later 8-bit launches (2 or 3), or 0 for the default. For tests
+// and A/B timing; returns 0, or 1 for any other value (nothing changes).
+extern "C" int vidattn_q8_set_d64_warpgroups(int warpgroups) {
+  if (warpgroups != 0 && warpgroups != 2 && warpgroups != 3) return 1;
+  g_q8_d64_wgs = warpgroups;
+  return 0;
+}
+
+// Consumer warpgroups of this thread's last vidattn_q8_fwd launch (0: it launched none).
+extern "C" int vidattn_q8_last_warpgroups(void) { return g_q8_last_wgs; }
+
+// Row sums of later 8-bit launches by the tensor cores (1), in the softmax (0), or the default (-1). For tests and A/B
+// timing; returns 0, or 1 for any other value (nothing changes).
+extern "C" int vidattn_q8_set_sum_mma(int mode) {
+  if (mode < -1 || mode > 1) return 1;
+  g_q8_sum_mma = mode;
+  return 0;
+}
+
+// The row-sum variant of this thread's last vidattn_q8_fwd launch (1: tensor cores, 0: softmax, -1: none launched).
+extern "C" int vidattn_q8_last_sum_mma(void) { return g_q8_last_sum_mma; }

@@ -8,8 +8,14 @@ Bounds, stated (8-bit is not exact, so these are not multiples of cuDNN's error 
 - relative L2 against fp64 <= REL_L2 = 4.0e-2 on plain, key-offset and sharpened inputs: SageAttention2's measured
   3.8-4.2e-2 on the same inputs (issue text, H200). A CPU emulation of the same quantization (dev/q8_emulate.py)
   predicts 3.7e-2: the e4m3 rounding of V and of P contribute 2.6e-2 and 2.5e-2, INT8 Q K^T little.
+  Cases with few outputs (one query row: 128 numbers) or very long rows take REL_L2_LOOSE = 5e-2: their relative L2
+  scatters more from draw to draw (first device run: 3.5-3.9e-2 on such cases, against 4e-2 for the guards' 8 x 4096
+  rows of 3.66-3.77e-2).
 - max |out - ref| <= MAX_ABS = 0.25 on randn V (unit scale): about 10x the typical error, a bound on outliers.
-- LSE: max |lse - ref| <= 2e-2 (natural log; INT8 scores carry ~1e-2 absolute error at unit-scale logits).
+- LSE: max |lse - ref| <= 0.02 + 6 sigma (lse_bound), sigma = scale / sqrt(12) * (max |q| * dk + max |k - mean| * dq),
+  the standard deviation of one score's INT8 rounding error (dq, dk: the largest quantization steps of Q's rows and
+  K's keys). The LSE moves with the scores that dominate a row: a late sink key of norm 30 read 0.09 (D=128) and 0.19
+  (D=64) on the first device run (bounds there 0.3 and 0.4), random rows 3e-3 to 1e-2.
 - V = ones: every output within 2e-2 of 1 (row mass: P's e4m3 underflow/saturation would show here).
 """
 from __future__ import annotations
@@ -26,8 +32,9 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
 import vidattn  # noqa: E402
 
 REL_L2 = 4.0e-2
+REL_L2_LOOSE = 5.0e-2
 MAX_ABS = 0.25
-LSE_ABS = 2e-2
+LSE_ABS = 2e-2  # the bound's floor (lse_bound)
 MASS = 2e-2
 DEV = torch.device("cuda")
 
@@ -39,6 +46,16 @@ def ref64(q, k, v, scale, kv_lens=None):
         keep = torch.arange(k.shape[1], device=DEV)[None, :] < kv_lens.to(DEV)[:, None]
         s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
     return torch.matmul(torch.softmax(s, -1), vh).transpose(1, 2), torch.logsumexp(s, -1)
+
+
+def lse_bound(q, k, scale):
+    """0.02 + 6 sigma of one score's INT8 rounding error (module docstring); q, k as (B, S, H, D)."""
+    qf, kf = q.float(), k.float()
+    kf = kf - kf.mean(1, keepdim=True)
+    dq = float(qf.abs().amax(-1).max()) / 127
+    dk = float(kf.abs().amax(-1).max()) / 127
+    sigma = scale / math.sqrt(12) * (float(qf.norm(dim=-1).max()) * dk + float(kf.norm(dim=-1).max()) * dq)
+    return LSE_ABS + 6 * sigma
 
 
 def rel_l2(a, b):
@@ -56,7 +73,7 @@ def check(q, k, v, *, layout="bshd", scale=None, kv_lens=None, lse=False, bound=
     r = vidattn.attention(q, k, v, layout=layout, scale=scale, kv_lens=kv_lens, return_lse=lse, precision="8bit")
     out, lse_k = r if lse else (r, None)
     to_bshd = (lambda t: t) if layout == "bshd" else (lambda t: t.transpose(1, 2))
-    qb, kb, vb, ob = to_bshd(q), to_bshd(k), to_bshd(v), to_bshd(out)
+    qb, kb, vb, ob = to_bshd(q), to_bshd(k), to_bshd(v).nan_to_num(), to_bshd(out)  # (NaN only past kv_lens)
     sc = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
     o_ref, lse_ref = ref64(qb, kb, vb, sc, kv_lens)
     assert out.dtype == q.dtype and out.shape == q.shape
@@ -67,7 +84,8 @@ def check(q, k, v, *, layout="bshd", scale=None, kv_lens=None, lse=False, bound=
     if lse:
         fin = torch.isfinite(lse_ref)
         d = float((lse_k.double() - lse_ref)[fin].abs().max())
-        assert d <= LSE_ABS, f"LSE max |err| {d:.3e} (seed {seed})"
+        bound = lse_bound(qb, kb, sc)
+        assert d <= bound, f"LSE max |err| {d:.3e} > {bound:.3e} (seed {seed})"
     return err
 
 
@@ -76,7 +94,7 @@ def check(q, k, v, *, layout="bshd", scale=None, kv_lens=None, lse=False, bound=
 def test_lengths(d, sq, skv):
     seed = hash((d, sq, skv)) % 10000 + int(torch.randint(0, 1 << 20, ()).item())
     q, k, v = (randn(1, n, 2, d, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
-    check(q, k, v, seed=seed, lse=True)
+    check(q, k, v, seed=seed, lse=True, bound=REL_L2_LOOSE)
 
 
 @pytest.mark.parametrize("d", [128, 64])
@@ -132,7 +150,7 @@ def test_long_rows_accumulate():
     seed = int(torch.randint(0, 1 << 20, ()).item())
     q, k, v = randn(1, 256, 2, 128, seed=seed), randn(1, 65536, 2, 128, seed=seed + 1), randn(1, 65536, 2, 128,
                                                                                              seed=seed + 2)
-    check(q, k, v, lse=True, seed=seed)
+    check(q, k, v, lse=True, seed=seed, bound=REL_L2_LOOSE)
     out = vidattn.attention(q, k, torch.ones_like(v), precision="8bit")
     assert float((out.double() - 1).abs().max()) <= MASS
 
@@ -172,4 +190,4 @@ def test_poisoned_output(d):
     o_ref, lse_ref = ref64(q, k, v, 1 / math.sqrt(d))
     assert not torch.isnan(out).any() and not torch.isnan(lse).any()
     assert rel_l2(out, o_ref) <= REL_L2
-    assert float((lse.double() - lse_ref).abs().max()) <= LSE_ABS
+    assert float((lse.double() - lse_ref).abs().max()) <= lse_bound(q, k, 1 / math.sqrt(d))

@@ -19,6 +19,10 @@ import torch
 from . import _ext
 
 HEAD_DIMS = (64, 128)
+# Calls with at most this many keys run the exact kernel even at precision="8bit" (explain says so): with few keys
+# per query row, quantizing Q and each tile's fixed costs outweigh the faster key blocks. 0: never. Set from the
+# key-count sweep of dev/q8_check.py (dev/NOTES_8bit.md).
+SHORT_KV_EXACT_MAX = 0
 _declared: set = set()
 
 
@@ -36,10 +40,38 @@ def _entry(lib: ctypes.CDLL):
     return lib
 
 
+def _setter(symbol: str, value: int, lib=None) -> None:
+    lib = _entry(lib or _ext._library(None))
+    fn = getattr(lib, symbol, None) if lib is not None else None
+    if fn is None:
+        raise RuntimeError(f"the kernel library lacks {symbol}")
+    if fn(int(value)) != 0:
+        raise ValueError(f"{symbol}: invalid value {value}")
+
+
+def set_d64_warpgroups(warpgroups: int, lib=None) -> None:
+    """Force the consumer warpgroups of later D=64 8-bit launches (2 or 3), or 0 for the default. For A/B timing."""
+    _setter("vidattn_q8_set_d64_warpgroups", warpgroups, lib)
+
+
+def set_sum_mma(mode: int, lib=None) -> None:
+    """Row sums of later 8-bit launches by the tensor cores (1: a column of ones beside V), in the softmax (0), or the
+    default (-1). For A/B timing."""
+    _setter("vidattn_q8_set_sum_mma", mode, lib)
+
+
+def last_variant(lib=None) -> tuple[int, int]:
+    """(consumer warpgroups, row sums by tensor cores) of this thread's last 8-bit launch ((0, -1): none)."""
+    lib = _entry(lib or _ext._library(None))
+    return int(lib.vidattn_q8_last_warpgroups()), int(lib.vidattn_q8_last_sum_mma())
+
+
 def envelope_reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
     """Why these (B, S, H, D) views cannot take the 8-bit path, from shapes and dtypes alone (None: they can)."""
     if q.shape[-1] not in HEAD_DIMS:
         return f"head dim {q.shape[-1]} is not supported by the 8-bit kernel (64 or 128)"
+    if k.shape[2] != q.shape[2]:
+        return "grouped-query K/V (fewer K/V heads than query heads) is not supported by the 8-bit kernel"
     if q.shape[0] * q.shape[2] > 65535:
         return "batch * heads over 65535 (the 8-bit kernel's grid)"
     if max(q.shape[1], k.shape[1]) > (1 << 30):
@@ -51,6 +83,9 @@ def reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
     """Why the 8-bit kernel cannot run these (B, S, H, D) views (None: it runs). The exact kernel's envelope (device,
     dtype, strides) applies to it as well, since both read the same inputs and write the same output."""
     reason = envelope_reason_8bit(q, k, v, kv_lens, scale) or _ext.kernel_reason(q, k, v, kv_lens, scale)
+    if reason is None and k.shape[1] <= SHORT_KV_EXACT_MAX:
+        reason = (f"{k.shape[1]} keys: at most {SHORT_KV_EXACT_MAX} keys the exact kernel is faster than the 8-bit "
+                  f"path (vidattn.quant8.SHORT_KV_EXACT_MAX)")
     if reason is None and _entry(_ext.load()) is None:
         reason = "the loaded kernel library predates the 8-bit path (rebuild it: vidattn.build(force=True))"
     return reason

@@ -19,30 +19,35 @@
 
 namespace vidattn::sm90 {
 
-template <int kD>
+// kWGs consumer warpgroups of 64 rows. D=64 has a build with three (192-row tiles at 160 registers; capi_8bit.cuh
+// picks): there the tensor cores need half the time per score of D=128 and the softmax is the bottleneck, so a third
+// warpgroup gives the schedulers more warps to hide its latencies with, as in the bf16 kernel (three at D=64
+// measured 1.1x there).
+template <int kD, int kWGs = 2>
 struct Q8Traits {
-  static constexpr int kBlockM = kQ8BlockM;      // 2 consumer warpgroups x 64 rows
+  static constexpr int kConsumerWGs = kWGs;
+  static constexpr int kBlockM = 64 * kConsumerWGs;
   static constexpr int kBlockN = kQ8BlockN;
-  static constexpr int kConsumerWGs = 2;
   static constexpr int kThreads = 128 * (kConsumerWGs + 1);
   static constexpr int kRowBytes = kD;           // Q8 / K8 rows: one byte per channel
   static constexpr int kSwizzle = kD == 128 ? 128 : 64;
   static constexpr int kStages = kD == 128 ? 4 : 6;
   static constexpr int kQBytes = kBlockM * kD;
   static constexpr int kKBytes = kBlockN * kD;
-  static constexpr int kVBytes = kD * kBlockN;   // V^T: D rows of 128 keys
+  static constexpr int kVBytes = kD * kBlockN;   // V^T: D rows of 128 keys (what TMA loads)
+  static constexpr int kVRows = kD + 8;          // and 8 rows of ones: P V's row-sum columns (kSumMma)
   static constexpr int kOChunks = kD / 64;       // O leaves in 16-row x 64-column boxes
   static constexpr uint32_t kProducerRegs = 24;
-  static constexpr uint32_t kConsumerRegs = 240;
+  static constexpr uint32_t kConsumerRegs = kConsumerWGs == 3 ? 160 : 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536, "register file overcommitted");
 };
 
-template <int kD>
+template <int kD, int kWGs>
 struct Q8Shared {
-  using T = Q8Traits<kD>;
+  using T = Q8Traits<kD, kWGs>;
   alignas(1024) int8_t q[T::kQBytes];
   alignas(1024) int8_t k[T::kStages][T::kKBytes];
-  alignas(1024) uint8_t v[T::kStages][T::kVBytes];
+  alignas(1024) uint8_t v[T::kStages][T::kVRows * T::kBlockN];
   alignas(1024) uint16_t o_scratch[T::kConsumerWGs * 4][16 * 64];  // one 16 x 64 box per consumer warp
   uint64_t q_full;
   uint64_t k_full[T::kStages];
@@ -118,14 +123,18 @@ __device__ __forceinline__ float q8_quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
-// Ping-pong turns between the two consumer warpgroups (named barriers 3, 4: as flash_fwd.cuh's SchedBarrier).
+// Turns on the tensor cores, round robin over the consumer warpgroups (named barriers 3 + w: "warpgroup w may issue",
+// as flash_fwd.cuh's SchedBarrier).
 __device__ __forceinline__ void q8_turn_wait(int cwg) { ptx::named_barrier_sync(3 + cwg, 256); }
-__device__ __forceinline__ void q8_turn_pass(int cwg) { ptx::named_barrier_arrive(3 + (cwg ^ 1), 256); }
+template <int kWGs>
+__device__ __forceinline__ void q8_turn_pass(int cwg) {
+  ptx::named_barrier_arrive(3 + (cwg + 1 == kWGs ? 0 : cwg + 1), 256);
+}
 
 // S = Q K'^T over one 128-key block: D / 32 INT8 wgmmas, both operands K-major in shared memory.
 template <int kD>
 __device__ __forceinline__ void q8_issue_qk(int32_t (&sacc)[kQ8BlockN / 2], uint32_t q_smem, uint32_t k_smem) {
-  using T = Q8Traits<kD>;
+  using T = Q8Traits<kD, 2>;  // (the swizzle depends on kD only)
 #pragma unroll
   for (int kk = 0; kk < kD / 32; ++kk) {
     const uint64_t da = q8ptx::smem_desc<T::kSwizzle>(q_smem + kk * 32);
@@ -137,23 +146,25 @@ __device__ __forceinline__ void q8_issue_qk(int32_t (&sacc)[kQ8BlockN / 2], uint
 
 // O_tile = P V over one 128-key block: 4 e4m3 wgmmas of 32 keys, P from registers, V^T (rows of 128 keys) K-major.
 // The first overwrites O_tile (scale-d 0): a fresh accumulator per block.
-template <int kD>
-__device__ __forceinline__ void q8_issue_pv(float (&ot)[kD / 2], const uint32_t (&pa)[kQ8BlockN / 32][4],
+// kNpv = D, or D + 8 with the ones rows (kSumMma): then O_tile's last 8 columns are each row's sum of P as rounded.
+template <int kNpv>
+__device__ __forceinline__ void q8_issue_pv(float (&ot)[kNpv / 2], const uint32_t (&pa)[kQ8BlockN / 32][4],
                                             uint32_t v_smem) {
 #pragma unroll
   for (int kk = 0; kk < kQ8BlockN / 32; ++kk) {
     const uint64_t db = q8ptx::smem_desc<128>(v_smem + kk * 32);
-    ptx::WgmmaE4m3<kD>::rs(ot, pa[kk], db, kk > 0);
+    ptx::WgmmaE4m3<kNpv>::rs(ot, pa[kk], db, kk > 0);
   }
   ptx::wgmma_commit();
 }
 
 // The softmax of one block: dequantize (I2F, then the per-row x per-group multiplier c folded into the exponent's
-// FFMA), row max (exact: the current block's own max is in it, so p <= 2^8), p = 2^(s c - m + 8), row sums of the
-// unrounded p in fp32. alpha = 2^(m_old - m_new) is what O must be scaled by.
+// FFMA), row max (exact: the current block's own max is in it, so p <= 2^8), p = 2^(s c - m + 8), and with kSum the
+// row sums of the unrounded p in fp32 (else the tensor cores sum P as rounded: kSumMma). alpha = 2^(m_old - m_new) is
+// what O must be scaled by.
 constexpr float kQ8POffset = 8.f;  // log2 of P's largest value, 256, under e4m3's 448
 
-template <int kN>
+template <int kN, bool kSum>
 __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2], const float (&c)[2],
                                            float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2], int kv0,
                                            int kv_len, int col_in_group) {
@@ -202,11 +213,15 @@ __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float 
     pf[4 * i + 1] = ptx::exp2_approx(fmaf(pf[4 * i + 1], c[0], neg[0]));
     pf[4 * i + 2] = ptx::exp2_approx(fmaf(pf[4 * i + 2], c[1], neg[1]));
     pf[4 * i + 3] = ptx::exp2_approx(fmaf(pf[4 * i + 3], c[1], neg[1]));
-    ts[0][i % 2] += pf[4 * i + 0] + pf[4 * i + 1];
-    ts[1][i % 2] += pf[4 * i + 2] + pf[4 * i + 3];
+    if constexpr (kSum) {
+      ts[0][i % 2] += pf[4 * i + 0] + pf[4 * i + 1];
+      ts[1][i % 2] += pf[4 * i + 2] + pf[4 * i + 3];
+    }
   }
+  if constexpr (kSum) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + (ts[r][0] + ts[r][1]);
+    for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + (ts[r][0] + ts[r][1]);
+  }
 }
 
 // P to e4m3 A fragments of the k32 steps: register 0 of step kk holds row r's keys 2t, 2t+1, 8+2t, 9+2t of keys
@@ -224,9 +239,15 @@ __device__ __forceinline__ void q8_pack_p(const float (&pf)[kN / 2], uint32_t (&
   }
 }
 
-// O = O * alpha + O_tile: the two-level accumulation's promotion and the online softmax's rescale in one FFMA.
-template <int kD>
-__device__ __forceinline__ void q8_merge(float (&o)[kD / 2], const float (&ot)[kD / 2], const float (&alpha)[2]) {
+// O = O * alpha + O_tile: the two-level accumulation's promotion and the online softmax's rescale in one FFMA; with
+// the ones columns (kNpv = D + 8) the row sums likewise, from column D (row r) and its pair entry (row r + 8).
+template <int kD, int kNpv>
+__device__ __forceinline__ void q8_merge(float (&o)[kD / 2], const float (&ot)[kNpv / 2], const float (&alpha)[2],
+                                         float (&row_sum)[2]) {
+  if constexpr (kNpv > kD) {
+    row_sum[0] = fmaf(row_sum[0], alpha[0], ot[kD / 2]);
+    row_sum[1] = fmaf(row_sum[1], alpha[1], ot[kD / 2 + 2]);
+  }
 #pragma unroll
   for (int i = 0; i < kD / 8; ++i) {
     o[4 * i + 0] = fmaf(o[4 * i + 0], alpha[0], ot[4 * i + 0]);
@@ -236,10 +257,10 @@ __device__ __forceinline__ void q8_merge(float (&o)[kD / 2], const float (&ot)[k
   }
 }
 
-template <int kD>
-__device__ __forceinline__ void q8_producer(const Q8FwdParams& p, Q8Shared<kD>& s, int m_block, int bh,
+template <int kD, int kWGs>
+__device__ __forceinline__ void q8_producer(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int m_block, int bh,
                                             int n_blocks) {
-  using T = Q8Traits<kD>;
+  using T = Q8Traits<kD, kWGs>;
   ptx::mbarrier_arrive_expect_tx(&s.q_full, T::kQBytes);
   q8ptx::tma_load_2d(s.q, &p.tm_q, &s.q_full, 0, bh * p.sq_pad + m_block * T::kBlockM);
   for (int j = 0; j < n_blocks; ++j) {
@@ -289,10 +310,10 @@ __device__ __forceinline__ void q8_store_o(const Q8FwdParams& p, int b, int h, i
   }
 }
 
-template <int kD, bool kFp16>
-__device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD>& s, int cwg, int m_block, int b,
+template <int kD, int kWGs, bool kSumMma, bool kFp16>
+__device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block, int b,
                                             int h, int n_blocks, int kv_len) {
-  using T = Q8Traits<kD>;
+  using T = Q8Traits<kD, kWGs>;
   constexpr int kN = T::kBlockN;
   const int tid = threadIdx.x - 128 * (cwg + 1), lane = tid % 32, warp = tid / 32;
   const int col_in_group = 2 * (lane % 4);
@@ -304,17 +325,19 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD>& 
   const uint32_t q_smem = ptx::smem_addr(s.q) + cwg * 64 * T::kRowBytes;
   const float kNegInf = -__int_as_float(0x7f800000);
 
-  float o[kD / 2], ot[kD / 2];
+  constexpr int kNpv = kSumMma ? kD + 8 : kD;
+  float o[kD / 2], ot[kNpv / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
   float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
   float alpha[2] = {0.f, 0.f}, alpha_prev[2] = {0.f, 0.f};
   int32_t sacc[kN / 2];
   float pf[kN / 2];
+  float k_next = 0.f;  // the next key block's K scale for this thread's key group
   uint32_t pa[kN / 32][4];
 
   // The last warpgroup passes the first turn, so warpgroup 0 starts; warpgroup 0 absorbs the last pass at the end.
-  if (cwg == 1) q8_turn_pass(cwg);
+  if (cwg == T::kConsumerWGs - 1) q8_turn_pass<T::kConsumerWGs>(cwg);
   ptx::mbarrier_wait(&s.q_full, 0);
   if (n_blocks > 0) {
     {  // Prologue: S_0 alone, its softmax, P_0 packed.
@@ -323,23 +346,25 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD>& 
       const float k0 = ks[0];
       c[0] = qs[0] * k0;
       c[1] = qs[1] * k0;
+      k_next = n_blocks > 1 ? ks[kQ8KGroups] : 0.f;
       q8_turn_wait(cwg);
       ptx::wgmma_fence();
       q8_issue_qk<kD>(sacc, q_smem, ptx::smem_addr(s.k[0]));
-      q8_turn_pass(cwg);
+      q8_turn_pass<T::kConsumerWGs>(cwg);
       ptx::wgmma_wait<0>();
       q8_fence_regs(sacc);
       if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[0]);
-      q8_softmax<kN>(sacc, pf, c, row_max, row_sum, alpha, 0, kv_len, col_in_group);
+      q8_softmax<kN, !kSumMma>(sacc, pf, c, row_max, row_sum, alpha, 0, kv_len, col_in_group);
       q8_pack_p<kN>(pf, pa);
     }
     for (int j = 1; j < n_blocks; ++j) {
       const int stage = j % T::kStages, prev = (j - 1) % T::kStages;
       const uint32_t k_par = (j / T::kStages) & 1, v_par = ((j - 1) / T::kStages) & 1;
+      // Block j's K scale was loaded an iteration ago (its latency off the softmax's path); block j+1's now.
       float c[2];
-      const float kj = ks[j * kQ8KGroups];
-      c[0] = qs[0] * kj;
-      c[1] = qs[1] * kj;
+      c[0] = qs[0] * k_next;
+      c[1] = qs[1] * k_next;
+      k_next = j + 1 < n_blocks ? ks[(j + 1) * kQ8KGroups] : 0.f;
       ptx::mbarrier_wait(&s.k_full[stage], k_par);
       q8_turn_wait(cwg);
       ptx::wgmma_fence();
@@ -348,19 +373,20 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD>& 
       // as here: P's and O_tile's registers are unchanged since the fence above.
       ptx::mbarrier_wait(&s.v_full[prev], v_par);
       ptx::wgmma_fence();
-      q8_issue_pv<kD>(ot, pa, ptx::smem_addr(s.v[prev]));
-      q8_turn_pass(cwg);
+      q8_issue_pv<kNpv>(ot, pa, ptx::smem_addr(s.v[prev]));
+      q8_turn_pass<T::kConsumerWGs>(cwg);
       ptx::wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
       q8_fence_regs(sacc);
       if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
       alpha_prev[0] = alpha[0];
       alpha_prev[1] = alpha[1];
-      q8_softmax<kN>(sacc, pf, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
+      q8_softmax<kN, !kSumMma>(sacc, pf, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
       ptx::wgmma_wait<0>();
       ptx::fence_regs(ot);
       q8_fence_frag(pa);
       if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
-      q8_merge<kD>(o, ot, alpha_prev);  // O (to block j-2, reference m_{j-2}) -> to block j-1, reference m_{j-1}
+      // O (blocks to j-2, reference m_{j-2}) -> blocks to j-1, reference m_{j-1}
+      q8_merge<kD, kNpv>(o, ot, alpha_prev, row_sum);
       q8_pack_p<kN>(pf, pa);
     }
     {  // Drain: the last P V, merged with the last block's alpha.
@@ -368,12 +394,12 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD>& 
       ptx::mbarrier_wait(&s.v_full[last], ((n_blocks - 1) / T::kStages) & 1);
       q8_turn_wait(cwg);
       ptx::wgmma_fence();
-      q8_issue_pv<kD>(ot, pa, ptx::smem_addr(s.v[last]));
-      q8_turn_pass(cwg);
+      q8_issue_pv<kNpv>(ot, pa, ptx::smem_addr(s.v[last]));
+      q8_turn_pass<T::kConsumerWGs>(cwg);
       ptx::wgmma_wait<0>();
       ptx::fence_regs(ot);
       if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
-      q8_merge<kD>(o, ot, alpha);
+      q8_merge<kD, kNpv>(o, ot, alpha, row_sum);
     }
   }
   if (cwg == 0) q8_turn_wait(cwg);
@@ -382,7 +408,7 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD>& 
   float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row_sum[r] = q8_quad_sum(row_sum[r]);
+    if constexpr (!kSumMma) row_sum[r] = q8_quad_sum(row_sum[r]);  // (the ones columns hold whole rows)
     inv[r] = row_sum[r] > 0.f ? ptx::rcp_approx(row_sum[r]) : 0.f;
   }
   const int warp_row0 = m_block * T::kBlockM + cwg * 64 + warp * 16;
@@ -403,12 +429,13 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD>& 
   if (lane == 0) ptx::bulk_wait_group<0>();  // shared memory must outlive the TMA stores' reads
 }
 
-template <int kD, bool kFp16>
-__global__ void __launch_bounds__(Q8Traits<kD>::kThreads, 1) q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
-  using T = Q8Traits<kD>;
+template <int kD, int kWGs, bool kSumMma, bool kFp16>
+__global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
+    q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
+  using T = Q8Traits<kD, kWGs>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t pad = (1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023;
-  auto& s = *reinterpret_cast<Q8Shared<kD>*>(smem_raw + pad);
+  auto& s = *reinterpret_cast<Q8Shared<kD, kWGs>*>(smem_raw + pad);
   const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
   const int n_blocks = (kv_len + T::kBlockN - 1) / T::kBlockN;
@@ -427,13 +454,23 @@ __global__ void __launch_bounds__(Q8Traits<kD>::kThreads, 1) q8_fwd_kernel(const
     }
     ptx::fence_barrier_init();
   }
+  if constexpr (kSumMma) {
+    // The ones rows under every V stage (e4m3 1.0 = 0x38; any swizzle leaves a constant tile as it is), written by
+    // ordinary stores that wgmma reads through the async proxy: fenced before the barrier.
+    for (int i = threadIdx.x; i < T::kStages * 8 * T::kBlockN / 16; i += T::kThreads) {
+      const int st = i / (8 * T::kBlockN / 16), u = i % (8 * T::kBlockN / 16);
+      *reinterpret_cast<uint4*>(&s.v[st][T::kVBytes + 16 * u]) = make_uint4(0x38383838u, 0x38383838u, 0x38383838u,
+                                                                            0x38383838u);
+    }
+    ptx::fence_proxy_async_smem();
+  }
   __syncthreads();
   if (wg == 0) {
     ptx::setmaxnreg_dec<T::kProducerRegs>();
-    if (threadIdx.x == 0) q8_producer<kD>(p, s, m_block, b * p.heads + h, n_blocks);
+    if (threadIdx.x == 0) q8_producer<kD, kWGs>(p, s, m_block, b * p.heads + h, n_blocks);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
-    q8_consumer<kD, kFp16>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
+    q8_consumer<kD, kWGs, kSumMma, kFp16>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
   }
 }
 

@@ -1,5 +1,5 @@
 // The 8-bit path's pre-pass (precision="8bit"): reads 16-bit Q, K, V with the caller's strides and writes the
-// operands of q8_fwd.cuh into one workspace (Q8Workspace). Three launches (capi_8bit.cuh, q8_prepass):
+// operands of q8_fwd.cuh into one workspace (Q8Workspace). Three launches after one memset (capi_8bit.cuh, q8_launch):
 //   1. q8_kv_stats_kernel: per (batch, head, channel) the sum of K and the max |V| over the valid keys (atomics into
 //      zeroed fp32 / bit-pattern slots).
 //   2. q8_q_kernel: Q to INT8 with one scale per query row (the kernel's accumulator rows r, r+8 each get their own
@@ -22,7 +22,7 @@
 namespace vidattn::sm90 {
 
 constexpr int kQ8BlockN = 128;    // keys per K scale block and per kernel key block (q8_fwd.cuh)
-constexpr int kQ8BlockM = 128;    // query rows per kernel tile: Q8 is padded to a multiple of it
+constexpr int kQ8BlockMPad = 384; // Q8 is padded to a multiple of every kernel tile height (128 and 192 rows)
 constexpr int kQ8KGroups = 4;     // K scales per key block (key % 8 / 2)
 constexpr float kQ8IntMax = 127.f;
 constexpr float kQ8E4m3Max = 448.f;
@@ -152,60 +152,70 @@ __global__ void __launch_bounds__(kQ8StatThreads) q8_kv_stats_kernel(const Q8Pre
   }
 }
 
-// ---- 2. Q to INT8, one scale per row; one warp per row ----------------------------------------------------------
+// ---- 2. Q to INT8, one scale per row ----------------------------------------------------------------------------
+// A row is kD / 8 lanes of 16 bytes; a warp takes 32 / (kD / 8) rows per step and kQ8QSteps steps, every load issued
+// before the first use (v1, one warp per row with 8-byte loads, read Q at about 1.6 TB/s).
 constexpr int kQ8QThreads = 256;
+constexpr int kQ8QSteps = 4;
+
+template <int kD>
+constexpr int q8_q_rows_per_block() {
+  return (kQ8QThreads / 32) * (32 / (kD / 8)) * kQ8QSteps;
+}
 
 template <int kD, bool kFp16>
 __global__ void __launch_bounds__(kQ8QThreads) q8_q_kernel(const Q8PrepParams p) {
-  constexpr int kE = kD / 32;  // elements per lane: 4 (D=128) or 2 (D=64)
-  const int lane = threadIdx.x % 32;
-  const int64_t grow = static_cast<int64_t>(blockIdx.x) * (kQ8QThreads / 32) + threadIdx.x / 32;
+  constexpr int kLanesPerRow = kD / 8, kRowsPerStep = 32 / kLanesPerRow;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int sub = lane / kLanesPerRow, vec = lane % kLanesPerRow;
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.sq_pad;
-  if (grow >= rows) return;
-  const int bh = static_cast<int>(grow / p.sq_pad), row = static_cast<int>(grow - static_cast<int64_t>(bh) * p.sq_pad);
-  const int b = bh / p.heads, h = bh % p.heads;
-  float x[kE];
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * q8_q_rows_per_block<kD>() +
+                       warp * (kRowsPerStep * kQ8QSteps);
+  uint4 u[kQ8QSteps];
+  int64_t grow[kQ8QSteps];
+  int bh[kQ8QSteps], row[kQ8QSteps];
 #pragma unroll
-  for (int e = 0; e < kE; ++e) x[e] = 0.f;
-  if (row < p.seqlen_q) {
-    const uint16_t* qp = static_cast<const uint16_t*>(p.q) + b * p.q_stride[0] + row * p.q_stride[1] +
-                         h * p.q_stride[2] + lane * kE;
-    if constexpr (kE == 4) {
-      const uint2 u = *reinterpret_cast<const uint2*>(qp);
-      x[0] = q8_to_float<kFp16>(u.x & 0xffff);
-      x[1] = q8_to_float<kFp16>(u.x >> 16);
-      x[2] = q8_to_float<kFp16>(u.y & 0xffff);
-      x[3] = q8_to_float<kFp16>(u.y >> 16);
-    } else {
-      const uint32_t u = *reinterpret_cast<const uint32_t*>(qp);
-      x[0] = q8_to_float<kFp16>(u & 0xffff);
-      x[1] = q8_to_float<kFp16>(u >> 16);
+  for (int st = 0; st < kQ8QSteps; ++st) {
+    grow[st] = row0 + st * kRowsPerStep + sub;
+    bh[st] = static_cast<int>(grow[st] / p.sq_pad);
+    row[st] = static_cast<int>(grow[st] - static_cast<int64_t>(bh[st]) * p.sq_pad);
+    u[st] = make_uint4(0, 0, 0, 0);
+    if (grow[st] < rows && row[st] < p.seqlen_q) {
+      const int b = bh[st] / p.heads, h = bh[st] % p.heads;
+      u[st] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.q) + b * p.q_stride[0] +
+                                              row[st] * p.q_stride[1] + h * p.q_stride[2] + vec * 8);
     }
   }
-  float m = 0.f;
 #pragma unroll
-  for (int e = 0; e < kE; ++e) m = fmaxf(m, fabsf(x[e]));
+  for (int st = 0; st < kQ8QSteps; ++st) {
+    float x[8];
+    q8_unpack8<kFp16>(u[st], x);
+    float m = 0.f;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
-  // An all-zero row keeps scale 1 (its codes are 0): a zero scale would make -inf * 0 = NaN of masked keys.
-  const float inv = m > 0.f ? kQ8IntMax / m : 1.f;
-  const float qs = m > 0.f ? m / kQ8IntMax : 1.f;
-  uint32_t packed = 0;
+    for (int e = 0; e < 8; ++e) m = fmaxf(m, fabsf(x[e]));
 #pragma unroll
-  for (int e = 0; e < kE; ++e) packed |= (static_cast<uint32_t>(q8_round(x[e] * inv)) & 0xff) << (8 * e);
-  int8_t* dst = p.ws.q8 + grow * kD + lane * kE;
-  if constexpr (kE == 4) *reinterpret_cast<uint32_t*>(dst) = packed;
-  else *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(packed);
-  if (lane == 0) p.ws.q_scale[grow] = qs * p.scale * 1.4426950408889634f;
-  if (p.want_lse && row < p.seqlen_q) {
-    const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
-    const float inv_n = kv_len > 0 ? 1.f / static_cast<float>(kv_len) : 0.f;
-    float dot = 0.f;
+    for (int o = kLanesPerRow / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+    // An all-zero row keeps scale 1 (its codes are 0): a zero scale would make -inf * 0 = NaN of masked keys.
+    const float inv = m > 0.f ? kQ8IntMax / m : 1.f;
+    uint32_t w[2] = {0, 0};
 #pragma unroll
-    for (int e = 0; e < kE; ++e) dot += x[e] * p.ws.k_sum[bh * kD + lane * kE + e];
+    for (int e = 0; e < 8; ++e) w[e / 4] |= (static_cast<uint32_t>(q8_round(x[e] * inv)) & 0xff) << (8 * (e % 4));
+    const bool in = grow[st] < rows;
+    if (in) *reinterpret_cast<uint2*>(p.ws.q8 + grow[st] * kD + vec * 8) = make_uint2(w[0], w[1]);
+    if (in && vec == 0) p.ws.q_scale[grow[st]] = (m > 0.f ? m / kQ8IntMax : 1.f) * p.scale * 1.4426950408889634f;
+    if (p.want_lse) {  // uniform over the warp: every lane joins the shuffles
+      const int kv_len = in ? q8_kv_len(p.kv_lens, p.seqlen_kv, bh[st] / p.heads) : 0;
+      const float inv_n = kv_len > 0 ? 1.f / static_cast<float>(kv_len) : 0.f;
+      float dot = 0.f;
+      if (in) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffff, dot, o);
-    if (lane == 0) p.ws.lse_corr[static_cast<int64_t>(bh) * p.seqlen_q + row] = dot * inv_n * p.scale;
+        for (int e = 0; e < 8; ++e) dot += x[e] * p.ws.k_sum[bh[st] * kD + vec * 8 + e];
+      }
+#pragma unroll
+      for (int o = kLanesPerRow / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffff, dot, o);
+      if (in && vec == 0 && row[st] < p.seqlen_q)
+        p.ws.lse_corr[static_cast<int64_t>(bh[st]) * p.seqlen_q + row[st]] = dot * inv_n * p.scale;
+    }
   }
 }
 
@@ -235,14 +245,21 @@ __global__ void __launch_bounds__(kQ8KvThreads) q8_kv_kernel(const Q8PrepParams 
                        static_cast<int64_t>(valid ? key : 0) * p.k_stride[1];
   const uint16_t* vp = static_cast<const uint16_t*>(p.v) + b * p.v_stride[0] + h * p.v_stride[2] +
                        static_cast<int64_t>(valid ? key : 0) * p.v_stride[1];
-  // Pass 1: max |k - mean| of this key, then over its group (keys of equal key % 8 / 2: lanes differing in bits
-  // 0, 3 and 4, then the four warps).
+  // The key's K and V rows in registers, every 16-byte load issued at once (v1 read them in two dependent passes).
+  uint4 kr[kD / 8], vr[kD / 8];
+#pragma unroll
+  for (int c8 = 0; c8 < kD / 8; ++c8) {
+    kr[c8] = valid ? *reinterpret_cast<const uint4*>(kp + c8 * 8) : make_uint4(0, 0, 0, 0);
+    vr[c8] = valid ? *reinterpret_cast<const uint4*>(vp + c8 * 8) : make_uint4(0, 0, 0, 0);
+  }
+  // max |k - mean| of this key, then over its group (keys of equal key % 8 / 2: lanes differing in bits 0, 3 and 4,
+  // then the four warps).
   float m = 0.f;
   if (valid) {
-#pragma unroll 4
+#pragma unroll
     for (int c8 = 0; c8 < kD / 8; ++c8) {
       float f[8];
-      q8_unpack8<kFp16>(*reinterpret_cast<const uint4*>(kp + c8 * 8), f);
+      q8_unpack8<kFp16>(kr[c8], f);
 #pragma unroll
       for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(f[i] - mean[c8 * 8 + i]));
     }
@@ -264,21 +281,17 @@ __global__ void __launch_bounds__(kQ8KvThreads) q8_kv_kernel(const Q8PrepParams 
     for (int w = 0; w < kQ8KvThreads / 32; ++w) gt = fmaxf(gt, gmax[w][tid]);
     p.ws.k_scale[(bh * nkb + blockIdx.x) * kQ8KGroups + tid] = gt > 0.f ? gt / kQ8IntMax : 1.f;
   }
-  // Pass 2: K' codes, 16 bytes per store; V to e4m3 into the transposed shared tile.
+  // K' codes, 16 bytes per store; V to e4m3 into the transposed shared tile (lanes write one row's consecutive
+  // positions: no bank conflicts).
   int8_t* kd = p.ws.k8 + (static_cast<int64_t>(bh) * p.skv_pad + blockIdx.x * kQ8BlockN + tid) * kD;
   const int pos = (tid & ~15) + q8_vperm_pos(tid & 15);
-#pragma unroll 2
+#pragma unroll
   for (int c16 = 0; c16 < kD / 16; ++c16) {
     float f[16], v[16];
-    if (valid) {
-      q8_unpack8<kFp16>(*reinterpret_cast<const uint4*>(kp + c16 * 16), *reinterpret_cast<float(*)[8]>(f));
-      q8_unpack8<kFp16>(*reinterpret_cast<const uint4*>(kp + c16 * 16 + 8), *reinterpret_cast<float(*)[8]>(f + 8));
-      q8_unpack8<kFp16>(*reinterpret_cast<const uint4*>(vp + c16 * 16), *reinterpret_cast<float(*)[8]>(v));
-      q8_unpack8<kFp16>(*reinterpret_cast<const uint4*>(vp + c16 * 16 + 8), *reinterpret_cast<float(*)[8]>(v + 8));
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) f[i] = v[i] = 0.f;
-    }
+    q8_unpack8<kFp16>(kr[2 * c16], *reinterpret_cast<float(*)[8]>(f));
+    q8_unpack8<kFp16>(kr[2 * c16 + 1], *reinterpret_cast<float(*)[8]>(f + 8));
+    q8_unpack8<kFp16>(vr[2 * c16], *reinterpret_cast<float(*)[8]>(v));
+    q8_unpack8<kFp16>(vr[2 * c16 + 1], *reinterpret_cast<float(*)[8]>(v + 8));
     uint32_t w[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
