@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -178,7 +179,7 @@ def _dir_problem(d: Path) -> str | None:
 
 
 @contextmanager
-def _build_lock(d: Path, name: str, verbose: bool):
+def _build_lock(d: Path, name: str):
     """An exclusive lock on building `name` in `d`, across processes (flock: the kernel drops it when a holder dies,
     so a killed build never blocks the next one)."""
     try:
@@ -273,7 +274,7 @@ def _compile(nvcc: str, out: Path, verbose: bool) -> float:
 def _build_in(nvcc: str, d: Path, name: str, verbose: bool, force: bool) -> Path:
     """The library `name` in the cache folder `d`, built under the lock unless present (and safe) already."""
     lib = d / name
-    with _build_lock(d, name, verbose):
+    with _build_lock(d, name):
         if lib.is_file() and not force and unsafe_reason(lib) is None:
             return lib  # another process built it while we waited
         # Holding the lock, any temporary file of this library is a build that died halfway (killed, power loss).
@@ -286,7 +287,8 @@ def _build_in(nvcc: str, d: Path, name: str, verbose: bool, force: bool) -> Path
             dt = _compile(nvcc, tmp, verbose)
             os.chmod(tmp, 0o755)
             os.replace(tmp, lib)  # atomic: a reader sees no library or the whole one
-            (d / f".{name}.tmp-{os.getpid()}.log").replace(d / f"{name}.log")
+            with contextlib.suppress(OSError):  # the compiler's log is a convenience; the library is built
+                (d / f".{name}.tmp-{os.getpid()}.log").replace(d / f"{name}.log")
         finally:
             tmp.unlink(missing_ok=True)
         global last_build_seconds
@@ -312,7 +314,6 @@ def build(verbose: bool = False, force: bool = False) -> Path:
     global last_build_seconds
     last_build_seconds = None
     name = library_name(nvcc)
-    passed_over: list[str] = []
     candidates = [cache_dir()]
     if _per_user_dir() != candidates[0]:
         candidates.append(_per_user_dir())
@@ -331,7 +332,6 @@ def build(verbose: bool = False, force: bool = False) -> Path:
                     return _build_in(nvcc, d, name, verbose, force)
                 except OSError as exc:  # e.g. a read-only file system under a writable-looking folder
                     problem = f"cannot write in {d}: {exc.strerror or exc}"
-        passed_over.append(problem)
         _say(f"not using the kernel cache {d}: {problem}")
     d = Path(tempfile.mkdtemp(prefix="vidattn-build-"))
     _say(f"building in a private temporary folder {d}, for this process only (every new process builds again; "
