@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import torch  # noqa: E402
 
-from generate_video import DTYPES, attention_paths, build_from_args, resolve, resolve_device  # noqa: E402
+from generate_video import (DTYPES, _is_wan_dir, attention_paths, build_from_args, note_cpu,  # noqa: E402
+                            prepare_pipeline, resolve, resolve_device)
 
 PATHS = ("sdpa", "vidattn")
 
@@ -71,7 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=None,
                    help="with --model-family: batch of the forward (default: what the pipeline passes, 2 where it "
                         "batches CFG)")
-    p.add_argument("--model", default=None, metavar="DIR", help="local diffusers Wan folder (real weights)")
+    p.add_argument("--model", default=None, metavar="DIR",
+                   help="local diffusers video pipeline folder (real weights; model_index.json picks the class): "
+                        "a Wan folder runs the Wan report, any other the full-generation pipeline report")
+    p.add_argument("--generate", action="store_true",
+                   help="with --family ltx2: the full-generation report (video + audio, both paths) instead of "
+                        "one transformer forward")
+    p.add_argument("--negative-prompt", default=None, help="negative prompt (pipeline reports)")
     p.add_argument("--height", type=int, default=None, help="multiple of 16 (default 480; tiny: 64)")
     p.add_argument("--width", type=int, default=None, help="multiple of 16 (default 832; tiny: 96)")
     p.add_argument("--frames", type=int, default=None, help="4k+1 (default 81; tiny: 9)")
@@ -102,9 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
 class AttnSwitch:
     """Switch one pipeline between diffusers' SDPA processors and vidattn's, collecting fallback warnings."""
 
-    def __init__(self, pipe):
+    def __init__(self, pipe, quiet_reasons: tuple = ()):
         self.pipe = pipe
         self.warnings: list[str] = []
+        self.quiet_reasons = quiet_reasons  # fallback reasons already said once on the log
         try:
             import vidattn
         except Exception as exc:
@@ -123,7 +131,8 @@ class AttnSwitch:
                 msg = str(w.message)
                 if "vidattn" in msg.lower() and msg not in self.warnings:
                     self.warnings.append(msg)
-                    log(f"warning: {msg}")
+                    if not any(r in msg for r in self.quiet_reasons):
+                        log(f"warning: {msg}")
             return result
         finally:
             self.vidattn.restore(self.pipe)
@@ -359,7 +368,7 @@ def plot_latency(report: dict, path: Path) -> None:
         ax.plot(range(len(ys)), ys, marker="o", color=color, label=name)
         med = r["forward_stats_ms"]["median"] if forward_only else r["step_stats_ms"]["median"]
         if med:
-            ax.axhline(med, color=color, linestyle="--", linewidth=0.8)
+            ax.axhline(med, color=color, linestyle="--", linewidth=0.8, label=f"{name} median ({med:.1f} ms)")
     if not forward_only:
         w = report["results"]["sdpa"]["warmup_steps_excluded"]
         if w:
@@ -380,12 +389,20 @@ def plot_latency(report: dict, path: Path) -> None:
 
 
 def write_first_frames(videos: dict, path: Path) -> None:
+    """The first frame under SDPA, under vidattn, and their |difference| x10, side by side, each panel labelled."""
     import numpy as np
-    from PIL import Image
+    from PIL import Image, ImageDraw
 
     a, b = videos["sdpa"][0], videos["vidattn"][0]
     diff = np.clip(np.abs(a.astype(np.int16) - b.astype(np.int16)) * 10, 0, 255).astype(np.uint8)
-    Image.fromarray(np.concatenate([a, b, diff], axis=1)).save(path)
+    h, w = a.shape[:2]
+    band = 14  # PIL's default bitmap font is 11 px tall
+    canvas = Image.new("RGB", (3 * w, h + band), "white")
+    draw = ImageDraw.Draw(canvas)
+    for i, (img, label) in enumerate(((a, "SDPA"), (b, "vidattn"), (diff, "|difference| x10"))):
+        canvas.paste(Image.fromarray(img), (i * w, band))
+        draw.text((i * w + 2, 1), label, fill="black")
+    canvas.save(path)
 
 
 def markdown(report: dict) -> str:
@@ -748,9 +765,122 @@ def main_family(args) -> dict:
     return report
 
 
+# ----------------------------------------------------------------------------------------- pipeline report
+def main_pipeline_report(args) -> dict:
+    """`--model DIR` (any diffusers video pipeline) or `--family ltx2 --generate`: the same full generation under
+    SDPA and under vidattn (same seed, same prompt inputs): seconds per video, speedup, PSNR/SSIM of the decoded
+    videos, the attention census of the vidattn run; report.json/.md, first_frames.png, sdpa.mp4/vidattn.mp4."""
+    from pipelines.census import AttentionCensus
+    from pipelines.generic import generate
+    from pipelines.ltx2 import write_video_with_audio
+    from pipelines.measure import Stopwatch, jsonable, video_fidelity
+    from vidattn.envinfo import run_metadata
+
+    args.family = None if args.model is not None else args.model_family
+    args.tiny = args.preset == "tiny"
+    args.fps = 24
+    pipe, run = prepare_pipeline(args)
+    device, call = run["device"], run["call"]
+    from generate_video import cpu_kernel_note
+
+    note = cpu_kernel_note(device)
+    quiet = (note.split("(", 1)[1].rsplit(")", 1)[0],) if note else ()
+    switch = AttnSwitch(pipe, quiet_reasons=quiet)
+    handle = switch.vidattn.apply(pipe)
+    counts = handle.counts()
+    log(f"vidattn.apply: {counts['kernel']} kernel processors, {counts['backend']} on the vidattn backend, "
+        f"{counts['stock']} stock")
+    switch.vidattn.restore(pipe)
+    note_cpu(device)
+    results, videos, audio, rates = {}, {}, {}, {}
+    for path in PATHS:
+        log(f"[{path}] generating {call['height']}x{call['width']}, {call['num_frames']} frames, "
+            f"{call['num_inference_steps']} steps ...")
+        census = AttentionCensus()
+
+        def one():
+            with census:
+                return generate(pipe, {**call, "generator": torch.Generator(device="cpu").manual_seed(run["seed"])},
+                                fps=run["fps"])
+
+        with Stopwatch(device) as sw:
+            out = switch.run(path, one)
+        videos[path], audio[path], rates[path] = out.frames, out.audio, out.sample_rate
+        results[path] = {"seconds_per_video": sw.ms / 1e3, "attention_calls": census.summary()}
+        log(f"[{path}] {sw.ms / 1e3:.2f} s per video")
+    va = results["vidattn"]["attention_calls"]
+    all_fallback = va.get("kernel", 0) == 0
+    fidelity = video_fidelity(videos["vidattn"], videos["sdpa"], ssim_frames=args.ssim_frames)
+    speedup = None if all_fallback else results["sdpa"]["seconds_per_video"] / results["vidattn"]["seconds_per_video"]
+    report = {"metadata": run_metadata(), "mode": "generation", "pipeline": type(pipe).__name__,
+              "model": args.model or "ltx2", "preset": run["preset"], "device": str(device), "dtype": run["dtype"],
+              "height": call["height"], "width": call["width"], "frames": call["num_frames"],
+              "steps": call["num_inference_steps"], "apply": counts, "results": results,
+              "fidelity": fidelity, "speedup": speedup, "audio": audio["sdpa"] is not None,
+              "all_fallback": all_fallback}
+    out_dir = Path(args.out_dir or ROOT / "bench" / "results" /
+                   f"e2e_{type(pipe).__name__.lower()}_{run['preset']}_{datetime.date.today():%Y%m%d}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
+    (out_dir / "report.md").write_text(pipeline_markdown(report))
+    write_first_frames({p: _u8(v) for p, v in videos.items()}, out_dir / "first_frames.png")
+    if not args.no_video:
+        for p in PATHS:
+            write_video_with_audio(videos[p], audio[p], out_dir / f"{p}.mp4", run["fps"], rates[p] or 16000)
+    if all_fallback:
+        log("both paths ran SDPA: no speedup to report")
+    else:
+        log(f"speedup (SDPA / vidattn, seconds per video): {speedup:.3f}x")
+    log(f"fidelity: PSNR {fmt(fidelity['psnr_db'], 2, ' dB')}, SSIM {fmt(fidelity['ssim'], 5)}")
+    log(f"wrote report.json, report.md, first_frames.png{'' if args.no_video else ', sdpa.mp4, vidattn.mp4'} "
+        f"to {out_dir}")
+    report["out_dir"] = str(out_dir)
+    return report
+
+
+def _u8(frames):
+    import numpy as np
+
+    a = np.asarray(frames)
+    return a if a.dtype == np.uint8 else (np.clip(a, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+
+
+def pipeline_markdown(report: dict) -> str:
+    r = report["results"]
+    lines = [f"# vidattn end-to-end report: {report['pipeline']} ({report['model']}, {report['preset']})", "",
+             f"{report['height']}x{report['width']}, {report['frames']} frames, {report['steps']} steps, "
+             f"{report['dtype']} on {report['metadata'].get('gpu') or report['device']}; vidattn.apply: "
+             f"{report['apply']['kernel']} kernel processors, {report['apply']['backend']} backend, "
+             f"{report['apply']['stock']} stock.", ""]
+    if report["all_fallback"]:
+        lines += ["**The vidattn run fell back to SDPA for every attention call: both runs used SDPA, so no speedup "
+                  "is reported.**", ""]
+    lines += ["| | SDPA | vidattn |", "|---|---|---|",
+              f"| seconds per video | {fmt(r['sdpa']['seconds_per_video'], 2)} | "
+              f"{fmt(r['vidattn']['seconds_per_video'], 2)} |",
+              f"| attention calls: kernel / fallback / stock | "
+              f"{r['sdpa']['attention_calls'].get('kernel', 0)} / {r['sdpa']['attention_calls'].get('fallback', 0)}"
+              f" / {r['sdpa']['attention_calls'].get('stock', 0)} | "
+              f"{r['vidattn']['attention_calls'].get('kernel', 0)} / "
+              f"{r['vidattn']['attention_calls'].get('fallback', 0)} / "
+              f"{r['vidattn']['attention_calls'].get('stock', 0)} |", ""]
+    if report["speedup"] is not None:
+        lines.append(f"Speedup (SDPA / vidattn, seconds per video): {report['speedup']:.3f}x")
+    fi = report["fidelity"]
+    lines.append(f"Decoded video, vidattn against SDPA: PSNR {fmt(fi['psnr_db'], 2, ' dB')}, SSIM "
+                 f"{fmt(fi['ssim'], 5)}" + ("; audio track in both mp4s" if report["audio"] else ""))
+    return "\n".join(lines) + "\n"
+
+
 # -------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
+    if (args.model is not None and args.model_family is None and not _is_wan_dir(args.model)) or \
+            (args.model_family == "ltx2" and args.generate):
+        return main_pipeline_report(args)
+    if args.generate:
+        raise SystemExit("error: --generate is for --family ltx2 (a full pipeline); --model DIR reports any "
+                         "pipeline folder")
     if args.model_family is not None:
         from pipelines.families import FAMILIES
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Generate a video with Wan 2.1 (offline) using vidattn or SDPA attention.
+"""Generate a video offline using vidattn or SDPA attention: Wan 2.1 (default), LTX-2 with its audio track
+(`--family ltx2`), or any local diffusers video pipeline folder (`--model DIR`).
 
     python scripts/generate_video.py --prompt "a red fox running through snow" --out fox.mp4
+    python scripts/generate_video.py --family ltx2 --out ltx2.mp4          # 19B architecture, video + audio
+    python scripts/generate_video.py --model /path/to/pipeline --out v.mp4  # model_index.json picks the pipeline
 
 Defaults: the Wan2.1-T2V-1.3B architecture with seeded random weights (no download; `--model DIR` loads a
 local diffusers Wan folder), 480x832, 81 frames, 50 steps, guidance 5.0, vidattn attention, bf16 on CUDA.
@@ -20,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# Families with a full offline pipeline here (the rest: e2e_report.py --family NAME measures their transformer).
+GENERATE_FAMILIES = ("wan", "wan14b", "ltx2")
 
 
 def log(msg: str) -> None:
@@ -34,13 +39,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="out/video.mp4", help="output mp4 path (default: out/video.mp4)")
     p.add_argument("--preset", choices=["1.3b", "14b", "tiny"], default=None,
                    help="architecture with random weights (default 1.3b; tiny on a machine without CUDA)")
-    p.add_argument("--model", default=None, metavar="DIR", help="local diffusers Wan folder (real weights)")
+    p.add_argument("--model", default=None, metavar="DIR",
+                   help="local diffusers video pipeline folder (real weights; model_index.json picks the class)")
+    p.add_argument("--family", default=None, metavar="NAME",
+                   help=f"architecture with random weights: {', '.join(GENERATE_FAMILIES)} (default wan)")
+    p.add_argument("--tiny", action="store_true", help="the family's tiny CPU-sized config (tests)")
     p.add_argument("--height", type=int, default=None, help="multiple of 16 (default 480; tiny: 64)")
     p.add_argument("--width", type=int, default=None, help="multiple of 16 (default 832; tiny: 96)")
     p.add_argument("--frames", type=int, default=None, help="4k+1 (default 81; tiny: 9)")
-    p.add_argument("--steps", type=int, default=50, help="denoising steps (default 50)")
+    p.add_argument("--steps", type=int, default=None, help="denoising steps (default 50; LTX-2 and --model: the "
+                                                              "pipeline's default)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and initial noise (default 0)")
-    p.add_argument("--guidance", type=float, default=5.0, help="CFG scale; <= 1 disables CFG (default 5.0)")
+    p.add_argument("--guidance", type=float, default=None,
+                   help="CFG scale; <= 1 disables CFG (default 5.0; LTX-2 and --model: the pipeline's default)")
     p.add_argument("--flow-shift", type=float, default=None, help="scheduler shift (default 3.0 at 480p, 5.0 at 720p)")
     p.add_argument("--attn", choices=["sdpa", "vidattn"], default="vidattn", help="attention (default vidattn)")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
@@ -112,8 +123,12 @@ def resolve(args: argparse.Namespace, cuda_available: bool | None = None) -> arg
         validate_size(args.height, args.width, args.frames)
     except PipelineError as exc:
         raise SystemExit(f"error: {exc}") from None
+    if args.steps is None:
+        args.steps = 50
     if args.steps < 1:
         raise SystemExit(f"error: --steps must be >= 1, got {args.steps}")
+    if args.guidance is None:
+        args.guidance = 5.0
     if not args.guidance >= 0:
         raise SystemExit(f"error: --guidance must be >= 0, got {args.guidance}")
     if getattr(args, "fps", 16) < 1:
@@ -177,8 +192,147 @@ def build_from_args(args, device: torch.device, dtype: torch.dtype):
         raise SystemExit(f"error: {exc}") from None
 
 
+def _is_wan_dir(model_dir: str) -> bool:
+    import json
+
+    try:
+        return str(json.loads((Path(model_dir) / "model_index.json").read_text()).get("_class_name", "")).startswith(
+            "Wan")
+    except (OSError, ValueError):
+        return True  # let the Wan path's checks give the error
+
+
+def cpu_kernel_note(device) -> str | None:
+    """One line saying why the kernel cannot run on this device, None where it can."""
+    import vidattn
+
+    q = torch.zeros(1, 128, 1, 64, dtype=torch.bfloat16, device=device)
+    try:
+        reason = vidattn.explain(q, q, q)
+    except Exception as exc:  # noqa: BLE001 - a note must never take a run down
+        reason = f"explain() failed: {type(exc).__name__}: {exc}"
+    return None if reason is None else f"the vidattn kernel cannot run here ({reason}): every call runs SDPA"
+
+
+def prepare_pipeline(args):
+    """`--family ltx2` or `--model DIR` (any diffusers video pipeline): (pipe, run) where run holds the device,
+    dtype, preset, fps and the keyword arguments of the pipeline call. Shared with e2e_report.py."""
+    from pipelines import PipelineError
+    from pipelines.generic import call_defaults, check_pipeline_dir, load_pipeline, prompt_kwargs
+
+    device_str, device = resolve_device(args.device, torch.cuda.is_available())
+    on_cpu = device.type == "cpu"
+    dtype_name = args.dtype or ("fp32" if on_cpu else "bf16")
+    dtype = DTYPES[dtype_name]
+    try:
+        if args.model is not None:
+            if args.family is not None:
+                raise SystemExit("error: pass either --model DIR or --family NAME, not both")
+            check_pipeline_dir(args.model)
+            log(f"loading local pipeline {args.model} ({dtype_name}, {device}) ...")
+            pipe = load_pipeline(args.model, device=device, dtype=dtype)
+            preset = "model"
+        else:
+            from pipelines.ltx2 import build_ltx2_pipeline
+
+            preset = "tiny" if (args.tiny or (on_cpu and args.preset is None)) else "default"
+            if on_cpu and preset != "tiny":
+                raise SystemExit("error: the LTX-2 19B architecture needs a CUDA GPU; use --tiny on the CPU")
+            if on_cpu and not args.tiny:
+                log("NOTE: no CUDA device: the tiny LTX-2 config on the CPU (pass --tiny to silence this)")
+            log(f"building LTX-2 ({preset}, random weights; {dtype_name}, {device}) ...")
+            pipe = build_ltx2_pipeline(preset, device=device, dtype=dtype, seed=args.seed)
+    except PipelineError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    defaults = call_defaults(pipe)
+    tiny_size = {"height": 32, "width": 32, "num_frames": 9} if preset == "tiny" else {}
+    height = args.height or tiny_size.get("height") or defaults["height"]
+    width = args.width or tiny_size.get("width") or defaults["width"]
+    frames = args.frames or tiny_size.get("num_frames") or defaults["num_frames"] or 121
+    steps = args.steps or (2 if preset == "tiny" else defaults["num_inference_steps"] or 30)
+    if steps < 1:
+        raise SystemExit(f"error: --steps must be >= 1, got {steps}")
+    try:
+        prompts = prompt_kwargs(pipe, args.prompt, args.negative_prompt or "", device=device, dtype=dtype,
+                                tokens=16 if preset == "tiny" else None)
+    except PipelineError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    call = dict(height=height, width=width, num_frames=frames, num_inference_steps=steps,
+                guidance_scale=args.guidance if args.guidance is not None else defaults["guidance_scale"],
+                frame_rate=defaults["frame_rate"], **prompts)
+    if preset == "tiny" and type(pipe).__name__.startswith("LTX2"):
+        call.update(stg_scale=0.0, audio_stg_scale=0.0, spatio_temporal_guidance_blocks=None)
+    fps = float(defaults["frame_rate"] or getattr(args, "fps", 16))
+    return pipe, dict(device=device, dtype=dtype_name, preset=preset, fps=fps, call=call, seed=args.seed)
+
+
+def note_cpu(device) -> None:
+    """Say once why the kernel cannot run here (and silence the per-reason fallback warnings that would repeat it)."""
+    note = cpu_kernel_note(device)
+    if note:
+        import warnings
+
+        import vidattn
+        log(f"NOTE: {note}")
+        warnings.filterwarnings("ignore", category=vidattn.VidattnFallbackWarning)
+
+
+def main_pipeline(args) -> dict:
+    """`--family ltx2` or `--model DIR`: one generation, an mp4 with the audio track where the pipeline gives one."""
+    from pipelines.generic import generate
+    from pipelines.ltx2 import write_video_with_audio
+    from pipelines.measure import Stopwatch
+
+    pipe, run = prepare_pipeline(args)
+    device, call = run["device"], run["call"]
+    handle = set_attention(pipe, args.attn)
+    if handle is not None:
+        for line in str(handle).splitlines()[:12]:
+            log(line)
+        note_cpu(device)
+    else:
+        log("attention: diffusers' default (SDPA)")
+    log(f"generating {call['height']}x{call['width']}, {call['num_frames']} frames, "
+        f"{call['num_inference_steps']} steps ...")
+    try:
+        with Stopwatch(device) as sw:
+            out = generate(pipe, {**call, "generator": torch.Generator(device="cpu").manual_seed(run["seed"])},
+                           fps=run["fps"])
+    finally:
+        if handle is not None:
+            import vidattn
+            vidattn.restore(pipe)
+    fps = run["fps"]
+    path = write_video_with_audio(out.frames, out.audio, args.out, fps, out.sample_rate or 16000)
+    log(f"generated in {sw.ms / 1e3:.2f} s; wrote {path} ({out.frames.shape[0]} frames of "
+        f"{out.frames.shape[1]}x{out.frames.shape[2]}, {fps:g} fps"
+        + (f", audio {out.audio.shape[-1] / out.sample_rate:.2f} s at {out.sample_rate} Hz)" if out.audio is not None
+           else ", no audio track: the pipeline gives none)"))
+    return {"out": str(path), "frames": int(out.frames.shape[0]), "height": int(out.frames.shape[1]),
+            "width": int(out.frames.shape[2]), "total_ms": sw.ms, "audio": out.audio is not None,
+            "pipeline": type(pipe).__name__, "preset": run["preset"], "device": str(device), "dtype": run["dtype"],
+            "apply": None if handle is None else handle.counts()}
+
+
 def main(argv: list[str] | None = None) -> dict:
-    args = resolve(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    if args.family is not None and args.family not in GENERATE_FAMILIES:
+        from pipelines.families import FAMILIES
+
+        if args.family in FAMILIES:
+            raise SystemExit(f"error: --family {args.family}: full generation is built offline here for "
+                             f"{', '.join(GENERATE_FAMILIES)} only; scripts/e2e_report.py --family {args.family} "
+                             f"measures its transformer (or pass --model DIR with a local pipeline folder)")
+        raise SystemExit(f"error: unknown --family {args.family!r} (generation: {', '.join(GENERATE_FAMILIES)})")
+    if args.family == "ltx2" or (args.model is not None and args.family is None and not _is_wan_dir(args.model)):
+        return main_pipeline(args)
+    if args.family in ("wan", "wan14b"):
+        if args.preset is not None and args.preset != "tiny":
+            raise SystemExit("error: --family sets the architecture; --preset only takes tiny with it")
+        args.preset = "tiny" if args.tiny else (args.preset or ("14b" if args.family == "wan14b" else None))
+    elif args.tiny:
+        args.preset = "tiny"
+    args = resolve(args)
     from pipelines import (DEFAULT_NEGATIVE_PROMPT, decode_latents, denoise, initial_latents, prompt_pair,
                            token_count, write_video)
     from pipelines.measure import ForwardTimer, Stopwatch

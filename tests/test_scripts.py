@@ -87,7 +87,7 @@ def test_model_dir_not_wan(tmp_path, monkeypatch):
     (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
     with pytest.raises(SystemExit) as exc:
         gen.main(["--model", str(tmp_path), "--out", str(tmp_path / "x.mp4")])
-    assert "not a Wan pipeline" in str(exc.value.code)
+    assert "FluxPipeline, not a video pipeline" in str(exc.value.code)
 
 
 def _finite_pos(x):
@@ -235,3 +235,57 @@ def test_forced_build_block_restores_the_load_time_setting(monkeypatch, block, s
     assert calls == [forced, 0, forced, load_time]
     with pytest.raises(ValueError):
         getattr(_ext, "set_" + block)(invalid, lib)
+
+
+# ------------------------------------------------------------------------ LTX-2 and any pipeline folder
+def _streams(path):
+    import subprocess
+
+    import imageio_ffmpeg
+
+    err = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-i", str(path)], capture_output=True, text=True).stderr
+    return [line for line in err.splitlines() if "Stream #" in line]
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--family", "cogvideox"], "e2e_report.py --family cogvideox measures its transformer"),
+    (["--family", "nosuch"], "unknown --family 'nosuch'"),
+    (["--family", "ltx2", "--device", "cpu", "--preset", "1.3b"], "needs a CUDA GPU"),
+])
+def test_generate_family_errors(argv, msg, monkeypatch, tmp_path):
+    _cpu_only(monkeypatch)
+    with pytest.raises(SystemExit) as exc:
+        gen.main(argv + ["--out", str(tmp_path / "x.mp4")])
+    assert msg in str(exc.value.code)
+
+
+@pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning")
+def test_ltx2_generation_and_any_pipeline_folder(tmp_path, monkeypatch, capsys):
+    """--family ltx2 writes an mp4 with the audio track; the same tiny pipeline saved to a folder runs through
+    --model DIR in both scripts (model_index.json picks LTX2Pipeline; no text encoder: seeded embeddings)."""
+    _cpu_only(monkeypatch)
+    out = tmp_path / "ltx2.mp4"
+    res = gen.main(["--family", "ltx2", "--tiny", "--steps", "1", "--out", str(out)])
+    assert res["audio"] and res["apply"] == {"kernel": 14, "backend": 0, "stock": 0}
+    streams = _streams(out)
+    assert any("Video:" in s for s in streams) and any("Audio:" in s for s in streams), streams
+    text = capsys.readouterr().out
+    assert text.count("the vidattn kernel cannot run here") == 1 and "speedup" not in text
+
+    from pipelines.ltx2 import build_ltx2_pipeline
+
+    folder = tmp_path / "pipe"
+    build_ltx2_pipeline("tiny", dtype=torch.float32).save_pretrained(str(folder))
+    small = ["--height", "32", "--width", "32", "--frames", "9", "--steps", "1"]
+    res = gen.main(["--model", str(folder), "--out", str(tmp_path / "m.mp4")] + small)
+    assert res["pipeline"] == "LTX2Pipeline" and res["audio"] and res["apply"]["kernel"] == 14
+
+    rep = e2e.main(["--model", str(folder), "--out-dir", str(tmp_path / "rep")] + small)
+    assert rep["pipeline"] == "LTX2Pipeline" and rep["all_fallback"] and rep["speedup"] is None
+    assert rep["fidelity"]["psnr_db"] == float("inf")  # both paths are SDPA on the CPU: identical videos
+    assert rep["results"]["vidattn"]["attention_calls"]["fallback"] > 0
+    for f in ("report.json", "report.md", "first_frames.png", "sdpa.mp4", "vidattn.mp4"):
+        assert (tmp_path / "rep" / f).is_file()
+    assert "no speedup is reported" in (tmp_path / "rep" / "report.md").read_text()
+    text = capsys.readouterr().out
+    assert "speedup (SDPA" not in text and "no speedup to report" in text
