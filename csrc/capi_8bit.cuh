@@ -26,7 +26,10 @@ thread_local int g_q8_last_sum_mma = -1;
 #ifndef VIDATTN_Q8_SUM_MMA
 #define VIDATTN_Q8_SUM_MMA 0
 #endif
-int g_q8_sum_mma = -1;
+int g_q8_sum_mma = -1;  // (2: with f16 exponentials as well, q8_fwd.cuh kExp16)
+#ifndef VIDATTN_Q8_EXP16
+#define VIDATTN_Q8_EXP16 0
+#endif
 
 
 // The workspace's parts, each 256-byte aligned; k_sum and v_amax adjoin so one memset zeroes both.
@@ -81,7 +84,7 @@ bool q8_tensor_map_2d(CUtensorMap* map, const void* base, uint64_t inner, uint64
   return true;
 }
 
-template <int kD, int kWGs, bool kSumMma, bool kFp16>
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
   using T = Q8Traits<kD, kWGs>;
@@ -152,10 +155,10 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
   const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
-  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, kFp16>;
+  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, kExp16, kFp16>;
   if (allow_smem(kernel, smem) != 0) return 1;
   g_q8_last_wgs = kWGs;
-  g_q8_last_sum_mma = kSumMma ? 1 : 0;
+  g_q8_last_sum_mma = (kSumMma ? 1 : 0) + (kExp16 ? 2 : 0);
   kernel<<<dim3(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
                 static_cast<unsigned>(a.batch)),
            T::kThreads, smem, stream>>>(p);
@@ -174,10 +177,15 @@ int q8_env_default(const char* name, int build_default, int lo, int hi) {
 template <int kD, int kWGs>
 int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   const bool fp16 = a.dtype == 1;
-  static const int env_sum_mma = q8_env_default("VIDATTN_Q8_SUM_MMA", VIDATTN_Q8_SUM_MMA, 0, 1);
-  if ((g_q8_sum_mma < 0 ? env_sum_mma : g_q8_sum_mma) != 0)
-    return fp16 ? q8_launch<kD, kWGs, true, true>(a, l, s) : q8_launch<kD, kWGs, true, false>(a, l, s);
-  return fp16 ? q8_launch<kD, kWGs, false, true>(a, l, s) : q8_launch<kD, kWGs, false, false>(a, l, s);
+  // 0: row sums in the softmax; 1: by the tensor cores; 2: that and f16 exponentials.
+  static const int env_mode =
+      q8_env_default("VIDATTN_Q8_SUM_MMA", VIDATTN_Q8_SUM_MMA + (VIDATTN_Q8_EXP16 ? 1 : 0), 0, 2);
+  const int mode = g_q8_sum_mma < 0 ? env_mode : g_q8_sum_mma;
+  if (mode == 2)
+    return fp16 ? q8_launch<kD, kWGs, true, true, true>(a, l, s) : q8_launch<kD, kWGs, true, true, false>(a, l, s);
+  if (mode == 1)
+    return fp16 ? q8_launch<kD, kWGs, true, false, true>(a, l, s) : q8_launch<kD, kWGs, true, false, false>(a, l, s);
+  return fp16 ? q8_launch<kD, kWGs, false, false, true>(a, l, s) : q8_launch<kD, kWGs, false, false, false>(a, l, s);
 }
 
 }  // namespace
@@ -199,6 +207,9 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   if (a->seqlen_q > (1ll << 30) || a->seqlen_kv > (1ll << 30)) return fail("sequence length over 2^30");
   if (a->batch * a->heads > 65535) return fail("batch * heads over 65535 (the 8-bit path's grid)");
   if (a->batch > 65535 || a->heads > 65535) return fail("batch or heads over 65535");
+  // (VidattnFwdArgs's last field; a caller that predates it passes 0.)
+  if (a->kv_heads != 0 && a->kv_heads != a->heads)
+    return fail("8-bit path: grouped-query attention (kv_heads != heads) is not supported");
   if (!(a->scale > 0.f)) return fail("softmax scale must be positive");
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
   const int64_t o_extent[3] = {a->batch, a->seqlen_q, a->heads};
@@ -234,13 +245,13 @@ extern "C" int vidattn_q8_set_d64_warpgroups(int warpgroups) {
 // Consumer warpgroups of this thread's last vidattn_q8_fwd launch (0: it launched none).
 extern "C" int vidattn_q8_last_warpgroups(void) { return g_q8_last_wgs; }
 
-// Row sums of later 8-bit launches by the tensor cores (1), in the softmax (0), or the default (-1). For tests and A/B
-// timing; returns 0, or 1 for any other value (nothing changes).
+// Row sums of later 8-bit launches in the softmax (0), by the tensor cores (1), by the tensor cores with f16
+// exponentials (2), or the default (-1). For tests and A/B timing; returns 0, or 1 for any other value.
 extern "C" int vidattn_q8_set_sum_mma(int mode) {
-  if (mode < -1 || mode > 1) return 1;
+  if (mode < -1 || mode > 2) return 1;
   g_q8_sum_mma = mode;
   return 0;
 }
 
-// The row-sum variant of this thread's last vidattn_q8_fwd launch (1: tensor cores, 0: softmax, -1: none launched).
+// The variant of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_sum_mma's modes; -1: none launched).
 extern "C" int vidattn_q8_last_sum_mma(void) { return g_q8_last_sum_mma; }

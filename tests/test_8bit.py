@@ -98,6 +98,8 @@ def test_envelope_reasons():
     assert "head dim 96" in quant8.envelope_reason_8bit(q, k, v, None, 0.1)
     q, k, v = qkv(d=128)
     assert quant8.envelope_reason_8bit(q, k, v, None, 0.1) is None
+    q = torch.randn(1, 5, 4, 128)  # four query heads on two key/value heads
+    assert "grouped-query" in quant8.envelope_reason_8bit(q, k, v, None, 0.1)
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
@@ -226,3 +228,19 @@ def test_bench_has_the_8bit_backend():
     assert "8bit" in mod.BACKENDS and "8bit" not in mod.DEFAULT_BACKENDS
     args = mod.parse_args(["--backends", "vidattn,cudnn,8bit", "--dry-run"])
     assert args.backends == ["vidattn", "cudnn", "8bit"]
+
+
+def test_routing_knobs(monkeypatch):
+    """Where the exact kernel measured faster, precision="8bit" runs it and explain says so (quant8's knobs)."""
+    monkeypatch.setattr(quant8._ext, "kernel_reason", lambda *a: None)
+    monkeypatch.setattr(quant8._ext, "load", lambda: None)
+    monkeypatch.setattr(quant8, "_entry", lambda lib: object())
+    q, k, v = qkv(sq=5, skv=300, d=64)
+    assert quant8.reason_8bit(q, k, v, None, 0.1) is None
+    monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", 512)
+    assert "300 keys" in quant8.reason_8bit(q, k, v, None, 0.1)
+    monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", 0)
+    monkeypatch.setattr(quant8, "EXACT_HEAD_DIMS", (64,))
+    assert "head dim 64" in quant8.reason_8bit(q, k, v, None, 0.1)
+    q, k, v = qkv(sq=5, skv=300, d=128)
+    assert quant8.reason_8bit(q, k, v, None, 0.1) is None

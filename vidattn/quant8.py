@@ -23,6 +23,9 @@ HEAD_DIMS = (64, 128)
 # per query row, quantizing Q and each tile's fixed costs outweigh the faster key blocks. 0: never. Set from the
 # key-count sweep of dev/q8_check.py (dev/NOTES_8bit.md).
 SHORT_KV_EXACT_MAX = 0
+# Head dims at which precision="8bit" runs the exact kernel, where it measured faster than the 8-bit path (explain
+# says so). Empty: the 8-bit kernel at both.
+EXACT_HEAD_DIMS: tuple = ()
 _declared: set = set()
 
 
@@ -55,21 +58,24 @@ def set_d64_warpgroups(warpgroups: int, lib=None) -> None:
 
 
 def set_sum_mma(mode: int, lib=None) -> None:
-    """Row sums of later 8-bit launches by the tensor cores (1: a column of ones beside V), in the softmax (0), or the
-    default (-1). For A/B timing."""
+    """Kernel variant of later 8-bit launches: row sums in the softmax (0), by the tensor cores (1: a column of ones
+    beside V), that and f16 exponentials (2), or the default (-1). For A/B timing."""
     _setter("vidattn_q8_set_sum_mma", mode, lib)
 
 
 def last_variant(lib=None) -> tuple[int, int]:
-    """(consumer warpgroups, row sums by tensor cores) of this thread's last 8-bit launch ((0, -1): none)."""
+    """(consumer warpgroups, variant as set_sum_mma's modes) of this thread's last 8-bit launch ((0, -1): none)."""
     lib = _entry(lib or _ext._library(None))
     return int(lib.vidattn_q8_last_warpgroups()), int(lib.vidattn_q8_last_sum_mma())
 
 
 def envelope_reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
     """Why these (B, S, H, D) views cannot take the 8-bit path, from shapes and dtypes alone (None: they can)."""
-    if q.shape[-1] not in HEAD_DIMS:
+    if q.shape[-1] not in HEAD_DIMS or k.shape[-1] != q.shape[-1] or v.shape[-1] != q.shape[-1]:
         return f"head dim {q.shape[-1]} is not supported by the 8-bit kernel (64 or 128)"
+    if k.shape[2] != q.shape[2] or v.shape[2] != q.shape[2]:
+        return (f"grouped-query attention ({q.shape[2]} query heads, {k.shape[2]} key/value heads) is not supported "
+                f"by the 8-bit kernel")
     if k.shape[2] != q.shape[2]:
         return "grouped-query K/V (fewer K/V heads than query heads) is not supported by the 8-bit kernel"
     if q.shape[0] * q.shape[2] > 65535:
@@ -83,6 +89,9 @@ def reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
     """Why the 8-bit kernel cannot run these (B, S, H, D) views (None: it runs). The exact kernel's envelope (device,
     dtype, strides) applies to it as well, since both read the same inputs and write the same output."""
     reason = envelope_reason_8bit(q, k, v, kv_lens, scale) or _ext.kernel_reason(q, k, v, kv_lens, scale)
+    if reason is None and q.shape[-1] in EXACT_HEAD_DIMS:
+        reason = (f"at head dim {q.shape[-1]} the exact kernel is faster than the 8-bit path "
+                  f"(vidattn.quant8.EXACT_HEAD_DIMS)")
     if reason is None and k.shape[1] <= SHORT_KV_EXACT_MAX:
         reason = (f"{k.shape[1]} keys: at most {SHORT_KV_EXACT_MAX} keys the exact kernel is faster than the 8-bit "
                   f"path (vidattn.quant8.SHORT_KV_EXACT_MAX)")

@@ -93,6 +93,23 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
   d |= mode << 62;
   return d;
 }
+// ex2.approx.f16x2 (9.7.4.x): two exponentials of packed halves per instruction (kExp16).
+__device__ __forceinline__ uint32_t ex2_f16x2(uint32_t x) {
+  uint32_t y;
+  asm("ex2.approx.f16x2 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+// Two f16x2 to four e4m3 bytes (cvt.rn.satfinite.e4m3x2.f16x2, 9.7.9.21), a's halves in the low two bytes.
+__device__ __forceinline__ uint32_t e4m3x4_from_f16x2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f16x2 lo, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f16x2 hi, %2;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(r)
+      : "r"(a), "r"(b));
+  return r;
+}
 __device__ __forceinline__ float i2f(int32_t x) {
   float y;
   asm("cvt.rn.f32.s32 %0, %1;" : "=f"(y) : "r"(x));
@@ -164,8 +181,13 @@ __device__ __forceinline__ void q8_issue_pv(float (&ot)[kNpv / 2], const uint32_
 // what O must be scaled by.
 constexpr float kQ8POffset = 8.f;  // log2 of P's largest value, 256, under e4m3's 448
 
-template <int kN, bool kSum>
-__device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2], const float (&c)[2],
+// kExp16: the exponent computed in fp32, rounded to f16 (|x| < 32 where p matters: error < 2^-6, far inside e4m3's
+// 2^-4), two exponentials per MUFU instruction into ph (packed halves, P's next stop before e4m3); the row sums then
+// come from the tensor cores (kSumMma). MUFU is the softmax's scarce unit: 16 per clock per SM, as many scores as
+// the 8-bit tensor cores take at D=128 and half of them at D=64.
+template <int kN, bool kSum, bool kExp16>
+__device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
+                                           uint32_t (&ph)[kN / 4], const float (&c)[2],
                                            float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2], int kv0,
                                            int kv_len, int col_in_group) {
   const float kNegInf = -__int_as_float(0x7f800000);
@@ -206,6 +228,17 @@ __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float 
     neg[r] = kQ8POffset - mx;
     row_max[r] = mx;
   }
+  static_assert(!(kExp16 && kSum), "f16 exponentials leave the row sums to the tensor cores (kSumMma)");
+  if constexpr (kExp16) {
+#pragma unroll
+    for (int i = 0; i < kN / 8; ++i) {
+      ph[2 * i] = q8ptx::ex2_f16x2(
+          ptx::pack2<true>(fmaf(pf[4 * i + 0], c[0], neg[0]), fmaf(pf[4 * i + 1], c[0], neg[0])));
+      ph[2 * i + 1] = q8ptx::ex2_f16x2(
+          ptx::pack2<true>(fmaf(pf[4 * i + 2], c[1], neg[1]), fmaf(pf[4 * i + 3], c[1], neg[1])));
+    }
+    return;
+  }
   float ts[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
@@ -236,6 +269,18 @@ __device__ __forceinline__ void q8_pack_p(const float (&pf)[kN / 2], uint32_t (&
     pa[kk][1] = q8_e4m3x4(pf[b + 2], pf[b + 3], pf[b + 6], pf[b + 7]);
     pa[kk][2] = q8_e4m3x4(pf[b + 8], pf[b + 9], pf[b + 12], pf[b + 13]);
     pa[kk][3] = q8_e4m3x4(pf[b + 10], pf[b + 11], pf[b + 14], pf[b + 15]);
+  }
+}
+
+// As q8_pack_p from the packed halves of kExp16 (ph[k] holds accumulator entries 2k, 2k+1).
+template <int kN>
+__device__ __forceinline__ void q8_pack_p16(const uint32_t (&ph)[kN / 4], uint32_t (&pa)[kN / 32][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kN / 32; ++kk) {
+    pa[kk][0] = q8ptx::e4m3x4_from_f16x2(ph[8 * kk + 0], ph[8 * kk + 2]);
+    pa[kk][1] = q8ptx::e4m3x4_from_f16x2(ph[8 * kk + 1], ph[8 * kk + 3]);
+    pa[kk][2] = q8ptx::e4m3x4_from_f16x2(ph[8 * kk + 4], ph[8 * kk + 6]);
+    pa[kk][3] = q8ptx::e4m3x4_from_f16x2(ph[8 * kk + 5], ph[8 * kk + 7]);
   }
 }
 
@@ -310,7 +355,7 @@ __device__ __forceinline__ void q8_store_o(const Q8FwdParams& p, int b, int h, i
   }
 }
 
-template <int kD, int kWGs, bool kSumMma, bool kFp16>
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16>
 __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block, int b,
                                             int h, int n_blocks, int kv_len) {
   using T = Q8Traits<kD, kWGs>;
@@ -333,6 +378,7 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
   float alpha[2] = {0.f, 0.f}, alpha_prev[2] = {0.f, 0.f};
   int32_t sacc[kN / 2];
   float pf[kN / 2];
+  uint32_t ph[kN / 4];  // kExp16: P as packed halves between the softmax and the e4m3 packing
   float k_next = 0.f;  // the next key block's K scale for this thread's key group
   uint32_t pa[kN / 32][4];
 
@@ -354,8 +400,9 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
       ptx::wgmma_wait<0>();
       q8_fence_regs(sacc);
       if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[0]);
-      q8_softmax<kN, !kSumMma>(sacc, pf, c, row_max, row_sum, alpha, 0, kv_len, col_in_group);
-      q8_pack_p<kN>(pf, pa);
+      q8_softmax<kN, !kSumMma, kExp16>(sacc, pf, ph, c, row_max, row_sum, alpha, 0, kv_len, col_in_group);
+      if constexpr (kExp16) q8_pack_p16<kN>(ph, pa);
+      else q8_pack_p<kN>(pf, pa);
     }
     for (int j = 1; j < n_blocks; ++j) {
       const int stage = j % T::kStages, prev = (j - 1) % T::kStages;
@@ -380,14 +427,15 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
       if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
       alpha_prev[0] = alpha[0];
       alpha_prev[1] = alpha[1];
-      q8_softmax<kN, !kSumMma>(sacc, pf, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
+      q8_softmax<kN, !kSumMma, kExp16>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
       ptx::wgmma_wait<0>();
       ptx::fence_regs(ot);
       q8_fence_frag(pa);
       if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
       // O (blocks to j-2, reference m_{j-2}) -> blocks to j-1, reference m_{j-1}
       q8_merge<kD, kNpv>(o, ot, alpha_prev, row_sum);
-      q8_pack_p<kN>(pf, pa);
+      if constexpr (kExp16) q8_pack_p16<kN>(ph, pa);
+      else q8_pack_p<kN>(pf, pa);
     }
     {  // Drain: the last P V, merged with the last block's alpha.
       const int last = (n_blocks - 1) % T::kStages;
@@ -429,7 +477,7 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
   if (lane == 0) ptx::bulk_wait_group<0>();  // shared memory must outlive the TMA stores' reads
 }
 
-template <int kD, int kWGs, bool kSumMma, bool kFp16>
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16>
 __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
   using T = Q8Traits<kD, kWGs>;
@@ -470,7 +518,7 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     if (threadIdx.x == 0) q8_producer<kD, kWGs>(p, s, m_block, b * p.heads + h, n_blocks);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
-    q8_consumer<kD, kWGs, kSumMma, kFp16>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
+    q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
   }
 }
 
