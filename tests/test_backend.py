@@ -58,6 +58,8 @@ class FakeKernel:
                                kv_lens.tolist(), scale=scale, return_lse=return_lse))
         b, sq, h, d = q.shape
         sc = 1.0 / math.sqrt(d) if scale is None else scale
+        if k.shape[2] != h:  # grouped-query K/V (SDPA's enable_gqa: query head i reads K/V head i // group)
+            k, v = k.repeat_interleave(h // k.shape[2], dim=2), v.repeat_interleave(h // k.shape[2], dim=2)
         k, v = (t.repeat_interleave(h // k.shape[2], dim=2) for t in (k, v))  # grouped-query K/V, as the kernel
         outs, lses = [], []
         for i in range(b):
