@@ -44,6 +44,10 @@ TINY_TRANSFORMER = {"in_channels": 8, "out_channels": 8, "audio_in_channels": 4,
                     "caption_channels": 32, "cross_attention_dim": 256, "audio_cross_attention_dim": 128,
                     "vae_scale_factors": (8, 2, 2)}
 TEXT_TOKENS = {"default": 1024, "tiny": 16}
+# The release's video VAE is the class default but for its compression ratios, which its config states: the class
+# derives 64x / 16x from patch 4 and four scaling blocks, while the decoder (patch 4, three 2x upsamplers) and the
+# pipeline's own fallbacks give 32x spatial, 8x temporal.
+DEFAULT_VAE = {"spatial_compression_ratio": 32, "temporal_compression_ratio": 8}
 
 
 def _seeded(module_cls, kwargs: dict, seed: int, device):
@@ -66,7 +70,7 @@ def build_ltx2_pipeline(preset: str = "default", *, device="cpu", dtype=torch.bf
     transformer = build_model("ltx2", "tiny" if tiny else "default", device=device, dtype=dtype, seed=seed,
                               overrides=TINY_TRANSFORMER if tiny else None)
     connectors = _seeded(LTX2TextConnectors, TINY_CONNECTORS if tiny else {}, seed + 1, device)
-    vae = _seeded(AutoencoderKLLTX2Video, TINY_VAE if tiny else {}, seed + 2, device)
+    vae = _seeded(AutoencoderKLLTX2Video, TINY_VAE if tiny else DEFAULT_VAE, seed + 2, device)
     vae.use_framewise_encoding = vae.use_framewise_decoding = False
     audio_vae = _seeded(AutoencoderKLLTX2Audio, TINY_AUDIO_VAE if tiny else {}, seed + 3, device)
     vocoder = _seeded(LTX2Vocoder, TINY_VOCODER if tiny else {}, seed + 4, device)
