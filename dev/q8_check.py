@@ -260,7 +260,7 @@ def pick_best():
     best_w = max((2, 3), key=lambda w: gmean([r["variants"].get(f"mode={best_sm} wgs={w}", 1e-9)
                                                for r, s in zip(results["timing"], SHAPES) if s[5] == 64]))
     results["best"] = {"VIDATTN_Q8_SUM_MMA": best_sm, "VIDATTN_Q8_D64_WGS": best_w}
-    with open(os.path.join(OUT, "q8_best.env"), "w") as f:
+    with open(os.environ.get("Q8_BEST_ENV", os.path.join(OUT, "q8_best.env")), "w") as f:
         f.write(f"export VIDATTN_Q8_SUM_MMA={best_sm} VIDATTN_Q8_D64_WGS={best_w}\n")
     print("best variant:", results["best"], flush=True)
 
