@@ -215,3 +215,50 @@ def test_repr_and_precision(monkeypatch):
     monkeypatch.setattr(sdpa_common, "_OP_TAKES_PRECISION", False)
     with pytest.raises(ValueError, match="no precision argument"):
         sdpa_common.kernel(torch.zeros(1), None, None, "8bit")
+
+
+def _far_model():
+    cfg = dict(patch_size=(1, 2, 2), compressed_patch_size=(1, 4, 4), full_chunk_limit=3, num_attention_heads=2,
+               attention_head_dim=64, in_channels=4, out_channels=4, text_dim=16, freq_dim=32, ffn_dim=32,
+               num_layers=2, rope_max_seq_len=32)
+    torch.manual_seed(0)
+    return diffusers.AnyFlowFARTransformer3DModel(**cfg).eval().requires_grad_(False)
+
+
+def test_anyflow_far_dense_cached_pass_runs_the_kernel_and_matches_stock(monkeypatch):
+    """The denoising pass with a KV cache read (no block mask): dense over [compressed, full cache, current], with
+    the stock processor's zero padding keys kept; the kernel entry runs it."""
+    from diffusers.models.transformers.transformer_anyflow_far import AnyFlowCausalAttnProcessor as Stock
+
+    attn = _far_model().blocks[0].attn1
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 40, 128, generator=g)
+    cache = {"compressed_cache": torch.randn(2, 1, 2, 16, 64, generator=g),
+             "full_cache": torch.randn(2, 1, 2, 24, 64, generator=g)}
+    flag = {"is_cache_step": False, "num_cached_compressed_tokens": 10, "num_cached_full_tokens": 20}
+    outs = []
+    for proc in (Stock(), vidattn.AnyFlowCausalAttnProcessor()):
+        attn.set_processor(proc)
+        count = KernelEntryCount(monkeypatch)
+        with torch.no_grad():
+            outs.append((attn(x, kv_cache=cache, kv_cache_flag=flag), attn(x), count.n))
+    (ref_cached, ref_plain, n_stock), (got_cached, got_plain, n_vidattn) = outs
+    assert n_stock == 0 and n_vidattn == 2
+    torch.testing.assert_close(got_cached, ref_cached, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got_plain, ref_plain, atol=1e-5, rtol=1e-5)
+
+
+def test_anyflow_far_block_masked_pass_stays_on_flex(monkeypatch):
+    """The training / cache-encode rollout (a block-causal BlockMask): apply routes the modules, the masked
+    self-attention stays on flex (no kernel-entry call from it) and the model's output equals stock."""
+    model = _far_model()
+    g = torch.Generator().manual_seed(4)
+    inputs = dict(hidden_states=torch.randn(1, 4, 4, 16, 16, generator=g), timestep=torch.full((1, 4), 500.0),
+                  r_timestep=torch.full((1, 4), 250.0), encoder_hidden_states=torch.randn(1, 12, 16, generator=g),
+                  chunk_partition=[2, 2])
+    expected = _forward(model, inputs)
+    handle = vidattn.apply(model)
+    assert (len(handle.replaced), len(handle.backend)) == (2, 2), str(handle)
+    count = KernelEntryCount(monkeypatch)
+    torch.testing.assert_close(_forward(model, inputs), expected, atol=1e-5, rtol=1e-5)
+    assert count.n == 2  # the two cross-attentions (backend); the block-masked self-attentions ran flex
