@@ -156,11 +156,24 @@ def _cosmos3(g):
     return "Cosmos3OmniTransformer", cfg, inputs
 
 
+def _wan_animate(g):
+    cfg = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=64, in_channels=12, latent_channels=4,
+               out_channels=4, text_dim=16, freq_dim=32, ffn_dim=32, num_layers=2, image_dim=16, rope_max_seq_len=32,
+               motion_encoder_channel_sizes={"4": 16, "8": 16, "16": 16}, motion_encoder_size=16,
+               motion_style_dim=8, motion_dim=4, motion_encoder_dim=16, face_encoder_hidden_dim=16,
+               face_encoder_num_heads=2, inject_face_latents_blocks=2)
+    f = 20  # the face encoder's 77-frame segment maps onto 21 latent frames: (f + 1) must be 21
+    inputs = dict(hidden_states=_rn(g, 1, 12, f + 1, 8, 8), timestep=torch.tensor([500]),
+                  encoder_hidden_states=_rn(g, 1, 12, 16), encoder_hidden_states_image=_rn(g, 1, 12, 16),
+                  pose_hidden_states=_rn(g, 1, 4, f, 8, 8), face_pixel_values=_rn(g, 1, 3, 77, 16, 16))
+    return "WanAnimateTransformer3DModel", cfg, inputs
+
+
 # name -> (builder, attention modules the route should reach: "kernel" / "backend" counts are checked by the test)
 ZOO: dict[str, Callable] = {
     "ltx2": _ltx2, "helios": _helios, "anyflow": _anyflow, "motif_video": _motif, "easyanimate": _easyanimate,
     "cosmos": _cosmos, "kandinsky5": _kandinsky5, "wan_vace": _wan_vace, "chronoedit": _chronoedit,
-    "minimax_h3": _minimax_h3, "cosmos3": _cosmos3,
+    "minimax_h3": _minimax_h3, "cosmos3": _cosmos3, "wan_animate": _wan_animate,
 }
 
 

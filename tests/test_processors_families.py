@@ -20,7 +20,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning"
 EXPECTED = {
     "ltx2": (12, 0), "helios": (0, 4), "anyflow": (0, 4), "motif_video": (0, 2), "easyanimate": (2, 0),
     "cosmos": (4, 0), "kandinsky5": (0, 5), "wan_vace": (6, 0), "chronoedit": (4, 0), "minimax_h3": (0, 3),
-    "cosmos3": (0, 2),
+    "cosmos3": (0, 2), "wan_animate": (4, 1),
 }
 
 
