@@ -61,3 +61,22 @@ def test_installed_wheel_finds_its_sources_outside_the_checkout(wheel, tmp_path,
     # The same sources as the checkout: the same library name (hash of sources, flags and nvcc).
     assert name == _ext.library_name(str(toolchain.nvcc))
     assert Path(built).read_bytes() == toolchain.stub.read_bytes()  # built through the installed package
+
+
+def test_import_and_calls_work_without_a_gpu_and_never_build(tmp_path):
+    """No GPU and no nvcc on PATH or CUDA_HOME: import, explain and calls work, the reason is said once, nothing
+    raises, and nvcc is never looked for (the device is checked first)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "VIDATTN_LIBRARY")}
+    env.update(PATH="/usr/bin:/bin", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO),
+               VIDATTN_CACHE_DIR=str(tmp_path / "cache"), CUDA_HOME=str(tmp_path / "no-cuda"))
+    code = ("import warnings, torch, vidattn; warnings.simplefilter('always'); "
+            "q = torch.randn(1, 8, 2, 64, dtype=torch.bfloat16); "
+            "print(vidattn.explain(q, q, q)); vidattn.attention(q, q, q); vidattn.attention(q, q, q); "
+            "print(vidattn.kernel_available())")
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    reason, available = run.stdout.strip().splitlines()
+    assert "no CUDA GPU" in reason and available == "False"
+    assert run.stderr.count("VidattnFallbackWarning") == 1, run.stderr
+    assert not (tmp_path / "cache").exists()  # no build was attempted
