@@ -79,9 +79,9 @@ def test_first_cuda_work_of_a_thread_is_a_kernel_call(cases):
 
     def work(i):
         name, q, k, v, kv_lens, _ = cases[i % len(cases)]
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", vidattn.VidattnFallbackWarning)  # the kernel runs, no fallback
-            results[i] = vidattn.attention(q, k, v, kv_lens=kv_lens)
+        # (No warnings.catch_warnings here: it is not thread-safe. Bitwise equality with the kernel's own answer
+        # below, and no launch error recorded, show the kernel ran.)
+        results[i] = vidattn.attention(q, k, v, kv_lens=kv_lens)
         torch.cuda.current_stream().synchronize()
 
     run_threads(work, len(cases))
