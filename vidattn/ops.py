@@ -305,7 +305,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
         scale: softmax scale; ``None`` means ``1 / sqrt(D)``.
         kv_lens: optional int32/int64 tensor of shape ``(B,)``: keys at positions ``>= kv_lens[b]`` are
             ignored for batch element ``b`` (text padding). Values must lie in ``[1, Skv]`` (checked when the
-            tensor is on the CPU; it is then copied to q's device).
+            tensor is on the CPU; it is then copied to q's device). A GPU tensor is not checked (that would cost
+            a device sync): on the kernel, values above ``Skv`` read as ``Skv`` (as SDPA's mask does) and values
+            ``<= 0`` give zero rows and an LSE of ``-inf`` (SDPA: NaN). Any view works (a column, an expanded
+            scalar): it is read contiguous.
         return_lse: also return the fp32 log-sum-exp of the scaled scores, shape ``(B, H, Sq)``
             (natural log), e.g. to merge partial results in ring attention.
 
