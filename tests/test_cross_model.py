@@ -323,3 +323,17 @@ def test_plan_lines_for_the_stage(tmp_path, capsys):
     assert "estimates for budgeting" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="unknown preset"):
         fams.main(["ltx:540p"])
+
+
+def test_gpu_family_table_sizes_are_valid():
+    """Every run scripts/gpu_family_table.sh makes names a family, a preset and a frame count the family accepts,
+    so the device run does not die on an argument error."""
+    import re
+
+    text = (ROOT / "scripts" / "gpu_family_table.sh").read_text()
+    runs = re.findall(r"\b([a-z0-9_]+):(default|short|540p|tiny):(\d*)", text)
+    assert {r[0] for r in runs} == set(fams.FAMILIES)
+    for name, preset, frames in runs:
+        base = fams.size_for(name, preset)
+        size = fams.Size(base.height, base.width, int(frames) if frames else base.frames)
+        fams.check_size(name, size, fams.config_for(name, preset))
