@@ -297,3 +297,18 @@ def test_gpu_family_runs_the_kernel(name):
     assert s["kernel"] > 0, s
     assert rel_l2(out.float(), expected.float()) < 2e-2
     vidattn.restore(model)
+
+
+def test_backend_routes_stay_stock_with_the_reason_when_the_backend_is_missing(monkeypatch):
+    from vidattn.diffusers import apply as apply_mod
+
+    monkeypatch.setattr(apply_mod, "backend_member",
+                        lambda: (None, "the vidattn diffusers backend is not available (test)"))
+    model, _ = build_tiny("helios")
+    with pytest.raises(ValueError, match="backend is not available"):
+        vidattn.apply(model)
+    model, _ = build_tiny("wan_animate")  # kernel processors still apply; the face adapter is listed as stock
+    handle = vidattn.apply(model)
+    assert len(handle.replaced) == 4 and handle.backend == []
+    assert "stock     1 x WanAnimateFaceBlockAttnProcessor: the vidattn diffusers backend is not available" \
+        in str(handle)
