@@ -300,7 +300,9 @@ def test_gpu_family_runs_the_kernel(name):
 
 
 def test_backend_routes_stay_stock_with_the_reason_when_the_backend_is_missing(monkeypatch):
-    from vidattn.diffusers import apply as apply_mod
+    import importlib
+
+    apply_mod = importlib.import_module("vidattn.diffusers.apply")  # the module (the package exports the function)
 
     monkeypatch.setattr(apply_mod, "backend_member",
                         lambda: (None, "the vidattn diffusers backend is not available (test)"))
