@@ -289,3 +289,17 @@ def test_ltx2_generation_and_any_pipeline_folder(tmp_path, monkeypatch, capsys):
     assert "no speedup is reported" in (tmp_path / "rep" / "report.md").read_text()
     text = capsys.readouterr().out
     assert "speedup (SDPA" not in text and "no speedup to report" in text
+
+
+def test_zoo_forward_smoke(tmp_path, monkeypatch):
+    """scripts/zoo_forward.py's plumbing on the CPU: build, both paths, census, no speedup without a kernel call."""
+    _cpu_only(monkeypatch)
+    zoo = _load("zoo_forward")
+    rows = zoo.main(["--smoke", "--only", "chronoedit", "--iters", "1", "--warmup", "0",
+                     "--out", str(tmp_path / "zoo.json")])
+    (row,) = rows
+    assert row["apply"]["kernel"] == 4 and row["fallback_calls"] > 0 and row["kernel_calls"] == 0
+    assert row["speedup"] is None and row["rel_l2"] == 0.0 and row["blocks"] == "4 of 40"
+    assert json.loads((tmp_path / "zoo.json").read_text())[0]["family"] == "chronoedit"
+    with pytest.raises(SystemExit, match="need a CUDA GPU"):
+        zoo.main(["--only", "chronoedit"])
