@@ -298,7 +298,7 @@ def test_zoo_forward_smoke(tmp_path, monkeypatch):
     rows = zoo.main(["--smoke", "--only", "chronoedit", "--iters", "1", "--warmup", "0",
                      "--out", str(tmp_path / "zoo.json")])
     (row,) = rows
-    assert row["apply"]["kernel"] == 4 and row["fallback_calls"] > 0 and row["kernel_calls"] == 0
+    assert row["apply"]["kernel"] == 8 and row["fallback_calls"] > 0 and row["kernel_calls"] == 0
     assert row["speedup"] is None and row["rel_l2"] == 0.0 and row["blocks"] == "4 of 40"
     assert json.loads((tmp_path / "zoo.json").read_text())[0]["family"] == "chronoedit"
     with pytest.raises(SystemExit, match="need a CUDA GPU"):
