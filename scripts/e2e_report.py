@@ -5,6 +5,8 @@
     python scripts/e2e_report.py --forward-only        # one transformer forward at full size, both paths
     python scripts/e2e_report.py --preset tiny         # CPU smoke run (what CI does)
     python scripts/e2e_report.py --model-family hunyuan_video   # another family: one forward, both paths
+    python scripts/e2e_report.py --family ltx2 --generate       # LTX-2 full generation (video + audio), both paths
+    python scripts/e2e_report.py --model DIR                    # any local diffusers video pipeline folder
 
 `--model-family NAME` (wan, wan14b, skyreels_v2, hunyuan_video, hunyuan_video15, cogvideox, ltx, mochi, allegro;
 pipelines/families.py) builds that family's transformer from its real config with random weights and the inputs
