@@ -36,6 +36,12 @@ BACKEND_ROUTES = {
         "extract pass on the kernel; the cached pass hard-codes flex with a block mask (each frame sees all "
         "generated tokens plus its reference frame) and stays on flex",
     _T + "transformer_wan_animate_2.WanAnimate2CrossAttnProcessor": "text and image cross-attention, no mask",
+    _T + "transformer_sana_video.SanaAttnProcessor2_0":
+        "text cross-attention at head dim 112 (SDPA until the kernel's envelope takes it; the linear "
+        "self-attention is not softmax and stays stock)",
+    _T + "transformer_sana_wm.SanaWMCrossAttnProcessor":
+        "text cross-attention at head dim 112 (SDPA until the kernel's envelope takes it; GDN and the softmax "
+        "layers' direct F.sdpa stay stock)",
     _T + "transformer_cosmos3.Cosmos3AttnProcessor":
         "generation pathway on the kernel (K/V heads repeated for GQA); the causal understanding pathway "
         "goes to SDPA (the kernel is non-causal)",
