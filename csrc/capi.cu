@@ -92,11 +92,13 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
   FwdParams p{};
   std::string err;
+  // a.head_dim may be below kHeadDim (FwdParams: TMA pads the columns); a.kv_heads divides a.heads (vidattn_sm90_fwd).
+  const int64_t kv_heads = a.kv_heads > 0 ? a.kv_heads : a.heads;
   const bool ok = make_tensor_map_4d(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride,
                                      T::kBlockM, &err) &&
-                  make_tensor_map_4d(&p.tm_k, a.k, kFp16, a.head_dim, a.seqlen_kv, a.heads, a.batch, a.k_stride,
+                  make_tensor_map_4d(&p.tm_k, a.k, kFp16, a.head_dim, a.seqlen_kv, kv_heads, a.batch, a.k_stride,
                                      T::kBlockN, &err) &&
-                  make_tensor_map_4d(&p.tm_v, a.v, kFp16, a.head_dim, a.seqlen_kv, a.heads, a.batch, a.v_stride,
+                  make_tensor_map_4d(&p.tm_v, a.v, kFp16, a.head_dim, a.seqlen_kv, kv_heads, a.batch, a.v_stride,
                                      T::kBlockN, &err) &&
                   make_tensor_map_4d(&p.tm_o, a.o, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.o_stride, 16,
                                      &err);
@@ -106,6 +108,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   p.seqlen_q = static_cast<int>(a.seqlen_q);
   p.seqlen_kv = static_cast<int>(a.seqlen_kv);
   p.heads = static_cast<int>(a.heads);
+  p.kv_group = static_cast<int>(a.heads / kv_heads);
   p.scale_log2 = a.scale * 1.4426950408889634f;
   const int64_t m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   const int64_t tiles = m_blocks * a.heads * a.batch;
@@ -154,6 +157,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   c.block_m = T::kBlockM;
   c.splits = tail.splits;
   c.num_rows = static_cast<int>(tail.tiles * T::kBlockM);
+  c.head_dim = static_cast<int>(a.head_dim);
   constexpr int kRowsPerBlock = kCombineThreads / 32;  // one warp per row
   combine_kernel<kHeadDim, kFp16><<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)),
                                     kCombineThreads, 0, stream>>>(c);
@@ -260,6 +264,12 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   if (a->batch < 1 || a->heads < 1 || a->seqlen_q < 1 || a->seqlen_kv < 1)
     return fail("batch, heads and sequence lengths must be >= 1");
   if (a->seqlen_q > (1ll << 31) - 1 || a->seqlen_kv > (1ll << 31) - 1) return fail("sequence length over 2^31");
+  // Grouped-query attention: every query head maps to one key/value head (launch: kv_group).
+  if (a->kv_heads < 0 || (a->kv_heads > 0 && a->heads % a->kv_heads != 0))
+    return fail("kv_heads must divide heads (grouped-query attention), or be 0 for as many as heads");
+  // Head dims below a build's run on it with TMA's zero fill (fwd_params.h); TMA wants rows of a multiple of 16 bytes.
+  if (a->head_dim < 8 || a->head_dim > 128 || a->head_dim % 8 != 0)
+    return fail("head dim must be a multiple of 8 from 8 to 128");
   // The kernel works with scale * log2(e); a denormal scale would be flushed to zero (the same bound as
   // vidattn/_ext.py, envelope_reason, so the Python side never launches what this refuses).
   if (!(a->scale >= FLT_MIN) || !(a->scale * 1.4426950408889634f < INFINITY))
@@ -286,17 +296,15 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
   const int sms = sm_count();
   constexpr int kD64N = vidattn::sm90::default_block_n(64);
-  switch (a->head_dim) {
-    case 64:
-      if (g_d64_warpgroups == 3 ||
-          (g_d64_warpgroups == 0 && pick_d64_three_wgs(a->seqlen_q, a->batch * a->heads, sms)))
-        return fp16 ? launch<64, 3, kD64N, true>(*a, s, sms) : launch<64, 3, kD64N, false>(*a, s, sms);
-      return fp16 ? launch<64, 2, kD64N, true>(*a, s, sms) : launch<64, 2, kD64N, false>(*a, s, sms);
-    case 128:
-      if (pick_d128_block_n(a->seqlen_kv) == kD128Short)
-        return fp16 ? launch<128, 2, kD128Short, true>(*a, s, sms) : launch<128, 2, kD128Short, false>(*a, s, sms);
-      return fp16 ? launch<128, 2, kD128Long, true>(*a, s, sms) : launch<128, 2, kD128Long, false>(*a, s, sms);
-    default: return fail("head dim must be 64 or 128");
+  // The smallest build at least as wide: 8..64 on D=64, 72..128 on D=128 (dedicated narrower builds: dev/NOTES.md).
+  if (a->head_dim <= 64) {
+    if (g_d64_warpgroups == 3 ||
+        (g_d64_warpgroups == 0 && pick_d64_three_wgs(a->seqlen_q, a->batch * a->heads, sms)))
+      return fp16 ? launch<64, 3, kD64N, true>(*a, s, sms) : launch<64, 3, kD64N, false>(*a, s, sms);
+    return fp16 ? launch<64, 2, kD64N, true>(*a, s, sms) : launch<64, 2, kD64N, false>(*a, s, sms);
   }
+  if (pick_d128_block_n(a->seqlen_kv) == kD128Short)
+    return fp16 ? launch<128, 2, kD128Short, true>(*a, s, sms) : launch<128, 2, kD128Short, false>(*a, s, sms);
+  return fp16 ? launch<128, 2, kD128Long, true>(*a, s, sms) : launch<128, 2, kD128Long, false>(*a, s, sms);
 }
 #include "capi_8bit.cuh"

@@ -13,7 +13,7 @@ typedef struct VidattnFwdArgs {
   void* o;              // (B, Sq, H, D)
   float* lse;           // (B, H, Sq) contiguous fp32, or NULL
   const int32_t* kv_lens;  // (B,) or NULL
-  int64_t batch, heads, seqlen_q, seqlen_kv, head_dim;
+  int64_t batch, heads, seqlen_q, seqlen_kv, head_dim;  // head_dim: a multiple of 8 from 8 to 128
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // (batch, seq, head) strides, in elements
   float scale;
   int32_t dtype;        // 0 = bf16, 1 = fp16
@@ -22,6 +22,10 @@ typedef struct VidattnFwdArgs {
   // time per workspace (one per stream).
   void* workspace;
   uint64_t workspace_bytes;
+  // Key/value heads: grouped-query attention when fewer than `heads` (heads % kv_heads == 0; query head h reads
+  // key/value head h / (heads / kv_heads), in place, no copy), or 0 for as many as `heads`. k and v have this many
+  // heads; k_stride and v_stride step over them. Last in the struct so that callers predating it pass 0.
+  int64_t kv_heads;
 } VidattnFwdArgs;
 
 // Launches on `stream` (a cudaStream_t). Returns 0 on success; otherwise vidattn_sm90_last_error() says why.

@@ -1,4 +1,4 @@
-"""Seven small kernel calls for compute-sanitizer (memcheck, racecheck): no pytest, exit 0 only if all are right.
+"""Small kernel calls for compute-sanitizer (memcheck, racecheck): no pytest, exit 0 only if all are right.
 
     compute-sanitizer --tool memcheck  --error-exitcode 1 python3 tests/sanitizer_cases.py
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 tests/sanitizer_cases.py
@@ -35,6 +35,13 @@ CASES = [
     # turn (flash_fwd.cuh, S0Link); batch 1's single key block is a next tile whose S_0 releases its Q.
     ("merged turns", 2, 140, 200, 300, 128, torch.bfloat16, "bshd", [300, 100], 0),
     ("d64-3wg merged turns", 1, 140, 400, 300, 64, torch.float16, "bhsd", None, 3),
+    # Head dims padded onto a wider build (TMA's zero fill past D, the O store clipped at D; at D=96 the tail
+    # launch's merge stops at D too), and grouped-/multi-query K/V, H given as (query heads, K/V heads).
+    ("d72 tails+ragged", 2, 3, 129, 777, 72, torch.bfloat16, "bshd", [777, 259], 0),
+    ("d40 3wg tails+ragged", 2, 2, 257, 333, 40, torch.float16, "bhsd", [333, 100], 3),
+    ("d96 tail launch", 1, "sms+1", 100, 2200, 96, torch.bfloat16, "bshd", None, 0),
+    ("gqa 8q/2kv tails+ragged", 2, (8, 2), 129, 777, 128, torch.bfloat16, "bhsd", [777, 300], 0),
+    ("mqa 6q/1kv d64-3wg", 1, (6, 1), 257, 333, 64, torch.float16, "bshd", None, 3),
 ]
 REL_L2_MAX = 1e-2
 LSE_ATOL = 1e-2
@@ -43,6 +50,8 @@ LSE_ATOL = 1e-2
 def reference(q, k, v, layout, kv_lens):
     """fp64 attention on the CPU: (out in `layout`, lse (B, H, Sq))."""
     qb, kb, vb = (t.double() if layout == "bhsd" else t.double().transpose(1, 2) for t in (q, k, v))
+    group = qb.shape[1] // kb.shape[1]
+    kb, vb = kb.repeat_interleave(group, dim=1), vb.repeat_interleave(group, dim=1)
     s = qb @ kb.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if kv_lens is not None:
         keep = torch.arange(kb.shape[2])[None, :] < torch.tensor(kv_lens)[:, None]
@@ -53,8 +62,9 @@ def reference(q, k, v, layout, kv_lens):
 
 def run_case(vidattn, name, b, h, sq, skv, d, dtype, layout, kv_lens, d64_wgs, spiked=()) -> int:
     g = torch.Generator().manual_seed(1234)
-    shape = (lambda s: (b, s, h, d)) if layout == "bshd" else (lambda s: (b, h, s, d))
-    q, k, v = ((torch.randn(shape(s), generator=g) + 0.5).to(dtype) for s in (sq, skv, skv))
+    hq, hkv = h if isinstance(h, tuple) else (h, h)
+    shape = (lambda s, n: (b, s, n, d)) if layout == "bshd" else (lambda s, n: (b, n, s, d))
+    q, k, v = ((torch.randn(shape(s, n), generator=g) + 0.5).to(dtype) for s, n in ((sq, hq), (skv, hkv), (skv, hkv)))
     if spiked:  # one key past the first key block far above the rest in these heads (bench.accuracy.shape_scores)
         from bench.accuracy import shape_scores
         shape_scores(q, k if layout == "bshd" else k.transpose(1, 2), "spike", heads=list(spiked))

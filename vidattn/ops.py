@@ -103,9 +103,13 @@ def _validate(q, k, v, layout, scale, kv_lens, fn="vidattn.attention"):
     qs, ks, vs = tuple(q.shape), tuple(k.shape), tuple(v.shape)
     if not (qs[0] == ks[0] == vs[0]):
         raise ValueError(f"{fn}: batch sizes differ: q {qs}, k {ks}, v {vs} {names}")
-    if not (qs[h_ax] == ks[h_ax] == vs[h_ax]):
-        raise ValueError(f"{fn}: head counts differ: q {qs}, k {ks}, v {vs} {names} "
-                         f"(grouped-query attention is not supported)")
+    if ks[h_ax] != vs[h_ax]:
+        raise ValueError(f"{fn}: k and v must have the same number of heads: k {ks}, v {vs} {names}")
+    if ks[h_ax] < 1:
+        raise ValueError(f"{fn}: every dimension must be >= 1: q {qs}, k {ks} {names}")
+    if qs[h_ax] % ks[h_ax]:
+        raise ValueError(f"{fn}: q's head count must be a multiple of k/v's (grouped-query attention): "
+                         f"q {qs}, k {ks}, v {vs} {names}")
     if not (qs[3] == ks[3] == vs[3]):
         raise ValueError(f"{fn}: head dims differ: q {qs}, k {ks}, v {vs} {names}")
     if ks[s_ax] != vs[s_ax]:
@@ -202,16 +206,21 @@ def sdpa_fallback(qh, kh, vh, scale: float, kv_lens, return_lse: bool):
     over the query length so at most `_LSE_CHUNK_ELEMENTS` scores exist at a time."""
     qh, kh, vh = _sdpa_safe_view(qh), _sdpa_safe_view(kh), _sdpa_safe_view(vh)
     mask = _key_mask(kv_lens, kh.shape[2], qh.device) if kv_lens is not None else None
-    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
+    gqa = kh.shape[1] != qh.shape[1]
+    # enable_gqa only where the heads differ: equal-head calls stay the call they always were.
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale,
+                                         **({"enable_gqa": True} if gqa else {}))
     if not return_lse:
         return out, None
-    b, h, sq, _ = qh.shape
-    skv = kh.shape[2]
-    kf = kh.detach().float().transpose(-1, -2)
+    b, h, sq, d = qh.shape
+    hk, skv = kh.shape[1], kh.shape[2]
+    # (B, Hkv, 1, D, Skv): each key/value head broadcast over its group of query heads, without a copy of K.
+    kf = kh.detach().float().transpose(-1, -2)[:, :, None]
     rows = max(1, _LSE_CHUNK_ELEMENTS // max(1, b * h * skv))
     parts = []
     for i in range(0, sq, rows):
-        s = torch.matmul(qh[:, :, i:i + rows].detach().float(), kf) * scale
+        qc = qh[:, :, i:i + rows].detach().float()
+        s = (torch.matmul(qc.reshape(b, hk, h // hk, qc.shape[2], d), kf) * scale).reshape(b, h, qc.shape[2], skv)
         if mask is not None:
             s = s.masked_fill(~mask, float("-inf"))
         parts.append(torch.logsumexp(s, dim=-1))
@@ -299,7 +308,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     Args:
         q: queries, ``(B, Sq, H, D)`` for ``layout="bshd"`` (what diffusers processors hold) or
             ``(B, H, Sq, D)`` for ``layout="bhsd"`` (what ``F.scaled_dot_product_attention`` takes).
-        k, v: keys and values, ``(B, Skv, H, D)`` / ``(B, H, Skv, D)``; ``Skv`` may differ from ``Sq``.
+        k, v: keys and values, ``(B, Skv, Hkv, D)`` / ``(B, Hkv, Skv, D)``; ``Skv`` may differ from ``Sq``.
+            ``Hkv`` may be smaller than q's ``H`` when it divides it (grouped-query attention; ``Hkv = 1``:
+            multi-query): query head ``h`` attends to key/value head ``h // (H // Hkv)``, as SDPA's
+            ``enable_gqa=True``. The kernel reads each key/value head in place for its whole group (no repeat).
             Any strides work; the kernel reads them as given (no copies) when the last dim is contiguous.
         layout: ``"bshd"`` or ``"bhsd"``; the output has the same layout.
         scale: softmax scale; ``None`` means ``1 / sqrt(D)``.
@@ -319,8 +331,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
         ``"8bit"``: INT8 ``q @ k^T`` and e4m3 ``P @ v`` (vidattn.quant8; about 1e-2 relative error, not exact), for
         D in {64, 128} on Hopper; other calls run the exact path and warn.
 
-    The sm_90a kernel runs for CUDA tensors on Hopper, bf16/fp16, D in {64, 128}, 16-byte aligned strides and
-    no autograd; any other call runs PyTorch SDPA and warns once per reason. ``vidattn.explain`` says which.
+    The sm_90a kernel runs for CUDA tensors on Hopper, bf16/fp16, D a multiple of 8 up to 128 (64 and 128 have
+    builds of their own; 8..56 run on the D=64 build and 72..120 on the D=128 build, the columns padded with zeros
+    on the fly, so they cost what D=64 or D=128 costs), equal or grouped K/V heads, 16-byte aligned strides and no
+    autograd; any other call (D over 128 among them) runs PyTorch SDPA and warns once per reason.
+    ``vidattn.explain`` says which.
     """
     q, k, v = _autocast_inputs(q, k, v)
     _validate(q, k, v, layout, scale, kv_lens)

@@ -76,8 +76,6 @@ def envelope_reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
     if k.shape[2] != q.shape[2] or v.shape[2] != q.shape[2]:
         return (f"grouped-query attention ({q.shape[2]} query heads, {k.shape[2]} key/value heads) is not supported "
                 f"by the 8-bit kernel")
-    if k.shape[2] != q.shape[2]:
-        return "grouped-query K/V (fewer K/V heads than query heads) is not supported by the 8-bit kernel"
     if q.shape[0] * q.shape[2] > 65535:
         return "batch * heads over 65535 (the 8-bit kernel's grid)"
     if max(q.shape[1], k.shape[1]) > (1 << 30):

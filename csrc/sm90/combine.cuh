@@ -21,6 +21,7 @@ struct CombineParams {
   int seqlen_q, heads, num_m_blocks;
   int tile_base;       // the first tail tile's global index (tile_coord's order)
   int block_m, splits, num_rows;  // num_rows = tail tiles x block_m
+  int head_dim;        // the caller's head dim (at most kHeadDim): the workspace's padded columns are not written
 };
 
 constexpr int kCombineThreads = 256;
@@ -54,6 +55,9 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
     }
   }
   const float inv = l > 0.f ? 1.f / l : 0.f;  // no valid key: O = 0, as the main kernel writes
+  // Lanes whose columns lie past the caller's head dim (a multiple of 8, so a lane's kCols <= 4 columns are all in or
+  // all out) hold the padding's zeros; the caller's row ends before them.
+  if (lane * kCols >= c.head_dim) return;
   using Elem = typename std::conditional<kFp16, __half, __nv_bfloat16>::type;
   Elem* dst = static_cast<Elem*>(c.o) + batch * c.o_stride[0] + row * c.o_stride[1] + head * c.o_stride[2] +
               lane * kCols;

@@ -137,6 +137,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     const TileCoord& tc = w.tc;
     const int n_blocks = w.n_blocks;
     const int rot = kv_rotation<T::kKvRotate>(tile, n_blocks);
+    const int kv_head = tc.head / p.kv_group;  // grouped-query: one division per tile, in the producer only
     const int qb = local % T::kQBuffers;
     auto load_q = [&]() {
       tl_producer_stamp(kSplit, local, kTlQEmptyWait);
@@ -174,7 +175,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
         ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
-                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, tc.head, tc.batch);
+                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, kv_head, tc.batch);
       }
     };
     auto load_v = [&](int j) {
@@ -188,7 +189,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
         ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
-                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, tc.head, tc.batch);
+                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, kv_head, tc.batch);
       }
     };
     // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S. K_{j+1} before

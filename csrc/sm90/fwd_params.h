@@ -7,8 +7,10 @@ namespace vidattn::sm90 {
 
 struct FwdParams {
   // Tensor maps over (D, S, H, B) with the caller's strides, so BSHD and BHSD are both read in place.
+  // The D extent is the caller's head dim, which may be below the build's (a multiple of 8): TMA fills the columns
+  // past it with zeros on loads (0 in Q K^T, 0 in the padded O columns) and clips them on the O store.
   CUtensorMap tm_q;
-  CUtensorMap tm_k;
+  CUtensorMap tm_k;  // (D, Skv, kv heads, B)
   CUtensorMap tm_v;
   CUtensorMap tm_o;      // the output, in 16-row boxes: one TMA store per consumer warp and 64 columns
   float* lse;            // (B, H, Sq) fp32 natural-log LSE, or nullptr
@@ -26,6 +28,9 @@ struct FwdParams {
   int kv_splits;
   float* ws_o;
   float* ws_ml;
+  // Query heads per key/value head (1: equal counts). The producer loads K/V of head tc.head / kv_group, so a group's
+  // K/V is read in place (and, the tile order being head-major, mostly from L2); nothing else sees it.
+  int kv_group;
 };
 
 }  // namespace vidattn::sm90
