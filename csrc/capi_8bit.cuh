@@ -14,23 +14,27 @@
 
 namespace {
 
-int g_q8_d64_wgs = 0;              // 0: the default (kQ8D64DefaultWGs); 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
+// Kernel variants (q8_fwd.cuh), as measured on the H200 (dev/NOTES_8bit.md, device run 2: every variant within the
+// same error bounds):
+//   mode 0: row sums of the unrounded p in the softmax (fp32); 1: by the tensor cores (a column of ones beside V: P V
+//   also sums P as rounded, the softmax drops one FADD per score); 2: mode 1 with f16 exponentials (two per MUFU op).
+//   D=128: mode 0 (mode 1 measured 8-10% slower, mode 2 within 3% either way). D=64: mode 1 with three consumer
+//   warpgroups, 1.38x mode 0 with two (CogVideoX 434 -> 599, LTX 443 -> 608 TFLOPS; mode 2 with three: 465).
+// Forced by vidattn_q8_set_sum_mma / vidattn_q8_set_d64_warpgroups, or for both head dims by the environment
+// variables VIDATTN_Q8_SUM_MMA / VIDATTN_Q8_D64_WGS (read once; A/B runs).
+#ifndef VIDATTN_Q8_MODE_D128
+#define VIDATTN_Q8_MODE_D128 0
+#endif
+#ifndef VIDATTN_Q8_MODE_D64
+#define VIDATTN_Q8_MODE_D64 1
+#endif
+#ifndef VIDATTN_Q8_D64_WGS
+#define VIDATTN_Q8_D64_WGS 3
+#endif
+int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
+int g_q8_sum_mma = -1;               // -1: the default; 0-2: the mode, forced (vidattn_q8_set_sum_mma)
 thread_local int g_q8_last_wgs = 0;  // consumer warpgroups of this thread's last 8-bit launch
 thread_local int g_q8_last_sum_mma = -1;
-#ifndef VIDATTN_Q8_D64_WGS
-#define VIDATTN_Q8_D64_WGS 2
-#endif
-// Row sums by the tensor cores (q8_fwd.cuh, kSumMma: a column of ones beside V, so P V also sums P as rounded and the
-// softmax drops one FADD per score) or in the softmax (fp32 sums of the unrounded p). 0/1 forced by
-// vidattn_q8_set_sum_mma; -1: the default.
-#ifndef VIDATTN_Q8_SUM_MMA
-#define VIDATTN_Q8_SUM_MMA 0
-#endif
-int g_q8_sum_mma = -1;  // (2: with f16 exponentials as well, q8_fwd.cuh kExp16)
-#ifndef VIDATTN_Q8_EXP16
-#define VIDATTN_Q8_EXP16 0
-#endif
-
 
 // The workspace's parts, each 256-byte aligned; k_sum and v_amax adjoin so one memset zeroes both.
 struct Q8Layout {
@@ -177,9 +181,8 @@ int q8_env_default(const char* name, int build_default, int lo, int hi) {
 template <int kD, int kWGs>
 int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   const bool fp16 = a.dtype == 1;
-  // 0: row sums in the softmax; 1: by the tensor cores; 2: that and f16 exponentials.
   static const int env_mode =
-      q8_env_default("VIDATTN_Q8_SUM_MMA", VIDATTN_Q8_SUM_MMA + (VIDATTN_Q8_EXP16 ? 1 : 0), 0, 2);
+      q8_env_default("VIDATTN_Q8_SUM_MMA", kD == 64 ? VIDATTN_Q8_MODE_D64 : VIDATTN_Q8_MODE_D128, 0, 2);
   const int mode = g_q8_sum_mma < 0 ? env_mode : g_q8_sum_mma;
   if (mode == 2)
     return fp16 ? q8_launch<kD, kWGs, true, true, true>(a, l, s) : q8_launch<kD, kWGs, true, true, false>(a, l, s);

@@ -231,16 +231,39 @@ def test_bench_has_the_8bit_backend():
 
 
 def test_routing_knobs(monkeypatch):
-    """Where the exact kernel measured faster, precision="8bit" runs it and explain says so (quant8's knobs)."""
-    monkeypatch.setattr(quant8._ext, "kernel_reason", lambda *a: None)
-    monkeypatch.setattr(quant8._ext, "load", lambda: None)
-    monkeypatch.setattr(quant8, "_entry", lambda lib: object())
+    """Where the exact kernel measured faster, precision="8bit" runs it without a warning and explain says so."""
     q, k, v = qkv(sq=5, skv=300, d=64)
-    assert quant8.reason_8bit(q, k, v, None, 0.1) is None
+    monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", 0)
+    assert quant8.route_reason(q, k) is None
     monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", 512)
-    assert "300 keys" in quant8.reason_8bit(q, k, v, None, 0.1)
+    assert "300 keys" in quant8.route_reason(q, k)
     monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", 0)
     monkeypatch.setattr(quant8, "EXACT_HEAD_DIMS", (64,))
-    assert "head dim 64" in quant8.reason_8bit(q, k, v, None, 0.1)
+    assert "head dim 64" in quant8.route_reason(q, k)
     q, k, v = qkv(sq=5, skv=300, d=128)
-    assert quant8.reason_8bit(q, k, v, None, 0.1) is None
+    assert quant8.route_reason(q, k) is None
+
+
+def test_routed_calls_run_exact_silently(monkeypatch, fresh_warnings):
+    monkeypatch.setattr(quant8._ext, "kernel_reason", lambda *a: None)
+    monkeypatch.setattr(quant8, "_entry", lambda lib: object())
+    monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", 8192)
+    ran = []
+    monkeypatch.setattr(ops, "_attention_impl", lambda *a: ran.append(a) or (torch.zeros(1), None))
+    q, k, v = qkv(sq=5, skv=300, d=128)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quant8._attention_8bit_impl(q, k, v, "bshd", None, None, False)
+    assert len(ran) == 1
+    monkeypatch.setattr(ops, "_grad_reason", lambda *a: None)
+    assert vidattn.explain(q, k, v, precision="8bit").startswith("8-bit path not used: 300 keys")
+
+
+def test_short_kv_default_is_measured():
+    """The shipped threshold (8192 keys) is the measured one; the environment variable overrides it."""
+    code = "import vidattn.quant8 as q; print(q.SHORT_KV_EXACT_MAX)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "8192"
+    env = {**__import__("os").environ, "VIDATTN_Q8_SHORT_KV_EXACT_MAX": "0"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip() == "0"

@@ -39,6 +39,25 @@ MASS = 2e-2
 DEV = torch.device("cuda")
 
 
+@pytest.fixture(autouse=True)
+def eight_bit_kernel_at_every_length(monkeypatch):
+    """These tests are of the 8-bit kernel: short key sequences, which precision="8bit" sends to the exact kernel by
+    design (quant8.SHORT_KV_EXACT_MAX), run it here too (test_short_keys_run_exact checks the routing)."""
+    from vidattn import quant8
+
+    monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", 0)
+
+
+def test_short_keys_run_exact(monkeypatch):
+    from vidattn import quant8
+
+    monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", 8192)
+    q, k, v = (randn(1, n, 2, 128, seed=i) for i, n in enumerate((300, 512, 512)))
+    assert vidattn.explain(q, k, v, precision="8bit").startswith("8-bit path not used: 512 keys")
+    torch.testing.assert_close(vidattn.attention(q, k, v, precision="8bit"),
+                               vidattn.attention(q, k, v, precision="exact"), rtol=0, atol=0)
+
+
 def ref64(q, k, v, scale, kv_lens=None):
     qh, kh, vh = (t.transpose(1, 2).double() for t in (q, k, v))
     s = torch.matmul(qh, kh.transpose(-1, -2)) * scale

@@ -12,6 +12,7 @@ capture it like any other allocation.
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Optional
 
 import torch
@@ -19,12 +20,15 @@ import torch
 from . import _ext
 
 HEAD_DIMS = (64, 128)
-# Calls with at most this many keys run the exact kernel even at precision="8bit" (explain says so): with few keys
-# per query row, quantizing Q and each tile's fixed costs outweigh the faster key blocks. 0: never. Set from the
-# key-count sweep of dev/q8_check.py (dev/NOTES_8bit.md).
-SHORT_KV_EXACT_MAX = 0
-# Head dims at which precision="8bit" runs the exact kernel, where it measured faster than the 8-bit path (explain
-# says so). Empty: the 8-bit kernel at both.
+# Calls with at most this many keys run the exact kernel at precision="8bit", silently (explain says so): with few
+# keys per query row the pre-pass and each tile's fixed costs outweigh the faster key blocks, and the exact kernel is
+# both faster and exact. Measured on the H200 (dev/NOTES_8bit.md, device run 2; Sq = 32760, 12 heads, D = 128): the
+# 8-bit path at 0.55x / 0.62x / 0.72x / 0.84x / 0.80x / 0.83x the exact kernel at 256 / 512 / 1K / 2K / 4K / 8K keys,
+# 0.88x on seed 8K, 1.08x at 32760 keys; D = 64 with its chosen variant 0.99-1.02x at 17776 keys. The environment
+# variable VIDATTN_Q8_SHORT_KV_EXACT_MAX overrides it (0: the 8-bit kernel at every length, to measure it).
+SHORT_KV_EXACT_MAX = int(os.environ.get("VIDATTN_Q8_SHORT_KV_EXACT_MAX", "8192"))
+# Head dims at which precision="8bit" runs the exact kernel (where it would measure faster). Empty: the 8-bit kernel
+# at both.
 EXACT_HEAD_DIMS: tuple = ()
 _declared: set = set()
 
@@ -87,15 +91,20 @@ def reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
     """Why the 8-bit kernel cannot run these (B, S, H, D) views (None: it runs). The exact kernel's envelope (device,
     dtype, strides) applies to it as well, since both read the same inputs and write the same output."""
     reason = envelope_reason_8bit(q, k, v, kv_lens, scale) or _ext.kernel_reason(q, k, v, kv_lens, scale)
-    if reason is None and q.shape[-1] in EXACT_HEAD_DIMS:
-        reason = (f"at head dim {q.shape[-1]} the exact kernel is faster than the 8-bit path "
-                  f"(vidattn.quant8.EXACT_HEAD_DIMS)")
-    if reason is None and k.shape[1] <= SHORT_KV_EXACT_MAX:
-        reason = (f"{k.shape[1]} keys: at most {SHORT_KV_EXACT_MAX} keys the exact kernel is faster than the 8-bit "
-                  f"path (vidattn.quant8.SHORT_KV_EXACT_MAX)")
     if reason is None and _entry(_ext.load()) is None:
         reason = "the loaded kernel library predates the 8-bit path (rebuild it: vidattn.build(force=True))"
     return reason
+
+
+def route_reason(q, k) -> Optional[str]:
+    """Why a call the 8-bit kernel could run goes to the exact kernel by design, because that measured faster there
+    (None: the 8-bit kernel runs). Such calls do not warn; explain says so."""
+    if q.shape[-1] in EXACT_HEAD_DIMS:
+        return f"at head dim {q.shape[-1]} the exact kernel is faster (vidattn.quant8.EXACT_HEAD_DIMS)"
+    if k.shape[1] <= SHORT_KV_EXACT_MAX:
+        return (f"{k.shape[1]} keys: up to {SHORT_KV_EXACT_MAX} keys the exact kernel is faster than the 8-bit path "
+                f"(vidattn.quant8.SHORT_KV_EXACT_MAX)")
+    return None
 
 
 def workspace_bytes(b: int, h: int, sq: int, skv: int, d: int, lib: ctypes.CDLL | None = None) -> int:
@@ -142,6 +151,8 @@ def _attention_8bit_impl(q, k, v, layout: str, scale: Optional[float], kv_lens, 
     if reason is not None:
         ops.warn_fallback(f"8-bit path unavailable ({reason}); the exact path runs instead")
         return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
+    if route_reason(qv, kv) is not None:
+        return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
     if layout == "bshd":
         out = torch.empty((b, sq, h, d), dtype=q.dtype, device=q.device)
         out_view = out
@@ -186,7 +197,8 @@ def explain_8bit(q, k, v, layout: str, scale: Optional[float], kv_lens) -> Optio
     sc = ops._default_scale(scale, q.shape[-1])
     reason = ops._grad_reason(q, k, v) or reason_8bit(qv, kv, vv, kv_lens, sc)
     if reason is None:
-        return None
+        routed = route_reason(qv, kv)
+        return None if routed is None else f"8-bit path not used: {routed}; the exact kernel runs instead"
     exact = ops._grad_reason(q, k, v) or _ext.kernel_reason(qv, kv, vv, kv_lens, sc)
     instead = "the exact kernel runs instead" if exact is None else f"PyTorch SDPA runs instead ({exact})"
     return f"8-bit path unavailable: {reason}; {instead}"
