@@ -187,3 +187,25 @@ def test_fallback_with_equal_heads_calls_sdpa_as_before(monkeypatch):
     q, k, v = qkv(hq=4, hkv=2, layout="bhsd", dtype=torch.float32)
     ops.sdpa_fallback(q, k, v, 0.1, None, False)
     assert "enable_gqa" not in calls[0] and calls[1]["enable_gqa"] is True
+
+
+def test_backend_context_parallel_repeats_grouped_kv_for_the_templates(monkeypatch):
+    """diffusers' context-parallel templates refuse enable_gqa and split heads themselves: the backend hands them K/V
+    repeated per group (the direct path passes them to the kernel as they are)."""
+    import importlib
+    import types
+
+    from vidattn.diffusers import backend
+    ad = importlib.import_module(backend._DISPATCH)
+    seen = {}
+
+    def template(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse, **kw):
+        seen.update(k=key, v=value, enable_gqa=enable_gqa)
+        return query
+
+    monkeypatch.setattr(ad, "_templated_context_parallel_attention", template, raising=False)
+    q, k, v = qkv(hq=8, hkv=2, dtype=torch.float32)
+    config = types.SimpleNamespace(context_parallel_config=types.SimpleNamespace(ring_degree=1))
+    backend.vidattn_attention(q, k, v, enable_gqa=True, _parallel_config=config)
+    assert seen["enable_gqa"] is False and seen["k"].shape[2] == seen["v"].shape[2] == 8
+    torch.testing.assert_close(seen["k"], k.repeat_interleave(4, dim=2), atol=0, rtol=0)

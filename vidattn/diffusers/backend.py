@@ -239,8 +239,8 @@ def _shape_reason(query, key, value) -> Optional[str]:
 
 
 def _route(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
-    """(kv_lens, kv_groups, None) when vidattn.attention takes the call (kv_groups > 1: K/V heads are repeated
-    that many times first), else (None, 1, reason for the native backend)."""
+    """(kv_lens, kv_groups, None) when vidattn.attention takes the call (kv_groups > 1: grouped-query K/V, which
+    the kernel reads in place; _expand_kv), else (None, 1, reason for the native backend)."""
     if is_causal:
         return None, 1, "is_causal=True: the kernel computes non-causal attention"
     if dropout_p:
@@ -347,7 +347,7 @@ def vidattn_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 
     vidattn.attention runs plain attention, with a key-padding `attn_mask` (boolean (B, Skv), (B, 1, 1, Skv),
     (B, H, 1, Skv) whose kept keys are a prefix of each row, or the additive 0 / <= -9000 equivalent) as
-    `kv_lens`, and `enable_gqa` by repeating K/V heads. `is_causal`, `dropout_p > 0`, any other mask (a dense
+    `kv_lens`, and `enable_gqa` with K/V read in place per group. `is_causal`, `dropout_p > 0`, any other mask (a dense
     bias, per-query or block-sparse masks), and masks under torch.compile (their values cannot be read) go to
     diffusers' native backend; `explain` gives the reason. `scale` passes through. `_parallel_config` (context
     parallelism) runs diffusers' ring / Ulysses templates with the kernel on each shard."""
@@ -375,8 +375,10 @@ def _context_parallel(query, key, value, attn_mask, dropout_p, is_causal, scale,
         raise RuntimeError(f"vidattn backend: context parallelism needs diffusers' "
                            f"_templated_context_parallel_attention, which diffusers {_diffusers_version()} lacks")
     if enable_gqa and key.dim() == 4 and key.shape[2] != query.shape[2] and query.shape[2] % key.shape[2] == 0:
-        # The templates refuse enable_gqa; with K/V heads repeated the call is plain attention.
-        key, value = _expand_kv(key, value, query.shape[2] // key.shape[2])
+        # The templates refuse enable_gqa (and split heads and fall back on their own); with K/V heads repeated the
+        # call is plain attention, whatever the precision (_expand_kv repeats only for the 8-bit path).
+        groups = query.shape[2] // key.shape[2]
+        key, value = key.repeat_interleave(groups, dim=2), value.repeat_interleave(groups, dim=2)
         enable_gqa = False
     elif enable_gqa and key.dim() == 4 and key.shape[2] == query.shape[2]:
         enable_gqa = False
