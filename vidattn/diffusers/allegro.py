@@ -2,11 +2,9 @@
 
 Every step of the stock processor is kept (spatial/group norms, RoPE on self-attention q/k, residual and output
 rescale) and only `F.scaled_dot_product_attention` on (B, H, S, D) becomes `vidattn.attention(...,
-layout="bhsd")`. Allegro's head dim is 96, outside the kernel's envelope (64 or 128): every call runs PyTorch
-SDPA, and `vidattn.explain` says so ("head dim 96 is not supported by the kernel"). The processor is here so one
-`vidattn.apply` covers an Allegro pipeline and it picks up a kernel that gains D=96 without changes. The text
-mask, (1 - m) * -10000 as the model makes it, becomes `kv_lens` when it pads a prefix of keys; any other mask runs
-the stock SDPA call.
+layout="bhsd")`. Allegro's head dim, 96, runs on the kernel's D=128 build with the columns padded on the fly (no
+copy of q/k/v; it costs what D=128 costs until a D=96 build exists). The text mask, (1 - m) * -10000 as the model
+makes it, becomes `kv_lens` when it pads a prefix of keys; any other mask runs the stock SDPA call.
 """
 from typing import Optional
 
