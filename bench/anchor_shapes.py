@@ -18,6 +18,11 @@ class Shape:
     anchor_cudnn: float | None = None  # TFLOPS from ANCHORS.md (another run; compare ratios, not absolutes)
     anchor_fa3: float | None = None
     key: str = ""  # short name for logs and the A/B scripts' JSON (kept stable across sessions)
+    h_kv: int | None = None  # key/value heads where fewer than h (grouped-query); None: h
+
+    @property
+    def kv_heads(self) -> int:
+        return self.h_kv or self.h
 
     @property
     def flops(self) -> int:
@@ -25,7 +30,7 @@ class Shape:
 
     def bytes_bf16(self) -> int:
         """q, k, v read once and out written once, bf16."""
-        return 2 * self.b * self.h * self.d * (2 * self.sq + 2 * self.skv)
+        return 2 * self.b * self.d * (2 * self.h * self.sq + 2 * self.kv_heads * self.skv)
 
     def as_tuple(self) -> tuple[str, int, int, int, int, int]:
         """(key, B, H, Sq, Skv, D): the form the A/B and smoke scripts use."""

@@ -209,3 +209,31 @@ def test_backend_context_parallel_repeats_grouped_kv_for_the_templates(monkeypat
     backend.vidattn_attention(q, k, v, enable_gqa=True, _parallel_config=config)
     assert seen["enable_gqa"] is False and seen["k"].shape[2] == seen["v"].shape[2] == 8
     torch.testing.assert_close(seen["k"], k.repeat_interleave(4, dim=2), atol=0, rtol=0)
+
+
+def _bench_kernel():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_kernel.py"
+    spec = importlib.util.spec_from_file_location("bench_kernel", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_envelope_shapes_only_when_named():
+    """The full table stays the anchors'; Allegro's D=96 and the 32q/8kv shape run when --shapes names them, with
+    K/V of their own head count and SDPA's enable_gqa for the grouped one only."""
+    bk = _bench_kernel()
+    assert all(s.kv_heads == s.h for s in bk.select_shapes(None))
+    assert not {s.name for s in bk.select_shapes(None)} & {s.name for s in bk.EXTRA_SHAPES}
+    [allegro] = bk.select_shapes(["allegro"])
+    assert (allegro.h, allegro.kv_heads, allegro.sq, allegro.d) == (24, 24, 79200, 96)
+    [gqa] = bk.select_shapes(["gqa"])
+    assert (gqa.h, gqa.kv_heads, gqa.sq, gqa.d) == (32, 8, 32768, 128)
+    assert gqa.bytes_bf16() == 2 * 128 * (2 * 32 + 2 * 8) * 32768
+    q, k = torch.empty(1, 32, 4, 8), torch.empty(1, 8, 4, 8)
+    assert bk.gqa_kwargs(q, k) == {"enable_gqa": True} and bk.gqa_kwargs(q, q) == {}
