@@ -328,8 +328,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
         ``out`` with q's dtype and the caller's layout, or ``(out, lse)`` when ``return_lse``.
 
     precision: ``None`` (the current default: ``"exact"`` unless set by ``vidattn.use_precision``), ``"exact"``, or
-        ``"8bit"``: INT8 ``q @ k^T`` and e4m3 ``P @ v`` (vidattn.quant8; about 1e-2 relative error, not exact), for
-        D in {64, 128} on Hopper; other calls run the exact path and warn.
+        ``"8bit"``: INT8 ``q @ k^T`` and e4m3 ``P @ v`` (vidattn.quant8; not exact: about 4e-2 relative L2 on random
+        inputs, SageAttention2's level), for D in {64, 128} on Hopper without grouped K/V; other calls run the exact
+        path and warn. Calls with at most 8192 keys run the exact kernel, which measured faster there (explain says so).
 
     The sm_90a kernel runs for CUDA tensors on Hopper, bf16/fp16, D a multiple of 8 up to 128 (64 and 128 have
     builds of their own; 8..56 run on the D=64 build and 72..120 on the D=128 build, the columns padded with zeros
