@@ -267,3 +267,30 @@ def test_short_kv_default_is_measured():
     env = {**__import__("os").environ, "VIDATTN_Q8_SHORT_KV_EXACT_MAX": "0"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     assert out.strip() == "0"
+
+
+def test_compile_fullgraph_reads_the_default(fresh_warnings):
+    """The default is a module global, which Dynamo traces and guards (ContextVar.get is Unsupported under fullgraph);
+    changing it recompiles, so the compiled call follows use_precision."""
+    seen = []
+    real = quant8.attention_8bit
+
+    def spy(*a):
+        seen.append("8bit")
+        return real(*a)
+
+    q, k, v = qkv()
+    f = torch.compile(lambda q, k, v: vidattn.attention(q, k, v), fullgraph=True, backend="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quant8.attention_8bit = spy
+        try:
+            f(q, k, v)
+            assert seen == []
+            with vidattn.use_precision("8bit"):
+                f(q, k, v)
+            assert seen == ["8bit"]
+            f(q, k, v)
+            assert seen == ["8bit"]
+        finally:
+            quant8.attention_8bit = real

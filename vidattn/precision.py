@@ -3,16 +3,20 @@
 `vidattn.attention(..., precision=None)` takes None as "the current default", which is "exact" unless changed by
 `with vidattn.use_precision("8bit"):`. Values: "exact" (the bf16/fp16 kernel, the default) and "8bit" (INT8 Q K^T,
 e4m3 P V: vidattn.quant8).
+
+The default is one process-wide value, not a context variable: torch.compile (Dynamo) cannot trace
+`ContextVar.get` (torch 2.x raises Unsupported under fullgraph), while a module global is read at trace time and
+guarded, so a compiled model recompiles when the default changes. Threads that need different precisions at once
+pass `precision=` per call (the processors' `precision` attribute does).
 """
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import re
 from typing import Iterable, Optional
 
 PRECISIONS = ("exact", "8bit")
-_default: contextvars.ContextVar[str] = contextvars.ContextVar("vidattn_precision", default="exact")
+_default = "exact"
 
 
 def check_precision(precision) -> str:
@@ -25,11 +29,11 @@ def check_precision(precision) -> str:
 
 def resolve_precision(precision: Optional[str]) -> str:
     """The precision a call runs at: its own, or the current default when None."""
-    return _default.get() if precision is None else check_precision(precision)
+    return _default if precision is None else check_precision(precision)
 
 
 def current_precision() -> str:
-    return _default.get()
+    return _default
 
 
 @contextlib.contextmanager
@@ -39,11 +43,12 @@ def use_precision(precision: str):
         with vidattn.use_precision("8bit"):
             video = pipe(prompt).frames
     """
-    token = _default.set(check_precision(precision))
+    global _default
+    saved, _default = _default, check_precision(precision)
     try:
         yield
     finally:
-        _default.reset(token)
+        _default = saved
 
 
 # ----------------------------------------------------------------------------------------------------------
