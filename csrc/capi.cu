@@ -274,6 +274,8 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   // vidattn/_ext.py, envelope_reason, so the Python side never launches what this refuses).
   if (!(a->scale >= FLT_MIN) || !(a->scale * 1.4426950408889634f < INFINITY))
     return fail("softmax scale must be a positive, normal float32 whose product with log2(e) is finite");
+  // vidattn/_ext.py's MAX_SCALE: past it the scaled scores overflow fp32 in the softmax (rows turn NaN).
+  if (a->scale > 65536.f) return fail("softmax scale must be at most 65536");
   // The epilogue stores O with TMA (flash_fwd.cuh, store_o), which wants 16-byte aligned bases and strides (the
   // stride of an extent-1 dimension is never stepped, as for q, k and v: make_tensor_map_4d).
   const int64_t o_extent[3] = {a->batch, a->seqlen_q, a->heads};

@@ -24,6 +24,28 @@ def test_memo_hits_for_the_same_mask_and_recomputes_on_change():
     assert memo.get(other, ("other shape",), compute) == 8 and n[0] == 4
 
 
+def test_memo_keeps_masks_that_alternate_layer_by_layer():
+    """LTX-2 hands two text masks (video->text, audio->text) to alternating attentions of every block: each is
+    tested once, not once per call; past the memo's size the oldest goes first."""
+    memo = LastMaskMemo(size=2)
+    a, b, c = (torch.ones(2, 5, dtype=torch.bool) for _ in range(3))
+    n = [0]
+
+    def compute():
+        n[0] += 1
+        return n[0]
+    for _ in range(4):
+        memo.get(a, ("k",), compute)
+        memo.get(b, ("k",), compute)
+    assert n[0] == 2
+    memo.get(c, ("k",), compute)  # evicts a, the least recently used
+    assert n[0] == 3
+    memo.get(b, ("k",), compute)
+    assert n[0] == 3
+    memo.get(a, ("k",), compute)
+    assert n[0] == 4
+
+
 def test_memo_skips_inference_mode_tensors():
     memo = LastMaskMemo()
     with torch.inference_mode():

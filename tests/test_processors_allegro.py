@@ -150,7 +150,8 @@ def test_unknown_modules_are_skipped_and_reported():
 
 # ------------------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
-def test_gpu_allegro_head_dim_96_bf16_falls_back_with_reason(monkeypatch):
+def test_gpu_allegro_head_dim_96_bf16_runs_the_kernel(monkeypatch):
+    """Head dim 96 runs on the D=128 build, padded on the fly: every attention call is inside the envelope."""
     model = tiny_allegro().to("cuda", torch.bfloat16)
     x, ctx, t, mask = tiny_inputs()
     x, ctx, t, mask = x.to("cuda", torch.bfloat16), ctx.to("cuda", torch.bfloat16), t.to("cuda"), mask.to("cuda")
@@ -161,5 +162,5 @@ def test_gpu_allegro_head_dim_96_bf16_falls_back_with_reason(monkeypatch):
     spy = AttentionSpy(monkeypatch, explain=True)
     out = forward(model, x, ctx, t, mask, rope)
     assert len(spy.calls) == 4
-    assert all(c["explain"] is not None and "head dim 96" in c["explain"] for c in spy.calls)
+    assert all(c["explain"] is None for c in spy.calls), [c["explain"] for c in spy.calls]
     torch.testing.assert_close(out.float(), expected.float(), atol=5e-2, rtol=5e-2)

@@ -157,10 +157,11 @@ def test_a_library_given_explicitly_raises_instead(fresh_ext, as_if_on_hopper, t
 
 
 @pytest.mark.parametrize("scale,runs", [(1e-46, False), (1e-40, False), (0.0, False), (-0.5, False), (3e38, False),
-                                        (1e-30, True), (0.125, True), (1e30, True)])
+                                        (1e-30, True), (0.125, True), (65536.0, True), (65537.0, False),
+                                        (1e30, False)])
 def test_scale_envelope_matches_what_the_launch_accepts(scale, runs, monkeypatch):
-    """csrc/capi.cu refuses a float32 scale that is not normal and positive, or whose product with log2(e)
-    overflows; the envelope says so first, so explain and the call agree (the GPU test checks the launch)."""
+    """csrc/capi.cu refuses a float32 scale that is not normal and positive, whose product with log2(e) overflows,
+    or that is over MAX_SCALE (1e30 gave NaN rows on the GPU); the envelope says so first, so explain and the call agree (the GPU test checks the launch)."""
     monkeypatch.setattr(_ext, "device_reason", lambda device: None)
     monkeypatch.setattr(_ext, "runtime_reason", lambda: None)
     q, k, v = qkv()

@@ -501,6 +501,10 @@ def device_reason(device: torch.device) -> str | None:
 
 _FLT_MIN = 1.1754943508222875e-38  # smallest normal float32
 _LOG2E = 1.4426950408889634
+# Largest softmax scale the kernel takes (csrc/capi.cu checks the same). The scores times scale * log2(e) are formed in
+# fp32 registers and compared, summed and subtracted there: at 1e30 they overflow to inf and the rows turn NaN (GPU
+# suite, tests/test_reliability_gpu.py), where SDPA's math still gives a one-hot row. Real models use 1 / sqrt(D).
+MAX_SCALE = 65536.0
 _INT32_MAX = (1 << 31) - 1
 _MIN_BLOCK_M = 128  # the smallest query tile of any build (FwdTraits): the most tiles a launch can have
 
@@ -538,6 +542,8 @@ def envelope_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: 
     s32 = _as_float32(scale) if scale == scale else scale
     if not (s32 >= _FLT_MIN and abs(_as_float32(s32 * _LOG2E)) != float("inf")):
         return f"softmax scale {scale} is not a positive, normal float32 the kernel can use"
+    if s32 > MAX_SCALE:
+        return f"softmax scale {scale} is over {MAX_SCALE:g}, the largest the kernel takes"
     b, sq, h, _ = q.shape
     skv = k.shape[1]
     if sq > _INT32_MAX or skv > _INT32_MAX:
@@ -583,8 +589,8 @@ def workspace(lib: ctypes.CDLL, device: torch.device) -> "torch.Tensor | None":
 
     One per call, not one per stream: two threads launching on one stream would otherwise interleave their tail and
     merge launches on one buffer. The caching allocator hands a freed block only to work ordered after the launches
-    that used it (same stream), so this is safe and costs no allocation in steady state; under CUDA graph capture
-    the block comes from the graph's private pool, so each graph owns its scratch."""
+    that used it (same stream), so this is safe and costs no allocation in steady state. Not used under CUDA graph
+    capture (see forward)."""
     key = (id(lib), device.index)  # every launch looks here: no string formatting
     nbytes = _workspace_bytes.get(key)
     if nbytes is None:
@@ -592,6 +598,14 @@ def workspace(lib: ctypes.CDLL, device: torch.device) -> "torch.Tensor | None":
         with _device_guard(device):
             nbytes = _workspace_bytes[key] = int(fn()) if fn is not None else 0
     return torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
+
+
+def _capturing() -> bool:
+    """Whether the current stream is capturing a CUDA graph (False where torch has no CUDA build to ask)."""
+    try:
+        return torch.cuda.is_current_stream_capturing()
+    except RuntimeError:
+        return False
 
 
 def _device_guard(device: torch.device):
@@ -628,7 +642,10 @@ def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = 
     # thread's first CUDA work may be this call: csrc/capi.cu, vidattn_sm90_fwd).
     with _device_guard(q.device):
         stream = _current_stream(q.device)
-        ws = workspace(lib, q.device)
+        # Under CUDA graph capture the launch gets no workspace, so it keeps the plain schedule (no split tail
+        # launch): the tail launch's replay read wrong rows in the GPU suite (tests/test_reliability_gpu.py,
+        # test_cuda_graphs_captured_and_replayed_concurrently) while its eager calls were bitwise right.
+        ws = None if _capturing() else workspace(lib, q.device)
         if ws is not None:
             args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
         rc = lib.vidattn_sm90_fwd(ctypes.byref(args), ctypes.c_void_p(stream))

@@ -6,26 +6,36 @@ import torch
 
 
 class LastMaskMemo:
-    """A one-entry memo keyed on a mask tensor's identity, version counter and the call's shape: a model hands the
-    same mask object to every layer of a forward, so the host syncs of a mask test (each stalls the CPU until the
-    GPU drains, and the next kernels then launch with the queue empty) run once per forward instead of once per
-    layer. Measured on LTX-Video, 28 masked layers: the forward's wall time exceeded its kernels' device time by
-    29 ms (bench/results/forward_ltx_20261130). A mask written in place bumps its version and is re-tested;
-    inference-mode tensors have no version counter and are never memoised."""
+    """A memo of the last few masks, keyed on a mask tensor's identity, version counter and the call's shape: a model
+    hands the same mask object to every layer of a forward, so the host syncs of a mask test (each stalls the CPU
+    until the GPU drains, and the next kernels then launch with the queue empty) run once per forward instead of once
+    per layer. Measured on LTX-Video, 28 masked layers: the forward's wall time exceeded its kernels' device time by
+    29 ms (bench/results/forward_ltx_20261130). Several entries, because a model may alternate masks layer by layer:
+    LTX-2's video->text and audio->text attentions take two different text masks in every block, and a one-entry
+    memo re-tested each of them in each of its 96 calls (a forward 0.86x SDPA's at 41 frames). A mask written in
+    place bumps its version and is re-tested; inference-mode tensors have no version counter and are never
+    memoised."""
 
-    def __init__(self):
-        self._entry = None
+    def __init__(self, size: int = 4):
+        self._size = size
+        self._entries: list = []  # most recent last
 
     def get(self, mask: torch.Tensor, key: tuple, compute: Callable):
         try:
             version = mask._version
         except RuntimeError:
             version = None
-        e = self._entry
-        if version is not None and e is not None and e[0]() is mask and e[1] == version and e[2] == key:
-            return e[3]
+        if version is not None:
+            for i, e in enumerate(self._entries):
+                if e[0]() is mask and e[1] == version and e[2] == key:
+                    if i != len(self._entries) - 1:
+                        self._entries.append(self._entries.pop(i))
+                    return e[3]
         result = compute()
-        self._entry = (weakref.ref(mask), version, key, result) if version is not None else None
+        if version is not None:
+            live = [e for e in self._entries if e[0]() is not None]
+            self._entries = live[len(live) - self._size + 1:] if self._size > 1 else []
+            self._entries.append((weakref.ref(mask), version, key, result))
         return result
 
 
