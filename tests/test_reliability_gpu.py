@@ -131,9 +131,13 @@ def test_cuda_graphs_captured_and_replayed_concurrently(cases):
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             out = vidattn.attention(sq, sk, sv, kv_lens=kv_lens)
-        graphs.append((name, g, out, ref))
+        if name == "tail":
+            assert _ext.last_tail_splits() > 0, "the captured call did not take the tail launch"
+        # The graph holds raw pointers to its inputs: they must outlive it (freed, the next case's clones took their
+        # memory and the first graph read another case's data).
+        graphs.append((name, g, out, ref, (sq, sk, sv)))
     torch.cuda.synchronize()
-    for name, g, out, ref in graphs:
+    for name, g, out, ref, _ in graphs:
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, ref), f"{name}: replay differs from the eager call"
@@ -141,7 +145,7 @@ def test_cuda_graphs_captured_and_replayed_concurrently(cases):
     bad = []
 
     def replay(i):
-        name, g, out, ref = graphs[i % len(graphs)]
+        name, g, out, ref, _ = graphs[i % len(graphs)]
         s = torch.cuda.Stream()
         with torch.cuda.stream(s):
             for _ in range(20):
@@ -152,7 +156,7 @@ def test_cuda_graphs_captured_and_replayed_concurrently(cases):
     # on it by construction, as any CUDA graph's would).
     run_threads(replay, len(graphs))
     torch.cuda.synchronize()
-    for name, g, out, ref in graphs:
+    for name, g, out, ref, _ in graphs:
         if not torch.equal(out, ref):
             bad.append(name)
     assert not bad, bad

@@ -589,8 +589,8 @@ def workspace(lib: ctypes.CDLL, device: torch.device) -> "torch.Tensor | None":
 
     One per call, not one per stream: two threads launching on one stream would otherwise interleave their tail and
     merge launches on one buffer. The caching allocator hands a freed block only to work ordered after the launches
-    that used it (same stream), so this is safe and costs no allocation in steady state. Not used under CUDA graph
-    capture (see forward)."""
+    that used it (same stream), so this is safe and costs no allocation in steady state; under CUDA graph capture
+    the block comes from the graph's private pool, so each graph owns its scratch."""
     key = (id(lib), device.index)  # every launch looks here: no string formatting
     nbytes = _workspace_bytes.get(key)
     if nbytes is None:
@@ -598,14 +598,6 @@ def workspace(lib: ctypes.CDLL, device: torch.device) -> "torch.Tensor | None":
         with _device_guard(device):
             nbytes = _workspace_bytes[key] = int(fn()) if fn is not None else 0
     return torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
-
-
-def _capturing() -> bool:
-    """Whether the current stream is capturing a CUDA graph (False where torch has no CUDA build to ask)."""
-    try:
-        return torch.cuda.is_current_stream_capturing()
-    except RuntimeError:
-        return False
 
 
 def _device_guard(device: torch.device):
@@ -642,10 +634,7 @@ def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = 
     # thread's first CUDA work may be this call: csrc/capi.cu, vidattn_sm90_fwd).
     with _device_guard(q.device):
         stream = _current_stream(q.device)
-        # Under CUDA graph capture the launch gets no workspace, so it keeps the plain schedule (no split tail
-        # launch): the tail launch's replay read wrong rows in the GPU suite (tests/test_reliability_gpu.py,
-        # test_cuda_graphs_captured_and_replayed_concurrently) while its eager calls were bitwise right.
-        ws = None if _capturing() else workspace(lib, q.device)
+        ws = workspace(lib, q.device)
         if ws is not None:
             args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
         rc = lib.vidattn_sm90_fwd(ctypes.byref(args), ctypes.c_void_p(stream))
