@@ -16,7 +16,21 @@ t0=$(date +%s)
 "$NVCC" "${flags[@]}" -I csrc csrc/capi.cu -o "$out" 2>"$log" || { cat "$log"; exit 1; }
 echo "ci_kernel_check: built csrc/capi.cu for sm_90a in $(( $(date +%s) - t0 )) s with $("$NVCC" --version | tail -1)"
 grep -E "Compiling entry|stack frame|registers" "$log" | sed 's/^/  /'
-bad=$(grep -E "stack frame|spill" "$log" | grep -v -E "^\s*0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" || true)
+# Each "stack frame" line belongs to the function named just before it ("Function properties for ..."). One build may spill, by measurement:
+# the 8-bit kernel's D=64 three-warpgroup build (q8_fwd_kernel<64, 3, ...>) at 160 registers spills 68-92 bytes and
+# still ran 1.38x its spill-free two-warpgroup build on the H200 (dev/NOTES_8bit.md); it is allowed up to
+# ALLOWED_SPILL_BYTES, every other kernel must have none.
+ALLOWED_SPILL_RE='q8_fwd_kernelILi64ELi3E'
+ALLOWED_SPILL_BYTES=128
+bad=$(awk -v re="$ALLOWED_SPILL_RE" -v cap="$ALLOWED_SPILL_BYTES" '
+  /Compiling entry function|Function properties for/ { fn = $0 }
+  /bytes stack frame/ {
+    if ($0 ~ /^[[:space:]]*0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads/) next
+    n = split($0, w, " "); worst = 0
+    for (i = 1; i <= n; i++) if (w[i] ~ /^[0-9]+$/ && w[i] + 0 > worst) worst = w[i] + 0
+    if (fn ~ re && worst <= cap) next
+    print fn; print $0
+  }' "$log")
 if grep -q "C7508\|setmaxnreg.*ignored" "$log"; then
   echo "ci_kernel_check: ptxas ignored setmaxnreg"; grep -E "C7508|setmaxnreg" "$log"; exit 1
 fi
@@ -25,5 +39,5 @@ if [ "$kernels" -lt 6 ]; then echo "ci_kernel_check: expected >= 6 kernel instan
 if [ -n "$bad" ]; then
   echo "ci_kernel_check: FAIL - spills or stack frames:"; echo "$bad"; exit 1
 fi
-echo "ci_kernel_check: OK - $kernels kernels, no spills, no stack frames"
+echo "ci_kernel_check: OK - $kernels kernels, no spills or stack frames (beyond the allowed 8-bit D=64 three-warpgroup build)"
 rm -f "$log" "$out"
