@@ -10,33 +10,25 @@ known here (Wan, LTX-2); any other such folder is refused with the reason.
 from __future__ import annotations
 
 import inspect
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .wan import PipelineError
+from .wan import PipelineError, read_model_index
 
 
 def check_pipeline_dir(model_dir: str | Path) -> tuple[Path, str]:
     """(folder, pipeline class name) for a local diffusers video pipeline folder; PipelineError otherwise."""
+    p, name, _ = _checked_index(model_dir)
+    return p, name
+
+
+def _checked_index(model_dir: str | Path) -> tuple[Path, str, dict]:
     import diffusers
 
-    p = Path(model_dir).expanduser()
-    if not p.exists():
-        raise PipelineError(f"--model {model_dir}: no such directory (weights are never downloaded; pass a local "
-                            f"diffusers pipeline folder)")
-    if not p.is_dir():
-        raise PipelineError(f"--model {model_dir}: not a directory")
-    index = p / "model_index.json"
-    if not index.is_file():
-        raise PipelineError(f"--model {model_dir}: no model_index.json, so not a diffusers pipeline folder")
-    try:
-        info = json.loads(index.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise PipelineError(f"--model {model_dir}: unreadable model_index.json ({exc})") from None
+    p, info = read_model_index(model_dir, "pipeline folder")
     name = str(info.get("_class_name", ""))
     cls = getattr(diffusers, name, None)
     if cls is None:
@@ -48,16 +40,15 @@ def check_pipeline_dir(model_dir: str | Path) -> tuple[Path, str]:
     if "transformer" not in info:
         raise PipelineError(f"--model {model_dir}: {name} has no transformer component (vidattn covers "
                             f"transformer video models)")
-    return p, name
+    return p, name, info
 
 
 def load_pipeline(model_dir: str | Path, *, device, dtype):
     from diffusers import DiffusionPipeline
     from diffusers.utils import logging as dlogging
 
-    path, _ = check_pipeline_dir(model_dir)
+    path, _, info = _checked_index(model_dir)
     # Components saved as None (e.g. no text encoder) must be passed as None again.
-    info = json.loads((path / "model_index.json").read_text())
     absent = {k: None for k, v in info.items()
               if not k.startswith("_") and isinstance(v, list) and all(x is None for x in v)}
     level = dlogging.get_verbosity()

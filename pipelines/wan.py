@@ -222,21 +222,27 @@ def _cast_like_from_pretrained(model: torch.nn.Module, dtype: torch.dtype) -> to
     return model
 
 
-def check_model_dir(model_dir: str | Path) -> Path:
-    """Validate that `model_dir` is a local diffusers Wan folder; return it as a Path."""
+def read_model_index(model_dir: str | Path, example: str = "") -> tuple[Path, dict]:
+    """(folder, parsed model_index.json) of a local diffusers pipeline folder; PipelineError naming what is wrong
+    otherwise. `example` ends the no-such-directory message (what to pass instead)."""
     p = Path(model_dir).expanduser()
     if not p.exists():
         raise PipelineError(f"--model {model_dir}: no such directory (weights are never downloaded; pass a local "
-                            f"diffusers folder such as a snapshot of Wan-AI/Wan2.1-T2V-1.3B-Diffusers)")
+                            f"diffusers {example})")
     if not p.is_dir():
         raise PipelineError(f"--model {model_dir}: not a directory")
     index = p / "model_index.json"
     if not index.is_file():
         raise PipelineError(f"--model {model_dir}: no model_index.json, so not a diffusers pipeline folder")
     try:
-        info = json.loads(index.read_text())
+        return p, json.loads(index.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise PipelineError(f"--model {model_dir}: unreadable model_index.json ({exc})") from None
+
+
+def check_model_dir(model_dir: str | Path) -> Path:
+    """Validate that `model_dir` is a local diffusers Wan folder; return it as a Path."""
+    p, info = read_model_index(model_dir, "folder such as a snapshot of Wan-AI/Wan2.1-T2V-1.3B-Diffusers")
     cls = str(info.get("_class_name", ""))
     if not cls.startswith("Wan"):
         raise PipelineError(f"--model {model_dir}: model_index.json describes {cls or 'an unknown class'}, "
