@@ -608,6 +608,21 @@ def _current_stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
+def launch_args(q, k, v, out, lse, kv_lens, scale: float) -> _Args:
+    """The C ABI's argument struct for (B, S, H, D) views (workspace unset), for every launch of the library (the
+    exact kernel here, the 8-bit path in quant8). kv_lens must be contiguous int32 (the C side reads stride 1)."""
+    b, sq, h, d = q.shape
+    return _Args(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+        lse.data_ptr() if lse is not None else None,
+        kv_lens.data_ptr() if kv_lens is not None else None,
+        b, h, sq, k.shape[1], d,
+        (ctypes.c_int64 * 3)(*q.stride()[:3]), (ctypes.c_int64 * 3)(*k.stride()[:3]),
+        (ctypes.c_int64 * 3)(*v.stride()[:3]), (ctypes.c_int64 * 3)(*out.stride()[:3]),
+        float(scale), DTYPES[q.dtype], None, 0, k.shape[2],
+    )
+
+
 def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = None) -> None:
     """Launch the kernel on the current stream. q, k, v, out: (B, S, H, D) views (any strides, last dim 1; out's
     base 16-byte aligned and its strides multiples of 8 elements, as a fresh tensor's are: O is stored with TMA);
@@ -620,16 +635,7 @@ def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = 
     lib = _library(lib)
     if kv_lens is not None and kv_lens.stride(0) != 1:
         kv_lens = kv_lens.contiguous()
-    b, sq, h, d = q.shape
-    args = _Args(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-        lse.data_ptr() if lse is not None else None,
-        kv_lens.data_ptr() if kv_lens is not None else None,
-        b, h, sq, k.shape[1], d,
-        (ctypes.c_int64 * 3)(*q.stride()[:3]), (ctypes.c_int64 * 3)(*k.stride()[:3]),
-        (ctypes.c_int64 * 3)(*v.stride()[:3]), (ctypes.c_int64 * 3)(*out.stride()[:3]),
-        float(scale), DTYPES[q.dtype], None, 0, k.shape[2],
-    )
+    args = launch_args(q, k, v, out, lse, kv_lens, scale)
     # The guard makes q's device current; the library then makes its context current in this thread (a worker
     # thread's first CUDA work may be this call: csrc/capi.cu, vidattn_sm90_fwd).
     with _device_guard(q.device):

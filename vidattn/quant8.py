@@ -121,18 +121,10 @@ def forward_8bit(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | No
     if lib is None:
         raise RuntimeError("the kernel library has no 8-bit path")
     b, sq, h, d = q.shape
-    skv = k.shape[1]
-    nbytes = int(lib.vidattn_q8_workspace_bytes(b, h, sq, skv, d))
+    nbytes = int(lib.vidattn_q8_workspace_bytes(b, h, sq, k.shape[1], d))
     ws = torch.empty(nbytes, dtype=torch.uint8, device=q.device)  # the caching allocator's blocks are 512-byte aligned
-    args = _ext._Args(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-        lse.data_ptr() if lse is not None else None,
-        kv_lens.data_ptr() if kv_lens is not None else None,
-        b, h, sq, skv, d,
-        (ctypes.c_int64 * 3)(*q.stride()[:3]), (ctypes.c_int64 * 3)(*k.stride()[:3]),
-        (ctypes.c_int64 * 3)(*v.stride()[:3]), (ctypes.c_int64 * 3)(*out.stride()[:3]),
-        float(scale), _ext.DTYPES[q.dtype], ws.data_ptr(), nbytes,
-    )
+    args = _ext.launch_args(q, k, v, out, lse, kv_lens, scale)  # kv_heads = heads: the 8-bit path has no GQA
+    args.workspace, args.workspace_bytes = ws.data_ptr(), nbytes
     stream = torch.cuda.current_stream(q.device).cuda_stream
     with torch.cuda.device(q.device):
         rc = lib.vidattn_q8_fwd(ctypes.byref(args), ctypes.c_void_p(stream))
