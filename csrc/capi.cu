@@ -207,6 +207,19 @@ int sm_count() {
   return sms > 0 ? sms : 1;
 }
 
+// A worker thread whose first CUDA work is a vidattn call has no current context: the runtime would create one on its
+// first runtime call, but cuTensorMapEncodeTiled (driver API) comes first and fails with CUDA_ERROR_INVALID_CONTEXT.
+// Since CUDA 12, cudaSetDevice makes the device's primary context current in this thread (a cheap check when it is
+// already). The caller made the tensors' device current (vidattn/_ext.py, forward). Both entry points (the exact
+// forward here, the 8-bit one in capi_8bit.cuh) call this before any driver API call.
+bool make_context_current() {
+  int device = 0;
+  cudaError_t ctx = cudaGetDevice(&device);
+  if (ctx == cudaSuccess) ctx = cudaSetDevice(device);
+  if (ctx != cudaSuccess) fail(std::string("cannot make the device's context current: ") + cudaGetErrorString(ctx));
+  return ctx == cudaSuccess;
+}
+
 }  // namespace
 
 extern "C" const char* vidattn_sm90_last_error(void) { return g_last_error.c_str(); }
@@ -282,15 +295,7 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   bool o_aligned = reinterpret_cast<uintptr_t>(a->o) % 16 == 0;
   for (int i = 0; i < 3; ++i) o_aligned = o_aligned && (o_extent[i] == 1 || a->o_stride[i] % 8 == 0);
   if (!o_aligned) return fail("output must be 16-byte aligned with strides that are multiples of 8 elements");
-  // A worker thread whose first CUDA work is this call has no current context: the runtime would create one on its
-  // first runtime call, but cuTensorMapEncodeTiled (driver API) comes first and fails with CUDA_ERROR_INVALID_CONTEXT.
-  // Since CUDA 12, cudaSetDevice makes the device's primary context current in this thread (a cheap check when it
-  // is already). The caller made the tensors' device current (vidattn/_ext.py, forward).
-  int device = 0;
-  cudaError_t ctx = cudaGetDevice(&device);
-  if (ctx == cudaSuccess) ctx = cudaSetDevice(device);
-  if (ctx != cudaSuccess)
-    return fail(std::string("cannot make the device's context current: ") + cudaGetErrorString(ctx));
+  if (!make_context_current()) return 1;
   auto s = static_cast<cudaStream_t>(stream);
   g_last_tail_splits = 0;
   g_last_block_n = 0;

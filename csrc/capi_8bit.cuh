@@ -223,6 +223,7 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   if (a->workspace == nullptr || a->workspace_bytes < l.total || reinterpret_cast<uintptr_t>(a->workspace) % 256)
     return fail("8-bit workspace missing, too small (need " + std::to_string(l.total) +
                 " bytes) or not 256-byte aligned");
+  if (!make_context_current()) return 1;  // capi.cu: the tensor maps below are encoded through the driver API
   auto s = static_cast<cudaStream_t>(stream);
   g_q8_last_wgs = 0;
   g_q8_last_sum_mma = -1;
