@@ -1,50 +1,118 @@
-"""Small kernel calls for compute-sanitizer (memcheck, racecheck): no pytest, exit 0 only if all are right.
+"""Small kernel calls for compute-sanitizer (memcheck, racecheck, synccheck): no pytest, exit 0 only if all are right.
 
-    compute-sanitizer --tool memcheck  --error-exitcode 1 python3 tests/sanitizer_cases.py
-    compute-sanitizer --tool racecheck --error-exitcode 1 python3 tests/sanitizer_cases.py
+    python3 dev/stress/sanitize.py                      # every tool, one line each (the runner; see its docstring)
+    compute-sanitizer --tool memcheck --error-exitcode 1 python3 tests/sanitizer_cases.py [--set small]
 
 Inputs are made and the reference computed on the CPU, so under the sanitizer the GPU runs little besides
-copies and the vidattn kernel itself. Run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so every tensor is its own
+copies and the vidattn kernels themselves. Run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so every tensor is its own
 allocation and memcheck sees reads or writes past its end (the caching allocator would hide them).
 Build the kernel library first (`python -c "import vidattn; vidattn.build()"`), or nvcc runs under the tool.
-Exit codes: 0 all right, 1 wrong result, 2 the kernel did not run (fallback) or no usable GPU.
+
+Every case states the code path it is there for (the tail launch, a block width, a warpgroup count) and fails when
+the call took another one, so a launcher change cannot quietly turn a case into a duplicate.
+`--set full` (the default) has every case; `--set small` keeps the cheap ones (racecheck and synccheck instrument
+every shared-memory access and barrier: the same paths with fewer tiles). Both sets cover the tail launch (its
+split and merge kernels, with and without a main launch before it), CTAs that walk several tiles, both D builds and
+both D=128 key-block widths, 2 and 3 consumer warpgroups, padded head dims, grouped K/V, kv_lens, the 8-bit path
+(pre-pass and kernel, both head dims and both D=64 warpgroup counts) and calls from several Python threads (with and
+without a prior CUDA call in the thread, on one shared stream and on a stream each).
+Exit codes: 0 all right, 1 a wrong result or a case that missed its path, 2 the kernel did not run (fallback) or no
+usable GPU.
 """
 from __future__ import annotations
 
+import argparse
 import math
 import sys
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-# (name, B, H, Sq, Skv, D, dtype, layout, kv_lens, D=64 warpgroups (0: the launcher's pick, 3: forced)[, spiked
-# heads]): a tail-heavy case (no tile is full), a degenerate one, a tail-heavy one on the three-warpgroup D=64
-# build, and one whose spiked heads overflow the fixed-reference softmax, so their tiles are marked and run again
-# (the marks in shared memory, the producer told through an mbarrier: csrc/sm90/flash_fwd.cuh, redo_tiles), and one
-# with a last round of one tile ("sms+1" heads of one tile each), which runs as four key ranges merged by
-# combine_kernel (csrc/capi.cu, plan_tail).
-CASES = [
-    ("tails+ragged", 2, 3, 129, 777, 128, torch.bfloat16, "bshd", [777, 259], 0),
-    ("skv=1", 1, 2, 65, 1, 64, torch.float16, "bhsd", None, 0),
-    ("d64-3wg tails+ragged", 2, 2, 257, 333, 64, torch.bfloat16, "bshd", [333, 100], 3),
-    ("redo", 1, 4, 300, 500, 128, torch.bfloat16, "bshd", None, 0, [1, 2]),
-    ("tail launch", 1, "sms+1", 100, 2200, 128, torch.bfloat16, "bshd", None, 0),
-    # Several tiles per CTA with two Q buffers: O stored behind the next tile's S_0, which rides in the last P V's
-    # turn (flash_fwd.cuh, S0Link); batch 1's single key block is a next tile whose S_0 releases its Q.
-    ("merged turns", 2, 140, 200, 300, 128, torch.bfloat16, "bshd", [300, 100], 0),
-    ("d64-3wg merged turns", 1, 140, 400, 300, 64, torch.float16, "bhsd", None, 3),
-    # Head dims padded onto a wider build (TMA's zero fill past D, the O store clipped at D; at D=96 the tail
-    # launch's merge stops at D too), and grouped-/multi-query K/V, H given as (query heads, K/V heads).
-    ("d72 tails+ragged", 2, 3, 129, 777, 72, torch.bfloat16, "bshd", [777, 259], 0),
-    ("d40 3wg tails+ragged", 2, 2, 257, 333, 40, torch.float16, "bhsd", [333, 100], 3),
-    ("d96 tail launch", 1, "sms+1", 100, 2200, 96, torch.bfloat16, "bshd", None, 0),
-    ("gqa 8q/2kv tails+ragged", 2, (8, 2), 129, 777, 128, torch.bfloat16, "bhsd", [777, 300], 0),
-    ("mqa 6q/1kv d64-3wg", 1, (6, 1), 257, 333, 64, torch.float16, "bshd", None, 3),
-]
 REL_L2_MAX = 1e-2
 LSE_ATOL = 1e-2
+# The 8-bit path's error on random inputs is about 4e-2 relative L2 (tests/test_8bit_gpu.py); a sanitizer run wants a
+# wrong result caught, not the accuracy bound, so it takes a margin.
+REL_L2_MAX_8BIT = 6e-2
+LSE_ATOL_8BIT = 0.25
+
+
+@dataclass
+class Case:
+    """One call. h: heads, or (query heads, K/V heads); "sms+1" for one more head of one tile each than the GPU has
+    SMs. d64_wgs: the exact D=64 kernel's consumer warpgroups (0: the launcher's pick). block_n: the D=128 key-block
+    width (0: by key count). precision "8bit" runs the 8-bit kernel at any length (quant8.SHORT_KV_EXACT_MAX is
+    set to 0 here). expect: the path the call must take ("tail": a split tail launch; "no tail"; "block_n=N";
+    "q8_wgs=N")."""
+    name: str
+    b: int
+    h: object
+    sq: int
+    skv: int
+    d: int
+    dtype: torch.dtype = torch.bfloat16
+    layout: str = "bshd"
+    kv_lens: list | None = None
+    d64_wgs: int = 0
+    spiked: tuple = ()
+    block_n: int = 0
+    precision: str = "exact"
+    q8_wgs: int = 0
+    expect: tuple = ()
+    small: bool = True  # in the small set
+    offset: float = 0.5  # added to the random inputs (a mean the 8-bit path's K smoothing must remove)
+
+
+CASES = [
+    # Tail-heavy (no tile is full) with ragged kv_lens, and a degenerate one.
+    Case("tails+ragged", 2, 3, 129, 777, 128, kv_lens=[777, 259], expect=("no tail", "block_n=128")),
+    Case("skv=1", 1, 2, 65, 1, 64, torch.float16, "bhsd"),
+    # The three-warpgroup D=64 build, tail-heavy.
+    Case("d64-3wg tails+ragged", 2, 2, 257, 333, 64, kv_lens=[333, 100], d64_wgs=3),
+    Case("d64-2wg tails", 1, 2, 200, 333, 64, torch.float16, "bhsd", d64_wgs=2),
+    # Spiked heads overflow the fixed-reference softmax, so their tiles are marked and run again (the marks in shared
+    # memory, the producer told through an mbarrier: csrc/sm90/flash_fwd.cuh, redo_tiles).
+    Case("redo", 1, 4, 300, 500, 128, spiked=(1, 2)),
+    # The tail launch (csrc/capi.cu, plan_tail): a last round of one tile ("sms+1" heads of one tile each) runs as
+    # key ranges merged by combine_kernel after a main launch; and a lone tile, which is all tail (no main launch).
+    Case("tail launch", 1, "sms+1", 100, 2200, 128, expect=("tail",), small=False),
+    Case("tail launch small", 1, "sms+1", 100, 1536, 128, expect=("tail",)),
+    Case("lone tile split", 1, 1, 100, 2200, 128, expect=("tail",)),
+    Case("lone tile split N=176", 1, 1, 100, 2200, 128, torch.float16, block_n=176, expect=("tail", "block_n=176")),
+    # The D=128 long-key build (N=176), tail-heavy with ragged kv_lens.
+    Case("N=176 tails+ragged", 2, 3, 129, 777, 128, kv_lens=[777, 259], block_n=176, expect=("block_n=176",)),
+    # Several tiles per CTA with two Q buffers: O stored behind the next tile's S_0, which rides in the last P V's
+    # turn (flash_fwd.cuh, S0Link); batch 1's single key block is a next tile whose S_0 releases its Q.
+    Case("merged turns", 2, 140, 200, 300, 128, kv_lens=[300, 100], small=False),
+    Case("d64-3wg merged turns", 1, 140, 400, 300, 64, torch.float16, "bhsd", d64_wgs=3, small=False),
+    Case("merged turns small", 1, "sms+1", 128, 300, 128, expect=("no tail",)),
+    Case("d64-3wg merged turns small", 1, "sms+1", 192, 300, 64, torch.float16, "bhsd", d64_wgs=3),
+    # Head dims padded onto a wider build (TMA's zero fill past D, the O store clipped at D; at D=96 the tail
+    # launch's merge stops at D too), and grouped-/multi-query K/V.
+    Case("d72 tails+ragged", 2, 3, 129, 777, 72, kv_lens=[777, 259]),
+    Case("d40 3wg tails+ragged", 2, 2, 257, 333, 40, torch.float16, "bhsd", kv_lens=[333, 100], d64_wgs=3),
+    Case("d96 tail launch", 1, "sms+1", 100, 2200, 96, expect=("tail",), small=False),
+    Case("d96 lone tile split", 1, 1, 100, 2200, 96, expect=("tail",)),
+    Case("gqa 8q/2kv tails+ragged", 2, (8, 2), 129, 777, 128, layout="bhsd", kv_lens=[777, 300]),
+    Case("mqa 6q/1kv d64-3wg", 1, (6, 1), 257, 333, 64, torch.float16, d64_wgs=3),
+    Case("gqa 4q/2kv split", 1, (4, 2), 100, 2200, 128, expect=("tail",)),
+    # The 8-bit path: its pre-pass (K/V statistics, Q and K/V quantization) and kernel, tails on both lengths,
+    # kv_lens and the LSE, both head dims, the D=64 build on two and three consumer warpgroups.
+    Case("8bit d128 tails+ragged", 2, 2, 300, 700, 128, kv_lens=[700, 333], precision="8bit", offset=0.0),
+    Case("8bit d64 3wg", 1, 3, 257, 515, 64, torch.float16, "bhsd", precision="8bit", q8_wgs=3,
+         expect=("q8_wgs=3",), offset=0.0),
+    Case("8bit d64 2wg ragged", 2, 2, 200, 389, 64, kv_lens=[389, 129], precision="8bit", q8_wgs=2,
+         expect=("q8_wgs=2",), offset=0.0),
+    Case("8bit d128 key offset", 1, 2, 129, 300, 128, torch.float16, precision="8bit", offset=1.0),
+]
+
+# The threaded round: each thread runs these (by name) on its stream, after the main thread made the inputs.
+THREAD_CASES = ("tails+ragged", "lone tile split", "d64-2wg tails", "8bit d128 tails+ragged")
+THREAD_CONFIGS = [(streams, prior) for streams in ("shared", "own") for prior in (False, True)]
+N_THREADS = 3
 
 
 def reference(q, k, v, layout, kv_lens):
@@ -60,45 +128,150 @@ def reference(q, k, v, layout, kv_lens):
     return (out if layout == "bhsd" else out.transpose(1, 2)), torch.logsumexp(s, -1)
 
 
-def run_case(vidattn, name, b, h, sq, skv, d, dtype, layout, kv_lens, d64_wgs, spiked=()) -> int:
+@dataclass
+class Prepared:
+    case: Case
+    heads: tuple
+    cpu: tuple
+    gpu: tuple
+    lens: object
+    ref: tuple = field(default=None)
+
+
+def prepare(c: Case, sms: int) -> Prepared:
     g = torch.Generator().manual_seed(1234)
+    h = sms + 1 if c.h == "sms+1" else c.h
     hq, hkv = h if isinstance(h, tuple) else (h, h)
-    shape = (lambda s, n: (b, s, n, d)) if layout == "bshd" else (lambda s, n: (b, n, s, d))
-    q, k, v = ((torch.randn(shape(s, n), generator=g) + 0.5).to(dtype) for s, n in ((sq, hq), (skv, hkv), (skv, hkv)))
-    if spiked:  # one key past the first key block far above the rest in these heads (bench.accuracy.shape_scores)
+    shape = (lambda s, n: (c.b, s, n, c.d)) if c.layout == "bshd" else (lambda s, n: (c.b, n, s, c.d))
+    q, k, v = ((torch.randn(shape(s, n), generator=g) + c.offset).to(c.dtype)
+               for s, n in ((c.sq, hq), (c.skv, hkv), (c.skv, hkv)))
+    if c.spiked:  # one key past the first key block far above the rest in these heads (bench.accuracy.shape_scores)
         from bench.accuracy import shape_scores
-        shape_scores(q, k if layout == "bshd" else k.transpose(1, 2), "spike", heads=list(spiked))
-    qd, kd, vd = (t.cuda() for t in (q, k, v))
-    lens = torch.tensor(kv_lens, dtype=torch.int32).cuda() if kv_lens is not None else None
-    reason = vidattn.explain(qd, kd, vd, layout=layout, kv_lens=lens)
-    if reason is not None:
-        print(f"[sanitizer_cases] {name}: the kernel would not run ({reason}); nothing to sanitize")
-        return 2
+        shape_scores(q, k if c.layout == "bshd" else k.transpose(1, 2), "spike", heads=list(c.spiked))
+    lens = torch.tensor(c.kv_lens, dtype=torch.int32).cuda() if c.kv_lens is not None else None
+    return Prepared(c, (hq, hkv), (q, k, v), tuple(t.cuda() for t in (q, k, v)), lens,
+                    reference(q, k, v, c.layout, c.kv_lens))
+
+
+def call(vidattn, p: Prepared):
+    """The kernel call and the path it took (None: fine; else what was expected and missed)."""
     from vidattn import _ext
-    with _ext.d64_warpgroups(d64_wgs):
-        out, lse = vidattn.attention(qd, kd, vd, layout=layout, kv_lens=lens, return_lse=True)
-        torch.cuda.synchronize()
+    c = p.case
+    out, lse = vidattn.attention(*p.gpu, layout=c.layout, kv_lens=p.lens, return_lse=True, precision=c.precision)
+    missed = []
+    for want in c.expect:
+        if want == "tail" and _ext.last_tail_splits() < 2:
+            missed.append("a split tail launch")
+        elif want == "no tail" and _ext.last_tail_splits() != 0:
+            missed.append("no tail launch")
+        elif want.startswith("block_n=") and _ext.last_block_n() != int(want[8:]):
+            missed.append(f"{want} (ran {_ext.last_block_n()})")
+        elif want.startswith("q8_wgs="):
+            from vidattn import quant8
+            if quant8.last_variant()[0] != int(want[7:]):
+                missed.append(f"{want} (ran {quant8.last_variant()[0]})")
+    return out, lse, "; ".join(missed) or None
+
+
+def check(p: Prepared, out, lse, missed, tag="") -> int:
+    c = p.case
     out, lse = out.cpu(), lse.cpu()
-    ref, ref_lse = reference(q, k, v, layout, kv_lens)
+    ref, ref_lse = p.ref
+    eight = c.precision == "8bit"
     finite = bool(torch.isfinite(out).all()) and bool(torch.isfinite(lse).all())
     rel = ((out.double() - ref).norm() / ref.norm()).item() if finite else float("nan")
     lse_err = (lse.double() - ref_lse).abs().max().item() if finite else float("nan")
-    ok = finite and rel < REL_L2_MAX and lse_err < LSE_ATOL and out.shape == ref.shape
-    print(f"[sanitizer_cases] {name}: B{b} H{h} {sq}x{skv} D{d} {dtype} {layout} kv_lens={kv_lens}: "
-          f"rel-L2 {rel:.2e}, max|lse err| {lse_err:.2e} -> {'ok' if ok else 'WRONG'}", flush=True)
-    return 0 if ok else 1
+    ok = (finite and rel < (REL_L2_MAX_8BIT if eight else REL_L2_MAX)
+          and lse_err < (LSE_ATOL_8BIT if eight else LSE_ATOL) and out.shape == ref.shape)
+    verdict = "ok" if ok and missed is None else ("WRONG" if not ok else f"MISSED PATH: expected {missed}")
+    heads = p.heads if p.heads[0] != p.heads[1] else p.heads[0]
+    print(f"[sanitizer_cases] {c.name}{tag}: B{c.b} H{heads} {c.sq}x{c.skv} D{c.d} {c.dtype} {c.layout} "
+          f"kv_lens={c.kv_lens} {c.precision}: rel-L2 {rel:.2e}, max|lse err| {lse_err:.2e} -> {verdict}", flush=True)
+    return 0 if ok and missed is None else 1
 
 
-def main() -> int:
+def run_case(vidattn, p: Prepared) -> int:
+    from vidattn import _ext, quant8
+    c = p.case
+    reason = vidattn.explain(*p.gpu, layout=c.layout, kv_lens=p.lens, precision=c.precision)
+    if reason is not None:
+        print(f"[sanitizer_cases] {c.name}: the kernel would not run ({reason}); nothing to sanitize")
+        return 2
+    if c.q8_wgs:
+        quant8.set_d64_warpgroups(c.q8_wgs)
+    try:
+        with _ext.d64_warpgroups(c.d64_wgs), _ext.d128_block_n(c.block_n):
+            out, lse, missed = call(vidattn, p)
+            torch.cuda.synchronize()
+    finally:
+        if c.q8_wgs:
+            quant8.set_d64_warpgroups(0)
+    return check(p, out, lse, missed)
+
+
+def run_threads(vidattn, prepared: dict, streams: str, prior: bool) -> int:
+    """N_THREADS Python threads, each running THREAD_CASES once. `prior`: the thread does CUDA work of its own
+    first; without it the kernel call is the thread's first CUDA work (its stream was made by the main thread)."""
+    cases = [prepared[n] for n in THREAD_CASES]
+    shared = torch.cuda.Stream()
+    own = [torch.cuda.Stream() for _ in range(N_THREADS)]
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            if prior:
+                torch.zeros(1, device="cuda").add_(1)
+            stream = shared if streams == "shared" else own[i]
+            with torch.cuda.stream(stream):
+                for j in range(len(cases)):
+                    p = cases[(i + j) % len(cases)]  # threads start on different cases
+                    out, lse, _ = call(vidattn, p)  # the path checks are the single-threaded cases' business
+                    results[(i, p.case.name)] = (out, lse)
+            stream.synchronize()
+        except BaseException as exc:  # noqa: BLE001 - reported below with the thread's index
+            errors.append((i, repr(exc)))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(N_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    tag = f" [thread {{}}/{N_THREADS}, {streams} stream, {'a' if prior else 'no'} prior CUDA call]"
+    if any(t.is_alive() for t in threads) or errors:
+        print(f"[sanitizer_cases] threads{tag.format('*')}: {'a thread hung' if not errors else errors} -> WRONG")
+        return 1
+    torch.cuda.synchronize()
+    rc = 0
+    for (i, name), (out, lse) in sorted(results.items()):
+        rc = max(rc, check(prepared[name], out, lse, None, tag.format(i)))
+    return rc
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", choices=("full", "small"), default="full")
+    ap.add_argument("--only", default="", help="run the cases whose name holds this text (and no threads)")
+    ap.add_argument("--no-threads", action="store_true")
+    args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("[sanitizer_cases] CUDA is not available")
         return 2
     import vidattn
-    rc = 0
+    from vidattn import quant8
+    quant8.SHORT_KV_EXACT_MAX = 0  # the 8-bit cases run the 8-bit kernel at their short lengths
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for name, b, h, *rest in CASES:
-        rc = max(rc, run_case(vidattn, name, b, sms + 1 if h == "sms+1" else h, *rest))
+    chosen = [c for c in CASES if (args.set == "full" or c.small) and args.only in c.name]
+    needed = {c.name for c in chosen} | (set() if args.only or args.no_threads else set(THREAD_CASES))
+    prepared = {c.name: prepare(c, sms) for c in CASES if c.name in needed}
+    rc = 0
+    for c in chosen:
+        rc = max(rc, run_case(vidattn, prepared[c.name]))
+    if not (args.only or args.no_threads):
+        for streams, prior in THREAD_CONFIGS:
+            rc = max(rc, run_threads(vidattn, prepared, streams, prior))
     torch.cuda.synchronize()
+    print(f"[sanitizer_cases] {'all right' if rc == 0 else 'FAILED'} ({len(chosen)} cases, "
+          f"{0 if args.only or args.no_threads else len(THREAD_CONFIGS)} threaded rounds)", flush=True)
     return rc
 
 

@@ -1,0 +1,88 @@
+"""The device memory one vidattn call allocates beyond its inputs, per path: the documented figures of
+docs/reliability.md, which the soak (dev/stress/soak.py) checks its memory against.
+
+Each call allocates its output, its LSE when asked, and a workspace, all from torch's caching allocator on the
+caller's stream, and frees the workspace when it returns (the output is the caller's):
+- exact kernel: the tail launch's scratch, one item per SM of 128 x (128 + 2) fp32 (csrc/capi.cu, kTailItemBytes),
+  allocated on every call whether or not the call takes the tail launch (vidattn/_ext.py, workspace): 8.4 MiB on an
+  H200's 132 SMs, whatever the shape.
+- 8-bit kernel: quantized Q, K and V^T (one byte per element, Q padded to 384 rows and K/V to 128 keys), their
+  scales, K's mean and V's maxima, and an fp32 per query row (csrc/capi_8bit.cuh, q8_layout), each part rounded up
+  to 256 bytes: about 3 bytes per element of Q, K and V together, 1.19 GB at Wan 14B 720p.
+- SDPA (the fallback): whatever PyTorch's backend allocates; not vidattn's to document.
+
+The constants mirror the C sources; tests/test_reliability_stress.py reads them back from csrc/ so a change there
+fails CI until this file (and the docs) follow, and the GPU suite compares these figures with the library's own
+(vidattn_sm90_workspace_bytes, vidattn_q8_workspace_bytes).
+"""
+from __future__ import annotations
+
+# csrc/capi.cu: kTailItemBytes = 128 * (128 + 2) * sizeof(float)
+TAIL_ITEM_BYTES = 128 * (128 + 2) * 4
+# csrc/sm90/q8_quant.cuh
+Q8_BLOCK_N = 128
+Q8_BLOCK_M_PAD = 384
+Q8_K_GROUPS = 4
+ALIGN = 256
+H200_SMS = 132
+
+
+def exact_workspace_bytes(sms: int = H200_SMS) -> int:
+    """The exact kernel's per-call workspace (vidattn_sm90_workspace_bytes) on a GPU of `sms` SMs."""
+    return sms * TAIL_ITEM_BYTES
+
+
+def _up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def q8_workspace_bytes(b: int, h: int, sq: int, skv: int, d: int) -> int:
+    """The 8-bit path's per-call workspace (vidattn_q8_workspace_bytes), for (B, H, Sq, Skv, D)."""
+    if min(b, h, sq, skv, d) < 1:
+        return 0
+    bh = b * h
+    sq_pad, skv_pad = _up(sq, Q8_BLOCK_M_PAD), _up(skv, Q8_BLOCK_N)
+    parts = [bh * sq_pad * d,                               # Q, int8
+             bh * sq_pad * 4,                               # Q's row scales
+             bh * skv_pad * d,                              # K, int8
+             bh * (skv_pad // Q8_BLOCK_N) * Q8_K_GROUPS * 4,  # K's block scales
+             bh * d * skv_pad,                              # V^T, e4m3
+             bh * d * 4, bh * d * 4, bh * d * 4,            # V's channel scales, K's mean, V's maxima
+             bh * sq * 4]                                   # the LSE correction per query row
+    return sum(_up(p, ALIGN) for p in parts)
+
+
+def output_bytes(b: int, h: int, sq: int, d: int, elem: int = 2, lse: bool = False) -> int:
+    """The call's output (and LSE): the caller keeps these."""
+    return b * h * sq * d * elem + (b * h * sq * 4 if lse else 0)
+
+
+def call_bytes(b: int, h: int, sq: int, skv: int, d: int, precision: str = "exact", sms: int = H200_SMS,
+               elem: int = 2, lse: bool = False) -> int:
+    """What one call allocates at its peak: output (and LSE) plus its path's workspace. Padded head dims (D=72
+    runs on the D=128 build) allocate for their own D: the kernel pads on the fly."""
+    ws = q8_workspace_bytes(b, h, sq, skv, d) if precision == "8bit" else exact_workspace_bytes(sms)
+    return output_bytes(b, h, sq, d, elem, lse) + ws
+
+
+# Shapes the docs quote (B, H, Sq, Skv, D): the self-attention of one transformer forward.
+QUOTED = {
+    "Wan 2.1 1.3B 480p (81 frames)": (1, 12, 32760, 32760, 128),
+    "Wan 2.1 14B 720p (81 frames)": (1, 40, 75600, 75600, 128),
+    "LTX-Video 768x512 (121 frames)": (1, 32, 6144, 6144, 64),
+    "CogVideoX-5B 720x480 (49 frames)": (1, 48, 17776, 17776, 64),
+}
+
+
+def table() -> str:
+    """The docs' workspace table (markdown), from the formulas above."""
+    rows = ["| call (self-attention) | exact: workspace | 8-bit: workspace | output (bf16) |", "|---|---|---|---|"]
+    for name, (b, h, sq, skv, d) in QUOTED.items():
+        rows.append(f"| {name}, B{b} H{h} S{sq} D{d} | {exact_workspace_bytes() / 2**20:.1f} MiB | "
+                    f"{q8_workspace_bytes(b, h, sq, skv, d) / 1e9:.3f} GB | "
+                    f"{output_bytes(b, h, sq, d) / 1e9:.3f} GB |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(table())
