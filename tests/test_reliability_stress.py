@@ -1,0 +1,199 @@
+"""The stress tools' own logic, on the CPU: the documented workspace figures against the C sources they mirror, the
+sanitizer runner's verdicts (with a fake compute-sanitizer), the sanitizer cases' path annotations against the
+launcher's tail plan, the soak's hour-equivalence against its source, and the device script's syntax.
+The GPU halves: tests/test_reliability_gpu.py, dev/device_reliability.sh."""
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from dev.stress import budget, sanitize  # noqa: E402
+
+
+def _define(path: str, name: str) -> int:
+    text = (REPO / path).read_text()
+    m = re.search(rf"#define {name} (\d+)", text) or re.search(rf"constexpr int {name} = (\d+);", text)
+    assert m, f"{name} not found in {path}"
+    return int(m.group(1))
+
+
+# ------------------------------------------------------------------------------------------------ the documented figures
+def test_workspace_constants_mirror_the_c_sources():
+    capi = (REPO / "csrc/capi.cu").read_text()
+    assert "constexpr uint64_t kTailItemBytes = 128 * (128 + 2) * sizeof(float);" in capi
+    assert budget.TAIL_ITEM_BYTES == 128 * 130 * 4
+    assert _define("csrc/sm90/q8_quant.cuh", "kQ8BlockN") == budget.Q8_BLOCK_N
+    assert _define("csrc/sm90/q8_quant.cuh", "kQ8BlockMPad") == budget.Q8_BLOCK_M_PAD
+    assert _define("csrc/sm90/q8_quant.cuh", "kQ8KGroups") == budget.Q8_K_GROUPS
+    layout = (REPO / "csrc/capi_8bit.cuh").read_text()
+    body = layout[layout.index("Q8Layout q8_layout("):layout.index("l.total = at;")]
+    # The parts budget.q8_workspace_bytes sums, in the C layout's order.
+    assert re.findall(r"l\.(\w+) = take\(", body) == ["q8", "q_scale", "k8", "k_scale", "vt8", "v_scale", "k_sum",
+                                                        "v_amax", "lse_corr"]
+    assert "at = (at + bytes + 255) / 256 * 256;" in body
+
+
+def test_q8_workspace_figures():
+    # Wan 14B 720p, 81 frames: 75600 tokens, 40 heads of 128; about 3 bytes per element of Q, K and V together.
+    ws = budget.q8_workspace_bytes(1, 40, 75600, 75600, 128)
+    assert 1.18e9 < ws < 1.19e9
+    assert ws == pytest.approx(3 * 40 * 75600 * 128, rel=0.03)
+    # One query and one key: Q padded to 384 rows (24576 + 1536 bytes), K and V^T to 128 keys (8192 each), the five
+    # small parts 256 bytes each.
+    assert budget.q8_workspace_bytes(1, 1, 1, 1, 64) == 384 * 64 + 384 * 4 + 2 * 128 * 64 + 5 * 256
+    assert budget.q8_workspace_bytes(0, 1, 1, 1, 64) == 0
+    assert budget.exact_workspace_bytes(132) == 8_785_920
+    assert budget.call_bytes(1, 2, 100, 300, 64, "exact", sms=132, lse=True) == 2 * 100 * 64 * 2 + 2 * 100 * 4 \
+        + 8_785_920
+
+
+def test_the_docs_quote_the_figures_of_budget():
+    doc = (REPO / "docs/reliability.md").read_text()
+    assert budget.table() in doc, "docs/reliability.md's workspace table is stale: paste python3 dev/stress/budget.py"
+
+
+# ------------------------------------------------------------------------------------------------ the sanitizer runner
+CLEAN = "========= COMPUTE-SANITIZER\n[sanitizer_cases] tails: ... -> ok\n[sanitizer_cases] all right (3 cases)\n" \
+        "========= ERROR SUMMARY: 0 errors\n"
+
+
+@pytest.mark.parametrize("tool,log,rc,errors,ok", [
+    ("memcheck", CLEAN, 0, 0, True),
+    ("racecheck", CLEAN.replace("ERROR SUMMARY: 0 errors",
+                                "RACECHECK SUMMARY: 4 hazards displayed (3 errors, 1 warning)\n"
+                                "========= ERROR SUMMARY: 3 errors"), 1, 3, False),
+    ("racecheck", CLEAN.replace("ERROR SUMMARY: 0 errors",
+                                "RACECHECK SUMMARY: 2 hazards displayed (0 errors, 2 warnings)\n"
+                                "========= ERROR SUMMARY: 0 errors"), 0, 0, True),
+    ("synccheck", "========= COMPUTE-SANITIZER\nSegmentation fault\n", None, None, False),  # no summary: killed
+    ("memcheck", CLEAN.replace("all right", "FAILED").replace("-> ok", "-> WRONG"), 1, 0, False),
+    ("memcheck", "[sanitizer_cases] x: the kernel would not run (no GPU); nothing to sanitize\n"
+                 "[sanitizer_cases] FAILED\n========= ERROR SUMMARY: 0 errors\n", 2, 0, False),
+])
+def test_runner_verdicts(tool, log, rc, errors, ok):
+    r = sanitize.parse(tool, log, rc)
+    assert r["errors"] == errors and r["ok"] is ok
+    r["seconds"] = 1.0
+    line = sanitize.line(r)
+    assert line.startswith(tool) and f"errors found: {'?' if errors is None else errors}" in line
+    assert line.endswith("-> ok" if ok else "-> FAIL")
+    if "WRONG" in log or "would not run" in log:
+        assert "cases FAILED" in line
+
+
+FAKE_SANITIZER = """#!/usr/bin/env bash
+tool=$2
+echo "========= COMPUTE-SANITIZER"
+echo "[sanitizer_cases] all right (1 cases) $*"
+if [ "$tool" = "racecheck" ]; then
+  echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"
+  echo "========= ERROR SUMMARY: 1 error"; exit 1
+fi
+echo "========= ERROR SUMMARY: 0 errors"
+"""
+
+
+def test_runner_prints_a_line_per_tool_and_fails_on_any_error(tmp_path):
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(FAKE_SANITIZER)
+    fake.chmod(0o755)
+    env = dict(os.environ, COMPUTE_SANITIZER=str(fake))
+    run = subprocess.run([sys.executable, "dev/stress/sanitize.py", "--no-build", "--out", str(tmp_path / "o"),
+                          "--json", str(tmp_path / "s.json")], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=120)
+    lines = run.stdout.strip().splitlines()
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert [ln.split()[0] for ln in lines] == ["memcheck", "racecheck", "synccheck"]
+    assert "errors found: 0" in lines[0] and lines[0].endswith("-> ok")
+    assert "errors found: 1" in lines[1] and lines[1].endswith("-> FAIL")
+    # memcheck on the full case set, the others on the small one
+    assert "--set full" in (tmp_path / "o" / "memcheck.log").read_text()
+    assert "--set small" in (tmp_path / "o" / "synccheck.log").read_text()
+    ok = subprocess.run([sys.executable, "dev/stress/sanitize.py", "--no-build", "--tools", "memcheck,synccheck",
+                         "--out", str(tmp_path / "o2")], cwd=REPO, env=env, capture_output=True, text=True,
+                        timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+# ------------------------------------------------------------------------------------------------ the sanitizer cases
+def _cases():
+    sys.path.insert(0, str(REPO / "tests"))
+    import sanitizer_cases
+
+    return sanitizer_cases
+
+
+def _takes_tail(c, sms: int = 132) -> bool:
+    """csrc/capi.cu's plan_tail for an exact D > 64 call (the tail cases are all on the D=128 build)."""
+    min_tile_blocks = _define("csrc/capi.cu", "VIDATTN_TAIL_MIN_TILE_BLOCKS")
+    min_blocks = _define("csrc/capi.cu", "VIDATTN_TAIL_MIN_BLOCKS")
+    short_max = _define("csrc/capi.cu", "VIDATTN_D128_SHORT_KV_MAX")
+    block_n = c.block_n or (_define("csrc/sm90/tile_config.cuh", "VIDATTN_BLOCK_N_D128_SHORT") if c.skv <= short_max
+                            else _define("csrc/sm90/tile_config.cuh", "VIDATTN_BLOCK_N_D128"))
+    heads = sms + 1 if c.h == "sms+1" else (c.h[0] if isinstance(c.h, tuple) else c.h)
+    tiles = c.b * heads * math.ceil(c.sq / 128)
+    r, blocks = tiles % sms, math.ceil(c.skv / block_n)
+    if c.kv_lens is not None or r == 0 or blocks < min_tile_blocks:
+        return False
+    return min(sms // r, blocks // min_blocks) >= 2
+
+
+def test_sanitizer_cases_paths_agree_with_the_launcher():
+    sc = _cases()
+    names = [c.name for c in sc.CASES]
+    assert len(set(names)) == len(names) and set(sc.THREAD_CASES) <= set(names)
+    for c in sc.CASES:
+        if c.d > 64 and c.precision == "exact" and ("tail" in c.expect or "no tail" in c.expect):
+            assert _takes_tail(c) is ("tail" in c.expect), c.name
+
+
+@pytest.mark.parametrize("which", ["full", "small"])
+def test_both_sanitizer_sets_cover_every_path(which):
+    sc = _cases()
+    cs = [c for c in sc.CASES if which == "full" or c.small]
+    exact = [c for c in cs if c.precision == "exact"]
+    assert any("tail" in c.expect and c.h == "sms+1" for c in exact)  # main launch, then the tail
+    assert any("tail" in c.expect and c.h != "sms+1" for c in exact)  # all tail
+    assert any(c.block_n == 176 for c in exact) and any(c.d == 128 and c.block_n == 0 for c in exact)
+    assert {2, 3} <= {c.d64_wgs for c in exact if c.d <= 64}
+    assert any(c.h == "sms+1" and "no tail" in c.expect for c in exact)  # several tiles per CTA
+    assert any(c.h == "sms+1" and c.d64_wgs == 3 for c in exact)
+    assert any(c.d not in (64, 128) and c.d > 64 for c in exact) and any(c.d < 64 for c in exact)  # padded
+    assert any(isinstance(c.h, tuple) for c in exact) and any(c.kv_lens for c in exact)
+    assert any(c.spiked for c in exact)
+    q8 = [c for c in cs if c.precision == "8bit"]
+    assert {64, 128} <= {c.d for c in q8} and {2, 3} <= {c.q8_wgs for c in q8 if c.d == 64}
+    assert any(c.kv_lens for c in q8)
+    assert [(s, p) for s, p in sc.THREAD_CONFIGS] == [("shared", False), ("shared", True), ("own", False),
+                                                      ("own", True)]
+
+
+# ------------------------------------------------------------------------------------------------ the soak
+def test_soak_hour_equivalence_matches_its_source():
+    from dev.stress import soak
+
+    report = (REPO / soak.ROOT / "bench/results/e2e_wan1.3b_74bf459/report.md").read_text()
+    row = next(ln for ln in report.splitlines() if ln.startswith("| vidattn |"))
+    assert float(row.strip("| \n").split("|")[-1]) == soak.SECONDS_PER_VIDEO  # the projected 50-step video
+    assert "2 forwards/step" in report and "30 / 30" in report  # guidance doubles the forwards; 30 blocks
+    assert soak.CALLS_PER_VIDEO == 6000 and soak.CALLS_PER_HOUR == 382301
+    names = {s.name for s in soak.MIX}
+    assert set(soak.GRAPHED) <= names and len(names) == len(soak.MIX)
+    assert {"8bit"} <= {s.precision for s in soak.MIX} and any(s.kv_lens for s in soak.MIX)
+    assert {64, 96, 128} <= {s.d for s in soak.MIX} and any(s.hkv < s.hq for s in soak.MIX)
+
+
+def test_device_script_parses_and_names_existing_files():
+    script = (REPO / "dev/device_reliability.sh").read_text()
+    subprocess.run(["bash", "-n", str(REPO / "dev/device_reliability.sh")], check=True)
+    for path in re.findall(r"(?:dev|tests)/[\w/]+\.(?:py|sh)", script):
+        assert (REPO / path).is_file(), path
