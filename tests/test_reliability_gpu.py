@@ -333,7 +333,8 @@ def test_documented_workspace_figures_are_the_librarys():
 
 def test_a_call_allocates_its_documented_figure_and_frees_the_workspace():
     """Peak allocation of one call over its inputs = output + LSE + the documented workspace (rounded by the caching
-    allocator to 512 bytes per block); afterwards only the output and LSE remain."""
+    allocator to 512 bytes per block; a cached block of over 1 MiB is handed out whole when less than 1 MiB of it would
+    be left); afterwards only the output and LSE remain."""
     import sys
     from pathlib import Path
 
@@ -343,6 +344,7 @@ def test_a_call_allocates_its_documented_figure_and_frees_the_workspace():
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for precision in ("exact", "8bit"):
+        torch.cuda.empty_cache()  # the exact call's cached workspace would serve the 8-bit one's, whole
         q, k, v, _ = make("x", 1, 3, 1000, 9000, 128, False)
         vidattn.attention(q, k, v, precision=precision)  # warm: the library's lazy state
         torch.cuda.synchronize()
@@ -352,7 +354,7 @@ def test_a_call_allocates_its_documented_figure_and_frees_the_workspace():
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - before
         documented = budget.call_bytes(1, 3, 1000, 9000, 128, precision, sms=sms, lse=True)
-        assert documented <= peak <= documented + 8 * 512, (precision, peak, documented)
+        assert documented <= peak <= documented + (1 << 20) + 8 * 512, (precision, peak, documented)
         rounded = lambda n: -(-n // 512) * 512  # noqa: E731 - the caching allocator's block granularity
         assert torch.cuda.memory_allocated() - before == rounded(out.numel() * 2) + rounded(lse.numel() * 4)
         assert precision == "exact" or quant8.route_reason(q, k) is None  # 9000 keys: the 8-bit kernel ran
