@@ -13,9 +13,10 @@ the call took another one, so a launcher change cannot quietly turn a case into 
 `--set full` (the default) has every case; `--set small` keeps the cheap ones (racecheck and synccheck instrument
 every shared-memory access and barrier: the same paths with fewer tiles). Both sets cover the tail launch (its
 split and merge kernels, with and without a main launch before it), CTAs that walk several tiles, both D builds and
-both D=128 key-block widths, 2 and 3 consumer warpgroups, padded head dims, grouped K/V, kv_lens, the 8-bit path
-(pre-pass and kernel, both head dims and both D=64 warpgroup counts) and calls from several Python threads (with and
-without a prior CUDA call in the thread, on one shared stream and on a stream each).
+both D=128 key-block widths, 2 and 3 consumer warpgroups, padded head dims, grouped K/V, kv_lens, causal masks (both
+alignments, rows that see no key), the 8-bit path (pre-pass and kernel, both head dims and both D=64 warpgroup counts)
+and calls from several Python threads (with and without a prior CUDA call in the thread, on one shared stream and on a
+stream each).
 Exit codes: 0 all right, 1 a wrong result or a case that missed its path, 2 the kernel did not run (fallback) or no
 usable GPU.
 """
@@ -64,6 +65,7 @@ class Case:
     expect: tuple = ()
     small: bool = True  # in the small set
     offset: float = 0.5  # added to the random inputs (a mean the 8-bit path's K smoothing must remove)
+    causal: object = False  # "top_left" or "bottom_right" (skipped, and said so, where vidattn has no causal=)
 
 
 CASES = [
@@ -107,25 +109,42 @@ CASES = [
     Case("8bit d64 2wg ragged", 2, 2, 200, 389, 64, kv_lens=[389, 129], precision="8bit", q8_wgs=2,
          expect=("q8_wgs=2",), offset=0.0),
     Case("8bit d128 key offset", 1, 2, 129, 300, 128, torch.float16, precision="8bit", offset=1.0),
+    # Causal masks: tiles past the diagonal skipped, the diagonal block masked, the causal tile order (heaviest Q
+    # block first, every other round reversed) over several tiles per CTA, bottom-right alignment with ragged
+    # kv_lens, and rows that see no key (bottom-right with fewer keys than queries: zeros, an LSE of -inf).
+    Case("causal top-left tails", 2, 3, 777, 777, 128, causal="top_left", expect=("no tail",)),
+    Case("causal bottom-right ragged", 2, 2, 129, 777, 128, kv_lens=[777, 259], causal="bottom_right"),
+    Case("causal d64-3wg several tiles per CTA", 1, "sms+1", 384, 384, 64, torch.float16, "bhsd", d64_wgs=3,
+         causal="top_left"),
+    Case("causal gqa 4q/2kv d96", 1, (4, 2), 300, 300, 96, causal="top_left"),
+    Case("causal bottom-right rows without keys", 1, 2, 400, 150, 128, causal="bottom_right"),
 ]
 
 # The threaded round: each thread runs these (by name) on its stream, after the main thread made the inputs.
-THREAD_CASES = ("tails+ragged", "lone tile split", "d64-2wg tails", "8bit d128 tails+ragged")
+THREAD_CASES = ("tails+ragged", "lone tile split", "d64-2wg tails", "8bit d128 tails+ragged",
+                "causal bottom-right ragged")
 THREAD_CONFIGS = [(streams, prior) for streams in ("shared", "own") for prior in (False, True)]
 N_THREADS = 3
 
 
-def reference(q, k, v, layout, kv_lens):
-    """fp64 attention on the CPU: (out in `layout`, lse (B, H, Sq))."""
+def reference(q, k, v, layout, kv_lens, causal=False):
+    """fp64 attention on the CPU: (out in `layout`, lse (B, H, Sq)). causal: key j is kept for query i when
+    j < kv_len and j <= i (top-left) or j <= i + kv_len - Sq (bottom-right); a row with no key is zeros, LSE -inf."""
     qb, kb, vb = (t.double() if layout == "bhsd" else t.double().transpose(1, 2) for t in (q, k, v))
     group = qb.shape[1] // kb.shape[1]
     kb, vb = kb.repeat_interleave(group, dim=1), vb.repeat_interleave(group, dim=1)
+    b, sq, skv = qb.shape[0], qb.shape[2], kb.shape[2]
     s = qb @ kb.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if kv_lens is not None:
-        keep = torch.arange(kb.shape[2])[None, :] < torch.tensor(kv_lens)[:, None]
-        s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
-    out = torch.softmax(s, -1) @ vb
-    return (out if layout == "bhsd" else out.transpose(1, 2)), torch.logsumexp(s, -1)
+    lens = torch.tensor(kv_lens if kv_lens is not None else [skv] * b)
+    j = torch.arange(skv)[None, None, :]
+    keep = j < lens[:, None, None]  # (B, 1, Skv)
+    if causal:
+        shift = lens[:, None, None] - sq if causal == "bottom_right" else torch.zeros(b, 1, 1, dtype=torch.long)
+        keep = keep & (j <= torch.arange(sq)[None, :, None] + shift)  # (B, Sq, Skv)
+    s = s.masked_fill(~keep[:, None], float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    out = torch.softmax(s, -1).nan_to_num(0.0) @ vb  # a row with no key: softmax NaN -> zeros
+    return (out if layout == "bhsd" else out.transpose(1, 2)), lse
 
 
 @dataclass
@@ -150,14 +169,22 @@ def prepare(c: Case, sms: int) -> Prepared:
         shape_scores(q, k if c.layout == "bshd" else k.transpose(1, 2), "spike", heads=list(c.spiked))
     lens = torch.tensor(c.kv_lens, dtype=torch.int32).cuda() if c.kv_lens is not None else None
     return Prepared(c, (hq, hkv), (q, k, v), tuple(t.cuda() for t in (q, k, v)), lens,
-                    reference(q, k, v, c.layout, c.kv_lens))
+                    reference(q, k, v, c.layout, c.kv_lens, c.causal))
+
+
+def causal_api(vidattn) -> bool:
+    """Whether this vidattn takes causal= (the causal cases are skipped, and said so, where it does not)."""
+    import inspect
+    return all("causal" in inspect.signature(f).parameters for f in (vidattn.attention, vidattn.explain))
 
 
 def call(vidattn, p: Prepared):
     """The kernel call and the path it took (None: fine; else what was expected and missed)."""
     from vidattn import _ext
     c = p.case
-    out, lse = vidattn.attention(*p.gpu, layout=c.layout, kv_lens=p.lens, return_lse=True, precision=c.precision)
+    extra = {"causal": c.causal} if c.causal else {}
+    out, lse = vidattn.attention(*p.gpu, layout=c.layout, kv_lens=p.lens, return_lse=True, precision=c.precision,
+                                 **extra)
     missed = []
     for want in c.expect:
         if want == "tail" and _ext.last_tail_splits() < 2:
@@ -178,9 +205,12 @@ def check(p: Prepared, out, lse, missed, tag="") -> int:
     out, lse = out.cpu(), lse.cpu()
     ref, ref_lse = p.ref
     eight = c.precision == "8bit"
-    finite = bool(torch.isfinite(out).all()) and bool(torch.isfinite(lse).all())
+    # Finite everywhere, except an LSE of -inf exactly where the reference row has no key.
+    rows = torch.isfinite(ref_lse)
+    finite = bool(torch.isfinite(out).all()) and torch.equal(torch.isfinite(lse), rows) \
+        and bool((lse[~rows] == float("-inf")).all())
     rel = ((out.double() - ref).norm() / ref.norm()).item() if finite else float("nan")
-    lse_err = (lse.double() - ref_lse).abs().max().item() if finite else float("nan")
+    lse_err = (lse.double()[rows] - ref_lse[rows]).abs().max().item() if finite else float("nan")
     ok = (finite and rel < (REL_L2_MAX_8BIT if eight else REL_L2_MAX)
           and lse_err < (LSE_ATOL_8BIT if eight else LSE_ATOL) and out.shape == ref.shape)
     verdict = "ok" if ok and missed is None else ("WRONG" if not ok else f"MISSED PATH: expected {missed}")
@@ -193,7 +223,11 @@ def check(p: Prepared, out, lse, missed, tag="") -> int:
 def run_case(vidattn, p: Prepared) -> int:
     from vidattn import _ext, quant8
     c = p.case
-    reason = vidattn.explain(*p.gpu, layout=c.layout, kv_lens=p.lens, precision=c.precision)
+    if c.causal and not causal_api(vidattn):
+        print(f"[sanitizer_cases] {c.name}: skipped (this vidattn has no causal=)")
+        return 0
+    extra = {"causal": c.causal} if c.causal else {}
+    reason = vidattn.explain(*p.gpu, layout=c.layout, kv_lens=p.lens, precision=c.precision, **extra)
     if reason is not None:
         print(f"[sanitizer_cases] {c.name}: the kernel would not run ({reason}); nothing to sanitize")
         return 2
@@ -212,7 +246,7 @@ def run_case(vidattn, p: Prepared) -> int:
 def run_threads(vidattn, prepared: dict, streams: str, prior: bool) -> int:
     """N_THREADS Python threads, each running THREAD_CASES once. `prior`: the thread does CUDA work of its own
     first; without it the kernel call is the thread's first CUDA work (its stream was made by the main thread)."""
-    cases = [prepared[n] for n in THREAD_CASES]
+    cases = [prepared[n] for n in THREAD_CASES if n in prepared]
     shared = torch.cuda.Stream()
     own = [torch.cuda.Stream() for _ in range(N_THREADS)]
     results, errors = {}, []
@@ -261,10 +295,15 @@ def main(argv=None) -> int:
     quant8.SHORT_KV_EXACT_MAX = 0  # the 8-bit cases run the 8-bit kernel at their short lengths
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     chosen = [c for c in CASES if (args.set == "full" or c.small) and args.only in c.name]
+    causal = causal_api(vidattn)
     needed = {c.name for c in chosen} | (set() if args.only or args.no_threads else set(THREAD_CASES))
+    needed = {n for n in needed if causal or not next(c for c in CASES if c.name == n).causal}
     prepared = {c.name: prepare(c, sms) for c in CASES if c.name in needed}
     rc = 0
     for c in chosen:
+        if c.name not in prepared:
+            print(f"[sanitizer_cases] {c.name}: skipped (this vidattn has no causal=)")
+            continue
         rc = max(rc, run_case(vidattn, prepared[c.name]))
     if not (args.only or args.no_threads):
         for streams, prior in THREAD_CONFIGS:

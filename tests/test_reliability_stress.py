@@ -173,6 +173,9 @@ def test_both_sanitizer_sets_cover_every_path(which):
     q8 = [c for c in cs if c.precision == "8bit"]
     assert {64, 128} <= {c.d for c in q8} and {2, 3} <= {c.q8_wgs for c in q8 if c.d == 64}
     assert any(c.kv_lens for c in q8)
+    causal = [c for c in exact if c.causal]
+    assert {"top_left", "bottom_right"} <= {c.causal for c in causal}
+    assert any(c.h == "sms+1" for c in causal) and any(c.kv_lens for c in causal) and any(c.sq > c.skv for c in causal)
     assert [(s, p) for s, p in sc.THREAD_CONFIGS] == [("shared", False), ("shared", True), ("own", False),
                                                       ("own", True)]
 
@@ -197,3 +200,28 @@ def test_device_script_parses_and_names_existing_files():
     subprocess.run(["bash", "-n", str(REPO / "dev/device_reliability.sh")], check=True)
     for path in re.findall(r"(?:dev|tests)/[\w/]+\.(?:py|sh)", script):
         assert (REPO / path).is_file(), path
+
+
+@pytest.mark.parametrize("causal,kv_lens,sq,skv", [(False, None, 40, 70), (False, [70, 20], 40, 70),
+                                                   ("top_left", None, 50, 50), ("top_left", None, 30, 70),
+                                                   ("bottom_right", None, 30, 70), ("bottom_right", [70, 45], 30, 70),
+                                                   ("bottom_right", None, 70, 30)])
+def test_sanitizer_reference_is_sdpa_with_the_mask(causal, kv_lens, sq, skv):
+    """The fp64 reference the sanitizer cases check against, against float64 SDPA with the mask written out (rows
+    that see no key: zeros and an LSE of -inf, the kernel's answer)."""
+    import torch
+    import torch.nn.functional as F
+
+    sc = _cases()
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, n, 3, 16, generator=g, dtype=torch.float64) for n in (sq, skv, skv))
+    out, lse = sc.reference(q, k, v, "bshd", kv_lens, causal)
+    lens = torch.tensor(kv_lens or [skv, skv])
+    i, j = torch.arange(sq)[:, None], torch.arange(skv)[None, :]
+    keep = torch.stack([(j < n) & ((j <= i) if causal == "top_left" else (j <= i + n - sq) if causal else
+                                   torch.ones(sq, skv, dtype=torch.bool)) for n in lens.tolist()])[:, None]
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=keep).nan_to_num(0.0).transpose(1, 2)
+    empty = ~keep.any(-1).expand(-1, 3, -1)
+    torch.testing.assert_close(out, torch.where(empty.transpose(1, 2)[..., None], 0.0, ref))
+    assert torch.equal(torch.isneginf(lse), empty) and (causal == "bottom_right" and sq > skv) is bool(empty.any())
