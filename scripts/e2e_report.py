@@ -7,13 +7,18 @@
     python scripts/e2e_report.py --model-family hunyuan_video   # another family: one forward, both paths
     python scripts/e2e_report.py --family ltx2 --generate       # LTX-2 full generation (video + audio), both paths
     python scripts/e2e_report.py --model DIR                    # any local diffusers video pipeline folder
+    python scripts/e2e_report.py --list                         # every --family with its default size
 
-`--model-family NAME` (wan, wan14b, skyreels_v2, hunyuan_video, hunyuan_video15, cogvideox, ltx, mochi, allegro;
-pipelines/families.py) builds that family's transformer from its real config with random weights and the inputs
-its pipeline gives one transformer call at the default size, and runs the forward-only measurement under SDPA
-and under vidattn: CUDA-event median, torch.profiler attention share, output relative L2, and a census of which
-attention calls ran the kernel, fell back to SDPA (with the reasons) or stayed stock. Full video generation is
-only implemented for Wan (the default, without --model-family); other families always run forward-only.
+`--family NAME` (`--model-family`; every family vidattn routes, pipelines/registry.py: `--list`) builds that
+family's transformer from the real config of its released checkpoint with seeded random weights, offline, and the
+inputs its pipeline gives one transformer call at the pipeline's default size (height, width, frames, text
+length), and runs the forward-only measurement under SDPA and under vidattn: CUDA-event median, torch.profiler
+attention share, output relative L2, and a census of which attention calls ran the kernel, fell back to SDPA (with
+the reasons) or stayed stock. `--tiny` runs the family's tiny config (CPU). Full video generation is reported for
+Wan (the default, without --family), `--family ltx2 --generate` and `--model DIR`; other families run
+forward-only. Wan-Animate-2 and the SANA-WM refiner take a KV cache their pipelines fill in an earlier pass: their
+forward is not built here and `--family` says so. scripts/family_table.py runs every family on the GPU in two
+groups (the cross-model table).
 
 One pipeline is built (seeded random weights, or `--model DIR`); the SDPA run uses diffusers' default processors,
 the vidattn run installs vidattn's with `vidattn.apply(pipe)` on the same object (shared weights), then
@@ -69,8 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--model-family: default (real config, the pipeline's default size), tiny, or a "
                         "family's smaller size (hunyuan_video: 540p)")
     p.add_argument("--model-family", "--family", dest="model_family", default=None, metavar="NAME",
-                   help="forward-only report for another video DiT family (see pipelines/families.py): wan, "
-                        "wan14b, skyreels_v2, hunyuan_video, hunyuan_video15, cogvideox, ltx, mochi, allegro")
+                   help="forward-only report for any family vidattn routes (pipelines/registry.py; --list prints "
+                        "them with their default sizes)")
+    p.add_argument("--list", action="store_true", help="print the families with their default sizes and exit")
     p.add_argument("--batch", type=int, default=None,
                    help="with --model-family: batch of the forward (default: what the pipeline passes, 2 where it "
                         "batches CFG)")
@@ -477,34 +483,39 @@ def markdown(report: dict) -> str:
 # ------------------------------------------------------------------------------------ other model families
 def _resolve_family(args) -> None:
     """Device, dtype, preset and size for a --model-family run; raises SystemExit(message) on errors."""
-    from pipelines import families
+    from pipelines import registry
 
     args.notes = []
     cuda = torch.cuda.is_available()
     if args.model is not None:
-        raise SystemExit("error: --model DIR loads Wan weights; --model-family runs use random weights")
+        raise SystemExit("error: --model DIR loads a pipeline folder's weights; --model-family runs use random "
+                         "weights: pass one or the other")
     args.device, dev = resolve_device(args.device, cuda)
-    fam = families.family(args.model_family)
+    name = args.model_family
+    e = registry.entry(name)
+    if e.make is None and not registry.in_families(name):
+        raise SystemExit(f"error: --family {name}: {e.measure}")
     if args.preset is None:
         args.preset = "tiny" if dev.type == "cpu" else "default"
         if dev.type == "cpu":
-            args.notes.append(f"no CUDA device: the tiny {args.model_family} config on the CPU "
-                              "(pass --preset tiny to silence this)")
+            args.notes.append(f"no CUDA device: the tiny {name} config on the CPU (pass --preset tiny to silence "
+                              "this)")
     if args.preset in ("1.3b", "14b"):
         raise SystemExit(f"error: --preset {args.preset} is a Wan preset; --model-family takes "
-                         f"{', '.join(fam.presets())}")
-    if args.preset not in fam.presets():
-        raise SystemExit(f"error: --model-family {args.model_family} has no preset {args.preset!r} "
-                         f"(choose from {', '.join(fam.presets())})")
+                         f"{', '.join(registry.presets(name))}")
+    if args.preset not in registry.presets(name):
+        raise SystemExit(f"error: --model-family {name} has no preset {args.preset!r} "
+                         f"(choose from {', '.join(registry.presets(name))})")
     if dev.type == "cpu" and args.preset != "tiny":
-        raise SystemExit(f"error: the {args.model_family} {args.preset} preset needs a CUDA GPU; use --preset tiny "
-                         "on CPU")
-    base = families.size_for(args.model_family, args.preset)
-    args.size = families.Size(args.height or base.height, args.width or base.width, args.frames or base.frames)
+        raise SystemExit(f"error: the {name} {args.preset} preset needs a CUDA GPU; use --preset tiny on CPU")
+    if e.measure is not None and args.preset != "tiny":
+        args.notes.append(f"{name}: {e.measure}")
+    base = registry.size_for(name, args.preset)
+    args.size = registry.Size(args.height or base.height, args.width or base.width, args.frames or base.frames)
     args.height, args.width, args.frames = args.size.height, args.size.width, args.size.frames
     try:
-        families.check_size(args.model_family, args.size, families.config_for(args.model_family, args.preset))
-    except families.FamilyError as exc:
+        registry.check_size(name, args.size, args.preset)
+    except registry.FamilyError as exc:
         raise SystemExit(f"error: {exc}") from None
     if args.batch is not None and args.batch < 1:
         raise SystemExit(f"error: --batch must be >= 1, got {args.batch}")
@@ -686,7 +697,7 @@ def family_markdown(report: dict) -> str:
 
 def main_family(args) -> dict:
     """`--model-family NAME`: the forward-only report for one family; writes report.json/.md/latency.png."""
-    from pipelines import families
+    from pipelines import registry
     from pipelines.measure import jsonable
     from vidattn.envinfo import run_metadata
 
@@ -701,7 +712,7 @@ def main_family(args) -> dict:
     tag = name if args.preset == "default" else f"{name}-{args.preset}"
     out_dir = Path(args.out_dir) if args.out_dir else ROOT / "bench" / "results" / f"forward_{tag}_{date}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    fam = families.family(name)
+    fam = registry.entry(name)
     report = {"metadata": run_metadata(), "mode": "forward-only", "model_family": name,
               "model": fam.display if args.preset != "tiny" else f"{fam.display} (tiny)",
               "checkpoint": fam.checkpoint if args.preset != "tiny" else None, "class": fam.cls_name,
@@ -713,15 +724,15 @@ def main_family(args) -> dict:
     t0 = time.perf_counter()
     mem_reset(device)
     try:
-        built = families.build(name, args.preset, device=device, dtype=dtype, seed=args.seed, size=args.size,
+        built = registry.build(name, args.preset, device=device, dtype=dtype, seed=args.seed, size=args.size,
                                batch=args.batch)
     except Exception as exc:  # noqa: BLE001 - e.g. out of memory: recorded, not a traceback
-        config = families.config_for(name, args.preset)
-        shapes = families.attention_shapes(name, args.size, config, args.batch)
+        config = registry.full_config(name, args.preset)
+        heads, head_dim = registry.heads_and_dim(name, config)
         report.update(status="failed", batch=args.batch or fam.batch,
-                      tokens=families.video_tokens(name, args.size, config), heads=config["num_attention_heads"],
-                      head_dim=config["attention_head_dim"], params=families.param_count(name, args.preset),
-                      layers=str(config["num_layers"]), attention_shapes=shapes, inputs_note=fam.note,
+                      tokens=registry.video_tokens(name, args.size, config, args.preset == "tiny"), heads=heads,
+                      head_dim=head_dim, params=registry.param_count(name, args.preset),
+                      layers=registry.layers_text(name, config), inputs_note=fam.note,
                       failure={"failed_at": "build", "error": f"{type(exc).__name__}: {str(exc)[:2000]}",
                                "oom": _is_oom(exc), "peak_mem_gib": mem_peak_gib(device)},
                       fallback=_family_fallback(None, None, device))
@@ -877,6 +888,11 @@ def pipeline_markdown(report: dict) -> str:
 # -------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
+    if args.list:
+        from pipelines import registry
+
+        registry.print_listing()
+        return {"status": "ok", "families": registry.names()}
     if (args.model is not None and args.model_family is None and not _is_wan_dir(args.model)) or \
             (args.model_family == "ltx2" and args.generate):
         return main_pipeline_report(args)
@@ -884,11 +900,11 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit("error: --generate is for --family ltx2 (a full pipeline); --model DIR reports any "
                          "pipeline folder")
     if args.model_family is not None:
-        from pipelines.families import FAMILIES
+        from pipelines import registry
 
-        if args.model_family not in FAMILIES:
+        if args.model_family not in registry.ENTRIES:
             raise SystemExit(f"error: unknown --model-family {args.model_family!r} (choose from "
-                             f"{', '.join(FAMILIES)})")
+                             f"{', '.join(registry.names())}; `--list` prints them with their default sizes)")
         if args.forward_only or args.model_family not in ("wan", "wan14b"):
             return main_family(args)
         # Wan generation: the report below, with the family's preset

@@ -5,6 +5,14 @@
     python scripts/generate_video.py --prompt "a red fox running through snow" --out fox.mp4
     python scripts/generate_video.py --family ltx2 --out ltx2.mp4          # 19B architecture, video + audio
     python scripts/generate_video.py --model /path/to/pipeline --out v.mp4  # model_index.json picks the pipeline
+    python scripts/generate_video.py --list                                 # every family, and which generate
+
+`--family NAME` takes every family vidattn routes (pipelines/registry.py; `--list`). A full generation with random
+weights is built offline for wan, wan14b and ltx2 (their VAE and text side are built here). For the other
+families a full pipeline with random weights (the VAE, the text encoder(s), image encoders, schedulers with their
+real configs) is not built offline: `--family NAME` stops with that reason and names what measures the family
+instead: `scripts/e2e_report.py --family NAME` (one transformer forward at the pipeline's default size, SDPA vs
+vidattn), or `--model DIR` with a local pipeline folder of that family.
 
 Defaults: the Wan2.1-T2V-1.3B architecture with seeded random weights (no download; `--model DIR` loads a
 local diffusers Wan folder), 480x832, 81 frames, 50 steps, guidance 5.0, vidattn attention, bf16 on CUDA.
@@ -42,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, metavar="DIR",
                    help="local diffusers video pipeline folder (real weights; model_index.json picks the class)")
     p.add_argument("--family", default=None, metavar="NAME",
-                   help=f"architecture with random weights: {', '.join(GENERATE_FAMILIES)} (default wan)")
+                   help=f"architecture with random weights: {', '.join(GENERATE_FAMILIES)} generate (default wan); "
+                        "every other routed family (--list) stops with the reason and the command that measures "
+                        "its transformer")
+    p.add_argument("--list", action="store_true", help="print the families with their default sizes and exit")
     p.add_argument("--tiny", action="store_true", help="the family's tiny CPU-sized config (tests)")
     p.add_argument("--height", type=int, default=None, help="multiple of 16 (default 480; tiny: 64)")
     p.add_argument("--width", type=int, default=None, help="multiple of 16 (default 832; tiny: 96)")
@@ -316,14 +327,24 @@ def main_pipeline(args) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
-    if args.family is not None and args.family not in GENERATE_FAMILIES:
-        from pipelines.families import FAMILIES
+    if args.list:
+        from pipelines import registry
 
-        if args.family in FAMILIES:
-            raise SystemExit(f"error: --family {args.family}: full generation is built offline here for "
-                             f"{', '.join(GENERATE_FAMILIES)} only; scripts/e2e_report.py --family {args.family} "
-                             f"measures its transformer (or pass --model DIR with a local pipeline folder)")
-        raise SystemExit(f"error: unknown --family {args.family!r} (generation: {', '.join(GENERATE_FAMILIES)})")
+        registry.print_listing()
+        return {"families": registry.names()}
+    if args.family is not None and args.family not in GENERATE_FAMILIES:
+        from pipelines import registry
+
+        if args.family in registry.ENTRIES:
+            e = registry.entry(args.family)
+            measure = (f"scripts/e2e_report.py --family {args.family} measures its transformer forward at the "
+                       f"pipeline's default size" if e.make is not None else
+                       f"its transformer forward is not built either ({e.measure})")
+            raise SystemExit(f"error: --family {args.family} ({e.display}, {e.pipeline}): {e.generate}; full "
+                             f"generation is built offline for {', '.join(GENERATE_FAMILIES)}. {measure}; or pass "
+                             f"--model DIR with a local {e.pipeline} folder")
+        raise SystemExit(f"error: unknown --family {args.family!r} (families: {', '.join(registry.names())}; "
+                         f"generation: {', '.join(GENERATE_FAMILIES)})")
     if args.family == "ltx2" or (args.model is not None and args.family is None and not _is_wan_dir(args.model)):
         return main_pipeline(args)
     if args.family in ("wan", "wan14b"):
