@@ -253,9 +253,13 @@ def soak(total_calls: int, max_seconds: float, seed: int = 0) -> dict:
     except threading.BrokenBarrierError:
         pass
     deadline = t0 + max_seconds
+    said = t0
     while any(th.is_alive() for th in threads):
         if time.perf_counter() > deadline:
             stop.set()
+        if time.perf_counter() - said > 15:
+            said = time.perf_counter()
+            print(f"[soak] {sum(t.calls for t in tallies)} calls after {said - t0:.0f} s", flush=True)
         for th in threads:
             th.join(timeout=0.5)
         if time.perf_counter() > deadline + 120:  # stopped threads finish their call; past this, one hangs
