@@ -1,5 +1,6 @@
 """diffusers integration: vidattn processors per model family and `apply` / `restore` for pipelines."""
-from .apply import PROCESSORS, ROUTES, ApplyHandle, apply, register_backend_route, register_processor, restore
+from .apply import (PROCESSORS, ROUTES, ApplyHandle, apply, register_backend_route, register_module,  # noqa: F401
+                    register_processor, register_stock, register_stock_module, restore)
 from .wan import WanAttnProcessor
 from .cogvideox import CogVideoXAttnProcessor, FusedCogVideoXAttnProcessor
 from .ltx import LTXVideoAttnProcessor
@@ -19,8 +20,12 @@ from .ltx2 import LTX2AudioVideoAttnProcessor, LTX2PerturbedAttnProcessor  # noq
 from .easyanimate import EasyAnimateAttnProcessor  # noqa: E402
 from .cosmos import Cosmos25AttnProcessor, CosmosAttnProcessor  # noqa: E402
 from .anyflow_far import AnyFlowCausalAttnProcessor  # noqa: E402
+from .latte import LatteAttnProcessor  # noqa: E402
+from .wan_animate_2 import WanAnimate2AttnProcessor  # noqa: E402
+from . import sana_wm  # noqa: E402,F401  (SANA-WM's softmax modules: module routes)
 from . import backend_routes  # noqa: E402,F401  (the families routed to the "vidattn" backend)
 __all__ += ["LTX2AudioVideoAttnProcessor", "LTX2PerturbedAttnProcessor", "EasyAnimateAttnProcessor",
-            "CosmosAttnProcessor", "Cosmos25AttnProcessor", "AnyFlowCausalAttnProcessor"]
+            "CosmosAttnProcessor", "Cosmos25AttnProcessor", "AnyFlowCausalAttnProcessor", "LatteAttnProcessor",
+            "WanAnimate2AttnProcessor"]
 # Registers the "vidattn" diffusers attention backend (model.set_attention_backend("vidattn")) on import.
 from .backend import BACKEND_NAME, register_backend, unregister_backend; __all__ += ["BACKEND_NAME", "register_backend", "unregister_backend"]  # noqa: E402,E501,E702

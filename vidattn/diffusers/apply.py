@@ -15,30 +15,40 @@ latter two are verified copies of Wan's and are listed as such below). A stock c
   `dispatch_attention_fn(..., backend=self._attention_backend)` and needs nothing model-specific: no code to keep
   in step with diffusers, and the backend converts key-padding masks itself. Calls run at the context precision.
 
+A route may be scoped to the model classes that hold the module (`models=`): diffusers' generic `AttnProcessor2_0`
+is routed inside `LatteTransformer3DModel` only, and stays stock, with the reason, in any other model (an image
+UNet in the same pipeline, say). Attention that is no processor at all (SANA-WM's parameter-free softmax modules,
+which call `F.sdpa` in their own `forward`) is routed by the module's exact class ("module" routes,
+`register_module`): the instance's class becomes a vidattn subclass that overrides `forward` only, and `restore`
+sets it back.
+
 A module whose processor is on no route stays stock and is listed with the reason; so is a module whose stock
-processor already uses a backend the user chose (e.g. `flex` for Kandinsky 5's NABLA attention).
+processor already uses a backend the user chose (e.g. `flex` for Kandinsky 5's NABLA attention), and one whose
+processor is known and deliberately left stock (`register_stock`: linear attention, block-sparse NABLA).
 
 The handle holds weak references to the modules it changed, so replacing `pipe.transformer` lets the old model
 be freed; `restore` skips modules that are gone.
 """
 from __future__ import annotations
 
+import sys
 import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 
-from .sdpa_common import VidattnProcessor
+from .sdpa_common import VidattnModule, VidattnProcessor
 from .wan import WanAttnProcessor
 
 KERNEL, BACKEND, STOCK = "kernel", "backend", "stock"
+_MODULE = "module"  # a kernel route by module class swap (the handle lists it as "kernel")
 
 
 @dataclass(frozen=True)
 class Route:
-    kind: str                 # KERNEL or BACKEND
-    processor: Optional[type]  # the vidattn processor class (KERNEL)
+    kind: str                 # KERNEL, BACKEND, or STOCK (known, deliberately left stock: `note` says why)
+    processor: Optional[type]  # the vidattn processor class (KERNEL), or the vidattn module class (module routes)
     note: str = ""            # what runs where, shown by print(handle)
 
 
@@ -52,6 +62,11 @@ ROUTES: dict = {
     _T + "transformer_wan_animate.WanAttnProcessor": Route(KERNEL, WanAttnProcessor,
                                                            "Wan-Animate's verified copy of Wan's processor"),
 }
+# (model class "module.QualName", stock processor "module.QualName") -> Route: routes that hold only inside the
+# named model classes; they win over ROUTES. Generic processors (AttnProcessor2_0) are routed this way.
+SCOPED_ROUTES: dict = {}
+# Stock attention module class ("module.QualName") -> Route(KERNEL, vidattn subclass of that class, note).
+MODULE_ROUTES: dict = {}
 # Kept for callers of the earlier API: stock key -> vidattn class, for the kernel routes.
 PROCESSORS: dict = {}
 # Attributes diffusers sets on processor instances (attention backend, context parallelism): carried over.
@@ -75,16 +90,73 @@ def _key_of(stock) -> str:
                      f"class name is ambiguous (diffusers has three classes named WanAttnProcessor)")
 
 
-def register_processor(stock, vidattn_class: type, note: str = "") -> None:
-    """Route modules whose processor is `stock` (a class, or "module.QualName") to `vidattn_class`."""
+def _add(stock, route: Route, models) -> str:
     key = _key_of(stock)
-    ROUTES[key] = Route(KERNEL, vidattn_class, note)
+    if models is None:
+        ROUTES[key] = route
+    else:
+        if isinstance(models, (str, type)):
+            models = (models,)
+        for model in models:
+            SCOPED_ROUTES[(_key_of(model), key)] = route
+    return key
+
+
+def register_processor(stock, vidattn_class: type, note: str = "", models=None) -> None:
+    """Route modules whose processor is `stock` (a class, or "module.QualName") to `vidattn_class`; with `models`
+    (model classes or "module.QualName"s), only inside those model classes."""
+    key = _add(stock, Route(KERNEL, vidattn_class, note), models)
     PROCESSORS[key] = vidattn_class
 
 
-def register_backend_route(stock, note: str = "") -> None:
-    """Route modules whose processor is `stock` to the registered "vidattn" diffusers backend."""
-    ROUTES[_key_of(stock)] = Route(BACKEND, None, note)
+def register_backend_route(stock, note: str = "", models=None) -> None:
+    """Route modules whose processor is `stock` to the registered "vidattn" diffusers backend (with `models`, only
+    inside those model classes)."""
+    _add(stock, Route(BACKEND, None, note), models)
+
+
+def register_stock(stock, why: str, models=None) -> None:
+    """Leave modules whose processor is `stock` as they are, and say `why` in the handle (attention the kernel
+    cannot compute: linear attention, block-sparse masks hard-coded on flex)."""
+    _add(stock, Route(STOCK, None, why), models)
+
+
+def register_module(stock_module, forward, note: str = "") -> None:
+    """Route attention modules of the exact class `stock_module` (a class or "module.QualName"; no processor: the
+    module's own `forward` attends) to `forward`, a function with the stock `forward`'s signature. apply swaps the
+    instance's class for a subclass of the stock class (and of `VidattnModule`) that overrides `forward` only,
+    made on first use (so registering needs no diffusers with that class) and bound in `forward`'s module under
+    its name (so a swapped model still pickles)."""
+    MODULE_ROUTES[_key_of(stock_module)] = Route(KERNEL, forward, note)
+
+
+def register_stock_module(stock_module, why: str) -> None:
+    """List attention modules of the exact class `stock_module` in the handle as stock, with `why` (attention that
+    is no processor and that the kernel cannot compute: GDN linear attention)."""
+    MODULE_ROUTES[_key_of(stock_module)] = Route(STOCK, None, why)
+
+
+_MODULE_CLASSES: dict = {}  # stock module class -> its vidattn subclass
+
+
+def _module_class(stock_cls: type, forward) -> type:
+    cls = _MODULE_CLASSES.get(stock_cls)
+    if cls is None or cls.forward is not forward:
+        name = "Vidattn" + stock_cls.__name__.lstrip("_")
+        cls = type(name, (VidattnModule, stock_cls), {"forward": forward, "_vidattn_stock_class": stock_cls,
+                                                       "__module__": forward.__module__, "__qualname__": name,
+                                                       "__doc__": f"vidattn's {stock_cls.__name__} (forward only)"})
+        setattr(sys.modules[forward.__module__], name, cls)
+        _MODULE_CLASSES[stock_cls] = cls
+    return cls
+
+
+def _route_for(model_key: str, key: str) -> Optional[Route]:
+    return SCOPED_ROUTES.get((model_key, key)) or ROUTES.get(key)
+
+
+def _scoped_models(key: str) -> list:
+    return sorted({m.rsplit(".", 1)[1] for m, k in SCOPED_ROUTES if k == key})
 
 
 for _k, _r in list(ROUTES.items()):
@@ -141,9 +213,10 @@ def _backend_name(value) -> str:
 class _Change:
     """One module apply changed: a weak reference to it, what it had, and what apply put there."""
     module: weakref.ref
-    kind: str
-    stock: object                 # the stock processor (KERNEL: the one replaced; BACKEND: the one re-pointed)
-    installed: object = None      # KERNEL: the vidattn processor set on the module
+    kind: str                     # KERNEL, BACKEND or MODULE
+    stock: object                 # the stock processor (KERNEL: the one replaced; BACKEND: the one re-pointed);
+                                  # MODULE: the module's stock class
+    installed: object = None      # KERNEL: the vidattn processor set on the module; MODULE: the vidattn class
     previous_backend: object = _ABSENT  # BACKEND: the stock instance's own `_attention_backend`, if it had one
     backend: object = None
 
@@ -177,6 +250,10 @@ class ApplyHandle:
             if c.kind == KERNEL:
                 if module.processor is c.installed:
                     _set(module, c.stock)
+                    n += 1
+            elif c.kind == _MODULE:
+                if type(module) is c.installed:
+                    module.__class__ = c.stock
                     n += 1
             elif _backend_name(getattr(c.stock, "_attention_backend", None)) == _backend_name(c.backend):
                 if c.previous_backend is _ABSENT:
@@ -214,10 +291,18 @@ class ApplyHandle:
         return "\n".join(lines)
 
 
-def _why_not(stock, route: Optional[Route], backend_reason: Optional[str], vidattn_backend) -> Optional[str]:
+def _why_not(stock, route: Optional[Route], backend_reason: Optional[str], vidattn_backend,
+             model_name: str = "") -> Optional[str]:
     """Why a module stays stock (None: it can be routed)."""
     if route is None:
-        return f"no vidattn route for {stock_key(stock)}"
+        key = stock_key(stock)
+        scoped = _scoped_models(key)
+        if scoped:
+            return (f"no vidattn route for {key} in {model_name or 'this model'} (the generic processor is routed "
+                    f"only inside {', '.join(scoped)})")
+        return f"no vidattn route for {key}"
+    if route.kind == STOCK:
+        return route.note
     if route.kind == BACKEND:
         if backend_reason is not None:
             return backend_reason
@@ -240,10 +325,12 @@ def apply(pipe_or_model) -> ApplyHandle:
     handle = ApplyHandle(target=type(pipe_or_model).__name__)
     found: dict = {}
     vidattn_backend, backend_reason = None, None
-    if any(r.kind == BACKEND for r in ROUTES.values()):
+    if any(r.kind == BACKEND for r in list(ROUTES.values()) + list(SCOPED_ROUTES.values())):
         vidattn_backend, backend_reason = backend_member()
     for comp_name, model in models:
         handle.components[comp_name] = type(model).__name__
+        model_key = stock_key(model)
+        _apply_module_routes(model, comp_name, handle, found)
         for name, module in _attention_modules(model):
             path = f"{comp_name}.{name}" if comp_name else name
             stock = module.processor
@@ -254,8 +341,8 @@ def apply(pipe_or_model) -> ApplyHandle:
                 handle.modules.append((path, KERNEL, proc_name, why))
                 handle.skipped.append((path, why))
                 continue
-            route = ROUTES.get(stock_key(stock))
-            why_not = _why_not(stock, route, backend_reason, vidattn_backend)
+            route = _route_for(model_key, stock_key(stock))
+            why_not = _why_not(stock, route, backend_reason, vidattn_backend, type(model).__name__)
             if why_not is not None:
                 handle.modules.append((path, STOCK, proc_name, why_not))
                 handle.skipped.append((path, f"no vidattn processor for {proc_name}" if route is None else why_not))
@@ -292,10 +379,42 @@ def apply(pipe_or_model) -> ApplyHandle:
     return handle
 
 
+def _apply_module_routes(model, comp_name: str, handle: ApplyHandle, found: dict) -> None:
+    """Module routes: swap the class of every module whose exact class has one (module docstring)."""
+    for name, module in model.named_modules():
+        path = f"{comp_name}.{name}" if comp_name else name
+        if isinstance(module, VidattnModule):
+            stock_name = module._vidattn_stock_class.__name__
+            why = f"already uses vidattn.{type(module).__name__}"
+            handle.modules.append((path, KERNEL, stock_name, why))
+            handle.skipped.append((path, why))
+            found.setdefault(type(model).__name__, set()).add(stock_key(module._vidattn_stock_class))
+            continue
+        route = MODULE_ROUTES.get(stock_key(module))
+        if route is None:
+            continue
+        stock_cls = type(module)
+        found.setdefault(type(model).__name__, set()).add(stock_key(stock_cls))
+        if route.kind == STOCK:
+            handle.modules.append((path, STOCK, stock_cls.__name__, route.note))
+            handle.skipped.append((path, route.note))
+            continue
+        cls = _module_class(stock_cls, route.processor)
+        module.__class__ = cls
+        handle._changes.append(_Change(weakref.ref(module), _MODULE, stock_cls, installed=cls))
+        handle.replaced.append(path)
+        handle.modules.append((path, KERNEL, stock_cls.__name__, f"vidattn.{cls.__name__}"
+                               + (f" ({route.note})" if route.note else "")))
+
+
 def _uncovered_message(obj, found: dict, handle: ApplyHandle) -> str:
     what = "; ".join(f"{m} uses {', '.join(sorted(p))}" for m, p in found.items()) or "no attention modules"
-    reasons = sorted({why for _, s, _, why in handle.modules if s == STOCK and not why.startswith("no vidattn")})
-    covered = sorted({k.rsplit(".", 1)[1] for k in ROUTES})
+    reasons = sorted({why for _, s, _, why in handle.modules
+                      if s == STOCK and (not why.startswith("no vidattn") or "routed only inside" in why)})
+    covered = sorted({k.rsplit(".", 1)[1] for k, r in ROUTES.items() if r.kind != STOCK}
+                     | {k.rsplit(".", 1)[1] for k, r in MODULE_ROUTES.items() if r.kind != STOCK}
+                     | {f"{k.rsplit('.', 1)[1]} (in {m.rsplit('.', 1)[1]})" for (m, k), r in SCOPED_ROUTES.items()
+                        if r.kind != STOCK})
     msg = f"vidattn has no processor for {type(obj).__name__} ({what})"
     if reasons:
         msg += "; " + "; ".join(reasons)
@@ -313,6 +432,10 @@ def restore(pipe_or_model) -> int:
     if handle is not None:
         n += handle.restore()
     for _, model in _models(pipe_or_model):
+        for module in model.modules():
+            if isinstance(module, VidattnModule):  # a module class swapped by hand
+                module.__class__ = module._vidattn_stock_class
+                n += 1
         for _, module in _attention_modules(model):
             proc = module.processor
             if not _is_vidattn(proc):

@@ -6,8 +6,11 @@ the backend cannot take: no mask, a key-padding mask (the backend turns it into 
 native path with the reason). So `vidattn.apply` sets the stock processor's `_attention_backend` and keeps diffusers'
 own code, rather than carrying a copy of each processor. A processor whose backend the user already chose (e.g.
 `flex` for Kandinsky 5's NABLA configs) is left as it is.
+
+Also here: the attention apply leaves stock on purpose (linear attention, block-sparse NABLA), so the handle says
+why instead of "no vidattn route".
 """
-from .apply import register_backend_route
+from .apply import register_backend_route, register_stock, register_stock_module
 
 _T = "diffusers.models.transformers."
 
@@ -32,16 +35,11 @@ BACKEND_ROUTES = {
     _T + "transformer_sana_wm_refiner.SanaWMLTX2PerturbedAttnProcessor": "LTX-2-style perturbed attentions",
     _T + "transformer_wan_animate.WanAnimateFaceBlockAttnProcessor":
         "face adapter: per-frame cross-attention to 5 motion tokens (short keys: little to gain)",
-    _T + "transformer_wan_animate_2.WanAnimate2AttnProcessor":
-        "extract pass on the kernel; the cached pass hard-codes flex with a block mask (each frame sees all "
-        "generated tokens plus its reference frame) and stays on flex",
     _T + "transformer_wan_animate_2.WanAnimate2CrossAttnProcessor": "text and image cross-attention, no mask",
     _T + "transformer_sana_video.SanaAttnProcessor2_0":
-        "text cross-attention at head dim 112 (SDPA until the kernel's envelope takes it; the linear "
-        "self-attention is not softmax and stays stock)",
+        "text cross-attention, head dim 112; the 0/-10000 prompt padding bias -> kv_lens in the backend",
     _T + "transformer_sana_wm.SanaWMCrossAttnProcessor":
-        "text cross-attention at head dim 112 (SDPA until the kernel's envelope takes it; GDN and the softmax "
-        "layers' direct F.sdpa stay stock)",
+        "text cross-attention, head dim 112; boolean prompt padding -> kv_lens in the backend",
     _T + "transformer_cosmos3.Cosmos3AttnProcessor":
         "generation pathway on the kernel (K/V heads repeated for GQA); the causal understanding pathway "
         "goes to SDPA (the kernel is non-causal)",
@@ -49,3 +47,22 @@ BACKEND_ROUTES = {
 
 for _stock, _note in BACKEND_ROUTES.items():
     register_backend_route(_stock, _note)
+
+# Attention the kernel cannot compute, listed in the handle with the reason rather than as "no vidattn route".
+STOCK_REASONS = {
+    _T + "transformer_sana_video.SanaLinearAttnProcessor3_0":
+        "linear attention (ReLU kernel, no softmax): not the kernel's computation",
+    _T + "transformer_kandinsky6_sr.Kandinsky6SRAttnProcessor":
+        "NABLA block-sparse attention hard-coded on flex: dense attention would change the model",
+}
+STOCK_MODULE_REASONS = {
+    _T + "transformer_sana_wm.SanaWMBidirectionalGDNAttention":
+        "GDN linear attention (a gated delta-rule recurrence, no softmax): not the kernel's computation",
+    _T + "transformer_sana_wm.SanaWMBidirectionalGDNCamAttention":
+        "GDN linear attention of the camera branch (no softmax): not the kernel's computation",
+}
+
+for _stock, _why in STOCK_REASONS.items():
+    register_stock(_stock, _why)
+for _stock, _why in STOCK_MODULE_REASONS.items():
+    register_stock_module(_stock, _why)

@@ -51,6 +51,16 @@ class VidattnProcessor:
         return f"vidattn.{type(self).__name__}(precision={self.precision!r})"
 
 
+class VidattnModule:
+    """Mixin of the vidattn subclasses that `vidattn.apply` swaps in for stock attention *modules* (attention that
+    is no processor: the module's own `forward` calls `F.sdpa`). The subclass overrides `forward` only and names
+    its stock class in `_vidattn_stock_class`, which `vidattn.restore` sets back. `precision` as for processors
+    (set it on the instance after apply)."""
+
+    precision: Optional[str] = None
+    _vidattn_stock_class: type = None
+
+
 def sdpa_mask_to_kv_lens(mask, batch: int, heads: int, seqlen_q: int, seqlen_kv: int,
                          source: Optional[torch.Tensor] = None) -> tuple[Optional[torch.Tensor], Optional[str]]:
     """`(kv_lens, None)` when `mask`, a mask as the stock processors hand it to SDPA (4-D, broadcastable to

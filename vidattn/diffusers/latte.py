@@ -1,0 +1,116 @@
+"""Latte (`LatteTransformer3DModel`, Latte-1: 16 heads x 72): a drop-in for diffusers' generic `AttnProcessor2_0`,
+routed only inside `LatteTransformer3DModel`.
+
+`AttnProcessor2_0` is diffusers' default processor for its `Attention` class, so image UNets, PixArt and many other
+models hold it too. `vidattn.apply` routes it by the model that holds the module (`register_processor(...,
+models=...)`): inside Latte it runs here, anywhere else it stays stock with the reason, so applying vidattn to a
+video pipeline does not silently change an image model in the same pipeline.
+
+Latte's blocks attend three ways, all through this processor: spatial self-attention (one batch row per frame),
+text cross-attention, and temporal self-attention (sequence = frames, batch = B x H x W). Head dim 72 runs on the
+kernel's D=128 build padded on the fly. Every step of the stock processor is kept; only
+`F.scaled_dot_product_attention` on (B, H, S, D) becomes `vidattn.attention(..., layout="bhsd")` with the same
+default scale (the stock call ignores `attn.scale`). A key-padding mask becomes `kv_lens`; any other mask runs the
+stock SDPA call, with the reason (the pipeline passes none).
+"""
+from typing import Optional
+
+import torch
+
+from .apply import register_processor
+from .sdpa_common import StockProcessor, VidattnProcessor, attend_bhsd, prepare_sdpa_mask
+
+_ATTN = "diffusers.models.attention_processor"
+LATTE_MODEL = "diffusers.models.transformers.latte_transformer_3d.LatteTransformer3DModel"
+
+
+class LatteAttnProcessor(VidattnProcessor):
+    """vidattn processor for diffusers' `AttnProcessor2_0` inside `LatteTransformer3DModel`.
+
+    Use through `vidattn.apply(pipe)`, or `pipe.transformer.set_attn_processor(vidattn.LatteAttnProcessor())`.
+    """
+
+    _vidattn_original = StockProcessor(_ATTN, "AttnProcessor2_0")
+
+    def __call__(
+        self,
+        attn,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: Optional[torch.Tensor] = None,
+        attention_mask: Optional[torch.Tensor] = None,
+        temb: Optional[torch.Tensor] = None,
+        *args,
+        **kwargs,
+    ) -> torch.Tensor:
+        if len(args) > 0 or kwargs.get("scale", None) is not None:
+            from diffusers.utils import deprecate
+
+            deprecate("scale", "1.0.0", "The `scale` argument is deprecated and will be ignored. Please remove it, "
+                      "as passing it will raise an error in the future. `scale` should directly be passed while "
+                      "calling the underlying pipeline component i.e., via `cross_attention_kwargs`.")
+
+        residual = hidden_states
+        if attn.spatial_norm is not None:
+            hidden_states = attn.spatial_norm(hidden_states, temb)
+
+        input_ndim = hidden_states.ndim
+
+        if input_ndim == 4:
+            batch_size, channel, height, width = hidden_states.shape
+            hidden_states = hidden_states.view(batch_size, channel, height * width).transpose(1, 2)
+
+        batch_size, sequence_length, _ = (
+            hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape
+        )
+
+        attention_mask, mask_source = prepare_sdpa_mask(attn, attention_mask, sequence_length, batch_size)
+
+        if attn.group_norm is not None:
+            hidden_states = attn.group_norm(hidden_states.transpose(1, 2)).transpose(1, 2)
+
+        query = attn.to_q(hidden_states)
+
+        if encoder_hidden_states is None:
+            encoder_hidden_states = hidden_states
+        elif attn.norm_cross:
+            encoder_hidden_states = attn.norm_encoder_hidden_states(encoder_hidden_states)
+
+        key = attn.to_k(encoder_hidden_states)
+        value = attn.to_v(encoder_hidden_states)
+
+        inner_dim = key.shape[-1]
+        head_dim = inner_dim // attn.heads
+
+        query = query.view(batch_size, -1, attn.heads, head_dim).transpose(1, 2)
+        key = key.view(batch_size, -1, attn.heads, head_dim).transpose(1, 2)
+        value = value.view(batch_size, -1, attn.heads, head_dim).transpose(1, 2)
+
+        if attn.norm_q is not None:
+            query = attn.norm_q(query)
+        if attn.norm_k is not None:
+            key = attn.norm_k(key)
+
+        hidden_states = attend_bhsd(query, key, value, attention_mask, mask_source, self.precision)
+
+        hidden_states = hidden_states.transpose(1, 2).reshape(batch_size, -1, attn.heads * head_dim)
+        hidden_states = hidden_states.to(query.dtype)
+
+        # linear proj
+        hidden_states = attn.to_out[0](hidden_states)
+        # dropout
+        hidden_states = attn.to_out[1](hidden_states)
+
+        if input_ndim == 4:
+            hidden_states = hidden_states.transpose(-1, -2).reshape(batch_size, channel, height, width)
+
+        if attn.residual_connection:
+            hidden_states = hidden_states + residual
+
+        hidden_states = hidden_states / attn.rescale_output_factor
+
+        return hidden_states
+
+
+register_processor(f"{_ATTN}.AttnProcessor2_0", LatteAttnProcessor,
+                   "spatial, text cross and temporal attention; head dim 72 on the D=128 build",
+                   models=(LATTE_MODEL,))
