@@ -225,3 +225,82 @@ def test_sanitizer_reference_is_sdpa_with_the_mask(causal, kv_lens, sq, skv):
     empty = ~keep.any(-1).expand(-1, 3, -1)
     torch.testing.assert_close(out, torch.where(empty.transpose(1, 2)[..., None], 0.0, ref))
     assert torch.equal(torch.isneginf(lse), empty) and (causal == "bottom_right" and sq > skv) is bool(empty.any())
+
+
+def test_sanitizer_cases_run_end_to_end_with_a_fake_kernel(monkeypatch, capsys):
+    """The script's own flow (cases, path checks, threads, verdicts, exit code) on the CPU: "CUDA" is the CPU, the
+    kernel is the fp64 reference itself and the path probes say what each case expects, so every line must read ok;
+    then one wrong answer and one missed path must each fail the run."""
+    import contextlib
+
+    import torch
+
+    import vidattn
+    from vidattn import _ext, quant8
+
+    sc = _cases()
+    # A few cases (and the threaded ones) cover the flow; the fp64 references of all would take CI half a minute.
+    keep = {"skv=1", "tails+ragged", "lone tile split", "lone tile split N=176", "d64-2wg tails",
+            "8bit d64 2wg ragged", "causal bottom-right rows without keys", *sc.THREAD_CASES}
+    monkeypatch.setattr(sc, "CASES", [c for c in sc.CASES if c.name in keep])
+    refs = {}
+    state = {"tail": 0, "block_n": 0, "forced_n": 0, "q8_wgs": 0, "corrupt": None, "miss": None}
+
+    def fake_attention(q, k, v, *, layout="bshd", scale=None, kv_lens=None, return_lse=False, precision=None,
+                       causal=False):
+        name = next(c.name for c in sc.CASES if c.layout == layout and c.d == q.shape[-1] and c.precision ==
+                    (precision or "exact") and c.causal == causal and c.sq == (q.shape[1] if layout == "bshd" else
+                                                                             q.shape[2])
+                    and c.skv == (k.shape[1] if layout == "bshd" else k.shape[2]) and c.b == q.shape[0]
+                    and (c.kv_lens is None) == (kv_lens is None) and c.dtype == q.dtype
+                    and c.block_n == state["forced_n"])
+        case = next(c for c in sc.CASES if c.name == name)
+        if name not in refs:
+            refs[name] = sc.reference(q, k, v, layout, None if kv_lens is None else kv_lens.tolist(), causal)
+        out, lse = refs[name]
+        if state["corrupt"] == name:
+            out = out + 1
+        state["tail"] = 0 if state["miss"] == name else (4 if "tail" in case.expect else 0)
+        state["block_n"] = state["forced_n"] or 128
+        state["q8_wgs"] = case.q8_wgs
+        return out.to(q.dtype), lse.float()
+
+    class Stream:
+        def synchronize(self):
+            pass
+
+    real_zeros = torch.zeros
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: type("P", (), {"multi_processor_count": 132}))
+    monkeypatch.setattr(torch, "zeros", lambda *a, device=None, **kw: real_zeros(*a, **kw))
+    monkeypatch.setattr(torch.Tensor, "cuda", lambda self: self)
+    monkeypatch.setattr(vidattn, "attention", fake_attention)
+    monkeypatch.setattr(vidattn, "explain", lambda q, k, v, *, layout="bshd", scale=None, kv_lens=None,
+                        precision=None, causal=False: None)
+    monkeypatch.setattr(_ext, "last_tail_splits", lambda: state["tail"])
+    monkeypatch.setattr(_ext, "last_block_n", lambda: state["block_n"])
+    monkeypatch.setattr(_ext, "d64_warpgroups", lambda n: contextlib.nullcontext())
+    @contextlib.contextmanager
+    def forced(n):
+        state["forced_n"] = n
+        yield
+        state["forced_n"] = 0
+
+    monkeypatch.setattr(_ext, "d128_block_n", forced)
+    monkeypatch.setattr(quant8, "set_d64_warpgroups", lambda n: None)
+    monkeypatch.setattr(quant8, "last_variant", lambda: (state["q8_wgs"], -1))
+    monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", quant8.SHORT_KV_EXACT_MAX)
+
+    assert sc.main(["--set", "small"]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith("[sanitizer_cases]")]
+    assert all(ln.endswith("-> ok") for ln in lines[:-1]), [ln for ln in lines if not ln.endswith("-> ok")]
+    assert sum("[thread" in ln for ln in lines) == len(sc.THREAD_CONFIGS) * sc.N_THREADS * len(sc.THREAD_CASES)
+    assert "all right" in lines[-1]
+    state["corrupt"] = "tails+ragged"
+    assert sc.main(["--only", "tails+ragged"]) == 1 and "-> WRONG" in capsys.readouterr().out
+    state["corrupt"], state["miss"] = None, "lone tile split"
+    assert sc.main(["--only", "lone tile split"]) == 1 and "MISSED PATH" in capsys.readouterr().out
