@@ -45,6 +45,24 @@ def _g(seed=1):
     return torch.Generator().manual_seed(seed)
 
 
+# Where the builders put their inputs: the CPU tests keep fp32 on the CPU; the GPU test moves floating tensors of
+# two or more dimensions (activations, embeddings, RoPE) to CUDA in bf16 and everything else to CUDA as it is.
+_ON = {"device": None, "dtype": None}
+
+
+def _t(x):
+    if _ON["device"] is None:
+        return x
+    if isinstance(x, dict):
+        return {k: _t(u) for k, u in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_t(u) for u in x)
+    if not isinstance(x, torch.Tensor):
+        return x
+    cast = x.is_floating_point() and x.dim() >= 2
+    return x.to(_ON["device"], _ON["dtype"]) if cast else x.to(_ON["device"])
+
+
 def _model(cls_name, **cfg):
     torch.manual_seed(0)
     return getattr(diffusers, cls_name)(**cfg).eval().requires_grad_(False)
@@ -63,8 +81,8 @@ def _latte():
                num_layers=1, cross_attention_dim=144, sample_size=8, patch_size=2, caption_channels=16,
                video_length=3, norm_type="ada_norm_single", num_embeds_ada_norm=1000)
     g = _g()
-    inputs = dict(hidden_states=torch.randn(1, 4, 3, 8, 8, generator=g), timestep=torch.tensor([500]),
-                  encoder_hidden_states=torch.randn(1, 6, 16, generator=g), return_dict=False)
+    inputs = _t(dict(hidden_states=torch.randn(1, 4, 3, 8, 8, generator=g), timestep=torch.tensor([500]),
+                     encoder_hidden_states=torch.randn(1, 6, 16, generator=g), return_dict=False))
     return m, lambda: _first(m(**inputs))
 
 
@@ -75,9 +93,9 @@ def _sana_video():
     g = _g()
     mask = torch.ones(2, 6)
     mask[1, 4:] = 0  # prompt padding: the model makes it a 0/-10000 bias; the backend makes it kv_lens
-    inputs = dict(hidden_states=torch.randn(2, 4, 2, 8, 8, generator=g), timestep=torch.tensor([500, 500]),
-                  encoder_hidden_states=torch.randn(2, 6, 16, generator=g), encoder_attention_mask=mask,
-                  return_dict=False)
+    inputs = _t(dict(hidden_states=torch.randn(2, 4, 2, 8, 8, generator=g), timestep=torch.tensor([500, 500]),
+                     encoder_hidden_states=torch.randn(2, 6, 16, generator=g), encoder_attention_mask=mask,
+                     return_dict=False))
     return m, lambda: _first(m(**inputs))
 
 
@@ -89,12 +107,12 @@ def _sana_wm():
     cam = torch.zeros(1, 3, 20)
     cam[..., :4] = torch.tensor([1.0, 1.0, 0.5, 0.5])
     cam[..., 4:] = torch.eye(4).flatten()
-    inputs = dict(hidden_states=torch.randn(1, 4, 3, 4, 4, generator=g), timestep=torch.full((1, 1, 3), 500.0),
-                  encoder_hidden_states=torch.randn(1, 1, 6, 16, generator=g), camera_conditions=cam,
-                  encoder_attention_mask=torch.tensor([[1, 1, 1, 1, 0, 0]]), return_dict=False)
+    inputs = _t(dict(hidden_states=torch.randn(1, 4, 3, 4, 4, generator=g), timestep=torch.full((1, 1, 3), 500.0),
+                     encoder_hidden_states=torch.randn(1, 1, 6, 16, generator=g), camera_conditions=cam,
+                     encoder_attention_mask=torch.tensor([[1, 1, 1, 1, 0, 0]]), return_dict=False))
     # All frames valid, then the last frame padded: the camera branch's key bias -> kv_lens.
     return m, lambda: (_first(m(**inputs)),
-                       _first(m(**inputs, frame_valid_mask=torch.tensor([[1.0, 1.0, 0.0]]))))
+                       _first(m(**inputs, frame_valid_mask=_t(torch.tensor([[1.0, 1.0, 0.0]])))))
 
 
 def _sana_wm_refiner():
@@ -106,12 +124,13 @@ def _sana_wm_refiner():
                audio_in_channels=8)
     g = _g()
     rope = m.build_rotary_emb_for_absolute_positions(1, [2, 3], 4, 4, torch.device("cpu"), 25.0)
-    inputs = dict(hidden_states=torch.randn(1, 32, 8, generator=g),
-                  encoder_hidden_states=torch.randn(1, 6, 16, generator=g), timestep=torch.full((1, 32), 500.0), video_rotary_emb=rope,
-                  encoder_attention_mask=torch.tensor([[1, 1, 1, 1, 0, 0]]), return_dict=False)
+    inputs = _t(dict(hidden_states=torch.randn(1, 32, 8, generator=g),
+                     encoder_hidden_states=torch.randn(1, 6, 16, generator=g), timestep=torch.full((1, 32), 500.0),
+                     video_rotary_emb=rope, encoder_attention_mask=torch.tensor([[1, 1, 1, 1, 0, 0]]),
+                     return_dict=False))
     cache = SanaWMRefinerKVCache(2)
     for layer in cache.layer_caches:  # recent history: the current block attends to [history + current]
-        layer.store_history(torch.randn(1, 16, 128, generator=g), torch.randn(1, 16, 128, generator=g))
+        layer.store_history(_t(torch.randn(1, 16, 128, generator=g)), _t(torch.randn(1, 16, 128, generator=g)))
     return m, lambda: (_first(m(**inputs)), _first(m(**inputs, kv_cache=cache, kv_cache_mode="inject")))
 
 
@@ -122,10 +141,10 @@ def _kandinsky6():
     g = _g()
     mask = torch.ones(2, 6, dtype=torch.bool)
     mask[1, 4:] = False  # (B, S) prompt padding -> kv_lens in the backend
-    inputs = dict(hidden_states=torch.randn(2, 2, 8, 8, 9, generator=g),
-                  encoder_hidden_states=torch.randn(2, 6, 16, generator=g),
-                  pooled_projections=torch.randn(2, 8, generator=g), timestep=torch.full((2,), 500.0),
-                  encoder_attention_mask=mask, return_dict=False)
+    inputs = _t(dict(hidden_states=torch.randn(2, 2, 8, 8, 9, generator=g),
+                     encoder_hidden_states=torch.randn(2, 6, 16, generator=g),
+                     pooled_projections=torch.randn(2, 8, generator=g), timestep=torch.full((2,), 500.0),
+                     encoder_attention_mask=mask, return_dict=False))
     return m, lambda: _first(m(**inputs))
 
 
@@ -155,16 +174,17 @@ def _wan_animate_2(monkeypatch):
         # one reference frame: the buffers' zero slots, and frame 2's empty reference slot, take part in the softmax.
         g = _g()
         cache = wa2.WanAnimate2KVCache(2)
-        txt = [torch.randn(5, 16, generator=g)]
-        ref = [torch.randn(4, 1, 8, 8, generator=g)]
-        m(hidden_states=ref, timestep=torch.tensor([500.0]), encoder_hidden_states=txt,
-          condition_latents=[torch.randn(4, 1, 8, 8, generator=g)], kv_cache=cache, kv_cache_mode="extract",
-          seq_len=16, offset_grid_sizes=torch.tensor([[1, 4, 4]]))
-        gen = [torch.randn(4, 3, 8, 8, generator=g)]
-        return _first(m(hidden_states=gen, timestep=torch.tensor([500.0]), encoder_hidden_states=txt,
-                        condition_latents=[torch.randn(4, 3, 8, 8, generator=g)], kv_cache=cache,
-                        kv_cache_mode="cached", seq_len=48, reference_grid_sizes=torch.tensor([[1, 4, 4]]),
-                        origin_len=4, origin_area=[64, 80], return_dict=False))
+        txt = _t([torch.randn(5, 16, generator=g)])
+        m(**_t(dict(hidden_states=[torch.randn(4, 1, 8, 8, generator=g)], timestep=torch.tensor([500.0]),
+                    encoder_hidden_states=txt, condition_latents=[torch.randn(4, 1, 8, 8, generator=g)],
+                    offset_grid_sizes=torch.tensor([[1, 4, 4]]))), kv_cache=cache, kv_cache_mode="extract",
+          seq_len=16)
+        return _first(m(**_t(dict(hidden_states=[torch.randn(4, 3, 8, 8, generator=g)],
+                                  timestep=torch.tensor([500.0]), encoder_hidden_states=txt,
+                                  condition_latents=[torch.randn(4, 3, 8, 8, generator=g)],
+                                  reference_grid_sizes=torch.tensor([[1, 4, 4]]))),
+                        kv_cache=cache, kv_cache_mode="cached", seq_len=48, origin_len=4, origin_area=[64, 80],
+                        return_dict=False))
     return m, run
 
 
@@ -343,7 +363,7 @@ def _masked_reference(mask_mod, seq_lengths, q, k, v, kr, vr, frames, hw, ref_fr
     for dst, src in ((kp, kr), (vp, vr)):
         dst[:, plen:plen + ref_frames * O].view(b, ref_frames, O, h, d)[:, :, :ref_hw] = \
             src[:, :ref_frames * ref_hw].view(b, ref_frames, ref_hw, h, d)
-    qi, ki = torch.arange(qlen)[:, None], torch.arange(klen)[None, :]
+    qi, ki = torch.arange(qlen, device=q.device)[:, None], torch.arange(klen, device=q.device)[None, :]
     allowed = mask_mod(0, 0, qi, ki)
     s = torch.einsum("bqhd,bkhd->bhqk", qp, kp) / math.sqrt(d)
     s = s.masked_fill(~allowed, float("-inf"))
@@ -428,3 +448,73 @@ def test_wan_animate_2_foreign_block_mask_stays_on_flex(monkeypatch):
     assert count.n == 6  # extract 2 x (self + cross) + cached 2 x cross: the masked self-attention ran flex
     torch.testing.assert_close(got[0], expected[0], atol=1e-5, rtol=1e-5)
     vidattn.restore(model)
+
+
+# ------------------------------------------------------------------------------------------------------ GPU
+class _KernelCensus:
+    """Every vidattn.attention call of a forward, asked vidattn.explain with the same arguments: None = the kernel
+    ran it. Calls a processor sent to SDPA itself never reach vidattn.attention and are not counted."""
+
+    def __init__(self, monkeypatch):
+        self.kernel, self.fallback = 0, []
+        real = ops.attention
+
+        def spy(q, k, v, **kw):
+            reason = ops.explain(q, k, v, **{n: a for n, a in kw.items() if n != "return_lse"})
+            if reason is None:
+                self.kernel += 1
+            else:
+                self.fallback.append(reason)
+            return real(q, k, v, **kw)
+
+        monkeypatch.setattr(ops, "attention", spy)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_gpu_family_runs_the_kernel(name, monkeypatch):
+    """bf16 on the H200: every vidattn.attention call of the family runs the kernel itself (head dims 72 and 112
+    included) and the output stays within bf16 attention error of stock."""
+    from pipelines.measure import rel_l2
+
+    monkeypatch.setitem(_ON, "device", "cuda")
+    monkeypatch.setitem(_ON, "dtype", torch.bfloat16)
+    model, run = _build(name, monkeypatch)
+    model.to("cuda", torch.bfloat16)
+    for keep in getattr(model, "_keep_in_fp32_modules", None) or ():
+        for mod_name, mod in model.named_modules():
+            if keep in mod_name.split("."):
+                mod.float()
+    expected = _outputs(run)
+    vidattn.apply(model)
+    census = _KernelCensus(monkeypatch)
+    got = _outputs(run)
+    assert census.kernel >= FAMILIES[name][2] and not census.fallback, (census.kernel, census.fallback)
+    for a, b in zip(got, expected):
+        assert rel_l2(a.float(), b.float()) < 2e-2
+    vidattn.restore(model)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", MERGE_CASES + [(4, 390, 5, 390, 4, 390), (4, 390, 5, 300, 2, 280)])
+def test_gpu_in_context_attention_on_the_kernel(case, monkeypatch):
+    """The cached pass's merge with both attentions on the kernel in bf16 against the stock block mask in fp32
+    (dense reference; the last cases: frames of 390 tokens, buffers not a multiple of 128)."""
+    import importlib
+
+    wa2 = importlib.import_module(_WA2)
+    F, O, frames, hw, ref_frames, ref_hw = case
+    mask = _stock_mask(wa2, monkeypatch, F, O)
+    g = torch.Generator(device="cuda").manual_seed(17)
+    h = 2
+    q, k, v = (torch.randn(1, frames * hw, h, 128, generator=g, device="cuda", dtype=torch.bfloat16)
+               for _ in range(3))
+    kr, vr = (torch.randn(1, ref_frames * ref_hw, h, 128, generator=g, device="cuda", dtype=torch.bfloat16)
+              for _ in range(2))
+    census = _KernelCensus(monkeypatch)
+    got = in_context_attention(q, k, v, kr, vr, frames, hw, ref_frames, ref_hw, F, O)
+    assert census.kernel == 2 and not census.fallback, census.fallback
+    ref = _masked_reference(mask.mask_mod, mask.seq_lengths, *(t.float() for t in (q, k, v, kr, vr)), frames, hw,
+                            ref_frames, ref_hw, F, O)
+    err = (got.float() - ref).norm() / ref.norm()
+    assert err < 1e-2, float(err)
