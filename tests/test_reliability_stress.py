@@ -304,3 +304,55 @@ def test_sanitizer_cases_run_end_to_end_with_a_fake_kernel(monkeypatch, capsys):
     assert sc.main(["--only", "tails+ragged"]) == 1 and "-> WRONG" in capsys.readouterr().out
     state["corrupt"], state["miss"] = None, "lone tile split"
     assert sc.main(["--only", "lone tile split"]) == 1 and "MISSED PATH" in capsys.readouterr().out
+
+
+def test_soak_runs_end_to_end_on_a_fake_device(monkeypatch):
+    """The soak's own flow (cases, graph capture and replay threads, warm-up barrier, quotas, verdicts) with the CPU as
+    its device: SDPA answers every call (the same bitwise from every thread), a "graph" replays nothing (its output
+    stays the captured call's) and memory reads flat; then an allocation that is never freed must fail the memory
+    checks. Small: 240 calls."""
+    import contextlib
+    import warnings
+
+    import torch
+
+    import vidattn
+    from dev.stress import soak
+
+    mem = {"allocated": 1000, "peak": 1000}
+
+    class Stream:
+        def synchronize(self):
+            pass
+
+        def wait_stream(self, other):
+            pass
+
+    class Graph:
+        def replay(self):
+            pass
+
+    monkeypatch.setattr(soak, "DEV", "cpu")
+    monkeypatch.setattr(soak, "MIX", [s for s in soak.MIX if s.hq < 100])  # the 140-head shape: seconds of CPU
+    for name, value in {"Stream": Stream, "CUDAGraph": Graph, "stream": lambda s: contextlib.nullcontext(),
+                        "graph": lambda g, stream=None: contextlib.nullcontext(), "synchronize": lambda *a: None,
+                        "current_stream": lambda *a: Stream(), "default_stream": lambda *a: Stream(),
+                        "memory_allocated": lambda *a: mem["allocated"], "max_memory_allocated": lambda *a: mem["peak"],
+                        "memory_reserved": lambda *a: 1 << 30, "reset_peak_memory_stats": lambda *a: None,
+                        "mem_get_info": lambda *a: (1 << 30, 2 << 30), "current_device": lambda: 0,
+                        "get_device_properties": lambda i: type("P", (), {"multi_processor_count": 132})}.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(vidattn, "explain", lambda *a, **kw: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vidattn.VidattnFallbackWarning)
+        r = soak.soak(total_calls=240, max_seconds=60)
+        assert r["ok"] and r["complete"], {k: v for k, v in r["checks"].items() if not v}
+        assert r["calls"] >= 240 and r["graph_replays"] > 0 and r["exact_mismatches"] == 0
+        assert r["eight_bit_worst_rel_l2"] == 0.0 and not r["errors"] and r["hung_threads"] == 0
+        assert r["memory"]["documented_bound"] > len(soak.EAGER_THREADS) * soak.budget.exact_workspace_bytes(132)
+        # As if a gigabyte leaked during the soak (the peak statistics are reset right after the baseline is read).
+        monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                            lambda *a: mem.update(allocated=1000 + (1 << 30), peak=1000 + (1 << 30)))
+        r = soak.soak(total_calls=80, max_seconds=60)
+    failed = {k for k, v in r["checks"].items() if not v}
+    assert failed == {"allocated memory back to the baseline", "peak allocated within the documented per-call figures"}

@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from dev.stress import budget  # noqa: E402
 
+DEV = "cuda"  # the CPU test of the soak's own flow sets "cpu" (tests/test_reliability_stress.py)
 CALLS_PER_VIDEO = 50 * 2 * 30 * 2
 SECONDS_PER_VIDEO = 56.5
 CALLS_PER_HOUR = round(3600 / SECONDS_PER_VIDEO * CALLS_PER_VIDEO)
@@ -95,12 +96,12 @@ GRAPH_THREADS = 2
 
 class Case:
     def __init__(self, s: Shape, seed: int):
-        g = torch.Generator(device="cuda").manual_seed(seed)
+        g = torch.Generator(device=DEV).manual_seed(seed)
         self.s = s
-        self.q = torch.randn(s.b, s.sq, s.hq, s.d, device="cuda", dtype=s.dtype, generator=g)
-        self.k = torch.randn(s.b, s.skv, s.hkv, s.d, device="cuda", dtype=s.dtype, generator=g)
-        self.v = torch.randn(s.b, s.skv, s.hkv, s.d, device="cuda", dtype=s.dtype, generator=g)
-        self.lens = torch.tensor(s.kv_lens, device="cuda", dtype=torch.int32) if s.kv_lens else None
+        self.q = torch.randn(s.b, s.sq, s.hq, s.d, device=DEV, dtype=s.dtype, generator=g)
+        self.k = torch.randn(s.b, s.skv, s.hkv, s.d, device=DEV, dtype=s.dtype, generator=g)
+        self.v = torch.randn(s.b, s.skv, s.hkv, s.d, device=DEV, dtype=s.dtype, generator=g)
+        self.lens = torch.tensor(s.kv_lens, device=DEV, dtype=torch.int32) if s.kv_lens else None
         self.ref = self.run()  # single-threaded, default stream: what every later call must reproduce
         self.ref_norm = self.ref[0].float().norm()
 
@@ -127,9 +128,9 @@ class Tally:
     """Per-thread results, kept on the GPU (no sync per call)."""
 
     def __init__(self):
-        self.mismatch = torch.zeros((), dtype=torch.int64, device="cuda")   # exact calls not bitwise equal
-        self.differ8 = torch.zeros((), dtype=torch.int64, device="cuda")    # 8-bit calls not bitwise equal
-        self.worst8 = torch.zeros((), dtype=torch.float32, device="cuda")   # 8-bit calls' largest relative L2
+        self.mismatch = torch.zeros((), dtype=torch.int64, device=DEV)   # exact calls not bitwise equal
+        self.differ8 = torch.zeros((), dtype=torch.int64, device=DEV)    # 8-bit calls not bitwise equal
+        self.worst8 = torch.zeros((), dtype=torch.float32, device=DEV)   # 8-bit calls' largest relative L2
         self.calls = 0
         self.error = None
 
@@ -190,7 +191,7 @@ def soak(total_calls: int, max_seconds: float, seed: int = 0) -> dict:
         kind, prior = EAGER_THREADS[i]
         try:
             if prior:
-                torch.zeros(1, device="cuda").add_(1)
+                torch.zeros(1, device=DEV).add_(1)
             if kind == "own":
                 stream = torch.cuda.Stream() if prior else made[i]
             else:
