@@ -27,7 +27,7 @@ timeout 200 python3 -c "import vidattn, time; t = time.time(); p = vidattn.build
 tail -1 "$OUT/build.log"
 
 s=$(date +%s)
-timeout 170 python3 dev/stress/sanitize.py --no-build --timeout 160 --out "$OUT/sanitizer" --json "$OUT/sanitizer.json" \
+timeout 175 python3 dev/stress/sanitize.py --no-build --timeout 150 --out "$OUT/sanitizer" --json "$OUT/sanitizer.json" \
   > "$OUT/sanitizer.log" 2>&1 &
 san=$!
 timeout 170 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEx tests/test_reliability_gpu.py \
