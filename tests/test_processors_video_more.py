@@ -518,3 +518,44 @@ def test_gpu_in_context_attention_on_the_kernel(case, monkeypatch):
                             ref_frames, ref_hw, F, O)
     err = (got.float() - ref).norm() / ref.norm()
     assert err < 1e-2, float(err)
+
+
+# ------------------------------------------------------------------------------------------ registry and docs
+def _resolve(key):
+    import importlib
+
+    module, _, name = key.rpartition(".")
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def test_every_registered_route_names_a_real_diffusers_class():
+    """A typo in a route's "module.QualName" would leave that family silently stock: every key must resolve."""
+    from vidattn.diffusers.apply import MODULE_ROUTES, ROUTES, SCOPED_ROUTES
+
+    keys = set(ROUTES) | set(MODULE_ROUTES) | {k for pair in SCOPED_ROUTES for k in pair}
+    missing = []
+    for key in sorted(keys):
+        try:
+            assert isinstance(_resolve(key), type)
+        except (ImportError, AttributeError, AssertionError):
+            missing.append(key)
+    assert not missing, missing
+
+
+def test_support_table_counts_match_its_rows():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "support.md").read_text()
+    rows = [line.split("|") for line in text.splitlines() if re.match(r"\| \d+ \| `", line)]
+    assert len(rows) == 30
+    status = [r[3].strip() for r in rows]
+    m = re.search(r"Counts: (\d+) on the kernel, (\d+) partly .*?, (\d+) outside", text, flags=re.S)
+    assert m, "the counts line is missing"
+    assert tuple(map(int, m.groups())) == (status.count("kernel"), status.count("partly"), status.count("outside"))
+    for r in rows:  # a routed class has a tiny-model test
+        if r[4].strip() != "stock":
+            assert r[6].strip() != "—", r[2]
