@@ -13,25 +13,35 @@ from typing import Optional, Sequence
 import torch
 
 
+def merge_weights(lses: Sequence[torch.Tensor], zero_keys: Optional[torch.Tensor] = None):
+    """([w_i], lse): the weight exp(lse_i - lse) of each part's output in the merged output, and the merged lse.
+
+    lses: per part, the natural-log sum of exp of the scaled scores of each row over that part's keys (fp32 or
+    fp64; -inf where the row has no key in the part), all broadcastable to one shape `rows`. zero_keys: None, or the
+    count of extra keys with score 0 and value 0 per row (broadcastable to `rows`): they add to the denominator only.
+    Every row needs a finite lse in some part, or zero keys."""
+    if not lses:
+        raise ValueError("merge_weights needs at least one part")
+    shape = torch.broadcast_shapes(*(x.shape for x in lses))
+    terms = [torch.broadcast_to(x, shape) for x in lses]
+    if zero_keys is not None:
+        zero = torch.as_tensor(zero_keys, dtype=terms[0].dtype, device=terms[0].device)
+        terms.append(torch.broadcast_to(torch.log(zero), shape))  # log(0) = -inf: no zero keys in that row
+    total = torch.logsumexp(torch.stack(terms), dim=0)
+    return [torch.exp(x - total) for x in lses], total
+
+
 def merge_lse(parts: Sequence, zero_keys: Optional[torch.Tensor] = None):
     """(out, lse) of attention over the union of the key sets of `parts`.
 
-    parts: [(out_i, lse_i), ...], out_i of shape (*rows, D), lse_i of shape (*rows), natural-log sum of exp of the
-        scaled scores (fp32 or fp64); rows where a set is empty carry lse_i = -inf. Every part must have a finite
-        lse on some part for every row (or `zero_keys` > 0 there).
-    zero_keys: None, or the count of extra keys with score 0 and value 0 per row (broadcastable to `rows`).
-    Returns out in the dtype of the lse (fp32 for the kernel's), and lse of shape `rows`."""
+    parts: [(out_i, lse_i), ...], out_i of shape (*rows, D), lse_i of shape `rows` (as `merge_weights`); a part a
+    row does not attend to has lse_i = -inf there (its out_i may hold anything finite). Returns out in the lse's
+    dtype (fp32 for the kernel's) and the merged lse."""
     if not parts:
         raise ValueError("merge_lse needs at least one (out, lse) part")
-    lses = [lse for _, lse in parts]
-    dtype = lses[0].dtype
-    if zero_keys is not None:
-        zero = torch.as_tensor(zero_keys, dtype=dtype, device=lses[0].device)
-        lses = lses + [torch.log(zero).expand_as(lses[0])]  # log(0) = -inf: no zero keys in that row
-    total = torch.logsumexp(torch.stack([torch.broadcast_to(x, lses[0].shape) for x in lses]), dim=0)
+    weights, total = merge_weights([lse for _, lse in parts], zero_keys)
     out = None
-    for o, lse in parts:
-        w = torch.exp(lse - total).unsqueeze(-1)
-        term = w * o.to(dtype)
+    for (o, _), w in zip(parts, weights):
+        term = w.unsqueeze(-1) * o.to(w.dtype)
         out = term if out is None else out + term
     return out, total

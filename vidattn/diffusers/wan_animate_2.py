@@ -26,7 +26,7 @@ import torch
 from .. import ops
 from ._base import ProcessorBase
 from .apply import register_processor
-from .lse_merge import merge_lse
+from .lse_merge import merge_weights
 from .sdpa_common import StockProcessor, kernel
 
 _WA2 = "diffusers.models.transformers.transformer_wan_animate_2"
@@ -82,18 +82,20 @@ def in_context_attention(query, key, value, key_ref, value_ref, frames: int, hw:
     last = min(frames - 1, origin_frames)                                # frames 1..last have a reference slot
     zeros[1:n + 1] += origin_hw - ref_hw
     zeros[n + 1:last + 1] += origin_hw
-    parts = [(out_a, lse_a)]
+    lses = [lse_a]
     if n > 0:
         q_f = query.reshape(b, frames, hw, h, d)[:, 1:n + 1].reshape(b * n, hw, h, d)
         k_f = key_ref[:, :ref_frames * ref_hw].reshape(b, ref_frames, ref_hw, h, d)[:, :n].reshape(b * n, ref_hw, h, d)
         v_f = value_ref[:, :ref_frames * ref_hw].reshape(b, ref_frames, ref_hw, h, d)[:, :n]
         out_b, lse_b = attend(q_f, k_f, v_f.reshape(b * n, ref_hw, h, d))  # (b): frames as batch
-        lse_full = lse_a.new_full(lse_a.shape, float("-inf"))
+        lse_full = lse_a.new_full(lse_a.shape, float("-inf"))  # rows without a reference part: weight 0
         lse_full[:, 1:n + 1] = lse_b.transpose(1, 2).reshape(b, n, hw, h)
-        out_full = out_a.new_zeros(out_a.shape)
-        out_full[:, 1:n + 1] = out_b.reshape(b, n, hw, h, d)
-        parts.append((out_full, lse_full))
-    out, _ = merge_lse(parts, zeros.view(1, frames, 1, 1))
+        lses.append(lse_full)
+    weights, _ = merge_weights(lses, zeros.view(1, frames, 1, 1))
+    # Accumulated in the LSE's dtype (fp32 from the kernel); the reference part only into the frames that have one.
+    out = weights[0].unsqueeze(-1) * out_a.to(weights[0].dtype)
+    if n > 0:
+        out[:, 1:n + 1] += weights[1][:, 1:n + 1].unsqueeze(-1) * out_b.reshape(b, n, hw, h, d).to(out.dtype)
     return out.reshape(b, frames * hw, h, d).to(query.dtype)
 
 
