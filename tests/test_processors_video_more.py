@@ -261,6 +261,10 @@ def test_generic_attn_processor_is_routed_only_inside_latte():
            "LatteTransformer3DModel) [image_model.attn]" in text, text
     assert type(image.attn.processor) is AttnProcessor2_0
 
+    latte, _ = _latte()  # the scope is the model inside torch.compile's wrapper
+    handle = vidattn.apply(torch.compile(latte))
+    assert len(handle.replaced) == 3, str(handle)
+
 
 def test_handle_says_why_linear_and_gdn_attention_stay_stock():
     model, _ = _sana_video()

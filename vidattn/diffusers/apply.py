@@ -329,7 +329,7 @@ def apply(pipe_or_model) -> ApplyHandle:
         vidattn_backend, backend_reason = backend_member()
     for comp_name, model in models:
         handle.components[comp_name] = type(model).__name__
-        model_key = stock_key(model)
+        model_key = stock_key(getattr(model, "_orig_mod", model))  # torch.compile's wrapper: the model inside
         _apply_module_routes(model, comp_name, handle, found)
         for name, module in _attention_modules(model):
             path = f"{comp_name}.{name}" if comp_name else name

@@ -27,7 +27,8 @@ LATTE_MODEL = "diffusers.models.transformers.latte_transformer_3d.LatteTransform
 class LatteAttnProcessor(VidattnProcessor):
     """vidattn processor for diffusers' `AttnProcessor2_0` inside `LatteTransformer3DModel`.
 
-    Use through `vidattn.apply(pipe)`, or `pipe.transformer.set_attn_processor(vidattn.LatteAttnProcessor())`.
+    Use through `vidattn.apply(pipe)`, or
+    `pipe.transformer.set_attn_processor(vidattn.diffusers.LatteAttnProcessor())`.
     """
 
     _vidattn_original = StockProcessor(_ATTN, "AttnProcessor2_0")
