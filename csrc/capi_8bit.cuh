@@ -18,10 +18,16 @@ namespace {
 // same error bounds):
 //   mode 0: row sums of the unrounded p in the softmax (fp32); 1: by the tensor cores (a column of ones beside V: P V
 //   also sums P as rounded, the softmax drops one FADD per score); 2: mode 1 with f16 exponentials (two per MUFU op).
+//   3: f16 exponentials with the row sums in the softmax by HADD2 (one per two scores; no ones columns). In SASS
+//   ex2.approx.f16x2 is two MUFU.EX2.F16, so f16 exponentials do not halve MUFU work (modes 2 and 3 save issue
+//   slots elsewhere: the FADDs of the sums, or the ones columns' registers).
 //   D=128: mode 0 (mode 1 measured 8-10% slower, mode 2 within 3% either way). D=64: mode 1 with three consumer
 //   warpgroups, 1.38x mode 0 with two (CogVideoX 434 -> 599, LTX 443 -> 608 TFLOPS; mode 2 with three: 465).
-// Forced by vidattn_q8_set_sum_mma / vidattn_q8_set_d64_warpgroups, or for both head dims by the environment
-// variables VIDATTN_Q8_SUM_MMA / VIDATTN_Q8_D64_WGS (read once; A/B runs).
+// Schedules: ping-pong (two warpgroups at D=128, two or three at D=64; S_j issued with P_{j-1} V_{j-1}) or
+// sequential (q8_consumer_seq: three warpgroups at both head dims, no spills; modes 0 and 3 at D=128, where modes 1
+// and 2 would spill, any mode at D=64).
+// Forced by vidattn_q8_set_sum_mma / vidattn_q8_set_d64_warpgroups / vidattn_q8_set_sequential, or for both head
+// dims by the environment variables VIDATTN_Q8_SUM_MMA / VIDATTN_Q8_D64_WGS / VIDATTN_Q8_SEQ (read once; A/B runs).
 #ifndef VIDATTN_Q8_MODE_D128
 #define VIDATTN_Q8_MODE_D128 0
 #endif
@@ -31,10 +37,18 @@ namespace {
 #ifndef VIDATTN_Q8_D64_WGS
 #define VIDATTN_Q8_D64_WGS 3
 #endif
+#ifndef VIDATTN_Q8_SEQ_D128
+#define VIDATTN_Q8_SEQ_D128 0
+#endif
+#ifndef VIDATTN_Q8_SEQ_D64
+#define VIDATTN_Q8_SEQ_D64 0
+#endif
 int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
-int g_q8_sum_mma = -1;               // -1: the default; 0-2: the mode, forced (vidattn_q8_set_sum_mma)
+int g_q8_sum_mma = -1;               // -1: the default; 0-3: the mode, forced (vidattn_q8_set_sum_mma)
+int g_q8_seq = -1;                   // -1: the default; 0 ping-pong, 1 sequential, forced (vidattn_q8_set_sequential)
 thread_local int g_q8_last_wgs = 0;  // consumer warpgroups of this thread's last 8-bit launch
 thread_local int g_q8_last_sum_mma = -1;
+thread_local int g_q8_last_seq = -1;
 
 // The workspace's parts, each 256-byte aligned; k_sum and v_amax adjoin so one memset zeroes both.
 struct Q8Layout {
@@ -88,7 +102,7 @@ bool q8_tensor_map_2d(CUtensorMap* map, const void* base, uint64_t inner, uint64
   return true;
 }
 
-template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16>
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
   using T = Q8Traits<kD, kWGs>;
@@ -159,10 +173,11 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
   const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
-  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, kExp16, kFp16>;
+  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, kExp16, kFp16, kSeq>;
   if (allow_smem(kernel, smem) != 0) return 1;
   g_q8_last_wgs = kWGs;
-  g_q8_last_sum_mma = (kSumMma ? 1 : 0) + (kExp16 ? 2 : 0);
+  g_q8_last_sum_mma = kSumMma ? (kExp16 ? 2 : 1) : (kExp16 ? 3 : 0);
+  g_q8_last_seq = kSeq ? 1 : 0;
   kernel<<<dim3(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
                 static_cast<unsigned>(a.batch)),
            T::kThreads, smem, stream>>>(p);
@@ -177,18 +192,31 @@ int q8_env_default(const char* name, int build_default, int lo, int hi) {
   return v >= lo && v <= hi ? v : build_default;
 }
 
-// The instantiation for (head dim, warpgroups): the row-sum variant and the dtype chosen at run time.
-template <int kD, int kWGs>
+// The instantiation for (head dim, warpgroups, schedule): the row-sum variant and the dtype chosen at run time.
+template <int kD, int kWGs, bool kSeq>
 int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   const bool fp16 = a.dtype == 1;
   static const int env_mode =
-      q8_env_default("VIDATTN_Q8_SUM_MMA", kD == 64 ? VIDATTN_Q8_MODE_D64 : VIDATTN_Q8_MODE_D128, 0, 2);
+      q8_env_default("VIDATTN_Q8_SUM_MMA", kD == 64 ? VIDATTN_Q8_MODE_D64 : VIDATTN_Q8_MODE_D128, 0, 3);
   const int mode = g_q8_sum_mma < 0 ? env_mode : g_q8_sum_mma;
-  if (mode == 2)
-    return fp16 ? q8_launch<kD, kWGs, true, true, true>(a, l, s) : q8_launch<kD, kWGs, true, true, false>(a, l, s);
-  if (mode == 1)
-    return fp16 ? q8_launch<kD, kWGs, true, false, true>(a, l, s) : q8_launch<kD, kWGs, true, false, false>(a, l, s);
-  return fp16 ? q8_launch<kD, kWGs, false, false, true>(a, l, s) : q8_launch<kD, kWGs, false, false, false>(a, l, s);
+  if (mode == 3)
+    return fp16 ? q8_launch<kD, kWGs, false, true, true, kSeq>(a, l, s)
+                : q8_launch<kD, kWGs, false, true, false, kSeq>(a, l, s);
+  if constexpr (kSeq && kD == 128) {
+    // The ones columns' 4 accumulator registers more do not fit three warpgroups at D=128 without spills.
+    if (mode == 1 || mode == 2)
+      return fail("8-bit path: the sequential schedule at head dim 128 takes row-sum modes 0 and 3, not " +
+                  std::to_string(mode));
+  } else {
+    if (mode == 2)
+      return fp16 ? q8_launch<kD, kWGs, true, true, true, kSeq>(a, l, s)
+                  : q8_launch<kD, kWGs, true, true, false, kSeq>(a, l, s);
+    if (mode == 1)
+      return fp16 ? q8_launch<kD, kWGs, true, false, true, kSeq>(a, l, s)
+                  : q8_launch<kD, kWGs, true, false, false, kSeq>(a, l, s);
+  }
+  return fp16 ? q8_launch<kD, kWGs, false, false, true, kSeq>(a, l, s)
+              : q8_launch<kD, kWGs, false, false, false, kSeq>(a, l, s);
 }
 
 }  // namespace
@@ -227,13 +255,20 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   g_q8_last_wgs = 0;
   g_q8_last_sum_mma = -1;
+  g_q8_last_seq = -1;
   switch (a->head_dim) {
     case 64: {
+      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D64, 0, 1);
+      if ((g_q8_seq < 0 ? env_seq : g_q8_seq) == 1) return q8_dispatch<64, 3, true>(*a, l, s);
       static const int env_wgs = q8_env_default("VIDATTN_Q8_D64_WGS", VIDATTN_Q8_D64_WGS, 2, 3);
-      if ((g_q8_d64_wgs == 0 ? env_wgs : g_q8_d64_wgs) == 3) return q8_dispatch<64, 3>(*a, l, s);
-      return q8_dispatch<64, 2>(*a, l, s);
+      if ((g_q8_d64_wgs == 0 ? env_wgs : g_q8_d64_wgs) == 3) return q8_dispatch<64, 3, false>(*a, l, s);
+      return q8_dispatch<64, 2, false>(*a, l, s);
     }
-    case 128: return q8_dispatch<128, 2>(*a, l, s);
+    case 128: {
+      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D128, 0, 1);
+      if ((g_q8_seq < 0 ? env_seq : g_q8_seq) == 1) return q8_dispatch<128, 3, true>(*a, l, s);
+      return q8_dispatch<128, 2, false>(*a, l, s);
+    }
     default: return fail("8-bit path: head dim must be 64 or 128");
   }
 }
@@ -250,12 +285,24 @@ extern "C" int vidattn_q8_set_d64_warpgroups(int warpgroups) {
 extern "C" int vidattn_q8_last_warpgroups(void) { return g_q8_last_wgs; }
 
 // Row sums of later 8-bit launches in the softmax (0), by the tensor cores (1), by the tensor cores with f16
-// exponentials (2), or the default (-1). For tests and A/B timing; returns 0, or 1 for any other value.
+// exponentials (2), in the softmax with f16 exponentials (3), or the default (-1). For tests and A/B timing; returns
+// 0, or 1 for any other value.
 extern "C" int vidattn_q8_set_sum_mma(int mode) {
-  if (mode < -1 || mode > 2) return 1;
+  if (mode < -1 || mode > 3) return 1;
   g_q8_sum_mma = mode;
   return 0;
 }
 
 // The variant of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_sum_mma's modes; -1: none launched).
 extern "C" int vidattn_q8_last_sum_mma(void) { return g_q8_last_sum_mma; }
+
+// The schedule of later 8-bit launches: ping-pong (0), sequential with three consumer warpgroups (1), or the default
+// (-1). For tests and A/B timing; returns 0, or 1 for any other value.
+extern "C" int vidattn_q8_set_sequential(int seq) {
+  if (seq < -1 || seq > 1) return 1;
+  g_q8_seq = seq;
+  return 0;
+}
+
+// The schedule of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_sequential's; -1: none launched).
+extern "C" int vidattn_q8_last_sequential(void) { return g_q8_last_seq; }

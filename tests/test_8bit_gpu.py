@@ -210,3 +210,44 @@ def test_poisoned_output(d):
     assert not torch.isnan(out).any() and not torch.isnan(lse).any()
     assert rel_l2(out, o_ref) <= REL_L2
     assert float((lse.double() - lse_ref).abs().max()) <= lse_bound(q, k, 1 / math.sqrt(d))
+
+
+@pytest.mark.parametrize("d,mode,seq", [(128, 0, 1), (128, 3, 1), (128, 3, 0), (64, 0, 1), (64, 1, 1), (64, 3, 1),
+                                        (64, 3, 0)])
+def test_schedules_and_row_sum_modes(d, mode, seq):
+    """Every schedule x row-sum mode the A/B runs (capi_8bit.cuh): odd lengths, kv_lens with LSE, row mass; and the
+    launch reports the schedule it ran (three consumer warpgroups for the sequential one)."""
+    from vidattn import quant8
+
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    quant8.set_sum_mma(mode)
+    quant8.set_sequential(seq)
+    try:
+        for sq, skv in [(1, 77), (113, 113), (1023, 517)]:
+            q, k, v = (randn(1, n, 2, d, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
+            check(q, k, v, seed=seed, lse=True, bound=REL_L2_LOOSE)
+            assert quant8.last_sequential() == seq and quant8.last_variant()[1] == mode
+            if seq:
+                assert quant8.last_variant()[0] == 3
+        q, k, v = (randn(3, n, 2, d, seed=seed + 5 + i) for i, n in enumerate((300, 1000, 1000)))
+        check(q, k, v, kv_lens=torch.tensor([1000, 37, 129], dtype=torch.int32, device=DEV), lse=True, seed=seed)
+        out = vidattn.attention(q, k, torch.ones_like(v), precision="8bit")
+        assert float((out.double() - 1).abs().max()) <= MASS
+    finally:
+        quant8.set_sum_mma(-1)
+        quant8.set_sequential(-1)
+
+
+def test_sequential_d128_refuses_ones_column_modes():
+    from vidattn import quant8
+
+    q, k, v = (randn(1, 256, 2, 128, seed=i) for i in range(3))
+    out = torch.empty_like(q)
+    quant8.set_sum_mma(1)
+    quant8.set_sequential(1)
+    try:
+        with pytest.raises(RuntimeError, match="sequential schedule at head dim 128"):
+            quant8.forward_8bit(q, k, v, out, None, None, 1 / math.sqrt(128))
+    finally:
+        quant8.set_sum_mma(-1)
+        quant8.set_sequential(-1)

@@ -63,8 +63,23 @@ def set_d64_warpgroups(warpgroups: int, lib=None) -> None:
 
 def set_sum_mma(mode: int, lib=None) -> None:
     """Kernel variant of later 8-bit launches: row sums in the softmax (0), by the tensor cores (1: a column of ones
-    beside V), that and f16 exponentials (2), or the default (-1). For A/B timing."""
+    beside V), that and f16 exponentials (2), f16 exponentials with the sums in the softmax (3), or the default (-1).
+    For A/B timing."""
     _setter("vidattn_q8_set_sum_mma", mode, lib)
+
+
+def set_sequential(seq: int, lib=None) -> None:
+    """Schedule of later 8-bit launches: ping-pong (0), sequential with three consumer warpgroups (1), or the default
+    (-1). For A/B timing. At head dim 128 the sequential schedule takes row-sum modes 0 and 3 only."""
+    _setter("vidattn_q8_set_sequential", seq, lib)
+
+
+def last_sequential(lib=None) -> int:
+    """Schedule of this thread's last 8-bit launch (0 ping-pong, 1 sequential; -1: none, or a library without the
+    sequential schedule)."""
+    lib = _entry(lib or _ext._library(None))
+    fn = getattr(lib, "vidattn_q8_last_sequential", None)
+    return int(fn()) if fn is not None else -1
 
 
 def last_variant(lib=None) -> tuple[int, int]:

@@ -31,7 +31,8 @@ struct Q8Traits {
   static constexpr int kThreads = 128 * (kConsumerWGs + 1);
   static constexpr int kRowBytes = kD;           // Q8 / K8 rows: one byte per channel
   static constexpr int kSwizzle = kD == 128 ? 128 : 64;
-  static constexpr int kStages = kD == 128 ? 4 : 6;
+  // Three warpgroups at D=128 (the sequential schedule) drift apart by more than two: one stage more there (fits).
+  static constexpr int kStages = kD == 128 ? (kConsumerWGs == 3 ? 5 : 4) : 6;
   static constexpr int kQBytes = kBlockM * kD;
   static constexpr int kKBytes = kBlockN * kD;
   static constexpr int kVBytes = kD * kBlockN;   // V^T: D rows of 128 keys (what TMA loads)
@@ -110,6 +111,30 @@ __device__ __forceinline__ uint32_t e4m3x4_from_f16x2(uint32_t a, uint32_t b) {
       : "r"(a), "r"(b));
   return r;
 }
+__device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ float2 f16x2_to_float2(uint32_t x) {
+  float2 r;
+  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\ncvt.f32.f16 %0, lo;\ncvt.f32.f16 %1, hi;\n}\n"
+      : "=f"(r.x), "=f"(r.y)
+      : "r"(x));
+  return r;
+}
+__device__ __forceinline__ int tid_x_volatile() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+// A read-only global load the compiler may not hoist out of a loop (asm volatile): for values cheaper to load again
+// than to keep in a register.
+__device__ __forceinline__ float ld_nc(const float* ptr) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(ptr));
+  return v;
+}
 __device__ __forceinline__ float i2f(int32_t x) {
   float y;
   asm("cvt.rn.f32.s32 %0, %1;" : "=f"(y) : "r"(x));
@@ -184,7 +209,8 @@ constexpr float kQ8POffset = 8.f;  // log2 of P's largest value, 256, under e4m3
 // kExp16: the exponent computed in fp32, rounded to f16 (|x| < 32 where p matters: error < 2^-6, far inside e4m3's
 // 2^-4), two exponentials per MUFU instruction into ph (packed halves, P's next stop before e4m3); the row sums then
 // come from the tensor cores (kSumMma). MUFU is the softmax's scarce unit: 16 per clock per SM, as many scores as
-// the 8-bit tensor cores take at D=128 and half of them at D=64.
+// the 8-bit tensor cores take at D=128 and half of them at D=64. kExp16 with kSum (mode 3): the row sums of the
+// f16 p by HADD2 in the softmax instead (no ones columns, no extra accumulator registers).
 template <int kN, bool kSum, bool kExp16>
 __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                            uint32_t (&ph)[kN / 4], const float (&c)[2],
@@ -228,14 +254,28 @@ __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float 
     neg[r] = kQ8POffset - mx;
     row_max[r] = mx;
   }
-  static_assert(!(kExp16 && kSum), "f16 exponentials leave the row sums to the tensor cores (kSumMma)");
   if constexpr (kExp16) {
+    // With kSum (mode 3) the row sums add the packed halves, one HADD2 per two scores, one chain per row (its
+    // latency hides between the MUFU ops; a second chain cost the three-warpgroup build a spill): at most 32 values
+    // <= 256 per half, so f16's range holds them and its 2^-11 rounding stays far under P's e4m3.
+    uint32_t hs[2] = {0u, 0u};
 #pragma unroll
     for (int i = 0; i < kN / 8; ++i) {
       ph[2 * i] = q8ptx::ex2_f16x2(
           ptx::pack2<true>(fmaf(pf[4 * i + 0], c[0], neg[0]), fmaf(pf[4 * i + 1], c[0], neg[0])));
       ph[2 * i + 1] = q8ptx::ex2_f16x2(
           ptx::pack2<true>(fmaf(pf[4 * i + 2], c[1], neg[1]), fmaf(pf[4 * i + 3], c[1], neg[1])));
+      if constexpr (kSum) {
+        hs[0] = q8ptx::hadd2(hs[0], ph[2 * i]);
+        hs[1] = q8ptx::hadd2(hs[1], ph[2 * i + 1]);
+      }
+    }
+    if constexpr (kSum) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float2 a = q8ptx::f16x2_to_float2(hs[r]);
+        row_sum[r] = row_sum[r] * alpha[r] + (a.x + a.y);
+      }
     }
     return;
   }
@@ -355,6 +395,42 @@ __device__ __forceinline__ void q8_store_o(const Q8FwdParams& p, int b, int h, i
   }
 }
 
+// Epilogue: row sums over the quad, 1 / sum (0 for a row without keys), per-channel V scales, O out; LSE.
+template <int kD, int kWGs, bool kSumMma, bool kFp16>
+__device__ __forceinline__ void q8_epilogue(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block, int b,
+                                            int h, const float (&o)[kD / 2], const float (&row_max)[2],
+                                            float (&row_sum)[2]) {
+  using T = Q8Traits<kD, kWGs>;
+  // The thread index read afresh: ptxas otherwise keeps the consumer's row offsets in registers across the whole
+  // key loop for this, which cost the three-warpgroup D=128 build a spill.
+  const int tid = q8ptx::tid_x_volatile() - 128 * (cwg + 1), lane = tid % 32, warp = tid / 32;
+  const int bh = b * p.heads + h;
+  const int row_in_tile = cwg * 64 + warp * 16 + lane / 4;
+  const float kNegInf = -__int_as_float(0x7f800000);
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if constexpr (!kSumMma) row_sum[r] = q8_quad_sum(row_sum[r]);  // (the ones columns hold whole rows)
+    inv[r] = row_sum[r] > 0.f ? ptx::rcp_approx(row_sum[r]) : 0.f;
+  }
+  const int warp_row0 = m_block * T::kBlockM + cwg * 64 + warp * 16;
+  q8_store_o<kD, kFp16>(p, b, h, warp_row0, s.o_scratch[cwg * 4 + warp], o, inv, p.v_scale + bh * kD);
+  if (p.lse != nullptr && lane % 4 == 0) {
+    constexpr float kLn2 = 0.693147180559945309f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m_block * T::kBlockM + row_in_tile + 8 * r;
+      if (row < p.seqlen_q) {
+        const int64_t i = static_cast<int64_t>(bh) * p.seqlen_q + row;
+        // Scores were taken against the smoothed keys (s - q . mean) and P carried 2^8: both undone here.
+        p.lse[i] = row_sum[r] > 0.f ? (row_max[r] + __log2f(row_sum[r]) - kQ8POffset) * kLn2 + p.lse_corr[i]
+                                    : kNegInf;
+      }
+    }
+  }
+  if (lane == 0) ptx::bulk_wait_group<0>();  // shared memory must outlive the TMA stores' reads
+}
+
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16>
 __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block, int b,
                                             int h, int n_blocks, int kv_len) {
@@ -451,33 +527,68 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
     }
   }
   if (cwg == 0) q8_turn_wait(cwg);
-
-  // Epilogue: row sums over the quad, 1 / sum (0 for a row without keys), per-channel V scales, O out; LSE.
-  float inv[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if constexpr (!kSumMma) row_sum[r] = q8_quad_sum(row_sum[r]);  // (the ones columns hold whole rows)
-    inv[r] = row_sum[r] > 0.f ? ptx::rcp_approx(row_sum[r]) : 0.f;
-  }
-  const int warp_row0 = m_block * T::kBlockM + cwg * 64 + warp * 16;
-  q8_store_o<kD, kFp16>(p, b, h, warp_row0, s.o_scratch[cwg * 4 + warp], o, inv, p.v_scale + bh * kD);
-  if (p.lse != nullptr && lane % 4 == 0) {
-    constexpr float kLn2 = 0.693147180559945309f;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = m_block * T::kBlockM + row_in_tile + 8 * r;
-      if (row < p.seqlen_q) {
-        const int64_t i = static_cast<int64_t>(bh) * p.seqlen_q + row;
-        // Scores were taken against the smoothed keys (s - q . mean) and P carried 2^8: both undone here.
-        p.lse[i] = row_sum[r] > 0.f ? (row_max[r] + __log2f(row_sum[r]) - kQ8POffset) * kLn2 + p.lse_corr[i]
-                                    : kNegInf;
-      }
-    }
-  }
-  if (lane == 0) ptx::bulk_wait_group<0>();  // shared memory must outlive the TMA stores' reads
+  q8_epilogue<kD, kWGs, kSumMma, kFp16>(p, s, cwg, m_block, b, h, o, row_max, row_sum);
 }
 
+// The sequential schedule (kSeq): no ping-pong turns and no S_j beside P_{j-1} V_{j-1}. Each warpgroup runs
+// S_j -> softmax -> P_j V_j -> merge in order, so at most O and one of S or (O_tile, P) are live: 64 + 64 (+ 16)
+// registers at D=128, which lets three consumer warpgroups fit in 160. While one warpgroup runs its softmax, the
+// tensor cores take the other two's S and P V: more warps in the softmax's latency than two ping-pong warpgroups give.
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16>
+__device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block,
+                                                int b, int h, int n_blocks, int kv_len) {
+  using T = Q8Traits<kD, kWGs>;
+  constexpr int kN = T::kBlockN;
+  const int tid = threadIdx.x - 128 * (cwg + 1), lane = tid % 32, warp = tid / 32;
+  const int col_in_group = 2 * (lane % 4);
+  const int bh = b * p.heads + h;
+  const int row_in_tile = cwg * 64 + warp * 16 + lane / 4;
+  const int64_t qrow = static_cast<int64_t>(bh) * p.sq_pad + m_block * T::kBlockM + row_in_tile;
+  const float* qsp = p.q_scale + qrow;
+  const float* ks = p.k_scale + static_cast<int64_t>(bh) * (p.skv_pad / kN) * kQ8KGroups + (lane % 4);
+  const uint32_t q_smem = ptx::smem_addr(s.q) + cwg * 64 * T::kRowBytes;
+  const float kNegInf = -__int_as_float(0x7f800000);
+
+  constexpr int kNpv = kSumMma ? kD + 8 : kD;
+  float o[kD / 2], ot[kNpv / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
+  float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
+  float alpha[2] = {0.f, 0.f};
+  int32_t sacc[kN / 2];
+  float pf[kN / 2];
+  uint32_t ph[kN / 4];
+  uint32_t pa[kN / 32][4];
+
+  ptx::mbarrier_wait(&s.q_full, 0);
+  for (int j = 0; j < n_blocks; ++j) {
+    const int stage = j % T::kStages;
+    const uint32_t par = (j / T::kStages) & 1;
+    // The row and block scales are loaded each block, ahead of S's wait (their latency hides under it): kept in
+    // registers across the loop they were what ptxas spilled at 160 (the loads are volatile so it cannot hoist them).
+    const float k_sc = q8ptx::ld_nc(ks + j * kQ8KGroups);
+    const float c[2] = {q8ptx::ld_nc(qsp) * k_sc, q8ptx::ld_nc(qsp + 8) * k_sc};
+    ptx::mbarrier_wait(&s.k_full[stage], par);
+    ptx::wgmma_fence();
+    q8_issue_qk<kD>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
+    ptx::wgmma_wait<0>();
+    q8_fence_regs(sacc);
+    if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
+    q8_softmax<kN, !kSumMma, kExp16>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
+    if constexpr (kExp16) q8_pack_p16<kN>(ph, pa);
+    else q8_pack_p<kN>(pf, pa);
+    ptx::mbarrier_wait(&s.v_full[stage], par);
+    ptx::wgmma_fence();
+    q8_issue_pv<kNpv>(ot, pa, ptx::smem_addr(s.v[stage]));
+    ptx::wgmma_wait<0>();
+    ptx::fence_regs(ot);
+    if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[stage]);
+    q8_merge<kD, kNpv>(o, ot, alpha, row_sum);
+  }
+  q8_epilogue<kD, kWGs, kSumMma, kFp16>(p, s, cwg, m_block, b, h, o, row_max, row_sum);
+}
+
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq = false>
 __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
   using T = Q8Traits<kD, kWGs>;
@@ -518,7 +629,8 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     if (threadIdx.x == 0) q8_producer<kD, kWGs>(p, s, m_block, b * p.heads + h, n_blocks);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
-    q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
+    if constexpr (kSeq) q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
+    else q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
   }
 }
 
