@@ -253,7 +253,8 @@ def _in_minimax_h3(cfg, geo, g):
     p = cfg.get("patch_size", (1, 2, 2))
     nv = (geo.t // p[0]) * (geo.h // p[1]) * (geo.w // p[2])
     nt = geo.text
-    na = max(1, geo.t * 4) if geo.h > 8 else 6
+    # audio latents at 40 per second of 24 fps video (the modular pipeline's audio_latent_num_frames)
+    na = int(round(((geo.t - 2) // 5 * 17 + 5) / 24 * 40)) if geo.h > 8 else 6
     n = nt + na + nv
     text, audio, video = torch.arange(nt), torch.arange(nt, nt + na), torch.arange(nt + na, n)
     tags = torch.empty(n, dtype=torch.long)
@@ -498,7 +499,8 @@ _add(Entry("cosmos", "Cosmos-1.0-Diffusion-7B-Text2World", "CosmosTransformer3DM
 _add(Entry("cosmos3", "Cosmos3-Omni", "Cosmos3OmniTransformer", "(class defaults: 36 layers, 32 q / 8 kv heads x 128)",
            {}, Size(704, 1280, 121), 256, 1, "Cosmos3OmniPipeline",
            "the generation pathway: 256 prompt tokens, then one video's latent tokens (16x spatial VAE, 48 channels, "
-           "patch 2)", _in_cosmos3, spatial=16,
+           "patch 2); Cosmos3OmniPipeline's height, width and frames default to None: 704x1280x121 is Cosmos' "
+           "usual size (assumed)", _in_cosmos3, spatial=16,
            tiny={"head_dim": 64, "hidden_act": "relu2", "hidden_size": 128, "intermediate_size": 64,
                  "latent_channel": 2, "latent_patch_size": 1, "num_attention_heads": 2, "num_hidden_layers": 2,
                  "num_key_value_heads": 1, "patch_latent_dim": 2, "qk_norm_for_text": False, "rms_norm_eps": 1e-5,
@@ -514,13 +516,14 @@ _add(Entry("motif_video", "Motif-Video-2B", "MotifVideoTransformer3DModel", "(cl
                  "rope_axes_dim": (16, 24, 24)},
            layer_keys=("num_layers", "num_single_layers")))
 _add(Entry("minimax_h3", "MiniMax-H3", "MiniMaxH3Transformer3DModel", "(class defaults: 50 layers, 56 x 128)",
-           {}, Size(720, 1280, 121), 512, 1, "MiniMaxH3ModularPipeline",
-           "one packed [text, audio, video] sequence, no mask; video latents 16x spatial (24 channels)",
-           _in_minimax_h3, spatial=16,
+           {}, Size(768, 1344, 124), 512, 1, "MiniMaxH3ModularPipeline",
+           "one packed [text, audio, video] sequence, no mask: 124 frames (the default; 37 latent frames, 17n+5 -> "
+           "5n+2) on the 16:9 canvas of 768x1344, 207 audio latents; 512 text tokens (assumed)",
+           _in_minimax_h3, spatial=16, latent_frames=lambda f: (f - 5) // 17 * 5 + 2,
            tiny={"num_attention_heads": 2, "attention_head_dim": 64, "hidden_size": 96, "num_layers": 2,
                  "num_refiner_layers": 1, "ffn_dim": 64, "in_channels": 4, "audio_in_channels": 6, "text_dim": 8,
                  "freq_dim": 8, "time_embed_hidden_dim": 24, "time_embed_dim": 16, "rope_freq_dim": 8},
-           tiny_size=Size(32, 32, 5), tiny_text=4))
+           tiny_size=Size(32, 32, 22), tiny_text=4))
 
 # The order of the GPU table: cheap first within each group.
 ORDER = list(ENTRIES)

@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> dict:
         if args.family in registry.ENTRIES:
             e = registry.entry(args.family)
             measure = (f"scripts/e2e_report.py --family {args.family} measures its transformer forward at the "
-                       f"pipeline's default size" if e.make is not None else
+                       f"pipeline's default size" if e.make is not None or registry.in_families(args.family) else
                        f"its transformer forward is not built either ({e.measure})")
             raise SystemExit(f"error: --family {args.family} ({e.display}, {e.pipeline}): {e.generate}; full "
                              f"generation is built offline for {', '.join(GENERATE_FAMILIES)}. {measure}; or pass "

@@ -1,0 +1,212 @@
+"""The family registry (pipelines/registry.py) and what drives it, on the CPU: every routed family's tiny config
+through `e2e_report.py --family NAME --tiny` and `scripts/family_table.py --tiny` (both paths SDPA here: the census
+counts the calls vidattn routes), `--list` of all three entry points, generate_video.py's reasons for the families it
+does not generate, the two device groups against the budget, the budget guard and a failing family in the runner."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+pytest.importorskip("diffusers")
+from pipelines import registry  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning"),
+              pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"_ft_{name}", ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ft = _load("family_table")
+e2e = _load("e2e_report")
+gen = _load("generate_video")
+
+# The diffusers classes docs/support.md lists as running on the kernel or partly (every routed class but
+# Kandinsky 6 SR and SANA-WM's GDN model, which stay outside).
+ROUTED_CLASSES = {
+    "WanTransformer3DModel", "WanVACETransformer3DModel", "WanAnimateTransformer3DModel",
+    "WanAnimate2Transformer3DModel", "SkyReelsV2Transformer3DModel", "ChronoEditTransformer3DModel",
+    "HeliosTransformer3DModel", "AnyFlowTransformer3DModel", "AnyFlowFARTransformer3DModel",
+    "HunyuanVideoTransformer3DModel", "HunyuanVideoFramepackTransformer3DModel", "HunyuanVideo15Transformer3DModel",
+    "CogVideoXTransformer3DModel", "ConsisIDTransformer3DModel", "LTXVideoTransformer3DModel",
+    "LTX2VideoTransformer3DModel", "MochiTransformer3DModel", "AllegroTransformer3DModel", "LatteTransformer3DModel",
+    "EasyAnimateTransformer3DModel", "SanaVideoTransformer3DModel", "SanaWMLTX2RefinerTransformer3DModel",
+    "Kandinsky5Transformer3DModel", "Kandinsky6Transformer3DModel", "CosmosTransformer3DModel",
+    "Cosmos3OmniTransformer", "MotifVideoTransformer3DModel", "MiniMaxH3Transformer3DModel",
+}
+BUILDABLE = [n for n in registry.names() if registry.entry(n).make is not None or registry.in_families(n)]
+MEASURED = [n for n in BUILDABLE if not registry.entry(n).measure]  # what the GPU runner times
+NEW = [n for n in BUILDABLE if not registry.in_families(n)]  # the families.py ones: tests/test_cross_model.py
+
+
+@pytest.fixture(autouse=True)
+def cpu_one_thread(monkeypatch):
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_registry_covers_every_routed_class():
+    import diffusers
+
+    classes = {registry.entry(n).cls_name for n in registry.names()}
+    assert classes == ROUTED_CLASSES
+    for n in registry.names():
+        e = registry.entry(n)
+        assert hasattr(diffusers, e.cls_name), n
+        assert e.size.height > 0 and e.size.width > 0 and e.size.frames > 0 and e.text > 0, n
+        # a family without a forward says why
+        assert (e.make is not None or registry.in_families(n)) or e.measure, n
+    with pytest.raises(registry.FamilyError, match="unknown model family 'nope'"):
+        registry.entry("nope")
+
+
+def test_real_configs_construct_on_meta():
+    """Every real config is accepted by its class (meta device; as the 1-block copy the GPU runner warms up on: the
+    same keys, one block); the default sizes pass the size check."""
+    for n in registry.names():
+        if registry.in_families(n):
+            continue  # tests/test_cross_model.py
+        cfg = {**registry.config_for(n), **registry.one_block_overrides(n)}
+        with torch.device("meta"):
+            registry.model_class(n)(**cfg)
+        if registry.entry(n).make is not None:
+            registry.check_size(n, registry.size_for(n))
+
+
+def test_flop_counts_cover_every_family():
+    flops = registry.load_flops()
+    assert set(flops) == set(registry.names())
+    for n in MEASURED:
+        est = registry.estimate(n, flops)
+        assert est["forward_s"] and est["forward_s"] > 0 and est["runner_s"] > est["forward_s"], n
+    assert registry.estimate("wan_animate2", flops)["runner_s"] is None
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_e2e_report_tiny_every_family(name, tmp_path):
+    rep = e2e.main(["--family", name, "--tiny", "--iters", "1", "--warmup", "0", "--no-profile",
+                    "--out-dir", str(tmp_path)])
+    assert rep["status"] == "ok" and rep["model_family"] == name and rep["preset"] == "tiny"
+    saved = json.loads((tmp_path / "report.json").read_text())
+    census = saved["attention_calls"]["vidattn"]
+    # On the CPU every call vidattn routes runs its SDPA fallback: counted, none left to a stock module unnoticed.
+    assert census["fallback"] > 0 and census["kernel"] == 0, census
+    assert saved["fidelity"]["output_rel_l2"] == 0.0
+    assert saved["class"] == registry.entry(name).cls_name
+
+
+def test_runner_tiny_all_families_json_and_table(tmp_path, capsys):
+    recs = ft.main(["--tiny", "--device", "cpu", "--only", *BUILDABLE, "wan_animate2", "--out-dir", str(tmp_path)])
+    by = {r["family"]: r for r in recs}
+    assert by["wan_animate2"]["status"] == "not_run" and "KV cache" in by["wan_animate2"]["reason"]
+    for n in BUILDABLE:
+        r = json.loads((tmp_path / f"{n}.json").read_text())
+        assert r["status"] == "ok", (n, r.get("error"))
+        assert r["sdpa"]["forward_ms"] > 0 and r["vidattn"]["forward_ms"] > 0
+        assert r["vidattn"]["census"]["fallback"] > 0 and r["all_fallback"] and r["speedup"] is None
+        assert r["output_rel_l2"] < 1e-5  # both SDPA; Mochi's batched calls differ from its per-sample loop
+        assert set(r["warmup_one_block"]) == {"sdpa", "vidattn"}
+        assert "one timed forward per path" in r["timing"]
+    md = (tmp_path / "table.md").read_text()
+    for n in BUILDABLE:
+        assert f"| {n} |" in md
+    assert "wan_animate2 (not_run)" in md and "n/a (SDPA both)" in md
+    data = json.loads((tmp_path / "table.json").read_text())
+    assert {r["family"] for r in data["rows"]} == set(BUILDABLE) | {"wan_animate2"}
+
+
+def test_runner_records_a_failure_and_goes_on(tmp_path, monkeypatch):
+    real = registry.build
+
+    def broken(name, *a, **k):
+        if name == "latte":
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(registry, "build", broken)
+    recs = ft.main(["--tiny", "--device", "cpu", "--only", "latte", "ltx", "--out-dir", str(tmp_path)])
+    assert [r["status"] for r in recs] == ["failed", "ok"]
+    assert recs[0]["oom"] and recs[0]["failed_at"] == "build" and "simulated" in recs[0]["error"]
+    assert "latte (failed): failed at build" in (tmp_path / "table.md").read_text()
+
+
+def test_runner_budget_guard_skips_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(ft, "estimate_for", lambda name, tiny: {"runner_s": 1e6 if name == "ltx" else 1.0,
+                                                                "forward_s": 1.0})
+    recs = ft.main(["--only", "ltx", "latte", "--tiny", "--device", "cpu", "--budget-s", "600",
+                    "--out-dir", str(tmp_path)])
+    assert [r["status"] for r in recs] == ["skipped", "ok"]
+    assert "estimated 1000000 s for this family" in recs[0]["reason"] and "--budget-s left" in recs[0]["reason"]
+    assert "ltx (skipped)" in (tmp_path / "table.md").read_text()
+
+
+def test_groups_cover_the_families_and_fit_the_budget():
+    g1, g2 = ft.GROUPS[1], ft.GROUPS[2]
+    assert not set(g1) & set(g2)
+    assert set(g1) | set(g2) | set(ft.NOT_RUN) == set(registry.names())
+    assert set(ft.NOT_RUN) == set(registry.names()) - set(MEASURED)
+    for g in (1, 2):
+        assert ft.group_estimate(g) <= 480, (g, ft.group_estimate(g))
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--only", "nope", "--out-dir", "X"], "unknown family nope"),
+    (["--group", "1", "--only", "ltx", "--out-dir", "X"], "not both"),
+    (["--group", "1"], "--out-dir DIR is required"),
+    (["--group", "1", "--out-dir", "X"], "need a CUDA GPU"),
+    (["--tiny", "--device", "cpu", "--budget-s", "0", "--out-dir", "X"], "--budget-s must be > 0"),
+])
+def test_runner_errors(argv, msg, tmp_path):
+    argv = [str(tmp_path / a) if a == "X" else a for a in argv]
+    with pytest.raises(SystemExit) as exc:
+        ft.main(argv)
+    assert msg in str(exc.value)
+
+
+def test_list_of_every_entry_point(capsys):
+    registry.main(["--list"])
+    e2e.main(["--list"])
+    gen.main(["--list"])
+    out = capsys.readouterr().out
+    for n in registry.names():
+        assert out.count(f"\n{n} ") + out.startswith(f"{n} ") >= 3, n
+    assert "720x1280x129" in out  # HunyuanVideo's default size
+
+
+@pytest.mark.parametrize("name", [n for n in registry.names() if n not in gen.GENERATE_FAMILIES])
+def test_generate_video_names_the_reason_and_the_alternative(name, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        gen.main(["--family", name, "--out", str(tmp_path / "x.mp4")])
+    msg = str(exc.value.code)
+    assert "is not built offline here" in msg and registry.entry(name).pipeline in msg
+    if name in BUILDABLE:
+        assert f"e2e_report.py --family {name}" in msg
+    else:
+        assert "not built either" in msg
+
+
+@pytest.mark.parametrize("name", ["wan_animate2", "sana_wm_refiner"])
+def test_e2e_report_refuses_families_without_a_forward(name, tmp_path):
+    with pytest.raises(SystemExit, match="KV cache"):
+        e2e.main(["--family", name, "--tiny", "--out-dir", str(tmp_path)])
+
+
+def test_predicted_speedup_and_rel_l2():
+    assert ft.predicted_speedup(0.5, 2.0) == pytest.approx(1 / 0.75)
+    assert ft.predicted_speedup(None, 2.0) is None
+    a = torch.tensor([3.0, 4.0])
+    assert ft._rel_l2(a, a) == 0.0 and ft._rel_l2(a * 1.1, a) == pytest.approx(0.1)
