@@ -86,7 +86,11 @@ int allow_smem(Kernel kernel, size_t smem) {
   return e == cudaSuccess ? 0 : fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
 }
 
-template <int kHeadDim, int kWGs, int kBN, bool kFp16>
+// kCausal: the causal build (flash_fwd.cuh, tile_work), a.causal picking the alignment. Causal launches keep the plain
+// schedule, without the tail launch: their tiles are ordered heaviest first within each head and snake across the
+// CTAs (local_tile), so the last round holds the lightest tiles of the last head, and a split of those would cost
+// its two extra launches for little.
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kCausal = false>
 int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   using namespace vidattn::sm90;
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
@@ -110,6 +114,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   p.heads = static_cast<int>(a.heads);
   p.kv_group = static_cast<int>(a.heads / kv_heads);
   p.scale_log2 = a.scale * 1.4426950408889634f;
+  p.causal_bottom_right = a.causal == 2 ? 1 : 0;
   const int64_t m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   const int64_t tiles = m_blocks * a.heads * a.batch;
   if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/kBlockM) over 2^31)");
@@ -117,13 +122,14 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   g_last_block_n = kBN;
   // +1 KB to align the ring to 1024 B in-kernel
   const size_t smem = sizeof(SharedStorage<kHeadDim, kWGs, kBN>) + 1024;
-  auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, false>;
+  auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, false, kCausal>;
   if (allow_smem(kernel, smem) != 0) return 1;
   // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most
   // 32 * kRedoWords of its tiles for a redo (flash_fwd.cuh, kFixedRef), so larger problems take several launches;
   // such a problem keeps the plain schedule, its last round being a sliver of it.
   const int64_t per_launch = static_cast<int64_t>(sms) * 32 * T::kRedoWords;
-  const TailPlan tail = tiles <= per_launch ? plan_tail<kHeadDim, kWGs, kBN>(a, tiles, sms) : TailPlan{};
+  const TailPlan tail =
+      tiles <= per_launch && !kCausal ? plan_tail<kHeadDim, kWGs, kBN>(a, tiles, sms) : TailPlan{};
   const int64_t main_tiles = tiles - tail.tiles;
   g_last_tail_splits = tail.tiles > 0 ? tail.splits : 0;
   for (int64_t base = 0; base < main_tiles; base += per_launch) {
@@ -133,6 +139,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     kernel<<<dim3(static_cast<unsigned>(n < sms ? n : sms)), T::kThreads, smem, stream>>>(p);
     if (check_launch("kernel launch") != 0) return 1;
   }
+  if constexpr (kCausal) return 0;
   if (tail.tiles == 0) return 0;
   auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, true>;
   if (allow_smem(split_kernel, smem) != 0) return 1;
@@ -235,6 +242,8 @@ extern "C" int vidattn_sm90_last_tail_splits(void) { return g_last_tail_splits; 
 
 extern "C" int vidattn_sm90_last_block_n(void) { return g_last_block_n; }
 
+extern "C" int vidattn_sm90_causal_modes(void) { return 2; }
+
 extern "C" int vidattn_sm90_set_d128_block_n(int block_n) {
   if (block_n != 0 && block_n != kD128Short && block_n != kD128Long) return 1;
   g_d128_block_n = block_n;
@@ -301,8 +310,18 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   g_last_block_n = 0;
   const bool fp16 = a->dtype == 1;
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
+  if (a->causal < 0 || a->causal > 2) return fail("causal must be 0 (none), 1 (top-left) or 2 (bottom-right)");
   const int sms = sm_count();
   constexpr int kD64N = vidattn::sm90::default_block_n(64);
+  // Causal: one build per head dim (build time), chosen for tiles whose key count varies from one block to all: D=64
+  // on three warpgroups (the long-sequence build), D=128 on N=128 (Q in registers, two Q buffers: its tile
+  // boundaries come every few blocks). The D=64 warpgroup and D=128 width switches do not apply.
+  if (a->causal != 0) {
+    if (a->head_dim <= 64)
+      return fp16 ? launch<64, 3, kD64N, true, true>(*a, s, sms) : launch<64, 3, kD64N, false, true>(*a, s, sms);
+    return fp16 ? launch<128, 2, kD128Short, true, true>(*a, s, sms)
+                : launch<128, 2, kD128Short, false, true>(*a, s, sms);
+  }
   // The smallest build at least as wide: 8..64 on D=64, 72..128 on D=128 (dedicated narrower builds: dev/NOTES.md).
   if (a->head_dim <= 64) {
     if (g_d64_warpgroups == 3 ||

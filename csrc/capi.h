@@ -26,6 +26,12 @@ typedef struct VidattnFwdArgs {
   // key/value head h / (heads / kv_heads), in place, no copy), or 0 for as many as `heads`. k and v have this many
   // heads; k_stride and v_stride step over them. Last in the struct so that callers predating it pass 0.
   int64_t kv_heads;
+  // Causal mask: 0 none, 1 top-left aligned (query i sees keys j <= i: SDPA's is_causal), 2 bottom-right aligned
+  // (j <= i + kv_len - seqlen_q, kv_len being seqlen_kv or the batch's kv_lens entry: FlashAttention's convention
+  // when the lengths differ). kv_lens shortens the keys first, then the mask aligns to them. Rows that see no key
+  // (bottom-right with kv_len < seqlen_q) get O = 0 and LSE -inf. Last in the struct so that callers predating it
+  // pass 0. The 8-bit entry (vidattn_q8_fwd) refuses anything but 0.
+  int32_t causal;
 } VidattnFwdArgs;
 
 // Launches on `stream` (a cudaStream_t). Returns 0 on success; otherwise vidattn_sm90_last_error() says why.
@@ -44,6 +50,9 @@ int vidattn_sm90_last_block_n(void);
 uint64_t vidattn_sm90_workspace_bytes(void);
 // Key ranges per tile of the tail launch of this thread's last vidattn_sm90_fwd call (0: it had none). For tests.
 int vidattn_sm90_last_tail_splits(void);
+// The causal modes vidattn_sm90_fwd takes (VidattnFwdArgs::causal up to this value): 2. Libraries that predate the
+// field lack the symbol (vidattn/_ext.py then runs causal calls on SDPA).
+int vidattn_sm90_causal_modes(void);
 
 #ifdef __cplusplus
 }

@@ -80,7 +80,22 @@ class _Args(ctypes.Structure):
         ("scale", ctypes.c_float), ("dtype", ctypes.c_int32),
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64),
         ("kv_heads", ctypes.c_int64),
+        ("causal", ctypes.c_int32),
     ]
+
+
+# VidattnFwdArgs::causal: the mask's alignment (vidattn.ops.attention's `causal` maps onto these).
+CAUSAL_NONE, CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT = 0, 1, 2
+# Causal calls run the kernel unless this is "0" (then SDPA with the same mask runs, and explain says so). Read once,
+# at import; tests and A/B runs may set `causal_kernel_enabled` directly.
+CAUSAL_KERNEL_ENV = "VIDATTN_CAUSAL_KERNEL"
+
+
+def causal_kernel_from_env(environ=os.environ) -> bool:
+    return environ.get(CAUSAL_KERNEL_ENV, "1").strip() != "0"
+
+
+causal_kernel_enabled = causal_kernel_from_env()
 
 
 class KernelLaunchError(RuntimeError):
@@ -360,6 +375,9 @@ def open_library(path: str | Path) -> ctypes.CDLL:
         lib.vidattn_sm90_set_d128_block_n.restype = ctypes.c_int
         lib.vidattn_sm90_last_block_n.argtypes = []
         lib.vidattn_sm90_last_block_n.restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_causal_modes"):  # libraries before the causal mask lack it (and the struct's field)
+        lib.vidattn_sm90_causal_modes.argtypes = []
+        lib.vidattn_sm90_causal_modes.restype = ctypes.c_int
     for symbol, env, setter in _FORCED_BUILDS:
         if hasattr(lib, symbol) and os.environ.get(env):
             try:
@@ -568,14 +586,28 @@ def envelope_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: 
     return None
 
 
-def kernel_reason(q, k, v, kv_lens, scale) -> str | None:
+def causal_reason(causal: int, lib: ctypes.CDLL | None) -> str | None:
+    """Why a call with this causal mode (CAUSAL_*) cannot run on the kernel library `lib`, or None."""
+    if causal == CAUSAL_NONE:
+        return None
+    if not causal_kernel_enabled:
+        return f"causal masks run on SDPA ({CAUSAL_KERNEL_ENV}=0)"
+    fn = getattr(lib, "vidattn_sm90_causal_modes", None)
+    if fn is None or int(fn()) < causal:
+        return "this kernel library predates causal masks"
+    return None
+
+
+def kernel_reason(q, k, v, kv_lens, scale, causal: int = CAUSAL_NONE) -> str | None:
     """Full dispatch decision for BSHD views: the device first, then the envelope, then (only if all else passes)
-    the build and any earlier launch failure."""
+    the build and any earlier launch failure, then whether the build takes the causal mode."""
     if k.device != q.device or v.device != q.device:
         return "q, k and v are on different devices"
     reason = device_reason(q.device) or envelope_reason(q, k, v, kv_lens, scale)
     if reason is None:
         reason = runtime_reason()
+    if reason is None and causal != CAUSAL_NONE:
+        reason = causal_reason(causal, _lib)
     return reason
 
 
@@ -608,9 +640,10 @@ def _current_stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def launch_args(q, k, v, out, lse, kv_lens, scale: float) -> _Args:
+def launch_args(q, k, v, out, lse, kv_lens, scale: float, causal: int = CAUSAL_NONE) -> _Args:
     """The C ABI's argument struct for (B, S, H, D) views (workspace unset), for every launch of the library (the
-    exact kernel here, the 8-bit path in quant8). kv_lens must be contiguous int32 (the C side reads stride 1)."""
+    exact kernel here, the 8-bit path in quant8). kv_lens must be contiguous int32 (the C side reads stride 1).
+    causal: CAUSAL_NONE, CAUSAL_TOP_LEFT or CAUSAL_BOTTOM_RIGHT (the 8-bit entry refuses all but the first)."""
     b, sq, h, d = q.shape
     return _Args(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
@@ -619,15 +652,16 @@ def launch_args(q, k, v, out, lse, kv_lens, scale: float) -> _Args:
         b, h, sq, k.shape[1], d,
         (ctypes.c_int64 * 3)(*q.stride()[:3]), (ctypes.c_int64 * 3)(*k.stride()[:3]),
         (ctypes.c_int64 * 3)(*v.stride()[:3]), (ctypes.c_int64 * 3)(*out.stride()[:3]),
-        float(scale), DTYPES[q.dtype], None, 0, k.shape[2],
+        float(scale), DTYPES[q.dtype], None, 0, k.shape[2], int(causal),
     )
 
 
-def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = None) -> None:
+def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = None,
+            causal: int = CAUSAL_NONE) -> None:
     """Launch the kernel on the current stream. q, k, v, out: (B, S, H, D) views (any strides, last dim 1; out's
     base 16-byte aligned and its strides multiples of 8 elements, as a fresh tensor's are: O is stored with TMA);
-    lse: contiguous fp32 (B, H, Sq) or None; kv_lens: int32 (B,) or None (any view; read contiguous). Call only
-    when kernel_reason is None. `lib`: a library from open_library (A/B timing); default: the one load() built or
+    lse: contiguous fp32 (B, H, Sq) or None; kv_lens: int32 (B,) or None (any view; read contiguous); causal: the
+    mask (CAUSAL_*; csrc/capi.h states its semantics). Call only when kernel_reason is None. `lib`: a library from open_library (A/B timing); default: the one load() built or
     found. Raises KernelLaunchError when the library refuses or fails the launch; for the default library that
     also disables it for the rest of the process (runtime_reason then says why), so the op falls back once."""
     global _launch_error
@@ -635,7 +669,7 @@ def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = 
     lib = _library(lib)
     if kv_lens is not None and kv_lens.stride(0) != 1:
         kv_lens = kv_lens.contiguous()
-    args = launch_args(q, k, v, out, lse, kv_lens, scale)
+    args = launch_args(q, k, v, out, lse, kv_lens, scale, causal)
     # The guard makes q's device current; the library then makes its context current in this thread (a worker
     # thread's first CUDA work may be this call: csrc/capi.cu, vidattn_sm90_fwd).
     with _device_guard(q.device):

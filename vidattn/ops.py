@@ -17,6 +17,10 @@ from . import _ext
 from .precision import resolve_precision
 
 LAYOUTS = ("bshd", "bhsd")
+# `causal=` values and the C ABI's codes (vidattn/_ext.py, CAUSAL_*). True is SDPA's is_causal: top-left.
+CAUSAL_MODES = {False: _ext.CAUSAL_NONE, None: _ext.CAUSAL_NONE, True: _ext.CAUSAL_TOP_LEFT,
+                "top_left": _ext.CAUSAL_TOP_LEFT, "bottom_right": _ext.CAUSAL_BOTTOM_RIGHT}
+_CAUSAL_NAMES = {_ext.CAUSAL_TOP_LEFT: "top_left", _ext.CAUSAL_BOTTOM_RIGHT: "bottom_right"}
 # The fallback computes the LSE from fp32 scores; it materialises at most this many scores at once.
 _LSE_CHUNK_ELEMENTS = 1 << 26
 
@@ -142,6 +146,17 @@ def _validate(q, k, v, layout, scale, kv_lens, fn="vidattn.attention"):
                                  f"got min {lo}, max {hi}")
 
 
+def _causal_code(causal, fn="vidattn.attention") -> int:
+    """The C ABI's code for a `causal=` argument (CAUSAL_MODES); TypeError/ValueError naming `fn` otherwise."""
+    if isinstance(causal, (bool, str)) or causal is None:
+        code = CAUSAL_MODES.get(causal)
+        if code is not None:
+            return code
+    if isinstance(causal, str):
+        raise ValueError(f"{fn}: causal must be False, True, 'top_left' or 'bottom_right', got {causal!r}")
+    raise TypeError(f"{fn}: causal must be False, True, 'top_left' or 'bottom_right', got {type(causal).__name__}")
+
+
 def _prepare_kv_lens(kv_lens, device):
     """int32 on q's device and contiguous: the kernel reads kv_lens with stride 1, and `.to` returns a strided view
     (a column of a 2-D tensor, an expanded scalar) unchanged when it is already int32 on that device."""
@@ -191,6 +206,20 @@ def _key_mask(kv_lens, skv, device):
     return (torch.arange(skv, device=device)[None, :] < kv_lens[:, None].to(device))[:, None, None, :]
 
 
+def _causal_mask(causal: int, sq: int, skv: int, kv_lens, device, rows: slice = slice(None)):
+    """Boolean (B or 1, 1, rows, Skv) mask, True where query i (of `rows`) sees key j: the kernel's semantics
+    (csrc/capi.h, VidattnFwdArgs::causal). kv_lens shortens the keys first (j < kv_len), then j <= i + shift, shift = 0
+    (top-left) or kv_len - Sq (bottom-right)."""
+    i = torch.arange(sq, device=device)[rows][:, None]
+    j = torch.arange(skv, device=device)[None, :]
+    if kv_lens is None:
+        shift = skv - sq if causal == _ext.CAUSAL_BOTTOM_RIGHT else 0
+        return (j <= i + shift)[None, None]
+    kvl = kv_lens.to(device=device, dtype=torch.int64)[:, None, None]
+    shift = kvl - sq if causal == _ext.CAUSAL_BOTTOM_RIGHT else 0
+    return ((j < kvl) & (j <= i + shift))[:, None]
+
+
 def _sdpa_safe_view(t: torch.Tensor) -> torch.Tensor:
     """t, or a packed copy when a stride is not a multiple of 16 bytes: measured on the H200 (torch 2.11, cuDNN
     9.19), SDPA read such a CUDA view as if it were packed, a silent wrong answer
@@ -201,15 +230,30 @@ def _sdpa_safe_view(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def sdpa_fallback(qh, kh, vh, scale: float, kv_lens, return_lse: bool):
+def sdpa_fallback(qh, kh, vh, scale: float, kv_lens, return_lse: bool, causal: int = 0):
     """Attention on (B, H, S, D) tensors with PyTorch SDPA; LSE (B, H, Sq) fp32 from fp32 scores, chunked
-    over the query length so at most `_LSE_CHUNK_ELEMENTS` scores exist at a time."""
+    over the query length so at most `_LSE_CHUNK_ELEMENTS` scores exist at a time. causal: the kernel's mask
+    (_causal_mask): SDPA's is_causal where that is the same (top-left, no kv_lens), else an explicit mask; rows that
+    see no key give 0 and an LSE of -inf, as the kernel's."""
     qh, kh, vh = _sdpa_safe_view(qh), _sdpa_safe_view(kh), _sdpa_safe_view(vh)
-    mask = _key_mask(kv_lens, kh.shape[2], qh.device) if kv_lens is not None else None
+    sq, skv = qh.shape[2], kh.shape[2]
+    if causal == _ext.CAUSAL_BOTTOM_RIGHT and kv_lens is None and sq == skv:
+        causal = _ext.CAUSAL_TOP_LEFT  # the same mask, without materialising it
+    if causal == _ext.CAUSAL_NONE:
+        mask = _key_mask(kv_lens, skv, qh.device) if kv_lens is not None else None
+    elif causal == _ext.CAUSAL_TOP_LEFT and kv_lens is None:
+        mask = None  # is_causal below: SDPA's fused kernels take it
+    else:
+        mask = _causal_mask(causal, sq, skv, kv_lens, qh.device)
+    is_causal = causal == _ext.CAUSAL_TOP_LEFT and kv_lens is None
     gqa = kh.shape[1] != qh.shape[1]
     # enable_gqa only where the heads differ: equal-head calls stay the call they always were.
     out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale,
+                                         **({"is_causal": True} if is_causal else {}),
                                          **({"enable_gqa": True} if gqa else {}))
+    if mask is not None and causal != _ext.CAUSAL_NONE:
+        # SDPA's backends disagree on a fully masked row (the math one gives 0, others NaN): 0 here, as the kernel.
+        out = torch.where(mask.any(dim=-1, keepdim=True), out, out.new_zeros(()))
     if not return_lse:
         return out, None
     b, h, sq, d = qh.shape
@@ -221,7 +265,9 @@ def sdpa_fallback(qh, kh, vh, scale: float, kv_lens, return_lse: bool):
     for i in range(0, sq, rows):
         qc = qh[:, :, i:i + rows].detach().float()
         s = (torch.matmul(qc.reshape(b, hk, h // hk, qc.shape[2], d), kf) * scale).reshape(b, h, qc.shape[2], skv)
-        if mask is not None:
+        if causal != _ext.CAUSAL_NONE:
+            s = s.masked_fill(~_causal_mask(causal, sq, skv, kv_lens, qh.device, slice(i, i + rows)), float("-inf"))
+        elif mask is not None:
             s = s.masked_fill(~mask, float("-inf"))
         parts.append(torch.logsumexp(s, dim=-1))
     return out, torch.cat(parts, dim=2)
@@ -236,13 +282,15 @@ def _empty_lse(q):
 
 
 def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, scale: Optional[float],
-                    kv_lens: Optional[torch.Tensor], return_lse: bool):
+                    kv_lens: Optional[torch.Tensor], return_lse: bool, causal: int = 0):
     """(out, lse or None): the kernel, or SDPA with a warning naming the reason. The custom op's body, and what an
-    eager `attention` call runs directly."""
+    eager `attention` call runs directly. causal: a C ABI code (_causal_code)."""
     qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
     b, sq, h, d = qv.shape
     sc = _default_scale(scale, d)
-    reason = _ext.kernel_reason(qv, kv, vv, kv_lens, sc)
+    # Non-causal calls keep the argument lists that stand-ins for these two functions (tests, probes) were written for.
+    ckw = {"causal": causal} if causal else {}
+    reason = _ext.kernel_reason(qv, kv, vv, kv_lens, sc, **ckw)
     if reason is None:
         if layout == "bshd":
             out = torch.empty((b, sq, h, vv.shape[3]), dtype=q.dtype, device=q.device)
@@ -252,12 +300,13 @@ def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: s
             out_view = out.transpose(1, 2)
         lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device) if return_lse else None
         try:
-            _ext.forward(qv, kv, vv, out_view, lse, kv_lens, sc)
+            _ext.forward(qv, kv, vv, out_view, lse, kv_lens, sc, **ckw)
             return out, lse
         except _ext.KernelLaunchError as exc:  # the library is now off for the process: this and later calls fall back
             reason = str(exc)
     warn_fallback(reason)
-    out, lse = sdpa_fallback(qv.transpose(1, 2), kv.transpose(1, 2), vv.transpose(1, 2), sc, kv_lens, return_lse)
+    out, lse = sdpa_fallback(qv.transpose(1, 2), kv.transpose(1, 2), vv.transpose(1, 2), sc, kv_lens, return_lse,
+                             **ckw)
     # Same strides as the kernel path (and the fake): contiguous in the caller's layout.
     out = out.contiguous() if layout == "bhsd" else out.transpose(1, 2).contiguous()
     return out, lse
@@ -265,13 +314,14 @@ def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: s
 
 @torch.library.custom_op("vidattn::attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, scale: Optional[float],
-                  kv_lens: Optional[torch.Tensor], return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = _attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
+                  kv_lens: Optional[torch.Tensor], return_lse: bool,
+                  causal: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = _attention_impl(q, k, v, layout, scale, kv_lens, return_lse, causal)
     return out, (lse if lse is not None else _empty_lse(q))
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, layout, scale, kv_lens, return_lse):
+def _attention_fake(q, k, v, layout, scale, kv_lens, return_lse, causal=0):
     if layout == "bshd":
         b, sq, h, _ = q.shape
         out = q.new_empty((b, sq, h, v.shape[3]))
@@ -302,8 +352,8 @@ def _grad_fallback_reason(q, k, v) -> Optional[str]:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
               scale: Optional[float] = None, kv_lens: Optional[torch.Tensor] = None, return_lse: bool = False,
-              precision: Optional[str] = None):
-    """Exact (non-causal) attention ``softmax(q @ k^T * scale) @ v``, the numerics contract of PyTorch SDPA.
+              precision: Optional[str] = None, causal=False):
+    """Exact attention ``softmax(q @ k^T * scale) @ v``, the numerics contract of PyTorch SDPA, optionally causal.
 
     Args:
         q: queries, ``(B, Sq, H, D)`` for ``layout="bshd"`` (what diffusers processors hold) or
@@ -323,6 +373,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
             scalar): it is read contiguous.
         return_lse: also return the fp32 log-sum-exp of the scaled scores, shape ``(B, H, Sq)``
             (natural log), e.g. to merge partial results in ring attention.
+        causal: ``False`` (default), ``True`` or ``"top_left"`` (query ``i`` sees keys ``j <= i``: SDPA's
+            ``is_causal``, also when ``Sq != Skv``), or ``"bottom_right"`` (``j <= i + Skv - Sq``: the last query sees
+            every key; FlashAttention's convention when the lengths differ; the same as top-left when they are
+            equal). With ``kv_lens`` the keys are shortened first and the mask aligns to them (bottom-right:
+            ``Skv`` above is ``kv_lens[b]``). A query that sees no key (bottom-right with fewer keys than queries)
+            gets a zero row and an LSE of ``-inf``. The kernel skips the key blocks past each query tile's diagonal
+            (docs/guide/causal.md); ``VIDATTN_CAUSAL_KERNEL=0`` runs causal calls on SDPA with the same mask.
 
     Returns:
         ``out`` with q's dtype and the caller's layout, or ``(out, lse)`` when ``return_lse``.
@@ -330,7 +387,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     precision: ``None`` (the current default: ``"exact"`` unless set by ``vidattn.use_precision``), ``"exact"``, or
         ``"8bit"``: INT8 ``q @ k^T`` and e4m3 ``P @ v`` (vidattn.quant8; not exact: about 4e-2 relative L2 on random
         inputs, SageAttention2's level), for D in {64, 128} on Hopper without grouped K/V; other calls run the exact
-        path and warn. Calls with at most 8192 keys run the exact kernel, which measured faster there (explain says so).
+        path and warn. Causal calls run the exact path (the 8-bit kernel has no mask; explain says so). Calls with at most 8192 keys run the exact kernel, which measured faster there (explain says so).
 
     The sm_90a kernel runs for CUDA tensors on Hopper, bf16/fp16, D a multiple of 8 up to 128 (64 and 128 have
     builds of their own; 8..56 run on the D=64 build and 72..120 on the D=128 build, the columns padded with zeros
@@ -340,7 +397,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     """
     q, k, v = _autocast_inputs(q, k, v)
     _validate(q, k, v, layout, scale, kv_lens)
-    eight_bit = resolve_precision(precision) == "8bit"
+    causal = _causal_code(causal)
+    eight_bit = resolve_precision(precision) == "8bit" and causal == _ext.CAUSAL_NONE
     kv_lens = _prepare_kv_lens(kv_lens, q.device)
     scale = None if scale is None else float(scale)
     if _grad_reason(q, k, v) is not None:
@@ -349,45 +407,56 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
             warn_fallback(_grad_fallback_reason(q, k, v))
         qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
         out, lse = sdpa_fallback(qv.transpose(1, 2), kv.transpose(1, 2), vv.transpose(1, 2),
-                                 _default_scale(scale, q.shape[-1]), kv_lens, return_lse)
+                                 _default_scale(scale, q.shape[-1]), kv_lens, return_lse,
+                                 **({"causal": causal} if causal else {}))
         out = out if layout == "bhsd" else out.transpose(1, 2)
         return (out, lse) if return_lse else out
     if eight_bit:
         from .quant8 import attention_8bit
         out, lse = attention_8bit(q, k, v, layout, scale, kv_lens, return_lse)
         return (out, lse) if return_lse else out
+    ckw = {"causal": causal} if causal else {}  # see _attention_impl
     if _is_compiling() or not _eager_fast_path(q, k, v):
         # torch.compile traces the custom op (its fake gives the output's metadata); plain eager calls skip its
         # dispatch layers, which cost more host time than a short kernel takes (dev/probes/call_overhead.py), under a
         # profiler range of the op's name so traces read the same either way.
-        out, lse = torch.ops.vidattn.attention(q, k, v, layout, scale, kv_lens, return_lse)
+        out, lse = torch.ops.vidattn.attention(q, k, v, layout, scale, kv_lens, return_lse, causal)
     elif _profiler_on():
         with torch.profiler.record_function("vidattn::attention"):
-            out, lse = _attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
+            out, lse = _attention_impl(q, k, v, layout, scale, kv_lens, return_lse, **ckw)
     else:
-        out, lse = _attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
+        out, lse = _attention_impl(q, k, v, layout, scale, kv_lens, return_lse, **ckw)
     return (out, lse) if return_lse else out
 
 
 def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
             scale: Optional[float] = None, kv_lens: Optional[torch.Tensor] = None,
-            precision: Optional[str] = None) -> Optional[str]:
+            precision: Optional[str] = None, causal=False) -> Optional[str]:
     """Why ``vidattn.attention`` with these arguments would run PyTorch SDPA instead of the kernel; ``None``
     when the kernel runs. Raises the same errors as ``attention`` for invalid arguments. On a Hopper GPU the
     first call may compile the kernel library (cached on disk). With ``precision="8bit"`` (or that default): ``None``
-    when the 8-bit kernel runs, else why not and what runs instead."""
+    when the 8-bit kernel runs, else why not and what runs instead. A causal call's reason names its mask
+    (``causal='top_left'`` or ``'bottom_right'``); with 8-bit precision it says the exact path runs it."""
     q, k, v = _autocast_inputs(q, k, v)
     _validate(q, k, v, layout, scale, kv_lens, fn="vidattn.explain")
+    causal = _causal_code(causal, fn="vidattn.explain")
     eight_bit = resolve_precision(precision) == "8bit"
     kv_lens = _prepare_kv_lens(kv_lens, q.device)
-    if eight_bit:
+    if eight_bit and causal == _ext.CAUSAL_NONE:
         from .quant8 import explain_8bit
         return explain_8bit(q, k, v, layout, None if scale is None else float(scale), kv_lens)
     reason = _grad_fallback_reason(q, k, v)
-    if reason is not None:
+    if reason is None:
+        qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
+        ckw = {"causal": causal} if causal else {}  # as in _attention_impl
+        reason = _ext.kernel_reason(qv, kv, vv, kv_lens, _default_scale(scale, q.shape[-1]), **ckw)
+    if causal == _ext.CAUSAL_NONE:
         return reason
-    qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
-    return _ext.kernel_reason(qv, kv, vv, kv_lens, _default_scale(scale, q.shape[-1]))
+    mask = f"causal={_CAUSAL_NAMES[causal]!r}"
+    if eight_bit:
+        instead = "the exact kernel runs instead" if reason is None else f"PyTorch SDPA runs instead ({reason})"
+        return f"8-bit path not used: it has no causal mask ({mask}); {instead}"
+    return None if reason is None else f"{reason} ({mask}: SDPA runs it with the same mask)"
 
 
 def kernel_available() -> bool:

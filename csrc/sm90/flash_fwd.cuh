@@ -1,4 +1,4 @@
-// Dense non-causal attention forward for sm_90a: O = softmax(Q K^T * scale) V. Persistent CTAs (one per SM) walk
+// Attention forward for sm_90a: O = softmax(Q K^T * scale) V, dense or (kCausal builds) with a causal mask. Persistent CTAs (one per SM) walk
 // Q tiles of every (head, batch), 64 query rows per consumer warpgroup (two warpgroups at D=128, three at D=64).
 // Warp-specialized: warpgroup 0 streams Q and K/V tiles with TMA into double-buffered Q and a ring of shared-memory
 // stages that runs on across tiles, guarded by mbarriers; each consumer warpgroup runs S = Q K^T (wgmma, both
@@ -6,8 +6,9 @@
 // block's row max for bf16, with tiles that leave the safe range run again exactly), and O += P V (wgmma with P
 // straight from registers), taking turns on the tensor cores. Key tails and per-batch kv_lens are
 // masked in registers; O leaves through shared memory with TMA stores, which clip query tails. The kSplit build runs
-// the tail launch's key ranges (capi.cu, plan_tail) and leaves unnormalised O for combine.cuh. Pure CUDA + PTX: no
-// torch, no CUTLASS.
+// the tail launch's key ranges (capi.cu, plan_tail) and leaves unnormalised O for combine.cuh. The kCausal build
+// visits each tile's key blocks only up to its last row's diagonal and masks the blocks that cross a row's diagonal
+// (tile_work, mask_keys_causal; docs/guide/causal.md). Pure CUDA + PTX: no torch, no CUTLASS.
 #pragma once
 #include <cstdint>
 #include <cuda.h>
@@ -51,8 +52,29 @@ __device__ __forceinline__ TileCoord decode_tile(int tile, int num_m_blocks, int
   const int hb = tile / num_m_blocks;
   return {tile - hb * num_m_blocks, hb % heads, hb / heads};
 }
+// Causal builds walk each head's Q blocks last first: a block's work grows with its index (its keys end at its
+// diagonal), so each CTA meets the heavy blocks of a head before the light ones, and the last, partial round of the
+// launch is made of the last head's lightest blocks (see local_tile for the balance across CTAs).
+template <bool kCausal = false>
 __device__ __forceinline__ TileCoord tile_coord(const FwdParams& p, int tile) {
-  return decode_tile(tile + p.tile_base, p.num_m_blocks, p.heads);
+  TileCoord tc = decode_tile(tile + p.tile_base, p.num_m_blocks, p.heads);
+  if constexpr (kCausal) tc.m_block = p.num_m_blocks - 1 - tc.m_block;
+  return tc;
+}
+
+// The tile a CTA runs as its local-th: round-robin, blockIdx.x + local * gridDim.x. Causal builds snake instead
+// (odd rounds run the CTAs in reverse order): with unequal tiles a plain round robin hands CTA c the tiles whose
+// index is c mod gridDim.x in every round, and where gridDim.x and the Q block count share factors that is a fixed
+// residue class of block indices, heavier for some CTAs than for others (132 CTAs over 64 blocks: 4 classes, up to
+// 5% apart at 8K keys); reversing every other round pairs class r with class 3 - r. Producer and consumers walk the
+// same order.
+template <bool kCausal>
+__device__ __forceinline__ int local_tile(int local) {
+  const int base = local * static_cast<int>(gridDim.x);
+  if constexpr (kCausal)
+    return base + ((local & 1) ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
+                               : static_cast<int>(blockIdx.x));
+  return static_cast<int>(blockIdx.x) + base;
 }
 __device__ __forceinline__ int kv_len_of(const FwdParams& p, int batch) {
   return p.kv_lens != nullptr ? max(0, min(p.seqlen_kv, p.kv_lens[batch])) : p.seqlen_kv;
@@ -73,22 +95,37 @@ __device__ __forceinline__ int kv_block(int j, int rot, int n_blocks) {
 
 // One work item: a whole tile, or in the tail launch (kSplit, capi.cu) one of p.kv_splits contiguous key-block
 // ranges of a tile, item t being range t % kv_splits of tile t / kv_splits.
+// Causal builds (kCausal): kv_lens shortens the batch's keys first, then the mask aligns to them: query row i sees
+// keys j < kv_len with j <= i + shift, shift = 0 (top-left) or kv_len - seqlen_q (bottom-right). A tile then needs
+// keys up to its last row's diagonal only: kv_len is cut to kv_end = min(kv_len, (m_block + 1) * kBlockM + shift), and
+// the blocks past it are neither loaded nor computed (a tile whose rows see no key at all has none: O = 0, LSE -inf).
+// Within kv_end, row i's keys are the prefix [0, min(kv_end, i + shift + 1)), so key block 0, which every tile
+// visits first, holds key 0 of every row that has a key.
 struct TileWork {
   TileCoord tc;
-  int kv_len;    // valid keys of the batch
+  int kv_len;    // valid keys of the batch (causal: of the tile, kv_end above)
   int kv_first;  // first key block of this item
   int n_blocks;  // key blocks of this item (0 only when kv_len is, or a range is empty)
+  int shift;     // causal only: the diagonal's offset, row i sees keys j <= i + shift
 };
-template <int kN, bool kSplit>
+template <int kN, bool kSplit, bool kCausal = false, int kM = 0>
 __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
+  static_assert(!(kCausal && kSplit), "causal launches have no tail launch (capi.cu)");
   int tile = item, range = 0;
   if constexpr (kSplit) {
     tile = item / p.kv_splits;
     range = item - tile * p.kv_splits;
   }
   TileWork w;
-  w.tc = tile_coord(p, tile);
+  w.tc = tile_coord<kCausal>(p, tile);
   w.kv_len = kv_len_of(p, w.tc.batch);
+  w.shift = 0;
+  if constexpr (kCausal) {
+    static_assert(kM > 0, "tile_work: causal needs the Q block's rows");
+    if (p.causal_bottom_right) w.shift = w.kv_len - p.seqlen_q;
+    const long long diag_end = static_cast<long long>(w.tc.m_block + 1) * kM + w.shift;
+    w.kv_len = static_cast<int>(max(0ll, min(static_cast<long long>(w.kv_len), diag_end)));
+  }
   const int n = (w.kv_len + kN - 1) / kN;
   if constexpr (kSplit) {
     w.kv_first = range * n / p.kv_splits;
@@ -100,10 +137,10 @@ __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
   return w;
 }
 
-// The tiles of this CTA marked for a redo (bit L of `bits`: its L-th tile, blockIdx.x + L * gridDim.x), in
+// The tiles of this CTA marked for a redo (bit L of `bits`: its L-th tile, local_tile(L)), in
 // ascending order, each run as local tile number n_local, n_local + 1, ... after the n_local tiles of the first pass
 // (Q buffers and the ring's stages carry on). Producer and consumers walk the same bits in the same order.
-template <int kWords, typename F>
+template <int kWords, bool kCausal = false, typename F>
 __device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&& run) {
   int local = n_local;
 #pragma unroll 1
@@ -113,7 +150,7 @@ __device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&
     while (b != 0) {
       const int bit = __ffs(b) - 1;
       b &= b - 1;
-      run(static_cast<int>(blockIdx.x) + (32 * w + bit) * static_cast<int>(gridDim.x), local++);
+      run(local_tile<kCausal>(32 * w + bit), local++);
     }
   }
 }
@@ -124,7 +161,9 @@ __device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&
 // the consumer dispatches each tile on its start stage (mainloop_from) so stage indices stay compile-time offsets
 // of the loop counter, in uniform registers (a plain carried counter measured 5% slower from R2UR moves). The
 // phase of each stage is carried across tiles as one bit per stage.
-template <int kHeadDim, int kWGs, int kBN, bool kFixedRef, bool kSplit>
+// Causal builds: each tile's blocks are 0 .. n_blocks - 1 up to its diagonal (tile_work), the same count the
+// consumers compute, so the ring's stage and phase accounting is unchanged; blocks past the diagonal are never loaded.
+template <int kHeadDim, int kWGs, int kBN, bool kFixedRef, bool kSplit, bool kCausal>
 __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
   constexpr uint32_t kQBytes = T::kBlockM * kHeadDim * sizeof(uint16_t);
@@ -133,10 +172,11 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   uint32_t k_empty_phase = 0, v_empty_phase = 0;
   int start = 0;             // the ring runs on across tiles: tile t+1's K_0 goes where tile t left off
   auto produce = [&](int tile, int local) {
-    const TileWork w = tile_work<T::kBlockN, kSplit>(p, tile);
+    const TileWork w = tile_work<T::kBlockN, kSplit, kCausal, T::kBlockM>(p, tile);
     const TileCoord& tc = w.tc;
     const int n_blocks = w.n_blocks;
-    const int rot = kv_rotation<T::kKvRotate>(tile, n_blocks);
+    // causal: ascending key blocks (block 0 first: it holds every non-empty row's first key, tile_work)
+    const int rot = kv_rotation<T::kKvRotate && !kCausal>(tile, n_blocks);
     const int kv_head = tc.head / p.kv_group;  // grouped-query: one division per tile, in the producer only
     const int qb = local % T::kQBuffers;
     auto load_q = [&]() {
@@ -155,9 +195,9 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       // With one Q buffer the next tile's Q can only load after this tile's last S; fetched from HBM then, its
       // latency lands between tiles (short-KV shapes have a boundary every few blocks). Asked into L2 now, that
       // load later reads L2 instead.
-      const int next = tile + static_cast<int>(gridDim.x);
+      const int next = kCausal ? local_tile<kCausal>(local + 1) : tile + static_cast<int>(gridDim.x);
       if (T::kQBuffers == 1 && next < p.num_tiles) {
-        const TileCoord nc = tile_coord(p, next);
+        const TileCoord nc = tile_coord<kCausal>(p, next);
 #pragma unroll 1
         for (int c = 0; c < T::kChunks; ++c)
           ptx::tma_prefetch_l2_4d(&p.tm_q, c * kChunkCols, nc.m_block * T::kBlockM, nc.head, nc.batch);
@@ -175,7 +215,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
         ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
-                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, kv_head, tc.batch);
+                         (w.kv_first + kv_block<T::kKvRotate && !kCausal>(j, rot, n_blocks)) * T::kBlockN, kv_head,
+                         tc.batch);
       }
     };
     auto load_v = [&](int j) {
@@ -189,7 +230,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
         ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
-                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, kv_head, tc.batch);
+                         (w.kv_first + kv_block<T::kKvRotate && !kCausal>(j, rot, n_blocks)) * T::kBlockN, kv_head,
+                         tc.batch);
       }
     };
     // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S. K_{j+1} before
@@ -204,11 +246,15 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     start = (start + n_blocks) % T::kStages;
   };
   int local = 0;
-  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local) produce(tile, local);
+  if constexpr (kCausal) {
+    for (int tile = local_tile<kCausal>(0); tile < p.num_tiles; tile = local_tile<kCausal>(++local)) produce(tile, local);
+  } else {
+    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local) produce(tile, local);
+  }
   if constexpr (kFixedRef) {
     // Then the tiles the consumers marked, in the order they run them (redo_tiles): once their marks are final.
     ptx::mbarrier_wait(&s.redo_ready, 0);
-    redo_tiles<T::kRedoWords>(s.redo_bits, local, [&](int tile, int l) { produce(tile, l); });
+    redo_tiles<T::kRedoWords, kCausal>(s.redo_bits, local, [&](int tile, int l) { produce(tile, l); });
   }
 }
 
@@ -223,6 +269,24 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 // ---- consumer building blocks: each one step of the algorithm, all operating on one thread's fragments ----------
+
+// Causal blocks that cross a row's diagonal (tile_work): this thread's rows r and r + 8 see the keys below
+// lim[r] = min(kv_end, diag + 8 r), diag = (row r) + shift + 1; the rest get -inf. kv_end also cuts the keys past the
+// tile's last block, as mask_keys does with kv_len. lim may be <= kv0 (a row with no key in this block, or none at all).
+template <int kN>
+__device__ __forceinline__ void mask_keys_causal(float (&sacc)[kN / 2], int kv0, int kv_end, int diag,
+                                                 int col_in_group) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  const int lim0 = min(kv_end, diag) - kv0 - col_in_group, lim1 = min(kv_end, diag + 8) - kv0 - col_in_group;
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if (8 * i + e >= lim0) sacc[4 * i + e] = kNegInf;
+      if (8 * i + e >= lim1) sacc[4 * i + 2 + e] = kNegInf;
+    }
+  }
+}
 
 // Keys at or past kv_len (sequence tail, or text padding through kv_lens) get score -inf, so exp2 makes them 0.
 template <int kN>
@@ -252,7 +316,10 @@ __device__ __forceinline__ void exp2_group(float (&sacc)[kN / 2], int i, const f
 
 // Online softmax in base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score. Exponentiates
 // sacc in place, updates the running max and (per-thread partial) sum, and returns the factor O must be scaled by.
-template <int kN, bool kSumHere = true>
+// kEmptyRows (causal builds, a tile's first block): a row may have no key at all (bottom-right with kv_len below
+// seqlen_q); its max stays -inf, and -inf - -inf would make it NaN. It takes 0 as its max instead: every p of it is
+// 2^-inf = 0, its sum stays 0, and the epilogue writes O = 0 and LSE = -inf.
+template <int kN, bool kSumHere = true, bool kEmptyRows = false>
 __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                float (&alpha)[2], float scale_log2) {
   // Row max in kMaxChains independent chains per row, folded at the end: every exponential waits for it, and one
@@ -277,6 +344,7 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     mx[r] = quad_max(mx[r]);
+    if constexpr (kEmptyRows) mx[r] = mx[r] == -__int_as_float(0x7f800000) ? 0.f : mx[r];
     if constexpr (VIDATTN_DIAG_SOFTMAX == 1) mx[r] = 0.f;  // diagnostic: the max path above is dead code now
     // Key 0 of tile 0 is always valid (a tile exists only when kv_len >= 1), so mx is finite; on the first tile
     // alpha = 2^-inf = 0 and multiplies the still-zero O and sum.
@@ -715,11 +783,12 @@ __device__ __forceinline__ void store_partial(const FwdParams& p, int item, int 
 // One tile's K/V loop, starting at ring stage kStart. A template per start stage keeps every stage index a
 // function of the loop counter alone, so the wgmma descriptors stay in uniform registers while the ring runs on
 // across tiles (the next tile's first K/V loads no longer wait for this tile's last block to be released).
-template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, int kStart, typename Flush>
+// kCausal: kv_len is the tile's kv_end (tile_work) and diag this thread's first row's diagonal (mask_keys_causal).
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, bool kCausal, int kStart, typename Flush>
 __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s, int cwg,
                                          const QOp<kHeadDim, kWGs, kBN>& q,
                                          int qb, int n_blocks, int kv_first, int rot, int kv_len, int col_in_group,
-                                         int lane,
+                                         int diag, int lane,
                                          uint32_t& k_phase, uint32_t& v_phase, float (&o)[kHeadDim / 2],
                                          float (&row_max)[2], float (&row_sum)[2],
                                          float (&sacc)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 2],
@@ -754,8 +823,12 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       ptx::mbarrier_arrive(&s.k_empty[stage]);
       if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
     }
-    if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
-    online_softmax<kN, !kSumRounded>(sacc, row_max, row_sum, alpha, scale_log2);
+    if constexpr (kCausal) {
+      if (kv0 + kN > min(kv_len, diag)) mask_keys_causal<kN>(sacc, kv0, kv_len, diag, col_in_group);
+    } else {
+      if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
+    }
+    online_softmax<kN, !kSumRounded, kCausal>(sacc, row_max, row_sum, alpha, scale_log2);
     pack_p<kN, kFp16>(sacc, pa);
     if constexpr (kSumRounded) add_packed_row_sum<kN>(pa, row_sum);
   }
@@ -801,7 +874,11 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       ptx::mbarrier_arrive(&s.k_empty[stage]);
       if (j == n_blocks - 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
     }
-    if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
+    if constexpr (kCausal) {
+      if (kv0 + kN > min(kv_len, diag)) mask_keys_causal<kN>(sacc, kv0, kv_len, diag, col_in_group);
+    } else {
+      if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
+    }
     if constexpr (kFixed)
       softmax_fixed_ref<kN, !kSumRounded>(sacc, row_max, row_sum, scale_log2);  // the first block's row_max, for good
     else
@@ -839,12 +916,12 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
 }
 
-template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, int kStart, typename Flush>
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, bool kCausal, int kStart, typename Flush>
 __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s,
                                               int cwg,
                                               const QOp<kHeadDim, kWGs, kBN>& q, int qb, int n_blocks,
                                               int kv_first, int rot,
-                                              int kv_len, int col_in_group, int lane, uint32_t& k_phase,
+                                              int kv_len, int col_in_group, int diag, int lane, uint32_t& k_phase,
                                               uint32_t& v_phase,
                                               float (&o)[kHeadDim / 2], float (&row_max)[2], float (&row_sum)[2],
                                               float (&sacc)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 2],
@@ -852,15 +929,15 @@ __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, Sha
                                               const Timeline& tl, Flush&& flush) {
   if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs, kBN>::kStages) {
     if (start != kStart) {
-      mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, kStart + 1>(start, p, s, cwg, q, qb, n_blocks, kv_first,
-                                                               rot, kv_len, col_in_group, lane, k_phase, v_phase,
-                                                               o, row_max, row_sum, sacc, pa, tl, flush);
+      mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, kCausal, kStart + 1>(
+          start, p, s, cwg, q, qb, n_blocks, kv_first, rot, kv_len, col_in_group, diag, lane, k_phase, v_phase, o,
+          row_max, row_sum, sacc, pa, tl, flush);
       return;
     }
   }
-  mainloop<kHeadDim, kWGs, kBN, kFp16, kFixed, kStart>(p, s, cwg, q, qb, n_blocks, kv_first, rot, kv_len,
-                                                  col_in_group, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa,
-                                                  tl, flush);
+  mainloop<kHeadDim, kWGs, kBN, kFp16, kFixed, kCausal, kStart>(p, s, cwg, q, qb, n_blocks, kv_first, rot, kv_len,
+                                                           col_in_group, diag, lane, k_phase, v_phase, o, row_max,
+                                                           row_sum, sacc, pa, tl, flush);
 }
 
 template <bool B>
@@ -870,7 +947,7 @@ struct BoolTag {
 // After the first pass over its tiles, every consumer thread of a CTA meets here before the redo (kFixedRef).
 enum class RedoBarrier : uint32_t { kId = 7 };  // 3..5: the ping-pong's
 
-template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixedRef, bool kSplit>
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixedRef, bool kSplit, bool kCausal>
 __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s, int cwg) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
   constexpr int kN = T::kBlockN;
@@ -925,8 +1002,11 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     // Accumulator fragment (wgmma m64nN, fp32): this thread holds rows r and r+8 of its warp's 16, and for every
     // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
     const int lane = ptx::lane_id(), warp = ptx::warp_in_block() % 4, col_in_group = 2 * (lane % 4);
-    const TileWork w = tile_work<kN, kSplit>(p, tile);
+    const TileWork w = tile_work<kN, kSplit, kCausal, T::kBlockM>(p, tile);
     const int n_blocks = w.n_blocks;
+    // causal: one past the last key this thread's first row sees (mask_keys_causal); rows past seqlen_q see more and
+    // are never stored
+    const int diag = kCausal ? warp_first_row<kHeadDim, kWGs, kBN>(w.tc, cwg, warp) + lane / 4 + w.shift + 1 : 0;
 
     const int qb = local % T::kQBuffers;
     QOp<kHeadDim, kWGs, kBN> q;
@@ -951,10 +1031,9 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
       }
       if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
     } else {
-      mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, 0>(start, p, s, cwg, q, qb, n_blocks, w.kv_first,
-                                                      kv_rotation<T::kKvRotate>(tile, n_blocks), w.kv_len,
-                                                      col_in_group, lane, k_phase, v_phase, o, row_max, row_sum,
-                                                      sacc, pa, tl, flush_o);
+      mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, kCausal, 0>(
+          start, p, s, cwg, q, qb, n_blocks, w.kv_first, kv_rotation<T::kKvRotate && !kCausal>(tile, n_blocks),
+          w.kv_len, col_in_group, diag, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa, tl, flush_o);
     }
     start = (start + n_blocks) % T::kStages;
     // Row sums were per-thread partials; every use below wants the whole row's.
@@ -983,8 +1062,13 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     }
   };
   int local = 0;
-  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local)
-    consume(tile, local, BoolTag<kFixedRef>{});
+  if constexpr (kCausal) {
+    for (int tile = local_tile<kCausal>(0); tile < p.num_tiles; tile = local_tile<kCausal>(++local))
+      consume(tile, local, BoolTag<kFixedRef>{});
+  } else {
+    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local)
+      consume(tile, local, BoolTag<kFixedRef>{});
+  }
   flush_o();
   if constexpr (kFixedRef) {
     // Every consumer warpgroup's marks are in (bar.sync orders shared memory among its threads), then the producer
@@ -992,7 +1076,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     ptx::named_barrier_sync(static_cast<uint32_t>(RedoBarrier::kId), 128 * T::kConsumerWGs);
     if (cwg == 0 && tid == 0) ptx::mbarrier_arrive(&s.redo_ready);
     if (lane == 0) ptx::bulk_wait_group<0>();
-    redo_tiles<T::kRedoWords>(s.redo_bits, local, [&](int tile, int l) __attribute__((always_inline)) {
+    redo_tiles<T::kRedoWords, kCausal>(s.redo_bits, local, [&](int tile, int l) __attribute__((always_inline)) {
       consume(tile, l, BoolTag<false>{});
     });
     flush_o();
@@ -1003,7 +1087,8 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
 }
 
 // kSplit: the tail launch's build (work items are key ranges of tiles, O goes to the workspace unnormalised; capi.cu).
-template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kSplit>
+// kCausal: the causal mask (tile_work; FwdParams::causal_bottom_right picks the alignment), never with kSplit.
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kSplit, bool kCausal = false>
 __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
     flash_fwd_kernel(const __grid_constant__ FwdParams p) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
@@ -1042,10 +1127,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
   constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef) && !kSplit;
   if (wg == 0) {
     ptx::setmaxnreg_dec<T::kProducerRegs>();
-    if (threadIdx.x == 0) producer<kHeadDim, kWGs, kBN, kFixedRef, kSplit>(p, s);
+    if (threadIdx.x == 0) producer<kHeadDim, kWGs, kBN, kFixedRef, kSplit, kCausal>(p, s);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
-    consumer<kHeadDim, kWGs, kBN, kFp16, kFixedRef, kSplit>(p, s, wg - 1);
+    consumer<kHeadDim, kWGs, kBN, kFp16, kFixedRef, kSplit, kCausal>(p, s, wg - 1);
   }
 }
 

@@ -31,6 +31,9 @@ struct FwdParams {
   // Query heads per key/value head (1: equal counts). The producer loads K/V of head tc.head / kv_group, so a group's
   // K/V is read in place (and, the tile order being head-major, mostly from L2); nothing else sees it.
   int kv_group;
+  // Causal builds only (flash_fwd_kernel<..., kCausal = true>): 0 aligns the mask top-left (query i sees keys
+  // j <= i), 1 bottom-right (j <= i + kv_len - seqlen_q, kv_len being the batch's key count after kv_lens).
+  int causal_bottom_right;
 };
 
 }  // namespace vidattn::sm90

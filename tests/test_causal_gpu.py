@@ -1,0 +1,335 @@
+"""Causal masks in the exact kernel on a Hopper GPU: top-left (query i sees keys j <= i, SDPA's is_causal) and
+bottom-right (j <= i + kv_len - Sq) alignment, with kv_lens, LSE, both layouts, strided views, grouped K/V, head dims
+64, 128 and a padded 96, bf16 and fp16.
+
+Method as tests/test_envelope_gpu.py: fresh random inputs (the seed is in every failure message), float64 attention
+on the upcast inputs with the same mask as the reference, and the kernel's error at most a multiple of cuDNN SDPA's
+(SDPA's default backend where cuDNN refuses the mask) on the same inputs. Outputs go into NaN-poisoned buffers
+wider than the head dim, so a row the kernel skips (a query tile whose key blocks are all past its diagonal) or a
+padded column written past D fails. Rows that see no key (bottom-right with fewer keys than queries) must come out
+as exact zeros with an LSE of -inf. Every case asserts that the causal kernel ran (explain is None, no tail
+launch), and the long cases run several rounds of tiles per CTA, so the causal tile order (heaviest Q block of each
+head first, every other round in reverse CTA order: csrc/sm90/flash_fwd.cuh, local_tile) and the fixed-reference
+redo over it are covered."""
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def _skip_reason() -> str | None:
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    major, minor = torch.cuda.get_device_capability()
+    if major != 9:
+        return f"the vidattn kernel needs an sm_90 (Hopper) GPU; this one is sm_{major}{minor}"
+    return None
+
+
+pytestmark = pytest.mark.gpu
+if _skip_reason() is not None:
+    pytest.skip(_skip_reason(), allow_module_level=True)
+
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+import vidattn  # noqa: E402
+from vidattn import _ext, ops  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.accuracy import fa_atol, shape_scores  # noqa: E402
+
+DEV = "cuda"
+K_ERR, K_ERR_MAX_ABS, FLOOR, REL_L2_CAP, LSE_ATOL = 1.5, 2.0, 1e-5, 2e-2, 1e-2
+CODES = {"top_left": _ext.CAUSAL_TOP_LEFT, "bottom_right": _ext.CAUSAL_BOTTOM_RIGHT}
+
+
+@pytest.fixture(autouse=True)
+def causal_kernel_on():
+    """Whatever VIDATTN_CAUSAL_KERNEL says, these tests run the causal kernel (one test turns it off itself)."""
+    was = _ext.causal_kernel_enabled
+    _ext.causal_kernel_enabled = True
+    yield
+    _ext.causal_kernel_enabled = was
+
+
+def new_gen():
+    g = torch.Generator(device=DEV)
+    return g, g.seed()
+
+
+def bshd_inputs(b, hq, hkv, sq, skv, d, g, dtype=torch.bfloat16, shift=False):
+    def r(s, h):
+        x = torch.randn(b, s, h, d, device=DEV, generator=g)
+        return (x + 0.5 if shift else x).to(dtype)
+
+    return r(sq, hq), r(skv, hkv), r(skv, hkv)
+
+
+def as_layout(t, layout):
+    return t if layout == "bshd" else t.transpose(1, 2).contiguous()
+
+
+def keep_mask(mode, b, sq, skv, kv_lens):
+    """(B, 1, Sq, Skv) boolean, True where query i sees key j, written out independently of vidattn.ops: keys below
+    kv_len first, then j <= i + shift (0, or kv_len - Sq for bottom-right)."""
+    kvl = (torch.full((b,), skv, device=DEV) if kv_lens is None else kv_lens.to(DEV)).long()[:, None, None]
+    i = torch.arange(sq, device=DEV)[None, :, None]
+    j = torch.arange(skv, device=DEV)[None, None, :]
+    shift = kvl - sq if mode == "bottom_right" else torch.zeros_like(kvl)
+    return ((j < kvl) & (j <= i + shift))[:, None]
+
+
+def reference(q, k, v, scale, mask):
+    """float64 attention on BSHD inputs (K/V repeated per group) under `mask`: (out BSHD, lse (B, H, Sq)); rows
+    without a key: out 0, lse -inf."""
+    g = q.shape[2] // k.shape[2]
+    qb, kb, vb = (t.transpose(1, 2).double() for t in (q, k, v))
+    kb, vb = kb.repeat_interleave(g, dim=1), vb.repeat_interleave(g, dim=1)
+    outs, lses = [], []
+    for h in range(qb.shape[1]):  # one head at a time: 4097^2 fp64 scores per batch element and head
+        s = (qb[:, h:h + 1] @ kb[:, h:h + 1].transpose(-1, -2) * scale).masked_fill(~mask, float("-inf"))
+        lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - lse[..., None].clamp_min(-1e300)).nan_to_num(0.0)
+        outs.append(p @ vb[:, h:h + 1])
+        lses.append(lse)
+    return torch.cat(outs, 1).transpose(1, 2), torch.cat(lses, 1)
+
+
+def cudnn(q, k, v, scale, mask, mode, kv_lens):
+    """Same-precision baseline on BSHD inputs (K/V expanded per group): cuDNN SDPA (is_causal where the lengths are
+    equal and there is no kv_lens, else the explicit mask), SDPA's default backend where cuDNN refuses; rows without a
+    key set to 0."""
+    g = q.shape[2] // k.shape[2]
+    qb, kb, vb = (t.transpose(1, 2) for t in (q, k, v))
+    kb, vb = kb.repeat_interleave(g, dim=1), vb.repeat_interleave(g, dim=1)
+    plain = kv_lens is None and q.shape[1] == k.shape[1]
+    kw = dict(is_causal=True) if plain else dict(attn_mask=mask)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                o = F.scaled_dot_product_attention(qb, kb, vb, scale=scale, **kw)
+        except RuntimeError:
+            o = F.scaled_dot_product_attention(qb, kb, vb, scale=scale, **kw)
+    o = torch.where(mask.any(-1, keepdim=True), o, o.new_zeros(()))
+    return o.transpose(1, 2)
+
+
+def assert_accurate(out, ref, base, what):
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    assert torch.isfinite(out).all(), f"{what}: non-finite values in the output (a row left unwritten?)"
+    k_abs = (out.double() - ref).abs().max().item()
+    s_abs = (base.double() - ref).abs().max().item()
+    norm = ref.norm().clamp_min(1e-300)
+    k_rel, s_rel = ((out.double() - ref).norm() / norm).item(), ((base.double() - ref).norm() / norm).item()
+    atol = fa_atol(ref, out.dtype)
+    msg = f"{what}: kernel max|err| {k_abs:.3e} rel-L2 {k_rel:.3e}; cuDNN max|err| {s_abs:.3e} rel-L2 {s_rel:.3e}"
+    assert k_abs <= K_ERR_MAX_ABS * s_abs + atol + FLOOR, msg
+    assert k_rel <= K_ERR * s_rel + FLOOR and k_rel <= REL_L2_CAP, msg
+
+
+def assert_lse(lse, ref_lse, what):
+    empty = torch.isneginf(ref_lse)
+    assert torch.equal(torch.isneginf(lse), empty), f"{what}: LSE -inf where a row sees no key, and only there"
+    err = (lse.double() - ref_lse)[~empty].abs().max().item() if (~empty).any() else 0.0
+    assert err < LSE_ATOL, f"{what}: LSE max|err| {err:.3e}"
+
+
+def run_poisoned(q, k, v, layout, mode, kv_lens=None, pad=24):
+    """The kernel through _ext.forward into a NaN-filled buffer `pad` columns wider than D, in the caller's layout,
+    and a NaN-filled LSE: (out BSHD view, the padding columns, lse)."""
+    qv, kv, vv = (t if layout == "bshd" else t.transpose(1, 2) for t in (q, k, v))
+    b, sq, h, d = qv.shape
+    shape = (b, sq, h, d + pad) if layout == "bshd" else (b, h, sq, d + pad)
+    buf = torch.full(shape, float("nan"), dtype=q.dtype, device=DEV)
+    out = buf[..., :d] if layout == "bshd" else buf[..., :d].transpose(1, 2)
+    lse = torch.full((b, h, sq), float("nan"), dtype=torch.float32, device=DEV)
+    scale = 1.0 / math.sqrt(d)
+    assert _ext.kernel_reason(qv, kv, vv, kv_lens, scale, CODES[mode]) is None
+    _ext.forward(qv, kv, vv, out, lse, kv_lens, scale, causal=CODES[mode])
+    assert _ext.last_tail_splits() == 0, "causal launches have no tail launch"
+    return out, buf[..., d:], lse
+
+
+def check(q, k, v, mode, what, layout="bshd", kv_lens=None):
+    """q, k, v: BSHD. The public op and a poisoned launch in `layout`, against fp64 and cuDNN under the mask."""
+    b, sq, _, d = q.shape
+    skv = k.shape[1]
+    what = f"{what} causal={mode}"
+    ql, kl, vl = (as_layout(t, layout) for t in (q, k, v))
+    assert vidattn.explain(ql, kl, vl, layout=layout, kv_lens=kv_lens, causal=mode) is None, what
+    scale = 1.0 / math.sqrt(d)
+    mask = keep_mask(mode, b, sq, skv, kv_lens)
+    ref, ref_lse = reference(q, k, v, scale, mask)
+    base = cudnn(q, k, v, scale, mask, mode, kv_lens)
+    out, lse = vidattn.attention(ql, kl, vl, layout=layout, kv_lens=kv_lens, return_lse=True, causal=mode)
+    out = out if layout == "bshd" else out.transpose(1, 2)
+    assert_accurate(out, ref, base, what)
+    assert_lse(lse, ref_lse, what)
+    empty = ~mask.any(-1)[:, 0]  # (B, Sq)
+    if empty.any():
+        assert (out.transpose(1, 2)[empty[:, None].expand(-1, q.shape[2], -1)] == 0).all(), \
+            f"{what}: rows without keys must be exact zeros"
+    pout, pad_cols, plse = run_poisoned(ql, kl, vl, layout, mode, kv_lens)
+    assert torch.isnan(pad_cols).all(), f"{what}: the kernel wrote past the head dim"
+    assert torch.equal(pout, out), f"{what}: the poisoned launch differs from the op's"
+    assert torch.equal(torch.isnan(plse), torch.zeros_like(plse, dtype=torch.bool)), f"{what}: LSE rows unwritten"
+    assert_lse(plse, ref_lse, what + " (poisoned)")
+    return out
+
+
+MODES = ("top_left", "bottom_right")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [1, 127, 1000, 4097])
+@pytest.mark.parametrize("d", [64, 128, 96], ids=lambda d: f"d{d}")
+def test_square(d, n, mode):
+    """Sq = Skv: both alignments are the same mask (and both run the kernel)."""
+    g, seed = new_gen()
+    b, h = (2, 8) if n >= 4096 else (2, 3)
+    q, k, v = bshd_inputs(b, h, h, n, n, d, g, shift=n == 127)
+    check(q, k, v, mode, f"D={d} {n}x{n} seed={seed}")
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("sq,skv", [(127, 1000), (1000, 127), (113, 4097), (4097, 1000), (1, 777), (777, 1)],
+                         ids=lambda x: str(x))
+@pytest.mark.parametrize("d", [64, 128], ids=lambda d: f"d{d}")
+def test_lengths_differ(d, sq, skv, mode, layout):
+    """Sq != Skv: top-left leaves the keys past Sq unseen (Sq < Skv), bottom-right leaves the first Sq - Skv
+    queries without keys (Sq > Skv: zeros, LSE -inf)."""
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(2, 3, 3, sq, skv, d, g)
+    check(q, k, v, mode, f"D={d} {sq}x{skv} {layout} seed={seed}", layout)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("sq,skv,lens", [(1000, 1000, (1000, 517)), (1000, 1000, (1, 999)),
+                                         (300, 2000, (2000, 150)), (2000, 300, (300, 7))], ids=lambda x: str(x))
+@pytest.mark.parametrize("d", [64, 128], ids=lambda d: f"d{d}")
+def test_kv_lens(d, sq, skv, lens, mode):
+    """kv_lens cut the keys first, then the mask aligns to them: bottom-right's diagonal moves with each batch's
+    kv_len (a batch of 7 keys under 2000 queries has 1993 rows without keys)."""
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(2, 3, 3, sq, skv, d, g)
+    kv_lens = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    check(q, k, v, mode, f"D={d} {sq}x{skv} kv_lens={lens} seed={seed}", "bshd", kv_lens)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (8, 1, 64), (6, 2, 96)], ids=lambda x: str(x))
+def test_grouped_query(hq, hkv, d, mode):
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(1, hq, hkv, 1500, 1800, d, g, shift=True)
+    check(q, k, v, mode, f"GQA {hq}q/{hkv}kv D={d} seed={seed}")
+    kv_lens = torch.tensor([1200], dtype=torch.int32, device=DEV)
+    check(q, k, v, mode, f"GQA {hq}q/{hkv}kv D={d} kv_lens seed={seed}", "bhsd", kv_lens)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("d", [64, 128])
+def test_strided_views(d, mode):
+    """q, k, v as slices of one packed (B, S, 3, H, D) projection."""
+    g, seed = new_gen()
+    qkv = torch.randn(2, 1023, 3, 3, d, device=DEV, generator=g).to(torch.bfloat16)
+    q, k, v = qkv.unbind(2)
+    check(q, k, v, mode, f"D={d} strided seed={seed}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("sq,skv", [(1000, 1000), (4097, 1000), (1000, 4097)], ids=lambda x: str(x))
+@pytest.mark.parametrize("d", [64, 128, 96], ids=lambda d: f"d{d}")
+def test_fp16(d, sq, skv, mode):
+    """fp16 runs the exact online softmax throughout (no fixed reference): its first-block guard for rows without
+    keys is the one that keeps them from NaN."""
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(2, 4, 4, sq, skv, d, g, dtype=torch.float16)
+    check(q, k, v, mode, f"fp16 D={d} {sq}x{skv} seed={seed}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("d", [64, 128])
+def test_many_rounds_and_redo(d, mode):
+    """More tiles than SMs, so each CTA runs several rounds in the causal order (odd rounds reversed), and a key
+    that outscores the first block by ~500 log2 units in one head, so its tiles (those whose rows see it) overflow
+    the fixed reference and run again with the exact softmax over that same order."""
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(2, 8, 8, 4097, 4097, d, g, shift=True)
+    shape_scores(q, k, "spike", heads=[3])
+    check(q, k, v, mode, f"D={d} 2x8x4097 spike seed={seed}")
+
+
+def test_causal_rows_match_the_non_causal_kernel_on_their_prefix():
+    """Row i of a top-left causal call equals the non-causal kernel on keys [0, i] (kv_lens = i + 1), to the
+    rounding of two launches with different block orders (compared to fp64 both)."""
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(1, 2, 2, 700, 700, 128, g)
+    out = vidattn.attention(q, k, v, causal=True)
+    for i in (0, 1, 127, 128, 175, 176, 383, 699):
+        ref = vidattn.attention(q[:, i:i + 1], k[:, :i + 1], v[:, :i + 1])
+        err = (out[:, i:i + 1].float() - ref.float()).abs().max().item()
+        assert err < 2e-2, f"row {i}: {err:.3e} seed={seed}"
+
+
+def test_true_is_top_left_and_block_widths():
+    """causal=True is top-left (SDPA's is_causal); D=128 causal runs the N=128 build, whatever the key count."""
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(1, 2, 2, 300, 5000, 128, g)
+    a = vidattn.attention(q, k, v, causal=True)
+    assert _ext.last_block_n() == 128
+    b = vidattn.attention(q, k, v, causal="top_left")
+    assert torch.equal(a, b), f"seed={seed}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("sq,skv", [(600, 400), (400, 600)], ids=lambda x: str(x))
+def test_switched_off_runs_sdpa_with_the_same_mask(sq, skv, mode):
+    """VIDATTN_CAUSAL_KERNEL=0 (here the module flag it sets): causal calls run SDPA, explain says so, and the answer
+    is still the masked one (top-left through SDPA's is_causal, bottom-right through an explicit mask, zero rows)."""
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(1, 2, 2, sq, skv, 64, g)
+    _ext.causal_kernel_enabled = False
+    why = vidattn.explain(q, k, v, causal=mode)
+    assert why is not None and "VIDATTN_CAUSAL_KERNEL=0" in why and mode in why
+    mask = keep_mask(mode, 1, sq, skv, None)
+    ref, ref_lse = reference(q, k, v, 1 / 8, mask)
+    ops._warned.clear()  # the fallback warns once per reason and process
+    with pytest.warns(ops.VidattnFallbackWarning):
+        out, lse = vidattn.attention(q, k, v, causal=mode, return_lse=True)
+    assert torch.isfinite(out).all(), f"seed={seed}"
+    if mode == "bottom_right" and sq > skv:
+        assert (out[:, :sq - skv] == 0).all(), f"seed={seed}"
+    assert (out.double() - ref).abs().max().item() < 2e-2, f"seed={seed}"
+    assert_lse(lse, ref_lse, f"fallback seed={seed}")
+
+
+def test_8bit_precision_runs_causal_exact():
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(1, 2, 2, 9000, 9000, 128, g)
+    why = vidattn.explain(q, k, v, causal=True, precision="8bit")
+    assert why is not None and "no causal mask" in why and "exact kernel runs" in why
+    exact = vidattn.attention(q, k, v, causal=True)
+    assert torch.equal(vidattn.attention(q, k, v, causal=True, precision="8bit"), exact), f"seed={seed}"
+
+
+def test_compiled_call():
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(1, 4, 4, 1000, 1300, 128, g)
+    fn = torch.compile(lambda a, b, c: vidattn.attention(a, b, c, causal="bottom_right"), fullgraph=True)
+    assert torch.equal(fn(q, k, v), vidattn.attention(q, k, v, causal="bottom_right")), f"seed={seed}"
+
+
+def test_c_abi_refuses_an_unknown_mode():
+    g, _ = new_gen()
+    q, k, v = bshd_inputs(1, 2, 2, 64, 64, 64, g)
+    with pytest.raises(_ext.KernelLaunchError, match="causal must be 0"):
+        _ext.forward(q, k, v, torch.empty_like(q), None, None, 0.125, lib=_ext.load(), causal=3)
+    assert _ext.runtime_reason() is None
