@@ -241,8 +241,8 @@ def _shape_reason(query, key, value) -> Optional[str]:
 def _route(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
     """(kv_lens, kv_groups, None) when vidattn.attention takes the call (kv_groups > 1: grouped-query K/V, which
     the kernel reads in place; _expand_kv), else (None, 1, reason for the native backend)."""
-    if is_causal:
-        return None, 1, "is_causal=True: the kernel computes non-causal attention"
+    if is_causal and attn_mask is not None:
+        return None, 1, "is_causal=True with an attn_mask (SDPA takes one or the other)"
     if dropout_p:
         return None, 1, f"dropout_p={dropout_p}: the kernel has no dropout"
     reason = _shape_reason(query, key, value)
@@ -280,7 +280,7 @@ def explain(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal
     if reason is not None:
         return f"diffusers' native backend: {reason}"
     key, value = _expand_kv(key, value, groups)
-    return ops.explain(query, key, value, layout="bshd", scale=scale, kv_lens=kv_lens)
+    return ops.explain(query, key, value, layout="bshd", scale=scale, kv_lens=kv_lens, causal=bool(is_causal))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -331,11 +331,13 @@ def _reference_lse(query, key, attn_mask, is_causal, scale, enable_gqa) -> torch
     return torch.cat(parts, dim=2).transpose(1, 2)
 
 
-def _kernel(query, key, value, scale, kv_lens, return_lse):
+def _kernel(query, key, value, scale, kv_lens, return_lse, causal: bool = False):
     # ops.attention is looked up per call, so a spy on it (the tests) sees every call this backend makes.
+    # causal: diffusers' is_causal, SDPA's top-left aligned mask (vidattn.attention's causal=True).
     if not return_lse:
-        return ops.attention(query, key, value, layout="bshd", scale=scale, kv_lens=kv_lens)
-    out, lse = ops.attention(query, key, value, layout="bshd", scale=scale, kv_lens=kv_lens, return_lse=True)
+        return ops.attention(query, key, value, layout="bshd", scale=scale, kv_lens=kv_lens, causal=causal)
+    out, lse = ops.attention(query, key, value, layout="bshd", scale=scale, kv_lens=kv_lens, return_lse=True,
+                             causal=causal)
     return out, lse.transpose(1, 2)  # the kernel's (B, H, S) -> diffusers' (B, S, H)
 
 
@@ -347,7 +349,8 @@ def vidattn_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 
     vidattn.attention runs plain attention, with a key-padding `attn_mask` (boolean (B, Skv), (B, 1, 1, Skv),
     (B, H, 1, Skv) whose kept keys are a prefix of each row, or the additive 0 / <= -9000 equivalent) as
-    `kv_lens`, and `enable_gqa` with K/V read in place per group. `is_causal`, `dropout_p > 0`, any other mask (a dense
+    `kv_lens`, `enable_gqa` with K/V read in place per group, and `is_causal` (top-left, as SDPA) without a mask.
+    `is_causal` with a mask, `dropout_p > 0`, any other mask (a dense
     bias, per-query or block-sparse masks), and masks under torch.compile (their values cannot be read) go to
     diffusers' native backend; `explain` gives the reason. `scale` passes through. `_parallel_config` (context
     parallelism) runs diffusers' ring / Ulysses templates with the kernel on each shard."""
@@ -360,7 +363,7 @@ def vidattn_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         return _native(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse)
     _note(VIDATTN_ROUTE)
     key, value = _expand_kv(key, value, groups)
-    return _kernel(query, key, value, scale, kv_lens, return_lse)
+    return _kernel(query, key, value, scale, kv_lens, return_lse, causal=bool(is_causal))
 
 
 # ----------------------------------------------------------------------------------------------------------
