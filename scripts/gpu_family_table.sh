@@ -4,6 +4,8 @@
 # pipelines' defaults (stated per family in each report.json / report.md and below) so the table fits ~5 minutes
 # on an H200; pass FULL=1 for the default sizes (about 15 minutes).
 #   scripts/gpu_family_table.sh [OUT_DIR]          (default bench/results/family_table_<date>)
+# The table at every pipeline's DEFAULT size (no frames cut) for every routed family, in two device calls:
+#   python3 scripts/family_table.py --group 1|2 --out-dir DIR --budget-s 490     (scripts/family_table.py --plan)
 # Then the routing check of every other routed family (tiny models in bf16: the kernel runs, output near stock):
 #   python3 -m pytest -q -m gpu tests/test_processors_families.py
 set -u
