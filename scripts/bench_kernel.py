@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Kernel benchmark: vidattn against SDPA (default, cuDNN, flash) on the ANCHORS.md kernel table.
 
-Every shape is timed in bf16, non-causal, with inputs held the way diffusers' processors hold them:
+Every anchor shape is timed in bf16, non-causal, with inputs held the way diffusers' processors hold them:
 (B, S, H, D) tensors. vidattn takes them as they are (layout="bshd"); SDPA takes `.transpose(1, 2)` views
 of the same tensors (B, H, S, D with non-contiguous strides) and its (B, H, S, D) output is left as it
 comes (no copy back to BSHD is timed). FLOPs = 4·B·H·Sq·Skv·D. Each measurement is the median of
@@ -20,6 +20,11 @@ Before timing a shape, vidattn's output is checked against SDPA's (relative L2 <
 stdout and a JSON file (run metadata + per-shape results), rewritten after every shape so a run cut short
 still leaves its numbers.
 
+Causal shapes ("causal ..." in EXTRA_SHAPES, timed when --shapes names them: `--shapes causal`) run every backend with
+the mask: vidattn with causal=True, SDPA (default, cuDNN, flash) with is_causal=True, all top-left at Sq = Skv. Their
+FLOPs count only the query-key pairs the mask keeps, 4·B·H·D·S(S+1)/2 (about half the dense count; FlashAttention's
+benchmarks halve it), so their TFLOPS compare with each other and not with the dense shapes'.
+
     python scripts/bench_kernel.py                       # all shapes, all backends
     python scripts/bench_kernel.py --shapes Wan --quick  # a subset, fewer repetitions
     python scripts/bench_kernel.py --dry-run             # list shapes and FLOPs (no GPU needed)
@@ -37,7 +42,7 @@ import statistics
 import sys
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,10 +78,34 @@ MAX_ROTATING_SETS = 8
 
 # Shapes outside the anchor table, timed only when --shapes names them: head dims the kernel pads onto a build of its
 # own (Allegro's 24 x 96 at 720p) and grouped-query K/V (cuDNN through SDPA's enable_gqa).
+@dataclass(frozen=True)
+class CausalShape(Shape):
+    """A shape timed with the causal mask (top-left; Sq = Skv, so every backend's is_causal means the same)."""
+    causal: str = "top_left"
+
+    @property
+    def flops(self) -> int:
+        # only the kept query-key pairs: query i sees keys 0..i
+        assert self.sq == self.skv, "causal bench shapes are square"
+        return 4 * self.b * self.h * self.d * self.sq * (self.sq + 1) // 2
+
+
+# FlashAttention's benchmark sizes: 16K tokens per batch at 8K (B=2), heads of 2048 / D, so the GPU is full.
+CAUSAL_SHAPES = [
+    CausalShape("causal 8K D128", 2, 16, 8192, 8192, 128, key="causal_8k_d128"),
+    CausalShape("causal 32K D128", 1, 16, 32768, 32768, 128, key="causal_32k_d128"),
+    CausalShape("causal 8K D64", 2, 32, 8192, 8192, 64, key="causal_8k_d64"),
+    CausalShape("causal 32K D64", 1, 32, 32768, 32768, 64, key="causal_32k_d64"),
+]
+
 EXTRA_SHAPES = [
     Shape("Allegro D96", 1, 24, 79200, 79200, 96, key="allegro_d96"),
     Shape("GQA 32q/8kv 32K", 1, 32, 32768, 32768, 128, key="gqa_32q8kv_32k", h_kv=8),
-]
+] + CAUSAL_SHAPES
+
+
+def causal_of(s: Shape) -> str | None:
+    return getattr(s, "causal", None)
 
 
 def select_shapes(patterns: list[str] | None) -> list[Shape]:
@@ -86,9 +115,13 @@ def select_shapes(patterns: list[str] | None) -> list[Shape]:
     return [s for s in SHAPES + EXTRA_SHAPES if any(p in s.name.lower() for p in pats)]
 
 
-def gqa_kwargs(q, k) -> dict:
-    """SDPA's enable_gqa for (B,H,S,D) views whose K/V have fewer heads; nothing otherwise (the anchors' calls)."""
-    return {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+def gqa_kwargs(q, k, causal: str | None = None) -> dict:
+    """SDPA's enable_gqa for (B,H,S,D) views whose K/V have fewer heads, and is_causal for a causal shape (square:
+    SDPA's top-left is the mask); nothing otherwise (the anchors' calls)."""
+    kw = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+    if causal is not None:
+        kw["is_causal"] = True
+    return kw
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -252,34 +285,35 @@ def sdpa_context(backend: str):
     return sdpa_kernel({"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend])
 
 
-def make_fn(backend: str, sets, vidattn_mod):
+def make_fn(backend: str, sets, vidattn_mod, causal: str | None = None):
     import torch.nn.functional as F
     counter = itertools.count()
     n = len(sets)
+    vkw = {"causal": causal} if causal is not None else {}
     if backend == "vidattn":
         def fn():
             q, k, v = sets[next(counter) % n]
-            return vidattn_mod.attention(q, k, v, layout="bshd")
+            return vidattn_mod.attention(q, k, v, layout="bshd", **vkw)
         return fn
     if backend == "8bit":
         def fn():
             q, k, v = sets[next(counter) % n]
-            return vidattn_mod.attention(q, k, v, layout="bshd", precision="8bit")
+            return vidattn_mod.attention(q, k, v, layout="bshd", precision="8bit", **vkw)
         return fn
     views = [(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)) for q, k, v in sets]
 
     def fn():
         q, k, v = views[next(counter) % n]
-        return F.scaled_dot_product_attention(q, k, v, **gqa_kwargs(q, k))
+        return F.scaled_dot_product_attention(q, k, v, **gqa_kwargs(q, k, causal))
     return fn
 
 
-def sdpa_default_choice(q, k, v) -> str | None:
+def sdpa_default_choice(q, k, v, causal: str | None = None) -> str | None:
     """Which backend plain SDPA picks for these (B,H,S,D) views (private torch API; None if unavailable)."""
     import torch
     try:
         from torch.nn.attention import SDPBackend
-        idx = int(torch._fused_sdp_choice(q, k, v, **gqa_kwargs(q, k)))
+        idx = int(torch._fused_sdp_choice(q, k, v, **gqa_kwargs(q, k, causal)))
         for b in SDPBackend.__members__.values():
             if int(b) == idx:
                 return b.name
@@ -312,7 +346,9 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
         return res
     q, k, v = sets[0]
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    res["sdpa_default_backend"] = sdpa_default_choice(qt, kt, vt)
+    causal = causal_of(s)
+    vkw = {"causal": causal} if causal is not None else {}
+    res["sdpa_default_backend"] = sdpa_default_choice(qt, kt, vt, causal)
 
     # Correctness before speed: vidattn against default SDPA on the same inputs.
     if "vidattn" in args.backends:
@@ -320,11 +356,11 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
             res["errors"]["vidattn"] = vidattn_err
         else:
             try:
-                reason = vidattn_mod.explain(q, k, v, layout="bshd")
+                reason = vidattn_mod.explain(q, k, v, layout="bshd", **vkw)
                 res["vidattn_kernel"] = reason is None
                 res["vidattn_fallback_reason"] = reason
-                out_v = vidattn_mod.attention(q, k, v, layout="bshd")
-                out_s = F.scaled_dot_product_attention(qt, kt, vt, **gqa_kwargs(qt, kt))
+                out_v = vidattn_mod.attention(q, k, v, layout="bshd", **vkw)
+                out_s = F.scaled_dot_product_attention(qt, kt, vt, **gqa_kwargs(qt, kt, causal))
                 torch.cuda.synchronize()
                 finite = bool(torch.isfinite(out_v).all())
                 rel = rel_l2_bshd_vs_bhsd(out_v, out_s)
@@ -341,9 +377,9 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
     # exact: about 4e-2 relative L2 on random inputs, tests/test_8bit_gpu.py).
     if "8bit" in args.backends and vidattn_mod is not None:
         try:
-            res["8bit_fallback_reason"] = vidattn_mod.explain(q, k, v, layout="bshd", precision="8bit")
-            out_8 = vidattn_mod.attention(q, k, v, layout="bshd", precision="8bit")
-            out_s = F.scaled_dot_product_attention(qt, kt, vt, **gqa_kwargs(qt, kt))
+            res["8bit_fallback_reason"] = vidattn_mod.explain(q, k, v, layout="bshd", precision="8bit", **vkw)
+            out_8 = vidattn_mod.attention(q, k, v, layout="bshd", precision="8bit", **vkw)
+            out_s = F.scaled_dot_product_attention(qt, kt, vt, **gqa_kwargs(qt, kt, causal))
             torch.cuda.synchronize()
             rel = rel_l2_bshd_vs_bhsd(out_8, out_s)
             res["8bit_check_rel_l2_vs_sdpa"] = rel
@@ -356,7 +392,7 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
     # Backends interleaved round by round, each backend's time the median of its rounds: on the long shapes the GPU
     # runs at its power limit and one measurement of the same kernel moved by up to 8% between calls (dev/NOTES.md,
     # fifth session), so a lone timing per backend made the ratio a draw.
-    fns = {b: make_fn(b, sets, vidattn_mod) for b in timed_backends(args.backends, vidattn_mod)}
+    fns = {b: make_fn(b, sets, vidattn_mod, causal) for b in timed_backends(args.backends, vidattn_mod)}
     rounds: dict[str, list[float]] = {b: [] for b in fns}
     for backend_order in round_orders(fns, args.rounds, args.order):
         for backend in backend_order:
@@ -465,13 +501,16 @@ def main(argv=None) -> int:
     meta = run_metadata()
     if meta.get("git_commit") in (None, "unknown"):
         meta["git_commit"] = git_commit(REPO)
-    config = {"dtype": "bfloat16", "causal": False, "input_layout": "BSHD (diffusers)",
+    any_causal = any(causal_of(s) is not None for s in shapes)
+    config = {"dtype": "bfloat16", "causal": "per shape (results[].causal)" if any_causal else False,
+              "input_layout": "BSHD (diffusers)",
               "backends": args.backends, "backend_notes": {b: BACKEND_NOTES[b] for b in args.backends},
               "timing": timer.method, "warmup_ms": timer.warmup_ms, "rep_ms": timer.rep_ms,
               "rounds": args.rounds, "per_backend_time": "median of the rounds (backends interleaved per round)",
               "round_order": args.order,
               "round_orders": round_orders(timed_backends(args.backends, vidattn_mod), args.rounds, args.order),
-              "flops": "4*B*H*Sq*Skv*D", "l2_bytes": l2_bytes(), "check_rel_l2_threshold": CHECK_REL_L2,
+              "flops": "4*B*H*Sq*Skv*D" + ("; causal shapes 4*B*H*D*S*(S+1)/2 (the kept pairs)" if any_causal else ""),
+              "l2_bytes": l2_bytes(), "check_rel_l2_threshold": CHECK_REL_L2,
               "seed": args.seed}
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     results: list[dict] = []
@@ -499,7 +538,8 @@ def main(argv=None) -> int:
 
     print()
     print(f"GPU: {meta.get('gpu')}, torch {meta.get('torch')}, CUDA {meta.get('cuda')}, cuDNN {meta.get('cudnn')}, "
-          f"commit {meta.get('git_commit')}; {timer.method}; bf16, non-causal, BSHD inputs")
+          f"commit {meta.get('git_commit')}; {timer.method}; bf16, BSHD inputs, "
+          + ("causal shapes top-left, FLOPs of the kept pairs" if any_causal else "non-causal"))
     print(results_table(results, args.backends))
     print(f"\nJSON: {out_path}")
     bad = [r["name"] for r in results if r.get("check_passed") is False]

@@ -312,3 +312,39 @@ def test_backend_sends_is_causal_to_the_kernel_top_left(monkeypatch):
     why = backend.explain(q, k, v, attn_mask=torch.ones(2, 10, dtype=torch.bool), is_causal=True)
     assert why.startswith("diffusers' native backend: is_causal=True with an attn_mask")
     assert calls == []
+
+
+# ---- the benchmark's causal shapes --------------------------------------------------------------------------------
+
+def test_bench_causal_shapes_count_the_kept_pairs():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_kernel.py"
+    spec = importlib.util.spec_from_file_location("bench_kernel_causal", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    shapes = mod.select_shapes(["causal"])
+    assert [(s.name, s.sq, s.d) for s in shapes] == [("causal 8K D128", 8192, 128), ("causal 32K D128", 32768, 128),
+                                                     ("causal 8K D64", 8192, 64), ("causal 32K D64", 32768, 64)]
+    for s in shapes:
+        assert mod.causal_of(s) == "top_left" and s.sq == s.skv
+        assert s.flops == 4 * s.b * s.h * s.d * s.sq * (s.sq + 1) // 2
+        assert s.b * s.h * s.sq // 128 >= 15 * 132  # at least 15 rounds of 128-row tiles on 132 SMs: the GPU full
+    assert all(mod.causal_of(s) is None for s in mod.SHAPES)  # the default table stays dense
+    assert mod.gqa_kwargs(torch.empty(1, 2, 3, 4), torch.empty(1, 2, 3, 4), "top_left") == {"is_causal": True}
+    assert mod.gqa_kwargs(torch.empty(1, 2, 3, 4), torch.empty(1, 2, 3, 4)) == {}
+    # vidattn's timed call carries the mask
+    seen = []
+
+    class Spy:
+        @staticmethod
+        def attention(q, k, v, **kw):
+            seen.append(kw)
+
+    q = torch.empty(1, 4, 2, 8)
+    mod.make_fn("vidattn", [(q, q, q)], Spy, "top_left")()
+    mod.make_fn("vidattn", [(q, q, q)], Spy)()
+    assert seen == [{"layout": "bshd", "causal": "top_left"}, {"layout": "bshd"}]
