@@ -124,6 +124,17 @@ def test_runner_prints_a_line_per_tool_and_fails_on_any_error(tmp_path):
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
+def test_runner_ends_a_tool_that_runs_past_its_timeout(tmp_path):
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text("#!/usr/bin/env bash\necho started\nsleep 60\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, COMPUTE_SANITIZER=str(fake))
+    run = subprocess.run([sys.executable, "dev/stress/sanitize.py", "--no-build", "--tools", "synccheck", "--timeout",
+                          "2", "--out", str(tmp_path / "o")], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 1 and "errors found: ?" in run.stdout and "timed out" in run.stdout, run.stdout
+
+
 # ------------------------------------------------------------------------------------------------ the sanitizer cases
 def _cases():
     sys.path.insert(0, str(REPO / "tests"))
