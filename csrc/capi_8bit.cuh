@@ -241,6 +241,11 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   // (VidattnFwdArgs's last field; a caller that predates it passes 0.)
   if (a->kv_heads != 0 && a->kv_heads != a->heads)
     return fail("8-bit path: grouped-query attention (kv_heads != heads) is not supported");
+  // (The struct's last field; callers that predate it pass 0.) The 8-bit kernel has no mask: a causal call must not
+  // silently attend to every key. vidattn.attention sends causal calls at precision="8bit" to the exact kernel.
+  if (a->causal != 0)
+    return fail("8-bit path: causal masks are not supported (causal = " + std::to_string(a->causal) +
+                "); the exact kernel (vidattn_sm90_fwd) takes them");
   if (!(a->scale > 0.f)) return fail("softmax scale must be positive");
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
   const int64_t o_extent[3] = {a->batch, a->seqlen_q, a->heads};

@@ -251,3 +251,23 @@ def test_sequential_d128_refuses_ones_column_modes():
     finally:
         quant8.set_sum_mma(-1)
         quant8.set_sequential(-1)
+
+
+def test_c_entry_refuses_causal():
+    """The 8-bit C entry has no mask: a causal argument block is refused with a clear error, nothing launched."""
+    import ctypes
+
+    from vidattn import _ext, quant8
+
+    q, k, v = (randn(1, 256, 2, 128, seed=i) for i in range(3))
+    out = torch.full_like(q, float("nan"))
+    lib = quant8._entry(_ext._library(None))
+    nbytes = quant8.workspace_bytes(1, 2, 256, 256, 128)
+    ws = torch.empty(nbytes, dtype=torch.uint8, device=DEV)
+    for mode in (_ext.CAUSAL_TOP_LEFT, _ext.CAUSAL_BOTTOM_RIGHT):
+        args = _ext.launch_args(q, k, v, out, None, None, 1 / math.sqrt(128), causal=mode)
+        args.workspace, args.workspace_bytes = ws.data_ptr(), nbytes
+        assert lib.vidattn_q8_fwd(ctypes.byref(args), None) == 1
+        assert "causal masks are not supported" in lib.vidattn_sm90_last_error().decode()
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all()
