@@ -83,14 +83,28 @@ def _in_anyflow(cfg, geo, g):
 
 
 def _in_anyflow_far(cfg, geo, g):
-    """The cache-encode / training form of one call: every chunk of the video at once under the block-causal mask
-    the model builds from `chunk_partition` (flex attention: outside the kernel by design)."""
-    d = _in_anyflow(cfg, geo, g)
+    """The pipeline's denoising call of the last chunk (the longest key sequence): the chunk's latents against the KV
+    cache the earlier chunks filled, dense attention over [compressed cache, full cache, current chunk] (the kernel's
+    pass; the block-causal cache-encode pass stays on flex). The cache has the pipeline's capacity (3 full chunks of
+    full tokens, the rest at the 4x4-compressed patch); its values are random, one tensor shared by every layer
+    (the denoising call only reads it)."""
     part = list(cfg.get("chunk_partition") or (1, 3, 3, 3, 3, 3, 3, 2))
-    if sum(part) != geo.t:  # tiny sizes: one 1-frame chunk then 1-frame chunks
+    if sum(part) != geo.t:  # tiny sizes: 1-frame chunks
         part = [1] * geo.t
-    d["chunk_partition"] = part
-    return d
+    c = cfg.get("in_channels", 16)
+    p, cp = cfg.get("patch_size", (1, 2, 2)), cfg.get("compressed_patch_size", (1, 4, 4))
+    h, d, limit = cfg["num_attention_heads"], cfg["attention_head_dim"], cfg.get("full_chunk_limit", 3)
+    full_tok = (geo.h // p[1]) * (geo.w // p[2])
+    comp_tok = (geo.h // cp[1]) * (geo.w // cp[2])
+    cache = {"full_cache": _rn(g, 2, geo.b, h, limit * max(part) * full_tok, d, std=0.5),
+             "compressed_cache": _rn(g, 2, geo.b, h, max(len(part) - limit + 1, 1) * max(part) * comp_tok, d,
+                                     std=0.5)}
+    n = part[-1]
+    return dict(hidden_states=_rn(g, geo.b, n, c, geo.h, geo.w), timestep=torch.full((geo.b, n), 500.0),
+                r_timestep=torch.full((geo.b, n), 250.0),
+                encoder_hidden_states=_rn(g, geo.b, geo.text, cfg.get("text_dim", 4096), std=0.25),
+                chunk_partition=part, kv_cache={i: cache for i in range(cfg["num_layers"])},
+                kv_cache_flag={"num_cached_chunks": len(part) - 1, "is_cache_step": False})
 
 
 def _in_helios(cfg, geo, g):
@@ -400,13 +414,10 @@ _add(Entry("anyflow", "AnyFlow-Wan2.1-T2V-14B", "AnyFlowTransformer3DModel", "(c
 _add(Entry("anyflow_far", "AnyFlow-FAR-1.3B", "AnyFlowFARTransformer3DModel", "(FAR-1.3B: 30 layers, 12 x 128)",
            {"num_attention_heads": 12, "ffn_dim": 8960, "num_layers": 30}, Size(480, 832, 81), 512, 1,
            "AnyFlowFARPipeline",
-           "the whole video in one call under the block-causal chunk mask (the cache-encode form): flex attention, "
-           "outside the kernel; the pipeline's cached denoising calls (dense, on the kernel) need a KV cache",
+           "the denoising call of the last chunk (2 latent frames) against the KV cache of the 7 before it (3 full "
+           "chunks + 4x4-compressed older ones): dense attention, the pass the kernel runs; guidance 1.0",
            _in_anyflow_far, tiny={**_WAN_TINY, "in_channels": 4, "out_channels": 4, "full_chunk_limit": 3},
-           route="partly",
-           measure="the measurable call is the block-causal cache-encode pass (flex attention, unfused on the GPU "
-                   "without torch.compile: a 32760-token score matrix per head); the dense cached denoising call "
-                   "needs a KV cache filled first, not built here"))
+           route="partly"))
 for _n in ("hunyuan_video",):
     _add(_from_families(_n, layer_keys=("num_layers", "num_single_layers")))
 _add(Entry("framepack", "HunyuanVideo-FramePack (13B)", "HunyuanVideoFramepackTransformer3DModel",
@@ -648,13 +659,19 @@ def check_size(name: str, size: Size, preset: str = "default") -> None:
         raise RegistryError(f"{name}: --frames must be {e.temporal}k+1, got {size.frames}")
 
 
-def _move(x, device, dtype):
-    """Floating tensors of 2+ dims (activations, embeddings) in the model dtype; the rest as they are."""
+def _move(x, device, dtype, memo: dict | None = None):
+    """Floating tensors of 2+ dims (activations, embeddings) in the model dtype; the rest as they are. A tensor
+    shared between entries (AnyFlow-FAR's per-layer cache) stays shared."""
+    memo = {} if memo is None else memo
     if isinstance(x, torch.Tensor):
-        cast = x.is_floating_point() and x.dim() >= 2
-        return x.to(device, dtype) if cast else x.to(device)
+        if id(x) not in memo:
+            cast = x.is_floating_point() and x.dim() >= 2
+            memo[id(x)] = x.to(device, dtype) if cast else x.to(device)
+        return memo[id(x)]
     if isinstance(x, (list, tuple)):
-        return type(x)(_move(v, device, dtype) for v in x)
+        return type(x)(_move(v, device, dtype, memo) for v in x)
+    if isinstance(x, dict):
+        return {k: _move(v, device, dtype, memo) for k, v in x.items()}
     return x
 
 
@@ -711,7 +728,7 @@ def make_inputs(name: str, model, size: Size, *, dtype, preset: str = "default",
     cfg = dict(model.config)
     g = torch.Generator(device="cpu").manual_seed(seed)
     inputs = e.make(cfg, e.geo(size, preset == "tiny", batch), g)
-    return {**{k: _move(v, dev, dtype) for k, v in inputs.items()}, "return_dict": False}
+    return {**_move(inputs, dev, dtype), "return_dict": False}
 
 
 def first_output(out):
@@ -820,13 +837,41 @@ def count_flops(name: str, preset: str = "default") -> dict:
         e = entry(name)
         g = torch.Generator(device="cpu").manual_seed(1)
         raw = e.make(dict(model.config), e.geo(size, preset == "tiny"), g)
-        inputs = {**{k: _move(v, "meta", torch.float32) for k, v in raw.items()}, "return_dict": False}
+        inputs = {**_move(raw, "meta", torch.float32), "return_dict": False}
     counter = FlopCounterMode(display=False)
     try:
         with counter, torch.no_grad():
             model(**inputs)
     except Exception as exc:  # noqa: BLE001 - data-dependent ops (.item(), autocast) do not run on meta
-        return {"params": params, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        # A stock processor on a backend the meta device lacks (AnyFlow-FAR's flex) may still count through vidattn's
+        # processors, which compute the same attention (SDPA off the GPU).
+        try:
+            import vidattn
+
+            import warnings
+
+            from .census import AttentionCensus
+
+            vidattn.apply(model)
+            counter = FlopCounterMode(display=False)
+            with counter, torch.no_grad(), warnings.catch_warnings(), AttentionCensus() as census:
+                warnings.simplefilter("ignore")
+                model(**inputs)
+        except Exception:  # noqa: BLE001
+            return {"params": params, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        # vidattn's op has no FLOP formula on meta: its calls are counted from the census (4 * B * H * Sq * Skv * D)
+        attn = 0
+        for r in census.records:
+            q, k = r["q"], r["k"]
+            if r["layout"] == "bshd":
+                attn += 4 * q[0] * q[2] * q[1] * k[1] * q[3]
+            else:
+                attn += 4 * q[0] * q[1] * q[2] * k[2] * q[3]
+        total = counter.get_total_flops()
+        by_op = {str(k): int(v) for k, v in counter.get_flop_counts()["Global"].items()}
+        sdpa = sum(v for k, v in by_op.items() if "bmm" in k or "attention" in k)
+        return {"attention": attn + sdpa, "other": total - sdpa, "params": params, "by_op": by_op,
+                "method": "meta FLOP count (vidattn processors; their calls counted from the census)"}
     by_op = {str(k): int(v) for k, v in counter.get_flop_counts()["Global"].items()}
     attn = sum(v for k, v in by_op.items() if "bmm" in k or "attention" in k)
     return {"attention": attn, "other": counter.get_total_flops() - attn, "params": params, "by_op": by_op}

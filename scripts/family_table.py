@@ -46,11 +46,11 @@ import torch  # noqa: E402
 GROUPS = {
     1: ["latte", "sana_video", "skyreels_v2", "cogvideox", "easyanimate", "ltx2", "anyflow", "chronoedit", "cosmos",
         "hunyuan_video15", "minimax_h3", "kandinsky6", "motif_video"],
-    2: ["ltx", "wan", "kandinsky5", "consisid", "helios", "wan14b", "cosmos3", "framepack", "wan_vace", "allegro",
+    2: ["ltx", "anyflow_far", "wan", "kandinsky5", "consisid", "helios", "wan14b", "cosmos3", "framepack", "wan_vace", "allegro",
         "mochi", "wan_animate", "hunyuan_video"],
 }
 # Routed families whose forward this runner does not build (their rows say why): see pipelines/registry.py.
-NOT_RUN = ["wan_animate2", "anyflow_far", "sana_wm_refiner"]
+NOT_RUN = ["wan_animate2", "sana_wm_refiner"]
 KERNEL_BUILD_S = 75.0
 STARTUP_S = 15.0  # python, torch, diffusers imports, the CUDA context
 PATHS = ("sdpa", "vidattn")
