@@ -105,7 +105,7 @@ def test_e2e_report_tiny_every_family(name, tmp_path):
     census = saved["attention_calls"]["vidattn"]
     # On the CPU every call vidattn routes runs its SDPA fallback: counted, none left to a stock module unnoticed.
     assert census["fallback"] > 0 and census["kernel"] == 0, census
-    assert saved["fidelity"]["output_rel_l2"] == 0.0
+    assert saved["fidelity"]["output_rel_l2"] < 1e-5  # both SDPA (AnyFlow-FAR: flex against SDPA)
     assert saved["class"] == registry.entry(name).cls_name
 
 
