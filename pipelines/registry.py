@@ -415,7 +415,8 @@ _add(Entry("anyflow_far", "AnyFlow-FAR-1.3B", "AnyFlowFARTransformer3DModel", "(
            {"num_attention_heads": 12, "ffn_dim": 8960, "num_layers": 30}, Size(480, 832, 81), 512, 1,
            "AnyFlowFARPipeline",
            "the denoising call of the last chunk (2 latent frames) against the KV cache of the 7 before it (3 full "
-           "chunks + 4x4-compressed older ones): dense attention, the pass the kernel runs; guidance 1.0",
+           "chunks + 4x4-compressed older ones): dense attention, the pass the kernel runs; guidance 1.0. The stock "
+           "processor forces diffusers' flex backend (eager, without torch.compile): the SDPA column is that path",
            _in_anyflow_far, tiny={**_WAN_TINY, "in_channels": 4, "out_channels": 4, "full_chunk_limit": 3},
            route="partly"))
 for _n in ("hunyuan_video",):
