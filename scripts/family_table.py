@@ -417,8 +417,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for i, name in enumerate(names, 1):
         elapsed = time.perf_counter() - t_begin
         est = estimate_for(name, args.tiny).get("runner_s")
-        log(f"[{i}/{len(names)}] {name} (elapsed {elapsed:.0f} s; estimate {_f(est, 0, ' s')}"
-            + ("" if deadline is None else f"; {deadline - time.perf_counter():.0f} s left") + ")")
+        rest = sum((estimate_for(n, args.tiny).get("runner_s") or 0) for n in names[i - 1:])
+        log(f"[{i}/{len(names)}] {name} (elapsed {elapsed:.0f} s; estimate {_f(est, 0, ' s')}, ETA of the rest "
+            f"{rest:.0f} s" + ("" if deadline is None else f"; {deadline - time.perf_counter():.0f} s of the budget "
+                                                             f"left") + ")")
         rec = measure_family(name, args, device, dtype, deadline)
         (out_dir / f"{name}.json").write_text(json.dumps(rec, indent=1) + "\n")
         if rec["status"] == "ok":
