@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         else:
             log(f"  {name}: {rec['status']}: {rec.get('reason') or rec.get('error', '')[:300]}")
         recs.append(rec)
-    write_table(out_dir)
+        write_table(out_dir)  # after every family: a run cut short by an outer timeout keeps its table
     log(f"done in {time.perf_counter() - t_begin:.0f} s: {sum(r['status'] == 'ok' for r in recs)} measured, "
         f"{sum(r['status'] == 'failed' for r in recs)} failed, "
         f"{sum(r['status'] in ('skipped', 'not_run') for r in recs)} skipped or not run; table in {out_dir}/table.md")
