@@ -56,6 +56,9 @@ class FakeKernel:
         assert layout == "bshd"
         self.calls.append(dict(q=tuple(q.shape), k=tuple(k.shape), kv_lens=None if kv_lens is None else
                                kv_lens.tolist(), scale=scale, return_lse=return_lse))
+        causal = kw.get("causal", False)
+        if causal:  # recorded only when asked for, so the non-causal calls compare as they always did
+            self.calls[-1]["causal"] = causal
         b, sq, h, d = q.shape
         sc = 1.0 / math.sqrt(d) if scale is None else scale
         if k.shape[2] != h:  # grouped-query K/V (SDPA's enable_gqa: query head i reads K/V head i // group)
@@ -65,6 +68,10 @@ class FakeKernel:
         for i in range(b):
             n = k.shape[1] if kv_lens is None else int(kv_lens[i])
             s = torch.einsum("qhd,khd->hqk", q[i].double(), k[i, :n].double()) * sc
+            if causal:  # True / "top_left": key j <= query i; "bottom_right": j <= i + (n - Sq)
+                shift = n - sq if causal == "bottom_right" else 0
+                keep = torch.arange(n)[None, :] <= torch.arange(sq)[:, None] + shift
+                s = s.masked_fill(~keep, float("-inf"))
             outs.append(torch.einsum("hqk,khd->qhd", s.softmax(-1), v[i, :n].double()))
             lses.append(torch.logsumexp(s, dim=-1))
         out = torch.stack(outs).to(q.dtype)
@@ -277,14 +284,22 @@ def test_other_masks_go_native_with_the_reason(monkeypatch, kind):
 def test_causal_dropout_and_grouped_heads(monkeypatch):
     fake = FakeKernel(monkeypatch)
     q, k, v = qkv(sq=10)
-    torch.testing.assert_close(call(query=q, key=k, value=v, is_causal=True), native(q, k, v, is_causal=True))
+    torch.testing.assert_close(call(query=q, key=k, value=v, is_causal=True), native(q, k, v, is_causal=True),
+                               atol=1e-6, rtol=1e-6)
+    # A causal call without a mask goes where the backend's routing says: to vidattn.attention with SDPA's
+    # top-left causal mask where the kernel takes causal calls, else to diffusers' native path with the reason.
+    *_, causal_reason = backend()._route(q, k, v, None, 0.0, True, False)
     torch.manual_seed(0)
     call(query=q, key=k, value=v, dropout_p=0.5)
-    assert fake.calls == []
     counts = backend().route_counts()
-    assert counts == {"is_causal=True: the kernel computes non-causal attention": 1,
-                      "dropout_p=0.5: the kernel has no dropout": 1}
-    assert "is_causal" in backend().explain(q, k, v, is_causal=True)
+    if causal_reason is None:
+        assert [c.get("causal") for c in fake.calls] == [True]
+        assert counts == {"vidattn": 1, "dropout_p=0.5: the kernel has no dropout": 1}
+    else:
+        assert fake.calls == []
+        assert counts == {causal_reason: 1, "dropout_p=0.5: the kernel has no dropout": 1}
+        assert "is_causal" in causal_reason and "is_causal" in backend().explain(q, k, v, is_causal=True)
+    fake.calls.clear()
     # Grouped-query attention: K/V with their own head count straight to vidattn.attention (the kernel reads each
     # K/V head in place for its group).
     q, k, v = qkv(h=8, hkv=2)
