@@ -48,7 +48,7 @@ _MODULE = "module"  # a kernel route by module class swap (the handle lists it a
 @dataclass(frozen=True)
 class Route:
     kind: str                 # KERNEL, BACKEND, or STOCK (known, deliberately left stock: `note` says why)
-    processor: Optional[type]  # the vidattn processor class (KERNEL), or the vidattn module class (module routes)
+    processor: Optional[object]  # the vidattn processor class (KERNEL); for a module route, its `forward`
     note: str = ""            # what runs where, shown by print(handle)
 
 
@@ -65,7 +65,8 @@ ROUTES: dict = {
 # (model class "module.QualName", stock processor "module.QualName") -> Route: routes that hold only inside the
 # named model classes; they win over ROUTES. Generic processors (AttnProcessor2_0) are routed this way.
 SCOPED_ROUTES: dict = {}
-# Stock attention module class ("module.QualName") -> Route(KERNEL, vidattn subclass of that class, note).
+# Stock attention module class ("module.QualName") -> Route(KERNEL, the `forward` its vidattn subclass gets, note),
+# or Route(STOCK, None, why) for attention modules left stock on purpose.
 MODULE_ROUTES: dict = {}
 # Kept for callers of the earlier API: stock key -> vidattn class, for the kernel routes.
 PROCESSORS: dict = {}
