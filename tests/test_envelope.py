@@ -130,10 +130,11 @@ def test_forward_hands_the_c_abi_the_kv_heads_and_real_head_dim(monkeypatch, lay
     assert a["k_stride"] == tuple(k.stride()[:3])  # the K/V maps step over the caller's 8 heads, in place
 
 
-def test_abi_field_is_last_so_older_callers_pass_zero():
-    """A caller that fills the block positionally without kv_heads (quant8, older tools) leaves it 0: equal heads."""
-    assert _ext._Args._fields_[-1] == ("kv_heads", ctypes.c_int64)
-    assert _ext._Args().kv_heads == 0
+def test_abi_fields_are_last_so_older_callers_pass_zero():
+    """A caller that fills the block positionally without kv_heads and causal (older tools) leaves them 0: equal
+    heads, no mask. causal came after kv_heads."""
+    assert _ext._Args._fields_[-2:] == [("kv_heads", ctypes.c_int64), ("causal", ctypes.c_int32)]
+    assert _ext._Args().kv_heads == 0 and _ext._Args().causal == 0
 
 
 def _ref_gqa(q, k, v, scale, kv_lens=None):
