@@ -324,6 +324,43 @@ def test_sana_wm_camera_mask_that_is_not_trailing_padding_runs_stock_sdpa(monkey
         assert count.n == 1
 
 
+def _cosmos3_causal_calls(monkeypatch, on_gpu=False):
+    """(stock output, vidattn output, [causal= of each vidattn.attention call], census) of a tiny Cosmos3."""
+    from pipelines.zoo import build_tiny
+
+    model, inputs = build_tiny("cosmos3")
+    if on_gpu:
+        model.to("cuda", torch.bfloat16)
+        for keep in getattr(model, "_keep_in_fp32_modules", None) or ():
+            for mod_name, mod in model.named_modules():
+                if keep in mod_name.split("."):
+                    mod.float()
+        inputs = _t(inputs)
+    with torch.no_grad():
+        expected = _first(model(**inputs, return_dict=False))
+    vidattn.apply(model)
+    census = _KernelCensus(monkeypatch) if on_gpu else None
+    seen, real = [], ops.attention
+
+    def spy(q, k, v, **kw):
+        seen.append((kw.get("causal", False), q.shape[2], k.shape[2]))
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(ops, "attention", spy)
+    with torch.no_grad():
+        got = _first(model(**inputs, return_dict=False))
+    vidattn.restore(model)
+    return expected, got, seen, census
+
+
+def test_cosmos3_causal_understanding_pathway_reaches_vidattn(monkeypatch):
+    """Cosmos3's understanding pathway (is_causal=True, grouped K/V, no mask) goes through the backend to
+    vidattn.attention(causal=True) like the generation pathway (causal=False), and the output equals stock."""
+    expected, got, seen, _ = _cosmos3_causal_calls(monkeypatch)
+    assert seen == [(True, 2, 1), (False, 2, 1)] * 2, seen  # 2 layers x (understanding, generation)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
 # ------------------------------------------------------------------------------- Wan-Animate-2: the LSE merge
 def _exact_attend(q, k, v):
     """fp64 attention on (B, S, H, D) with its LSE (B, H, S): the merge's inputs without any rounding."""
@@ -563,3 +600,16 @@ def test_support_table_counts_match_its_rows():
     for r in rows:  # a routed class has a tiny-model test
         if r[4].strip() != "stock":
             assert r[6].strip() != "—", r[2]
+
+
+@pytest.mark.gpu
+def test_gpu_cosmos3_both_pathways_on_the_kernel(monkeypatch):
+    """bf16: the causal grouped-query understanding pathway runs the kernel's causal mask, not SDPA."""
+    from pipelines.measure import rel_l2
+
+    monkeypatch.setitem(_ON, "device", "cuda")
+    monkeypatch.setitem(_ON, "dtype", torch.bfloat16)
+    expected, got, seen, census = _cosmos3_causal_calls(monkeypatch, on_gpu=True)
+    assert [c for c, _, _ in seen] == [True, False] * 2
+    assert census.kernel == 4 and not census.fallback, census.fallback
+    assert rel_l2(got.float(), expected.float()) < 2e-2

@@ -2,9 +2,10 @@
 
 Their stock processors attend through `dispatch_attention_fn(..., backend=self._attention_backend)` with nothing
 the backend cannot take: no mask, a key-padding mask (the backend turns it into `kv_lens`), grouped-query K/V
-(the backend repeats the K/V heads), or calls that must stay on SDPA (causal, which the backend sends to diffusers'
-native path with the reason). So `vidattn.apply` sets the stock processor's `_attention_backend` and keeps diffusers'
-own code, rather than carrying a copy of each processor. A processor whose backend the user already chose (e.g.
+(read in place per group), causal calls without a mask (the kernel's top-left causal mask), or calls that must
+stay on SDPA (causal with a mask, dropout), which the backend sends to diffusers' native path with the reason. So
+`vidattn.apply` sets the stock processor's `_attention_backend` and keeps diffusers' own code, rather than carrying
+a copy of each processor. A processor whose backend the user already chose (e.g.
 `flex` for Kandinsky 5's NABLA configs) is left as it is.
 
 Also here: the attention apply leaves stock on purpose (linear attention, block-sparse NABLA), so the handle says
@@ -41,8 +42,8 @@ BACKEND_ROUTES = {
     _T + "transformer_sana_wm.SanaWMCrossAttnProcessor":
         "text cross-attention, head dim 112; boolean prompt padding -> kv_lens in the backend",
     _T + "transformer_cosmos3.Cosmos3AttnProcessor":
-        "generation pathway on the kernel (K/V heads repeated for GQA); the causal understanding pathway "
-        "goes to SDPA (the kernel is non-causal)",
+        "generation pathway and the causal understanding pathway (is_causal -> the kernel's top-left causal "
+        "mask), grouped K/V read in place",
 }
 
 for _stock, _note in BACKEND_ROUTES.items():
