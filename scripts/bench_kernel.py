@@ -42,7 +42,7 @@ import statistics
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,10 +78,10 @@ MAX_ROTATING_SETS = 8
 
 # Shapes outside the anchor table, timed only when --shapes names them: head dims the kernel pads onto a build of its
 # own (Allegro's 24 x 96 at 720p) and grouped-query K/V (cuDNN through SDPA's enable_gqa).
-@dataclass(frozen=True)
 class CausalShape(Shape):
-    """A shape timed with the causal mask (top-left; Sq = Skv, so every backend's is_causal means the same)."""
-    causal: str = "top_left"
+    """A shape timed with the causal mask (top-left; Sq = Skv, so every backend's is_causal means the same). Not a
+    dataclass of its own: the module is also loaded by path, without a sys.modules entry, which dataclass() needs."""
+    causal = "top_left"
 
     @property
     def flops(self) -> int:
@@ -347,6 +347,7 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
     q, k, v = sets[0]
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     causal = causal_of(s)
+    res["causal"] = causal or False
     vkw = {"causal": causal} if causal is not None else {}
     res["sdpa_default_backend"] = sdpa_default_choice(qt, kt, vt, causal)
 
