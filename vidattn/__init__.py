@@ -19,7 +19,8 @@ _DIFFUSERS_NAMES = (
     "WanAttnProcessor", "SkyReelsV2AttnProcessor", "HunyuanVideoAttnProcessor", "HunyuanVideo15AttnProcessor",
     "CogVideoXAttnProcessor", "FusedCogVideoXAttnProcessor", "LTXVideoAttnProcessor", "MochiAttnProcessor",
     "AllegroAttnProcessor", "LTX2AudioVideoAttnProcessor", "LTX2PerturbedAttnProcessor", "EasyAnimateAttnProcessor",
-    "CosmosAttnProcessor", "Cosmos25AttnProcessor", "AnyFlowCausalAttnProcessor", "register_backend", "unregister_backend",
+    "CosmosAttnProcessor", "Cosmos25AttnProcessor", "AnyFlowCausalAttnProcessor", "LatteAttnProcessor", "WanAnimate2AttnProcessor",
+    "register_backend", "unregister_backend", "register_backend_route", "register_stock", "register_module",
 )
 
 __all__ = ["attention", "explain", "kernel_available", "use_precision", "PrecisionPolicy", "build",
