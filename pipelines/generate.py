@@ -1,0 +1,323 @@
+"""Full video generation offline for the registry's families: one generic builder, one small adapter per family.
+
+    from pipelines.generate import build_family_pipeline, family_call, generating, why_not
+    pipe = build_family_pipeline("hunyuan_video", "default", device="cuda", dtype=torch.bfloat16)
+    call = family_call("hunyuan_video", pipe, "a fox in the snow", "", preset="default", device="cuda",
+                       dtype=torch.bfloat16)                            # the __call__ keywords, embeddings included
+    out = pipe(**call, output_type="np")
+
+Each adapter names the family's diffusers pipeline class, its VAE class at the released config (`vae`: keys over
+the class defaults, {} where the defaults are the release's) with seeded random weights, the scheduler class the
+pipeline ships (its default config unless stated), and the prompt embeddings its `__call__` takes in place of the
+text encoder(s): seeded random tensors of the encoders' shapes (sequence length and width read from the
+transformer's config), hashed from the prompt, with the attention masks, pooled embeddings and negative
+embeddings that `__call__` requires. Tokenizers and text encoders are None. The transformer is the registry's
+(real config, seeded random weights). Random weights give meaningless videos; every tensor has the real shape and
+every module does the real work. Nothing is downloaded.
+
+A family without an adapter has a stated reason (`why_not(name)`): its pipeline cannot run without its text
+encoder or an image encoder, or it is a modular pipeline whose transformer call needs a KV cache another pass
+fills. `scripts/e2e_report.py --family NAME` measures those families' transformer forward instead.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import registry
+from .families import Size
+from .wan import PipelineError
+
+# ------------------------------------------------------------------------------------------------ text stand-ins
+
+
+def _seed(text: str, salt: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{salt}\0{text}".encode()).digest()[:8], "little") & ((1 << 63) - 1)
+
+
+def _valid_tokens(text: str, length: int) -> int:
+    """About how many tokens a tokenizer gives `text` (4 bytes a token, at least 1): the mask's valid prefix."""
+    return max(1, min(length, math.ceil(len(text.encode("utf-8")) / 4) + 1))
+
+
+@dataclass(frozen=True)
+class Text:
+    """One prompt-embedding keyword of a pipeline's `__call__` (its negative is `negative_` + the name).
+
+    width(cfg): the encoder's width, read from the transformer config; tokens: the sequence length the pipeline
+    pads to (None: the registry's text length; "tiny" runs use the registry's tiny length); pooled: a (B, width)
+    vector; mask: the keyword of its attention mask (long 0/1 over the padded length; `mask_dtype` where the
+    pipeline wants another dtype); zero_pad: positions past the prompt are zeros (encoders that pad with zeros)."""
+    name: str
+    width: Callable[[dict], int]
+    tokens: int | None = None
+    pooled: bool = False
+    mask: str | None = None
+    mask_dtype: torch.dtype = torch.long
+    zero_pad: bool = False
+
+
+def _embed(text: str, spec: Text, width: int, tokens: int, device, dtype) -> dict:
+    g = torch.Generator(device="cpu").manual_seed(_seed(text, spec.name))
+    if spec.pooled:
+        return {spec.name: (torch.randn(1, width, generator=g) * 0.25).to(device=device, dtype=dtype)}
+    emb = torch.randn(1, tokens, width, generator=g) * 0.25
+    n = _valid_tokens(text, tokens)
+    if spec.zero_pad:
+        emb[:, n:] = 0
+    out = {spec.name: emb.to(device=device, dtype=dtype)}
+    if spec.mask:
+        m = torch.zeros(1, tokens, dtype=torch.long)
+        m[:, :n] = 1
+        out[spec.mask] = m.to(device=device, dtype=spec.mask_dtype)
+    return out
+
+
+def _text_kwargs(texts: tuple, cfg: dict, prompt: str, negative: str, tokens: int, device, dtype,
+                 negatives: bool) -> dict:
+    out = {}
+    for t in texts:
+        w, n = int(t.width(cfg)), t.tokens or tokens
+        out.update(_embed(prompt, t, w, n, device, dtype))
+        if negatives:
+            out.update({f"negative_{k}": v for k, v in _embed(negative, t, w, n, device, dtype).items()})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- adapters
+@dataclass(frozen=True)
+class Adapter:
+    family: str
+    pipeline: str                   # diffusers pipeline class
+    vae: str                        # diffusers VAE class
+    vae_config: dict                # the released VAE's keys over the class defaults ({}: the defaults are it)
+    vae_tiny: dict                  # CPU-sized VAE of the same compression factors
+    vae_note: str
+    scheduler: str
+    texts: tuple                    # Text specs of the prompt embeddings
+    scheduler_config: dict = field(default_factory=dict)
+    negatives: bool = True          # __call__ takes negative embeddings (CFG)
+    tiny_size: Size = Size(64, 64, 9)
+    tiny_transformer: dict = field(default_factory=dict)  # keys over the registry's tiny config (VAE channels)
+    extra: Callable | None = None   # (pipe, preset, size, seed, device, dtype) -> extra __call__ keywords
+    components: Callable | None = None  # (preset, device, dtype, seed) -> extra pipeline components
+    call: dict = field(default_factory=dict)        # fixed __call__ keywords (the pipeline's defaults otherwise)
+    tiny_call: dict = field(default_factory=dict)
+    frames_key: str = "num_frames"
+    fps: float = 16.0
+    vae_dtype: torch.dtype | None = torch.float32   # None: the transformer's dtype
+
+
+def _td(key, default=None):
+    return lambda cfg: cfg.get(key, default) if cfg.get(key) is not None else default
+
+
+# Wan lineage: UMT5 (4096 wide, 512 tokens, zeros past the prompt), the Wan 2.1 VAE (AutoencoderKLWan's class
+# defaults are Wan2.1's vae/config.json; pipelines/wan.py TINY_VAE is the same compression at CPU width).
+_UMT5 = (Text("prompt_embeds", _td("text_dim", 4096), zero_pad=True),)
+_WAN_VAE_NOTE = "AutoencoderKLWan class defaults = Wan2.1 vae/config.json"
+_WAN_TINY_VAE = {"base_dim": 8, "num_res_blocks": 1}
+
+
+def _wan_adapter(name, pipeline, scheduler, *, z: int = 4, texts=_UMT5, **kw) -> Adapter:
+    """`z`: the tiny transformer's latent channels (the tiny VAE's z_dim, with neutral latent statistics)."""
+    tiny = {**_WAN_TINY_VAE, "z_dim": z, "latents_mean": [0.0] * z, "latents_std": [1.0] * z}
+    return Adapter(name, pipeline, "AutoencoderKLWan", {}, tiny, _WAN_VAE_NOTE, scheduler, texts, **kw)
+
+
+def _flow_shift(shift):
+    return {"flow_shift": shift} if shift is not None else {}
+
+
+# Wan2.1 scheduler/scheduler_config.json (pipelines/wan.py), at 480p's flow shift
+from .wan import WAN21_UNIPC as _WAN_UNIPC  # noqa: E402
+
+
+def _rand_image(size: Size, seed: int):
+    """A seeded random RGB image of the video size (the conditioning frame of image-conditioned pipelines)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, (size.height, size.width, 3), dtype=np.uint8))
+
+
+def _image(pipe, preset, size, seed, device, dtype):
+    return {"image": _rand_image(size, seed + 12)}
+
+
+# laion/CLIP-ViT-H-14 (the image encoder of Wan I2V and ChronoEdit): 32 layers, 1280 wide, 16 heads, 224 px,
+# patch 14 -> 257 tokens. Tiny: the same structure at 2 layers, the tiny transformer's image_dim wide.
+CLIP_VIT_H14 = dict(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16,
+                    image_size=224, patch_size=14, projection_dim=1024, hidden_act="gelu")
+CLIP_TINY = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+                 patch_size=8, projection_dim=16, hidden_act="gelu")
+
+
+def _clip_vision(preset, device, dtype, seed):
+    """The pipeline's CLIP image encoder (the ChronoEdit pipeline refuses precomputed image embeddings together
+    with the image it VAE-encodes) with seeded random weights, and its image processor at the encoder's size."""
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    from .families import _cast
+
+    cfg = CLIP_TINY if preset == "tiny" else CLIP_VIT_H14
+    enc = _seeded(lambda: CLIPVisionModel(CLIPVisionConfig(**cfg)), {}, seed + 5, device)
+    _cast(enc, dtype).eval().requires_grad_(False)
+    px = cfg["image_size"]
+    proc = CLIPImageProcessor(size={"shortest_edge": px}, crop_size={"height": px, "width": px})
+    return {"image_encoder": enc, "image_processor": proc}
+
+
+def _cfg_guider():
+    from diffusers.guiders import ClassifierFreeGuidance
+
+    return ClassifierFreeGuidance()
+
+
+ADAPTERS: dict[str, Adapter] = {}
+
+
+def _add(a: Adapter) -> None:
+    ADAPTERS[a.family] = a
+
+
+_add(_wan_adapter("skyreels_v2", "SkyReelsV2Pipeline", "UniPCMultistepScheduler",
+                  # Skywork/SkyReels-V2-*-Diffusers scheduler/scheduler_config.json: UniPC with flow sigmas
+                  scheduler_config={"prediction_type": "flow_prediction", "use_flow_sigmas": True,
+                                    "flow_shift": 8.0}, z=16, fps=24))
+# AnyFlow folds guidance into its weights (guidance 1.0) and batches any negative embeddings it is given.
+_add(_wan_adapter("anyflow", "AnyFlowPipeline", "FlowMapEulerDiscreteScheduler", negatives=False))
+# VACE control channels: the inactive/reactive latents of the (empty) control video (2 z) and the 8x8 mask (64).
+_add(_wan_adapter("wan_vace", "WanVACEPipeline", "UniPCMultistepScheduler", scheduler_config=_WAN_UNIPC,
+                  tiny_transformer={"vace_in_channels": 2 * 4 + 64}))
+# HeliosPipeline runs one stage (the class default, 3 stages, is the pyramid pipeline's schedule).
+_add(_wan_adapter("helios", "HeliosPipeline", "HeliosScheduler", scheduler_config={"stages": 1}, fps=24))
+# Wan's I2V attention splits the image keys off the text by the 512-token text length: tiny runs keep all 512.
+_add(_wan_adapter("chronoedit", "ChronoEditPipeline", "FlowMatchEulerDiscreteScheduler", extra=_image,
+                  texts=(Text("prompt_embeds", _td("text_dim", 4096), tokens=512, zero_pad=True),),
+                  components=_clip_vision, tiny_transformer={"in_channels": 4 + 4 + 4}))
+_add(Adapter("sana_video", "SanaVideoPipeline", "AutoencoderKLWan", {},
+             {**_WAN_TINY_VAE, "z_dim": 4, "latents_mean": [0.0] * 4, "latents_std": [1.0] * 4},
+             "SANA-Video 2B decodes with the Wan2.1 VAE (its transformer reads 16 channels): AutoencoderKLWan class "
+             "defaults", "DPMSolverMultistepScheduler",
+             (Text("prompt_embeds", _td("caption_channels", 2304), mask="prompt_attention_mask"),),
+             # the tiny size is in no aspect-ratio bin; the default size is one
+             call={"negative_prompt": None}, tiny_call={"use_resolution_binning": False}, frames_key="frames"))
+_add(Adapter("motif_video", "MotifVideoPipeline", "AutoencoderKLWan", {},
+             {**_WAN_TINY_VAE, "z_dim": 4, "latents_mean": [0.0] * 4, "latents_std": [1.0] * 4},
+             "Motif-Video decodes with the Wan2.1 VAE (16 latent channels): AutoencoderKLWan class defaults",
+             "FlowMatchEulerDiscreteScheduler",
+             (Text("prompt_embeds", _td("text_embed_dim", 4096), mask="prompt_attention_mask",
+                   mask_dtype=torch.bool),),
+             components=lambda *a: {"guider": _cfg_guider()}, tiny_transformer={"in_channels": 4 + 4 + 1}, fps=24))
+
+
+# ------------------------------------------------------------------------------------------------------- build
+def generating() -> list[str]:
+    """Families whose full pipeline is built here (wan, wan14b: pipelines/wan.py; ltx2: pipelines/ltx2.py)."""
+    return ["wan", "wan14b", "ltx2", *ADAPTERS]
+
+
+def adapter(name: str) -> Adapter:
+    if name not in ADAPTERS:
+        raise PipelineError(f"--family {name}: {why_not(name)}")
+    return ADAPTERS[name]
+
+
+def why_not(name: str) -> str:
+    """Why `name` does not generate here ("" where it does)."""
+    if name in generating():
+        return ""
+    if name in LEFT_OUT:
+        return LEFT_OUT[name]
+    return registry.entry(name).generate or "no offline pipeline adapter"
+
+
+def _seeded(cls, kwargs: dict, seed: int, device):
+    with torch.random.fork_rng(devices=[device] if torch.device(device).type == "cuda" else []):
+        torch.manual_seed(seed)
+        if torch.device(device).type == "cuda":
+            torch.cuda.manual_seed(seed)
+        with torch.device(device):
+            return cls(**kwargs)
+
+
+def vae_config(name: str, preset: str = "default") -> dict:
+    a = adapter(name)
+    return {**a.vae_config, **(a.vae_tiny if preset == "tiny" else {})}
+
+
+def build_family_pipeline(name: str, preset: str = "default", *, device="cpu", dtype=torch.bfloat16,
+                          seed: int = 0):
+    """The family's diffusers pipeline: the registry's transformer, the VAE at its released (or tiny) config and
+    the scheduler, all with seeded random weights on `device`; tokenizers and text encoders None."""
+    import diffusers
+
+    from .families import _cast
+
+    a = adapter(name)
+    device = torch.device(device)
+    tiny = preset == "tiny"
+    transformer = registry.build_model(name, "tiny" if tiny else "default", device=device, dtype=dtype, seed=seed,
+                                       overrides=(a.tiny_transformer or None) if tiny else None)
+    vae = _seeded(getattr(diffusers, a.vae), vae_config(name, preset), seed + 2, device)
+    _cast(vae, a.vae_dtype or dtype).eval().requires_grad_(False)
+    scheduler = getattr(diffusers, a.scheduler)(**a.scheduler_config)
+    cls = getattr(diffusers, a.pipeline)
+    params = inspect.signature(cls.__init__).parameters
+    parts = {k: None for k in params if k.startswith(("text_encoder", "tokenizer", "image_encoder",
+                                                        "image_processor", "feature_extractor"))}
+    parts.update(transformer=transformer, vae=vae, scheduler=scheduler)
+    if a.components is not None:
+        parts.update(a.components(preset, device, dtype, seed))
+    pipe = cls(**{k: v for k, v in parts.items() if k in params})
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def default_size(name: str, preset: str = "default") -> Size:
+    return adapter(name).tiny_size if preset == "tiny" else registry.size_for(name)
+
+
+def family_call(name: str, pipe, prompt: str, negative_prompt: str, *, preset: str = "default", device,
+                dtype, size: Size | None = None, steps: int | None = None, guidance: float | None = None,
+                seed: int = 0) -> dict:
+    """The keyword arguments of one `pipe(...)` generation at the family's default size (or `size`): the
+    prompt embeddings, size, steps (the pipeline's default; tiny: 2), guidance (the pipeline's default) and the
+    family's own keywords; `generator` and `output_type` are the caller's."""
+    a = adapter(name)
+    tiny = preset == "tiny"
+    size = size or default_size(name, preset)
+    e = registry.entry(name)
+    cfg = dict(pipe.transformer.config)
+    negatives = a.negatives
+    call = _text_kwargs(a.texts, cfg, prompt, negative_prompt, e.tiny_text if tiny else e.text, device, dtype,
+                        negatives)
+    call.update(height=size.height, width=size.width)
+    call[a.frames_key] = size.frames
+    params = inspect.signature(type(pipe).__call__).parameters
+    if steps is not None:
+        call["num_inference_steps"] = steps
+    elif tiny:
+        call["num_inference_steps"] = 2
+    if guidance is not None:
+        call["guidance_scale"] = guidance
+    call.update(a.call)
+    if tiny:
+        call.update(a.tiny_call)
+    if a.extra is not None:
+        call.update(a.extra(pipe, preset, size, seed, device, dtype))
+    unknown = sorted(k for k in call if k not in params)
+    if unknown:
+        raise PipelineError(f"{a.pipeline}.__call__ takes no {', '.join(unknown)} (diffusers changed?)")
+    return call
+
+
+# Families that do not generate here, and why (the rest of the registry's families keep the registry's reason).
+LEFT_OUT: dict[str, str] = {}
