@@ -111,6 +111,7 @@ class Adapter:
     frames_key: str = "num_frames"
     fps: float = 16.0
     vae_dtype: torch.dtype | None = torch.float32   # None: the transformer's dtype
+    post: Callable | None = None    # (pipe) -> None: a setting the pipeline needs after it is built
 
 
 def _td(key, default=None):
@@ -174,6 +175,13 @@ def _clip_vision(preset, device, dtype, seed):
     return {"image_encoder": enc, "image_processor": proc}
 
 
+def _cu_seqlens(pipe, preset, size, seed, device, dtype):
+    """Kandinsky 5 packs the Qwen tokens of a batch: one prompt of the full padded length."""
+    n = registry.entry("kandinsky5").tiny_text if preset == "tiny" else registry.entry("kandinsky5").text
+    cu = torch.tensor([0, n], dtype=torch.int32, device=device)
+    return {"prompt_cu_seqlens": cu, "negative_prompt_cu_seqlens": cu.clone()}
+
+
 def _cfg_guider():
     from diffusers.guiders import ClassifierFreeGuidance
 
@@ -208,7 +216,7 @@ _add(Adapter("sana_video", "SanaVideoPipeline", "AutoencoderKLWan", {},
              "defaults", "DPMSolverMultistepScheduler",
              (Text("prompt_embeds", _td("caption_channels", 2304), mask="prompt_attention_mask"),),
              # the tiny size is in no aspect-ratio bin; the default size is one
-             call={"negative_prompt": None}, tiny_call={"use_resolution_binning": False}, frames_key="frames"))
+             tiny_call={"use_resolution_binning": False}, frames_key="frames"))
 _add(Adapter("motif_video", "MotifVideoPipeline", "AutoencoderKLWan", {},
              {**_WAN_TINY_VAE, "z_dim": 4, "latents_mean": [0.0] * 4, "latents_std": [1.0] * 4},
              "Motif-Video decodes with the Wan2.1 VAE (16 latent channels): AutoencoderKLWan class defaults",
@@ -277,6 +285,8 @@ def build_family_pipeline(name: str, preset: str = "default", *, device="cpu", d
     if a.components is not None:
         parts.update(a.components(preset, device, dtype, seed))
     pipe = cls(**{k: v for k, v in parts.items() if k in params})
+    if a.post is not None:
+        a.post(pipe)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -308,6 +318,9 @@ def family_call(name: str, pipe, prompt: str, negative_prompt: str, *, preset: s
         call["num_inference_steps"] = 2
     if guidance is not None:
         call["guidance_scale"] = guidance
+    neg = params.get("negative_prompt")
+    if negatives and neg is not None and neg.default not in (None, inspect.Parameter.empty):
+        call["negative_prompt"] = None  # its default text would conflict with the embeddings given
     call.update(a.call)
     if tiny:
         call.update(a.tiny_call)
@@ -318,6 +331,107 @@ def family_call(name: str, pipe, prompt: str, negative_prompt: str, *, preset: s
         raise PipelineError(f"{a.pipeline}.__call__ takes no {', '.join(unknown)} (diffusers changed?)")
     return call
 
+
+
+# ----------------------------------------------------------------------------------------- the other lineages
+_HY_VAE_TINY = {"latent_channels": 4, "block_out_channels": (8, 8, 8, 8), "layers_per_block": 1,
+                "norm_num_groups": 4}
+# HunyuanVideo: Llama-3 hidden states (4096 wide, 256 tokens with the prompt mask) and CLIP-L pooled text (768);
+# embedded guidance, true CFG off by default: no negative embeddings.
+_add(Adapter("hunyuan_video", "HunyuanVideoPipeline", "AutoencoderKLHunyuanVideo", {}, _HY_VAE_TINY,
+             "AutoencoderKLHunyuanVideo class defaults = hunyuanvideo-community/HunyuanVideo vae/config.json",
+             "FlowMatchEulerDiscreteScheduler",
+             (Text("prompt_embeds", _td("text_embed_dim", 4096), mask="prompt_attention_mask"),
+              Text("pooled_prompt_embeds", _td("pooled_projection_dim", 768), pooled=True)),
+             scheduler_config={"shift": 7.0}, negatives=False, fps=24, vae_dtype=None))
+# HunyuanVideo 1.5: Qwen2.5-VL hidden states (3584 wide, 1000 tokens) and ByT5 glyph text (1472 wide, 256 tokens),
+# each with its mask (float, as encode_prompt returns them); CFG through the ClassifierFreeGuidance guider.
+_add(Adapter("hunyuan_video15", "HunyuanVideo15Pipeline", "AutoencoderKLHunyuanVideo15", {},
+             {"latent_channels": 4, "block_out_channels": (8, 8, 8, 8, 8), "layers_per_block": 1},
+             "AutoencoderKLHunyuanVideo15 class defaults = HunyuanVideo-1.5 vae/config.json (32 channels, 16x)",
+             "FlowMatchEulerDiscreteScheduler",
+             (Text("prompt_embeds", _td("text_embed_dim", 3584), mask="prompt_embeds_mask",
+                   mask_dtype=torch.float32),
+              Text("prompt_embeds_2", _td("text_embed_2_dim", 1472), tokens=256, mask="prompt_embeds_mask_2",
+                   mask_dtype=torch.float32)),
+             scheduler_config={"shift": 5.0}, components=lambda *a: {"guider": _cfg_guider()},
+             tiny_size=Size(128, 128, 9), fps=24, vae_dtype=None))
+# CogVideoX-5b: T5-XXL (4096 wide, 226 tokens); the release's VAE scales latents by 0.7 (the class default,
+# 1.15258426, is the 2b's); CogVideoXDPMScheduler as in THUDM/CogVideoX-5b scheduler/scheduler_config.json.
+_add(Adapter("cogvideox", "CogVideoXPipeline", "AutoencoderKLCogVideoX", {"scaling_factor": 0.7},
+             {"latent_channels": 4, "block_out_channels": (8, 8, 8, 8), "layers_per_block": 1,
+              "norm_num_groups": 2},
+             "AutoencoderKLCogVideoX class defaults with the 5b's scaling_factor 0.7",
+             "CogVideoXDPMScheduler",
+             (Text("prompt_embeds", _td("text_embed_dim", 4096), zero_pad=True),),
+             scheduler_config={"beta_schedule": "scaled_linear", "beta_start": 0.00085, "beta_end": 0.012,
+                               "clip_sample": False, "prediction_type": "v_prediction", "rescale_betas_zero_snr":
+                               True, "set_alpha_to_one": True, "timestep_spacing": "trailing",
+                               "snr_shift_scale": 1.0},
+             fps=8, vae_dtype=None))
+# LTX-Video 0.9: T5-XXL (4096, 128 tokens with the mask); the VAE's class defaults are the 0.9.0 release's.
+_add(Adapter("ltx", "LTXPipeline", "AutoencoderKLLTXVideo", {},
+             {"latent_channels": 8, "block_out_channels": (8, 8, 8, 8), "decoder_block_out_channels": (8, 8, 8, 8),
+              "layers_per_block": (1, 1, 1, 1, 1), "decoder_layers_per_block": (1, 1, 1, 1, 1)},
+             "AutoencoderKLLTXVideo class defaults = Lightricks/LTX-Video 0.9.0 vae/config.json",
+             "FlowMatchEulerDiscreteScheduler",
+             (Text("prompt_embeds", _td("caption_channels", 4096), mask="prompt_attention_mask"),),
+             tiny_size=Size(128, 128, 9), fps=25, vae_dtype=None))
+# Mochi 1: T5-XXL (4096, 256 tokens with the mask).
+_add(Adapter("mochi", "MochiPipeline", "AutoencoderKLMochi", {},
+             {"encoder_block_out_channels": (32, 32, 32, 32),  # its norms: 32 groups
+              "decoder_block_out_channels": (32, 32, 32, 32), "layers_per_block": (1, 1, 1, 1, 1)},
+             "AutoencoderKLMochi class defaults = genmo/mochi-1-preview vae/config.json",
+             "FlowMatchEulerDiscreteScheduler",
+             (Text("prompt_embeds", _td("text_embed_dim", 4096), mask="prompt_attention_mask"),),
+             # the pipeline un-normalises exactly 12 latent channels: the tiny transformer reads 12 too
+             tiny_size=Size(64, 64, 7), tiny_transformer={"in_channels": 12}, fps=30))
+# Allegro: T5-XXL (4096, 512 tokens with the mask); its VAE decodes only tiled (diffusers has no untiled path),
+# in tiles of 24 frames x sample_size pixels: the tiny size is one tile.
+_add(Adapter("allegro", "AllegroPipeline", "AutoencoderKLAllegro", {},
+             {"latent_channels": 4, "block_out_channels": (8, 8, 8, 8), "layers_per_block": 1,
+              "norm_num_groups": 2, "sample_size": 128},
+             "AutoencoderKLAllegro class defaults = rhymes-ai/Allegro vae/config.json; tiled decoding on",
+             "EulerAncestralDiscreteScheduler",
+             (Text("prompt_embeds", _td("caption_channels", 4096), mask="prompt_attention_mask"),),
+             call={"clean_caption": False}, tiny_size=Size(128, 128, 24), fps=15,
+             post=lambda pipe: pipe.vae.enable_tiling()))
+# Latte-1: T5-XXL (4096, 120 tokens); the VAE is Stable Diffusion's (sd-vae-ft-ema: 4 levels 128-512, 2 layers),
+# not AutoencoderKL's one-level class defaults. `mask_feature` trims text it tokenized itself: not here.
+_add(Adapter("latte", "LattePipeline", "AutoencoderKL",
+             {"down_block_types": ("DownEncoderBlock2D",) * 4, "up_block_types": ("UpDecoderBlock2D",) * 4,
+              "block_out_channels": (128, 256, 512, 512), "layers_per_block": 2, "sample_size": 512},
+             {"block_out_channels": (8, 8, 8, 8), "layers_per_block": 1, "norm_num_groups": 2, "sample_size": 64},
+             "AutoencoderKL at Stable Diffusion's VAE config (sd-vae-ft-ema), the one Latte-1 ships",
+             "DDIMScheduler",
+             (Text("prompt_embeds", _td("caption_channels", 4096)),),
+             scheduler_config={"beta_schedule": "linear", "beta_start": 0.0001, "beta_end": 0.02,
+                               "clip_sample": False},
+             call={"clean_caption": False, "mask_feature": False}, frames_key="video_length",
+             tiny_size=Size(64, 64, 4), fps=8))
+# EasyAnimate V5.1: Qwen2-VL hidden states (the transformer's text width, 256 tokens with the mask).
+_add(Adapter("easyanimate", "EasyAnimatePipeline", "AutoencoderKLMagvit", {},
+             {"latent_channels": 4, "block_out_channels": [8, 8, 8, 8], "layers_per_block": 1,
+              "norm_num_groups": 2},
+             "AutoencoderKLMagvit class defaults (the EasyAnimate V5.1 VAE as diffusers ports it)",
+             "FlowMatchEulerDiscreteScheduler",
+             (Text("prompt_embeds", _td("text_embed_dim", 3584), mask="prompt_attention_mask"),),
+             fps=8))
+# Kandinsky 5 Lite: Qwen2.5-VL hidden states (3584, 512 tokens, packed: cu_seqlens) and CLIP-L pooled (768); the
+# VAE is HunyuanVideo's.
+_add(Adapter("kandinsky5", "Kandinsky5T2VPipeline", "AutoencoderKLHunyuanVideo", {}, _HY_VAE_TINY,
+             "AutoencoderKLHunyuanVideo class defaults (Kandinsky 5 decodes with HunyuanVideo's VAE)",
+             "FlowMatchEulerDiscreteScheduler",
+             (Text("prompt_embeds_qwen", _td("in_text_dim", 3584)),
+              Text("prompt_embeds_clip", _td("in_text_dim2", 768), pooled=True)),
+             scheduler_config={"shift": 10.0}, extra=_cu_seqlens, fps=24, vae_dtype=None))
+# Kandinsky 6 (text to video; no audio VAE/vocoder: the pipeline makes no audio without them): Qwen hidden states
+# and CLIP pooled text.
+_add(Adapter("kandinsky6", "Kandinsky6TI2VAPipeline", "AutoencoderKLHunyuanVideo", {}, _HY_VAE_TINY,
+             "AutoencoderKLHunyuanVideo class defaults", "FlowMatchEulerDiscreteScheduler",
+             (Text("prompt_embeds", _td("in_text_dim", 3584)),
+              Text("pooled_prompt_embeds", _td("in_text_dim2", 768), pooled=True)),
+             call={"sample_audio": False}, fps=24, vae_dtype=None))
 
 # Families that do not generate here, and why (the rest of the registry's families keep the registry's reason).
 LEFT_OUT: dict[str, str] = {}
