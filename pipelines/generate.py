@@ -202,6 +202,9 @@ _add(_wan_adapter("skyreels_v2", "SkyReelsV2Pipeline", "UniPCMultistepScheduler"
 # AnyFlow folds guidance into its weights (guidance 1.0) and batches any negative embeddings it is given.
 _add(_wan_adapter("anyflow", "AnyFlowPipeline", "FlowMapEulerDiscreteScheduler", negatives=False))
 # VACE control channels: the inactive/reactive latents of the (empty) control video (2 z) and the 8x8 mask (64).
+# AnyFlow-FAR: chunks of latent frames (1 + 3 x 6 + 2 at 81 frames, its default); tiny: 1-frame chunks.
+_add(_wan_adapter("anyflow_far", "AnyFlowFARPipeline", "FlowMapEulerDiscreteScheduler", negatives=False,
+                  tiny_call={"chunk_partition": [1, 1, 1]}))
 _add(_wan_adapter("wan_vace", "WanVACEPipeline", "UniPCMultistepScheduler", scheduler_config=_WAN_UNIPC,
                   tiny_transformer={"vace_in_channels": 2 * 4 + 64}))
 # HeliosPipeline runs one stage (the class default, 3 stages, is the pyramid pipeline's schedule).
@@ -433,5 +436,33 @@ _add(Adapter("kandinsky6", "Kandinsky6TI2VAPipeline", "AutoencoderKLHunyuanVideo
               Text("pooled_prompt_embeds", _td("in_text_dim2", 768), pooled=True)),
              call={"sample_audio": False}, fps=24, vae_dtype=None))
 
-# Families that do not generate here, and why (the rest of the registry's families keep the registry's reason).
-LEFT_OUT: dict[str, str] = {}
+# Families that do not generate here, and why.
+LEFT_OUT: dict[str, str] = {
+    "cosmos": "CosmosTextToWorldPipeline refuses to run without its safety checker (CosmosSafetyChecker: the "
+              "cosmos_guardrail package and its guardrail models), which an offline build with random weights does "
+              "not have and does not stub out",
+    "cosmos3": "Cosmos3OmniPipeline takes no prompt embeddings: it tokenizes the prompt with its Qwen text tokenizer "
+               "(vocabulary files of the release) and embeds the tokens inside the transformer",
+    "consisid": "ConsisIDPipeline imports opencv (cv2, not installed here) and needs the face encoders' identity "
+                "features of a real face image (insightface / EVA-CLIP)",
+    "framepack": "HunyuanVideoFramepackPipeline encodes its conditioning image with a SigLIP image encoder and "
+                 "generates section by section with history latents; not adapted here yet",
+    "wan_animate": "WanAnimatePipeline needs a reference image, a pose video and a face video, and the CLIP image "
+                   "encoder; not adapted here yet",
+    "wan_animate2": "WanAnimate2ModularPipeline is a modular pipeline whose blocks are loaded from the release "
+                    "repository; its cached pass needs a KV cache an extract pass fills",
+    "minimax_h3": "MiniMaxH3ModularPipeline is a modular pipeline whose blocks are loaded from the release "
+                  "repository",
+    "sana_wm_refiner": "the SANA-WM LTX-2 refiner refines video blocks against a KV cache that the SANA-WM base "
+                       "model fills; it is not a standalone text-to-video pipeline",
+}
+
+
+def generate_family(pipe, call: dict, *, fps: float, generator=None):
+    """Run one family generation (`call` from family_call, passed as is: a None there is meant) and return the
+    video as pipelines.generic.Generated ((F, H, W, 3) in [0, 1], no audio track)."""
+    from .generic import Generated, _frames
+
+    with torch.no_grad():
+        out = pipe(**call, generator=generator, output_type="np")
+    return Generated(_frames(out.frames), None, None, fps)

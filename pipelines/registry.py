@@ -20,6 +20,7 @@ Nothing is downloaded.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -536,6 +537,14 @@ _add(Entry("minimax_h3", "MiniMax-H3", "MiniMaxH3Transformer3DModel", "(class de
                  "num_refiner_layers": 1, "ffn_dim": 64, "in_channels": 4, "audio_in_channels": 6, "text_dim": 8,
                  "freq_dim": 8, "time_embed_hidden_dim": 24, "time_embed_dim": 16, "rope_freq_dim": 8},
            tiny_size=Size(32, 32, 22), tiny_text=4))
+
+# Families whose full pipeline is built offline with random weights (wan, wan14b: pipelines/wan.py; ltx2:
+# pipelines/ltx2.py; the rest: the adapters of pipelines/generate.py, which a test keeps in step with this list).
+GENERATES = ("wan", "wan14b", "ltx2", "skyreels_v2", "anyflow", "anyflow_far", "wan_vace", "helios", "chronoedit",
+             "sana_video", "motif_video", "hunyuan_video", "hunyuan_video15", "cogvideox", "ltx", "mochi", "allegro",
+             "latte", "easyanimate", "kandinsky5", "kandinsky6")
+for _n in GENERATES:
+    ENTRIES[_n] = dataclasses.replace(ENTRIES[_n], generate=None)
 
 # The order of the GPU table: cheap first within each group.
 ORDER = list(ENTRIES)

@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""Generate a video offline using vidattn or SDPA attention: Wan 2.1 (default), LTX-2 with its audio track
-(`--family ltx2`), or any local diffusers video pipeline folder (`--model DIR`).
+"""Generate a video offline using vidattn or SDPA attention: Wan 2.1 (default), any family vidattn routes whose
+pipeline is built offline (`--family NAME`; LTX-2 with its audio track), or any local diffusers video pipeline
+folder (`--model DIR`).
 
     python scripts/generate_video.py --prompt "a red fox running through snow" --out fox.mp4
+    python scripts/generate_video.py --family hunyuan_video --out hv.mp4   # 13B architecture, 720x1280x129
     python scripts/generate_video.py --family ltx2 --out ltx2.mp4          # 19B architecture, video + audio
+    python scripts/generate_video.py --family cogvideox --tiny --steps 2   # the tiny config on the CPU
     python scripts/generate_video.py --model /path/to/pipeline --out v.mp4  # model_index.json picks the pipeline
     python scripts/generate_video.py --list                                 # every family, and which generate
 
-`--family NAME` takes every family vidattn routes (pipelines/registry.py; `--list`). A full generation with random
-weights is built offline for wan, wan14b and ltx2 (their VAE and text side are built here). For the other
-families a full pipeline with random weights (the VAE, the text encoder(s), image encoders, schedulers with their
-real configs) is not built offline: `--family NAME` stops with that reason and names what measures the family
-instead: `scripts/e2e_report.py --family NAME` (one transformer forward at the pipeline's default size, SDPA vs
-vidattn), or `--model DIR` with a local pipeline folder of that family.
+`--family NAME` builds the family's diffusers pipeline (pipelines/registry.py, pipelines/generate.py): the
+transformer from the real config of its released checkpoint, the VAE at its released config, the pipeline's
+scheduler, all with seeded random weights, offline; no text encoder: the prompt becomes seeded random embeddings of
+the text encoders' shapes (with the masks, pooled and negative embeddings the pipeline takes). Size, steps and
+guidance are the pipeline's defaults unless given. Families whose pipeline cannot be built that way (`--list`:
+generate "no") stop with the reason and name what measures them instead: `scripts/e2e_report.py --family NAME`
+(one transformer forward at the pipeline's default size, SDPA vs vidattn), or `--model DIR` with a local folder.
 
 Defaults: the Wan2.1-T2V-1.3B architecture with seeded random weights (no download; `--model DIR` loads a
 local diffusers Wan folder), 480x832, 81 frames, 50 steps, guidance 5.0, vidattn attention, bf16 on CUDA.
@@ -32,7 +36,7 @@ import torch  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # Families with a full offline pipeline here (the rest: e2e_report.py --family NAME measures their transformer).
-GENERATE_FAMILIES = ("wan", "wan14b", "ltx2")
+from pipelines.registry import GENERATES as GENERATE_FAMILIES  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -50,9 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, metavar="DIR",
                    help="local diffusers video pipeline folder (real weights; model_index.json picks the class)")
     p.add_argument("--family", default=None, metavar="NAME",
-                   help=f"architecture with random weights: {', '.join(GENERATE_FAMILIES)} generate (default wan); "
-                        "every other routed family (--list) stops with the reason and the command that measures "
-                        "its transformer")
+                   help="architecture with random weights (default wan): every family --list marks generate "
+                        "'yes'; the others stop with the reason and the command that measures their transformer")
     p.add_argument("--list", action="store_true", help="print the families with their default sizes and exit")
     p.add_argument("--tiny", action="store_true", help="the family's tiny CPU-sized config (tests)")
     p.add_argument("--height", type=int, default=None, help="multiple of 16 (default 480; tiny: 64)")
@@ -243,6 +246,8 @@ def prepare_pipeline(args):
             log(f"loading local pipeline {args.model} ({dtype_name}, {device}) ...")
             pipe = load_pipeline(args.model, device=device, dtype=dtype)
             preset = "model"
+        elif args.family != "ltx2":
+            return _prepare_family(args, device, dtype_name, dtype)
         else:
             from pipelines.ltx2 import build_ltx2_pipeline
 
@@ -274,7 +279,66 @@ def prepare_pipeline(args):
     if preset == "tiny" and type(pipe).__name__.startswith("LTX2"):
         call.update(stg_scale=0.0, audio_stg_scale=0.0, spatio_temporal_guidance_blocks=None)
     fps = float(defaults["frame_rate"] or getattr(args, "fps", 16))
-    return pipe, dict(device=device, dtype=dtype_name, preset=preset, fps=fps, call=call, seed=args.seed)
+    return pipe, dict(device=device, dtype=dtype_name, preset=preset, fps=fps, call=call, seed=args.seed,
+                      size=(height, width, frames), generate=None)
+
+
+def _prepare_family(args, device, dtype_name: str, dtype):
+    """`--family NAME` with an adapter (pipelines/generate.py): the pipeline and the call, as prepare_pipeline."""
+    from pipelines import PipelineError
+    from pipelines.families import Size
+    from pipelines.generate import adapter, build_family_pipeline, default_size, family_call, generate_family
+    from pipelines.registry import entry
+
+    name = args.family
+    e = entry(name)
+    on_cpu = device.type == "cpu"
+    preset = "tiny" if (args.tiny or (on_cpu and args.preset is None)) else "default"
+    if on_cpu and preset != "tiny":
+        raise SystemExit(f"error: the {e.display} architecture needs a CUDA GPU; use --tiny on the CPU")
+    if on_cpu and not args.tiny:
+        log(f"NOTE: no CUDA device: the tiny {name} config on the CPU (pass --tiny to silence this)")
+    d = default_size(name, preset)
+    size = Size(args.height or d.height, args.width or d.width, args.frames or d.frames)
+    if args.steps is not None and args.steps < 1:
+        raise SystemExit(f"error: --steps must be >= 1, got {args.steps}")
+    log(f"building {e.display} ({e.pipeline}, {preset}, random weights; {dtype_name}, {device}) ...")
+    try:
+        pipe = build_family_pipeline(name, preset, device=device, dtype=dtype, seed=args.seed)
+        call = family_call(name, pipe, args.prompt, args.negative_prompt or "", preset=preset, device=device,
+                           dtype=dtype, size=size, steps=args.steps, guidance=args.guidance, seed=args.seed)
+    except PipelineError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    fps = float(adapter(name).fps)
+    steps = call.get("num_inference_steps")
+    if steps is None:
+        steps = inspect_default(pipe, "num_inference_steps")
+    return pipe, dict(device=device, dtype=dtype_name, preset=preset, fps=fps, call=call, seed=args.seed,
+                      size=(size.height, size.width, size.frames), steps=steps,
+                      generate=lambda p, c, g: generate_family(p, c, fps=fps, generator=g))
+
+
+def inspect_default(pipe, name: str):
+    import inspect
+
+    p = inspect.signature(type(pipe).__call__).parameters.get(name)
+    return None if p is None or p.default is inspect.Parameter.empty else p.default
+
+
+def run_generate(pipe, run: dict, seed: int):
+    """One generation of a prepared pipeline (prepare_pipeline's `run`): pipelines.generic.Generated."""
+    from pipelines.generic import generate
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    if run.get("generate") is not None:
+        return run["generate"](pipe, run["call"], g)
+    return generate(pipe, {**run["call"], "generator": g}, fps=run["fps"])
+
+
+def size_text(run: dict) -> str:
+    h, w, f = run["size"]
+    steps = run.get("steps", run["call"].get("num_inference_steps"))
+    return f"{h}x{w}, {f} frames, {steps} steps"
 
 
 def note_cpu(device) -> None:
@@ -290,12 +354,11 @@ def note_cpu(device) -> None:
 
 def main_pipeline(args) -> dict:
     """`--family ltx2` or `--model DIR`: one generation, an mp4 with the audio track where the pipeline gives one."""
-    from pipelines.generic import generate
     from pipelines.ltx2 import write_video_with_audio
     from pipelines.measure import Stopwatch
 
     pipe, run = prepare_pipeline(args)
-    device, call = run["device"], run["call"]
+    device = run["device"]
     handle = set_attention(pipe, args.attn)
     if handle is not None:
         for line in str(handle).splitlines()[:12]:
@@ -303,12 +366,10 @@ def main_pipeline(args) -> dict:
         note_cpu(device)
     else:
         log("attention: diffusers' default (SDPA)")
-    log(f"generating {call['height']}x{call['width']}, {call['num_frames']} frames, "
-        f"{call['num_inference_steps']} steps ...")
+    log(f"generating {size_text(run)} ...")
     try:
         with Stopwatch(device) as sw:
-            out = generate(pipe, {**call, "generator": torch.Generator(device="cpu").manual_seed(run["seed"])},
-                           fps=run["fps"])
+            out = run_generate(pipe, run, run["seed"])
     finally:
         if handle is not None:
             import vidattn
@@ -334,18 +395,21 @@ def main(argv: list[str] | None = None) -> dict:
         return {"families": registry.names()}
     if args.family is not None and args.family not in GENERATE_FAMILIES:
         from pipelines import registry
+        from pipelines.generate import why_not
 
         if args.family in registry.ENTRIES:
             e = registry.entry(args.family)
             measure = (f"scripts/e2e_report.py --family {args.family} measures its transformer forward at the "
                        f"pipeline's default size" if e.make is not None or registry.in_families(args.family) else
                        f"its transformer forward is not built either ({e.measure})")
-            raise SystemExit(f"error: --family {args.family} ({e.display}, {e.pipeline}): {e.generate}; full "
-                             f"generation is built offline for {', '.join(GENERATE_FAMILIES)}. {measure}; or pass "
-                             f"--model DIR with a local {e.pipeline} folder")
+            raise SystemExit(f"error: --family {args.family} ({e.display}, {e.pipeline}): {e.generate}: "
+                             f"{why_not(args.family)}. Full generation is built offline for "
+                             f"{', '.join(GENERATE_FAMILIES)}. {measure}; or pass --model DIR with a local "
+                             f"{e.pipeline} folder")
         raise SystemExit(f"error: unknown --family {args.family!r} (families: {', '.join(registry.names())}; "
                          f"generation: {', '.join(GENERATE_FAMILIES)})")
-    if args.family == "ltx2" or (args.model is not None and args.family is None and not _is_wan_dir(args.model)):
+    if (args.family is not None and args.family not in ("wan", "wan14b")) or \
+            (args.model is not None and args.family is None and not _is_wan_dir(args.model)):
         return main_pipeline(args)
     if args.family in ("wan", "wan14b"):
         if args.preset is not None and args.preset != "tiny":
