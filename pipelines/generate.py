@@ -200,11 +200,13 @@ _add(_wan_adapter("skyreels_v2", "SkyReelsV2Pipeline", "UniPCMultistepScheduler"
                   scheduler_config={"prediction_type": "flow_prediction", "use_flow_sigmas": True,
                                     "flow_shift": 8.0}, z=16, fps=24))
 # AnyFlow folds guidance into its weights (guidance 1.0) and batches any negative embeddings it is given.
-_add(_wan_adapter("anyflow", "AnyFlowPipeline", "FlowMapEulerDiscreteScheduler", negatives=False))
+# Its guidance stays 1.0 (a --guidance above 1 would need negative embeddings the weights were not trained with).
+_add(_wan_adapter("anyflow", "AnyFlowPipeline", "FlowMapEulerDiscreteScheduler", negatives=False,
+                  call={"guidance_scale": 1.0}))
 # VACE control channels: the inactive/reactive latents of the (empty) control video (2 z) and the 8x8 mask (64).
 # AnyFlow-FAR: chunks of latent frames (1 + 3 x 6 + 2 at 81 frames, its default); tiny: 1-frame chunks.
 _add(_wan_adapter("anyflow_far", "AnyFlowFARPipeline", "FlowMapEulerDiscreteScheduler", negatives=False,
-                  tiny_call={"chunk_partition": [1, 1, 1]}))
+                  call={"guidance_scale": 1.0}, tiny_call={"chunk_partition": [1, 1, 1]}))
 _add(_wan_adapter("wan_vace", "WanVACEPipeline", "UniPCMultistepScheduler", scheduler_config=_WAN_UNIPC,
                   tiny_transformer={"vace_in_channels": 2 * 4 + 64}))
 # HeliosPipeline runs one stage (the class default, 3 stages, is the pyramid pipeline's schedule).

@@ -6,6 +6,7 @@
     python scripts/e2e_report.py --preset tiny         # CPU smoke run (what CI does)
     python scripts/e2e_report.py --model-family hunyuan_video   # another family: one forward, both paths
     python scripts/e2e_report.py --family ltx2 --generate       # LTX-2 full generation (video + audio), both paths
+    python scripts/e2e_report.py --family hunyuan_video --generate   # any generating family: full generation
     python scripts/e2e_report.py --model DIR                    # any local diffusers video pipeline folder
     python scripts/e2e_report.py --list                         # every --family with its default size
 
@@ -15,8 +16,8 @@ inputs its pipeline gives one transformer call at the pipeline's default size (h
 length), and runs the forward-only measurement under SDPA and under vidattn: CUDA-event median, torch.profiler
 attention share, output relative L2, and a census of which attention calls ran the kernel, fell back to SDPA (with
 the reasons) or stayed stock. `--tiny` runs the family's tiny config (CPU). Full video generation is reported for
-Wan (the default, without --family), `--family ltx2 --generate` and `--model DIR`; other families run
-forward-only. Wan-Animate-2 and the SANA-WM refiner take a KV cache their pipelines fill in an earlier pass: their
+Wan (the default, without --family), `--family NAME --generate` for every family whose pipeline is built offline
+(pipelines/generate.py; `--list`: generate "yes") and `--model DIR`; the rest run forward-only. Wan-Animate-2 and the SANA-WM refiner take a KV cache their pipelines fill in an earlier pass: their
 forward is not built here and `--family` says so. scripts/family_table.py runs every family on the GPU in two
 groups (the cross-model table).
 
@@ -84,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local diffusers video pipeline folder (real weights; model_index.json picks the class): "
                         "a Wan folder runs the Wan report, any other the full-generation pipeline report")
     p.add_argument("--generate", action="store_true",
-                   help="with --family ltx2: the full-generation report (video + audio, both paths) instead of "
-                        "one transformer forward")
+                   help="with --family NAME (any family generate_video.py --list marks generate): the "
+                        "full-generation report (seconds per video, PSNR/SSIM; LTX-2 with audio) instead of one "
+                        "transformer forward")
     p.add_argument("--negative-prompt", default=None, help="negative prompt (pipeline reports)")
     p.add_argument("--height", type=int, default=None, help="multiple of 16 (default 480; tiny: 64)")
     p.add_argument("--width", type=int, default=None, help="multiple of 16 (default 832; tiny: 96)")
@@ -784,7 +786,6 @@ def main_pipeline_report(args) -> dict:
     SDPA and under vidattn (same seed, same prompt inputs): seconds per video, speedup, PSNR/SSIM of the decoded
     videos, the attention census of the vidattn run; report.json/.md, first_frames.png, sdpa.mp4/vidattn.mp4."""
     from pipelines.census import AttentionCensus
-    from pipelines.generic import generate
     from pipelines.ltx2 import write_video_with_audio
     from pipelines.measure import Stopwatch, jsonable, video_fidelity
     from vidattn.envinfo import run_metadata
@@ -794,7 +795,7 @@ def main_pipeline_report(args) -> dict:
     args.fps = 24
     pipe, run = prepare_pipeline(args)
     device, call = run["device"], run["call"]
-    from generate_video import cpu_kernel_note
+    from generate_video import cpu_kernel_note, run_generate, size_text
 
     note = cpu_kernel_note(device)
     quiet = (note.split("(", 1)[1].rsplit(")", 1)[0],) if note else ()
@@ -807,14 +808,12 @@ def main_pipeline_report(args) -> dict:
     note_cpu(device)
     results, videos, audio, rates = {}, {}, {}, {}
     for path in PATHS:
-        log(f"[{path}] generating {call['height']}x{call['width']}, {call['num_frames']} frames, "
-            f"{call['num_inference_steps']} steps ...")
+        log(f"[{path}] generating {size_text(run)} ...")
         census = AttentionCensus()
 
         def one():
             with census:
-                return generate(pipe, {**call, "generator": torch.Generator(device="cpu").manual_seed(run["seed"])},
-                                fps=run["fps"])
+                return run_generate(pipe, run, run["seed"])
 
         with Stopwatch(device) as sw:
             out = switch.run(path, one)
@@ -826,9 +825,9 @@ def main_pipeline_report(args) -> dict:
     fidelity = video_fidelity(videos["vidattn"], videos["sdpa"], ssim_frames=args.ssim_frames)
     speedup = None if all_fallback else results["sdpa"]["seconds_per_video"] / results["vidattn"]["seconds_per_video"]
     report = {"metadata": run_metadata(), "mode": "generation", "pipeline": type(pipe).__name__,
-              "model": args.model or "ltx2", "preset": run["preset"], "device": str(device), "dtype": run["dtype"],
-              "height": call["height"], "width": call["width"], "frames": call["num_frames"],
-              "steps": call["num_inference_steps"], "apply": counts, "results": results,
+              "model": args.model or args.family, "preset": run["preset"], "device": str(device),
+              "dtype": run["dtype"], "height": run["size"][0], "width": run["size"][1], "frames": run["size"][2],
+              "steps": run.get("steps", call.get("num_inference_steps")), "apply": counts, "results": results,
               "fidelity": fidelity, "speedup": speedup, "audio": audio["sdpa"] is not None,
               "all_fallback": all_fallback}
     out_dir = Path(args.out_dir or ROOT / "bench" / "results" /
@@ -893,11 +892,17 @@ def main(argv: list[str] | None = None) -> dict:
 
         registry.print_listing()
         return {"status": "ok", "families": registry.names()}
+    from generate_video import GENERATE_FAMILIES
+
     if (args.model is not None and args.model_family is None and not _is_wan_dir(args.model)) or \
-            (args.model_family == "ltx2" and args.generate):
+            (args.generate and args.model_family in GENERATE_FAMILIES and args.model_family not in ("wan", "wan14b")):
         return main_pipeline_report(args)
-    if args.generate:
-        raise SystemExit("error: --generate is for --family ltx2 (a full pipeline); --model DIR reports any "
+    if args.generate and args.model_family not in ("wan", "wan14b"):
+        from pipelines.generate import why_not
+
+        what = (f"--family {args.model_family} does not generate here ({why_not(args.model_family)})"
+                if args.model_family else "--generate needs --family NAME")
+        raise SystemExit(f"error: {what}; --generate takes {', '.join(GENERATE_FAMILIES)}; --model DIR reports any "
                          "pipeline folder")
     if args.model_family is not None:
         from pipelines import registry
