@@ -294,3 +294,32 @@ def test_compile_fullgraph_reads_the_default(fresh_warnings):
             assert seen == ["8bit"]
         finally:
             quant8.attention_8bit = real
+
+
+def _load_q8_check(monkeypatch, exclude=""):
+    monkeypatch.setenv("Q8_EXCLUDE", exclude)
+    spec = importlib.util.spec_from_file_location("q8_check_under_test", REPO / "dev/q8_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_q8_check_ab_excludes_and_picks(monkeypatch, tmp_path):
+    """dev/q8_check.py's A/B bookkeeping: a variant a smoke run saw fail is left out (never the default, which runs
+    first), and the pick is the best geometric mean of the two passes per head dim."""
+    mod = _load_q8_check(monkeypatch, ",mode=3 wgs=3 seq=1")
+    assert mod.VARIANTS[128][0] == (0, 2, 0) and mod.VARIANTS[64][0] == (1, 3, 0)
+    assert (3, 3, 1) not in mod.VARIANTS[128] and (3, 3, 1) not in mod.VARIANTS[64]
+    assert (0, 3, 1) in mod.VARIANTS[128]
+    assert _load_q8_check(monkeypatch, ",seq=").VARIANTS == {128: [(0, 2, 0)], 64: [(1, 3, 0)]}
+    mod = _load_q8_check(monkeypatch)
+    for name, _b, _h, _sq, _skv, d in mod.SHAPES:
+        row = {"shape": name, "variants": {mod.vkey(*vt): [800.0, 810.0] for vt in mod.VARIANTS[d]}}
+        row["variants"][mod.vkey(0, 3, 1) if d == 128 else mod.vkey(3, 3, 0)] = [900.0, 880.0]
+        mod.results["timing"].append(row)
+    monkeypatch.setenv("Q8_BEST_ENV", str(tmp_path / "best.env"))
+    mod.pick_best()
+    assert mod.results["best"][128]["variant"] == "mode=0 wgs=3 seq=1"
+    assert mod.results["best"][64]["variant"] == "mode=3 wgs=3 seq=0"
+    assert abs(mod.results["best"][128]["default_gmean"] - 805.0) < 1e-6
+    assert (tmp_path / "best.env").read_text() == "export VIDATTN_Q8_SUM_MMA=0 VIDATTN_Q8_SEQ=1\n"
