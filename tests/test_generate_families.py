@@ -122,3 +122,21 @@ def test_cli_writes_an_mp4(tmp_path):
     assert (r["frames"], r["height"], r["width"]) == (9, 128, 128) and r["pipeline"] == "LTXPipeline"
     assert r["apply"]["kernel"] > 0
     assert out.read_bytes()[4:8] == b"ftyp"  # an MP4 container
+
+
+def test_e2e_report_generates_a_family_on_both_paths(tmp_path):
+    """e2e_report.py --family NAME --generate: the same generation under SDPA and vidattn, timed and compared."""
+    import e2e_report as e2e
+
+    rep = e2e.main(["--family", "cogvideox", "--generate", "--tiny", "--steps", "1", "--no-video",
+                    "--out-dir", str(tmp_path)])
+    assert rep["pipeline"] == "CogVideoXPipeline" and rep["model"] == "cogvideox" and rep["preset"] == "tiny"
+    assert (rep["height"], rep["width"], rep["frames"], rep["steps"]) == (64, 64, 9, 1)
+    assert rep["apply"]["kernel"] > 0 and rep["results"]["vidattn"]["attention_calls"]["fallback"] > 0
+    assert rep["results"]["sdpa"]["attention_calls"]["fallback"] == 0
+    assert rep["all_fallback"] and rep["speedup"] is None  # no kernel on the CPU: both paths ran SDPA
+    assert rep["fidelity"]["psnr_db"] == float("inf")
+    for f in ("report.json", "report.md", "first_frames.png"):
+        assert (tmp_path / f).is_file()
+    with pytest.raises(SystemExit, match="does not generate here"):
+        e2e.main(["--family", "cosmos", "--generate", "--tiny", "--out-dir", str(tmp_path / "x")])
