@@ -175,6 +175,27 @@ def _clip_vision(preset, device, dtype, seed):
     return {"image_encoder": enc, "image_processor": proc}
 
 
+# lllyasviel/flux_redux_bfl image_encoder (FramePack's): SigLIP so400m, patch 14 at 384 px -> 729 tokens of 1152.
+SIGLIP_SO400M = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
+                     image_size=384, patch_size=14)
+
+
+def _siglip(preset, device, dtype, seed):
+    from transformers import SiglipImageProcessor, SiglipVisionConfig, SiglipVisionModel
+
+    from .families import _cast
+
+    if preset == "tiny":  # the tiny transformer's image_proj_dim wide, 16 tokens
+        cfg = dict(hidden_size=registry.config_for("framepack", "tiny")["image_proj_dim"], intermediate_size=32,
+                   num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)
+    else:
+        cfg = SIGLIP_SO400M
+    enc = _seeded(lambda: SiglipVisionModel(SiglipVisionConfig(**cfg)), {}, seed + 5, device)
+    _cast(enc, dtype).eval().requires_grad_(False)
+    px = cfg["image_size"]
+    return {"image_encoder": enc, "feature_extractor": SiglipImageProcessor(size={"height": px, "width": px})}
+
+
 def _cu_seqlens(pipe, preset, size, seed, device, dtype):
     """Kandinsky 5 packs the Qwen tokens of a batch: one prompt of the full padded length."""
     n = registry.entry("kandinsky5").tiny_text if preset == "tiny" else registry.entry("kandinsky5").text
@@ -437,6 +458,15 @@ _add(Adapter("kandinsky6", "Kandinsky6TI2VAPipeline", "AutoencoderKLHunyuanVideo
              (Text("prompt_embeds", _td("in_text_dim", 3584)),
               Text("pooled_prompt_embeds", _td("in_text_dim2", 768), pooled=True)),
              call={"sample_audio": False}, fps=24, vae_dtype=None))
+# HunyuanVideo-FramePack (I2V): HunyuanVideo's text side and VAE, the conditioning image through a SigLIP image
+# encoder with seeded random weights; sections of 9 latent frames (tiny: 2) with their history latents.
+_add(Adapter("framepack", "HunyuanVideoFramepackPipeline", "AutoencoderKLHunyuanVideo", {}, _HY_VAE_TINY,
+             "AutoencoderKLHunyuanVideo class defaults = HunyuanVideo's vae/config.json",
+             "FlowMatchEulerDiscreteScheduler",
+             (Text("prompt_embeds", _td("text_embed_dim", 4096), mask="prompt_attention_mask"),
+              Text("pooled_prompt_embeds", _td("pooled_projection_dim", 768), pooled=True)),
+             negatives=False, extra=_image, components=lambda *a: _siglip(*a), tiny_call={"latent_window_size": 2},
+             fps=30, vae_dtype=None))
 
 # Families that do not generate here, and why.
 LEFT_OUT: dict[str, str] = {
@@ -447,8 +477,6 @@ LEFT_OUT: dict[str, str] = {
                "(vocabulary files of the release) and embeds the tokens inside the transformer",
     "consisid": "ConsisIDPipeline imports opencv (cv2, not installed here) and needs the face encoders' identity "
                 "features of a real face image (insightface / EVA-CLIP)",
-    "framepack": "HunyuanVideoFramepackPipeline encodes its conditioning image with a SigLIP image encoder and "
-                 "generates section by section with history latents; not adapted here yet",
     "wan_animate": "WanAnimatePipeline needs a reference image, a pose video and a face video, and the CLIP image "
                    "encoder; not adapted here yet",
     "wan_animate2": "WanAnimate2ModularPipeline is a modular pipeline whose blocks are loaded from the release "
