@@ -278,9 +278,6 @@ def test_non_finite_inputs_on_the_8bit_path_are_never_silently_finite(where, mon
     assert bool((out.isnan().any(-1) | ~ref_rows).all()), "a row SDPA gives as NaN came out finite"
 
 
-@pytest.mark.xfail(strict=True, reason="ops._prepare_kv_lens casts a CUDA int64 kv_lens to int32 unchecked: 2^32 + 7 "
-                                       "wraps to 7 keys where SDPA's mask keeps them all; the fix (clamp to [0, Skv] "
-                                       "before the cast) is in docs/reliability.md, 'Known gaps'")
 def test_int64_kv_lens_past_int32_on_the_gpu_read_as_skv():
     q, k, v, _ = make("x", 2, 2, 300, 257, 64, False)
     huge = torch.tensor([2 ** 32 + 7, 257], device="cuda", dtype=torch.int64)

@@ -97,6 +97,9 @@ def _validate(q, k, v, layout, scale, kv_lens, fn="vidattn.attention"):
             raise ValueError(f"{fn}: {name} must be 4-D ({layout}), got shape {tuple(t.shape)}")
         if not t.dtype.is_floating_point:
             raise TypeError(f"{fn}: {name} must be a floating-point tensor, got {t.dtype}")
+        if t.element_size() == 1:  # float8: SDPA has no such path and fails deep inside with an unrelated message
+            raise TypeError(f"{fn}: {name} is {t.dtype}; attention takes float16, bfloat16, float32 or float64 "
+                            f"(for 8-bit attention pass bf16/fp16 tensors with precision='8bit')")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"{fn}: q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
@@ -157,11 +160,15 @@ def _causal_code(causal, fn="vidattn.attention") -> int:
     raise TypeError(f"{fn}: causal must be False, True, 'top_left' or 'bottom_right', got {type(causal).__name__}")
 
 
-def _prepare_kv_lens(kv_lens, device):
+def _prepare_kv_lens(kv_lens, device, skv=None):
     """int32 on q's device and contiguous: the kernel reads kv_lens with stride 1, and `.to` returns a strided view
-    (a column of a 2-D tensor, an expanded scalar) unchanged when it is already int32 on that device."""
+    (a column of a 2-D tensor, an expanded scalar) unchanged when it is already int32 on that device. An int64 GPU
+    tensor (its values unchecked: no sync) is clamped to [0, skv] first, so a value past int32 cannot wrap in the
+    cast (2^32 + 7 would read as 7 keys, where SDPA's mask keeps them all)."""
     if kv_lens is None:
         return None
+    if skv is not None and kv_lens.dtype == torch.int64 and kv_lens.device.type != "cpu":
+        kv_lens = kv_lens.clamp(0, skv)
     return kv_lens.to(device=device, dtype=torch.int32, non_blocking=True).contiguous()
 
 
@@ -399,7 +406,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     _validate(q, k, v, layout, scale, kv_lens)
     causal = _causal_code(causal)
     eight_bit = resolve_precision(precision) == "8bit" and causal == _ext.CAUSAL_NONE
-    kv_lens = _prepare_kv_lens(kv_lens, q.device)
+    kv_lens = _prepare_kv_lens(kv_lens, q.device, k.shape[1 if layout == "bshd" else 2])
     scale = None if scale is None else float(scale)
     if _grad_reason(q, k, v) is not None:
         # The custom op has no backward; the differentiable SDPA path keeps training and grad checks working.
@@ -441,7 +448,7 @@ def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
     _validate(q, k, v, layout, scale, kv_lens, fn="vidattn.explain")
     causal = _causal_code(causal, fn="vidattn.explain")
     eight_bit = resolve_precision(precision) == "8bit"
-    kv_lens = _prepare_kv_lens(kv_lens, q.device)
+    kv_lens = _prepare_kv_lens(kv_lens, q.device, k.shape[1 if layout == "bshd" else 2])
     if eight_bit and causal == _ext.CAUSAL_NONE:
         from .quant8 import explain_8bit
         return explain_8bit(q, k, v, layout, None if scale is None else float(scale), kv_lens)

@@ -31,6 +31,9 @@ SHORT_KV_EXACT_MAX = int(os.environ.get("VIDATTN_Q8_SHORT_KV_EXACT_MAX", "8192")
 # at both.
 EXACT_HEAD_DIMS: tuple = ()
 _declared: set = set()
+# The first failed 8-bit launch of the loaded library (not a per-call descriptor refusal): the 8-bit kernel is not
+# launched again in this process, and calls run the exact path with this reason.
+_launch_error: Optional[str] = None
 
 
 def _entry(lib: ctypes.CDLL):
@@ -108,7 +111,7 @@ def reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
     reason = envelope_reason_8bit(q, k, v, kv_lens, scale) or _ext.kernel_reason(q, k, v, kv_lens, scale)
     if reason is None and _entry(_ext.load()) is None:
         reason = "the loaded kernel library predates the 8-bit path (rebuild it: vidattn.build(force=True))"
-    return reason
+    return reason or _launch_error
 
 
 def route_reason(q, k) -> Optional[str]:
@@ -132,6 +135,8 @@ def workspace_bytes(b: int, h: int, sq: int, skv: int, d: int, lib: ctypes.CDLL 
 def forward_8bit(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = None) -> None:
     """Launch the pre-pass and the 8-bit kernel on the current stream; arguments as `_ext.forward` (BSHD views).
     Call only when reason_8bit is None."""
+    global _launch_error
+    default = lib is None
     lib = _entry(lib or _ext._library(None))
     if lib is None:
         raise RuntimeError("the kernel library has no 8-bit path")
@@ -144,7 +149,11 @@ def forward_8bit(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | No
     with torch.cuda.device(q.device):
         rc = lib.vidattn_q8_fwd(ctypes.byref(args), ctypes.c_void_p(stream))
     if rc != 0:
-        raise RuntimeError(f"vidattn 8-bit kernel launch failed: {lib.vidattn_sm90_last_error().decode()}")
+        msg = lib.vidattn_sm90_last_error().decode(errors="replace")
+        if default and not msg.startswith("cuTensorMapEncodeTiled"):
+            _launch_error = f"8-bit kernel launch failed ({msg}); the 8-bit kernel is not used again in this process"
+            raise _ext.KernelLaunchError(_launch_error)
+        raise _ext.KernelLaunchError(f"vidattn 8-bit kernel launch failed: {msg}")
 
 
 def _attention_8bit_impl(q, k, v, layout: str, scale: Optional[float], kv_lens, return_lse: bool):
@@ -167,7 +176,11 @@ def _attention_8bit_impl(q, k, v, layout: str, scale: Optional[float], kv_lens, 
         out = torch.empty((b, h, sq, d), dtype=q.dtype, device=q.device)
         out_view = out.transpose(1, 2)
     lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device) if return_lse else None
-    forward_8bit(qv, kv, vv, out_view, lse, kv_lens, sc)
+    try:
+        forward_8bit(qv, kv, vv, out_view, lse, kv_lens, sc)
+    except _ext.KernelLaunchError as exc:
+        ops.warn_fallback(f"8-bit path unavailable ({exc}); the exact path runs instead")
+        return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
     return out, lse
 
 
