@@ -458,6 +458,22 @@ _add(Adapter("kandinsky6", "Kandinsky6TI2VAPipeline", "AutoencoderKLHunyuanVideo
              (Text("prompt_embeds", _td("in_text_dim", 3584)),
               Text("pooled_prompt_embeds", _td("in_text_dim2", 768), pooled=True)),
              call={"sample_audio": False}, fps=24, vae_dtype=None))
+def _animate_inputs(pipe, preset, size, seed, device, dtype):
+    """Wan-Animate (animate mode): the reference image, a pose video of the size's frames, and face crops at the
+    motion encoder's size, all seeded random."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed + 13)
+    fs = pipe.transformer.config.motion_encoder_size
+
+    def frames(h, w):
+        return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for _ in range(size.frames)]
+
+    return {"image": _rand_image(size, seed + 12), "pose_video": frames(size.height, size.width),
+            "face_video": frames(fs, fs)}
+
+
 # HunyuanVideo-FramePack (I2V): HunyuanVideo's text side and VAE, the conditioning image through a SigLIP image
 # encoder with seeded random weights; sections of 9 latent frames (tiny: 2) with their history latents.
 _add(Adapter("framepack", "HunyuanVideoFramepackPipeline", "AutoencoderKLHunyuanVideo", {}, _HY_VAE_TINY,
@@ -467,6 +483,11 @@ _add(Adapter("framepack", "HunyuanVideoFramepackPipeline", "AutoencoderKLHunyuan
               Text("pooled_prompt_embeds", _td("pooled_projection_dim", 768), pooled=True)),
              negatives=False, extra=_image, components=lambda *a: _siglip(*a), tiny_call={"latent_window_size": 2},
              fps=30, vae_dtype=None))
+# Wan2.2-Animate: one segment of the size's frames (77); the CLIP image encoder as ChronoEdit's; guidance 1.0.
+_add(_wan_adapter("wan_animate", "WanAnimatePipeline", "UniPCMultistepScheduler", negatives=False,
+                  scheduler_config=_WAN_UNIPC, extra=_animate_inputs, components=_clip_vision,
+                  texts=(Text("prompt_embeds", _td("text_dim", 4096), tokens=512, zero_pad=True),),
+                  frames_key="segment_frame_length"))
 
 # Families that do not generate here, and why.
 LEFT_OUT: dict[str, str] = {
@@ -477,8 +498,6 @@ LEFT_OUT: dict[str, str] = {
                "(vocabulary files of the release) and embeds the tokens inside the transformer",
     "consisid": "ConsisIDPipeline imports opencv (cv2, not installed here) and needs the face encoders' identity "
                 "features of a real face image (insightface / EVA-CLIP)",
-    "wan_animate": "WanAnimatePipeline needs a reference image, a pose video and a face video, and the CLIP image "
-                   "encoder; not adapted here yet",
     "wan_animate2": "WanAnimate2ModularPipeline is a modular pipeline whose blocks are loaded from the release "
                     "repository; its cached pass needs a KV cache an extract pass fills",
     "minimax_h3": "MiniMaxH3ModularPipeline is a modular pipeline whose blocks are loaded from the release "

@@ -140,3 +140,19 @@ def test_e2e_report_generates_a_family_on_both_paths(tmp_path):
         assert (tmp_path / f).is_file()
     with pytest.raises(SystemExit, match="does not generate here"):
         e2e.main(["--family", "cosmos", "--generate", "--tiny", "--out-dir", str(tmp_path / "x")])
+
+
+@pytest.mark.parametrize("name", ADAPTED)
+def test_release_sized_components_construct(name):
+    """The default-preset VAE (and image encoder) configs build, on the meta device (nothing allocated), at the
+    size of the released components (tens of millions of parameters and more, not a CPU-sized stand-in)."""
+    import diffusers
+
+    a = G.ADAPTERS[name]
+    with torch.device("meta"):
+        vae = getattr(diffusers, a.vae)(**G.vae_config(name))
+        extra = a.components("default", "meta", torch.bfloat16, 0) if a.components else {}
+    assert sum(p.numel() for p in vae.parameters()) > 5e7, name
+    for part, m in extra.items():
+        if isinstance(m, torch.nn.Module):
+            assert sum(p.numel() for p in m.parameters()) > 3e8, (name, part)
