@@ -311,6 +311,10 @@ def build_family_pipeline(name: str, preset: str = "default", *, device="cpu", d
     if a.components is not None:
         parts.update(a.components(preset, device, dtype, seed))
     pipe = cls(**{k: v for k, v in parts.items() if k in params})
+    if not tiny and hasattr(vae, "enable_tiling"):
+        # what the model cards do at the release sizes (a 720p HunyuanVideo or 163-frame Mochi decode does not fit
+        # otherwise); it changes the VAE's memory, not the transformer's work
+        vae.enable_tiling()
     if a.post is not None:
         a.post(pipe)
     pipe.set_progress_bar_config(disable=True)

@@ -143,16 +143,20 @@ def test_e2e_report_generates_a_family_on_both_paths(tmp_path):
 
 
 @pytest.mark.parametrize("name", ADAPTED)
-def test_release_sized_components_construct(name):
-    """The default-preset VAE (and image encoder) configs build, on the meta device (nothing allocated), at the
-    size of the released components (tens of millions of parameters and more, not a CPU-sized stand-in)."""
-    import diffusers
-
-    a = G.ADAPTERS[name]
-    with torch.device("meta"):
-        vae = getattr(diffusers, a.vae)(**G.vae_config(name))
-        extra = a.components("default", "meta", torch.bfloat16, 0) if a.components else {}
-    assert sum(p.numel() for p in vae.parameters()) > 5e7, name
-    for part, m in extra.items():
-        if isinstance(m, torch.nn.Module):
+def test_default_pipeline_builds_on_meta(name):
+    """The default preset (what the GPU runs) builds on the meta device, nothing allocated: the release-sized VAE
+    and image encoder (tens of millions of parameters and more, not a CPU-sized stand-in), and a call at the
+    default size whose embeddings have the real encoders' widths."""
+    pipe = G.build_family_pipeline(name, "default", device="meta", dtype=torch.bfloat16)
+    assert sum(p.numel() for p in pipe.vae.parameters()) > 5e7, name
+    for part in ("image_encoder",):
+        m = getattr(pipe, part, None)
+        if m is not None:
             assert sum(p.numel() for p in m.parameters()) > 3e8, (name, part)
+    call = G.family_call(name, pipe, "a fox", "", device="meta", dtype=torch.bfloat16)
+    size = registry.size_for(name)
+    assert (call["height"], call["width"]) == (size.height, size.width)
+    emb = call.get("prompt_embeds", call.get("prompt_embeds_qwen"))
+    assert emb.shape[0] == 1 and emb.shape[1] == (512 if name in ("chronoedit", "wan_animate") else
+                                                  registry.entry(name).text)
+    assert emb.shape[2] >= 1024  # a real text encoder's width (T5/UMT5/Llama/Qwen/Gemma), not the tiny one
