@@ -160,3 +160,26 @@ def test_default_pipeline_builds_on_meta(name):
     assert emb.shape[0] == 1 and emb.shape[1] == (512 if name in ("chronoedit", "wan_animate") else
                                                   registry.entry(name).text)
     assert emb.shape[2] >= 1024  # a real text encoder's width (T5/UMT5/Llama/Qwen/Gemma), not the tiny one
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["cogvideox", "hunyuan_video", "ltx"])
+def test_family_generates_on_the_kernel_gpu(name):
+    """On a Hopper GPU: the real architecture (bf16, random weights) at a reduced size, 2 steps; the transformer's
+    attention runs the kernel and the decoded video is finite. (The default size: scripts/generate_video.py.)"""
+    import vidattn
+    from pipelines.families import Size
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper (sm_90) GPU")
+    pipe = G.build_family_pipeline(name, "default", device="cuda", dtype=torch.bfloat16, seed=0)
+    size = {"cogvideox": Size(480, 720, 13), "hunyuan_video": Size(320, 512, 17), "ltx": Size(512, 704, 25)}[name]
+    call = G.family_call(name, pipe, "a fox", "", device="cuda", dtype=torch.bfloat16, size=size, steps=2)
+    vidattn.apply(pipe)
+    try:
+        with AttentionCensus() as census:
+            out = G.generate_family(pipe, call, fps=8.0, generator=torch.Generator().manual_seed(0))
+    finally:
+        vidattn.restore(pipe)
+    assert out.frames.shape[1:] == (size.height, size.width, 3) and np.isfinite(out.frames).all()
+    assert census.summary()["kernel"] > 0, census.summary()["fallback_reasons"]
