@@ -6,18 +6,25 @@
                        dtype=torch.bfloat16)                            # the __call__ keywords, embeddings included
     out = pipe(**call, output_type="np")
 
-Each adapter names the family's diffusers pipeline class, its VAE class at the released config (`vae`: keys over
-the class defaults, {} where the defaults are the release's) with seeded random weights, the scheduler class the
-pipeline ships (its default config unless stated), and the prompt embeddings its `__call__` takes in place of the
-text encoder(s): seeded random tensors of the encoders' shapes (sequence length and width read from the
-transformer's config), hashed from the prompt, with the attention masks, pooled embeddings and negative
-embeddings that `__call__` requires. Tokenizers and text encoders are None. The transformer is the registry's
-(real config, seeded random weights). Random weights give meaningless videos; every tensor has the real shape and
-every module does the real work. Nothing is downloaded.
+Each adapter names the family's diffusers pipeline class, its VAE class at the released config (`vae_config`:
+keys over the class defaults, {} where the defaults are the release's; `vae_note` says which) with seeded random
+weights, the pipeline's scheduler class (its default config unless the adapter states the release's), and the
+prompt embeddings its `__call__` takes in place of the text encoder(s): seeded random tensors of the encoders'
+shapes (width read from the transformer's config, length the pipeline's padded length), hashed from the prompt,
+with the attention masks, pooled embeddings and negative embeddings that `__call__` requires. Tokenizers and text
+encoders are None. Image-conditioned pipelines get a seeded random image (and pose / face videos for Wan-Animate)
+and, where the pipeline refuses precomputed image embeddings, its image encoder (CLIP ViT-H/14, SigLIP so400m) at
+the real config with seeded random weights. The transformer is the registry's (real config, seeded random
+weights). At the release sizes the VAE decodes tiled, as the model cards do. Random weights give meaningless
+videos; every tensor has the real shape and every module does the real work. Nothing is downloaded.
 
-A family without an adapter has a stated reason (`why_not(name)`): its pipeline cannot run without its text
-encoder or an image encoder, or it is a modular pipeline whose transformer call needs a KV cache another pass
-fills. `scripts/e2e_report.py --family NAME` measures those families' transformer forward instead.
+The "tiny" preset: the registry's tiny transformer, a VAE of the same compression factors at CPU width, tiny
+image encoders, 2 steps, a few frames (CPU tests).
+
+A family without an adapter has its stated reason in LEFT_OUT (`why_not(name)`): a pipeline that refuses to run
+without a component an offline random-weight build cannot honestly have (Cosmos' safety checker, Cosmos3's
+tokenizer, ConsisID's face models), or a modular pipeline / refiner whose transformer call needs what another
+model or pass fills. `scripts/e2e_report.py --family NAME` measures those families' transformer forward instead.
 """
 from __future__ import annotations
 
