@@ -210,10 +210,10 @@ def _cu_seqlens(pipe, preset, size, seed, device, dtype):
     return {"prompt_cu_seqlens": cu, "negative_prompt_cu_seqlens": cu.clone()}
 
 
-def _cfg_guider():
+def _cfg_guider(scale: float | None = None):
     from diffusers.guiders import ClassifierFreeGuidance
 
-    return ClassifierFreeGuidance()
+    return ClassifierFreeGuidance() if scale is None else ClassifierFreeGuidance(guidance_scale=scale)
 
 
 ADAPTERS: dict[str, Adapter] = {}
@@ -354,7 +354,11 @@ def family_call(name: str, pipe, prompt: str, negative_prompt: str, *, preset: s
     elif tiny:
         call["num_inference_steps"] = 2
     if guidance is not None:
-        call["guidance_scale"] = guidance
+        if "guidance_scale" in params:
+            call["guidance_scale"] = guidance
+        elif getattr(pipe, "guider", None) is not None:
+            # pipelines that guide through a guider component (HunyuanVideo 1.5, Motif) take the scale there
+            pipe.register_modules(guider=_cfg_guider(guidance))
     neg = params.get("negative_prompt")
     if negatives and neg is not None and neg.default not in (None, inspect.Parameter.empty):
         call["negative_prompt"] = None  # its default text would conflict with the embeddings given

@@ -180,3 +180,15 @@ def test_family_generates_on_the_kernel_gpu(name):
         vidattn.restore(pipe)
     assert out.frames.shape[1:] == (size.height, size.width, 3) and np.isfinite(out.frames).all()
     assert census.summary()["kernel"] > 0, census.summary()["fallback_reasons"]
+
+
+def test_guidance_reaches_guider_pipelines():
+    """--guidance on a pipeline that guides through its guider component (no guidance_scale keyword)."""
+    pipe = G.build_family_pipeline("motif_video", "tiny", device="cpu", dtype=torch.float32)
+    call = G.family_call("motif_video", pipe, "a cat", "", preset="tiny", device="cpu", dtype=torch.float32,
+                         guidance=3.5)
+    assert "guidance_scale" not in call and pipe.guider.guidance_scale == 3.5
+    call = G.family_call("cogvideox", G.build_family_pipeline("cogvideox", "tiny", device="cpu",
+                                                              dtype=torch.float32),
+                         "a cat", "", preset="tiny", device="cpu", dtype=torch.float32, guidance=3.5)
+    assert call["guidance_scale"] == 3.5
