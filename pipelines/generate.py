@@ -119,6 +119,7 @@ class Adapter:
     fps: float = 16.0
     vae_dtype: torch.dtype | None = torch.float32   # None: the transformer's dtype
     post: Callable | None = None    # (pipe) -> None: a setting the pipeline needs after it is built
+    min_steps: tuple = (1, "")      # (fewest denoising steps the pipeline takes, why)
 
 
 def _td(key, default=None):
@@ -350,6 +351,8 @@ def family_call(name: str, pipe, prompt: str, negative_prompt: str, *, preset: s
     call[a.frames_key] = size.frames
     params = inspect.signature(type(pipe).__call__).parameters
     if steps is not None:
+        if steps < a.min_steps[0]:
+            raise PipelineError(f"--steps {steps}: {a.pipeline} needs at least {a.min_steps[0]} ({a.min_steps[1]})")
         call["num_inference_steps"] = steps
     elif tiny:
         call["num_inference_steps"] = 2
@@ -426,7 +429,8 @@ _add(Adapter("mochi", "MochiPipeline", "AutoencoderKLMochi", {},
              "FlowMatchEulerDiscreteScheduler",
              (Text("prompt_embeds", _td("text_embed_dim", 4096), mask="prompt_attention_mask"),),
              # the pipeline un-normalises exactly 12 latent channels: the tiny transformer reads 12 too
-             tiny_size=Size(64, 64, 7), tiny_transformer={"in_channels": 12}, fps=30))
+             tiny_size=Size(64, 64, 7), tiny_transformer={"in_channels": 12}, fps=30,
+             min_steps=(2, "its linear-quadratic sigma schedule divides by zero at 1 step")))
 # Allegro: T5-XXL (4096, 512 tokens with the mask); its VAE decodes only tiled (diffusers has no untiled path),
 # in tiles of 24 frames x sample_size pixels: the tiny size is one tile.
 _add(Adapter("allegro", "AllegroPipeline", "AutoencoderKLAllegro", {},
@@ -498,8 +502,9 @@ _add(Adapter("framepack", "HunyuanVideoFramepackPipeline", "AutoencoderKLHunyuan
               Text("pooled_prompt_embeds", _td("pooled_projection_dim", 768), pooled=True)),
              negatives=False, extra=_image, components=lambda *a: _siglip(*a), tiny_call={"latent_window_size": 2},
              fps=30, vae_dtype=None))
-# Wan2.2-Animate: one segment of the size's frames (77); the CLIP image encoder as ChronoEdit's; guidance 1.0.
-_add(_wan_adapter("wan_animate", "WanAnimatePipeline", "UniPCMultistepScheduler", negatives=False,
+# Wan2.2-Animate: one segment of the size's frames (77); the CLIP image encoder as ChronoEdit's; guidance 1.0 by
+# default (the negative embeddings are read only under CFG).
+_add(_wan_adapter("wan_animate", "WanAnimatePipeline", "UniPCMultistepScheduler",
                   scheduler_config=_WAN_UNIPC, extra=_animate_inputs, components=_clip_vision,
                   texts=(Text("prompt_embeds", _td("text_dim", 4096), tokens=512, zero_pad=True),),
                   frames_key="segment_frame_length"))

@@ -192,3 +192,9 @@ def test_guidance_reaches_guider_pipelines():
                                                               dtype=torch.float32),
                          "a cat", "", preset="tiny", device="cpu", dtype=torch.float32, guidance=3.5)
     assert call["guidance_scale"] == 3.5
+
+
+def test_too_few_steps_is_a_clear_error():
+    pipe = G.build_family_pipeline("mochi", "tiny", device="cpu", dtype=torch.float32)
+    with pytest.raises(G.PipelineError, match="at least 2"):
+        G.family_call("mochi", pipe, "a", "", preset="tiny", device="cpu", dtype=torch.float32, steps=1)
