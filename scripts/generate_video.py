@@ -300,6 +300,13 @@ def _prepare_family(args, device, dtype_name: str, dtype):
         log(f"NOTE: no CUDA device: the tiny {name} config on the CPU (pass --tiny to silence this)")
     d = default_size(name, preset)
     size = Size(args.height or d.height, args.width or d.width, args.frames or d.frames)
+    from pipelines.families import FamilyError
+    from pipelines.registry import check_size
+
+    try:
+        check_size(name, size, preset)
+    except FamilyError as exc:
+        raise SystemExit(f"error: {exc}") from None
     if args.steps is not None and args.steps < 1:
         raise SystemExit(f"error: --steps must be >= 1, got {args.steps}")
     log(f"building {e.display} ({e.pipeline}, {preset}, random weights; {dtype_name}, {device}) ...")

@@ -198,3 +198,8 @@ def test_too_few_steps_is_a_clear_error():
     pipe = G.build_family_pipeline("mochi", "tiny", device="cpu", dtype=torch.float32)
     with pytest.raises(G.PipelineError, match="at least 2"):
         G.family_call("mochi", pipe, "a", "", preset="tiny", device="cpu", dtype=torch.float32, steps=1)
+
+
+def test_bad_size_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="multiple of 16"):
+        gen.main(["--family", "cogvideox", "--tiny", "--height", "72", "--out", str(tmp_path / "x.mp4")])
