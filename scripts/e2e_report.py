@@ -17,8 +17,9 @@ length), and runs the forward-only measurement under SDPA and under vidattn: CUD
 attention share, output relative L2, and a census of which attention calls ran the kernel, fell back to SDPA (with
 the reasons) or stayed stock. `--tiny` runs the family's tiny config (CPU). Full video generation is reported for
 Wan (the default, without --family), `--family NAME --generate` for every family whose pipeline is built offline
-(pipelines/generate.py; `--list`: generate "yes") and `--model DIR`; the rest run forward-only. Wan-Animate-2 and the SANA-WM refiner take a KV cache their pipelines fill in an earlier pass: their
-forward is not built here and `--family` says so. scripts/family_table.py runs every family on the GPU in two
+(pipelines/generate.py; `--list`: generate "yes") and `--model DIR`; the rest run forward-only. Wan-Animate-2
+and the SANA-WM refiner take a KV cache their pipelines fill in an earlier pass: their forward is not built here
+and `--family` says so. scripts/family_table.py runs every family on the GPU in two
 groups (the cross-model table).
 
 One pipeline is built (seeded random weights, or `--model DIR`); the SDPA run uses diffusers' default processors,
@@ -782,7 +783,7 @@ def main_family(args) -> dict:
 
 # ----------------------------------------------------------------------------------------- pipeline report
 def main_pipeline_report(args) -> dict:
-    """`--model DIR` (any diffusers video pipeline) or `--family ltx2 --generate`: the same full generation under
+    """`--model DIR` (any diffusers video pipeline) or `--family NAME --generate`: the same full generation under
     SDPA and under vidattn (same seed, same prompt inputs): seconds per video, speedup, PSNR/SSIM of the decoded
     videos, the attention census of the vidattn run; report.json/.md, first_frames.png, sdpa.mp4/vidattn.mp4."""
     from pipelines.census import AttentionCensus
