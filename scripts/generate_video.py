@@ -58,14 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "'yes'; the others stop with the reason and the command that measures their transformer")
     p.add_argument("--list", action="store_true", help="print the families with their default sizes and exit")
     p.add_argument("--tiny", action="store_true", help="the family's tiny CPU-sized config (tests)")
-    p.add_argument("--height", type=int, default=None, help="multiple of 16 (default 480; tiny: 64)")
+    p.add_argument("--height", type=int, default=None,
+                   help="multiple of 16 (default 480; tiny: 64; --family NAME: the family's default, --list)")
     p.add_argument("--width", type=int, default=None, help="multiple of 16 (default 832; tiny: 96)")
     p.add_argument("--frames", type=int, default=None, help="4k+1 (default 81; tiny: 9)")
-    p.add_argument("--steps", type=int, default=None, help="denoising steps (default 50; LTX-2 and --model: the "
-                                                              "pipeline's default)")
+    p.add_argument("--steps", type=int, default=None, help="denoising steps (default 50; --family NAME and --model: "
+                                                              "the pipeline's default; --tiny: 2)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and initial noise (default 0)")
     p.add_argument("--guidance", type=float, default=None,
-                   help="CFG scale; <= 1 disables CFG (default 5.0; LTX-2 and --model: the pipeline's default)")
+                   help="CFG scale; <= 1 disables CFG (default 5.0; --family NAME and --model: the pipeline's "
+                        "default)")
     p.add_argument("--flow-shift", type=float, default=None, help="scheduler shift (default 3.0 at 480p, 5.0 at 720p)")
     p.add_argument("--attn", choices=["sdpa", "vidattn"], default="vidattn", help="attention (default vidattn)")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
