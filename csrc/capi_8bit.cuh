@@ -38,7 +38,7 @@ namespace {
 #define VIDATTN_Q8_D64_WGS 3
 #endif
 #ifndef VIDATTN_Q8_SEQ_D128
-#define VIDATTN_Q8_SEQ_D128 0
+#define VIDATTN_Q8_SEQ_D128 1
 #endif
 #ifndef VIDATTN_Q8_SEQ_D64
 #define VIDATTN_Q8_SEQ_D64 0

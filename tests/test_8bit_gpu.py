@@ -251,6 +251,7 @@ def test_sequential_d128_refuses_ones_column_modes():
     finally:
         quant8.set_sum_mma(-1)
         quant8.set_sequential(-1)
+        quant8._launch_error = None  # a refused launch marks the 8-bit path failed for the process: not past here
 
 
 def test_c_entry_refuses_causal():

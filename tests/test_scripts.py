@@ -248,7 +248,7 @@ def _streams(path):
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["--family", "cogvideox"], "e2e_report.py --family cogvideox measures its transformer"),
+    (["--family", "cosmos"], "e2e_report.py --family cosmos measures its transformer"),
     (["--family", "nosuch"], "unknown --family 'nosuch'"),
     (["--family", "ltx2", "--device", "cpu", "--preset", "1.3b"], "needs a CUDA GPU"),
 ])

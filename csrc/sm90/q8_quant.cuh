@@ -82,6 +82,19 @@ __device__ __forceinline__ float q8_to_float(uint16_t x) {
   else return __bfloat162float(__ushort_as_bfloat16(x));
 }
 
+// A max that returns NaN when either input is NaN (max.NaN.f32, PTX ISA "Floating Point Instructions: max", sm_80
+// and up). The absolute maxima below decide the scales: fmaxf drops NaN, so a NaN in q or k would be quantized to
+// code 0 and its row come out finite where exact attention gives NaN.
+__device__ __forceinline__ float q8_nanmax(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+// The dequantization scale of an absolute maximum: 1 for an all-zero group (its codes are 0; a zero scale would make
+// -inf * 0 = NaN of masked keys), NaN for a group holding a NaN, so that the NaN reaches the output as in SDPA.
+__device__ __forceinline__ bool q8_scaled(float amax) { return amax > 0.f || amax != amax; }
+
 // Round to nearest and saturate to [-127, 127] (cvt.rni.sat.s8.f32 would clip at -128; the range is symmetric).
 __device__ __forceinline__ int q8_round(float x) { return max(-127, min(127, __float2int_rn(x))); }
 
@@ -131,7 +144,7 @@ __global__ void __launch_bounds__(kQ8StatThreads) q8_kv_stats_kernel(const Q8Pre
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       sum[i] += kf[i];
-      amax[i] = fmaxf(amax[i], fabsf(vf[i]));
+      amax[i] = q8_nanmax(amax[i], fabsf(vf[i]));
     }
   }
 #pragma unroll
@@ -144,7 +157,7 @@ __global__ void __launch_bounds__(kQ8StatThreads) q8_kv_stats_kernel(const Q8Pre
     float s = 0.f, m = 0.f;
     for (int l = 0; l < kLanes; ++l) {
       s += red_sum[l][threadIdx.x];
-      m = fmaxf(m, red_max[l][threadIdx.x]);
+      m = q8_nanmax(m, red_max[l][threadIdx.x]);
     }
     atomicAdd(&p.ws.k_sum[bh * kD + threadIdx.x], s);
     // NaN compares as a huge pattern here and then poisons the scales, so it still shows in the output.
@@ -192,9 +205,9 @@ __global__ void __launch_bounds__(kQ8QThreads) q8_q_kernel(const Q8PrepParams p)
     q8_unpack8<kFp16>(u[st], x);
     float m = 0.f;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) m = fmaxf(m, fabsf(x[e]));
+    for (int e = 0; e < 8; ++e) m = q8_nanmax(m, fabsf(x[e]));
 #pragma unroll
-    for (int o = kLanesPerRow / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+    for (int o = kLanesPerRow / 2; o > 0; o >>= 1) m = q8_nanmax(m, __shfl_xor_sync(0xffffffff, m, o));
     // An all-zero row keeps scale 1 (its codes are 0): a zero scale would make -inf * 0 = NaN of masked keys.
     const float inv = m > 0.f ? kQ8IntMax / m : 1.f;
     uint32_t w[2] = {0, 0};
@@ -202,7 +215,7 @@ __global__ void __launch_bounds__(kQ8QThreads) q8_q_kernel(const Q8PrepParams p)
     for (int e = 0; e < 8; ++e) w[e / 4] |= (static_cast<uint32_t>(q8_round(x[e] * inv)) & 0xff) << (8 * (e % 4));
     const bool in = grow[st] < rows;
     if (in) *reinterpret_cast<uint2*>(p.ws.q8 + grow[st] * kD + vec * 8) = make_uint2(w[0], w[1]);
-    if (in && vec == 0) p.ws.q_scale[grow[st]] = (m > 0.f ? m / kQ8IntMax : 1.f) * p.scale * 1.4426950408889634f;
+    if (in && vec == 0) p.ws.q_scale[grow[st]] = (q8_scaled(m) ? m / kQ8IntMax : 1.f) * p.scale * 1.4426950408889634f;
     if (p.want_lse) {  // uniform over the warp: every lane joins the shuffles
       const int kv_len = in ? q8_kv_len(p.kv_lens, p.seqlen_kv, bh[st] / p.heads) : 0;
       const float inv_n = kv_len > 0 ? 1.f / static_cast<float>(kv_len) : 0.f;
@@ -261,25 +274,25 @@ __global__ void __launch_bounds__(kQ8KvThreads) q8_kv_kernel(const Q8PrepParams 
       float f[8];
       q8_unpack8<kFp16>(kr[c8], f);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(f[i] - mean[c8 * 8 + i]));
+      for (int i = 0; i < 8; ++i) m = q8_nanmax(m, fabsf(f[i] - mean[c8 * 8 + i]));
     }
   }
-  m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
-  m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 8));
-  m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 16));
+  m = q8_nanmax(m, __shfl_xor_sync(0xffffffff, m, 1));
+  m = q8_nanmax(m, __shfl_xor_sync(0xffffffff, m, 8));
+  m = q8_nanmax(m, __shfl_xor_sync(0xffffffff, m, 16));
   if (lane < 8 && (lane & 1) == 0) gmax[warp][lane >> 1] = m;
   __syncthreads();
   const int g = (tid & 7) >> 1;
   float gm = 0.f;
 #pragma unroll
-  for (int w = 0; w < kQ8KvThreads / 32; ++w) gm = fmaxf(gm, gmax[w][g]);
+  for (int w = 0; w < kQ8KvThreads / 32; ++w) gm = q8_nanmax(gm, gmax[w][g]);
   const float kinv = gm > 0.f ? kQ8IntMax / gm : 1.f;
   const int64_t nkb = p.skv_pad / kQ8BlockN;
   if (tid < kQ8KGroups) {
     float gt = 0.f;
 #pragma unroll
-    for (int w = 0; w < kQ8KvThreads / 32; ++w) gt = fmaxf(gt, gmax[w][tid]);
-    p.ws.k_scale[(bh * nkb + blockIdx.x) * kQ8KGroups + tid] = gt > 0.f ? gt / kQ8IntMax : 1.f;
+    for (int w = 0; w < kQ8KvThreads / 32; ++w) gt = q8_nanmax(gt, gmax[w][tid]);
+    p.ws.k_scale[(bh * nkb + blockIdx.x) * kQ8KGroups + tid] = q8_scaled(gt) ? gt / kQ8IntMax : 1.f;
   }
   // K' codes, 16 bytes per store; V to e4m3 into the transposed shared tile (lanes write one row's consecutive
   // positions: no bank conflicts).

@@ -74,6 +74,9 @@ def _stock_cam_sdpa(query, key, value, bias, head_dim):
 
 
 def _cam_attention(query, key, value, bias, head_dim, precision):
+    # The camera branch hands over (B, H, D, N) tensors transposed to (B, H, N, D): the kernel's TMA needs the head
+    # dim innermost, so one copy each (stock's zero padding copies them too).
+    query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
     # Zero columns add nothing to q.k; what stock's padding changes is SDPA's default scale (1/sqrt(padded dim)).
     padded = head_dim if head_dim in (32, 64, 128, 256) or head_dim >= 256 else (128 if head_dim <= 128 else 256)
     scale = padded ** -0.5
