@@ -60,8 +60,13 @@ def forward_rows(cross: dict, e2e: dict | None) -> list[tuple[str, float]]:
         rows.append((f"Wan2.1-T2V-1.3B (e2e report, {commit})", e2e["speedup"]["per_forward_median"]))
     for r in cross["rows"]:
         # A family none of whose calls ran the kernel (Allegro, head dim 96) timed SDPA twice: no speedup to plot.
-        if r.get("status") == "ok" and r.get("speedup") and r.get("kernel_calls", 1) > 0:
-            rows.append((f"{r['model']} ({r['git_commit'][:7]})", r["speedup"]))
+        # Rows of scripts/family_table.py keep the commit in their metadata and say all_fallback instead.
+        ran = r.get("kernel_calls", 1) > 0 and not r.get("all_fallback", False)
+        if "flex backend" in r.get("inputs_note", ""):  # AnyFlow-FAR: stock runs eager flex, not a ratio over SDPA
+            continue
+        if r.get("status") == "ok" and r.get("speedup") and ran:
+            commit = r.get("git_commit") or r.get("metadata", {}).get("git_commit", "")
+            rows.append((f"{r['model']} ({commit[:7]})", r["speedup"]))
     return rows
 
 
@@ -120,7 +125,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernel", type=Path, nargs="+", default=DEFAULT_KERNEL,
                     help="scripts/bench_kernel.py JSONs of one build (default: the shipped kernel's four runs)")
-    ap.add_argument("--cross-model", type=Path, default=DEFAULT_CROSS, help="scripts/cross_model_table.py JSON")
+    ap.add_argument("--cross-model", type=Path, default=DEFAULT_CROSS, help="scripts/cross_model_table.py or scripts/family_table.py JSON")
     ap.add_argument("--e2e", type=Path, default=DEFAULT_E2E,
                     help="an e2e_report.py report.json whose forward speedup heads the right panel ('' to leave out)")
     ap.add_argument("--anchors", type=Path, default=DEFAULT_ANCHORS, help="reference kernels' measurements")
