@@ -750,16 +750,9 @@ def first_output(out):
     return out
 
 
-@dataclass
-class Built:
-    """A family's transformer and the inputs of one forward at one size (the interface of families.Built)."""
-    name: str
-    preset: str
-    model: torch.nn.Module
-    inputs: dict
-    size: Size
-    batch: int
-    config: dict
+class Built(fams.Built):
+    """A family's transformer and the inputs of one forward at one size: families.Built's fields, for every registry
+    family (first_output takes any model's output; info reads the registry's entry)."""
 
     def forward(self) -> torch.Tensor:
         with torch.no_grad():
