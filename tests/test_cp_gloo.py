@@ -118,6 +118,14 @@ def _masked_calls(rank: int, backend) -> dict:
                 out[f"{mode} {name}"] = (o - expected[:, mine]).abs().max().item()
             except ValueError as exc:
                 out[f"{mode} {name}"] = str(exc)
+        # is_causal: a clear refusal (diffusers' templates have no causal path).
+        causal = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
+        try:
+            o = backend.vidattn_attention(q[:, mine], k[:, mine], v[:, mine], is_causal=True, _parallel_config=config)
+            out[f"{mode} causal"] = (o - causal[:, mine]).abs().max().item()
+        except ValueError as exc:
+            out[f"{mode} causal"] = str(exc)
     return out
 
 
@@ -184,3 +192,6 @@ def test_masks_under_real_collectives(cp_results):
         assert m["ring all kept"] < 1e-5, (rank, m)
         ulysses = [c for c in m["calls"] if not c[2]]
         assert [c[3].tolist() if c[3] is not None else None for c in ulysses] == [[16, 11], [16, 16]], ulysses
+        # Causal: refused on every rank with the reason, before any collective (diffusers' templates refuse it too).
+        for mode in ("ulysses", "ring"):
+            assert "is_causal=True under context parallelism" in m[f"{mode} causal"], (rank, m)

@@ -385,6 +385,9 @@ def _context_parallel(query, key, value, attn_mask, dropout_p, is_causal, scale,
         enable_gqa = False
     elif enable_gqa and key.dim() == 4 and key.shape[2] == query.shape[2]:
         enable_gqa = False
+    if is_causal:
+        # The same bool on every rank: all of them raise here, before any collective.
+        raise ValueError(_CP_CAUSAL_ERROR)
     if attn_mask is not None and _ring_degree(parallel_config) > 1:
         attn_mask = _ring_mask(query, key, attn_mask, parallel_config)
     return template(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
@@ -399,6 +402,11 @@ def _ring_degree(parallel_config) -> int:
 _RING_MASK_ERROR = ("vidattn backend: ring attention (ContextParallelConfig(ring_degree > 1)) with an attention mask "
                     "that drops keys: diffusers' ring template applies one mask to every rotated key chunk, which "
                     "would drop the wrong keys. Use ulysses_degree instead, or no mask")
+
+
+_CP_CAUSAL_ERROR = ("vidattn backend: is_causal=True under context parallelism: diffusers' templated ring and "
+                    "Ulysses attention refuse causal calls (and a ring would need each key chunk's own diagonal "
+                    "offset); run causal layers without a parallel config")
 
 
 def _ring_mask(query, key, attn_mask, parallel_config):
@@ -451,7 +459,9 @@ def _cp_forward_op(ctx, query, key, value, attn_mask=None, dropout_p: float = 0.
             _note(reason)
             return _native_op(query, key, value, attn_mask, scale, return_lse)
     _note(VIDATTN_ROUTE)
-    return _kernel(query, key, value, scale, kv_lens, return_lse)
+    # Only Ulysses can get here causal (a diffusers whose template passes it): every key of the head slice is here,
+    # so SDPA's top-left causal mask is the kernel's.
+    return _kernel(query, key, value, scale, kv_lens, return_lse, causal=bool(is_causal))
 
 
 def _native_op(query, key, value, attn_mask, scale, return_lse):
