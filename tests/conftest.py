@@ -39,6 +39,16 @@ def is_hopper() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 
+def hopper_skip_reason() -> str | None:
+    """Why the kernel's GPU tests cannot run on this machine (None: a Hopper GPU is here), for a module-level skip."""
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    major, minor = torch.cuda.get_device_capability()
+    if major != 9:
+        return f"the vidattn kernel needs an sm_90 (Hopper) GPU; this one is sm_{major}{minor}"
+    return None
+
+
 @pytest.fixture
 def fresh_warnings():
     """Forget which fallback reasons have already warned, so a test sees its own warnings."""

@@ -39,18 +39,11 @@ import pytest
 import torch
 
 
-def _skip_reason() -> str | None:
-    if not torch.cuda.is_available():
-        return "CUDA is not available"
-    major, minor = torch.cuda.get_device_capability()
-    if major != 9:
-        return f"the vidattn kernel needs an sm_90 (Hopper) GPU; this one is sm_{major}{minor}"
-    return None
-
+from conftest import hopper_skip_reason
 
 pytestmark = pytest.mark.gpu
-if _skip_reason() is not None:
-    pytest.skip(_skip_reason(), allow_module_level=True)
+if hopper_skip_reason() is not None:
+    pytest.skip(hopper_skip_reason(), allow_module_level=True)
 
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
