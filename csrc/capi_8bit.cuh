@@ -23,6 +23,10 @@ namespace {
 //   slots elsewhere: the FADDs of the sums, or the ones columns' registers).
 //   D=128: mode 0 (mode 1 measured 8-10% slower, mode 2 within 3% either way). D=64: mode 1 with three consumer
 //   warpgroups, 1.38x mode 0 with two (CogVideoX 434 -> 599, LTX 443 -> 608 TFLOPS; mode 2 with three: 465).
+//   4 and 5: a share of the exponentials by an FMA polynomial instead of MUFU (q8_exp2_poly): 1/8 (mode 4) or 1/4
+//   (mode 5) of them, on the head dim's default row sums (softmax at D=128, tensor cores at D=64). Built for the
+//   sequential schedule at D=128 and for three consumer warpgroups at D=64 (either schedule); refused elsewhere.
+//   Mode 2 measured slower than modes 0 and 1 on every shape (device runs 2 and 4) and is no longer built.
 // Schedules: ping-pong (two warpgroups at D=128, two or three at D=64; S_j issued with P_{j-1} V_{j-1}) or
 // sequential (q8_consumer_seq: three warpgroups at both head dims, no spills; modes 0 and 3 at D=128, where modes 1
 // and 2 would spill, any mode at D=64).
@@ -43,8 +47,15 @@ namespace {
 #ifndef VIDATTN_Q8_SEQ_D64
 #define VIDATTN_Q8_SEQ_D64 0
 #endif
+// The polynomial share of modes 4 and 5: groups of four exponentials per thread per 128-key block (of 16) by FMA.
+#ifndef VIDATTN_Q8_POLY4_GROUPS
+#define VIDATTN_Q8_POLY4_GROUPS 2
+#endif
+#ifndef VIDATTN_Q8_POLY5_GROUPS
+#define VIDATTN_Q8_POLY5_GROUPS 4
+#endif
 int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
-int g_q8_sum_mma = -1;               // -1: the default; 0-3: the mode, forced (vidattn_q8_set_sum_mma)
+int g_q8_sum_mma = -1;               // -1: the default; 0-5: the mode, forced (vidattn_q8_set_sum_mma)
 int g_q8_seq = -1;                   // -1: the default; 0 ping-pong, 1 sequential, forced (vidattn_q8_set_sequential)
 thread_local int g_q8_last_wgs = 0;  // consumer warpgroups of this thread's last 8-bit launch
 thread_local int g_q8_last_sum_mma = -1;
@@ -102,7 +113,7 @@ bool q8_tensor_map_2d(CUtensorMap* map, const void* base, uint64_t inner, uint64
   return true;
 }
 
-template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq>
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq, int kPoly = 0>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
   using T = Q8Traits<kD, kWGs>;
@@ -173,10 +184,11 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
   const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
-  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, kExp16, kFp16, kSeq>;
+  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, kExp16, kFp16, kSeq, kPoly>;
   if (allow_smem(kernel, smem) != 0) return 1;
   g_q8_last_wgs = kWGs;
-  g_q8_last_sum_mma = kSumMma ? (kExp16 ? 2 : 1) : (kExp16 ? 3 : 0);
+  g_q8_last_sum_mma = kPoly > 0 ? (kPoly == VIDATTN_Q8_POLY4_GROUPS ? 4 : 5)
+                                : (kSumMma ? (kExp16 ? 2 : 1) : (kExp16 ? 3 : 0));
   g_q8_last_seq = kSeq ? 1 : 0;
   kernel<<<dim3(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
                 static_cast<unsigned>(a.batch)),
@@ -197,8 +209,26 @@ template <int kD, int kWGs, bool kSeq>
 int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   const bool fp16 = a.dtype == 1;
   static const int env_mode =
-      q8_env_default("VIDATTN_Q8_SUM_MMA", kD == 64 ? VIDATTN_Q8_MODE_D64 : VIDATTN_Q8_MODE_D128, 0, 3);
+      q8_env_default("VIDATTN_Q8_SUM_MMA", kD == 64 ? VIDATTN_Q8_MODE_D64 : VIDATTN_Q8_MODE_D128, 0, 5);
   const int mode = g_q8_sum_mma < 0 ? env_mode : g_q8_sum_mma;
+  if (mode == 4 || mode == 5) {
+    if constexpr ((kD == 128 && kSeq) || (kD == 64 && kWGs == 3)) {
+      // The head dim's default row sums: in the softmax at D=128 (the sequential schedule has no registers for the
+      // ones columns there), by the tensor cores at D=64.
+      constexpr bool kSumMma = kD == 64;
+      if (mode == 4)
+        return fp16 ? q8_launch<kD, kWGs, kSumMma, false, true, kSeq, VIDATTN_Q8_POLY4_GROUPS>(a, l, s)
+                    : q8_launch<kD, kWGs, kSumMma, false, false, kSeq, VIDATTN_Q8_POLY4_GROUPS>(a, l, s);
+      return fp16 ? q8_launch<kD, kWGs, kSumMma, false, true, kSeq, VIDATTN_Q8_POLY5_GROUPS>(a, l, s)
+                  : q8_launch<kD, kWGs, kSumMma, false, false, kSeq, VIDATTN_Q8_POLY5_GROUPS>(a, l, s);
+    } else {
+      return fail("8-bit path: row-sum modes 4 and 5 (polynomial exponentials) are built for the sequential schedule "
+                  "at head dim 128 and three consumer warpgroups at head dim 64, not this launch's");
+    }
+  }
+  if (mode == 2)
+    return fail("8-bit path: row-sum mode 2 (f16 exponentials, sums by the tensor cores) is no longer built (it "
+                "measured slower than modes 0 and 1 on every shape)");
   if (mode == 3)
     return fp16 ? q8_launch<kD, kWGs, false, true, true, kSeq>(a, l, s)
                 : q8_launch<kD, kWGs, false, true, false, kSeq>(a, l, s);
@@ -208,9 +238,6 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
       return fail("8-bit path: the sequential schedule at head dim 128 takes row-sum modes 0 and 3, not " +
                   std::to_string(mode));
   } else {
-    if (mode == 2)
-      return fp16 ? q8_launch<kD, kWGs, true, true, true, kSeq>(a, l, s)
-                  : q8_launch<kD, kWGs, true, true, false, kSeq>(a, l, s);
     if (mode == 1)
       return fp16 ? q8_launch<kD, kWGs, true, false, true, kSeq>(a, l, s)
                   : q8_launch<kD, kWGs, true, false, false, kSeq>(a, l, s);
@@ -290,10 +317,11 @@ extern "C" int vidattn_q8_set_d64_warpgroups(int warpgroups) {
 extern "C" int vidattn_q8_last_warpgroups(void) { return g_q8_last_wgs; }
 
 // Row sums of later 8-bit launches in the softmax (0), by the tensor cores (1), by the tensor cores with f16
-// exponentials (2), in the softmax with f16 exponentials (3), or the default (-1). For tests and A/B timing; returns
-// 0, or 1 for any other value.
+// exponentials (2: no longer built, launches refuse it), in the softmax with f16 exponentials (3), the head dim's
+// default sums with 1/8 (4) or 1/4 (5) of the exponentials by an FMA polynomial, or the default (-1). For tests and A/B
+// timing; returns 0, or 1 for any other value.
 extern "C" int vidattn_q8_set_sum_mma(int mode) {
-  if (mode < -1 || mode > 3) return 1;
+  if (mode < -1 || mode > 5) return 1;
   g_q8_sum_mma = mode;
   return 0;
 }

@@ -171,11 +171,13 @@ SHAPES = [("seed 8K", 4, 16, 8192, 8192, 128), ("Wan 1.3B self", 1, 12, 32760, 3
 
 
 # Kernel variants (capi_8bit.cuh): (mode, consumer warpgroups, schedule); mode 0: row sums in the softmax (v1), 1: row
-# sums by the tensor cores, 2: that and f16 exponentials, 3: f16 exponentials with the sums in the softmax (HADD2);
-# schedule 0: ping-pong (two warpgroups at D=128, two or three at D=64), 1: sequential with three warpgroups
-# (q8_consumer_seq). The shipped default of each head dim runs first.
-VARIANTS = {128: [(0, 2, 0), (3, 2, 0), (0, 3, 1), (3, 3, 1)],
-            64: [(1, 3, 0), (3, 3, 0), (0, 3, 1), (1, 3, 1), (3, 3, 1)]}
+# sums by the tensor cores, 3: f16 exponentials with the sums in the softmax (HADD2), 4 / 5: the head dim's default
+# sums (0 at D=128, 1 at D=64) with 1/8 / 1/4 of the exponentials by an FMA polynomial (q8_exp2_poly); schedule 0:
+# ping-pong (two warpgroups at D=128, two or three at D=64), 1: sequential with three warpgroups (q8_consumer_seq).
+# The shipped default of each head dim runs first. Mode 3 and the D=128 ping-pong schedule lost in device run 4 and
+# are no longer timed (still built and tested: tests/test_8bit_gpu.py).
+VARIANTS = {128: [(0, 3, 1), (4, 3, 1), (5, 3, 1)],
+            64: [(1, 3, 0), (4, 3, 0), (5, 3, 0), (1, 3, 1), (4, 3, 1), (5, 3, 1)]}
 
 
 def vkey(sm, wgs, seq):

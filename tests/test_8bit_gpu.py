@@ -212,8 +212,9 @@ def test_poisoned_output(d):
     assert float((lse.double() - lse_ref).abs().max()) <= lse_bound(q, k, 1 / math.sqrt(d))
 
 
-@pytest.mark.parametrize("d,mode,seq", [(128, 0, 1), (128, 3, 1), (128, 3, 0), (64, 0, 1), (64, 1, 1), (64, 3, 1),
-                                        (64, 3, 0)])
+@pytest.mark.parametrize("d,mode,seq", [(128, 0, 1), (128, 3, 1), (128, 3, 0), (128, 4, 1), (128, 5, 1), (64, 0, 1),
+                                        (64, 1, 1), (64, 3, 1), (64, 3, 0), (64, 4, 0), (64, 5, 0), (64, 4, 1),
+                                        (64, 5, 1)])
 def test_schedules_and_row_sum_modes(d, mode, seq):
     """Every schedule x row-sum mode the A/B runs (capi_8bit.cuh): odd lengths, kv_lens with LSE, row mass; and the
     launch reports the schedule it ran (three consumer warpgroups for the sequential one)."""
@@ -252,6 +253,26 @@ def test_sequential_d128_refuses_ones_column_modes():
         quant8.set_sum_mma(-1)
         quant8.set_sequential(-1)
         quant8._launch_error = None  # a refused launch marks the 8-bit path failed for the process: not past here
+
+
+@pytest.mark.parametrize("d,mode,seq,match", [(128, 2, 0, "mode 2"), (64, 2, 0, "mode 2"),
+                                              (128, 4, 0, "modes 4 and 5"), (128, 5, 0, "modes 4 and 5")])
+def test_refuses_unbuilt_row_sum_modes(d, mode, seq, match):
+    """Mode 2 is no longer built, and the polynomial modes only for the sequential schedule at D=128: a forced launch
+    of either is refused with a clear error, nothing launched."""
+    from vidattn import quant8
+
+    q, k, v = (randn(1, 256, 2, d, seed=i) for i in range(3))
+    out = torch.empty_like(q)
+    quant8.set_sum_mma(mode)
+    quant8.set_sequential(seq)
+    try:
+        with pytest.raises(RuntimeError, match=match):
+            quant8.forward_8bit(q, k, v, out, None, None, 1 / math.sqrt(d))
+    finally:
+        quant8.set_sum_mma(-1)
+        quant8.set_sequential(-1)
+        quant8._launch_error = None
 
 
 def test_c_entry_refuses_causal():

@@ -66,14 +66,15 @@ def set_d64_warpgroups(warpgroups: int, lib=None) -> None:
 
 def set_sum_mma(mode: int, lib=None) -> None:
     """Kernel variant of later 8-bit launches: row sums in the softmax (0), by the tensor cores (1: a column of ones
-    beside V), that and f16 exponentials (2), f16 exponentials with the sums in the softmax (3), or the default (-1).
-    For A/B timing."""
+    beside V), that and f16 exponentials (2: no longer built, launches refuse it), f16 exponentials with the sums in
+    the softmax (3), the head dim's default sums with 1/8 (4) or 1/4 (5) of the exponentials by an FMA polynomial
+    (the sequential schedule at D=128, three warpgroups at D=64), or the default (-1). For A/B timing."""
     _setter("vidattn_q8_set_sum_mma", mode, lib)
 
 
 def set_sequential(seq: int, lib=None) -> None:
     """Schedule of later 8-bit launches: ping-pong (0), sequential with three consumer warpgroups (1), or the default
-    (-1). For A/B timing. At head dim 128 the sequential schedule takes row-sum modes 0 and 3 only."""
+    (-1). For A/B timing. At head dim 128 the sequential schedule takes row-sum modes 0, 3, 4 and 5 only."""
     _setter("vidattn_q8_set_sequential", seq, lib)
 
 

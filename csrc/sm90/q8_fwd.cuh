@@ -142,6 +142,21 @@ __device__ __forceinline__ float i2f(int32_t x) {
 }
 }  // namespace q8ptx
 
+// 2^x on the FMA pipe (kPoly): MUFU.EX2 runs 16 lanes per clock per SM, as many scores as the 8-bit tensor cores take
+// at D=128, so a share of the exponentials goes to the FP32 pipe instead (Cody-Waite split x = n + f, f in [0, 1);
+// 2^f by a cubic; n added to the exponent bits). The cubic's relative error is under 1e-4 (fitted here for minimax
+// relative error with p(0) = 1), far inside e4m3's 2^-4 rounding of P and under bf16's of the output. x is clamped at
+// -126 so 2^n stays normal: a masked key (-inf) gives 2^-126 in place of 0, nothing against a row sum >= 1 (and 0
+// once rounded to e4m3). Nine instructions: FMNMX, FADD.RM, two FADD, three FFMA, shift and add.
+__device__ __forceinline__ float q8_exp2_poly(float x) {
+  constexpr float kShifter = 12582912.f;  // 1.5 * 2^23: x + it, rounded down, holds floor(x) in its low mantissa bits
+  x = fmaxf(x, -126.f);
+  const float t = __fadd_rd(x, kShifter);
+  const float f = x - (t - kShifter);
+  const float p = fmaf(fmaf(fmaf(0.07714326f, f, 0.22765099f), f, 0.69507056f), f, 1.f);
+  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));  // (unsigned: the shift drops high bits)
+}
+
 template <int N>
 __device__ __forceinline__ void q8_fence_regs(int32_t (&r)[N]) {
 #pragma unroll
@@ -211,7 +226,9 @@ constexpr float kQ8POffset = 8.f;  // log2 of P's largest value, 256, under e4m3
 // come from the tensor cores (kSumMma). MUFU is the softmax's scarce unit: 16 per clock per SM, as many scores as
 // the 8-bit tensor cores take at D=128 and half of them at D=64. kExp16 with kSum (mode 3): the row sums of the
 // f16 p by HADD2 in the softmax instead (no ones columns, no extra accumulator registers).
-template <int kN, bool kSum, bool kExp16>
+// kPoly (with fp32 exponentials): that many of each thread's kN / 8 groups of four exponentials per block by
+// q8_exp2_poly instead of MUFU, spread evenly through the block so both pipes run side by side.
+template <int kN, bool kSum, bool kExp16, int kPoly = 0>
 __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                            uint32_t (&ph)[kN / 4], const float (&c)[2],
                                            float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2], int kv0,
@@ -254,6 +271,7 @@ __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float 
     neg[r] = kQ8POffset - mx;
     row_max[r] = mx;
   }
+  static_assert(!(kExp16 && kPoly > 0), "the polynomial share is for fp32 exponentials");
   if constexpr (kExp16) {
     // With kSum (mode 3) the row sums add the packed halves, one HADD2 per two scores, one chain per row (its
     // latency hides between the MUFU ops; a second chain cost the three-warpgroup build a spill): at most 32 values
@@ -279,13 +297,22 @@ __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float 
     }
     return;
   }
+  static_assert(kPoly >= 0 && kPoly <= kN / 8 && (kPoly == 0 || (kN / 8) % kPoly == 0), "kPoly must divide kN / 8");
+  constexpr int kPolyStride = kPoly > 0 ? kN / 8 / kPoly : 0;
   float ts[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
-    pf[4 * i + 0] = ptx::exp2_approx(fmaf(pf[4 * i + 0], c[0], neg[0]));
-    pf[4 * i + 1] = ptx::exp2_approx(fmaf(pf[4 * i + 1], c[0], neg[0]));
-    pf[4 * i + 2] = ptx::exp2_approx(fmaf(pf[4 * i + 2], c[1], neg[1]));
-    pf[4 * i + 3] = ptx::exp2_approx(fmaf(pf[4 * i + 3], c[1], neg[1]));
+    if (kPoly > 0 && i % kPolyStride == kPolyStride - 1) {
+      pf[4 * i + 0] = q8_exp2_poly(fmaf(pf[4 * i + 0], c[0], neg[0]));
+      pf[4 * i + 1] = q8_exp2_poly(fmaf(pf[4 * i + 1], c[0], neg[0]));
+      pf[4 * i + 2] = q8_exp2_poly(fmaf(pf[4 * i + 2], c[1], neg[1]));
+      pf[4 * i + 3] = q8_exp2_poly(fmaf(pf[4 * i + 3], c[1], neg[1]));
+    } else {
+      pf[4 * i + 0] = ptx::exp2_approx(fmaf(pf[4 * i + 0], c[0], neg[0]));
+      pf[4 * i + 1] = ptx::exp2_approx(fmaf(pf[4 * i + 1], c[0], neg[0]));
+      pf[4 * i + 2] = ptx::exp2_approx(fmaf(pf[4 * i + 2], c[1], neg[1]));
+      pf[4 * i + 3] = ptx::exp2_approx(fmaf(pf[4 * i + 3], c[1], neg[1]));
+    }
     if constexpr (kSum) {
       ts[0][i % 2] += pf[4 * i + 0] + pf[4 * i + 1];
       ts[1][i % 2] += pf[4 * i + 2] + pf[4 * i + 3];
@@ -431,7 +458,7 @@ __device__ __forceinline__ void q8_epilogue(const Q8FwdParams& p, Q8Shared<kD, k
   if (lane == 0) ptx::bulk_wait_group<0>();  // shared memory must outlive the TMA stores' reads
 }
 
-template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16>
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly>
 __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block, int b,
                                             int h, int n_blocks, int kv_len) {
   using T = Q8Traits<kD, kWGs>;
@@ -476,7 +503,7 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
       ptx::wgmma_wait<0>();
       q8_fence_regs(sacc);
       if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[0]);
-      q8_softmax<kN, !kSumMma, kExp16>(sacc, pf, ph, c, row_max, row_sum, alpha, 0, kv_len, col_in_group);
+      q8_softmax<kN, !kSumMma, kExp16, kPoly>(sacc, pf, ph, c, row_max, row_sum, alpha, 0, kv_len, col_in_group);
       if constexpr (kExp16) q8_pack_p16<kN>(ph, pa);
       else q8_pack_p<kN>(pf, pa);
     }
@@ -503,7 +530,7 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
       if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
       alpha_prev[0] = alpha[0];
       alpha_prev[1] = alpha[1];
-      q8_softmax<kN, !kSumMma, kExp16>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
+      q8_softmax<kN, !kSumMma, kExp16, kPoly>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
       ptx::wgmma_wait<0>();
       ptx::fence_regs(ot);
       q8_fence_frag(pa);
@@ -534,7 +561,7 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
 // S_j -> softmax -> P_j V_j -> merge in order, so at most O and one of S or (O_tile, P) are live: 64 + 64 (+ 16)
 // registers at D=128, which lets three consumer warpgroups fit in 160. While one warpgroup runs its softmax, the
 // tensor cores take the other two's S and P V: more warps in the softmax's latency than two ping-pong warpgroups give.
-template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16>
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly>
 __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block,
                                                 int b, int h, int n_blocks, int kv_len) {
   using T = Q8Traits<kD, kWGs>;
@@ -574,7 +601,7 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     ptx::wgmma_wait<0>();
     q8_fence_regs(sacc);
     if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
-    q8_softmax<kN, !kSumMma, kExp16>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
+    q8_softmax<kN, !kSumMma, kExp16, kPoly>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
     if constexpr (kExp16) q8_pack_p16<kN>(ph, pa);
     else q8_pack_p<kN>(pf, pa);
     ptx::mbarrier_wait(&s.v_full[stage], par);
@@ -588,7 +615,7 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   q8_epilogue<kD, kWGs, kSumMma, kFp16>(p, s, cwg, m_block, b, h, o, row_max, row_sum);
 }
 
-template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq = false>
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq = false, int kPoly = 0>
 __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
   using T = Q8Traits<kD, kWGs>;
@@ -629,8 +656,9 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     if (threadIdx.x == 0) q8_producer<kD, kWGs>(p, s, m_block, b * p.heads + h, n_blocks);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
-    if constexpr (kSeq) q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
-    else q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
+    if constexpr (kSeq)
+      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
+    else q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16, kPoly>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
   }
 }
 
