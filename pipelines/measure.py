@@ -268,8 +268,11 @@ def attention_call_times(fn, device: torch.device) -> list[dict]:
             return out
         return timed
 
+    from . import cached
+
     targets = [(F, "scaled_dot_product_attention", "F.scaled_dot_product_attention"),
-               (vops, "attention", "vidattn.attention")]
+               (vops, "attention", "vidattn.attention"),
+               (cached, "sdpa_lse", "SDPA with LSE (cached.sdpa_lse)")]
     saved = [getattr(mod, attr) for mod, attr, _ in targets]
     try:
         for (mod, attr, name), orig in zip(targets, saved):

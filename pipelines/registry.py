@@ -29,6 +29,7 @@ from typing import Callable
 
 import torch
 
+from . import cached
 from . import families as fams
 from .families import FamilyError, Size
 
@@ -338,6 +339,9 @@ class Entry:
     heads_key: str = "num_attention_heads"
     head_dim_key: str = "attention_head_dim"
     latent_frames: Callable | None = None
+    fill: Callable | None = None    # (model, inputs) -> inputs: the pass that fills the call's KV cache (cached.py)
+    baseline: Callable | None = None  # (model) -> restore: what the SDPA column runs where stock cannot run
+    baseline_note: str | None = None
 
     def geo(self, size: Size, tiny: bool, batch: int | None = None) -> Geo:
         t = self.latent_frames(size.frames) if self.latent_frames else (size.frames - 1) // self.temporal + 1
@@ -390,12 +394,16 @@ _add(Entry("wan_animate", "Wan2.2-Animate-14B", "WanAnimateTransformer3DModel", 
                  "face_encoder_num_heads": 2, "inject_face_latents_blocks": 2},
            tiny_size=Size(64, 64, 77), one_block={"inject_face_latents_blocks": 1}))
 _add(Entry("wan_animate2", "Wan-Animate-2 (14B)", "WanAnimate2Transformer3DModel", "(class defaults: dim 5120, 40 x 128)",
-           {}, Size(720, 1280, 77), 512, 1, "WanAnimate2ModularPipeline",
-           "modular pipeline: lists of per-sample latents and a KV cache filled by an extract pass before the cached "
-           "pass", None, route="partly",
-           measure="its transformer call takes a KV cache that an 'extract' pass of the modular pipeline fills "
-                   "first (list inputs, a block-mask cached pass on flex); the forward is not built here",
-           heads_key="num_heads", head_dim_key=None))
+           {}, Size(720, 1280, cached.WAN_ANIMATE2_SEGMENT), 512, 1, "WanAnimate2ModularPipeline",
+           "one denoising step (conditional branch) of an 81-frame segment: 21 + 1 generation latent frames against "
+           "the reference K/V that the extract pass (untimed, before) stored for the 21 driving-video frames; the "
+           "in-context block mask (every generation key + the query frame's reference frame)",
+           cached.make_wan_animate2, tiny=cached.WAN_ANIMATE2_TINY, tiny_size=Size(64, 64, 5), route="partly",
+           heads_key="num_heads", head_dim_key=None, fill=cached.fill_wan_animate2,
+           baseline=cached.install_sdpa_baseline,
+           baseline_note="stock runs this pass on diffusers' flex backend eagerly, which materialises the full "
+                         "score matrix (~1.9 TB at this size): the SDPA column is the same two-attention "
+                         "log-sum-exp decomposition on PyTorch's FlashAttention (pipelines/cached.py)"))
 _add(_from_families("skyreels_v2"))
 _add(Entry("chronoedit", "ChronoEdit-14B", "ChronoEditTransformer3DModel", "nvidia/ChronoEdit-14B-Diffusers",
            {"in_channels": 36, "image_dim": 1280, "added_kv_proj_dim": 5120}, Size(480, 832, 81), 512, 1,
@@ -479,9 +487,12 @@ _add(Entry("sana_video", "SANA-Video-2B", "SanaVideoTransformer3DModel", "(class
            route="partly"))
 _add(Entry("sana_wm_refiner", "SANA-WM LTX-2 refiner", "SanaWMLTX2RefinerTransformer3DModel",
            "(class defaults: LTX-2 shape, 32 x 128 video)", {}, Size(704, 1280, 161), 1024, 1, "SanaWMLTX2Refiner",
-           "the refiner denoises one block against a [sink + history + current] KV cache", None,
-           measure="its call takes precomputed video RoPE and a KV cache that earlier blocks fill; the forward is "
-                   "not built here"))
+           "one denoising step of the steady-state AR block: 3 latent frames (2640 tokens) against [1 sink + 10 "
+           "history + 3 current] frames of K/V (12 320 keys), the cache filled first (untimed) by the sink's "
+           "capture pass and a history pass; Gemma-3 text through the connectors, 1024 tokens (64 valid)",
+           cached.make_sana_wm_refiner, spatial=32, temporal=8,
+           tiny={k: v for k, v in fams.TINY["ltx2"].items()}, tiny_size=Size(64, 64, 17),
+           fill=cached.fill_sana_wm_refiner))
 _add(Entry("kandinsky5", "Kandinsky-5.0-T2V-Lite", "Kandinsky5Transformer3DModel",
            "kandinskylab/Kandinsky-5.0-T2V-Lite-sft-5s-Diffusers",
            {"in_visual_dim": 16, "out_visual_dim": 16, "time_dim": 512, "model_dim": 1792, "ff_dim": 7168,
@@ -643,6 +654,10 @@ def video_tokens(name: str, size: Size, cfg: dict, tiny: bool = False) -> int:
         return fams.video_tokens(name, size, config_for(name, "tiny" if tiny else "default"))
     geo = e.geo(size, tiny)
     p = cfg.get("patch_size", 2)
+    if name == "sana_wm_refiner":  # the queries of one AR block
+        return cached.refiner_keys(geo.t, geo.h * geo.w)[0]
+    if name == "wan_animate2":  # the generation latents: the segment's frames + the reference image's slot
+        return (geo.t + 1) * (geo.h // p[1]) * (geo.w // p[2])
     if name == "cosmos3":
         p = cfg.get("latent_patch_size", 2)
         return geo.t * (geo.h // p) * (geo.w // p)
@@ -738,8 +753,10 @@ def make_inputs(name: str, model, size: Size, *, dtype, preset: str = "default",
     dev = next(model.parameters()).device
     cfg = dict(model.config)
     g = torch.Generator(device="cpu").manual_seed(seed)
-    inputs = e.make(cfg, e.geo(size, preset == "tiny", batch), g)
-    return {**_move(inputs, dev, dtype), "return_dict": False}
+    inputs = _move(e.make(cfg, e.geo(size, preset == "tiny", batch), g), dev, dtype)
+    if e.fill is not None:
+        inputs = e.fill(model, inputs)  # the filling pass, untimed (cached.fill_ms says how long it took)
+    return {**inputs, "return_dict": False}
 
 
 def first_output(out):

@@ -49,8 +49,11 @@ GROUPS = {
     2: ["ltx", "anyflow_far", "wan", "kandinsky5", "consisid", "helios", "wan14b", "cosmos3", "framepack", "wan_vace", "allegro",
         "mochi", "wan_animate", "hunyuan_video"],
 }
-# Routed families whose forward this runner does not build (their rows say why): see pipelines/registry.py.
-NOT_RUN = ["wan_animate2", "sana_wm_refiner"]
+# Families whose timed call reads a KV cache that a filling pass (run first, untimed) fills: pipelines/cached.py.
+# Their own group, so one device call can add just these rows to a folder that holds the others.
+CACHED = ["sana_wm_refiner", "wan_animate2"]
+GROUPS[3] = CACHED
+NOT_RUN: list[str] = []
 KERNEL_BUILD_S = 75.0
 STARTUP_S = 15.0  # python, torch, diffusers imports, the CUDA context
 PATHS = ("sdpa", "vidattn")
@@ -97,7 +100,7 @@ def run_path(path: str, built, device) -> dict:
     from pipelines.census import AttentionCensus
     from pipelines.measure import attention_call_times
 
-    handle = vidattn.apply(built.model) if path == "vidattn" else None
+    handle, restore = _enter(path, built.name, built.model)
     box = {}
     try:
         def fwd():
@@ -107,8 +110,7 @@ def run_path(path: str, built, device) -> dict:
 
         groups = attention_call_times(fwd, device)
     finally:
-        if handle is not None:
-            vidattn.restore(built.model)
+        restore()
     attn = _attention_ms(groups)
     c = box["census"]
     return {"forward_ms": box["ms"], "attention_ms": attn,
@@ -119,9 +121,23 @@ def run_path(path: str, built, device) -> dict:
             "apply": None if handle is None else handle.counts(), "_out": box["out"]}
 
 
+def _enter(path: str, name: str, model):
+    """Put `model` on `path`: vidattn.apply for "vidattn"; for "sdpa" the stock processors, or the family's stated
+    baseline where stock cannot run at this size (registry Entry.baseline). Returns (vidattn handle, restore)."""
+    import vidattn
+    from pipelines import registry
+
+    if path == "vidattn":
+        handle = vidattn.apply(model)
+        return handle, lambda: vidattn.restore(model)
+    base = registry.entry(name).baseline
+    if base is not None:
+        return None, base(model)
+    return None, lambda: None
+
+
 def warm_one_block(name: str, preset: str, device, dtype, seed: int) -> dict:
     """Both paths on a 1-block copy at the full input size: a warm-up forward, then a timed one."""
-    import vidattn
     from pipelines import registry
 
     over = registry.one_block_overrides(name)
@@ -129,13 +145,12 @@ def warm_one_block(name: str, preset: str, device, dtype, seed: int) -> dict:
     res = {}
     try:
         for path in PATHS:
-            handle = vidattn.apply(built.model) if path == "vidattn" else None
+            _, restore = _enter(path, name, built.model)
             try:
                 first, _ = _timed(built.forward, device)
                 again, _ = _timed(built.forward, device)
             finally:
-                if handle is not None:
-                    vidattn.restore(built.model)
+                restore()
             res[path] = {"first_ms": first, "ms": again}
     finally:
         del built
@@ -206,6 +221,12 @@ def measure_family(name: str, args, device, dtype, deadline: float | None) -> di
         _sync(device)
         rec["build_s"] = time.perf_counter() - t0
         rec["constructed_in"] = getattr(built.model, "_vidattn_constructed_in", None)
+        if e.fill is not None:
+            from pipelines.cached import fill_ms
+
+            rec["fill_pass_ms"] = fill_ms(built.inputs)  # inside build_s; the timed forwards read its cache
+        if e.baseline_note:
+            rec["sdpa_path"] = e.baseline_note
         info = built.info()
         rec.update({k: info[k] for k in ("tokens", "heads", "head_dim", "layers", "params", "input_shapes")})
         # The 1-block copy warms up after the full build, while the full model is resident: its activations (the
@@ -311,7 +332,7 @@ def write_table(out_dir: Path) -> list[dict]:
             continue
         if isinstance(r, dict) and "family" in r and "status" in r:
             recs.append(r)
-    order = {n: i for i, n in enumerate(GROUPS[1] + GROUPS[2] + NOT_RUN)}
+    order = {n: i for i, n in enumerate(GROUPS[1] + GROUPS[2] + GROUPS[3] + NOT_RUN)}
     recs.sort(key=lambda r: (order.get(r["family"], 99), r["family"]))
     (out_dir / "table.md").write_text(table(recs))
     (out_dir / "table.json").write_text(json.dumps(
@@ -344,7 +365,8 @@ def print_plan() -> None:
     for g in GROUPS:
         print(f"group {g}: estimated {group_estimate(g):.0f} s with the kernel build ({KERNEL_BUILD_S:.0f} s), "
               f"{group_estimate(g, False):.0f} s without")
-    print(f"not run: {', '.join(NOT_RUN)} (pipelines/registry.py says why)")
+    if NOT_RUN:
+        print(f"not run: {', '.join(NOT_RUN)} (pipelines/registry.py says why)")
     print("Estimates from FLOPs counted on the meta device (attention at 600 TFLOPS, the rest at 650, +25 % "
           "elementwise): for budgeting, not measurements.")
 
@@ -353,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--group", type=int, choices=sorted(GROUPS), default=None, help="one of the two device groups")
     p.add_argument("--only", nargs="+", default=None, metavar="FAMILY", help="these families (registry names)")
+    p.add_argument("--families", default=None, metavar="A,B",
+                   help="these families, comma-separated (e.g. wan_animate2,sana_wm_refiner: the KV-cached rows)")
     p.add_argument("--out-dir", default=None, help="where <family>.json, table.md and table.json go (required to run)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="wall seconds this run may take; a family whose estimate exceeds what is left is skipped "
@@ -382,9 +406,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         recs = write_table(out_dir)
         print((out_dir / "table.md").read_text())
         return recs
+    if args.families:
+        if args.only:
+            raise SystemExit("error: pass --only or --families, not both")
+        args.only = [n.strip() for n in args.families.split(",") if n.strip()]
     if args.group is not None and args.only:
-        raise SystemExit("error: pass --group or --only, not both")
-    names = args.only or (GROUPS[args.group] if args.group else GROUPS[1] + GROUPS[2])
+        raise SystemExit("error: pass --group or --only/--families, not both")
+    names = args.only or (GROUPS[args.group] if args.group else GROUPS[1] + GROUPS[2] + GROUPS[3])
     if not args.only and args.group in (None, 2):
         names = names + NOT_RUN  # recorded with the reason (instant), so the table names every routed family
     unknown = [n for n in names if n not in registry.ENTRIES]
