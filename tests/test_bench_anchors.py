@@ -338,3 +338,26 @@ def test_reload_keeps_the_interface():
     mod = importlib.reload(anchor_impls)
     for name in ("available", "fa3", "fa3_fp8", "sage2", "prequantize", "versions", "supports"):
         assert callable(getattr(mod, name))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["fa3", "fa3_fp8", "sage2"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_anchor_against_fp64_on_gpu(name, causal):
+    """On the GPU machine after `source /tmp/anchors/env.sh`: each anchor's output against fp64 on a small grouped
+    shape (bf16 bound for FA3, the 8-bit methods' for the others). Skipped where the anchor is not installed."""
+    reason = anchor_impls.available()[name]
+    if reason:
+        pytest.skip(reason)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    q = torch.randn(2, 1000, 8, 128, dtype=torch.bfloat16, device="cuda", generator=gen)
+    k = torch.randn(2, 1000, 2, 128, dtype=torch.bfloat16, device="cuda", generator=gen)
+    v = torch.randn(2, 1000, 2, 128, dtype=torch.bfloat16, device="cuda", generator=gen)
+    out = anchor_impls.IMPLS[name](q, k, v, causal=causal)
+    assert out.shape == q.shape and out.dtype == torch.bfloat16
+    qd, kd, vd = (x.double().transpose(1, 2).repeat_interleave(8 // x.shape[2], dim=1) for x in (q, k, v))
+    s = qd @ kd.transpose(-1, -2) / math.sqrt(128)
+    if causal:
+        s = s.masked_fill(torch.ones(1000, 1000, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
+    ref = (s.softmax(-1) @ vd).transpose(1, 2)
+    assert ba.rel_l2(out, ref) < (1e-2 if name == "fa3" else 8e-2)

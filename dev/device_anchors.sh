@@ -1,0 +1,59 @@
+#!/bin/bash
+# Put the prebuilt anchors (FlashAttention-3, SageAttention2) on the GPU machine for scripts/bench_anchors.py.
+# They are built from their public sources outside this repository (docs/anchors.md) and travel as the git-ignored
+# .anchors/ folder next to the work tree; this script only unpacks them, it builds nothing:
+#
+#   bash dev/device_anchors.sh install     # unpack .anchors/*.tar.xz into /tmp/anchors, write /tmp/anchors/env.sh
+#   source /tmp/anchors/env.sh             # PYTHONPATH and VIDATTN_ANCHORS_DIR for the rest of the shell
+#   bash dev/device_anchors.sh check       # what scripts/anchor_impls.py can call here, and the build description
+#   bash dev/device_anchors.sh uninstall
+#
+# VIDATTN_ANCHORS_PACK (default <repo>/.anchors) and VIDATTN_ANCHORS_DIR (default /tmp/anchors) move either end.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PACK=${VIDATTN_ANCHORS_PACK:-$ROOT/.anchors}
+DIR=${VIDATTN_ANCHORS_DIR:-/tmp/anchors}
+PY=${PYTHON:-python3}
+
+check() {
+  PYTHONPATH="$DIR/site${PYTHONPATH:+:$PYTHONPATH}" VIDATTN_ANCHORS_DIR="$DIR" "$PY" - "$ROOT" <<'EOF'
+import json, sys
+sys.path.insert(0, sys.argv[1] + "/scripts")
+import anchor_impls
+print(json.dumps({"available": anchor_impls.available(), "built": anchor_impls.versions()}, indent=1))
+EOF
+}
+
+case "${1:-install}" in
+  install)
+    shopt -s nullglob
+    packs=("$PACK"/*.tar.xz)
+    if [ ${#packs[@]} -eq 0 ]; then
+      echo "device_anchors: no $PACK/*.tar.xz: carry .anchors/ with the call (the anchors are not in the repository)" >&2
+      exit 1
+    fi
+    rm -rf "$DIR"
+    mkdir -p "$DIR/site"
+    for p in "${packs[@]}"; do
+      tar -xJf "$p" -C "$DIR/site"
+      echo "device_anchors: unpacked $(basename "$p")"
+    done
+    [ -f "$PACK/anchors.json" ] && cp "$PACK/anchors.json" "$DIR/"
+    cat > "$DIR/env.sh" <<EOF
+export PYTHONPATH="$DIR/site\${PYTHONPATH:+:\$PYTHONPATH}"
+export VIDATTN_ANCHORS_DIR="$DIR"
+EOF
+    echo "device_anchors: source $DIR/env.sh   # $(head -1 "$DIR/env.sh")"
+    check
+    ;;
+  check)
+    check
+    ;;
+  uninstall)
+    rm -rf "$DIR"
+    ;;
+  *)
+    echo "usage: bash dev/device_anchors.sh [install|check|uninstall]" >&2
+    exit 2
+    ;;
+esac
