@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""Short full generations per video DiT family, SDPA against vidattn: seconds per video and transformer seconds.
+
+    python3 scripts/bench_family_generate.py --out-dir DIR --budget-s 200        # the sweep (H200)
+    python3 scripts/bench_family_generate.py --only ltx cogvideox --out-dir DIR
+    python3 scripts/bench_family_generate.py --plan                              # sizes, steps, estimated seconds
+    python3 scripts/bench_family_generate.py --tiny --device cpu --out-dir DIR   # CPU plumbing check (tests)
+
+Per family (pipelines/generate.py: the family's diffusers pipeline with the registry's transformer at the real
+config, the VAE at the release config, seeded random weights, random prompt embeddings; nothing downloaded): one
+pipeline build, then the same generation under SDPA (diffusers' processors) and under vidattn (`vidattn.apply`):
+`--steps` denoising steps (default 2) and the VAE decode, timed as a whole (wall clock, device synchronised) with
+every transformer forward timed between CUDA events. The first family also runs one generation per path
+first, untimed (cuDNN's and the allocator's first calls). Nothing is written but the JSON and the table: no video
+files (the device has no ffmpeg), frames compared between the paths instead (rel-L2; random weights: a
+sanity check, not a fidelity figure).
+
+Sizes: the family's default height and width, with fewer frames where the default is long (BENCH_FRAMES; the
+JSON and the table say which). Families are run cheapest first by the estimate; one whose estimate exceeds what is
+left of --budget-s is skipped with the reason, one that fails is recorded with its error and the sweep goes on.
+wan and wan14b generate through scripts/generate_video.py's own Wan path (timed by scripts/e2e_report.py), not here.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import torch  # noqa: E402
+
+STEPS = 2
+# Frames of the sweep where the default is long: 17 for the 4x and 8x temporal VAEs (5 or 3 latent frames), Mochi's
+# pipeline default (19), MiniMax-H3's shortest 17n+5. Families not listed keep their default frames (short already,
+# or a pipeline whose frame count is tied to its chunking: FramePack's section, Helios' chunk, AnyFlow-FAR's chunk
+# partition, Wan-Animate's segment, Latte's 16 frames without temporal compression).
+BENCH_FRAMES = {"skyreels_v2": 17, "anyflow": 17, "wan_vace": 17, "chronoedit": 17, "hunyuan_video": 17,
+                "hunyuan_video15": 17, "cogvideox": 17, "ltx": 17, "ltx2": 17, "mochi": 19, "allegro": 16,
+                "easyanimate": 17, "sana_video": 17, "kandinsky5": 17, "kandinsky6": 17, "motif_video": 17,
+                "wan_animate": 17}
+SKIP = {"wan": "generates through generate_video.py's Wan path (scripts/e2e_report.py times it)",
+        "wan14b": "generates through generate_video.py's Wan path (scripts/e2e_report.py times it)"}
+PATHS = ("sdpa", "vidattn")
+STARTUP_S = 15.0
+
+
+def log(msg: str) -> None:
+    print(f"[gen-bench] {msg}", flush=True)
+
+
+def families() -> list[str]:
+    from pipelines.registry import GENERATES
+
+    return [n for n in GENERATES if n not in SKIP]
+
+
+def bench_size(name: str, tiny: bool):
+    """The sweep's size (None with `tiny`: generate_video.py's tiny defaults for the family)."""
+    from pipelines import registry
+    from pipelines.families import Size
+
+    if tiny:
+        return None
+    d = registry.size_for(name)
+    if name not in BENCH_FRAMES:
+        return d
+    return Size(d.height, d.width, min(d.frames, BENCH_FRAMES[name]))
+
+
+def _calls_per_step(name: str) -> int:
+    from pipelines import registry
+
+    note = registry.entry(name).note.lower()
+    return 2 if ("two batch-1 calls" in note or "separate batch-1" in note) else 1
+
+
+def estimate_s(name: str, steps: int = STEPS) -> float | None:
+    """Estimated wall seconds of the family on an H200: build (seeded init on the GPU), and per path the steps'
+    forwards (the registry's default-size forward estimate scaled to the sweep's tokens: attention quadratically,
+    the rest linearly) plus 3 s for the VAE decode and the pipeline's own work. For the budget guard, not a result."""
+    from pipelines import registry
+
+    est = registry.estimate(name)
+    if not est.get("forward_s"):
+        return None
+    e = registry.entry(name)
+    s = bench_size(name, False)
+    r = (registry.video_tokens(name, s, registry.full_config(name)) /
+         max(registry.video_tokens(name, e.size, registry.full_config(name)), 1))
+    fwd = est["attention_s"] * r * r + (est["forward_s"] - est["attention_s"]) * r
+    build = 4 + 0.15 * est["params"] / 1e9 + 2
+    return build + 2 * (steps * _calls_per_step(name) * fwd + 3)
+
+
+def git_commit() -> str | None:
+    if os.environ.get("VIDATTN_COMMIT", "").strip():
+        return os.environ["VIDATTN_COMMIT"].strip()
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def metadata(argv) -> dict:
+    from vidattn.envinfo import run_metadata
+
+    meta = run_metadata(argv)
+    meta["git_commit"] = git_commit()
+    meta["command"] = " ".join(["python3", "scripts/bench_family_generate.py"] + list(argv))
+    return meta
+
+
+def _frames(out) -> torch.Tensor:
+    f = out.frames
+    return torch.as_tensor(f).float() if not isinstance(f, torch.Tensor) else f.float()
+
+
+def _rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    den = torch.linalg.vector_norm(b.double()).item()
+    num = torch.linalg.vector_norm((a - b).double()).item()
+    return num / den if den > 0 else (0.0 if num == 0 else float("inf"))
+
+
+def _one(pipe, run, path: str, steps: int, device):
+    """(total ms, transformer ms per forward, output, apply counts) of one generation on `path`."""
+    import vidattn
+    from generate_video import run_generate
+    from pipelines.measure import ForwardTimer, Stopwatch
+
+    handle = vidattn.apply(pipe) if path == "vidattn" else None
+    call = run["call"]
+    saved = call.get("num_inference_steps")
+    call["num_inference_steps"] = steps
+    timer = ForwardTimer(pipe.transformer, device)
+    try:
+        with Stopwatch(device) as sw:
+            out = run_generate(pipe, run, run["seed"])
+    finally:
+        timer.close()
+        call["num_inference_steps"] = saved
+        if handle is not None:
+            vidattn.restore(pipe)
+    return sw.ms, timer.forward_ms(), out, (None if handle is None else handle.counts())
+
+
+def bench_family(name: str, args, device, warm: bool) -> dict:
+    import generate_video as gv
+    from pipelines import registry
+
+    e = registry.entry(name)
+    size = bench_size(name, args.tiny)
+    d = e.size
+    rec = {"family": name, "model": e.display + (" (tiny)" if args.tiny else ""), "pipeline": e.pipeline,
+           "steps": args.steps, "default_size": None if args.tiny else [d.height, d.width, d.frames],
+           "reduced": size is not None and size.frames != d.frames, "device": str(device),
+           "weights": f"random (seed {args.seed})"}
+    t0 = time.perf_counter()
+    stage = "build"
+    try:
+        argv = ["--family", name, "--device", str(device), "--steps", str(args.steps), "--seed", str(args.seed)]
+        if size is not None:
+            argv += ["--height", str(size.height), "--width", str(size.width), "--frames", str(size.frames)]
+        if args.tiny:
+            argv.append("--tiny")
+        pargs = gv.build_parser().parse_args(argv)
+        pipe, run = gv.prepare_pipeline(pargs)
+        rec["height"], rec["width"], rec["frames"] = run["size"]
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        rec["build_s"] = time.perf_counter() - t0
+        rec["size_text"] = gv.size_text(run)
+        if warm:
+            stage = "warm-up"
+            for path in PATHS:
+                _one(pipe, run, path, args.steps, device)  # steps as timed: some pipelines need 2+
+        outs = {}
+        for path in PATHS:
+            stage = f"{path} generation"
+            ms, fwd, out, counts = _one(pipe, run, path, args.steps, device)
+            outs[path] = _frames(out)
+            rec[path] = {"total_s": ms / 1e3, "transformer_s": sum(fwd) / 1e3, "forwards": len(fwd),
+                         "forward_ms": fwd, "apply": counts,
+                         "finite": bool(torch.isfinite(outs[path]).all())}
+            log(f"  {name} [{path}] {ms / 1e3:.2f} s, transformer {sum(fwd) / 1e3:.2f} s over {len(fwd)} forwards")
+        s, v = rec["sdpa"], rec["vidattn"]
+        rec["speedup"] = s["total_s"] / v["total_s"] if v["total_s"] else None
+        rec["transformer_speedup"] = s["transformer_s"] / v["transformer_s"] if v["transformer_s"] else None
+        rec["frames_rel_l2"] = _rel_l2(outs["vidattn"], outs["sdpa"])
+        rec["frames_shape"] = list(outs["sdpa"].shape)
+        rec["status"] = "ok"
+    except BaseException as exc:  # noqa: BLE001 - SystemExit from the shared builder included; the sweep goes on
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        rec.update(status="failed", failed_at=stage, error=f"{type(exc).__name__}: {str(exc)[:1200]}",
+                   oom="out of memory" in str(exc).lower(), traceback=traceback.format_exc()[-2500:])
+    finally:
+        pipe = run = None  # noqa: F841
+        if device.type == "cuda":
+            gc.collect()
+            torch.cuda.empty_cache()
+        rec["wall_s"] = time.perf_counter() - t0
+    return rec
+
+
+def _f(x, nd=2, unit=""):
+    return "—" if not isinstance(x, (int, float)) or isinstance(x, bool) else f"{x:.{nd}f}{unit}"
+
+
+def table(recs: list[dict], meta: dict) -> str:
+    lines = ["# Short generations per family: SDPA against vidattn", "",
+             f"{meta.get('gpu') or 'CPU'}; commit {str(meta.get('git_commit'))[:12]}; {meta.get('date_utc')}; torch "
+             f"{meta.get('torch')}, diffusers {meta.get('diffusers')}; random weights; `{meta.get('command')}`.",
+             "One generation per path (wall clock, device synchronised): the denoising steps and the VAE decode; "
+             "transformer s = the sum of its forwards (CUDA events). Sizes marked * have fewer frames than the "
+             "pipeline's default (in brackets). rel-L2: decoded frames, vidattn against SDPA.", "",
+             "| family | H×W×frames | steps | SDPA s | vidattn s | speedup | transformer s SDPA → vidattn | "
+             "transformer speedup | rel-L2 |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        if r.get("status") != "ok":
+            continue
+        size = f"{r['height']}×{r['width']}×{r['frames']}"
+        if r.get("reduced"):
+            size += f"* ({r['default_size'][2]})"
+        s, v = r["sdpa"], r["vidattn"]
+        lines.append(f"| {r['family']} | {size} | {r['steps']} | {_f(s['total_s'])} | {_f(v['total_s'])} | "
+                     f"**{_f(r['speedup'], 3, '×')}** | {_f(s['transformer_s'])} → {_f(v['transformer_s'])} | "
+                     f"{_f(r['transformer_speedup'], 3, '×')} | {r['frames_rel_l2']:.2e} |")
+    rest = [r for r in recs if r.get("status") != "ok"]
+    if rest:
+        lines += ["", "Not measured:", ""]
+        lines += [f"- {r['family']} ({r['status']}): {r.get('reason') or str(r.get('error'))[:300]}" for r in rest]
+    return "\n".join(lines) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", nargs="+", default=None, metavar="FAMILY", help="these families")
+    p.add_argument("--out-dir", default=None, help="where generate_bench.json and generate_bench.md go")
+    p.add_argument("--budget-s", type=float, default=None, help="wall seconds for the sweep; a family whose "
+                   "estimate exceeds what is left is skipped with the reason")
+    p.add_argument("--steps", type=int, default=STEPS, help=f"denoising steps per generation (default {STEPS})")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tiny", action="store_true", help="tiny configs (CPU tests)")
+    p.add_argument("--device", default=None, help="cuda (default when present) or cpu (only with --tiny)")
+    p.add_argument("--plan", action="store_true", help="print sizes, steps and estimated seconds, and exit")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def plan_rows(names: list[str], steps: int) -> list[dict]:
+    rows = []
+    for n in names:
+        s = bench_size(n, False)
+        rows.append({"family": n, "size": [s.height, s.width, s.frames], "steps": steps, "est_s": estimate_s(n, steps)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    t_begin = time.perf_counter()
+    names = args.only or families()
+    allowed = set(families())
+    bad = [n for n in names if n not in allowed]
+    if bad:
+        from pipelines.generate import why_not
+
+        why = "; ".join(f"{n}: {SKIP.get(n) or why_not(n)}" for n in bad)
+        raise SystemExit(f"error: not in the sweep: {why} (the sweep: {', '.join(families())})")
+    if args.steps < 1:
+        raise SystemExit(f"error: --steps must be >= 1, got {args.steps}")
+    if not args.tiny:
+        rows = sorted(plan_rows(names, args.steps), key=lambda r: (r["est_s"] is None, r["est_s"] or 0))
+        names = [r["family"] for r in rows]
+    if args.plan:
+        for r in plan_rows(names, args.steps):
+            print(f"{r['family']:16} {r['size'][0]}x{r['size'][1]}x{r['size'][2]:<4} {r['steps']} steps  "
+                  f"est {_f(r['est_s'], 0, ' s')}")
+        total = sum(r["est_s"] or 0 for r in plan_rows(names, args.steps))
+        print(f"total estimated {total + STARTUP_S:.0f} s (estimates for budgeting, not measurements)")
+        return []
+    if not args.out_dir:
+        raise SystemExit("error: --out-dir DIR is required (or --plan)")
+    if args.budget_s is not None and args.budget_s <= 0:
+        raise SystemExit(f"error: --budget-s must be > 0, got {args.budget_s}")
+    cuda = torch.cuda.is_available()
+    device = torch.device(args.device or ("cuda" if cuda else "cpu"))
+    if device.type == "cuda" and not cuda:
+        raise SystemExit("error: --device cuda requested but CUDA is not available")
+    if device.type == "cpu" and not args.tiny:
+        raise SystemExit("error: the family sizes need a CUDA GPU; --tiny --device cpu checks the plumbing")
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    import vidattn
+
+    warnings.filterwarnings("ignore", category=vidattn.VidattnFallbackWarning)
+    if device.type == "cuda":
+        from vidattn import _ext
+
+        t0 = time.perf_counter()
+        lib = _ext.load()
+        log(f"kernel library {'loaded' if lib is not None else 'NOT available'} in {time.perf_counter() - t0:.1f} s")
+    meta = metadata(argv)
+    deadline = None if args.budget_s is None else t_begin + args.budget_s
+    bar = None
+    if not args.no_progress:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(names), desc="families", unit="family", file=sys.stdout)
+        except ImportError:
+            bar = None
+    recs = []
+    for i, name in enumerate(names):
+        est = None if args.tiny else estimate_s(name, args.steps)
+        left = None if deadline is None else deadline - time.perf_counter()
+        log(f"[{i + 1}/{len(names)}] {name} (elapsed {time.perf_counter() - t_begin:.0f} s; estimate "
+            f"{_f(est, 0, ' s')}" + ("" if left is None else f"; {left:.0f} s of the budget left") + ")")
+        if left is not None and est is not None and est > left:
+            rec = {"family": name, "status": "skipped",
+                   "reason": f"estimated {est:.0f} s, {left:.0f} s of --budget-s left"}
+        else:
+            rec = bench_family(name, args, device, warm=(i == 0 and device.type == "cuda"))
+        rec["estimate_s"] = est
+        if rec["status"] == "ok":
+            log(f"  {name}: SDPA {rec['sdpa']['total_s']:.2f} s, vidattn {rec['vidattn']['total_s']:.2f} s, "
+                f"{rec['speedup']:.3f}x (transformer {_f(rec['transformer_speedup'], 3, 'x')})")
+        else:
+            log(f"  {name}: {rec['status']}: {rec.get('reason') or rec.get('error', '')[:300]}")
+        recs.append(rec)
+        (out_dir / "generate_bench.json").write_text(json.dumps(
+            {"metadata": meta, "steps": args.steps, "tiny": args.tiny,
+             "generated_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "rows": [{k: v for k, v in r.items() if k != "traceback"} for r in recs],
+             "errors": {r["family"]: r["traceback"] for r in recs if "traceback" in r}}, indent=1) + "\n")
+        (out_dir / "generate_bench.md").write_text(table(recs, meta))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    log(f"done in {time.perf_counter() - t_begin:.0f} s: {sum(r['status'] == 'ok' for r in recs)} measured; "
+        f"{out_dir}/generate_bench.md")
+    return recs
+
+
+if __name__ == "__main__":
+    main()
