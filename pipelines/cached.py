@@ -110,7 +110,7 @@ def sdpa_lse(q, k, v):
     """(out (B, S, H, D), lse (B, H, S) fp32) of dense attention on BSHD tensors through PyTorch: FlashAttention
     (aten._scaled_dot_product_flash_attention, which returns its log-sum-exp) on CUDA, the math path on the CPU."""
     qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
-    if q.is_cuda:
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention(qh, kh, vh, 0.0, False, False)[:2]
     else:
         from vidattn.ops import sdpa_fallback
