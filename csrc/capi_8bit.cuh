@@ -28,8 +28,9 @@ namespace {
 //   sequential schedule at D=128 and for three consumer warpgroups at D=64 (either schedule); refused elsewhere.
 //   Mode 2 measured slower than modes 0 and 1 on every shape (device runs 2 and 4) and is no longer built.
 // Schedules: ping-pong (two warpgroups at D=128, two or three at D=64; S_j issued with P_{j-1} V_{j-1}) or
-// sequential (q8_consumer_seq: three warpgroups at both head dims, no spills; modes 0 and 3 at D=128, where modes 1
-// and 2 would spill, any mode at D=64).
+// sequential (q8_consumer_seq: three warpgroups at both head dims, no spills; modes 0, 3, 4 and 5 at D=128, where
+// mode 1 would spill, any built mode at D=64), or sequential with the S issues in round-robin turns (schedule 2; the
+// head dim's default mode and mode 4 only).
 // Forced by vidattn_q8_set_sum_mma / vidattn_q8_set_d64_warpgroups / vidattn_q8_set_sequential, or for both head
 // dims by the environment variables VIDATTN_Q8_SUM_MMA / VIDATTN_Q8_D64_WGS / VIDATTN_Q8_SEQ (read once; A/B runs).
 #ifndef VIDATTN_Q8_MODE_D128
@@ -56,7 +57,7 @@ namespace {
 #endif
 int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
 int g_q8_sum_mma = -1;               // -1: the default; 0-5: the mode, forced (vidattn_q8_set_sum_mma)
-int g_q8_seq = -1;                   // -1: the default; 0 ping-pong, 1 sequential, forced (vidattn_q8_set_sequential)
+int g_q8_seq = -1;                   // -1: the default; 0 ping-pong, 1 sequential, 2 with turns, forced
 thread_local int g_q8_last_wgs = 0;  // consumer warpgroups of this thread's last 8-bit launch
 thread_local int g_q8_last_sum_mma = -1;
 thread_local int g_q8_last_seq = -1;
@@ -113,7 +114,7 @@ bool q8_tensor_map_2d(CUtensorMap* map, const void* base, uint64_t inner, uint64
   return true;
 }
 
-template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq, int kPoly = 0>
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq, int kPoly = 0, bool kTurns = false>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
   using T = Q8Traits<kD, kWGs>;
@@ -184,12 +185,12 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
   const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
-  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, kExp16, kFp16, kSeq, kPoly>;
+  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, kExp16, kFp16, kSeq, kPoly, kTurns>;
   if (allow_smem(kernel, smem) != 0) return 1;
   g_q8_last_wgs = kWGs;
   g_q8_last_sum_mma = kPoly > 0 ? (kPoly == VIDATTN_Q8_POLY4_GROUPS ? 4 : 5)
                                 : (kSumMma ? (kExp16 ? 2 : 1) : (kExp16 ? 3 : 0));
-  g_q8_last_seq = kSeq ? 1 : 0;
+  g_q8_last_seq = kSeq ? (kTurns ? 2 : 1) : 0;
   kernel<<<dim3(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
                 static_cast<unsigned>(a.batch)),
            T::kThreads, smem, stream>>>(p);
@@ -205,12 +206,26 @@ int q8_env_default(const char* name, int build_default, int lo, int hi) {
 }
 
 // The instantiation for (head dim, warpgroups, schedule): the row-sum variant and the dtype chosen at run time.
-template <int kD, int kWGs, bool kSeq>
+template <int kD, int kWGs, bool kSeq, bool kTurns = false>
 int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   const bool fp16 = a.dtype == 1;
   static const int env_mode =
       q8_env_default("VIDATTN_Q8_SUM_MMA", kD == 64 ? VIDATTN_Q8_MODE_D64 : VIDATTN_Q8_MODE_D128, 0, 5);
   const int mode = g_q8_sum_mma < 0 ? env_mode : g_q8_sum_mma;
+  if constexpr (kTurns) {
+    // The sequential schedule with turns (schedule 2) is built with the head dim's default row sums (mode 0 at 128,
+    // 1 at 64) and with mode 4 only: an A/B variant, kept small in the build.
+    constexpr int kBase = kD == 64 ? 1 : 0;
+    constexpr bool kSumMma = kD == 64;
+    if (mode == kBase)
+      return fp16 ? q8_launch<kD, kWGs, kSumMma, false, true, true, 0, true>(a, l, s)
+                  : q8_launch<kD, kWGs, kSumMma, false, false, true, 0, true>(a, l, s);
+    if (mode == 4)
+      return fp16 ? q8_launch<kD, kWGs, kSumMma, false, true, true, VIDATTN_Q8_POLY4_GROUPS, true>(a, l, s)
+                  : q8_launch<kD, kWGs, kSumMma, false, false, true, VIDATTN_Q8_POLY4_GROUPS, true>(a, l, s);
+    return fail("8-bit path: the sequential schedule with turns (2) takes row-sum modes " + std::to_string(kBase) +
+                " and 4 at head dim " + std::to_string(kD) + ", not " + std::to_string(mode));
+  }
   if (mode == 4 || mode == 5) {
     if constexpr ((kD == 128 && kSeq) || (kD == 64 && kWGs == 3)) {
       // The head dim's default row sums: in the softmax at D=128 (the sequential schedule has no registers for the
@@ -290,15 +305,19 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   g_q8_last_seq = -1;
   switch (a->head_dim) {
     case 64: {
-      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D64, 0, 1);
-      if ((g_q8_seq < 0 ? env_seq : g_q8_seq) == 1) return q8_dispatch<64, 3, true>(*a, l, s);
+      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D64, 0, 2);
+      const int seq = g_q8_seq < 0 ? env_seq : g_q8_seq;
+      if (seq == 2) return q8_dispatch<64, 3, true, true>(*a, l, s);
+      if (seq == 1) return q8_dispatch<64, 3, true>(*a, l, s);
       static const int env_wgs = q8_env_default("VIDATTN_Q8_D64_WGS", VIDATTN_Q8_D64_WGS, 2, 3);
       if ((g_q8_d64_wgs == 0 ? env_wgs : g_q8_d64_wgs) == 3) return q8_dispatch<64, 3, false>(*a, l, s);
       return q8_dispatch<64, 2, false>(*a, l, s);
     }
     case 128: {
-      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D128, 0, 1);
-      if ((g_q8_seq < 0 ? env_seq : g_q8_seq) == 1) return q8_dispatch<128, 3, true>(*a, l, s);
+      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D128, 0, 2);
+      const int seq = g_q8_seq < 0 ? env_seq : g_q8_seq;
+      if (seq == 2) return q8_dispatch<128, 3, true, true>(*a, l, s);
+      if (seq == 1) return q8_dispatch<128, 3, true>(*a, l, s);
       return q8_dispatch<128, 2, false>(*a, l, s);
     }
     default: return fail("8-bit path: head dim must be 64 or 128");
@@ -329,10 +348,11 @@ extern "C" int vidattn_q8_set_sum_mma(int mode) {
 // The variant of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_sum_mma's modes; -1: none launched).
 extern "C" int vidattn_q8_last_sum_mma(void) { return g_q8_last_sum_mma; }
 
-// The schedule of later 8-bit launches: ping-pong (0), sequential with three consumer warpgroups (1), or the default
-// (-1). For tests and A/B timing; returns 0, or 1 for any other value.
+// The schedule of later 8-bit launches: ping-pong (0), sequential with three consumer warpgroups (1), that with the
+// S issues in round-robin turns (2: row-sum modes 0 / 1 and 4 only), or the default (-1). For tests and A/B timing;
+// returns 0, or 1 for any other value.
 extern "C" int vidattn_q8_set_sequential(int seq) {
-  if (seq < -1 || seq > 1) return 1;
+  if (seq < -1 || seq > 2) return 1;
   g_q8_seq = seq;
   return 0;
 }

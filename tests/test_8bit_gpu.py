@@ -212,9 +212,9 @@ def test_poisoned_output(d):
     assert float((lse.double() - lse_ref).abs().max()) <= lse_bound(q, k, 1 / math.sqrt(d))
 
 
-@pytest.mark.parametrize("d,mode,seq", [(128, 0, 1), (128, 3, 1), (128, 3, 0), (128, 4, 1), (128, 5, 1), (64, 0, 1),
-                                        (64, 1, 1), (64, 3, 1), (64, 3, 0), (64, 4, 0), (64, 5, 0), (64, 4, 1),
-                                        (64, 5, 1)])
+@pytest.mark.parametrize("d,mode,seq", [(128, 0, 1), (128, 3, 1), (128, 3, 0), (128, 4, 1), (128, 5, 1), (128, 0, 2),
+                                        (128, 4, 2), (64, 0, 1), (64, 1, 1), (64, 3, 1), (64, 3, 0), (64, 4, 0),
+                                        (64, 5, 0), (64, 4, 1), (64, 5, 1), (64, 1, 2), (64, 4, 2)])
 def test_schedules_and_row_sum_modes(d, mode, seq):
     """Every schedule x row-sum mode the A/B runs (capi_8bit.cuh): odd lengths, kv_lens with LSE, row mass; and the
     launch reports the schedule it ran (three consumer warpgroups for the sequential one)."""
@@ -256,10 +256,11 @@ def test_sequential_d128_refuses_ones_column_modes():
 
 
 @pytest.mark.parametrize("d,mode,seq,match", [(128, 2, 0, "mode 2"), (64, 2, 0, "mode 2"),
-                                              (128, 4, 0, "modes 4 and 5"), (128, 5, 0, "modes 4 and 5")])
+                                              (128, 4, 0, "modes 4 and 5"), (128, 5, 0, "modes 4 and 5"),
+                                              (128, 3, 2, "with turns"), (64, 5, 2, "with turns")])
 def test_refuses_unbuilt_row_sum_modes(d, mode, seq, match):
-    """Mode 2 is no longer built, and the polynomial modes only for the sequential schedule at D=128: a forced launch
-    of either is refused with a clear error, nothing launched."""
+    """Mode 2 is no longer built, the polynomial modes only for the sequential schedule at D=128, and the schedule with
+    turns only with the default mode and mode 4: a forced launch of any other is refused with a clear error."""
     from vidattn import quant8
 
     q, k, v = (randn(1, 256, 2, d, seed=i) for i in range(3))

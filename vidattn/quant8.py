@@ -73,14 +73,15 @@ def set_sum_mma(mode: int, lib=None) -> None:
 
 
 def set_sequential(seq: int, lib=None) -> None:
-    """Schedule of later 8-bit launches: ping-pong (0), sequential with three consumer warpgroups (1), or the default
-    (-1). For A/B timing. At head dim 128 the sequential schedule takes row-sum modes 0, 3, 4 and 5 only."""
+    """Schedule of later 8-bit launches: ping-pong (0), sequential with three consumer warpgroups (1), that with the S
+    issues in round-robin turns (2), or the default (-1). For A/B timing. At head dim 128 the sequential schedule
+    takes row-sum modes 0, 3, 4 and 5 only; schedule 2 the head dim's default mode (0 at 128, 1 at 64) and 4."""
     _setter("vidattn_q8_set_sequential", seq, lib)
 
 
 def last_sequential(lib=None) -> int:
-    """Schedule of this thread's last 8-bit launch (0 ping-pong, 1 sequential; -1: none, or a library without the
-    sequential schedule)."""
+    """Schedule of this thread's last 8-bit launch (0 ping-pong, 1 sequential, 2 sequential with turns; -1: none, or a
+    library without the sequential schedule)."""
     lib = _entry(lib or _ext._library(None))
     fn = getattr(lib, "vidattn_q8_last_sequential", None)
     return int(fn()) if fn is not None else -1

@@ -561,7 +561,10 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
 // S_j -> softmax -> P_j V_j -> merge in order, so at most O and one of S or (O_tile, P) are live: 64 + 64 (+ 16)
 // registers at D=128, which lets three consumer warpgroups fit in 160. While one warpgroup runs its softmax, the
 // tensor cores take the other two's S and P V: more warps in the softmax's latency than two ping-pong warpgroups give.
-template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly>
+// kTurns: the warpgroups issue their S in round-robin turns (the ping-pong's named barriers, S only), which keeps them
+// a third of a block apart: without it nothing stops them drifting into step, all three in the softmax at once
+// (MUFU shared three ways) and then all three waiting on the tensor cores.
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly, bool kTurns = false>
 __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block,
                                                 int b, int h, int n_blocks, int kv_len) {
   using T = Q8Traits<kD, kWGs>;
@@ -587,6 +590,8 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   uint32_t ph[kN / 4];
   uint32_t pa[kN / 32][4];
 
+  // As q8_consumer: the last warpgroup passes the first turn, warpgroup 0 absorbs the last pass at the end.
+  if (kTurns && cwg == T::kConsumerWGs - 1) q8_turn_pass<T::kConsumerWGs>(cwg);
   ptx::mbarrier_wait(&s.q_full, 0);
   for (int j = 0; j < n_blocks; ++j) {
     const int stage = j % T::kStages;
@@ -596,8 +601,10 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     const float k_sc = q8ptx::ld_nc(ks + j * kQ8KGroups);
     const float c[2] = {q8ptx::ld_nc(qsp) * k_sc, q8ptx::ld_nc(qsp + 8) * k_sc};
     ptx::mbarrier_wait(&s.k_full[stage], par);
+    if constexpr (kTurns) q8_turn_wait(cwg);
     ptx::wgmma_fence();
     q8_issue_qk<kD>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
+    if constexpr (kTurns) q8_turn_pass<T::kConsumerWGs>(cwg);
     ptx::wgmma_wait<0>();
     q8_fence_regs(sacc);
     if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
@@ -612,10 +619,12 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[stage]);
     q8_merge<kD, kNpv>(o, ot, alpha, row_sum);
   }
+  if (kTurns && cwg == 0) q8_turn_wait(cwg);
   q8_epilogue<kD, kWGs, kSumMma, kFp16>(p, s, cwg, m_block, b, h, o, row_max, row_sum);
 }
 
-template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq = false, int kPoly = 0>
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq = false, int kPoly = 0,
+          bool kTurns = false>
 __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
   using T = Q8Traits<kD, kWGs>;
@@ -657,7 +666,8 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
     if constexpr (kSeq)
-      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
+      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns>(p, s, wg - 1, m_block, b, h, n_blocks,
+                                                                        kv_len);
     else q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16, kPoly>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
   }
 }
