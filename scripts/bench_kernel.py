@@ -98,10 +98,18 @@ CAUSAL_SHAPES = [
     CausalShape("causal 32K D64", 1, 32, 32768, 32768, 64, key="causal_32k_d64"),
 ]
 
+# The head-dim builds (docs/guide/head_dims.md; `--shapes headdim`): D=96, 192 and 256 at 1K, 8K and 32K tokens, 16
+# heads and as many batches as make 2048-4096 Q tiles of 128 rows (15-31 rounds on 132 SMs), and D=112 (Sana's
+# layers) on the D=128 build, padded.
+HEAD_DIM_SHAPES = [
+    Shape(f"headdim D{d} {n // 1024}K", b, 16, n, n, d, key=f"headdim_d{d}_{n // 1024}k")
+    for d in (96, 192, 256) for n, b in ((1024, 16), (8192, 2), (32768, 1))
+] + [Shape("headdim D112 8K", 2, 16, 8192, 8192, 112, key="headdim_d112_8k")]
+
 EXTRA_SHAPES = [
     Shape("Allegro D96", 1, 24, 79200, 79200, 96, key="allegro_d96"),
     Shape("GQA 32q/8kv 32K", 1, 32, 32768, 32768, 128, key="gqa_32q8kv_32k", h_kv=8),
-] + CAUSAL_SHAPES
+] + HEAD_DIM_SHAPES + CAUSAL_SHAPES
 
 
 def causal_of(s: Shape) -> str | None:

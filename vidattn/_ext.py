@@ -49,9 +49,39 @@ def _find_csrc() -> Path:
 CSRC = _find_csrc()
 
 # The kernel's builds; every multiple of 8 up to the widest runs on the next build up (TMA pads the columns on the
-# fly: csrc/sm90/fwd_params.h). Wider head dims (192, 256) have no build yet.
-HEAD_DIMS = (64, 128)
+# fly: csrc/sm90/fwd_params.h; csrc/capi.cu, vidattn_sm90_build_head_dim, is the same rule).
+HEAD_DIMS = (64, 96, 128, 192, 256)
 MAX_HEAD_DIM = HEAD_DIMS[-1]
+# Causal masks have builds at D=64 and D=128 only (build time: docs/guide/head_dims.md); wider causal calls run SDPA.
+MAX_CAUSAL_HEAD_DIM = 128
+
+
+def build_head_dim(d: int, causal: int = 0, d96_build: bool = True) -> int | None:
+    """The build (one of HEAD_DIMS) a call of head dim `d` runs on, or None when no build takes it: the smallest at
+    least as wide (72..96 on D=96 unless `d96_build` is False, the A/B switch set_d96_build; causal calls on the
+    D=64 and D=128 causal builds only). Mirrors csrc/capi.cu's vidattn_sm90_build_head_dim."""
+    if d < 8 or d > MAX_HEAD_DIM or d % 8:
+        return None
+    if causal != CAUSAL_NONE:
+        if d > MAX_CAUSAL_HEAD_DIM:
+            return None
+        return 64 if d <= 64 else 128
+    if d > 64 and d <= 96 and not d96_build:
+        return 128
+    return next(b for b in HEAD_DIMS if b >= d)
+
+
+def build_description(d: int, causal: int = 0, d96_build: bool = True) -> str | None:
+    """How a call of head dim `d` runs on the kernel, in words ("D=96 build", "D=112 on the D=128 build, columns
+    zero-filled by TMA"), or None when no build takes it."""
+    return describe_build(d, build_head_dim(d, causal, d96_build))
+
+
+def describe_build(d: int, b: int | None) -> str | None:
+    """build_description's words for head dim `d` on build `b` (None or 0: no build)."""
+    if not b:
+        return None
+    return f"D={b} build" if b == d else f"D={d} on the D={b} build, columns zero-filled by TMA"
 DTYPES = {torch.bfloat16: 0, torch.float16: 1}
 # TMA needs 16-byte aligned base addresses and strides (PTX ISA / CUDA driver API, cuTensorMapEncodeTiled).
 TMA_ALIGN_BYTES = 16
@@ -375,6 +405,11 @@ def open_library(path: str | Path) -> ctypes.CDLL:
         lib.vidattn_sm90_set_d128_block_n.restype = ctypes.c_int
         lib.vidattn_sm90_last_block_n.argtypes = []
         lib.vidattn_sm90_last_block_n.restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_set_d96_build"):  # libraries before the D=96/192/256 builds lack it
+        lib.vidattn_sm90_set_d96_build.argtypes = [ctypes.c_int]
+        lib.vidattn_sm90_set_d96_build.restype = ctypes.c_int
+        lib.vidattn_sm90_build_head_dim.argtypes = [ctypes.c_int, ctypes.c_int]
+        lib.vidattn_sm90_build_head_dim.restype = ctypes.c_int
     if hasattr(lib, "vidattn_sm90_causal_modes"):  # libraries before the causal mask lack it (and the struct's field)
         lib.vidattn_sm90_causal_modes.argtypes = []
         lib.vidattn_sm90_causal_modes.restype = ctypes.c_int
@@ -420,9 +455,24 @@ def set_d128_block_n(block_n: int, lib: ctypes.CDLL | None = None) -> None:
                          f"(128 and 176 unless it was built with other VIDATTN_BLOCK_N_D128* widths), got {block_n}")
 
 
+def set_d96_build(build: int, lib: ctypes.CDLL | None = None) -> None:
+    """Run head dims 72..96 on the D=128 build with the columns padded (128) or on the D=96 build (96, or 0: the
+    default) in later launches. A testing and benchmarking knob (also read from VIDATTN_D96_BUILD when the library
+    loads)."""
+    if _entry(lib, "vidattn_sm90_set_d96_build", "the D=96 build")(int(build)) != 0:
+        raise ValueError(f"D=96 build must be 0 (the default), 96 or 128, got {build}")
+
+
+def lib_build_head_dim(d: int, causal: int = CAUSAL_NONE, lib: ctypes.CDLL | None = None) -> int:
+    """The build the library runs a call of head dim `d` on (0: it refuses it): csrc/capi.cu's own answer, which
+    build_head_dim mirrors. For tests."""
+    return int(_entry(lib, "vidattn_sm90_build_head_dim", "the D=96/192/256 builds")(int(d), int(causal)))
+
+
 # (C setter, environment variable read when a library loads, Python setter) of each build a test or A/B can force.
 _FORCED_BUILDS = (("vidattn_sm90_set_d64_warpgroups", "VIDATTN_D64_WARPGROUPS", set_d64_warpgroups),
-                  ("vidattn_sm90_set_d128_block_n", "VIDATTN_D128_BLOCK_N", set_d128_block_n))
+                  ("vidattn_sm90_set_d128_block_n", "VIDATTN_D128_BLOCK_N", set_d128_block_n),
+                  ("vidattn_sm90_set_d96_build", "VIDATTN_D96_BUILD", set_d96_build))
 
 
 def last_block_n(lib: ctypes.CDLL | None = None) -> int:
@@ -458,6 +508,12 @@ def d128_block_n(block_n: int, lib: ctypes.CDLL | None = None):
     """`set_d128_block_n` for the duration of a block; afterwards the setting the library loaded with
     (VIDATTN_D128_BLOCK_N, else 0: by key count) is back."""
     return _forced(set_d128_block_n, "VIDATTN_D128_BLOCK_N", block_n, lib)
+
+
+def d96_build(build: int, lib: ctypes.CDLL | None = None):
+    """`set_d96_build` for the duration of a block; afterwards the setting the library loaded with
+    (VIDATTN_D96_BUILD, else 0: the D=96 build) is back."""
+    return _forced(set_d96_build, "VIDATTN_D96_BUILD", build, lib)
 
 
 def load() -> ctypes.CDLL | None:
@@ -545,7 +601,7 @@ def envelope_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: 
     d = q.shape[-1]
     if d > MAX_HEAD_DIM:
         return (f"head dim {d} is over {MAX_HEAD_DIM}: the kernel has builds for head dims up to {MAX_HEAD_DIM} "
-                f"(192 and 256 are not built yet)")
+                f"(64, 96, 128, 192, 256; the others run on the next one up)")
     if d % 8:
         return f"head dim {d} is not a multiple of 8 (the kernel runs multiples of 8 up to {MAX_HEAD_DIM})"
     if k.shape[-1] != d or v.shape[-1] != d:
@@ -604,6 +660,9 @@ def kernel_reason(q, k, v, kv_lens, scale, causal: int = CAUSAL_NONE) -> str | N
     if k.device != q.device or v.device != q.device:
         return "q, k and v are on different devices"
     reason = device_reason(q.device) or envelope_reason(q, k, v, kv_lens, scale)
+    if reason is None and causal != CAUSAL_NONE and q.shape[-1] > MAX_CAUSAL_HEAD_DIM:
+        reason = (f"causal masks run on the kernel up to head dim {MAX_CAUSAL_HEAD_DIM} (head dim {q.shape[-1]}: the "
+                  f"D=192 and D=256 builds have no causal variant, to keep the library's build time)")
     if reason is None:
         reason = runtime_reason()
     if reason is None and causal != CAUSAL_NONE:

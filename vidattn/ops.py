@@ -396,11 +396,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
         inputs, SageAttention2's level), for D in {64, 128} on Hopper without grouped K/V; other calls run the exact
         path and warn. Causal calls run the exact path (the 8-bit kernel has no mask; explain says so). Calls with at most 8192 keys run the exact kernel, which measured faster there (explain says so).
 
-    The sm_90a kernel runs for CUDA tensors on Hopper, bf16/fp16, D a multiple of 8 up to 128 (64 and 128 have
-    builds of their own; 8..56 run on the D=64 build and 72..120 on the D=128 build, the columns padded with zeros
-    on the fly, so they cost what D=64 or D=128 costs), equal or grouped K/V heads, 16-byte aligned strides and no
-    autograd; any other call (D over 128 among them) runs PyTorch SDPA and warns once per reason.
-    ``vidattn.explain`` says which.
+    The sm_90a kernel runs for CUDA tensors on Hopper, bf16/fp16, D a multiple of 8 up to 256 (64, 96, 128, 192 and
+    256 have builds of their own; every other D runs on the next build up, the columns padded with zeros on the fly,
+    so it costs what that build costs: 8..56 on D=64, 72..88 on D=96, 104..120 on D=128, 136..184 on D=192,
+    200..248 on D=256; causal masks up to D=128), equal or grouped K/V heads, 16-byte aligned strides and no
+    autograd; any other call (D over 256 among them) runs PyTorch SDPA and warns once per reason.
+    ``vidattn.explain`` says which, ``vidattn.ops.kernel_build`` which build runs a call.
     """
     q, k, v = _autocast_inputs(q, k, v)
     _validate(q, k, v, layout, scale, kv_lens)
@@ -464,6 +465,20 @@ def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
         instead = "the exact kernel runs instead" if reason is None else f"PyTorch SDPA runs instead ({reason})"
         return f"8-bit path not used: it has no causal mask ({mask}); {instead}"
     return None if reason is None else f"{reason} ({mask}: SDPA runs it with the same mask)"
+
+
+def kernel_build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
+                 scale: Optional[float] = None, kv_lens: Optional[torch.Tensor] = None, causal=False) -> Optional[str]:
+    """Which kernel build an exact ``vidattn.attention`` call with these arguments runs on, in words: ``"D=96
+    build"``, ``"D=112 on the D=128 build, columns zero-filled by TMA"``; ``None`` when it runs PyTorch SDPA
+    (``explain`` then says why). Raises the same errors as ``attention`` for invalid arguments."""
+    if explain(q, k, v, layout=layout, scale=scale, kv_lens=kv_lens, precision="exact", causal=causal) is not None:
+        return None
+    d, code = q.shape[-1], _causal_code(causal, fn="vidattn.ops.kernel_build")
+    lib = _ext.load()
+    if lib is not None and hasattr(lib, "vidattn_sm90_build_head_dim"):
+        return _ext.describe_build(d, _ext.lib_build_head_dim(d, code, lib))
+    return _ext.build_description(d, code)
 
 
 def kernel_available() -> bool:

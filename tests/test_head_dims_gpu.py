@@ -1,0 +1,146 @@
+"""The D=96, 192 and 256 builds and the head dims padded onto them, on a Hopper GPU: every case against float64
+attention with fresh random inputs (the seed is in each failure message), the error within a multiple of cuDNN's
+on the same inputs (tests/test_envelope_gpu.py's `check`: relative L2 within 1.5x, max |err| within 2x plus
+FlashAttention's absolute term, LSE, a NaN-poisoned output buffer wider than D whose padding must stay NaN, and
+that the kernel ran). Odd lengths, both layouts, strided views, kv_lens, grouped K/V, fp16, the tail launch (its
+merge kernel writes 3 and 6 columns a lane at D=96 and 192), and the routing the library itself reports."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import hopper_skip_reason
+
+pytestmark = pytest.mark.gpu
+if hopper_skip_reason() is not None:
+    pytest.skip(hopper_skip_reason(), allow_module_level=True)
+
+import vidattn  # noqa: E402
+from vidattn import _ext, ops  # noqa: E402
+from test_envelope_gpu import DEV, assert_accurate, bshd_inputs, check, cudnn, new_gen, reference  # noqa: E402
+
+DIMS = (72, 80, 96, 112, 160, 192, 200, 256)
+NEW_BUILDS = {96: 176, 192: 96, 256: 64}  # head dim -> key-block width (tile_config.cuh)
+LENGTHS = ((1, 1), (113, 1023), (1023, 113), (4224, 4224))
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("sq,skv", LENGTHS, ids=lambda x: str(x))
+@pytest.mark.parametrize("d", DIMS, ids=lambda d: f"d{d}")
+def test_head_dims(d, sq, skv, layout):
+    g, seed = new_gen()
+    b, h = (1, 2) if sq >= 4096 else (2, 3)
+    q, k, v = bshd_inputs(b, h, h, sq, skv, d, g, shift=sq == 113)
+    # 4224 x 4224 on 2 heads: 66 tiles, one partial round on 132 SMs, split along the keys (capi.cu, plan_tail)
+    check(q, k, v, f"D={d} {sq}x{skv} {layout} seed={seed}", layout, expect_tail=True if sq == 4224 else None)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("d", DIMS, ids=lambda d: f"d{d}")
+def test_head_dims_kv_lens(d, layout):
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(2, 3, 3, 777, 1023, d, g)
+    kv_lens = torch.tensor([1023, 301], dtype=torch.int32, device=DEV)
+    check(q, k, v, f"D={d} kv_lens {layout} seed={seed}", layout, kv_lens)
+
+
+@pytest.mark.parametrize("d", DIMS, ids=lambda d: f"d{d}")
+def test_head_dims_fp16(d):
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(2, 3, 3, 1023, 777, d, g, dtype=torch.float16)
+    check(q, k, v, f"D={d} fp16 seed={seed}")
+    q, k, v = bshd_inputs(1, 2, 2, 4224, 4224, d, g, dtype=torch.float16)
+    check(q, k, v, f"D={d} fp16 tail seed={seed}", expect_tail=True)
+
+
+@pytest.mark.parametrize("d", (80, 96, 160, 256), ids=lambda d: f"d{d}")
+def test_head_dims_strided_views(d):
+    """q, k, v as slices of one packed (B, S, 3, H, D) projection."""
+    g, seed = new_gen()
+    qkv = torch.randn(2, 1023, 3, 3, d, device=DEV, generator=g).to(torch.bfloat16)
+    q, k, v = qkv.unbind(2)
+    check(q, k, v, f"D={d} strided seed={seed}")
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("hq,hkv,d", [(32, 8, 96), (24, 1, 96), (32, 8, 192), (8, 2, 256), (8, 1, 160)],
+                         ids=lambda x: str(x))
+def test_head_dims_grouped_query(hq, hkv, d, layout):
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(2, hq, hkv, 113, 1023, d, g, shift=True)
+    kv_lens = torch.tensor([1023, 517], dtype=torch.int32, device=DEV)
+    what = f"GQA {hq}q/{hkv}kv D={d} {layout} seed={seed}"
+    check(q, k, v, what, layout)
+    check(q, k, v, what + " kv_lens", layout, kv_lens)
+
+
+@pytest.mark.parametrize("d", NEW_BUILDS, ids=lambda d: f"d{d}")
+def test_new_builds_run_with_their_key_block(d):
+    g, _ = new_gen()
+    q, k, v = bshd_inputs(1, 2, 2, 300, 1000, d, g)
+    vidattn.attention(q, k, v)
+    assert _ext.last_block_n() == NEW_BUILDS[d]
+
+
+def test_d96_build_and_padded_d128_build_agree_with_the_reference():
+    """Allegro's head dim on its own build and, forced, on the D=128 build with the columns padded (the A/B the
+    benchmark times)."""
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(1, 4, 4, 1023, 2049, 96, g)
+    check(q, k, v, f"D=96 on D=96 seed={seed}")
+    assert _ext.last_block_n() == NEW_BUILDS[96]
+    with _ext.d96_build(128):
+        check(q, k, v, f"D=96 on D=128 seed={seed}")
+        assert _ext.last_block_n() in (128, 176)
+
+
+def test_library_routing_matches_python():
+    lib = _ext.load()
+    for causal in (_ext.CAUSAL_NONE, _ext.CAUSAL_TOP_LEFT, _ext.CAUSAL_BOTTOM_RIGHT):
+        for d in range(0, 272, 8):
+            assert _ext.lib_build_head_dim(d, causal, lib) == (_ext.build_head_dim(d, causal) or 0), (d, causal)
+    with _ext.d96_build(128):
+        assert [_ext.lib_build_head_dim(d) for d in (72, 96, 104)] == [128, 128, 128]
+    assert ops.kernel_build(*bshd_inputs(1, 2, 2, 8, 8, 112, new_gen()[0])) == (
+        "D=112 on the D=128 build, columns zero-filled by TMA")
+
+
+@pytest.mark.parametrize("d", (72, 96), ids=lambda d: f"d{d}")
+def test_causal_up_to_128_runs_on_the_d128_causal_build(d):
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(1, 3, 3, 777, 777, d, g)
+    assert vidattn.explain(q, k, v, causal=True) is None
+    out = vidattn.attention(q, k, v, causal=True)
+    scale = 1.0 / math.sqrt(d)
+    s = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double()) * scale
+    s.masked_fill_(torch.ones(777, 777, dtype=torch.bool, device=DEV).triu(1), float("-inf"))
+    ref = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), v.double())
+    base = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)),
+                                                            is_causal=True).transpose(1, 2)
+    assert_accurate(out, ref, base, f"causal D={d} seed={seed}")
+
+
+def test_causal_past_128_is_refused_by_the_library_and_runs_sdpa():
+    g, _ = new_gen()
+    q, k, v = bshd_inputs(1, 2, 2, 64, 64, 192, g)
+    with pytest.raises(_ext.KernelLaunchError, match="causal masks run on head dims up to 128"):
+        _ext.forward(q, k, v, torch.empty_like(q), None, None, 0.1, lib=_ext.load(), causal=_ext.CAUSAL_TOP_LEFT)
+    assert "causal masks run on the kernel up to head dim 128" in vidattn.explain(q, k, v, causal=True)
+    assert _ext.runtime_reason() is None
+
+
+def test_fixed_reference_redo_at_wide_head_dims():
+    """Scores that climb along the keys (s_j ~ 12 sqrt(D) j / Skv), so every row's sum against its first key block's
+    max leaves the fixed reference's safe range (2^64): the tiles run again with the exact softmax (flash_fwd.cuh,
+    redo_tiles), at D=192 and 256 as at D=128."""
+    for d in (192, 256):
+        g, seed = new_gen()
+        q, k, v = bshd_inputs(1, 2, 2, 257, 1000, d, g)
+        ramp = torch.linspace(0, 12, 1000, device=DEV)[None, :, None, None]
+        q = (1 + 0.1 * q.float()).to(q.dtype)
+        k = (ramp + 0.1 * k.float()).to(k.dtype)
+        scale = 1.0 / math.sqrt(d)
+        ref, _ = reference(q, k, v, scale)
+        assert_accurate(vidattn.attention(q, k, v), ref, cudnn(q, k, v, scale), f"redo D={d} seed={seed}")
