@@ -297,8 +297,8 @@ __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float 
     }
     return;
   }
-  static_assert(kPoly >= 0 && kPoly <= kN / 8 && (kPoly == 0 || (kN / 8) % kPoly == 0), "kPoly must divide kN / 8");
-  constexpr int kPolyStride = kPoly > 0 ? kN / 8 / kPoly : 0;
+  static_assert(kPoly >= 0 && kPoly <= kN / 8 && (kN / 8) % (kPoly > 0 ? kPoly : 1) == 0, "kPoly must divide kN / 8");
+  constexpr int kPolyStride = kPoly > 0 ? kN / 8 / kPoly : 1;
   float ts[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
