@@ -51,6 +51,39 @@ from generate_video import (DTYPES, _is_wan_dir, attention_paths, build_from_arg
                             prepare_pipeline, resolve, resolve_device)
 
 PATHS = ("sdpa", "vidattn")
+# --precision and the anchor add paths: "vidattn" is the exact kernel, "vidattn_8bit" the same processors under
+# vidattn.use_precision("8bit"), "sage2" the same processors with their plain calls sent to SageAttention2
+# (fidelity_8bit.attention_path, which also serves scripts/fidelity_8bit.py).
+PATH_LABELS = {"sdpa": "SDPA", "vidattn": "vidattn", "vidattn_8bit": "vidattn 8-bit", "sage2": "SageAttention2"}
+_ATTENTION_PATH = {"vidattn": "exact", "vidattn_8bit": "8bit", "sage2": "sage2"}
+COLORS = {"sdpa": "tab:blue", "vidattn": "tab:orange", "vidattn_8bit": "tab:green", "sage2": "tab:red"}
+
+
+def select_paths(args) -> tuple:
+    """The paths of a run from --precision (exact: SDPA and vidattn, as before; 8bit: SDPA, vidattn 8-bit and
+    SageAttention2 where installed; both: all four) and --sage2; sets args.paths, args.sage_impl, args.sage_reason."""
+    prec = getattr(args, "precision", "exact") or "exact"
+    paths = ["sdpa"]
+    if prec in ("exact", "both"):
+        paths.append("vidattn")
+    if prec in ("8bit", "both"):
+        paths.append("vidattn_8bit")
+    impl, reason = None, "not requested (--precision exact or --sage2 off)"
+    if prec in ("8bit", "both") and getattr(args, "sage2", "auto") != "off":
+        from fidelity_8bit import sage2_impl
+
+        impl, reason = sage2_impl()
+        if impl is not None:
+            paths.append("sage2")
+        else:
+            log(f"NOTE: SageAttention2 left out: {reason}")
+    args.paths, args.sage_impl, args.sage_reason = tuple(paths), impl, reason
+    return args.paths
+
+
+def primary(paths) -> str:
+    """The path the single-valued fields (speedup, fidelity, fallback) describe: vidattn, else vidattn 8-bit."""
+    return "vidattn" if "vidattn" in paths else next((p for p in paths if p != "sdpa"), "vidattn")
 
 
 def log_fallback(fb: dict, warn: bool = True) -> None:
@@ -113,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=10, help="timed forwards per path in --forward-only (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed forwards per path in --forward-only (default 2)")
     p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler attention-share forward")
+    p.add_argument("--precision", choices=["exact", "8bit", "both"], default="exact",
+                   help="vidattn paths beside SDPA: exact (default), 8bit (vidattn 8-bit and SageAttention2 when "
+                        "scripts/anchor_impls.py has it), both (exact, 8-bit and SageAttention2)")
+    p.add_argument("--sage2", choices=["auto", "off"], default="auto",
+                   help="with --precision 8bit/both: SageAttention2 inside the model when installed (auto, default)")
     return p
 
 
@@ -120,8 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
 class AttnSwitch:
     """Switch one pipeline between diffusers' SDPA processors and vidattn's, collecting fallback warnings."""
 
-    def __init__(self, pipe, quiet_reasons: tuple = ()):
+    def __init__(self, pipe, quiet_reasons: tuple = (), sage=None):
         self.pipe = pipe
+        self.sage = sage  # SageAttention2's callable for the "sage2" path
+        self.routes: dict = {}  # path -> what the sage2 route ran (its calls, the exact ones with reasons)
         self.warnings: list[str] = []
         self.quiet_reasons = quiet_reasons  # fallback reasons already said once on the log
         try:
@@ -133,20 +173,25 @@ class AttnSwitch:
     def run(self, path: str, fn):
         if path == "sdpa":
             return fn()
-        self.vidattn.apply(self.pipe)
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+        from fidelity_8bit import attention_path
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with attention_path(_ATTENTION_PATH[path], self.pipe, sage=self.sage) as info:
                 result = fn()
-            for w in caught:
-                msg = str(w.message)
-                if "vidattn" in msg.lower() and msg not in self.warnings:
-                    self.warnings.append(msg)
-                    if not any(r in msg for r in self.quiet_reasons):
-                        log(f"warning: {msg}")
-            return result
-        finally:
-            self.vidattn.restore(self.pipe)
+        if info.get("route"):
+            acc = self.routes.setdefault(path, {"impl_calls": 0, "exact_calls": 0, "exact_reasons": {}})
+            acc["impl_calls"] += info["route"]["impl_calls"]
+            acc["exact_calls"] += info["route"]["exact_calls"]
+            for r, n in info["route"]["exact_reasons"].items():
+                acc["exact_reasons"][r] = acc["exact_reasons"].get(r, 0) + n
+        for w in caught:
+            msg = str(w.message)
+            if "vidattn" in msg.lower() and msg not in self.warnings:
+                self.warnings.append(msg)
+                if not any(r in msg for r in self.quiet_reasons):
+                    log(f"warning: {msg}")
+        return result
 
 
 def mem_reset(device):
@@ -159,10 +204,11 @@ def mem_peak_gib(device):
     return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
 
 
-def fallback_summary(paths: dict | None, profiles: dict, device) -> dict:
-    """Did the vidattn run use the kernel? From explain() on the run's shapes and, on CUDA, the profiler."""
+def fallback_summary(paths: dict | None, profiles: dict, device, path: str = "vidattn") -> dict:
+    """Did the vidattn run use the kernel? From explain() on the run's shapes and, on CUDA, the profiler of the
+    `path` run."""
     kernel_paths = [k for k, v in (paths or {}).items() if v["path"] == "kernel"]
-    seen = profiles.get("vidattn", {}).get("vidattn_kernel_seen")
+    seen = profiles.get(path, {}).get("vidattn_kernel_seen")
     all_fallback = not kernel_paths
     if device.type == "cuda" and seen is False and kernel_paths:
         all_fallback = True  # explain() said kernel, but no vidattn kernel showed up in the profile
@@ -197,7 +243,7 @@ def ratio(a, b):
     return (a / b) if (a is not None and b) else None
 
 
-def attention_per_call(paths: dict | None, calls: dict) -> dict:
+def attention_per_call(paths: dict | None, calls: dict, run_paths=PATHS) -> dict:
     """Per attention call of the model (self_attn, cross_attn): its time per call inside one forward under each path
     (pipelines.measure.attention_call_times: the calls whose q and k shapes are this call's, in either layout), and
     SDPA's over vidattn's. The attention timed where the model runs it, between its GEMMs, where bench_kernel.py
@@ -206,24 +252,33 @@ def attention_per_call(paths: dict | None, calls: dict) -> dict:
     for name, p in (paths or {}).items():
         want = (sorted(p["shape_q"]), sorted(p["shape_kv"]))
         row = {}
-        for path in PATHS:
+        for path in run_paths:
             groups = [g for g in calls.get(path) or [] if (sorted(g["q_shape"]), sorted(g["k_shape"])) == want]
             n = sum(g["calls"] for g in groups)
             row[path] = {"calls": n, "ms_per_call": sum(g["ms"] for g in groups) / n if n else None}
-        row["speedup"] = ratio(row["sdpa"]["ms_per_call"], row["vidattn"]["ms_per_call"])
+        others = [q for q in run_paths if q != "sdpa"]
+        row["speedup"] = ratio(row["sdpa"]["ms_per_call"], row[primary(run_paths)]["ms_per_call"])
+        if len(others) > 1:
+            row["speedup_by_path"] = {q: ratio(row["sdpa"]["ms_per_call"], row[q]["ms_per_call"]) for q in others}
         out[name] = row
     return out
 
 
 def per_call_lines(report: dict) -> list[str]:
     rows = report.get("attention_per_call") or {}
-    if not any(r["sdpa"]["calls"] or r["vidattn"]["calls"] for r in rows.values()):
+    paths = tuple(report.get("paths") or PATHS)
+    others = [p for p in paths if p != "sdpa"]
+    if not any(r[p]["calls"] for r in rows.values() for p in paths if p in r):
         return []
-    lines = ["| attention call, timed inside one forward | SDPA (ms per call) | vidattn (ms per call) | calls | "
-             "SDPA / vidattn |", "|---|---|---|---|---|"]
+    lines = ["| attention call, timed inside one forward | "
+             + " | ".join(f"{PATH_LABELS[p]} (ms per call)" for p in paths) + " | calls | "
+             + " | ".join(f"SDPA / {PATH_LABELS[p]}" for p in others) + " |",
+             "|---|" + "---|" * (len(paths) + 1 + len(others))]
     for k, r in rows.items():
-        lines.append(f"| {k} | {fmt(r['sdpa']['ms_per_call'], 3)} | {fmt(r['vidattn']['ms_per_call'], 3)} "
-                     f"| {r['sdpa']['calls']} / {r['vidattn']['calls']} | {fmt(r['speedup'], 3, 'x')} |")
+        by = r.get("speedup_by_path") or {primary(paths): r["speedup"]}
+        lines.append(f"| {k} | " + " | ".join(fmt(r[p]["ms_per_call"], 3) for p in paths) + " | "
+                     + " / ".join(str(r[p]["calls"]) for p in paths) + " | "
+                     + " | ".join(fmt(by.get(p), 3, "x") for p in others) + " |")
     return lines + [""]
 
 
@@ -237,8 +292,9 @@ def run_generation(args, pipe, device, dtype, switch: AttnSwitch) -> dict:
     n_tok = token_count(args.height, args.width, args.frames, tuple(pipe.transformer.config.patch_size))
     fwd_inputs = transformer_inputs(latents, prompt_embeds, dtype)
     results, finals, videos, profiles, calls = {}, {}, {}, {}, {}
+    run_paths = getattr(args, "paths", PATHS)
 
-    for path in PATHS:
+    for path in run_paths:
         log(f"[{path}] warm-up forward ...")
         mem_reset(device)
 
@@ -295,39 +351,46 @@ def run_generation(args, pipe, device, dtype, switch: AttnSwitch) -> dict:
         calls[path] = switch.run(path, lambda: attention_call_times(one_forward, device))
 
     from pipelines.measure import rel_l2, video_fidelity
-    fidelity = {"latent_rel_l2": rel_l2(finals["vidattn"], finals["sdpa"]),
-                **video_fidelity(videos["vidattn"], videos["sdpa"], ssim_frames=args.ssim_frames)}
-    s, v = results["sdpa"], results["vidattn"]
-    speed = {
-        "per_forward_median": ratio(s["forward_stats_ms"]["median"], v["forward_stats_ms"]["median"]),
-        "per_step_median": ratio(s["step_stats_ms"]["median"], v["step_stats_ms"]["median"]),
-        "denoise_total": ratio(s["denoise_ms"], v["denoise_ms"]),
-        "denoise_plus_decode": ratio(s["denoise_ms"] + s["decode_ms"], v["denoise_ms"] + v["decode_ms"]),
-    }
+    s = results["sdpa"]
+    fid_by, speed_by = {}, {}
+    for path in run_paths[1:]:
+        fid_by[path] = {"latent_rel_l2": rel_l2(finals[path], finals["sdpa"]),
+                        **video_fidelity(videos[path], videos["sdpa"], ssim_frames=args.ssim_frames)}
+        v = results[path]
+        speed_by[path] = {
+            "per_forward_median": ratio(s["forward_stats_ms"]["median"], v["forward_stats_ms"]["median"]),
+            "per_step_median": ratio(s["step_stats_ms"]["median"], v["step_stats_ms"]["median"]),
+            "denoise_total": ratio(s["denoise_ms"], v["denoise_ms"]),
+            "denoise_plus_decode": ratio(s["denoise_ms"] + s["decode_ms"], v["denoise_ms"] + v["decode_ms"]),
+        }
+    main_path = primary(run_paths)
+    fidelity, speed = fid_by[main_path], speed_by[main_path]
     projected = {}
-    for path in PATHS:
+    for path in run_paths:
         med = results[path]["step_stats_ms"]["median"]
         projected[path] = {"steps": 50, "seconds": (50 * med + results[path]["decode_ms"]) / 1e3 if med else None}
     return {"tokens": n_tok, "results": results, "profiles": profiles, "attention_calls": calls, "fidelity": fidelity,
-            "speedup": speed, "projected_50_step_video": projected, "_videos": videos}
+            "speedup": speed, "projected_50_step_video": projected, "_videos": videos,
+            **({"speedup_by_path": speed_by, "fidelity_by_path": fid_by} if len(run_paths) > 2 else {})}
 
 
 # ----------------------------------------------------------------------------------------- forward only
 def run_forward_only(args, pipe, device, dtype, switch: AttnSwitch) -> dict:
     from pipelines import initial_latents, prompt_pair, token_count, transformer_inputs
-    from pipelines.measure import attention_call_times, attention_share, rel_l2, spread, sync
+    from pipelines.measure import attention_call_times, attention_share, spread, sync
 
     prompt_embeds, _ = prompt_pair(pipe, args.prompt)
     latents = initial_latents(pipe, args.height, args.width, args.frames, args.seed, device)
     inputs = transformer_inputs(latents, prompt_embeds, dtype)
     n_tok = token_count(args.height, args.width, args.frames, tuple(pipe.transformer.config.patch_size))
     results, outputs, profiles, calls = {}, {}, {}, {}
+    run_paths = getattr(args, "paths", PATHS)
 
     def one_forward():
         with torch.no_grad():
             return pipe.transformer(**inputs)[0]
 
-    for path in PATHS:
+    for path in run_paths:
         mem_reset(device)
 
         def timed():
@@ -359,10 +422,28 @@ def run_forward_only(args, pipe, device, dtype, switch: AttnSwitch) -> dict:
             profiles[path] = switch.run(path, lambda: attention_share(one_forward, device))
             log(f"[{path}] attention share {fmt(100 * (profiles[path]['attention_share'] or 0))} %")
         calls[path] = switch.run(path, lambda: attention_call_times(one_forward, device))
-    speed = {"per_forward_median": ratio(results["sdpa"]["forward_stats_ms"]["median"],
-                                         results["vidattn"]["forward_stats_ms"]["median"])}
     return {"tokens": n_tok, "results": results, "profiles": profiles, "attention_calls": calls,
-            "fidelity": {"output_rel_l2": rel_l2(outputs["vidattn"], outputs["sdpa"])}, "speedup": speed}
+            **_forward_comparison(results, outputs, run_paths)}
+
+
+def _forward_comparison(results: dict, outputs: dict, run_paths) -> dict:
+    """speedup / fidelity of the primary path against SDPA (the fields earlier reports have), and, with more than
+    one vidattn path, speedup_by_path / fidelity_by_path: SDPA's median forward over each path's, and each output's
+    relative L2 and cosine against SDPA's."""
+    from fidelity_8bit import cosine
+    from pipelines.measure import rel_l2
+
+    sd = results["sdpa"]["forward_stats_ms"]["median"]
+    speed_by = {p: {"per_forward_median": ratio(sd, results[p]["forward_stats_ms"]["median"])}
+                for p in run_paths[1:] if p in results}
+    fid_by = {p: {"output_rel_l2": rel_l2(outputs[p], outputs["sdpa"]), "output_cosine": cosine(outputs[p],
+                                                                                                 outputs["sdpa"])}
+              for p in run_paths[1:] if p in outputs}
+    main_path = primary(run_paths)
+    body = {"speedup": speed_by[main_path], "fidelity": {"output_rel_l2": fid_by[main_path]["output_rel_l2"]}}
+    if len(run_paths) > 2:
+        body.update(speedup_by_path=speed_by, fidelity_by_path=fid_by)
+    return body
 
 
 # ------------------------------------------------------------------------------------------------ output
@@ -373,7 +454,10 @@ def plot_latency(report: dict, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     forward_only = report["mode"] == "forward-only"
-    for name, color in (("sdpa", "tab:blue"), ("vidattn", "tab:orange")):
+    for name in report.get("paths") or PATHS:
+        if name not in report["results"]:
+            continue
+        color = COLORS.get(name)
         r = report["results"][name]
         ys = r["forward_ms"] if forward_only else r["step_ms"]
         ax.plot(range(len(ys)), ys, marker="o", color=color, label=name)
@@ -400,17 +484,19 @@ def plot_latency(report: dict, path: Path) -> None:
 
 
 def write_first_frames(videos: dict, path: Path) -> None:
-    """The first frame under SDPA, under vidattn, and their |difference| x10, side by side, each panel labelled."""
+    """The first frame under SDPA, under vidattn (else the first other path), and their |difference| x10, side by
+    side, each panel labelled."""
     import numpy as np
     from PIL import Image, ImageDraw
 
-    a, b = videos["sdpa"][0], videos["vidattn"][0]
+    other = primary(list(videos))
+    a, b = videos["sdpa"][0], videos[other][0]
     diff = np.clip(np.abs(a.astype(np.int16) - b.astype(np.int16)) * 10, 0, 255).astype(np.uint8)
     h, w = a.shape[:2]
     band = 14  # PIL's default bitmap font is 11 px tall
     canvas = Image.new("RGB", (3 * w, h + band), "white")
     draw = ImageDraw.Draw(canvas)
-    for i, (img, label) in enumerate(((a, "SDPA"), (b, "vidattn"), (diff, "|difference| x10"))):
+    for i, (img, label) in enumerate(((a, "SDPA"), (b, PATH_LABELS.get(other, other)), (diff, "|difference| x10"))):
         canvas.paste(Image.fromarray(img), (i * w, band))
         draw.text((i * w + 2, 1), label, fill="black")
     canvas.save(path)
@@ -438,13 +524,15 @@ def markdown(report: dict) -> str:
     if report["mode"] == "forward-only":
         lines += ["| path | forward median (ms) | p10 / p90 | peak mem (GiB) | attention share |",
                   "|---|---|---|---|---|"]
-        for p in PATHS:
+        for p in report.get("paths") or PATHS:
             st = r[p]["forward_stats_ms"]
             share = report["profiles"].get(p, {}).get("attention_share")
             lines.append(f"| {p} | {fmt(st['median'])} | {fmt(st['p10'])} / {fmt(st['p90'])} | "
                          f"{fmt(r[p]['peak_mem_gib'], 2)} | {fmt(100 * share if share is not None else None, 1, ' %')} |")
-        lines += ["", f"Speedup (SDPA / vidattn, median forward): **{fmt(sp['per_forward_median'], 3, 'x')}**; "
+        main_path = primary(report.get("paths") or PATHS)
+        lines += ["", f"Speedup (SDPA / {main_path}, median forward): **{fmt(sp['per_forward_median'], 3, 'x')}**; "
                       f"output relative L2 difference {report['fidelity']['output_rel_l2']:.2e}.", ""]
+        lines += by_path_lines(report)
     else:
         lines += [f"{report['steps']} denoising steps, guidance {report['guidance']} "
                   f"({r['sdpa']['forwards_per_step'][0] if r['sdpa']['forwards_per_step'] else '?'} forwards/step); "
@@ -452,7 +540,7 @@ def markdown(report: dict) -> str:
                   "| path | forward median (ms) | forward p10 / p90 | step median (ms) | step min / max | "
                   "denoise total (s) | VAE decode (s) | attention share | projected 50-step video (s) |",
                   "|---|---|---|---|---|---|---|---|---|"]
-        for p in PATHS:
+        for p in report.get("paths") or PATHS:
             f, s = r[p]["forward_stats_ms"], r[p]["step_stats_ms"]
             share = report["profiles"].get(p, {}).get("attention_share")
             proj = report["projected_50_step_video"][p]["seconds"]
@@ -469,8 +557,9 @@ def markdown(report: dict) -> str:
                   f"| decoded video SSIM (mean over {len(fi['ssim_frames'])} frames) | {fmt(fi['ssim'], 5)} |",
                   f"| max abs pixel difference (0-255) | {fi['max_abs_diff_u8']} |",
                   f"| final latents relative L2 | {fi['latent_rel_l2']:.3e} |", ""]
+        lines += by_path_lines(report)
     lines += per_call_lines(report)
-    for p in PATHS:
+    for p in report.get("paths") or PATHS:
         prof = report["profiles"].get(p)
         if prof:
             names = ", ".join(f"`{x['name'][:80]}`" for x in (prof["matched_kernels"] or prof["matched_ops"])[:4])
@@ -481,6 +570,40 @@ def markdown(report: dict) -> str:
     lines += ["", "Random weights: the videos are not meaningful, the timings and the SDPA-vs-vidattn agreement "
                   "are." if report["weights"].startswith("random") else ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def by_path_lines(report: dict) -> list[str]:
+    """With more than one vidattn path: each path's speedup over SDPA and its agreement with SDPA, in one table."""
+    sp, fi = report.get("speedup_by_path"), report.get("fidelity_by_path")
+    if not sp:
+        return []
+    keys = list(next(iter(sp.values())).keys())
+    fkeys = [k for k in next(iter(fi.values())).keys() if k in ("output_rel_l2", "output_cosine", "psnr_db", "ssim",
+                                                                 "latent_rel_l2")] if fi else []
+    lines = ["| path | " + " | ".join(f"SDPA / path, {k.replace('_', ' ')}" for k in keys) + " | "
+             + " | ".join(k.replace("_", " ") + " vs SDPA" for k in fkeys) + " |",
+             "|---|" + "---|" * (len(keys) + len(fkeys))]
+    for p, row in sp.items():
+        f = (fi or {}).get(p, {})
+        lines.append(f"| {PATH_LABELS.get(p, p)} | " + " | ".join(fmt(row[k], 3, "x") for k in keys) + " | "
+                     + " | ".join(_fid_fmt(k, f.get(k)) for k in fkeys) + " |")
+    routes = report.get("sage2_route")
+    if routes:
+        lines += ["", f"SageAttention2 inside the model: {routes['impl_calls']} calls; "
+                      f"{routes['exact_calls']} ran the exact kernel instead"
+                  + (f" ({'; '.join(f'{r}: {n}' for r, n in routes['exact_reasons'].items())})"
+                     if routes["exact_reasons"] else "") + "."]
+    return lines + [""]
+
+
+def _fid_fmt(key: str, v) -> str:
+    if v is None:
+        return "n/a"
+    if key == "psnr_db":
+        return fmt(v, 2, " dB")
+    if key in ("ssim", "output_cosine"):
+        return fmt(v, 5)
+    return f"{v:.3e}" if isinstance(v, float) and v == v else str(v)
 
 
 # ------------------------------------------------------------------------------------ other model families
@@ -564,11 +687,12 @@ def _family_fallback(census: dict | None, profile: dict | None, device) -> dict:
 def run_family_forward(args, built, device, switch: AttnSwitch) -> dict:
     """SDPA, then vidattn: warm-up (the first one under the attention census), timed forwards, one profiled."""
     from pipelines.census import AttentionCensus
-    from pipelines.measure import attention_share, rel_l2, spread, sync
+    from pipelines.measure import attention_share, spread, sync
 
     results, outputs, profiles, calls, failed = {}, {}, {}, {}, None
     n_tok = built.info()["tokens"]
-    for path in PATHS:
+    run_paths = getattr(args, "paths", PATHS)
+    for path in run_paths:
         mem_reset(device)
 
         def timed():
@@ -623,10 +747,7 @@ def run_family_forward(args, built, device, switch: AttnSwitch) -> dict:
     if failed:
         body.update(status="failed", failure=failed)
         return body
-    body.update(status="ok",
-                speedup={"per_forward_median": ratio(results["sdpa"]["forward_stats_ms"]["median"],
-                                                     results["vidattn"]["forward_stats_ms"]["median"])},
-                fidelity={"output_rel_l2": rel_l2(outputs["vidattn"], outputs["sdpa"])})
+    body.update(status="ok", **_forward_comparison(results, outputs, run_paths))
     return body
 
 
@@ -660,7 +781,7 @@ def family_markdown(report: dict) -> str:
     if r:
         lines += ["| path | forward median (ms) | p10 / p90 | peak mem (GiB) | attention share | kernel / fallback / "
                   "stock calls |", "|---|---|---|---|---|---|"]
-        for p in PATHS:
+        for p in report.get("paths") or PATHS:
             if p not in r:
                 continue
             st, c = r[p]["forward_stats_ms"], report["attention_calls"][p]
@@ -671,9 +792,11 @@ def family_markdown(report: dict) -> str:
         lines.append("")
     if report["status"] == "ok":
         sp = fmt(report["speedup"]["per_forward_median"], 3, "x")
-        lines += [f"Speedup (SDPA / vidattn, median forward): **{sp}**; "
+        main_path = primary(report.get("paths") or PATHS)
+        lines += [f"Speedup (SDPA / {main_path}, median forward): **{sp}**; "
                   f"output relative L2 difference {report['fidelity']['output_rel_l2']:.2e}.", ""]
-    census = report.get("attention_calls", {}).get("vidattn")
+        lines += by_path_lines(report)
+    census = report.get("attention_calls", {}).get(primary(report.get("paths") or PATHS))
     if census:
         lines += ["Attention calls of one vidattn forward:", "",
                   "| calls | path | via | layout | q | k | kv_lens | reason |", "|---|---|---|---|---|---|---|---|"]
@@ -681,7 +804,7 @@ def family_markdown(report: dict) -> str:
             lines.append(f"| {g['count']} | {g['kind']} | {g['via']} | {g['layout']} | {tuple(g['q'])} | "
                          f"{tuple(g['k'])} | {'yes' if g['kv_lens'] else ''} | {g['reason'] or ''} |")
         lines.append("")
-    for p in PATHS:
+    for p in report.get("paths") or PATHS:
         prof = report.get("profiles", {}).get(p)
         if prof:
             names = ", ".join(f"`{x['name'][:80]}`" for x in (prof["matched_kernels"] or prof["matched_ops"])[:4])
@@ -705,6 +828,7 @@ def main_family(args) -> dict:
     from vidattn.envinfo import run_metadata
 
     _resolve_family(args)
+    select_paths(args)
     name = args.model_family
     if not args.forward_only and name not in ("wan", "wan14b"):
         log(f"NOTE: full video generation is only implemented for Wan; {name} runs --forward-only")
@@ -721,7 +845,8 @@ def main_family(args) -> dict:
               "checkpoint": fam.checkpoint if args.preset != "tiny" else None, "class": fam.cls_name,
               "pipeline": fam.pipeline, "preset": args.preset, "device": str(device), "dtype": args.dtype,
               "weights": f"random (seed {args.seed})", "seed": args.seed, "height": args.height, "width": args.width,
-              "frames": args.frames, "warmup": args.warmup, "iters": args.iters,
+              "frames": args.frames, "warmup": args.warmup, "iters": args.iters, "paths": list(args.paths),
+              "precision": args.precision, "sage2": {"in_run": "sage2" in args.paths, "reason": args.sage_reason},
               "timing_method": "cuda events" if device.type == "cuda" else "time.perf_counter"}
     log(f"building {fam.display} ({args.preset}, {args.dtype}, {device}) with random weights ...")
     t0 = time.perf_counter()
@@ -749,7 +874,7 @@ def main_family(args) -> dict:
     report["model"] = fam.display if args.preset != "tiny" else f"{fam.display} (tiny)"
     log(f"built in {report['build_s']:.1f} s: {_params_text(report['params'])} parameters, {report['tokens']} video "
         f"tokens, batch {built.batch}, {report['heads']} heads x {report['head_dim']}")
-    switch = AttnSwitch(built.model)
+    switch = AttnSwitch(built.model, sage=args.sage_impl)
     import vidattn
     handle = vidattn.apply(built.model)
     report["apply"] = {"replaced": len(handle.replaced), "skipped": [list(x) for x in handle.skipped]}
@@ -757,8 +882,11 @@ def main_family(args) -> dict:
     log(f"vidattn.apply replaces {len(handle.replaced)} attention modules, skips {len(handle.skipped)}")
     report.update(run_family_forward(args, built, device, switch))
     report["vidattn_warnings"] = switch.warnings
-    report["fallback"] = _family_fallback(report["attention_calls"].get("vidattn"),
-                                          report["profiles"].get("vidattn"), device)
+    if switch.routes.get("sage2"):
+        report["sage2_route"] = switch.routes["sage2"]
+    main_path = primary(args.paths)
+    report["fallback"] = _family_fallback(report["attention_calls"].get(main_path),
+                                          report["profiles"].get(main_path), device)
     log_fallback(report["fallback"], warn=report["status"] == "ok")
     (out_dir / "report.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
     (out_dir / "report.md").write_text(family_markdown(report))
@@ -791,6 +919,9 @@ def main_pipeline_report(args) -> dict:
     from pipelines.measure import Stopwatch, jsonable, video_fidelity
     from vidattn.envinfo import run_metadata
 
+    if args.precision != "exact":
+        raise SystemExit(f"error: --precision {args.precision} is for Wan runs and --family forward runs; the "
+                         "pipeline report (--model DIR, --family NAME --generate) compares SDPA and exact vidattn")
     args.family = None if args.model is not None else args.model_family
     args.tiny = args.preset == "tiny"
     args.fps = 24
@@ -922,6 +1053,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit("error: --batch is for --model-family runs")
     args.attn = "both"
     args = resolve(args)
+    select_paths(args)
     if args.warmup_steps < 0 or args.iters < 1 or args.warmup < 0 or args.sample_frames < 1:
         raise SystemExit("error: --warmup-steps/--warmup must be >= 0, --iters/--sample-frames >= 1")
     if not args.forward_only and args.steps <= args.warmup_steps:
@@ -946,7 +1078,7 @@ def main(argv: list[str] | None = None) -> dict:
     pipe = build_from_args(args, device, dtype)
     build_s = time.perf_counter() - t0
     log(f"built in {build_s:.1f} s")
-    switch = AttnSwitch(pipe)
+    switch = AttnSwitch(pipe, sage=args.sage_impl)
     paths = attention_paths(pipe, args.height, args.width, args.frames, device, dtype)
     for name, p in paths.items():
         log(f"vidattn.explain {name}: {p['path']}" + (f" ({p['reason']})" if p["reason"] else ""))
@@ -962,15 +1094,19 @@ def main(argv: list[str] | None = None) -> dict:
         "steps": None if args.forward_only else args.steps, "guidance": args.guidance,
         "flow_shift": args.flow_shift, "seed": args.seed, "prompt": args.prompt, "build_s": build_s,
         "timing_method": "cuda events" if device.type == "cuda" else "time.perf_counter",
-        "attention_paths": paths, **body, "vidattn_warnings": switch.warnings,
+        "attention_paths": paths, **body, "vidattn_warnings": switch.warnings, "paths": list(args.paths),
+        "precision": args.precision, "sage2": {"in_run": "sage2" in args.paths, "reason": args.sage_reason},
     }
-    report["fallback"] = fallback_summary(paths, report["profiles"], device)
-    report["attention_per_call"] = attention_per_call(paths, report.get("attention_calls") or {})
+    if switch.routes.get("sage2"):
+        report["sage2_route"] = switch.routes["sage2"]
+    main_path = primary(args.paths)
+    report["fallback"] = fallback_summary(paths, report["profiles"], device, main_path)
+    report["attention_per_call"] = attention_per_call(paths, report.get("attention_calls") or {}, args.paths)
     log_fallback(report["fallback"])
     for k, r in report["attention_per_call"].items():
         if r["speedup"] is not None:
-            log(f"{k}: {fmt(r['sdpa']['ms_per_call'], 3)} ms (SDPA) vs {fmt(r['vidattn']['ms_per_call'], 3)} ms "
-                f"(vidattn) per call inside the forward: {fmt(r['speedup'], 3, 'x')}")
+            log(f"{k}: {fmt(r['sdpa']['ms_per_call'], 3)} ms (SDPA) vs {fmt(r[main_path]['ms_per_call'], 3)} ms "
+                f"({main_path}) per call inside the forward: {fmt(r['speedup'], 3, 'x')}")
 
     (out_dir / "report.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
     (out_dir / "report.md").write_text(markdown(report))
@@ -981,14 +1117,16 @@ def main(argv: list[str] | None = None) -> dict:
         files.append("first_frames.png")
         if not args.no_video:
             from pipelines import write_video
-            for p in PATHS:
+            for p in args.paths:
                 write_video(videos[p][: args.sample_frames], out_dir / f"{p}.mp4", fps=16)
                 files.append(f"{p}.mp4")
     sp = report["speedup"]
     if report.get("fallback", {}).get("all_fallback"):
         log("both paths ran SDPA: no speedup to report")
     else:
-        log(f"speedup (SDPA / vidattn, median forward): {fmt(sp['per_forward_median'], 3, 'x')}")
+        log(f"speedup (SDPA / {main_path}, median forward): {fmt(sp['per_forward_median'], 3, 'x')}")
+        for p, row in (report.get("speedup_by_path") or {}).items():
+            log(f"speedup (SDPA / {p}, median forward): {fmt(row['per_forward_median'], 3, 'x')}")
     if "psnr_db" in report["fidelity"]:
         fi = report["fidelity"]
         log(f"fidelity: PSNR {fmt(fi['psnr_db'], 2, ' dB')}, SSIM {fmt(fi['ssim'], 5)}, "
