@@ -18,6 +18,9 @@ thread_local int g_last_tail_splits = 0;  // key ranges per tail tile of this th
 int g_d64_warpgroups = 0;  // 0: pick by shape (pick_d64_three_wgs); 2 or 3: forced (vidattn_sm90_set_d64_warpgroups)
 // 0: pick by key count (pick_d128_block_n); 128 or 176: forced (vidattn_sm90_set_d128_block_n)
 int g_d128_block_n = 0;
+// 0 or 96: head dims 72..96 run on the D=96 build (the default); 128: on the D=128 build, padded
+// (vidattn_sm90_set_d96_build: A/B timing)
+int g_d96_build = 0;
 thread_local int g_last_block_n = 0;  // kBlockN of this thread's last launch (0: none)
 
 int fail(const std::string& msg) {
@@ -50,9 +53,11 @@ struct TailPlan {
   int splits = 1;
 };
 
-// Workspace bytes per tail item: the largest tile of any build (kBlockM x (D + 2) fp32: O and the row statistics).
-constexpr uint64_t kTailItemBytes = 128 * (128 + 2) * sizeof(float);
+// Workspace bytes per tail item: the largest tile of any build (kBlockM x (D + 2) fp32: O and the row statistics),
+// D=256's.
+constexpr uint64_t kTailItemBytes = 128 * (256 + 2) * sizeof(float);
 static_assert(vidattn::sm90::FwdTraits<64, 3>::kBlockM * (64 + 2) * sizeof(float) <= kTailItemBytes, "item bytes");
+static_assert(vidattn::sm90::FwdTraits<256>::kBlockM * (256 + 2) * sizeof(float) <= kTailItemBytes, "item bytes");
 
 template <int kHeadDim, int kWGs, int kBN>
 TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
@@ -274,6 +279,21 @@ extern "C" int vidattn_sm90_diag_timeline(void* consumer, uint64_t consumer_byte
 }
 #endif
 
+extern "C" int vidattn_sm90_set_d96_build(int build) {
+  if (build != 0 && build != 96 && build != 128) return 1;
+  g_d96_build = build;
+  return 0;
+}
+
+extern "C" int vidattn_sm90_build_head_dim(int head_dim, int causal) {
+  if (head_dim < 8 || head_dim > 256 || head_dim % 8 != 0) return 0;
+  if (head_dim <= 64) return 64;
+  if (causal != 0) return head_dim <= 128 ? 128 : 0;
+  if (head_dim <= 96 && g_d96_build != 128) return 96;
+  if (head_dim <= 128) return 128;
+  return head_dim <= 192 ? 192 : 256;
+}
+
 extern "C" int vidattn_sm90_set_d64_warpgroups(int warpgroups) {
   if (warpgroups != 0 && warpgroups != 2 && warpgroups != 3) return 1;
   g_d64_warpgroups = warpgroups;
@@ -290,8 +310,8 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   if (a->kv_heads < 0 || (a->kv_heads > 0 && a->heads % a->kv_heads != 0))
     return fail("kv_heads must divide heads (grouped-query attention), or be 0 for as many as heads");
   // Head dims below a build's run on it with TMA's zero fill (fwd_params.h); TMA wants rows of a multiple of 16 bytes.
-  if (a->head_dim < 8 || a->head_dim > 128 || a->head_dim % 8 != 0)
-    return fail("head dim must be a multiple of 8 from 8 to 128");
+  if (a->head_dim < 8 || a->head_dim > 256 || a->head_dim % 8 != 0)
+    return fail("head dim must be a multiple of 8 from 8 to 256");
   // The kernel works with scale * log2(e); a denormal scale would be flushed to zero (the same bound as
   // vidattn/_ext.py, envelope_reason, so the Python side never launches what this refuses).
   if (!(a->scale >= FLT_MIN) || !(a->scale * 1.4426950408889634f < INFINITY))
@@ -313,16 +333,30 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   if (a->causal < 0 || a->causal > 2) return fail("causal must be 0 (none), 1 (top-left) or 2 (bottom-right)");
   const int sms = sm_count();
   constexpr int kD64N = vidattn::sm90::default_block_n(64);
+  constexpr int kD96N = vidattn::sm90::default_block_n(96);
+  constexpr int kD192N = vidattn::sm90::default_block_n(192);
+  constexpr int kD256N = vidattn::sm90::default_block_n(256);
   // Causal: one build per head dim (build time), chosen for tiles whose key count varies from one block to all: D=64
   // on three warpgroups (the long-sequence build), D=128 on N=128 (Q in registers, two Q buffers: its tile
-  // boundaries come every few blocks). The D=64 warpgroup and D=128 width switches do not apply.
+  // boundaries come every few blocks). The D=64 warpgroup and D=128 width switches do not apply. Head dims 72..128
+  // run on the D=128 causal build (padded); past 128 there is no causal build (build time: vidattn/_ext.py sends
+  // those calls to SDPA first).
   if (a->causal != 0) {
+    if (a->head_dim > 128) return fail("causal masks run on head dims up to 128 (no causal build past D=128)");
     if (a->head_dim <= 64)
       return fp16 ? launch<64, 3, kD64N, true, true>(*a, s, sms) : launch<64, 3, kD64N, false, true>(*a, s, sms);
     return fp16 ? launch<128, 2, kD128Short, true, true>(*a, s, sms)
                 : launch<128, 2, kD128Short, false, true>(*a, s, sms);
   }
-  // The smallest build at least as wide: 8..64 on D=64, 72..128 on D=128 (dedicated narrower builds: dev/NOTES.md).
+  // The smallest build at least as wide: 8..64 on D=64, 72..96 on D=96, 104..128 on D=128, 136..192 on D=192,
+  // 200..256 on D=256 (vidattn_sm90_build_head_dim; dedicated narrower builds: dev/NOTES.md). The new dims have one
+  // build each (no short-key width, no second warpgroup count): build time.
+  if (a->head_dim > 128) {
+    if (a->head_dim <= 192) return fp16 ? launch<192, 2, kD192N, true>(*a, s, sms) : launch<192, 2, kD192N, false>(*a, s, sms);
+    return fp16 ? launch<256, 2, kD256N, true>(*a, s, sms) : launch<256, 2, kD256N, false>(*a, s, sms);
+  }
+  if (a->head_dim > 64 && a->head_dim <= 96 && g_d96_build != 128)
+    return fp16 ? launch<96, 2, kD96N, true>(*a, s, sms) : launch<96, 2, kD96N, false>(*a, s, sms);
   if (a->head_dim <= 64) {
     if (g_d64_warpgroups == 3 ||
         (g_d64_warpgroups == 0 && pick_d64_three_wgs(a->seqlen_q, a->batch * a->heads, sms)))

@@ -13,7 +13,7 @@ typedef struct VidattnFwdArgs {
   void* o;              // (B, Sq, H, D)
   float* lse;           // (B, H, Sq) contiguous fp32, or NULL
   const int32_t* kv_lens;  // (B,) or NULL
-  int64_t batch, heads, seqlen_q, seqlen_kv, head_dim;  // head_dim: a multiple of 8 from 8 to 128
+  int64_t batch, heads, seqlen_q, seqlen_kv, head_dim;  // head_dim: a multiple of 8 from 8 to 256
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // (batch, seq, head) strides, in elements
   float scale;
   int32_t dtype;        // 0 = bf16, 1 = fp16
@@ -44,6 +44,12 @@ int vidattn_sm90_set_d64_warpgroups(int warpgroups);
 // for the launcher's choice by key count (the default). For tests and A/B timing; returns 0, or 1 for any other
 // value (nothing changes).
 int vidattn_sm90_set_d128_block_n(int block_n);
+// Head dims 72..96 only: 128 runs later launches on the D=128 build with the columns padded, 96 or 0 (the default)
+// on the D=96 build. For A/B timing and tests; returns 0, or 1 for any other value (nothing changes).
+int vidattn_sm90_set_d96_build(int build);
+// The build (64, 96, 128, 192 or 256) a call of this head dim and causal mode (VidattnFwdArgs::causal) runs on, or 0
+// when vidattn_sm90_fwd refuses it (causal masks past D=128 have no build). Pure function of the settings above.
+int vidattn_sm90_build_head_dim(int head_dim, int causal);
 // Key-block width (kBlockN) of the kernel this thread's last vidattn_sm90_fwd call launched (0: it launched none).
 int vidattn_sm90_last_block_n(void);
 // Bytes of workspace this build can use on the current device (0: it uses none, as a VIDATTN_TAIL_LAUNCH=0 build).

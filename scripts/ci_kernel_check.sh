@@ -34,6 +34,12 @@ bad=$(awk -v re="$ALLOWED_SPILL_RE" -v cap="$ALLOWED_SPILL_BYTES" '
 if grep -q "C7508\|setmaxnreg.*ignored" "$log"; then
   echo "ci_kernel_check: ptxas ignored setmaxnreg"; grep -E "C7508|setmaxnreg" "$log"; exit 1
 fi
+# The head-dim builds (D=96, 192, 256: bf16 and fp16, main and tail launch) must be among the kernels checked above,
+# so a spill in them cannot pass by their dropping out of the build.
+for d in 96 192 256; do
+  n=$(grep -c "Compiling entry function '_ZN7vidattn4sm9016flash_fwd_kernelILi${d}E" "$log" || true)
+  if [ "$n" -lt 4 ]; then echo "ci_kernel_check: expected 4 D=$d kernels (bf16/fp16 x main/tail), saw $n"; exit 1; fi
+done
 kernels=$(grep -c "Compiling entry function" "$log" || true)
 if [ "$kernels" -lt 6 ]; then echo "ci_kernel_check: expected >= 6 kernel instantiations, saw $kernels"; exit 1; fi
 if [ -n "$bad" ]; then

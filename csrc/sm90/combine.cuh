@@ -26,7 +26,7 @@ struct CombineParams {
 
 constexpr int kCombineThreads = 256;
 
-// One warp per output row, kHeadDim / 32 consecutive columns per lane.
+// One warp per output row, kHeadDim / 32 consecutive columns per lane (3 at D=96).
 template <int kHeadDim, bool kFp16>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_constant__ CombineParams c) {
   constexpr int kCols = kHeadDim / 32;
@@ -55,14 +55,17 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
     }
   }
   const float inv = l > 0.f ? 1.f / l : 0.f;  // no valid key: O = 0, as the main kernel writes
-  // Lanes whose columns lie past the caller's head dim (a multiple of 8, so a lane's kCols <= 4 columns are all in or
-  // all out) hold the padding's zeros; the caller's row ends before them.
+  // Lanes whose columns lie past the caller's head dim hold the padding's zeros; the caller's row ends before them.
+  // Where kCols divides 8 (D = 64, 128, 256) a lane's columns are all in or all out, the head dim being a multiple
+  // of 8; at D = 96 and 192 (3 and 6 columns a lane) one lane can straddle it, and each column is checked.
+  constexpr bool kStraddle = 8 % kCols != 0;
   if (lane * kCols >= c.head_dim) return;
   using Elem = typename std::conditional<kFp16, __half, __nv_bfloat16>::type;
   Elem* dst = static_cast<Elem*>(c.o) + batch * c.o_stride[0] + row * c.o_stride[1] + head * c.o_stride[2] +
               lane * kCols;
 #pragma unroll
   for (int i = 0; i < kCols; ++i) {
+    if (kStraddle && lane * kCols + i >= c.head_dim) break;
     if constexpr (kFp16)
       dst[i] = __float2half_rn(acc[i] * inv);
     else

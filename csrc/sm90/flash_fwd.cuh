@@ -21,14 +21,15 @@
 
 namespace vidattn::sm90 {
 
-// Every tile is stored as kChunks column chunks of [rows][64 elements], each row 128 bytes, 128B-swizzled by TMA.
+// Every tile is stored as kChunks column chunks of [rows][64 elements], each row 128 bytes, 128B-swizzled by TMA
+// (D=96: two chunks, the second half zero-filled; FwdTraits::kHeadDimPad).
 // alignas(1024): the swizzle pattern repeats every 8 rows x 128 B, and descriptors assume atoms start aligned.
 template <int kHeadDim, int kWGs, int kBN>
 struct SharedStorage {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
-  alignas(1024) uint16_t q[T::kQBuffers][T::kBlockM * kHeadDim];
-  alignas(1024) uint16_t k[T::kStages][T::kBlockN * kHeadDim];
-  alignas(1024) uint16_t v[T::kStages][T::kBlockN * kHeadDim];
+  alignas(1024) uint16_t q[T::kQBuffers][T::kBlockM * T::kHeadDimPad];
+  alignas(1024) uint16_t k[T::kStages][T::kBlockN * T::kHeadDimPad];
+  alignas(1024) uint16_t v[T::kStages][T::kBlockN * T::kHeadDimPad];
   // per consumer warp, see store_o; 1024-aligned so that a TMA store's 128B swizzle matches the layout written
   alignas(1024) uint16_t o_scratch[T::kConsumerWGs * 4][T::kOScratchSlots * 16 * kChunkCols];
   uint64_t q_full[T::kQBuffers];
@@ -166,8 +167,9 @@ __device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&
 template <int kHeadDim, int kWGs, int kBN, bool kFixedRef, bool kSplit, bool kCausal>
 __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHeadDim, kWGs, kBN>& s) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
-  constexpr uint32_t kQBytes = T::kBlockM * kHeadDim * sizeof(uint16_t);
-  constexpr uint32_t kKVBytes = T::kBlockN * kHeadDim * sizeof(uint16_t);
+  // whole chunks: TMA counts a box's zero-filled columns (D=96's second half, a narrower caller's) as transferred
+  constexpr uint32_t kQBytes = T::kBlockM * T::kHeadDimPad * sizeof(uint16_t);
+  constexpr uint32_t kKVBytes = T::kBlockN * T::kHeadDimPad * sizeof(uint16_t);
   // bit s: parity of stage s's next K / V "empty" phase to wait for, xor 1
   uint32_t k_empty_phase = 0, v_empty_phase = 0;
   int start = 0;             // the ring runs on across tiles: tile t+1's K_0 goes where tile t left off
@@ -650,7 +652,7 @@ __device__ __forceinline__ void store_o_boxes(const FwdParams& p, const TileCoor
   // This lane's stmatrix row address: matrix m = lane / 8 is (rows 8 * (m % 2) .., column group 2c + m / 2).
   const int m = lane / 8, st_row = lane % 8 + 8 * (m & 1);
 #pragma unroll
-  for (int h = 0; h < kHeadDim / kChunkCols; ++h) {
+  for (int h = 0; h < (kHeadDim + kChunkCols - 1) / kChunkCols; ++h) {
     constexpr int kBoxElems = 16 * kChunkCols;
     uint16_t* box = scratch + (h % kSlots) * kBoxElems;
     const uint32_t base = scratch_addr + (h % kSlots) * kBoxElems * 2;
@@ -661,8 +663,10 @@ __device__ __forceinline__ void store_o_boxes(const FwdParams& p, const TileCoor
     for (int c = 0; c < 4; ++c) {
       const int g = 8 * h + 2 * c;  // the 8-column groups g and g + 1
       const int chunk = 2 * c + (m >> 1);
-      ptx::stmatrix_x4(base + st_row * 128 + ((chunk ^ (st_row & 7)) << 4), word(g, 0), word(g, 1), word(g, 2),
-                       word(g, 3));
+      // D=96's last box holds 32 columns: the rest of it is never read (the store clips at the caller's head dim)
+      if (g < kHeadDim / 8)
+        ptx::stmatrix_x4(base + st_row * 128 + ((chunk ^ (st_row & 7)) << 4), word(g, 0), word(g, 1), word(g, 2),
+                         word(g, 3));
     }
     ptx::fence_proxy_async_smem();  // each lane's stmatrix writes, before the async proxy reads them
     __syncwarp();

@@ -26,6 +26,21 @@
 #ifndef VIDATTN_BLOCK_N_D64
 #define VIDATTN_BLOCK_N_D64 128
 #endif
+// The D=96, 192 and 256 builds (docs/guide/head_dims.md has the arithmetic). Their smem rows are 64-column chunks
+// as at D=128, so D=96 occupies two chunks (the second half zero-filled by TMA) and its stages cost what D=128's
+// cost: shared memory, not registers, caps it at N=176 (N=192: 2 x 96 KB stages + Q + scratch = 242 KB). Its O is 48
+// registers (S 88 + P 44 + O 48 = 180 of 240). D=192: Q 48 KB, a stage 768 B per key: 2 stages beside Q and the
+// 16 KB O scratch hold N <= 107, so 96 (S 48 + P 24 + O 96 = 168). D=256: Q 64 KB, 1 KB per key: N <= 72, so 64
+// (S 32 + P 16 + O 128 = 176). FlashAttention-3's 112 and 80 keep no separate O scratch.
+#ifndef VIDATTN_BLOCK_N_D96
+#define VIDATTN_BLOCK_N_D96 176
+#endif
+#ifndef VIDATTN_BLOCK_N_D192
+#define VIDATTN_BLOCK_N_D192 96
+#endif
+#ifndef VIDATTN_BLOCK_N_D256
+#define VIDATTN_BLOCK_N_D256 64
+#endif
 
 // Prefetch the next tile's Q into L2 when Q has a single shared-memory buffer (see the producer). Off: measured
 // no gain (Wan cross-attention 0.881x cuDNN with it, 0.897x without, within the spread; dev/NOTES.md).
@@ -136,12 +151,25 @@ constexpr int kChunkBytes = kChunkCols * 2;
 // kWGs: consumer warpgroups (64 query rows each). D=64 defaults to three (see kConsumerWGs); the launcher also
 // has a two-warpgroup D=64 build for short queries, where 192-row tiles waste rows (capi.cu, pick_d64_wgs).
 // kBN: the KV tile width (kBlockN); each head dim has its default, D=128 a second build for short keys.
-constexpr int default_block_n(int head_dim) { return head_dim == 128 ? VIDATTN_BLOCK_N_D128 : VIDATTN_BLOCK_N_D64; }
+constexpr int default_block_n(int head_dim) {
+  return head_dim == 128   ? VIDATTN_BLOCK_N_D128
+         : head_dim == 96  ? VIDATTN_BLOCK_N_D96
+         : head_dim == 192 ? VIDATTN_BLOCK_N_D192
+         : head_dim == 256 ? VIDATTN_BLOCK_N_D256
+                           : VIDATTN_BLOCK_N_D64;
+}
+
+// Shared-memory columns of a head dim: whole 64-column chunks (D=96 takes two, its second half zero-filled).
+constexpr int padded_head_dim(int head_dim) { return (head_dim + kChunkCols - 1) / kChunkCols * kChunkCols; }
 
 template <int kHeadDim, int kWGs = (kHeadDim == 64 ? 3 : 2), int kBN = default_block_n(kHeadDim)>
 struct FwdTraits {
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "vidattn sm90 forward: head dim must be 64 or 128");
+  static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                "vidattn sm90 forward: head dim must be 64, 96, 128, 192 or 256");
   static constexpr int kHeadDimV = kHeadDim;
+  // Columns each smem row of Q, K and V holds (and each TMA load transfers, zero fill included): the math runs over
+  // kHeadDim only (D/16 k-steps of S, a P V wgmma of N = D), so D=96 pays smem, not tensor-core work, for its pad.
+  static constexpr int kHeadDimPad = padded_head_dim(kHeadDim);
   // wgmma's M is 64 per warpgroup; the consumer warpgroups share one Q tile so each K/V tile is read once for
   // all their rows. D=128: two (128 rows; S, P and O need 240 registers). D=64: three (192 rows; S, P and O fit
   // in 160, O being only 32), so each K/V byte fetched serves 1.5x the rows: measured +9 to +11% on the long D=64
@@ -155,15 +183,15 @@ struct FwdTraits {
   static constexpr int kBlockN = kBN;
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN: a wgmma N, multiple of 16, at most 256");
   // As many K+V stages as shared memory holds next to Q (up to 4): at D=128, N=128 that is Q 32 KB + 2 x 64 KB.
-  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
-  static constexpr int kStageBytes = 2 * kBlockN * kHeadDim * 2;
+  static constexpr int kQBytes = kBlockM * kHeadDimPad * 2;
+  static constexpr int kStageBytes = 2 * kBlockN * kHeadDimPad * 2;
   // The epilogue's scratch: per consumer warp 16 rows x 64 columns of O (2 KB), see store_o. At D=128, N=176 it
   // takes 16 of the 17 KB left beside one Q buffer and two K/V stages.
   static constexpr int kOScratchBytes = kConsumerWGs * 4 * 16 * kChunkCols * 2;
   static constexpr int kFree = kSmemBudget - 2048 - kOScratchBytes;
   // A second Q buffer lets the next tile's Q load a whole tile early; taken only when 2 K/V stages still fit.
   static constexpr int kQBuffers = (kFree - 2 * kQBytes) / kStageBytes >= 2 ? 2 : 1;
-  static constexpr int kChunks = kHeadDim / kChunkCols;
+  static constexpr int kChunks = kHeadDimPad / kChunkCols;
   static constexpr int kFreeBesideQ = kFree - kQBuffers * kQBytes;
   // A scratch box per 64-column chunk of O, when 2 K/V stages still fit beside them: the epilogue then writes its
   // second half without waiting for the first half's TMA store to read the first (store_o). At D=128 that takes
