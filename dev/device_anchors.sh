@@ -1,7 +1,8 @@
 #!/bin/bash
 # Put the prebuilt anchors (FlashAttention-3, SageAttention2) on the GPU machine for scripts/bench_anchors.py.
 # They are built from their public sources outside this repository (docs/anchors.md) and travel as the git-ignored
-# .anchors/ folder next to the work tree; this script only unpacks them, it builds nothing:
+# .anchors/ folder next to the work tree (anchors.json there describes the build); this script only unpacks them, it
+# builds nothing:
 #
 #   bash dev/device_anchors.sh install     # unpack .anchors/*.tar.xz into /tmp/anchors, write /tmp/anchors/env.sh
 #   source /tmp/anchors/env.sh             # PYTHONPATH and VIDATTN_ANCHORS_DIR for the rest of the shell
@@ -27,7 +28,11 @@ EOF
 case "${1:-install}" in
   install)
     shopt -s nullglob
-    packs=("$PACK"/*.tar.xz)
+    packs=()
+    for p in "$PACK"/*.tar.xz; do
+      # src.tar.xz holds sources for a fallback build (.anchors/recipe/device_build.sh), not modules
+      [ "$(basename "$p")" = src.tar.xz ] || packs+=("$p")
+    done
     if [ ${#packs[@]} -eq 0 ]; then
       echo "device_anchors: no $PACK/*.tar.xz: carry .anchors/ with the call (the anchors are not in the repository)" >&2
       exit 1
