@@ -21,10 +21,12 @@ videos; every tensor has the real shape and every module does the real work. Not
 The "tiny" preset: the registry's tiny transformer, a VAE of the same compression factors at CPU width, tiny
 image encoders, 2 steps, a few frames (CPU tests).
 
-A family without an adapter has its stated reason in LEFT_OUT (`why_not(name)`): a pipeline that refuses to run
-without a component an offline random-weight build cannot honestly have (Cosmos' safety checker, Cosmos3's
-tokenizer, ConsisID's face models), or a modular pipeline / refiner whose transformer call needs what another
-model or pass fills. `scripts/e2e_report.py --family NAME` measures those families' transformer forward instead.
+Where the pipeline would load a component that has no place in a random-weight build, the adapter says what stands
+in (`substitute`): ConsisID gets the face models' outputs as seeded random tensors (and its class from its module:
+diffusers' top-level name is an opencv placeholder), Cosmos 1.0 a pass-through guardrail (RandomWeightsGuardrail,
+in this build only). A family without an adapter has its stated reason in LEFT_OUT (`why_not(name)`): Cosmos3's
+tokenizer files, the modular pipelines' release component index, the SANA-WM refiner's stage-1 input and in-call
+text encoder. `scripts/family_table.py` / `scripts/e2e_report.py --family NAME` measure their transformer forward.
 """
 from __future__ import annotations
 
@@ -120,6 +122,8 @@ class Adapter:
     vae_dtype: torch.dtype | None = torch.float32   # None: the transformer's dtype
     post: Callable | None = None    # (pipe) -> None: a setting the pipeline needs after it is built
     min_steps: tuple = (1, "")      # (fewest denoising steps the pipeline takes, why)
+    pipeline_cls: Callable | None = None  # () -> the class, where `diffusers.<pipeline>` is a placeholder
+    substitute: str | None = None   # what stands in for a component the pipeline would otherwise load (docs)
 
 
 def _td(key, default=None):
@@ -311,7 +315,7 @@ def build_family_pipeline(name: str, preset: str = "default", *, device="cpu", d
     vae = _seeded(getattr(diffusers, a.vae), vae_config(name, preset), seed + 2, device)
     _cast(vae, a.vae_dtype or dtype).eval().requires_grad_(False)
     scheduler = getattr(diffusers, a.scheduler)(**a.scheduler_config)
-    cls = getattr(diffusers, a.pipeline)
+    cls = a.pipeline_cls() if a.pipeline_cls is not None else getattr(diffusers, a.pipeline)
     params = inspect.signature(cls.__init__).parameters
     parts = {k: None for k in params if k.startswith(("text_encoder", "tokenizer", "image_encoder",
                                                         "image_processor", "feature_extractor"))}
@@ -509,21 +513,88 @@ _add(_wan_adapter("wan_animate", "WanAnimatePipeline", "UniPCMultistepScheduler"
                   texts=(Text("prompt_embeds", _td("text_dim", 4096), tokens=512, zero_pad=True),),
                   frames_key="segment_frame_length"))
 
+def _consisid_cls():
+    # diffusers exports ConsisIDPipeline as a placeholder without opencv; its module imports cv2 only when present
+    # and uses it only to draw face keypoints (`kps_cond`, for configs with is_kps: not the released preview's).
+    from diffusers.pipelines.consisid.pipeline_consisid import ConsisIDPipeline
+
+    return ConsisIDPipeline
+
+
+def _consisid_inputs(pipe, preset, size, seed, device, dtype):
+    """The conditioning image, and in place of the face models (insightface + EVA-CLIP) what they hand the
+    pipeline: the identity embedding (LFE_id_dim) and the ViT's hidden states (LFE_num_scale x 577 tokens x
+    LFE_vit_dim), seeded random."""
+    cfg = pipe.transformer.config
+    g = torch.Generator(device="cpu").manual_seed(seed + 14)
+    n = 5 if preset == "tiny" else 577
+    vit = [(torch.randn(1, n, cfg.LFE_vit_dim, generator=g) * 0.25).to(device, dtype)
+           for _ in range(cfg.LFE_num_scale)]
+    return {"image": _rand_image(size, seed + 12), "id_cond": (torch.randn(1, cfg.LFE_id_dim, generator=g) * 0.25)
+            .to(device, dtype), "id_vit_hidden": vit}
+
+
+# ConsisID (CogVideoX-5B I2V base): T5 226 tokens, CogVideoX's VAE at the 5b's scaling factor, its DPM scheduler;
+# the face models' outputs as seeded random tensors.
+_add(Adapter("consisid", "ConsisIDPipeline", "AutoencoderKLCogVideoX", {"scaling_factor": 0.7},
+             {"latent_channels": 4, "block_out_channels": (8, 8, 8, 8), "layers_per_block": 1,
+              "norm_num_groups": 2},
+             "AutoencoderKLCogVideoX class defaults with the 5b's scaling_factor 0.7",
+             "CogVideoXDPMScheduler", (Text("prompt_embeds", _td("text_embed_dim", 4096), zero_pad=True),),
+             scheduler_config=ADAPTERS["cogvideox"].scheduler_config, extra=_consisid_inputs, fps=8, vae_dtype=None,
+             pipeline_cls=_consisid_cls,
+             substitute="the face models' outputs (identity embedding, 5 ViT hidden states) as seeded random tensors; "
+                        "the pipeline class imported from its module (diffusers' top-level name is an opencv "
+                        "placeholder)"))
+
+class RandomWeightsGuardrail:
+    """Stands in for Cosmos' safety checker (cosmos_guardrail: a text blocklist and classifier and a video
+    classifier with face blurring, each with its own downloaded models) in the random-weight architecture build
+    only: a prompt passes, a video comes back unchanged. Random weights make noise, which there is nothing in to
+    filter. A real Cosmos checkpoint (`--model DIR`) loads with its own checker, which this never replaces."""
+
+    def to(self, *args, **kwargs):
+        return self
+
+    def check_text_safety(self, prompt) -> bool:
+        return True
+
+    def check_video_safety(self, video):
+        return video
+
+
+def _cosmos_components(preset, device, dtype, seed):
+    return {"safety_checker": RandomWeightsGuardrail()}
+
+
+# Cosmos-1.0 Text2World: T5-11B (1024 wide, 512 tokens, zeros past the prompt, no mask kept by the transformer);
+# the Cosmos tokenizer VAE (8x8x8, 16 channels: AutoencoderKLCosmos' class defaults); EDM Euler.
+_add(Adapter("cosmos", "CosmosTextToWorldPipeline", "AutoencoderKLCosmos", {},
+             {"latent_channels": 4, "encoder_block_out_channels": (8, 8, 8, 8),
+              "decode_block_out_channels": (8, 8, 8, 8), "num_layers": 1, "attention_resolutions": (),
+              "latents_mean": None, "latents_std": None},
+             "AutoencoderKLCosmos class defaults = Cosmos-1.0 tokenizer CV8x8x8 (16 channels)",
+             "EDMEulerScheduler", (Text("prompt_embeds", _td("text_embed_dim", 1024), zero_pad=True),),
+             components=_cosmos_components, fps=30, vae_dtype=None,
+             substitute="the safety checker (cosmos_guardrail and its models) replaced by a pass-through "
+                        "(RandomWeightsGuardrail) in the random-weight build only"))
+
 # Families that do not generate here, and why.
 LEFT_OUT: dict[str, str] = {
-    "cosmos": "CosmosTextToWorldPipeline refuses to run without its safety checker (CosmosSafetyChecker: the "
-              "cosmos_guardrail package and its guardrail models), which an offline build with random weights does "
-              "not have and does not stub out",
-    "cosmos3": "Cosmos3OmniPipeline takes no prompt embeddings: it tokenizes the prompt with its Qwen text tokenizer "
-               "(vocabulary files of the release) and embeds the tokens inside the transformer",
-    "consisid": "ConsisIDPipeline imports opencv (cv2, not installed here) and needs the face encoders' identity "
-                "features of a real face image (insightface / EVA-CLIP)",
-    "wan_animate2": "WanAnimate2ModularPipeline is a modular pipeline whose blocks are loaded from the release "
-                    "repository; its cached pass needs a KV cache an extract pass fills",
-    "minimax_h3": "MiniMaxH3ModularPipeline is a modular pipeline whose blocks are loaded from the release "
-                  "repository",
-    "sana_wm_refiner": "the SANA-WM LTX-2 refiner refines video blocks against a KV cache that the SANA-WM base "
-                       "model fills; it is not a standalone text-to-video pipeline",
+    "cosmos3": "Cosmos3OmniPipeline takes no prompt embeddings: its __call__ tokenizes the prompt with its Qwen2 "
+               "tokenizer (the release's vocab.json and merges.txt; transformers ships no copy) and the transformer "
+               "embeds the token ids itself; a tokenizer built here from a local vocabulary is possible but not "
+               "wired",
+    "wan_animate2": "WanAnimate2ModularPipeline is a modular pipeline: its blocks get their components (UMT5 text "
+                    "encoder, CLIP image encoder, VAE, guider) through the release repository's modular model index; "
+                    "assembling them locally with random weights is not wired",
+    "minimax_h3": "MiniMaxH3ModularPipeline is a modular pipeline: its blocks get their components (text encoder, "
+                  "video and audio VAEs) through the release repository's modular model index; assembling them "
+                  "locally with random weights is not wired",
+    "sana_wm_refiner": "SanaWMLTX2Refiner is stage 2 of SANA-WM: it refines the latents of a SANA-WM base-model "
+                       "generation (`sana_latent`; the base model's output, not a text-to-video start) and encodes "
+                       "the prompt inside __call__ with Gemma-3 and the LTX-2 connectors (no prompt-embeddings "
+                       "argument)",
 }
 
 

@@ -42,13 +42,13 @@ import torch  # noqa: E402
 
 STEPS = 2
 # Frames of the sweep where the default is long: 17 for the 4x and 8x temporal VAEs (5 or 3 latent frames), Mochi's
-# pipeline default (19), MiniMax-H3's shortest 17n+5. Families not listed keep their default frames (short already,
+# pipeline default (19). Families not listed keep their default frames (short already, ConsisID's learned positions,
 # or a pipeline whose frame count is tied to its chunking: FramePack's section, Helios' chunk, AnyFlow-FAR's chunk
 # partition, Wan-Animate's segment, Latte's 16 frames without temporal compression).
 BENCH_FRAMES = {"skyreels_v2": 17, "anyflow": 17, "wan_vace": 17, "chronoedit": 17, "hunyuan_video": 17,
                 "hunyuan_video15": 17, "cogvideox": 17, "ltx": 17, "ltx2": 17, "mochi": 19, "allegro": 16,
                 "easyanimate": 17, "sana_video": 17, "kandinsky5": 17, "kandinsky6": 17, "motif_video": 17,
-                "wan_animate": 17}
+                "wan_animate": 17, "cosmos": 17}
 SKIP = {"wan": "generates through generate_video.py's Wan path (scripts/e2e_report.py times it)",
         "wan14b": "generates through generate_video.py's Wan path (scripts/e2e_report.py times it)"}
 PATHS = ("sdpa", "vidattn")
