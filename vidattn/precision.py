@@ -95,7 +95,8 @@ class PrecisionPolicy:
     counts down) starts a new generation at step 0. Forwards without a `timestep` count one step each.
 
     The defaults are neutral (no exceptions): which blocks or steps a model needs exact has to be measured per
-    model (dev/NOTES_8bit.md), and no such measurement backs a per-family default yet.
+    model (scripts/fidelity_8bit.py --sweep; docs/precision.md), and no such measurement backs a per-family
+    default yet.
     """
 
     def __init__(self, default: str = "8bit", exact_blocks: Iterable[int] = (), exact_first_steps: int = 0):
