@@ -988,6 +988,17 @@ def print_listing() -> None:
               f"{f:>8} {run:>8}")
     print("est fwd / est run: one SDPA forward and the GPU runner's time for the family on an H200, from FLOPs "
           "(estimates for budgeting, not measurements)")
+    from . import generate as gen  # imports this module: here, not at the top
+
+    print("generate 'no' (scripts/generate_video.py --family NAME), why:")
+    for r in listing():
+        if not r["generate"]:
+            print(f"  {r['family']}: {gen.why_not(r['family'])}")
+    subs = [(n, a.substitute) for n, a in gen.ADAPTERS.items() if a.substitute]
+    if subs:
+        print("generated with a stand-in:")
+        for n, what in subs:
+            print(f"  {n}: {what}")
 
 
 def main(argv: list[str] | None = None) -> None:
