@@ -108,6 +108,10 @@ def supports(name: str, d: int, h: int, h_kv: int) -> str | None:
     if name in ("fa3", "fa3_fp8"):
         if d % 8 or d > max(FA3_HEAD_DIMS):
             return f"FlashAttention-3 takes D a multiple of 8 up to 256, not {d}"
+        kernel = f"{fa3_build_dim(d)}_{'e4m3' if name == 'fa3_fp8' else 'bf16'}"
+        missing = (versions().get("fa3") or {}).get("kernels_missing") or []
+        if kernel in missing:
+            return f"this FlashAttention-3 build has no hdim{kernel.replace('_', ' ')} kernel (not compiled)"
         return None
     if name == "sage2":
         if d > SAGE2_MAX_D:

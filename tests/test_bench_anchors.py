@@ -71,7 +71,8 @@ def test_versions_reads_the_packed_description(monkeypatch, tmp_path):
     assert "fa3" not in anchor_impls.versions()
 
 
-def test_supports_and_fa3_build_dims():
+def test_supports_and_fa3_build_dims(monkeypatch, tmp_path):
+    monkeypatch.setenv("VIDATTN_ANCHORS_DIR", str(tmp_path))
     assert anchor_impls.supports("fa3", 112, 8, 8) is None
     assert anchor_impls.supports("fa3_fp8", 256, 32, 8) is None
     assert "multiple of 8" in anchor_impls.supports("fa3", 100, 8, 8)
@@ -85,6 +86,12 @@ def test_supports_and_fa3_build_dims():
         anchor_impls.fa3_build_dim(264)
     with pytest.raises(KeyError):
         anchor_impls.supports("fa2", 64, 1, 1)
+    # kernels the packed build lists as not compiled are refused up front, by the build dim they would run on
+    (tmp_path / "anchors.json").write_text(json.dumps({"fa3": {"kernels_missing": ["96_e4m3", "256_bf16"]}}))
+    assert "hdim96 e4m3" in anchor_impls.supports("fa3_fp8", 80, 8, 8)
+    assert anchor_impls.supports("fa3", 80, 8, 8) is None
+    assert "hdim256 bf16" in anchor_impls.supports("fa3", 200, 8, 8)
+    assert anchor_impls.supports("fa3_fp8", 200, 8, 8) is None
 
 
 def test_prequantize_per_batch_and_kv_head():
