@@ -63,7 +63,7 @@ def test_sizes_budget_and_refusals(tmp_path, monkeypatch):
                     "--no-progress"])
     assert recs[0]["status"] == "skipped" and "--budget-s left" in recs[0]["reason"]
     for argv, msg in ((["--only", "wan", "--out-dir", "X"], "Wan path"),
-                      (["--only", "cosmos", "--out-dir", "X"], "cosmos:"),
+                      (["--only", "cosmos3", "--out-dir", "X"], "cosmos3:"),
                       (["--tiny", "--steps", "0", "--out-dir", "X"], "--steps must be >= 1")):
         with pytest.raises(SystemExit, match=msg):
             bg.main(argv)

@@ -136,7 +136,7 @@ def test_e2e_report_generates_a_family_on_both_paths(tmp_path):
     for f in ("report.json", "report.md", "first_frames.png"):
         assert (tmp_path / f).is_file()
     with pytest.raises(SystemExit, match="does not generate here"):
-        e2e.main(["--family", "cosmos", "--generate", "--tiny", "--out-dir", str(tmp_path / "x")])
+        e2e.main(["--family", "cosmos3", "--generate", "--tiny", "--out-dir", str(tmp_path / "x")])
 
 
 @pytest.mark.parametrize("name", ADAPTED)
