@@ -199,3 +199,19 @@ def test_device_kernels_leave_out_annotation_mirrors():
                  device_type=cuda, is_user_annotation=False),
               NS(name="cudnn_generated_fort_native_sdpa_sm90_flash_fprop", device_type=cuda)]
     assert [e.name[:12] for e in device_kernels(events)] == ["void vidattn", "cudnn_genera"]
+
+
+@pytest.mark.gpu
+def test_cached_sdpa_lse_on_cuda_matches_the_math_path():
+    """pipelines.cached.sdpa_lse (the Wan-Animate-2 SDPA column's attention): FlashAttention's output and LSE on the
+    GPU against the fp32 math path, at the frames-as-batch and the long shape's layout (BSHD views)."""
+    from pipelines.cached import sdpa_lse
+    from vidattn.ops import sdpa_fallback
+
+    g = torch.Generator(device="cpu").manual_seed(3)
+    q, k, v = (torch.randn(2, n, 4, 128, generator=g).cuda().bfloat16() for n in (300, 517, 517))
+    out, lse = sdpa_lse(q, k, v)
+    ref, ref_lse = sdpa_fallback(*(t.float().transpose(1, 2) for t in (q, k, v)), 128 ** -0.5, None, True)
+    assert out.shape == q.shape and lse.shape == (2, 4, 300) and lse.dtype == torch.float32
+    torch.testing.assert_close(out.float(), ref.transpose(1, 2), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-2, rtol=1e-3)
