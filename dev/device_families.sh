@@ -13,6 +13,8 @@ t0=$(date +%s)
 echo "commit ${VIDATTN_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" > "$D/env.txt"
 python3 -c "import vidattn, time; t=time.time(); vidattn.build(verbose=False); print('library ready in', round(time.time()-t,1), 's')" \
   2>&1 | tee -a "$D/env.txt"
+timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_pipelines.py -k sdpa_lse > "$D/gpu_test.log" 2>&1
+echo "sdpa_lse GPU test rc=$? ($(tail -1 "$D/gpu_test.log"))"
 timeout $(( tb + 30 )) python3 scripts/family_table.py --families sana_wm_refiner,wan_animate2 \
   --out-dir "$D/table" --budget-s "$tb" > "$D/family_table.log" 2>&1; rc_table=$?
 echo "family_table rc=$rc_table ($(( $(date +%s) - t0 )) s)"
