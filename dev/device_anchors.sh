@@ -16,6 +16,11 @@ PACK=${VIDATTN_ANCHORS_PACK:-$ROOT/.anchors}
 DIR=${VIDATTN_ANCHORS_DIR:-/tmp/anchors}
 PY=${PYTHON:-python3}
 
+untar() {  # tar's xz filter needs the xz program; Python's tarfile reads xz without it
+  if command -v xz >/dev/null 2>&1; then tar -xJf "$1" -C "$2"
+  else "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$1" "$2"; fi
+}
+
 check() {
   PYTHONPATH="$DIR/site${PYTHONPATH:+:$PYTHONPATH}" VIDATTN_ANCHORS_DIR="$DIR" "$PY" - "$ROOT" <<'EOF'
 import json, sys
@@ -40,7 +45,7 @@ case "${1:-install}" in
     rm -rf "$DIR"
     mkdir -p "$DIR/site"
     for p in "${packs[@]}"; do
-      tar -xJf "$p" -C "$DIR/site"
+      untar "$p" "$DIR/site"
       echo "device_anchors: unpacked $(basename "$p")"
     done
     [ -f "$PACK/anchors.json" ] && cp "$PACK/anchors.json" "$DIR/"
