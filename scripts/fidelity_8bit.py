@@ -384,14 +384,16 @@ class QKVCapture:
 
 
 def reference_fp64(q, k, v, scale=None, chunk_rows: int = 1024) -> torch.Tensor:
-    """softmax(q k^T scale) v in fp64, (B, S, H, D) in and out, per head and in row chunks (bounded memory)."""
+    """softmax(q k^T scale) v in fp64, (B, S, H, D) in and out, per head and in row chunks (bounded memory). K/V
+    may have fewer heads than Q when that divides it (grouped-query: query head h reads K/V head h // group)."""
     b, sq, h, d = q.shape
+    group = h // k.shape[2]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     out = torch.empty(b, sq, h, v.shape[-1], dtype=torch.float64, device=q.device)
     for bi in range(b):
         for hi in range(h):
-            kk = k[bi, :, hi].double()
-            vv = v[bi, :, hi].double()
+            kk = k[bi, :, hi // group].double()
+            vv = v[bi, :, hi // group].double()
             for r0 in range(0, sq, chunk_rows):
                 qq = q[bi, r0:r0 + chunk_rows, hi].double()
                 p = torch.softmax((qq @ kk.T) * scale, dim=-1)
@@ -407,11 +409,16 @@ def per_layer_errors(records: list[dict], impls: dict) -> list[dict]:
     rows = []
     for r in records:
         q, k, v, sc = r["q"], r["k"], r["v"], r["scale"]
-        ref = reference_fp64(q, k, v, sc)
-        ref_max = ref.abs().max().item()
         row = {"module": r["module"], "block": r["block"], "step": r["step"], "timestep": r["timestep"],
                "q_rows": q.shape[1], "seq_q": r["seq_q"], "seq_kv": k.shape[1], "heads": q.shape[2],
-               "head_dim": q.shape[3], "ref_max_abs": ref_max}
+               "kv_heads": k.shape[2], "head_dim": q.shape[3]}
+        try:
+            ref = reference_fp64(q, k, v, sc)
+        except Exception as exc:  # noqa: BLE001 - a call the reference cannot take is a row, not a crash
+            row["error"] = f"reference: {type(exc).__name__}: {str(exc)[:300]}"
+            rows.append(row)
+            continue
+        row["ref_max_abs"] = ref.abs().max().item()
         try:
             row["explain_8bit"] = vidattn.explain(q, k, v, scale=sc, precision="8bit")
         except Exception as exc:  # noqa: BLE001
@@ -584,8 +591,18 @@ class ForwardSubject:
             if isinstance(t, torch.Tensor) and t.is_floating_point():
                 kw["timestep"] = t * (1.0 - i / max(self.steps, 1))  # a new timestep per step (StepTracker)
             with torch.no_grad():
-                outs.append(self.transformer(**kw)[0].float())
+                outs.append(_first_output(self.transformer(**kw)).float())
         return None, outs[-1]
+
+
+def _first_output(out) -> torch.Tensor:
+    """The prediction of a transformer call: the first tensor of a tuple or list (some families nest per-sample
+    lists), or a return_dict output's `sample`."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        return _first_output(out[0])
+    return out.sample
 
 
 def make_subject(args, device, dtype):
@@ -763,7 +780,7 @@ def run(args) -> dict:
                 continue
             with attention_path(path, subj.pipe, sage=sage), torch.no_grad():
                 o = tr(*a_, **kw)
-            outs[path] = (o[0] if isinstance(o, (tuple, list)) else getattr(o, "sample", o)).float()
+            outs[path] = _first_output(o).float()
         row = {"step": i, "timestep": ref_tracker.timesteps[i]}
         for path in paths:
             if path in outs:
@@ -790,7 +807,12 @@ def run(args) -> dict:
         if not budget.fits(est * 1.2):
             budget.skip(f"sweep {item}", est * 1.2)
             continue
-        video, final, s, tracker, _, _ = generate("8bit", policy=policy)
+        try:
+            video, final, s, tracker, _, _ = generate("8bit", policy=policy)
+        except RuntimeError as exc:  # e.g. a model on the backend route: no processors for a policy to set
+            sweep.append({"policy": item, "error": str(exc)[:500]})
+            log(f"[8bit {item}] not run: {exc}")
+            break
         steps_done = tracker.step + 1
         exact_steps = min(policy.exact_first_steps, steps_done)
         share = 1 - (1 - exact_steps / max(steps_done, 1)) * (1 - len(policy.exact_blocks) / max(nb, 1))
@@ -874,6 +896,9 @@ def markdown(report: dict) -> str:
         lines += ["", "| 8-bit policy | exact share | video PSNR (dB) | SSIM | final latents rel L2 |",
                   "|---|---|---|---|---|"]
         for s in report["sweep"]:
+            if "error" in s:
+                lines.append(f"| {s['policy']} | not run: {s['error'][:120]} | | | |")
+                continue
             v = s.get("video") or {}
             lines.append(f"| {s['policy']} | {_f(s['exact_share'], 3)} | {_f(v.get('psnr_db'), 2)} | "
                          f"{_f(v.get('ssim'), 4)} | {_f(s['latent_rel_l2'], 2, True)} |")

@@ -325,3 +325,17 @@ def test_e2e_report_precision_8bit_family_without_sage(tmp_path, monkeypatch):
     assert "vidattn_8bit" in data["attention_calls"]
     with pytest.raises(SystemExit, match="--precision 8bit is for Wan runs"):
         e2e.main(["--family", "ltx2", "--generate", "--tiny", "--precision", "8bit", "--out-dir", str(tmp_path)])
+
+
+def test_fidelity_forward_family_without_pipeline(tmp_path, monkeypatch):
+    """A family with no offline pipeline (cosmos3: grouped K/V heads, the backend route): the registry forward per
+    step, no video, (a) against the grouped fp64 reference, and a sweep entry that cannot install says why."""
+    monkeypatch.setattr(fid, "sage2_impl", lambda: (fake_sage(0.05), None))
+    out = tmp_path / "c3"
+    fid.main(["--family", "cosmos3", "--tiny", "--steps", "1", "--capture-rows", "8", "--sweep", "steps=1",
+              "--out-dir", str(out)])
+    data = json.loads((out / "fidelity.json").read_text())
+    assert "no offline pipeline" in data["video_note"] and set(data["video"]["sage2"]) == {"latent_rel_l2"}
+    rows = data["per_layer"]["calls"]
+    assert rows and all(r["kv_heads"] < r["heads"] and r["exact"]["rel_l2"] < 1e-5 for r in rows)
+    assert data["sweep"][0]["policy"] == "steps=1" and "no vidattn processors" in data["sweep"][0]["error"]
