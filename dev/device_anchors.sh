@@ -32,14 +32,13 @@ EOF
 
 case "${1:-install}" in
   install)
-    shopt -s nullglob
     packs=()
-    for p in "$PACK"/*.tar.xz; do
-      # src.tar.xz holds sources for a fallback build (.anchors/recipe/device_build.sh), not modules
-      [ "$(basename "$p")" = src.tar.xz ] || packs+=("$p")
+    # the module packs only: src.tar.xz and prebuilt.tar.xz feed the fallback build (.anchors/recipe/device_build.sh)
+    for p in "$PACK"/fa3.tar.xz "$PACK"/sage2.tar.xz; do
+      [ -f "$p" ] && packs+=("$p")
     done
     if [ ${#packs[@]} -eq 0 ]; then
-      echo "device_anchors: no $PACK/*.tar.xz: carry .anchors/ with the call (the anchors are not in the repository)" >&2
+      echo "device_anchors: no $PACK/fa3.tar.xz or sage2.tar.xz: carry .anchors/ with the call (the anchors are not in the repository)" >&2
       exit 1
     fi
     rm -rf "$DIR"
