@@ -38,7 +38,8 @@ case "${1:-install}" in
       [ -f "$p" ] && packs+=("$p")
     done
     if [ ${#packs[@]} -eq 0 ]; then
-      echo "device_anchors: no $PACK/fa3.tar.xz or sage2.tar.xz: carry .anchors/ with the call (the anchors are not in the repository)" >&2
+      echo "device_anchors: no $PACK/fa3.tar.xz or sage2.tar.xz: carry .anchors/ with the call" \
+        "(the anchors are not in the repository)" >&2
       exit 1
     fi
     rm -rf "$DIR"

@@ -596,7 +596,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def dry_run_table(shapes: list[BenchShape]) -> str:
-    lines = ["| group | shape | B | H | H kv | Sq × Skv | D | causal | GFLOP |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| group | shape | B | H | H kv | Sq × Skv | D | causal | GFLOP |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for s in shapes:
         lines.append(f"| {s.group} | {s.name} | {s.b} | {s.h} | {s.kv_heads} | {s.sq} × {s.skv} | {s.d} | "
                      f"{'yes' if s.causal else 'no'} | {s.flops / 1e9:.1f} |")
