@@ -22,7 +22,8 @@ for w in .whl_lite .whl; do
     break
   fi
 done
-if [ -d .anchors ] && bash dev/device_anchors.sh install > "$OUT/anchors_install.log" 2>&1 && [ -f /tmp/anchors/env.sh ]; then
+if [ -d .anchors ] && bash dev/device_anchors.sh install > "$OUT/anchors_install.log" 2>&1 \
+    && [ -f /tmp/anchors/env.sh ]; then
   # shellcheck disable=SC1091
   source /tmp/anchors/env.sh
 else
