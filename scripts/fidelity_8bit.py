@@ -194,7 +194,9 @@ class ImplRoute:
     """An OpOverride body that sends the calls an outside BSHD implementation (SageAttention2: `impl(q, k, v,
     scale=)` on bf16/fp16 tensors, no mask, head dim up to `max_head_dim`) can take to it, and every other call to
     the exact vidattn op, counting both with the reasons. fp32 calls (a model run in fp32: the CPU tests) reach
-    it cast to bf16, the output cast back, and are counted apart."""
+    it cast to bf16, the output cast back, and are counted apart. A call the implementation raises on runs the exact
+    op too, counted with the error as its reason (a route that ran nothing shows as 0 impl_calls, never as a
+    silent timing of the exact kernel)."""
 
     def __init__(self, impl, name: str = "sage2", max_head_dim: int = 128):
         self.impl, self.name, self.max_head_dim = impl, name, max_head_dim
@@ -225,14 +227,19 @@ class ImplRoute:
         if why is not None:
             self.other[why] = self.other.get(why, 0) + 1
             return original(q, k, v, **{**kw, "precision": "exact"})
-        self.calls += 1
         layout = kw.get("layout", "bshd")
         extra = {} if kw.get("scale") is None else {"scale": float(kw["scale"])}
         qkv = [_to_bshd(t, layout) for t in (q, k, v)]
         if q.dtype == torch.float32:
-            self.cast_fp32 += 1
             qkv = [t.to(torch.bfloat16) for t in qkv]
-        out = self.impl(*qkv, **extra)
+        try:
+            out = self.impl(*qkv, **extra)
+        except Exception as exc:  # noqa: BLE001 - counted and run exact, see the class docstring
+            why = f"{self.name} raised {type(exc).__name__}: {str(exc)[:160]}"
+            self.other[why] = self.other.get(why, 0) + 1
+            return original(q, k, v, **{**kw, "precision": "exact"})
+        self.calls += 1
+        self.cast_fp32 += q.dtype == torch.float32
         return _to_bshd(out, layout).to(q.dtype)
 
     def summary(self) -> dict:

@@ -339,3 +339,16 @@ def test_fidelity_forward_family_without_pipeline(tmp_path, monkeypatch):
     rows = data["per_layer"]["calls"]
     assert rows and all(r["kv_heads"] < r["heads"] and r["exact"]["rel_l2"] < 1e-5 for r in rows)
     assert data["sweep"][0]["policy"] == "steps=1" and "no vidattn processors" in data["sweep"][0]["error"]
+
+
+def test_impl_route_counts_an_implementation_error():
+    def broken(q, k, v, scale=None):
+        raise RuntimeError("no kernel image for this device")
+
+    route = fid.ImplRoute(broken)
+    q = torch.randn(1, 8, 2, 16, dtype=torch.bfloat16)
+    out = route(lambda q, k, v, **kw: torch.ones_like(q), q, q, q)
+    assert torch.equal(out, torch.ones_like(q))
+    s = route.summary()
+    assert s["impl_calls"] == 0 and s["exact_calls"] == 1
+    assert list(s["exact_reasons"]) == ["sage2 raised RuntimeError: no kernel image for this device"]
