@@ -745,12 +745,19 @@ def run(args) -> dict:
     videos["sdpa"], finals["sdpa"], gen_s["sdpa"], ref_tracker, _, _ = generate("sdpa", record_inputs=True)
     log(f"[sdpa] {gen_s['sdpa']:.1f} s; {ref_tracker.calls} transformer calls in {ref_tracker.step + 1} steps")
     est = gen_s["sdpa"]
-    routes, records = {}, []
+    routes, records, failures = {}, [], {}
     for path in paths:
         if not budget.fits(est * 1.2):
             budget.skip(f"{path} generation", est * 1.2)
             continue
-        video, final, s, _, capture, info = generate(path, extra="capture" if path == "exact" else None)
+        try:
+            video, final, s, _, capture, info = generate(path, extra="capture" if path == "exact" else None)
+        except Exception as exc:  # noqa: BLE001 - one failing path (e.g. out of memory) is recorded, the rest run
+            failures[path] = f"{type(exc).__name__}: {str(exc)[:1000]}"
+            log(f"[{path}] FAILED: {failures[path][:300]}")
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            continue
         videos[path], finals[path], gen_s[path] = video, final, s
         if info.get("route"):
             routes[path] = info["route"]
@@ -759,6 +766,7 @@ def run(args) -> dict:
         log(f"[{path}] {s:.1f} s")
     report["generation_s"] = gen_s
     report["routes"] = routes
+    report["failures"] = failures
 
     # (c) decoded video against SDPA
     fid_video = {}
@@ -808,7 +816,7 @@ def run(args) -> dict:
 
     # sweep: PrecisionPolicy variants of the 8-bit path
     sweep = []
-    items = [s.strip() for s in args.sweep.split(",") if s.strip()] if "8bit" in paths else []
+    items = [s.strip() for s in args.sweep.split(",") if s.strip()] if "8bit" in gen_s else []
     for item in items:
         label, policy = parse_policy(_sweep_spec(item), nb)
         if not budget.fits(est * 1.2):
@@ -911,6 +919,8 @@ def markdown(report: dict) -> str:
                          f"{_f(v.get('ssim'), 4)} | {_f(s['latent_rel_l2'], 2, True)} |")
         sp = report["suggested_policy"]
         lines += ["", f"Suggested policy: {sp['policy'] or 'none'} ({sp['reason']})."]
+    for p, err in report.get("failures", {}).items():
+        lines += ["", f"**{p} FAILED**: {err[:300]}"]
     if report["budget"]["skipped"]:
         lines += ["", "Left out for the budget: " + "; ".join(s["what"] for s in report["budget"]["skipped"]) + "."]
     return "\n".join(lines) + "\n"

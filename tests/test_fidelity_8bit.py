@@ -269,7 +269,7 @@ def test_fidelity_tiny_run_json(tmp_path, monkeypatch, capsys):
     assert data["routes"]["sage2"]["impl_calls"] > 0
     assert [s["policy"] for s in data["sweep"]] == ["steps=1"] and data["sweep"][0]["exact_share"] == 0.5
     assert data["suggested_policy"]["policy"] == "steps=1"  # identical to SDPA here, so above the fake Sage2
-    assert data["budget"]["skipped"] == []
+    assert data["budget"]["skipped"] == [] and data["failures"] == {}
     text = capsys.readouterr().out.rstrip().splitlines()
     assert text[-1].startswith("Suggested policy") and any(line.startswith("| sdpa / fp64 | sage2") for line in text)
     assert rep["out_dir"] == str(out)
@@ -284,6 +284,23 @@ def test_fidelity_budget_leaves_stages_out(tmp_path, monkeypatch):
     skipped = [s["what"] for s in data["budget"]["skipped"]]
     assert skipped[:2] == ["exact generation", "8bit generation"] and any(s.startswith("sweep") for s in skipped)
     assert data["video"] == {} and data["per_layer"]["calls"] == [] and data["sweep"] == []
+
+
+def test_fidelity_records_a_failing_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(fid, "sage2_impl", lambda: (None, "not installed here"))
+    real = fid.attention_path
+
+    def path_that_fails(path, *a, **kw):
+        if path == "8bit":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(fid, "attention_path", path_that_fails)
+    out = tmp_path / "fid"
+    fid.main(["--tiny", "--steps", "1", "--capture-rows", "8", "--out-dir", str(out)])
+    data = json.loads((out / "fidelity.json").read_text())
+    assert "simulated" in data["failures"]["8bit"] and "8bit" not in data["video"] and data["sweep"] == []
+    assert "exact" in data["video"] and "8bit FAILED" in (out / "fidelity.md").read_text()
 
 
 def test_fidelity_refuses_bad_paths_and_full_size_on_cpu(tmp_path):
