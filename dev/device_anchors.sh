@@ -49,6 +49,13 @@ case "${1:-install}" in
       echo "device_anchors: unpacked $(basename "$p")"
     done
     [ -f "$PACK/anchors.json" ] && cp "$PACK/anchors.json" "$DIR/"
+    # Modules compiled on this machine by the fallback build outlive a second install in the same call.
+    OVERLAY=${VIDATTN_ANCHORS_OVERLAY:-/tmp/anchors_build/overlay}
+    if [ -d "$OVERLAY/site" ]; then
+      cp -r "$OVERLAY/site/." "$DIR/site/"
+      [ -f "$OVERLAY/anchors.json" ] && cp "$OVERLAY/anchors.json" "$DIR/"
+      echo "device_anchors: added the modules built on this machine ($OVERLAY)"
+    fi
     cat > "$DIR/env.sh" <<EOF
 export PYTHONPATH="$DIR/site\${PYTHONPATH:+:\$PYTHONPATH}"
 export VIDATTN_ANCHORS_DIR="$DIR"
