@@ -816,7 +816,11 @@ def run(args) -> dict:
 
     # sweep: PrecisionPolicy variants of the 8-bit path
     sweep = []
-    items = [s.strip() for s in args.sweep.split(",") if s.strip()] if "8bit" in gen_s else []
+    items = [s.strip() for s in args.sweep.split(",") if s.strip()]
+    if items and "8bit" not in gen_s:
+        report["sweep_note"] = "not run: the 8-bit path did not run (" + \
+            (failures.get("8bit") or ("left out for the budget" if "8bit" in paths else "not in --paths")) + ")"
+        items = []
     for item in items:
         label, policy = parse_policy(_sweep_spec(item), nb)
         if not budget.fits(est * 1.2):

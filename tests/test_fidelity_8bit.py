@@ -282,7 +282,8 @@ def test_fidelity_budget_leaves_stages_out(tmp_path, monkeypatch):
     data = json.loads((out / "fidelity.json").read_text())
     assert data["paths"] == ["sdpa", "exact", "8bit"] and data["sage2"]["reason"] == "not installed here"
     skipped = [s["what"] for s in data["budget"]["skipped"]]
-    assert skipped[:2] == ["exact generation", "8bit generation"] and any(s.startswith("sweep") for s in skipped)
+    assert skipped[:2] == ["exact generation", "8bit generation"]
+    assert data["sweep_note"] == "not run: the 8-bit path did not run (left out for the budget)"
     assert data["video"] == {} and data["per_layer"]["calls"] == [] and data["sweep"] == []
 
 
@@ -300,6 +301,7 @@ def test_fidelity_records_a_failing_path(tmp_path, monkeypatch):
     fid.main(["--tiny", "--steps", "1", "--capture-rows", "8", "--out-dir", str(out)])
     data = json.loads((out / "fidelity.json").read_text())
     assert "simulated" in data["failures"]["8bit"] and "8bit" not in data["video"] and data["sweep"] == []
+    assert "simulated" in data["sweep_note"]
     assert "exact" in data["video"] and "8bit FAILED" in (out / "fidelity.md").read_text()
 
 
