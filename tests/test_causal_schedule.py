@@ -44,8 +44,8 @@ def test_group_rule_matches_capi():
     m = re.search(r"kCausalGroupBytes = (\d+)ll << (\d+);", src)
     assert m and sim.GROUP_BYTES == int(m.group(1)) << int(m.group(2))
     assert "kv_bytes = a.seqlen_kv * kHeadDim * 2 * 2" in src
-    assert sim.group_heads(1, 16, 32768, 128) == 2
-    assert sim.group_heads(2, 16, 8192, 128) == 8
+    assert sim.group_heads(1, 16, 32768, 128) == 1
+    assert sim.group_heads(2, 16, 8192, 128) == 4
     assert sim.group_heads(1, 40, 75600, 128) == 1
     assert sim.group_heads(1, 2, 1024, 64) == 2  # never more than the (batch, head) pairs
 
@@ -68,7 +68,7 @@ def test_makespans_at_the_bench_shapes():
     assert r32["static_snake"]["ratio"] > 1.45  # the measured 0.94x cuDNN at 32K
     for b, h, s, d in [(2, 16, 8192, 128), (1, 16, 32768, 128), (2, 32, 8192, 64), (1, 32, 32768, 64)]:
         r = sim.simulate(b, h, s, d)
-        assert r["dynamic_grouped"]["ratio"] < 1.01, (b, h, s, d, r["dynamic_grouped"])
+        assert r["dynamic_grouped"]["ratio"] < 1.008, (b, h, s, d, r["dynamic_grouped"])
         assert r["dynamic_grouped"]["ratio"] <= r["static_snake"]["ratio"] + 1e-9
     # head after head, the dynamic counter alone hands out heavy tiles late: at 8K, 2 x 16 heads, 5% over the mean
     assert sim.simulate(2, 16, 8192, 128)["dynamic"]["ratio"] > 1.04

@@ -52,7 +52,7 @@ def tile_list(b: int, h: int, sq: int, skv: int, d: int, bottom_right: bool = Fa
     return per_head * (b * h)
 
 
-GROUP_BYTES = 32 << 20  # capi.cu, kCausalGroupBytes
+GROUP_BYTES = 16 << 20  # capi.cu, kCausalGroupBytes
 
 
 def group_heads(b: int, h: int, skv: int, d: int) -> int:
