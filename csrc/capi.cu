@@ -2,6 +2,7 @@
 // launches on the caller's stream. The only host code of the library; no torch.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <string>
@@ -77,6 +78,28 @@ TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
   return plan;
 }
 
+// The dynamic causal schedule (flash_fwd.cuh, next_causal_tile) keeps its counters and redo records in the
+// workspace: two words, then 32 * kRedoWords tile indices per CTA. Without that much workspace a causal launch keeps
+// the static order. The list is ordered in groups of (batch, head) pairs whose K/V together stay within
+// kCausalGroupBytes (a third of the H200's 50 MB L2, so that the tiles running at once read a few heads' K/V from L2),
+// heaviest Q block first across the group: dev/probes/causal_schedule_sim.py puts the busiest CTA within 0.7% of the
+// mean at the bench and video shapes (head after head at 8K, 2 x 16 heads: 5.8%, the heavy tiles of the last head
+// going out late).
+#ifndef VIDATTN_CAUSAL_DYNAMIC
+#define VIDATTN_CAUSAL_DYNAMIC 1
+#endif
+constexpr int64_t kCausalGroupBytes = 16ll << 20;
+constexpr int kRedoWordsMax = 64;  // FwdTraits::kRedoWords (every build)
+uint64_t causal_sched_bytes(int sms) { return 16 + static_cast<uint64_t>(sms) * 32 * kRedoWordsMax * 4; }
+// A tag per launch (never 0: the kernel's last CTA leaves 0 behind), so that workspace contents from before, or a
+// launch's leftovers, are never taken for this launch's counters.
+uint32_t next_sched_epoch() {
+  static std::atomic<uint32_t> n{0};
+  uint32_t e = 0;
+  while (e == 0 || e == 0xffffffffu) e = (n.fetch_add(1, std::memory_order_relaxed) + 1) * 0x9e3779b1u;
+  return e;
+}
+
 // The error of the launch just made, as this file reports one (0 if none).
 int check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
@@ -91,10 +114,10 @@ int allow_smem(Kernel kernel, size_t smem) {
   return e == cudaSuccess ? 0 : fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
 }
 
-// kCausal: the causal build (flash_fwd.cuh, tile_work), a.causal picking the alignment. Causal launches keep the plain
-// schedule, without the tail launch: their tiles are ordered heaviest first within each head and snake across the
-// CTAs (local_tile), so the last round holds the lightest tiles of the last head, and a split of those would cost
-// its two extra launches for little.
+// kCausal: the causal build (flash_fwd.cuh, tile_work), a.causal picking the alignment. Causal launches have no tail
+// launch: with the workspace their CTAs take tiles from a counter, heaviest first (next_causal_tile), so they end
+// within a light tile of each other; without it, the static order (heaviest first within each head, snaking across
+// the CTAs: local_tile).
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kCausal = false>
 int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   using namespace vidattn::sm90;
@@ -120,6 +143,8 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   p.kv_group = static_cast<int>(a.heads / kv_heads);
   p.scale_log2 = a.scale * 1.4426950408889634f;
   p.causal_bottom_right = a.causal == 2 ? 1 : 0;
+  p.causal_group = 1;
+  p.causal_pairs = static_cast<int>(a.heads * a.batch);
   const int64_t m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   const int64_t tiles = m_blocks * a.heads * a.batch;
   if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/kBlockM) over 2^31)");
@@ -141,6 +166,16 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     const int64_t n = main_tiles - base < per_launch ? main_tiles - base : per_launch;
     p.tile_base = static_cast<int>(base);
     p.num_tiles = static_cast<int>(n);
+    if constexpr (kCausal) {
+      static_assert(T::kRedoWords <= kRedoWordsMax, "causal_sched_bytes");
+      if (VIDATTN_CAUSAL_DYNAMIC && a.workspace != nullptr && a.workspace_bytes >= causal_sched_bytes(sms)) {
+        p.sched = static_cast<unsigned long long*>(a.workspace);
+        p.sched_epoch = next_sched_epoch();
+        const int64_t kv_bytes = a.seqlen_kv * kHeadDim * 2 * 2;
+        const int64_t group = kCausalGroupBytes / (kv_bytes > 0 ? kv_bytes : 1);
+        p.causal_group = static_cast<int>(group < 1 ? 1 : group > p.causal_pairs ? p.causal_pairs : group);
+      }
+    }
     kernel<<<dim3(static_cast<unsigned>(n < sms ? n : sms)), T::kThreads, smem, stream>>>(p);
     if (check_launch("kernel launch") != 0) return 1;
   }
@@ -239,8 +274,10 @@ extern "C" const char* vidattn_sm90_last_error(void) { return g_last_error.c_str
 // The tail launch's scratch (plan_tail): one item per SM at most. Without it (or with less) launches keep the plain
 // schedule.
 extern "C" uint64_t vidattn_sm90_workspace_bytes(void) {
-  if (!VIDATTN_TAIL_LAUNCH) return 0;
-  return static_cast<uint64_t>(sm_count()) * kTailItemBytes;
+  const uint64_t causal = VIDATTN_CAUSAL_DYNAMIC ? causal_sched_bytes(sm_count()) : 0;
+  if (!VIDATTN_TAIL_LAUNCH) return causal;
+  const uint64_t tail = static_cast<uint64_t>(sm_count()) * kTailItemBytes;
+  return tail > causal ? tail : causal;
 }
 
 extern "C" int vidattn_sm90_last_tail_splits(void) { return g_last_tail_splits; }

@@ -8,9 +8,9 @@ on the upcast inputs with the same mask as the reference, and the kernel's error
 wider than the head dim, so a row the kernel skips (a query tile whose key blocks are all past its diagonal) or a
 padded column written past D fails. Rows that see no key (bottom-right with fewer keys than queries) must come out
 as exact zeros with an LSE of -inf. Every case asserts that the causal kernel ran (explain is None, no tail
-launch), and the long cases run several rounds of tiles per CTA, so the causal tile order (heaviest Q block of each
-head first, every other round in reverse CTA order: csrc/sm90/flash_fwd.cuh, local_tile) and the fixed-reference
-redo over it are covered."""
+launch), and the long cases run several tiles per CTA, so the causal tile schedule (a counter in the workspace,
+heaviest Q block first across groups of heads: csrc/sm90/flash_fwd.cuh, next_causal_tile; the static order without
+a workspace) and the fixed-reference redo over it are covered; the tests at the end aim at the schedule itself."""
 from __future__ import annotations
 
 import math
@@ -326,3 +326,116 @@ def test_c_abi_refuses_an_unknown_mode():
     with pytest.raises(_ext.KernelLaunchError, match="causal must be 0"):
         _ext.forward(q, k, v, torch.empty_like(q), None, None, 0.125, lib=_ext.load(), causal=3)
     assert _ext.runtime_reason() is None
+
+
+# ---- the dynamic tile schedule (csrc/sm90/flash_fwd.cuh, next_causal_tile; capi.cu picks the head groups) ----------
+# With the workspace, the CTAs take tiles from a counter in it, heaviest Q block first across groups of heads; the
+# counter is tagged per launch and reset by the last CTA out. A tile skipped leaves NaN in the poisoned output, a
+# tile of the wrong head or block a wrong value; both fail `check`.
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("b,h,sq,skv,d", [
+    (1, 40, 4097, 4097, 128),   # many heads: more tiles than SMs in groups whose last one is short
+    (3, 7, 2049, 2049, 64),     # batch > 1, an odd head count, three warpgroups (192-row tiles)
+    (2, 5, 1000, 3001, 128),    # Sq < Skv
+    (2, 5, 3001, 1000, 128),    # Sq > Skv: bottom-right leaves rows without keys
+    (1, 1, 131, 131, 128),      # fewer tiles than SMs: a grid of 2 CTAs
+], ids=lambda x: str(x))
+def test_dynamic_schedule_every_tile_once(b, h, sq, skv, d, mode):
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(b, h, h, sq, skv, d, g)
+    check(q, k, v, mode, f"dynamic schedule {b}x{h}x{sq}x{skv} D={d} seed={seed}")
+
+
+@pytest.mark.parametrize("fill", ["zeros", "ones", "random", "none"])
+def test_any_workspace_contents(fill, monkeypatch):
+    """The counters live in a workspace of any contents (the caching allocator's): zeros, all ones, random bytes;
+    and with no workspace at all the static order runs. Back-to-back calls on one stream then each start from the
+    last CTA's reset."""
+    real = _ext.workspace
+
+    def workspace(lib, device):
+        ws = real(lib, device)
+        if ws is None or fill == "none":
+            return None
+        if fill == "zeros":
+            ws.zero_()
+        elif fill == "ones":
+            ws.fill_(255)
+        else:
+            ws.copy_(torch.randint(0, 256, ws.shape, dtype=torch.uint8, device=ws.device))
+        return ws
+
+    monkeypatch.setattr(_ext, "workspace", workspace)
+    g, seed = new_gen()
+    for trial, (h, sq) in enumerate([(16, 4097), (3, 1500), (16, 4097)]):
+        q, k, v = bshd_inputs(1, h, h, sq, sq, 128, g)
+        check(q, k, v, "top_left", f"workspace {fill} call {trial} seed={seed}")
+
+
+def test_one_workspace_many_launches():
+    """The same workspace block for many launches in a row (the caching allocator hands the freed block back at
+    once): each launch must find its counters usable after the previous one's reset, including launches of other
+    shapes and grids in between."""
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(2, 12, 12, 3000, 3000, 128, g)
+    q2, k2, v2 = bshd_inputs(1, 1, 1, 200, 200, 64, g)
+    first = vidattn.attention(q, k, v, causal=True)
+    small = vidattn.attention(q2, k2, v2, causal=True)
+    for i in range(20):
+        assert torch.equal(vidattn.attention(q, k, v, causal=True), first), f"launch {i} seed={seed}"
+        assert torch.equal(vidattn.attention(q2, k2, v2, causal=True), small), f"launch {i} seed={seed}"
+    check(q, k, v, "top_left", f"after 40 launches seed={seed}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cuda_graph_capture_replay(mode):
+    """A captured causal call replays right: the launch's epoch is baked into the graph, and each replay finds the
+    counters its previous run reset (the graph's workspace block is its own)."""
+    g, seed = new_gen()
+    b, h, sq, skv, d = 2, 16, 2049, 3000, 128
+    q, k, v = bshd_inputs(b, h, h, sq, skv, d, g)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            vidattn.attention(q, k, v, causal=mode, return_lse=True)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out, static_lse = vidattn.attention(q, k, v, causal=mode, return_lse=True)
+    for trial in range(3):
+        q2, k2, v2 = bshd_inputs(b, h, h, sq, skv, d, g)
+        for dst, src in ((q, q2), (k, k2), (v, v2)):
+            dst.copy_(src)
+        graph.replay()
+        eager_out, eager_lse = vidattn.attention(q, k, v, causal=mode, return_lse=True)  # between two replays
+        torch.cuda.synchronize()
+        what = f"graph replay {trial} causal={mode} seed={seed}"
+        assert torch.isfinite(static_out).all(), what
+        assert torch.equal(static_out, eager_out) and torch.equal(static_lse, eager_lse), what
+    check(q, k, v, mode, f"graph inputs causal={mode} seed={seed}")
+
+
+def test_two_streams_at_once():
+    """Two causal launches running at once on two streams: each call has its own workspace block (and epoch), so
+    neither takes the other's tiles."""
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(1, 16, 16, 4097, 4097, 128, g)
+    q2, k2, v2 = bshd_inputs(2, 8, 8, 3000, 3000, 64, g)
+    want, want2 = vidattn.attention(q, k, v, causal=True), vidattn.attention(q2, k2, v2, causal=True)
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    outs = []
+    for s in (s1, s2):
+        s.wait_stream(torch.cuda.current_stream())
+    for _ in range(5):
+        with torch.cuda.stream(s1):
+            a = vidattn.attention(q, k, v, causal=True)
+        with torch.cuda.stream(s2):
+            b = vidattn.attention(q2, k2, v2, causal=True)
+        outs.append((a, b))
+    torch.cuda.synchronize()
+    for i, (a, b) in enumerate(outs):
+        assert torch.equal(a, want) and torch.equal(b, want2), f"pair {i} seed={seed}"

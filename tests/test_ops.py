@@ -124,7 +124,7 @@ def test_explain_names_the_envelope_once_the_device_could_run(monkeypatch):
     monkeypatch.setattr(ops._ext, "device_reason", lambda device: None)
     monkeypatch.setattr(ops._ext, "runtime_reason", lambda: "no library in this test")
     assert "dtype" in vidattn.explain(*rand_bshd(1, 4, 4, 2, 64))  # fp32
-    assert "head dim" in vidattn.explain(*rand_bshd(1, 4, 4, 2, 192, dtype=torch.float16))
+    assert "head dim" in vidattn.explain(*rand_bshd(1, 4, 4, 2, 264, dtype=torch.float16))
 
 
 def test_kernel_available_agrees_with_explain():

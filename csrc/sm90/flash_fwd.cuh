@@ -40,9 +40,23 @@ struct SharedStorage {
   uint64_t v_empty[T::kStages];
   uint64_t redo_ready;                 // the consumers' redo marks are final (redo_tiles)
   uint32_t redo_bits[T::kRedoWords];   // bit L: this CTA's L-th tile must run again, exact (kFixedRef)
+  int32_t sched_tile[4];  // causal builds: local tile L's index in slot L % 4 (producer, the causal loop)
 };
 
 constexpr float kLn2 = 0.693147180559945309f;
+
+// Causal builds read the CTA's index and count afresh where used: held in registers across the producer's loop they
+// spilled (its 24 registers).
+__device__ __forceinline__ int cta_index() {
+  int v;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ int cta_count() {
+  int v;
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(v));
+  return v;
+}
 
 // Persistent tile order: m_block fastest, then head, then batch. The ~132 tiles in flight at once are neighbouring
 // Q blocks of one head, so that head's K/V (16 MB at Wan 480p) is fetched from HBM once and then served by L2.
@@ -56,11 +70,47 @@ __device__ __forceinline__ TileCoord decode_tile(int tile, int num_m_blocks, int
 // Causal builds walk each head's Q blocks last first: a block's work grows with its index (its keys end at its
 // diagonal), so each CTA meets the heavy blocks of a head before the light ones, and the last, partial round of the
 // launch is made of the last head's lightest blocks (see local_tile for the balance across CTAs).
+// The dynamic schedule (next_causal_tile) walks the list in groups of causal_group (batch, head) pairs, heaviest
+// first across the group: Q block M - 1 of each of its heads, then M - 2, ... A CTA takes the next tile when it is
+// free, so the launch ends balanced when its last tiles are light ones, which a list sorted by weight gives; the
+// group's K/V (capi.cu: at most kCausalGroupBytes) stays what L2 holds. causal_group 1 (the static order's) is the
+// head-major order above.
 template <bool kCausal = false>
 __device__ __forceinline__ TileCoord tile_coord(const FwdParams& p, int tile) {
-  TileCoord tc = decode_tile(tile + p.tile_base, p.num_m_blocks, p.heads);
-  if constexpr (kCausal) tc.m_block = p.num_m_blocks - 1 - tc.m_block;
-  return tc;
+  if constexpr (kCausal) {
+    const int t = tile + p.tile_base;
+    const int span = p.causal_group * p.num_m_blocks;
+    const int g = t / span, r = t - g * span;
+    const int hg = min(p.causal_group, p.causal_pairs - g * p.causal_group);  // the last group may be short
+    const int i = r / hg;
+    const int hb = g * p.causal_group + (r - i * hg);
+    const int batch = hb / p.heads;
+    return {p.num_m_blocks - 1 - i, hb - batch * p.heads, batch};
+  }
+  return decode_tile(tile + p.tile_base, p.num_m_blocks, p.heads);
+}
+
+// The dynamic causal schedule (p.sched != nullptr): p.sched[0] counts the tickets taken, p.sched[1] the CTAs done,
+// each in its low 32 bits, the high 32 bits holding the launch's epoch. The workspace holds anything at launch, so
+// each CTA first makes both words carry its launch's epoch (the first CTA to find another tag resets the word;
+// the host never uses epoch 0), and the last CTA out writes 0 to both, so that a CUDA graph's replay (same epoch)
+// starts from a word of another tag. After the two words, kRedoWords * 32 tile indices per CTA (the tiles it marked
+// for a redo: its tiles are no longer a function of its index).
+__device__ __forceinline__ void sched_claim(unsigned long long* word, uint32_t epoch) {
+  unsigned long long old = atomicAdd(word, 0ull);
+  while (static_cast<uint32_t>(old >> 32) != epoch) {
+    const unsigned long long seen = atomicCAS(word, old, static_cast<unsigned long long>(epoch) << 32);
+    if (seen == old) break;
+    old = seen;
+  }
+}
+// CTA c runs tile c first, then tile gridDim.x + (the tickets taken before its own).
+__device__ __forceinline__ int next_causal_tile(const FwdParams& p) {
+  return static_cast<int>(static_cast<uint32_t>(atomicAdd(p.sched, 1ull))) + cta_count();
+}
+template <int kWords>
+__device__ __forceinline__ int* redo_tile_ids(const FwdParams& p) {
+  return reinterpret_cast<int*>(p.sched + 2) + static_cast<int>(blockIdx.x) * 32 * kWords;
 }
 
 // The tile a CTA runs as its local-th: round-robin, blockIdx.x + local * gridDim.x. Causal builds snake instead
@@ -71,10 +121,11 @@ __device__ __forceinline__ TileCoord tile_coord(const FwdParams& p, int tile) {
 // same order.
 template <bool kCausal>
 __device__ __forceinline__ int local_tile(int local) {
+  if constexpr (kCausal) {
+    const int g = cta_count(), c = cta_index();
+    return local * g + ((local & 1) ? g - 1 - c : c);
+  }
   const int base = local * static_cast<int>(gridDim.x);
-  if constexpr (kCausal)
-    return base + ((local & 1) ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
-                               : static_cast<int>(blockIdx.x));
   return static_cast<int>(blockIdx.x) + base;
 }
 __device__ __forceinline__ int kv_len_of(const FwdParams& p, int batch) {
@@ -156,6 +207,24 @@ __device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&
   }
 }
 
+// The same for causal builds: the n_local tiles of the first pass are followed by the end-of-list fill (local
+// n_local), and with the dynamic schedule a marked tile's index is the one its consumer recorded (redo_tile_ids).
+template <int kWords, typename F>
+__device__ __forceinline__ void redo_causal_tiles(const FwdParams& p, const uint32_t* bits, int n_local, F&& run) {
+  int local = n_local + 1;
+#pragma unroll 1
+  for (int w = 0; w < kWords && 32 * w < n_local; ++w) {
+    uint32_t b = bits[w];
+#pragma unroll 1
+    while (b != 0) {
+      const int bit = __ffs(b) - 1;
+      b &= b - 1;
+      const int l = 32 * w + bit;
+      run(p.sched != nullptr ? redo_tile_ids<kWords>(p)[l] : local_tile<true>(l), local++);
+    }
+  }
+}
+
 // Producer: one thread streams, tile after tile, Q (into whichever of the kQBuffers buffers the consumers released
 // after their last S = Q K^T of the tile before) and the K/V ring. The ring runs on across tiles (tile t+1's K_0
 // goes to the stage after tile t's last), so the next tile's first loads need not wait for this tile's last block;
@@ -174,6 +243,10 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   uint32_t k_empty_phase = 0, v_empty_phase = 0;
   int start = 0;             // the ring runs on across tiles: tile t+1's K_0 goes where tile t left off
   auto produce = [&](int tile, int local) {
+    // Causal: the consumers read it once this tile's q_full phase completes (the arrive below releases it). Slot
+    // local % 4 was last read at the start of tile local - 4, before the consumers released tile local - 3's Q buffer,
+    // which this producer has waited for (two Q buffers at most).
+    if constexpr (kCausal) s.sched_tile[local % 4] = tile;
     const TileWork w = tile_work<T::kBlockN, kSplit, kCausal, T::kBlockM>(p, tile);
     const TileCoord& tc = w.tc;
     const int n_blocks = w.n_blocks;
@@ -192,7 +265,11 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       }
       tl_producer_stamp(kSplit, local, kTlQIssued);
     };
-    if (n_blocks == 0) load_q();
+    // Causal builds (two Q buffers) load Q first: its buffer was released a tile ago, and the tile's coordinates are
+    // then dead before the K/V loop (the dynamic schedule's tile index is not warp-uniform, so they take vector
+    // registers, and across the loop the producer's 24 spilled).
+    constexpr bool kQFirst = kCausal && T::kQBuffers == 2;
+    if (kQFirst || n_blocks == 0) load_q();
     if constexpr (T::kQPrefetchL2) {
       // With one Q buffer the next tile's Q can only load after this tile's last S; fetched from HBM then, its
       // latency lands between tiles (short-KV shapes have a boundary every few blocks). Asked into L2 now, that
@@ -223,8 +300,15 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     };
     auto load_v = [&](int j) {
       const int stage = (start + j) % T::kStages;
-      const uint32_t phase = (v_empty_phase >> stage) & 1;
-      v_empty_phase ^= 1u << stage;
+      // V's stages turn in step with K's (load_k(j) just flipped this stage's K bit): causal builds read V's parity
+      // from K's bits, which frees the register the dynamic schedule's tile coordinates need (see kQFirst).
+      uint32_t phase;
+      if constexpr (kCausal) {
+        phase = ((k_empty_phase >> stage) & 1) ^ 1;
+      } else {
+        phase = (v_empty_phase >> stage) & 1;
+        v_empty_phase ^= 1u << stage;
+      }
       const uint32_t t_wait = waits.start();
       ptx::mbarrier_wait(&s.v_empty[stage], phase ^ 1);
       waits.add(1, t_wait);
@@ -240,7 +324,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     // V_j measured slower with the late V wait (dev/experiments/k_ahead.patch, tenth session).
     for (int j = 0; j < n_blocks; ++j) {
       load_k(j);
-      if (j == 0) load_q();
+      if (!kQFirst && j == 0) load_q();
       load_v(j);
     }
     tl_producer_value(kSplit, local, kTlKEmptyWaitSum, waits.get(0));
@@ -249,7 +333,39 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   };
   int local = 0;
   if constexpr (kCausal) {
-    for (int tile = local_tile<kCausal>(0); tile < p.num_tiles; tile = local_tile<kCausal>(++local)) produce(tile, local);
+    // Dynamic (p.sched) or static, the consumers learn each tile from its Q fill (sched_tile), and a fill of no bytes
+    // whose tile is past the list ends their loop; they release it like an empty tile.
+    if (p.sched != nullptr) {
+      sched_claim(p.sched, p.sched_epoch);
+      sched_claim(p.sched + 1, p.sched_epoch);
+    }
+    constexpr int kCap = 32 * T::kRedoWords;  // a CTA marks at most this many of its tiles (redo_bits)
+#pragma unroll 1
+    for (int tile = local_tile<kCausal>(0); tile < p.num_tiles;) {
+      produce(tile, local);
+      ++local;
+      // The ticket is taken after this tile's last loads: its latency (an L2 atomic) passes while the producer would
+      // wait for a ring stage anyway. (Taken a tile ahead, it held one more register than the producer's 24: spills.)
+      tile = p.sched == nullptr ? local_tile<kCausal>(local) : local < kCap ? next_causal_tile(p) : p.num_tiles;
+    }
+    const int qb = local % T::kQBuffers;
+    s.sched_tile[local % 4] = p.num_tiles;
+    ptx::mbarrier_wait(&s.q_empty[qb], ((local / T::kQBuffers) & 1) ^ 1);
+    ptx::mbarrier_arrive(&s.q_full[qb]);
+    if (p.sched != nullptr) {
+      // Every CTA's last ticket is taken before it counts itself done, so the last one out may reset the words.
+      __threadfence();
+      if (static_cast<uint32_t>(atomicAdd(p.sched + 1, 1ull)) == gridDim.x - 1) {
+        __threadfence();
+        atomicExch(p.sched, 0ull);
+        atomicExch(p.sched + 1, 0ull);
+      }
+    }
+    if constexpr (kFixedRef) {
+      ptx::mbarrier_wait(&s.redo_ready, 0);
+      redo_causal_tiles<T::kRedoWords>(p, s.redo_bits, local, [&](int tile, int l) { produce(tile, l); });
+    }
+    return;
   } else {
     for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local) produce(tile, local);
   }
@@ -1061,14 +1177,42 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     tl.value(kTlBlocks, static_cast<unsigned long long>(n_blocks));
     // (the comparison is false for NaN)
     if constexpr (kFixed) {
-      if (!(row_sum[0] <= kFixedRefMaxSum && row_sum[1] <= kFixedRefMaxSum))
+      if (!(row_sum[0] <= kFixedRefMaxSum && row_sum[1] <= kFixedRefMaxSum)) {
         atomicOr(&s.redo_bits[local >> 5], 1u << (local & 31));
+        if constexpr (kCausal) {
+          if (p.sched != nullptr) redo_tile_ids<T::kRedoWords>(p)[local] = tile;
+        }
+      }
     }
   };
   int local = 0;
   if constexpr (kCausal) {
-    for (int tile = local_tile<kCausal>(0); tile < p.num_tiles; tile = local_tile<kCausal>(++local))
+    // The tiles come from the producer, one per Q fill; a tile past the list ends the loop (producer).
+#pragma unroll 1
+    for (;; ++local) {
+      const int qb = local % T::kQBuffers;
+      ptx::mbarrier_wait(&s.q_full[qb], (local / T::kQBuffers) & 1);
+      const int tile = s.sched_tile[local % 4];
+      __syncwarp();
+      if (tile >= p.num_tiles) {
+        if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
+        break;
+      }
       consume(tile, local, BoolTag<kFixedRef>{});
+    }
+    flush_o();
+    if constexpr (kFixedRef) {
+      ptx::named_barrier_sync(static_cast<uint32_t>(RedoBarrier::kId), 128 * T::kConsumerWGs);
+      if (cwg == 0 && tid == 0) ptx::mbarrier_arrive(&s.redo_ready);
+      if (lane == 0) ptx::bulk_wait_group<0>();
+      redo_causal_tiles<T::kRedoWords>(p, s.redo_bits, local, [&](int tile, int l) __attribute__((always_inline)) {
+        consume(tile, l, BoolTag<false>{});
+      });
+      flush_o();
+    }
+    if (kPingpong && cwg == 0) sched_wait<kPingpong>(cwg);
+    if (lane == 0) ptx::bulk_wait_group<0>();
+    return;
   } else {
     for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local)
       consume(tile, local, BoolTag<kFixedRef>{});

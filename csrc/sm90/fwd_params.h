@@ -34,6 +34,14 @@ struct FwdParams {
   // Causal builds only (flash_fwd_kernel<..., kCausal = true>): 0 aligns the mask top-left (query i sees keys
   // j <= i), 1 bottom-right (j <= i + kv_len - seqlen_q, kv_len being the batch's key count after kv_lens).
   int causal_bottom_right;
+  // Causal builds only, the tile schedule (flash_fwd.cuh: tile_coord, next_causal_tile). sched: the launch's
+  // workspace, where the CTAs take tiles from a counter tagged with sched_epoch (never 0), or nullptr for the static
+  // order (every CTA's tiles fixed by its index). The list is ordered in groups of causal_group of the causal_pairs
+  // (batch, head) pairs, heaviest Q block first across each group (1: head after head).
+  unsigned long long* sched;
+  uint32_t sched_epoch;
+  int causal_group;
+  int causal_pairs;
 };
 
 }  // namespace vidattn::sm90

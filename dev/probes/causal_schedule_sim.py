@@ -1,0 +1,198 @@
+"""Host-side simulation of the causal kernel's persistent tile schedule: per-CTA work and makespan for each policy.
+
+A causal tile of Q block m runs n(m) key blocks (flash_fwd.cuh, tile_work: its keys end at its last row's diagonal);
+a tile costs n(m) + `overhead` block times (the boundary: Q load, first block's exact softmax, epilogue). The
+persistent grid has one CTA per SM. Policies:
+
+- `static_rr`: plain round robin, CTA c runs tiles c, c + G, ... (the non-causal order, heaviest first per head).
+- `static_snake`: the causal build up to now: heaviest first within each head, odd rounds in reverse CTA order.
+- `dynamic`: a tile counter; each CTA takes the next tile of the same list (head-major, heaviest first within each
+  head) when it is free; a CTA takes at most `cap` tiles (its redo marks are one bit per tile). This is list
+  scheduling: the last tiles handed out are the last head's lightest, so the CTAs finish within about one light
+  tile of each other.
+- `dynamic_grouped`: the shipped causal schedule (flash_fwd.cuh, tile_coord and next_causal_tile; capi.cu picks the
+  group): the same counter over a list ordered in groups of `group_heads` (batch, head) pairs whose K/V fits the L2
+  budget, heaviest Q block first across the group. Head after head (`dynamic`) hands out each head's heaviest tiles
+  late in the launch too, up to 6% over the mean at 8K; sorting across a group puts the light tiles last.
+- `static_pairs`: block m paired with block M - 1 - m (equal work when Sq = Skv), pairs dealt round robin.
+
+Makespan / mean is what a launch loses to imbalance (1.00: none). At 32K keys with 16 heads on 132 CTAs the snake
+gives 1.51x: 256 Q blocks per head, and the snake's class pairing fails there.
+
+    python3 dev/probes/causal_schedule_sim.py                 # the bench and video shapes, every policy
+    python3 dev/probes/causal_schedule_sim.py --shape 1,16,32768,128 --overhead 1
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import math
+
+SMS = 132
+REDO_CAP = 32 * 64  # tiles a CTA can mark for a redo (tile_config.cuh, kRedoWords words of 32 bits)
+
+
+def block_sizes(d: int) -> tuple[int, int]:
+    """(kBlockM, kBlockN) of the causal build of head dim d (capi.cu: D<=64 on three warpgroups, else N=128)."""
+    return (192, 128) if d <= 64 else (128, 128)
+
+
+def tile_blocks(m: int, bm: int, bn: int, sq: int, skv: int, bottom_right: bool = False) -> int:
+    """Key blocks of Q block m: tile_work's kv_end = min(kv_len, (m + 1) bm + shift), in blocks of bn."""
+    shift = skv - sq if bottom_right else 0
+    kv_end = max(0, min(skv, (m + 1) * bm + shift))
+    return -(-kv_end // bn)
+
+
+def tile_list(b: int, h: int, sq: int, skv: int, d: int, bottom_right: bool = False) -> list[int]:
+    """Key blocks of every tile in the kernel's list order: batch, head, then Q blocks last first (tile_coord)."""
+    bm, bn = block_sizes(d)
+    mb = -(-sq // bm)
+    per_head = [tile_blocks(mb - 1 - i, bm, bn, sq, skv, bottom_right) for i in range(mb)]
+    return per_head * (b * h)
+
+
+GROUP_BYTES = 16 << 20  # capi.cu, kCausalGroupBytes
+
+
+def group_heads(b: int, h: int, skv: int, d: int) -> int:
+    """capi.cu's causal_group: (batch, head) pairs whose K/V (bf16, the build's head dim) fit GROUP_BYTES."""
+    build_d = 64 if d <= 64 else 128
+    return max(1, min(b * h, GROUP_BYTES // max(1, skv * build_d * 4)))
+
+
+def tile_coord(t: int, mb: int, heads: int, pairs: int, group: int) -> tuple[int, int, int]:
+    """flash_fwd.cuh's tile_coord<true>: list index -> (m_block, head, batch)."""
+    span = group * mb
+    g, r = divmod(t, span)
+    hg = min(group, pairs - g * group)
+    i, j = divmod(r, hg)
+    hb = g * group + j
+    return mb - 1 - i, hb % heads, hb // heads
+
+
+def grouped_list(b: int, h: int, sq: int, skv: int, d: int, group: int, bottom_right: bool = False) -> list[int]:
+    """Key blocks of every tile in the order tile_coord walks with groups of `group` (batch, head) pairs."""
+    bm, bn = block_sizes(d)
+    mb = -(-sq // bm)
+    return [tile_blocks(tile_coord(t, mb, h, b * h, group)[0], bm, bn, sq, skv, bottom_right)
+            for t in range(mb * b * h)]
+
+
+def _finish(loads: list[float]) -> dict:
+    mean = sum(loads) / len(loads)
+    return {"makespan": max(loads), "mean": mean, "ratio": max(loads) / mean if mean else 1.0}
+
+
+def static_rr(work: list[int], g: int, overhead: float) -> dict:
+    loads = [0.0] * g
+    for t, n in enumerate(work):
+        loads[t % g] += n + overhead
+    return _finish(loads)
+
+
+def static_snake(work: list[int], g: int, overhead: float) -> dict:
+    loads = [0.0] * g
+    for t, n in enumerate(work):
+        r, c = divmod(t, g)
+        loads[g - 1 - c if r & 1 else c] += n + overhead
+    return _finish(loads)
+
+
+def dynamic(work: list[int], g: int, overhead: float, cap: int = REDO_CAP, assign: list | None = None) -> dict:
+    """List scheduling: CTA c starts on tile c, then each ticket goes to the CTA free first (ties: lower index); a
+    CTA holding `cap` tiles takes no more (the kernel's producer stops fetching). `assign`, if given, receives the
+    CTA of every tile."""
+    g = min(g, len(work))
+    if assign is not None:
+        assign[:] = list(range(g)) + [None] * (len(work) - g)
+    loads = [0.0] * g
+    taken = [0] * g
+    heap = []
+    for c in range(g):
+        loads[c] = work[c] + overhead
+        taken[c] = 1
+        heapq.heappush(heap, (loads[c], c))
+    for t in range(g, len(work)):
+        while True:
+            _, c = heapq.heappop(heap)
+            if taken[c] < cap:
+                break
+        loads[c] += work[t] + overhead
+        taken[c] += 1
+        if assign is not None:
+            assign[t] = c
+        heapq.heappush(heap, (loads[c], c))
+    return _finish(loads)
+
+
+def static_pairs(work: list[int], g: int, overhead: float, mb: int) -> dict:
+    """Pairs (m, mb - 1 - m) of each head as units, dealt round robin (an odd block count leaves a single)."""
+    units = []
+    for base in range(0, len(work), mb):
+        head = work[base:base + mb]
+        for i in range(mb // 2):
+            units.append(head[i] + head[mb - 1 - i] + 2 * overhead)
+        if mb % 2:
+            units.append(head[mb // 2] + overhead)
+    loads = [0.0] * g
+    for u, w in enumerate(units):
+        loads[u % g] += w
+    return _finish(loads)
+
+
+POLICIES = ("static_rr", "static_snake", "dynamic", "dynamic_grouped", "static_pairs")
+
+
+def simulate(b: int, h: int, sq: int, d: int, skv: int | None = None, g: int = SMS, overhead: float = 0.5,
+             bottom_right: bool = False) -> dict[str, dict]:
+    skv = sq if skv is None else skv
+    work = tile_list(b, h, sq, skv, d, bottom_right)
+    g_launch = min(g, len(work))
+    bm, _ = block_sizes(d)
+    mb = -(-sq // bm)
+    return {
+        "static_rr": static_rr(work, g_launch, overhead),
+        "static_snake": static_snake(work, g_launch, overhead),
+        "dynamic": dynamic(work, g_launch, overhead),
+        "dynamic_grouped": dynamic(grouped_list(b, h, sq, skv, d, group_heads(b, h, skv, d), bottom_right), g_launch,
+                                   overhead),
+        "static_pairs": static_pairs(work, g_launch, overhead, mb),
+    }
+
+
+# (name, batch, heads, tokens, head dim): scripts/bench_kernel.py --shapes causal, and video-model shapes with a
+# causal pathway or the lengths the families run at.
+SHAPES = [
+    ("causal 8K D128 (2x16)", 2, 16, 8192, 128),
+    ("causal 32K D128 (1x16)", 1, 16, 32768, 128),
+    ("causal 8K D64 (2x32)", 2, 32, 8192, 64),
+    ("causal 32K D64 (1x32)", 1, 32, 32768, 64),
+    ("causal 16K D128 (1x16)", 1, 16, 16384, 128),
+    ("causal 1K D128 (4x16)", 4, 16, 1024, 128),
+    ("Wan 480p 32760 D128 (1x12)", 1, 12, 32760, 128),
+    ("Wan 720p 75600 D128 (1x40)", 1, 40, 75600, 128),
+    ("Cosmos 32 heads 8K D128 (1x32)", 1, 32, 8192, 128),
+    ("LTX 24K D64 (1x32)", 1, 32, 24576, 64),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", help="B,H,S,D (default: the bench and video shapes)")
+    ap.add_argument("--overhead", type=float, default=0.5, help="per-tile boundary cost, in key-block times")
+    ap.add_argument("--sms", type=int, default=SMS)
+    args = ap.parse_args()
+    shapes = SHAPES
+    if args.shape:
+        b, h, s, d = (int(x) for x in args.shape.split(","))
+        shapes = [(f"{b}x{h}x{s} D{d}", b, h, s, d)]
+    print(f"makespan / mean per CTA (overhead {args.overhead} block per tile, {args.sms} CTAs)")
+    print(f"{'shape':34s}{'group':>6s}" + "".join(f"{p:>16s}" for p in POLICIES))
+    for name, b, h, s, d in shapes:
+        r = simulate(b, h, s, d, g=args.sms, overhead=args.overhead)
+        print(f"{name:34s}{group_heads(b, h, s, d):6d}" + "".join(f"{r[p]['ratio']:16.3f}" for p in POLICIES))
+
+
+if __name__ == "__main__":
+    main()
