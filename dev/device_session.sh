@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The integrator's device calls for the head-dim, causal-schedule, anchor and 8-bit work. Each stage writes under $OUT
+# and the call prints a short summary last. The kernel library is cached in .build/vcache (an ignored build output,
+# kept between calls on a warm machine).
+#   bash dev/device_session.sh K [budget_s]   # kernels: library build (FlashAttention-3 compiling beside it), the
+#                                             # head-dim and causal GPU tests, the causal schedule A/B, then the
+#                                             # anchor bench (vidattn against cuDNN, FA3, FA3 FP8, SageAttention2)
+#   bash dev/device_session.sh M [budget_s]   # models: 8-bit end to end and fidelity, the family rows and sweep,
+#                                             # the 8-bit kernel A/B
+#   bash dev/device_session.sh F [budget_s]   # final: GPU tests of what changed since K, the full kernel table
+set -uo pipefail
+export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=$PWD/.build/vcache
+export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+stage=${1:-K}; budget=${2:-560}
+t0=$(date +%s)
+left() { echo $(( budget - ($(date +%s) - t0) )); }
+for w in .whl_lite .whl; do
+  if [ -d "$w" ] && ls "$w"/*.whl > /dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$w"/*.whl \
+      && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    break
+  fi
+done
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit --format=csv | tee "$OUT/env_$stage.txt"
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())" \
+  | tee -a "$OUT/env_$stage.txt"
+echo "commit $VIDATTN_GIT_COMMIT" | tee -a "$OUT/env_$stage.txt"
+declare -A rc
+build_lib() {
+  python3 -c "import vidattn, time; t=time.time(); vidattn.build(verbose=False); print('library ready in', round(time.time()-t,1), 's')" \
+    2>&1 | tail -3 | tee -a "$OUT/env_$stage.txt"
+}
+anchors_ready() {
+  if [ -d .anchors ]; then
+    bash dev/device_anchors.sh install > "$OUT/anchors_install_$stage.log" 2>&1 && source /tmp/anchors/env.sh
+  fi
+}
+case "$stage" in
+K)
+  anchors_ready
+  # FlashAttention-3's kernels compile on the CPU while the GPU stages run (KTIMEOUT caps each file).
+  if [ -d .anchors ]; then
+    KTIMEOUT=$(( budget - 120 )) nohup bash .anchors/recipe/device_build.sh > "$OUT/anchors_build.log" 2>&1 &
+    echo $! > /tmp/anchors_build.pid
+  fi
+  build_lib
+  timeout 120 python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE tests/test_head_dims_gpu.py \
+    > "$OUT/gpu_head_dims.log" 2>&1; rc[head_dims]=$?
+  grep -cE " PASSED" "$OUT/gpu_head_dims.log"; tail -1 "$OUT/gpu_head_dims.log"; grep -E "^(FAILED|ERROR)" "$OUT/gpu_head_dims.log" | head -12
+  timeout 120 python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE tests/test_causal_gpu.py \
+    > "$OUT/gpu_causal.log" 2>&1; rc[causal]=$?
+  grep -cE " PASSED" "$OUT/gpu_causal.log"; tail -1 "$OUT/gpu_causal.log"; grep -E "^(FAILED|ERROR)" "$OUT/gpu_causal.log" | head -12
+  timeout 80 python3 dev/probes/causal_sched_ab.py --rounds 3 --out "$OUT/causal_sched_ab.json" \
+    > "$OUT/causal_sched_ab.log" 2>&1; rc[causal_ab]=$?
+  tail -12 "$OUT/causal_sched_ab.log"
+  if [ -f /tmp/anchors_build.pid ]; then
+    while kill -0 "$(cat /tmp/anchors_build.pid)" 2>/dev/null && [ "$(left)" -gt 200 ]; do sleep 5; done
+    kill -- "$(cat /tmp/anchors_build.pid)" 2>/dev/null
+    tail -5 "$OUT/anchors_build.log"
+    anchors_ready; bash dev/device_anchors.sh check > "$OUT/anchors_check.json" 2>&1
+  fi
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group all \
+    --budget-s $(( $(left) > 60 ? $(left) - 40 : 20 )) --out "$OUT/anchors.json" > "$OUT/anchors_bench.log" 2>&1
+  rc[anchors_bench]=$?
+  tail -45 "$OUT/anchors_bench.log"
+  ;;
+M)
+  build_lib
+  OUT="$OUT/e2e8" timeout 190 bash dev/device_8bit_e2e.sh 170 > "$OUT/e2e8.log" 2>&1; rc[e2e8]=$?
+  tail -14 "$OUT/e2e8.log"
+  OUT="$OUT" timeout 230 bash dev/device_families.sh 80 110 > "$OUT/families.log" 2>&1; rc[families]=$?
+  tail -30 "$OUT/families.log"
+  if [ -d .q8run ]; then
+    (cd .q8run && OUT="$OUT/q8_ab" timeout $(( $(left) > 60 ? $(left) - 5 : 55 )) bash dev/q8_ab_device.sh $(( $(left) - 10 ))) \
+      > "$OUT/q8_ab.log" 2>&1; rc[q8_ab]=$?
+    tail -25 "$OUT/q8_ab.log"
+  fi
+  ;;
+F)
+  build_lib
+  ;;
+esac
+echo "== summary stage $stage ($(( $(date +%s) - t0 )) s)"
+for k in "${!rc[@]}"; do echo "$k rc=${rc[$k]}"; done
