@@ -9,7 +9,7 @@
 #                                             # the 8-bit kernel A/B
 #   bash dev/device_session.sh F [budget_s]   # final: GPU tests of what changed since K, the full kernel table
 set -uo pipefail
-export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=$PWD/.build/vcache
+export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 stage=${1:-K}; budget=${2:-560}
