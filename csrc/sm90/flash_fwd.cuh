@@ -41,6 +41,9 @@ struct SharedStorage {
   uint64_t redo_ready;                 // the consumers' redo marks are final (redo_tiles)
   uint32_t redo_bits[T::kRedoWords];   // bit L: this CTA's L-th tile must run again, exact (kFixedRef)
   int32_t sched_tile[4];  // causal builds: local tile L's index in slot L % 4 (producer, the causal loop)
+  // causal builds, the producer's state parked out of its registers (see producer): the tile's first key block, K/V
+  // head and batch, then the producer's local tile count
+  int32_t prod_state[4];
 };
 
 constexpr float kLn2 = 0.693147180559945309f;
@@ -108,9 +111,11 @@ __device__ __forceinline__ void sched_claim(unsigned long long* word, uint32_t e
 __device__ __forceinline__ int next_causal_tile(const FwdParams& p) {
   return static_cast<int>(static_cast<uint32_t>(atomicAdd(p.sched, 1ull))) + cta_count();
 }
+// cta_index (not blockIdx.x): the address is then formed at each use, where hoisted out of the producer's redo loop
+// its 64 bits spilled.
 template <int kWords>
 __device__ __forceinline__ int* redo_tile_ids(const FwdParams& p) {
-  return reinterpret_cast<int*>(p.sched + 2) + static_cast<int>(blockIdx.x) * 32 * kWords;
+  return reinterpret_cast<int*>(p.sched + 2) + cta_index() * 32 * kWords;
 }
 
 // The tile a CTA runs as its local-th: round-robin, blockIdx.x + local * gridDim.x. Causal builds snake instead
@@ -224,6 +229,26 @@ __device__ __forceinline__ void redo_causal_tiles(const FwdParams& p, const uint
     }
   }
 }
+// The producer's: the same walk, its local count in shared memory (*local, n_local on entry) as in its first pass.
+template <int kWords, typename F>
+__device__ __forceinline__ void redo_causal_tiles(const FwdParams& p, const uint32_t* bits, volatile int32_t* local,
+                                                  F&& run) {
+  const int words = min(kWords, (*local + 31) / 32);
+  *local = *local + 1;
+#pragma unroll 1
+  for (int w = 0; w < words; ++w) {
+    uint32_t b = bits[w];
+#pragma unroll 1
+    while (b != 0) {
+      const int bit = __ffs(b) - 1;
+      b &= b - 1;
+      const int l = 32 * w + bit;
+      const int n = *local;
+      *local = n + 1;
+      run(p.sched != nullptr ? redo_tile_ids<kWords>(p)[l] : local_tile<true>(l), n);
+    }
+  }
+}
 
 // Producer: one thread streams, tile after tile, Q (into whichever of the kQBuffers buffers the consumers released
 // after their last S = Q K^T of the tile before) and the K/V ring. The ring runs on across tiles (tile t+1's K_0
@@ -254,6 +279,16 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     const int rot = kv_rotation<T::kKvRotate && !kCausal>(tile, n_blocks);
     const int kv_head = tc.head / p.kv_group;  // grouped-query: one division per tile, in the producer only
     const int qb = local % T::kQBuffers;
+    // Causal builds park the K/V coordinates in shared memory for the K/V loop and read them back (volatile, so not
+    // kept in registers) at each load: the dynamic schedule's tile index is not warp-uniform, so its coordinates take
+    // vector registers, and held across the loop beside its counters they overflowed the producer's 24 (a 24-byte
+    // stack frame at D=128, 64 at D=64). A shared load per TMA issue costs the one producer thread nothing measurable.
+    volatile int32_t* kv_coord = s.prod_state;
+    if constexpr (kCausal) {
+      kv_coord[0] = w.kv_first;
+      kv_coord[1] = kv_head;
+      kv_coord[2] = tc.batch;
+    }
     auto load_q = [&]() {
       tl_producer_stamp(kSplit, local, kTlQEmptyWait);
       ptx::mbarrier_wait(&s.q_empty[qb], ((local / T::kQBuffers) & 1) ^ 1);
@@ -293,9 +328,14 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
-        ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
-                         (w.kv_first + kv_block<T::kKvRotate && !kCausal>(j, rot, n_blocks)) * T::kBlockN, kv_head,
-                         tc.batch);
+        if constexpr (kCausal) {
+          ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
+                           (kv_coord[0] + j) * T::kBlockN, kv_coord[1], kv_coord[2]);
+        } else {
+          ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
+                           (w.kv_first + kv_block<T::kKvRotate && !kCausal>(j, rot, n_blocks)) * T::kBlockN, kv_head,
+                           tc.batch);
+        }
       }
     };
     auto load_v = [&](int j) {
@@ -315,17 +355,32 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], kKVBytes);
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
-        ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
-                         (w.kv_first + kv_block<T::kKvRotate && !kCausal>(j, rot, n_blocks)) * T::kBlockN, kv_head,
-                         tc.batch);
+        if constexpr (kCausal) {
+          ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
+                           (kv_coord[0] + j) * T::kBlockN, kv_coord[1], kv_coord[2]);
+        } else {
+          ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
+                           (w.kv_first + kv_block<T::kKvRotate && !kCausal>(j, rot, n_blocks)) * T::kBlockN, kv_head,
+                           tc.batch);
+        }
       }
     };
     // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S. K_{j+1} before
     // V_j measured slower with the late V wait (dev/experiments/k_ahead.patch, tenth session).
-    for (int j = 0; j < n_blocks; ++j) {
-      load_k(j);
-      if (!kQFirst && j == 0) load_q();
-      load_v(j);
+    if constexpr (kCausal) {
+      // Rolled: unrolled (four blocks a pass at D=64), its copies' addresses spilled the producer's 24 registers.
+#pragma unroll 1
+      for (int j = 0; j < n_blocks; ++j) {
+        load_k(j);
+        if (!kQFirst && j == 0) load_q();
+        load_v(j);
+      }
+    } else {
+      for (int j = 0; j < n_blocks; ++j) {
+        load_k(j);
+        if (!kQFirst && j == 0) load_q();
+        load_v(j);
+      }
     }
     tl_producer_value(kSplit, local, kTlKEmptyWaitSum, waits.get(0));
     tl_producer_value(kSplit, local, kTlVEmptyWaitSum, waits.get(1));
@@ -340,14 +395,20 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       sched_claim(p.sched + 1, p.sched_epoch);
     }
     constexpr int kCap = 32 * T::kRedoWords;  // a CTA marks at most this many of its tiles (redo_bits)
+    // The local count stays in shared memory across a tile's loads, read back after (prod_state[3]; see kv_coord).
+    volatile int32_t* const n_local = s.prod_state + 3;
+    *n_local = 0;
 #pragma unroll 1
     for (int tile = local_tile<kCausal>(0); tile < p.num_tiles;) {
-      produce(tile, local);
-      ++local;
+      const int l = *n_local;
+      *n_local = l + 1;
+      produce(tile, l);
       // The ticket is taken after this tile's last loads: its latency (an L2 atomic) passes while the producer would
       // wait for a ring stage anyway. (Taken a tile ahead, it held one more register than the producer's 24: spills.)
-      tile = p.sched == nullptr ? local_tile<kCausal>(local) : local < kCap ? next_causal_tile(p) : p.num_tiles;
+      const int next = *n_local;
+      tile = p.sched == nullptr ? local_tile<kCausal>(next) : next < kCap ? next_causal_tile(p) : p.num_tiles;
     }
+    local = *n_local;
     const int qb = local % T::kQBuffers;
     s.sched_tile[local % 4] = p.num_tiles;
     ptx::mbarrier_wait(&s.q_empty[qb], ((local / T::kQBuffers) & 1) ^ 1);
@@ -363,7 +424,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     }
     if constexpr (kFixedRef) {
       ptx::mbarrier_wait(&s.redo_ready, 0);
-      redo_causal_tiles<T::kRedoWords>(p, s.redo_bits, local, [&](int tile, int l) { produce(tile, l); });
+      redo_causal_tiles<T::kRedoWords>(p, s.redo_bits, n_local, [&](int tile, int l) { produce(tile, l); });
     }
     return;
   } else {
