@@ -445,6 +445,8 @@ _add(Adapter("allegro", "AllegroPipeline", "AutoencoderKLAllegro", {},
              (Text("prompt_embeds", _td("caption_channels", 4096), mask="prompt_attention_mask"),),
              call={"clean_caption": False}, tiny_size=Size(128, 128, 24), fps=15,
              post=lambda pipe: pipe.vae.enable_tiling()))
+# Latte-1 and EasyAnimate hand the transformer-dtype latents to the VAE uncast (their model cards load the whole
+# pipeline in one dtype), so their VAE takes the transformer's dtype: an fp32 VAE fails on bf16 latents.
 # Latte-1: T5-XXL (4096, 120 tokens); the VAE is Stable Diffusion's (sd-vae-ft-ema: 4 levels 128-512, 2 layers),
 # not AutoencoderKL's one-level class defaults. `mask_feature` trims text it tokenized itself: not here.
 _add(Adapter("latte", "LattePipeline", "AutoencoderKL",
@@ -457,7 +459,7 @@ _add(Adapter("latte", "LattePipeline", "AutoencoderKL",
              scheduler_config={"beta_schedule": "linear", "beta_start": 0.0001, "beta_end": 0.02,
                                "clip_sample": False},
              call={"clean_caption": False, "mask_feature": False}, frames_key="video_length",
-             tiny_size=Size(64, 64, 4), fps=8))
+             tiny_size=Size(64, 64, 4), fps=8, vae_dtype=None))
 # EasyAnimate V5.1: Qwen2-VL hidden states (the transformer's text width, 256 tokens with the mask).
 _add(Adapter("easyanimate", "EasyAnimatePipeline", "AutoencoderKLMagvit", {},
              {"latent_channels": 4, "block_out_channels": [8, 8, 8, 8], "layers_per_block": 1,
@@ -465,7 +467,7 @@ _add(Adapter("easyanimate", "EasyAnimatePipeline", "AutoencoderKLMagvit", {},
              "AutoencoderKLMagvit class defaults (the EasyAnimate V5.1 VAE as diffusers ports it)",
              "FlowMatchEulerDiscreteScheduler",
              (Text("prompt_embeds", _td("text_embed_dim", 3584), mask="prompt_attention_mask"),),
-             fps=8))
+             fps=8, vae_dtype=None))
 # Kandinsky 5 Lite: Qwen2.5-VL hidden states (3584, 512 tokens, packed: cu_seqlens) and CLIP-L pooled (768); the
 # VAE is HunyuanVideo's.
 _add(Adapter("kandinsky5", "Kandinsky5T2VPipeline", "AutoencoderKLHunyuanVideo", {}, _HY_VAE_TINY,
