@@ -245,6 +245,24 @@ def test_policy_parsing_and_suggestion():
     assert fid.suggest_policy(sweep, None)["policy"] is None
 
 
+def test_suggestion_weighs_the_plain_8bit_path():
+    # the device run's pattern: every swept policy and the plain 8-bit path above Sage2, all within noise of each
+    # other; exceptions buy nothing there, so no exceptions is the suggestion
+    sage = {"psnr_db": 45.67, "ssim": 0.9986}
+    sweep = [{"policy": "steps=1", "exact_share": 0.25, "video": {"psnr_db": 49.91, "ssim": 0.9994}},
+             {"policy": "blocks=first+last", "exact_share": 0.067, "video": {"psnr_db": 49.91, "ssim": 0.9994}}]
+    got = fid.suggest_policy(sweep, sage, {"psnr_db": 49.90, "ssim": 0.9994})
+    assert got["policy"] == "none" and got["exact_share"] == 0.0
+    # a tie in fidelity goes to fewer exact calls, and a policy better than the plain path still loses to it
+    assert fid.suggest_policy(sweep, sage, {"psnr_db": 49.91, "ssim": 0.9994})["policy"] == "none"
+    # the plain path below Sage2: the cheapest policy that reaches it
+    assert fid.suggest_policy(sweep, sage, {"psnr_db": 44.0, "ssim": 0.9994})["policy"] == "blocks=first+last"
+    assert fid.suggest_policy(sweep, sage, {"psnr_db": 49.9, "ssim": 0.998})["policy"] == "blocks=first+last"
+    # the plain path alone (no sweep run), and a plain path without a video (a family with no decoder)
+    assert fid.suggest_policy([], sage, {"psnr_db": 46.0, "ssim": 0.999})["policy"] == "none"
+    assert fid.suggest_policy([], sage, {"latent_rel_l2": 0.01})["policy"] is None
+
+
 # ------------------------------------------------------------------------------------------ end to end
 def test_fidelity_tiny_run_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(fid, "sage2_impl", lambda: (fake_sage(0.05), None))
@@ -268,10 +286,12 @@ def test_fidelity_tiny_run_json(tmp_path, monkeypatch, capsys):
     assert data["per_layer"]["summary"]["sage2"]["self"]["calls"] == 4
     assert data["routes"]["sage2"]["impl_calls"] > 0
     assert [s["policy"] for s in data["sweep"]] == ["steps=1"] and data["sweep"][0]["exact_share"] == 0.5
-    assert data["suggested_policy"]["policy"] == "steps=1"  # identical to SDPA here, so above the fake Sage2
+    # 8-bit is SDPA on the CPU (identical), so already above the fake Sage2 with no exceptions
+    assert data["suggested_policy"]["policy"] == "none" and data["suggested_policy"]["exact_share"] == 0.0
     assert data["budget"]["skipped"] == [] and data["failures"] == {}
     text = capsys.readouterr().out.rstrip().splitlines()
-    assert text[-1].startswith("Suggested policy") and any(line.startswith("| sdpa / fp64 | sage2") for line in text)
+    assert any(line.startswith("| none (the 8bit row above) | 0.000 | inf |") for line in text)
+    assert text[-1].startswith("Suggested policy: none, all 8-bit") and any(line.startswith("| sdpa / fp64 | sage2") for line in text)
     assert rep["out_dir"] == str(out)
 
 
