@@ -14,23 +14,21 @@
 
 namespace {
 
-// Kernel variants (q8_fwd.cuh), as measured on the H200 (dev/NOTES_8bit.md, device run 2: every variant within the
-// same error bounds):
+// Kernel variants (q8_fwd.cuh), as measured on the H200 (dev/NOTES_8bit.md):
 //   mode 0: row sums of the unrounded p in the softmax (fp32); 1: by the tensor cores (a column of ones beside V: P V
-//   also sums P as rounded, the softmax drops one FADD per score); 2: mode 1 with f16 exponentials (two per MUFU op).
-//   3: f16 exponentials with the row sums in the softmax by HADD2 (one per two scores; no ones columns). In SASS
-//   ex2.approx.f16x2 is two MUFU.EX2.F16, so f16 exponentials do not halve MUFU work (modes 2 and 3 save issue
-//   slots elsewhere: the FADDs of the sums, or the ones columns' registers).
-//   D=128: mode 0 (mode 1 measured 8-10% slower, mode 2 within 3% either way). D=64: mode 1 with three consumer
-//   warpgroups, 1.38x mode 0 with two (CogVideoX 434 -> 599, LTX 443 -> 608 TFLOPS; mode 2 with three: 465).
-//   4 and 5: a share of the exponentials by an FMA polynomial instead of MUFU (q8_exp2_poly): 1/8 (mode 4) or 1/4
-//   (mode 5) of them, on the head dim's default row sums (softmax at D=128, tensor cores at D=64). Built for the
-//   sequential schedule at D=128 and for three consumer warpgroups at D=64 (either schedule); refused elsewhere.
-//   Mode 2 measured slower than modes 0 and 1 on every shape (device runs 2 and 4) and is no longer built.
-// Schedules: ping-pong (two warpgroups at D=128, two or three at D=64; S_j issued with P_{j-1} V_{j-1}) or
-// sequential (q8_consumer_seq: three warpgroups at both head dims, no spills; modes 0, 3, 4 and 5 at D=128, where
-// mode 1 would spill, any built mode at D=64), or sequential with the S issues in round-robin turns (schedule 2; the
-// head dim's default mode and mode 4 only).
+//   also sums P as rounded, the softmax drops one FADD per score).
+//   D=128: mode 0 on the sequential schedule (three consumer warpgroups; mode 1's 4 more accumulator registers would
+//   spill there). D=64: mode 1 with three consumer warpgroups, ping-pong (1.38x mode 0 with two in device run 2).
+// Schedules: ping-pong (D=64 only: S_j issued with P_{j-1} V_{j-1}; three consumer warpgroups, or two), sequential
+// (q8_consumer_seq: three warpgroups, no spills) and, at D=128 only, sequential with the S issues in round-robin turns
+// (schedule 2).
+// Built, each for bf16 and fp16 (14 kernels): D=128 mode 0 on schedules 1 and 2; D=64 modes 0 and 1 on the
+// three-warpgroup ping-pong and the sequential schedule, and mode 1 on the two-warpgroup ping-pong (slower, but
+// spill-free: the sanitizer cases' contrast to the default's spilling build).
+// No longer built, each slower than the default on every shape it was timed on (device runs 2-5; a forced launch is
+// refused with an error): mode 2 (f16 exponentials, sums by the tensor cores), mode 3 (f16 exponentials, HADD2 sums),
+// modes 4 and 5 (1/8 or 1/4 of the exponentials by an FMA polynomial, q8_exp2_poly), the D=128 ping-pong schedule
+// and mode 1 with it, mode 0 with two warpgroups at D=64, schedule 2 at D=64.
 // Forced by vidattn_q8_set_sum_mma / vidattn_q8_set_d64_warpgroups / vidattn_q8_set_sequential, or for both head
 // dims by the environment variables VIDATTN_Q8_SUM_MMA / VIDATTN_Q8_D64_WGS / VIDATTN_Q8_SEQ (read once; A/B runs).
 #ifndef VIDATTN_Q8_MODE_D128
@@ -47,13 +45,6 @@ namespace {
 #endif
 #ifndef VIDATTN_Q8_SEQ_D64
 #define VIDATTN_Q8_SEQ_D64 0
-#endif
-// The polynomial share of modes 4 and 5: groups of four exponentials per thread per 128-key block (of 16) by FMA.
-#ifndef VIDATTN_Q8_POLY4_GROUPS
-#define VIDATTN_Q8_POLY4_GROUPS 2
-#endif
-#ifndef VIDATTN_Q8_POLY5_GROUPS
-#define VIDATTN_Q8_POLY5_GROUPS 4
 #endif
 int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
 int g_q8_sum_mma = -1;               // -1: the default; 0-5: the mode, forced (vidattn_q8_set_sum_mma)
@@ -114,7 +105,9 @@ bool q8_tensor_map_2d(CUtensorMap* map, const void* base, uint64_t inner, uint64
   return true;
 }
 
-template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq, int kPoly = 0, bool kTurns = false>
+// Every built variant takes its exponentials in fp32 from MUFU: q8_fwd.cuh's kExp16 and kPoly (the lost modes 2-5)
+// stay false / 0 here, not instantiated.
+template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, bool kTurns = false>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
   using T = Q8Traits<kD, kWGs>;
@@ -185,11 +178,10 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
   const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
-  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, kExp16, kFp16, kSeq, kPoly, kTurns>;
+  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, 0, kTurns>;
   if (allow_smem(kernel, smem) != 0) return 1;
   g_q8_last_wgs = kWGs;
-  g_q8_last_sum_mma = kPoly > 0 ? (kPoly == VIDATTN_Q8_POLY4_GROUPS ? 4 : 5)
-                                : (kSumMma ? (kExp16 ? 2 : 1) : (kExp16 ? 3 : 0));
+  g_q8_last_sum_mma = kSumMma ? 1 : 0;
   g_q8_last_seq = kSeq ? (kTurns ? 2 : 1) : 0;
   kernel<<<dim3(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
                 static_cast<unsigned>(a.batch)),
@@ -205,60 +197,36 @@ int q8_env_default(const char* name, int build_default, int lo, int hi) {
   return v >= lo && v <= hi ? v : build_default;
 }
 
-// The instantiation for (head dim, warpgroups, schedule): the row-sum variant and the dtype chosen at run time.
+// The instantiation for (head dim, consumer warpgroups, schedule): the row-sum mode and the dtype chosen at run time;
+// the builds that lost their A/B are refused with a clear error (see the list above).
 template <int kD, int kWGs, bool kSeq, bool kTurns = false>
 int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   const bool fp16 = a.dtype == 1;
   static const int env_mode =
       q8_env_default("VIDATTN_Q8_SUM_MMA", kD == 64 ? VIDATTN_Q8_MODE_D64 : VIDATTN_Q8_MODE_D128, 0, 5);
   const int mode = g_q8_sum_mma < 0 ? env_mode : g_q8_sum_mma;
-  if constexpr (kTurns) {
-    // The sequential schedule with turns (schedule 2) is built with the head dim's default row sums (mode 0 at 128,
-    // 1 at 64) and with mode 4 only: an A/B variant, kept small in the build.
-    constexpr int kBase = kD == 64 ? 1 : 0;
-    constexpr bool kSumMma = kD == 64;
-    if (mode == kBase)
-      return fp16 ? q8_launch<kD, kWGs, kSumMma, false, true, true, 0, true>(a, l, s)
-                  : q8_launch<kD, kWGs, kSumMma, false, false, true, 0, true>(a, l, s);
-    if (mode == 4)
-      return fp16 ? q8_launch<kD, kWGs, kSumMma, false, true, true, VIDATTN_Q8_POLY4_GROUPS, true>(a, l, s)
-                  : q8_launch<kD, kWGs, kSumMma, false, false, true, VIDATTN_Q8_POLY4_GROUPS, true>(a, l, s);
-    return fail("8-bit path: the sequential schedule with turns (2) takes row-sum modes " + std::to_string(kBase) +
-                " and 4 at head dim " + std::to_string(kD) + ", not " + std::to_string(mode));
-  }
-  if (mode == 4 || mode == 5) {
-    if constexpr ((kD == 128 && kSeq) || (kD == 64 && kWGs == 3)) {
-      // The head dim's default row sums: in the softmax at D=128 (the sequential schedule has no registers for the
-      // ones columns there), by the tensor cores at D=64.
-      constexpr bool kSumMma = kD == 64;
-      if (mode == 4)
-        return fp16 ? q8_launch<kD, kWGs, kSumMma, false, true, kSeq, VIDATTN_Q8_POLY4_GROUPS>(a, l, s)
-                    : q8_launch<kD, kWGs, kSumMma, false, false, kSeq, VIDATTN_Q8_POLY4_GROUPS>(a, l, s);
-      return fp16 ? q8_launch<kD, kWGs, kSumMma, false, true, kSeq, VIDATTN_Q8_POLY5_GROUPS>(a, l, s)
-                  : q8_launch<kD, kWGs, kSumMma, false, false, kSeq, VIDATTN_Q8_POLY5_GROUPS>(a, l, s);
+  if (mode >= 2)
+    return fail("8-bit path: row-sum mode " + std::to_string(mode) +
+                " is no longer built (it measured slower than the default on every shape); modes 0 and 1 are");
+  if constexpr (kD == 128) {
+    if (mode == 1)
+      return fail("8-bit path: head dim 128 takes row-sum mode 0 only (mode 1's ones columns do not fit the "
+                  "sequential schedule's registers; the ping-pong build that took it is no longer built)");
+    return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns>(a, l, s)
+                : q8_launch<kD, 3, false, false, kSeq, kTurns>(a, l, s);
+  } else {
+    static_assert(!kTurns, "schedule 2 is built at head dim 128 only");
+    if (mode == 1)
+      return fp16 ? q8_launch<kD, kWGs, true, true, kSeq>(a, l, s)
+                  : q8_launch<kD, kWGs, true, false, kSeq>(a, l, s);
+    if constexpr (kWGs == 2) {
+      return fail("8-bit path: two consumer warpgroups at head dim 64 take row-sum mode 1 only (mode 0 there is no "
+                  "longer built)");
     } else {
-      return fail("8-bit path: row-sum modes 4 and 5 (polynomial exponentials) are built for the sequential schedule "
-                  "at head dim 128 and three consumer warpgroups at head dim 64, not this launch's");
+      return fp16 ? q8_launch<kD, kWGs, false, true, kSeq>(a, l, s)
+                  : q8_launch<kD, kWGs, false, false, kSeq>(a, l, s);
     }
   }
-  if (mode == 2)
-    return fail("8-bit path: row-sum mode 2 (f16 exponentials, sums by the tensor cores) is no longer built (it "
-                "measured slower than modes 0 and 1 on every shape)");
-  if (mode == 3)
-    return fp16 ? q8_launch<kD, kWGs, false, true, true, kSeq>(a, l, s)
-                : q8_launch<kD, kWGs, false, true, false, kSeq>(a, l, s);
-  if constexpr (kSeq && kD == 128) {
-    // The ones columns' 4 accumulator registers more do not fit three warpgroups at D=128 without spills.
-    if (mode == 1 || mode == 2)
-      return fail("8-bit path: the sequential schedule at head dim 128 takes row-sum modes 0 and 3, not " +
-                  std::to_string(mode));
-  } else {
-    if (mode == 1)
-      return fp16 ? q8_launch<kD, kWGs, true, false, true, kSeq>(a, l, s)
-                  : q8_launch<kD, kWGs, true, false, false, kSeq>(a, l, s);
-  }
-  return fp16 ? q8_launch<kD, kWGs, false, false, true, kSeq>(a, l, s)
-              : q8_launch<kD, kWGs, false, false, false, kSeq>(a, l, s);
 }
 
 }  // namespace
@@ -305,9 +273,12 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   g_q8_last_seq = -1;
   switch (a->head_dim) {
     case 64: {
-      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D64, 0, 2);
+      // (VIDATTN_Q8_SEQ=2, for the D=128 A/B, leaves D=64 on its default; a forced schedule 2 is refused.)
+      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D64, 0, 1);
       const int seq = g_q8_seq < 0 ? env_seq : g_q8_seq;
-      if (seq == 2) return q8_dispatch<64, 3, true, true>(*a, l, s);
+      if (seq == 2)
+        return fail("8-bit path: the sequential schedule with turns (2) is built at head dim 128 only (at 64 it "
+                    "measured slower than both other schedules)");
       if (seq == 1) return q8_dispatch<64, 3, true>(*a, l, s);
       static const int env_wgs = q8_env_default("VIDATTN_Q8_D64_WGS", VIDATTN_Q8_D64_WGS, 2, 3);
       if ((g_q8_d64_wgs == 0 ? env_wgs : g_q8_d64_wgs) == 3) return q8_dispatch<64, 3, false>(*a, l, s);
@@ -318,14 +289,15 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
       const int seq = g_q8_seq < 0 ? env_seq : g_q8_seq;
       if (seq == 2) return q8_dispatch<128, 3, true, true>(*a, l, s);
       if (seq == 1) return q8_dispatch<128, 3, true>(*a, l, s);
-      return q8_dispatch<128, 2, false>(*a, l, s);
+      return fail("8-bit path: the ping-pong schedule (0) at head dim 128 is no longer built (the sequential schedule "
+                  "measured 7% faster); schedules 1 and 2 are");
     }
     default: return fail("8-bit path: head dim must be 64 or 128");
   }
 }
 
-// Head dim 64 only: force the consumer warpgroups of later 8-bit launches (2 or 3), or 0 for the default. For tests
-// and A/B timing; returns 0, or 1 for any other value (nothing changes).
+// Head dim 64 only: force the consumer warpgroups of later ping-pong 8-bit launches (2 or 3), or 0 for the default.
+// For tests and A/B timing; returns 0, or 1 for any other value (nothing changes).
 extern "C" int vidattn_q8_set_d64_warpgroups(int warpgroups) {
   if (warpgroups != 0 && warpgroups != 2 && warpgroups != 3) return 1;
   g_q8_d64_wgs = warpgroups;
@@ -335,10 +307,9 @@ extern "C" int vidattn_q8_set_d64_warpgroups(int warpgroups) {
 // Consumer warpgroups of this thread's last vidattn_q8_fwd launch (0: it launched none).
 extern "C" int vidattn_q8_last_warpgroups(void) { return g_q8_last_wgs; }
 
-// Row sums of later 8-bit launches in the softmax (0), by the tensor cores (1), by the tensor cores with f16
-// exponentials (2: no longer built, launches refuse it), in the softmax with f16 exponentials (3), the head dim's
-// default sums with 1/8 (4) or 1/4 (5) of the exponentials by an FMA polynomial, or the default (-1). For tests and A/B
-// timing; returns 0, or 1 for any other value.
+// Row sums of later 8-bit launches in the softmax (0), by the tensor cores (1, head dim 64 only), or the default
+// (-1). Modes 2-5 (f16 exponentials, polynomial exponentials) are accepted here and refused by the launch: they are no
+// longer built. For tests and A/B timing; returns 0, or 1 for any other value.
 extern "C" int vidattn_q8_set_sum_mma(int mode) {
   if (mode < -1 || mode > 5) return 1;
   g_q8_sum_mma = mode;
@@ -348,8 +319,8 @@ extern "C" int vidattn_q8_set_sum_mma(int mode) {
 // The variant of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_sum_mma's modes; -1: none launched).
 extern "C" int vidattn_q8_last_sum_mma(void) { return g_q8_last_sum_mma; }
 
-// The schedule of later 8-bit launches: ping-pong (0), sequential with three consumer warpgroups (1), that with the
-// S issues in round-robin turns (2: row-sum modes 0 / 1 and 4 only), or the default (-1). For tests and A/B timing;
+// The schedule of later 8-bit launches: ping-pong (0, head dim 64 only), sequential with three consumer warpgroups
+// (1), that with the S issues in round-robin turns (2, head dim 128 only), or the default (-1). For tests and A/B timing;
 // returns 0, or 1 for any other value.
 extern "C" int vidattn_q8_set_sequential(int seq) {
   if (seq < -1 || seq > 2) return 1;

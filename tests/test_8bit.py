@@ -338,19 +338,21 @@ def _load_q8_check(monkeypatch, exclude=""):
 def test_q8_check_ab_excludes_and_picks(monkeypatch, tmp_path):
     """dev/q8_check.py's A/B bookkeeping: a variant a smoke run saw fail is left out (never the default, which runs
     first), and the pick is the best geometric mean of the two passes per head dim."""
-    mod = _load_q8_check(monkeypatch, ",mode=5 wgs=3 seq=1")
-    assert mod.VARIANTS[128][0] == (0, 3, 1) and mod.VARIANTS[64][0] == (1, 3, 0)
-    assert (5, 3, 1) not in mod.VARIANTS[128] and (5, 3, 1) not in mod.VARIANTS[64]
-    assert (4, 3, 1) in mod.VARIANTS[128] and (5, 3, 0) in mod.VARIANTS[64]
+    mod = _load_q8_check(monkeypatch, ",seq=2")
+    assert mod.VARIANTS == {128: [(0, 3, 1)], 64: [(1, 3, 0), (1, 3, 1)]}
+    # The default runs first and is never left out, even when its key matches.
     assert _load_q8_check(monkeypatch, ",seq=").VARIANTS == {128: [(0, 3, 1)], 64: [(1, 3, 0)]}
     mod = _load_q8_check(monkeypatch)
+    # Only built variants are timed: modes 2-5 and the D=128 ping-pong schedule are refused by the launch.
+    assert all(sm in (0, 1) and wgs == 3 for vs in mod.VARIANTS.values() for sm, wgs, _ in vs)
+    assert all(seq >= 1 for _, _, seq in mod.VARIANTS[128]) and all(seq <= 1 for _, _, seq in mod.VARIANTS[64])
     for name, _b, _h, _sq, _skv, d in mod.SHAPES:
         row = {"shape": name, "variants": {mod.vkey(*vt): [800.0, 810.0] for vt in mod.VARIANTS[d]}}
-        row["variants"][mod.vkey(4, 3, 1) if d == 128 else mod.vkey(5, 3, 0)] = [900.0, 880.0]
+        row["variants"][mod.vkey(0, 3, 2) if d == 128 else mod.vkey(1, 3, 1)] = [900.0, 880.0]
         mod.results["timing"].append(row)
     monkeypatch.setenv("Q8_BEST_ENV", str(tmp_path / "best.env"))
     mod.pick_best()
-    assert mod.results["best"][128]["variant"] == "mode=4 wgs=3 seq=1"
-    assert mod.results["best"][64]["variant"] == "mode=5 wgs=3 seq=0"
+    assert mod.results["best"][128]["variant"] == "mode=0 wgs=3 seq=2"
+    assert mod.results["best"][64]["variant"] == "mode=1 wgs=3 seq=1"
     assert abs(mod.results["best"][128]["default_gmean"] - 805.0) < 1e-6
-    assert (tmp_path / "best.env").read_text() == "export VIDATTN_Q8_SUM_MMA=4 VIDATTN_Q8_SEQ=1\n"
+    assert (tmp_path / "best.env").read_text() == "export VIDATTN_Q8_SUM_MMA=0 VIDATTN_Q8_SEQ=2\n"

@@ -212,12 +212,10 @@ def test_poisoned_output(d):
     assert float((lse.double() - lse_ref).abs().max()) <= lse_bound(q, k, 1 / math.sqrt(d))
 
 
-@pytest.mark.parametrize("d,mode,seq", [(128, 0, 1), (128, 3, 1), (128, 3, 0), (128, 4, 1), (128, 5, 1), (128, 0, 2),
-                                        (128, 4, 2), (64, 0, 1), (64, 1, 1), (64, 3, 1), (64, 3, 0), (64, 4, 0),
-                                        (64, 5, 0), (64, 4, 1), (64, 5, 1), (64, 1, 2), (64, 4, 2)])
+@pytest.mark.parametrize("d,mode,seq", [(128, 0, 1), (128, 0, 2), (64, 0, 0), (64, 1, 0), (64, 0, 1), (64, 1, 1)])
 def test_schedules_and_row_sum_modes(d, mode, seq):
-    """Every schedule x row-sum mode the A/B runs (capi_8bit.cuh): odd lengths, kv_lens with LSE, row mass; and the
-    launch reports the schedule it ran (three consumer warpgroups for the sequential one)."""
+    """Every built schedule x row-sum mode with three consumer warpgroups (capi_8bit.cuh): odd lengths, kv_lens with
+    LSE, row mass; and the launch reports the schedule and mode it ran."""
     from vidattn import quant8
 
     seed = int(torch.randint(0, 1 << 20, ()).item())
@@ -227,9 +225,7 @@ def test_schedules_and_row_sum_modes(d, mode, seq):
         for sq, skv in [(1, 77), (113, 113), (1023, 517)]:
             q, k, v = (randn(1, n, 2, d, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
             check(q, k, v, seed=seed, lse=True, bound=REL_L2_LOOSE)
-            assert quant8.last_sequential() == seq and quant8.last_variant()[1] == mode
-            if seq:
-                assert quant8.last_variant()[0] == 3
+            assert quant8.last_sequential() == seq and quant8.last_variant() == (3, mode)
         q, k, v = (randn(3, n, 2, d, seed=seed + 5 + i) for i, n in enumerate((300, 1000, 1000)))
         check(q, k, v, kv_lens=torch.tensor([1000, 37, 129], dtype=torch.int32, device=DEV), lse=True, seed=seed)
         out = vidattn.attention(q, k, torch.ones_like(v), precision="8bit")
@@ -239,41 +235,46 @@ def test_schedules_and_row_sum_modes(d, mode, seq):
         quant8.set_sequential(-1)
 
 
-def test_sequential_d128_refuses_ones_column_modes():
+def test_d64_two_warpgroups_mode_1():
+    """The two-warpgroup D=64 ping-pong build (spill-free; the sanitizer cases' contrast) is kept with mode 1 only."""
     from vidattn import quant8
 
-    q, k, v = (randn(1, 256, 2, 128, seed=i) for i in range(3))
-    out = torch.empty_like(q)
-    quant8.set_sum_mma(1)
-    quant8.set_sequential(1)
+    quant8.set_d64_warpgroups(2)
+    quant8.set_sequential(0)
     try:
-        with pytest.raises(RuntimeError, match="sequential schedule at head dim 128"):
-            quant8.forward_8bit(q, k, v, out, None, None, 1 / math.sqrt(128))
+        q, k, v = (randn(2, n, 2, 64, seed=11 + i) for i, n in enumerate((257, 515, 515)))
+        check(q, k, v, lse=True, seed=11)
+        assert quant8.last_variant() == (2, 1) and quant8.last_sequential() == 0
     finally:
-        quant8.set_sum_mma(-1)
+        quant8.set_d64_warpgroups(0)
         quant8.set_sequential(-1)
-        quant8._launch_error = None  # a refused launch marks the 8-bit path failed for the process: not past here
 
 
-@pytest.mark.parametrize("d,mode,seq,match", [(128, 2, 0, "mode 2"), (64, 2, 0, "mode 2"),
-                                              (128, 4, 0, "modes 4 and 5"), (128, 5, 0, "modes 4 and 5"),
-                                              (128, 3, 2, "with turns"), (64, 5, 2, "with turns")])
-def test_refuses_unbuilt_row_sum_modes(d, mode, seq, match):
-    """Mode 2 is no longer built, the polynomial modes only for the sequential schedule at D=128, and the schedule with
-    turns only with the default mode and mode 4: a forced launch of any other is refused with a clear error."""
+@pytest.mark.parametrize("d,mode,seq,wgs,match", [
+    (128, 2, 1, 0, "mode 2 is no longer built"), (64, 3, 0, 0, "mode 3 is no longer built"),
+    (128, 4, 1, 0, "mode 4 is no longer built"), (64, 5, 0, 0, "mode 5 is no longer built"),
+    (128, 1, 1, 0, "head dim 128 takes row-sum mode 0 only"),
+    (128, 0, 0, 0, "ping-pong schedule \\(0\\) at head dim 128 is no longer built"),
+    (64, 1, 2, 0, "with turns \\(2\\) is built at head dim 128 only"),
+    (64, 0, 0, 2, "two consumer warpgroups at head dim 64 take row-sum mode 1 only")])
+def test_refuses_unbuilt_variants(d, mode, seq, wgs, match):
+    """The variants that lost their A/B are no longer built: a forced launch of one is refused with a clear error,
+    nothing launched."""
     from vidattn import quant8
 
     q, k, v = (randn(1, 256, 2, d, seed=i) for i in range(3))
     out = torch.empty_like(q)
     quant8.set_sum_mma(mode)
     quant8.set_sequential(seq)
+    quant8.set_d64_warpgroups(wgs)
     try:
         with pytest.raises(RuntimeError, match=match):
             quant8.forward_8bit(q, k, v, out, None, None, 1 / math.sqrt(d))
     finally:
         quant8.set_sum_mma(-1)
         quant8.set_sequential(-1)
-        quant8._launch_error = None
+        quant8.set_d64_warpgroups(0)
+        quant8._launch_error = None  # a refused launch marks the 8-bit path failed for the process: not past here
 
 
 def test_c_entry_refuses_causal():

@@ -60,22 +60,22 @@ def _setter(symbol: str, value: int, lib=None) -> None:
 
 
 def set_d64_warpgroups(warpgroups: int, lib=None) -> None:
-    """Force the consumer warpgroups of later D=64 8-bit launches (2 or 3), or 0 for the default. For A/B timing."""
+    """Force the consumer warpgroups of later D=64 ping-pong 8-bit launches (2: row-sum mode 1 only, or 3), or 0 for
+    the default. For A/B timing and the sanitizer cases."""
     _setter("vidattn_q8_set_d64_warpgroups", warpgroups, lib)
 
 
 def set_sum_mma(mode: int, lib=None) -> None:
     """Kernel variant of later 8-bit launches: row sums in the softmax (0), by the tensor cores (1: a column of ones
-    beside V), that and f16 exponentials (2: no longer built, launches refuse it), f16 exponentials with the sums in
-    the softmax (3), the head dim's default sums with 1/8 (4) or 1/4 (5) of the exponentials by an FMA polynomial
-    (the sequential schedule at D=128, three warpgroups at D=64), or the default (-1). For A/B timing."""
+    beside V; head dim 64 only), or the default (-1). For A/B timing. Modes 2-5 (f16 or polynomial exponentials) are
+    accepted and refused by the launch with an error: they measured slower everywhere and are no longer built."""
     _setter("vidattn_q8_set_sum_mma", mode, lib)
 
 
 def set_sequential(seq: int, lib=None) -> None:
-    """Schedule of later 8-bit launches: ping-pong (0), sequential with three consumer warpgroups (1), that with the S
-    issues in round-robin turns (2), or the default (-1). For A/B timing. At head dim 128 the sequential schedule
-    takes row-sum modes 0, 3, 4 and 5 only; schedule 2 the head dim's default mode (0 at 128, 1 at 64) and 4."""
+    """Schedule of later 8-bit launches: ping-pong (0: head dim 64 only), sequential with three consumer warpgroups
+    (1), that with the S issues in round-robin turns (2: head dim 128 only), or the default (-1). For A/B timing; a
+    launch of a schedule not built for its head dim is refused with an error."""
     _setter("vidattn_q8_set_sequential", seq, lib)
 
 
