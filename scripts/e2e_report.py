@@ -158,8 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
 class AttnSwitch:
     """Switch one pipeline between diffusers' SDPA processors and vidattn's, collecting fallback warnings."""
 
-    def __init__(self, pipe, quiet_reasons: tuple = (), sage=None):
+    def __init__(self, pipe, quiet_reasons: tuple = (), sage=None, baseline=None):
         self.pipe = pipe
+        # (model) -> restore: what the "sdpa" path runs where the stock processors cannot run at this size
+        # (registry Entry.baseline); None: the stock processors
+        self.baseline = baseline
         self.sage = sage  # SageAttention2's callable for the "sage2" path
         self.routes: dict = {}  # path -> what the sage2 route ran (its calls, the exact ones with reasons)
         self.warnings: list[str] = []
@@ -172,7 +175,13 @@ class AttnSwitch:
 
     def run(self, path: str, fn):
         if path == "sdpa":
-            return fn()
+            if self.baseline is None:
+                return fn()
+            restore = self.baseline(self.pipe)
+            try:
+                return fn()
+            finally:
+                restore()
         from fidelity_8bit import attention_path
 
         with warnings.catch_warnings(record=True) as caught:
@@ -777,6 +786,8 @@ def family_markdown(report: dict) -> str:
               f"- video {report['height']}x{report['width']}, {report['frames']} frames = {report['tokens']} video "
               f"tokens; batch {report['batch']}; dtype {report['dtype']}; inputs as `{report['pipeline']}` builds "
               f"them: {report['inputs_note']}", ""]
+    if report.get("sdpa_path"):
+        lines += [f"- the sdpa path: {report['sdpa_path']}", ""]
     r = report.get("results", {})
     if r:
         lines += ["| path | forward median (ms) | p10 / p90 | peak mem (GiB) | attention share | kernel / fallback / "
@@ -874,7 +885,10 @@ def main_family(args) -> dict:
     report["model"] = fam.display if args.preset != "tiny" else f"{fam.display} (tiny)"
     log(f"built in {report['build_s']:.1f} s: {_params_text(report['params'])} parameters, {report['tokens']} video "
         f"tokens, batch {built.batch}, {report['heads']} heads x {report['head_dim']}")
-    switch = AttnSwitch(built.model, sage=args.sage_impl)
+    switch = AttnSwitch(built.model, sage=args.sage_impl, baseline=fam.baseline)
+    if fam.baseline is not None:
+        report["sdpa_path"] = fam.baseline_note
+        log(f"NOTE: the sdpa path is the family's stated baseline: {fam.baseline_note}")
     import vidattn
     handle = vidattn.apply(built.model)
     report["apply"] = {"replaced": len(handle.replaced), "skipped": [list(x) for x in handle.skipped]}
