@@ -604,7 +604,7 @@ def test_bad_kv_lens_raise_clear_errors(case, fn):
     assert fragment in str(info.value) and str(info.value).startswith(f"vidattn.{fn}: ")
 
 
-@pytest.mark.parametrize("what", ["float64", "float32", "head dim 60", "head dim 136", "expanded heads (GQA)",
+@pytest.mark.parametrize("what", ["float64", "float32", "head dim 60", "head dim 264", "expanded heads (GQA)",
                                   "expanded seq", "bhsd transposed views", "non-contiguous kv_lens"])
 def test_inputs_outside_the_envelope_are_named_and_answered_by_sdpa(what, monkeypatch):
     """explain names the reason, the call returns SDPA's answer (the device check passed as on a Hopper GPU)."""

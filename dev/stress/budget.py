@@ -3,8 +3,8 @@ docs/reliability.md, which the soak (dev/stress/soak.py) checks its memory again
 
 Each call allocates its output, its LSE when asked, and a workspace, all from torch's caching allocator on the
 caller's stream, and frees the workspace when it returns (the output is the caller's):
-- exact kernel: the tail launch's scratch, one item per SM of 128 x (128 + 2) fp32 (csrc/capi.cu, kTailItemBytes),
-  allocated on every call whether or not the call takes the tail launch (vidattn/_ext.py, workspace): 8.4 MiB on an
+- exact kernel: the tail launch's scratch, one item per SM of 128 x (256 + 2) fp32 (csrc/capi.cu, kTailItemBytes),
+  allocated on every call whether or not the call takes the tail launch (vidattn/_ext.py, workspace): 16.6 MiB on an
   H200's 132 SMs, whatever the shape.
 - 8-bit kernel: quantized Q, K and V^T (one byte per element, Q padded to 384 rows and K/V to 128 keys), their
   scales, K's mean and V's maxima, and an fp32 per query row (csrc/capi_8bit.cuh, q8_layout), each part rounded up
@@ -17,8 +17,8 @@ fails CI until this file (and the docs) follow, and the GPU suite compares these
 """
 from __future__ import annotations
 
-# csrc/capi.cu: kTailItemBytes = 128 * (128 + 2) * sizeof(float)
-TAIL_ITEM_BYTES = 128 * (128 + 2) * 4
+# csrc/capi.cu: kTailItemBytes = 128 * (256 + 2) * sizeof(float) (sized for the widest build, D=256)
+TAIL_ITEM_BYTES = 128 * (256 + 2) * 4
 # csrc/sm90/q8_quant.cuh
 Q8_BLOCK_N = 128
 Q8_BLOCK_M_PAD = 384
