@@ -3,6 +3,9 @@
 
     python3 scripts/bench_family_generate.py --out-dir DIR --budget-s 200        # the sweep (H200)
     python3 scripts/bench_family_generate.py --only ltx cogvideox --out-dir DIR
+    python3 scripts/bench_family_generate.py --families latte,mochi --out-dir DIR     # the same, comma-separated
+    python3 scripts/bench_family_generate.py --resume OLD.json --out-dir DIR --budget-s 240  # what OLD lacks
+    python3 scripts/bench_family_generate.py --merge OLD.json NEW.json --out-dir DIR  # one table of several runs
     python3 scripts/bench_family_generate.py --plan                              # sizes, steps, estimated seconds
     python3 scripts/bench_family_generate.py --tiny --device cpu --out-dir DIR   # CPU plumbing check (tests)
 
@@ -16,7 +19,7 @@ files (the device has no ffmpeg), frames compared between the paths instead (rel
 sanity check, not a fidelity figure).
 
 Sizes: the family's default height and width, with fewer frames where the default is long (BENCH_FRAMES; the
-JSON and the table say which). Families are run cheapest first by the estimate; one whose estimate exceeds what is
+JSON and the table say which); FramePack, the dearest by far, also at a smaller height and width (BENCH_HW). Families are run cheapest first by the estimate; one whose estimate exceeds what is
 left of --budget-s is skipped with the reason, one that fails is recorded with its error and the sweep goes on.
 wan and wan14b generate through scripts/generate_video.py's own Wan path (timed by scripts/e2e_report.py), not here.
 """
@@ -49,6 +52,9 @@ BENCH_FRAMES = {"skyreels_v2": 17, "anyflow": 17, "wan_vace": 17, "chronoedit": 
                 "hunyuan_video15": 17, "cogvideox": 17, "ltx": 17, "ltx2": 17, "mochi": 19, "allegro": 16,
                 "easyanimate": 17, "sana_video": 17, "kandinsky5": 17, "kandinsky6": 17, "motif_video": 17,
                 "wan_animate": 17, "cosmos": 17}
+# Height and width below the default where the family alone would take a fifth of a sweep's budget (FramePack's
+# 720x1280 section: ~4 s per forward at 2 steps x 2 paths); frames keep the section. Labelled reduced in the output.
+BENCH_HW = {"framepack": (480, 832)}
 SKIP = {"wan": "generates through generate_video.py's Wan path (scripts/e2e_report.py times it)",
         "wan14b": "generates through generate_video.py's Wan path (scripts/e2e_report.py times it)"}
 PATHS = ("sdpa", "vidattn")
@@ -73,9 +79,8 @@ def bench_size(name: str, tiny: bool):
     if tiny:
         return None
     d = registry.size_for(name)
-    if name not in BENCH_FRAMES:
-        return d
-    return Size(d.height, d.width, min(d.frames, BENCH_FRAMES[name]))
+    h, w = BENCH_HW.get(name, (d.height, d.width))
+    return Size(h, w, min(d.frames, BENCH_FRAMES.get(name, d.frames)))
 
 
 def _calls_per_step(name: str) -> int:
@@ -85,10 +90,18 @@ def _calls_per_step(name: str) -> int:
     return 2 if ("two batch-1 calls" in note or "separate batch-1" in note) else 1
 
 
+# Calibration from the first H200 sweep (bench/results/h200_2026-12-02_envelope/families/generate): the measured
+# forwards were 1.4-4.9x the registry's FLOP estimate (SDPA; vidattn less), the VAE decode and the pipeline's own
+# work 0.1-1.6 s per generation, the build 0.1-3 s, a family 2.5-7 s in all where it was estimated at 12-16 s.
+FORWARD_FACTOR = 2.5
+DECODE_S = 1.5
+
+
 def estimate_s(name: str, steps: int = STEPS) -> float | None:
     """Estimated wall seconds of the family on an H200: build (seeded init on the GPU), and per path the steps'
     forwards (the registry's default-size forward estimate scaled to the sweep's tokens: attention quadratically,
-    the rest linearly) plus 3 s for the VAE decode and the pipeline's own work. For the budget guard, not a result."""
+    the rest linearly; times FORWARD_FACTOR, measured) plus DECODE_S for the VAE decode and the pipeline's own
+    work. For the budget guard, not a result."""
     from pipelines import registry
 
     est = registry.estimate(name)
@@ -99,8 +112,8 @@ def estimate_s(name: str, steps: int = STEPS) -> float | None:
     r = (registry.video_tokens(name, s, registry.full_config(name)) /
          max(registry.video_tokens(name, e.size, registry.full_config(name)), 1))
     fwd = est["attention_s"] * r * r + (est["forward_s"] - est["attention_s"]) * r
-    build = 4 + 0.15 * est["params"] / 1e9 + 2
-    return build + 2 * (steps * _calls_per_step(name) * fwd + 3)
+    build = 1 + 0.1 * est["params"] / 1e9
+    return build + 2 * (steps * _calls_per_step(name) * fwd * FORWARD_FACTOR + DECODE_S)
 
 
 def git_commit() -> str | None:
@@ -164,7 +177,7 @@ def bench_family(name: str, args, device, warm: bool) -> dict:
     d = e.size
     rec = {"family": name, "model": e.display + (" (tiny)" if args.tiny else ""), "pipeline": e.pipeline,
            "steps": args.steps, "default_size": None if args.tiny else [d.height, d.width, d.frames],
-           "reduced": size is not None and size.frames != d.frames, "device": str(device),
+           "reduced": size is not None and (size.height, size.width, size.frames) != (d.height, d.width, d.frames), "device": str(device),
            "weights": f"random (seed {args.seed})"}
     t0 = time.perf_counter()
     stage = "build"
@@ -223,8 +236,8 @@ def table(recs: list[dict], meta: dict) -> str:
              f"{meta.get('gpu') or 'CPU'}; commit {str(meta.get('git_commit'))[:12]}; {meta.get('date_utc')}; torch "
              f"{meta.get('torch')}, diffusers {meta.get('diffusers')}; random weights; `{meta.get('command')}`.",
              "One generation per path (wall clock, device synchronised): the denoising steps and the VAE decode; "
-             "transformer s = the sum of its forwards (CUDA events). Sizes marked * have fewer frames than the "
-             "pipeline's default (in brackets). rel-L2: decoded frames, vidattn against SDPA.", "",
+             "transformer s = the sum of its forwards (CUDA events). Sizes marked * are smaller than the "
+             "pipeline's default (its frames, or its full size, in brackets). rel-L2: decoded frames, vidattn against SDPA.", "",
              "| family | H×W×frames | steps | SDPA s | vidattn s | speedup | transformer s SDPA → vidattn | "
              "transformer speedup | rel-L2 |", "|---|---|---|---|---|---|---|---|---|"]
     for r in recs:
@@ -232,7 +245,8 @@ def table(recs: list[dict], meta: dict) -> str:
             continue
         size = f"{r['height']}×{r['width']}×{r['frames']}"
         if r.get("reduced"):
-            size += f"* ({r['default_size'][2]})"
+            dh, dw, df = r["default_size"]
+            size += f"* ({df})" if (dh, dw) == (r["height"], r["width"]) else f"* ({dh}×{dw}×{df})"
         s, v = r["sdpa"], r["vidattn"]
         lines.append(f"| {r['family']} | {size} | {r['steps']} | {_f(s['total_s'])} | {_f(v['total_s'])} | "
                      f"**{_f(r['speedup'], 3, '×')}** | {_f(s['transformer_s'])} → {_f(v['transformer_s'])} | "
@@ -247,6 +261,11 @@ def table(recs: list[dict], meta: dict) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", nargs="+", default=None, metavar="FAMILY", help="these families")
+    p.add_argument("--families", default=None, metavar="A,B,...", help="these families (comma-separated)")
+    p.add_argument("--resume", default=None, metavar="JSON", help="leave out the families an earlier "
+                   "generate_bench.json measured (status ok); the output holds this run's rows (--merge joins them)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="write one generate_bench.json/.md "
+                   "under --out-dir from several runs' JSON (a later measured row replaces an earlier one); no GPU")
     p.add_argument("--out-dir", default=None, help="where generate_bench.json and generate_bench.md go")
     p.add_argument("--budget-s", type=float, default=None, help="wall seconds for the sweep; a family whose "
                    "estimate exceeds what is left is skipped with the reason")
@@ -267,11 +286,78 @@ def plan_rows(names: list[str], steps: int) -> list[dict]:
     return rows
 
 
+def _write(out_dir: Path, meta: dict, steps, tiny: bool, recs: list[dict], extra: dict | None = None) -> None:
+    doc = {"metadata": meta, "steps": steps, "tiny": tiny,
+           "generated_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "rows": [{k: v for k, v in r.items() if k != "traceback"} for r in recs],
+           "errors": {r["family"]: r["traceback"] for r in recs if "traceback" in r}}
+    doc.update(extra or {})
+    (out_dir / "generate_bench.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out_dir / "generate_bench.md").write_text(table(recs, meta))
+
+
+def _load(path: str) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: cannot read {path}: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+        raise SystemExit(f"error: {path} is not a generate_bench.json (no 'rows' list)")
+    return doc
+
+
+def merge(paths: list[str], out_dir: Path) -> list[dict]:
+    """One table from several runs: per family the row of the last run that measured it (status ok), else the last
+    run's row (failed or skipped, with its reason); families in the order of the first run that has them. Every
+    row names the run it comes from (`source`); the metadata lists the runs."""
+    docs = [_load(p) for p in paths]
+    tiny = {bool(d.get("tiny")) for d in docs}
+    if len(tiny) > 1:
+        raise SystemExit("error: --merge: tiny and full-size runs do not go in one table")
+    steps = {d.get("steps") for d in docs}
+    if len(steps) > 1:
+        raise SystemExit(f"error: --merge: the runs used different --steps {sorted(steps, key=str)}: not one table")
+    chosen: dict[str, dict] = {}
+    for i, d in enumerate(docs):
+        for r in d["rows"]:
+            r = {**r, "source": i}
+            if "traceback" not in r and r["family"] in d.get("errors", {}):
+                r["traceback"] = d["errors"][r["family"]]
+            old = chosen.get(r["family"])
+            if old is None or r.get("status") == "ok" or old.get("status") != "ok":
+                chosen[r["family"]] = r
+    metas = [d.get("metadata") or {} for d in docs]
+    commits = sorted({str(m.get("git_commit"))[:12] for m in metas})
+    meta = {**metas[-1], "git_commit": ", ".join(commits), "date_utc": ", ".join(
+        sorted({str(m.get("date_utc")) for m in metas})), "command": "; ".join(str(m.get("command")) for m in metas)}
+    recs = list(chosen.values())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write(out_dir, meta, steps.pop(), tiny.pop(), recs,
+           {"merged_from": [{"path": p, "metadata": m} for p, m in zip(paths, metas)]})
+    log(f"merged {len(paths)} runs: {sum(r.get('status') == 'ok' for r in recs)} of {len(recs)} families measured; "
+        f"{out_dir}/generate_bench.md")
+    return recs
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     t_begin = time.perf_counter()
-    names = args.only or families()
+    if args.merge:
+        if not args.out_dir:
+            raise SystemExit("error: --merge needs --out-dir DIR")
+        return merge(args.merge, Path(args.out_dir))
+    if args.only and args.families:
+        raise SystemExit("error: --only and --families say the same thing: give one")
+    names = args.only or ([n.strip() for n in args.families.split(",") if n.strip()] if args.families else None) \
+        or families()
+    done: set[str] = set()
+    if args.resume:
+        prev = _load(args.resume)
+        if bool(prev.get("tiny")) != args.tiny or prev.get("steps") != args.steps:
+            raise SystemExit(f"error: --resume {args.resume}: tiny={prev.get('tiny')}, steps={prev.get('steps')}; "
+                             f"this run tiny={args.tiny}, steps={args.steps}: not the same sweep")
+        done = {r["family"] for r in prev["rows"] if r.get("status") == "ok"}
     allowed = set(families())
     bad = [n for n in names if n not in allowed]
     if bad:
@@ -279,6 +365,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
         why = "; ".join(f"{n}: {SKIP.get(n) or why_not(n)}" for n in bad)
         raise SystemExit(f"error: not in the sweep: {why} (the sweep: {', '.join(families())})")
+    if done:
+        log(f"--resume: {len([n for n in names if n in done])} families measured in {args.resume} left out")
+        names = [n for n in names if n not in done]
     if args.steps < 1:
         raise SystemExit(f"error: --steps must be >= 1, got {args.steps}")
     if not args.tiny:
@@ -340,12 +429,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         else:
             log(f"  {name}: {rec['status']}: {rec.get('reason') or rec.get('error', '')[:300]}")
         recs.append(rec)
-        (out_dir / "generate_bench.json").write_text(json.dumps(
-            {"metadata": meta, "steps": args.steps, "tiny": args.tiny,
-             "generated_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-             "rows": [{k: v for k, v in r.items() if k != "traceback"} for r in recs],
-             "errors": {r["family"]: r["traceback"] for r in recs if "traceback" in r}}, indent=1) + "\n")
-        (out_dir / "generate_bench.md").write_text(table(recs, meta))
+        _write(out_dir, meta, args.steps, args.tiny, recs)
         if bar is not None:
             bar.update(1)
     if bar is not None:
