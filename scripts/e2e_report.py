@@ -41,6 +41,8 @@ import time
 import warnings
 from pathlib import Path
 
+_STARTED = time.perf_counter()  # --budget-s counts the imports too when run as a script
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -146,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=10, help="timed forwards per path in --forward-only (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed forwards per path in --forward-only (default 2)")
     p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler attention-share forward")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="with --family NAME --forward-only: seconds for the whole run, from the start. Each path "
+                        "runs its census forward, then as many of --warmup/--iters as fit beside at least two "
+                        "forwards for every path after it (one timed, fewest first); a path whose two forwards "
+                        "no longer fit is left out (paths run in the order sdpa, vidattn, vidattn_8bit, sage2). "
+                        "The report lists what was cut")
     p.add_argument("--precision", choices=["exact", "8bit", "both"], default="exact",
                    help="vidattn paths beside SDPA: exact (default), 8bit (vidattn 8-bit and SageAttention2 when "
                         "scripts/anchor_impls.py has it), both (exact, 8-bit and SageAttention2)")
@@ -701,8 +709,20 @@ def run_family_forward(args, built, device, switch: AttnSwitch) -> dict:
     results, outputs, profiles, calls, failed = {}, {}, {}, {}, None
     n_tok = built.info()["tokens"]
     run_paths = getattr(args, "paths", PATHS)
-    for path in run_paths:
+    budget = RunBudget(getattr(args, "budget_s", None), getattr(args, "t0", None))
+    per_path = 2 if args.no_profile else 3  # forwards a path needs at the least: census, one timed (, profile)
+    for i, path in enumerate(run_paths):
         mem_reset(device)
+        later = len(run_paths) - i - 1
+        if i and budget.active and results:
+            # the slowest steady forward so far stands for this path's (SDPA's, in practice: the slowest path)
+            fwd_s = max(r["forward_stats_ms"]["median"] for r in results.values()) / 1e3
+            need = per_path * fwd_s * budget.MARGIN
+            if budget.left() < need:
+                budget.skip(path, need)
+                log(f"[{path}] left out for the budget: {need:.0f} s needed, {max(budget.left(), 0):.0f} s left")
+                continue
+        plan = {}
 
         def timed():
             with AttentionCensus() as census:
@@ -710,11 +730,19 @@ def run_family_forward(args, built, device, switch: AttnSwitch) -> dict:
                 out = built.forward()
                 sync(device)
                 first_ms = (time.perf_counter() - t0) * 1e3
-            for _ in range(max(args.warmup - 1, 0)):
+            # the census forward (a first call: an overestimate of the steady one) prices the rest
+            extra, iters = budget.plan(first_ms / 1e3, max(args.warmup - 1, 0), args.iters,
+                                       reserve_forwards=later * per_path + per_path - 2)
+            plan.update(warmup=1 + extra, iters=iters)
+            if (1 + extra, iters) != (max(args.warmup, 1), args.iters):
+                budget.reduced[path] = dict(plan)
+                log(f"[{path}] for the budget: {1 + extra} warm-up + {iters} timed forwards "
+                    f"({max(budget.left(), 0):.0f} s left, {later} path(s) after this one)")
+            for _ in range(extra):
                 built.forward()
             sync(device)
             times = []
-            for _ in range(args.iters):
+            for _ in range(iters):
                 if device.type == "cuda":
                     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     a.record()
@@ -745,6 +773,7 @@ def run_family_forward(args, built, device, switch: AttnSwitch) -> dict:
         calls[path] = census
         outputs[path] = out.float().cpu()
         results[path] = {"census_forward_ms": first_ms, "forward_ms": times, "forward_stats_ms": spread(times),
+                         "warmup": plan["warmup"], "iters": plan["iters"],
                          "peak_mem_gib": mem_peak_gib(device), "output_finite": bool(torch.isfinite(out).all())}
         del out
         log(f"[{path}] {fmt(results[path]['forward_stats_ms']['median'])} ms/forward (median); attention calls: "
@@ -753,11 +782,57 @@ def run_family_forward(args, built, device, switch: AttnSwitch) -> dict:
             profiles[path] = switch.run(path, lambda: attention_share(built.forward, device))
             log(f"[{path}] attention share {fmt(100 * (profiles[path]['attention_share'] or 0))} %")
     body = {"results": results, "profiles": profiles, "attention_calls": calls}
+    if budget.active:
+        body["budget"] = budget.summary()
     if failed:
         body.update(status="failed", failure=failed)
         return body
-    body.update(status="ok", **_forward_comparison(results, outputs, run_paths))
+    ran = tuple(p for p in run_paths if p in results)
+    if "sdpa" not in results or len(ran) < 2:
+        body.update(status="failed", failure={"failed_at": "budget", "oom": False, "peak_mem_gib": None,
+                                              "error": f"only {', '.join(ran) or 'nothing'} ran within --budget-s "
+                                                       f"{budget.seconds:g}: nothing to compare"})
+        return body
+    body.update(status="ok", **_forward_comparison(results, outputs, ran))
+    if ran != tuple(run_paths):
+        body["paths_run"] = list(ran)
     return body
+
+
+class RunBudget:
+    """--budget-s for a forward-only run: seconds left since the run started, and how many forwards fit."""
+
+    MARGIN = 1.1  # a forward's estimate is stretched by this much
+    TAIL_S = 6.0  # the comparison, report and plot after the last forward
+
+    def __init__(self, seconds: float | None, t0: float | None = None, clock=None):
+        self.seconds, self.clock = seconds, clock or time.perf_counter
+        self.t0 = self.clock() if t0 is None else t0
+        self.skipped: list[dict] = []
+        self.reduced: dict = {}
+
+    @property
+    def active(self) -> bool:
+        return self.seconds is not None
+
+    def left(self) -> float:
+        return float("inf") if self.seconds is None else self.seconds - self.TAIL_S - (self.clock() - self.t0)
+
+    def plan(self, fwd_s: float, warmup: int, iters: int, reserve_forwards: int) -> tuple[int, int]:
+        """(extra warm-ups, timed forwards) after a census forward of `fwd_s`, keeping `reserve_forwards` of the
+        same length for what comes after. Timed forwards come first (at least one), then warm-ups."""
+        if self.seconds is None:
+            return warmup, iters
+        n = int((self.left() - reserve_forwards * fwd_s * self.MARGIN) // (fwd_s * self.MARGIN))
+        timed = max(1, min(iters, n))
+        return max(0, min(warmup, n - timed)), timed
+
+    def skip(self, what: str, need_s: float) -> None:
+        self.skipped.append({"what": what, "need_s": need_s, "left_s": max(self.left(), 0.0)})
+
+    def summary(self) -> dict:
+        return {"budget_s": self.seconds, "elapsed_s": self.clock() - self.t0, "skipped": self.skipped,
+                "reduced": self.reduced}
 
 
 def _params_text(n) -> str:
@@ -801,13 +876,19 @@ def family_markdown(report: dict) -> str:
                          f"{fmt(r[p]['peak_mem_gib'], 2)} | {fmt(100 * share if share is not None else None, 1, ' %')} "
                          f"| {c['kernel']} / {c['fallback']} / {c['stock']} |")
         lines.append("")
+    b = report.get("budget") or {}
+    if b.get("skipped") or b.get("reduced"):
+        cut = [f"{s['what']} left out ({s['need_s']:.0f} s needed, {s['left_s']:.0f} s left)" for s in b["skipped"]]
+        cut += [f"{p}: {r['warmup']} warm-up + {r['iters']} timed forwards" for p, r in b["reduced"].items()]
+        lines += [f"For --budget-s {b['budget_s']:g} (--warmup {report['warmup']}, --iters {report['iters']} "
+                  f"asked): " + "; ".join(cut) + ".", ""]
     if report["status"] == "ok":
         sp = fmt(report["speedup"]["per_forward_median"], 3, "x")
-        main_path = primary(report.get("paths") or PATHS)
+        main_path = primary(report.get("paths_run") or report.get("paths") or PATHS)
         lines += [f"Speedup (SDPA / {main_path}, median forward): **{sp}**; "
                   f"output relative L2 difference {report['fidelity']['output_rel_l2']:.2e}.", ""]
         lines += by_path_lines(report)
-    census = report.get("attention_calls", {}).get(primary(report.get("paths") or PATHS))
+    census = report.get("attention_calls", {}).get(primary(report.get("paths_run") or report.get("paths") or PATHS))
     if census:
         lines += ["Attention calls of one vidattn forward:", "",
                   "| calls | path | via | layout | q | k | kv_lens | reason |", "|---|---|---|---|---|---|---|---|"]
@@ -898,7 +979,7 @@ def main_family(args) -> dict:
     report["vidattn_warnings"] = switch.warnings
     if switch.routes.get("sage2"):
         report["sage2_route"] = switch.routes["sage2"]
-    main_path = primary(args.paths)
+    main_path = primary(report.get("paths_run") or args.paths)
     report["fallback"] = _family_fallback(report["attention_calls"].get(main_path),
                                           report["profiles"].get(main_path), device)
     log_fallback(report["fallback"], warn=report["status"] == "ok")
@@ -915,7 +996,7 @@ def main_family(args) -> dict:
             log(f"both paths ran SDPA (no speedup to report); output rel L2 "
                 f"{report['fidelity']['output_rel_l2']:.2e}")
         else:
-            log(f"speedup (SDPA / vidattn, median forward): "
+            log(f"speedup (SDPA / {main_path}, median forward): "
                 f"{fmt(report['speedup']['per_forward_median'], 3, 'x')}; "
                 f"output rel L2 {report['fidelity']['output_rel_l2']:.2e}")
     log(f"wrote {', '.join(files)} to {out_dir}")
@@ -1031,8 +1112,10 @@ def pipeline_markdown(report: dict) -> str:
 
 
 # -------------------------------------------------------------------------------------------------- main
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None, started: float | None = None) -> dict:
+    t0 = time.perf_counter() if started is None else started
     args = build_parser().parse_args(argv)
+    args.t0 = t0
     if args.list:
         from pipelines import registry
 
@@ -1061,6 +1144,8 @@ def main(argv: list[str] | None = None) -> dict:
         # Wan generation: the report below, with the family's preset
         if args.preset in (None, "default"):
             args.preset = "14b" if args.model_family == "wan14b" else (None if args.preset is None else "1.3b")
+    if args.budget_s is not None:
+        raise SystemExit("error: --budget-s is for --family NAME --forward-only runs")
     if args.preset not in (None, "1.3b", "14b", "tiny"):
         raise SystemExit(f"error: --preset {args.preset} is for --model-family runs (Wan presets: 1.3b, 14b, tiny)")
     if args.batch is not None:
@@ -1151,4 +1236,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main().get("status", "ok") == "ok" else 1)
+    sys.exit(0 if main(started=_STARTED).get("status", "ok") == "ok" else 1)

@@ -291,7 +291,8 @@ def test_fidelity_tiny_run_json(tmp_path, monkeypatch, capsys):
     assert data["budget"]["skipped"] == [] and data["failures"] == {}
     text = capsys.readouterr().out.rstrip().splitlines()
     assert any(line.startswith("| none (the 8bit row above) | 0.000 | inf |") for line in text)
-    assert text[-1].startswith("Suggested policy: none, all 8-bit") and any(line.startswith("| sdpa / fp64 | sage2") for line in text)
+    assert text[-1].startswith("Suggested policy: none, all 8-bit")
+    assert any(line.startswith("| sdpa / fp64 | sage2") for line in text)
     assert rep["out_dir"] == str(out)
 
 

@@ -82,3 +82,70 @@ def test_switch_restores_after_a_failing_baseline_run():
         sw.run("sdpa", lambda: (_ for _ in ()).throw(RuntimeError("out of memory")))
     assert calls == ["install", "restore"]
     assert sw.run("sdpa", lambda: 7) == 7 and calls[-2:] == ["install", "restore"]
+
+
+# ------------------------------------------------------------------------------------------ --budget-s
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_run_budget_plan():
+    c = Clock()
+    b = e2e.RunBudget(120, clock=c)
+    assert b.left() == 120 - b.TAIL_S
+    # 12 s forwards: SDPA's census forward at 30 s, three paths after it at two forwards each
+    c.t = 30
+    left = 120 - b.TAIL_S - 30
+    n = int((left - 6 * 12 * b.MARGIN) // (12 * b.MARGIN))
+    assert n == 0 and b.plan(12, 1, 2, reserve_forwards=6) == (0, 1)  # one timed forward even when short
+    c.t = 0
+    assert b.plan(1, 1, 5, reserve_forwards=6) == (1, 5)  # everything fits: as asked
+    assert b.plan(10, 3, 5, reserve_forwards=0) == (3, 5)
+    assert b.plan(10, 3, 5, reserve_forwards=4) == (1, 5)  # timed forwards first, warm-ups from what is left
+    assert b.plan(10, 3, 5, reserve_forwards=8) == (0, 2)
+    unlimited = e2e.RunBudget(None)
+    assert not unlimited.active and unlimited.plan(1e9, 2, 10, reserve_forwards=99) == (2, 10)
+
+
+def test_budget_cuts_iterations_then_paths(tmp_path, monkeypatch):
+    """Every forward takes 10 s on a fake clock: a 55 s budget runs SDPA and vidattn with one timed forward each,
+    then leaves vidattn_8bit out; the report says so and compares what ran."""
+    clock = Clock()
+    monkeypatch.setattr(e2e.time, "perf_counter", clock)
+
+    from pipelines import registry as reg
+    orig_build = reg.build
+
+    def build(*a, **kw):
+        built = orig_build(*a, **kw)
+        fwd = built.forward
+
+        def slow():
+            clock.t += 10.0
+            return fwd()
+        built.forward = slow
+        return built
+    monkeypatch.setattr(reg, "build", build)
+    rep = e2e.main(["--family", "skyreels_v2", "--tiny", "--iters", "3", "--warmup", "2", "--no-profile",
+                    "--precision", "both", "--sage2", "off", "--budget-s", "55", "--out-dir", str(tmp_path)])
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert rep["status"] == "ok" and saved["paths"] == ["sdpa", "vidattn", "vidattn_8bit"]
+    assert saved["paths_run"] == ["sdpa", "vidattn"] and set(saved["results"]) == {"sdpa", "vidattn"}
+    for p in ("sdpa", "vidattn"):
+        assert saved["results"][p]["iters"] >= 1 and len(saved["results"][p]["forward_ms"]) == \
+            saved["results"][p]["iters"]
+    assert saved["results"]["sdpa"]["iters"] + saved["results"]["sdpa"]["warmup"] < 5  # cut from 2 + 3
+    assert [s["what"] for s in saved["budget"]["skipped"]] == ["vidattn_8bit"]
+    assert "sdpa" in saved["budget"]["reduced"]
+    md = (tmp_path / "report.md").read_text()
+    assert "For --budget-s 55" in md and "vidattn_8bit left out" in md
+    assert saved["budget"]["elapsed_s"] <= 55
+
+
+def test_budget_only_for_family_forward_runs():
+    with pytest.raises(SystemExit, match="budget-s"):
+        e2e.main(["--tiny", "--forward-only", "--budget-s", "10"])
