@@ -442,6 +442,9 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
     res["vidattn_over_cudnn"] = t["vidattn"] / t["cudnn"] if "vidattn" in t and "cudnn" in t else None
     res["vidattn_over_sdpa"] = t["vidattn"] / t["sdpa"] if "vidattn" in t and "sdpa" in t else None
     res["8bit_over_vidattn"] = t["8bit"] / t["vidattn"] if "8bit" in t and "vidattn" in t else None
+    # > 1: the wide D=192/256 builds (the default) are faster than the narrow ones
+    res["narrow_over_vidattn"] = (t["vidattn_narrow"] / t["vidattn"]
+                                  if "vidattn_narrow" in t and "vidattn" in t else None)
     res["8bit_over_cudnn"] = t["8bit"] / t["cudnn"] if "8bit" in t and "cudnn" in t else None
     if res["vidattn_over_cudnn"] is not None:  # the spread: the ratio of each round's two times
         per_round = [c / v for v, c in zip(rounds["vidattn"], rounds["cudnn"])]

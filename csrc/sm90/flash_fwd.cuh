@@ -32,7 +32,8 @@ struct SharedStorage {
   alignas(1024) uint16_t v[T::kStages][T::kBlockN * T::kHeadDimPad];
   // per consumer warp, see store_o; 1024-aligned so that a TMA store's 128B swizzle matches the layout written
   // (kOInQ: the boxes are in q, and this is a 16-byte stub)
-  alignas(1024) uint16_t o_scratch[T::kOInQ ? 1 : T::kConsumerWGs * 4][T::kOInQ ? 8 : T::kOScratchSlots * 16 * kChunkCols];
+  alignas(1024) uint16_t o_scratch[T::kOInQ ? 1 : T::kConsumerWGs * 4]
+                                  [T::kOInQ ? 8 : T::kOScratchSlots * 16 * kChunkCols];
   uint64_t q_full[T::kQBuffers];
   uint64_t q_empty[T::kQBuffers];
   uint64_t k_full[T::kStages];
