@@ -31,7 +31,7 @@
 // cost: shared memory, not registers, caps it at N=176 (N=192: 2 x 96 KB stages + Q + scratch = 242 KB). Its O is 48
 // registers (S 88 + P 44 + O 48 = 180 of 240). D=192: Q 48 KB, a stage 768 B per key: 2 stages beside Q and the
 // 16 KB O scratch hold N <= 107, so 96 (S 48 + P 24 + O 96 = 168). D=256: Q 64 KB, 1 KB per key: N <= 72, so 64
-// (S 32 + P 16 + O 128 = 176). FlashAttention-3's 112 and 80 keep no separate O scratch.
+// (S 32 + P 16 + O 128 = 176): the narrow builds. FlashAttention-3's 112 and 80 keep no separate O scratch.
 #ifndef VIDATTN_BLOCK_N_D96
 #define VIDATTN_BLOCK_N_D96 176
 #endif
