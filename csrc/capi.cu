@@ -22,6 +22,9 @@ int g_d128_block_n = 0;
 // 0 or 96: head dims 72..96 run on the D=96 build (the default); 128: on the D=128 build, padded
 // (vidattn_sm90_set_d96_build: A/B timing)
 int g_d96_build = 0;
+// 0: D=192 and 256 run on their wide builds (O stored through Q's buffer, tile_config.cuh kOInQ); 1: bf16 on the
+// narrow ones with the separate O scratch (vidattn_sm90_set_hd_narrow: A/B timing; fp16 has the wide builds only)
+int g_hd_narrow = 0;
 thread_local int g_last_block_n = 0;  // kBlockN of this thread's last launch (0: none)
 
 int fail(const std::string& msg) {
@@ -322,6 +325,12 @@ extern "C" int vidattn_sm90_set_d96_build(int build) {
   return 0;
 }
 
+extern "C" int vidattn_sm90_set_hd_narrow(int narrow) {
+  if (narrow != 0 && narrow != 1) return 1;
+  g_hd_narrow = narrow;
+  return 0;
+}
+
 extern "C" int vidattn_sm90_build_head_dim(int head_dim, int causal) {
   if (head_dim < 8 || head_dim > 256 || head_dim % 8 != 0) return 0;
   if (head_dim <= 64) return 64;
@@ -389,6 +398,10 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   // 200..256 on D=256 (vidattn_sm90_build_head_dim; dedicated narrower builds: dev/NOTES.md). The new dims have one
   // build each (no short-key width, no second warpgroup count): build time.
   if (a->head_dim > 128) {
+    constexpr int kD192Narrow = VIDATTN_BLOCK_N_D192_NARROW, kD256Narrow = VIDATTN_BLOCK_N_D256_NARROW;
+    if (g_hd_narrow && !fp16 && kD192Narrow != kD192N && kD256Narrow != kD256N)
+      return a->head_dim <= 192 ? launch<192, 2, kD192Narrow, false>(*a, s, sms)
+                                : launch<256, 2, kD256Narrow, false>(*a, s, sms);
     if (a->head_dim <= 192) return fp16 ? launch<192, 2, kD192N, true>(*a, s, sms) : launch<192, 2, kD192N, false>(*a, s, sms);
     return fp16 ? launch<256, 2, kD256N, true>(*a, s, sms) : launch<256, 2, kD256N, false>(*a, s, sms);
   }

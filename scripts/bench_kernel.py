@@ -54,7 +54,8 @@ from bench.round_order import ORDERS, round_orders  # noqa: E402
 
 BACKENDS = ("vidattn", "sdpa", "cudnn", "flash")  # the default run: the exact comparison
 # Timed only when --backends names them: the 8-bit path is not exact.
-OPTIONAL_BACKENDS = ("8bit",)
+# vidattn_narrow: D=192/256 (bf16) on the narrow builds with the separate O scratch, the wide builds' A/B partner.
+OPTIONAL_BACKENDS = ("8bit", "vidattn_narrow")
 ALL_BACKENDS = BACKENDS + OPTIONAL_BACKENDS
 BACKEND_NOTES = {
     "vidattn": "vidattn.attention(q, k, v, layout='bshd') on the (B,S,H,D) tensors; output (B,S,H,D)",
@@ -62,6 +63,8 @@ BACKEND_NOTES = {
             "torch's default backend choice; output (B,H,S,D), not copied back",
     "cudnn": "as sdpa, inside sdpa_kernel(SDPBackend.CUDNN_ATTENTION)",
     "flash": "as sdpa, inside sdpa_kernel(SDPBackend.FLASH_ATTENTION) (FlashAttention-2 in torch)",
+    "vidattn_narrow": "as vidattn, with vidattn._ext.set_hd_narrow(1) around each call: head dims 136..256 (bf16) on "
+                      "the D=192 N=96 / D=256 N=64 builds with the separate O scratch instead of the wide ones",
     "8bit": "vidattn.attention(q, k, v, layout='bshd', precision='8bit') on the (B,S,H,D) tensors: INT8 QK + e4m3 "
             "PV, its quantization pre-pass (K smoothing, scales, V transposed) inside the timing; output (B,S,H,D). "
             "Up to vidattn.quant8.SHORT_KV_EXACT_MAX keys (8192) that call runs the exact kernel (faster there; "
@@ -287,7 +290,7 @@ def rel_l2_bshd_vs_bhsd(out_bshd, ref_bhsd, chunk: int = 4096) -> float:
 
 
 def sdpa_context(backend: str):
-    if backend in ("vidattn", "sdpa", "8bit"):
+    if backend in ("vidattn", "sdpa", "8bit", "vidattn_narrow"):
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
     return sdpa_kernel({"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend])
@@ -302,6 +305,17 @@ def make_fn(backend: str, sets, vidattn_mod, causal: str | None = None):
         def fn():
             q, k, v = sets[next(counter) % n]
             return vidattn_mod.attention(q, k, v, layout="bshd", **vkw)
+        return fn
+    if backend == "vidattn_narrow":
+        from vidattn import _ext
+
+        def fn():
+            q, k, v = sets[next(counter) % n]
+            _ext.set_hd_narrow(1)
+            try:
+                return vidattn_mod.attention(q, k, v, layout="bshd", **vkw)
+            finally:
+                _ext.set_hd_narrow(0)
         return fn
     if backend == "8bit":
         def fn():
@@ -333,7 +347,7 @@ def sdpa_default_choice(q, k, v, causal: str | None = None) -> str | None:
 def timed_backends(backends, vidattn_mod) -> list[str]:
     """The backends a run times: the requested ones, less vidattn when `import vidattn` failed (its error is
     recorded per shape instead). The rounds take these in round_orders' order, and the JSON config says so."""
-    return [b for b in backends if not (b in ("vidattn", "8bit") and vidattn_mod is None)]
+    return [b for b in backends if not (b in ("vidattn", "8bit", "vidattn_narrow") and vidattn_mod is None)]
 
 
 def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | None, gen) -> dict:
@@ -428,6 +442,9 @@ def bench_shape(s: Shape, args, timer: Timer, vidattn_mod, vidattn_err: str | No
     res["vidattn_over_cudnn"] = t["vidattn"] / t["cudnn"] if "vidattn" in t and "cudnn" in t else None
     res["vidattn_over_sdpa"] = t["vidattn"] / t["sdpa"] if "vidattn" in t and "sdpa" in t else None
     res["8bit_over_vidattn"] = t["8bit"] / t["vidattn"] if "8bit" in t and "vidattn" in t else None
+    # > 1: the wide D=192/256 builds (the default) are faster than the narrow ones
+    res["narrow_over_vidattn"] = (t["vidattn_narrow"] / t["vidattn"]
+                                  if "vidattn_narrow" in t and "vidattn" in t else None)
     res["8bit_over_cudnn"] = t["8bit"] / t["cudnn"] if "8bit" in t and "cudnn" in t else None
     if res["vidattn_over_cudnn"] is not None:  # the spread: the ratio of each round's two times
         per_round = [c / v for v, c in zip(rounds["vidattn"], rounds["cudnn"])]

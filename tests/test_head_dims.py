@@ -121,17 +121,23 @@ def _macro(name: str) -> int:
     return int(re.search(rf"#define {name} (\d+)", text).group(1))
 
 
-def stages_fit(d: int, n: int) -> int:
+def stages_fit(d: int, n: int, scratch: bool = True) -> int:
+    """K/V stages beside one Q buffer, with the separate O scratch or (scratch=False: the wide D=192/256 builds,
+    FwdTraits::kOInQ) with O's boxes in Q's buffer."""
     pad = -(-d // 64) * 64
     q = 128 * pad * 2
-    return (SMEM_BUDGET - 2048 - O_SCRATCH - q) // (2 * n * pad * 2)
+    return (SMEM_BUDGET - 2048 - (O_SCRATCH if scratch else 0) - q) // (2 * n * pad * 2)
 
 
-@pytest.mark.parametrize("d,macro", [(96, "VIDATTN_BLOCK_N_D96"), (192, "VIDATTN_BLOCK_N_D192"),
-                                     (256, "VIDATTN_BLOCK_N_D256")])
-def test_new_builds_take_the_widest_key_block_that_leaves_two_stages(d, macro):
+@pytest.mark.parametrize("d,macro,scratch", [(96, "VIDATTN_BLOCK_N_D96", True), (192, "VIDATTN_BLOCK_N_D192", False),
+                                             (256, "VIDATTN_BLOCK_N_D256", False),
+                                             (192, "VIDATTN_BLOCK_N_D192_NARROW", True),
+                                             (256, "VIDATTN_BLOCK_N_D256_NARROW", True)])
+def test_new_builds_take_the_widest_key_block_that_leaves_two_stages(d, macro, scratch):
     n = _macro(macro)
-    assert n % 16 == 0 and stages_fit(d, n) >= 2 and stages_fit(d, n + 16) < 2
+    assert n % 16 == 0 and stages_fit(d, n, scratch) >= 2 and stages_fit(d, n + 16, scratch) < 2
+    if not scratch:  # the wide width exists because the scratch would leave fewer than two stages
+        assert stages_fit(d, n, True) < 2
     # S (N/2) + P (N/4) + O (D/2) fp32/packed registers per consumer thread, within the 240 of setmaxnreg with room
     # for addresses, row statistics and the loop (D=128 at N=176 holds 196 of them and compiles to 234)
     assert n // 2 + n // 4 + d // 2 <= 196

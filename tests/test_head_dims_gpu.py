@@ -22,7 +22,8 @@ from vidattn import _ext, ops  # noqa: E402
 from test_envelope_gpu import DEV, assert_accurate, bshd_inputs, check, cudnn, new_gen, reference  # noqa: E402
 
 DIMS = (72, 80, 96, 112, 160, 192, 200, 256)
-NEW_BUILDS = {96: 176, 192: 96, 256: 64}  # head dim -> key-block width (tile_config.cuh)
+NEW_BUILDS = {96: 176, 192: 112, 256: 80}  # head dim -> key-block width (tile_config.cuh)
+NARROW_BUILDS = {192: 96, 256: 64}  # bf16 with set_hd_narrow(1): the separate O scratch
 LENGTHS = ((1, 1), (113, 1023), (1023, 113), (4224, 4224))
 
 
@@ -82,6 +83,24 @@ def test_new_builds_run_with_their_key_block(d):
     q, k, v = bshd_inputs(1, 2, 2, 300, 1000, d, g)
     vidattn.attention(q, k, v)
     assert _ext.last_block_n() == NEW_BUILDS[d]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("d", (192, 256), ids=lambda d: f"d{d}")
+def test_wide_builds_over_several_tiles_per_cta_and_the_tail(d, dtype):
+    """The wide builds store O through Q's single buffer, which the next tile's Q then overwrites: 9 heads of 4224
+    rows are 297 tiles, so each CTA runs two or three tiles back to back and the last partial round goes to the
+    tail launch; odd key counts leave a partial last block. bf16 also on the narrow build (the A/B's other side)."""
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(1, 9, 9, 4224, 4224, d, g, dtype=dtype)
+    check(q, k, v, f"D={d} wide 9x4224 {dtype} seed={seed}")
+    assert _ext.last_block_n() == NEW_BUILDS[d]
+    q2, k2, v2 = bshd_inputs(2, 5, 5, 1000, 3001, d, g, dtype=dtype)
+    check(q2, k2, v2, f"D={d} wide 2x5x1000x3001 {dtype} seed={seed}")
+    if dtype == torch.bfloat16:
+        with _ext.hd_narrow(1):
+            check(q, k, v, f"D={d} narrow 9x4224 seed={seed}")
+            assert _ext.last_block_n() == NARROW_BUILDS[d]
 
 
 def test_d96_build_and_padded_d128_build_agree_with_the_reference():

@@ -410,6 +410,9 @@ def open_library(path: str | Path) -> ctypes.CDLL:
         lib.vidattn_sm90_set_d96_build.restype = ctypes.c_int
         lib.vidattn_sm90_build_head_dim.argtypes = [ctypes.c_int, ctypes.c_int]
         lib.vidattn_sm90_build_head_dim.restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_set_hd_narrow"):  # libraries before the wide D=192/256 builds lack it
+        lib.vidattn_sm90_set_hd_narrow.argtypes = [ctypes.c_int]
+        lib.vidattn_sm90_set_hd_narrow.restype = ctypes.c_int
     if hasattr(lib, "vidattn_sm90_causal_modes"):  # libraries before the causal mask lack it (and the struct's field)
         lib.vidattn_sm90_causal_modes.argtypes = []
         lib.vidattn_sm90_causal_modes.restype = ctypes.c_int
@@ -463,6 +466,14 @@ def set_d96_build(build: int, lib: ctypes.CDLL | None = None) -> None:
         raise ValueError(f"D=96 build must be 0 (the default), 96 or 128, got {build}")
 
 
+def set_hd_narrow(narrow: int, lib: ctypes.CDLL | None = None) -> None:
+    """Run bf16 head dims 136..256 on the narrow D=192 (N=96) / D=256 (N=64) builds with the separate O scratch (1)
+    or on the wide ones, O stored through Q's buffer (0: the default), in later launches. A testing and
+    benchmarking knob (also read from VIDATTN_HD_NARROW when the library loads)."""
+    if _entry(lib, "vidattn_sm90_set_hd_narrow", "the wide D=192/256 builds")(int(narrow)) != 0:
+        raise ValueError(f"VIDATTN_HD_NARROW must be 0 (the default) or 1, got {narrow}")
+
+
 def lib_build_head_dim(d: int, causal: int = CAUSAL_NONE, lib: ctypes.CDLL | None = None) -> int:
     """The build the library runs a call of head dim `d` on (0: it refuses it): csrc/capi.cu's own answer, which
     build_head_dim mirrors. For tests."""
@@ -472,7 +483,8 @@ def lib_build_head_dim(d: int, causal: int = CAUSAL_NONE, lib: ctypes.CDLL | Non
 # (C setter, environment variable read when a library loads, Python setter) of each build a test or A/B can force.
 _FORCED_BUILDS = (("vidattn_sm90_set_d64_warpgroups", "VIDATTN_D64_WARPGROUPS", set_d64_warpgroups),
                   ("vidattn_sm90_set_d128_block_n", "VIDATTN_D128_BLOCK_N", set_d128_block_n),
-                  ("vidattn_sm90_set_d96_build", "VIDATTN_D96_BUILD", set_d96_build))
+                  ("vidattn_sm90_set_d96_build", "VIDATTN_D96_BUILD", set_d96_build),
+                  ("vidattn_sm90_set_hd_narrow", "VIDATTN_HD_NARROW", set_hd_narrow))
 
 
 def last_block_n(lib: ctypes.CDLL | None = None) -> int:
@@ -514,6 +526,12 @@ def d96_build(build: int, lib: ctypes.CDLL | None = None):
     """`set_d96_build` for the duration of a block; afterwards the setting the library loaded with
     (VIDATTN_D96_BUILD, else 0: the D=96 build) is back."""
     return _forced(set_d96_build, "VIDATTN_D96_BUILD", build, lib)
+
+
+def hd_narrow(narrow: int, lib: ctypes.CDLL | None = None):
+    """`set_hd_narrow` for the duration of a block; afterwards the setting the library loaded with
+    (VIDATTN_HD_NARROW, else 0: the wide builds) is back."""
+    return _forced(set_hd_narrow, "VIDATTN_HD_NARROW", narrow, lib)
 
 
 def load() -> ctypes.CDLL | None:

@@ -31,7 +31,9 @@ struct SharedStorage {
   alignas(1024) uint16_t k[T::kStages][T::kBlockN * T::kHeadDimPad];
   alignas(1024) uint16_t v[T::kStages][T::kBlockN * T::kHeadDimPad];
   // per consumer warp, see store_o; 1024-aligned so that a TMA store's 128B swizzle matches the layout written
-  alignas(1024) uint16_t o_scratch[T::kConsumerWGs * 4][T::kOScratchSlots * 16 * kChunkCols];
+  // (kOInQ: the boxes are in q, and this is a 16-byte stub)
+  alignas(1024) uint16_t o_scratch[T::kOInQ ? 1 : T::kConsumerWGs * 4]
+                                  [T::kOInQ ? 8 : T::kOScratchSlots * 16 * kChunkCols];
   uint64_t q_full[T::kQBuffers];
   uint64_t q_empty[T::kQBuffers];
   uint64_t k_full[T::kStages];
@@ -818,10 +820,11 @@ __device__ __forceinline__ void sched_pass(int cwg) {
 // TMA's 128B swizzle, and the eight rows of each 8x8 stmatrix hit all banks once. Rows past seqlen_q lie outside
 // the tensor map and are not written.
 // kSlots (FwdTraits::kOScratchSlots): boxes in this warp's scratch; half h goes to box h % kSlots, and waits only
-// for the store that last read that box (the bulk groups of one thread complete in order).
+// for the store that last read that box (the bulk groups of one thread complete in order). kStride
+// (FwdTraits::kOBoxStride): elements from one box to the next (a Q chunk with kOInQ).
 // The boxes of O: word(g, i) is the i-th 32-bit register (two 16-bit values) of 8-column groups g, g + 1 for
 // stmatrix (i = 0, 2: row r; 1, 3: row r + 8), computed on the spot (store_o) or packed earlier (pack_o).
-template <int kHeadDim, int kSlots, typename Word>
+template <int kHeadDim, int kSlots, int kStride = 16 * kChunkCols, typename Word>
 __device__ __forceinline__ void store_o_boxes(const FwdParams& p, const TileCoord& tc, int warp_row0,
                                               uint16_t* scratch, Word&& word) {
   const int lane = ptx::lane_id();  // not the caller's lane: see lane_id (at D=64 with three warpgroups it spilled)
@@ -831,8 +834,9 @@ __device__ __forceinline__ void store_o_boxes(const FwdParams& p, const TileCoor
 #pragma unroll
   for (int h = 0; h < (kHeadDim + kChunkCols - 1) / kChunkCols; ++h) {
     constexpr int kBoxElems = 16 * kChunkCols;
-    uint16_t* box = scratch + (h % kSlots) * kBoxElems;
-    const uint32_t base = scratch_addr + (h % kSlots) * kBoxElems * 2;
+    static_assert(kStride >= kBoxElems, "O scratch boxes overlap");
+    uint16_t* box = scratch + (h % kSlots) * kStride;
+    const uint32_t base = scratch_addr + (h % kSlots) * kStride * 2;
     // Lane 0's TMA store that last read this box (the other half, or the last tile's) has finished reading it.
     if (lane == 0) ptx::bulk_wait_group_read<kSlots - 1>();
     __syncwarp();
@@ -888,20 +892,20 @@ __device__ __forceinline__ void store_packed_o(const FwdParams& p, const TileCoo
 }
 
 // O scaled by inv (1 / row sum, inv_row_sums) and stored.
-template <int kHeadDim, bool kFp16, int kSlots>
+template <int kHeadDim, bool kFp16, int kSlots, int kStride = 16 * kChunkCols>
 __device__ __forceinline__ void store_o_scaled(const FwdParams& p, const TileCoord& tc, int warp_row0,
                                                uint16_t* scratch, const float (&o)[kHeadDim / 2],
                                                const float (&inv)[2]) {
-  store_o_boxes<kHeadDim, kSlots>(p, tc, warp_row0, scratch,
+  store_o_boxes<kHeadDim, kSlots, kStride>(p, tc, warp_row0, scratch,
                                   [&](int g, int i) { return o_word<kHeadDim, kFp16>(o, inv, g, i); });
 }
 
-template <int kHeadDim, bool kFp16, int kSlots>
+template <int kHeadDim, bool kFp16, int kSlots, int kStride = 16 * kChunkCols>
 __device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc, int warp_row0, uint16_t* scratch,
                                         const float (&o)[kHeadDim / 2], const float (&row_sum)[2]) {
   float inv[2];
   inv_row_sums(row_sum, inv);
-  store_o_scaled<kHeadDim, kFp16, kSlots>(p, tc, warp_row0, scratch, o, inv);
+  store_o_scaled<kHeadDim, kFp16, kSlots, kStride>(p, tc, warp_row0, scratch, o, inv);
 }
 
 // Each row's LSE, if asked (row sums already reduced over the quad).
@@ -935,7 +939,7 @@ __device__ __forceinline__ void finish_tile(const FwdParams& p, const TileCoord&
                                             const float (&row_sum)[2]) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
   const int warp_row0 = warp_first_row<kHeadDim, kWGs, kBN>(tc, cwg, warp);
-  store_o<kHeadDim, kFp16, T::kOScratchSlots>(p, tc, warp_row0, scratch, o, row_sum);
+  store_o<kHeadDim, kFp16, T::kOScratchSlots, T::kOBoxStride>(p, tc, warp_row0, scratch, o, row_sum);
   write_lse(p, tc, warp_row0, lane, row_max, row_sum);
 }
 
@@ -1002,7 +1006,9 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     tl.stamp(kTlS0Done);
     if (lane == 0) {
       ptx::mbarrier_arrive(&s.k_empty[stage]);
-      if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
+      if constexpr (!T::kOInQ) {  // kOInQ: after the epilogue's O stores (consumer)
+        if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
+      }
     }
     if constexpr (kCausal) {
       if (kv0 + kN > min(kv_len, diag)) mask_keys_causal<kN>(sacc, kv0, kv_len, diag, col_in_group);
@@ -1053,7 +1059,9 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     pv_steps = qk_steps;
     if (lane == 0) {
       ptx::mbarrier_arrive(&s.k_empty[stage]);
-      if (j == n_blocks - 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
+      if constexpr (!T::kOInQ) {
+        if (j == n_blocks - 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
+      }
     }
     if constexpr (kCausal) {
       if (kv0 + kN > min(kv_len, diag)) mask_keys_causal<kN>(sacc, kv0, kv_len, diag, col_in_group);
@@ -1210,7 +1218,9 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll
         for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;  // no P V will overwrite it
       }
-      if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
+      if constexpr (!T::kOInQ) {
+        if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
+      }
     } else {
       mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, kCausal, 0>(
           start, p, s, cwg, q, qb, n_blocks, w.kv_first, kv_rotation<T::kKvRotate && !kCausal>(tile, n_blocks),
@@ -1230,9 +1240,23 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
       o_tc = w.tc;
       o_pending = true;
       write_lse(p, w.tc, warp_first_row<kHeadDim, kWGs, kBN>(w.tc, cwg, warp), lane, row_max, row_sum);
+    } else if constexpr (T::kOInQ) {
+      // This warp's boxes are its own 16 rows of Q's buffer, one per chunk: its warpgroup's last S = Q K^T has
+      // completed (the wgmma waits before O was read), and the other warpgroup reads only its own rows.
+      finish_tile<kHeadDim, kWGs, kBN, kFp16>(
+          p, w.tc, cwg, warp, lane, s.q[qb] + (cwg * T::kRowsPerWG + warp * 16) * kChunkCols, o, row_max, row_sum);
     } else {
       finish_tile<kHeadDim, kWGs, kBN, kFp16>(p, w.tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max,
                                          row_sum);
+    }
+    if constexpr (T::kOInQ) {
+      // Q's buffer goes back to the producer (whose next Q load overwrites it) only once this warp's O stores have
+      // read their boxes: one arrival per warp, as q_empty counts. The split build's partials go to global
+      // memory, so there the wait finds nothing pending.
+      if (lane == 0) {
+        ptx::bulk_wait_group_read<0>();
+        ptx::mbarrier_arrive(&s.q_empty[qb]);
+      }
     }
     tl.stamp(kTlEpilogueDone);
     tl.value(kTlBlocks, static_cast<unsigned long long>(n_blocks));

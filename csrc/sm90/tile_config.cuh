@@ -31,15 +31,28 @@
 // cost: shared memory, not registers, caps it at N=176 (N=192: 2 x 96 KB stages + Q + scratch = 242 KB). Its O is 48
 // registers (S 88 + P 44 + O 48 = 180 of 240). D=192: Q 48 KB, a stage 768 B per key: 2 stages beside Q and the
 // 16 KB O scratch hold N <= 107, so 96 (S 48 + P 24 + O 96 = 168). D=256: Q 64 KB, 1 KB per key: N <= 72, so 64
-// (S 32 + P 16 + O 128 = 176). FlashAttention-3's 112 and 80 keep no separate O scratch.
+// (S 32 + P 16 + O 128 = 176): the narrow builds. FlashAttention-3's 112 and 80 keep no separate O scratch.
 #ifndef VIDATTN_BLOCK_N_D96
 #define VIDATTN_BLOCK_N_D96 176
 #endif
+// The wide builds (FwdTraits::kOInQ): with O's epilogue boxes in Q's own buffer instead of the separate scratch,
+// 2 stages beside Q hold N <= 118 at D=192 (so 112: S 56 + P 28 + O 96 = 180 registers) and N <= 80 at D=256
+// (S 40 + P 20 + O 128 = 188). The narrow widths stay as the A/B's other side (capi.cu, vidattn_sm90_set_wide_hd).
 #ifndef VIDATTN_BLOCK_N_D192
-#define VIDATTN_BLOCK_N_D192 96
+#define VIDATTN_BLOCK_N_D192 112
 #endif
 #ifndef VIDATTN_BLOCK_N_D256
-#define VIDATTN_BLOCK_N_D256 64
+#define VIDATTN_BLOCK_N_D256 80
+#endif
+#ifndef VIDATTN_BLOCK_N_D192_NARROW
+#define VIDATTN_BLOCK_N_D192_NARROW 96
+#endif
+#ifndef VIDATTN_BLOCK_N_D256_NARROW
+#define VIDATTN_BLOCK_N_D256_NARROW 64
+#endif
+// 0: never put O's epilogue boxes in Q's buffer (a D=192/256 width that then does not fit fails its static_assert).
+#ifndef VIDATTN_O_IN_Q
+#define VIDATTN_O_IN_Q 1
 #endif
 
 // Prefetch the next tile's Q into L2 when Q has a single shared-memory buffer (see the producer). Off: measured
@@ -188,7 +201,14 @@ struct FwdTraits {
   // The epilogue's scratch: per consumer warp 16 rows x 64 columns of O (2 KB), see store_o. At D=128, N=176 it
   // takes 16 of the 17 KB left beside one Q buffer and two K/V stages.
   static constexpr int kOScratchBytes = kConsumerWGs * 4 * 16 * kChunkCols * 2;
-  static constexpr int kFree = kSmemBudget - 2048 - kOScratchBytes;
+  // kOInQ (D=192/256 only, where the scratch would leave fewer than 2 stages beside one Q buffer): each warp writes
+  // its O boxes into its own 16 rows of Q's buffer (one box per 64-column chunk, in the chunk's own rows), which
+  // its warpgroup's last S = Q K^T has finished reading. Q's buffer then goes back to the producer only once those
+  // boxes' TMA stores have read them (consumer), so the O store cannot be deferred under the next tile's S_0,
+  // which needs the next Q in the same buffer (kDeferOStore off).
+  static constexpr bool kOInQ =
+      VIDATTN_O_IN_Q != 0 && kHeadDim >= 192 && (kSmemBudget - 2048 - kOScratchBytes - kQBytes) / kStageBytes < 2;
+  static constexpr int kFree = kSmemBudget - 2048 - (kOInQ ? 0 : kOScratchBytes);
   // A second Q buffer lets the next tile's Q load a whole tile early; taken only when 2 K/V stages still fit.
   static constexpr int kQBuffers = (kFree - 2 * kQBytes) / kStageBytes >= 2 ? 2 : 1;
   static constexpr int kChunks = kHeadDimPad / kChunkCols;
@@ -197,15 +217,19 @@ struct FwdTraits {
   // second half without waiting for the first half's TMA store to read the first (store_o). At D=128 that takes
   // N <= 128 (N=176 leaves no room); D=64 has one chunk.
   static constexpr int kOScratchSlots =
-      VIDATTN_O_SCRATCH_SLOTS_MAX >= kChunks && (kFreeBesideQ - (kChunks - 1) * kOScratchBytes) / kStageBytes >= 2
+      kOInQ || (VIDATTN_O_SCRATCH_SLOTS_MAX >= kChunks &&
+                (kFreeBesideQ - (kChunks - 1) * kOScratchBytes) / kStageBytes >= 2)
           ? kChunks
           : 1;
-  static constexpr int kStagesFit = (kFreeBesideQ - (kOScratchSlots - 1) * kOScratchBytes) / kStageBytes;
+  // Elements from one of a warp's boxes to the next: adjacent in the scratch, a Q chunk apart with kOInQ.
+  static constexpr int kOBoxStride = kOInQ ? kBlockM * kChunkCols : 16 * kChunkCols;
+  static constexpr int kStagesFit =
+      (kFreeBesideQ - (kOInQ ? 0 : (kOScratchSlots - 1) * kOScratchBytes)) / kStageBytes;
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static_assert(kStages >= 2, "tile too large: fewer than 2 K/V stages fit in shared memory");
   static constexpr bool kPingpong = VIDATTN_PINGPONG != 0;
   static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
-  static constexpr bool kDeferOStore = VIDATTN_DEFER_O_STORE != 0;
+  static constexpr bool kDeferOStore = VIDATTN_DEFER_O_STORE != 0 && !kOInQ;
   // Where Q has two buffers (the short-key D=128 build, D=64): measured ahead there and behind on the long D=128
   // shapes (dev/NOTES.md, ninth session, call 5), so the N=176 build keeps O's packing at the tile's end.
   static constexpr bool kDeferONormalise = VIDATTN_DEFER_O_NORMALISE != 0 && kDeferOStore && kQBuffers == 2;
