@@ -7,7 +7,9 @@
 #                                             # anchor bench (vidattn against cuDNN, FA3, FA3 FP8, SageAttention2)
 #   bash dev/device_session.sh M [budget_s]   # models: 8-bit end to end and fidelity, the family rows and sweep,
 #                                             # the 8-bit kernel A/B
-#   bash dev/device_session.sh F [budget_s]   # final: GPU tests of what changed since K, the full kernel table
+#   bash dev/device_session.sh F [budget_s]   # after the fixes: GPU tests, causal and wide-head-dim A/Bs, sanitizers,
+#                                             # the head-dim and causal anchors again
+#   bash dev/device_session.sh R [budget_s]   # the rest of the generation sweep; Wan 14B 720p with 8-bit
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -78,7 +80,48 @@ M)
   fi
   ;;
 F)
+  # After the fixes: the wide D=192/256 builds, the causal producer without a stack frame, the pruned 8-bit path.
+  anchors_ready
+  if [ -d .anchors ]; then
+    KTIMEOUT=300 nohup bash .anchors/recipe/device_build.sh > "$OUT/anchors_build.log" 2>&1 &
+    echo $! > /tmp/anchors_build.pid
+  fi
   build_lib
+  timeout 200 python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE tests/test_head_dims_gpu.py \
+    tests/test_causal_gpu.py tests/test_8bit_gpu.py > "$OUT/gpu_tests_f.log" 2>&1; rc[gpu_tests]=$?
+  grep -cE " PASSED" "$OUT/gpu_tests_f.log"; tail -1 "$OUT/gpu_tests_f.log"
+  grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests_f.log" | head -12
+  timeout 60 python3 dev/probes/causal_sched_ab.py --rounds 3 --out "$OUT/causal_sched_ab.json" \
+    > "$OUT/causal_sched_ab.log" 2>&1; rc[causal_ab]=$?
+  tail -8 "$OUT/causal_sched_ab.log"
+  timeout 110 python3 scripts/bench_kernel.py --shapes "headdim D192" "headdim D256" \
+    --backends vidattn,vidattn_narrow,cudnn --rounds 2 --no-progress --out "$OUT/hd_wide_ab.json" \
+    > "$OUT/hd_wide_ab.log" 2>&1; rc[hd_ab]=$?
+  tail -12 "$OUT/hd_wide_ab.log"
+  timeout 170 python3 dev/stress/sanitize.py --out "$OUT/san" --json "$OUT/sanitizer.json" --timeout 150 \
+    > "$OUT/sanitizer.log" 2>&1; rc[sanitizer]=$?
+  tail -6 "$OUT/sanitizer.log"
+  if [ -f /tmp/anchors_build.pid ]; then
+    while kill -0 "$(cat /tmp/anchors_build.pid)" 2>/dev/null && [ "$(left)" -gt 120 ]; do sleep 5; done
+    kill -- "$(cat /tmp/anchors_build.pid)" 2>/dev/null
+    anchors_ready
+  fi
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group headdims,causal \
+    --no-accuracy --budget-s $(( $(left) > 60 ? $(left) - 40 : 20 )) --out "$OUT/anchors_f.json" \
+    > "$OUT/anchors_f.log" 2>&1; rc[anchors]=$?
+  tail -22 "$OUT/anchors_f.log"
+  tar czf "$OUT/san.tar.gz" -C "$OUT" san 2>/dev/null && rm -rf "$OUT/san"
+  ;;
+R)
+  # The rest of the families' generation sweep, merged with the first run's; Wan 14B 720p with the 8-bit path.
+  build_lib
+  OUT="$OUT" timeout 280 bash dev/device_families.sh rest $(( budget > 400 ? 240 : budget - 160 )) \
+    bench/results/h200_2026-12-02_envelope/families/generate/generate_bench.json > "$OUT/families_rest.log" 2>&1
+  rc[families_rest]=$?; tail -30 "$OUT/families_rest.log"
+  if [ "$(left)" -gt 130 ]; then
+    OUT="$OUT/e2e14" timeout $(( $(left) - 5 )) bash dev/device_8bit_e2e.sh 14b $(( $(left) - 15 )) > "$OUT/e2e14.log" 2>&1
+    rc[e2e14]=$?; tail -14 "$OUT/e2e14.log"
+  fi
   ;;
 esac
 echo "== summary stage $stage ($(( $(date +%s) - t0 )) s)"

@@ -98,6 +98,12 @@ CASES = [
     Case("d40 3wg tails+ragged", 2, 2, 257, 333, 40, torch.float16, "bhsd", kv_lens=[333, 100], d64_wgs=3),
     Case("d96 tail launch", 1, "sms+1", 100, 2200, 96, expect=("tail",), small=False),
     Case("d96 lone tile split", 1, 1, 100, 2200, 96, expect=("tail",)),
+    # The D=192 / D=256 builds (O's epilogue boxes in Q's buffer) and D=160 padded onto D=192.
+    Case("d192 tails+ragged", 2, 3, 129, 777, 192, kv_lens=[777, 259]),
+    Case("d256 several tiles per CTA", 1, "sms+1", 256, 500, 256, torch.float16),
+    Case("d256 tail launch", 1, "sms+1", 100, 2200, 256, expect=("tail",), small=False),
+    Case("d192 lone tile split", 1, 1, 100, 2200, 192, expect=("tail",)),
+    Case("d160 bhsd", 1, 2, 129, 300, 160, torch.float16, "bhsd"),
     Case("gqa 8q/2kv tails+ragged", 2, (8, 2), 129, 777, 128, layout="bhsd", kv_lens=[777, 300]),
     Case("mqa 6q/1kv d64-3wg", 1, (6, 1), 257, 333, 64, torch.float16, d64_wgs=3),
     Case("gqa 4q/2kv split", 1, (4, 2), 100, 2200, 128, expect=("tail",)),
