@@ -425,7 +425,8 @@ _add(Adapter("ltx", "LTXPipeline", "AutoencoderKLLTXVideo", {},
              "FlowMatchEulerDiscreteScheduler",
              (Text("prompt_embeds", _td("caption_channels", 4096), mask="prompt_attention_mask"),),
              tiny_size=Size(128, 128, 9), fps=25, vae_dtype=None))
-# Mochi 1: T5-XXL (4096, 256 tokens with the mask).
+# Mochi 1: T5-XXL (4096, 256 tokens with the mask). Its latents take the prompt embeddings' dtype and reach the
+# VAE uncast (as Latte's), so its VAE takes the transformer's dtype too.
 _add(Adapter("mochi", "MochiPipeline", "AutoencoderKLMochi", {},
              {"encoder_block_out_channels": (32, 32, 32, 32),  # its norms: 32 groups
               "decoder_block_out_channels": (32, 32, 32, 32), "layers_per_block": (1, 1, 1, 1, 1)},
@@ -434,7 +435,7 @@ _add(Adapter("mochi", "MochiPipeline", "AutoencoderKLMochi", {},
              (Text("prompt_embeds", _td("text_embed_dim", 4096), mask="prompt_attention_mask"),),
              # the pipeline un-normalises exactly 12 latent channels: the tiny transformer reads 12 too
              tiny_size=Size(64, 64, 7), tiny_transformer={"in_channels": 12}, fps=30,
-             min_steps=(2, "its linear-quadratic sigma schedule divides by zero at 1 step")))
+             min_steps=(2, "its linear-quadratic sigma schedule divides by zero at 1 step"), vae_dtype=None))
 # Allegro: T5-XXL (4096, 512 tokens with the mask); its VAE decodes only tiled (diffusers has no untiled path),
 # in tiles of 24 frames x sample_size pixels: the tiny size is one tile.
 _add(Adapter("allegro", "AllegroPipeline", "AutoencoderKLAllegro", {},

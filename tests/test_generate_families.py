@@ -205,12 +205,13 @@ def test_bad_size_is_a_clear_error(tmp_path):
         gen.main(["--family", "cogvideox", "--tiny", "--height", "72", "--out", str(tmp_path / "x.mp4")])
 
 
-@pytest.mark.parametrize("name", ["latte", "easyanimate"])
+@pytest.mark.parametrize("name", ["latte", "easyanimate", "mochi"])
 def test_bf16_pipeline_decodes_without_a_dtype_clash(name):
-    # Latte and EasyAnimate pass the transformer-dtype latents to the VAE uncast: with the VAE left in fp32 a bf16
-    # build failed at the decode ("Input type (BFloat16) and bias type (float)"), as on the GPU sweep.
+    # Latte, EasyAnimate and Mochi pass the transformer-dtype latents to the VAE uncast: with the VAE left in fp32 a
+    # bf16 build failed at the decode ("Input type (BFloat16) and bias type (float)"), as on the GPU sweep.
     pipe = G.build_family_pipeline(name, "tiny", device="cpu", dtype=torch.bfloat16, seed=0)
     assert pipe.vae.dtype == pipe.transformer.dtype == torch.bfloat16
-    call = G.family_call(name, pipe, "a fox", "", preset="tiny", device="cpu", dtype=torch.bfloat16, steps=1)
+    call = G.family_call(name, pipe, "a fox", "", preset="tiny", device="cpu", dtype=torch.bfloat16,
+                         steps=G.ADAPTERS[name].min_steps[0])
     out = G.generate_family(pipe, call, fps=8.0, generator=torch.Generator().manual_seed(0))
     assert np.isfinite(np.asarray(out.frames, dtype=np.float32)).all()
