@@ -2,8 +2,8 @@
 
 Every step of the stock processor is kept (spatial/group norms, RoPE on self-attention q/k, residual and output
 rescale) and only `F.scaled_dot_product_attention` on (B, H, S, D) becomes `vidattn.attention(...,
-layout="bhsd")`. Allegro's head dim, 96, runs on the kernel's D=128 build with the columns padded on the fly (no
-copy of q/k/v; it costs what D=128 costs until a D=96 build exists). The text mask, (1 - m) * -10000 as the model
+layout="bhsd")`. Allegro's head dim, 96, runs on the kernel's own D=96 build (no padding, no copy of q/k/v).
+The text mask, (1 - m) * -10000 as the model
 makes it, becomes `kv_lens` when it pads a prefix of keys; any other mask runs the stock SDPA call.
 """
 from typing import Optional

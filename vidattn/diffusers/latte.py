@@ -8,7 +8,7 @@ video pipeline does not silently change an image model in the same pipeline.
 
 Latte's blocks attend three ways, all through this processor: spatial self-attention (one batch row per frame),
 text cross-attention, and temporal self-attention (sequence = frames, batch = B x H x W). Head dim 72 runs on the
-kernel's D=128 build padded on the fly. Every step of the stock processor is kept; only
+kernel's D=96 build, its columns padded on the fly (no copy of q/k/v). Every step of the stock processor is kept; only
 `F.scaled_dot_product_attention` on (B, H, S, D) becomes `vidattn.attention(..., layout="bhsd")` with the same
 default scale (the stock call ignores `attn.scale`). A key-padding mask becomes `kv_lens`; any other mask runs the
 stock SDPA call, with the reason (the pipeline passes none).
@@ -113,5 +113,5 @@ class LatteAttnProcessor(VidattnProcessor):
 
 
 register_processor(f"{_ATTN}.AttnProcessor2_0", LatteAttnProcessor,
-                   "spatial, text cross and temporal attention; head dim 72 on the D=128 build",
+                   "spatial, text cross and temporal attention; head dim 72 on the D=96 build",
                    models=(LATTE_MODEL,))
