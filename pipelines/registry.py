@@ -566,6 +566,20 @@ class RegistryError(FamilyError):
     """A user-facing problem: unknown family or preset, or a family this machine cannot build."""
 
 
+def pick_device(requested, tiny: bool, what: str):
+    """The torch device a runner uses: `requested` ("cuda", "cpu" or None for CUDA when there is one). SystemExit
+    when CUDA is asked for and absent, or when the CPU would run the real sizes (`what` names them)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    device = torch.device(requested or ("cuda" if cuda else "cpu"))
+    if device.type == "cuda" and not cuda:
+        raise SystemExit("error: --device cuda requested but CUDA is not available")
+    if device.type == "cpu" and not tiny:
+        raise SystemExit(f"error: {what} need a CUDA GPU; --tiny --device cpu checks the plumbing")
+    return device
+
+
 def names() -> list[str]:
     return list(ENTRIES)
 

@@ -384,12 +384,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         raise SystemExit("error: --out-dir DIR is required (or --plan)")
     if args.budget_s is not None and args.budget_s <= 0:
         raise SystemExit(f"error: --budget-s must be > 0, got {args.budget_s}")
-    cuda = torch.cuda.is_available()
-    device = torch.device(args.device or ("cuda" if cuda else "cpu"))
-    if device.type == "cuda" and not cuda:
-        raise SystemExit("error: --device cuda requested but CUDA is not available")
-    if device.type == "cpu" and not args.tiny:
-        raise SystemExit("error: the family sizes need a CUDA GPU; --tiny --device cpu checks the plumbing")
+    from pipelines import registry
+
+    device = registry.pick_device(args.device, args.tiny, "the family sizes")
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     import vidattn

@@ -418,12 +418,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     unknown = [n for n in names if n not in registry.ENTRIES]
     if unknown:
         raise SystemExit(f"error: unknown family {', '.join(unknown)} (choose from {', '.join(registry.names())})")
-    cuda = torch.cuda.is_available()
-    device = torch.device(args.device or ("cuda" if cuda else "cpu"))
-    if device.type == "cuda" and not cuda:
-        raise SystemExit("error: --device cuda requested but CUDA is not available")
-    if device.type == "cpu" and not args.tiny:
-        raise SystemExit("error: the default sizes need a CUDA GPU; --tiny --device cpu checks the plumbing")
+    device = registry.pick_device(args.device, args.tiny, "the default sizes")
     if args.budget_s is not None and args.budget_s <= 0:
         raise SystemExit(f"error: --budget-s must be > 0, got {args.budget_s}")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
