@@ -10,6 +10,7 @@
 #   bash dev/device_session.sh F [budget_s]   # after the fixes: GPU tests, causal and wide-head-dim A/Bs, sanitizers,
 #                                             # the head-dim and causal anchors again
 #   bash dev/device_session.sh R [budget_s]   # the rest of the generation sweep; Wan 14B 720p with 8-bit
+#   bash dev/device_session.sh E [budget_s]   # Wan 14B 720p with 8-bit, Mochi's generation, the causal schedule A/B
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -122,6 +123,19 @@ R)
     OUT="$OUT/e2e14" timeout $(( $(left) - 5 )) bash dev/device_8bit_e2e.sh 14b $(( $(left) - 15 )) > "$OUT/e2e14.log" 2>&1
     rc[e2e14]=$?; tail -14 "$OUT/e2e14.log"
   fi
+  ;;
+E)
+  # What the last sitting left unmeasured: Wan 14B 720p with 8 bits, Mochi's generation after its VAE dtype fix,
+  # and the causal schedule A/B again (its 1K row was inconclusive).
+  build_lib
+  OUT="$OUT/e2e14" timeout 200 bash dev/device_8bit_e2e.sh 14b 180 > "$OUT/e2e14.log" 2>&1; rc[e2e14]=$?
+  tail -14 "$OUT/e2e14.log"
+  timeout 100 python3 scripts/bench_family_generate.py --families mochi --out-dir "$OUT/mochi" --budget-s 80 \
+    --no-progress > "$OUT/mochi.log" 2>&1; rc[mochi]=$?
+  grep -E "^\| |^- " "$OUT/mochi/generate_bench.md" 2>/dev/null | cut -c1-300; tail -3 "$OUT/mochi.log"
+  timeout $(( $(left) > 40 ? $(left) - 5 : 35 )) python3 dev/probes/causal_sched_ab.py --rounds 5 \
+    --out "$OUT/causal_sched_ab.json" > "$OUT/causal_sched_ab.log" 2>&1; rc[causal_ab]=$?
+  tail -12 "$OUT/causal_sched_ab.log"
   ;;
 esac
 echo "== summary stage $stage ($(( $(date +%s) - t0 )) s)"
