@@ -1,0 +1,90 @@
+"""Helpers the test modules share: importing a script by its path, the one-thread fixtures, and the float64
+attention reference.
+
+The fixtures are plain pytest fixtures; a module takes one by importing it (`from _support import one_thread`),
+and an autouse fixture imported into a module applies to every test of that module only."""
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_script(path, name=None, *, register=False, importable=False):
+    """Execute the file at `path` as a fresh module named `name` (default: the file's stem) and return it.
+
+    register: also put it in sys.modules under `name`, which dataclasses defined in it need (they look their module
+    up there). importable: put the file's folder first on sys.path, so the script's imports of its siblings resolve
+    as they do when it runs from the command line."""
+    path = Path(path)
+    name = name or path.stem
+    if importable:
+        sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    if register:
+        sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run much faster single-threaded on small CI machines."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
+def cpu_one_thread(monkeypatch):
+    """one_thread, and behave as on a machine without CUDA even where one exists (the scripts pick the CPU)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    cpu_only(monkeypatch)
+    yield
+    torch.set_num_threads(n)
+
+
+def cpu_only(monkeypatch):
+    """Behave as on a machine without CUDA even where one exists."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def attention_fp64(q, k, v, scale=None, kv_lens=None, *, layout="bshd", causal=False, chunk_bytes=1 << 30):
+    """float64 attention on the upcast inputs, on their device: (out in `layout`, lse (B, H, Sq)).
+
+    K/V with fewer heads are repeated per group (query head i reads K/V head i // group). kv_lens (a tensor or a
+    list): key j is kept for batch b when j < kv_lens[b]. causal (True / "top_left" or "bottom_right"): key j is kept
+    for query i when j <= i, or j <= i + kv_len - Sq. A row left without a key is zeros, its LSE -inf. The score
+    block is computed over query rows in pieces of at most chunk_bytes, so 32K-token references fit in memory."""
+    qb, kb, vb = (t.double() if layout == "bhsd" else t.double().transpose(1, 2) for t in (q, k, v))
+    b, h, sq, d = qb.shape
+    skv = kb.shape[2]
+    if kb.shape[1] != h:
+        kb, vb = (t.repeat_interleave(h // kb.shape[1], dim=1) for t in (kb, vb))
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    dev = qb.device
+    lens = torch.as_tensor(kv_lens if kv_lens is not None else [skv] * b, device=dev).long()
+    j = torch.arange(skv, device=dev)[None, None, :]
+    keep = j < lens[:, None, None]  # (B, 1, Skv)
+    shift = (lens - sq if causal == "bottom_right" else torch.zeros_like(lens))[:, None, None]
+    rows = max(1, chunk_bytes // (b * h * skv * 8))
+    out = torch.empty(b, h, sq, vb.shape[-1], dtype=torch.float64, device=dev)
+    lse = torch.empty(b, h, sq, dtype=torch.float64, device=dev)
+    kt = kb.transpose(-1, -2)
+    for i in range(0, sq, rows):
+        s = torch.matmul(qb[:, :, i:i + rows], kt).mul_(scale)
+        mask = keep
+        if causal:
+            mask = keep & (j <= torch.arange(i, min(sq, i + rows), device=dev)[None, :, None] + shift)
+        s.masked_fill_(~mask[:, None], float("-inf"))
+        lse[:, :, i:i + rows] = torch.logsumexp(s, dim=-1)
+        out[:, :, i:i + rows] = torch.matmul(torch.softmax(s, dim=-1).nan_to_num_(0.0), vb)
+        del s
+    return (out if layout == "bhsd" else out.transpose(1, 2)), lse
