@@ -124,6 +124,7 @@ class Adapter:
     min_steps: tuple = (1, "")      # (fewest denoising steps the pipeline takes, why)
     pipeline_cls: Callable | None = None  # () -> the class, where `diffusers.<pipeline>` is a placeholder
     substitute: str | None = None   # what stands in for a component the pipeline would otherwise load (docs)
+    prompt: bool = False            # __call__ takes the prompt text (tokenized in the call by a stand-in tokenizer)
 
 
 def _td(key, default=None):
@@ -351,6 +352,8 @@ def family_call(name: str, pipe, prompt: str, negative_prompt: str, *, preset: s
     negatives = a.negatives
     call = _text_kwargs(a.texts, cfg, prompt, negative_prompt, e.tiny_text if tiny else e.text, device, dtype,
                         negatives)
+    if a.prompt:
+        call.update(prompt=prompt, negative_prompt=negative_prompt)
     call.update(height=size.height, width=size.width)
     call[a.frames_key] = size.frames
     params = inspect.signature(type(pipe).__call__).parameters
@@ -367,7 +370,7 @@ def family_call(name: str, pipe, prompt: str, negative_prompt: str, *, preset: s
             # pipelines that guide through a guider component (HunyuanVideo 1.5, Motif) take the scale there
             pipe.register_modules(guider=_cfg_guider(guidance))
     neg = params.get("negative_prompt")
-    if negatives and neg is not None and neg.default not in (None, inspect.Parameter.empty):
+    if negatives and not a.prompt and neg is not None and neg.default not in (None, inspect.Parameter.empty):
         call["negative_prompt"] = None  # its default text would conflict with the embeddings given
     call.update(a.call)
     if tiny:
@@ -582,12 +585,63 @@ _add(Adapter("cosmos", "CosmosTextToWorldPipeline", "AutoencoderKLCosmos", {},
              substitute="the safety checker (cosmos_guardrail and its models) replaced by a pass-through "
                         "(RandomWeightsGuardrail) in the random-weight build only"))
 
+
+# Qwen2's special tokens that Cosmos3OmniPipeline's prompt path uses (ChatML turns, the end of text, the start of
+# the generated video).
+QWEN2_SPECIALS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>", "<|vision_start|>", "<|vision_end|>")
+_CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def byte_chat_tokenizer():
+    """A byte-level BPE tokenizer built here with no merges: one token per UTF-8 byte (ids 0-255), Qwen2's special
+    tokens after them (ids 256-260) and a ChatML chat template, the format Qwen2's tokenizer applies. It stands in
+    for the release's Qwen2 tokenizer (vocab.json and merges.txt, which are not here): the ids are not the
+    release's, and a prompt takes about 4x the release's token count (Qwen2 merges ~4 bytes of English a token)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token=QWEN2_SPECIALS[0], pad_token=QWEN2_SPECIALS[1],
+                                  additional_special_tokens=list(QWEN2_SPECIALS[2:]))
+    tok.chat_template = _CHATML
+    return tok
+
+
+BYTE_VOCAB = 256 + len(QWEN2_SPECIALS)
+
+
+def _cosmos3_components(preset, device, dtype, seed):
+    # `enable_safety_checker=False` is the pipeline's own switch: its default would build CosmosSafetyChecker
+    # (cosmos_guardrail and its downloaded models); a real checkpoint through --model DIR keeps its checker.
+    return {"text_tokenizer": byte_chat_tokenizer(), "enable_safety_checker": False}
+
+
+# Wan2.2-TI2V-5B's VAE (Cosmos3 decodes with it: 48 channels, 16x16 spatial through a 2x2 patch, 4x temporal); its
+# 48 per-channel latent statistics are neutral here (zeros and ones: random weights give no latent distribution).
+_WAN22_VAE = {"base_dim": 160, "decoder_base_dim": 256, "z_dim": 48, "is_residual": True, "in_channels": 12,
+              "out_channels": 12, "patch_size": 2, "scale_factor_spatial": 16, "scale_factor_temporal": 4,
+              "latents_mean": [0.0] * 48, "latents_std": [1.0] * 48}
+
+# Cosmos3-Omni text to video: the pipeline tokenizes the prompt itself (chat template + duration and resolution
+# templates) and the transformer embeds the token ids; no text encoder. UniPC at its class defaults (the release's
+# scheduler config is not here; the pipeline sets its own timesteps).
+_add(Adapter("cosmos3", "Cosmos3OmniPipeline", "AutoencoderKLWan", _WAN22_VAE,
+             {**_WAN22_VAE, "base_dim": 8, "decoder_base_dim": 8, "z_dim": 2, "num_res_blocks": 1,
+              "latents_mean": [0.0] * 2, "latents_std": [1.0] * 2},
+             "AutoencoderKLWan at Wan2.2-TI2V-5B's config (48 channels, 16x spatial), neutral latent statistics",
+             "UniPCMultistepScheduler", (), negatives=False, prompt=True, components=_cosmos3_components,
+             tiny_size=Size(32, 32, 5), tiny_transformer={"vocab_size": BYTE_VOCAB}, fps=24, vae_dtype=None,
+             call={"fps": 24.0},
+             substitute="the release's Qwen2 tokenizer replaced by a byte-level one built here (one token per UTF-8 "
+                        "byte, Qwen2's special tokens, a ChatML template): prompts are about 4x the release's "
+                        "token count; the safety checker off through the pipeline's enable_safety_checker=False"))
+
 # Families that do not generate here, and why.
 LEFT_OUT: dict[str, str] = {
-    "cosmos3": "Cosmos3OmniPipeline takes no prompt embeddings: its __call__ tokenizes the prompt with its Qwen2 "
-               "tokenizer (the release's vocab.json and merges.txt; transformers ships no copy) and the transformer "
-               "embeds the token ids itself; a tokenizer built here from a local vocabulary is possible but not "
-               "wired",
     "wan_animate2": "WanAnimate2ModularPipeline is a modular pipeline: its blocks get their components (UMT5 text "
                     "encoder, CLIP image encoder, VAE, guider) through the release repository's modular model index; "
                     "assembling them locally with random weights is not wired",
@@ -608,4 +662,5 @@ def generate_family(pipe, call: dict, *, fps: float, generator=None):
 
     with torch.no_grad():
         out = pipe(**call, generator=generator, output_type="np")
-    return Generated(_frames(out.frames), None, None, fps)
+    # Cosmos3OmniPipelineOutput names its frames `video`
+    return Generated(_frames(out.frames if hasattr(out, "frames") else out.video), None, None, fps)

@@ -51,7 +51,7 @@ STEPS = 2
 BENCH_FRAMES = {"skyreels_v2": 17, "anyflow": 17, "wan_vace": 17, "chronoedit": 17, "hunyuan_video": 17,
                 "hunyuan_video15": 17, "cogvideox": 17, "ltx": 17, "ltx2": 17, "mochi": 19, "allegro": 16,
                 "easyanimate": 17, "sana_video": 17, "kandinsky5": 17, "kandinsky6": 17, "motif_video": 17,
-                "wan_animate": 17, "cosmos": 17}
+                "wan_animate": 17, "cosmos": 17, "cosmos3": 17}
 # Height and width below the default where the family alone would take a fifth of a sweep's budget (FramePack's
 # 720x1280 section: ~4 s per forward at 2 steps x 2 paths); frames keep the section. Labelled reduced in the output.
 BENCH_HW = {"framepack": (480, 832)}
