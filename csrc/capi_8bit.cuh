@@ -46,12 +46,25 @@ namespace {
 #ifndef VIDATTN_Q8_SEQ_D64
 #define VIDATTN_Q8_SEQ_D64 0
 #endif
+// Score conversion (q8_fwd.cuh's kCvt): 0 one I2F per score; 1 the row max on the integers and each score as
+// 1.5 * 2^23 + x by an integer add of the bits; 2 that bias added by the tensor cores (S starts at it). 1 and 2 are
+// built on the sequential schedule only (D=128's default; at D=64 with mode 1: the three-warpgroup ping-pong, D=64's
+// default, spilled 120-350 bytes with them); forced by vidattn_q8_set_cvt (refused elsewhere) or VIDATTN_Q8_CVT (read
+// once; other schedules keep 0).
+#ifndef VIDATTN_Q8_CVT_D128
+#define VIDATTN_Q8_CVT_D128 0
+#endif
+#ifndef VIDATTN_Q8_CVT_D64
+#define VIDATTN_Q8_CVT_D64 0
+#endif
 int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
 int g_q8_sum_mma = -1;               // -1: the default; 0-5: the mode, forced (vidattn_q8_set_sum_mma)
 int g_q8_seq = -1;                   // -1: the default; 0 ping-pong, 1 sequential, 2 with turns, forced
+int g_q8_cvt = -1;                   // -1: the default; 0 I2F, 1 integer max + magic add, 2 biased S, forced
 thread_local int g_q8_last_wgs = 0;  // consumer warpgroups of this thread's last 8-bit launch
 thread_local int g_q8_last_sum_mma = -1;
 thread_local int g_q8_last_seq = -1;
+thread_local int g_q8_last_cvt = -1;
 
 // The workspace's parts, each 256-byte aligned; k_sum and v_amax adjoin so one memset zeroes both.
 struct Q8Layout {
@@ -107,7 +120,7 @@ bool q8_tensor_map_2d(CUtensorMap* map, const void* base, uint64_t inner, uint64
 
 // Every built variant takes its exponentials in fp32 from MUFU: q8_fwd.cuh's kExp16 and kPoly (the lost modes 2-5)
 // stay false / 0 here, not instantiated.
-template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, bool kTurns = false>
+template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, bool kTurns = false, int kCvt = 0>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
   using T = Q8Traits<kD, kWGs>;
@@ -178,11 +191,12 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
   const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
-  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, 0, kTurns>;
+  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, 0, kTurns, kCvt>;
   if (allow_smem(kernel, smem) != 0) return 1;
   g_q8_last_wgs = kWGs;
   g_q8_last_sum_mma = kSumMma ? 1 : 0;
   g_q8_last_seq = kSeq ? (kTurns ? 2 : 1) : 0;
+  g_q8_last_cvt = kCvt;
   kernel<<<dim3(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
                 static_cast<unsigned>(a.batch)),
            T::kThreads, smem, stream>>>(p);
@@ -208,14 +222,42 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   if (mode >= 2)
     return fail("8-bit path: row-sum mode " + std::to_string(mode) +
                 " is no longer built (it measured slower than the default on every shape); modes 0 and 1 are");
+  // The score conversion: 1 and 2 built on the sequential schedule only (D=64: with mode 1; the three-warpgroup
+  // ping-pong spilled 120-350 bytes with them, against 68 with I2F).
+  constexpr bool kCvtBuilt = kSeq && !kTurns;
+  static const int env_cvt = q8_env_default("VIDATTN_Q8_CVT", kD == 64 ? VIDATTN_Q8_CVT_D64 : VIDATTN_Q8_CVT_D128,
+                                            0, 2);
+  int cvt = g_q8_cvt < 0 ? env_cvt : g_q8_cvt;
+  if (cvt != 0 && !(kCvtBuilt && (kD == 128 || mode == 1))) {
+    if (g_q8_cvt > 0)
+      return fail("8-bit path: score conversion " + std::to_string(cvt) +
+                  " is built on the sequential schedule (1) only, at head dim 64 with row-sum mode 1");
+    cvt = 0;  // (VIDATTN_Q8_CVT, for the defaults' A/B, leaves the other variants as they are)
+  }
   if constexpr (kD == 128) {
     if (mode == 1)
       return fail("8-bit path: head dim 128 takes row-sum mode 0 only (mode 1's ones columns do not fit the "
                   "sequential schedule's registers; the ping-pong build that took it is no longer built)");
+    if constexpr (kCvtBuilt) {
+      if (cvt == 1)
+        return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 1>(a, l, s)
+                    : q8_launch<kD, 3, false, false, kSeq, kTurns, 1>(a, l, s);
+      if (cvt == 2)
+        return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2>(a, l, s)
+                    : q8_launch<kD, 3, false, false, kSeq, kTurns, 2>(a, l, s);
+    }
     return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns>(a, l, s)
                 : q8_launch<kD, 3, false, false, kSeq, kTurns>(a, l, s);
   } else {
     static_assert(!kTurns, "schedule 2 is built at head dim 128 only");
+    if constexpr (kCvtBuilt) {
+      if (mode == 1 && cvt == 1)
+        return fp16 ? q8_launch<kD, kWGs, true, true, kSeq, false, 1>(a, l, s)
+                    : q8_launch<kD, kWGs, true, false, kSeq, false, 1>(a, l, s);
+      if (mode == 1 && cvt == 2)
+        return fp16 ? q8_launch<kD, kWGs, true, true, kSeq, false, 2>(a, l, s)
+                    : q8_launch<kD, kWGs, true, false, kSeq, false, 2>(a, l, s);
+    }
     if (mode == 1)
       return fp16 ? q8_launch<kD, kWGs, true, true, kSeq>(a, l, s)
                   : q8_launch<kD, kWGs, true, false, kSeq>(a, l, s);
@@ -271,6 +313,7 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   g_q8_last_wgs = 0;
   g_q8_last_sum_mma = -1;
   g_q8_last_seq = -1;
+  g_q8_last_cvt = -1;
   switch (a->head_dim) {
     case 64: {
       // (VIDATTN_Q8_SEQ=2, for the D=128 A/B, leaves D=64 on its default; a forced schedule 2 is refused.)
@@ -330,3 +373,16 @@ extern "C" int vidattn_q8_set_sequential(int seq) {
 
 // The schedule of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_sequential's; -1: none launched).
 extern "C" int vidattn_q8_last_sequential(void) { return g_q8_last_seq; }
+
+// The score conversion of later 8-bit launches (q8_fwd.cuh's kCvt): one I2F per score (0), the row max on the
+// integers and the scores by an integer add of 1.5 * 2^23's bits (1), that bias added by the tensor cores (2), or the
+// default (-1). 1 and 2 are built on the sequential schedule only (D=64: mode 1); a launch of another is refused. For tests
+// and A/B timing; returns 0, or 1 for any other value.
+extern "C" int vidattn_q8_set_cvt(int cvt) {
+  if (cvt < -1 || cvt > 2) return 1;
+  g_q8_cvt = cvt;
+  return 0;
+}
+
+// The score conversion of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_cvt's; -1: none launched).
+extern "C" int vidattn_q8_last_cvt(void) { return g_q8_last_cvt; }

@@ -357,3 +357,93 @@ def test_q8_check_ab_excludes_and_picks(monkeypatch, tmp_path):
     assert mod.results["best"][64]["variant"] == "mode=1 wgs=3 seq=1"
     assert abs(mod.results["best"][128]["default_gmean"] - 805.0) < 1e-6
     assert (tmp_path / "best.env").read_text() == "export VIDATTN_Q8_SUM_MMA=0 VIDATTN_Q8_SEQ=2\n"
+
+
+class _FakeQ8Lib:
+    """A stand-in for the kernel library's 8-bit setters (no CUDA): records what set_cvt passes, refuses as the C
+    setter does (returns 1 outside -1..2)."""
+
+    def __init__(self):
+        self.calls = []
+        self.last = -1
+
+        def q8_fwd(*a):
+            return 0
+
+        def set_cvt(v):
+            self.calls.append(v)
+            if v < -1 or v > 2:
+                return 1
+            self.last = v
+            return 0
+
+        self.vidattn_q8_fwd = q8_fwd
+        self.vidattn_q8_workspace_bytes = q8_fwd
+        self.vidattn_sm90_last_error = q8_fwd
+        self.vidattn_q8_set_cvt = set_cvt
+        self.vidattn_q8_last_cvt = lambda: self.last
+
+
+def test_set_cvt_validates_and_reaches_the_library():
+    lib = _FakeQ8Lib()
+    for mode in (1, 2, 0, -1):
+        quant8.set_cvt(mode, lib=lib)
+    assert lib.calls == [1, 2, 0, -1] and quant8.last_cvt(lib=lib) == -1
+    quant8.set_cvt(2, lib=lib)
+    assert quant8.last_cvt(lib=lib) == 2
+    for bad in (3, -2, 1.0, True, "1", None):
+        with pytest.raises(ValueError, match="set_cvt: mode must be one of"):
+            quant8.set_cvt(bad, lib=lib)
+    assert lib.calls == [1, 2, 0, -1, 2]  # nothing invalid reached the library
+
+
+def test_set_cvt_needs_a_library_with_it():
+    lib = _FakeQ8Lib()
+    del lib.vidattn_q8_set_cvt, lib.vidattn_q8_last_cvt
+    with pytest.raises(RuntimeError, match="lacks vidattn_q8_set_cvt"):
+        quant8.set_cvt(1, lib=lib)
+    assert quant8.last_cvt(lib=lib) == -1
+
+
+def test_cvt_selector_in_the_c_abi():
+    """capi_8bit.cuh: the setter's range, the environment variable, and both conversions instantiated with the sequential
+    schedule only (a forced one elsewhere is an error, not a silent fallback)."""
+    src = (REPO / "csrc/capi_8bit.cuh").read_text()
+    assert 'extern "C" int vidattn_q8_set_cvt(int cvt)' in src and "if (cvt < -1 || cvt > 2) return 1;" in src
+    assert 'q8_env_default("VIDATTN_Q8_CVT"' in src
+    assert "constexpr bool kCvtBuilt = kSeq && !kTurns;" in src
+    assert "#define VIDATTN_Q8_CVT_D128 0" in src and "#define VIDATTN_Q8_CVT_D64 0" in src  # old path by default
+    for cvt in (1, 2):
+        assert f"kSeq, kTurns, {cvt}>(a, l, s)" in src and f"kSeq, false, {cvt}>(a, l, s)" in src
+
+
+def test_magic_number_scores_emulated():
+    """q8_fwd.cuh's kCvt 1/2, emulated in float32 from the header's own constants: the bits of 1.5 * 2^23 plus an
+    integer score x, read as a float, are exactly 1.5 * 2^23 + x for every |x| <= D * 127^2 at D = 128 (and 128^3, were
+    a -128 to occur); and the exponent (1.5 * 2^23 + x) c + fma(-1.5 * 2^23, c, 8 - m), each step rounded as the FFMA
+    rounds, stays within 0.75 c + 2 ulp of the I2F path's x c + (8 - m)."""
+    src = (REPO / "csrc/sm90/q8_fwd.cuh").read_text()
+    assert "constexpr int32_t kQ8MagicBits = 0x4B400000;" in src and "constexpr float kQ8Magic = 12582912.f;" in src
+    assert "neg[r] = fmaf(-kQ8Magic, c[r], kQ8POffset - mx);" in src
+    magic_bits, magic = 0x4B400000, 12582912.0
+    assert torch.tensor([magic_bits], dtype=torch.int32).view(torch.float32).item() == magic
+    bound = 128 * 127 * 127
+    assert 128 ** 3 < 2 ** 22 and bound < 2 ** 21 and 64 * 127 * 127 < 2 ** 20
+    x = torch.cat([torch.arange(-bound, bound + 1, 997, dtype=torch.int32),
+                   torch.tensor([-bound, bound, 0, 1, -1, -(128 ** 3), 128 ** 3], dtype=torch.int32)])
+    f = (x + magic_bits).view(torch.float32)
+    assert torch.equal(f.double(), x.double() + magic)
+    assert (f > 0).all()  # positive floats: integer and float order agree, so IMNMX on the bits is FMNMX's max
+
+    def fma32(a, b, c):  # float32 fma: the product exact in float64 (24 + 24 bits), one rounding to float32
+        return (a.double() * b.double() + c.double()).float()
+
+    g = torch.Generator().manual_seed(5)
+    for log_c in (-14.0, -10.0, -6.0, -3.0):  # one integer unit of score: 6e-5 .. 0.125 in log2 units
+        c = torch.full_like(f, 2.0 ** log_c) * (1 + torch.rand(f.shape, generator=g)).float()
+        m = (x.double() * c.double()).max().float() + 0.25
+        old = fma32(x.float(), c, (8.0 - m).expand_as(c))
+        neg = fma32(torch.full_like(c, -magic), c, (8.0 - m).expand_as(c))
+        new = fma32(f, c, neg)
+        ulp = torch.finfo(torch.float32).eps * old.abs().clamp_min(1.0)
+        assert float(((new - old).abs() - (0.75 * c + 2 * ulp)).max()) <= 0.0

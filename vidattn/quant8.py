@@ -79,6 +79,29 @@ def set_sequential(seq: int, lib=None) -> None:
     _setter("vidattn_q8_set_sequential", seq, lib)
 
 
+CVT_MODES = (-1, 0, 1, 2)
+
+
+def set_cvt(mode: int, lib=None) -> None:
+    """How later 8-bit launches turn the INT8 scores into floats (csrc/sm90/q8_fwd.cuh, kCvt): one I2F per score (0),
+    the row max on the integers and each score as the float 1.5 * 2^23 + x by one integer add (1), that bias added by
+    the tensor cores instead (2: S starts at it), or the build default (-1). 1 and 2 are built on the sequential
+    schedule only (head dim 64: row-sum mode 1); a launch of another schedule with them is refused with an error.
+    The environment variable VIDATTN_Q8_CVT sets the same for a whole process (there other schedules keep 0). For A/B
+    timing."""
+    if isinstance(mode, bool) or not isinstance(mode, int) or mode not in CVT_MODES:
+        raise ValueError(f"set_cvt: mode must be one of {CVT_MODES}, got {mode!r}")
+    _setter("vidattn_q8_set_cvt", mode, lib)
+
+
+def last_cvt(lib=None) -> int:
+    """Score conversion of this thread's last 8-bit launch (as set_cvt's modes; -1: none, or a library without the
+    choice)."""
+    lib = _entry(lib or _ext._library(None))
+    fn = getattr(lib, "vidattn_q8_last_cvt", None) if lib is not None else None
+    return int(fn()) if fn is not None else -1
+
+
 def last_sequential(lib=None) -> int:
     """Schedule of this thread's last 8-bit launch (0 ping-pong, 1 sequential, 2 sequential with turns; -1: none, or a
     library without the sequential schedule)."""

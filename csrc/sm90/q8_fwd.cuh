@@ -171,6 +171,20 @@ __device__ __forceinline__ void q8_fence_frag(uint32_t (&a)[N][4]) {
   }
 }
 
+constexpr int32_t kQ8MagicBits = 0x4B400000;  // the bits of 1.5 * 2^23
+constexpr float kQ8Magic = 12582912.f;
+__device__ __forceinline__ float q8_magic_float(int32_t x) { return __int_as_float(x + kQ8MagicBits); }
+
+// kCvt 2: the S accumulator starts at the bits of 1.5 * 2^23 (no overflow: |x| < 2^21 beside kQ8MagicBits), so the
+// integer sums leave the tensor cores as the floats 1.5 * 2^23 + x. Set before the wgmma fence that precedes S.
+template <int kCvt, int N>
+__device__ __forceinline__ void q8_bias_sacc(int32_t (&sacc)[N]) {
+  if constexpr (kCvt == 2) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) sacc[i] = kQ8MagicBits;
+  }
+}
+
 __device__ __forceinline__ float q8_quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
@@ -189,14 +203,16 @@ __device__ __forceinline__ void q8_turn_pass(int cwg) {
 }
 
 // S = Q K'^T over one 128-key block: D / 32 INT8 wgmmas, both operands K-major in shared memory.
-template <int kD>
+// kBiased: the first wgmma adds to what sacc holds (the bias of kCvt 2, set before the wgmma fence) instead of
+// overwriting it.
+template <int kD, bool kBiased = false>
 __device__ __forceinline__ void q8_issue_qk(int32_t (&sacc)[kQ8BlockN / 2], uint32_t q_smem, uint32_t k_smem) {
   using T = Q8Traits<kD, 2>;  // (the swizzle depends on kD only)
 #pragma unroll
   for (int kk = 0; kk < kD / 32; ++kk) {
     const uint64_t da = q8ptx::smem_desc<T::kSwizzle>(q_smem + kk * 32);
     const uint64_t db = q8ptx::smem_desc<T::kSwizzle>(k_smem + kk * 32);
-    ptx::WgmmaS8<kQ8BlockN>::ss(sacc, da, db, kk > 0);
+    ptx::WgmmaS8<kQ8BlockN>::ss(sacc, da, db, kBiased || kk > 0);
   }
   ptx::wgmma_commit();
 }
@@ -215,12 +231,71 @@ __device__ __forceinline__ void q8_issue_pv(float (&ot)[kNpv / 2], const uint32_
   ptx::wgmma_commit();
 }
 
+constexpr float kQ8POffset = 8.f;  // log2 of P's largest value, 256, under e4m3's 448
+
+// Per thread, the max of each row's integer scores over 4 chains (kMask: keys past kv_len taken as INT32_MIN; a
+// select in the max rather than a masked copy, which would keep 64 more registers live beside S).
+template <int kN, bool kMask>
+__device__ __forceinline__ void q8_int_part_max(const int32_t (&sacc)[kN / 2], int32_t (&part)[2][4], int kv0,
+                                                int kv_len, int col_in_group) {
+  auto val = [&](int i, int e, int r) {
+    const int32_t x = sacc[4 * i + 2 * r + e];
+    return kMask && kv0 + 8 * i + col_in_group + e >= kv_len ? INT32_MIN : x;
+  };
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int ch = 0; ch < 4; ++ch) part[r][ch] = max(val(ch, 0, r), val(ch, 1, r));
+#pragma unroll
+    for (int i = 4; i < kN / 8; ++i) part[r][i % 4] = max(part[r][i % 4], max(val(i, 0, r), val(i, 1, r)));
+  }
+}
+
+// q8_softmax's first half for kCvt 1 and 2: the row max over the integer scores (IMNMX straight on the accumulator),
+// one I2F per row and thread (the scale c differs between the quad's key groups, so the quad's max is taken after
+// it), and the scores as floats 1.5 * 2^23 + x in place (masked: -inf), with neg the exponent's addend that undoes
+// the bias.
+template <int kN, int kCvt>
+__device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
+                                                   const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
+                                                   float (&neg)[2], int kv0, int kv_len, int col_in_group) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  constexpr int32_t kBias = kCvt == 2 ? kQ8MagicBits : 0;  // what the accumulator already holds
+  const bool tail = kv0 + kN > kv_len;
+  int32_t part[2][4];
+  if (tail) q8_int_part_max<kN, true>(sacc, part, kv0, kv_len, col_in_group);
+  else q8_int_part_max<kN, false>(sacc, part, kv0, kv_len, col_in_group);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int32_t im = max(max(part[r][0], part[r][1]), max(part[r][2], part[r][3]));
+    // A thread whose keys are all masked has INT32_MIN here: its -inf loses the quad's max to the block's key 0.
+    float mx = im == INT32_MIN ? kNegInf : q8ptx::i2f(im - kBias) * c[r];
+    mx = fmaxf(q8_quad_max(mx), row_max[r]);
+    alpha[r] = ptx::exp2_approx(row_max[r] - mx);
+    // The exponent is (1.5 * 2^23 + x) c + neg = x c - mx + 8: the bias's product folded in here, once per row.
+    neg[r] = fmaf(-kQ8Magic, c[r], kQ8POffset - mx);
+    row_max[r] = mx;
+  }
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) pf[i] = kCvt == 2 ? __int_as_float(sacc[i]) : q8_magic_float(sacc[i]);
+  if (tail) {
+#pragma unroll
+    for (int i = 0; i < kN / 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        if (kv0 + 8 * i + col_in_group + e >= kv_len) {
+          pf[4 * i + e] = kNegInf;
+          pf[4 * i + 2 + e] = kNegInf;
+        }
+      }
+    }
+  }
+}
+
 // The softmax of one block: dequantize (I2F, then the per-row x per-group multiplier c folded into the exponent's
 // FFMA), row max (exact: the current block's own max is in it, so p <= 2^8), p = 2^(s c - m + 8), and with kSum the
 // row sums of the unrounded p in fp32 (else the tensor cores sum P as rounded: kSumMma). alpha = 2^(m_old - m_new) is
 // what O must be scaled by.
-constexpr float kQ8POffset = 8.f;  // log2 of P's largest value, 256, under e4m3's 448
-
 // kExp16: the exponent computed in fp32, rounded to f16 (|x| < 32 where p matters: error < 2^-6, far inside e4m3's
 // 2^-4), two exponentials per MUFU instruction into ph (packed halves, P's next stop before e4m3); the row sums then
 // come from the tensor cores (kSumMma). MUFU is the softmax's scarce unit: 16 per clock per SM, as many scores as
@@ -228,12 +303,26 @@ constexpr float kQ8POffset = 8.f;  // log2 of P's largest value, 256, under e4m3
 // f16 p by HADD2 in the softmax instead (no ones columns, no extra accumulator registers).
 // kPoly (with fp32 exponentials): that many of each thread's kN / 8 groups of four exponentials per block by
 // q8_exp2_poly instead of MUFU, spread evenly through the block so both pipes run side by side.
-template <int kN, bool kSum, bool kExp16, int kPoly = 0>
+//
+// kCvt: how the INT8 scores become floats. 0: one I2F per score (cvt.rn.f32.s32: on sm_90 a conversion runs 16 lanes
+// per clock per SM, a quarter of the FP32 rate, like MUFU.EX2, so with the exponentials it may be two quarter-rate
+// ops per score). 1: the row max in the integer domain (IMNMX), one I2F per row, and each score as the float
+// 1.5 * 2^23 + x, built by one integer add of the bits (q8_magic_float): exact for |x| < 2^22, and |x| <= D * 127^2
+// < 2^21 at D <= 128. The -1.5 * 2^23 * c this leaves in every exponent is folded into the FFMA's addend, which
+// already carries -max + 8 (its rounding: under one integer unit of the score, i.e. under 0.75 c, against the INT8
+// rounding of a single q k term of up to 63.5 units). 2: as 1, with the bias added by the tensor cores instead: the
+// S accumulator starts at the bits of 1.5 * 2^23 (q8_issue_qk<kD, true>), so the scores leave the wgmma as floats.
+template <int kN, bool kSum, bool kExp16, int kPoly = 0, int kCvt = 0>
 __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                            uint32_t (&ph)[kN / 4], const float (&c)[2],
                                            float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2], int kv0,
                                            int kv_len, int col_in_group) {
   const float kNegInf = -__int_as_float(0x7f800000);
+  static_assert(kCvt >= 0 && kCvt <= 2, "kCvt: 0 I2F, 1 magic add, 2 biased accumulator");
+  float neg[2];
+  if constexpr (kCvt > 0) {
+    q8_softmax_max_int<kN, kCvt>(sacc, pf, c, row_max, alpha, neg, kv0, kv_len, col_in_group);
+  } else {
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) pf[i] = q8ptx::i2f(sacc[i]);
   if (kv0 + kN > kv_len) {
@@ -260,7 +349,6 @@ __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float 
     part[0][i % kChains] = fmaxf(part[0][i % kChains], fmaxf(pf[4 * i], pf[4 * i + 1]));
     part[1][i % kChains] = fmaxf(part[1][i % kChains], fmaxf(pf[4 * i + 2], pf[4 * i + 3]));
   }
-  float neg[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     // c > 0 always (the pre-pass never writes a zero scale), so max(x) * c = max(x * c) and -inf stays -inf.
@@ -270,6 +358,7 @@ __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float 
     alpha[r] = ptx::exp2_approx(row_max[r] - mx);
     neg[r] = kQ8POffset - mx;
     row_max[r] = mx;
+  }
   }
   static_assert(!(kExp16 && kPoly > 0), "the polynomial share is for fp32 exponentials");
   if constexpr (kExp16) {
@@ -458,7 +547,7 @@ __device__ __forceinline__ void q8_epilogue(const Q8FwdParams& p, Q8Shared<kD, k
   if (lane == 0) ptx::bulk_wait_group<0>();  // shared memory must outlive the TMA stores' reads
 }
 
-template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly>
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly, int kCvt = 0>
 __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block, int b,
                                             int h, int n_blocks, int kv_len) {
   using T = Q8Traits<kD, kWGs>;
@@ -497,13 +586,14 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
       c[1] = qs[1] * k0;
       k_next = n_blocks > 1 ? ks[kQ8KGroups] : 0.f;
       q8_turn_wait(cwg);
+      q8_bias_sacc<kCvt>(sacc);
       ptx::wgmma_fence();
-      q8_issue_qk<kD>(sacc, q_smem, ptx::smem_addr(s.k[0]));
+      q8_issue_qk<kD, kCvt == 2>(sacc, q_smem, ptx::smem_addr(s.k[0]));
       q8_turn_pass<T::kConsumerWGs>(cwg);
       ptx::wgmma_wait<0>();
       q8_fence_regs(sacc);
       if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[0]);
-      q8_softmax<kN, !kSumMma, kExp16, kPoly>(sacc, pf, ph, c, row_max, row_sum, alpha, 0, kv_len, col_in_group);
+      q8_softmax<kN, !kSumMma, kExp16, kPoly, kCvt>(sacc, pf, ph, c, row_max, row_sum, alpha, 0, kv_len, col_in_group);
       if constexpr (kExp16) q8_pack_p16<kN>(ph, pa);
       else q8_pack_p<kN>(pf, pa);
     }
@@ -517,8 +607,9 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
       k_next = j + 1 < n_blocks ? ks[(j + 1) * kQ8KGroups] : 0.f;
       ptx::mbarrier_wait(&s.k_full[stage], k_par);
       q8_turn_wait(cwg);
+      q8_bias_sacc<kCvt>(sacc);
       ptx::wgmma_fence();
-      q8_issue_qk<kD>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
+      q8_issue_qk<kD, kCvt == 2>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
       // V_{j-1} may still land while S_j is issued. ptxas puts a wgmma fence after a wait loop anyway (C7519),
       // as here: P's and O_tile's registers are unchanged since the fence above.
       ptx::mbarrier_wait(&s.v_full[prev], v_par);
@@ -530,7 +621,7 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
       if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
       alpha_prev[0] = alpha[0];
       alpha_prev[1] = alpha[1];
-      q8_softmax<kN, !kSumMma, kExp16, kPoly>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
+      q8_softmax<kN, !kSumMma, kExp16, kPoly, kCvt>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
       ptx::wgmma_wait<0>();
       ptx::fence_regs(ot);
       q8_fence_frag(pa);
@@ -564,7 +655,7 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
 // kTurns: the warpgroups issue their S in round-robin turns (the ping-pong's named barriers, S only), which keeps them
 // a third of a block apart: without it nothing stops them drifting into step, all three in the softmax at once
 // (MUFU shared three ways) and then all three waiting on the tensor cores.
-template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly, bool kTurns = false>
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly, bool kTurns = false, int kCvt = 0>
 __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block,
                                                 int b, int h, int n_blocks, int kv_len) {
   using T = Q8Traits<kD, kWGs>;
@@ -602,13 +693,14 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     const float c[2] = {q8ptx::ld_nc(qsp) * k_sc, q8ptx::ld_nc(qsp + 8) * k_sc};
     ptx::mbarrier_wait(&s.k_full[stage], par);
     if constexpr (kTurns) q8_turn_wait(cwg);
+    q8_bias_sacc<kCvt>(sacc);
     ptx::wgmma_fence();
-    q8_issue_qk<kD>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
+    q8_issue_qk<kD, kCvt == 2>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
     if constexpr (kTurns) q8_turn_pass<T::kConsumerWGs>(cwg);
     ptx::wgmma_wait<0>();
     q8_fence_regs(sacc);
     if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
-    q8_softmax<kN, !kSumMma, kExp16, kPoly>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
+    q8_softmax<kN, !kSumMma, kExp16, kPoly, kCvt>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
     if constexpr (kExp16) q8_pack_p16<kN>(ph, pa);
     else q8_pack_p<kN>(pf, pa);
     ptx::mbarrier_wait(&s.v_full[stage], par);
@@ -624,7 +716,7 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
 }
 
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq = false, int kPoly = 0,
-          bool kTurns = false>
+          bool kTurns = false, int kCvt = 0>
 __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
   using T = Q8Traits<kD, kWGs>;
@@ -666,9 +758,9 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
     if constexpr (kSeq)
-      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns>(p, s, wg - 1, m_block, b, h, n_blocks,
-                                                                        kv_len);
-    else q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16, kPoly>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
+      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns, kCvt>(p, s, wg - 1, m_block, b, h, n_blocks,
+                                                                              kv_len);
+    else q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kCvt>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
   }
 }
 
