@@ -25,6 +25,11 @@ int g_d96_build = 0;
 // 0: D=192 and 256 run on their wide builds (O stored through Q's buffer, tile_config.cuh kOInQ); 1: bf16 on the
 // narrow ones with the separate O scratch (vidattn_sm90_set_hd_narrow: A/B timing; fp16 has the wide builds only)
 int g_hd_narrow = 0;
+// A/B switches for the head-dim variants (tile_config.cuh, VIDATTN_BLOCK_N_D96_3WG / _D192_SHORT), bf16 only, off by
+// default until measured: 3 runs head dims 72..96 (on the D=96 build) on three consumer warpgroups; 64 runs
+// 136..192 at N=64 with two Q buffers (vidattn_sm90_set_d96_warpgroups, vidattn_sm90_set_d192_block_n).
+int g_d96_warpgroups = 0;
+int g_d192_block_n = 0;
 thread_local int g_last_block_n = 0;  // kBlockN of this thread's last launch (0: none)
 
 int fail(const std::string& msg) {
@@ -331,6 +336,19 @@ extern "C" int vidattn_sm90_set_hd_narrow(int narrow) {
   return 0;
 }
 
+extern "C" int vidattn_sm90_set_d96_warpgroups(int warpgroups) {
+  if (warpgroups != 0 && warpgroups != 2 && warpgroups != 3) return 1;
+  g_d96_warpgroups = warpgroups;
+  return 0;
+}
+
+extern "C" int vidattn_sm90_set_d192_block_n(int block_n) {
+  if (block_n != 0 && block_n != vidattn::sm90::default_block_n(192) && block_n != VIDATTN_BLOCK_N_D192_SHORT)
+    return 1;
+  g_d192_block_n = block_n;
+  return 0;
+}
+
 extern "C" int vidattn_sm90_build_head_dim(int head_dim, int causal) {
   if (head_dim < 8 || head_dim > 256 || head_dim % 8 != 0) return 0;
   if (head_dim <= 64) return 64;
@@ -399,12 +417,17 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   // build each (no short-key width, no second warpgroup count): build time.
   if (a->head_dim > 128) {
     constexpr int kD192Narrow = VIDATTN_BLOCK_N_D192_NARROW, kD256Narrow = VIDATTN_BLOCK_N_D256_NARROW;
+    constexpr int kD192Short = VIDATTN_BLOCK_N_D192_SHORT;
+    static_assert(kD192Short != kD192N && kD192Short != kD192Narrow, "the D=192 A/B width must be a build of its own");
+    if (g_d192_block_n == kD192Short && !fp16 && a->head_dim <= 192) return launch<192, 2, kD192Short, false>(*a, s, sms);
     if (g_hd_narrow && !fp16 && kD192Narrow != kD192N && kD256Narrow != kD256N)
       return a->head_dim <= 192 ? launch<192, 2, kD192Narrow, false>(*a, s, sms)
                                 : launch<256, 2, kD256Narrow, false>(*a, s, sms);
     if (a->head_dim <= 192) return fp16 ? launch<192, 2, kD192N, true>(*a, s, sms) : launch<192, 2, kD192N, false>(*a, s, sms);
     return fp16 ? launch<256, 2, kD256N, true>(*a, s, sms) : launch<256, 2, kD256N, false>(*a, s, sms);
   }
+  if (a->head_dim > 64 && a->head_dim <= 96 && g_d96_build != 128 && g_d96_warpgroups == 3 && !fp16)
+    return launch<96, 3, VIDATTN_BLOCK_N_D96_3WG, false>(*a, s, sms);
   if (a->head_dim > 64 && a->head_dim <= 96 && g_d96_build != 128)
     return fp16 ? launch<96, 2, kD96N, true>(*a, s, sms) : launch<96, 2, kD96N, false>(*a, s, sms);
   if (a->head_dim <= 64) {
