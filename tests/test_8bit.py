@@ -447,3 +447,25 @@ def test_magic_number_scores_emulated():
         new = fma32(f, c, neg)
         ulp = torch.finfo(torch.float32).eps * old.abs().clamp_min(1.0)
         assert float(((new - old).abs() - (0.75 * c + 2 * ulp)).max()) <= 0.0
+
+
+def test_q8_cvt_ab_plan_and_table(monkeypatch, capsys):
+    """dev/q8_cvt_ab.py (the conversion A/B's device script): a default first per head dim, every other variant one
+    that is built (sequential schedule; D=64 with row-sum mode 1), the four shapes of the target, and a table that
+    names each variant's ratio to its head dim's default."""
+    monkeypatch.setenv("Q8_EXCLUDE", "")
+    spec = importlib.util.spec_from_file_location("q8_cvt_ab_under_test", REPO / "dev/q8_cvt_ab.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for d in (128, 64):
+        vs = [vt for vt in mod.VARIANTS if vt[1] == d]
+        assert vs[0][2:] == (-1, -1, -1)
+        assert {vt[4] for vt in vs[1:]} >= {1, 2}
+        assert all(seq == 1 and mode == (1 if d == 64 else 0) for _, _, seq, mode, _ in vs[1:])
+    assert [s[0] for s in mod.SHAPES] == ["Wan 1.3B self", "seed 8K", "CogVideoX", "LTX"]
+    res = {"checks": [{"variant": "a", "ok": True}], "timing": [{
+        "shape": "Wan 1.3B self", "with_quant": {"a": [800.0, 810.0, 805.0, 790.0], "b": [880.0, 870.0, 890.0, 860.0]},
+        "kernel_only": {"a": [850.0] * 4, "b": [935.0] * 4}, "rel_l2": {"a": 3.7e-2, "b": 3.7e-2}}]}
+    mod.table(res)
+    out = capsys.readouterr().out
+    assert "(1.090x, kernel 1.100x)" in out and "checks: all ok" in out

@@ -295,3 +295,72 @@ def test_c_entry_refuses_causal():
         assert "causal masks are not supported" in lib.vidattn_sm90_last_error().decode()
     torch.cuda.synchronize()
     assert torch.isnan(out).all()
+
+
+@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("cvt", [1, 2])
+def test_score_conversions(d, cvt):
+    """The score conversions without a per-score I2F (q8_fwd.cuh's kCvt 1 and 2, sequential schedule): odd lengths
+    (one query; a block mostly past kv_len), kv_lens tails with LSE, fp16, a shared key offset, a late sink, row
+    mass; the launch reports the conversion it ran; and the output stays within 1e-2 relative L2 of the I2F path's on
+    the same inputs (the two differ by the folded bias's rounding, under one integer unit of a score, which moves P
+    only where it sits on an e4m3 rounding boundary)."""
+    from vidattn import quant8
+
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    quant8.set_sequential(1)
+    quant8.set_sum_mma(1 if d == 64 else 0)
+    try:
+        for sq, skv in [(1, 1), (1, 77), (113, 113), (1023, 517), (300, 4097)]:
+            q, k, v = (randn(1, n, 2, d, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
+            quant8.set_cvt(cvt)
+            check(q, k, v, seed=seed, lse=True, bound=REL_L2_LOOSE)
+            assert quant8.last_cvt() == cvt and quant8.last_sequential() == 1
+        q, k, v = (randn(3, n, 2, d, seed=seed + 7 + i) for i, n in enumerate((300, 1000, 1000)))
+        lens = torch.tensor([1000, 37, 129], dtype=torch.int32, device=DEV)
+        check(q, k, v, kv_lens=lens, lse=True, seed=seed)
+        q16, k16, v16 = (t.half() for t in (q, k, v))
+        check(q16, k16, v16, kv_lens=lens, lse=True, seed=seed)
+        assert quant8.last_cvt() == cvt
+        out = vidattn.attention(q, k, torch.ones_like(v), kv_lens=lens, precision="8bit")
+        assert float((out.double() - 1).abs().max()) <= MASS
+        q, k, v = (randn(1, 2048, 4, d, seed=seed + 11 + i) for i in range(3))
+        off = 8.0 * randn(d, dtype=torch.float32, seed=seed + 14)
+        check(q, (k.float() + off).to(k.dtype), v, lse=True, seed=seed)
+        e = randn(d, dtype=torch.float32, seed=seed + 15)
+        e = e / e.norm()
+        ks = k.clone()
+        ks[:, -1] = (30.0 * e).to(k.dtype)
+        qs = (q.float() + 4.0 * e).to(q.dtype)
+        new = vidattn.attention(qs, ks, v, precision="8bit")
+        quant8.set_cvt(0)
+        old = vidattn.attention(qs, ks, v, precision="8bit")
+        assert quant8.last_cvt() == 0
+        assert rel_l2(new, old.double()) <= 1e-2, f"seed {seed}"
+        quant8.set_cvt(cvt)
+        check(qs, ks, v, lse=True, seed=seed)
+    finally:
+        quant8.set_cvt(-1)
+        quant8.set_sequential(-1)
+        quant8.set_sum_mma(-1)
+
+
+@pytest.mark.parametrize("d,seq,mode", [(128, 2, 0), (64, 0, 1), (64, 1, 0)])
+def test_score_conversions_refused_off_their_builds(d, seq, mode):
+    """Conversions 1 and 2 are built on the sequential schedule only (at D=64 with row-sum mode 1): forced elsewhere,
+    the launch is refused with an error naming that, nothing launched."""
+    from vidattn import quant8
+
+    q, k, v = (randn(1, 256, 2, d, seed=i) for i in range(3))
+    out = torch.empty_like(q)
+    quant8.set_sequential(seq)
+    quant8.set_sum_mma(mode)
+    quant8.set_cvt(1)
+    try:
+        with pytest.raises(RuntimeError, match="score conversion 1 is built on the sequential schedule"):
+            quant8.forward_8bit(q, k, v, out, None, None, 1 / math.sqrt(d))
+    finally:
+        quant8.set_cvt(-1)
+        quant8.set_sequential(-1)
+        quant8.set_sum_mma(-1)
+        quant8._launch_error = None
