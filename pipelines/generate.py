@@ -38,7 +38,7 @@ from typing import Callable
 
 import torch
 
-from . import registry
+from . import cached, registry
 from .families import Size
 from .wan import PipelineError
 
@@ -125,6 +125,8 @@ class Adapter:
     pipeline_cls: Callable | None = None  # () -> the class, where `diffusers.<pipeline>` is a placeholder
     substitute: str | None = None   # what stands in for a component the pipeline would otherwise load (docs)
     prompt: bool = False            # __call__ takes the prompt text (tokenized in the call by a stand-in tokenizer)
+    sized: bool = True              # __call__ takes height / width / frames (False: `extra` sizes its inputs)
+    steps_key: str | None = "num_inference_steps"  # None: the pipeline's fixed schedule (no steps keyword)
 
 
 def _td(key, default=None):
@@ -353,11 +355,17 @@ def family_call(name: str, pipe, prompt: str, negative_prompt: str, *, preset: s
     call = _text_kwargs(a.texts, cfg, prompt, negative_prompt, e.tiny_text if tiny else e.text, device, dtype,
                         negatives)
     if a.prompt:
-        call.update(prompt=prompt, negative_prompt=negative_prompt)
-    call.update(height=size.height, width=size.width)
-    call[a.frames_key] = size.frames
+        call["prompt"] = prompt
+        if "negative_prompt" in inspect.signature(type(pipe).__call__).parameters:
+            call["negative_prompt"] = negative_prompt
+    if a.sized:
+        call.update(height=size.height, width=size.width)
+        call[a.frames_key] = size.frames
     params = inspect.signature(type(pipe).__call__).parameters
-    if steps is not None:
+    if a.steps_key is None:
+        if steps is not None:
+            raise PipelineError(f"--steps {steps}: {a.pipeline} runs its own fixed schedule ({a.min_steps[1]})")
+    elif steps is not None:
         if steps < a.min_steps[0]:
             raise PipelineError(f"--steps {steps}: {a.pipeline} needs at least {a.min_steps[0]} ({a.min_steps[1]})")
         call["num_inference_steps"] = steps
@@ -640,6 +648,73 @@ _add(Adapter("cosmos3", "Cosmos3OmniPipeline", "AutoencoderKLWan", _WAN22_VAE,
                         "byte, Qwen2's special tokens, a ChatML template): prompts are about 4x the release's "
                         "token count; the safety checker off through the pipeline's enable_safety_checker=False"))
 
+
+def _refiner_encode_prompt(pipe, prompt: str, *, device, dtype):
+    """In place of SanaWMLTX2Refiner._encode_prompt's Gemma-3 tokenizer and encoder: seeded stand-ins for Gemma-3's
+    stacked hidden states of `prompt` (pipelines/ltx2.py's, left-padded to the pipeline's text length as its
+    tokenizer pads), packed and normalised as the pipeline packs them, then the pipeline's own text connectors."""
+    from diffusers.pipelines.sana_wm.refiner import _pack_text_embeds
+
+    from .ltx2 import ltx2_prompt_embeds
+
+    tokens = pipe.text_max_sequence_length
+    n = _valid_tokens(prompt, tokens)
+    emb, mask = ltx2_prompt_embeds(pipe, prompt, tokens=tokens, device=device, dtype=dtype, valid=n)
+    mask = mask.flip(-1)  # left padding
+    cfg = pipe.connectors.config
+    hidden = emb.flip(1).unflatten(2, (cfg.caption_channels, cfg.text_proj_in_factor))
+    packed = _pack_text_embeds(hidden, mask.sum(-1), device=device, padding_side="left").to(dtype)
+    out, _, out_mask = pipe.connectors(packed, mask)
+    return out.to(device=device, dtype=dtype), out_mask.to(device)
+
+
+def _refiner_post(pipe):
+    import types
+
+    pipe._encode_prompt = types.MethodType(_refiner_encode_prompt, pipe)
+
+
+def _refiner_components(preset, device, dtype, seed):
+    from diffusers.pipelines.ltx2 import LTX2TextConnectors
+
+    from .families import _cast
+    from .ltx2 import TINY_CONNECTORS
+
+    tiny = preset == "tiny"
+    con = _seeded(LTX2TextConnectors, TINY_CONNECTORS if tiny else {}, seed + 1, device)
+    _cast(con, dtype).eval().requires_grad_(False)
+    # the distilled sigmas pass through unshifted (the pipeline's docstring: shift=1.0)
+    return {"connectors": con, "text_max_sequence_length": registry.entry("sana_wm_refiner").tiny_text if tiny
+            else registry.entry("sana_wm_refiner").text}
+
+
+def _refiner_latent(pipe, preset, size, seed, device, dtype):
+    """Stand-in for the SANA-WM base model's output (stage 1, which the refiner refines): seeded random latents of
+    the LTX-2 VAE's shape at this video size ((F - 1) / 8 + 1 latent frames, 32x spatial, its channels)."""
+    vae = pipe.vae
+    t = (size.frames - 1) // vae.temporal_compression_ratio + 1
+    h, w = size.height // vae.spatial_compression_ratio, size.width // vae.spatial_compression_ratio
+    g = torch.Generator(device="cpu").manual_seed(seed + 15)
+    return {"sana_latent": torch.randn(1, vae.config.latent_channels, t, h, w, generator=g).to(device, dtype)}
+
+
+# SANA-WM refiner (stage 2): the LTX-2 video VAE (pipelines/ltx2.py's release config), LTX-2's text connectors,
+# FlowMatchEuler at shift 1; its own distilled 3-sigma schedule per AR block (block_size 3, 1 sink + 10 history).
+from .ltx2 import DEFAULT_VAE as _LTX2_VAE, TINY_VAE as _LTX2_TINY_VAE  # noqa: E402
+
+_add(Adapter("sana_wm_refiner", "SanaWMLTX2Refiner", "AutoencoderKLLTX2Video", _LTX2_VAE,
+             # the tiny VAE compresses 2x (one level): its ratios stated, which the class does not derive
+             {**_LTX2_TINY_VAE, "spatial_compression_ratio": 2, "temporal_compression_ratio": 2},
+             "AutoencoderKLLTX2Video class defaults at LTX-2's 32x / 8x compression (SANA-WM decodes with it)",
+             "FlowMatchEulerDiscreteScheduler", (), scheduler_config={"shift": 1.0}, negatives=False, prompt=True,
+             sized=False, steps_key=None, extra=_refiner_latent, components=_refiner_components,
+             post=_refiner_post, tiny_size=Size(32, 32, 9), fps=cached.REFINER_FPS,
+             call={"fps": cached.REFINER_FPS}, tiny_call={"block_size": 1, "kv_max_frames": 2},
+             min_steps=(1, "3 distilled sigmas per AR block"), vae_dtype=None,
+             substitute="the stage-1 input (a SANA-WM base-model latent) as seeded random latents of the LTX-2 "
+                        "VAE's shape; Gemma-3's tokenizer and hidden states as seeded random stacked hidden states "
+                        "(as LTX-2's), through the pipeline's own text connectors"))
+
 # Families that do not generate here, and why.
 LEFT_OUT: dict[str, str] = {
     "wan_animate2": "WanAnimate2ModularPipeline is a modular pipeline: its blocks get their components (UMT5 text "
@@ -648,19 +723,18 @@ LEFT_OUT: dict[str, str] = {
     "minimax_h3": "MiniMaxH3ModularPipeline is a modular pipeline: its blocks get their components (text encoder, "
                   "video and audio VAEs) through the release repository's modular model index; assembling them "
                   "locally with random weights is not wired",
-    "sana_wm_refiner": "SanaWMLTX2Refiner is stage 2 of SANA-WM: it refines the latents of a SANA-WM base-model "
-                       "generation (`sana_latent`; the base model's output, not a text-to-video start) and encodes "
-                       "the prompt inside __call__ with Gemma-3 and the LTX-2 connectors (no prompt-embeddings "
-                       "argument)",
 }
 
 
 def generate_family(pipe, call: dict, *, fps: float, generator=None):
     """Run one family generation (`call` from family_call, passed as is: a None there is meant) and return the
     video as pipelines.generic.Generated ((F, H, W, 3) in [0, 1], no audio track)."""
+    import numpy as np
+
     from .generic import Generated, _frames
 
     with torch.no_grad():
         out = pipe(**call, generator=generator, output_type="np")
-    # Cosmos3OmniPipelineOutput names its frames `video`
-    return Generated(_frames(out.frames if hasattr(out, "frames") else out.video), None, None, fps)
+    # Cosmos3OmniPipelineOutput names its frames `video`; the SANA-WM refiner returns the array itself
+    video = out if isinstance(out, (torch.Tensor, np.ndarray)) else getattr(out, "frames", None)
+    return Generated(_frames(video if video is not None else out.video), None, None, fps)

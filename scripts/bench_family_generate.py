@@ -51,7 +51,9 @@ STEPS = 2
 BENCH_FRAMES = {"skyreels_v2": 17, "anyflow": 17, "wan_vace": 17, "chronoedit": 17, "hunyuan_video": 17,
                 "hunyuan_video15": 17, "cogvideox": 17, "ltx": 17, "ltx2": 17, "mochi": 19, "allegro": 16,
                 "easyanimate": 17, "sana_video": 17, "kandinsky5": 17, "kandinsky6": 17, "motif_video": 17,
-                "wan_animate": 17, "cosmos": 17, "cosmos3": 17}
+                "wan_animate": 17, "cosmos": 17, "cosmos3": 17,
+                # the refiner: 7 latent frames = the sink + two 3-frame AR blocks (the second reads history)
+                "sana_wm_refiner": 49}
 # Height and width below the default where the family alone would take a fifth of a sweep's budget (FramePack's
 # 720x1280 section: ~4 s per forward at 2 steps x 2 paths); frames keep the section. Labelled reduced in the output.
 BENCH_HW = {"framepack": (480, 832)}
@@ -83,9 +85,18 @@ def bench_size(name: str, tiny: bool):
     return Size(h, w, min(d.frames, BENCH_FRAMES.get(name, d.frames)))
 
 
+# Cosmos3-Omni runs its conditional and unconditional branches as two calls per step (its registry row times one).
+CALLS_PER_STEP = {"cosmos3": 2}
+# Forwards of a generation that takes no steps: the SANA-WM refiner at BENCH_FRAMES (the sink's capture pass, then
+# per 3-frame AR block 3 denoising calls and 1 capture pass, each about the registry's cached block call).
+FIXED_FORWARDS = {"sana_wm_refiner": 1 + 2 * 4}
+
+
 def _calls_per_step(name: str) -> int:
     from pipelines import registry
 
+    if name in CALLS_PER_STEP:
+        return CALLS_PER_STEP[name]
     note = registry.entry(name).note.lower()
     return 2 if ("two batch-1 calls" in note or "separate batch-1" in note) else 1
 
@@ -113,7 +124,8 @@ def estimate_s(name: str, steps: int = STEPS) -> float | None:
          max(registry.video_tokens(name, e.size, registry.full_config(name)), 1))
     fwd = est["attention_s"] * r * r + (est["forward_s"] - est["attention_s"]) * r
     build = 1 + 0.1 * est["params"] / 1e9
-    return build + 2 * (steps * _calls_per_step(name) * fwd * FORWARD_FACTOR + DECODE_S)
+    n = FIXED_FORWARDS.get(name, steps * _calls_per_step(name))
+    return build + 2 * (n * fwd * FORWARD_FACTOR + DECODE_S)
 
 
 def git_commit() -> str | None:
@@ -155,17 +167,32 @@ def _one(pipe, run, path: str, steps: int, device):
     handle = vidattn.apply(pipe) if path == "vidattn" else None
     call = run["call"]
     saved = call.get("num_inference_steps")
-    call["num_inference_steps"] = steps
+    fixed = _fixed_schedule(run)
+    if not fixed:
+        call["num_inference_steps"] = steps
     timer = ForwardTimer(pipe.transformer, device)
     try:
         with Stopwatch(device) as sw:
             out = run_generate(pipe, run, run["seed"])
     finally:
         timer.close()
-        call["num_inference_steps"] = saved
+        if not fixed:
+            call["num_inference_steps"] = saved
         if handle is not None:
             vidattn.restore(pipe)
     return sw.ms, timer.forward_ms(), out, (None if handle is None else handle.counts())
+
+
+def _fixed_schedule(run: dict) -> bool:
+    """The pipeline runs its own schedule and takes no steps (the SANA-WM refiner's distilled sigmas per block)."""
+    return run.get("fixed_schedule", False)
+
+
+def _fixed(name: str) -> str | None:
+    from pipelines.generate import ADAPTERS
+
+    a = ADAPTERS.get(name)
+    return a.min_steps[1] if a is not None and a.steps_key is None else None
 
 
 def bench_family(name: str, args, device, warm: bool) -> dict:
@@ -182,13 +209,18 @@ def bench_family(name: str, args, device, warm: bool) -> dict:
     t0 = time.perf_counter()
     stage = "build"
     try:
-        argv = ["--family", name, "--device", str(device), "--steps", str(args.steps), "--seed", str(args.seed)]
+        argv = ["--family", name, "--device", str(device), "--seed", str(args.seed)]
+        if _fixed(name) is None:
+            argv += ["--steps", str(args.steps)]
+        else:
+            rec["steps"] = f"its own schedule ({_fixed(name)})"
         if size is not None:
             argv += ["--height", str(size.height), "--width", str(size.width), "--frames", str(size.frames)]
         if args.tiny:
             argv.append("--tiny")
         pargs = gv.build_parser().parse_args(argv)
         pipe, run = gv.prepare_pipeline(pargs)
+        run["fixed_schedule"] = _fixed(name) is not None
         rec["height"], rec["width"], rec["frames"] = run["size"]
         if device.type == "cuda":
             torch.cuda.synchronize(device)

@@ -152,9 +152,12 @@ def test_default_pipeline_builds_on_meta(name):
             assert sum(p.numel() for p in m.parameters()) > 3e8, (name, part)
     call = G.family_call(name, pipe, "a fox", "", device="meta", dtype=torch.bfloat16)
     size = registry.size_for(name)
-    assert (call["height"], call["width"]) == (size.height, size.width)
+    if not G.ADAPTERS[name].sized:  # the refiner's size is its stage-1 latent's: LTX-2's VAE, 32x spatial, 8x time
+        assert call["sana_latent"].shape == (1, 128, (size.frames - 1) // 8 + 1, size.height // 32, size.width // 32)
+    else:
+        assert (call["height"], call["width"]) == (size.height, size.width)
     if G.ADAPTERS[name].prompt:  # the pipeline tokenizes the prompt; the transformer embeds the ids itself
-        assert isinstance(call["prompt"], str) and pipe.text_tokenizer is not None
+        assert isinstance(call["prompt"], str)  # its stand-in text path: the tests above
         return
     emb = call.get("prompt_embeds", call.get("prompt_embeds_qwen"))
     assert emb.shape[0] == 1 and emb.shape[1] == (512 if name in ("chronoedit", "wan_animate") else
@@ -232,3 +235,18 @@ def test_byte_tokenizer_stands_in_for_qwen2():
     assert max(ids) < G.BYTE_VOCAB == G.ADAPTERS["cosmos3"].tiny_transformer["vocab_size"]
     assert tok.decode(ids, skip_special_tokens=True) == "user\na fox é\nassistant\n"
     assert tok.convert_tokens_to_ids("<|vision_start|>") < G.BYTE_VOCAB
+
+
+def test_refiner_text_stand_in_runs_the_pipelines_connectors():
+    """SANA-WM refiner: the Gemma-3 stand-in is seeded by the prompt and left-padded as its tokenizer pads; the
+    connectors (the pipeline's own module) turn it into the transformer's text tokens; a fixed-schedule pipeline
+    refuses --steps with the reason."""
+    pipe = G.build_family_pipeline("sana_wm_refiner", "tiny", device="cpu", dtype=torch.float32, seed=0)
+    a, ma = pipe._encode_prompt("a red fox", device="cpu", dtype=torch.float32)
+    b, _ = pipe._encode_prompt("a red fox", device="cpu", dtype=torch.float32)
+    c, _ = pipe._encode_prompt("a blue car on a road", device="cpu", dtype=torch.float32)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert a.shape[:2] == (1, registry.entry("sana_wm_refiner").tiny_text) and torch.isfinite(a).all()
+    assert a.shape[-1] == pipe.transformer.config.caption_channels
+    with pytest.raises(G.PipelineError, match="fixed schedule"):
+        G.family_call("sana_wm_refiner", pipe, "a", "", preset="tiny", device="cpu", dtype=torch.float32, steps=2)
