@@ -1,15 +1,18 @@
-"""Helpers the test modules share: importing a script by its path, the one-thread fixtures, and the float64
-attention reference.
+"""Helpers the test modules share: importing a script by its path, the one-thread fixtures, the float64 attention
+reference and the same-precision SDPA baseline the kernel's accuracy is measured against.
 
 The fixtures are plain pytest fixtures; a module takes one by importing it (`from _support import one_thread`),
 and an autouse fixture imported into a module applies to every test of that module only."""
 import importlib.util
 import math
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,3 +91,22 @@ def attention_fp64(q, k, v, scale=None, kv_lens=None, *, layout="bshd", causal=F
         out[:, :, i:i + rows] = torch.matmul(torch.softmax(s, dim=-1).nan_to_num_(0.0), vb)
         del s
     return (out if layout == "bhsd" else out.transpose(1, 2)), lse
+
+
+def sdpa_same_precision(q, k, v, scale=None, kv_lens=None, *, layout="bshd"):
+    """The same-precision baseline, out in `layout`: cuDNN SDPA, default SDPA where cuDNN refuses the case; K/V with
+    fewer heads repeated per group, kv_lens as a boolean key mask."""
+    qb, kb, vb = (t if layout == "bhsd" else t.transpose(1, 2) for t in (q, k, v))
+    if kb.shape[1] != qb.shape[1]:
+        kb, vb = (t.repeat_interleave(qb.shape[1] // kb.shape[1], dim=1) for t in (kb, vb))
+    mask = None
+    if kv_lens is not None:
+        mask = (torch.arange(kb.shape[2], device=kb.device)[None, :] < kv_lens.long()[:, None])[:, None, None, :]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
+        except RuntimeError:
+            o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
+    return o if layout == "bhsd" else o.transpose(1, 2)

@@ -23,7 +23,6 @@ usable GPU.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _support import attention_fp64  # noqa: E402  (tests/ is this script's folder: first on sys.path)
 
 REL_L2_MAX = 1e-2
 LSE_ATOL = 1e-2
@@ -134,23 +134,8 @@ N_THREADS = 3
 
 
 def reference(q, k, v, layout, kv_lens, causal=False):
-    """fp64 attention on the CPU: (out in `layout`, lse (B, H, Sq)). causal: key j is kept for query i when
-    j < kv_len and j <= i (top-left) or j <= i + kv_len - Sq (bottom-right); a row with no key is zeros, LSE -inf."""
-    qb, kb, vb = (t.double() if layout == "bhsd" else t.double().transpose(1, 2) for t in (q, k, v))
-    group = qb.shape[1] // kb.shape[1]
-    kb, vb = kb.repeat_interleave(group, dim=1), vb.repeat_interleave(group, dim=1)
-    b, sq, skv = qb.shape[0], qb.shape[2], kb.shape[2]
-    s = qb @ kb.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    lens = torch.tensor(kv_lens if kv_lens is not None else [skv] * b)
-    j = torch.arange(skv)[None, None, :]
-    keep = j < lens[:, None, None]  # (B, 1, Skv)
-    if causal:
-        shift = lens[:, None, None] - sq if causal == "bottom_right" else torch.zeros(b, 1, 1, dtype=torch.long)
-        keep = keep & (j <= torch.arange(sq)[None, :, None] + shift)  # (B, Sq, Skv)
-    s = s.masked_fill(~keep[:, None], float("-inf"))
-    lse = torch.logsumexp(s, -1)
-    out = torch.softmax(s, -1).nan_to_num(0.0) @ vb  # a row with no key: softmax NaN -> zeros
-    return (out if layout == "bhsd" else out.transpose(1, 2)), lse
+    """fp64 attention on the CPU: (out in `layout`, lse (B, H, Sq)); a row with no key is zeros, LSE -inf."""
+    return attention_fp64(q, k, v, kv_lens=kv_lens, layout=layout, causal=causal)
 
 
 @dataclass

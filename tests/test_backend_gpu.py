@@ -35,6 +35,7 @@ from diffusers.models import attention_dispatch as ad  # noqa: E402
 from bench.accuracy import fa_atol  # noqa: E402
 
 from test_backend import ring_template  # noqa: E402
+from _support import attention_fp64  # noqa: E402
 
 DEV = "cuda"
 
@@ -99,10 +100,8 @@ def test_key_padding_mask_runs_the_kernel_with_kv_lens(kernel_calls):
 
 
 def _reference(q, k, v, scale):
-    """float64 (out (B, S, H, D), lse (B, S, H)) on the upcast inputs."""
-    s = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double()) * scale
-    lse = torch.logsumexp(s, dim=-1)
-    out = torch.einsum("bhqk,bkhd->bqhd", torch.exp(s - lse[..., None]), v.double())
+    """float64 (out (B, S, H, D), lse (B, S, H): the backend's LSE layout) on the upcast inputs."""
+    out, lse = attention_fp64(q, k, v, scale)
     return out, lse.transpose(1, 2)
 
 

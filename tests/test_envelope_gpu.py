@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -25,14 +24,14 @@ pytestmark = pytest.mark.gpu
 if hopper_skip_reason() is not None:
     pytest.skip(hopper_skip_reason(), allow_module_level=True)
 
-import torch.nn.functional as F  # noqa: E402
-from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import vidattn  # noqa: E402
 from vidattn import _ext  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.accuracy import fa_atol  # noqa: E402
+from _support import attention_fp64 as reference  # noqa: E402  (out BSHD, lse (B, H, Sq)), K/V repeated per group
+from _support import sdpa_same_precision as cudnn  # noqa: E402  (cuDNN SDPA, default SDPA where it refuses)
 
 DEV = "cuda"
 K_ERR, K_ERR_MAX_ABS, FLOOR, REL_L2_CAP, LSE_ATOL = 1.5, 2.0, 1e-5, 2e-2, 1e-2
@@ -56,36 +55,6 @@ def bshd_inputs(b, hq, hkv, sq, skv, d, g, dtype=torch.bfloat16, shift=False):
 def as_layout(t, layout):
     """A BSHD tensor as the caller's layout: BHSD is a packed copy in that order (not a view)."""
     return t if layout == "bshd" else t.transpose(1, 2).contiguous()
-
-
-def reference(q, k, v, scale, kv_lens=None):
-    """float64 attention on BSHD inputs, K/V repeated per group: (out BSHD, lse (B, H, Sq))."""
-    g = q.shape[2] // k.shape[2]
-    qb, kb, vb = (t.transpose(1, 2).double() for t in (q, k, v))
-    kb, vb = kb.repeat_interleave(g, dim=1), vb.repeat_interleave(g, dim=1)
-    s = qb @ kb.transpose(-1, -2) * scale
-    if kv_lens is not None:
-        keep = torch.arange(kb.shape[2], device=DEV)[None, :] < kv_lens.long()[:, None]
-        s.masked_fill_(~keep[:, None, None, :], float("-inf"))
-    return (torch.softmax(s, -1) @ vb).transpose(1, 2), torch.logsumexp(s, -1)
-
-
-def cudnn(q, k, v, scale, kv_lens=None):
-    """Same-precision baseline on BSHD inputs (K/V expanded per group): cuDNN SDPA, default SDPA where it refuses."""
-    g = q.shape[2] // k.shape[2]
-    qb, kb, vb = (t.transpose(1, 2) for t in (q, k, v))
-    kb, vb = kb.repeat_interleave(g, dim=1), vb.repeat_interleave(g, dim=1)
-    mask = None
-    if kv_lens is not None:
-        mask = (torch.arange(kb.shape[2], device=DEV)[None, :] < kv_lens.long()[:, None])[:, None, None, :]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
-        except RuntimeError:
-            o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
-    return o.transpose(1, 2)
 
 
 def assert_accurate(out, ref, base, what):

@@ -30,9 +30,7 @@ The whole module is skipped without CUDA or without an sm_90 GPU.
 """
 from __future__ import annotations
 
-import math
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -45,13 +43,12 @@ pytestmark = pytest.mark.gpu
 if hopper_skip_reason() is not None:
     pytest.skip(hopper_skip_reason(), allow_module_level=True)
 
-import torch.nn.functional as F  # noqa: E402
-from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import vidattn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.accuracy import fa_atol, make_inputs, shape_scores  # noqa: E402  (FlashAttention's absolute term; the sink draw; score ramps and spikes)
+from _support import attention_fp64, sdpa_same_precision  # noqa: E402
 
 DEV = "cuda"
 K_ERR = 1.5            # kernel rel-L2 error <= K_ERR x SDPA's (+ floors below)
@@ -149,52 +146,14 @@ def bh(sq, skv) -> tuple[int, int]:
     return (1, 2) if max(sq, skv) >= 4096 else (2, 3)
 
 
-def to_bhsd(x, layout):
-    return x if layout == "bhsd" else x.transpose(1, 2)
-
-
-def from_bhsd(x, layout):
-    return x if layout == "bhsd" else x.transpose(1, 2)
-
-
-def key_mask(kv_lens, skv):
-    """(B, 1, 1, Skv) bool, True where the key is attended (index < kv_lens[b])."""
-    return (torch.arange(skv, device=kv_lens.device)[None, :] < kv_lens.long()[:, None])[:, None, None, :]
-
-
 def reference(q, k, v, layout="bshd", scale=None, kv_lens=None):
     """float64 attention on the upcast inputs, chunked over query rows: (out in `layout`, lse (B,H,Sq))."""
-    qb, kb, vb = (to_bhsd(t, layout).double() for t in (q, k, v))
-    b, h, sq, d = qb.shape
-    skv = kb.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    keep = key_mask(kv_lens, skv) if kv_lens is not None else None
-    rows = max(1, REF_CHUNK_BYTES // (b * h * skv * 8))
-    out = torch.empty(b, h, sq, d, dtype=torch.float64, device=DEV)
-    lse = torch.empty(b, h, sq, dtype=torch.float64, device=DEV)
-    kt = kb.transpose(-1, -2)
-    for i in range(0, sq, rows):
-        s = torch.matmul(qb[:, :, i:i + rows], kt).mul_(scale)
-        if keep is not None:
-            s.masked_fill_(~keep, float("-inf"))
-        lse[:, :, i:i + rows] = torch.logsumexp(s, dim=-1)
-        out[:, :, i:i + rows] = torch.matmul(torch.softmax(s, dim=-1), vb)
-        del s
-    return from_bhsd(out, layout), lse
+    return attention_fp64(q, k, v, scale, kv_lens, layout=layout, chunk_bytes=REF_CHUNK_BYTES)
 
 
 def sdpa(q, k, v, layout="bshd", scale=None, kv_lens=None):
     """Same-precision baseline: cuDNN SDPA, or default SDPA when cuDNN refuses the case."""
-    qb, kb, vb = (to_bhsd(t, layout) for t in (q, k, v))
-    mask = key_mask(kv_lens, kb.shape[2]) if kv_lens is not None else None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
-        except RuntimeError:
-            o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
-    return from_bhsd(o, layout)
+    return sdpa_same_precision(q, k, v, scale, kv_lens, layout=layout)
 
 
 def assert_kernel_ran(q, k, v, layout="bshd", scale=None, kv_lens=None):

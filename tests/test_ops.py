@@ -1,5 +1,4 @@
 """vidattn.attention / explain / the custom op, on the CPU (SDPA fallback) and, marked gpu, on CUDA."""
-import math
 import warnings
 
 import pytest
@@ -9,6 +8,7 @@ import torch.nn.functional as F
 import vidattn
 from vidattn import ops
 from conftest import is_hopper
+from _support import attention_fp64 as ref_bshd  # (out, lse (B, H, Sq)) on (B, S, H, D)
 
 pytestmark = pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning")
 
@@ -17,18 +17,6 @@ def rand_bshd(b, sq, skv, h, d, dtype=torch.float32, device="cpu", seed=0):
     g = torch.Generator(device="cpu").manual_seed(seed)
     q, k, v = (torch.randn(b, s, h, d, generator=g).to(device=device, dtype=dtype) for s in (sq, skv, skv))
     return q, k, v
-
-
-def ref_bshd(q, k, v, scale=None, kv_lens=None):
-    """fp64 reference on (B, S, H, D): output and natural-log LSE (B, H, Sq)."""
-    qh, kh, vh = (t.double().transpose(1, 2) for t in (q, k, v))
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = qh @ kh.transpose(-1, -2) * scale
-    if kv_lens is not None:
-        keep = torch.arange(k.shape[1])[None, :] < kv_lens.cpu()[:, None]
-        s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
-    out = torch.softmax(s, dim=-1) @ vh
-    return out.transpose(1, 2), torch.logsumexp(s, dim=-1)
 
 
 @pytest.mark.parametrize("sq,skv", [(5, 5), (7, 13), (1, 1), (33, 2)])

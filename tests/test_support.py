@@ -1,5 +1,5 @@
 """tests/_support.py itself: the float64 reference the accuracy tests trust (against SDPA in float64 and a
-per-element sum), and the script loader."""
+per-element sum), the same-precision baseline, and the script loader."""
 import math
 import sys
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _support import ROOT, attention_fp64, load_script
+from _support import ROOT, attention_fp64, load_script, sdpa_same_precision
 
 
 def _qkv(b=2, sq=9, skv=11, h=4, hkv=2, d=8, seed=0):
@@ -64,3 +64,15 @@ def test_load_script_fresh_module_and_registration():
     a, b = load_script(path), load_script(path, "_support_plot", register=True)
     assert a is not b and a.__name__ == "plot_results" and "plot_results" not in sys.modules
     assert sys.modules.pop("_support_plot") is b and callable(b.main)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_same_precision_baseline_is_sdpa_with_groups_and_key_mask(layout):
+    q, k, v = _qkv()
+    kv_lens = torch.tensor([11, 6])
+    want = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), enable_gqa=True, scale=0.3,
+                                          attn_mask=_mask(2, 9, 11, [11, 6], False))
+    args = (q, k, v) if layout == "bshd" else tuple(t.transpose(1, 2) for t in (q, k, v))
+    out = sdpa_same_precision(*args, 0.3, kv_lens, layout=layout)
+    assert out.dtype == q.dtype and out.shape == args[0].shape
+    assert torch.allclose(out if layout == "bhsd" else out.transpose(1, 2), want, atol=1e-6)
