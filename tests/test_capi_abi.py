@@ -9,6 +9,7 @@ from pathlib import Path
 from vidattn import _ext
 
 CAPI_H = Path(__file__).resolve().parent.parent / "csrc" / "capi.h"
+CAPI_CU = CAPI_H.with_name("capi.cu")
 C_TYPES = {"const void*": ctypes.c_void_p, "void*": ctypes.c_void_p, "float*": ctypes.c_void_p,
            "const int32_t*": ctypes.c_void_p, "int64_t": ctypes.c_int64, "float": ctypes.c_float,
            "int32_t": ctypes.c_int32, "uint64_t": ctypes.c_uint64}
@@ -67,3 +68,14 @@ def test_workspace_is_fresh_per_call_and_only_when_asked(monkeypatch):
     assert _ext.workspace(lib, cpu) is not ws and lib.calls == 1
     # A library without the entry point (an older build) needs none.
     assert _ext.workspace(object(), cpu) is None
+
+
+def test_max_scale_is_the_one_capi_cu_enforces():
+    """_ext.MAX_SCALE (the envelope, so explain answers first) and the launch's own refusal in csrc/capi.cu are two
+    copies of one limit: a drift would let explain say yes to a call the launch refuses, or the other way round."""
+    src = CAPI_CU.read_text()
+    checks = re.findall(r"if \(a->scale > ([0-9.e+]+)f\) return fail\(\"softmax scale must be at most ([0-9.e+]+)\"\)", src)
+    assert len(checks) == 1, "csrc/capi.cu: the scale's upper bound check not found once (update this test's pattern)"
+    bound, message = checks[0]
+    assert float(bound) == float(message) == _ext.MAX_SCALE
+    assert "MAX_SCALE" in src  # its comment points back at the Python copy
