@@ -118,9 +118,9 @@ bool q8_tensor_map_2d(CUtensorMap* map, const void* base, uint64_t inner, uint64
   return true;
 }
 
-// Every built variant takes its exponentials in fp32 from MUFU: q8_fwd.cuh's kExp16 and kPoly (the lost modes 2-5)
-// stay false / 0 here, not instantiated.
-template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, bool kTurns = false, int kCvt = 0>
+// Every built variant takes its exponentials in fp32: q8_fwd.cuh's kExp16 (the lost modes 2 and 3) stays false, and
+// kPoly (modes 4, 5) is 0 but for mode 4 with score conversion 1 at D=128 (kPoly 2: 1/8 of them by the polynomial).
+template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, bool kTurns = false, int kCvt = 0, int kPoly = 0>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
   using T = Q8Traits<kD, kWGs>;
@@ -191,10 +191,10 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
   const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
-  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, 0, kTurns, kCvt>;
+  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, kPoly, kTurns, kCvt>;
   if (allow_smem(kernel, smem) != 0) return 1;
   g_q8_last_wgs = kWGs;
-  g_q8_last_sum_mma = kSumMma ? 1 : 0;
+  g_q8_last_sum_mma = kPoly == 2 ? 4 : (kSumMma ? 1 : 0);
   g_q8_last_seq = kSeq ? (kTurns ? 2 : 1) : 0;
   g_q8_last_cvt = kCvt;
   kernel<<<dim3(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
@@ -219,9 +219,6 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   static const int env_mode =
       q8_env_default("VIDATTN_Q8_SUM_MMA", kD == 64 ? VIDATTN_Q8_MODE_D64 : VIDATTN_Q8_MODE_D128, 0, 5);
   const int mode = g_q8_sum_mma < 0 ? env_mode : g_q8_sum_mma;
-  if (mode >= 2)
-    return fail("8-bit path: row-sum mode " + std::to_string(mode) +
-                " is no longer built (it measured slower than the default on every shape); modes 0 and 1 are");
   // The score conversion: 1 and 2 built on the sequential schedule only (D=64: with mode 1; the three-warpgroup
   // ping-pong spilled 120-350 bytes with them, against 68 with I2F).
   constexpr bool kCvtBuilt = kSeq && !kTurns;
@@ -234,10 +231,22 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
                   " is built on the sequential schedule (1) only, at head dim 64 with row-sum mode 1");
     cvt = 0;  // (VIDATTN_Q8_CVT, for the defaults' A/B, leaves the other variants as they are)
   }
+  // Mode 4 (1/8 of the exponentials by the FMA polynomial) lost with the per-score I2F; without it (score conversion
+  // 1, D=128 sequential) it is built once more for the A/B.
+  constexpr bool kPolyBuilt = kD == 128 && kCvtBuilt;
+  if (mode >= 2 && !(mode == 4 && kPolyBuilt && cvt == 1))
+    return fail("8-bit path: row-sum mode " + std::to_string(mode) +
+                " is no longer built (it measured slower than the default on every shape); modes 0 and 1 are" +
+                (mode == 4 ? std::string(", and mode 4 with score conversion 1 at head dim 128 (sequential)") : ""));
   if constexpr (kD == 128) {
     if (mode == 1)
       return fail("8-bit path: head dim 128 takes row-sum mode 0 only (mode 1's ones columns do not fit the "
                   "sequential schedule's registers; the ping-pong build that took it is no longer built)");
+    if constexpr (kPolyBuilt) {
+      if (mode == 4)
+        return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 1, 2>(a, l, s)
+                    : q8_launch<kD, 3, false, false, kSeq, kTurns, 1, 2>(a, l, s);
+    }
     if constexpr (kCvtBuilt) {
       if (cvt == 1)
         return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 1>(a, l, s)

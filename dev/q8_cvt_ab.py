@@ -1,6 +1,7 @@
 """Device A/B of the 8-bit kernel's score conversion (csrc/sm90/q8_fwd.cuh, kCvt): one I2F per score (0, the default)
 against the integer row max with magic-number floats (1) and the S accumulator biased by the tensor cores (2), all on
-the sequential schedule; at D=64 also the shipped default (three-warpgroup ping-pong, I2F) as the reference.
+the sequential schedule; at D=128 also conversion 1 with 1/8 of the exponentials by the FMA polynomial (mode 4, which
+lost beside the I2F), at D=64 the shipped default (three-warpgroup ping-pong, I2F) as the reference.
 
     python3 dev/q8_cvt_ab.py [--passes 4] [--reps 20]
 
@@ -34,7 +35,7 @@ DEV = torch.device("cuda")
 
 # (name, head dim, schedule, row-sum mode, conversion); the first of each head dim is its shipped default.
 VARIANTS = [("d128 default (seq, I2F)", 128, -1, -1, -1), ("d128 seq cvt1", 128, 1, 0, 1),
-            ("d128 seq cvt2", 128, 1, 0, 2),
+            ("d128 seq cvt2", 128, 1, 0, 2), ("d128 seq cvt1 + poly 1/8", 128, 1, 4, 1),
             ("d64 default (ping-pong, I2F)", 64, -1, -1, -1), ("d64 seq I2F", 64, 1, 1, 0),
             ("d64 seq cvt1", 64, 1, 1, 1), ("d64 seq cvt2", 64, 1, 1, 2)]
 SHAPES = [("Wan 1.3B self", 1, 12, 32760, 128), ("seed 8K", 4, 16, 8192, 128), ("CogVideoX", 1, 48, 17776, 64),

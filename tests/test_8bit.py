@@ -415,6 +415,9 @@ def test_cvt_selector_in_the_c_abi():
     assert "#define VIDATTN_Q8_CVT_D128 0" in src and "#define VIDATTN_Q8_CVT_D64 0" in src  # old path by default
     for cvt in (1, 2):
         assert f"kSeq, kTurns, {cvt}>(a, l, s)" in src and f"kSeq, false, {cvt}>(a, l, s)" in src
+    # Mode 4 (the polynomial's 1/8 share) comes back with conversion 1 at D=128 only; elsewhere it stays refused.
+    assert "kSeq, kTurns, 1, 2>(a, l, s)" in src
+    assert "if (mode >= 2 && !(mode == 4 && kPolyBuilt && cvt == 1))" in src
 
 
 def test_magic_number_scores_emulated():
@@ -461,7 +464,8 @@ def test_q8_cvt_ab_plan_and_table(monkeypatch, capsys):
         vs = [vt for vt in mod.VARIANTS if vt[1] == d]
         assert vs[0][2:] == (-1, -1, -1)
         assert {vt[4] for vt in vs[1:]} >= {1, 2}
-        assert all(seq == 1 and mode == (1 if d == 64 else 0) for _, _, seq, mode, _ in vs[1:])
+        assert all(seq == 1 and mode == (1 if d == 64 else 0) for _, _, seq, mode, cvt in vs[1:] if mode != 4)
+        assert all(d == 128 and cvt == 1 for _, _, _, mode, cvt in vs[1:] if mode == 4)  # the one poly build
     assert [s[0] for s in mod.SHAPES] == ["Wan 1.3B self", "seed 8K", "CogVideoX", "LTX"]
     res = {"checks": [{"variant": "a", "ok": True}], "timing": [{
         "shape": "Wan 1.3B self", "with_quant": {"a": [800.0, 810.0, 805.0, 790.0], "b": [880.0, 870.0, 890.0, 860.0]},

@@ -364,3 +364,31 @@ def test_score_conversions_refused_off_their_builds(d, seq, mode):
         quant8.set_sequential(-1)
         quant8.set_sum_mma(-1)
         quant8._launch_error = None
+
+
+def test_polynomial_share_with_conversion_1():
+    """Mode 4 (1/8 of the exponentials by q8_exp2_poly) is built again with score conversion 1 at D=128, sequential:
+    odd lengths, kv_lens with LSE, row mass; the launch reports mode 4 and conversion 1. Without conversion 1 mode 4
+    stays refused."""
+    from vidattn import quant8
+
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    quant8.set_sum_mma(4)
+    quant8.set_cvt(1)
+    try:
+        for sq, skv in [(1, 77), (1023, 517)]:
+            q, k, v = (randn(1, n, 2, 128, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
+            check(q, k, v, seed=seed, lse=True, bound=REL_L2_LOOSE)
+            assert quant8.last_variant() == (3, 4) and quant8.last_cvt() == 1
+        q, k, v = (randn(3, n, 2, 128, seed=seed + 5 + i) for i, n in enumerate((300, 1000, 1000)))
+        lens = torch.tensor([1000, 37, 129], dtype=torch.int32, device=DEV)
+        check(q, k, v, kv_lens=lens, lse=True, seed=seed)
+        out = vidattn.attention(q, k, torch.ones_like(v), kv_lens=lens, precision="8bit")
+        assert float((out.double() - 1).abs().max()) <= MASS
+        quant8.set_cvt(0)
+        with pytest.raises(RuntimeError, match="mode 4 is no longer built"):
+            quant8.forward_8bit(q, k, v, torch.empty_like(q), None, None, 1 / math.sqrt(128))
+    finally:
+        quant8.set_cvt(-1)
+        quant8.set_sum_mma(-1)
+        quant8._launch_error = None
