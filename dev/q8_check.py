@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -148,6 +149,12 @@ def bench_ms(fn, reps=20):
     return ts[len(ts) // 2]
 
 
+def kernel_name(raw):
+    """A profiler event's kernel name without its argument list, "void" and namespaces, but with every template
+    argument (a tail of fixed length cut "q8_fwd" off once the kernel had nine of them)."""
+    return re.sub(r"^void |\b\w+::", "", raw.split("(")[0]).strip()
+
+
 def kernel_times(fn, reps=5):
     """Median device time per kernel name over `reps` calls (torch.profiler), in ms: the pre-pass apart."""
     from torch.profiler import ProfilerActivity, profile
@@ -161,7 +168,7 @@ def kernel_times(fn, reps=5):
     for e in prof.events():
         t = getattr(e, "device_time", None) or getattr(e, "cuda_time", 0)
         if t and e.device_type is not None and "cuda" in str(e.device_type).lower():
-            per.setdefault(e.name.split("(")[0][-60:], []).append(t / 1e3)
+            per.setdefault(kernel_name(e.name), []).append(t / 1e3)
     return {n: sorted(v)[len(v) // 2] for n, v in per.items()}
 
 

@@ -473,3 +473,15 @@ def test_q8_cvt_ab_plan_and_table(monkeypatch, capsys):
     mod.table(res)
     out = capsys.readouterr().out
     assert "(1.090x, kernel 1.100x)" in out and "checks: all ok" in out
+
+
+def test_q8_check_kernel_names_keep_the_kernel(monkeypatch):
+    """The kernel-only figures find q8_fwd_kernel by name: the name keeps every template argument and the kernel's
+    own name (a fixed-length tail lost "q8_fwd" at nine template arguments)."""
+    mod = _load_q8_check(monkeypatch)
+    raw = ("void vidattn::sm90::q8_fwd_kernel<128, 3, false, false, false, true, 2, false, 1>"
+           "(vidattn::sm90::Q8FwdParams)")
+    assert mod.kernel_name(raw) == "q8_fwd_kernel<128, 3, false, false, false, true, 2, false, 1>"
+    assert mod.kernel_name("void vidattn::sm90::q8_kv_kernel<64, true>(vidattn::sm90::Q8PrepParams)") == \
+        "q8_kv_kernel<64, true>"
+    assert mod.kernel_name("Memset (Device)") == "Memset"
