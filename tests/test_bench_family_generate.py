@@ -1,6 +1,5 @@
 """scripts/bench_family_generate.py on the CPU: the tiny sweep writes its JSON and table (both paths SDPA here), the
 sizes and the budget guard, the families it leaves out with the reason."""
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -13,21 +12,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 pytest.importorskip("diffusers")
+from _support import cpu_one_thread, load_script  # noqa: E402,F401 - an autouse fixture
+
 pytestmark = [pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning"),
               pytest.mark.filterwarnings("ignore::UserWarning")]
 
-spec = importlib.util.spec_from_file_location("_bench_gen", ROOT / "scripts" / "bench_family_generate.py")
-bg = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bg)
-
-
-@pytest.fixture(autouse=True)
-def cpu_one_thread(monkeypatch):
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    yield
-    torch.set_num_threads(n)
+bg = load_script(ROOT / "scripts" / "bench_family_generate.py", "_bench_gen")
 
 
 def test_tiny_sweep_json_and_table(tmp_path, monkeypatch):

@@ -2,18 +2,16 @@
 GPU and nvidia-smi)."""
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
+
+from _support import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("clock_probe", ROOT / "dev" / "probes" / "clock_probe.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "dev" / "probes" / "clock_probe.py")
 
 
 def test_parse_skips_what_is_not_a_sample():

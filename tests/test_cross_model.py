@@ -2,7 +2,6 @@
 `e2e_report.py --model-family NAME --preset tiny --forward-only` (both paths are SDPA here), the real configs'
 parameter counts and default-size inputs (meta device: nothing allocated), the attention census, the
 cross-model table from synthetic reports, and the device stage's wiring."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,19 +17,14 @@ sys.path.insert(0, str(ROOT / "scripts"))
 pytest.importorskip("diffusers")
 from pipelines import families as fams  # noqa: E402
 
+from _support import cpu_one_thread, load_script  # noqa: E402,F401 - an autouse fixture
+
 pytestmark = [pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning"),
               pytest.mark.filterwarnings("ignore:In CPU autocast:UserWarning")]
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"_cm_{name}", ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-e2e = _load("e2e_report")
-table = _load("cross_model_table")
+e2e = load_script(ROOT / "scripts" / "e2e_report.py", "_cm_e2e_report")
+table = load_script(ROOT / "scripts" / "cross_model_table.py", "_cm_cross_model_table")
 
 # Attention calls of one tiny forward under vidattn: (all calls, calls in modules vidattn leaves stock).
 # HunyuanVideo and 1.5: the token refiner; Mochi: the attention pool of its time embedding.
@@ -39,15 +33,6 @@ TINY_CALLS = {"wan": (4, 0), "wan14b": (4, 0), "skyreels_v2": (4, 0), "hunyuan_v
               "ltx2": (12, 0)}
 # Under the stock processors the calls are the same, except Mochi's: one SDPA per sample (batch 2) per layer.
 TINY_SDPA_CALLS = {**{k: v[0] for k, v in TINY_CALLS.items()}, "mochi": 5}
-
-
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch):
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_registry_lists_every_family():

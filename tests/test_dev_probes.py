@@ -1,6 +1,5 @@
 """The developer's probes in dev/probes/ (A/B timing, accuracy tails, timeline, clock and neighbour probes,
 call overhead) on the CPU: their parsing, statistics and clean refusals without a GPU. Marked `dev` (tests/conftest.py)."""
-import importlib.util
 import json
 import math
 import sys
@@ -13,26 +12,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PROBES = ROOT / "dev" / "probes"
 sys.path.insert(0, str(ROOT))
 
+from _support import cpu_only as _cpu_only, load_script, one_thread  # noqa: E402,F401 - an autouse fixture
+
 
 def _load(name):
-    sys.path.insert(0, str(PROBES))
-    spec = importlib.util.spec_from_file_location(name, PROBES / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def _cpu_only(monkeypatch):
-    """Behave as on a machine without CUDA even where one exists."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    return load_script(PROBES / f"{name}.py", importable=True)
 
 
 @pytest.mark.parametrize("backend", ["vidattn", "cudnn"])

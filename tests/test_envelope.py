@@ -15,6 +15,8 @@ import torch.nn.functional as F
 import vidattn
 from vidattn import _ext, ops
 
+from _support import ROOT, attention_fp64, load_script
+
 INSIDE = "no library in this test"  # what explain says once shapes, dtypes and strides are all inside
 
 
@@ -137,17 +139,6 @@ def test_abi_fields_are_last_so_older_callers_pass_zero():
     assert _ext._Args().kv_heads == 0 and _ext._Args().causal == 0
 
 
-def _ref_gqa(q, k, v, scale, kv_lens=None):
-    """fp64 (B, H, S, D) attention with K/V repeated per group: (out, lse)."""
-    g = q.shape[1] // k.shape[1]
-    k, v = (t.double().repeat_interleave(g, dim=1) for t in (k, v))
-    s = q.double() @ k.transpose(-1, -2) * scale
-    if kv_lens is not None:
-        keep = torch.arange(k.shape[2])[None, :] < kv_lens[:, None]
-        s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
-    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
-
-
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("hq,hkv", [(8, 2), (4, 1)])
 def test_fallback_answers_grouped_query_with_lse(layout, hq, hkv):
@@ -158,7 +149,7 @@ def test_fallback_answers_grouped_query_with_lse(layout, hq, hkv):
         warnings.simplefilter("ignore", ops.VidattnFallbackWarning)
         out, lse = vidattn.attention(q, k, v, layout=layout, kv_lens=kv_lens, return_lse=True)
     qh, kh, vh = (t if layout == "bhsd" else t.transpose(1, 2) for t in (q, k, v))
-    ref, ref_lse = _ref_gqa(qh, kh, vh, 1 / math.sqrt(40), kv_lens)
+    ref, ref_lse = attention_fp64(qh, kh, vh, 1 / math.sqrt(40), kv_lens, layout="bhsd")
     out_h = out if layout == "bhsd" else out.transpose(1, 2)
     assert out.shape == q.shape and lse.shape == (2, hq, 37)
     torch.testing.assert_close(out_h.double(), ref, atol=1e-5, rtol=1e-5)
@@ -170,7 +161,7 @@ def test_fallback_lse_chunks_over_rows_with_groups(monkeypatch):
     monkeypatch.setattr(ops, "_LSE_CHUNK_ELEMENTS", 4 * 2 * 13)
     q, k, v = qkv(b=1, sq=50, skv=13, hq=4, hkv=2, d=16, layout="bhsd", dtype=torch.float32, seed=5)
     _, lse = ops.sdpa_fallback(q, k, v, 0.3, None, True)
-    torch.testing.assert_close(lse.double(), _ref_gqa(q, k, v, 0.3)[1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse.double(), attention_fp64(q, k, v, 0.3, layout="bhsd")[1], atol=1e-5, rtol=1e-5)
 
 
 def test_fallback_with_equal_heads_calls_sdpa_as_before(monkeypatch):
@@ -213,16 +204,7 @@ def test_backend_context_parallel_repeats_grouped_kv_for_the_templates(monkeypat
 
 
 def _bench_kernel():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_kernel.py"
-    spec = importlib.util.spec_from_file_location("bench_kernel", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "scripts" / "bench_kernel.py", register=True)
 
 
 def test_bench_envelope_shapes_only_when_named():

@@ -17,15 +17,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import fidelity_8bit as fid  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch):
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    yield
-    torch.set_num_threads(n)
+from _support import cpu_one_thread  # noqa: E402,F401 - an autouse fixture
 
 
 def fake_sage(noise=0.02, calls=None):

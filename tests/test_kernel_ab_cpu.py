@@ -1,12 +1,13 @@
 """dev/probes/kernel_ab.sh and device_ab_validate.sh: valid bash; every patch the default variants name exists in
 dev/experiments and every -D flag is a macro the kernel reads; the candidate pick of kernel_ab_time.py."""
-import importlib.util
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from _support import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "dev" / "probes" / "kernel_ab.sh"
@@ -34,10 +35,7 @@ def test_default_variants_name_existing_patches_and_macros():
 
 
 def _ab_time():
-    spec = importlib.util.spec_from_file_location("kernel_ab_time", ROOT / "dev" / "probes" / "kernel_ab_time.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "dev" / "probes" / "kernel_ab_time.py")
 
 
 def test_pick_takes_the_best_geomean_among_candidates_only():

@@ -5,7 +5,6 @@ The build test compiles every step with nvcc (skipped without nvcc): about 1-2 m
 """
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -13,17 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from _support import load_script
+
 REPO = Path(__file__).resolve().parent.parent
 LINEAGE = REPO / "docs" / "guide" / "lineage"
 BENCH = REPO / "scripts" / "bench_lineage.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_lineage", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(BENCH, register=True)
 
 
 def _step_files() -> list[Path]:

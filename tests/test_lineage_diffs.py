@@ -2,12 +2,13 @@
 predecessor exists; the generator itself on small synthetic steps. CPU only."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from _support import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "dev" / "tools" / "lineage_diffs.py"
@@ -15,11 +16,7 @@ DIFFS = REPO / "docs" / "guide" / "diffs"
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("lineage_diffs", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT, register=True)
 
 
 _STEPS = _mod().step_files()

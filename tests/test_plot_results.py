@@ -1,15 +1,14 @@
 """scripts/plot_results.py draws the README's figure from the committed result files, and refuses runs that do not
 cover the same shapes."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from _support import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("plot_results", ROOT / "scripts" / "plot_results.py")
-plot_results = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(plot_results)
+plot_results = load_script(ROOT / "scripts" / "plot_results.py")
 
 
 def test_default_inputs_exist_and_the_figure_is_written(tmp_path, capsys):
@@ -45,9 +44,7 @@ def test_families_without_a_kernel_call_show_no_speedup():
     cross = json.loads((ROOT / "bench" / "results" / "cross_model_20261130.json").read_text())
     labels = [label for label, _ in plot_results.forward_rows(cross, None)]
     assert not any(label.startswith("Allegro") for label in labels) and any(l.startswith("Mochi") for l in labels)
-    spec = importlib.util.spec_from_file_location("cross_model_table", ROOT / "scripts" / "cross_model_table.py")
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
+    table = load_script(ROOT / "scripts" / "cross_model_table.py")
     rows = {r["model_family"]: r for r in cross["rows"]}
     lines = table.table_lines([rows["allegro"], rows["mochi"]])
     assert "n/a (SDPA both)" in lines[2] and "0.992" not in lines[2]

@@ -1,6 +1,5 @@
 """scripts/e2e_report.py --family NAME: the SDPA column runs the registry's stated baseline (Entry.baseline) where
 the family has one (Wan-Animate-2: stock's eager flex pass cannot run at 720p), the stock processors elsewhere."""
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -14,18 +13,13 @@ sys.path.insert(0, str(ROOT / "scripts"))
 pytest.importorskip("diffusers")
 from pipelines import registry  # noqa: E402
 
+from _support import load_script  # noqa: E402
+
 pytestmark = [pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning"),
               pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"_pe_{name}", ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-e2e = _load("e2e_report")
+e2e = load_script(ROOT / "scripts" / "e2e_report.py", "_pe_e2e_report")
 
 
 def _spy_processors(monkeypatch):

@@ -1,5 +1,4 @@
 """scripts/generate_video.py and scripts/e2e_report.py on the tiny preset (CPU), plus their error messages."""
-import importlib.util
 import json
 import math
 import sys
@@ -11,30 +10,15 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _support import cpu_only as _cpu_only, load_script, one_thread  # noqa: E402,F401 - an autouse fixture
+
 
 def _load(name):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "scripts" / f"{name}.py", importable=True)
 
 
 gen = _load("generate_video")
 e2e = _load("e2e_report")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def _cpu_only(monkeypatch):
-    """Behave as on a machine without CUDA even where one exists."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
 
 def test_generate_tiny_writes_playable_mp4(tmp_path, monkeypatch, capsys):
