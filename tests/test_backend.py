@@ -25,6 +25,7 @@ from vidattn.diffusers import backend as _backend_at_import  # noqa: E402,F401  
 from diffusers.models import attention_dispatch as ad  # noqa: E402
 
 from conftest import tiny_wan, tiny_wan_inputs  # noqa: E402
+from _support import attention_fp64  # noqa: E402
 
 
 def backend():
@@ -59,23 +60,10 @@ class FakeKernel:
         causal = kw.get("causal", False)
         if causal:  # recorded only when asked for, so the non-causal calls compare as they always did
             self.calls[-1]["causal"] = causal
-        b, sq, h, d = q.shape
-        sc = 1.0 / math.sqrt(d) if scale is None else scale
-        if k.shape[2] != h:  # grouped-query K/V (SDPA's enable_gqa: query head i reads K/V head i // group)
-            k, v = k.repeat_interleave(h // k.shape[2], dim=2), v.repeat_interleave(h // k.shape[2], dim=2)
-        k, v = (t.repeat_interleave(h // k.shape[2], dim=2) for t in (k, v))  # grouped-query K/V, as the kernel
-        outs, lses = [], []
-        for i in range(b):
-            n = k.shape[1] if kv_lens is None else int(kv_lens[i])
-            s = torch.einsum("qhd,khd->hqk", q[i].double(), k[i, :n].double()) * sc
-            if causal:  # True / "top_left": key j <= query i; "bottom_right": j <= i + (n - Sq)
-                shift = n - sq if causal == "bottom_right" else 0
-                keep = torch.arange(n)[None, :] <= torch.arange(sq)[:, None] + shift
-                s = s.masked_fill(~keep, float("-inf"))
-            outs.append(torch.einsum("hqk,khd->qhd", s.softmax(-1), v[i, :n].double()))
-            lses.append(torch.logsumexp(s, dim=-1))
-        out = torch.stack(outs).to(q.dtype)
-        return (out, torch.stack(lses).float()) if return_lse else out
+        # float64, grouped-query K/V as the kernel reads them (query head i: K/V head i // group)
+        out, lse = attention_fp64(q, k, v, scale, kv_lens, causal=causal)
+        out = out.to(q.dtype)
+        return (out, lse.float()) if return_lse else out
 
 
 def native(q, k, v, **kw):
