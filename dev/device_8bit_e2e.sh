@@ -17,13 +17,9 @@ budget=${1:-200}
 t0=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - t0) )); }
 export VIDATTN_GIT_COMMIT=${VIDATTN_GIT_COMMIT:-${VIDATTN_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}}
-for w in .whl_lite .whl; do
-  if [ -d "$w" ] && ls "$w"/*.whl > /dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$w"/*.whl \
-      && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-    break
-  fi
-done
+# shellcheck source=dev/device_env.sh
+source dev/device_env.sh
+install_wheels .whl_lite .whl
 if [ -d .anchors ] && bash dev/device_anchors.sh install > "$OUT/anchors_install.log" 2>&1 \
     && [ -f /tmp/anchors/env.sh ]; then
   # shellcheck disable=SC1091

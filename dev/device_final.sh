@@ -7,10 +7,9 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=/tmp/vidattn-wheel-cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
+# shellcheck source=dev/device_env.sh
+source dev/device_env.sh
+install_wheels .whl
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit --format=csv | tee "$OUT/env.txt"
 python3 -c "import torch, diffusers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'diffusers', diffusers.__version__)" | tee -a "$OUT/env.txt"
 echo "commit ${VIDATTN_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee -a "$OUT/env.txt"

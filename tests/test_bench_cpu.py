@@ -1,7 +1,6 @@
 """CPU checks of the device-side tooling: the benchmark's shape table, device_run.sh, and the GPU suite's skip."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -10,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from _support import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "scripts" / "bench_kernel.py"
@@ -33,11 +34,7 @@ ANCHOR_SHAPES = [
 
 
 def _bench_module():
-    spec = importlib.util.spec_from_file_location("bench_kernel", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(BENCH, register=True)
 
 
 def _run(args, **kw):
@@ -154,3 +151,31 @@ def test_bench_times_and_records_the_same_backends():
                                                                                       "flash"]
     assert bench.timed_backends(["vidattn", "sdpa", "cudnn", "flash"], None) == ["sdpa", "cudnn", "flash"]
     assert bench.timed_backends(["cudnn"], None) == ["cudnn"]
+
+
+def test_device_env_installs_the_first_wheel_folder_only(tmp_path):
+    """dev/device_env.sh's install_wheels (sourced by the device scripts): pip is handed the wheels of the first
+    folder that has any, /tmp/site goes first on PYTHONPATH, and with no wheels nothing runs and nothing changes."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text('#!/bin/sh\necho "$@" >> "$CALLS"\n')
+    (fake / "python3").chmod(0o755)
+    (tmp_path / "empty").mkdir()
+    for folder in ("b", "c"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"{folder}-1.0-py3-none-any.whl").write_text("")
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "CALLS": str(tmp_path / "calls"), "PYTHONPATH": "/keep"}
+    script = f'source {REPO / "dev/device_env.sh"}; install_wheels "$@"; echo "$PYTHONPATH"'
+
+    def install(*folders):
+        return subprocess.run(["bash", "-c", script, "-", *folders], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=30, check=True).stdout.strip()
+
+    assert install("missing", "empty") == "/keep" and not (tmp_path / "calls").exists()
+    assert install("missing", "b", "c") == "/tmp/site:/keep"
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) == 1 and calls[0].endswith("--target /tmp/site b/b-1.0-py3-none-any.whl"), calls
+    for name in ("device_8bit_e2e.sh", "device_final.sh"):
+        text = (REPO / "dev" / name).read_text()
+        assert "source dev/device_env.sh" in text and "pip install" not in text, name
+        subprocess.run(["bash", "-n", str(REPO / "dev" / name)], check=True)
