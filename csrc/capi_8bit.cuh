@@ -22,12 +22,14 @@ namespace {
 // Schedules: ping-pong (D=64 only: S_j issued with P_{j-1} V_{j-1}; three consumer warpgroups, or two), sequential
 // (q8_consumer_seq: three warpgroups, no spills) and, at D=128 only, sequential with the S issues in round-robin turns
 // (schedule 2).
-// Built, each for bf16 and fp16 (14 kernels): D=128 mode 0 on schedules 1 and 2; D=64 modes 0 and 1 on the
+// Built, each for bf16 and fp16 (24 kernels): D=128 mode 0 on schedules 1 and 2; D=64 modes 0 and 1 on the
 // three-warpgroup ping-pong and the sequential schedule, and mode 1 on the two-warpgroup ping-pong (slower, but
-// spill-free: the sanitizer cases' contrast to the default's spilling build).
+// spill-free: the sanitizer cases' contrast to the default's spilling build); for the score-conversion A/B, on the
+// sequential schedule, conversions 1 and 2 (D=128 mode 0, D=64 mode 1) and mode 4 with conversion 1 (D=128).
 // No longer built, each slower than the default on every shape it was timed on (device runs 2-5; a forced launch is
 // refused with an error): mode 2 (f16 exponentials, sums by the tensor cores), mode 3 (f16 exponentials, HADD2 sums),
-// modes 4 and 5 (1/8 or 1/4 of the exponentials by an FMA polynomial, q8_exp2_poly), the D=128 ping-pong schedule
+// modes 4 and 5 (1/8 or 1/4 of the exponentials by an FMA polynomial, q8_exp2_poly; mode 4 is back with score
+// conversion 1 only), the D=128 ping-pong schedule
 // and mode 1 with it, mode 0 with two warpgroups at D=64, schedule 2 at D=64.
 // Forced by vidattn_q8_set_sum_mma / vidattn_q8_set_d64_warpgroups / vidattn_q8_set_sequential, or for both head
 // dims by the environment variables VIDATTN_Q8_SUM_MMA / VIDATTN_Q8_D64_WGS / VIDATTN_Q8_SEQ (read once; A/B runs).
