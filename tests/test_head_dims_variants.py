@@ -124,7 +124,7 @@ def _ab():
 
 def test_ab_times_each_variant_only_where_it_runs():
     ab = _ab()
-    assert [x for x in ab.VIDATTN_SIDES if ab.applies(x, 72)] == ["today", "d96_3wg"]
+    assert [x for x in ab.VIDATTN_SIDES if ab.applies(x, 72)] == ["today", "d96_3wg", "pad128"]
     assert [x for x in ab.VIDATTN_SIDES if ab.applies(x, 192)] == ["today", "d192_n64", "narrow"]
     assert [x for x in ab.VIDATTN_SIDES if ab.applies(x, 256)] == ["today", "narrow"]
     # every shape the brief's bars miss is in the default run
@@ -137,9 +137,9 @@ def test_ab_table_picks_the_best_vidattn_side_and_its_ratios():
     row = {"shape": "D192 1K", "tflops": {"today": 600.0, "d192_n64": 660.0, "narrow": 630.0, "cudnn": 550.0,
                                           "fa3": 600.0}}
     line = ab.table([row]).splitlines()[1].split(" | ")
-    assert line[7:] == ["d192_n64", "1.100", "1.100", "1.200", "1.000", "1.091"]
+    assert line[8:] == ["d192_n64", "1.100", "1.100", "1.200", "1.000", "1.091"]
     line = ab.table([{"shape": "x", "tflops": {"today": 500.0, "cudnn": 450.0}}]).splitlines()[1].split(" | ")
-    assert line[5] == "-" and line[7:10] == ["today", "1.000", "-"]
+    assert line[6] == "-" and line[8:11] == ["today", "1.000", "-"]
 
 
 def test_ab_refuses_without_a_gpu(monkeypatch):

@@ -1,7 +1,8 @@
 """Device A/B of the head-dim variants in one process, at the shapes where the default builds miss their bars
 (1.00x FlashAttention-3, 1.15x cuDNN): today's builds ("today") against D=96 on three consumer warpgroups
 ("d96_3wg", head dims 72..96), D=192 at N=64 with two Q buffers ("d192_n64"), the narrow D=192/256 builds
-("narrow", the existing A/B partner), cuDNN through SDPA and FlashAttention-3 (scripts/anchor_impls.py, when
+("narrow", the existing A/B partner), head dims 72..96 padded onto the D=128 build ("pad128": what the D=96 build
+gains over padding, not yet measured), cuDNN through SDPA and FlashAttention-3 (scripts/anchor_impls.py, when
 installed). Rounds interleaved, the backend order rotated each round, CUDA-event medians with L2 flushed before
 every call; every vidattn side checked against cuDNN (relative L2) and its key-block width recorded, so a variant
 that did not run cannot pass as one. TFLOPS at the shape's own D (4 B H S^2 D). Writes ab.json and prints the table
@@ -30,12 +31,13 @@ SHAPES = [("D192 1K", 16, 10, 1024, 192), ("D192 8K", 2, 10, 8192, 192), ("D256 
           ("D256 32K", 1, 8, 32768, 256), ("Allegro D96", 1, 24, 79200, 96), ("D72 8K", 2, 28, 8192, 72),
           ("D192 32K", 1, 10, 32768, 192), ("D96 8K", 2, 21, 8192, 96), ("D80 8K", 2, 25, 8192, 80),
           ("D96 1K", 16, 21, 1024, 96)]
-VIDATTN_SIDES = ("today", "d96_3wg", "d192_n64", "narrow")
+VIDATTN_SIDES = ("today", "d96_3wg", "d192_n64", "narrow", "pad128")
 CHECK_REL_L2 = 2e-2
 
 
 def applies(backend: str, d: int) -> bool:
-    return {"d96_3wg": 64 < d <= 96, "d192_n64": 128 < d <= 192, "narrow": d > 128}.get(backend, True)
+    return {"d96_3wg": 64 < d <= 96, "d192_n64": 128 < d <= 192, "narrow": d > 128,
+            "pad128": 64 < d <= 96}.get(backend, True)
 
 
 def switch(backend: str):
@@ -47,6 +49,8 @@ def switch(backend: str):
         return _ext.d192_block_n(64)
     if backend == "narrow":
         return _ext.hd_narrow(1)
+    if backend == "pad128":
+        return _ext.d96_build(128)
     return contextlib.nullcontext()
 
 
@@ -96,8 +100,8 @@ def rel_l2(a, b) -> float:
 
 def table(rows: list[dict]) -> str:
     """Median TFLOPS per side, the best vidattn side and its ratios to today, FA3 and cuDNN."""
-    head = ["shape", "today", "d96_3wg", "d192_n64", "narrow", "fa3", "cudnn", "best", "best/today", "best/fa3",
-            "best/cudnn", "today/fa3", "today/cudnn"]
+    head = ["shape", "today", "d96_3wg", "d192_n64", "narrow", "pad128", "fa3", "cudnn", "best", "best/today",
+            "best/fa3", "best/cudnn", "today/fa3", "today/cudnn"]
     lines = [" | ".join(head)]
     for r in rows:
         t = r["tflops"]
@@ -106,7 +110,7 @@ def table(rows: list[dict]) -> str:
 
         def ratio(x, y):
             return f"{t[x] / t[y]:.3f}" if x and t.get(x) and t.get(y) else "-"
-        cells = [r["shape"]] + [f"{t[b]:.0f}" if t.get(b) else "-" for b in head[1:7]]
+        cells = [r["shape"]] + [f"{t[b]:.0f}" if t.get(b) else "-" for b in head[1:8]]
         cells += [best or "-", ratio(best, "today"), ratio(best, "fa3"), ratio(best, "cudnn"), ratio("today", "fa3"),
                   ratio("today", "cudnn")]
         lines.append(" | ".join(cells))
