@@ -127,6 +127,7 @@ class Adapter:
     prompt: bool = False            # __call__ takes the prompt text (tokenized in the call by a stand-in tokenizer)
     sized: bool = True              # __call__ takes height / width / frames (False: `extra` sizes its inputs)
     steps_key: str | None = "num_inference_steps"  # None: the pipeline's fixed schedule (no steps keyword)
+    assemble: Callable | None = None  # (parts) -> pipeline, in place of pipeline_cls(**parts) (modular pipelines)
 
 
 def _td(key, default=None):
@@ -319,13 +320,16 @@ def build_family_pipeline(name: str, preset: str = "default", *, device="cpu", d
     _cast(vae, a.vae_dtype or dtype).eval().requires_grad_(False)
     scheduler = getattr(diffusers, a.scheduler)(**a.scheduler_config)
     cls = a.pipeline_cls() if a.pipeline_cls is not None else getattr(diffusers, a.pipeline)
-    params = inspect.signature(cls.__init__).parameters
+    params = {} if a.assemble is not None else inspect.signature(cls.__init__).parameters
     parts = {k: None for k in params if k.startswith(("text_encoder", "tokenizer", "image_encoder",
                                                         "image_processor", "feature_extractor"))}
     parts.update(transformer=transformer, vae=vae, scheduler=scheduler)
     if a.components is not None:
         parts.update(a.components(preset, device, dtype, seed))
-    pipe = cls(**{k: v for k, v in parts.items() if k in params})
+    if a.assemble is not None:
+        pipe = a.assemble(parts)
+    else:
+        pipe = cls(**{k: v for k, v in parts.items() if k in params})
     if not tiny and hasattr(vae, "enable_tiling"):
         # what the model cards do at the release sizes (a 720p HunyuanVideo or 163-frame Mochi decode does not fit
         # otherwise); it changes the VAE's memory, not the transformer's work
@@ -338,6 +342,14 @@ def build_family_pipeline(name: str, preset: str = "default", *, device="cpu", d
 
 def default_size(name: str, preset: str = "default") -> Size:
     return adapter(name).tiny_size if preset == "tiny" else registry.size_for(name)
+
+
+def _call_params(pipe) -> dict:
+    """The keywords a pipeline call takes: a modular pipeline's are its blocks' inputs (no signature defaults)."""
+    blocks = getattr(pipe, "blocks", None)
+    if blocks is not None and hasattr(blocks, "inputs"):
+        return {p.name: None for p in blocks.inputs if p.name}
+    return dict(inspect.signature(type(pipe).__call__).parameters)
 
 
 def family_call(name: str, pipe, prompt: str, negative_prompt: str, *, preset: str = "default", device,
@@ -356,12 +368,12 @@ def family_call(name: str, pipe, prompt: str, negative_prompt: str, *, preset: s
                         negatives)
     if a.prompt:
         call["prompt"] = prompt
-        if "negative_prompt" in inspect.signature(type(pipe).__call__).parameters:
+        if "negative_prompt" in _call_params(pipe):
             call["negative_prompt"] = negative_prompt
     if a.sized:
         call.update(height=size.height, width=size.width)
         call[a.frames_key] = size.frames
-    params = inspect.signature(type(pipe).__call__).parameters
+    params = _call_params(pipe)
     if a.steps_key is None:
         if steps is not None:
             raise PipelineError(f"--steps {steps}: {a.pipeline} runs its own fixed schedule ({a.min_steps[1]})")
@@ -715,26 +727,80 @@ _add(Adapter("sana_wm_refiner", "SanaWMLTX2Refiner", "AutoencoderKLLTX2Video", _
                         "VAE's shape; Gemma-3's tokenizer and hidden states as seeded random stacked hidden states "
                         "(as LTX-2's), through the pipeline's own text connectors"))
 
+
+def _minimax_assemble(parts: dict):
+    """MiniMax-H3's modular pipeline assembled here from diffusers' own blocks (MiniMaxH3Blocks) and components
+    with seeded random weights, in place of the release repository's modular model index. Its text encoder step
+    (Qwen3-VL, read after its 50th layer) is left out of the blocks: its outputs, the prompt embeddings and their
+    per-row text tags, are inputs of the blocks after it, given as seeded stand-ins."""
+    from diffusers.modular_pipelines import MiniMaxH3Blocks
+
+    blocks = MiniMaxH3Blocks()
+    blocks.sub_blocks.pop("text_encoder")
+    pipe = blocks.init_pipeline()
+    pipe.update_components(**{k: parts[k] for k in ("transformer", "vae", "audio_vae", "scheduler",
+                                                    "audio_scheduler")})
+    return pipe
+
+
+def _minimax_components(preset, device, dtype, seed):
+    import diffusers
+
+    from .families import _cast
+
+    tiny = preset == "tiny"
+    c = registry.config_for("minimax_h3", "tiny")["audio_in_channels"] if tiny else 32
+    # AutoencoderKLMiniMaxH3Audio's class defaults; its latent statistics (None in the class) neutral
+    cfg = {"latents_mean": [0.0] * c, "latents_std": [1.0] * c}
+    if tiny:
+        cfg.update(encoder_dim=4, latent_dim=4 * c, latent_channels=c, num_attention_heads=2, decoder_dim=128)
+    audio_vae = _seeded(diffusers.AutoencoderKLMiniMaxH3Audio, cfg, seed + 3, device)
+    _cast(audio_vae, dtype).eval().requires_grad_(False)
+    return {"audio_vae": audio_vae, "audio_scheduler": diffusers.MiniMaxH3Scheduler()}
+
+
+def _minimax_tags(pipe, preset, size, seed, device, dtype):
+    e = registry.entry("minimax_h3")
+    n = e.tiny_text if preset == "tiny" else e.text
+    from diffusers.modular_pipelines.minimax_h3.modular_pipeline import MINIMAX_H3_TEXT_TAG
+
+    return {"text_token_tags": torch.full((n,), MINIMAX_H3_TEXT_TAG, dtype=torch.long, device=device)}
+
+
+# MiniMax-H3 text to video + audio (t2va): guidance-distilled (no negative prompt, one call a step); Qwen3-VL
+# hidden states (text_dim 5120 wide) with their text tags; the video VAE (24 channels, 16x, 17n+5 frames) and the
+# audio VAE at their class defaults; 124 frames (5.2 s at 24 fps: the pipeline takes 5 to 15 s).
+_add(Adapter("minimax_h3", "MiniMaxH3ModularPipeline", "AutoencoderKLMiniMaxH3", {},
+             {"latent_channels": 4, "block_out_channels": (8,) * 6, "layers_per_block": 1, "norm_num_groups": 4,
+              "decoder_num_layers": 1, "decoder_num_attention_heads": 2, "decoder_attention_head_dim": 8,
+              "latents_mean": (0.0,) * 4, "latents_std": (1.0,) * 4},
+             "AutoencoderKLMiniMaxH3 class defaults (its neutral latent statistics)", "MiniMaxH3Scheduler",
+             (Text("prompt_embeds", _td("text_dim", 5120)),), negatives=False, extra=_minimax_tags,
+             components=_minimax_components, assemble=_minimax_assemble, tiny_size=Size(32, 32, 124), fps=24,
+             vae_dtype=None,
+             substitute="assembled from diffusers' MiniMaxH3Blocks without the Qwen3-VL text encoder step (the "
+                        "release's modular model index is not here); the audio VAE's latent statistics neutral"))
+
 # Families that do not generate here, and why.
 LEFT_OUT: dict[str, str] = {
     "wan_animate2": "WanAnimate2ModularPipeline is a modular pipeline: its blocks get their components (UMT5 text "
                     "encoder, CLIP image encoder, VAE, guider) through the release repository's modular model index; "
                     "assembling them locally with random weights is not wired",
-    "minimax_h3": "MiniMaxH3ModularPipeline is a modular pipeline: its blocks get their components (text encoder, "
-                  "video and audio VAEs) through the release repository's modular model index; assembling them "
-                  "locally with random weights is not wired",
 }
 
 
 def generate_family(pipe, call: dict, *, fps: float, generator=None):
     """Run one family generation (`call` from family_call, passed as is: a None there is meant) and return the
-    video as pipelines.generic.Generated ((F, H, W, 3) in [0, 1], no audio track)."""
+    video as pipelines.generic.Generated ((F, H, W, 3) in [0, 1]; MiniMax-H3's soundtrack as its audio track)."""
     import numpy as np
 
     from .generic import Generated, _frames
 
     with torch.no_grad():
         out = pipe(**call, generator=generator, output_type="np")
+    if hasattr(out, "get") and hasattr(out, "values") and not isinstance(out, dict):  # a modular PipelineState
+        audio, rate = out.get("audio"), out.get("sampling_rate")
+        return Generated(_frames(out.get("videos")), None if audio is None else audio[0].float().cpu(), rate, fps)
     # Cosmos3OmniPipelineOutput names its frames `video`; the SANA-WM refiner returns the array itself
     video = out if isinstance(out, (torch.Tensor, np.ndarray)) else getattr(out, "frames", None)
     return Generated(_frames(video if video is not None else out.video), None, None, fps)

@@ -554,7 +554,8 @@ _add(Entry("minimax_h3", "MiniMax-H3", "MiniMaxH3Transformer3DModel", "(class de
 GENERATES = ("wan", "wan14b", "ltx2", "skyreels_v2", "anyflow", "anyflow_far", "wan_vace", "helios", "chronoedit",
              "sana_video", "motif_video", "hunyuan_video", "hunyuan_video15", "cogvideox", "ltx", "mochi", "allegro",
              "latte", "easyanimate", "kandinsky5", "kandinsky6", "framepack",
-             "wan_animate", "consisid", "cosmos", "cosmos3", "sana_wm_refiner")
+             "wan_animate", "consisid", "cosmos", "cosmos3", "sana_wm_refiner",
+             "minimax_h3")
 for _n in GENERATES:
     ENTRIES[_n] = dataclasses.replace(ENTRIES[_n], generate=None)
 

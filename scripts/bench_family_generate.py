@@ -56,7 +56,9 @@ BENCH_FRAMES = {"skyreels_v2": 17, "anyflow": 17, "wan_vace": 17, "chronoedit": 
                 "sana_wm_refiner": 49}
 # Height and width below the default where the family alone would take a fifth of a sweep's budget (FramePack's
 # 720x1280 section: ~4 s per forward at 2 steps x 2 paths); frames keep the section. Labelled reduced in the output.
-BENCH_HW = {"framepack": (480, 832)}
+BENCH_HW = {"framepack": (480, 832),
+            # MiniMax-H3 takes 5 to 15 s of video (124 frames at least): half its canvas instead, same 16:9 shape
+            "minimax_h3": (384, 672)}
 SKIP = {"wan": "generates through generate_video.py's Wan path (scripts/e2e_report.py times it)",
         "wan14b": "generates through generate_video.py's Wan path (scripts/e2e_report.py times it)"}
 PATHS = ("sdpa", "vidattn")
