@@ -271,13 +271,19 @@ def _build_in_subprocess(tc, cache: Path, sleep: float) -> subprocess.Popen:
                             text=True, start_new_session=True)
 
 
-def test_build_killed_halfway_then_a_new_build_succeeds(fresh_ext, toolchain):
-    cache = fresh_ext / "shared-cache"
-    proc = _build_in_subprocess(toolchain, cache, sleep=60)
+def _slow_build_under_way(tc, cache: Path) -> subprocess.Popen:
+    """A build whose nvcc sleeps a minute, returned once its temporary library is in the cache."""
+    proc = _build_in_subprocess(tc, cache, sleep=60)
     deadline = time.monotonic() + 60
     while not list(cache.glob(".*.tmp-*")) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert list(cache.glob(".*.tmp-*")), "the first build never started"
+    return proc
+
+
+def test_build_killed_halfway_then_a_new_build_succeeds(fresh_ext, toolchain):
+    cache = fresh_ext / "shared-cache"
+    proc = _slow_build_under_way(toolchain, cache)
     os.killpg(proc.pid, signal.SIGKILL)  # as an OOM kill or a scheduler's SIGKILL would
     proc.wait()
     for pid in toolchain.count_file.read_text().split():  # and its nvcc (a session of its own), mid-write
@@ -480,11 +486,7 @@ def test_a_process_waiting_on_the_lock_builds_when_the_builder_is_killed(fresh_e
     """The lock is an flock: the kernel drops it with the dead builder, and the waiting process builds instead of
     waiting out BUILD_TIMEOUT_S."""
     cache = fresh_ext / "shared-cache"
-    first = _build_in_subprocess(toolchain, cache, sleep=60)
-    deadline = time.monotonic() + 60
-    while not list(cache.glob(".*.tmp-*")) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert list(cache.glob(".*.tmp-*")), "the first build never started"
+    first = _slow_build_under_way(toolchain, cache)
     second = _build_in_subprocess(toolchain, cache, sleep=0)
     err_lines = []
     reader = threading.Thread(target=lambda: err_lines.extend(second.stderr), daemon=True)
