@@ -781,11 +781,64 @@ _add(Adapter("minimax_h3", "MiniMaxH3ModularPipeline", "AutoencoderKLMiniMaxH3",
              substitute="assembled from diffusers' MiniMaxH3Blocks without the Qwen3-VL text encoder step (the "
                         "release's modular model index is not here); the audio VAE's latent statistics neutral"))
 
+
+def _wan_animate2_assemble(parts: dict):
+    """Wan-Animate-2's modular pipeline assembled here from diffusers' own blocks (WanAnimate2Blocks) and components
+    with seeded random weights, in place of the release repository's modular model index. Its text encoder step
+    (UMT5) is left out of the blocks: its outputs (the prompt, negative and reference-prompt embeddings) are inputs
+    of the blocks after it, given as seeded stand-ins."""
+    from diffusers.modular_pipelines import WanAnimate2Blocks
+
+    blocks = WanAnimate2Blocks()
+    blocks.sub_blocks.pop("text_encoder")
+    pipe = blocks.init_pipeline()
+    pipe.update_components(**{k: parts[k] for k in ("transformer", "vae", "image_encoder", "scheduler")})
+    return pipe
+
+
+def _wan_animate2_components(preset, device, dtype, seed):
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    from .families import _cast
+
+    # The transformer's image embedding reads CLIP ViT-H/14's 1280-wide tokens at 224 px (the blocks resize to it):
+    # the tiny encoder keeps that width and size, with one narrow layer.
+    cfg = CLIP_VIT_H14 if preset != "tiny" else {**CLIP_VIT_H14, "intermediate_size": 64, "num_hidden_layers": 1,
+                                                   "num_attention_heads": 2}
+    enc = _seeded(lambda: CLIPVisionModel(CLIPVisionConfig(**cfg)), {}, seed + 5, device)
+    _cast(enc, dtype).eval().requires_grad_(False)
+    return {"image_encoder": enc}
+
+
+def _wan_animate2_inputs(pipe, preset, size, seed, device, dtype):
+    """The reference character image and a driving video of the size's frames, seeded random; the UMT5 embeddings
+    of the reference prompt (the blocks' `prompt_ref`, a fixed text) as a seeded stand-in too."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed + 13)
+    video = [Image.fromarray(rng.integers(0, 256, (size.height, size.width, 3), dtype=np.uint8))
+             for _ in range(size.frames)]
+    e = registry.entry("wan_animate2")
+    spec = _UMT5[0]
+    ref = _embed("\u4eba\u7269\u52a8\u4f5c\u7684\u53c2\u8003\u89c6\u9891", spec,
+                 int(spec.width(dict(pipe.transformer.config))), e.tiny_text if preset == "tiny" else e.text, device,
+                 dtype)
+    return {"image": _rand_image(size, seed + 12), "driving_video": video, "prompt_ref_embeds": ref["prompt_embeds"]}
+
+
+# Wan-Animate-2 (14B): one segment of the size's frames (the blocks' segment_frame_length) driven by a random video;
+# UMT5 embeddings (4096 wide, 512 tokens), CFG through the blocks' guider; the Wan2.1 VAE; FlowMatchEuler at its
+# class defaults (the blocks pass a generator to the scheduler's step, which UniPC does not take).
+_add(_wan_adapter("wan_animate2", "WanAnimate2ModularPipeline", "FlowMatchEulerDiscreteScheduler", z=16,
+                  extra=_wan_animate2_inputs, components=_wan_animate2_components, assemble=_wan_animate2_assemble,
+                  frames_key="segment_frame_length", fps=24,
+                  substitute="assembled from diffusers' WanAnimate2Blocks without the UMT5 text encoder step (the "
+                             "release's modular model index is not here); the reference prompt's embeddings seeded "
+                             "as the prompt's"))
+
 # Families that do not generate here, and why.
 LEFT_OUT: dict[str, str] = {
-    "wan_animate2": "WanAnimate2ModularPipeline is a modular pipeline: its blocks get their components (UMT5 text "
-                    "encoder, CLIP image encoder, VAE, guider) through the release repository's modular model index; "
-                    "assembling them locally with random weights is not wired",
 }
 
 

@@ -555,7 +555,7 @@ GENERATES = ("wan", "wan14b", "ltx2", "skyreels_v2", "anyflow", "anyflow_far", "
              "sana_video", "motif_video", "hunyuan_video", "hunyuan_video15", "cogvideox", "ltx", "mochi", "allegro",
              "latte", "easyanimate", "kandinsky5", "kandinsky6", "framepack",
              "wan_animate", "consisid", "cosmos", "cosmos3", "sana_wm_refiner",
-             "minimax_h3")
+             "minimax_h3", "wan_animate2")
 for _n in GENERATES:
     ENTRIES[_n] = dataclasses.replace(ENTRIES[_n], generate=None)
 

@@ -53,7 +53,7 @@ BENCH_FRAMES = {"skyreels_v2": 17, "anyflow": 17, "wan_vace": 17, "chronoedit": 
                 "easyanimate": 17, "sana_video": 17, "kandinsky5": 17, "kandinsky6": 17, "motif_video": 17,
                 "wan_animate": 17, "cosmos": 17, "cosmos3": 17,
                 # the refiner: 7 latent frames = the sink + two 3-frame AR blocks (the second reads history)
-                "sana_wm_refiner": 49}
+                "sana_wm_refiner": 49, "wan_animate2": 17}
 # Height and width below the default where the family alone would take a fifth of a sweep's budget (FramePack's
 # 720x1280 section: ~4 s per forward at 2 steps x 2 paths); frames keep the section. Labelled reduced in the output.
 BENCH_HW = {"framepack": (480, 832),
@@ -167,6 +167,8 @@ def _one(pipe, run, path: str, steps: int, device):
     from pipelines.measure import ForwardTimer, Stopwatch
 
     handle = vidattn.apply(pipe) if path == "vidattn" else None
+    # where stock cannot run (Wan-Animate-2's eager flex pass), the SDPA path is the family's stated baseline
+    restore = run["baseline"](pipe.transformer) if path == "sdpa" and run.get("baseline") else None
     call = run["call"]
     saved = call.get("num_inference_steps")
     fixed = _fixed_schedule(run)
@@ -178,6 +180,8 @@ def _one(pipe, run, path: str, steps: int, device):
             out = run_generate(pipe, run, run["seed"])
     finally:
         timer.close()
+        if restore is not None:
+            restore()
         if not fixed:
             call["num_inference_steps"] = saved
         if handle is not None:
@@ -223,6 +227,9 @@ def bench_family(name: str, args, device, warm: bool) -> dict:
         pargs = gv.build_parser().parse_args(argv)
         pipe, run = gv.prepare_pipeline(pargs)
         run["fixed_schedule"] = _fixed(name) is not None
+        if e.baseline is not None and not args.tiny:
+            run["baseline"] = e.baseline
+            rec["sdpa_path"] = e.baseline_note
         rec["height"], rec["width"], rec["frames"] = run["size"]
         if device.type == "cuda":
             torch.cuda.synchronize(device)
