@@ -119,24 +119,13 @@ def _chronoedit(g):
 
 
 def _minimax_h3(g):
+    from .registry import Geo, _in_minimax_h3
+
     cfg = dict(num_attention_heads=2, attention_head_dim=64, hidden_size=96, num_layers=2, num_refiner_layers=1,
                ffn_dim=64, in_channels=4, audio_in_channels=6, patch_size=(1, 2, 2), text_dim=8, freq_dim=8,
                time_embed_hidden_dim=24, time_embed_dim=16, rope_freq_dim=8)
-    nt, na, nv = 4, 6, 8
-    n = nt + na + nv
-    text, audio, video = torch.arange(nt), torch.arange(nt, nt + na), torch.arange(nt + na, n)
-    tags = torch.empty(n, dtype=torch.long)
-    tags[text], tags[audio], tags[video] = 1, 2, 0
-    tsi = torch.zeros(n, dtype=torch.long)
-    tsi[audio] = 1
-    pos = torch.zeros(n, 3)
-    pos[:, 0] = torch.arange(n, dtype=torch.float32)
-    pos[video, 1] = torch.arange(nv, dtype=torch.float32) % 4
-    pos[video, 2] = torch.arange(nv, dtype=torch.float32) % 2
-    inputs = dict(hidden_states=_rn(g, 1, nv, 16), audio_hidden_states=_rn(g, 1, na, 6),
-                  encoder_hidden_states=_rn(g, 1, nt, 8), timestep=torch.tensor([0.7, 0.3]), timestep_indices=tsi,
-                  token_tags=tags, position_ids=pos, video_indices=video, audio_indices=audio, text_indices=text)
-    return "MiniMaxH3Transformer3DModel", cfg, inputs
+    # the registry's packing ([4 text, 6 audio, 8 video] rows: 2 latent frames of 4x4 patched 2x2)
+    return "MiniMaxH3Transformer3DModel", cfg, _in_minimax_h3(cfg, Geo(1, 2, 4, 4, 4), g)
 
 
 def _cosmos3(g):
