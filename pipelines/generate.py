@@ -24,9 +24,10 @@ image encoders, 2 steps, a few frames (CPU tests).
 Where the pipeline would load a component that has no place in a random-weight build, the adapter says what stands
 in (`substitute`): ConsisID gets the face models' outputs as seeded random tensors (and its class from its module:
 diffusers' top-level name is an opencv placeholder), Cosmos 1.0 a pass-through guardrail (RandomWeightsGuardrail,
-in this build only). A family without an adapter has its stated reason in LEFT_OUT (`why_not(name)`): Cosmos3's
-tokenizer files, the modular pipelines' release component index, the SANA-WM refiner's stage-1 input and in-call
-text encoder. `scripts/family_table.py` / `scripts/e2e_report.py --family NAME` measure their transformer forward.
+in this build only), Cosmos3 a byte-level tokenizer built here (`byte_chat_tokenizer`), the SANA-WM refiner a seeded
+stage-1 latent and Gemma-3 hidden-state stand-ins through its own connectors; the modular pipelines (MiniMax-H3,
+Wan-Animate-2) are assembled from diffusers' blocks without their text-encoder step (`assemble`). A family without
+an adapter would have its stated reason in LEFT_OUT (`why_not(name)`); today every registry family has one.
 """
 from __future__ import annotations
 
