@@ -287,6 +287,8 @@ def why_not(name: str) -> str:
         return ""
     if name in LEFT_OUT:
         return LEFT_OUT[name]
+    if name not in registry.ENTRIES:
+        return f"unknown family (families: {', '.join(registry.names())})"
     return registry.entry(name).generate or "no offline pipeline adapter"
 
 
