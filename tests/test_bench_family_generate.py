@@ -53,7 +53,7 @@ def test_sizes_budget_and_refusals(tmp_path, monkeypatch):
                     "--no-progress"])
     assert recs[0]["status"] == "skipped" and "--budget-s left" in recs[0]["reason"]
     for argv, msg in ((["--only", "wan", "--out-dir", "X"], "Wan path"),
-                      (["--only", "cosmos3", "--out-dir", "X"], "cosmos3:"),
+                      (["--only", "nosuch", "--out-dir", "X"], "nosuch: unknown family"),
                       (["--tiny", "--steps", "0", "--out-dir", "X"], "--steps must be >= 1")):
         with pytest.raises(SystemExit, match=msg):
             bg.main(argv)
@@ -141,15 +141,15 @@ def test_framepack_reduced_size_is_labelled():
     assert "480×832×33* (720×1280×33)" in bg.table([r], {})
 
 
-def test_the_rest_of_the_first_sweep_fits_240_s():
-    # the final device call runs what the first H200 sweep left (bench/results/h200_2026-12-02_envelope): the
-    # calibrated estimates (measured forwards and decode) must fit its 240 s, every family at a stated size
-    first = ROOT / "bench/results/h200_2026-12-02_envelope/families/generate/generate_bench.json"
-    if not first.exists():
-        pytest.skip("the first sweep's JSON is not in this checkout")
-    done = {r["family"] for r in json.loads(first.read_text())["rows"] if r["status"] == "ok"}
+def test_the_rest_of_the_merged_sweep_fits_240_s():
+    # a later device call runs what the merged H200 sweep (bench/results/h200_2026-12-02_envelope) left, Mochi and the
+    # families that generate offline since: the calibrated estimates must fit 240 s, every family at a stated size
+    merged = ROOT / "bench/results/h200_2026-12-02_envelope/families/generate_merged/generate_bench.json"
+    if not merged.exists():
+        pytest.skip("the merged sweep's JSON is not in this checkout")
+    done = {r["family"] for r in json.loads(merged.read_text())["rows"] if r["status"] == "ok"}
     rest = [n for n in bg.families() if n not in done]
-    assert {"latte", "easyanimate", "framepack", "motif_video"} <= set(rest)
+    assert "mochi" in rest and "ltx" not in rest
     est = [bg.estimate_s(n) for n in rest]
     assert all(e is not None and e > 0 for e in est), dict(zip(rest, est))
     assert sum(est) + bg.STARTUP_S <= 240, dict(zip(rest, est))

@@ -360,8 +360,13 @@ def test_e2e_report_precision_8bit_family_without_sage(tmp_path, monkeypatch):
 
 
 def test_fidelity_forward_family_without_pipeline(tmp_path, monkeypatch):
-    """A family with no offline pipeline (cosmos3: grouped K/V heads, the backend route): the registry forward per
-    step, no video, (a) against the grouped fp64 reference, and a sweep entry that cannot install says why."""
+    """A family with no offline pipeline (cosmos3 made to look so: grouped K/V heads, the backend route): the registry
+    forward per step, no video, (a) against the grouped fp64 reference, and a sweep entry that cannot install says
+    why."""
+    import pipelines.generate as pg
+
+    real = pg.generating
+    monkeypatch.setattr(pg, "generating", lambda: [n for n in real() if n != "cosmos3"])
     monkeypatch.setattr(fid, "sage2_impl", lambda: (fake_sage(0.05), None))
     out = tmp_path / "c3"
     fid.main(["--family", "cosmos3", "--tiny", "--steps", "1", "--capture-rows", "8", "--sweep", "steps=1",

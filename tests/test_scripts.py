@@ -232,7 +232,6 @@ def _streams(path):
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["--family", "cosmos3"], "e2e_report.py --family cosmos3 measures its transformer"),
     (["--family", "nosuch"], "unknown --family 'nosuch'"),
     (["--family", "ltx2", "--device", "cpu", "--preset", "1.3b"], "needs a CUDA GPU"),
 ])
