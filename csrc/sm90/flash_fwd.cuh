@@ -392,10 +392,6 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   if constexpr (kCausal) {
     // Dynamic (p.sched) or static, the consumers learn each tile from its Q fill (sched_tile), and a fill of no bytes
     // whose tile is past the list ends their loop; they release it like an empty tile.
-    if (p.sched != nullptr) {
-      sched_claim(p.sched, p.sched_epoch);
-      sched_claim(p.sched + 1, p.sched_epoch);
-    }
     constexpr int kCap = 32 * T::kRedoWords;  // a CTA marks at most this many of its tiles (redo_bits)
     // The local count stays in shared memory across a tile's loads, read back after (prod_state[3]; see kv_coord).
     volatile int32_t* const n_local = s.prod_state + 3;
@@ -405,6 +401,11 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       const int l = *n_local;
       *n_local = l + 1;
       produce(tile, l);
+      // The counter is claimed for this launch only once the first tile's loads are out (its tile, this CTA's index,
+      // needs no ticket): every CTA claims at once at launch, a contended read and CAS on one word, a few us that on
+      // a short problem (1K tokens: ~100 us in all) the first loads would otherwise wait for. The CTAs-done word is
+      // claimed at the end, before this CTA counts itself.
+      if (l == 0 && p.sched != nullptr) sched_claim(p.sched, p.sched_epoch);
       // The ticket is taken after this tile's last loads: its latency (an L2 atomic) passes while the producer would
       // wait for a ring stage anyway. (Taken a tile ahead, it held one more register than the producer's 24: spills.)
       const int next = *n_local;
@@ -417,6 +418,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     ptx::mbarrier_arrive(&s.q_full[qb]);
     if (p.sched != nullptr) {
       // Every CTA's last ticket is taken before it counts itself done, so the last one out may reset the words.
+      sched_claim(p.sched + 1, p.sched_epoch);
       __threadfence();
       if (static_cast<uint32_t>(atomicAdd(p.sched + 1, 1ull)) == gridDim.x - 1) {
         __threadfence();
