@@ -11,7 +11,7 @@
 //   d  mbarrier: q_full armed with arrive.expect_tx and completed by a bulk copy's complete_tx (the kernel's
 //      per-tile path: Q arrives by TMA)
 //
-//   nvcc -std=c++17 -arch=sm_90a -I csrc -o racecheck_mbarrier dev/probes/racecheck_mbarrier.cu
+//   nvcc -std=c++17 -lineinfo -arch=sm_90a -I csrc -o racecheck_mbarrier dev/probes/racecheck_mbarrier.cu
 //   compute-sanitizer --tool racecheck ./racecheck_mbarrier a 3     (variant, consumer warpgroups: 2 or 3)
 // Prints "variant V: ok (N tiles)" when every consumer warp saw every tile in order, exit status 0; 1 otherwise.
 #include <cuda_runtime.h>

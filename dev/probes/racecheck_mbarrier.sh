@@ -11,7 +11,7 @@ mkdir -p "$out"
 nvcc=${NVCC:-nvcc}
 # a binary already there (built while something else used the GPU: dev/probes/causal_device.sh) is used as it is
 if [ ! -x "$out/racecheck_mbarrier" ]; then
-  "$nvcc" -std=c++17 -arch=sm_90a -I "$root/csrc" -o "$out/racecheck_mbarrier" "$root/dev/probes/racecheck_mbarrier.cu" \
+  "$nvcc" -std=c++17 -lineinfo -arch=sm_90a -I "$root/csrc" -o "$out/racecheck_mbarrier" "$root/dev/probes/racecheck_mbarrier.cu" \
     || { echo "racecheck_mbarrier: build failed"; exit 1; }
 fi
 compute-sanitizer --version | tail -1 > "$out/summary.txt"
@@ -22,6 +22,8 @@ for run in "a 3" "a 2" "b 3" "c 3" "d 3"; do
   rc=$?
   prog=$(grep -m1 "^variant" "$log" || echo "no output")
   summ=$(grep -m1 "RACECHECK SUMMARY\|ERROR SUMMARY" "$log" || echo "no summary")
-  printf "%-4s wg%s  rc=%d  %-60s  %s\n" "$1" "$2" "$rc" "$prog" "$summ" | tee -a "$out/summary.txt"
+  where=$(grep -m1 -A1 "Race reported" "$log" | grep -o "racecheck_mbarrier.cu:[0-9]*" | sed 's/.*://' | tr '\n' ' ')
+  printf "%-4s wg%s  rc=%d  %-60s  %s%s\n" "$1" "$2" "$rc" "$prog" "$summ" "${where:+  first pair: lines $where}" \
+    | tee -a "$out/summary.txt"
 done
 rm -f "$out/racecheck_mbarrier"
