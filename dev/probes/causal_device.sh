@@ -9,10 +9,10 @@ out=${1:?usage: causal_device.sh OUTDIR}
 mkdir -p "$out/racecheck"
 t0=$SECONDS
 # the probe compiles on the CPU while the GPU runs the tests
-nvcc -std=c++17 -lineinfo -arch=sm_90a -I csrc -o "$out/racecheck/racecheck_mbarrier" dev/probes/racecheck_mbarrier.cu \
+"${NVCC:-$(command -v nvcc || ls /usr/local/cuda*/bin/nvcc 2>/dev/null | head -1)}" -std=c++17 -lineinfo -arch=sm_90a -I csrc -o "$out/racecheck/racecheck_mbarrier" dev/probes/racecheck_mbarrier.cu \
   > "$out/racecheck/build.log" 2>&1 &
 build_pid=$!
-timeout 60 python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE --durations=8 tests/test_causal_gpu.py \
+timeout 75 python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE --durations=8 tests/test_causal_gpu.py \
   > "$out/gpu_causal.log" 2>&1
 rc_tests=$?
 t_tests=$((SECONDS - t0))

@@ -8,17 +8,19 @@ set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-racecheck_mbarrier}
 mkdir -p "$out"
-nvcc=${NVCC:-nvcc}
+nvcc=${NVCC:-$(command -v nvcc || ls /usr/local/cuda*/bin/nvcc 2>/dev/null | head -1)}
+san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+[ -n "$san" ] || { echo "racecheck_mbarrier: no compute-sanitizer"; exit 1; }
 # a binary already there (built while something else used the GPU: dev/probes/causal_device.sh) is used as it is
 if [ ! -x "$out/racecheck_mbarrier" ]; then
   "$nvcc" -std=c++17 -lineinfo -arch=sm_90a -I "$root/csrc" -o "$out/racecheck_mbarrier" "$root/dev/probes/racecheck_mbarrier.cu" \
     || { echo "racecheck_mbarrier: build failed"; exit 1; }
 fi
-compute-sanitizer --version | tail -1 > "$out/summary.txt"
+"$san" --version | tail -1 > "$out/summary.txt"
 for run in "a 3" "a 2" "b 3" "c 3" "d 3"; do
   set -- $run
   log="$out/racecheck_$1_wg$2.log"
-  compute-sanitizer --tool racecheck --racecheck-report all "$out/racecheck_mbarrier" "$1" "$2" > "$log" 2>&1
+  "$san" --tool racecheck --racecheck-report all "$out/racecheck_mbarrier" "$1" "$2" > "$log" 2>&1
   rc=$?
   prog=$(grep -m1 "^variant" "$log" || echo "no output")
   summ=$(grep -m1 "RACECHECK SUMMARY\|ERROR SUMMARY" "$log" || echo "no summary")
