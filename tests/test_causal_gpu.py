@@ -334,6 +334,66 @@ def test_c_abi_refuses_an_unknown_mode():
 # tile of the wrong head or block a wrong value; both fail `check`.
 
 
+@pytest.fixture
+def dynamic_everywhere():
+    """Short problems keep the static order by default (capi.cu, VIDATTN_CAUSAL_DYNAMIC_MIN_SQ); the schedule
+    tests below run the dynamic schedule at every length, so its small grids and short groups stay covered."""
+    lib = _ext.load()
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq(0) == 0
+    yield lib
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
+
+
+def schedule_of(lib, q, k, v, mode, use_workspace, monkeypatch):
+    """The output and which schedule ran (1: dynamic), with or without the workspace."""
+    real = _ext.workspace
+    monkeypatch.setattr(_ext, "workspace", real if use_workspace else (lambda lib_, device: None))
+    try:
+        out = vidattn.attention(q, k, v, causal=mode)
+        torch.cuda.synchronize()
+        return out, lib.vidattn_sm90_last_causal_dynamic()
+    finally:
+        monkeypatch.setattr(_ext, "workspace", real)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("b,h,sq,d", [(4, 16, 1024, 128), (8, 32, 1024, 64), (4, 16, 2048, 128), (2, 32, 4096, 64),
+                                      (2, 5, 1500, 128)], ids=lambda x: str(x))
+def test_short_problems_dynamic_equals_static(b, h, sq, d, mode, dynamic_everywhere, monkeypatch):
+    """The crossover shapes (dev/probes/causal_sched_ab.py --sweep crossover): forced dynamic, static (no workspace)
+    and the default routing give the same bits (a tile's arithmetic does not depend on the CTA that runs it), and
+    the routing takes the schedule its threshold says."""
+    lib = dynamic_everywhere
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(b, h, h, sq, sq, d, g)
+    what = f"{b}x{h}x{sq} D={d} {mode} seed={seed}"
+    dyn, ran_dyn = schedule_of(lib, q, k, v, mode, True, monkeypatch)
+    stat, ran_stat = schedule_of(lib, q, k, v, mode, False, monkeypatch)
+    assert (ran_dyn, ran_stat) == (1, 0), what
+    assert torch.equal(dyn, stat), what
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
+    default_min = lib.vidattn_sm90_causal_dynamic_min_sq()
+    auto, ran_auto = schedule_of(lib, q, k, v, mode, True, monkeypatch)
+    assert ran_auto == (1 if sq >= default_min else 0), (what, default_min)
+    assert torch.equal(auto, dyn), what
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq(sq + 1) == 0
+    assert schedule_of(lib, q, k, v, mode, True, monkeypatch)[1] == 0, what
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq(sq) == 0
+    assert schedule_of(lib, q, k, v, mode, True, monkeypatch)[1] == 1, what
+    if b * h * sq * sq <= 1 << 26:  # the float64 reference of the larger shapes would take GBs
+        check(q, k, v, mode, what)
+
+
+def test_dynamic_min_sq_setter_refuses_bad_values():
+    lib = _ext.load()
+    before = lib.vidattn_sm90_causal_dynamic_min_sq()
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-2) == 1
+    assert lib.vidattn_sm90_causal_dynamic_min_sq() == before
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
+    assert lib.vidattn_sm90_causal_dynamic_min_sq() == before  # the build's default
+
+
+@pytest.mark.usefixtures("dynamic_everywhere")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("b,h,sq,skv,d", [
     (1, 40, 4097, 4097, 128),   # many heads: more tiles than SMs in groups whose last one is short
@@ -349,6 +409,7 @@ def test_dynamic_schedule_every_tile_once(b, h, sq, skv, d, mode):
 
 
 @pytest.mark.parametrize("fill", ["zeros", "ones", "random", "none"])
+@pytest.mark.usefixtures("dynamic_everywhere")
 def test_any_workspace_contents(fill, monkeypatch):
     """The counters live in a workspace of any contents (the caching allocator's): zeros, all ones, random bytes;
     and with no workspace at all the static order runs. Back-to-back calls on one stream then each start from the
@@ -374,6 +435,7 @@ def test_any_workspace_contents(fill, monkeypatch):
         check(q, k, v, "top_left", f"workspace {fill} call {trial} seed={seed}")
 
 
+@pytest.mark.usefixtures("dynamic_everywhere")
 def test_one_workspace_many_launches():
     """The same workspace block for many launches in a row (the caching allocator hands the freed block back at
     once): each launch must find its counters usable after the previous one's reset, including launches of other
@@ -389,6 +451,7 @@ def test_one_workspace_many_launches():
     check(q, k, v, "top_left", f"after 40 launches seed={seed}")
 
 
+@pytest.mark.usefixtures("dynamic_everywhere")
 @pytest.mark.parametrize("mode", MODES)
 def test_cuda_graph_capture_replay(mode):
     """A captured causal call replays right: the launch's epoch is baked into the graph, and each replay finds the
@@ -419,6 +482,7 @@ def test_cuda_graph_capture_replay(mode):
     check(q, k, v, mode, f"graph inputs causal={mode} seed={seed}")
 
 
+@pytest.mark.usefixtures("dynamic_everywhere")
 def test_two_streams_at_once():
     """Two causal launches running at once on two streams: each call has its own workspace block (and epoch), so
     neither takes the other's tiles."""

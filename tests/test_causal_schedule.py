@@ -79,3 +79,50 @@ def test_work_model_counts_blocks_to_the_diagonal():
     assert [sim.tile_blocks(m, 128, 128, 8192, 8192) for m in (0, 1, 63)] == [1, 2, 64]
     assert sim.tile_blocks(0, 128, 128, 3001, 1000, bottom_right=True) == 0
     assert sim.tile_blocks(23, 128, 128, 3001, 1000, bottom_right=True) == 8
+
+
+# ---- short problems: the static order below a length threshold (capi.cu, causal_dynamic_for) --------------------
+def _ab():
+    spec = importlib.util.spec_from_file_location("causal_sched_ab", ROOT / "dev/probes/causal_sched_ab.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_crossover_is_the_start_of_the_winning_suffix():
+    ab = _ab()
+    assert ab.crossover([(1024, 0.94), (2048, 1.01), (4096, 1.05)]) == 2048
+    # a win below a loss does not count: dynamic must hold from the threshold on
+    assert ab.crossover([(1024, 1.02), (2048, 0.97), (4096, 1.05), (8192, 1.1)]) == 4096
+    assert ab.crossover([(1024, 1.0), (2048, 1.01)]) == 1024
+    assert ab.crossover([(1024, 1.2), (4096, 0.99)]) is None
+    assert ab.crossover([(1024, 0.995), (2048, 1.01)], tol=0.01) == 1024
+
+
+def test_recommended_threshold_takes_the_worst_head_dim():
+    ab = _ab()
+    rows = [{"d": 128, "s": 1024, "speedup": 0.94}, {"d": 128, "s": 1024, "speedup": 0.96},
+            {"d": 128, "s": 2048, "speedup": 1.02}, {"d": 128, "s": 4096, "speedup": 1.1},
+            {"d": 64, "s": 1024, "speedup": 1.03}, {"d": 64, "s": 2048, "speedup": 1.08},
+            {"d": 64, "s": 4096, "speedup": 1.1}]
+    assert ab.recommended_min_sq(rows) == 2048
+    rows.append({"d": 64, "s": 8192, "speedup": 0.9})
+    assert ab.recommended_min_sq(rows) is None
+    # the sweep's shapes hold both head dims at every length, the 1K D=128 shape that lost among them
+    assert (4, 16, 1024, 128) in ab.CROSSOVER
+    for s in (1024, 2048, 4096):
+        assert {d for _, _, ss, d in ab.CROSSOVER if ss == s} == {64, 128}
+
+
+def test_capi_routes_short_problems_to_the_static_order():
+    src = (ROOT / "csrc/capi.cu").read_text()
+    m = re.search(r"#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ (\d+)", src)
+    assert m, "the threshold is a build parameter"
+    assert 0 < int(m.group(1)) <= 8192, "8K and longer measured 1.02-1.64x with the dynamic schedule"
+    assert "bool causal_dynamic_for(int64_t seqlen_q) { return seqlen_q >= g_causal_dynamic_min_sq; }" in src
+    # the dynamic schedule needs the workspace and a long enough problem; anything else runs the static order
+    assert re.search(r"a\.workspace_bytes >= causal_sched_bytes\(sms\) &&\s+causal_dynamic_for\(a\.seqlen_q\)\)", src)
+    hdr = (ROOT / "csrc/capi.h").read_text()
+    for fn in ("vidattn_sm90_set_causal_dynamic_min_sq", "vidattn_sm90_causal_dynamic_min_sq",
+               "vidattn_sm90_last_causal_dynamic"):
+        assert f"{fn}(" in hdr and f'extern "C" int {fn}(' in src

@@ -196,12 +196,14 @@ __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
   return w;
 }
 
-// The tiles of this CTA marked for a redo (bit L of `bits`: its L-th tile, local_tile(L)), in
-// ascending order, each run as local tile number n_local, n_local + 1, ... after the n_local tiles of the first pass
-// (Q buffers and the ring's stages carry on). Producer and consumers walk the same bits in the same order.
-template <int kWords, bool kCausal = false, typename F>
-__device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&& run) {
-  int local = n_local;
+// The walk of the redo bits every caller shares: the tiles of this CTA marked for a redo (bit L of `bits`: its L-th
+// tile of the first pass, whose index `tile_of(L)` gives), in ascending order, each run with the local number `next()`
+// hands out. Producer and consumers walk the same bits in the same order. The number lives where its caller keeps it:
+// a register in the consumers and the non-causal producer, shared memory in the causal producer (held in a register
+// beside the dynamic schedule's vector-register coordinates, its 24 spilled).
+template <int kWords, typename Next, typename TileOf, typename F>
+__device__ __forceinline__ void walk_redo_bits(const uint32_t* bits, int n_local, Next&& next, TileOf&& tile_of,
+                                               F&& run) {
 #pragma unroll 1
   for (int w = 0; w < kWords && 32 * w < n_local; ++w) {
     uint32_t b = bits[w];
@@ -209,47 +211,46 @@ __device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&
     while (b != 0) {
       const int bit = __ffs(b) - 1;
       b &= b - 1;
-      run(local_tile<kCausal>(32 * w + bit), local++);
+      const int tile = tile_of(32 * w + bit);
+      run(tile, next());
     }
   }
 }
 
-// The same for causal builds: the n_local tiles of the first pass are followed by the end-of-list fill (local
-// n_local), and with the dynamic schedule a marked tile's index is the one its consumer recorded (redo_tile_ids).
+// Non-causal builds: tile L is local_tile(L); the redone tiles run as local n_local, n_local + 1, ... after the
+// n_local tiles of the first pass (Q buffers and the ring's stages carry on).
+template <int kWords, bool kCausal = false, typename F>
+__device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&& run) {
+  int local = n_local;
+  walk_redo_bits<kWords>(bits, n_local, [&]() { return local++; }, [](int l) { return local_tile<kCausal>(l); }, run);
+}
+
+// Causal builds: the n_local tiles of the first pass are followed by the end-of-list fill (local n_local), and with
+// the dynamic schedule a marked tile's index is the one its consumer recorded (redo_tile_ids).
+template <int kWords>
+__device__ __forceinline__ int causal_redo_tile(const FwdParams& p, int l) {
+  return p.sched != nullptr ? redo_tile_ids<kWords>(p)[l] : local_tile<true>(l);
+}
 template <int kWords, typename F>
 __device__ __forceinline__ void redo_causal_tiles(const FwdParams& p, const uint32_t* bits, int n_local, F&& run) {
   int local = n_local + 1;
-#pragma unroll 1
-  for (int w = 0; w < kWords && 32 * w < n_local; ++w) {
-    uint32_t b = bits[w];
-#pragma unroll 1
-    while (b != 0) {
-      const int bit = __ffs(b) - 1;
-      b &= b - 1;
-      const int l = 32 * w + bit;
-      run(p.sched != nullptr ? redo_tile_ids<kWords>(p)[l] : local_tile<true>(l), local++);
-    }
-  }
+  walk_redo_bits<kWords>(bits, n_local, [&]() { return local++; },
+                         [&](int l) { return causal_redo_tile<kWords>(p, l); }, run);
 }
-// The producer's: the same walk, its local count in shared memory (*local, n_local on entry) as in its first pass.
+// The producer's: its local count in shared memory (*local, n_local on entry) as in its first pass.
 template <int kWords, typename F>
 __device__ __forceinline__ void redo_causal_tiles(const FwdParams& p, const uint32_t* bits, volatile int32_t* local,
                                                   F&& run) {
-  const int words = min(kWords, (*local + 31) / 32);
-  *local = *local + 1;
-#pragma unroll 1
-  for (int w = 0; w < words; ++w) {
-    uint32_t b = bits[w];
-#pragma unroll 1
-    while (b != 0) {
-      const int bit = __ffs(b) - 1;
-      b &= b - 1;
-      const int l = 32 * w + bit;
-      const int n = *local;
-      *local = n + 1;
-      run(p.sched != nullptr ? redo_tile_ids<kWords>(p)[l] : local_tile<true>(l), n);
-    }
-  }
+  const int n_local = *local;
+  *local = n_local + 1;
+  walk_redo_bits<kWords>(
+      bits, n_local,
+      [=]() {
+        const int n = *local;
+        *local = n + 1;
+        return n;
+      },
+      [&](int l) { return causal_redo_tile<kWords>(p, l); }, run);
 }
 
 // Producer: one thread streams, tile after tile, Q (into whichever of the kQBuffers buffers the consumers released
@@ -392,10 +393,6 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   if constexpr (kCausal) {
     // Dynamic (p.sched) or static, the consumers learn each tile from its Q fill (sched_tile), and a fill of no bytes
     // whose tile is past the list ends their loop; they release it like an empty tile.
-    if (p.sched != nullptr) {
-      sched_claim(p.sched, p.sched_epoch);
-      sched_claim(p.sched + 1, p.sched_epoch);
-    }
     constexpr int kCap = 32 * T::kRedoWords;  // a CTA marks at most this many of its tiles (redo_bits)
     // The local count stays in shared memory across a tile's loads, read back after (prod_state[3]; see kv_coord).
     volatile int32_t* const n_local = s.prod_state + 3;
@@ -405,6 +402,11 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       const int l = *n_local;
       *n_local = l + 1;
       produce(tile, l);
+      // The counter is claimed for this launch only once the first tile's loads are out (its tile, this CTA's index,
+      // needs no ticket): every CTA claims at once at launch, a contended read and CAS on one word, a few us that on
+      // a short problem (1K tokens: ~100 us in all) the first loads would otherwise wait for. The CTAs-done word is
+      // claimed at the end, before this CTA counts itself.
+      if (l == 0 && p.sched != nullptr) sched_claim(p.sched, p.sched_epoch);
       // The ticket is taken after this tile's last loads: its latency (an L2 atomic) passes while the producer would
       // wait for a ring stage anyway. (Taken a tile ahead, it held one more register than the producer's 24: spills.)
       const int next = *n_local;
@@ -417,6 +419,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     ptx::mbarrier_arrive(&s.q_full[qb]);
     if (p.sched != nullptr) {
       // Every CTA's last ticket is taken before it counts itself done, so the last one out may reset the words.
+      sched_claim(p.sched + 1, p.sched_epoch);
       __threadfence();
       if (static_cast<uint32_t>(atomicAdd(p.sched + 1, 1ull)) == gridDim.x - 1) {
         __threadfence();
