@@ -11,6 +11,10 @@
 #                                             # the head-dim and causal anchors again
 #   bash dev/device_session.sh R [budget_s]   # the rest of the generation sweep; Wan 14B 720p with 8-bit
 #   bash dev/device_session.sh E [budget_s]   # Wan 14B 720p with 8-bit, Mochi's generation, the causal schedule A/B
+#   bash dev/device_session.sh G [budget_s]   # the A/Bs: 8-bit score conversion, causal crossover and racecheck probe,
+#                                             # head-dim variants (FA3 compiling beside the library build)
+#   bash dev/device_session.sh H [budget_s]   # the four families that generate offline since, and the GPU suites the
+#                                             # shared test helpers touched
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -18,21 +22,18 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 stage=${1:-K}; budget=${2:-560}
 t0=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - t0) )); }
-for w in .whl_lite .whl; do
-  if [ -d "$w" ] && ls "$w"/*.whl > /dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$w"/*.whl \
-      && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-    break
-  fi
-done
+source dev/device_env.sh
+install_wheels .whl_lite .whl
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit --format=csv | tee "$OUT/env_$stage.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())" \
   | tee -a "$OUT/env_$stage.txt"
 echo "commit $VIDATTN_GIT_COMMIT" | tee -a "$OUT/env_$stage.txt"
 declare -A rc
 build_lib() {
+  # A failed build ends the call: every later stage would try the same build again.
   python3 -c "import vidattn, time; t=time.time(); vidattn.build(verbose=False); print('library ready in', round(time.time()-t,1), 's')" \
-    2>&1 | tail -3 | tee -a "$OUT/env_$stage.txt"
+    > "$OUT/build_$stage.log" 2>&1 || { tail -40 "$OUT/build_$stage.log"; echo "library build FAILED"; exit 3; }
+  tail -3 "$OUT/build_$stage.log" | tee -a "$OUT/env_$stage.txt"
 }
 anchors_ready() {
   if [ -d .anchors ]; then
@@ -136,6 +137,41 @@ E)
   timeout $(( $(left) > 40 ? $(left) - 5 : 35 )) python3 dev/probes/causal_sched_ab.py --rounds 5 \
     --out "$OUT/causal_sched_ab.json" > "$OUT/causal_sched_ab.log" 2>&1; rc[causal_ab]=$?
   tail -12 "$OUT/causal_sched_ab.log"
+  ;;
+G)
+  anchors_ready
+  if [ -d .anchors ]; then
+    KTIMEOUT=$(( budget - 200 )) nohup bash .anchors/recipe/device_build.sh > "$OUT/anchors_build.log" 2>&1 &
+    echo $! > /tmp/anchors_build.pid
+  fi
+  build_lib
+  OUT="$OUT" timeout 160 bash dev/q8_cvt_ab.sh 150 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
+  tail -30 "$OUT/q8_stage.log"
+  timeout 150 bash dev/probes/causal_device.sh "$OUT/causal" > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
+  tail -30 "$OUT/causal_stage.log"
+  if [ -f /tmp/anchors_build.pid ]; then
+    while kill -0 "$(cat /tmp/anchors_build.pid)" 2>/dev/null && [ "$(left)" -gt 130 ]; do sleep 5; done
+    kill -- "$(cat /tmp/anchors_build.pid)" 2>/dev/null
+    tail -3 "$OUT/anchors_build.log"; anchors_ready
+  fi
+  mkdir -p "$OUT/hd"
+  timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_head_dims_variants_gpu.py \
+    > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
+  tail -3 "$OUT/hd/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/hd/gpu_tests.log" | head -8
+  timeout $(( $(left) > 60 ? $(left) - 5 : 55 )) python3 dev/probes/hd_variants_ab.py --rounds 3 --target-ms 40 \
+    --out "$OUT/hd" > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
+  tail -16 "$OUT/hd/ab.log"
+  for d in q8 causal hd; do [ -d "$OUT/$d" ] && tar czf "$OUT/$d.tar.gz" -C "$OUT" "$d" && rm -rf "$OUT/$d"; done
+  ;;
+H)
+  build_lib
+  timeout 130 python3 scripts/bench_family_generate.py --families cosmos3,sana_wm_refiner,minimax_h3,wan_animate2 \
+    --out-dir "$OUT/fam" --budget-s 110 --no-progress > "$OUT/fam.log" 2>&1; rc[fam]=$?
+  grep -E "^\| |^- " "$OUT/fam/generate_bench.md" 2>/dev/null | cut -c1-300; tail -4 "$OUT/fam.log"
+  timeout $(( $(left) > 40 ? $(left) - 8 : 30 )) python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernel_gpu.py \
+    tests/test_envelope_gpu.py tests/test_backend_gpu.py > "$OUT/gpu_e.log" 2>&1; rc[gpu_e]=$?
+  tail -3 "$OUT/gpu_e.log"
+  [ -d "$OUT/fam" ] && tar czf "$OUT/fam.tar.gz" -C "$OUT" fam && rm -rf "$OUT/fam"
   ;;
 esac
 echo "== summary stage $stage ($(( $(date +%s) - t0 )) s)"
