@@ -767,7 +767,10 @@ def _minimax_tags(pipe, preset, size, seed, device, dtype):
     n = e.tiny_text if preset == "tiny" else e.text
     from diffusers.modular_pipelines.minimax_h3.modular_pipeline import MINIMAX_H3_TEXT_TAG
 
-    return {"text_token_tags": torch.full((n,), MINIMAX_H3_TEXT_TAG, dtype=torch.long, device=device)}
+    # On the CPU whatever the pipeline's device, as the pipeline's own text step makes them: the layout step indexes
+    # its CPU-built tag row with them and moves the result to the device itself (tags on the GPU failed there with
+    # "Expected all tensors to be on the same device").
+    return {"text_token_tags": torch.full((n,), MINIMAX_H3_TEXT_TAG, dtype=torch.long)}
 
 
 # MiniMax-H3 text to video + audio (t2va): guidance-distilled (no negative prompt, one call a step); Qwen3-VL
@@ -839,6 +842,11 @@ _add(_wan_adapter("wan_animate2", "WanAnimate2ModularPipeline", "FlowMatchEulerD
                   substitute="assembled from diffusers' WanAnimate2Blocks without the UMT5 text encoder step (the "
                              "release's modular model index is not here); the reference prompt's embeddings seeded "
                              "as the prompt's"))
+
+# Seeded call inputs that stay on the CPU whatever the pipeline's device, because the pipeline's own step that makes
+# them makes them there and the step reading them mixes them with CPU tensors (every other seeded tensor goes to the
+# pipeline's device; tests/test_generate_families.py checks both on the meta device).
+HOST_INPUTS: dict[str, tuple[str, ...]] = {"minimax_h3": ("text_token_tags",)}
 
 # Families that do not generate here, and why.
 LEFT_OUT: dict[str, str] = {

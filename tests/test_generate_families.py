@@ -150,6 +150,14 @@ def test_default_pipeline_builds_on_meta(name):
         if m is not None:
             assert sum(p.numel() for p in m.parameters()) > 3e8, (name, part)
     call = G.family_call(name, pipe, "a fox", "", device="meta", dtype=torch.bfloat16)
+    # every seeded tensor on the pipeline's device, but those the pipeline's own steps keep on the CPU (MiniMax-H3's
+    # text tags on the GPU failed its layout step with "Expected all tensors to be on the same device")
+    host = G.HOST_INPUTS.get(name, ())
+    assert set(host) <= set(call), (name, host)
+    for key, value in call.items():
+        for t in (value if isinstance(value, (list, tuple)) else [value]):
+            if isinstance(t, torch.Tensor):
+                assert t.device.type == ("cpu" if key in host else "meta"), (name, key, t.device)
     size = registry.size_for(name)
     if not G.ADAPTERS[name].sized:  # the refiner's size is its stage-1 latent's: LTX-2's VAE, 32x spatial, 8x time
         assert call["sana_latent"].shape == (1, 128, (size.frames - 1) // 8 + 1, size.height // 32, size.width // 32)
