@@ -22,14 +22,13 @@ int g_d128_block_n = 0;
 // 0 or 96: head dims 72..96 run on the D=96 build (the default); 128: on the D=128 build, padded
 // (vidattn_sm90_set_d96_build: A/B timing)
 int g_d96_build = 0;
-// 0: D=192 and 256 run on their wide builds (O stored through Q's buffer, tile_config.cuh kOInQ); 1: bf16 on the
-// narrow ones with the separate O scratch (vidattn_sm90_set_hd_narrow: A/B timing; fp16 has the wide builds only)
+// bf16 D=192 and 256: 0 picks wide or narrow by key count (pick_hd_narrow), 1 forces the narrow builds with the separate
+// O scratch, 2 the wide ones whose O goes through Q's buffer (tile_config.cuh kOInQ; vidattn_sm90_set_hd_narrow: A/B
+// timing). fp16 has the wide builds only.
 int g_hd_narrow = 0;
-// A/B switches for the head-dim variants (tile_config.cuh, VIDATTN_BLOCK_N_D96_3WG / _D192_SHORT), bf16 only, off by
-// default until measured: 3 runs head dims 72..96 (on the D=96 build) on three consumer warpgroups; 64 runs
-// 136..192 at N=64 with two Q buffers (vidattn_sm90_set_d96_warpgroups, vidattn_sm90_set_d192_block_n).
+// Head dims 72..96 (bf16, on the D=96 build): 0 picks the consumer warpgroup count by shape (pick_d96_three_wgs), 2 or
+// 3 forces it (vidattn_sm90_set_d96_warpgroups: tests and A/B timing). fp16 has the two-warpgroup build only.
 int g_d96_warpgroups = 0;
-int g_d192_block_n = 0;
 thread_local int g_last_block_n = 0;  // kBlockN of this thread's last launch (0: none)
 
 int fail(const std::string& msg) {
@@ -245,6 +244,40 @@ bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
   return t3 <= t2;
 }
 
+// bf16 D=192 and 256 have a wide build (N=112 / 80, O through Q's buffer) and a narrow one (N=96 / 64, separate O
+// scratch). Two A/Bs disagree on D=192: the back-to-back one (hd_wide_ab) had wide +5-7% at 8K/32K keys and narrow
+// +2.5% at 1K; the one-call-per-event-pair one had narrow +1.5-7.5% at all three; D=256 narrow lost at 1K and 32K in
+// both. So calls of at most VIDATTN_D192_NARROW_KV_MAX (VIDATTN_D256_NARROW_KV_MAX) keys run narrow, both 0 (wide
+// everywhere, the routing before the A/B) until the back-to-back A/B of dev/probes/hd_variants_ab.py says otherwise.
+#ifndef VIDATTN_D192_NARROW_KV_MAX
+#define VIDATTN_D192_NARROW_KV_MAX 0
+#endif
+#ifndef VIDATTN_D256_NARROW_KV_MAX
+#define VIDATTN_D256_NARROW_KV_MAX 0
+#endif
+bool pick_hd_narrow(int64_t head_dim, int64_t seqlen_kv) {
+  if (g_hd_narrow != 0) return g_hd_narrow == 1;
+  return seqlen_kv <= (head_dim <= 192 ? VIDATTN_D192_NARROW_KV_MAX : VIDATTN_D256_NARROW_KV_MAX);
+}
+
+// Head dims 72..96 (bf16) have the same two builds as D=64: three consumer warpgroups (192-row tiles at N=96) and two
+// (128-row tiles at N=176). The same estimate as pick_d64_three_wgs, with the three-warpgroup gain a provisional 1.1:
+// an A/B of one call per event pair (dev/NOTES.md, "Head-dim variants: outcome") read +16% at Allegro (79200 keys),
+// +11% D=72 8K, +2.5% D=96 8K, +1.6% D=80 8K and -2% at D=96 1K, where the estimate keeps two warpgroups (21 rounds
+// of 128 rows against 16 of 192 / 1.1). The back-to-back A/B (dev/probes/hd_variants_ab.py) is to confirm the gain.
+#ifndef VIDATTN_D96_THREE_WG_GAIN
+#define VIDATTN_D96_THREE_WG_GAIN 1.1
+#endif
+bool pick_d96_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
+  constexpr double kGain = VIDATTN_D96_THREE_WG_GAIN;
+  constexpr int64_t m3 = vidattn::sm90::FwdTraits<96, 3, VIDATTN_BLOCK_N_D96_3WG>::kBlockM;
+  constexpr int64_t m2 = vidattn::sm90::FwdTraits<96, 2>::kBlockM;
+  const int64_t tiles3 = (seqlen_q + m3 - 1) / m3 * batch_heads, tiles2 = (seqlen_q + m2 - 1) / m2 * batch_heads;
+  const double t3 = static_cast<double>((tiles3 + sms - 1) / sms) * m3 / kGain;
+  const double t2 = static_cast<double>((tiles2 + sms - 1) / sms) * m2;
+  return t3 <= t2;
+}
+
 // D=128 has two builds: N=176 key blocks (the default) and N=128, whose smaller stages leave room for a second Q
 // buffer and a second O scratch box (tile_config.cuh, VIDATTN_BLOCK_N_D128_SHORT). Those help where tile boundaries
 // are frequent, that is where tiles have few key blocks: Wan cross-attention (512 keys) and FA-bench 1K gained 7
@@ -354,7 +387,7 @@ extern "C" int vidattn_sm90_set_d96_build(int build) {
 }
 
 extern "C" int vidattn_sm90_set_hd_narrow(int narrow) {
-  if (narrow != 0 && narrow != 1) return 1;
+  if (narrow < 0 || narrow > 2) return 1;
   g_hd_narrow = narrow;
   return 0;
 }
@@ -362,13 +395,6 @@ extern "C" int vidattn_sm90_set_hd_narrow(int narrow) {
 extern "C" int vidattn_sm90_set_d96_warpgroups(int warpgroups) {
   if (warpgroups != 0 && warpgroups != 2 && warpgroups != 3) return 1;
   g_d96_warpgroups = warpgroups;
-  return 0;
-}
-
-extern "C" int vidattn_sm90_set_d192_block_n(int block_n) {
-  if (block_n != 0 && block_n != vidattn::sm90::default_block_n(192) && block_n != VIDATTN_BLOCK_N_D192_SHORT)
-    return 1;
-  g_d192_block_n = block_n;
   return 0;
 }
 
@@ -440,16 +466,15 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   // build each (no short-key width, no second warpgroup count): build time.
   if (a->head_dim > 128) {
     constexpr int kD192Narrow = VIDATTN_BLOCK_N_D192_NARROW, kD256Narrow = VIDATTN_BLOCK_N_D256_NARROW;
-    constexpr int kD192Short = VIDATTN_BLOCK_N_D192_SHORT;
-    static_assert(kD192Short != kD192N && kD192Short != kD192Narrow, "the D=192 A/B width must be a build of its own");
-    if (g_d192_block_n == kD192Short && !fp16 && a->head_dim <= 192) return launch<192, 2, kD192Short, false>(*a, s, sms);
-    if (g_hd_narrow && !fp16 && kD192Narrow != kD192N && kD256Narrow != kD256N)
+    if (!fp16 && kD192Narrow != kD192N && kD256Narrow != kD256N && pick_hd_narrow(a->head_dim, a->seqlen_kv))
       return a->head_dim <= 192 ? launch<192, 2, kD192Narrow, false>(*a, s, sms)
                                 : launch<256, 2, kD256Narrow, false>(*a, s, sms);
     if (a->head_dim <= 192) return fp16 ? launch<192, 2, kD192N, true>(*a, s, sms) : launch<192, 2, kD192N, false>(*a, s, sms);
     return fp16 ? launch<256, 2, kD256N, true>(*a, s, sms) : launch<256, 2, kD256N, false>(*a, s, sms);
   }
-  if (a->head_dim > 64 && a->head_dim <= 96 && g_d96_build != 128 && g_d96_warpgroups == 3 && !fp16)
+  if (a->head_dim > 64 && a->head_dim <= 96 && g_d96_build != 128 && !fp16 &&
+      (g_d96_warpgroups == 3 ||
+       (g_d96_warpgroups == 0 && pick_d96_three_wgs(a->seqlen_q, a->batch * a->heads, sms))))
     return launch<96, 3, VIDATTN_BLOCK_N_D96_3WG, false>(*a, s, sms);
   if (a->head_dim > 64 && a->head_dim <= 96 && g_d96_build != 128)
     return fp16 ? launch<96, 2, kD96N, true>(*a, s, sms) : launch<96, 2, kD96N, false>(*a, s, sms);

@@ -47,15 +47,14 @@ int vidattn_sm90_set_d128_block_n(int block_n);
 // Head dims 72..96 only: 128 runs later launches on the D=128 build with the columns padded, 96 or 0 (the default)
 // on the D=96 build. For A/B timing and tests; returns 0, or 1 for any other value (nothing changes).
 int vidattn_sm90_set_d96_build(int build);
-// 1: bf16 head dims 136..256 run on the narrow D=192 (N=96) and D=256 (N=64) builds with the separate O scratch;
-// 0 (the default): on the wide ones (N=112, 80) whose O epilogue goes through Q's buffer. Nonzero return: bad value.
+// bf16 head dims 136..256: 1 runs later launches on the narrow D=192 (N=96) and D=256 (N=64) builds with the separate O
+// scratch, 2 on the wide ones (N=112, 80) whose O epilogue goes through Q's buffer, 0 (the default) picks by key count.
+// Nonzero return: bad value.
 int vidattn_sm90_set_hd_narrow(int narrow);
-// A/B switches (bf16 only; fp16 keeps the default builds), each 0 for the default. 3: head dims 72..96 on the D=96
-// build run on three consumer warpgroups (192-row tiles, N=96); 2 or 0: two (N=176). 64: head dims 136..192 run at
-// N=64 with two Q buffers; 112 or 0: the wide N=112 build (vidattn_sm90_set_hd_narrow then applies as before).
-// Nonzero return: bad value (nothing changes).
+// bf16 head dims 72..96 on the D=96 build: 3 runs later launches on three consumer warpgroups (192-row tiles, N=96),
+// 2 on two (N=176), 0 (the default) picks by shape; fp16 always runs on two. Nonzero return: bad value (nothing
+// changes).
 int vidattn_sm90_set_d96_warpgroups(int warpgroups);
-int vidattn_sm90_set_d192_block_n(int block_n);
 // The build (64, 96, 128, 192 or 256) a call of this head dim and causal mode (VidattnFwdArgs::causal) runs on, or 0
 // when vidattn_sm90_fwd refuses it (causal masks past D=128 have no build). Pure function of the settings above.
 int vidattn_sm90_build_head_dim(int head_dim, int causal);

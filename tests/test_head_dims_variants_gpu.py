@@ -1,9 +1,10 @@
-"""The head-dim A/B variants on a Hopper GPU (tile_config.cuh, VIDATTN_BLOCK_N_D96_3WG and _D192_SHORT; capi.cu,
-vidattn_sm90_set_d96_warpgroups / _set_d192_block_n): D=96 (and 72, 80 padded onto it) on three consumer warpgroups,
-D=192 (and 160) at N=64 with two Q buffers. Each against float64 attention and cuDNN with fresh random inputs
-(tests/test_envelope_gpu.py's `check`: odd lengths, both layouts, kv_lens, LSE, a NaN-poisoned output), several
-tiles per CTA (the second Q buffer and the deferred O store cross tile boundaries), the tail launch and its merge,
-the fixed-reference redo, and that the variant, not the default, ran (its key-block width)."""
+"""The head-dim builds' routing on a Hopper GPU: D=96 (and 72, 80 padded onto it) on three consumer warpgroups
+(tile_config.cuh, VIDATTN_BLOCK_N_D96_3WG) and on two, each forced (capi.cu, vidattn_sm90_set_d96_warpgroups) and
+against float64 attention and cuDNN with fresh random inputs (tests/test_envelope_gpu.py's `check`: odd lengths,
+both layouts, kv_lens, LSE, a NaN-poisoned output), several tiles per CTA (the second Q buffer and the deferred O
+store cross tile boundaries), the tail launch and its merge, the fixed-reference redo, and that the forced build, not
+the other, ran (its key-block width); the default picks (pick_d96_three_wgs, pick_hd_narrow) against their Python
+mirrors in tests/test_head_dims_variants.py at this GPU's SM count."""
 from __future__ import annotations
 
 import math
@@ -21,18 +22,20 @@ import vidattn  # noqa: E402
 from vidattn import _ext  # noqa: E402
 from test_envelope_gpu import DEV, assert_accurate, bshd_inputs, check, cudnn, new_gen, reference  # noqa: E402
 
-# head dim -> (the context manager that forces the variant, its key-block width, the default build's width)
-VARIANTS = {72: (lambda: _ext.d96_warpgroups(3), 96, 176), 80: (lambda: _ext.d96_warpgroups(3), 96, 176),
-            96: (lambda: _ext.d96_warpgroups(3), 96, 176), 160: (lambda: _ext.d192_block_n(64), 64, 112),
-            192: (lambda: _ext.d192_block_n(64), 64, 112)}
+from test_head_dims_variants import pick_d96_three_wgs, pick_hd_narrow  # noqa: E402
+
+# (head dim, warpgroups) -> (the context manager that forces the build, its key-block width, the other's width)
+VARIANTS = {(d, w): (lambda w=w: _ext.d96_warpgroups(w), {3: 96, 2: 176}[w], {3: 176, 2: 96}[w])
+            for d in (72, 80, 96) for w in (3, 2)}
+VARIANTS.pop((80, 2))  # 72 and 96 cover the two-warpgroup build's padding
 LENGTHS = ((1, 1), (113, 1023), (1023, 113), (4224, 4224))
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("sq,skv", LENGTHS, ids=lambda x: str(x))
-@pytest.mark.parametrize("d", VARIANTS, ids=lambda d: f"d{d}")
-def test_variant(d, sq, skv, layout):
-    force, n, _ = VARIANTS[d]
+@pytest.mark.parametrize("d,w", VARIANTS, ids=lambda x: f"d{x[0]}_{x[1]}wg")
+def test_variant(d, w, sq, skv, layout):
+    force, n, _ = VARIANTS[d, w]
     g, seed = new_gen()
     b, h = (1, 2) if sq >= 4096 else (2, 3)
     q, k, v = bshd_inputs(b, h, h, sq, skv, d, g, shift=sq == 113)
@@ -44,9 +47,9 @@ def test_variant(d, sq, skv, layout):
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
-@pytest.mark.parametrize("d", VARIANTS, ids=lambda d: f"d{d}")
-def test_variant_kv_lens(d, layout):
-    force, n, _ = VARIANTS[d]
+@pytest.mark.parametrize("d,w", VARIANTS, ids=lambda x: f"d{x[0]}_{x[1]}wg")
+def test_variant_kv_lens(d, w, layout):
+    force, n, _ = VARIANTS[d, w]
     g, seed = new_gen()
     q, k, v = bshd_inputs(2, 3, 3, 777, 1023, d, g)
     kv_lens = torch.tensor([1023, 301], dtype=torch.int32, device=DEV)
@@ -55,11 +58,11 @@ def test_variant_kv_lens(d, layout):
         assert _ext.last_block_n() == n
 
 
-@pytest.mark.parametrize("d", (96, 192), ids=lambda d: f"d{d}")
-def test_variant_many_tiles_per_cta_grouped_and_fp16(d):
+@pytest.mark.parametrize("d,w", ((96, 3), (96, 2)), ids=lambda x: f"d{x[0]}_{x[1]}wg")
+def test_variant_many_tiles_per_cta_grouped_and_fp16(d, w):
     """Several tiles back to back per CTA (the second Q buffer loads a tile early, O's store waits under the next
-    tile's S_0); grouped K/V; fp16 keeps the default build (the variants are bf16 only)."""
-    force, n, default_n = VARIANTS[d]
+    tile's S_0); grouped K/V; fp16 runs on two warpgroups whatever the setting (three are bf16 only)."""
+    force, n, _ = VARIANTS[d, w]
     g, seed = new_gen()
     q, k, v = bshd_inputs(1, 9, 9, 4224, 2049, d, g)
     q2, k2, v2 = bshd_inputs(2, 8, 2, 1000, 3001, d, g, shift=True)
@@ -69,16 +72,17 @@ def test_variant_many_tiles_per_cta_grouped_and_fp16(d):
         assert _ext.last_block_n() == n
         check(q2, k2, v2, f"D={d} variant GQA 8q/2kv seed={seed}")
         check(*h16, f"D={d} variant fp16 seed={seed}")
-        assert _ext.last_block_n() == default_n
-    vidattn.attention(q, k, v)
-    assert _ext.last_block_n() == default_n  # the block restored the default
+        assert _ext.last_block_n() == 176
+    vidattn.attention(q, k, v)  # 4224 rows x 9 heads: the default picks by shape again once the block ends
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert _ext.last_block_n() == (96 if pick_d96_three_wgs(4224, 9, sms) else 176)
 
 
-@pytest.mark.parametrize("d", (96, 192), ids=lambda d: f"d{d}")
-def test_variant_fixed_reference_redo(d):
+@pytest.mark.parametrize("d,w", ((96, 3), (72, 3)), ids=lambda x: f"d{x[0]}_{x[1]}wg")
+def test_variant_fixed_reference_redo(d, w):
     """Scores that climb along the keys, so each row's sum leaves the fixed reference's safe range: the variant's
     tiles run again with the exact online softmax (flash_fwd.cuh, redo_tiles)."""
-    force, _, _ = VARIANTS[d]
+    force, _, _ = VARIANTS[d, w]
     g, seed = new_gen()
     q, k, v = bshd_inputs(1, 2, 2, 257, 1000, d, g)
     ramp = torch.linspace(0, 12, 1000, device=DEV)[None, :, None, None]
@@ -94,4 +98,42 @@ def test_variant_switches_refuse_other_values():
     with pytest.raises(ValueError):
         _ext.set_d96_warpgroups(4)
     with pytest.raises(ValueError):
-        _ext.set_d192_block_n(96)
+        _ext.set_hd_narrow(3)
+
+
+# (batch, heads, query rows, head dim): the A/B's rows, shortened where the pick does not depend on the rest
+ROUTED = [(1, 24, 79200, 96), (2, 28, 8192, 72), (2, 21, 8192, 96), (2, 25, 8192, 80), (16, 21, 1024, 96),
+          (1, 2, 130, 88), (1, 40, 4224, 96)]
+
+
+@pytest.mark.parametrize("b,h,sq,d", ROUTED, ids=lambda x: str(x))
+def test_default_d96_pick_follows_the_estimate(b, h, sq, d):
+    """bf16 calls of head dims 72..96 run on the build pick_d96_three_wgs names for this GPU's SM count (few keys:
+    the pick depends on the query rows only), fp16 on two warpgroups; the output agrees with the forced build's."""
+    g, _ = new_gen()
+    q = torch.randn(b, sq, h, d, device=DEV, dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(b, 64, h, d, device=DEV, dtype=torch.bfloat16, generator=g) for _ in range(2))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    three = pick_d96_three_wgs(sq, b * h, sms)
+    out = vidattn.attention(q, k, v, layout="bshd")
+    assert _ext.last_block_n() == (96 if three else 176)
+    with _ext.d96_warpgroups(3 if three else 2):
+        assert torch.equal(vidattn.attention(q, k, v, layout="bshd"), out)
+    vidattn.attention(q.half(), k.half(), v.half(), layout="bshd")
+    assert _ext.last_block_n() == 176
+
+
+@pytest.mark.parametrize("d,skv", [(192, 1024), (192, 8192), (160, 300), (256, 1024), (256, 32768)],
+                         ids=lambda x: str(x))
+def test_default_narrow_pick_follows_the_key_count(d, skv):
+    """bf16 D=192/256 calls run narrow exactly where pick_hd_narrow says; forcing either side overrides it."""
+    g, _ = new_gen()
+    q = torch.randn(1, 128, 2, d, device=DEV, dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(1, skv, 2, d, device=DEV, dtype=torch.bfloat16, generator=g) for _ in range(2))
+    wide, narrow = {192: (112, 96), 256: (80, 64)}[d if d > 192 else 192]
+    vidattn.attention(q, k, v, layout="bshd")
+    assert _ext.last_block_n() == (narrow if pick_hd_narrow(d, skv) else wide)
+    for setting, n in ((1, narrow), (2, wide)):
+        with _ext.hd_narrow(setting):
+            vidattn.attention(q, k, v, layout="bshd")
+            assert _ext.last_block_n() == n

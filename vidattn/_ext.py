@@ -413,10 +413,9 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     if hasattr(lib, "vidattn_sm90_set_hd_narrow"):  # libraries before the wide D=192/256 builds lack it
         lib.vidattn_sm90_set_hd_narrow.argtypes = [ctypes.c_int]
         lib.vidattn_sm90_set_hd_narrow.restype = ctypes.c_int
-    if hasattr(lib, "vidattn_sm90_set_d192_block_n"):  # libraries before the head-dim A/B variants lack both
-        for symbol in ("vidattn_sm90_set_d96_warpgroups", "vidattn_sm90_set_d192_block_n"):
-            getattr(lib, symbol).argtypes = [ctypes.c_int]
-            getattr(lib, symbol).restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_set_d96_warpgroups"):  # libraries before the three-warpgroup D=96 build lack it
+        lib.vidattn_sm90_set_d96_warpgroups.argtypes = [ctypes.c_int]
+        lib.vidattn_sm90_set_d96_warpgroups.restype = ctypes.c_int
     if hasattr(lib, "vidattn_sm90_causal_modes"):  # libraries before the causal mask lack it (and the struct's field)
         lib.vidattn_sm90_causal_modes.argtypes = []
         lib.vidattn_sm90_causal_modes.restype = ctypes.c_int
@@ -471,26 +470,22 @@ def set_d96_build(build: int, lib: ctypes.CDLL | None = None) -> None:
 
 
 def set_hd_narrow(narrow: int, lib: ctypes.CDLL | None = None) -> None:
-    """Run bf16 head dims 136..256 on the narrow D=192 (N=96) / D=256 (N=64) builds with the separate O scratch (1)
-    or on the wide ones, O stored through Q's buffer (0: the default), in later launches. A testing and
-    benchmarking knob (also read from VIDATTN_HD_NARROW when the library loads)."""
+    """Run bf16 head dims 136..256 on the narrow D=192 (N=96) / D=256 (N=64) builds with the separate O scratch (1),
+    on the wide ones, O stored through Q's buffer (2), or on the launcher's choice by key count (0: the default;
+    libraries before that choice read 0 as wide and refuse 2) in later launches. A testing and benchmarking knob
+    (also read from VIDATTN_HD_NARROW when the library loads)."""
     if _entry(lib, "vidattn_sm90_set_hd_narrow", "the wide D=192/256 builds")(int(narrow)) != 0:
-        raise ValueError(f"VIDATTN_HD_NARROW must be 0 (the default) or 1, got {narrow}")
+        raise ValueError(f"VIDATTN_HD_NARROW must be 0 (by key count, the default), 1 (narrow) or 2 (wide), "
+                         f"got {narrow}")
 
 
 def set_d96_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
-    """Run bf16 head dims 72..96 (on the D=96 build) on three consumer warpgroups, 192-row tiles at N=96 (3), or on
-    the default two at N=176 (2 or 0) in later launches. A benchmarking knob (also read from VIDATTN_D96_WARPGROUPS
-    when the library loads)."""
-    if _entry(lib, "vidattn_sm90_set_d96_warpgroups", "the head-dim A/B variants")(int(warpgroups)) != 0:
-        raise ValueError(f"D=96 warpgroups must be 0 (the default), 2 or 3, got {warpgroups}")
-
-
-def set_d192_block_n(block_n: int, lib: ctypes.CDLL | None = None) -> None:
-    """Run bf16 head dims 136..192 at N=64 with two Q buffers (64), or on the default wide N=112 build (112 or 0) in
-    later launches. A benchmarking knob (also read from VIDATTN_D192_BLOCK_N when the library loads)."""
-    if _entry(lib, "vidattn_sm90_set_d192_block_n", "the head-dim A/B variants")(int(block_n)) != 0:
-        raise ValueError(f"D=192 block width must be 0 (the default), 112 or 64, got {block_n}")
+    """Run bf16 head dims 72..96 (on the D=96 build) on three consumer warpgroups, 192-row tiles at N=96 (3), on two
+    at N=176 (2), or on the launcher's choice by shape (0: the default; libraries before that choice read 0 as two)
+    in later launches. A testing and benchmarking knob (also read from VIDATTN_D96_WARPGROUPS when the library
+    loads)."""
+    if _entry(lib, "vidattn_sm90_set_d96_warpgroups", "the three-warpgroup D=96 build")(int(warpgroups)) != 0:
+        raise ValueError(f"D=96 warpgroups must be 0 (by shape, the default), 2 or 3, got {warpgroups}")
 
 
 def lib_build_head_dim(d: int, causal: int = CAUSAL_NONE, lib: ctypes.CDLL | None = None) -> int:
@@ -504,8 +499,7 @@ _FORCED_BUILDS = (("vidattn_sm90_set_d64_warpgroups", "VIDATTN_D64_WARPGROUPS", 
                   ("vidattn_sm90_set_d128_block_n", "VIDATTN_D128_BLOCK_N", set_d128_block_n),
                   ("vidattn_sm90_set_d96_build", "VIDATTN_D96_BUILD", set_d96_build),
                   ("vidattn_sm90_set_hd_narrow", "VIDATTN_HD_NARROW", set_hd_narrow),
-                  ("vidattn_sm90_set_d96_warpgroups", "VIDATTN_D96_WARPGROUPS", set_d96_warpgroups),
-                  ("vidattn_sm90_set_d192_block_n", "VIDATTN_D192_BLOCK_N", set_d192_block_n))
+                  ("vidattn_sm90_set_d96_warpgroups", "VIDATTN_D96_WARPGROUPS", set_d96_warpgroups))
 
 
 def last_block_n(lib: ctypes.CDLL | None = None) -> int:
@@ -551,20 +545,14 @@ def d96_build(build: int, lib: ctypes.CDLL | None = None):
 
 def hd_narrow(narrow: int, lib: ctypes.CDLL | None = None):
     """`set_hd_narrow` for the duration of a block; afterwards the setting the library loaded with
-    (VIDATTN_HD_NARROW, else 0: the wide builds) is back."""
+    (VIDATTN_HD_NARROW, else 0: by key count) is back."""
     return _forced(set_hd_narrow, "VIDATTN_HD_NARROW", narrow, lib)
 
 
 def d96_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None):
     """`set_d96_warpgroups` for the duration of a block; afterwards the setting the library loaded with
-    (VIDATTN_D96_WARPGROUPS, else 0: two warpgroups) is back."""
+    (VIDATTN_D96_WARPGROUPS, else 0: by shape) is back."""
     return _forced(set_d96_warpgroups, "VIDATTN_D96_WARPGROUPS", warpgroups, lib)
-
-
-def d192_block_n(block_n: int, lib: ctypes.CDLL | None = None):
-    """`set_d192_block_n` for the duration of a block; afterwards the setting the library loaded with
-    (VIDATTN_D192_BLOCK_N, else 0: the wide N=112 build) is back."""
-    return _forced(set_d192_block_n, "VIDATTN_D192_BLOCK_N", block_n, lib)
 
 
 def load() -> ctypes.CDLL | None:

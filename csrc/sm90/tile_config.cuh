@@ -50,20 +50,13 @@
 #ifndef VIDATTN_BLOCK_N_D256_NARROW
 #define VIDATTN_BLOCK_N_D256_NARROW 64
 #endif
-// A/B builds for the shapes where the defaults above miss their bars (dev/NOTES.md, "Head-dim variants"), bf16 only,
-// chosen at run time (capi.cu: vidattn_sm90_set_d96_warpgroups, vidattn_sm90_set_d192_block_n):
-// - D=96 on three consumer warpgroups (192-row tiles, as D=64's long build): each K/V byte read from L2 serves 1.5x
-//   the rows, which is what Allegro's 79200 keys per head (30 MB of K/V, most of L2) are short of. 160 registers per
-//   consumer thread: S 48 + P 24 + O 48 = 120 at N=96 compiles without spills, N=112 spills 256 bytes. Shared
-//   memory: Q 48 KB x 2 buffers + 2 stages of 48 KB + 24 KB scratch, so the next Q loads a tile early.
-// - D=192 at N=64: stages of 48 KB leave room for a second Q buffer beside the O scratch (the short-key D=128
-//   build's trade): the next tile's Q loads a tile early and O's store is deferred under the next S_0, which is what
-//   1K-key tiles (8 to 16 key blocks) pay for at N=112 with O through Q's single buffer.
+// D=96 on three consumer warpgroups (192-row tiles, as D=64's long build; capi.cu, pick_d96_three_wgs, bf16): each
+// K/V byte read from L2 serves 1.5x the rows, which is what Allegro's 79200 keys per head (30 MB of K/V, most of L2)
+// are short of. 160 registers per consumer thread: S 48 + P 24 + O 48 = 120 at N=96 compiles without spills, N=112
+// spills 256 bytes. Shared memory: Q 48 KB x 2 buffers + 2 stages of 48 KB + 24 KB scratch, so the next Q loads a
+// tile early. (A D=192 build at N=64 with two Q buffers lost 2-7% to N=112 at 1K-32K keys: dev/NOTES.md.)
 #ifndef VIDATTN_BLOCK_N_D96_3WG
 #define VIDATTN_BLOCK_N_D96_3WG 96
-#endif
-#ifndef VIDATTN_BLOCK_N_D192_SHORT
-#define VIDATTN_BLOCK_N_D192_SHORT 64
 #endif
 // 0: never put O's epilogue boxes in Q's buffer (a D=192/256 width that then does not fit fails its static_assert).
 #ifndef VIDATTN_O_IN_Q
@@ -201,7 +194,7 @@ struct FwdTraits {
   // wgmma's M is 64 per warpgroup; the consumer warpgroups share one Q tile so each K/V tile is read once for
   // all their rows. D=128: two (128 rows; S, P and O need 240 registers). D=64: three (192 rows; S, P and O fit
   // in 160, O being only 32), so each K/V byte fetched serves 1.5x the rows: measured +9 to +11% on the long D=64
-  // shapes (dev/NOTES.md). D=96 has a three-warpgroup A/B build at N=96 (VIDATTN_BLOCK_N_D96_3WG).
+  // shapes (dev/NOTES.md). D=96 has both (bf16), at N=96 on three (VIDATTN_BLOCK_N_D96_3WG).
   static constexpr int kConsumerWGs = kWGs;
   static_assert(kWGs == 2 || (kWGs == 3 && kHeadDim <= 96), "three consumer warpgroups fit only at D=64 and 96");
   static constexpr int kRowsPerWG = 64;

@@ -1,12 +1,18 @@
-"""Device A/B of the head-dim variants in one process, at the shapes where the default builds miss their bars
-(1.00x FlashAttention-3, 1.15x cuDNN): today's builds ("today") against D=96 on three consumer warpgroups
-("d96_3wg", head dims 72..96), D=192 at N=64 with two Q buffers ("d192_n64"), the narrow D=192/256 builds
-("narrow", the existing A/B partner), head dims 72..96 padded onto the D=128 build ("pad128": what the D=96 build
-gains over padding, not yet measured), cuDNN through SDPA and FlashAttention-3 (scripts/anchor_impls.py, when
-installed). Rounds interleaved, the backend order rotated each round, CUDA-event medians with L2 flushed before
-every call; every vidattn side checked against cuDNN (relative L2) and its key-block width recorded, so a variant
-that did not run cannot pass as one. TFLOPS at the shape's own D (4 B H S^2 D). Writes ab.json and prints the table
-last.
+"""Device A/B of the head-dim builds in one process, at the shapes where the default builds miss their bars (1.00x
+FlashAttention-3, 1.15x cuDNN): head dims 72..96 on two consumer warpgroups ("d96_2wg", N=176) against three
+("d96_3wg", N=96) and padded onto the D=128 build ("pad128"); bf16 D=192/256 on the wide builds ("wide", N=112 / 80,
+O through Q's buffer) against the narrow ones ("narrow", N=96 / 64); cuDNN through SDPA and FlashAttention-3
+(scripts/anchor_impls.py, when installed). The library's default routing is not a side of its own: its pick
+("default") is read from the key-block width of a plain call, and its rate is that side's.
+
+Timing: back-to-back calls between one CUDA event pair, rotating over input sets that together exceed twice the L2
+(so no call finds its inputs cached), the GPU kept busy before the first event so that the host enqueues ahead and
+its dispatch (vidattn.attention's Python, FA3's wrapper) stays off the timed span, as in scripts/bench_anchors.py.
+(Timing one call per event pair after an L2 flush put the host's dispatch inside the span: at 1K, ~0.25 ms calls,
+vidattn read 406 TFLOPS against 604 back to back.) Rounds interleaved, the side order rotated each round, the median
+span of all rounds; every side checked against cuDNN (relative L2) and its key-block width recorded, so a variant
+that did not run cannot pass as one. TFLOPS at the shape's own D (4 B H S^2 D). Writes ab.json and ab_table.txt
+and prints the table last.
 
     python3 dev/probes/hd_variants_ab.py --rounds 3 --out $OUT/hd
 """
@@ -31,22 +37,41 @@ SHAPES = [("D192 1K", 16, 10, 1024, 192), ("D192 8K", 2, 10, 8192, 192), ("D256 
           ("D256 32K", 1, 8, 32768, 256), ("Allegro D96", 1, 24, 79200, 96), ("D72 8K", 2, 28, 8192, 72),
           ("D192 32K", 1, 10, 32768, 192), ("D96 8K", 2, 21, 8192, 96), ("D80 8K", 2, 25, 8192, 80),
           ("D96 1K", 16, 21, 1024, 96)]
-VIDATTN_SIDES = ("today", "d96_3wg", "d192_n64", "narrow", "pad128")
+VIDATTN_SIDES = ("d96_2wg", "d96_3wg", "pad128", "wide", "narrow")
+# key-block width of each side's kernel, (bf16) head dim 72..96 / 136..192 / 200..256: how "default" is recognised
+SIDE_BLOCK_N = {"d96_2wg": {96: 176}, "d96_3wg": {96: 96}, "pad128": {96: (128, 176)},
+                "wide": {192: 112, 256: 80}, "narrow": {192: 96, 256: 64}}
 CHECK_REL_L2 = 2e-2
+MAX_SETS = 8
+
+
+def build_of(d: int) -> int:
+    return 96 if d <= 96 else 192 if d <= 192 else 256
 
 
 def applies(backend: str, d: int) -> bool:
-    return {"d96_3wg": 64 < d <= 96, "d192_n64": 128 < d <= 192, "narrow": d > 128,
-            "pad128": 64 < d <= 96}.get(backend, True)
+    return {"d96_2wg": 64 < d <= 96, "d96_3wg": 64 < d <= 96, "pad128": 64 < d <= 96, "wide": d > 128,
+            "narrow": d > 128}.get(backend, True)
+
+
+def default_side(d: int, block_n: int) -> str | None:
+    """The side whose kernel a plain call of head dim d ran, from its key-block width (None: none of them)."""
+    for side, widths in SIDE_BLOCK_N.items():
+        w = widths.get(build_of(d))
+        if applies(side, d) and side != "pad128" and w is not None and block_n == w:
+            return side
+    return None
 
 
 def switch(backend: str):
-    """The library setting a vidattn side runs under (today: every switch at its default)."""
+    """The library setting a vidattn side runs under."""
     from vidattn import _ext
+    if backend == "d96_2wg":
+        return _ext.d96_warpgroups(2)
     if backend == "d96_3wg":
         return _ext.d96_warpgroups(3)
-    if backend == "d192_n64":
-        return _ext.d192_block_n(64)
+    if backend == "wide":
+        return _ext.hd_narrow(2)
     if backend == "narrow":
         return _ext.hd_narrow(1)
     if backend == "pad128":
@@ -58,17 +83,24 @@ def flops(b: int, h: int, s: int, d: int) -> float:
     return 4.0 * b * h * s * s * d
 
 
-def make_call(backend: str, q, k, v):
+def n_sets(set_bytes: int, l2_bytes: int) -> int:
+    """Input sets to rotate so that the sets between two uses of one exceed twice the L2 (at least 2, at most
+    MAX_SETS: a set larger than the L2 alone cannot be cache-hot on its next use)."""
+    return max(2, min(MAX_SETS, math.ceil(2 * l2_bytes / max(set_bytes, 1)) + 1))
+
+
+def make_call(backend: str, sets):
+    """A function of the call index running `backend` on input set index % len(sets)."""
     import torch.nn.functional as F
-    if backend in VIDATTN_SIDES:
+    if backend in VIDATTN_SIDES or backend == "default":
         import vidattn
-        return lambda: vidattn.attention(q, k, v, layout="bshd")
+        return lambda i: vidattn.attention(*sets[i % len(sets)], layout="bshd")
     if backend == "cudnn":
-        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
-        return lambda: F.scaled_dot_product_attention(qt, kt, vt)
+        tsets = [tuple(t.transpose(1, 2) for t in qkv) for qkv in sets]
+        return lambda i: F.scaled_dot_product_attention(*tsets[i % len(tsets)])
     if backend == "fa3":
         import anchor_impls
-        return lambda: anchor_impls.fa3(q, k, v)
+        return lambda i: anchor_impls.fa3(*sets[i % len(sets)])
     raise KeyError(backend)
 
 
@@ -79,18 +111,49 @@ def backend_context(backend: str):
     return switch(backend) if backend in VIDATTN_SIDES else contextlib.nullcontext()
 
 
-def time_ms(fn, reps: int, flush) -> float:
-    import torch
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+class CudaSpan:
+    """One CUDA event pair around a run of calls; `lead()` first queues a short busy kernel so that the host is
+    ahead of the GPU when the first event records (the first call's dispatch is then not in the span)."""
+
+    def __init__(self, lead_cycles: int = 2_000_000):
+        import torch
+        self.torch, self.lead_cycles = torch, lead_cycles
+
+    def lead(self):
+        self.torch.cuda._sleep(self.lead_cycles)
+
+    def start(self):
+        self.a = self.torch.cuda.Event(enable_timing=True)
+        self.b = self.torch.cuda.Event(enable_timing=True)
+        self.a.record()
+
+    def stop(self) -> float:
+        self.b.record()
+        self.b.synchronize()
+        return self.a.elapsed_time(self.b)
+
+
+def time_back_to_back(call, calls: int, span, first: int = 0) -> float:
+    """Milliseconds per call of `calls` back-to-back calls call(first), call(first + 1), ... in one span (the call
+    index picks the rotating input set)."""
+    span.lead()
+    span.start()
+    for i in range(first, first + calls):
+        call(i)
+    return span.stop() / calls
+
+
+def calls_for(one_ms: float, target_ms: float, n_sets_: int) -> int:
+    """Calls per span: about target_ms of work, at least one pass over the sets, at most 200."""
+    return max(n_sets_, min(200, math.ceil(target_ms / max(one_ms, 1e-3))))
+
+
+def rounds_order(sides: list[str], r: int) -> list[str]:
+    """Round r's order: the sides rotated by r, so no side always runs first or after the same one."""
+    if not sides:
+        return []
+    k = r % len(sides)
+    return sides[k:] + sides[:k]
 
 
 def rel_l2(a, b) -> float:
@@ -98,21 +161,24 @@ def rel_l2(a, b) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
+HEAD = ["shape", "d96_2wg", "d96_3wg", "pad128", "wide", "narrow", "fa3", "cudnn", "default", "def/fa3",
+        "def/cudnn", "best", "best/def"]
+
+
 def table(rows: list[dict]) -> str:
-    """Median TFLOPS per side, the best vidattn side and its ratios to today, FA3 and cuDNN."""
-    head = ["shape", "today", "d96_3wg", "d192_n64", "narrow", "pad128", "fa3", "cudnn", "best", "best/today",
-            "best/fa3", "best/cudnn", "today/fa3", "today/cudnn"]
-    lines = [" | ".join(head)]
+    """Median TFLOPS per side; the default routing's pick, its ratios to FA3 and cuDNN; the best vidattn side and
+    its gain over the default."""
+    lines = [" | ".join(HEAD)]
     for r in rows:
         t = r["tflops"]
         sides = {b: t[b] for b in VIDATTN_SIDES if t.get(b)}
         best = max(sides, key=sides.get) if sides else None
+        dflt = r.get("default")
 
         def ratio(x, y):
-            return f"{t[x] / t[y]:.3f}" if x and t.get(x) and t.get(y) else "-"
-        cells = [r["shape"]] + [f"{t[b]:.0f}" if t.get(b) else "-" for b in head[1:8]]
-        cells += [best or "-", ratio(best, "today"), ratio(best, "fa3"), ratio(best, "cudnn"), ratio("today", "fa3"),
-                  ratio("today", "cudnn")]
+            return f"{t[x] / t[y]:.3f}" if x and y and t.get(x) and t.get(y) else "-"
+        cells = [r["shape"]] + [f"{t[b]:.0f}" if t.get(b) else "-" for b in HEAD[1:8]]
+        cells += [dflt or "-", ratio(dflt, "fa3"), ratio(dflt, "cudnn"), best or "-", ratio(best, dflt)]
         lines.append(" | ".join(cells))
     return "\n".join(lines)
 
@@ -120,7 +186,8 @@ def table(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--target-ms", type=float, default=60.0, help="kernel time per measurement (sets its reps)")
+    ap.add_argument("--spans", type=int, default=2, help="spans per side per round")
+    ap.add_argument("--target-ms", type=float, default=25.0, help="GPU time per span (sets its call count)")
     ap.add_argument("--shapes", nargs="*", help="names from SHAPES (default: all)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
@@ -130,61 +197,72 @@ def main(argv=None) -> int:
     import anchor_impls
     from vidattn import _ext
     fa3_reason = anchor_impls.available().get("fa3")
+    l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 50 * 2**20)
     t_start = time.time()
-    flush = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+    span = CudaSpan()
     rows = []
     for name, b, h, s, d in SHAPES:
         if args.shapes and name not in args.shapes:
             continue
         g = torch.Generator(device="cuda").manual_seed(s + d)
-        q, k, v = (torch.randn(b, s, h, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+        set_bytes = 4 * b * s * h * d * 2  # q, k, v and the output
+        sets = [tuple(torch.randn(b, s, h, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+                for _ in range(n_sets(set_bytes, l2))]
         backends = [x for x in VIDATTN_SIDES if applies(x, d)] + ["cudnn"]
         if fa3_reason is None and anchor_impls.supports("fa3", d, h, h) is None:
             backends.append("fa3")
-        calls = {x: make_call(x, q, k, v) for x in backends}
-        row = {"shape": name, "b": b, "h": h, "s": s, "d": d, "flops": flops(b, h, s, d), "ms": {}, "tflops": {},
-               "block_n": {}, "rel_l2_vs_cudnn": {}, "errors": {}, "backends": backends}
+        calls = {x: make_call(x, sets) for x in backends + ["default"]}
+        row = {"shape": name, "b": b, "h": h, "s": s, "d": d, "flops": flops(b, h, s, d), "sets": len(sets),
+               "ms": {}, "tflops": {}, "block_n": {}, "rel_l2_vs_cudnn": {}, "errors": {}, "backends": backends,
+               "calls": {}}
         with backend_context("cudnn"):
-            ref = calls["cudnn"]().transpose(1, 2)
-        reps = {}
-        for x in backends:  # warm-up, the correctness gate, the reps for the target time
+            ref = calls["cudnn"](0).transpose(1, 2)
+        calls["default"](0)
+        torch.cuda.synchronize()
+        row["default_block_n"] = _ext.last_block_n()
+        row["default"] = default_side(d, row["default_block_n"])
+        n_calls = {}
+        for x in backends:  # warm-up, the correctness gate, the call count for the target time
             try:
                 with backend_context(x):
-                    out = calls[x]()
+                    out = calls[x](0)
                     torch.cuda.synchronize()
                     if x in VIDATTN_SIDES:
                         row["block_n"][x] = _ext.last_block_n()
-                    one = time_ms(calls[x], 1, flush)
+                    one = time_back_to_back(calls[x], len(sets), span)
                 if x != "cudnn":
                     row["rel_l2_vs_cudnn"][x] = rel_l2(out, ref)
                     if not row["rel_l2_vs_cudnn"][x] < CHECK_REL_L2:
                         raise RuntimeError(f"relative L2 {row['rel_l2_vs_cudnn'][x]:.2e} against cuDNN")
-                reps[x] = max(3, min(30, math.ceil(args.target_ms / max(one, 1e-3))))
+                n_calls[x] = row["calls"][x] = calls_for(one, args.target_ms, len(sets))
             except Exception as exc:  # noqa: BLE001 - a side that fails is reported, the others still time
                 row["errors"][x] = f"{type(exc).__name__}: {exc}"
         live = [x for x in backends if x not in row["errors"]]
         samples = {x: [] for x in live}
         for r in range(args.rounds):
-            order = live[r % len(live):] + live[:r % len(live)] if live else []
-            for x in order:
+            for x in rounds_order(live, r):
                 with backend_context(x):
-                    samples[x].append(time_ms(calls[x], reps[x], flush))
+                    for _ in range(args.spans):
+                        samples[x].append(time_back_to_back(calls[x], n_calls[x], span))
         for x in live:
             row["ms"][x] = samples[x]
             row["tflops"][x] = row["flops"] / (statistics.median(samples[x]) * 1e-3) / 1e12
         rows.append(row)
         print(f"{name}: " + ", ".join(f"{x} {row['tflops'][x]:.0f}" for x in live) +
-              (f"; errors {row['errors']}" if row["errors"] else "") + f"; block_n {row['block_n']}", flush=True)
-        del q, k, v, ref, calls
+              (f"; errors {row['errors']}" if row["errors"] else "") +
+              f"; default {row['default']} (N={row['default_block_n']}); block_n {row['block_n']}", flush=True)
+        del sets, ref, calls
         torch.cuda.empty_cache()
-    result = {"rounds": args.rounds, "fa3": fa3_reason or "available", "seconds": time.time() - t_start,
+    result = {"rounds": args.rounds, "spans": args.spans, "timing": "back-to-back, rotating input sets",
+              "fa3": fa3_reason or "available", "seconds": time.time() - t_start,
               "device": torch.cuda.get_device_name(), "rows": rows}
     text = table(rows)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "ab.json").write_text(json.dumps(result, indent=1))
         (args.out / "ab_table.txt").write_text(text + "\n")
-    print(f"\nhd_variants_ab: {args.rounds} rounds, {time.time() - t_start:.0f} s, FA3 {result['fa3']}")
+    print(f"\nhd_variants_ab: {args.rounds} rounds x {args.spans} spans, back to back, {time.time() - t_start:.0f} s, "
+          f"FA3 {result['fa3']}")
     print(text)
     return 0
 
