@@ -183,6 +183,20 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def write(args, rows: list[dict], fa3_reason, t_start: float) -> tuple[dict, str]:
+    """ab.json and ab_table.txt under --out (if given) for the rows so far; the result and the table."""
+    import torch
+    result = {"rounds": args.rounds, "spans": args.spans, "timing": "back-to-back, rotating input sets",
+              "fa3": fa3_reason or "available", "seconds": time.time() - t_start,
+              "device": torch.cuda.get_device_name(), "rows": rows}
+    text = table(rows)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "ab.json").write_text(json.dumps(result, indent=1))
+        (args.out / "ab_table.txt").write_text(text + "\n")
+    return result, text
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -253,14 +267,8 @@ def main(argv=None) -> int:
               f"; default {row['default']} (N={row['default_block_n']}); block_n {row['block_n']}", flush=True)
         del sets, ref, calls
         torch.cuda.empty_cache()
-    result = {"rounds": args.rounds, "spans": args.spans, "timing": "back-to-back, rotating input sets",
-              "fa3": fa3_reason or "available", "seconds": time.time() - t_start,
-              "device": torch.cuda.get_device_name(), "rows": rows}
-    text = table(rows)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "ab.json").write_text(json.dumps(result, indent=1))
-        (args.out / "ab_table.txt").write_text(text + "\n")
+        write(args, rows, fa3_reason, t_start)  # each row as it lands: a timeout keeps what was measured
+    result, text = write(args, rows, fa3_reason, t_start)
     print(f"\nhd_variants_ab: {args.rounds} rounds x {args.spans} spans, back to back, {time.time() - t_start:.0f} s, "
           f"FA3 {result['fa3']}")
     print(text)
