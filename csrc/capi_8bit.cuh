@@ -18,19 +18,21 @@ namespace {
 //   mode 0: row sums of the unrounded p in the softmax (fp32); 1: by the tensor cores (a column of ones beside V: P V
 //   also sums P as rounded, the softmax drops one FADD per score).
 //   D=128: mode 0 on the sequential schedule (three consumer warpgroups; mode 1's 4 more accumulator registers would
-//   spill there). D=64: mode 1 with three consumer warpgroups, ping-pong (1.38x mode 0 with two in device run 2).
+//   spill there) with score conversion 2. D=64: mode 1 on the sequential schedule with score conversion 1 (1.05x the
+//   three-warpgroup ping-pong with I2F, its earlier default, on CogVideoX and LTX:
+//   bench/results/h200_2026-12-02_pm/call_g/q8/q8_cvt_ab.log).
 // Schedules: ping-pong (D=64 only: S_j issued with P_{j-1} V_{j-1}; three consumer warpgroups, or two), sequential
 // (q8_consumer_seq: three warpgroups, no spills) and, at D=128 only, sequential with the S issues in round-robin turns
 // (schedule 2).
-// Built, each for bf16 and fp16 (24 kernels): D=128 mode 0 on schedules 1 and 2; D=64 modes 0 and 1 on the
-// three-warpgroup ping-pong and the sequential schedule, and mode 1 on the two-warpgroup ping-pong (slower, but
-// spill-free: the sanitizer cases' contrast to the default's spilling build); for the score-conversion A/B, on the
-// sequential schedule, conversions 1 and 2 (D=128 mode 0, D=64 mode 1) and mode 4 with conversion 1 (D=128).
-// No longer built, each slower than the default on every shape it was timed on (device runs 2-5; a forced launch is
-// refused with an error): mode 2 (f16 exponentials, sums by the tensor cores), mode 3 (f16 exponentials, HADD2 sums),
-// modes 4 and 5 (1/8 or 1/4 of the exponentials by an FMA polynomial, q8_exp2_poly; mode 4 is back with score
-// conversion 1 only), the D=128 ping-pong schedule
-// and mode 1 with it, mode 0 with two warpgroups at D=64, schedule 2 at D=64.
+// Built, each for bf16 and fp16 (18 kernels): D=128 mode 0 on schedules 1 and 2, and on 1 with conversion 2; D=64
+// modes 0 and 1 on the three-warpgroup ping-pong and the sequential schedule, mode 1 on the sequential schedule with
+// conversion 1, and mode 1 on the two-warpgroup ping-pong (slower, but spill-free: the sanitizer cases' contrast to
+// the spilling three-warpgroup build). The I2F builds stay as the A/B's reference and for the forced variants.
+// No longer built, each slower than the default on every shape it was timed on (device runs 2-5 and call G; a forced
+// launch is refused with an error): mode 2 (f16 exponentials, sums by the tensor cores), mode 3 (f16 exponentials,
+// HADD2 sums), modes 4 and 5 (1/8 or 1/4 of the exponentials by an FMA polynomial, q8_exp2_poly; mode 4 with
+// conversion 1 too), conversion 1 at D=128 and 2 at D=64, the D=128 ping-pong schedule and mode 1 with it, mode 0
+// with two warpgroups at D=64, schedule 2 at D=64.
 // Forced by vidattn_q8_set_sum_mma / vidattn_q8_set_d64_warpgroups / vidattn_q8_set_sequential, or for both head
 // dims by the environment variables VIDATTN_Q8_SUM_MMA / VIDATTN_Q8_D64_WGS / VIDATTN_Q8_SEQ (read once; A/B runs).
 #ifndef VIDATTN_Q8_MODE_D128
@@ -46,19 +48,27 @@ namespace {
 #define VIDATTN_Q8_SEQ_D128 1
 #endif
 #ifndef VIDATTN_Q8_SEQ_D64
-#define VIDATTN_Q8_SEQ_D64 0
+#define VIDATTN_Q8_SEQ_D64 1
 #endif
 // Score conversion (q8_fwd.cuh's kCvt): 0 one I2F per score; 1 the row max on the integers and each score as
-// 1.5 * 2^23 + x by an integer add of the bits; 2 that bias added by the tensor cores (S starts at it). 1 and 2 are
-// built on the sequential schedule only (D=128's default; at D=64 with mode 1: the three-warpgroup ping-pong, D=64's
-// default, spilled 120-350 bytes with them); forced by vidattn_q8_set_cvt (refused elsewhere) or VIDATTN_Q8_CVT (read
-// once; other schedules keep 0).
+// 1.5 * 2^23 + x by an integer add of the bits; 2 that bias added by the tensor cores (S starts at it). Built on the
+// sequential schedule only, 2 at D=128 and 1 at D=64 with mode 1 (each won its head dim's A/B; the three-warpgroup
+// ping-pong spilled 120-350 bytes with them); forced by vidattn_q8_set_cvt (refused elsewhere) or VIDATTN_Q8_CVT (read
+// once; where it is not built, 0 runs).
 #ifndef VIDATTN_Q8_CVT_D128
-#define VIDATTN_Q8_CVT_D128 0
+#define VIDATTN_Q8_CVT_D128 2
 #endif
 #ifndef VIDATTN_Q8_CVT_D64
-#define VIDATTN_Q8_CVT_D64 0
+#define VIDATTN_Q8_CVT_D64 1
 #endif
+// The pre-pass (q8_quant.cuh): 1 the K/V statistics and Q's quantization in one launch (q8_stats_q_kernel; calls
+// with LSE keep 0, since Q's LSE term reads the statistics), 0 the three launches; forced by vidattn_q8_set_prep or
+// VIDATTN_Q8_PREP (read once; A/B runs).
+#ifndef VIDATTN_Q8_PREP
+#define VIDATTN_Q8_PREP 1
+#endif
+int g_q8_prep = -1;                  // -1: the default; 0 three launches, 1 statistics and Q fused, forced
+thread_local int g_q8_last_prep = -1;
 int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
 int g_q8_sum_mma = -1;               // -1: the default; 0-5: the mode, forced (vidattn_q8_set_sum_mma)
 int g_q8_seq = -1;                   // -1: the default; 0 ping-pong, 1 sequential, 2 with turns, forced
@@ -120,8 +130,16 @@ bool q8_tensor_map_2d(CUtensorMap* map, const void* base, uint64_t inner, uint64
   return true;
 }
 
+// A build default, unless the environment variable `name` holds a value in [lo, hi] (read once, for A/B runs).
+int q8_env_default(const char* name, int build_default, int lo, int hi) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == 0) return build_default;
+  const int v = std::atoi(e);
+  return v >= lo && v <= hi ? v : build_default;
+}
+
 // Every built variant takes its exponentials in fp32: q8_fwd.cuh's kExp16 (the lost modes 2 and 3) stays false, and
-// kPoly (modes 4, 5) is 0 but for mode 4 with score conversion 1 at D=128 (kPoly 2: 1/8 of them by the polynomial).
+// kPoly (modes 4, 5) is 0 in every build (q8_dispatch launches none with it).
 template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, bool kTurns = false, int kCvt = 0, int kPoly = 0>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
@@ -180,15 +198,27 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   cudaError_t e = cudaMemsetAsync(pp.ws.k_sum, 0, l.stats_bytes, stream);
   if (e != cudaSuccess) return fail(std::string("8-bit workspace memset: ") + cudaGetErrorString(e));
   const unsigned ubh = static_cast<unsigned>(bh);
-  q8_kv_stats_kernel<kD, kFp16>
-      <<<dim3(static_cast<unsigned>((a.seqlen_kv + kQ8StatKeys - 1) / kQ8StatKeys), ubh), kQ8StatThreads, 0,
-         stream>>>(pp);
-  if (check_launch("8-bit K/V statistics launch") != 0) return 1;
+  const int64_t stat_key_blocks = (a.seqlen_kv + kQ8StatKeys - 1) / kQ8StatKeys;
   const int64_t q_rows = static_cast<int64_t>(bh) * l.sq_pad;
   constexpr int kRowsPerBlock = q8_q_rows_per_block<kD>();
-  q8_q_kernel<kD, kFp16><<<dim3(static_cast<unsigned>((q_rows + kRowsPerBlock - 1) / kRowsPerBlock)), kQ8QThreads, 0,
-                           stream>>>(pp);
-  if (check_launch("8-bit Q quantization launch") != 0) return 1;
+  const int64_t q_blocks = (q_rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  static const int env_prep = q8_env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 1);
+  // The fused launch needs Q's rows free of the statistics (no LSE) and one grid dimension for both halves.
+  const bool fused = (g_q8_prep < 0 ? env_prep : g_q8_prep) == 1 && !pp.want_lse &&
+                     stat_key_blocks * static_cast<int64_t>(bh) + q_blocks <= 0x7fffffff;
+  g_q8_last_prep = fused ? 1 : 0;
+  if (fused) {
+    const int64_t stat_blocks = stat_key_blocks * static_cast<int64_t>(bh);
+    q8_stats_q_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(stat_blocks + q_blocks)), kQ8QThreads, 0, stream>>>(
+        pp, static_cast<int>(stat_key_blocks), static_cast<int>(stat_blocks));
+    if (check_launch("8-bit K/V statistics and Q quantization launch") != 0) return 1;
+  } else {
+    q8_kv_stats_kernel<kD, kFp16>
+        <<<dim3(static_cast<unsigned>(stat_key_blocks), ubh), kQ8StatThreads, 0, stream>>>(pp);
+    if (check_launch("8-bit K/V statistics launch") != 0) return 1;
+    q8_q_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(q_blocks)), kQ8QThreads, 0, stream>>>(pp);
+    if (check_launch("8-bit Q quantization launch") != 0) return 1;
+  }
   q8_kv_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(l.skv_pad / kQ8BlockN), ubh), kQ8KvThreads, 0, stream>>>(pp);
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
@@ -205,14 +235,6 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   return check_launch("8-bit attention launch");
 }
 
-// A build default, unless the environment variable `name` holds a value in [lo, hi] (read once, for A/B runs).
-int q8_env_default(const char* name, int build_default, int lo, int hi) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || *e == 0) return build_default;
-  const int v = std::atoi(e);
-  return v >= lo && v <= hi ? v : build_default;
-}
-
 // The instantiation for (head dim, consumer warpgroups, schedule): the row-sum mode and the dtype chosen at run time;
 // the builds that lost their A/B are refused with a clear error (see the list above).
 template <int kD, int kWGs, bool kSeq, bool kTurns = false>
@@ -223,36 +245,29 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   const int mode = g_q8_sum_mma < 0 ? env_mode : g_q8_sum_mma;
   // The score conversion: 1 and 2 built on the sequential schedule only (D=64: with mode 1; the three-warpgroup
   // ping-pong spilled 120-350 bytes with them, against 68 with I2F).
+  // Each head dim keeps the conversion that won its A/B (bench/results/h200_2026-12-02_pm/call_g/q8/): 2 at D=128,
+  // 1 at D=64 (mode 1), both on the sequential schedule; the other (and mode 4 with conversion 1) is no longer built.
   constexpr bool kCvtBuilt = kSeq && !kTurns;
+  constexpr int kCvtWon = kD == 128 ? 2 : 1;
   static const int env_cvt = q8_env_default("VIDATTN_Q8_CVT", kD == 64 ? VIDATTN_Q8_CVT_D64 : VIDATTN_Q8_CVT_D128,
                                             0, 2);
   int cvt = g_q8_cvt < 0 ? env_cvt : g_q8_cvt;
-  if (cvt != 0 && !(kCvtBuilt && (kD == 128 || mode == 1))) {
+  if (cvt != 0 && !(kCvtBuilt && cvt == kCvtWon && (kD == 128 || mode == 1))) {
     if (g_q8_cvt > 0)
-      return fail("8-bit path: score conversion " + std::to_string(cvt) +
-                  " is built on the sequential schedule (1) only, at head dim 64 with row-sum mode 1");
-    cvt = 0;  // (VIDATTN_Q8_CVT, for the defaults' A/B, leaves the other variants as they are)
+      return fail("8-bit path: score conversion " + std::to_string(cvt) + " is not built here: conversion " +
+                  std::to_string(kCvtWon) + " is built on the sequential schedule (1) only" +
+                  (kD == 64 ? ", with row-sum mode 1" : "") + " at head dim " + std::to_string(kD) +
+                  " (the other lost its A/B)");
+    cvt = 0;  // (the default, or VIDATTN_Q8_CVT, leaves the variants without the conversion on I2F)
   }
-  // Mode 4 (1/8 of the exponentials by the FMA polynomial) lost with the per-score I2F; without it (score conversion
-  // 1, D=128 sequential) it is built once more for the A/B.
-  constexpr bool kPolyBuilt = kD == 128 && kCvtBuilt;
-  if (mode >= 2 && !(mode == 4 && kPolyBuilt && cvt == 1))
+  if (mode >= 2)
     return fail("8-bit path: row-sum mode " + std::to_string(mode) +
-                " is no longer built (it measured slower than the default on every shape); modes 0 and 1 are" +
-                (mode == 4 ? std::string(", and mode 4 with score conversion 1 at head dim 128 (sequential)") : ""));
+                " is no longer built (it measured slower than the default on every shape); modes 0 and 1 are");
   if constexpr (kD == 128) {
     if (mode == 1)
       return fail("8-bit path: head dim 128 takes row-sum mode 0 only (mode 1's ones columns do not fit the "
                   "sequential schedule's registers; the ping-pong build that took it is no longer built)");
-    if constexpr (kPolyBuilt) {
-      if (mode == 4)
-        return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 1, 2>(a, l, s)
-                    : q8_launch<kD, 3, false, false, kSeq, kTurns, 1, 2>(a, l, s);
-    }
     if constexpr (kCvtBuilt) {
-      if (cvt == 1)
-        return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 1>(a, l, s)
-                    : q8_launch<kD, 3, false, false, kSeq, kTurns, 1>(a, l, s);
       if (cvt == 2)
         return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2>(a, l, s)
                     : q8_launch<kD, 3, false, false, kSeq, kTurns, 2>(a, l, s);
@@ -265,9 +280,6 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
       if (mode == 1 && cvt == 1)
         return fp16 ? q8_launch<kD, kWGs, true, true, kSeq, false, 1>(a, l, s)
                     : q8_launch<kD, kWGs, true, false, kSeq, false, 1>(a, l, s);
-      if (mode == 1 && cvt == 2)
-        return fp16 ? q8_launch<kD, kWGs, true, true, kSeq, false, 2>(a, l, s)
-                    : q8_launch<kD, kWGs, true, false, kSeq, false, 2>(a, l, s);
     }
     if (mode == 1)
       return fp16 ? q8_launch<kD, kWGs, true, true, kSeq>(a, l, s)
@@ -325,6 +337,7 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   g_q8_last_sum_mma = -1;
   g_q8_last_seq = -1;
   g_q8_last_cvt = -1;
+  g_q8_last_prep = -1;
   switch (a->head_dim) {
     case 64: {
       // (VIDATTN_Q8_SEQ=2, for the D=128 A/B, leaves D=64 on its default; a forced schedule 2 is refused.)
@@ -397,3 +410,15 @@ extern "C" int vidattn_q8_set_cvt(int cvt) {
 
 // The score conversion of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_cvt's; -1: none launched).
 extern "C" int vidattn_q8_last_cvt(void) { return g_q8_last_cvt; }
+
+// The pre-pass of later 8-bit launches: the K/V statistics and Q's quantization in one launch (1; calls with LSE run
+// 0 regardless), three launches (0), or the default (-1). For tests and A/B timing; returns 0, or 1 for any other
+// value.
+extern "C" int vidattn_q8_set_prep(int prep) {
+  if (prep < -1 || prep > 1) return 1;
+  g_q8_prep = prep;
+  return 0;
+}
+
+// The pre-pass of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_prep's; -1: none launched).
+extern "C" int vidattn_q8_last_prep(void) { return g_q8_last_prep; }

@@ -406,18 +406,60 @@ def test_set_cvt_needs_a_library_with_it():
 
 
 def test_cvt_selector_in_the_c_abi():
-    """capi_8bit.cuh: the setter's range, the environment variable, and both conversions instantiated with the sequential
-    schedule only (a forced one elsewhere is an error, not a silent fallback)."""
+    """capi_8bit.cuh: the setter's range, the environment variable, the defaults each head dim's A/B chose
+    (bench/results/h200_2026-12-02_pm/call_g/q8/: D=128 sequential + conversion 2, D=64 sequential + conversion 1),
+    and only those two conversions instantiated, on the sequential schedule (a forced other one is an error, not a
+    silent fallback)."""
     src = (REPO / "csrc/capi_8bit.cuh").read_text()
     assert 'extern "C" int vidattn_q8_set_cvt(int cvt)' in src and "if (cvt < -1 || cvt > 2) return 1;" in src
     assert 'q8_env_default("VIDATTN_Q8_CVT"' in src
     assert "constexpr bool kCvtBuilt = kSeq && !kTurns;" in src
-    assert "#define VIDATTN_Q8_CVT_D128 0" in src and "#define VIDATTN_Q8_CVT_D64 0" in src  # old path by default
-    for cvt in (1, 2):
-        assert f"kSeq, kTurns, {cvt}>(a, l, s)" in src and f"kSeq, false, {cvt}>(a, l, s)" in src
-    # Mode 4 (the polynomial's 1/8 share) comes back with conversion 1 at D=128 only; elsewhere it stays refused.
-    assert "kSeq, kTurns, 1, 2>(a, l, s)" in src
-    assert "if (mode >= 2 && !(mode == 4 && kPolyBuilt && cvt == 1))" in src
+    assert "constexpr int kCvtWon = kD == 128 ? 2 : 1;" in src
+    assert "#define VIDATTN_Q8_CVT_D128 2" in src and "#define VIDATTN_Q8_CVT_D64 1" in src
+    assert "#define VIDATTN_Q8_SEQ_D128 1" in src and "#define VIDATTN_Q8_SEQ_D64 1" in src
+    assert "kSeq, kTurns, 2>(a, l, s)" in src and "kSeq, false, 1>(a, l, s)" in src
+    assert "kSeq, kTurns, 1>(a, l, s)" not in src and "kSeq, false, 2>(a, l, s)" not in src  # the losers
+    assert ", 1, 2>(a, l, s)" not in src and "if (mode >= 2)\n" in src  # mode 4 with conversion 1: gone too
+    assert 'if (g_q8_cvt > 0)\n      return fail("8-bit path: score conversion "' in src
+
+
+def test_prep_selector_in_the_c_abi():
+    """The pre-pass choice: fused by default, the three launches whenever the LSE is asked for (Q's LSE term reads
+    the statistics) or forced, a setter with its range, the environment variable."""
+    src = (REPO / "csrc/capi_8bit.cuh").read_text()
+    assert "#define VIDATTN_Q8_PREP 1" in src and 'q8_env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 1)' in src
+    assert "== 1 && !pp.want_lse &&" in src
+    assert 'extern "C" int vidattn_q8_set_prep(int prep)' in src and "if (prep < -1 || prep > 1) return 1;" in src
+    assert "q8_stats_q_kernel<kD, kFp16><<<" in src and "q8_kv_stats_kernel<kD, kFp16>\n" in src
+    quant = (REPO / "csrc/sm90/q8_quant.cuh").read_text()
+    body = quant[quant.index("q8_stats_q_kernel(const Q8PrepParams p"):]
+    assert "if (blk < stat_blocks) q8_kv_stats_block<kD, kFp16>(p, blk % stat_key_blocks, blk / stat_key_blocks);" \
+        in body and "else q8_q_block<kD, kFp16>(p, blk - stat_blocks);" in body
+    # The separate kernels run the same bodies (one definition of each pass).
+    assert "q8_kv_stats_block<kD, kFp16>(p, blockIdx.x, blockIdx.y);" in quant
+    assert "q8_q_block<kD, kFp16>(p, blockIdx.x);" in quant
+
+
+def test_set_prep_validates_and_reaches_the_library():
+    lib = _FakeQ8Lib()
+    calls = []
+
+    def set_prep(v):
+        calls.append(v)
+        return 0 if -1 <= v <= 1 else 1
+
+    lib.vidattn_q8_set_prep = set_prep
+    lib.vidattn_q8_last_prep = lambda: 1
+    for mode in (0, 1, -1):
+        quant8.set_prep(mode, lib=lib)
+    for bad in (2, -2, 1.0, True, "1", None):
+        with pytest.raises(ValueError, match="set_prep: mode must be one of"):
+            quant8.set_prep(bad, lib=lib)
+    assert calls == [0, 1, -1] and quant8.last_prep(lib=lib) == 1
+    del lib.vidattn_q8_set_prep, lib.vidattn_q8_last_prep
+    with pytest.raises(RuntimeError, match="lacks vidattn_q8_set_prep"):
+        quant8.set_prep(1, lib=lib)
+    assert quant8.last_prep(lib=lib) == -1
 
 
 def test_magic_number_scores_emulated():
@@ -452,27 +494,27 @@ def test_magic_number_scores_emulated():
         assert float(((new - old).abs() - (0.75 * c + 2 * ulp)).max()) <= 0.0
 
 
-def test_q8_cvt_ab_plan_and_table(monkeypatch, capsys):
-    """dev/q8_cvt_ab.py (the conversion A/B's device script): a default first per head dim, every other variant one
-    that is built (sequential schedule; D=64 with row-sum mode 1), the four shapes of the target, and a table that
-    names each variant's ratio to its head dim's default."""
-    monkeypatch.setenv("Q8_EXCLUDE", "")
-    spec = importlib.util.spec_from_file_location("q8_cvt_ab_under_test", REPO / "dev/q8_cvt_ab.py")
+def test_q8_prep_ab_plan_and_table(capsys):
+    """dev/q8_prep_ab.py (the defaults and pre-pass A/B's device script): the new default first per head dim (every
+    selector -1), the same kernel with the three-launch pre-pass, the old default with it; the four shapes; a table
+    with each variant's ratios to the new default, synced and queued."""
+    spec = importlib.util.spec_from_file_location("q8_prep_ab_under_test", REPO / "dev/q8_prep_ab.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     for d in (128, 64):
         vs = [vt for vt in mod.VARIANTS if vt[1] == d]
-        assert vs[0][2:] == (-1, -1, -1)
-        assert {vt[4] for vt in vs[1:]} >= {1, 2}
-        assert all(seq == 1 and mode == (1 if d == 64 else 0) for _, _, seq, mode, cvt in vs[1:] if mode != 4)
-        assert all(d == 128 and cvt == 1 for _, _, _, mode, cvt in vs[1:] if mode == 4)  # the one poly build
+        assert vs[0][2:] == (-1, -1, -1, -1) and vs[1][2:] == (-1, -1, -1, 0)
+        assert vs[2][2:] == ((1, 0, 0, 0) if d == 128 else (0, 1, 0, 0))  # the old defaults, I2F, three launches
+    assert mod.EXPECT[128][-1] == 2 and mod.EXPECT[64][-1] == 1
     assert [s[0] for s in mod.SHAPES] == ["Wan 1.3B self", "seed 8K", "CogVideoX", "LTX"]
     res = {"checks": [{"variant": "a", "ok": True}], "timing": [{
-        "shape": "Wan 1.3B self", "with_quant": {"a": [800.0, 810.0, 805.0, 790.0], "b": [880.0, 870.0, 890.0, 860.0]},
-        "kernel_only": {"a": [850.0] * 4, "b": [935.0] * 4}, "rel_l2": {"a": 3.7e-2, "b": 3.7e-2}}]}
+        "shape": "Wan 1.3B self", "flops": 8.0e12, "synced": {"a": [800.0, 810.0], "b": [880.0, 872.0]},
+        "queued": {"a": [850.0, 850.0], "b": [900.0, 900.0]}, "kernel_ms": {"a": [9.0, 9.0], "b": [8.0, 8.0]},
+        "prep_ms": {"a": [0.2, 0.2], "b": [0.24, 0.24]}, "rel_l2": {"a": 3.7e-2, "b": 3.7e-2}}]}
     mod.table(res)
     out = capsys.readouterr().out
-    assert "(1.090x, kernel 1.100x)" in out and "checks: all ok" in out
+    assert "(synced 1.088x, queued 1.059x)" in out and "1000 | prep 0.240 ms" in out
+    assert "checks: all ok" in out
 
 
 def test_q8_check_kernel_names_keep_the_kernel(monkeypatch):

@@ -297,10 +297,10 @@ def test_c_entry_refuses_causal():
     assert torch.isnan(out).all()
 
 
-@pytest.mark.parametrize("d", [128, 64])
-@pytest.mark.parametrize("cvt", [1, 2])
+@pytest.mark.parametrize("d,cvt", [(128, 2), (64, 1)])
 def test_score_conversions(d, cvt):
-    """The score conversions without a per-score I2F (q8_fwd.cuh's kCvt 1 and 2, sequential schedule): odd lengths
+    """The score conversions without a per-score I2F that won their head dim's A/B (q8_fwd.cuh's kCvt: 2 at D=128, 1
+    at D=64; sequential schedule; the defaults there), forced: odd lengths
     (one query; a block mostly past kv_len), kv_lens tails with LSE, fp16, a shared key offset, a late sink, row
     mass; the launch reports the conversion it ran; and the output stays within 1e-2 relative L2 of the I2F path's on
     the same inputs (the two differ by the folded bias's rounding, under one integer unit of a score, which moves P
@@ -345,19 +345,20 @@ def test_score_conversions(d, cvt):
         quant8.set_sum_mma(-1)
 
 
-@pytest.mark.parametrize("d,seq,mode", [(128, 2, 0), (64, 0, 1), (64, 1, 0)])
-def test_score_conversions_refused_off_their_builds(d, seq, mode):
-    """Conversions 1 and 2 are built on the sequential schedule only (at D=64 with row-sum mode 1): forced elsewhere,
-    the launch is refused with an error naming that, nothing launched."""
+@pytest.mark.parametrize("d,seq,mode,cvt", [(128, 2, 0, 2), (64, 0, 1, 1), (64, 1, 0, 1), (128, 1, 0, 1),
+                                            (64, 1, 1, 2)])
+def test_score_conversions_refused_off_their_builds(d, seq, mode, cvt):
+    """Conversion 2 is built at D=128 and 1 at D=64 (mode 1), on the sequential schedule only: forced elsewhere (or
+    the other conversion, which lost its A/B), the launch is refused with an error naming that, nothing launched."""
     from vidattn import quant8
 
     q, k, v = (randn(1, 256, 2, d, seed=i) for i in range(3))
     out = torch.empty_like(q)
     quant8.set_sequential(seq)
     quant8.set_sum_mma(mode)
-    quant8.set_cvt(1)
+    quant8.set_cvt(cvt)
     try:
-        with pytest.raises(RuntimeError, match="score conversion 1 is built on the sequential schedule"):
+        with pytest.raises(RuntimeError, match=f"score conversion {cvt} is not built here"):
             quant8.forward_8bit(q, k, v, out, None, None, 1 / math.sqrt(d))
     finally:
         quant8.set_cvt(-1)
@@ -366,29 +367,47 @@ def test_score_conversions_refused_off_their_builds(d, seq, mode):
         quant8._launch_error = None
 
 
-def test_polynomial_share_with_conversion_1():
-    """Mode 4 (1/8 of the exponentials by q8_exp2_poly) is built again with score conversion 1 at D=128, sequential:
-    odd lengths, kv_lens with LSE, row mass; the launch reports mode 4 and conversion 1. Without conversion 1 mode 4
-    stays refused."""
+@pytest.mark.parametrize("d", [128, 64])
+def test_defaults_report_what_ran(d):
+    """The shipped defaults: the sequential schedule with conversion 2 (D=128) or 1 (D=64, mode 1), and the
+    two-launch pre-pass without LSE (three with it: Q's LSE term reads the statistics)."""
+    from vidattn import quant8
+
+    q, k, v = (randn(1, n, 2, d, seed=21 + i) for i, n in enumerate((300, 700, 700)))
+    check(q, k, v, seed=21)
+    assert quant8.last_sequential() == 1 and quant8.last_cvt() == (2 if d == 128 else 1)
+    assert quant8.last_prep() == 1 and quant8.last_variant()[1] == (0 if d == 128 else 1)
+    check(q, k, v, lse=True, seed=21)
+    assert quant8.last_prep() == 0
+
+
+@pytest.mark.parametrize("d", [128, 64])
+def test_fused_prep_matches_three_launches(d):
+    """The statistics and Q's quantization in one launch (q8_stats_q_kernel) against the three launches, same kernel:
+    odd lengths, several key blocks of statistics per head, kv_lens tails, fp16, strided BHSD views; each within the
+    bound of fp64, and the two outputs within 1e-3 relative L2 of each other (the workspaces differ only by the order
+    of the K-sum atomics, as two runs of either path do)."""
     from vidattn import quant8
 
     seed = int(torch.randint(0, 1 << 20, ()).item())
-    quant8.set_sum_mma(4)
-    quant8.set_cvt(1)
+    cases = [(1, 1, 1, None), (2, 113, 1200, None), (3, 777, 1000, [1000, 37, 129]), (1, 1023, 4097, None)]
     try:
-        for sq, skv in [(1, 77), (1023, 517)]:
-            q, k, v = (randn(1, n, 2, 128, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
-            check(q, k, v, seed=seed, lse=True, bound=REL_L2_LOOSE)
-            assert quant8.last_variant() == (3, 4) and quant8.last_cvt() == 1
-        q, k, v = (randn(3, n, 2, 128, seed=seed + 5 + i) for i, n in enumerate((300, 1000, 1000)))
-        lens = torch.tensor([1000, 37, 129], dtype=torch.int32, device=DEV)
-        check(q, k, v, kv_lens=lens, lse=True, seed=seed)
-        out = vidattn.attention(q, k, torch.ones_like(v), kv_lens=lens, precision="8bit")
-        assert float((out.double() - 1).abs().max()) <= MASS
-        quant8.set_cvt(0)
-        with pytest.raises(RuntimeError, match="mode 4 is no longer built"):
-            quant8.forward_8bit(q, k, v, torch.empty_like(q), None, None, 1 / math.sqrt(128))
+        for b, sq, skv, lens in cases:
+            for dtype in (torch.bfloat16, torch.float16):
+                q, k, v = (randn(b, n, 3, d, dtype=dtype, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
+                kl = None if lens is None else torch.tensor(lens, dtype=torch.int32, device=DEV)
+                outs = []
+                for prep in (1, 0):
+                    quant8.set_prep(prep)
+                    check(q, k, v, kv_lens=kl, seed=seed)
+                    assert quant8.last_prep() == prep
+                    outs.append(torch.full_like(q, float("nan")))
+                    quant8.forward_8bit(q, k, v, outs[-1], None, kl, 1 / math.sqrt(d))
+                    assert quant8.last_prep() == prep
+                assert rel_l2(outs[0], outs[1].double()) <= 1e-3, f"seed {seed} {(b, sq, skv, dtype)}"
+        q, k, v = (randn(2, 3, n, d, seed=seed + 9 + i).transpose(1, 2) for i, n in enumerate((333, 999, 999)))
+        quant8.set_prep(1)
+        check(q, k, v, seed=seed)
+        assert quant8.last_prep() == 1
     finally:
-        quant8.set_cvt(-1)
-        quant8.set_sum_mma(-1)
-        quant8._launch_error = None
+        quant8.set_prep(-1)

@@ -1,6 +1,6 @@
 """The 8-bit attention path (`precision="8bit"`): INT8 Q K^T and e4m3 P V on sm_90a, quantization included.
 
-One call runs a fused pre-pass (csrc/sm90/q8_quant.cuh: K smoothing, per-row Q scales, per-block K scales, per-channel
+One call runs a pre-pass (csrc/sm90/q8_quant.cuh, two launches: K smoothing, per-row Q scales, per-block K scales, per-channel
 V scales, V transposed to e4m3) and the kernel (csrc/sm90/q8_fwd.cuh) on the caller's stream, through the same library
 `vidattn._ext` builds (csrc/capi_8bit.cuh). Calls the 8-bit path cannot take run the exact path instead, with a
 warning naming the reason (`vidattn.explain(..., precision="8bit")` says which).
@@ -86,12 +86,33 @@ def set_cvt(mode: int, lib=None) -> None:
     """How later 8-bit launches turn the INT8 scores into floats (csrc/sm90/q8_fwd.cuh, kCvt): one I2F per score (0),
     the row max on the integers and each score as the float 1.5 * 2^23 + x by one integer add (1), that bias added by
     the tensor cores instead (2: S starts at it), or the build default (-1). 1 and 2 are built on the sequential
-    schedule only (head dim 64: row-sum mode 1); a launch of another schedule with them is refused with an error.
-    The environment variable VIDATTN_Q8_CVT sets the same for a whole process (there other schedules keep 0). For A/B
-    timing."""
+    schedule only, each at the head dim whose A/B it won (2 at 128, 1 at 64 with row-sum mode 1; they are the
+    defaults there); a launch of another is refused with an error. The environment variable VIDATTN_Q8_CVT sets the
+    same for a whole process (where it is not built, 0 runs). For A/B timing."""
     if isinstance(mode, bool) or not isinstance(mode, int) or mode not in CVT_MODES:
         raise ValueError(f"set_cvt: mode must be one of {CVT_MODES}, got {mode!r}")
     _setter("vidattn_q8_set_cvt", mode, lib)
+
+
+PREP_MODES = (-1, 0, 1)
+
+
+def set_prep(mode: int, lib=None) -> None:
+    """The pre-pass of later 8-bit launches (csrc/sm90/q8_quant.cuh): the K/V statistics and Q's quantization in one
+    launch (1; calls that return the LSE run 0 regardless, since Q's LSE term reads the statistics), the three
+    launches (0), or the build default (-1). The environment variable VIDATTN_Q8_PREP sets the same for a whole
+    process. For A/B timing."""
+    if isinstance(mode, bool) or not isinstance(mode, int) or mode not in PREP_MODES:
+        raise ValueError(f"set_prep: mode must be one of {PREP_MODES}, got {mode!r}")
+    _setter("vidattn_q8_set_prep", mode, lib)
+
+
+def last_prep(lib=None) -> int:
+    """Pre-pass of this thread's last 8-bit launch (1 fused, 0 three launches; -1: none, or a library without the
+    choice)."""
+    lib = _entry(lib or _ext._library(None))
+    fn = getattr(lib, "vidattn_q8_last_prep", None) if lib is not None else None
+    return int(fn()) if fn is not None else -1
 
 
 def last_cvt(lib=None) -> int:

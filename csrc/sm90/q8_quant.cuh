@@ -1,5 +1,6 @@
 // The 8-bit path's pre-pass (precision="8bit"): reads 16-bit Q, K, V with the caller's strides and writes the
-// operands of q8_fwd.cuh into one workspace (Q8Workspace). Three launches after one memset (capi_8bit.cuh, q8_launch):
+// operands of q8_fwd.cuh into one workspace (Q8Workspace). Three launches after one memset (capi_8bit.cuh, q8_launch),
+// or two (the default without LSE: 1 and 2 in one grid, q8_stats_q_kernel):
 //   1. q8_kv_stats_kernel: per (batch, head, channel) the sum of K and the max |V| over the valid keys (atomics into
 //      zeroed fp32 / bit-pattern slots).
 //   2. q8_q_kernel: Q to INT8 with one scale per query row (the kernel's accumulator rows r, r+8 each get their own
@@ -121,15 +122,16 @@ __device__ __forceinline__ int q8_vperm_pos(int k) { return 4 * ((k & 7) >> 1) +
 constexpr int kQ8StatThreads = 256;
 constexpr int kQ8StatKeys = 512;  // keys per block
 
+// One block's work: keys [blk * kQ8StatKeys, +kQ8StatKeys) of (batch, head) bh.
 template <int kD, bool kFp16>
-__global__ void __launch_bounds__(kQ8StatThreads) q8_kv_stats_kernel(const Q8PrepParams p) {
+__device__ __forceinline__ void q8_kv_stats_block(const Q8PrepParams& p, int blk, int bh) {
   constexpr int kVec = kD / 8, kLanes = kQ8StatThreads / kVec;
   __shared__ float red_sum[kLanes][kD + 1];
   __shared__ float red_max[kLanes][kD + 1];
-  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int b = bh / p.heads, h = bh % p.heads;
   const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
   const int vec = threadIdx.x % kVec, lane = threadIdx.x / kVec;
-  const int s0 = blockIdx.x * kQ8StatKeys, s1 = min(s0 + kQ8StatKeys, kv_len);
+  const int s0 = blk * kQ8StatKeys, s1 = min(s0 + kQ8StatKeys, kv_len);
   float sum[8], amax[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) sum[i] = amax[i] = 0.f;
@@ -165,6 +167,11 @@ __global__ void __launch_bounds__(kQ8StatThreads) q8_kv_stats_kernel(const Q8Pre
   }
 }
 
+template <int kD, bool kFp16>
+__global__ void __launch_bounds__(kQ8StatThreads) q8_kv_stats_kernel(const Q8PrepParams p) {
+  q8_kv_stats_block<kD, kFp16>(p, blockIdx.x, blockIdx.y);
+}
+
 // ---- 2. Q to INT8, one scale per row ----------------------------------------------------------------------------
 // A row is kD / 8 lanes of 16 bytes; a warp takes 32 / (kD / 8) rows per step and kQ8QSteps steps, every load issued
 // before the first use (v1, one warp per row with 8-byte loads, read Q at about 1.6 TB/s).
@@ -177,12 +184,12 @@ constexpr int q8_q_rows_per_block() {
 }
 
 template <int kD, bool kFp16>
-__global__ void __launch_bounds__(kQ8QThreads) q8_q_kernel(const Q8PrepParams p) {
+__device__ __forceinline__ void q8_q_block(const Q8PrepParams& p, int blk) {
   constexpr int kLanesPerRow = kD / 8, kRowsPerStep = 32 / kLanesPerRow;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int sub = lane / kLanesPerRow, vec = lane % kLanesPerRow;
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.sq_pad;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * q8_q_rows_per_block<kD>() +
+  const int64_t row0 = static_cast<int64_t>(blk) * q8_q_rows_per_block<kD>() +
                        warp * (kRowsPerStep * kQ8QSteps);
   uint4 u[kQ8QSteps];
   int64_t grow[kQ8QSteps];
@@ -230,6 +237,24 @@ __global__ void __launch_bounds__(kQ8QThreads) q8_q_kernel(const Q8PrepParams p)
         p.ws.lse_corr[static_cast<int64_t>(bh[st]) * p.seqlen_q + row[st]] = dot * inv_n * p.scale;
     }
   }
+}
+
+template <int kD, bool kFp16>
+__global__ void __launch_bounds__(kQ8QThreads) q8_q_kernel(const Q8PrepParams p) {
+  q8_q_block<kD, kFp16>(p, blockIdx.x);
+}
+
+// ---- 1 + 2 in one launch (without LSE: Q's rows then need nothing from the statistics) -------------------------
+// The first `stat_blocks` blocks (key block x (batch, head), key blocks fastest) take the statistics, the rest Q's
+// rows: one launch less, and the two halves' tails overlap instead of running one after the other.
+static_assert(kQ8StatThreads == kQ8QThreads, "the fused pre-pass launches one block size");
+
+template <int kD, bool kFp16>
+__global__ void __launch_bounds__(kQ8QThreads) q8_stats_q_kernel(const Q8PrepParams p, int stat_key_blocks,
+                                                                 int stat_blocks) {
+  const int blk = static_cast<int>(blockIdx.x);
+  if (blk < stat_blocks) q8_kv_stats_block<kD, kFp16>(p, blk % stat_key_blocks, blk / stat_key_blocks);
+  else q8_q_block<kD, kFp16>(p, blk - stat_blocks);
 }
 
 // ---- 3. K' to INT8 (four scales per 128 keys) and V^T to e4m3 (per-channel scales), one block per 128 keys ------
