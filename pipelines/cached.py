@@ -26,6 +26,7 @@ the comparison is the attention kernels under one decomposition; a CPU test chec
 """
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -104,6 +105,40 @@ def fill_wan_animate2(model, inputs: dict) -> dict:
                   reference_grid_sizes=grid_ref, origin_len=origin_len, origin_area=origin_area,
                   is_uncondtion=False)
     return inputs
+
+
+# Elements of the block mask's dense (query x key) grid up to which prebuild_block_mask builds it eagerly (a few bytes
+# per element at the peak: ~8 GB at 720x1280x17, the sweep's size); larger grids compile the mask function as the
+# model does (81 frames at 720p: ~1.2e10 elements).
+EAGER_MASK_ELEMENTS = 2 ** 31
+
+
+def prebuild_block_mask(model, segment_frames: int, height: int, width: int) -> dict:
+    """Build the in-context block mask that the cached pass's forward builds on first use for this segment, before any
+    timed call. The model builds it with `create_block_mask(_compile=True)`: Inductor compiling the mask function
+    took ~47 s of the first denoising step on a fresh H200 (the first timed path paid it, the second found it
+    built). Small enough grids are built eagerly (the same BlockMask, no compilation); the rest through the model's
+    own compiled call. Neither timed path reads the mask beyond checking that it is the model's (both compute the
+    masked attention as two dense attentions merged by log-sum-exp). Returns what was done, for the record."""
+    import diffusers.models.transformers.transformer_wan_animate_2 as wa2
+
+    key = (segment_frames // 4 + 1, height * width // 256)   # the forward's (origin_latent_frames, origin_latent_hw)
+    if key in model.block_masks:
+        return {"key": list(key), "built": False}
+    f, hw = key
+    q = math.ceil((f + 1) * hw / 128) * 128
+    elements = q * (q + math.ceil(f * hw / 128) * 128)
+    eager = elements <= EAGER_MASK_ELEMENTS
+    dev = next(model.parameters()).device
+    stock = wa2.create_block_mask
+    if eager:
+        wa2.create_block_mask = lambda *a, **k: stock(*a, **{**k, "_compile": False})
+    t0 = _now_ms(dev)
+    try:
+        model.block_masks[key] = model.create_mask(f, hw, dev)
+    finally:
+        wa2.create_block_mask = stock
+    return {"key": list(key), "built": True, "eager": eager, "elements": elements, "ms": _now_ms(dev) - t0}
 
 
 def sdpa_lse(q, k, v):

@@ -62,6 +62,20 @@ BENCH_HW = {"framepack": (480, 832),
 SKIP = {"wan": "generates through generate_video.py's Wan path (scripts/e2e_report.py times it)",
         "wan14b": "generates through generate_video.py's Wan path (scripts/e2e_report.py times it)"}
 PATHS = ("sdpa", "vidattn")
+
+
+def _prepare_wan_animate2(pipe, run) -> dict:
+    from pipelines import cached
+
+    h, w, f = run["size"]
+    return cached.prebuild_block_mask(pipe.transformer, f, h, w)
+
+
+# One-off work of the model's that the first timed path would pay and the second find done, run untimed before both:
+# Wan-Animate-2's cached pass compiles its flex block mask on first use (~47 s of the first step on a fresh H200,
+# which neither timed path reads beyond checking it is the model's).
+PREPARE = {"wan_animate2": (_prepare_wan_animate2, "its in-context block mask built before both timed paths "
+                                                   "(pipelines/cached.py prebuild_block_mask)")}
 STARTUP_S = 15.0
 
 
@@ -234,6 +248,12 @@ def bench_family(name: str, args, device, warm: bool) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         rec["build_s"] = time.perf_counter() - t0
+        if name in PREPARE:
+            stage = "prepare"
+            t1 = time.perf_counter()
+            rec["prepare"] = {**PREPARE[name][0](pipe, run), "note": PREPARE[name][1],
+                              "s": time.perf_counter() - t1}
+            log(f"  {name}: prepared in {rec['prepare']['s']:.1f} s: {PREPARE[name][1]}")
         rec["size_text"] = gv.size_text(run)
         if warm:
             stage = "warm-up"
@@ -292,6 +312,10 @@ def table(recs: list[dict], meta: dict) -> str:
         lines.append(f"| {r['family']} | {size} | {r['steps']} | {_f(s['total_s'])} | {_f(v['total_s'])} | "
                      f"**{_f(r['speedup'], 3, '×')}** | {_f(s['transformer_s'])} → {_f(v['transformer_s'])} | "
                      f"{_f(r['transformer_speedup'], 3, '×')} | {r['frames_rel_l2']:.2e} |")
+    untimed = [r for r in recs if r.get("status") == "ok" and r.get("prepare")]
+    if untimed:
+        lines += ["", "Untimed, before both paths:", ""]
+        lines += [f"- {r['family']}: {r['prepare']['note']} ({_f(r['prepare']['s'], 1, ' s')})" for r in untimed]
     rest = [r for r in recs if r.get("status") != "ok"]
     if rest:
         lines += ["", "Not measured:", ""]

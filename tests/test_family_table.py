@@ -252,3 +252,25 @@ def test_wan_animate2_sdpa_baseline_equals_the_stock_flex_pass():
     assert not torch.equal(built.forward(), torch.zeros_like(stock))
     procs = {type(m.processor).__module__ for m in built.model.modules() if hasattr(m, "processor")}
     assert all(p.startswith("diffusers.") for p in procs)  # restored
+
+
+def test_wan_animate2_block_mask_prebuilt_eagerly_is_the_models():
+    """The generation sweep builds Wan-Animate-2's in-context block mask before its timed paths (the model compiles it
+    on first use, ~47 s of the first timed step on an H200): eagerly where the grid is small, the same BlockMask
+    under the key the forward looks up, accepted by vidattn's check; a second call builds nothing."""
+    from pipelines import cached
+    from vidattn.diffusers.wan_animate_2 import cached_mask_reason
+
+    built = registry.build("wan_animate2", "tiny", device="cpu", dtype=torch.float32)
+    m, inp = built.model, built.inputs
+    ((key, compiled),) = m.block_masks.items()  # the fill built it as the forward does (compiled)
+    m.block_masks.clear()
+    rec = cached.prebuild_block_mask(m, inp["origin_len"], *inp["origin_area"])
+    assert rec["built"] and rec["eager"] and tuple(rec["key"]) == key
+    mask = m.block_masks[key]
+    assert torch.equal(mask.to_dense(), compiled.to_dense())
+    assert cached_mask_reason(mask, key[0] + 1, key[1], key[0], key[1], *key) is None
+    assert cached.prebuild_block_mask(m, inp["origin_len"], *inp["origin_area"]) == {"key": list(key),
+                                                                                      "built": False}
+    built.forward()
+    assert list(m.block_masks) == [key] and m.block_masks[key] is mask  # the forward found it
