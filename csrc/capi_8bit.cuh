@@ -342,7 +342,9 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
     case 64: {
       // (VIDATTN_Q8_SEQ=2, for the D=128 A/B, leaves D=64 on its default; a forced schedule 2 is refused.)
       static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D64, 0, 1);
-      const int seq = g_q8_seq < 0 ? env_seq : g_q8_seq;
+      // Forced warpgroups name a ping-pong build (the sequential schedule has three), so with the schedule left to
+      // the default they select the ping-pong (the sanitizer cases' two- and three-warpgroup builds).
+      const int seq = g_q8_seq >= 0 ? g_q8_seq : (g_q8_d64_wgs != 0 ? 0 : env_seq);
       if (seq == 2)
         return fail("8-bit path: the sequential schedule with turns (2) is built at head dim 128 only (at 64 it "
                     "measured slower than both other schedules)");
@@ -364,7 +366,8 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
 }
 
 // Head dim 64 only: force the consumer warpgroups of later ping-pong 8-bit launches (2 or 3), or 0 for the default.
-// For tests and A/B timing; returns 0, or 1 for any other value (nothing changes).
+// Unless vidattn_q8_set_sequential forces a schedule, a forced count also selects the ping-pong schedule (the default
+// is sequential). For tests and A/B timing; returns 0, or 1 for any other value (nothing changes).
 extern "C" int vidattn_q8_set_d64_warpgroups(int warpgroups) {
   if (warpgroups != 0 && warpgroups != 2 && warpgroups != 3) return 1;
   g_q8_d64_wgs = warpgroups;

@@ -245,6 +245,12 @@ def test_d64_two_warpgroups_mode_1():
         q, k, v = (randn(2, n, 2, 64, seed=11 + i) for i, n in enumerate((257, 515, 515)))
         check(q, k, v, lse=True, seed=11)
         assert quant8.last_variant() == (2, 1) and quant8.last_sequential() == 0
+        quant8.set_sequential(-1)  # forced warpgroups pick the ping-pong when the schedule is the default
+        check(q, k, v, seed=11)
+        assert quant8.last_variant() == (2, 1) and quant8.last_sequential() == 0
+        quant8.set_d64_warpgroups(0)
+        check(q, k, v, seed=11)
+        assert quant8.last_variant() == (3, 1) and quant8.last_sequential() == 1 and quant8.last_cvt() == 1
     finally:
         quant8.set_d64_warpgroups(0)
         quant8.set_sequential(-1)

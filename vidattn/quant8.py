@@ -61,7 +61,8 @@ def _setter(symbol: str, value: int, lib=None) -> None:
 
 def set_d64_warpgroups(warpgroups: int, lib=None) -> None:
     """Force the consumer warpgroups of later D=64 ping-pong 8-bit launches (2: row-sum mode 1 only, or 3), or 0 for
-    the default. For A/B timing and the sanitizer cases."""
+    the default. With the schedule left to its default (sequential at D=64), a forced count selects the ping-pong.
+    For A/B timing and the sanitizer cases."""
     _setter("vidattn_q8_set_d64_warpgroups", warpgroups, lib)
 
 
