@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,po
   --format=csv > "$D/gpu.txt" 2>&1
 echo "commit $(git rev-parse --short HEAD 2>/dev/null) library ${VIDATTN_LIBRARY:-vidattn cache}" >> "$D/gpu.txt"
 # The A/B first (its passes stop starting after --budget seconds), then the tests with what is left.
-OUT=$D timeout $(( $(left) * 55 / 100 )) python3 dev/q8_prep_ab.py --passes 2 --budget $(( $(left) * 35 / 100 )) \
+OUT=$D timeout $(( $(left) * 60 / 100 )) python3 dev/q8_prep_ab.py --passes 2 --budget $(( $(left) * 30 / 100 )) \
   > "$D/q8_prep_ab.log" 2>&1
 echo "q8_prep_ab rc=$?"
 grep -a "ERROR\|FAIL\|Traceback\|out of time" "$D/q8_prep_ab.log" | head -8
