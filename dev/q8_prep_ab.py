@@ -44,7 +44,7 @@ VARIANTS = [("d128 new default (seq cvt2, fused prep)", 128, -1, -1, -1, -1),
             ("d64 new default (seq cvt1, fused prep)", 64, -1, -1, -1, -1),
             ("d64 seq cvt1, 3-launch prep", 64, -1, -1, -1, 0),
             ("d64 old default (pp I2F, 3-launch)", 64, 0, 1, 0, 0)]
-# What each variant must report having run: (conversion, pre-pass without LSE).
+# The conversion each head dim's default must report (the schedule: sequential, 1; the pre-pass without LSE: 1).
 EXPECT = {128: {-1: 2, 0: 0}, 64: {-1: 1, 0: 0}}
 SHAPES = [("Wan 1.3B self", 1, 12, 32760, 128), ("seed 8K", 4, 16, 8192, 128), ("CogVideoX", 1, 48, 17776, 64),
           ("LTX", 1, 32, 24576, 64)]
@@ -73,7 +73,7 @@ def checks(variants, results):
             for (b, h, sq, skv) in [(1, 2, 1, 77), (1, 2, 113, 113), (2, 3, 1023, 517), (1, 2, 300, 4097)]:
                 q, k, v = qc.make(b, h, sq, skv, d, gen=g)
                 recs.append(qc.case(f"{name} {b}x{h}x{sq}x{skv}", q, k, v, bound=5e-2))
-                ran = (quant8.last_cvt(), quant8.last_prep())
+                ran = (quant8.last_sequential(), quant8.last_cvt(), quant8.last_prep())
                 recs.append(qc.case(f"{name} {b}x{h}x{sq}x{skv} lse", q, k, v, want_lse=True, bound=5e-2))
                 ran_lse_prep = quant8.last_prep()
             q, k, v = qc.make(3, 2, 777, 1000, d, gen=g)
@@ -84,11 +84,11 @@ def checks(variants, results):
             q, k, v = qc.make(1, 4, 2048, 2048, d, gen=g)
             off = 8.0 * torch.randn(d, device=DEV, generator=g)
             recs.append(qc.case(f"{name} key offset", q, (k.float() + off).to(k.dtype), v))
-            want = (EXPECT[d][cvt] if cvt < 0 else cvt, 1 if prep < 0 else prep)
+            want = (1 if seq < 0 else seq, EXPECT[d][cvt] if cvt < 0 else cvt, 1 if prep < 0 else prep)
             ok[name] = all(r["ok"] for r in recs) and mass <= 2e-2 and ran == want and ran_lse_prep == 0
             results["checks"].append({"variant": name, "ok": ok[name], "V=ones": mass, "ran": ran,
                                       "lse_prep": ran_lse_prep, "rel_l2": [round(r["rel_l2"], 5) for r in recs]})
-            print(f"[{name}] checks {'ok' if ok[name] else 'FAIL'} (ran cvt, prep {ran}, with LSE prep "
+            print(f"[{name}] checks {'ok' if ok[name] else 'FAIL'} (ran schedule, cvt, prep {ran}, with LSE prep "
                   f"{ran_lse_prep}, V=ones {mass:.1e})", flush=True)
         except Exception as exc:  # noqa: BLE001 - one variant's error must not end the A/B
             import traceback
