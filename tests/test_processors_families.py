@@ -320,3 +320,36 @@ def test_backend_routes_stay_stock_with_the_reason_when_the_backend_is_missing(m
     assert len(handle.replaced) == 4 and handle.backend == []
     assert "stock     1 x WanAnimateFaceBlockAttnProcessor: the vidattn diffusers backend is not available" \
         in str(handle)
+
+
+def test_sana_wm_refiner_text_mask_is_tested_once_per_forward(monkeypatch):
+    """The SANA-WM refiner's LTX-2-style attentions run vidattn's LTX-2 processors, not the backend: the text padding
+    bias the model hands every layer (each layer prepares a new copy) is tested for key padding once per forward,
+    not once per layer (each test is a host sync: ~11 ms of a 215 ms forward on the H200 through the backend);
+    output equal to stock."""
+    from pipelines import registry
+    from vidattn.diffusers import _base, masks, sdpa_common
+
+    built = registry.build("sana_wm_refiner", "tiny", device="cpu", dtype=torch.float32)
+    expected = built.forward()
+    handle = vidattn.apply(built.model)
+    try:
+        procs = [m.processor for m in built.model.modules() if hasattr(m, "processor")]
+        assert any(type(p).__name__ == "SanaWMLTX2AudioVideoAttnProcessor" and type(p).__module__.startswith(
+            "vidattn.") for p in procs), str(handle)
+        monkeypatch.setattr(sdpa_common, "_MEMO", masks.LastMaskMemo())  # nothing remembered from the fill
+        tests, masked = [], []
+        real_convert, real_attend = sdpa_common._convert, _base.ProcessorBase._attend_sdpa_mask
+        monkeypatch.setattr(sdpa_common, "_convert", lambda *a: tests.append(1) or real_convert(*a))
+
+        def attend(self, q, k, v, mask, *rest, **kw):
+            if mask is not None:
+                masked.append(1)
+            return real_attend(self, q, k, v, mask, *rest, **kw)
+
+        monkeypatch.setattr(_base.ProcessorBase, "_attend_sdpa_mask", attend)
+        out = built.forward()
+    finally:
+        vidattn.restore(built.model)
+    assert len(masked) >= 2 and len(tests) == 1, (len(masked), len(tests))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)

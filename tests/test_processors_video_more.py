@@ -193,7 +193,9 @@ FAMILIES = {
     "latte": (_latte, (3, 0, 0), 3),                     # spatial self, text cross, temporal self
     "sana_video": (_sana_video, (0, 1, 1), 1),           # cross on the backend; linear self-attention stock
     "sana_wm": (_sana_wm, (2, 2, 2), 8),                 # 2 runs x (softmax main + camera + 2 cross); GDN stock
-    "sana_wm_refiner": (_sana_wm_refiner, (0, 12, 0), 8),  # 2 runs x 2 blocks x (self + text cross), video only
+    # self-attention (KV cache) on the backend; the 5 LTX-2-style attentions per block on vidattn's LTX-2 processors;
+    # 2 runs x 2 blocks x (self + text cross) attend (video only)
+    "sana_wm_refiner": (_sana_wm_refiner, (10, 2, 0), 8),
     "kandinsky6": (_kandinsky6, (0, 14, 0), 6),          # video and audio text blocks + 2 x (visual self + cross)
     "wan_animate_2": (_wan_animate_2, (2, 2, 0), 10),    # extract 2 x (self + cross); cached 2 x (2 + cross)
 }

@@ -32,8 +32,6 @@ BACKEND_ROUTES = {
     _T + "transformer_minimax_h3.MiniMaxH3AttnProcessor": "one packed joint sequence, no mask",
     _T + "transformer_sana_wm_refiner.SanaWMLTX2RefinerAttnProcessor":
         "current block over [sink + history + current] KV cache, no mask",
-    _T + "transformer_sana_wm_refiner.SanaWMLTX2AudioVideoAttnProcessor": "LTX-2-style attentions of the refiner",
-    _T + "transformer_sana_wm_refiner.SanaWMLTX2PerturbedAttnProcessor": "LTX-2-style perturbed attentions",
     _T + "transformer_wan_animate.WanAnimateFaceBlockAttnProcessor":
         "face adapter: per-frame cross-attention to 5 motion tokens (short keys: little to gain)",
     _T + "transformer_wan_animate_2.WanAnimate2CrossAttnProcessor": "text and image cross-attention, no mask",

@@ -35,8 +35,11 @@ def _prepare_mask(attn, attention_mask, hidden_states, encoder_hidden_states):
     return prepared.view(batch_size, attn.heads, -1, prepared.shape[-1]), attention_mask
 
 
-def _rope(attn, query, key, query_rotary_emb, key_rotary_emb):
-    from diffusers.models.transformers.transformer_ltx2 import apply_interleaved_rotary_emb, apply_split_rotary_emb
+def _rope(attn, query, key, query_rotary_emb, key_rotary_emb, module: str = _LTX2):
+    import importlib
+
+    m = importlib.import_module(module)  # the stock processor's own module's RoPE functions
+    apply_interleaved_rotary_emb, apply_split_rotary_emb = m.apply_interleaved_rotary_emb, m.apply_split_rotary_emb
 
     if query_rotary_emb is not None:
         if attn.rope_type == "interleaved":
@@ -65,6 +68,7 @@ class LTX2AudioVideoAttnProcessor(ProcessorBase):
     """
 
     _vidattn_original = StockProcessor(_LTX2, "LTX2AudioVideoAttnProcessor")
+    _rope_module = _LTX2
 
     def __call__(
         self,
@@ -89,7 +93,7 @@ class LTX2AudioVideoAttnProcessor(ProcessorBase):
         query = attn.norm_q(query)
         key = attn.norm_k(key)
 
-        query, key = _rope(attn, query, key, query_rotary_emb, key_rotary_emb)
+        query, key = _rope(attn, query, key, query_rotary_emb, key_rotary_emb, self._rope_module)
 
         query = query.unflatten(2, (attn.heads, -1))
         key = key.unflatten(2, (attn.heads, -1))
@@ -113,6 +117,7 @@ class LTX2PerturbedAttnProcessor(ProcessorBase):
     """
 
     _vidattn_original = StockProcessor(_LTX2, "LTX2PerturbedAttnProcessor")
+    _rope_module = _LTX2
 
     def __call__(
         self,
@@ -146,7 +151,7 @@ class LTX2PerturbedAttnProcessor(ProcessorBase):
             query = attn.norm_q(query)
             key = attn.norm_k(key)
 
-            query, key = _rope(attn, query, key, query_rotary_emb, key_rotary_emb)
+            query, key = _rope(attn, query, key, query_rotary_emb, key_rotary_emb, self._rope_module)
 
             query = query.unflatten(2, (attn.heads, -1))
             key = key.unflatten(2, (attn.heads, -1))
@@ -172,3 +177,30 @@ register_processor(f"{_LTX2}.LTX2AudioVideoAttnProcessor", LTX2AudioVideoAttnPro
                    "six attentions per block; text padding bias -> kv_lens, IC-LoRA's dense bias -> dispatch")
 register_processor(f"{_LTX2}.LTX2PerturbedAttnProcessor", LTX2PerturbedAttnProcessor,
                    "STG perturbation and per-head gates kept; text padding bias -> kv_lens")
+
+
+# The SANA-WM LTX-2 refiner carries diffusers' copies of both processors (the same bodies and RoPE functions). Through
+# the "vidattn" backend its prepared text mask, a new tensor in each of the 48 layers, was tested for key padding in
+# every call: a host sync each, ~11 ms of a 215 ms forward, so the transformer ran 0.96x SDPA in a generation
+# (bench/results/h200_2026-12-02_pm/call_h/fam). These processors key the test on the model's one mask.
+_REFINER = "diffusers.models.transformers.transformer_sana_wm_refiner"
+
+
+class SanaWMLTX2AudioVideoAttnProcessor(LTX2AudioVideoAttnProcessor):
+    """vidattn processor for the SANA-WM refiner's `SanaWMLTX2AudioVideoAttnProcessor` (LTX-2's, copied)."""
+
+    _vidattn_original = StockProcessor(_REFINER, "SanaWMLTX2AudioVideoAttnProcessor")
+    _rope_module = _REFINER
+
+
+class SanaWMLTX2PerturbedAttnProcessor(LTX2PerturbedAttnProcessor):
+    """vidattn processor for the SANA-WM refiner's `SanaWMLTX2PerturbedAttnProcessor` (LTX-2's, copied)."""
+
+    _vidattn_original = StockProcessor(_REFINER, "SanaWMLTX2PerturbedAttnProcessor")
+    _rope_module = _REFINER
+
+
+register_processor(f"{_REFINER}.SanaWMLTX2AudioVideoAttnProcessor", SanaWMLTX2AudioVideoAttnProcessor,
+                   "the refiner's LTX-2-style attentions; the text padding bias -> kv_lens, tested once per forward")
+register_processor(f"{_REFINER}.SanaWMLTX2PerturbedAttnProcessor", SanaWMLTX2PerturbedAttnProcessor,
+                   "the refiner's LTX-2-style perturbed attentions; text padding bias -> kv_lens")
