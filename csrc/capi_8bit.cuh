@@ -403,8 +403,8 @@ extern "C" int vidattn_q8_last_sequential(void) { return g_q8_last_seq; }
 
 // The score conversion of later 8-bit launches (q8_fwd.cuh's kCvt): one I2F per score (0), the row max on the
 // integers and the scores by an integer add of 1.5 * 2^23's bits (1), that bias added by the tensor cores (2), or the
-// default (-1). 1 and 2 are built on the sequential schedule only (D=64: mode 1); a launch of another is refused. For tests
-// and A/B timing; returns 0, or 1 for any other value.
+// default (-1). Built on the sequential schedule only, 2 at D=128 and 1 at D=64 (mode 1), the defaults there; a
+// launch of another is refused. For tests and A/B timing; returns 0, or 1 for any other value.
 extern "C" int vidattn_q8_set_cvt(int cvt) {
   if (cvt < -1 || cvt > 2) return 1;
   g_q8_cvt = cvt;
