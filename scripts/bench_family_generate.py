@@ -53,7 +53,11 @@ BENCH_FRAMES = {"skyreels_v2": 17, "anyflow": 17, "wan_vace": 17, "chronoedit": 
                 "easyanimate": 17, "sana_video": 17, "kandinsky5": 17, "kandinsky6": 17, "motif_video": 17,
                 "wan_animate": 17, "cosmos": 17, "cosmos3": 17,
                 # the refiner: 7 latent frames = the sink + two 3-frame AR blocks (the second reads history)
-                "sana_wm_refiner": 49, "wan_animate2": 17}
+                "sana_wm_refiner": 49,
+                # 9 (3 latent frames + the reference slot), to fit a short device stage: at 17 the SDPA side took
+                # 61.7 s, ~42 s of it the block mask's compile (now untimed, PREPARE), and ~10 s the pipeline's VAE
+                # and CLIP work per side (bench/results/h200_2026-12-02_pm/call_h/fam.log)
+                "wan_animate2": 9}
 # Height and width below the default where the family alone would take a fifth of a sweep's budget (FramePack's
 # 720x1280 section: ~4 s per forward at 2 steps x 2 paths); frames keep the section. Labelled reduced in the output.
 BENCH_HW = {"framepack": (480, 832),
