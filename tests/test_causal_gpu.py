@@ -402,18 +402,19 @@ def test_one_threshold_per_causal_build(monkeypatch):
     build's; setting one leaves the other."""
     lib = _ext.load()
     g, seed = new_gen()
+    defaults = {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in (64, 128)}
     try:
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(64, 500) == 0
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(128, 5000) == 0
         assert lib.vidattn_sm90_causal_dynamic_min_sq_for(40) == 500
-        assert lib.vidattn_sm90_causal_dynamic_min_sq_for(96) == 5000
-        for d, want in ((32, 1), (64, 1), (80, 0), (128, 0)):
+        assert lib.vidattn_sm90_causal_dynamic_min_sq_for(72) == 5000
+        for d, want in ((32, 1), (64, 1), (96, 0), (128, 0)):
             q, k, v = bshd_inputs(1, 2, 2, 1000, 1000, d, g)
             _, ran = schedule_of(lib, q, k, v, "top_left", True, monkeypatch)
             assert ran == want, (d, seed)
             check(q, k, v, "top_left", f"D={d} seed={seed}")
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(64, -1) == 0
-        assert lib.vidattn_sm90_causal_dynamic_min_sq_for(64) != 500
+        assert lib.vidattn_sm90_causal_dynamic_min_sq_for(64) == defaults[64]
         assert lib.vidattn_sm90_causal_dynamic_min_sq_for(128) == 5000
     finally:
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
