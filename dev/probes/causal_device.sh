@@ -4,7 +4,7 @@
 #   bash dev/probes/causal_device.sh $OUT/causal          full (~65 s on an H200): the causal GPU tests, the
 #       dynamic/static crossover sweep (dev/probes/causal_sched_ab.py --sweep crossover) and the racecheck probe of
 #       mbarrier hand-offs (dev/probes/racecheck_mbarrier.sh)
-#   bash dev/probes/causal_device.sh $OUT/causal routing  (~35 s, at most 48): the GPU tests of the schedule and its
+#   bash dev/probes/causal_device.sh $OUT/causal routing  (~30 s, at most 47): the GPU tests of the schedule and its
 #       routing (the per-build thresholds, dynamic = static bit for bit, every tile once, any workspace contents),
 #       then the crossover sweep, 7 rounds
 set -u
@@ -27,12 +27,12 @@ if [ "$mode" = full ]; then
     > "$out/crossover.log" 2>&1
   rc_sweep=$?
 else
-  timeout 24 python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE --durations=5 tests/test_causal_gpu.py \
+  timeout 26 python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE --durations=5 tests/test_causal_gpu.py \
     -k "short_problems or min_sq or one_threshold or every_tile_once or any_workspace or many_launches" \
     > "$out/gpu_causal.log" 2>&1
   rc_tests=$?
   t_tests=$((SECONDS - t0))
-  timeout 22 python3 dev/probes/causal_sched_ab.py --sweep crossover --rounds 7 --reps 20 --out "$out/crossover.json" \
+  timeout 20 python3 dev/probes/causal_sched_ab.py --sweep crossover --rounds 7 --reps 20 --out "$out/crossover.json" \
     > "$out/crossover.log" 2>&1
   rc_sweep=$?
 fi
