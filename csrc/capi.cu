@@ -96,17 +96,31 @@ TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
 #define VIDATTN_CAUSAL_DYNAMIC 1
 #endif
 constexpr int64_t kCausalGroupBytes = 16ll << 20;
-// Short causal problems keep the static order even with a workspace: at 1K tokens (4 x 16 heads, D=128) the dynamic
-// schedule measured 0.85-0.98x the static one in three runs, where the simulator finds no imbalance for it to remove
-// (both 1.031), so only its costs (a ticket per tile, the counters' claim per CTA) show. The crossover is measured by
-// dev/probes/causal_sched_ab.py --sweep crossover; the default (dynamic from 2048 query rows) is a guess until then.
-#ifndef VIDATTN_CAUSAL_DYNAMIC_MIN_SQ
-#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ 2048
+// Short causal problems keep the static order even with a workspace: there the simulator finds little imbalance for
+// the dynamic schedule to remove, so only its costs (a ticket per tile, the counters' claim per CTA) show. One
+// threshold per causal build (D=64, three warpgroups; D=128, N=128; head dims below 64 or 128 run padded on them),
+// from dev/probes/causal_sched_ab.py --sweep crossover (5 interleaved rounds on the H200, the median of the per-round
+// dynamic/static ratios): D=64 0.984 at 1K, 1.037 at 2K, 1.055 at 4K, 1.253 at 8K, so dynamic from 2048 rows; D=128
+// 0.977 at 1K, 0.999 at 2K, 0.994 at 4K (rounds 0.83-1.05), 1.44 at 8K, so from 8192: below it static is level or
+// ahead, and the 4K point is within its noise of level (the next sweep re-measures it; the setters below move the
+// thresholds without a rebuild).
+#ifndef VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64
+#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64 2048
 #endif
-int g_causal_dynamic_min_sq = VIDATTN_CAUSAL_DYNAMIC_MIN_SQ;  // vidattn_sm90_set_causal_dynamic_min_sq
+#ifndef VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128
+#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128 8192
+#endif
+// [0]: the D=64 build, [1]: the D=128 build (vidattn_sm90_set_causal_dynamic_min_sq, ..._for)
+int g_causal_dynamic_min_sq[2] = {VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64, VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128};
+constexpr int kCausalDynamicMinSqDefault[2] = {VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64, VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128};
 thread_local int g_last_causal_dynamic = 0;  // 1: this thread's last launch took the dynamic schedule
-// Whether a causal call of seqlen_q query rows takes the dynamic schedule, given a large enough workspace.
-bool causal_dynamic_for(int64_t seqlen_q) { return seqlen_q >= g_causal_dynamic_min_sq; }
+// The threshold slot of the causal build that runs head_dim (-1: no causal build runs it).
+int causal_build_slot(int64_t head_dim) { return head_dim < 1 || head_dim > 128 ? -1 : head_dim <= 64 ? 0 : 1; }
+// Whether a causal call of seqlen_q query rows on the kHeadDim build takes the dynamic schedule, given a large
+// enough workspace.
+bool causal_dynamic_for(int build_head_dim, int64_t seqlen_q) {
+  return seqlen_q >= g_causal_dynamic_min_sq[causal_build_slot(build_head_dim)];
+}
 constexpr int kRedoWordsMax = 64;  // FwdTraits::kRedoWords (every build)
 uint64_t causal_sched_bytes(int sms) { return 16 + static_cast<uint64_t>(sms) * 32 * kRedoWordsMax * 4; }
 // A tag per launch (never 0: the kernel's last CTA leaves 0 behind), so that workspace contents from before, or a
@@ -186,8 +200,9 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     p.num_tiles = static_cast<int>(n);
     if constexpr (kCausal) {
       static_assert(T::kRedoWords <= kRedoWordsMax, "causal_sched_bytes");
+      static_assert(kHeadDim == 64 || kHeadDim == 128, "one dynamic threshold per causal build: causal_build_slot");
       if (VIDATTN_CAUSAL_DYNAMIC && a.workspace != nullptr && a.workspace_bytes >= causal_sched_bytes(sms) &&
-          causal_dynamic_for(a.seqlen_q)) {
+          causal_dynamic_for(kHeadDim, a.seqlen_q)) {
         p.sched = static_cast<unsigned long long*>(a.workspace);
         p.sched_epoch = next_sched_epoch();
         const int64_t kv_bytes = a.seqlen_kv * kHeadDim * 2 * 2;
@@ -340,13 +355,23 @@ extern "C" int vidattn_sm90_last_block_n(void) { return g_last_block_n; }
 
 extern "C" int vidattn_sm90_causal_modes(void) { return 2; }
 
-extern "C" int vidattn_sm90_set_causal_dynamic_min_sq(int min_sq) {
-  if (min_sq < -1) return 1;
-  g_causal_dynamic_min_sq = min_sq == -1 ? VIDATTN_CAUSAL_DYNAMIC_MIN_SQ : min_sq;
+extern "C" int vidattn_sm90_set_causal_dynamic_min_sq_for(int head_dim, int min_sq) {
+  const int slot = causal_build_slot(head_dim);
+  if (min_sq < -1 || slot < 0) return 1;
+  g_causal_dynamic_min_sq[slot] = min_sq == -1 ? kCausalDynamicMinSqDefault[slot] : min_sq;
   return 0;
 }
 
-extern "C" int vidattn_sm90_causal_dynamic_min_sq(void) { return g_causal_dynamic_min_sq; }
+extern "C" int vidattn_sm90_set_causal_dynamic_min_sq(int min_sq) {
+  if (min_sq < -1) return 1;
+  for (int head_dim : {64, 128}) vidattn_sm90_set_causal_dynamic_min_sq_for(head_dim, min_sq);
+  return 0;
+}
+
+extern "C" int vidattn_sm90_causal_dynamic_min_sq_for(int head_dim) {
+  const int slot = causal_build_slot(head_dim);
+  return slot < 0 ? -1 : g_causal_dynamic_min_sq[slot];
+}
 
 extern "C" int vidattn_sm90_last_causal_dynamic(void) { return g_last_causal_dynamic; }
 

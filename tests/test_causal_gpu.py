@@ -372,7 +372,7 @@ def test_short_problems_dynamic_equals_static(b, h, sq, d, mode, dynamic_everywh
     assert (ran_dyn, ran_stat) == (1, 0), what
     assert torch.equal(dyn, stat), what
     assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
-    default_min = lib.vidattn_sm90_causal_dynamic_min_sq()
+    default_min = lib.vidattn_sm90_causal_dynamic_min_sq_for(d)
     auto, ran_auto = schedule_of(lib, q, k, v, mode, True, monkeypatch)
     assert ran_auto == (1 if sq >= default_min else 0), (what, default_min)
     assert torch.equal(auto, dyn), what
@@ -386,11 +386,38 @@ def test_short_problems_dynamic_equals_static(b, h, sq, d, mode, dynamic_everywh
 
 def test_dynamic_min_sq_setter_refuses_bad_values():
     lib = _ext.load()
-    before = lib.vidattn_sm90_causal_dynamic_min_sq()
+    before = {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in (64, 128)}
     assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-2) == 1
-    assert lib.vidattn_sm90_causal_dynamic_min_sq() == before
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(64, -2) == 1
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(0, 100) == 1  # no causal build runs these head dims
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(129, 100) == 1
+    assert lib.vidattn_sm90_causal_dynamic_min_sq_for(129) == -1
+    assert {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in (64, 128)} == before
     assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
-    assert lib.vidattn_sm90_causal_dynamic_min_sq() == before  # the build's default
+    assert {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in (64, 128)} == before  # the build's defaults
+
+
+def test_one_threshold_per_causal_build(monkeypatch):
+    """Each head dim takes the threshold of the build it runs on: up to 64 the D=64 build's, 65-128 the D=128
+    build's; setting one leaves the other."""
+    lib = _ext.load()
+    g, seed = new_gen()
+    defaults = {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in (64, 128)}
+    try:
+        assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(64, 500) == 0
+        assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(128, 5000) == 0
+        assert lib.vidattn_sm90_causal_dynamic_min_sq_for(40) == 500
+        assert lib.vidattn_sm90_causal_dynamic_min_sq_for(72) == 5000
+        for d, want in ((32, 1), (64, 1), (96, 0), (128, 0)):
+            q, k, v = bshd_inputs(1, 2, 2, 1000, 1000, d, g)
+            _, ran = schedule_of(lib, q, k, v, "top_left", True, monkeypatch)
+            assert ran == want, (d, seed)
+            check(q, k, v, "top_left", f"D={d} seed={seed}")
+        assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(64, -1) == 0
+        assert lib.vidattn_sm90_causal_dynamic_min_sq_for(64) == defaults[64]
+        assert lib.vidattn_sm90_causal_dynamic_min_sq_for(128) == 5000
+    finally:
+        assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
 
 
 @pytest.mark.usefixtures("dynamic_everywhere")

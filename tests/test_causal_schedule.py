@@ -99,30 +99,71 @@ def test_crossover_is_the_start_of_the_winning_suffix():
     assert ab.crossover([(1024, 0.995), (2048, 1.01)], tol=0.01) == 1024
 
 
-def test_recommended_threshold_takes_the_worst_head_dim():
+def test_recommended_threshold_is_per_head_dim():
     ab = _ab()
     rows = [{"d": 128, "s": 1024, "speedup": 0.94}, {"d": 128, "s": 1024, "speedup": 0.96},
             {"d": 128, "s": 2048, "speedup": 1.02}, {"d": 128, "s": 4096, "speedup": 1.1},
             {"d": 64, "s": 1024, "speedup": 1.03}, {"d": 64, "s": 2048, "speedup": 1.08},
             {"d": 64, "s": 4096, "speedup": 1.1}]
-    assert ab.recommended_min_sq(rows) == 2048
+    assert ab.recommended_min_sq(rows) == {64: 1024, 128: 2048}
     rows.append({"d": 64, "s": 8192, "speedup": 0.9})
-    assert ab.recommended_min_sq(rows) is None
+    assert ab.recommended_min_sq(rows) == {64: None, 128: 2048}
     # the sweep's shapes hold both head dims at every length, the 1K D=128 shape that lost among them
     assert (4, 16, 1024, 128) in ab.CROSSOVER
-    for s in (1024, 2048, 4096):
+    for s in (1024, 2048, 4096, 8192):
         assert {d for _, _, ss, d in ab.CROSSOVER if ss == s} == {64, 128}
+
+
+def test_paired_speedup_cancels_drift_between_rounds():
+    """Both policies slow down together in rounds 2-4 (clock drift): the per-round ratios stay at 1, the ratio of
+    the two medians does not."""
+    ab = _ab()
+    row = {"speedup": 203 / 258, "speedup_rounds": [1.0, 1.0, 0.99, 1.0, 1.01]}
+    assert ab.paired_speedup(row) == 1.0
+    assert ab.paired_speedup({"speedup": 0.97}) == 0.97  # an older sweep's row
+    rows = [dict(row, d=128, s=4096), {"d": 128, "s": 8192, "speedup": 1.4}]
+    assert ab.recommended_min_sq(rows) == {128: 4096}
+
+
+def test_verdict_names_each_head_dim_and_flags_a_difference():
+    ab = _ab()
+    lines = ab.verdict({64: 2048, 128: 8192}, {64: 2048, 128: 2048})
+    assert len(lines) == 2 and "D=64" in lines[0] and "D=128" in lines[1]
+    assert "differs" not in lines[0] and "differs" in lines[1]
+    assert "none" in ab.verdict({64: None}, {64: 2048})[0]
+
+
+CROSSOVER_H200 = ROOT / "bench/results/h200_2026-12-02_pm/call_g/causal/crossover.json"
+
+
+def test_shipped_thresholds_are_the_measured_crossovers():
+    """capi.cu's defaults are what the committed H200 sweep gives by the sweep's own rule (the median of the per-round
+    ratios, from the shortest length dynamic holds at and beyond)."""
+    import json
+    ab = _ab()
+    picks = ab.recommended_min_sq(json.loads(CROSSOVER_H200.read_text())["rows"])
+    src = (ROOT / "csrc/capi.cu").read_text()
+    for d in (64, 128):
+        m = re.search(rf"#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D{d} (\d+)", src)
+        assert m, f"the D={d} threshold is a build parameter"
+        assert int(m.group(1)) == picks[d], (d, picks)
 
 
 def test_capi_routes_short_problems_to_the_static_order():
     src = (ROOT / "csrc/capi.cu").read_text()
-    m = re.search(r"#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ (\d+)", src)
-    assert m, "the threshold is a build parameter"
-    assert 0 < int(m.group(1)) <= 8192, "8K and longer measured 1.02-1.64x with the dynamic schedule"
-    assert "bool causal_dynamic_for(int64_t seqlen_q) { return seqlen_q >= g_causal_dynamic_min_sq; }" in src
+    for d in (64, 128):
+        m = re.search(rf"#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D{d} (\d+)", src)
+        assert m, "the threshold is a build parameter"
+        assert 0 < int(m.group(1)) <= 8192, "8K and longer measured 1.02-1.64x with the dynamic schedule"
+    # one threshold per causal build, picked by the launched build's head dim; head dims up to 64 run on the D=64
+    # build, 65-128 on the D=128 build (vidattn_sm90_build_head_dim), none past 128
+    assert ("int causal_build_slot(int64_t head_dim) { return head_dim < 1 || head_dim > 128 ? -1 : head_dim <= 64 ? 0 "
+            ": 1; }") in src
+    assert "return seqlen_q >= g_causal_dynamic_min_sq[causal_build_slot(build_head_dim)];" in src
     # the dynamic schedule needs the workspace and a long enough problem; anything else runs the static order
-    assert re.search(r"a\.workspace_bytes >= causal_sched_bytes\(sms\) &&\s+causal_dynamic_for\(a\.seqlen_q\)\)", src)
+    assert re.search(r"a\.workspace_bytes >= causal_sched_bytes\(sms\) &&\s+"
+                     r"causal_dynamic_for\(kHeadDim, a\.seqlen_q\)\)", src)
     hdr = (ROOT / "csrc/capi.h").read_text()
-    for fn in ("vidattn_sm90_set_causal_dynamic_min_sq", "vidattn_sm90_causal_dynamic_min_sq",
-               "vidattn_sm90_last_causal_dynamic"):
+    for fn in ("vidattn_sm90_set_causal_dynamic_min_sq", "vidattn_sm90_set_causal_dynamic_min_sq_for",
+               "vidattn_sm90_causal_dynamic_min_sq_for", "vidattn_sm90_last_causal_dynamic"):
         assert f"{fn}(" in hdr and f'extern "C" int {fn}(' in src
