@@ -11,10 +11,13 @@
 #                                             # the head-dim and causal anchors again
 #   bash dev/device_session.sh R [budget_s]   # the rest of the generation sweep; Wan 14B 720p with 8-bit
 #   bash dev/device_session.sh E [budget_s]   # Wan 14B 720p with 8-bit, Mochi's generation, the causal schedule A/B
-#   bash dev/device_session.sh G [budget_s]   # the A/Bs: 8-bit score conversion, causal crossover and racecheck probe,
+#   bash dev/device_session.sh G [budget_s]   # the A/Bs: 8-bit (then the score conversion, now the pre-pass), causal
+#                                             # crossover and racecheck probe,
 #                                             # head-dim variants (FA3 compiling beside the library build)
 #   bash dev/device_session.sh H [budget_s]   # the four families that generate offline since, and the GPU suites the
 #                                             # shared test helpers touched
+#   bash dev/device_session.sh Z [budget_s]   # after the A/Bs: the 8-bit defaults and fused pre-pass, the causal
+#                                             # thresholds per build, the head-dim routing, the families' fixes
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -145,7 +148,7 @@ G)
     echo $! > /tmp/anchors_build.pid
   fi
   build_lib
-  OUT="$OUT" timeout 160 bash dev/q8_cvt_ab.sh 150 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
+  OUT="$OUT" timeout 100 bash dev/q8_prep_ab.sh 90 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
   tail -30 "$OUT/q8_stage.log"
   timeout 150 bash dev/probes/causal_device.sh "$OUT/causal" > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
   tail -30 "$OUT/causal_stage.log"
@@ -172,6 +175,36 @@ H)
     tests/test_envelope_gpu.py tests/test_backend_gpu.py > "$OUT/gpu_e.log" 2>&1; rc[gpu_e]=$?
   tail -3 "$OUT/gpu_e.log"
   [ -d "$OUT/fam" ] && tar czf "$OUT/fam.tar.gz" -C "$OUT" fam && rm -rf "$OUT/fam"
+  ;;
+Z)
+  anchors_ready
+  if [ -d .anchors ]; then
+    KTIMEOUT=$(( budget - 220 )) nohup bash .anchors/recipe/device_build.sh > "$OUT/anchors_build.log" 2>&1 &
+    echo $! > /tmp/anchors_build.pid
+  fi
+  build_lib
+  OUT="$OUT" timeout 95 bash dev/q8_prep_ab.sh 90 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
+  tail -24 "$OUT/q8_stage.log"
+  timeout 55 bash dev/probes/causal_device.sh "$OUT/causal" routing > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
+  tail -22 "$OUT/causal_stage.log"
+  timeout 30 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernel_gpu.py -k fallback_outside \
+    > "$OUT/gpu_fallback.log" 2>&1; rc[fallback_test]=$?; tail -1 "$OUT/gpu_fallback.log"
+  timeout 110 python3 scripts/bench_family_generate.py --families minimax_h3,wan_animate2,sana_wm_refiner \
+    --out-dir "$OUT/fam" --budget-s 95 --no-progress > "$OUT/fam.log" 2>&1; rc[fam]=$?
+  grep -E "^\| |^- " "$OUT/fam/generate_bench.md" 2>/dev/null | cut -c1-300; tail -2 "$OUT/fam.log"
+  if [ -f /tmp/anchors_build.pid ]; then
+    while kill -0 "$(cat /tmp/anchors_build.pid)" 2>/dev/null && [ "$(left)" -gt 100 ]; do sleep 5; done
+    kill -- "$(cat /tmp/anchors_build.pid)" 2>/dev/null
+    tail -2 "$OUT/anchors_build.log"; anchors_ready
+  fi
+  mkdir -p "$OUT/hd"
+  timeout 35 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_head_dims_variants_gpu.py \
+    > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
+  tail -2 "$OUT/hd/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/hd/gpu_tests.log" | head -5
+  timeout $(( $(left) > 50 ? $(left) - 5 : 45 )) python3 dev/probes/hd_variants_ab.py --rounds 3 --out "$OUT/hd" \
+    > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
+  cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -12 "$OUT/hd/ab.log"
+  for d in q8 causal hd fam; do [ -d "$OUT/$d" ] && tar czf "$OUT/$d.tar.gz" -C "$OUT" "$d" && rm -rf "$OUT/$d"; done
   ;;
 esac
 echo "== summary stage $stage ($(( $(date +%s) - t0 )) s)"
