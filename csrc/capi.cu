@@ -260,12 +260,12 @@ bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
 }
 
 // bf16 D=192 and 256 have a wide build (N=112 / 80, O through Q's buffer) and a narrow one (N=96 / 64, separate O
-// scratch). Two A/Bs disagree on D=192: the back-to-back one (hd_wide_ab) had wide +5-7% at 8K/32K keys and narrow
-// +2.5% at 1K; the one-call-per-event-pair one had narrow +1.5-7.5% at all three; D=256 narrow lost at 1K and 32K in
-// both. So calls of at most VIDATTN_D192_NARROW_KV_MAX (VIDATTN_D256_NARROW_KV_MAX) keys run narrow, both 0 (wide
-// everywhere, the routing before the A/B) until the back-to-back A/B of dev/probes/hd_variants_ab.py says otherwise.
+// scratch). Back to back on the H200 (bench/results/h200_2026-12-02_pm/call_z/hd_ab_table.txt; the earlier
+// hd_wide_ab agrees at 1K): D=192 narrow +4.4% at 1K keys, +1.3% at 8K (where hd_wide_ab had wide +5%), -0.8% at 32K;
+// D=256 narrow +0.8% at 1K (inside the spread), -4.7% at 32K. So D=192 calls of at most 2048 keys run narrow; D=256
+// stays wide everywhere.
 #ifndef VIDATTN_D192_NARROW_KV_MAX
-#define VIDATTN_D192_NARROW_KV_MAX 0
+#define VIDATTN_D192_NARROW_KV_MAX 2048
 #endif
 #ifndef VIDATTN_D256_NARROW_KV_MAX
 #define VIDATTN_D256_NARROW_KV_MAX 0

@@ -75,9 +75,11 @@ def test_d96_three_warpgroups_route_where_the_ab_gained():
     assert not pick_d96_three_wgs(130, 4, 132)
 
 
-def test_narrow_routing_defaults_to_the_wide_builds():
-    # until the back-to-back A/B says otherwise (both thresholds 0): wide at every key count
-    assert not any(pick_hd_narrow(d, n) for d in (160, 192, 256) for n in (1, 1024, 8192, 32768))
+def test_narrow_routing_follows_the_back_to_back_ab():
+    # D=192 narrow up to 2048 keys (it led at 1K in both A/Bs, the 8K row disagreed between them), D=256 wide everywhere
+    assert all(pick_hd_narrow(d, n) for d in (160, 192) for n in (1, 1024, 2048))
+    assert not any(pick_hd_narrow(d, n) for d in (160, 192) for n in (2049, 8192, 32768))
+    assert not any(pick_hd_narrow(256, n) for n in (1, 1024, 8192, 32768))
 
 
 def test_c_switches_are_declared_and_bf16_only():
