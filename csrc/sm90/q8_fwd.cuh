@@ -251,6 +251,23 @@ __device__ __forceinline__ void q8_int_part_max(const int32_t (&sacc)[kN / 2], i
   }
 }
 
+// The keys of a block's tail past kv_len: -inf, so their p is exactly 0 (this thread holds keys kv0 + 8 i +
+// col_in_group + {0, 1} of both its rows).
+template <int kN>
+__device__ __forceinline__ void q8_mask_tail(float (&pf)[kN / 2], int kv0, int kv_len, int col_in_group) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if (kv0 + 8 * i + col_in_group + e >= kv_len) {
+        pf[4 * i + e] = kNegInf;
+        pf[4 * i + 2 + e] = kNegInf;
+      }
+    }
+  }
+}
+
 // q8_softmax's first half for kCvt 1 and 2: the row max over the integer scores (IMNMX straight on the accumulator),
 // one I2F per row and thread (the scale c differs between the quad's key groups, so the quad's max is taken after
 // it), and the scores as floats 1.5 * 2^23 + x in place (masked: -inf), with neg the exponent's addend that undoes
@@ -278,18 +295,7 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
   }
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) pf[i] = kCvt == 2 ? __int_as_float(sacc[i]) : q8_magic_float(sacc[i]);
-  if (tail) {
-#pragma unroll
-    for (int i = 0; i < kN / 8; ++i) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        if (kv0 + 8 * i + col_in_group + e >= kv_len) {
-          pf[4 * i + e] = kNegInf;
-          pf[4 * i + 2 + e] = kNegInf;
-        }
-      }
-    }
-  }
+  if (tail) q8_mask_tail<kN>(pf, kv0, kv_len, col_in_group);
 }
 
 // The softmax of one block: dequantize (I2F, then the per-row x per-group multiplier c folded into the exponent's
@@ -304,9 +310,9 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
 // kPoly (with fp32 exponentials): that many of each thread's kN / 8 groups of four exponentials per block by
 // q8_exp2_poly instead of MUFU, spread evenly through the block so both pipes run side by side.
 //
-// kCvt: how the INT8 scores become floats. 0: one I2F per score (cvt.rn.f32.s32: on sm_90 a conversion runs 16 lanes
-// per clock per SM, a quarter of the FP32 rate, like MUFU.EX2, so with the exponentials it may be two quarter-rate
-// ops per score). 1: the row max in the integer domain (IMNMX), one I2F per row, and each score as the float
+// kCvt: how the INT8 scores become floats. 0: one I2F per score (cvt.rn.f32.s32, I2FP in the SASS: it was thought to
+// share MUFU's quarter rate, but removing it bought +3-7% kernel only, not the +12-20% that predicted; dev/NOTES_8bit.md v6/v7).
+// 1: the row max in the integer domain (IMNMX), one I2F per row, and each score as the float
 // 1.5 * 2^23 + x, built by one integer add of the bits (q8_magic_float): exact for |x| < 2^22, and |x| <= D * 127^2
 // < 2^21 at D <= 128. The -1.5 * 2^23 * c this leaves in every exponent is folded into the FFMA's addend, which
 // already carries -max + 8 (its rounding: under one integer unit of the score, i.e. under 0.75 c, against the INT8
@@ -325,18 +331,7 @@ __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float 
   } else {
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) pf[i] = q8ptx::i2f(sacc[i]);
-  if (kv0 + kN > kv_len) {
-#pragma unroll
-    for (int i = 0; i < kN / 8; ++i) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        if (kv0 + 8 * i + col_in_group + e >= kv_len) {
-          pf[4 * i + e] = kNegInf;
-          pf[4 * i + 2 + e] = kNegInf;
-        }
-      }
-    }
-  }
+  if (kv0 + kN > kv_len) q8_mask_tail<kN>(pf, kv0, kv_len, col_in_group);
   constexpr int kChains = 4;
   float part[2][kChains];
 #pragma unroll
