@@ -43,14 +43,29 @@ anchors_ready() {
     bash dev/device_anchors.sh install > "$OUT/anchors_install_$stage.log" 2>&1 && source /tmp/anchors/env.sh
   fi
 }
+# FlashAttention-3's kernels compile on the CPU while the GPU stages run (KTIMEOUT caps each file); the wait ends
+# when the build does or when only $1 seconds of the stage's budget are left, and installs what was built.
+start_anchor_build() {
+  if [ -d .anchors ]; then
+    KTIMEOUT=$1 nohup bash .anchors/recipe/device_build.sh > "$OUT/anchors_build.log" 2>&1 &
+    echo $! > /tmp/anchors_build.pid
+  fi
+}
+await_anchor_build() {
+  [ -f /tmp/anchors_build.pid ] || return 0
+  while kill -0 "$(cat /tmp/anchors_build.pid)" 2>/dev/null && [ "$(left)" -gt "$1" ]; do sleep 5; done
+  kill -- "$(cat /tmp/anchors_build.pid)" 2>/dev/null
+  tail -3 "$OUT/anchors_build.log"; anchors_ready
+}
+# Only 8 files come back from a call: each result folder goes back as one archive.
+tar_dirs() {
+  local d
+  for d in "$@"; do [ -d "$OUT/$d" ] && tar czf "$OUT/$d.tar.gz" -C "$OUT" "$d" && rm -rf "$OUT/$d"; done
+}
 case "$stage" in
 K)
   anchors_ready
-  # FlashAttention-3's kernels compile on the CPU while the GPU stages run (KTIMEOUT caps each file).
-  if [ -d .anchors ]; then
-    KTIMEOUT=$(( budget - 120 )) nohup bash .anchors/recipe/device_build.sh > "$OUT/anchors_build.log" 2>&1 &
-    echo $! > /tmp/anchors_build.pid
-  fi
+  start_anchor_build $(( budget - 120 ))
   build_lib
   timeout 120 python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE tests/test_head_dims_gpu.py \
     > "$OUT/gpu_head_dims.log" 2>&1; rc[head_dims]=$?
@@ -62,10 +77,7 @@ K)
     > "$OUT/causal_sched_ab.log" 2>&1; rc[causal_ab]=$?
   tail -12 "$OUT/causal_sched_ab.log"
   if [ -f /tmp/anchors_build.pid ]; then
-    while kill -0 "$(cat /tmp/anchors_build.pid)" 2>/dev/null && [ "$(left)" -gt 200 ]; do sleep 5; done
-    kill -- "$(cat /tmp/anchors_build.pid)" 2>/dev/null
-    tail -5 "$OUT/anchors_build.log"
-    anchors_ready; bash dev/device_anchors.sh check > "$OUT/anchors_check.json" 2>&1
+    await_anchor_build 200; bash dev/device_anchors.sh check > "$OUT/anchors_check.json" 2>&1
   fi
   timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group all \
     --budget-s $(( $(left) > 60 ? $(left) - 40 : 20 )) --out "$OUT/anchors.json" > "$OUT/anchors_bench.log" 2>&1
@@ -87,10 +99,7 @@ M)
 F)
   # After the fixes: the wide D=192/256 builds, the causal producer without a stack frame, the pruned 8-bit path.
   anchors_ready
-  if [ -d .anchors ]; then
-    KTIMEOUT=300 nohup bash .anchors/recipe/device_build.sh > "$OUT/anchors_build.log" 2>&1 &
-    echo $! > /tmp/anchors_build.pid
-  fi
+  start_anchor_build 300
   build_lib
   timeout 200 python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE tests/test_head_dims_gpu.py \
     tests/test_causal_gpu.py tests/test_8bit_gpu.py > "$OUT/gpu_tests_f.log" 2>&1; rc[gpu_tests]=$?
@@ -106,16 +115,12 @@ F)
   timeout 170 python3 dev/stress/sanitize.py --out "$OUT/san" --json "$OUT/sanitizer.json" --timeout 150 \
     > "$OUT/sanitizer.log" 2>&1; rc[sanitizer]=$?
   tail -6 "$OUT/sanitizer.log"
-  if [ -f /tmp/anchors_build.pid ]; then
-    while kill -0 "$(cat /tmp/anchors_build.pid)" 2>/dev/null && [ "$(left)" -gt 120 ]; do sleep 5; done
-    kill -- "$(cat /tmp/anchors_build.pid)" 2>/dev/null
-    anchors_ready
-  fi
+  await_anchor_build 120
   timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group headdims,causal \
     --no-accuracy --budget-s $(( $(left) > 60 ? $(left) - 40 : 20 )) --out "$OUT/anchors_f.json" \
     > "$OUT/anchors_f.log" 2>&1; rc[anchors]=$?
   tail -22 "$OUT/anchors_f.log"
-  tar czf "$OUT/san.tar.gz" -C "$OUT" san 2>/dev/null && rm -rf "$OUT/san"
+  tar_dirs san
   ;;
 R)
   # The rest of the families' generation sweep, merged with the first run's; Wan 14B 720p with the 8-bit path.
@@ -143,20 +148,13 @@ E)
   ;;
 G)
   anchors_ready
-  if [ -d .anchors ]; then
-    KTIMEOUT=$(( budget - 200 )) nohup bash .anchors/recipe/device_build.sh > "$OUT/anchors_build.log" 2>&1 &
-    echo $! > /tmp/anchors_build.pid
-  fi
+  start_anchor_build $(( budget - 200 ))
   build_lib
   OUT="$OUT" timeout 100 bash dev/q8_prep_ab.sh 90 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
   tail -30 "$OUT/q8_stage.log"
   timeout 150 bash dev/probes/causal_device.sh "$OUT/causal" > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
   tail -30 "$OUT/causal_stage.log"
-  if [ -f /tmp/anchors_build.pid ]; then
-    while kill -0 "$(cat /tmp/anchors_build.pid)" 2>/dev/null && [ "$(left)" -gt 130 ]; do sleep 5; done
-    kill -- "$(cat /tmp/anchors_build.pid)" 2>/dev/null
-    tail -3 "$OUT/anchors_build.log"; anchors_ready
-  fi
+  await_anchor_build 130
   mkdir -p "$OUT/hd"
   timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_head_dims_variants_gpu.py \
     > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
@@ -164,7 +162,7 @@ G)
   timeout $(( $(left) > 60 ? $(left) - 5 : 55 )) python3 dev/probes/hd_variants_ab.py --rounds 3 --target-ms 40 \
     --out "$OUT/hd" > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
   tail -16 "$OUT/hd/ab.log"
-  for d in q8 causal hd; do [ -d "$OUT/$d" ] && tar czf "$OUT/$d.tar.gz" -C "$OUT" "$d" && rm -rf "$OUT/$d"; done
+  tar_dirs q8 causal hd
   ;;
 H)
   build_lib
@@ -174,14 +172,11 @@ H)
   timeout $(( $(left) > 40 ? $(left) - 8 : 30 )) python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernel_gpu.py \
     tests/test_envelope_gpu.py tests/test_backend_gpu.py > "$OUT/gpu_e.log" 2>&1; rc[gpu_e]=$?
   tail -3 "$OUT/gpu_e.log"
-  [ -d "$OUT/fam" ] && tar czf "$OUT/fam.tar.gz" -C "$OUT" fam && rm -rf "$OUT/fam"
+  tar_dirs fam
   ;;
 Z)
   anchors_ready
-  if [ -d .anchors ]; then
-    KTIMEOUT=$(( budget - 220 )) nohup bash .anchors/recipe/device_build.sh > "$OUT/anchors_build.log" 2>&1 &
-    echo $! > /tmp/anchors_build.pid
-  fi
+  start_anchor_build $(( budget - 220 ))
   build_lib
   OUT="$OUT" timeout 95 bash dev/q8_prep_ab.sh 90 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
   tail -24 "$OUT/q8_stage.log"
@@ -192,11 +187,7 @@ Z)
   timeout 110 python3 scripts/bench_family_generate.py --families minimax_h3,wan_animate2,sana_wm_refiner \
     --out-dir "$OUT/fam" --budget-s 95 --no-progress > "$OUT/fam.log" 2>&1; rc[fam]=$?
   grep -E "^\| |^- " "$OUT/fam/generate_bench.md" 2>/dev/null | cut -c1-300; tail -2 "$OUT/fam.log"
-  if [ -f /tmp/anchors_build.pid ]; then
-    while kill -0 "$(cat /tmp/anchors_build.pid)" 2>/dev/null && [ "$(left)" -gt 100 ]; do sleep 5; done
-    kill -- "$(cat /tmp/anchors_build.pid)" 2>/dev/null
-    tail -2 "$OUT/anchors_build.log"; anchors_ready
-  fi
+  await_anchor_build 100
   mkdir -p "$OUT/hd"
   timeout 35 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_head_dims_variants_gpu.py \
     > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
@@ -204,7 +195,7 @@ Z)
   timeout $(( $(left) > 50 ? $(left) - 5 : 45 )) python3 dev/probes/hd_variants_ab.py --rounds 3 --out "$OUT/hd" \
     > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
   cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -12 "$OUT/hd/ab.log"
-  for d in q8 causal hd fam; do [ -d "$OUT/$d" ] && tar czf "$OUT/$d.tar.gz" -C "$OUT" "$d" && rm -rf "$OUT/$d"; done
+  tar_dirs q8 causal hd fam
   ;;
 esac
 echo "== summary stage $stage ($(( $(date +%s) - t0 )) s)"

@@ -19,23 +19,18 @@ if [ "$mode" = full ]; then
   "${NVCC:-$(command -v nvcc || ls /usr/local/cuda*/bin/nvcc 2>/dev/null | head -1)}" -std=c++17 -lineinfo -arch=sm_90a -I csrc -o "$out/racecheck/racecheck_mbarrier" dev/probes/racecheck_mbarrier.cu \
     > "$out/racecheck/build.log" 2>&1 &
   build_pid=$!
-  timeout 75 python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE --durations=8 tests/test_causal_gpu.py \
-    > "$out/gpu_causal.log" 2>&1
-  rc_tests=$?
-  t_tests=$((SECONDS - t0))
-  timeout 30 python3 dev/probes/causal_sched_ab.py --sweep crossover --rounds 5 --reps 20 --out "$out/crossover.json" \
-    > "$out/crossover.log" 2>&1
-  rc_sweep=$?
+  tests_s=75; durations=8; select=(); sweep_s=30; rounds=5
 else
-  timeout 26 python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE --durations=5 tests/test_causal_gpu.py \
-    -k "short_problems or min_sq or one_threshold or every_tile_once or any_workspace or many_launches" \
-    > "$out/gpu_causal.log" 2>&1
-  rc_tests=$?
-  t_tests=$((SECONDS - t0))
-  timeout 20 python3 dev/probes/causal_sched_ab.py --sweep crossover --rounds 7 --reps 20 --out "$out/crossover.json" \
-    > "$out/crossover.log" 2>&1
-  rc_sweep=$?
+  tests_s=26; durations=5; sweep_s=20; rounds=7
+  select=(-k "short_problems or min_sq or one_threshold or every_tile_once or any_workspace or many_launches")
 fi
+timeout "$tests_s" python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE --durations="$durations" \
+  tests/test_causal_gpu.py ${select[@]+"${select[@]}"} > "$out/gpu_causal.log" 2>&1
+rc_tests=$?
+t_tests=$((SECONDS - t0))
+timeout "$sweep_s" python3 dev/probes/causal_sched_ab.py --sweep crossover --rounds "$rounds" --reps 20 \
+  --out "$out/crossover.json" > "$out/crossover.log" 2>&1
+rc_sweep=$?
 t_sweep=$((SECONDS - t0))
 if [ "$mode" = full ]; then
   wait "$build_pid"
