@@ -3,7 +3,6 @@ op's fake, the per-model PrecisionPolicy, the generated 8-bit wgmma header and t
 tests need a Hopper GPU: tests/test_8bit_gpu.py."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import warnings
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _support import load_script
 
 import vidattn
 from vidattn import ops, precision, quant8
@@ -253,9 +253,7 @@ def test_exp2_polynomial_emulated():
 
 
 def test_bench_has_the_8bit_backend():
-    spec = importlib.util.spec_from_file_location("bench_kernel", REPO / "scripts/bench_kernel.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(REPO / "scripts/bench_kernel.py")
     assert "8bit" in mod.ALL_BACKENDS and "8bit" not in mod.BACKENDS
     args = mod.parse_args(["--backends", "vidattn,cudnn,8bit", "--dry-run"])
     assert args.backends == ["vidattn", "cudnn", "8bit"]
@@ -330,10 +328,7 @@ def test_compile_fullgraph_reads_the_default(fresh_warnings):
 
 def _load_q8_check(monkeypatch, exclude=""):
     monkeypatch.setenv("Q8_EXCLUDE", exclude)
-    spec = importlib.util.spec_from_file_location("q8_check_under_test", REPO / "dev/q8_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(REPO / "dev/q8_check.py", "q8_check_under_test")
 
 
 def test_q8_check_ab_excludes_and_picks(monkeypatch, tmp_path):
@@ -498,9 +493,7 @@ def test_q8_prep_ab_plan_and_table(capsys):
     """dev/q8_prep_ab.py (the defaults and pre-pass A/B's device script): the new default first per head dim (every
     selector -1), the same kernel with the three-launch pre-pass, the old default with it; the four shapes; a table
     with each variant's ratios to the new default, synced and queued."""
-    spec = importlib.util.spec_from_file_location("q8_prep_ab_under_test", REPO / "dev/q8_prep_ab.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(REPO / "dev/q8_prep_ab.py", "q8_prep_ab_under_test")
     for d in (128, 64):
         vs = [vt for vt in mod.VARIANTS if vt[1] == d]
         assert vs[0][2:] == (-1, -1, -1, -1) and vs[1][2:] == (-1, -1, -1, 0)

@@ -256,6 +256,28 @@ def test_d64_two_warpgroups_mode_1():
         quant8.set_sequential(-1)
 
 
+def assert_forced_launch_refused(d, match, *, seq, mode, wgs=0, cvt=-1):
+    """A launch with these selectors forced raises `match`, nothing launched; every selector is back at its default
+    after, and the failed-launch mark a refusal leaves for the process is cleared."""
+    from vidattn import quant8
+
+    q, k, v = (randn(1, 256, 2, d, seed=i) for i in range(3))
+    out = torch.empty_like(q)
+    quant8.set_sum_mma(mode)
+    quant8.set_sequential(seq)
+    quant8.set_d64_warpgroups(wgs)
+    quant8.set_cvt(cvt)
+    try:
+        with pytest.raises(RuntimeError, match=match):
+            quant8.forward_8bit(q, k, v, out, None, None, 1 / math.sqrt(d))
+    finally:
+        quant8.set_cvt(-1)
+        quant8.set_sum_mma(-1)
+        quant8.set_sequential(-1)
+        quant8.set_d64_warpgroups(0)
+        quant8._launch_error = None  # a refused launch marks the 8-bit path failed for the process: not past here
+
+
 @pytest.mark.parametrize("d,mode,seq,wgs,match", [
     (128, 2, 1, 0, "mode 2 is no longer built"), (64, 3, 0, 0, "mode 3 is no longer built"),
     (128, 4, 1, 0, "mode 4 is no longer built"), (64, 5, 0, 0, "mode 5 is no longer built"),
@@ -266,21 +288,7 @@ def test_d64_two_warpgroups_mode_1():
 def test_refuses_unbuilt_variants(d, mode, seq, wgs, match):
     """The variants that lost their A/B are no longer built: a forced launch of one is refused with a clear error,
     nothing launched."""
-    from vidattn import quant8
-
-    q, k, v = (randn(1, 256, 2, d, seed=i) for i in range(3))
-    out = torch.empty_like(q)
-    quant8.set_sum_mma(mode)
-    quant8.set_sequential(seq)
-    quant8.set_d64_warpgroups(wgs)
-    try:
-        with pytest.raises(RuntimeError, match=match):
-            quant8.forward_8bit(q, k, v, out, None, None, 1 / math.sqrt(d))
-    finally:
-        quant8.set_sum_mma(-1)
-        quant8.set_sequential(-1)
-        quant8.set_d64_warpgroups(0)
-        quant8._launch_error = None  # a refused launch marks the 8-bit path failed for the process: not past here
+    assert_forced_launch_refused(d, match, seq=seq, mode=mode, wgs=wgs)
 
 
 def test_c_entry_refuses_causal():
@@ -356,21 +364,7 @@ def test_score_conversions(d, cvt):
 def test_score_conversions_refused_off_their_builds(d, seq, mode, cvt):
     """Conversion 2 is built at D=128 and 1 at D=64 (mode 1), on the sequential schedule only: forced elsewhere (or
     the other conversion, which lost its A/B), the launch is refused with an error naming that, nothing launched."""
-    from vidattn import quant8
-
-    q, k, v = (randn(1, 256, 2, d, seed=i) for i in range(3))
-    out = torch.empty_like(q)
-    quant8.set_sequential(seq)
-    quant8.set_sum_mma(mode)
-    quant8.set_cvt(cvt)
-    try:
-        with pytest.raises(RuntimeError, match=f"score conversion {cvt} is not built here"):
-            quant8.forward_8bit(q, k, v, out, None, None, 1 / math.sqrt(d))
-    finally:
-        quant8.set_cvt(-1)
-        quant8.set_sequential(-1)
-        quant8.set_sum_mma(-1)
-        quant8._launch_error = None
+    assert_forced_launch_refused(d, f"score conversion {cvt} is not built here", seq=seq, mode=mode, cvt=cvt)
 
 
 @pytest.mark.parametrize("d", [128, 64])

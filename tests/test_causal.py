@@ -317,15 +317,12 @@ def test_backend_sends_is_causal_to_the_kernel_top_left(monkeypatch):
 # ---- the benchmark's causal shapes --------------------------------------------------------------------------------
 
 def test_bench_causal_shapes_count_the_kept_pairs():
-    import importlib.util
-    import sys
     from pathlib import Path
 
+    from _support import load_script
+
     path = Path(__file__).resolve().parent.parent / "scripts" / "bench_kernel.py"
-    spec = importlib.util.spec_from_file_location("bench_kernel_causal", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+    mod = load_script(path, "bench_kernel_causal", register=True)
     shapes = mod.select_shapes(["causal"])
     assert [(s.name, s.sq, s.d) for s in shapes] == [("causal 8K D128", 8192, 128), ("causal 32K D128", 32768, 128),
                                                      ("causal 8K D64", 8192, 64), ("causal 32K D64", 32768, 64)]

@@ -5,16 +5,14 @@ and the policies' makespans at the bench shapes (the static order's 1.51x at 32K
 schedule removes)."""
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+from _support import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("causal_schedule_sim", ROOT / "dev/probes/causal_schedule_sim.py")
-sim = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sim)
+sim = load_script(ROOT / "dev/probes/causal_schedule_sim.py")
 
 
 @pytest.mark.parametrize("b,h,mb,group", [(1, 16, 256, 2), (2, 16, 64, 8), (3, 7, 11, 4), (1, 13, 5, 13),
@@ -83,10 +81,7 @@ def test_work_model_counts_blocks_to_the_diagonal():
 
 # ---- short problems: the static order below a length threshold (capi.cu, causal_dynamic_for) --------------------
 def _ab():
-    spec = importlib.util.spec_from_file_location("causal_sched_ab", ROOT / "dev/probes/causal_sched_ab.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "dev/probes/causal_sched_ab.py")
 
 
 def test_crossover_is_the_start_of_the_winning_suffix():

@@ -2,7 +2,6 @@
 through `e2e_report.py --family NAME --tiny` and `scripts/family_table.py --tiny` (both paths SDPA here: the census
 counts the calls vidattn routes), `--list` of all three entry points, generate_video.py's reasons for the families it
 does not generate, the two device groups against the budget, the budget guard and a failing family in the runner."""
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 pytest.importorskip("diffusers")
+from _support import cpu_one_thread, load_script  # noqa: E402,F401 - an autouse fixture
 from pipelines import registry  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning"),
@@ -22,10 +22,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(f"_ft_{name}", ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "scripts" / f"{name}.py", f"_ft_{name}")
 
 
 ft = _load("family_table")
@@ -48,15 +45,6 @@ ROUTED_CLASSES = {
 BUILDABLE = [n for n in registry.names() if registry.entry(n).make is not None or registry.in_families(n)]
 MEASURED = [n for n in BUILDABLE if not registry.entry(n).measure]  # what the GPU runner times
 NEW = [n for n in BUILDABLE if not registry.in_families(n)]  # the families.py ones: tests/test_cross_model.py
-
-
-@pytest.fixture(autouse=True)
-def cpu_one_thread(monkeypatch):
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_registry_covers_every_routed_class():

@@ -21,13 +21,7 @@ from pipelines.census import AttentionCensus  # noqa: E402
 ADAPTED = sorted(G.ADAPTERS)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster single-threaded on small CI machines."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+from _support import one_thread  # noqa: E402,F401 - an autouse fixture
 
 
 def test_registry_and_adapters_agree():

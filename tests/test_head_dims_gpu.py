@@ -19,7 +19,8 @@ if hopper_skip_reason() is not None:
 
 import vidattn  # noqa: E402
 from vidattn import _ext, ops  # noqa: E402
-from test_envelope_gpu import DEV, assert_accurate, bshd_inputs, check, cudnn, new_gen, reference  # noqa: E402
+from test_envelope_gpu import (DEV, assert_accurate, bshd_inputs, check, climbing_inputs, cudnn, new_gen,  # noqa: E402
+                              reference)
 
 DIMS = (72, 80, 96, 112, 160, 192, 200, 256)
 NEW_BUILDS = {96: 176, 192: 112, 256: 80}  # head dim -> key-block width (tile_config.cuh)
@@ -156,10 +157,7 @@ def test_fixed_reference_redo_at_wide_head_dims():
     redo_tiles), at D=192 and 256 as at D=128."""
     for d in (192, 256):
         g, seed = new_gen()
-        q, k, v = bshd_inputs(1, 2, 2, 257, 1000, d, g)
-        ramp = torch.linspace(0, 12, 1000, device=DEV)[None, :, None, None]
-        q = (1 + 0.1 * q.float()).to(q.dtype)
-        k = (ramp + 0.1 * k.float()).to(k.dtype)
+        q, k, v = climbing_inputs(d, g)
         scale = 1.0 / math.sqrt(d)
         ref, _ = reference(q, k, v, scale)
         assert_accurate(vidattn.attention(q, k, v), ref, cudnn(q, k, v, scale), f"redo D={d} seed={seed}")

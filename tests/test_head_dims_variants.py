@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from _support import load_script
 
 from vidattn import _ext
 
@@ -151,11 +152,7 @@ def test_switches_are_read_from_the_environment_at_load():
 
 
 def _ab():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("hd_variants_ab", ROOT / "dev/probes/hd_variants_ab.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "dev/probes/hd_variants_ab.py")
 
 
 def test_ab_times_each_variant_only_where_it_runs():

@@ -20,7 +20,8 @@ if hopper_skip_reason() is not None:
 
 import vidattn  # noqa: E402
 from vidattn import _ext  # noqa: E402
-from test_envelope_gpu import DEV, assert_accurate, bshd_inputs, check, cudnn, new_gen, reference  # noqa: E402
+from test_envelope_gpu import (DEV, assert_accurate, bshd_inputs, check, climbing_inputs, cudnn, new_gen,  # noqa: E402
+                              reference)
 
 from test_head_dims_variants import pick_d96_three_wgs, pick_hd_narrow  # noqa: E402
 
@@ -84,10 +85,7 @@ def test_variant_fixed_reference_redo(d, w):
     tiles run again with the exact online softmax (flash_fwd.cuh, redo_tiles)."""
     force, _, _ = VARIANTS[d, w]
     g, seed = new_gen()
-    q, k, v = bshd_inputs(1, 2, 2, 257, 1000, d, g)
-    ramp = torch.linspace(0, 12, 1000, device=DEV)[None, :, None, None]
-    q = (1 + 0.1 * q.float()).to(q.dtype)
-    k = (ramp + 0.1 * k.float()).to(k.dtype)
+    q, k, v = climbing_inputs(d, g)
     scale = 1.0 / math.sqrt(d)
     ref, _ = reference(q, k, v, scale)
     with force():

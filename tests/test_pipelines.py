@@ -15,13 +15,7 @@ from pipelines.measure import ForwardTimer, attention_share, jsonable, rel_l2, s
 from pipelines.wan import check_model_dir
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run much faster single-threaded on small CI machines."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+from _support import one_thread  # noqa: E402,F401 - an autouse fixture
 
 
 @pytest.fixture(scope="module")
