@@ -250,13 +250,16 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
 // sequences: dev/NOTES.md) and two (128-row tiles). With static persistent scheduling a launch lasts about
 // ceil(tiles / SMs) tile times; pick the build with the smaller estimate, so short queries whose 192-row tiles
 // would be mostly padding (FA-bench 1K: 1152 rows computed for 1024) keep the 128-row tiles.
-bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
-  constexpr double kThreeWgGain = 1.1;
-  constexpr int64_t m3 = vidattn::sm90::FwdTraits<64, 3>::kBlockM, m2 = vidattn::sm90::FwdTraits<64, 2>::kBlockM;
+// m3 / m2: the two builds' tile rows; gain: the three-warpgroup build's throughput per row over the two's.
+bool three_wgs_round_estimate(int64_t seqlen_q, int64_t batch_heads, int sms, int64_t m3, int64_t m2, double gain) {
   const int64_t tiles3 = (seqlen_q + m3 - 1) / m3 * batch_heads, tiles2 = (seqlen_q + m2 - 1) / m2 * batch_heads;
-  const double t3 = static_cast<double>((tiles3 + sms - 1) / sms) * m3 / kThreeWgGain;
+  const double t3 = static_cast<double>((tiles3 + sms - 1) / sms) * m3 / gain;
   const double t2 = static_cast<double>((tiles2 + sms - 1) / sms) * m2;
   return t3 <= t2;
+}
+bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
+  return three_wgs_round_estimate(seqlen_q, batch_heads, sms, vidattn::sm90::FwdTraits<64, 3>::kBlockM,
+                                  vidattn::sm90::FwdTraits<64, 2>::kBlockM, 1.1);
 }
 
 // bf16 D=192 and 256 have a wide build (N=112 / 80, O through Q's buffer) and a narrow one (N=96 / 64, separate O
@@ -276,21 +279,17 @@ bool pick_hd_narrow(int64_t head_dim, int64_t seqlen_kv) {
 }
 
 // Head dims 72..96 (bf16) have the same two builds as D=64: three consumer warpgroups (192-row tiles at N=96) and two
-// (128-row tiles at N=176). The same estimate as pick_d64_three_wgs, with the three-warpgroup gain a provisional 1.1:
-// an A/B of one call per event pair (dev/NOTES.md, "Head-dim variants: outcome") read +16% at Allegro (79200 keys),
-// +11% D=72 8K, +2.5% D=96 8K, +1.6% D=80 8K and -2% at D=96 1K, where the estimate keeps two warpgroups (21 rounds
-// of 128 rows against 16 of 192 / 1.1). The back-to-back A/B (dev/probes/hd_variants_ab.py) is to confirm the gain.
+// (128-row tiles at N=176). The same estimate as pick_d64_three_wgs, with a three-warpgroup gain of 1.1: back to
+// back (bench/results/h200_2026-12-02_pm/call_z/hd_ab_table.txt) three warpgroups won Allegro (79200 keys) by 14%,
+// D=72 / 80 / 96 at 8K by 15 / 4 / 5%, and lost D=96 1K by 7%, where the estimate keeps two (21 rounds of 128 rows
+// against 16 of 192 / 1.1).
 #ifndef VIDATTN_D96_THREE_WG_GAIN
 #define VIDATTN_D96_THREE_WG_GAIN 1.1
 #endif
 bool pick_d96_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
-  constexpr double kGain = VIDATTN_D96_THREE_WG_GAIN;
-  constexpr int64_t m3 = vidattn::sm90::FwdTraits<96, 3, VIDATTN_BLOCK_N_D96_3WG>::kBlockM;
-  constexpr int64_t m2 = vidattn::sm90::FwdTraits<96, 2>::kBlockM;
-  const int64_t tiles3 = (seqlen_q + m3 - 1) / m3 * batch_heads, tiles2 = (seqlen_q + m2 - 1) / m2 * batch_heads;
-  const double t3 = static_cast<double>((tiles3 + sms - 1) / sms) * m3 / kGain;
-  const double t2 = static_cast<double>((tiles2 + sms - 1) / sms) * m2;
-  return t3 <= t2;
+  return three_wgs_round_estimate(seqlen_q, batch_heads, sms,
+                                  vidattn::sm90::FwdTraits<96, 3, VIDATTN_BLOCK_N_D96_3WG>::kBlockM,
+                                  vidattn::sm90::FwdTraits<96, 2>::kBlockM, VIDATTN_D96_THREE_WG_GAIN);
 }
 
 // D=128 has two builds: N=176 key blocks (the default) and N=128, whose smaller stages leave room for a second Q
