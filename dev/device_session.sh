@@ -18,6 +18,9 @@
 #                                             # shared test helpers touched
 #   bash dev/device_session.sh Z [budget_s]   # after the A/Bs: the 8-bit defaults and fused pre-pass, the causal
 #                                             # thresholds per build, the head-dim routing, the families' fixes
+#   bash dev/device_session.sh P [budget_s]   # profiles before changing kernels: Nsight Compute on the 8-bit kernel
+#                                             # (Wan 1.3B, CogVideoX) and the D=256 build at 1K; the head-dim
+#                                             # variants' GPU tests and A/B against FA3 (the D=192 routing)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -196,6 +199,29 @@ Z)
     > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
   cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -12 "$OUT/hd/ab.log"
   tar_dirs q8 causal hd fam
+  ;;
+P)
+  anchors_ready
+  start_anchor_build $(( budget - 230 ))
+  build_lib
+  mkdir -p "$OUT/prof"
+  OUT="$OUT/prof/q8" NCU_KERNEL_REGEX=q8_fwd_kernel ONCE_ARGS="--precision 8bit" SHAPES="wan13b_self cogvideox_d64" \
+    T_SHAPE=90 timeout 200 bash dev/probes/ncu_profile.sh > "$OUT/prof/q8.log" 2>&1; rc[ncu_q8]=$?
+  OUT="$OUT/prof/d256" NCU_KERNEL_REGEX=flash_fwd_kernel ONCE_ARGS="--dims 16 8 1024 1024 256" SHAPES=custom \
+    T_SHAPE=70 timeout 80 bash dev/probes/ncu_profile.sh > "$OUT/prof/d256.log" 2>&1; rc[ncu_d256]=$?
+  grep -E "^== |Duration|pct_of_peak|Issue Slots Busy" "$OUT"/prof/*/ncu_summary.txt | cut -c1-160 | head -60
+  # The reports are large; the summaries and per-instruction CSVs come back in the archive.
+  mkdir -p "$OUT/reps"; mv "$OUT"/prof/*/*.ncu-rep "$OUT/reps/" 2>/dev/null
+  await_anchor_build 110
+  mkdir -p "$OUT/hd"
+  timeout 35 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_head_dims_variants_gpu.py \
+    > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
+  tail -2 "$OUT/hd/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/hd/gpu_tests.log" | head -5
+  timeout $(( $(left) > 50 ? $(left) - 5 : 45 )) python3 dev/probes/hd_variants_ab.py --rounds 3 --out "$OUT/hd" \
+    > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
+  cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -12 "$OUT/hd/ab.log"
+  tar_dirs prof hd
+  tar czf "$OUT/reps.tar.gz" -C "$OUT" reps && rm -rf "$OUT/reps"
   ;;
 esac
 echo "== summary stage $stage ($(( $(date +%s) - t0 )) s)"

@@ -3,7 +3,10 @@
     ncu --clock-control none -k regex:flash_fwd --launch-skip 3 --launch-count 1 --set full \
         -o out/ncu_wan_cross python3 dev/probes/kernel_once.py wan_cross
 
-Shapes: every anchor shape of bench/anchor_shapes.py, by key. Honours VIDATTN_LIBRARY and VIDATTN_D64_WARPGROUPS like every other script.
+Shapes: every anchor shape of bench/anchor_shapes.py, by key, or `custom` with `--dims B H SQ SKV D` (the head-dim
+shapes the anchors table lacks). Honours VIDATTN_LIBRARY and VIDATTN_D64_WARPGROUPS like every other script.
+`--precision 8bit` launches through `vidattn.attention(..., precision="8bit")`, so the pre-pass kernels run too (match
+the profiler's kernel regex to `q8_fwd_kernel` to profile the attention kernel alone).
 `--backend cudnn` runs SDPA's cuDNN kernel on the same inputs instead (as bench_kernel.py calls it), so that a
 profiler can read the same counters for both.
 """
@@ -19,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # bench_kernel's inputs
 from vidattn import _ext  # noqa: E402
-from bench.anchor_shapes import SHAPES as ANCHORS  # noqa: E402
+from bench.anchor_shapes import SHAPES as ANCHORS, Shape  # noqa: E402
 from bench_kernel import make_inputs  # noqa: E402
 
 SHAPES = [s.as_tuple() for s in ANCHORS]
@@ -28,11 +31,21 @@ SHAPES = [s.as_tuple() for s in ANCHORS]
 def main():
     names = [s[0] for s in SHAPES]
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("shape", choices=names)
+    ap.add_argument("shape", choices=names + ["custom"])
+    ap.add_argument("--dims", type=int, nargs=5, metavar=("B", "H", "SQ", "SKV", "D"),
+                    help="the shape when SHAPE is custom")
+    ap.add_argument("--precision", choices=("bf16", "8bit"), default="bf16")
     ap.add_argument("--launches", type=int, default=5, help="kernel launches (profile one after a few warm ones)")
     ap.add_argument("--backend", choices=("vidattn", "cudnn"), default="vidattn")
     args = ap.parse_args()
-    shape = ANCHORS[names.index(args.shape)]
+    if args.shape == "custom":
+        if not args.dims:
+            ap.error("custom needs --dims B H SQ SKV D")
+        shape = Shape("custom", *args.dims, key="custom")
+    else:
+        if args.dims:
+            ap.error("--dims goes with the custom shape only")
+        shape = ANCHORS[names.index(args.shape)]
     _, b, h, sq, skv, d = shape.as_tuple()
     reason = None if torch.cuda.is_available() else "no CUDA device"
     if reason is None:
@@ -47,12 +60,16 @@ def main():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             for _ in range(args.launches):
                 torch.nn.functional.scaled_dot_product_attention(qt, kt, vt)
+    elif args.precision == "8bit":
+        import vidattn
+        for _ in range(args.launches):
+            vidattn.attention(q, k, v, precision="8bit")
     else:
         out = torch.empty_like(q)
         for _ in range(args.launches):
             _ext.forward(q, k, v, out, None, None, d ** -0.5)
     torch.cuda.synchronize()
-    print(f"kernel_once: {args.backend} {args.shape} B{b} H{h} {sq}x{skv} D{d}: {args.launches} launches")
+    print(f"kernel_once: {args.backend} {args.precision} {args.shape} B{b} H{h} {sq}x{skv} D{d}: {args.launches} launches")
 
 
 if __name__ == "__main__":
