@@ -3,22 +3,21 @@
 
 Every step of the stock processor is kept (joint video + text attention: QKV projections, RMS norms over
 heads, RoPE on the video tokens only, the text stream's added projections, output split and projections);
-only the attention call changes. The model's mask, (B, 1, 1, S) boolean with the valid text tokens right after
-the video tokens, is a key prefix per batch row: it becomes `kv_lens`.
+only the attention call changes. The text stream and the output are `processors_shared.HunyuanJointBody`'s, shared
+with HunyuanVideo 1.5. The model's mask, (B, 1, 1, S) boolean with the valid text tokens right after the video
+tokens, is a key prefix per batch row: it becomes `kv_lens`.
 
 The token refiner's attention (`context_embedder`, plain `Attention` with diffusers' `AttnProcessor2_0`, at
 most 256 text tokens, < 0.1% of a forward) is left as it is; `vidattn.apply` lists those modules as skipped.
 """
-from typing import Optional
-
 import torch
 
-from ._base import ProcessorBase
-from .sdpa_common import StockProcessor
 from .apply import register_processor
+from .processors_shared import HunyuanJointBody, split_heads
+from .sdpa_common import StockProcessor
 
 
-class HunyuanVideoAttnProcessor(ProcessorBase):
+class HunyuanVideoAttnProcessor(HunyuanJointBody):
     """vidattn processor for the dual- and single-stream blocks of diffusers' HunyuanVideo transformers.
 
     Use through `vidattn.apply(pipe)` (the blocks' `HunyuanVideoAttnProcessor2_0` are replaced, the token
@@ -30,24 +29,13 @@ class HunyuanVideoAttnProcessor(ProcessorBase):
     _vidattn_original = StockProcessor("diffusers.models.transformers.transformer_hunyuan_video",
                                        "HunyuanVideoAttnProcessor2_0")
 
-    def __call__(
-        self,
-        attn,
-        hidden_states: torch.Tensor,
-        encoder_hidden_states: Optional[torch.Tensor] = None,
-        attention_mask: Optional[torch.Tensor] = None,
-        image_rotary_emb: Optional[torch.Tensor] = None,
-    ):
-        if attn.add_q_proj is None and encoder_hidden_states is not None:
+    def _joint_qkv(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb):
+        # Single-stream blocks (no added projections) project video and text together and rotate the video only.
+        single_stream = attn.add_q_proj is None and encoder_hidden_states is not None
+        if single_stream:
             hidden_states = torch.cat([hidden_states, encoder_hidden_states], dim=1)
 
-        query = attn.to_q(hidden_states)
-        key = attn.to_k(hidden_states)
-        value = attn.to_v(hidden_states)
-
-        query = query.unflatten(2, (attn.heads, -1))
-        key = key.unflatten(2, (attn.heads, -1))
-        value = value.unflatten(2, (attn.heads, -1))
+        query, key, value = split_heads(attn, hidden_states)
 
         if attn.norm_q is not None:
             query = attn.norm_q(query)
@@ -57,7 +45,7 @@ class HunyuanVideoAttnProcessor(ProcessorBase):
         if image_rotary_emb is not None:
             from diffusers.models.embeddings import apply_rotary_emb
 
-            if attn.add_q_proj is None and encoder_hidden_states is not None:
+            if single_stream:
                 n_text = encoder_hidden_states.shape[1]
                 query = torch.cat([apply_rotary_emb(query[:, :-n_text], image_rotary_emb, sequence_dim=1),
                                    query[:, -n_text:]], dim=1)
@@ -68,35 +56,11 @@ class HunyuanVideoAttnProcessor(ProcessorBase):
                 key = apply_rotary_emb(key, image_rotary_emb, sequence_dim=1)
 
         if attn.add_q_proj is not None and encoder_hidden_states is not None:
-            encoder_query = attn.add_q_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
-            encoder_key = attn.add_k_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
-            encoder_value = attn.add_v_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
+            query, key, value = self._add_text_stream(attn, encoder_hidden_states, query, key, value)
+        return query, key, value
 
-            if attn.norm_added_q is not None:
-                encoder_query = attn.norm_added_q(encoder_query)
-            if attn.norm_added_k is not None:
-                encoder_key = attn.norm_added_k(encoder_key)
-
-            query = torch.cat([query, encoder_query], dim=1)
-            key = torch.cat([key, encoder_key], dim=1)
-            value = torch.cat([value, encoder_value], dim=1)
-
-        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
-        hidden_states = hidden_states.flatten(2, 3)
-        hidden_states = hidden_states.to(query.dtype)
-
-        if encoder_hidden_states is not None:
-            n_text = encoder_hidden_states.shape[1]
-            hidden_states, encoder_hidden_states = hidden_states[:, :-n_text], hidden_states[:, -n_text:]
-
-            if getattr(attn, "to_out", None) is not None:
-                hidden_states = attn.to_out[0](hidden_states)
-                hidden_states = attn.to_out[1](hidden_states)
-
-            if getattr(attn, "to_add_out", None) is not None:
-                encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
-
-        return hidden_states, encoder_hidden_states
+    def _attend_joint(self, query, key, value, attention_mask):
+        return self._attend(query, key, value, attention_mask, self._parallel_config)
 
 
 register_processor("diffusers.models.transformers.transformer_hunyuan_video.HunyuanVideoAttnProcessor2_0",

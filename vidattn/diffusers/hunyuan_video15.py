@@ -1,7 +1,8 @@
 """HunyuanVideo 1.5 (`HunyuanVideo15Transformer3DModel`): a drop-in for diffusers' `HunyuanVideo15AttnProcessor2_0`.
 
 Every step of the stock processor is kept (QKV projections, RMS norms over heads, RoPE on the video tokens, the
-text stream's added projections, output split and projections); only the attention call changes.
+text stream's added projections, output split and projections); only the attention call changes. The text stream
+and the output are `processors_shared.HunyuanJointBody`'s, shared with HunyuanVideo.
 
 The stock processor takes the text mask (B, N_text), pads it with True for the video tokens to `keep` (B, S)
 and attends with the (B, 1, S, S) mask `keep[i] & keep[j]`. The model orders every row's valid text tokens
@@ -11,17 +12,13 @@ that is not a prefix goes through diffusers' dispatch with the stock mask (fallb
 
 The token refiner (`AttnProcessor2_0`) is left as it is and listed as skipped by `vidattn.apply`.
 """
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 
-from .. import ops
-from ._base import ProcessorBase
-from .sdpa_common import StockProcessor
 from .apply import register_processor
 from .masks import LastMaskMemo, prefix_lengths
-from .sdpa_common import kernel
+from .processors_shared import HunyuanJointBody, split_heads
+from .sdpa_common import StockProcessor, kernel
 
 
 def _stock_mask(keep: torch.Tensor) -> torch.Tensor:
@@ -42,7 +39,7 @@ def _kv_lens_of(keep: torch.Tensor, batch: int, seq_len: int):
     return lens.to(torch.int32), None, bool(flags[1])
 
 
-class HunyuanVideo15AttnProcessor(ProcessorBase):
+class HunyuanVideo15AttnProcessor(HunyuanJointBody):
     """vidattn processor for diffusers' HunyuanVideo 1.5 dual-stream blocks (see the module docstring for the
     mask). Use through `vidattn.apply(pipe)` or `module.set_processor(vidattn.HunyuanVideo15AttnProcessor())`."""
 
@@ -68,21 +65,8 @@ class HunyuanVideo15AttnProcessor(ProcessorBase):
             out = out.masked_fill(~keep[:, :, None, None], 0.0)  # padded query rows: no key kept -> zeros
         return out
 
-    def __call__(
-        self,
-        attn,
-        hidden_states: torch.Tensor,
-        encoder_hidden_states: Optional[torch.Tensor] = None,
-        attention_mask: Optional[torch.Tensor] = None,
-        image_rotary_emb: Optional[torch.Tensor] = None,
-    ):
-        query = attn.to_q(hidden_states)
-        key = attn.to_k(hidden_states)
-        value = attn.to_v(hidden_states)
-
-        query = query.unflatten(2, (attn.heads, -1))
-        key = key.unflatten(2, (attn.heads, -1))
-        value = value.unflatten(2, (attn.heads, -1))
+    def _joint_qkv(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb):
+        query, key, value = split_heads(attn, hidden_states)
 
         query = attn.norm_q(query)
         key = attn.norm_k(key)
@@ -94,35 +78,8 @@ class HunyuanVideo15AttnProcessor(ProcessorBase):
             key = apply_rotary_emb(key, image_rotary_emb, sequence_dim=1)
 
         if encoder_hidden_states is not None:
-            encoder_query = attn.add_q_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
-            encoder_key = attn.add_k_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
-            encoder_value = attn.add_v_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
-
-            if attn.norm_added_q is not None:
-                encoder_query = attn.norm_added_q(encoder_query)
-            if attn.norm_added_k is not None:
-                encoder_key = attn.norm_added_k(encoder_key)
-
-            query = torch.cat([query, encoder_query], dim=1)
-            key = torch.cat([key, encoder_key], dim=1)
-            value = torch.cat([value, encoder_value], dim=1)
-
-        hidden_states = self._attend_joint(query, key, value, attention_mask)
-        hidden_states = hidden_states.flatten(2, 3)
-        hidden_states = hidden_states.to(query.dtype)
-
-        if encoder_hidden_states is not None:
-            n_text = encoder_hidden_states.shape[1]
-            hidden_states, encoder_hidden_states = hidden_states[:, :-n_text], hidden_states[:, -n_text:]
-
-            if getattr(attn, "to_out", None) is not None:
-                hidden_states = attn.to_out[0](hidden_states)
-                hidden_states = attn.to_out[1](hidden_states)
-
-            if getattr(attn, "to_add_out", None) is not None:
-                encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
-
-        return hidden_states, encoder_hidden_states
+            query, key, value = self._add_text_stream(attn, encoder_hidden_states, query, key, value)
+        return query, key, value
 
 
 register_processor("diffusers.models.transformers.transformer_hunyuan_video15.HunyuanVideo15AttnProcessor2_0",

@@ -11,20 +11,22 @@ text cross-attention, and temporal self-attention (sequence = frames, batch = B 
 kernel's D=96 build, its columns padded on the fly (no copy of q/k/v). Every step of the stock processor is kept; only
 `F.scaled_dot_product_attention` on (B, H, S, D) becomes `vidattn.attention(..., layout="bhsd")` with the same
 default scale (the stock call ignores `attn.scale`). A key-padding mask becomes `kv_lens`; any other mask runs the
-stock SDPA call, with the reason (the pipeline passes none).
+stock SDPA call, with the reason (the pipeline passes none). The body is `processors_shared.AttnProcessor2Body`
+(shared with Allegro).
 """
 from typing import Optional
 
 import torch
 
 from .apply import register_processor
-from .sdpa_common import StockProcessor, VidattnProcessor, attend_bhsd, prepare_sdpa_mask
+from .processors_shared import AttnProcessor2Body
+from .sdpa_common import StockProcessor
 
 _ATTN = "diffusers.models.attention_processor"
 LATTE_MODEL = "diffusers.models.transformers.latte_transformer_3d.LatteTransformer3DModel"
 
 
-class LatteAttnProcessor(VidattnProcessor):
+class LatteAttnProcessor(AttnProcessor2Body):
     """vidattn processor for diffusers' `AttnProcessor2_0` inside `LatteTransformer3DModel`.
 
     Use through `vidattn.apply(pipe)`, or
@@ -50,66 +52,14 @@ class LatteAttnProcessor(VidattnProcessor):
                       "as passing it will raise an error in the future. `scale` should directly be passed while "
                       "calling the underlying pipeline component i.e., via `cross_attention_kwargs`.")
 
-        residual = hidden_states
-        if attn.spatial_norm is not None:
-            hidden_states = attn.spatial_norm(hidden_states, temb)
+        return self._forward(attn, hidden_states, encoder_hidden_states, attention_mask, temb)
 
-        input_ndim = hidden_states.ndim
-
-        if input_ndim == 4:
-            batch_size, channel, height, width = hidden_states.shape
-            hidden_states = hidden_states.view(batch_size, channel, height * width).transpose(1, 2)
-
-        batch_size, sequence_length, _ = (
-            hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape
-        )
-
-        attention_mask, mask_source = prepare_sdpa_mask(attn, attention_mask, sequence_length, batch_size)
-
-        if attn.group_norm is not None:
-            hidden_states = attn.group_norm(hidden_states.transpose(1, 2)).transpose(1, 2)
-
-        query = attn.to_q(hidden_states)
-
-        if encoder_hidden_states is None:
-            encoder_hidden_states = hidden_states
-        elif attn.norm_cross:
-            encoder_hidden_states = attn.norm_encoder_hidden_states(encoder_hidden_states)
-
-        key = attn.to_k(encoder_hidden_states)
-        value = attn.to_v(encoder_hidden_states)
-
-        inner_dim = key.shape[-1]
-        head_dim = inner_dim // attn.heads
-
-        query = query.view(batch_size, -1, attn.heads, head_dim).transpose(1, 2)
-        key = key.view(batch_size, -1, attn.heads, head_dim).transpose(1, 2)
-        value = value.view(batch_size, -1, attn.heads, head_dim).transpose(1, 2)
-
+    def _qk(self, attn, query, key):
         if attn.norm_q is not None:
             query = attn.norm_q(query)
         if attn.norm_k is not None:
             key = attn.norm_k(key)
-
-        hidden_states = attend_bhsd(query, key, value, attention_mask, mask_source, self.precision)
-
-        hidden_states = hidden_states.transpose(1, 2).reshape(batch_size, -1, attn.heads * head_dim)
-        hidden_states = hidden_states.to(query.dtype)
-
-        # linear proj
-        hidden_states = attn.to_out[0](hidden_states)
-        # dropout
-        hidden_states = attn.to_out[1](hidden_states)
-
-        if input_ndim == 4:
-            hidden_states = hidden_states.transpose(-1, -2).reshape(batch_size, channel, height, width)
-
-        if attn.residual_connection:
-            hidden_states = hidden_states + residual
-
-        hidden_states = hidden_states / attn.rescale_output_factor
-
-        return hidden_states
+        return query, key
 
 
 register_processor(f"{_ATTN}.AttnProcessor2_0", LatteAttnProcessor,
