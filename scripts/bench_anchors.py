@@ -13,11 +13,11 @@ Columns (scripts/anchor_impls.py for the anchors; each is skipped with its reaso
   vidattn_8bit  vidattn.attention(..., precision="8bit"), its quantization included; the explain() reason is
                 recorded when that call runs the exact kernel instead
 
-Inputs: random normal bf16 (B, S, H, D). Times: median of triton.testing.do_bench (or a CUDA-event loop; the
-Timer of scripts/bench_kernel.py) per round, the implementations interleaved round by round (forward, then
-reversed order), each one's time the median of its rounds. TFLOPS = 4·B·H·Sq·Skv·D / t, halved for causal shapes
-(square, so FA3's bottom-right mask and vidattn's top-left mask agree). Every output is first checked against
-cuDNN's (relative L2).
+Inputs: random normal bf16 (B, S, H, D). Times: median of triton.testing.do_bench (or a CUDA-event loop;
+bench/timing.py's Timer, as in scripts/bench_kernel.py) per round, the implementations interleaved round by round
+(forward, then reversed order), each one's time the median of its rounds. TFLOPS = 4·B·H·Sq·Skv·D / t, halved for
+causal shapes (square, so FA3's bottom-right mask and vidattn's top-left mask agree). Every output is first checked
+against cuDNN's (relative L2).
 
 Accuracy (unless --no-accuracy): relative L2 against an fp64 reference on 1×8×4096 at D=64 and D=128 for plain
 inputs, a key offset (one 8·N(0,1) vector added to every key) and sharpened scores (softmax scale 4/sqrt(D)), for
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import importlib.util
 import itertools
 import json
 import math
@@ -52,6 +51,7 @@ _HERE = Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 import anchor_impls  # noqa: E402
+from bench.timing import Timer, l2_bytes  # noqa: E402
 
 IMPLS = ("cudnn", "fa3", "fa3_fp8", "sage2", "vidattn", "vidattn_8bit")
 IMPL_TITLES = {"cudnn": "cuDNN", "fa3": "FA3 bf16", "fa3_fp8": "FA3 FP8 (kernel)", "sage2": "Sage2",
@@ -524,49 +524,6 @@ def metadata(argv: list[str]) -> dict:
     return meta
 
 
-class _EventTimer:
-    """Median of CUDA-event timed calls after a warmup: used only when scripts/bench_kernel.py cannot be loaded."""
-    method = "CUDA-event loop median (bench_kernel.Timer unavailable)"
-
-    def __init__(self, quick: bool):
-        self.warmup_ms, self.rep_ms = (10, 40) if quick else (25, 100)
-
-    def __call__(self, fn) -> float:
-        import torch
-        fn()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        est_ms = max((time.perf_counter() - t) * 1e3, 1e-3)
-        for _ in range(max(1, int(self.warmup_ms / est_ms))):
-            fn()
-        times = []
-        for _ in range(max(3, int(self.rep_ms / est_ms))):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b))
-        return statistics.median(times)
-
-
-def _load_timer(quick: bool):
-    """scripts/bench_kernel.py's Timer (do_bench median, or a CUDA-event loop with an L2 flush) and its L2 size,
-    loaded by path; a plain CUDA-event timer if that script cannot be loaded (its error is printed)."""
-    try:
-        spec = importlib.util.spec_from_file_location("vidattn_bench_kernel", _HERE / "bench_kernel.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod.Timer(quick), mod.l2_bytes()
-    except Exception:  # noqa: BLE001 - the anchors are still measured
-        traceback.print_exc()
-        import torch
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        return _EventTimer(quick), int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -620,7 +577,7 @@ def run(args, *, impls: list[Impl] | None = None, timer=None, l2: int | None = N
     if impls is None:
         impls = default_impls(args.impls, vidattn_mod, vidattn_err)
     if timer is None:
-        timer, l2 = _load_timer(args.quick)
+        timer, l2 = Timer(args.quick), l2_bytes()
     names = [i.name for i in impls]
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out_path = Path(args.out) if args.out else REPO / "bench" / "results" / (

@@ -51,6 +51,7 @@ if str(REPO) not in sys.path:
 from bench.anchor_shapes import SHAPES, Shape  # noqa: E402
 from bench.envinfo_light import git_commit, short_commit  # noqa: E402
 from bench.round_order import ORDERS, round_orders  # noqa: E402
+from bench.timing import Timer, l2_bytes  # noqa: E402
 
 BACKENDS = ("vidattn", "sdpa", "cudnn", "flash")  # the default run: the exact comparison
 # Timed only when --backends names them: the 8-bit path is not exact.
@@ -72,7 +73,6 @@ BACKEND_NOTES = {
 }
 CHECK_REL_L2 = 2e-2
 CHECK_REL_L2_8BIT = 6e-2
-DEFAULT_L2_BYTES = 50 * 2**20
 MAX_ROTATING_SETS = 8
 
 
@@ -203,66 +203,6 @@ def _is_oom(exc: BaseException) -> bool:
 def _err(exc: BaseException) -> str:
     msg = f"{type(exc).__name__}: {exc}"
     return msg if len(msg) < 600 else msg[:600] + " ..."
-
-
-class Timer:
-    """Median time of fn() in ms: triton's do_bench when importable, else a CUDA-event loop with an L2 flush."""
-
-    def __init__(self, quick: bool):
-        import torch
-        self.warmup_ms, self.rep_ms = (10, 40) if quick else (25, 100)
-        try:
-            from triton.testing import do_bench
-            self._do_bench = do_bench
-            self.method = "triton.testing.do_bench median"
-        except Exception:  # noqa: BLE001 - triton missing or broken: fall back
-            self._do_bench = None
-            self.method = "CUDA-event loop median (triton unavailable)"
-        self._flush = None
-        self._torch = torch
-
-    def __call__(self, fn) -> float:
-        if self._do_bench is not None:
-            try:
-                ms = self._do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median")
-            except TypeError:  # older triton: no return_mode
-                ms = self._do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, quantiles=[0.5])
-            if isinstance(ms, (list, tuple)):
-                ms = ms[0]
-            return float(ms)
-        return self._event_loop(fn)
-
-    def _event_loop(self, fn) -> float:
-        torch = self._torch
-        if self._flush is None:
-            self._flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
-        fn()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(3):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        est = max(start.elapsed_time(end) / 3, 1e-3)
-        for _ in range(max(1, int(self.warmup_ms / est))):
-            fn()
-        n = max(3, int(self.rep_ms / est))
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        for i in range(n):
-            self._flush.zero_()
-            starts[i].record()
-            fn()
-            ends[i].record()
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-
-
-def l2_bytes() -> int:
-    import torch
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return int(getattr(props, "L2_cache_size", 0) or DEFAULT_L2_BYTES)
 
 
 def make_inputs(s: Shape, n_sets: int, gen):

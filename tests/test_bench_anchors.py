@@ -368,3 +368,22 @@ def test_anchor_against_fp64_on_gpu(name, causal):
         s = s.masked_fill(torch.ones(1000, 1000, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
     ref = (s.softmax(-1) @ vd).transpose(1, 2)
     assert ba.rel_l2(out, ref) < (1e-2 if name == "fa3" else 8e-2)
+
+
+def test_run_times_with_the_shared_timer_and_l2_size(tmp_path, monkeypatch):
+    """Without an injected timer, run() takes bench/timing.py's Timer (--quick windows) and the device's L2 size."""
+    made = []
+
+    class SharedTimer(FakeTimer):
+        method = "shared"
+
+        def __init__(self, quick):
+            super().__init__()
+            made.append(quick)
+
+    monkeypatch.setattr(ba, "Timer", SharedTimer)
+    monkeypatch.setattr(ba, "l2_bytes", lambda: 1 << 20)
+    args = _args(tmp_path, ["--quick", "--no-accuracy"])
+    doc = ba.run(args, impls=_fake_impls(), device="cpu", accuracy={}, meta={})
+    assert made == [True] and doc["config"]["timing"] == "shared"
+    assert all(i["ms"] == pytest.approx(1.5) for i in doc["results"][0]["impls"].values() if "ms" in i)
