@@ -23,9 +23,11 @@ int g_d128_block_n = 0;
 // (vidattn_sm90_set_d96_build: A/B timing)
 int g_d96_build = 0;
 // bf16 D=192 and 256: 0 picks wide or narrow by key count (pick_hd_narrow), 1 forces the narrow builds with the separate
-// O scratch, 2 the wide ones whose O goes through Q's buffer (tile_config.cuh kOInQ; vidattn_sm90_set_hd_narrow: A/B
-// timing). fp16 has the wide builds only.
+// O scratch, 2 the wide ones whose O goes through Q's buffer (tile_config.cuh kOInQ), 3 the O-in-V builds (the wide
+// widths, O through the V stages: kOInV; vidattn_sm90_set_hd_narrow: A/B timing). fp16 has the wide builds only.
 int g_hd_narrow = 0;
+// Where the epilogue of this thread's last launch staged O: 0 a scratch of its own, 1 Q's buffer, 2 the V stages.
+thread_local int g_last_o_path = 0;
 // Head dims 72..96 (bf16, on the D=96 build): 0 picks the consumer warpgroup count by shape (pick_d96_three_wgs), 2 or
 // 3 forces it (vidattn_sm90_set_d96_warpgroups: tests and A/B timing). fp16 has the two-warpgroup build only.
 int g_d96_warpgroups = 0;
@@ -181,7 +183,8 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   const int64_t tiles = m_blocks * a.heads * a.batch;
   if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/kBlockM) over 2^31)");
   p.num_m_blocks = static_cast<int>(m_blocks);
-  g_last_block_n = kBN;
+  g_last_block_n = T::kBlockN;
+  g_last_o_path = T::kOInV ? 2 : T::kOInQ ? 1 : 0;
   // +1 KB to align the ring to 1024 B in-kernel
   const size_t smem = sizeof(SharedStorage<kHeadDim, kWGs, kBN>) + 1024;
   auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, false, kCausal>;
@@ -274,8 +277,22 @@ bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
 #define VIDATTN_D256_NARROW_KV_MAX 0
 #endif
 bool pick_hd_narrow(int64_t head_dim, int64_t seqlen_kv) {
-  if (g_hd_narrow != 0) return g_hd_narrow == 1;
+  if (g_hd_narrow == 1 || g_hd_narrow == 2) return g_hd_narrow == 1;
+  if (g_hd_narrow == 3) return false;
   return seqlen_kv <= (head_dim <= 192 ? VIDATTN_D192_NARROW_KV_MAX : VIDATTN_D256_NARROW_KV_MAX);
+}
+// The O-in-V builds (the wide widths, O through the V stages: tile_config.cuh, kOInV) for the calls the narrow pick
+// leaves that have at most this many keys. 0: none until a back-to-back A/B has timed them (dev/NOTES.md, "O through
+// the V stages"); setting 3 forces them.
+#ifndef VIDATTN_D192_O_IN_V_KV_MAX
+#define VIDATTN_D192_O_IN_V_KV_MAX 0
+#endif
+#ifndef VIDATTN_D256_O_IN_V_KV_MAX
+#define VIDATTN_D256_O_IN_V_KV_MAX 0
+#endif
+bool pick_hd_o_in_v(int64_t head_dim, int64_t seqlen_kv) {
+  if (g_hd_narrow != 0) return g_hd_narrow == 3;
+  return seqlen_kv <= (head_dim <= 192 ? VIDATTN_D192_O_IN_V_KV_MAX : VIDATTN_D256_O_IN_V_KV_MAX);
 }
 
 // Head dims 72..96 (bf16) have the same two builds as D=64: three consumer warpgroups (192-row tiles at N=96) and two
@@ -352,6 +369,8 @@ extern "C" int vidattn_sm90_last_tail_splits(void) { return g_last_tail_splits; 
 
 extern "C" int vidattn_sm90_last_block_n(void) { return g_last_block_n; }
 
+extern "C" int vidattn_sm90_last_o_path(void) { return g_last_o_path; }
+
 extern "C" int vidattn_sm90_causal_modes(void) { return 2; }
 
 extern "C" int vidattn_sm90_set_causal_dynamic_min_sq_for(int head_dim, int min_sq) {
@@ -411,7 +430,7 @@ extern "C" int vidattn_sm90_set_d96_build(int build) {
 }
 
 extern "C" int vidattn_sm90_set_hd_narrow(int narrow) {
-  if (narrow < 0 || narrow > 2) return 1;
+  if (narrow < 0 || narrow > 3) return 1;
   g_hd_narrow = narrow;
   return 0;
 }
@@ -465,6 +484,7 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   g_last_tail_splits = 0;
   g_last_block_n = 0;
+  g_last_o_path = 0;
   const bool fp16 = a->dtype == 1;
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
   if (a->causal < 0 || a->causal > 2) return fail("causal must be 0 (none), 1 (top-left) or 2 (bottom-right)");
@@ -493,6 +513,11 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
     if (!fp16 && kD192Narrow != kD192N && kD256Narrow != kD256N && pick_hd_narrow(a->head_dim, a->seqlen_kv))
       return a->head_dim <= 192 ? launch<192, 2, kD192Narrow, false>(*a, s, sms)
                                 : launch<256, 2, kD256Narrow, false>(*a, s, sms);
+#if VIDATTN_PINGPONG  // the O-in-V builds rely on the turn-taking (tile_config.cuh, kOInV): a build without runs wide
+    if (!fp16 && pick_hd_o_in_v(a->head_dim, a->seqlen_kv))
+      return a->head_dim <= 192 ? launch<192, 2, kD192N + vidattn::sm90::kOInVBuild, false>(*a, s, sms)
+                                : launch<256, 2, kD256N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);
+#endif
     if (a->head_dim <= 192) return fp16 ? launch<192, 2, kD192N, true>(*a, s, sms) : launch<192, 2, kD192N, false>(*a, s, sms);
     return fp16 ? launch<256, 2, kD256N, true>(*a, s, sms) : launch<256, 2, kD256N, false>(*a, s, sms);
   }

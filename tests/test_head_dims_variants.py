@@ -65,6 +65,12 @@ def pick_hd_narrow(head_dim: int, seqlen_kv: int) -> bool:
     return seqlen_kv <= _capi_macro(name)
 
 
+def pick_hd_o_in_v(head_dim: int, seqlen_kv: int) -> bool:
+    """capi.cu's pick_hd_o_in_v at the default setting, for the calls pick_hd_narrow leaves."""
+    name = "VIDATTN_D192_O_IN_V_KV_MAX" if head_dim <= 192 else "VIDATTN_D256_O_IN_V_KV_MAX"
+    return not pick_hd_narrow(head_dim, seqlen_kv) and seqlen_kv <= _capi_macro(name)
+
+
 def test_d96_three_warpgroups_route_where_the_ab_gained():
     # (seqlen, batch x heads) of the A/B's rows on 132 SMs: three warpgroups gained at Allegro (+16%), D=72 / 96 / 80
     # 8K (+11, +2.5, +1.6%) and lost 2% at D=96 1K (one call per event pair: dev/NOTES.md)
@@ -81,6 +87,8 @@ def test_narrow_routing_follows_the_back_to_back_ab():
     assert all(pick_hd_narrow(d, n) for d in (160, 192) for n in (1, 1024, 2048))
     assert not any(pick_hd_narrow(d, n) for d in (160, 192) for n in (2049, 8192, 32768))
     assert not any(pick_hd_narrow(256, n) for n in (1, 1024, 8192, 32768))
+    # the O-in-V builds run only when forced until an A/B has timed them
+    assert not any(pick_hd_o_in_v(d, n) for d in (160, 192, 200, 256) for n in (1, 1024, 8192, 32768))
 
 
 def test_c_switches_are_declared_and_bf16_only():
@@ -112,10 +120,13 @@ class FakeLib:
         return 0
 
     def vidattn_sm90_set_hd_narrow(self, v):
-        if v not in (0, 1, 2):
+        if v not in (0, 1, 2, 3):
             return 1
         self.narrow = v
         return 0
+
+    def vidattn_sm90_last_o_path(self):
+        return 2
 
 
 def test_setters_pass_values_and_raise_on_refusal():
@@ -126,8 +137,10 @@ def test_setters_pass_values_and_raise_on_refusal():
     with pytest.raises(ValueError, match="D=96 warpgroups"):
         _ext.set_d96_warpgroups(4, lib)
     with pytest.raises(ValueError, match="VIDATTN_HD_NARROW"):
-        _ext.set_hd_narrow(3, lib)
+        _ext.set_hd_narrow(4, lib)
     assert (lib.wgs, lib.narrow) == (3, 2)
+    _ext.set_hd_narrow(3, lib)  # the O-in-V builds
+    assert lib.narrow == 3 and _ext.last_o_path(lib) == 2
 
 
 def test_context_managers_restore_the_load_time_setting(monkeypatch):
@@ -158,8 +171,8 @@ def _ab():
 def test_ab_times_each_variant_only_where_it_runs():
     ab = _ab()
     assert [x for x in ab.VIDATTN_SIDES if ab.applies(x, 72)] == ["d96_2wg", "d96_3wg", "pad128"]
-    assert [x for x in ab.VIDATTN_SIDES if ab.applies(x, 192)] == ["wide", "narrow"]
-    assert [x for x in ab.VIDATTN_SIDES if ab.applies(x, 256)] == ["wide", "narrow"]
+    assert [x for x in ab.VIDATTN_SIDES if ab.applies(x, 192)] == ["wide", "narrow", "ov"]
+    assert [x for x in ab.VIDATTN_SIDES if ab.applies(x, 256)] == ["wide", "narrow", "ov"]
     # every shape the bars miss is in the default run
     names = {s[0] for s in ab.SHAPES}
     assert {"D192 1K", "D192 8K", "D192 32K", "D256 1K", "D256 32K", "Allegro D96", "D72 8K", "D96 1K",
@@ -172,6 +185,10 @@ def test_ab_recognises_the_default_pick_by_key_block_width():
     assert ab.default_side(192, 112) == "wide" and ab.default_side(192, 96) == "narrow"
     assert ab.default_side(256, 80) == "wide" and ab.default_side(256, 64) == "narrow"
     assert ab.default_side(192, 64) is None  # a width no side runs is not passed off as one
+    # wide and ov share their widths: where the epilogue staged O tells them apart
+    assert ab.default_side(256, 80, 1) == "wide" and ab.default_side(256, 80, 2) == "ov"
+    assert ab.default_side(192, 112, 2) == "ov" and ab.default_side(192, 96, 0) == "narrow"
+    assert ab.default_side(192, 96, 2) is None
 
 
 def test_ab_rotating_sets_exceed_twice_the_l2():
@@ -228,10 +245,30 @@ def test_ab_table_reports_the_default_pick_and_the_best_side():
     row = {"shape": "D192 1K", "default": "wide",
            "tflops": {"wide": 600.0, "narrow": 660.0, "cudnn": 550.0, "fa3": 600.0}}
     line = ab.table([row]).splitlines()[1].split(" | ")
-    assert line[ab.HEAD.index("default"):] == ["wide", "1.000", "1.091", "narrow", "1.100"]
+    assert line[ab.HEAD.index("default"):] == ["wide", "1.000", "1.091", "narrow", "1.100", "-", "-"]
     line = ab.table([{"shape": "x", "default": None, "tflops": {"wide": 500.0, "cudnn": 450.0}}]
                     ).splitlines()[1].split(" | ")
-    assert line[ab.HEAD.index("fa3")] == "-" and line[ab.HEAD.index("default"):] == ["-", "-", "-", "wide", "-"]
+    assert line[ab.HEAD.index("fa3")] == "-" and line[ab.HEAD.index("default"):ab.HEAD.index("best/def") + 1] == [
+        "-", "-", "-", "wide", "-"]
+    row["paired"] = {"narrow": [1.08, 1.12, 1.1], "ov": [0.99, 1.02]}
+    line = ab.table([row]).splitlines()[1].split(" | ")
+    assert len(line) == len(ab.HEAD)
+    assert line[ab.HEAD.index("narrow/wide rounds"):] == ["1.080..1.120", "0.990..1.020"]
+
+
+def test_ab_paired_ratios_compare_sides_within_each_round():
+    ab = _ab()
+    # two spans a round; wide takes 10 ms in every round, ov 9.5 then 10.5 then 10: faster, slower, even
+    samples = {"wide": [10.0, 10.0, 10.0, 10.0, 10.0, 10.0], "ov": [9.4, 9.6, 10.4, 10.6, 10.0, 10.0]}
+    assert ab.paired_ratios(samples, 2, "ov") == pytest.approx([10 / 9.5, 10 / 10.5, 1.0])
+    assert ab.paired_ratios(samples, 2, "narrow") == []
+
+
+def test_ab_matmul_option_is_off_unless_asked():
+    ab = _ab()
+    src = (ROOT / "dev/probes/hd_variants_ab.py").read_text()
+    assert '"--matmul", type=float, default=0.0' in src and "if args.matmul > 0:" in src
+    assert callable(ab.matmul_tflops)
 
 
 def test_ab_refuses_without_a_gpu(monkeypatch):
@@ -239,3 +276,41 @@ def test_ab_refuses_without_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         _ab().main(["--rounds", "1"])
+
+
+def test_o_in_v_builds_fit_two_stages_and_a_warpgroup_of_o_per_stage():
+    """The O-in-V builds (tile_config.cuh kOInV) at the wide widths: Q's one buffer and two K/V stages within the
+    227 KB (no scratch), and one warpgroup's O boxes (4 warps x one 16 x 64 box per 64-column chunk) within one V
+    stage."""
+    for d, macro in ((192, "VIDATTN_BLOCK_N_D192"), (256, "VIDATTN_BLOCK_N_D256")):
+        n = _macro(macro)
+        q, stage_v = 128 * d * 2, n * d * 2
+        assert q + 2 * 2 * stage_v <= SMEM_BUDGET - 2048
+        assert (SMEM_BUDGET - 2048 - q) // (2 * stage_v) == 2  # exactly two: the warpgroups' O take one each
+        assert 4 * (d // 64) * 16 * 64 * 2 <= stage_v
+        assert stage_v % 1024 == 0  # each warp's first box 1024-aligned for the 128B swizzle
+
+
+def test_o_in_v_is_a_forced_bf16_build_of_its_own():
+    src = (ROOT / "csrc/capi.cu").read_text()
+    cfg = (ROOT / "csrc/sm90/tile_config.cuh").read_text()
+    assert re.search(r"if \(!fp16 && pick_hd_o_in_v\(a->head_dim, a->seqlen_kv\)\)\s*return a->head_dim <= 192 \? launch<192, 2, kD192N \+ "
+                     r"vidattn::sm90::kOInVBuild, false>\(\*a, s, sms\)\s*: launch<256, 2, kD256N \+ "
+                     r"vidattn::sm90::kOInVBuild, false>", src)
+    # the pick never returns narrow under setting 3, and only settings 0..3 are accepted
+    assert "if (g_hd_narrow == 3) return false;" in src and "if (narrow < 0 || narrow > 3) return 1;" in src
+    assert "if (g_hd_narrow != 0) return g_hd_narrow == 3;" in src
+    # the flag rides in kBN above any key-block width (at most 256), and the width is what the launcher reports
+    flag = int(re.search(r"constexpr int kOInVBuild = 1 << (\d+);", cfg).group(1))
+    assert 1 << flag > 256
+    assert "kBlockN = kBN % kOInVBuild" in cfg and "g_last_block_n = T::kBlockN;" in src
+
+
+def test_o_in_v_producer_waits_for_the_o_stores_before_refilling_v0_and_v1():
+    src = (ROOT / "csrc/sm90/flash_fwd.cuh").read_text()
+    # one phase per tile per warpgroup: the previous tile's (local - 1), before V_0 (warpgroup 0's stage) and V_1
+    assert "if (j < 2 && local > 0) ptx::mbarrier_wait(&s.o_done[j], (local - 1) & 1);" in src
+    assert "ptx::mbarrier_arrive(&s.o_done[cwg]);" in src
+    assert "const int ostage = cwg == 0 ? start : start ^ 1;" in src
+    # arrivals counted per warp of one warpgroup
+    assert "ptx::mbarrier_init(&s.o_done[0], 4);" in src and "ptx::mbarrier_init(&s.o_done[1], 4);" in src

@@ -413,6 +413,9 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     if hasattr(lib, "vidattn_sm90_set_hd_narrow"):  # libraries before the wide D=192/256 builds lack it
         lib.vidattn_sm90_set_hd_narrow.argtypes = [ctypes.c_int]
         lib.vidattn_sm90_set_hd_narrow.restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_last_o_path"):  # libraries before the O-in-V D=192/256 builds lack it
+        lib.vidattn_sm90_last_o_path.argtypes = []
+        lib.vidattn_sm90_last_o_path.restype = ctypes.c_int
     if hasattr(lib, "vidattn_sm90_set_d96_warpgroups"):  # libraries before the three-warpgroup D=96 build lack it
         lib.vidattn_sm90_set_d96_warpgroups.argtypes = [ctypes.c_int]
         lib.vidattn_sm90_set_d96_warpgroups.restype = ctypes.c_int
@@ -471,12 +474,13 @@ def set_d96_build(build: int, lib: ctypes.CDLL | None = None) -> None:
 
 def set_hd_narrow(narrow: int, lib: ctypes.CDLL | None = None) -> None:
     """Run bf16 head dims 136..256 on the narrow D=192 (N=96) / D=256 (N=64) builds with the separate O scratch (1),
-    on the wide ones, O stored through Q's buffer (2), or on the launcher's choice by key count (0: the default;
-    libraries before that choice read 0 as wide and refuse 2) in later launches. A testing and benchmarking knob
-    (also read from VIDATTN_HD_NARROW when the library loads)."""
+    on the wide ones, O stored through Q's buffer (2), on the O-in-V ones, the wide widths with O stored through the
+    V stages (3), or on the launcher's choice by key count (0: the default; libraries before that choice read 0 as
+    wide and refuse 2, libraries before the O-in-V builds refuse 3) in later launches. A testing and benchmarking
+    knob (also read from VIDATTN_HD_NARROW when the library loads)."""
     if _entry(lib, "vidattn_sm90_set_hd_narrow", "the wide D=192/256 builds")(int(narrow)) != 0:
-        raise ValueError(f"VIDATTN_HD_NARROW must be 0 (by key count, the default), 1 (narrow) or 2 (wide), "
-                         f"got {narrow}")
+        raise ValueError(f"VIDATTN_HD_NARROW must be 0 (by key count, the default), 1 (narrow), 2 (wide) or 3 "
+                         f"(O in V; libraries from before it refuse 3), got {narrow}")
 
 
 def set_d96_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
@@ -506,6 +510,13 @@ def last_block_n(lib: ctypes.CDLL | None = None) -> int:
     """Key-block width of the kernel this thread's last kernel call launched (0: none; csrc/capi.cu,
     pick_d128_block_n). For tests, benchmarks and `vidattn.explain`-style questions."""
     return int(_entry(lib, "vidattn_sm90_last_block_n", "the D=128 short-key build")())
+
+
+def last_o_path(lib: ctypes.CDLL | None = None) -> int:
+    """Where the epilogue of this thread's last kernel call staged O: 0 a scratch of its own (or no launch), 1 Q's
+    buffer (the wide D=192/256 builds), 2 the V stages (the O-in-V builds). For tests and benchmarks: the O-in-V and
+    wide builds share their key-block widths."""
+    return int(_entry(lib, "vidattn_sm90_last_o_path", "the O-in-V D=192/256 builds")())
 
 
 def last_tail_splits(lib: ctypes.CDLL | None = None) -> int:

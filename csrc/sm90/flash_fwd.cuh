@@ -46,6 +46,9 @@ struct SharedStorage {
   // causal builds, the producer's state parked out of its registers (see producer): the tile's first key block, K/V
   // head and batch, then the producer's local tile count
   int32_t prod_state[4];
+  // kOInV: o_done[w] completes once per tile, when consumer warpgroup w's O stores have read its V stage (4
+  // arrivals, one per warp); the producer refills that stage only after (last, so the other builds' offsets stay)
+  uint64_t o_done[T::kOInV ? 2 : 1];
 };
 
 constexpr float kLn2 = 0.693147180559945309f;
@@ -354,6 +357,10 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       }
       const uint32_t t_wait = waits.start();
       ptx::mbarrier_wait(&s.v_empty[stage], phase ^ 1);
+      if constexpr (T::kOInV && !kSplit) {
+        // the previous tile left warpgroup j's O in the stage V_j goes to (consumer); once per tile, in tile order
+        if (j < 2 && local > 0) ptx::mbarrier_wait(&s.o_done[j], (local - 1) & 1);
+      }
       waits.add(1, t_wait);
       ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], kKVBytes);
 #pragma unroll 1
@@ -379,9 +386,13 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
         load_v(j);
       }
     } else {
+      // kOInV: K_1 before V_0, whose stage may wait for the previous tile's O stores, so the next tile's S_0 and S_1
+      // need not wait for them.
+      constexpr bool kK1First = T::kOInV && !kSplit;
       for (int j = 0; j < n_blocks; ++j) {
-        load_k(j);
+        if (!(kK1First && j == 1)) load_k(j);
         if (!kQFirst && j == 0) load_q();
+        if (kK1First && j == 0 && n_blocks > 1) load_k(1);
         load_v(j);
       }
     }
@@ -1248,6 +1259,22 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
       // completed (the wgmma waits before O was read), and the other warpgroup reads only its own rows.
       finish_tile<kHeadDim, kWGs, kBN, kFp16>(
           p, w.tc, cwg, warp, lane, s.q[qb] + (cwg * T::kRowsPerWG + warp * 16) * kChunkCols, o, row_max, row_sum);
+    } else if constexpr (T::kOInV) {
+      // Warpgroup 0 writes into the stage of the block before last (`start` now: the next tile's V_0 goes there),
+      // warpgroup 1 into the last block's, each once both warpgroups have released the stage's last fill (v_empty,
+      // the parity of the fill this thread last waited for). No later fill can be pending: the producer refills the
+      // stage only after o_done. An earlier O in the same rows has been read: this warpgroup's own (it waited), or,
+      // where an odd block count swapped the stages, the other warpgroup's of a tile ago, which that warpgroup stored
+      // before its first turn of this tile, a turn this warpgroup's drain (warpgroup 1: its own first turn) waited for.
+      // A tile without keys takes no turn and swaps nothing.
+      const int ostage = cwg == 0 ? start : start ^ 1;
+      ptx::mbarrier_wait(&s.v_empty[ostage], ((v_phase >> ostage) & 1) ^ 1);
+      finish_tile<kHeadDim, kWGs, kBN, kFp16>(p, w.tc, cwg, warp, lane,
+                                              s.v[ostage] + warp * T::kChunks * 16 * kChunkCols, o, row_max, row_sum);
+      if (lane == 0) {
+        ptx::bulk_wait_group_read<0>();
+        ptx::mbarrier_arrive(&s.o_done[cwg]);
+      }
     } else {
       finish_tile<kHeadDim, kWGs, kBN, kFp16>(p, w.tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max,
                                          row_sum);
@@ -1352,6 +1379,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
       ptx::mbarrier_init(&s.v_empty[st], 4 * T::kConsumerWGs);
     }
     ptx::mbarrier_init(&s.redo_ready, 1);
+    if constexpr (T::kOInV) {
+      ptx::mbarrier_init(&s.o_done[0], 4);
+      ptx::mbarrier_init(&s.o_done[1], 4);
+    }
     ptx::fence_barrier_init();
   }
   if (threadIdx.x < T::kRedoWords) s.redo_bits[threadIdx.x] = 0;

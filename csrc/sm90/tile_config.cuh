@@ -180,6 +180,11 @@ constexpr int default_block_n(int head_dim) {
                            : VIDATTN_BLOCK_N_D64;
 }
 
+// The O-in-V builds of D=192 and 256 (FwdTraits::kOInV; capi.cu, vidattn_sm90_set_hd_narrow(3)): a build's kBN is its
+// key-block width plus this flag. A flag in the width rather than a fourth template parameter, so that the kernel's
+// many <kHeadDim, kWGs, kBN> signatures stay as they are.
+constexpr int kOInVBuild = 1 << 12;
+
 // Shared-memory columns of a head dim: whole 64-column chunks (D=96 takes two, its second half zero-filled).
 constexpr int padded_head_dim(int head_dim) { return (head_dim + kChunkCols - 1) / kChunkCols * kChunkCols; }
 
@@ -188,6 +193,14 @@ struct FwdTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
                 "vidattn sm90 forward: head dim must be 64, 96, 128, 192 or 256");
   static constexpr int kHeadDimV = kHeadDim;
+  // kOInV (D=192/256, bf16 A/B builds; kBN carries kOInVBuild): each consumer warpgroup writes its O boxes into one
+  // of the two V stages instead of Q's buffer or a scratch, the stage its own last reads (and the other warpgroup's)
+  // have finished with: warpgroup 0, which finishes first, the block before last's (where the next tile's V_0 loads),
+  // warpgroup 1 the last block's. Q's buffer then goes back to the producer after the tile's last S = Q K^T as in the
+  // narrow builds, so the next Q loads under the last P V and the epilogue (prefetched into L2 a tile ahead), and K_0,
+  // K_1 of the next tile load before the producer waits for the O stores (o_done) to refill V_0 and V_1.
+  static constexpr bool kOInV = kBN >= kOInVBuild;
+  static_assert(!kOInV || kHeadDim >= 192, "O through V's stages: D=192 and 256 only");
   // Columns each smem row of Q, K and V holds (and each TMA load transfers, zero fill included): the math runs over
   // kHeadDim only (D/16 k-steps of S, a P V wgmma of N = D), so D=96 pays smem, not tensor-core work, for its pad.
   static constexpr int kHeadDimPad = padded_head_dim(kHeadDim);
@@ -201,7 +214,7 @@ struct FwdTraits {
   static constexpr int kBlockM = kConsumerWGs * kRowsPerWG;
   // KV tile: S (64 x kBlockN fp32), P (kBlockN/2 packed 16-bit) and O (64 x D fp32) all live in registers;
   // at D=128, N=128 that is 64 + 32 + 64 of the consumers' 240.
-  static constexpr int kBlockN = kBN;
+  static constexpr int kBlockN = kBN % kOInVBuild;
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN: a wgmma N, multiple of 16, at most 256");
   // As many K+V stages as shared memory holds next to Q (up to 4): at D=128, N=128 that is Q 32 KB + 2 x 64 KB.
   static constexpr int kQBytes = kBlockM * kHeadDimPad * 2;
@@ -214,9 +227,9 @@ struct FwdTraits {
   // its warpgroup's last S = Q K^T has finished reading. Q's buffer then goes back to the producer only once those
   // boxes' TMA stores have read them (consumer), so the O store cannot be deferred under the next tile's S_0,
   // which needs the next Q in the same buffer (kDeferOStore off).
-  static constexpr bool kOInQ =
-      VIDATTN_O_IN_Q != 0 && kHeadDim >= 192 && (kSmemBudget - 2048 - kOScratchBytes - kQBytes) / kStageBytes < 2;
-  static constexpr int kFree = kSmemBudget - 2048 - (kOInQ ? 0 : kOScratchBytes);
+  static constexpr bool kOInQ = !kOInV && VIDATTN_O_IN_Q != 0 && kHeadDim >= 192 &&
+                                (kSmemBudget - 2048 - kOScratchBytes - kQBytes) / kStageBytes < 2;
+  static constexpr int kFree = kSmemBudget - 2048 - (kOInQ || kOInV ? 0 : kOScratchBytes);
   // A second Q buffer lets the next tile's Q load a whole tile early; taken only when 2 K/V stages still fit.
   static constexpr int kQBuffers = (kFree - 2 * kQBytes) / kStageBytes >= 2 ? 2 : 1;
   static constexpr int kChunks = kHeadDimPad / kChunkCols;
@@ -225,25 +238,31 @@ struct FwdTraits {
   // second half without waiting for the first half's TMA store to read the first (store_o). At D=128 that takes
   // N <= 128 (N=176 leaves no room); D=64 has one chunk.
   static constexpr int kOScratchSlots =
-      kOInQ || (VIDATTN_O_SCRATCH_SLOTS_MAX >= kChunks &&
+      kOInQ || kOInV || (VIDATTN_O_SCRATCH_SLOTS_MAX >= kChunks &&
                 (kFreeBesideQ - (kChunks - 1) * kOScratchBytes) / kStageBytes >= 2)
           ? kChunks
           : 1;
   // Elements from one of a warp's boxes to the next: adjacent in the scratch, a Q chunk apart with kOInQ.
   static constexpr int kOBoxStride = kOInQ ? kBlockM * kChunkCols : 16 * kChunkCols;
   static constexpr int kStagesFit =
-      (kFreeBesideQ - (kOInQ ? 0 : (kOScratchSlots - 1) * kOScratchBytes)) / kStageBytes;
+      (kFreeBesideQ - (kOInQ || kOInV ? 0 : (kOScratchSlots - 1) * kOScratchBytes)) / kStageBytes;
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static_assert(kStages >= 2, "tile too large: fewer than 2 K/V stages fit in shared memory");
   static constexpr bool kPingpong = VIDATTN_PINGPONG != 0;
-  static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0;
-  static constexpr bool kDeferOStore = VIDATTN_DEFER_O_STORE != 0 && !kOInQ;
+  // kOInV: one V stage per consumer warpgroup's O, each warp's kChunks boxes of 16 x 64 in a row. Whoever wrote O into
+  // a stage's rows before has had its store read before this warpgroup gets there only because the ping-pong orders
+  // the two warpgroups' tile boundaries (consumer), hence the turn-taking is required.
+  static_assert(!kOInV || (kStages == 2 && kConsumerWGs == 2 && kPingpong &&
+                           4 * kChunks * 16 * kChunkCols * 2 <= kBlockN * kHeadDimPad * 2),
+                "O through V's stages: two stages, two warpgroups taking turns, a warpgroup's O within a stage");
+  static constexpr bool kQPrefetchL2 = VIDATTN_Q_L2_PREFETCH != 0 || kOInV;
+  static constexpr bool kDeferOStore = VIDATTN_DEFER_O_STORE != 0 && !kOInQ && !kOInV;
   // Where Q has two buffers (the short-key D=128 build, D=64): measured ahead there and behind on the long D=128
   // shapes (dev/NOTES.md, ninth session, call 5), so the N=176 build keeps O's packing at the tile's end.
   static constexpr bool kDeferONormalise = VIDATTN_DEFER_O_NORMALISE != 0 && kDeferOStore && kQBuffers == 2;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
   static constexpr bool kLateVWait = VIDATTN_LATE_V_WAIT != 0;
-  static constexpr bool kQInRegs = kHeadDim == 128 && kBN <= VIDATTN_Q_IN_REGS_MAX_N;
+  static constexpr bool kQInRegs = kHeadDim == 128 && kBlockN <= VIDATTN_Q_IN_REGS_MAX_N;
   static constexpr bool kFixedRef = VIDATTN_FIXED_REF != 0;
   // Tiles a CTA can mark for a redo, one bit each (64 words: 2048 tiles per CTA, 270K tiles per launch on 132 SMs);
   // the host splits larger problems into several launches (capi.cu).

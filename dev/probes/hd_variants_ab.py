@@ -1,9 +1,10 @@
 """Device A/B of the head-dim builds in one process, at the shapes where the default builds miss their bars (1.00x
 FlashAttention-3, 1.15x cuDNN): head dims 72..96 on two consumer warpgroups ("d96_2wg", N=176) against three
 ("d96_3wg", N=96) and padded onto the D=128 build ("pad128"); bf16 D=192/256 on the wide builds ("wide", N=112 / 80,
-O through Q's buffer) against the narrow ones ("narrow", N=96 / 64); cuDNN through SDPA and FlashAttention-3
-(scripts/anchor_impls.py, when installed). The library's default routing is not a side of its own: its pick
-("default") is read from the key-block width of a plain call, and its rate is that side's.
+O through Q's buffer) against the narrow ones ("narrow", N=96 / 64) and the O-in-V ones ("ov": the wide widths, O
+through the V stages, Q released after the last S); cuDNN through SDPA and FlashAttention-3 (scripts/anchor_impls.py,
+when installed). The library's default routing is not a side of its own: its pick ("default") is read from the
+key-block width and O path of a plain call, and its rate is that side's.
 
 Timing: back-to-back calls between one CUDA event pair, rotating over input sets that together exceed twice the L2
 (so no call finds its inputs cached), the GPU kept busy before the first event so that the host enqueues ahead and
@@ -11,8 +12,12 @@ its dispatch (vidattn.attention's Python, FA3's wrapper) stays off the timed spa
 (Timing one call per event pair after an L2 flush put the host's dispatch inside the span: at 1K, ~0.25 ms calls,
 vidattn read 406 TFLOPS against 604 back to back.) Rounds interleaved, the side order rotated each round, the median
 span of all rounds; every side checked against cuDNN (relative L2) and its key-block width recorded, so a variant
-that did not run cannot pass as one. TFLOPS at the shape's own D (4 B H S^2 D). Writes ab.json and ab_table.txt
-and prints the table last.
+that did not run cannot pass as one. TFLOPS at the shape's own D (4 B H S^2 D). Per round, each vidattn side's
+span median over the wide side's of the same round ("paired"): the spread of those ratios across rounds is what a
+routing decision between two builds is read against. --matmul SECONDS also times a large bf16 torch.matmul back to
+back for that long (the card at its power limit, as in the long attention calls) and reports its sustained TFLOPS
+beside the table: the ceiling an attention kernel's rate can be read against. Writes ab.json and ab_table.txt and
+prints the table last.
 
     python3 dev/probes/hd_variants_ab.py --rounds 3 --out $OUT/hd
 """
@@ -37,10 +42,12 @@ SHAPES = [("D192 1K", 16, 10, 1024, 192), ("D192 8K", 2, 10, 8192, 192), ("D256 
           ("D256 32K", 1, 8, 32768, 256), ("Allegro D96", 1, 24, 79200, 96), ("D72 8K", 2, 28, 8192, 72),
           ("D192 32K", 1, 10, 32768, 192), ("D96 8K", 2, 21, 8192, 96), ("D80 8K", 2, 25, 8192, 80),
           ("D96 1K", 16, 21, 1024, 96)]
-VIDATTN_SIDES = ("d96_2wg", "d96_3wg", "pad128", "wide", "narrow")
+VIDATTN_SIDES = ("d96_2wg", "d96_3wg", "pad128", "wide", "narrow", "ov")
 # key-block width of each side's kernel, (bf16) head dim 72..96 / 136..192 / 200..256: how "default" is recognised
 SIDE_BLOCK_N = {"d96_2wg": {96: 176}, "d96_3wg": {96: 96}, "pad128": {96: (128, 176)},
-                "wide": {192: 112, 256: 80}, "narrow": {192: 96, 256: 64}}
+                "wide": {192: 112, 256: 80}, "narrow": {192: 96, 256: 64}, "ov": {192: 112, 256: 80}}
+# where each D=192/256 side's epilogue stages O (_ext.last_o_path): wide and ov share their widths
+SIDE_O_PATH = {"wide": 1, "narrow": 0, "ov": 2}
 CHECK_REL_L2 = 2e-2
 MAX_SETS = 8
 
@@ -51,15 +58,19 @@ def build_of(d: int) -> int:
 
 def applies(backend: str, d: int) -> bool:
     return {"d96_2wg": 64 < d <= 96, "d96_3wg": 64 < d <= 96, "pad128": 64 < d <= 96, "wide": d > 128,
-            "narrow": d > 128}.get(backend, True)
+            "narrow": d > 128, "ov": d > 128}.get(backend, True)
 
 
-def default_side(d: int, block_n: int) -> str | None:
-    """The side whose kernel a plain call of head dim d ran, from its key-block width (None: none of them)."""
+def default_side(d: int, block_n: int, o_path: int | None = None) -> str | None:
+    """The side whose kernel a plain call of head dim d ran, from its key-block width and, past D=128, where its
+    epilogue staged O (None: none of them)."""
     for side, widths in SIDE_BLOCK_N.items():
         w = widths.get(build_of(d))
-        if applies(side, d) and side != "pad128" and w is not None and block_n == w:
-            return side
+        if not (applies(side, d) and side != "pad128" and w is not None and block_n == w):
+            continue
+        if side in SIDE_O_PATH and o_path is not None and SIDE_O_PATH[side] != o_path:
+            continue
+        return side
     return None
 
 
@@ -74,9 +85,20 @@ def switch(backend: str):
         return _ext.hd_narrow(2)
     if backend == "narrow":
         return _ext.hd_narrow(1)
+    if backend == "ov":
+        return _ext.hd_narrow(3)
     if backend == "pad128":
         return _ext.d96_build(128)
     return contextlib.nullcontext()
+
+
+def last_o_path() -> int | None:
+    """_ext.last_o_path(), or None from a library that predates it."""
+    from vidattn import _ext
+    try:
+        return _ext.last_o_path()
+    except RuntimeError:
+        return None
 
 
 def flops(b: int, h: int, s: int, d: int) -> float:
@@ -161,8 +183,21 @@ def rel_l2(a, b) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-HEAD = ["shape", "d96_2wg", "d96_3wg", "pad128", "wide", "narrow", "fa3", "cudnn", "default", "def/fa3",
-        "def/cudnn", "best", "best/def"]
+HEAD = ["shape", "d96_2wg", "d96_3wg", "pad128", "wide", "narrow", "ov", "fa3", "cudnn", "default", "def/fa3",
+        "def/cudnn", "best", "best/def", "narrow/wide rounds", "ov/wide rounds"]
+# the per-round ratios the table's last columns give: side / wide, min..max over rounds
+PAIRED = ("narrow", "ov")
+
+
+def paired_ratios(samples: dict[str, list[float]], spans: int, side: str, base: str = "wide") -> list[float]:
+    """Per round, base's median span over side's (a rate ratio: > 1 means side is faster), from the samples of
+    both taken in that round (`spans` consecutive samples per round)."""
+    a, b = samples.get(side), samples.get(base)
+    if not a or not b:
+        return []
+    rounds = min(len(a), len(b)) // spans
+    return [statistics.median(b[r * spans:(r + 1) * spans]) / statistics.median(a[r * spans:(r + 1) * spans])
+            for r in range(rounds)]
 
 
 def table(rows: list[dict]) -> str:
@@ -177,10 +212,31 @@ def table(rows: list[dict]) -> str:
 
         def ratio(x, y):
             return f"{t[x] / t[y]:.3f}" if x and y and t.get(x) and t.get(y) else "-"
-        cells = [r["shape"]] + [f"{t[b]:.0f}" if t.get(b) else "-" for b in HEAD[1:8]]
+        cells = [r["shape"]] + [f"{t[b]:.0f}" if t.get(b) else "-" for b in HEAD[1:9]]
         cells += [dflt or "-", ratio(dflt, "fa3"), ratio(dflt, "cudnn"), best or "-", ratio(best, dflt)]
+        for side in PAIRED:
+            pr = r.get("paired", {}).get(side) or []
+            cells.append(f"{min(pr):.3f}..{max(pr):.3f}" if pr else "-")
         lines.append(" | ".join(cells))
     return "\n".join(lines)
+
+
+def matmul_tflops(seconds: float, n: int = 8192) -> dict:
+    """Sustained rate of an n x n x n bf16 torch.matmul run back to back for about `seconds` (after a second of
+    warm-up at the same load, so the clock has settled at the power limit): the median of 1-second spans."""
+    import torch
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    span = CudaSpan()
+    one = time_back_to_back(lambda i: torch.matmul(a, b, out=c), 3, span)
+    per_span = max(3, math.ceil(1000.0 / max(one, 1e-3)))
+    spans = [time_back_to_back(lambda i: torch.matmul(a, b, out=c), per_span, span)
+             for _ in range(1 + max(1, math.ceil(seconds)))][1:]
+    rates = [2.0 * n ** 3 / (ms * 1e-3) / 1e12 for ms in spans]
+    # spans as short as the attention sides' (about 25 ms after an idle gap), for a like-for-like reading
+    short = [time_back_to_back(lambda i: torch.matmul(a, b, out=c), calls_for(one, 25.0, 3), span) for _ in range(3)]
+    return {"n": n, "seconds": seconds, "tflops_median": statistics.median(rates), "tflops_spans": rates,
+            "tflops_25ms": statistics.median([2.0 * n ** 3 / (ms * 1e-3) / 1e12 for ms in short])}
 
 
 def write(args, rows: list[dict], fa3_reason, t_start: float) -> tuple[dict, str]:
@@ -190,6 +246,11 @@ def write(args, rows: list[dict], fa3_reason, t_start: float) -> tuple[dict, str
               "fa3": fa3_reason or "available", "seconds": time.time() - t_start,
               "device": torch.cuda.get_device_name(), "rows": rows}
     text = table(rows)
+    if getattr(args, "matmul_result", None):
+        result["matmul"] = args.matmul_result
+        text += (f"\nbf16 matmul {args.matmul_result['n']}^3 sustained over {args.matmul_result['seconds']:.0f} s: "
+                 f"{args.matmul_result['tflops_median']:.0f} TFLOPS (median of 1 s spans), "
+                 f"{args.matmul_result['tflops_25ms']:.0f} in 25 ms spans as the attention sides")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "ab.json").write_text(json.dumps(result, indent=1))
@@ -204,6 +265,8 @@ def main(argv=None) -> int:
     ap.add_argument("--target-ms", type=float, default=25.0, help="GPU time per span (sets its call count)")
     ap.add_argument("--shapes", nargs="*", help="names from SHAPES (default: all)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--matmul", type=float, default=0.0, metavar="SECONDS",
+                    help="also time a bf16 8192^3 matmul back to back for this long (0: not)")
     args = ap.parse_args(argv)
     import torch
     if not torch.cuda.is_available():
@@ -234,7 +297,8 @@ def main(argv=None) -> int:
         calls["default"](0)
         torch.cuda.synchronize()
         row["default_block_n"] = _ext.last_block_n()
-        row["default"] = default_side(d, row["default_block_n"])
+        row["default_o_path"] = last_o_path()
+        row["default"] = default_side(d, row["default_block_n"], row["default_o_path"])
         n_calls = {}
         for x in backends:  # warm-up, the correctness gate, the call count for the target time
             try:
@@ -243,6 +307,9 @@ def main(argv=None) -> int:
                     torch.cuda.synchronize()
                     if x in VIDATTN_SIDES:
                         row["block_n"][x] = _ext.last_block_n()
+                        want = SIDE_O_PATH.get(x)
+                        if want is not None and last_o_path() not in (None, want):
+                            raise RuntimeError(f"ran with O path {last_o_path()}, not the side's {want}")
                     one = time_back_to_back(calls[x], len(sets), span)
                 if x != "cudnn":
                     row["rel_l2_vs_cudnn"][x] = rel_l2(out, ref)
@@ -261,6 +328,7 @@ def main(argv=None) -> int:
         for x in live:
             row["ms"][x] = samples[x]
             row["tflops"][x] = row["flops"] / (statistics.median(samples[x]) * 1e-3) / 1e12
+        row["paired"] = {x: paired_ratios(samples, args.spans, x) for x in PAIRED if x in live and "wide" in live}
         rows.append(row)
         print(f"{name}: " + ", ".join(f"{x} {row['tflops'][x]:.0f}" for x in live) +
               (f"; errors {row['errors']}" if row["errors"] else "") +
@@ -268,6 +336,9 @@ def main(argv=None) -> int:
         del sets, ref, calls
         torch.cuda.empty_cache()
         write(args, rows, fa3_reason, t_start)  # each row as it lands: a timeout keeps what was measured
+    if args.matmul > 0:
+        args.matmul_result = matmul_tflops(args.matmul)
+        print(f"matmul: {args.matmul_result['tflops_median']:.0f} TFLOPS sustained", flush=True)
     result, text = write(args, rows, fa3_reason, t_start)
     print(f"\nhd_variants_ab: {args.rounds} rounds x {args.spans} spans, back to back, {time.time() - t_start:.0f} s, "
           f"FA3 {result['fa3']}")
