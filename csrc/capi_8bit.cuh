@@ -22,17 +22,19 @@ namespace {
 //   three-warpgroup ping-pong with I2F, its earlier default, on CogVideoX and LTX:
 //   bench/results/h200_2026-12-02_pm/call_g/q8/q8_cvt_ab.log).
 // Schedules: ping-pong (D=64 only: S_j issued with P_{j-1} V_{j-1}; three consumer warpgroups, or two), sequential
-// (q8_consumer_seq: three warpgroups, no spills) and, at D=128 only, sequential with the S issues in round-robin turns
-// (schedule 2).
-// Built, each for bf16 and fp16 (18 kernels): D=128 mode 0 on schedules 1 and 2, and on 1 with conversion 2; D=64
-// modes 0 and 1 on the three-warpgroup ping-pong and the sequential schedule, mode 1 on the sequential schedule with
-// conversion 1, and mode 1 on the two-warpgroup ping-pong (slower, but spill-free: the sanitizer cases' contrast to
-// the spilling three-warpgroup build). The I2F builds stay as the A/B's reference and for the forced variants.
+// (q8_consumer_seq: three warpgroups, no spills), and two sequential schedules with round-robin turns among the
+// warpgroups: around the S issues (schedule 2, D=128 only) and around the exponentials (schedule 3: one warpgroup at
+// a time on MUFU), each built with its head dim's default conversion and row-sum mode only (A/B builds; not defaults).
+// Built, each for bf16 and fp16 (22 kernels): D=128 mode 0 on schedule 1 (I2F and conversion 2) and on schedules 2
+// and 3 with conversion 2; D=64 modes 0 and 1 on the three-warpgroup ping-pong and the sequential schedule, mode 1 on
+// schedules 1 and 3 with conversion 1, and mode 1 on the two-warpgroup ping-pong (slower, but spill-free: the
+// sanitizer cases' contrast to the spilling three-warpgroup build). The I2F builds stay as the A/B's reference and
+// for the forced variants.
 // No longer built, each slower than the default on every shape it was timed on (device runs 2-5 and call G; a forced
 // launch is refused with an error): mode 2 (f16 exponentials, sums by the tensor cores), mode 3 (f16 exponentials,
 // HADD2 sums), modes 4 and 5 (1/8 or 1/4 of the exponentials by an FMA polynomial, q8_exp2_poly; mode 4 with
 // conversion 1 too), conversion 1 at D=128 and 2 at D=64, the D=128 ping-pong schedule and mode 1 with it, mode 0
-// with two warpgroups at D=64, schedule 2 at D=64.
+// with two warpgroups at D=64, schedule 2 at D=64, schedule 2 with I2F at D=128 (replaced by its conversion-2 build).
 // Forced by vidattn_q8_set_sum_mma / vidattn_q8_set_d64_warpgroups / vidattn_q8_set_sequential, or for both head
 // dims by the environment variables VIDATTN_Q8_SUM_MMA / VIDATTN_Q8_D64_WGS / VIDATTN_Q8_SEQ (read once; A/B runs).
 #ifndef VIDATTN_Q8_MODE_D128
@@ -71,7 +73,7 @@ int g_q8_prep = -1;                  // -1: the default; 0 three launches, 1 sta
 thread_local int g_q8_last_prep = -1;
 int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
 int g_q8_sum_mma = -1;               // -1: the default; 0-5: the mode, forced (vidattn_q8_set_sum_mma)
-int g_q8_seq = -1;                   // -1: the default; 0 ping-pong, 1 sequential, 2 with turns, forced
+int g_q8_seq = -1;                   // -1: the default; 0 ping-pong, 1 sequential, 2 turns at S, 3 at exp, forced
 int g_q8_cvt = -1;                   // -1: the default; 0 I2F, 1 integer max + magic add, 2 biased S, forced
 thread_local int g_q8_last_wgs = 0;  // consumer warpgroups of this thread's last 8-bit launch
 thread_local int g_q8_last_sum_mma = -1;
@@ -140,7 +142,9 @@ int q8_env_default(const char* name, int build_default, int lo, int hi) {
 
 // Every built variant takes its exponentials in fp32: q8_fwd.cuh's kExp16 (the lost modes 2 and 3) stays false, and
 // kPoly (modes 4, 5) is 0 in every build (q8_dispatch launches none with it).
-template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, bool kTurns = false, int kCvt = 0, int kPoly = 0>
+// kTurns (the sequential schedule's round-robin turns): 0 none (schedule 1), 1 around the S issues (schedule 2),
+// 2 around the exponentials (schedule 3).
+template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, int kTurns = 0, int kCvt = 0, int kPoly = 0>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
   using T = Q8Traits<kD, kWGs>;
@@ -223,11 +227,11 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
   const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
-  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, kPoly, kTurns, kCvt>;
+  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, kPoly, kTurns == 1, kCvt, kTurns == 2>;
   if (allow_smem(kernel, smem) != 0) return 1;
   g_q8_last_wgs = kWGs;
   g_q8_last_sum_mma = kPoly == 2 ? 4 : (kSumMma ? 1 : 0);
-  g_q8_last_seq = kSeq ? (kTurns ? 2 : 1) : 0;
+  g_q8_last_seq = kSeq ? 1 + kTurns : 0;
   g_q8_last_cvt = kCvt;
   kernel<<<dim3(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
                 static_cast<unsigned>(a.batch)),
@@ -237,7 +241,7 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
 
 // The instantiation for (head dim, consumer warpgroups, schedule): the row-sum mode and the dtype chosen at run time;
 // the builds that lost their A/B are refused with a clear error (see the list above).
-template <int kD, int kWGs, bool kSeq, bool kTurns = false>
+template <int kD, int kWGs, bool kSeq, int kTurns = 0>
 int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   const bool fp16 = a.dtype == 1;
   static const int env_mode =
@@ -247,11 +251,28 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   // ping-pong spilled 120-350 bytes with them, against 68 with I2F).
   // Each head dim keeps the conversion that won its A/B (bench/results/h200_2026-12-02_pm/call_g/q8/): 2 at D=128,
   // 1 at D=64 (mode 1), both on the sequential schedule; the other (and mode 4 with conversion 1) is no longer built.
+  // (On the sequential schedule without turns; schedules 2 and 3 are built with their head dim's default conversion
+  // and row-sum mode only, below.)
   constexpr bool kCvtBuilt = kSeq && !kTurns;
   constexpr int kCvtWon = kD == 128 ? 2 : 1;
   static const int env_cvt = q8_env_default("VIDATTN_Q8_CVT", kD == 64 ? VIDATTN_Q8_CVT_D64 : VIDATTN_Q8_CVT_D128,
                                             0, 2);
   int cvt = g_q8_cvt < 0 ? env_cvt : g_q8_cvt;
+  if constexpr (kTurns != 0) {
+    static_assert(kSeq && (kD == 128 || kTurns == 2), "turns: schedule 2 at head dim 128, schedule 3 at both");
+    if (cvt != kCvtWon || mode != (kD == 128 ? 0 : 1))
+      return fail("8-bit path: schedule " + std::to_string(1 + kTurns) + " is built with score conversion " +
+                  std::to_string(kCvtWon) + (kD == 64 ? " and row-sum mode 1" : " and row-sum mode 0") +
+                  " only at head dim " + std::to_string(kD) + " (asked: conversion " + std::to_string(cvt) +
+                  ", mode " + std::to_string(mode) + ")");
+    if constexpr (kD == 128)
+      return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2>(a, l, s)
+                  : q8_launch<kD, 3, false, false, kSeq, kTurns, 2>(a, l, s);
+    else
+      return fp16 ? q8_launch<kD, 3, true, true, kSeq, 2, 1>(a, l, s)
+                  : q8_launch<kD, 3, true, false, kSeq, 2, 1>(a, l, s);
+  }
+  // (Below: schedule 1 and the ping-pong; for the turn schedules it is never reached and instantiates nothing new.)
   if (cvt != 0 && !(kCvtBuilt && cvt == kCvtWon && (kD == 128 || mode == 1))) {
     if (g_q8_cvt > 0)
       return fail("8-bit path: score conversion " + std::to_string(cvt) + " is not built here: conversion " +
@@ -272,19 +293,18 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
         return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2>(a, l, s)
                     : q8_launch<kD, 3, false, false, kSeq, kTurns, 2>(a, l, s);
     }
-    return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns>(a, l, s)
-                : q8_launch<kD, 3, false, false, kSeq, kTurns>(a, l, s);
+    return fp16 ? q8_launch<kD, 3, false, true, kSeq>(a, l, s)
+                : q8_launch<kD, 3, false, false, kSeq>(a, l, s);
   } else {
-    static_assert(!kTurns, "schedule 2 is built at head dim 128 only");
     if constexpr (kCvtBuilt) {
       if (mode == 1 && cvt == 1)
         return fp16 ? q8_launch<kD, kWGs, true, true, kSeq, false, 1>(a, l, s)
                     : q8_launch<kD, kWGs, true, false, kSeq, false, 1>(a, l, s);
     }
-    if (mode == 1)
+    if (mode == 1) {
       return fp16 ? q8_launch<kD, kWGs, true, true, kSeq>(a, l, s)
                   : q8_launch<kD, kWGs, true, false, kSeq>(a, l, s);
-    if constexpr (kWGs == 2) {
+    } else if constexpr (kWGs == 2) {
       return fail("8-bit path: two consumer warpgroups at head dim 64 take row-sum mode 1 only (mode 0 there is no "
                   "longer built)");
     } else {
@@ -340,23 +360,29 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   g_q8_last_prep = -1;
   switch (a->head_dim) {
     case 64: {
-      // (VIDATTN_Q8_SEQ=2, for the D=128 A/B, leaves D=64 on its default; a forced schedule 2 is refused.)
-      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D64, 0, 1);
+      // (VIDATTN_Q8_SEQ=2, for the D=128 A/B, leaves D=64 on its default; a forced schedule 2 is refused. 3 reaches
+      // both head dims.)
+      static const int env_seq = [] {
+        const int e = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D64, 0, 3);
+        return e == 2 ? VIDATTN_Q8_SEQ_D64 : e;
+      }();
       // Forced warpgroups name a ping-pong build (the sequential schedule has three), so with the schedule left to
       // the default they select the ping-pong (the sanitizer cases' two- and three-warpgroup builds).
       const int seq = g_q8_seq >= 0 ? g_q8_seq : (g_q8_d64_wgs != 0 ? 0 : env_seq);
       if (seq == 2)
         return fail("8-bit path: the sequential schedule with turns (2) is built at head dim 128 only (at 64 it "
                     "measured slower than both other schedules)");
+      if (seq == 3) return q8_dispatch<64, 3, true, 2>(*a, l, s);
       if (seq == 1) return q8_dispatch<64, 3, true>(*a, l, s);
       static const int env_wgs = q8_env_default("VIDATTN_Q8_D64_WGS", VIDATTN_Q8_D64_WGS, 2, 3);
       if ((g_q8_d64_wgs == 0 ? env_wgs : g_q8_d64_wgs) == 3) return q8_dispatch<64, 3, false>(*a, l, s);
       return q8_dispatch<64, 2, false>(*a, l, s);
     }
     case 128: {
-      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D128, 0, 2);
+      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D128, 0, 3);
       const int seq = g_q8_seq < 0 ? env_seq : g_q8_seq;
-      if (seq == 2) return q8_dispatch<128, 3, true, true>(*a, l, s);
+      if (seq == 3) return q8_dispatch<128, 3, true, 2>(*a, l, s);
+      if (seq == 2) return q8_dispatch<128, 3, true, 1>(*a, l, s);
       if (seq == 1) return q8_dispatch<128, 3, true>(*a, l, s);
       return fail("8-bit path: the ping-pong schedule (0) at head dim 128 is no longer built (the sequential schedule "
                   "measured 7% faster); schedules 1 and 2 are");
@@ -390,10 +416,11 @@ extern "C" int vidattn_q8_set_sum_mma(int mode) {
 extern "C" int vidattn_q8_last_sum_mma(void) { return g_q8_last_sum_mma; }
 
 // The schedule of later 8-bit launches: ping-pong (0, head dim 64 only), sequential with three consumer warpgroups
-// (1), that with the S issues in round-robin turns (2, head dim 128 only), or the default (-1). For tests and A/B timing;
-// returns 0, or 1 for any other value.
+// (1), that with the S issues in round-robin turns (2, head dim 128 only), with the exponentials in round-robin turns
+// (3), or the default (-1). Schedules 2 and 3 are built with their head dim's default conversion and row-sum mode
+// only. For tests and A/B timing; returns 0, or 1 for any other value.
 extern "C" int vidattn_q8_set_sequential(int seq) {
-  if (seq < -1 || seq > 2) return 1;
+  if (seq < -1 || seq > 3) return 1;
   g_q8_seq = seq;
   return 0;
 }

@@ -212,7 +212,8 @@ def test_poisoned_output(d):
     assert float((lse.double() - lse_ref).abs().max()) <= lse_bound(q, k, 1 / math.sqrt(d))
 
 
-@pytest.mark.parametrize("d,mode,seq", [(128, 0, 1), (128, 0, 2), (64, 0, 0), (64, 1, 0), (64, 0, 1), (64, 1, 1)])
+@pytest.mark.parametrize("d,mode,seq", [(128, 0, 1), (128, 0, 2), (128, 0, 3), (64, 0, 0), (64, 1, 0), (64, 0, 1),
+                                        (64, 1, 1), (64, 1, 3)])
 def test_schedules_and_row_sum_modes(d, mode, seq):
     """Every built schedule x row-sum mode with three consumer warpgroups (capi_8bit.cuh): odd lengths, kv_lens with
     LSE, row mass; and the launch reports the schedule and mode it ran."""
@@ -359,8 +360,7 @@ def test_score_conversions(d, cvt):
         quant8.set_sum_mma(-1)
 
 
-@pytest.mark.parametrize("d,seq,mode,cvt", [(128, 2, 0, 2), (64, 0, 1, 1), (64, 1, 0, 1), (128, 1, 0, 1),
-                                            (64, 1, 1, 2)])
+@pytest.mark.parametrize("d,seq,mode,cvt", [(64, 0, 1, 1), (64, 1, 0, 1), (128, 1, 0, 1), (64, 1, 1, 2)])
 def test_score_conversions_refused_off_their_builds(d, seq, mode, cvt):
     """Conversion 2 is built at D=128 and 1 at D=64 (mode 1), on the sequential schedule only: forced elsewhere (or
     the other conversion, which lost its A/B), the launch is refused with an error naming that, nothing launched."""
@@ -411,3 +411,61 @@ def test_fused_prep_matches_three_launches(d):
         assert quant8.last_prep() == 1
     finally:
         quant8.set_prep(-1)
+
+
+@pytest.mark.parametrize("d,seq", [(128, 2), (128, 3), (64, 3)])
+def test_turn_schedules(d, seq):
+    """The sequential schedule with round-robin turns (capi_8bit.cuh): around the S issues (2, head dim 128) or around
+    the exponentials (3, q8_consumer_seq's kExpTurns: one warpgroup at a time on MUFU), each built with its head
+    dim's default conversion and row-sum mode. Odd lengths (one key; one query; a block mostly past kv_len; many
+    blocks), kv_lens tails with LSE, fp16, a shared key offset, a late sink, row mass, several CTAs per SM; the launch
+    reports the schedule and conversion; and the output stays within 1e-3 relative L2 of schedule 1's on the same
+    inputs (the same arithmetic per row: the two differ only by the pre-pass's K-sum atomics, as two runs do)."""
+    from vidattn import quant8
+
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    cvt = 2 if d == 128 else 1
+    quant8.set_sequential(seq)
+    try:
+        for sq, skv in [(1, 1), (1, 77), (113, 113), (1023, 517), (300, 4097)]:
+            q, k, v = (randn(1, n, 2, d, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
+            check(q, k, v, seed=seed, lse=True, bound=REL_L2_LOOSE)
+            assert quant8.last_sequential() == seq and quant8.last_cvt() == cvt
+        q, k, v = (randn(3, n, 2, d, seed=seed + 7 + i) for i, n in enumerate((300, 1000, 1000)))
+        lens = torch.tensor([1000, 37, 129], dtype=torch.int32, device=DEV)
+        check(q, k, v, kv_lens=lens, lse=True, seed=seed)
+        q16, k16, v16 = (t.half() for t in (q, k, v))
+        check(q16, k16, v16, kv_lens=lens, lse=True, seed=seed)
+        assert quant8.last_sequential() == seq
+        out = vidattn.attention(q, k, torch.ones_like(v), kv_lens=lens, precision="8bit")
+        assert float((out.double() - 1).abs().max()) <= MASS
+        q, k, v = (randn(1, 2048, 4, d, seed=seed + 11 + i) for i in range(3))
+        off = 8.0 * randn(d, dtype=torch.float32, seed=seed + 14)
+        check(q, (k.float() + off).to(k.dtype), v, lse=True, seed=seed)
+        e = randn(d, dtype=torch.float32, seed=seed + 15)
+        e = e / e.norm()
+        ks = k.clone()
+        ks[:, -1] = (30.0 * e).to(k.dtype)
+        qs = (q.float() + 4.0 * e).to(q.dtype)
+        check(qs, ks, v, lse=True, seed=seed)
+        # Many CTAs (6 heads x 3 row tiles per batch), each running thousands of turns.
+        q, k, v = (randn(2, n, 6, d, seed=seed + 17 + i) for i, n in enumerate((577, 3000, 3000)))
+        new = vidattn.attention(q, k, v, precision="8bit")
+        assert quant8.last_sequential() == seq
+        quant8.set_sequential(1)
+        old = vidattn.attention(q, k, v, precision="8bit")
+        assert quant8.last_sequential() == 1 and quant8.last_cvt() == cvt
+        assert rel_l2(new, old.double()) <= 1e-3, f"seed {seed}"
+    finally:
+        quant8.set_sequential(-1)
+
+
+@pytest.mark.parametrize("d,seq,mode,cvt,match", [
+    (128, 2, 0, 0, "schedule 2 is built with score conversion 2 and row-sum mode 0 only"),
+    (128, 3, 0, 0, "schedule 3 is built with score conversion 2 and row-sum mode 0 only"),
+    (64, 3, 0, -1, "schedule 3 is built with score conversion 1 and row-sum mode 1 only"),
+    (64, 3, 1, 0, "schedule 3 is built with score conversion 1 and row-sum mode 1 only")])
+def test_turn_schedules_refused_off_their_builds(d, seq, mode, cvt, match):
+    """Schedules 2 and 3 are built with their head dim's default conversion and row-sum mode only: another forced
+    with them is refused with an error naming what is built, nothing launched."""
+    assert_forced_launch_refused(d, match, seq=seq, mode=mode, cvt=cvt)

@@ -123,6 +123,12 @@ __device__ __forceinline__ float2 f16x2_to_float2(uint32_t x) {
       : "r"(x));
   return r;
 }
+// A shared-memory word that no compiler may move or drop (for a dependency on a preceding barrier).
+__device__ __forceinline__ uint32_t ld_shared_volatile(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
 __device__ __forceinline__ int tid_x_volatile() {
   int t;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
@@ -200,6 +206,12 @@ __device__ __forceinline__ void q8_turn_wait(int cwg) { ptx::named_barrier_sync(
 template <int kWGs>
 __device__ __forceinline__ void q8_turn_pass(int cwg) {
   ptx::named_barrier_arrive(3 + (cwg + 1 == kWGs ? 0 : cwg + 1), 256);
+}
+// As q8_turn_pass, with `zero` (always 0) added to the barrier's id: the arrive then waits for what `zero` was
+// computed from.
+template <int kWGs>
+__device__ __forceinline__ void q8_turn_pass_dep(int cwg, uint32_t zero) {
+  ptx::named_barrier_arrive(3 + (cwg + 1 == kWGs ? 0 : cwg + 1) + zero, 256);
 }
 
 // S = Q K'^T over one 128-key block: D / 32 INT8 wgmmas, both operands K-major in shared memory.
@@ -318,14 +330,13 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
 // already carries -max + 8 (its rounding: under one integer unit of the score, i.e. under 0.75 c, against the INT8
 // rounding of a single q k term of up to 63.5 units). 2: as 1, with the bias added by the tensor cores instead: the
 // S accumulator starts at the bits of 1.5 * 2^23 (q8_issue_qk<kD, true>), so the scores leave the wgmma as floats.
-template <int kN, bool kSum, bool kExp16, int kPoly = 0, int kCvt = 0>
-__device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
-                                           uint32_t (&ph)[kN / 4], const float (&c)[2],
-                                           float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2], int kv0,
-                                           int kv_len, int col_in_group) {
-  const float kNegInf = -__int_as_float(0x7f800000);
+// Split in two so a schedule can put a turn between them (q8_consumer_seq's kExpTurns): q8_softmax_max (scores to
+// floats, row max, alpha, the exponent's addend neg) and q8_softmax_exp (the exponentials and row sums: the MUFU work).
+template <int kN, int kCvt = 0>
+__device__ __forceinline__ void q8_softmax_max(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
+                                               const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
+                                               float (&neg)[2], int kv0, int kv_len, int col_in_group) {
   static_assert(kCvt >= 0 && kCvt <= 2, "kCvt: 0 I2F, 1 magic add, 2 biased accumulator");
-  float neg[2];
   if constexpr (kCvt > 0) {
     q8_softmax_max_int<kN, kCvt>(sacc, pf, c, row_max, alpha, neg, kv0, kv_len, col_in_group);
   } else {
@@ -355,6 +366,11 @@ __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float 
     row_max[r] = mx;
   }
   }
+}
+
+template <int kN, bool kSum, bool kExp16, int kPoly = 0>
+__device__ __forceinline__ void q8_softmax_exp(float (&pf)[kN / 2], uint32_t (&ph)[kN / 4], const float (&c)[2],
+                                               const float (&neg)[2], float (&row_sum)[2], const float (&alpha)[2]) {
   static_assert(!(kExp16 && kPoly > 0), "the polynomial share is for fp32 exponentials");
   if constexpr (kExp16) {
     // With kSum (mode 3) the row sums add the packed halves, one HADD2 per two scores, one chain per row (its
@@ -406,6 +422,16 @@ __device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float 
 #pragma unroll
     for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + (ts[r][0] + ts[r][1]);
   }
+}
+
+template <int kN, bool kSum, bool kExp16, int kPoly = 0, int kCvt = 0>
+__device__ __forceinline__ void q8_softmax(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
+                                           uint32_t (&ph)[kN / 4], const float (&c)[2],
+                                           float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2], int kv0,
+                                           int kv_len, int col_in_group) {
+  float neg[2];
+  q8_softmax_max<kN, kCvt>(sacc, pf, c, row_max, alpha, neg, kv0, kv_len, col_in_group);
+  q8_softmax_exp<kN, kSum, kExp16, kPoly>(pf, ph, c, neg, row_sum, alpha);
 }
 
 // P to e4m3 A fragments of the k32 steps: register 0 of step kk holds row r's keys 2t, 2t+1, 8+2t, 9+2t of keys
@@ -650,7 +676,14 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
 // kTurns: the warpgroups issue their S in round-robin turns (the ping-pong's named barriers, S only), which keeps them
 // a third of a block apart: without it nothing stops them drifting into step, all three in the softmax at once
 // (MUFU shared three ways) and then all three waiting on the tensor cores.
-template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly, bool kTurns = false, int kCvt = 0>
+// kExpTurns (schedule 3): the turns are around the exponentials instead (q8_softmax_exp, after the row max), so one
+// warpgroup at a time takes MUFU. The profile of the sequential schedule (XU 51% + tensor 49% of the cycles, as if one
+// ran only while the other idled) reads as the three warpgroups' MUFU phases overlapping each other and leaving the
+// tensor cores idle; with the exponentials in turns, the other two warpgroups' S and P V (512 tensor clocks per block
+// and SMSP) run under each warpgroup's 66 MUFU.EX2 (528 clocks): one warpgroup's softmax per slot, a cycle of three
+// slots. S issues stay free (no order among them).
+template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly, bool kTurns = false, int kCvt = 0,
+          bool kExpTurns = false>
 __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block,
                                                 int b, int h, int n_blocks, int kv_len) {
   using T = Q8Traits<kD, kWGs>;
@@ -676,8 +709,11 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   uint32_t ph[kN / 4];
   uint32_t pa[kN / 32][4];
 
+  static_assert(!(kTurns && kExpTurns), "turns around S or around the exponentials, not both");
+  [[maybe_unused]] const uint32_t opaque_zero = static_cast<uint32_t>(p.heads) >> 31;  // (heads >= 1: always 0)
+  constexpr bool kAnyTurns = kTurns || kExpTurns;
   // As q8_consumer: the last warpgroup passes the first turn, warpgroup 0 absorbs the last pass at the end.
-  if (kTurns && cwg == T::kConsumerWGs - 1) q8_turn_pass<T::kConsumerWGs>(cwg);
+  if (kAnyTurns && cwg == T::kConsumerWGs - 1) q8_turn_pass<T::kConsumerWGs>(cwg);
   ptx::mbarrier_wait(&s.q_full, 0);
   for (int j = 0; j < n_blocks; ++j) {
     const int stage = j % T::kStages;
@@ -695,9 +731,37 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     ptx::wgmma_wait<0>();
     q8_fence_regs(sacc);
     if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
-    q8_softmax<kN, !kSumMma, kExp16, kPoly, kCvt>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len, col_in_group);
+    if constexpr (kExpTurns) {
+      float neg[2];
+      q8_softmax_max<kN, kCvt>(sacc, pf, c, row_max, alpha, neg, j * kN, kv_len, col_in_group);
+      {
+        // ptxas sinks a barrier below register-only work (here: below every MUFU.EX2, in a first build), so the
+        // exponents depend on the wait through a shared-memory load it cannot move above it, masked to zero (of the
+        // Q tile: written once by TMA before the loop, so the read races with nothing).
+        q8_turn_wait(cwg);
+        const uint32_t word = q8ptx::ld_shared_volatile(ptx::smem_addr(s.q));
+        const int32_t dep = static_cast<int32_t>(word & opaque_zero);
+        neg[0] = __int_as_float(__float_as_int(neg[0]) + dep);
+        neg[1] = __int_as_float(__float_as_int(neg[1]) + dep);
+      }
+      q8_softmax_exp<kN, !kSumMma, kExp16, kPoly>(pf, ph, c, neg, row_sum, alpha);
+    } else {
+      q8_softmax<kN, !kSumMma, kExp16, kPoly, kCvt>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len,
+                                                    col_in_group);
+    }
     if constexpr (kExp16) q8_pack_p16<kN>(ph, pa);
     else q8_pack_p<kN>(pf, pa);
+    if constexpr (kExpTurns) {
+      // The pass must follow the exponentials, but ptxas hoists a barrier above register-only work (a first build
+      // passed the turn after 3 of the 64 MUFU.EX2, with or without a compiler fence): so the barrier's id depends
+      // on P's packed bytes, ORed together and masked by a zero the compiler cannot see. On the first 3/4 of P
+      // only: the last 16 exponentials (128 MUFU clocks) are still queued while the next warpgroup wakes and
+      // starts, which covers the hand-over instead of leaving MUFU idle through it.
+      uint32_t any = 0;
+#pragma unroll
+      for (int kk = 0; kk < 3 * kN / 128; ++kk) any |= pa[kk][0] | pa[kk][1] | pa[kk][2] | pa[kk][3];
+      q8_turn_pass_dep<T::kConsumerWGs>(cwg, any & opaque_zero);
+    }
     ptx::mbarrier_wait(&s.v_full[stage], par);
     ptx::wgmma_fence();
     q8_issue_pv<kNpv>(ot, pa, ptx::smem_addr(s.v[stage]));
@@ -706,12 +770,12 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[stage]);
     q8_merge<kD, kNpv>(o, ot, alpha, row_sum);
   }
-  if (kTurns && cwg == 0) q8_turn_wait(cwg);
+  if (kAnyTurns && cwg == 0) q8_turn_wait(cwg);
   q8_epilogue<kD, kWGs, kSumMma, kFp16>(p, s, cwg, m_block, b, h, o, row_max, row_sum);
 }
 
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq = false, int kPoly = 0,
-          bool kTurns = false, int kCvt = 0>
+          bool kTurns = false, int kCvt = 0, bool kExpTurns = false>
 __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
   using T = Q8Traits<kD, kWGs>;
@@ -753,8 +817,8 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
     if constexpr (kSeq)
-      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns, kCvt>(p, s, wg - 1, m_block, b, h, n_blocks,
-                                                                              kv_len);
+      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns, kCvt, kExpTurns>(p, s, wg - 1, m_block, b, h,
+                                                                                         n_blocks, kv_len);
     else q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kCvt>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
   }
 }
