@@ -264,6 +264,19 @@ def test_ab_paired_ratios_compare_sides_within_each_round():
     assert ab.paired_ratios(samples, 2, "narrow") == []
 
 
+def test_ab_skips_named_sides(monkeypatch):
+    ab = _ab()
+    src = (ROOT / "dev/probes/hd_variants_ab.py").read_text()
+    assert "if applies(x, d) and x not in args.skip" in src
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as refused:  # argparse refuses a side that does not exist (exit status 2)
+        ab.main(["--skip", "nosuch"])
+    assert refused.value.code == 2
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):  # a real side parses, then the GPU check stops it
+        ab.main(["--skip", "ov", "narrow"])
+
+
 def test_ab_matmul_option_is_off_unless_asked():
     ab = _ab()
     src = (ROOT / "dev/probes/hd_variants_ab.py").read_text()

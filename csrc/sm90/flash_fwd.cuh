@@ -311,7 +311,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     // registers, and across the loop the producer's 24 spilled).
     constexpr bool kQFirst = kCausal && T::kQBuffers == 2;
     if (kQFirst || n_blocks == 0) load_q();
-    if constexpr (T::kQPrefetchL2) {
+    if constexpr (T::kQPrefetchL2 && !kSplit) {  // (a tail launch runs one item per CTA: no next tile)
       // With one Q buffer the next tile's Q can only load after this tile's last S; fetched from HBM then, its
       // latency lands between tiles (short-KV shapes have a boundary every few blocks). Asked into L2 now, that
       // load later reads L2 instead.
