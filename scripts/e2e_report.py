@@ -83,6 +83,14 @@ def select_paths(args) -> tuple:
     return args.paths
 
 
+def _sage2_field(args) -> dict:
+    """The report's "sage2": whether the run has the path, why not, and which build it ran."""
+    field = {"in_run": "sage2" in args.paths, "reason": args.sage_reason}
+    if field["in_run"]:
+        field["build"] = sage2_build()
+    return field
+
+
 def primary(paths) -> str:
     """The path the single-valued fields (speedup, fidelity, fallback) describe: vidattn, else vidattn 8-bit."""
     return "vidattn" if "vidattn" in paths else next((p for p in paths if p != "sdpa"), "vidattn")
@@ -100,6 +108,41 @@ def log_fallback(fb: dict, warn: bool = True) -> None:
 
 def log(msg: str) -> None:
     print(f"[e2e] {msg}", flush=True)
+
+
+def log_run(meta: dict) -> None:
+    """What ran, on one log line: the log comes back from the GPU machine even when the JSON does not."""
+    log(f"run: commit {meta.get('git_commit')}; torch {meta.get('torch')}, CUDA {meta.get('cuda')}, cuDNN "
+        f"{meta.get('cudnn')}, diffusers {meta.get('diffusers')}, python {meta.get('python')}; GPU "
+        f"{meta.get('gpu') or 'none'}; command: {meta.get('command')}")
+
+
+def sage2_build() -> dict:
+    """Which SageAttention2 the sage2 path ran: the unpacked anchors' build description (scripts/anchor_impls.py
+    versions(): source commit, compiler, what it was built against) and the installed package version."""
+    try:
+        import anchor_impls
+
+        info = anchor_impls.versions()
+    except Exception as exc:  # noqa: BLE001 - a description never takes the run down
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {k: info[k] for k in ("sage2", "compiler", "built_against", "packages", "error") if k in info}
+
+
+def ready_kernel(device, paths) -> dict | None:
+    """Load (building if it must) the kernel library before the first timed path, so that a build lands neither in
+    a path's forwards nor in its share of --budget-s (a first build takes minutes; the budget then cuts the later
+    paths with the reason). Only on CUDA: on the CPU every vidattn path is SDPA and nothing is loaded."""
+    if device.type != "cuda" or not any(p in _ATTENTION_PATH for p in paths):
+        return None
+    from vidattn import _ext
+
+    t0 = time.perf_counter()
+    lib = _ext.load()
+    info = {"seconds": time.perf_counter() - t0, "error": None if lib is not None else _ext.build_error()}
+    log(f"kernel library ready in {info['seconds']:.1f} s" if lib is not None else
+        f"kernel library unavailable ({info['error']}): the vidattn paths run SDPA")
+    return info
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -938,8 +981,9 @@ def main_family(args) -> dict:
               "pipeline": fam.pipeline, "preset": args.preset, "device": str(device), "dtype": args.dtype,
               "weights": f"random (seed {args.seed})", "seed": args.seed, "height": args.height, "width": args.width,
               "frames": args.frames, "warmup": args.warmup, "iters": args.iters, "paths": list(args.paths),
-              "precision": args.precision, "sage2": {"in_run": "sage2" in args.paths, "reason": args.sage_reason},
+              "precision": args.precision, "sage2": _sage2_field(args),
               "timing_method": "cuda events" if device.type == "cuda" else "time.perf_counter"}
+    log_run(report["metadata"])
     log(f"building {fam.display} ({args.preset}, {args.dtype}, {device}) with random weights ...")
     t0 = time.perf_counter()
     mem_reset(device)
@@ -975,6 +1019,9 @@ def main_family(args) -> dict:
     report["apply"] = {"replaced": len(handle.replaced), "skipped": [list(x) for x in handle.skipped]}
     vidattn.restore(built.model)
     log(f"vidattn.apply replaces {len(handle.replaced)} attention modules, skips {len(handle.skipped)}")
+    kernel = ready_kernel(device, args.paths)
+    if kernel is not None:
+        report["kernel_library"] = kernel
     report.update(run_family_forward(args, built, device, switch))
     report["vidattn_warnings"] = switch.warnings
     if switch.routes.get("sage2"):
@@ -1172,6 +1219,8 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
         ROOT / "bench" / "results" / f"{'forward' if args.forward_only else 'e2e'}_{model}_{date}"
     out_dir.mkdir(parents=True, exist_ok=True)
 
+    from vidattn.envinfo import run_metadata
+    log_run(run_metadata())
     log(f"building the pipeline once for both paths (model {model}, {args.dtype}, {device}) ...")
     t0 = time.perf_counter()
     pipe = build_from_args(args, device, dtype)
@@ -1181,8 +1230,8 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
     paths = attention_paths(pipe, args.height, args.width, args.frames, device, dtype)
     for name, p in paths.items():
         log(f"vidattn.explain {name}: {p['path']}" + (f" ({p['reason']})" if p["reason"] else ""))
+    kernel = ready_kernel(device, args.paths)
 
-    from vidattn.envinfo import run_metadata
     body = run_forward_only(args, pipe, device, dtype, switch) if args.forward_only else \
         run_generation(args, pipe, device, dtype, switch)
     videos = body.pop("_videos", None)
@@ -1194,8 +1243,10 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
         "flow_shift": args.flow_shift, "seed": args.seed, "prompt": args.prompt, "build_s": build_s,
         "timing_method": "cuda events" if device.type == "cuda" else "time.perf_counter",
         "attention_paths": paths, **body, "vidattn_warnings": switch.warnings, "paths": list(args.paths),
-        "precision": args.precision, "sage2": {"in_run": "sage2" in args.paths, "reason": args.sage_reason},
+        "precision": args.precision, "sage2": _sage2_field(args),
     }
+    if kernel is not None:
+        report["kernel_library"] = kernel
     if switch.routes.get("sage2"):
         report["sage2_route"] = switch.routes["sage2"]
     main_path = primary(args.paths)
