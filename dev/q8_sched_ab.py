@@ -3,7 +3,7 @@ against the shipped default (schedule 1: the sequential schedule, no turns), dev
 - schedule 3: round-robin turns around the exponentials (one warpgroup at a time on MUFU), D=128 and D=64;
 - schedule 2: round-robin turns around the S issues, D=128, now with score conversion 2 (the default's).
 
-    python3 dev/q8_sched_ab.py [--passes 4] [--reps 20] [--budget 60]
+    python3 dev/q8_sched_ab.py [--passes 6] [--reps 20] [--budget 60]
 
 Per variant dev/q8_prep_ab.py's checks (odd lengths, kv_lens tails with LSE, fp16, a shared key offset, V = ones
 against fp64; the launch ran the schedule and conversion it names), then `--passes` alternating passes (the order
@@ -60,7 +60,7 @@ def table(results):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--passes", type=int, default=4)
+    ap.add_argument("--passes", type=int, default=6)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--budget", type=float, default=60.0, help="seconds from the start; no pass starts after it")
     a = ap.parse_args()

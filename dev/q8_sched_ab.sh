@@ -2,7 +2,7 @@
 # One device stage for the 8-bit kernel's turn schedules (dev/NOTES_8bit.md v8), from the repository root with the
 # library built from HEAD (vidattn's cache, or VIDATTN_LIBRARY):
 #   OUT=... bash dev/q8_sched_ab.sh [TOTAL_SECONDS, default 115]
-# 1. dev/q8_sched_ab.py: each variant's checks, then up to 4 alternating passes on Wan 1.3B self, seed 8K,
+# 1. dev/q8_sched_ab.py: each variant's checks, then up to 6 alternating passes on Wan 1.3B self, seed 8K,
 #    CogVideoX and LTX: schedule 3 (turns around the exponentials, D=128 and D=64) and schedule 2 with conversion 2
 #    (D=128) against the default (TFLOPS synced, queued, kernel-only; per-pass ratios);
 # 2. the GPU tests of the schedules: each new variant against fp64 (odd lengths, kv_lens, fp16, key offset, late
@@ -32,7 +32,7 @@ if [ $rc -eq 124 ]; then
   exit 1
 fi
 # The A/B with what is left (its passes stop starting after --budget seconds).
-OUT=$D timeout $(( $(left) - 2 )) python3 dev/q8_sched_ab.py --passes 4 --reps 16 \
+OUT=$D timeout $(( $(left) - 2 )) python3 dev/q8_sched_ab.py --passes 6 --reps 16 \
   --budget $(( $(left) * 75 / 100 )) > "$D/q8_sched_ab.log" 2>&1
 echo "q8_sched_ab rc=$?"
 grep -a "ERROR\|FAIL\|Traceback\|out of time" "$D/q8_sched_ab.log" | head -8
