@@ -60,8 +60,8 @@ if [ "$mode" = 14b ]; then
   # --budget-s (counted from the interpreter's start) keeps room for a census forward and one timed forward of every
   # path still to come, so the timed forwards are cut first and SageAttention2, run last, is the path left out when
   # even that does not fit. On those times (tests/test_e2e_device_script.py replays them on a fake clock) a budget
-  # of 180 s runs all four paths, SDPA with one timed forward and the rest with two, in ~160 s; below ~140 s
-  # SageAttention2 is left out.
+  # of 180 s runs all four paths in ~160 s, each with two timed forwards but SDPA, whose plan (made on its census
+  # forward with all four paths still to come) gets two only from ~185 s; below ~140 s SageAttention2 is left out.
   timeout $(( $(left) > 30 ? $(left) + 20 : 50 )) python3 scripts/e2e_report.py --family wan14b --forward-only \
     "${size14[@]}" --precision both --warmup 1 --iters 2 --no-profile \
     --budget-s $(( $(left) > 40 ? $(left) - 2 : 38 )) \
