@@ -254,6 +254,21 @@ class AttnSwitch:
         return result
 
 
+def timed_call(fn, device) -> tuple[float, object]:
+    """(ms, result) of one fn(): between two CUDA events on the GPU (read once the second has completed), by
+    time.perf_counter on the CPU."""
+    if device.type == "cuda":
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        out = fn()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b), out
+    t0 = time.perf_counter()
+    out = fn()
+    return (time.perf_counter() - t0) * 1e3, out
+
+
 def mem_reset(device):
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -459,17 +474,8 @@ def run_forward_only(args, pipe, device, dtype, switch: AttnSwitch) -> dict:
             sync(device)
             times, out = [], None
             for _ in range(args.iters):
-                if device.type == "cuda":
-                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    a.record()
-                    out = one_forward()
-                    b.record()
-                    b.synchronize()
-                    times.append(a.elapsed_time(b))
-                else:
-                    t0 = time.perf_counter()
-                    out = one_forward()
-                    times.append((time.perf_counter() - t0) * 1e3)
+                ms, out = timed_call(one_forward, device)
+                times.append(ms)
             return times, out
 
         log(f"[{path}] {args.warmup} warm-up + {args.iters} timed forwards ({n_tok} tokens) ...")
@@ -786,17 +792,8 @@ def run_family_forward(args, built, device, switch: AttnSwitch) -> dict:
             sync(device)
             times = []
             for _ in range(iters):
-                if device.type == "cuda":
-                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    a.record()
-                    out = built.forward()
-                    b.record()
-                    b.synchronize()
-                    times.append(a.elapsed_time(b))
-                else:
-                    t0 = time.perf_counter()
-                    out = built.forward()
-                    times.append((time.perf_counter() - t0) * 1e3)
+                ms, out = timed_call(built.forward, device)
+                times.append(ms)
             return census.summary(), first_ms, times, out
 
         log(f"[{path}] {max(args.warmup, 1)} warm-up (the first one under the attention census) + {args.iters} "

@@ -142,6 +142,16 @@ def test_kernel_library_is_loaded_before_the_timed_paths_on_cuda_only(monkeypatc
     assert e2e.ready_kernel(cuda, ("sdpa", "vidattn"))["error"] is None
 
 
+def test_timed_call_on_the_cpu_times_one_call_and_returns_its_result(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(e2e.time, "perf_counter", clock)
+
+    def call():
+        clock.t += 0.25
+        return "out"
+    assert e2e.timed_call(call, torch.device("cpu")) == (250.0, "out")
+
+
 # ------------------------------------------------------------------------------------ the shell script itself
 def _script(tmp_path, *args, budget_env=None):
     """Run dev/device_8bit_e2e.sh on the tiny configs from a folder that links dev/ and scripts/ (so the checkout's
