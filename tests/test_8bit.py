@@ -709,3 +709,21 @@ def test_prep_in_kernel_fresh_scales_each_call(prep_modes, d):
         assert _rel(o2[:, :9], ref) <= 5e-2
         outs.append(o2)
     assert not torch.equal(outs[0], outs[1])
+
+
+def test_q8_prep2_ab_plan_and_table(capsys):
+    """dev/q8_prep2_ab.py (mode 2's device A/B): the default first per head dim, then the same kernel with Q in the
+    kernel; the four shapes; a table with the device total (kernel + pre-pass) and the ratios to the default."""
+    mod = load_script(REPO / "dev/q8_prep2_ab.py", "q8_prep2_ab_under_test")
+    for d in (128, 64):
+        vs = [vt for vt in mod.VARIANTS if vt[1] == d]
+        assert [vt[2:] for vt in vs] == [(-1, -1, -1, -1), (-1, -1, -1, 2)]
+    assert [s[0] for s in mod.SHAPES] == ["Wan 1.3B self", "seed 8K", "CogVideoX", "LTX"]
+    res = {"checks": [{"variant": "a", "ok": True}, {"variant": "b", "ok": False}], "timing": [{
+        "shape": "Wan 1.3B self", "flops": 8.0e12, "synced": {"a": [800.0, 810.0], "b": [808.0, 818.0]},
+        "queued": {"a": [850.0, 850.0], "b": [860.0, 860.0]}, "kernel_ms": {"a": [8.0, 8.0], "b": [8.02, 8.02]},
+        "prep_ms": {"a": [0.24, 0.24], "b": [0.18, 0.18]}, "rel_l2": {"a": 3.7e-2, "b": 3.7e-2}}]}
+    mod.table(res)
+    out = capsys.readouterr().out
+    assert "ms 8.020 + 0.180 = 8.200" in out and "device 0.995x" in out and "(synced 1.010x, queued 1.012x" in out
+    assert "checks: FAILED: ['b']" in out
