@@ -516,13 +516,18 @@ __device__ __forceinline__ void q8_quantize_q_tile(const Q8FwdParams& p, Q8Share
   ptx::fence_proxy_async_smem();
 }
 
-// Prep mode 2, thread 0 in the prologue: the first kStages K/V blocks requested before the CTA quantizes its Q tile,
-// so their loads overlap it (the fresh ring's stages are all free), and q_full completed (no TMA brings Q; the CTA's
-// barrier after q8_quantize_q_tile is what orders s.q before the consumers' reads). Returns the blocks requested.
+// Prep mode 2, thread 0 in the prologue: the first kQ8FillStages K/V blocks requested before the CTA quantizes its Q
+// tile, so their loads overlap it (a fresh ring's stages are free), and q_full completed (no TMA brings Q; the CTA's
+// barrier after q8_quantize_q_tile is what orders s.q before the consumers' reads). One stage only: S_0 needs K_0 and
+// Q, and Q's 16-bit loads, issued next, should not queue behind the whole ring (up to 6 x 32 KB); the producer
+// requests the rest after the barrier. Returns the blocks requested.
+constexpr int kQ8FillStages = 1;
+
 template <int kD, int kWGs>
 __device__ __forceinline__ int q8_producer_fill(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int bh, int n_blocks) {
   using T = Q8Traits<kD, kWGs>;
-  const int n = n_blocks < T::kStages ? n_blocks : T::kStages;
+  static_assert(kQ8FillStages <= T::kStages, "the fill takes fresh stages only");
+  const int n = n_blocks < kQ8FillStages ? n_blocks : kQ8FillStages;
   for (int j = 0; j < n; ++j) {
     ptx::mbarrier_arrive_expect_tx(&s.k_full[j], T::kKBytes);
     q8ptx::tma_load_2d(s.k[j], &p.tm_k, &s.k_full[j], 0, bh * p.skv_pad + j * T::kBlockN);
@@ -539,7 +544,7 @@ __device__ __forceinline__ void q8_producer(const Q8FwdParams& p, Q8Shared<kD, k
   using T = Q8Traits<kD, kWGs>;
   int j0 = 0;
   if (p.q_in != nullptr) {  // prep mode 2: Q is in s.q already and q8_producer_fill requested the first stages
-    j0 = n_blocks < T::kStages ? n_blocks : T::kStages;
+    j0 = n_blocks < kQ8FillStages ? n_blocks : kQ8FillStages;
   } else {
     ptx::mbarrier_arrive_expect_tx(&s.q_full, T::kQBytes);
     q8ptx::tma_load_2d(s.q, &p.tm_q, &s.q_full, 0, bh * p.sq_pad + m_block * T::kBlockM);
