@@ -84,7 +84,7 @@ def checks(results):
                     q, k, v = qp[:, :, 0], kvp[:, :, 1], kvp[:, :, 2]
                 else:
                     q, k, v = (torch.randn(b, n, h, d, device=DEV, generator=g).to(dtype) for n in (sq, skv, skv))
-                k = (k.float() + 4.0 * torch.randn(d, device=DEV, generator=g)).to(dtype)  # shared key offset
+                k.add_((4.0 * torch.randn(d, device=DEV, generator=g)).to(dtype))  # a shared key offset, in place
                 if layout == "bhsd":
                     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
                 kv_lens = torch.tensor(lens, device=DEV, dtype=torch.int32) if lens else None
