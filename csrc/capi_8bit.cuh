@@ -64,12 +64,14 @@ namespace {
 #define VIDATTN_Q8_CVT_D64 1
 #endif
 // The pre-pass (q8_quant.cuh): 1 the K/V statistics and Q's quantization in one launch (q8_stats_q_kernel; calls
-// with LSE keep 0, since Q's LSE term reads the statistics), 0 the three launches; forced by vidattn_q8_set_prep or
-// VIDATTN_Q8_PREP (read once; A/B runs).
+// with LSE keep 0, since Q's LSE term reads the statistics), 0 the three launches, 2 no Q pass: the statistics and
+// the K/V pass only, Q quantized by the attention kernel itself (q8_fwd.cuh's q8_quantize_q_tile; with LSE too, since
+// the statistics are complete before it starts); forced by vidattn_q8_set_prep or VIDATTN_Q8_PREP (read once; A/B
+// runs).
 #ifndef VIDATTN_Q8_PREP
 #define VIDATTN_Q8_PREP 1
 #endif
-int g_q8_prep = -1;                  // -1: the default; 0 three launches, 1 statistics and Q fused, forced
+int g_q8_prep = -1;                  // -1: the default; 0 three launches, 1 statistics and Q fused, 2 Q in the kernel
 thread_local int g_q8_last_prep = -1;
 int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
 int g_q8_sum_mma = -1;               // -1: the default; 0-5: the mode, forced (vidattn_q8_set_sum_mma)
@@ -198,6 +200,16 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   p.heads = pp.heads;
   p.sq_pad = pp.sq_pad;
   p.skv_pad = pp.skv_pad;
+  static const int env_prep = q8_env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 2);
+  const int prep = g_q8_prep < 0 ? env_prep : g_q8_prep;
+  if (prep == 2) {  // Q quantized in the kernel (q8_quantize_q_tile): no Q pass
+    p.q_in = a.q;
+    for (int i = 0; i < 3; ++i) p.q_in_stride[i] = a.q_stride[i];
+    p.q_scale_out = pp.ws.q_scale;
+    p.lse_corr_out = a.lse != nullptr ? pp.ws.lse_corr : nullptr;
+    p.k_sum = pp.ws.k_sum;
+    p.scale = a.scale;
+  }
 
   cudaError_t e = cudaMemsetAsync(pp.ws.k_sum, 0, l.stats_bytes, stream);
   if (e != cudaSuccess) return fail(std::string("8-bit workspace memset: ") + cudaGetErrorString(e));
@@ -206,12 +218,14 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   const int64_t q_rows = static_cast<int64_t>(bh) * l.sq_pad;
   constexpr int kRowsPerBlock = q8_q_rows_per_block<kD>();
   const int64_t q_blocks = (q_rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  static const int env_prep = q8_env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 1);
   // The fused launch needs Q's rows free of the statistics (no LSE) and one grid dimension for both halves.
-  const bool fused = (g_q8_prep < 0 ? env_prep : g_q8_prep) == 1 && !pp.want_lse &&
-                     stat_key_blocks * static_cast<int64_t>(bh) + q_blocks <= 0x7fffffff;
-  g_q8_last_prep = fused ? 1 : 0;
-  if (fused) {
+  const bool fused = prep == 1 && !pp.want_lse && stat_key_blocks * static_cast<int64_t>(bh) + q_blocks <= 0x7fffffff;
+  g_q8_last_prep = prep == 2 ? 2 : (fused ? 1 : 0);
+  if (prep == 2) {
+    q8_kv_stats_kernel<kD, kFp16>
+        <<<dim3(static_cast<unsigned>(stat_key_blocks), ubh), kQ8StatThreads, 0, stream>>>(pp);
+    if (check_launch("8-bit K/V statistics launch") != 0) return 1;
+  } else if (fused) {
     const int64_t stat_blocks = stat_key_blocks * static_cast<int64_t>(bh);
     q8_stats_q_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(stat_blocks + q_blocks)), kQ8QThreads, 0, stream>>>(
         pp, static_cast<int>(stat_key_blocks), static_cast<int>(stat_blocks));
@@ -442,10 +456,10 @@ extern "C" int vidattn_q8_set_cvt(int cvt) {
 extern "C" int vidattn_q8_last_cvt(void) { return g_q8_last_cvt; }
 
 // The pre-pass of later 8-bit launches: the K/V statistics and Q's quantization in one launch (1; calls with LSE run
-// 0 regardless), three launches (0), or the default (-1). For tests and A/B timing; returns 0, or 1 for any other
-// value.
+// 0 regardless), three launches (0), no Q pass, Q quantized inside the attention kernel (2; with LSE too), or the
+// default (-1). For tests and A/B timing; returns 0, or 1 for any other value.
 extern "C" int vidattn_q8_set_prep(int prep) {
-  if (prep < -1 || prep > 1) return 1;
+  if (prep < -1 || prep > 2) return 1;
   g_q8_prep = prep;
   return 0;
 }

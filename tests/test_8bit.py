@@ -420,11 +420,20 @@ def test_cvt_selector_in_the_c_abi():
 
 def test_prep_selector_in_the_c_abi():
     """The pre-pass choice: fused by default, the three launches whenever the LSE is asked for (Q's LSE term reads
-    the statistics) or forced, a setter with its range, the environment variable."""
+    the statistics) or forced, Q in the kernel (2) when forced (with LSE too: no Q pass at all, the statistics alone
+    before the K/V pass), a setter with its range, the environment variable."""
     src = (REPO / "csrc/capi_8bit.cuh").read_text()
-    assert "#define VIDATTN_Q8_PREP 1" in src and 'q8_env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 1)' in src
-    assert "== 1 && !pp.want_lse &&" in src
-    assert 'extern "C" int vidattn_q8_set_prep(int prep)' in src and "if (prep < -1 || prep > 1) return 1;" in src
+    assert "#define VIDATTN_Q8_PREP 1" in src and 'q8_env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 2)' in src
+    assert "const bool fused = prep == 1 && !pp.want_lse &&" in src
+    assert 'extern "C" int vidattn_q8_set_prep(int prep)' in src and "if (prep < -1 || prep > 2) return 1;" in src
+    assert "g_q8_last_prep = prep == 2 ? 2 : (fused ? 1 : 0);" in src
+    # Mode 2: the kernel gets the caller's Q, and the LSE term's inputs only when the LSE is asked for.
+    branch = src[src.index("if (prep == 2) {  // Q quantized in the kernel"):]
+    branch = branch[:branch.index("cudaError_t e")]
+    assert "p.q_in = a.q;" in branch and "p.q_scale_out = pp.ws.q_scale;" in branch
+    assert "p.lse_corr_out = a.lse != nullptr ? pp.ws.lse_corr : nullptr;" in branch
+    launch = src[src.index("  if (prep == 2) {\n    q8_kv_stats_kernel"):src.index("} else if (fused) {")]
+    assert "q8_q_kernel" not in launch and "q8_stats_q_kernel" not in launch
     assert "q8_stats_q_kernel<kD, kFp16><<<" in src and "q8_kv_stats_kernel<kD, kFp16>\n" in src
     quant = (REPO / "csrc/sm90/q8_quant.cuh").read_text()
     body = quant[quant.index("q8_stats_q_kernel(const Q8PrepParams p"):]
@@ -441,16 +450,20 @@ def test_set_prep_validates_and_reaches_the_library():
 
     def set_prep(v):
         calls.append(v)
-        return 0 if -1 <= v <= 1 else 1
+        return 0 if -1 <= v <= 2 else 1
 
     lib.vidattn_q8_set_prep = set_prep
     lib.vidattn_q8_last_prep = lambda: 1
-    for mode in (0, 1, -1):
+    for mode in (0, 1, 2, -1):
         quant8.set_prep(mode, lib=lib)
-    for bad in (2, -2, 1.0, True, "1", None):
+    for bad in (3, -2, 1.0, True, "1", None):
         with pytest.raises(ValueError, match="set_prep: mode must be one of"):
             quant8.set_prep(bad, lib=lib)
-    assert calls == [0, 1, -1] and quant8.last_prep(lib=lib) == 1
+    assert calls == [0, 1, 2, -1] and quant8.last_prep(lib=lib) == 1
+    # A library that predates mode 2 (its setter refuses 2) raises instead of silently keeping another pre-pass.
+    lib.vidattn_q8_set_prep = lambda v: 0 if -1 <= v <= 1 else 1
+    with pytest.raises(ValueError, match="vidattn_q8_set_prep: invalid value 2"):
+        quant8.set_prep(2, lib=lib)
     del lib.vidattn_q8_set_prep, lib.vidattn_q8_last_prep
     with pytest.raises(RuntimeError, match="lacks vidattn_q8_set_prep"):
         quant8.set_prep(1, lib=lib)
@@ -520,3 +533,198 @@ def test_q8_check_kernel_names_keep_the_kernel(monkeypatch):
     assert mod.kernel_name("void vidattn::sm90::q8_kv_kernel<64, true>(vidattn::sm90::Q8PrepParams)") == \
         "q8_kv_kernel<64, true>"
     assert mod.kernel_name("Memset (Device)") == "Memset"
+
+
+def test_in_kernel_q_quantization_shares_the_pre_pass_code():
+    """Prep mode 2 (q8_fwd.cuh's q8_quantize_q_tile): the same row code as the pre-pass's Q kernel (q8_q_row_codes,
+    q8_q_row_scale, q8_q_row_ksum_dot: one definition, so the codes and scales agree bit for bit), run by every
+    thread before the CTA's barrier with the K/V ring filled first, the stores fenced for wgmma's async proxy, and the
+    producer skipping the Q TMA in that mode."""
+    quant = (REPO / "csrc/sm90/q8_quant.cuh").read_text()
+    fwd = (REPO / "csrc/sm90/q8_fwd.cuh").read_text()
+    qblock = quant[quant.index("__device__ __forceinline__ void q8_q_block("):quant.index("q8_q_kernel(const")]
+    tile = fwd[fwd.index("__device__ __forceinline__ void q8_quantize_q_tile("):fwd.index("q8_producer_fill(const")]
+    for body in (qblock, tile):
+        assert "q8_q_row_codes<kLanesPerRow>(x, codes)" in body and "q8_q_row_scale(m, p.scale)" in body
+        assert "q8_q_row_ksum_dot<kLanesPerRow>(x, in ? " in body
+    assert "ptx::fence_proxy_async_smem();" in tile
+    assert "constexpr uint32_t kSwizzleMask = T::kSwizzle == 128 ? 7 : 3;" in tile
+    assert "(off ^ (((off >> 7) & kSwizzleMask) << 4))" in tile
+    kernel = fwd[fwd.index("q8_fwd_kernel(const __grid_constant__ Q8FwdParams p)"):]
+    hook = kernel.index("if (threadIdx.x == 0) q8_producer_fill<kD, kWGs>(p, s, b * p.heads + h, n_blocks);")
+    assert kernel.index("ptx::fence_barrier_init();") < hook < kernel.index("q8_quantize_q_tile<kD, kWGs, kFp16>(")
+    assert kernel.index("q8_quantize_q_tile<kD, kWGs, kFp16>(") < kernel.index("__syncthreads();")
+    prod = fwd[fwd.index("void q8_producer(const Q8FwdParams& p"):]
+    assert prod.index("if (p.q_in != nullptr) {") < prod.index("tma_load_2d(s.q, &p.tm_q")
+    assert "for (int j = j0; j < n_blocks; ++j) {" in prod
+
+
+@pytest.mark.parametrize("d", [128, 64])
+def test_in_kernel_q_swizzle_emulated(d):
+    """The offsets q8_quantize_q_tile stores each row's 8-byte pieces at, emulated: within every row the 16-byte
+    chunks are a permutation (no two pieces collide, nothing leaves the row), and they are TMA's swizzle patterns,
+    chunk c of row r at c ^ (r % 8) with 128-byte rows (D=128) and at c ^ ((r / 2) % 4) with 64-byte rows (D=64),
+    the layouts the S wgmma's descriptor (swizzle mode 1 or 2) reads."""
+    mask = 7 if d == 128 else 3
+    for r in range(192):
+        got = []
+        for vec in range(d // 8):
+            off = r * d + vec * 8
+            sw = off ^ (((off >> 7) & mask) << 4)
+            assert r * d <= sw < (r + 1) * d and sw % 8 == 0
+            chunk, half = (off % d) // 16, (off % 16) // 8
+            want = (chunk ^ (r % 8)) if d == 128 else (chunk ^ ((r // 2) % 4))
+            assert sw == r * d + want * 16 + half * 8
+            got.append(sw)
+        assert len(set(got)) == d // 8
+
+
+# ---- GPU: prep mode 2 (Q quantized in the kernel) against fp64 and against the fused pre-pass ------------------
+
+def _prep_gpu_ready():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the 8-bit kernel needs an sm_90 (Hopper) GPU")
+
+
+@pytest.fixture
+def prep_modes(monkeypatch):
+    _prep_gpu_ready()
+    monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", 0)  # the 8-bit kernel at every length
+    yield
+    quant8.set_prep(-1)
+    quant8.set_d64_warpgroups(0)
+
+
+def _ref64(q, k, v, scale, kv_lens=None):
+    """fp64 attention of (B, S, H, D) views: (out (B, S, H, D), lse (B, H, S))."""
+    qh, kh, vh = (t.transpose(1, 2).double() for t in (q, k, v))
+    s = torch.matmul(qh, kh.transpose(-1, -2)) * scale
+    if kv_lens is not None:
+        keep = torch.arange(k.shape[1], device=q.device)[None, :] < kv_lens[:, None]
+        s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
+    return torch.matmul(torch.softmax(s, -1), vh).transpose(1, 2), torch.logsumexp(s, -1)
+
+
+def _rel(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def _prep_inputs(b, h, sq, skv, d, dtype, layout, strided, seed):
+    """q, k, v in `layout`; strided: views of one packed (B, S, 3, H, D) tensor (sequence stride 3 H D), Q with
+    more rows than K/V taken from its own packed tensor."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    dev = torch.device("cuda")
+    if strided:
+        qp = torch.randn(b, sq, 3, h, d, device=dev, generator=g).to(dtype)
+        kvp = torch.randn(b, skv, 3, h, d, device=dev, generator=g).to(dtype)
+        q, k, v = qp[:, :, 1], kvp[:, :, 0], kvp[:, :, 2]
+    else:
+        q = torch.randn(b, sq, h, d, device=dev, generator=g).to(dtype)
+        k = torch.randn(b, skv, h, d, device=dev, generator=g).to(dtype)
+        v = torch.randn(b, skv, h, d, device=dev, generator=g).to(dtype)
+    k.add_(0.5)  # a shared key offset (in place: a strided view stays one) that the smoothing and the LSE term carry
+    assert not strided or k.stride(1) == 3 * h * d
+    if layout == "bhsd":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    return q, k, v
+
+
+def _run_prep(mode, q, k, v, layout, kv_lens, lse):
+    quant8.set_prep(mode)
+    r = vidattn.attention(q, k, v, layout=layout, kv_lens=kv_lens, return_lse=lse, precision="8bit")
+    torch.cuda.synchronize()
+    out, l = r if lse else (r, None)
+    if layout == "bhsd":
+        out = out.transpose(1, 2)
+    return out, l, quant8.last_prep()
+
+
+# (b, h, sq, skv, d, dtype, layout, kv_lens, lse, strided)
+PREP_CASES = [
+    (1, 2, 1, 77, 128, torch.bfloat16, "bshd", None, False, False),
+    (1, 2, 113, 113, 64, torch.bfloat16, "bshd", None, True, False),
+    (2, 3, 1023, 517, 64, torch.bfloat16, "bshd", [517, 37], True, False),
+    (1, 2, 300, 4097, 128, torch.float16, "bshd", None, True, False),
+    (2, 2, 777, 1000, 128, torch.float16, "bhsd", [1000, 129], False, False),
+    (1, 3, 2049, 2048, 128, torch.bfloat16, "bshd", None, True, True),
+    (2, 2, 1500, 1100, 64, torch.float16, "bhsd", None, False, True),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", PREP_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}x{c[3]}-d{c[4]}-"
+                         f"{str(c[5])[6:]}-{c[6]}{'-kvlens' if c[7] else ''}{'-lse' if c[8] else ''}"
+                         f"{'-strided' if c[9] else ''}")
+def test_prep_in_kernel_matches_fp64_and_the_fused_pre_pass(prep_modes, case):
+    b, h, sq, skv, d, dtype, layout, lens, lse, strided = case
+    q, k, v = _prep_inputs(b, h, sq, skv, d, dtype, layout, strided, seed=sq * 7 + skv)
+    kv_lens = torch.tensor(lens, device="cuda", dtype=torch.int32) if lens else None
+    qb, kb, vb = ((t.transpose(1, 2) if layout == "bhsd" else t) for t in (q, k, v))
+    o_ref, lse_ref = _ref64(qb, kb, vb, d ** -0.5, kv_lens)
+    o2, l2, ran2 = _run_prep(2, q, k, v, layout, kv_lens, lse)
+    o1, l1, ran1 = _run_prep(1, q, k, v, layout, kv_lens, lse)
+    assert ran2 == 2 and ran1 == (0 if lse else 1)  # mode 2 takes LSE calls too; the fused one falls back to 0
+    assert not torch.isnan(o2).any()
+    assert _rel(o2, o_ref) <= 5e-2 and float((o2.double() - o_ref).abs().max()) <= 0.25
+    # The same Q codes and scales (one row code): the two differ only where the K sums' atomics round differently.
+    assert _rel(o2, o1) <= 2e-3, _rel(o2, o1)
+    if lse:
+        fin = torch.isfinite(lse_ref)
+        assert float((l2.double() - l1.double())[fin].abs().max()) <= 1e-3
+        assert float((l2.double() - lse_ref)[fin].abs().max()) <= 0.05
+        assert torch.equal(torch.isfinite(l2), fin)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wgs", [2, 3])
+def test_prep_in_kernel_on_the_d64_ping_pong_builds(prep_modes, wgs):
+    """The ping-pong builds (two warpgroups: 384 threads, 128-row tiles, a partial last pass of the tile's rows;
+    three: 192-row tiles) with Q quantized in the kernel, against the fused pre-pass on the same build."""
+    quant8.set_d64_warpgroups(wgs)
+    q, k, v = _prep_inputs(1, 3, 1100, 900, 64, torch.bfloat16, "bshd", False, seed=wgs)
+    o2, _, ran2 = _run_prep(2, q, k, v, "bshd", None, False)
+    assert ran2 == 2 and quant8.last_variant()[0] == wgs
+    o1, _, _ = _run_prep(1, q, k, v, "bshd", None, False)
+    assert _rel(o2, o1) <= 2e-3 and _rel(o2, _ref64(q, k, v, 64 ** -0.5)[0]) <= 5e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [128, 64])
+def test_prep_in_kernel_fresh_scales_each_call(prep_modes, d):
+    """Back-to-back calls of one shape reuse the workspace's addresses (the caching allocator): the row scales the
+    kernel writes and its consumers read must be this call's, never a previous call's (a stale cached line would
+    show as the previous draw's scales). Draws of different magnitudes make any mix-up visible; an all-zero row and a
+    row holding a NaN behave as with the fused pre-pass."""
+    outs = []
+    for i, mag in enumerate((0.3, 1.0, 2.5)):
+        q, k, v = _prep_inputs(1, 2, 640, 700, d, torch.bfloat16, "bshd", False, seed=100 + i)
+        q = q * mag
+        q[0, 5] = 0
+        q[0, 9, 1, 3] = float("nan")
+        o2, _, _ = _run_prep(2, q, k, v, "bshd", None, False)
+        o1, _, _ = _run_prep(1, q, k, v, "bshd", None, False)
+        assert torch.equal(torch.isnan(o2), torch.isnan(o1)) and not torch.isnan(o2[0, :9]).any()
+        fin = ~torch.isnan(o1)
+        assert float((o2 - o1)[fin].abs().max()) <= 2e-2  # another call's scales would be 2.5-3.3x off
+        if mag <= 1.0:  # (sharper rows leave the INT8 scores' error less averaged: fp64 is the other tests' job)
+            assert _rel(o2[:, :9], _ref64(q[:, :9], k, v, d ** -0.5)[0]) <= 5e-2
+        outs.append(o2)
+    assert not torch.equal(outs[0], outs[1])
+
+
+def test_q8_prep2_ab_plan_and_table(capsys):
+    """dev/q8_prep2_ab.py (mode 2's device A/B): the default first per head dim, then the same kernel with Q in the
+    kernel; the four shapes; a table with the device total (kernel + pre-pass) and the ratios to the default."""
+    mod = load_script(REPO / "dev/q8_prep2_ab.py", "q8_prep2_ab_under_test")
+    for d in (128, 64):
+        vs = [vt for vt in mod.VARIANTS if vt[1] == d]
+        assert [vt[2:] for vt in vs] == [(-1, -1, -1, -1), (-1, -1, -1, 2)]
+    assert [s[0] for s in mod.SHAPES] == ["Wan 1.3B self", "seed 8K", "CogVideoX", "LTX"]
+    res = {"checks": [{"variant": "a", "ok": True}, {"variant": "b", "ok": False}], "timing": [{
+        "shape": "Wan 1.3B self", "flops": 8.0e12, "synced": {"a": [800.0, 810.0], "b": [808.0, 818.0]},
+        "queued": {"a": [850.0, 850.0], "b": [860.0, 860.0]}, "kernel_ms": {"a": [8.0, 8.0], "b": [8.02, 8.02]},
+        "prep_ms": {"a": [0.24, 0.24], "b": [0.18, 0.18]}, "rel_l2": {"a": 3.7e-2, "b": 3.7e-2}}]}
+    mod.table(res)
+    out = capsys.readouterr().out
+    assert "ms 8.020 + 0.180 = 8.200" in out and "device 0.995x" in out and "(synced 1.010x, queued 1.012x" in out
+    assert "checks: FAILED: ['b']" in out

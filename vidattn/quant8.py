@@ -1,9 +1,10 @@
 """The 8-bit attention path (`precision="8bit"`): INT8 Q K^T and e4m3 P V on sm_90a, quantization included.
 
-One call runs a pre-pass (csrc/sm90/q8_quant.cuh, two launches: K smoothing, per-row Q scales, per-block K scales, per-channel
-V scales, V transposed to e4m3) and the kernel (csrc/sm90/q8_fwd.cuh) on the caller's stream, through the same library
-`vidattn._ext` builds (csrc/capi_8bit.cuh). Calls the 8-bit path cannot take run the exact path instead, with a
-warning naming the reason (`vidattn.explain(..., precision="8bit")` says which).
+One call runs a pre-pass (csrc/sm90/q8_quant.cuh, two launches: K smoothing, per-row Q scales, per-block K scales,
+per-channel V scales, V transposed to e4m3; with `set_prep(2)` Q's quantization moves into the kernel) and the kernel
+(csrc/sm90/q8_fwd.cuh) on the caller's stream, through the same library `vidattn._ext` builds (csrc/capi_8bit.cuh).
+Calls the 8-bit path cannot take run the exact path instead, with a warning naming the reason
+(`vidattn.explain(..., precision="8bit")` says which).
 
 As with the exact op, a `torch.library` custom op (`vidattn::attention_8bit`) with a fake implementation makes
 the call one opaque node for `torch.compile`; its workspace comes from the caching allocator, so CUDA graphs
@@ -95,22 +96,25 @@ def set_cvt(mode: int, lib=None) -> None:
     _setter("vidattn_q8_set_cvt", mode, lib)
 
 
-PREP_MODES = (-1, 0, 1)
+PREP_MODES = (-1, 0, 1, 2)
 
 
 def set_prep(mode: int, lib=None) -> None:
     """The pre-pass of later 8-bit launches (csrc/sm90/q8_quant.cuh): the K/V statistics and Q's quantization in one
     launch (1; calls that return the LSE run 0 regardless, since Q's LSE term reads the statistics), the three
-    launches (0), or the build default (-1). The environment variable VIDATTN_Q8_PREP sets the same for a whole
-    process. For A/B timing."""
+    launches (0), no Q pass at all (2: the statistics and the K/V pass only; each attention CTA quantizes its own
+    16-bit Q tile in its prologue, q8_fwd.cuh's q8_quantize_q_tile, with the pre-pass's row code, so the codes and
+    scales are the same; calls with LSE take it too, the statistics being complete before the kernel starts), or the
+    build default (-1). The environment variable VIDATTN_Q8_PREP sets the same for a whole process. A library that
+    predates mode 2 refuses it (ValueError). For A/B timing."""
     if isinstance(mode, bool) or not isinstance(mode, int) or mode not in PREP_MODES:
         raise ValueError(f"set_prep: mode must be one of {PREP_MODES}, got {mode!r}")
     _setter("vidattn_q8_set_prep", mode, lib)
 
 
 def last_prep(lib=None) -> int:
-    """Pre-pass of this thread's last 8-bit launch (1 fused, 0 three launches; -1: none, or a library without the
-    choice)."""
+    """Pre-pass of this thread's last 8-bit launch (1 fused, 0 three launches, 2 Q in the kernel; -1: none, or a
+    library without the choice)."""
     lib = _entry(lib or _ext._library(None))
     fn = getattr(lib, "vidattn_q8_last_prep", None) if lib is not None else None
     return int(fn()) if fn is not None else -1

@@ -69,6 +69,15 @@ struct Q8FwdParams {
   float* lse;         // (B, H, Sq) or nullptr
   const int* kv_lens;
   int seqlen_q, seqlen_kv, heads, sq_pad, skv_pad;
+  // Prep mode 2 (q8_quantize_q_tile): q_in is the caller's 16-bit Q (kFp16 as O), quantized by the CTA itself into
+  // s.q instead of loaded as INT8 by TMA; nullptr: tm_q. The row scales go where the consumers read them (q_scale's
+  // memory), with LSE also each row's scale * q . mean(K) (from k_sum, the statistics pass's channel sums).
+  const void* q_in;
+  int64_t q_in_stride[3];  // (batch, seq, head), elements
+  float* q_scale_out;      // = q_scale
+  float* lse_corr_out;     // = lse_corr
+  const float* k_sum;
+  float scale;             // softmax scale
 };
 
 // ---- PTX this kernel adds to ptx.cuh (same conventions) ---------------------------------------------------------
@@ -479,13 +488,94 @@ __device__ __forceinline__ void q8_merge(float (&o)[kD / 2], const float (&ot)[k
   }
 }
 
+// Prep mode 2, in the prologue before the CTA's barrier: the 16-bit Q tile to INT8 in s.q, by every thread of the
+// CTA (the consumers cannot start before Q is there, and the producer's K/V ring is already filling: q8_producer_fill
+// ran first). Each row is kD / 8 adjacent lanes of 8 channels, quantized by q8_q_row_codes (the pre-pass's code, so
+// the codes and scales are those of q8_q_kernel) and stored where TMA with the tile's swizzle would have put them:
+// 16-byte chunk c of row r at chunk c ^ (r % 8) (D=128: 128B swizzle, 128-byte rows) or c ^ ((r / 2) % 4) (D=64: 64B
+// swizzle, 64-byte rows), i.e. address bits [4, 7) or [4, 6) XOR bits [7, 10) or [7, 9) of the 1024-aligned tile.
+// The row scales go to q_scale's memory, where the consumers read them after the CTA's barrier (the sequential
+// schedule by ld.global.nc: safe here because the 128-byte lines of a tile's scales, 128 or 192 rows of 4 bytes at a
+// 128-byte aligned offset, are written and read by this CTA alone, so no SM can hold a stale copy of one); with LSE
+// also the rows' q . mean(K) term (the statistics pass ran before this kernel).
+// All loads of a thread are issued before the first use. Rows past Sq are zeros with scale 1, as in the pre-pass.
+template <int kD, int kWGs, bool kFp16>
+__device__ __forceinline__ void q8_quantize_q_tile(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int m_block, int b,
+                                                   int h) {
+  using T = Q8Traits<kD, kWGs>;
+  constexpr int kLanesPerRow = kD / 8, kRowsPerPass = T::kThreads / kLanesPerRow;
+  constexpr int kPasses = (T::kBlockM + kRowsPerPass - 1) / kRowsPerPass;
+  constexpr uint32_t kSwizzleMask = T::kSwizzle == 128 ? 7 : 3;
+  const int vec = threadIdx.x % kLanesPerRow, sub = threadIdx.x / kLanesPerRow;
+  const int row0 = m_block * T::kBlockM;
+  const uint16_t* qp = static_cast<const uint16_t*>(p.q_in) + b * p.q_in_stride[0] + h * p.q_in_stride[2] + vec * 8;
+  uint4 u[kPasses];
+#pragma unroll
+  for (int ps = 0; ps < kPasses; ++ps) {
+    const int r = ps * kRowsPerPass + sub;
+    u[ps] = make_uint4(0, 0, 0, 0);
+    if (r < T::kBlockM && row0 + r < p.seqlen_q)
+      u[ps] = *reinterpret_cast<const uint4*>(qp + static_cast<int64_t>(row0 + r) * p.q_in_stride[1]);
+  }
+  const int bh = b * p.heads + h;
+  const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
+  const float inv_n = kv_len > 0 ? 1.f / static_cast<float>(kv_len) : 0.f;
+#pragma unroll
+  for (int ps = 0; ps < kPasses; ++ps) {
+    const int r = ps * kRowsPerPass + sub;  // (uniform per row group: the shuffles below stay within a row's lanes)
+    float x[8];
+    q8_unpack8<kFp16>(u[ps], x);
+    uint2 codes;
+    const float m = q8_q_row_codes<kLanesPerRow>(x, codes);
+    if (r < T::kBlockM) {
+      const uint32_t off = static_cast<uint32_t>(r * kD + vec * 8);
+      *reinterpret_cast<uint2*>(s.q + (off ^ (((off >> 7) & kSwizzleMask) << 4))) = codes;
+      if (vec == 0) p.q_scale_out[static_cast<int64_t>(bh) * p.sq_pad + row0 + r] = q8_q_row_scale(m, p.scale);
+    }
+    if (p.lse_corr_out != nullptr) {  // uniform over the CTA: every lane joins the shuffles
+      const bool in = r < T::kBlockM && row0 + r < p.seqlen_q;
+      const float dot = q8_q_row_ksum_dot<kLanesPerRow>(x, in ? p.k_sum + bh * kD + vec * 8 : nullptr);
+      if (in && vec == 0) p.lse_corr_out[static_cast<int64_t>(bh) * p.seqlen_q + row0 + r] = dot * inv_n * p.scale;
+    }
+  }
+  // Generic-proxy writes that wgmma reads through the async proxy: fenced before the CTA's barrier.
+  ptx::fence_proxy_async_smem();
+}
+
+// Prep mode 2, thread 0 in the prologue: the first kQ8FillStages K/V blocks requested before the CTA quantizes its Q
+// tile, so their loads overlap it (a fresh ring's stages are free), and q_full completed (no TMA brings Q; the CTA's
+// barrier after q8_quantize_q_tile is what orders s.q before the consumers' reads). One stage only: S_0 needs K_0 and
+// Q, and Q's 16-bit loads, issued next, should not queue behind the whole ring (up to 6 x 32 KB); the producer
+// requests the rest after the barrier. Returns the blocks requested.
+constexpr int kQ8FillStages = 1;
+
+template <int kD, int kWGs>
+__device__ __forceinline__ int q8_producer_fill(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int bh, int n_blocks) {
+  using T = Q8Traits<kD, kWGs>;
+  static_assert(kQ8FillStages <= T::kStages, "the fill takes fresh stages only");
+  const int n = n_blocks < kQ8FillStages ? n_blocks : kQ8FillStages;
+  for (int j = 0; j < n; ++j) {
+    ptx::mbarrier_arrive_expect_tx(&s.k_full[j], T::kKBytes);
+    q8ptx::tma_load_2d(s.k[j], &p.tm_k, &s.k_full[j], 0, bh * p.skv_pad + j * T::kBlockN);
+    ptx::mbarrier_arrive_expect_tx(&s.v_full[j], T::kVBytes);
+    q8ptx::tma_load_2d(s.v[j], &p.tm_v, &s.v_full[j], j * T::kBlockN, bh * kD);
+  }
+  ptx::mbarrier_arrive(&s.q_full);
+  return n;
+}
+
 template <int kD, int kWGs>
 __device__ __forceinline__ void q8_producer(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int m_block, int bh,
                                             int n_blocks) {
   using T = Q8Traits<kD, kWGs>;
-  ptx::mbarrier_arrive_expect_tx(&s.q_full, T::kQBytes);
-  q8ptx::tma_load_2d(s.q, &p.tm_q, &s.q_full, 0, bh * p.sq_pad + m_block * T::kBlockM);
-  for (int j = 0; j < n_blocks; ++j) {
+  int j0 = 0;
+  if (p.q_in != nullptr) {  // prep mode 2: Q is in s.q already and q8_producer_fill requested the first stages
+    j0 = n_blocks < kQ8FillStages ? n_blocks : kQ8FillStages;
+  } else {
+    ptx::mbarrier_arrive_expect_tx(&s.q_full, T::kQBytes);
+    q8ptx::tma_load_2d(s.q, &p.tm_q, &s.q_full, 0, bh * p.sq_pad + m_block * T::kBlockM);
+  }
+  for (int j = j0; j < n_blocks; ++j) {
     const int stage = j % T::kStages;
     const uint32_t parity = ((j / T::kStages) & 1) ^ 1;  // the first round passes on the fresh barriers
     ptx::mbarrier_wait(&s.k_empty[stage], parity);
@@ -809,6 +899,10 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
                                                                             0x38383838u);
     }
     ptx::fence_proxy_async_smem();
+  }
+  if (p.q_in != nullptr) {  // prep mode 2 (the producer's part): Q quantized here, the K/V ring filling meanwhile
+    if (threadIdx.x == 0) q8_producer_fill<kD, kWGs>(p, s, b * p.heads + h, n_blocks);
+    q8_quantize_q_tile<kD, kWGs, kFp16>(p, s, m_block, b, h);
   }
   __syncthreads();
   if (wg == 0) {

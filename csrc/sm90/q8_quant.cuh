@@ -1,6 +1,7 @@
 // The 8-bit path's pre-pass (precision="8bit"): reads 16-bit Q, K, V with the caller's strides and writes the
 // operands of q8_fwd.cuh into one workspace (Q8Workspace). Three launches after one memset (capi_8bit.cuh, q8_launch),
-// or two (the default without LSE: 1 and 2 in one grid, q8_stats_q_kernel):
+// or two (the default without LSE: 1 and 2 in one grid, q8_stats_q_kernel; or prep mode 2: 1 and 3 only, Q then
+// quantized inside the attention kernel, q8_fwd.cuh's q8_quantize_q_tile, by the same row code q8_q_row_codes):
 //   1. q8_kv_stats_kernel: per (batch, head, channel) the sum of K and the max |V| over the valid keys (atomics into
 //      zeroed fp32 / bit-pattern slots).
 //   2. q8_q_kernel: Q to INT8 with one scale per query row (the kernel's accumulator rows r, r+8 each get their own
@@ -173,6 +174,45 @@ __global__ void __launch_bounds__(kQ8StatThreads) q8_kv_stats_kernel(const Q8Pre
 }
 
 // ---- 2. Q to INT8, one scale per row ----------------------------------------------------------------------------
+// One row's share (8 channels per lane, kLanesPerRow adjacent lanes per row) of Q's quantization: the codes of this
+// lane's 8 channels, and the row's absolute max (every lane of the warp must call it: it shuffles). q8_q_block and
+// the attention kernel's in-kernel path (prep mode 2, q8_fwd.cuh's q8_quantize_q_tile) both call it, so the two give
+// the same codes and scales.
+template <int kLanesPerRow>
+__device__ __forceinline__ float q8_q_row_codes(const float (&x)[8], uint2& codes) {
+  float m = 0.f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) m = q8_nanmax(m, fabsf(x[e]));
+#pragma unroll
+  for (int o = kLanesPerRow / 2; o > 0; o >>= 1) m = q8_nanmax(m, __shfl_xor_sync(0xffffffff, m, o));
+  // An all-zero row keeps scale 1 (its codes are 0): a zero scale would make -inf * 0 = NaN of masked keys.
+  const float inv = m > 0.f ? kQ8IntMax / m : 1.f;
+  uint32_t w[2] = {0, 0};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) w[e / 4] |= (static_cast<uint32_t>(q8_round(x[e] * inv)) & 0xff) << (8 * (e % 4));
+  codes = make_uint2(w[0], w[1]);
+  return m;
+}
+
+// The row's dequantization multiplier from its absolute max: row scale * softmax scale * log2(e).
+__device__ __forceinline__ float q8_q_row_scale(float amax, float scale) {
+  return (q8_scaled(amax) ? amax / kQ8IntMax : 1.f) * scale * 1.4426950408889634f;
+}
+
+// q . sum(K) over the row (this lane's 8 channels from `k_sum`, the channel sums at this lane's offset; nullptr for a
+// lane without a row): the LSE term's dot product. Every lane of the warp must call it.
+template <int kLanesPerRow>
+__device__ __forceinline__ float q8_q_row_ksum_dot(const float (&x)[8], const float* k_sum) {
+  float dot = 0.f;
+  if (k_sum != nullptr) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dot += x[e] * k_sum[e];
+  }
+#pragma unroll
+  for (int o = kLanesPerRow / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffff, dot, o);
+  return dot;
+}
+
 // A row is kD / 8 lanes of 16 bytes; a warp takes 32 / (kD / 8) rows per step and kQ8QSteps steps, every load issued
 // before the first use (v1, one warp per row with 8-byte loads, read Q at about 1.6 TB/s).
 constexpr int kQ8QThreads = 256;
@@ -210,29 +250,15 @@ __device__ __forceinline__ void q8_q_block(const Q8PrepParams& p, int blk) {
   for (int st = 0; st < kQ8QSteps; ++st) {
     float x[8];
     q8_unpack8<kFp16>(u[st], x);
-    float m = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) m = q8_nanmax(m, fabsf(x[e]));
-#pragma unroll
-    for (int o = kLanesPerRow / 2; o > 0; o >>= 1) m = q8_nanmax(m, __shfl_xor_sync(0xffffffff, m, o));
-    // An all-zero row keeps scale 1 (its codes are 0): a zero scale would make -inf * 0 = NaN of masked keys.
-    const float inv = m > 0.f ? kQ8IntMax / m : 1.f;
-    uint32_t w[2] = {0, 0};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) w[e / 4] |= (static_cast<uint32_t>(q8_round(x[e] * inv)) & 0xff) << (8 * (e % 4));
+    uint2 codes;
+    const float m = q8_q_row_codes<kLanesPerRow>(x, codes);
     const bool in = grow[st] < rows;
-    if (in) *reinterpret_cast<uint2*>(p.ws.q8 + grow[st] * kD + vec * 8) = make_uint2(w[0], w[1]);
-    if (in && vec == 0) p.ws.q_scale[grow[st]] = (q8_scaled(m) ? m / kQ8IntMax : 1.f) * p.scale * 1.4426950408889634f;
+    if (in) *reinterpret_cast<uint2*>(p.ws.q8 + grow[st] * kD + vec * 8) = codes;
+    if (in && vec == 0) p.ws.q_scale[grow[st]] = q8_q_row_scale(m, p.scale);
     if (p.want_lse) {  // uniform over the warp: every lane joins the shuffles
       const int kv_len = in ? q8_kv_len(p.kv_lens, p.seqlen_kv, bh[st] / p.heads) : 0;
       const float inv_n = kv_len > 0 ? 1.f / static_cast<float>(kv_len) : 0.f;
-      float dot = 0.f;
-      if (in) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) dot += x[e] * p.ws.k_sum[bh[st] * kD + vec * 8 + e];
-      }
-#pragma unroll
-      for (int o = kLanesPerRow / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffff, dot, o);
+      const float dot = q8_q_row_ksum_dot<kLanesPerRow>(x, in ? p.ws.k_sum + bh[st] * kD + vec * 8 : nullptr);
       if (in && vec == 0 && row[st] < p.seqlen_q)
         p.ws.lse_corr[static_cast<int64_t>(bh[st]) * p.seqlen_q + row[st]] = dot * inv_n * p.scale;
     }
