@@ -76,8 +76,9 @@ def set_sum_mma(mode: int, lib=None) -> None:
 
 def set_sequential(seq: int, lib=None) -> None:
     """Schedule of later 8-bit launches: ping-pong (0: head dim 64 only), sequential with three consumer warpgroups
-    (1), that with the S issues in round-robin turns (2: head dim 128 only), or the default (-1). For A/B timing; a
-    launch of a schedule not built for its head dim is refused with an error."""
+    (1), that with the S issues in round-robin turns (2: head dim 128 only), that with the exponentials taken in
+    round-robin turns (3: one warpgroup at a time on MUFU while the others' S and P V run), or the default (-1). For
+    A/B timing; a launch of a schedule not built for its head dim is refused with an error."""
     _setter("vidattn_q8_set_sequential", seq, lib)
 
 
@@ -129,8 +130,8 @@ def last_cvt(lib=None) -> int:
 
 
 def last_sequential(lib=None) -> int:
-    """Schedule of this thread's last 8-bit launch (0 ping-pong, 1 sequential, 2 sequential with turns; -1: none, or a
-    library without the sequential schedule)."""
+    """Schedule of this thread's last 8-bit launch (0 ping-pong, 1 sequential, 2 sequential with turns around S, 3
+    with turns around the exponentials; -1: none, or a library without the sequential schedule)."""
     lib = _entry(lib or _ext._library(None))
     fn = getattr(lib, "vidattn_q8_last_sequential", None)
     return int(fn()) if fn is not None else -1
