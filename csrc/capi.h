@@ -79,6 +79,14 @@ int vidattn_sm90_set_causal_dynamic_min_sq_for(int head_dim, int min_sq);
 int vidattn_sm90_causal_dynamic_min_sq_for(int head_dim);
 // 1 if this thread's last causal launch took the dynamic schedule (a tile counter in the workspace), 0 if static.
 int vidattn_sm90_last_causal_dynamic(void);
+// The dynamic schedule's head groups where they do not divide batch x heads: mode 0 puts the short group last, 1
+// first (the launch then ends on a full group), -1 restores the build's default (VIDATTN_CAUSAL_GROUPING). Returns
+// 0, or 1 for another mode. The tile order only: outputs are the same bits either way.
+int vidattn_sm90_set_causal_grouping(int mode);
+int vidattn_sm90_causal_grouping(void);
+// The size of the short group that opened the list of this thread's last causal launch (0: none; the static order
+// and mode 0 have none).
+int vidattn_sm90_last_causal_first_group(void);
 
 #ifdef __cplusplus
 }
