@@ -5,6 +5,7 @@ and the policies' makespans at the bench shapes (the static order's 1.51x at 32K
 schedule removes)."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -307,3 +308,139 @@ def test_short_first_ratios_in_summary_and_table():
     assert table.splitlines()[0].startswith("shape | group | first") and "| 1.097 |" in table  # 1.02 / 0.93
     with pytest.raises(KeyError):
         ab.paired_speedup({"shape": "x", "speedup": 1.0}, "short_first")
+
+
+def test_probe_main_end_to_end_with_a_fake_gpu(tmp_path, monkeypatch, capsys):
+    """main() of the grouping sweep against a fake library and a fake clock (no GPU): every shape gets every policy,
+    the policies' settings reach the library, the JSON, the table file and the printed table agree, and a policy
+    that did not run its schedule is flagged."""
+    import sys
+    import types
+
+    import torch
+    ab = _ab()
+    clock = [0.0]
+    state = {"min_sq": -1, "grouping": -1}
+    # per-call time by the schedule that ran: dynamic 10% slower than static, short_first 2% faster
+    cost = {"static": 1.0, "dynamic": 1.1, "short_first": 0.98}
+
+    class Lib:
+        def vidattn_sm90_set_causal_dynamic_min_sq(self, n):
+            state["min_sq"] = n
+            return 0
+
+        def vidattn_sm90_causal_dynamic_min_sq_for(self, d):
+            return 2048 if d <= 64 else 8192
+
+        def vidattn_sm90_set_causal_grouping(self, n):
+            state["grouping"] = n
+            return 0
+
+        def vidattn_sm90_causal_grouping(self):
+            return 0
+
+        def vidattn_sm90_last_causal_dynamic(self):
+            return state["ran"][0]
+
+        def vidattn_sm90_last_causal_first_group(self):
+            return state["ran"][1]
+
+    lib = Lib()
+    real_ws = ab._ext.workspace
+
+    def attention(shape, causal):
+        b, s, h, d = shape
+        with_ws = ab._ext.workspace is real_ws  # the static policy swaps in a workspace of None
+        dynamic = with_ws and (state["min_sq"] == 0 or s >= lib.vidattn_sm90_causal_dynamic_min_sq_for(d))
+        first = ab.sim.first_group(b * h, ab.sim.group_heads(b, h, s, d), max(state["grouping"], 0)) if dynamic else 0
+        state["ran"] = (int(dynamic), first)
+        clock[0] += cost["static" if not dynamic else "short_first" if first else "dynamic"]
+        return torch.zeros(2)
+
+    class Span:
+        def lead(self):
+            pass
+
+        def start(self):
+            self.t0 = clock[0]
+
+        def stop(self):
+            return clock[0] - self.t0
+
+    fake_cuda = types.SimpleNamespace(get_device_properties=lambda i: types.SimpleNamespace(L2_cache_size=50 << 20),
+                                      _sleep=lambda n: None, synchronize=lambda: None, empty_cache=lambda: None,
+                                      get_device_name=lambda: "fake")
+
+    class FakeTorch:
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        cuda = fake_cuda
+
+        @staticmethod
+        def Generator(device=None):
+            return torch.Generator()
+
+        @staticmethod
+        def randn(*shape, device=None, generator=None, dtype=None):
+            return torch.zeros(2, dtype=dtype)  # the fake attention needs only the shape, read below
+
+    shapes = [(2, 16, 6144, 128), (4, 16, 1024, 128)]
+    monkeypatch.setattr(ab, "GROUPING", shapes)
+    monkeypatch.setattr(ab, "torch", FakeTorch())
+    monkeypatch.setattr(ab.timer, "CudaSpan", Span)
+    monkeypatch.setattr(ab._ext, "load", lambda: lib)
+    monkeypatch.setattr(ab, "vidattn", types.SimpleNamespace(attention=None))
+    current = {}
+
+    def fake_attention(q, k, v, causal):  # the input sets carry no shape: the shape being timed is the loop's
+        return attention(current["shape"], causal)
+
+    real_n_sets = ab.timer.n_sets
+
+    def n_sets(set_bytes, l2):  # the probe sizes its sets just before timing a shape: recover the shape from the bytes
+        for b, h, s, d in shapes:
+            if set_bytes == 4 * b * s * h * d * 2:
+                current["shape"] = (b, s, h, d)
+        return real_n_sets(set_bytes, l2)
+
+    monkeypatch.setattr(ab.timer, "n_sets", n_sets)
+    ab.vidattn.attention = fake_attention
+    out = tmp_path / "causal" / "grouping.json"
+    monkeypatch.setattr(sys, "argv", ["causal_sched_ab.py", "--sweep", "grouping", "--rounds", "3", "--out", str(out)])
+    ab.main()
+    printed = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    rows = {r["shape"]: r for r in data["rows"]}
+    r6 = rows["2x16x6144 D128"]
+    assert set(r6["ms"]) == {"static", "dynamic", "short_first", "auto"} and all(len(x) == 3 for x in r6["ms"].values())
+    assert r6["ran"]["short_first"] == {"dynamic": 1, "first_group": 2} and r6["ran_ok"] and r6["equal"]
+    assert ab.paired_speedup(r6) == pytest.approx(1 / 1.1) and ab.paired_speedup(r6, "short_first") == \
+        pytest.approx(1 / 0.98)
+    # where the groups divide the pairs the two dynamic orders are one: the fake then times both as "dynamic"
+    r1 = rows["4x16x1024 D128"]
+    assert r1["first_group"] == 0 and r1["ran"]["short_first"] == {"dynamic": 1, "first_group": 0}
+    table = (tmp_path / "causal" / "grouping_table.txt").read_text()
+    assert printed.rstrip().endswith(table.rstrip())
+    shape_lines = table.split("\n\n")[-1].splitlines()
+    assert shape_lines[0].startswith("shape | group") and len(shape_lines) == 3
+    assert "crossover short_first D=128" in table
+    # 1K has no short group, so short_first runs the dynamic order there and loses: its crossover is 6K
+    assert data["crossover_min_sq_short_first"] == {"128": 6144} and data["crossover_min_sq"] == {"128": None}
+
+
+def test_survey_of_grouping_rules_puts_the_short_group_first_ahead():
+    """dev/NOTES.md's survey: over the shapes with a remainder the short group first has the lowest geometric mean
+    and worst case of every rule simulated, and its list is the one the kernel's decode walks."""
+    r = sim.survey()
+    st = r["stats"]
+    assert r["shapes"] == 100
+    assert min(st, key=lambda k: st[k]["geomean"]) == "first" and min(st, key=lambda k: st[k]["worst"]) == "first"
+    assert st["first"]["geomean"] < 1.03 < 1.1 < st["last"]["geomean"]
+    assert len(r["first_worse_than_last"]) <= 1
+    for b, h, s, d in [(2, 16, 6144, 128), (3, 7, 2048, 128), (2, 16, 6144, 64)]:
+        group = sim.group_heads(b, h, s, d)
+        assert sim.sized_list(b, h, s, s, d, sim.group_sizes(b * h, group, "first")) == \
+            sim.grouped_list(b, h, s, s, d, group, first=sim.first_group(b * h, group, 1))
+        assert sim.sized_list(b, h, s, s, d, sim.group_sizes(b * h, group, "last")) == \
+            sim.grouped_list(b, h, s, s, d, group)

@@ -38,6 +38,7 @@ import importlib.util
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -72,7 +73,7 @@ CROSSOVER = [(4, 16, 1024, 128), (8, 16, 1024, 128), (8, 32, 1024, 64), (4, 16, 
 # where short_first is the same order as dynamic), then shapes whose last group is short (group sizes from capi.cu's
 # 16 MB budget): 2x16x6K D=128 in groups of 5 (the measured 0.931), D=64 in groups of 10, 1x12x4K D=128 in groups
 # of 8, 3x7x2K D=128 in groups of 16.
-GROUPING = [(4, 16, 1024, 128), (8, 32, 1024, 64), (4, 16, 2048, 128), (4, 32, 2048, 64), (2, 16, 4096, 128),
+GROUPING = [(4, 16, 1024, 128), (8, 16, 1024, 128), (8, 32, 1024, 64), (4, 16, 2048, 128), (4, 32, 2048, 64), (2, 16, 4096, 128),
             (2, 32, 4096, 64), (1, 16, 8192, 128), (1, 32, 8192, 64), (1, 16, 32768, 128), (1, 32, 32768, 64),
             (2, 16, 6144, 128), (2, 16, 6144, 64), (1, 12, 4096, 128), (3, 7, 2048, 128)]
 # The causal builds a head dim runs on (capi.cu, causal_build_slot): one threshold each.
@@ -184,7 +185,8 @@ def shape_table(rows: list[dict]) -> str:
         lines.append(" | ".join([r["shape"], str(r["group"]), str(r.get("first_group", 0))]
                                 + [cell(t.get(p)) for p in ("static", "dynamic", "short_first", "auto")] + ratios
                                 + [f"{sr.get(p, 0):.3f}" for p in ("static", "dynamic", "short_first")]
-                                + [str(r["equal"])]))
+                                + [str(r["equal"]) + ("" if r.get("ran_ok", True) else " NOT-RUN-AS-NAMED")
+                                   + (" HOST-BOUND" if r.get("host_bound") else "")]))
     return "\n".join(lines)
 
 
@@ -243,6 +245,18 @@ def expected_first_group(b: int, h: int, s: int, d: int, policy: str, default_gr
     return sim.first_group(b * h, sim.group_heads(b, h, s, d), grouping)
 
 
+def host_us_per_call(call, n: int) -> float:
+    """Microseconds the host takes to issue one call, the GPU held busy meanwhile (so no call waits for it): a span
+    measures the GPU only while this stays below the GPU's time per call."""
+    torch.cuda._sleep(50_000_000)  # ~25 ms, more than n calls take to issue
+    t0 = time.perf_counter()
+    for i in range(n):
+        call(i)
+    host = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -280,13 +294,14 @@ def main() -> None:
         def call(i):
             return vidattn.attention(*sets[i % len(sets)], causal=True)
 
-        outs, ran, n_calls = {}, {}, {}
+        outs, ran, n_calls, host_us = {}, {}, {}, {}
         for policy in policies:  # warm-up, what ran, the output, the call count for the target time
             with Policy(lib, policy, grouping):
                 outs[policy] = call(0)
                 torch.cuda.synchronize()
                 ran[policy] = ran_as(lib)
                 one = timer.time_back_to_back(call, len(sets), span)
+                host_us[policy] = host_us_per_call(call, len(sets))
             n_calls[policy] = timer.calls_for(one, args.target_ms, len(sets))
         ms = {policy: [] for policy in policies}
         for r in range(args.rounds):  # interleaved, the order rotating from round to round
@@ -296,7 +311,7 @@ def main() -> None:
         simr = sim.simulate(b, h, s, d)
         group = sim.group_heads(b, h, s, d)
         row = {"shape": f"{b}x{h}x{s} D{d}", "b": b, "h": h, "s": s, "d": d, "sets": len(sets),
-               "calls": n_calls, "ran": ran, "equal": all(torch.equal(outs["static"], outs[p]) for p in policies),
+               "calls": n_calls, "host_us_per_call": host_us, "ran": ran, "equal": all(torch.equal(outs["static"], outs[p]) for p in policies),
                "ms": ms, "group": group, "first_group": sim.first_group(b * h, group, 1),
                "sim_ratio": {"dynamic": simr["dynamic_grouped"]["ratio"], "static": simr["static_snake"]["ratio"],
                              "short_first": simr["dynamic_short_first"]["ratio"]},
@@ -309,6 +324,8 @@ def main() -> None:
                 row["ran_ok"] &= ran["dynamic"].get("first_group") == 0
         for policy in ms:
             row[f"tflops_{policy}"] = row["tflops"][policy] = flops / (statistics.median(ms[policy]) * 1e-3) / 1e12
+        # a span whose calls the host issues slower than the GPU runs them times the host, not the schedule
+        row["host_bound"] = any(host_us[p] > 0.8 * statistics.median(ms[p]) * 1e3 for p in policies)
         row["speedup"] = statistics.median(ms["static"]) / statistics.median(ms["dynamic"])
         # per round, so that the spread between rounds shows next to the median
         row["speedup_rounds"] = per_round_ratios(ms, "static", "dynamic")
@@ -325,7 +342,8 @@ def main() -> None:
               f"[{min(row['speedup_rounds']):.3f}-{max(row['speedup_rounds']):.3f}]{sf}  (sim "
               f"{row['sim_ratio']['static']:.3f} -> {row['sim_ratio']['dynamic']:.3f}"
               f"{' / ' + format(row['sim_ratio']['short_first'], '.3f') if 'short_first' in ms else ''})  "
-              f"equal={row['equal']} ran_ok={row.get('ran_ok')}", flush=True)
+              f"equal={row['equal']} ran_ok={row.get('ran_ok')} host {max(host_us.values()):.0f} us/call"
+              f"{' HOST-BOUND' if row['host_bound'] else ''}", flush=True)
         del sets, outs
         torch.cuda.empty_cache()
         if args.out:  # each row as it lands: a timeout keeps what was measured

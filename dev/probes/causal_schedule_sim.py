@@ -93,6 +93,60 @@ def grouped_list(b: int, h: int, sq: int, skv: int, d: int, group: int, bottom_r
             for t in range(mb * b * h)]
 
 
+def sized_list(b: int, h: int, sq: int, skv: int, d: int, sizes: list[int], bottom_right: bool = False) -> list[int]:
+    """Key blocks of every tile for groups of the given sizes in list order (each heaviest block first across it):
+    the grouping alternatives the kernel does not build, for the survey."""
+    bm, bn = block_sizes(d)
+    mb = -(-sq // bm)
+    out = []
+    for size in sizes:
+        for i in range(mb):
+            out += [tile_blocks(mb - 1 - i, bm, bn, sq, skv, bottom_right)] * size
+    return out
+
+
+def group_sizes(pairs: int, group: int, rule: str) -> list[int]:
+    """Group sizes in list order under a rule: `last` (shipped: the budget's groups, the remainder last), `first`
+    (the remainder first), `divisor` (the largest divisor of the pairs within the budget), `even` (as many groups as
+    the budget needs, sizes within one of each other, larger first), `even_asc` (the same, smaller first)."""
+    full, rem = divmod(pairs, group)
+    if rule == "last":
+        return [group] * full + ([rem] if rem else [])
+    if rule == "first":
+        return ([rem] if rem else []) + [group] * full
+    if rule == "divisor":
+        g = max(x for x in range(1, group + 1) if pairs % x == 0)
+        return [g] * (pairs // g)
+    n = -(-pairs // group)
+    q, r = divmod(pairs, n)
+    sizes = [q + 1] * r + [q] * (n - r)
+    return sizes if rule == "even" else sorted(sizes)
+
+
+SURVEY_RULES = ("last", "first", "divisor", "even", "even_asc")
+
+
+def survey(overhead: float = 0.5, g: int = SMS) -> dict:
+    """Busiest CTA / mean over the shapes whose budget groups leave a remainder (D=64 and 128, 1K-32K, 7-256 pairs):
+    geometric mean and worst per grouping rule and for the static order, and the shapes where `first` is worse than
+    `last`."""
+    shapes = [(b, h, s, d) for d in (64, 128) for s in (1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 32768)
+              for b, h in ((1, 12), (1, 13), (1, 16), (1, 24), (1, 32), (2, 16), (2, 24), (4, 16), (2, 32), (1, 40),
+                           (3, 7), (2, 20), (1, 30), (8, 16), (8, 32), (4, 32))
+              if (b * h) % group_heads(b, h, s, d)]
+    ratios = {rule: [] for rule in ("static",) + SURVEY_RULES}
+    for b, h, s, d in shapes:
+        grid = min(g, -(-s // block_sizes(d)[0]) * b * h)
+        ratios["static"].append(static_snake(tile_list(b, h, s, s, d), grid, overhead)["ratio"])
+        for rule in SURVEY_RULES:
+            work = sized_list(b, h, s, s, d, group_sizes(b * h, group_heads(b, h, s, d), rule))
+            ratios[rule].append(dynamic(work, grid, overhead)["ratio"])
+    stats = {rule: {"geomean": math.exp(sum(map(math.log, xs)) / len(xs)), "worst": max(xs)}
+             for rule, xs in ratios.items()}
+    worse = [(shape, a, c) for shape, a, c in zip(shapes, ratios["last"], ratios["first"]) if c > a + 1e-9]
+    return {"shapes": len(shapes), "stats": stats, "first_worse_than_last": worse}
+
+
 def _finish(loads: list[float]) -> dict:
     mean = sum(loads) / len(loads)
     return {"makespan": max(loads), "mean": mean, "ratio": max(loads) / mean if mean else 1.0}
@@ -205,7 +259,16 @@ def main() -> None:
     ap.add_argument("--shape", help="B,H,S,D (default: the bench and video shapes)")
     ap.add_argument("--overhead", type=float, default=0.5, help="per-tile boundary cost, in key-block times")
     ap.add_argument("--sms", type=int, default=SMS)
+    ap.add_argument("--survey", action="store_true", help="the grouping rules over shapes whose groups leave a remainder")
     args = ap.parse_args()
+    if args.survey:
+        r = survey(args.overhead, args.sms)
+        print(f"busiest CTA / mean over {r['shapes']} shapes with a remainder: geometric mean, worst")
+        for rule, st in r["stats"].items():
+            print(f"  {rule:10s} {st['geomean']:.3f} {st['worst']:.3f}")
+        print("first worse than last at: " + ", ".join(f"{b}x{h}x{s} D{d} ({c:.3f} vs {a:.3f})"
+                                                         for (b, h, s, d), a, c in r["first_worse_than_last"]))
+        return
     shapes = SHAPES
     if args.shape:
         b, h, s, d = (int(x) for x in args.shape.split(","))
