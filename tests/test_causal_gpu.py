@@ -616,9 +616,8 @@ def test_short_group_first_equals_static(b, hq, hkv, sq, skv, d, lens, spike, mo
 
 @pytest.mark.usefixtures("grouping_switch")
 def test_short_group_first_every_tile_once_many_launches():
-    """Groups of one pair with a short group first cannot occur (1 divides everything); groups that leave one pair
-    over can: 40 pairs of 4097 in groups of 7 leave 5, 29 pairs leave 1. Back-to-back launches of both on one
-    workspace, then the reference."""
+    """Opening groups of 5 pairs (40 pairs of 4097 keys in groups of 7) and of a single pair (29 pairs), launched
+    back to back on one workspace, each the same bits every time, then against the reference."""
     lib = _ext.load()
     assert lib.vidattn_sm90_set_causal_grouping(1) == 0
     g, seed = new_gen()

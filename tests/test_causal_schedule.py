@@ -444,3 +444,15 @@ def test_survey_of_grouping_rules_puts_the_short_group_first_ahead():
             sim.grouped_list(b, h, s, s, d, group, first=sim.first_group(b * h, group, 1))
         assert sim.sized_list(b, h, s, s, d, sim.group_sizes(b * h, group, "last")) == \
             sim.grouped_list(b, h, s, s, d, group)
+
+
+def test_device_stage_grouping_mode_selects_the_new_gpu_tests():
+    """causal_device.sh grouping runs the GPU tests its -k names (they exist) and the grouping sweep, within 80 s of
+    timeouts."""
+    sh = (ROOT / "dev/probes/causal_device.sh").read_text()
+    assert 'select=(-k "grouping or short_group_first")' in sh and "--sweep \"$sweep\"" in sh
+    m = re.search(r'tests_s=(\d+); durations=\d+; sweep_s=(\d+); rounds=(\d+)\n  select=\(-k "grouping', sh)
+    assert m and int(m.group(1)) + int(m.group(2)) <= 78 and int(m.group(3)) >= 5
+    gpu = (ROOT / "tests/test_causal_gpu.py").read_text()
+    names = re.findall(r"^def (test_\w+)", gpu, re.M)
+    assert len([n for n in names if "grouping" in n or "short_group_first" in n]) >= 3
