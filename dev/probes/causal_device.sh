@@ -14,7 +14,10 @@
 set -u
 out=${1:?usage: causal_device.sh OUTDIR [full|routing|grouping]}
 mode=${2:-full}
-case "$mode" in full|routing|grouping) ;; *) echo "causal_device.sh: mode full, routing or grouping, not $mode"; exit 2 ;; esac
+case "$mode" in
+  full|routing|grouping) ;;
+  *) echo "causal_device.sh: mode full, routing or grouping, not $mode"; exit 2 ;;
+esac
 mkdir -p "$out"
 t0=$SECONDS
 if [ "$mode" = full ]; then
@@ -53,7 +56,8 @@ grep -E "^(FAILED|ERROR)" "$out/gpu_causal.log" | head -8
 echo "sweep rc=$rc_sweep:"
 if [ "$mode" = grouping ]; then
   # the per-length summary and verdicts, then the per-shape table (written as the rows land: a timeout keeps them)
-  grep -E "^  D |^  [0-9]+ | / static by length|crossover|library|HOST-BOUND|NOT-RUN|Error|error" "$out/$sweep.log" | cut -c1-150
+  grep -E "^  D |^  [0-9]+ | / static by length|crossover|library|HOST-BOUND|NOT-RUN|Error|error" "$out/$sweep.log" |
+    cut -c1-150
   echo "per shape (TFLOPS; ratios are medians of per-round ratios; sim = makespan / mean):"
   tail -n 20 "$out/${sweep}_table.txt" 2>/dev/null | grep -E "^shape|D(64|128) \|"
 else

@@ -259,7 +259,8 @@ def main() -> None:
     ap.add_argument("--shape", help="B,H,S,D (default: the bench and video shapes)")
     ap.add_argument("--overhead", type=float, default=0.5, help="per-tile boundary cost, in key-block times")
     ap.add_argument("--sms", type=int, default=SMS)
-    ap.add_argument("--survey", action="store_true", help="the grouping rules over shapes whose groups leave a remainder")
+    ap.add_argument("--survey", action="store_true",
+                    help="the grouping rules over shapes whose groups leave a remainder")
     args = ap.parse_args()
     if args.survey:
         r = survey(args.overhead, args.sms)
