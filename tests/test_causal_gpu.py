@@ -630,3 +630,39 @@ def test_short_group_first_every_tile_once_many_launches():
         assert torch.equal(vidattn.attention(q2, k2, v2, causal=True), first2), f"launch {i} seed={seed}"
     check(q, k, v, "top_left", f"1x40x4097 short group first seed={seed}")
     check(q2, k2, v2, "bottom_right", f"1x29x4097 short group first seed={seed}")
+
+
+# ---- below the length threshold, by the static order's imbalance (capi.cu, causal_static_imbalance) --------------
+@pytest.mark.parametrize("mode", MODES)
+def test_static_imbalance_rule_routes_unbalanced_short_problems(mode, monkeypatch):
+    """With the rule at 1.10 (vidattn_sm90_set_causal_static_imbalance_max(1100)), short problems whose static order
+    the simulator puts over 1.10 of the mean take the dynamic schedule, the others keep the static one; the
+    library's estimate is the simulator's; outputs are the static order's bits; 0 turns the rule off."""
+    lib = _ext.load()
+    if not hasattr(lib, "vidattn_sm90_set_causal_static_imbalance_max"):
+        pytest.fail("this library predates the static-imbalance rule: rebuild it")
+    sim = _sim()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    g, seed = new_gen()
+    assert lib.vidattn_sm90_set_causal_static_imbalance_max(500) == 1
+    assert lib.vidattn_sm90_set_causal_static_imbalance_max(-2) == 1
+    try:
+        assert lib.vidattn_sm90_set_causal_static_imbalance_max(1100) == 0
+        assert lib.vidattn_sm90_causal_static_imbalance_max() == 1100
+        for b, h, sq, d in [(1, 16, 4096, 128), (2, 16, 4096, 128), (2, 16, 1024, 64), (1, 12, 3001, 96)]:
+            what = f"{b}x{h}x{sq} D={d} {mode} seed={seed}"
+            q, k, v = bshd_inputs(b, h, h, sq, sq, d, g)
+            want = sim.simulate(b, h, sq, d, g=sms)["static_snake"]["ratio"]
+            out, ran = schedule_of(lib, q, k, v, mode, True, monkeypatch)
+            assert abs(lib.vidattn_sm90_last_causal_static_imbalance() - round(1000 * want)) <= 1, (what, want)
+            assert ran == (1 if want > 1.1 else 0), (what, want)
+            stat, ran_stat = schedule_of(lib, q, k, v, mode, False, monkeypatch)
+            assert ran_stat == 0 and torch.equal(out, stat), what
+            if d == 96:
+                check(q, k, v, mode, what)
+        assert lib.vidattn_sm90_set_causal_static_imbalance_max(0) == 0
+        q, k, v = bshd_inputs(1, 16, 16, 4096, 4096, 128, g)
+        assert schedule_of(lib, q, k, v, mode, True, monkeypatch)[1] == 0, "rule off: the length decides"
+        assert lib.vidattn_sm90_last_causal_static_imbalance() == 0
+    finally:
+        assert lib.vidattn_sm90_set_causal_static_imbalance_max(-1) == 0

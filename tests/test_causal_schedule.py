@@ -156,9 +156,10 @@ def test_capi_routes_short_problems_to_the_static_order():
     assert ("int causal_build_slot(int64_t head_dim) { return head_dim < 1 || head_dim > 128 ? -1 : head_dim <= 64 ? 0 "
             ": 1; }") in src
     assert "return seqlen_q >= g_causal_dynamic_min_sq[causal_build_slot(build_head_dim)];" in src
-    # the dynamic schedule needs the workspace and a long enough problem; anything else runs the static order
-    assert re.search(r"a\.workspace_bytes >= causal_sched_bytes\(sms\) &&\s+"
-                     r"causal_dynamic_for\(kHeadDim, a\.seqlen_q\)\)", src)
+    # the dynamic schedule needs the workspace and a long enough problem (or, with the static-imbalance rule on, an
+    # unbalanced static order); anything else runs the static order
+    assert "bool dynamic = causal_dynamic_for(kHeadDim, a.seqlen_q);" in src
+    assert re.search(r"a\.workspace_bytes >= causal_sched_bytes\(sms\) &&\s+dynamic\)", src)
     hdr = (ROOT / "csrc/capi.h").read_text()
     for fn in ("vidattn_sm90_set_causal_dynamic_min_sq", "vidattn_sm90_set_causal_dynamic_min_sq_for",
                "vidattn_sm90_causal_dynamic_min_sq_for", "vidattn_sm90_last_causal_dynamic"):
@@ -450,9 +451,68 @@ def test_device_stage_grouping_mode_selects_the_new_gpu_tests():
     """causal_device.sh grouping runs the GPU tests its -k names (they exist) and the grouping sweep, within 80 s of
     timeouts."""
     sh = (ROOT / "dev/probes/causal_device.sh").read_text()
-    assert 'select=(-k "grouping or short_group_first")' in sh and "--sweep \"$sweep\"" in sh
+    assert 'select=(-k "grouping or short_group_first or static_imbalance")' in sh and "--sweep \"$sweep\"" in sh
     m = re.search(r'tests_s=(\d+); durations=\d+; sweep_s=(\d+); rounds=(\d+)\n  select=\(-k "grouping', sh)
     assert m and int(m.group(1)) + int(m.group(2)) <= 78 and int(m.group(3)) >= 5
     gpu = (ROOT / "tests/test_causal_gpu.py").read_text()
     names = re.findall(r"^def (test_\w+)", gpu, re.M)
     assert len([n for n in names if "grouping" in n or "short_group_first" in n]) >= 3
+    assert [n for n in names if "static_imbalance" in n]
+
+
+# ---- below the length threshold, the static order's imbalance (capi.cu, causal_static_imbalance) -----------------
+def _capi_static_imbalance_binary(tmp_path):
+    """capi.cu's causal_static_imbalance, cut out of the source and compiled alone with the host compiler."""
+    import shutil
+    import subprocess
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    src = (ROOT / "csrc/capi.cu").read_text()
+    start = src.index("int causal_static_imbalance(")
+    body = src[start:src.index("\n}\n", start) + 3]
+    main = ("#include <cstdint>\n#include <cstdio>\n" + body +
+            "int main() { long long sq, skv, mb, pairs; int br, bm, bn, grid;\n"
+            "  while (std::scanf(\"%lld %lld %d %d %d %lld %lld %d\", &sq, &skv, &br, &bm, &bn, &mb, &pairs, &grid) "
+            "== 8)\n    std::printf(\"%d\\n\", causal_static_imbalance(sq, skv, br, bm, bn, mb, pairs, grid));\n}\n")
+    (tmp_path / "imb.cpp").write_text(main)
+    subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-o", str(tmp_path / "imb"),
+                    str(tmp_path / "imb.cpp")], check=True, capture_output=True)
+    return tmp_path / "imb"
+
+
+def test_capi_static_imbalance_is_the_simulators_static_snake(tmp_path):
+    import subprocess
+    binary = _capi_static_imbalance_binary(tmp_path)
+    cases, want = [], []
+    for b, h, sq, skv, d, br in [(1, 16, 4096, 4096, 128, 0), (2, 16, 4096, 4096, 128, 0), (1, 12, 4096, 4096, 128, 0),
+                                 (3, 7, 2048, 2048, 128, 0), (2, 16, 1024, 1024, 64, 0), (1, 24, 2048, 2048, 128, 0),
+                                 (2, 5, 3001, 1000, 128, 1), (2, 5, 1000, 3001, 128, 1), (1, 1, 131, 131, 128, 0),
+                                 (1, 16, 32768, 32768, 128, 0), (2, 16, 4096, 4096, 128, 0)]:  # the last: memoized
+        bm, bn = sim.block_sizes(d)
+        mb = -(-sq // bm)
+        grid = min(sim.SMS, mb * b * h)
+        cases.append(f"{sq} {skv} {br} {bm} {bn} {mb} {b * h} {grid}")
+        work = sim.tile_list(b, h, sq, skv, d, bottom_right=bool(br))
+        want.append(round(1000 * sim.static_snake(work, grid, 0.5)["ratio"]))
+    out = subprocess.run([str(binary)], input="\n".join(cases) + "\n", capture_output=True, text=True, check=True)
+    got = [int(x) for x in out.stdout.split()]
+    assert len(got) == len(want) and all(abs(g - w) <= 1 for g, w in zip(got, want)), list(zip(got, want))
+    # too large a grid to walk: the rule stays out of it
+    out = subprocess.run([str(binary)], input="4096 4096 0 128 128 32 100000 2000\n", capture_output=True, text=True)
+    assert out.stdout.split() == ["0"]
+
+
+def test_static_imbalance_rule_routes_the_unbalanced_shapes_only():
+    """What the rule at 1.10 would send to the dynamic schedule below the D=128 threshold: the pair counts that are
+    not multiples of 32, where the static snake leaves 1.2-2.0; the sweep's 2x16 and 4x16 shapes stay static."""
+    src = (ROOT / "csrc/capi.cu").read_text()
+    assert re.search(r"#define VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX \d+\n", src)
+    assert "dynamic = g_last_causal_static_imbalance > g_causal_static_imbalance_max;" in src
+    for b, h, s, d in [(2, 16, 4096, 128), (4, 16, 1024, 128), (4, 16, 2048, 128), (2, 16, 6144, 128),
+                       (8, 32, 1024, 64)]:
+        assert sim.simulate(b, h, s, d)["static_snake"]["ratio"] < 1.07, (b, h, s, d)
+    for b, h, s, d in [(1, 16, 4096, 128), (1, 12, 4096, 128), (1, 24, 2048, 128), (3, 7, 2048, 128),
+                       (2, 16, 1024, 64)]:
+        r = sim.simulate(b, h, s, d)
+        assert r["static_snake"]["ratio"] > 1.25 and r["dynamic_short_first"]["ratio"] < 1.11, (b, h, s, d)

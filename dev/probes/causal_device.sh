@@ -9,7 +9,7 @@
 #       then the crossover sweep, 7 rounds
 #   bash dev/probes/causal_device.sh $OUT/causal grouping  (~55 s, at most 78): the GPU tests of the short head group
 #       first (vidattn_sm90_set_causal_grouping: same bits as the static order, odd lengths, kv_lens, GQA, D=64/96,
-#       the redo pass), then the grouping A/B (causal_sched_ab.py --sweep grouping: static, dynamic, short_first and
+#       the redo pass) and of the static-imbalance rule, then the grouping A/B (causal_sched_ab.py --sweep grouping: static, dynamic, short_first and
 #       auto, back to back, 7 rounds, D=64/128 at 1K-8K and 32K plus shapes with a remainder); its table last
 set -u
 out=${1:?usage: causal_device.sh OUTDIR [full|routing|grouping]}
@@ -32,7 +32,7 @@ elif [ "$mode" = routing ]; then
   select=(-k "short_problems or min_sq or one_threshold or every_tile_once or any_workspace or many_launches")
 else
   tests_s=36; durations=5; sweep_s=40; rounds=7
-  select=(-k "grouping or short_group_first")
+  select=(-k "grouping or short_group_first or static_imbalance")
 fi
 sweep=crossover
 [ "$mode" = grouping ] && sweep=grouping
@@ -56,7 +56,7 @@ grep -E "^(FAILED|ERROR)" "$out/gpu_causal.log" | head -8
 echo "sweep rc=$rc_sweep:"
 if [ "$mode" = grouping ]; then
   # the per-length summary and verdicts, then the per-shape table (written as the rows land: a timeout keeps them)
-  grep -E "^  D |^  [0-9]+ | / static by length|crossover|library|HOST-BOUND|NOT-RUN|Error|error" "$out/$sweep.log" |
+  grep -E "^  D |^  [0-9]+ | / static by length|crossover|library|rule|HOST-BOUND|NOT-RUN|Error|error" "$out/$sweep.log" |
     cut -c1-150
   echo "per shape (TFLOPS; ratios are medians of per-round ratios; sim = makespan / mean):"
   tail -n 20 "$out/${sweep}_table.txt" 2>/dev/null | grep -E "^shape|D(64|128) \|"

@@ -72,10 +72,12 @@ CROSSOVER = [(4, 16, 1024, 128), (8, 16, 1024, 128), (8, 32, 1024, 64), (4, 16, 
 # D=64 and D=128 at 1K-8K and 32K at the crossover sweep's batch x heads (their groups divide the pairs: the control,
 # where short_first is the same order as dynamic), then shapes whose last group is short (group sizes from capi.cu's
 # 16 MB budget): 2x16x6K D=128 in groups of 5 (the measured 0.931), D=64 in groups of 10, 1x12x4K D=128 in groups
-# of 8, 3x7x2K D=128 in groups of 16.
+# of 8, 3x7x2K D=128 in groups of 16; then short problems whose pair count is not a multiple of 32, where the static
+# order leaves 1.3-1.5 of the mean below the length thresholds (capi.cu, the static-imbalance rule).
 GROUPING = [(4, 16, 1024, 128), (8, 16, 1024, 128), (8, 32, 1024, 64), (4, 16, 2048, 128), (4, 32, 2048, 64),
             (2, 16, 4096, 128), (2, 32, 4096, 64), (1, 16, 8192, 128), (1, 32, 8192, 64), (1, 16, 32768, 128),
-            (1, 32, 32768, 64), (2, 16, 6144, 128), (2, 16, 6144, 64), (1, 12, 4096, 128), (3, 7, 2048, 128)]
+            (1, 32, 32768, 64), (2, 16, 6144, 128), (2, 16, 6144, 64), (1, 12, 4096, 128), (3, 7, 2048, 128),
+            (1, 16, 4096, 128), (1, 24, 2048, 128), (2, 16, 1024, 64)]
 # The causal builds a head dim runs on (capi.cu, causal_build_slot): one threshold each.
 BUILD_HEAD_DIMS = (64, 128)
 
@@ -161,7 +163,24 @@ def summary(rows: list[dict], library: dict[int, int], rounds: int) -> list[str]
     if "short_first" in policies:
         lines += [x.replace("crossover", "crossover short_first", 1)
                   for x in verdict(recommended_min_sq(rows, policy="short_first"), library)]
+        lines += imbalance_rule_lines(rows, library)
     return lines
+
+
+IMBALANCE_RULE = 1.10  # the permille rule's value the NOTES predict for (vidattn_sm90_set_causal_static_imbalance_max)
+
+
+def imbalance_rule_lines(rows: list[dict], library: dict[int, int]) -> list[str]:
+    """What the static-imbalance rule would do below the length thresholds: the shapes whose simulated static order
+    exceeds IMBALANCE_RULE go dynamic (short group first); their measured short_first / static, and the rest's
+    dynamic / static that the rule leaves alone."""
+    below = [r for r in rows if r["s"] < library.get(r["d"], 0) and "speedup_rounds_short_first" in r]
+    routed = [r for r in below if r["sim_ratio"]["static"] > IMBALANCE_RULE]
+    if not below:
+        return []
+    cells = ", ".join(f"{r['shape']} {paired_speedup(r, 'short_first'):.3f}" for r in routed) or "none"
+    return [f"static-imbalance rule at {IMBALANCE_RULE:.2f} routes {len(routed)} of {len(below)} shapes below the "
+            f"thresholds; short_first / static there: {cells}"]
 
 
 SHAPE_HEAD = ["shape", "group", "first", "static", "dynamic", "short_first", "auto", "dyn/st", "sf/st", "sf/dyn",
