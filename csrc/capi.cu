@@ -98,6 +98,16 @@ TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
 #define VIDATTN_CAUSAL_DYNAMIC 1
 #endif
 constexpr int64_t kCausalGroupBytes = 16ll << 20;
+// Where the groups of the budget do not divide the (batch, head) pairs, where the short group goes: 0 last (the
+// first dynamic schedule's order), 1 first, so that the launch ends on a full group. The simulator
+// (dev/probes/causal_schedule_sim.py, short_first) puts the last group's remainder behind the dynamic schedule's
+// 6K D=128 loss (2 x 16 heads, groups of 5: 1.097 of the mean last, 1.011 first; static 1.031).
+// vidattn_sm90_set_causal_grouping switches it at run time for the A/B (dev/probes/causal_sched_ab.py).
+#ifndef VIDATTN_CAUSAL_GROUPING
+#define VIDATTN_CAUSAL_GROUPING 0
+#endif
+int g_causal_grouping = VIDATTN_CAUSAL_GROUPING;
+thread_local int g_last_causal_first_group = 0;  // this thread's last causal launch's causal_first_group
 // Short causal problems keep the static order even with a workspace: there the simulator finds little imbalance for
 // the dynamic schedule to remove, so only its costs (a ticket per tile, the counters' claim per CTA) show. One
 // threshold per causal build (D=64, three warpgroups; D=128, N=128; head dims below 64 or 128 run padded on them),
@@ -122,6 +132,55 @@ int causal_build_slot(int64_t head_dim) { return head_dim < 1 || head_dim > 128 
 // enough workspace.
 bool causal_dynamic_for(int build_head_dim, int64_t seqlen_q) {
   return seqlen_q >= g_causal_dynamic_min_sq[causal_build_slot(build_head_dim)];
+}
+// Below the length threshold a call still takes the dynamic schedule when the static order would leave its busiest
+// CTA more than this over the mean (permille; 0: the length alone decides). The thresholds were measured at batch x
+// heads a multiple of 32, where the static snake is at its best (1.03 of the mean at 1K-6K, D=128); at 12, 16, 24 or
+// 40 pairs it leaves 1.2-2.0, which the dynamic schedule takes to 1.00-1.08 from 2K on (dev/probes/
+// causal_schedule_sim.py). Off until the device A/B says (vidattn_sm90_set_causal_static_imbalance_max).
+#ifndef VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX
+#define VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX 0
+#endif
+int g_causal_static_imbalance_max = VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX;
+thread_local int g_last_causal_static_imbalance = 0;  // permille, 0 when the rule did not run
+// The static order's busiest CTA over the mean, in permille, by the simulator's model (causal_schedule_sim.py,
+// static_snake: each tile's key blocks to its diagonal plus half a block; kv_lens not known here, so ignored):
+// tiles in list order (each head's Q blocks last first), round r on CTA c, or on grid - 1 - c for odd r (local_tile).
+// Memoized per shape (a model's layers repeat a few shapes); 0 where the grid or the list is too large to walk.
+int causal_static_imbalance(int64_t sq, int64_t skv, bool bottom_right, int bm, int bn, int64_t m_blocks,
+                            int64_t pairs, int grid) {
+  struct Entry {
+    int64_t sq, skv, m_blocks, pairs;
+    int bm, bn, grid, bottom_right, permille;
+  };
+  thread_local Entry memo[8] = {};
+  thread_local int memo_next = 0;
+  for (const Entry& e : memo)
+    if (e.permille > 0 && e.sq == sq && e.skv == skv && e.m_blocks == m_blocks && e.pairs == pairs && e.bm == bm &&
+        e.bn == bn && e.grid == grid && e.bottom_right == (bottom_right ? 1 : 0))
+      return e.permille;
+  constexpr int kMaxGrid = 1024;
+  const int64_t tiles = m_blocks * pairs;
+  if (grid < 1 || grid > kMaxGrid || tiles > (1ll << 20)) return 0;
+  double loads[kMaxGrid];
+  for (int c = 0; c < grid; ++c) loads[c] = 0.0;
+  const int64_t shift = bottom_right ? skv - sq : 0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t m = m_blocks - 1 - t % m_blocks;
+    int64_t kv_end = (m + 1) * bm + shift;
+    kv_end = kv_end > skv ? skv : kv_end < 0 ? 0 : kv_end;
+    const int64_t r = t / grid, c = t - r * grid;
+    loads[(r & 1) ? grid - 1 - c : c] += static_cast<double>((kv_end + bn - 1) / bn) + 0.5;
+  }
+  double most = 0.0, sum = 0.0;
+  for (int c = 0; c < grid; ++c) {
+    most = loads[c] > most ? loads[c] : most;
+    sum += loads[c];
+  }
+  const int permille = sum > 0.0 ? static_cast<int>(1000.0 * most * grid / sum + 0.5) : 1000;
+  memo[memo_next] = {sq, skv, m_blocks, pairs, bm, bn, grid, bottom_right ? 1 : 0, permille};
+  memo_next = (memo_next + 1) % 8;
+  return permille;
 }
 constexpr int kRedoWordsMax = 64;  // FwdTraits::kRedoWords (every build)
 uint64_t causal_sched_bytes(int sms) { return 16 + static_cast<uint64_t>(sms) * 32 * kRedoWordsMax * 4; }
@@ -204,16 +263,28 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     if constexpr (kCausal) {
       static_assert(T::kRedoWords <= kRedoWordsMax, "causal_sched_bytes");
       static_assert(kHeadDim == 64 || kHeadDim == 128, "one dynamic threshold per causal build: causal_build_slot");
+      g_last_causal_static_imbalance = 0;
+      bool dynamic = causal_dynamic_for(kHeadDim, a.seqlen_q);
+      if (!dynamic && g_causal_static_imbalance_max > 0) {
+        g_last_causal_static_imbalance = causal_static_imbalance(a.seqlen_q, a.seqlen_kv, a.causal == 2, T::kBlockM,
+                                                                 T::kBlockN, m_blocks, p.causal_pairs,
+                                                                 static_cast<int>(n < sms ? n : sms));
+        dynamic = g_last_causal_static_imbalance > g_causal_static_imbalance_max;
+      }
       if (VIDATTN_CAUSAL_DYNAMIC && a.workspace != nullptr && a.workspace_bytes >= causal_sched_bytes(sms) &&
-          causal_dynamic_for(kHeadDim, a.seqlen_q)) {
+          dynamic) {
         p.sched = static_cast<unsigned long long*>(a.workspace);
         p.sched_epoch = next_sched_epoch();
         const int64_t kv_bytes = a.seqlen_kv * kHeadDim * 2 * 2;
         const int64_t group = kCausalGroupBytes / (kv_bytes > 0 ? kv_bytes : 1);
         p.causal_group = static_cast<int>(group < 1 ? 1 : group > p.causal_pairs ? p.causal_pairs : group);
+        p.causal_first_group = g_causal_grouping == 1 ? p.causal_pairs % p.causal_group : 0;
       }
     }
-    if constexpr (kCausal) g_last_causal_dynamic = p.sched != nullptr ? 1 : 0;
+    if constexpr (kCausal) {
+      g_last_causal_dynamic = p.sched != nullptr ? 1 : 0;
+      g_last_causal_first_group = p.causal_first_group;
+    }
     kernel<<<dim3(static_cast<unsigned>(n < sms ? n : sms)), T::kThreads, smem, stream>>>(p);
     if (check_launch("kernel launch") != 0) return 1;
   }
@@ -392,6 +463,26 @@ extern "C" int vidattn_sm90_causal_dynamic_min_sq_for(int head_dim) {
 }
 
 extern "C" int vidattn_sm90_last_causal_dynamic(void) { return g_last_causal_dynamic; }
+
+extern "C" int vidattn_sm90_set_causal_grouping(int mode) {
+  if (mode < -1 || mode > 1) return 1;
+  g_causal_grouping = mode == -1 ? VIDATTN_CAUSAL_GROUPING : mode;
+  return 0;
+}
+
+extern "C" int vidattn_sm90_causal_grouping(void) { return g_causal_grouping; }
+
+extern "C" int vidattn_sm90_last_causal_first_group(void) { return g_last_causal_first_group; }
+
+extern "C" int vidattn_sm90_set_causal_static_imbalance_max(int permille) {
+  if (permille < -1 || (permille > 0 && permille < 1000)) return 1;
+  g_causal_static_imbalance_max = permille == -1 ? VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX : permille;
+  return 0;
+}
+
+extern "C" int vidattn_sm90_causal_static_imbalance_max(void) { return g_causal_static_imbalance_max; }
+
+extern "C" int vidattn_sm90_last_causal_static_imbalance(void) { return g_last_causal_static_imbalance; }
 
 extern "C" int vidattn_sm90_set_d128_block_n(int block_n) {
   if (block_n != 0 && block_n != kD128Short && block_n != kD128Long) return 1;

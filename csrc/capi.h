@@ -81,6 +81,22 @@ int vidattn_sm90_set_causal_dynamic_min_sq_for(int head_dim, int min_sq);
 int vidattn_sm90_causal_dynamic_min_sq_for(int head_dim);
 // 1 if this thread's last causal launch took the dynamic schedule (a tile counter in the workspace), 0 if static.
 int vidattn_sm90_last_causal_dynamic(void);
+// The dynamic schedule's head groups where they do not divide batch x heads: mode 0 puts the short group last, 1
+// first (the launch then ends on a full group), -1 restores the build's default (VIDATTN_CAUSAL_GROUPING). Returns
+// 0, or 1 for another mode. The tile order only: outputs are the same bits either way.
+int vidattn_sm90_set_causal_grouping(int mode);
+int vidattn_sm90_causal_grouping(void);
+// The size of the short group that opened the list of this thread's last causal launch (0: none; the static order
+// and mode 0 have none).
+int vidattn_sm90_last_causal_first_group(void);
+// Below the length threshold, causal calls whose static order would leave its busiest CTA more than permille / 1000
+// of the mean (the simulator's model, dev/probes/causal_schedule_sim.py) take the dynamic schedule too. 0: off (the
+// length alone decides), -1: the build's default (VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX). Returns 0, or 1 for a value
+// between 1 and 999 or below -1.
+int vidattn_sm90_set_causal_static_imbalance_max(int permille);
+int vidattn_sm90_causal_static_imbalance_max(void);
+// The static order's imbalance (permille) this thread's last causal call computed for that rule (0: it did not).
+int vidattn_sm90_last_causal_static_imbalance(void);
 
 #ifdef __cplusplus
 }

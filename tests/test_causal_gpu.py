@@ -530,3 +530,139 @@ def test_two_streams_at_once():
     torch.cuda.synchronize()
     for i, (a, b) in enumerate(outs):
         assert torch.equal(a, want) and torch.equal(b, want2), f"pair {i} seed={seed}"
+
+
+# ---- the short head group first (capi.cu, VIDATTN_CAUSAL_GROUPING; vidattn_sm90_set_causal_grouping) -------------
+# Where the L2 budget's head groups do not divide batch x heads, grouping 1 opens the tile list with the short group
+# instead of closing it with it (flash_fwd.cuh, tile_coord: causal_first_group). Every shape below leaves a
+# remainder (the group size from capi.cu's rule, mirrored by dev/probes/causal_schedule_sim.py): a tile the new
+# decode skips leaves NaN in the poisoned output, one it decodes to the wrong head or block a wrong value, and the
+# three orders (short group last, first, the static order) must give the same bits.
+def _sim():
+    from _support import load_script
+    return load_script(Path(__file__).resolve().parent.parent / "dev/probes/causal_schedule_sim.py")
+
+
+@pytest.fixture
+def grouping_switch():
+    """The dynamic schedule at every length, the grouping set by the test; both back to the defaults after."""
+    lib = _ext.load()
+    if not hasattr(lib, "vidattn_sm90_set_causal_grouping"):
+        pytest.fail("this library predates vidattn_sm90_set_causal_grouping: rebuild it")
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq(0) == 0
+    yield lib
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
+    assert lib.vidattn_sm90_set_causal_grouping(-1) == 0
+
+
+def test_grouping_setter_refuses_bad_values():
+    lib = _ext.load()
+    default = lib.vidattn_sm90_causal_grouping()
+    assert default in (0, 1)
+    for bad in (-2, 2, 7):
+        assert lib.vidattn_sm90_set_causal_grouping(bad) == 1
+        assert lib.vidattn_sm90_causal_grouping() == default
+    for mode in (0, 1):
+        assert lib.vidattn_sm90_set_causal_grouping(mode) == 0 and lib.vidattn_sm90_causal_grouping() == mode
+    assert lib.vidattn_sm90_set_causal_grouping(-1) == 0 and lib.vidattn_sm90_causal_grouping() == default
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("b,hq,hkv,sq,skv,d,lens,spike", [
+    (2, 7, 7, 3001, 3001, 128, None, False),     # odd length, 14 pairs in groups of 10: the first group of 4
+    (2, 9, 9, 5001, 5001, 64, None, False),      # the D=64 build (192-row tiles): 18 pairs in groups of 13
+    (2, 7, 7, 3001, 3001, 96, None, False),      # D=96 on the D=128 causal build, padded
+    (1, 32, 8, 3001, 3001, 128, None, False),    # GQA 32q/8kv: 32 query-head pairs in groups of 10
+    (2, 7, 7, 2000, 3001, 128, (3001, 1234), False),  # Sq < Skv and kv_lens (the groups follow Skv)
+    (2, 7, 7, 4000, 3001, 128, (3001, 7), False),     # Sq > Skv: bottom-right leaves rows without keys
+    (2, 8, 8, 4097, 4097, 128, None, True),      # 16 pairs in groups of 7, and a spike that makes tiles redo
+], ids=lambda x: str(x))
+def test_short_group_first_equals_static(b, hq, hkv, sq, skv, d, lens, spike, mode, grouping_switch, monkeypatch):
+    lib = grouping_switch
+    sim = _sim()
+    group = sim.group_heads(b, hq, skv, d)
+    first = sim.first_group(b * hq, group, 1)
+    g, seed = new_gen()
+    what = f"{b}x{hq}/{hkv}x{sq}x{skv} D={d} kv_lens={lens} group {group} first {first} {mode} seed={seed}"
+    assert first > 0, f"{what}: the shape must leave a short group"
+    q, k, v = bshd_inputs(b, hq, hkv, sq, skv, d, g, shift=spike)
+    if spike:
+        shape_scores(q, k, "spike", heads=[3])
+    kv_lens = None if lens is None else torch.tensor(lens, dtype=torch.int32, device=DEV)
+
+    def run(grouping, use_workspace):
+        assert lib.vidattn_sm90_set_causal_grouping(grouping) == 0
+        real = _ext.workspace
+        monkeypatch.setattr(_ext, "workspace", real if use_workspace else (lambda lib_, device: None))
+        try:
+            out, lse = vidattn.attention(q, k, v, kv_lens=kv_lens, causal=mode, return_lse=True)
+            torch.cuda.synchronize()
+            return out, lse, lib.vidattn_sm90_last_causal_dynamic(), lib.vidattn_sm90_last_causal_first_group()
+        finally:
+            monkeypatch.setattr(_ext, "workspace", real)
+
+    last = run(0, True)
+    lead = run(1, True)
+    stat = run(1, False)
+    assert last[2:] == (1, 0), what
+    assert lead[2:] == (1, first), what
+    assert stat[2:] == (0, 0), what
+    for other, name in ((last, "short group last"), (stat, "static order")):
+        assert torch.equal(lead[0], other[0]) and torch.equal(lead[1], other[1]), f"{what}: differs from {name}"
+    assert lib.vidattn_sm90_set_causal_grouping(1) == 0
+    check(q, k, v, mode, what, "bshd" if hkv == hq else "bhsd", kv_lens)
+    assert lib.vidattn_sm90_last_causal_first_group() == first, what
+
+
+@pytest.mark.usefixtures("grouping_switch")
+def test_short_group_first_every_tile_once_many_launches():
+    """Opening groups of 5 pairs (40 pairs of 4097 keys in groups of 7) and of a single pair (29 pairs), launched
+    back to back on one workspace, each the same bits every time, then against the reference."""
+    lib = _ext.load()
+    assert lib.vidattn_sm90_set_causal_grouping(1) == 0
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(1, 40, 40, 4097, 4097, 128, g)
+    q2, k2, v2 = bshd_inputs(1, 29, 29, 4097, 4097, 128, g)
+    first, first2 = vidattn.attention(q, k, v, causal=True), vidattn.attention(q2, k2, v2, causal=True)
+    assert lib.vidattn_sm90_last_causal_first_group() == 1, seed
+    for i in range(5):
+        assert torch.equal(vidattn.attention(q, k, v, causal=True), first), f"launch {i} seed={seed}"
+        assert torch.equal(vidattn.attention(q2, k2, v2, causal=True), first2), f"launch {i} seed={seed}"
+    check(q, k, v, "top_left", f"1x40x4097 short group first seed={seed}")
+    check(q2, k2, v2, "bottom_right", f"1x29x4097 short group first seed={seed}")
+
+
+# ---- below the length threshold, by the static order's imbalance (capi.cu, causal_static_imbalance) --------------
+@pytest.mark.parametrize("mode", MODES)
+def test_static_imbalance_rule_routes_unbalanced_short_problems(mode, monkeypatch):
+    """With the rule at 1.10 (vidattn_sm90_set_causal_static_imbalance_max(1100)), short problems whose static order
+    the simulator puts over 1.10 of the mean take the dynamic schedule, the others keep the static one; the
+    library's estimate is the simulator's; outputs are the static order's bits; 0 turns the rule off."""
+    lib = _ext.load()
+    if not hasattr(lib, "vidattn_sm90_set_causal_static_imbalance_max"):
+        pytest.fail("this library predates the static-imbalance rule: rebuild it")
+    sim = _sim()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    g, seed = new_gen()
+    assert lib.vidattn_sm90_set_causal_static_imbalance_max(500) == 1
+    assert lib.vidattn_sm90_set_causal_static_imbalance_max(-2) == 1
+    try:
+        assert lib.vidattn_sm90_set_causal_static_imbalance_max(1100) == 0
+        assert lib.vidattn_sm90_causal_static_imbalance_max() == 1100
+        for b, h, sq, d in [(1, 16, 4096, 128), (2, 16, 4096, 128), (2, 16, 1024, 64), (1, 12, 3001, 96)]:
+            what = f"{b}x{h}x{sq} D={d} {mode} seed={seed}"
+            q, k, v = bshd_inputs(b, h, h, sq, sq, d, g)
+            want = sim.simulate(b, h, sq, d, g=sms)["static_snake"]["ratio"]
+            out, ran = schedule_of(lib, q, k, v, mode, True, monkeypatch)
+            assert abs(lib.vidattn_sm90_last_causal_static_imbalance() - round(1000 * want)) <= 1, (what, want)
+            assert ran == (1 if want > 1.1 else 0), (what, want)
+            stat, ran_stat = schedule_of(lib, q, k, v, mode, False, monkeypatch)
+            assert ran_stat == 0 and torch.equal(out, stat), what
+            if d == 96:
+                check(q, k, v, mode, what)
+        assert lib.vidattn_sm90_set_causal_static_imbalance_max(0) == 0
+        q, k, v = bshd_inputs(1, 16, 16, 4096, 4096, 128, g)
+        assert schedule_of(lib, q, k, v, mode, True, monkeypatch)[1] == 0, "rule off: the length decides"
+        assert lib.vidattn_sm90_last_causal_static_imbalance() == 0
+    finally:
+        assert lib.vidattn_sm90_set_causal_static_imbalance_max(-1) == 0

@@ -82,16 +82,25 @@ __device__ __forceinline__ TileCoord decode_tile(int tile, int num_m_blocks, int
 // first across the group: Q block M - 1 of each of its heads, then M - 2, ... A CTA takes the next tile when it is
 // free, so the launch ends balanced when its last tiles are light ones, which a list sorted by weight gives; the
 // group's K/V (capi.cu: at most kCausalGroupBytes) stays what L2 holds. causal_group 1 (the static order's) is the
-// head-major order above.
+// head-major order above. Where the groups do not divide the pairs, the short group either comes last
+// (causal_first_group 0) or opens the list (causal_first_group = its size): the launch then ends on a full group, whose
+// light tiles fill the CTAs' last gaps, where a short last group's few heavy tiles go out late and end alone.
 template <bool kCausal = false>
 __device__ __forceinline__ TileCoord tile_coord(const FwdParams& p, int tile) {
   if constexpr (kCausal) {
-    const int t = tile + p.tile_base;
-    const int span = p.causal_group * p.num_m_blocks;
-    const int g = t / span, r = t - g * span;
-    const int hg = min(p.causal_group, p.causal_pairs - g * p.causal_group);  // the last group may be short
+    int r = tile + p.tile_base;
+    int base = 0, hg = p.causal_first_group;
+    const int lead = p.causal_first_group * p.num_m_blocks;
+    if (r >= lead) {
+      r -= lead;
+      const int span = p.causal_group * p.num_m_blocks;
+      const int g = r / span;
+      r -= g * span;
+      base = p.causal_first_group + g * p.causal_group;
+      hg = min(p.causal_group, p.causal_pairs - base);  // the last group may be short
+    }
     const int i = r / hg;
-    const int hb = g * p.causal_group + (r - i * hg);
+    const int hb = base + (r - i * hg);
     const int batch = hb / p.heads;
     return {p.num_m_blocks - 1 - i, hb - batch * p.heads, batch};
   }

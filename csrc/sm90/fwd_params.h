@@ -37,11 +37,13 @@ struct FwdParams {
   // Causal builds only, the tile schedule (flash_fwd.cuh: tile_coord, next_causal_tile). sched: the launch's
   // workspace, where the CTAs take tiles from a counter tagged with sched_epoch (never 0), or nullptr for the static
   // order (every CTA's tiles fixed by its index). The list is ordered in groups of causal_group of the causal_pairs
-  // (batch, head) pairs, heaviest Q block first across each group (1: head after head).
+  // (batch, head) pairs, heaviest Q block first across each group (1: head after head); causal_first_group > 0
+  // opens the list with one group of that many pairs (the remainder, so that the last group is full).
   unsigned long long* sched;
   uint32_t sched_epoch;
   int causal_group;
   int causal_pairs;
+  int causal_first_group;
 };
 
 }  // namespace vidattn::sm90

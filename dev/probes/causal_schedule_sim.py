@@ -14,6 +14,9 @@ persistent grid has one CTA per SM. Policies:
   group): the same counter over a list ordered in groups of `group_heads` (batch, head) pairs whose K/V fits the L2
   budget, heaviest Q block first across the group. Head after head (`dynamic`) hands out each head's heaviest tiles
   late in the launch too, up to 6% over the mean at 8K; sorting across a group puts the light tiles last.
+- `dynamic_short_first`: the grouped list with the short group (where the groups of the budget do not divide the
+  pairs) first instead of last (capi.cu, VIDATTN_CAUSAL_GROUPING 1): the launch ends on a full group's light tiles.
+  A short last group is the dynamic schedule's 6K D=128 loss (2 x 16 heads in groups of 5: 1.097 last, 1.011 first).
 - `static_pairs`: block m paired with block M - 1 - m (equal work when Sq = Skv), pairs dealt round robin.
 
 Makespan / mean is what a launch loses to imbalance (1.00: none). At 32K keys with 16 heads on 132 CTAs the snake
@@ -61,22 +64,87 @@ def group_heads(b: int, h: int, skv: int, d: int) -> int:
     return max(1, min(b * h, GROUP_BYTES // max(1, skv * build_d * 4)))
 
 
-def tile_coord(t: int, mb: int, heads: int, pairs: int, group: int) -> tuple[int, int, int]:
-    """flash_fwd.cuh's tile_coord<true>: list index -> (m_block, head, batch)."""
-    span = group * mb
-    g, r = divmod(t, span)
-    hg = min(group, pairs - g * group)
+def first_group(pairs: int, group: int, grouping: int) -> int:
+    """capi.cu's causal_first_group: the short group's size when it opens the list (grouping 1), else 0."""
+    return pairs % group if grouping == 1 else 0
+
+
+def tile_coord(t: int, mb: int, heads: int, pairs: int, group: int, first: int = 0) -> tuple[int, int, int]:
+    """flash_fwd.cuh's tile_coord<true>: list index -> (m_block, head, batch); `first` pairs form the list's opening
+    group (causal_first_group), then groups of `group`, the last possibly short."""
+    base, hg, r = 0, first, t
+    if r >= first * mb:
+        r -= first * mb
+        g, r = divmod(r, group * mb)
+        base = first + g * group
+        hg = min(group, pairs - base)
     i, j = divmod(r, hg)
-    hb = g * group + j
+    hb = base + j
     return mb - 1 - i, hb % heads, hb // heads
 
 
-def grouped_list(b: int, h: int, sq: int, skv: int, d: int, group: int, bottom_right: bool = False) -> list[int]:
-    """Key blocks of every tile in the order tile_coord walks with groups of `group` (batch, head) pairs."""
+def grouped_list(b: int, h: int, sq: int, skv: int, d: int, group: int, bottom_right: bool = False,
+                 first: int = 0) -> list[int]:
+    """Key blocks of every tile in the order tile_coord walks with groups of `group` (batch, head) pairs (after an
+    opening group of `first`)."""
     bm, bn = block_sizes(d)
     mb = -(-sq // bm)
-    return [tile_blocks(tile_coord(t, mb, h, b * h, group)[0], bm, bn, sq, skv, bottom_right)
+    return [tile_blocks(tile_coord(t, mb, h, b * h, group, first)[0], bm, bn, sq, skv, bottom_right)
             for t in range(mb * b * h)]
+
+
+def sized_list(b: int, h: int, sq: int, skv: int, d: int, sizes: list[int], bottom_right: bool = False) -> list[int]:
+    """Key blocks of every tile for groups of the given sizes in list order (each heaviest block first across it):
+    the grouping alternatives the kernel does not build, for the survey."""
+    bm, bn = block_sizes(d)
+    mb = -(-sq // bm)
+    out = []
+    for size in sizes:
+        for i in range(mb):
+            out += [tile_blocks(mb - 1 - i, bm, bn, sq, skv, bottom_right)] * size
+    return out
+
+
+def group_sizes(pairs: int, group: int, rule: str) -> list[int]:
+    """Group sizes in list order under a rule: `last` (shipped: the budget's groups, the remainder last), `first`
+    (the remainder first), `divisor` (the largest divisor of the pairs within the budget), `even` (as many groups as
+    the budget needs, sizes within one of each other, larger first), `even_asc` (the same, smaller first)."""
+    full, rem = divmod(pairs, group)
+    if rule == "last":
+        return [group] * full + ([rem] if rem else [])
+    if rule == "first":
+        return ([rem] if rem else []) + [group] * full
+    if rule == "divisor":
+        g = max(x for x in range(1, group + 1) if pairs % x == 0)
+        return [g] * (pairs // g)
+    n = -(-pairs // group)
+    q, r = divmod(pairs, n)
+    sizes = [q + 1] * r + [q] * (n - r)
+    return sizes if rule == "even" else sorted(sizes)
+
+
+SURVEY_RULES = ("last", "first", "divisor", "even", "even_asc")
+
+
+def survey(overhead: float = 0.5, g: int = SMS) -> dict:
+    """Busiest CTA / mean over the shapes whose budget groups leave a remainder (D=64 and 128, 1K-32K, 7-256 pairs):
+    geometric mean and worst per grouping rule and for the static order, and the shapes where `first` is worse than
+    `last`."""
+    shapes = [(b, h, s, d) for d in (64, 128) for s in (1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 32768)
+              for b, h in ((1, 12), (1, 13), (1, 16), (1, 24), (1, 32), (2, 16), (2, 24), (4, 16), (2, 32), (1, 40),
+                           (3, 7), (2, 20), (1, 30), (8, 16), (8, 32), (4, 32))
+              if (b * h) % group_heads(b, h, s, d)]
+    ratios = {rule: [] for rule in ("static",) + SURVEY_RULES}
+    for b, h, s, d in shapes:
+        grid = min(g, -(-s // block_sizes(d)[0]) * b * h)
+        ratios["static"].append(static_snake(tile_list(b, h, s, s, d), grid, overhead)["ratio"])
+        for rule in SURVEY_RULES:
+            work = sized_list(b, h, s, s, d, group_sizes(b * h, group_heads(b, h, s, d), rule))
+            ratios[rule].append(dynamic(work, grid, overhead)["ratio"])
+    stats = {rule: {"geomean": math.exp(sum(map(math.log, xs)) / len(xs)), "worst": max(xs)}
+             for rule, xs in ratios.items()}
+    worse = [(shape, a, c) for shape, a, c in zip(shapes, ratios["last"], ratios["first"]) if c > a + 1e-9]
+    return {"shapes": len(shapes), "stats": stats, "first_worse_than_last": worse}
 
 
 def _finish(loads: list[float]) -> dict:
@@ -141,7 +209,7 @@ def static_pairs(work: list[int], g: int, overhead: float, mb: int) -> dict:
     return _finish(loads)
 
 
-POLICIES = ("static_rr", "static_snake", "dynamic", "dynamic_grouped", "static_pairs")
+POLICIES = ("static_rr", "static_snake", "dynamic", "dynamic_grouped", "dynamic_short_first", "static_pairs")
 
 
 def simulate(b: int, h: int, sq: int, d: int, skv: int | None = None, g: int = SMS, overhead: float = 0.5,
@@ -151,12 +219,14 @@ def simulate(b: int, h: int, sq: int, d: int, skv: int | None = None, g: int = S
     g_launch = min(g, len(work))
     bm, _ = block_sizes(d)
     mb = -(-sq // bm)
+    group = group_heads(b, h, skv, d)
     return {
         "static_rr": static_rr(work, g_launch, overhead),
         "static_snake": static_snake(work, g_launch, overhead),
         "dynamic": dynamic(work, g_launch, overhead),
-        "dynamic_grouped": dynamic(grouped_list(b, h, sq, skv, d, group_heads(b, h, skv, d), bottom_right), g_launch,
-                                   overhead),
+        "dynamic_grouped": dynamic(grouped_list(b, h, sq, skv, d, group, bottom_right), g_launch, overhead),
+        "dynamic_short_first": dynamic(grouped_list(b, h, sq, skv, d, group, bottom_right,
+                                                    first_group(b * h, group, 1)), g_launch, overhead),
         "static_pairs": static_pairs(work, g_launch, overhead, mb),
     }
 
@@ -174,6 +244,13 @@ SHAPES = [
     ("Wan 720p 75600 D128 (1x40)", 1, 40, 75600, 128),
     ("Cosmos 32 heads 8K D128 (1x32)", 1, 32, 8192, 128),
     ("LTX 24K D64 (1x32)", 1, 32, 24576, 64),
+    # the causal A/B's lengths between the crossover sweep's and the bench's (dev/probes/causal_sched_ab.py)
+    ("causal 6K D128 (2x16)", 2, 16, 6144, 128),
+    ("causal 6K D64 (2x16)", 2, 16, 6144, 64),
+    ("causal 3K D128 (2x16)", 2, 16, 3072, 128),
+    ("causal 12K D128 (1x16)", 1, 16, 12288, 128),
+    ("causal 4K D128 (1x12)", 1, 12, 4096, 128),
+    ("causal 2K D128 (3x7)", 3, 7, 2048, 128),
 ]
 
 
@@ -182,16 +259,26 @@ def main() -> None:
     ap.add_argument("--shape", help="B,H,S,D (default: the bench and video shapes)")
     ap.add_argument("--overhead", type=float, default=0.5, help="per-tile boundary cost, in key-block times")
     ap.add_argument("--sms", type=int, default=SMS)
+    ap.add_argument("--survey", action="store_true",
+                    help="the grouping rules over shapes whose groups leave a remainder")
     args = ap.parse_args()
+    if args.survey:
+        r = survey(args.overhead, args.sms)
+        print(f"busiest CTA / mean over {r['shapes']} shapes with a remainder: geometric mean, worst")
+        for rule, st in r["stats"].items():
+            print(f"  {rule:10s} {st['geomean']:.3f} {st['worst']:.3f}")
+        print("first worse than last at: " + ", ".join(f"{b}x{h}x{s} D{d} ({c:.3f} vs {a:.3f})"
+                                                         for (b, h, s, d), a, c in r["first_worse_than_last"]))
+        return
     shapes = SHAPES
     if args.shape:
         b, h, s, d = (int(x) for x in args.shape.split(","))
         shapes = [(f"{b}x{h}x{s} D{d}", b, h, s, d)]
     print(f"makespan / mean per CTA (overhead {args.overhead} block per tile, {args.sms} CTAs)")
-    print(f"{'shape':34s}{'group':>6s}" + "".join(f"{p:>16s}" for p in POLICIES))
+    print(f"{'shape':34s}{'group':>6s}" + "".join(f"{p:>20s}" for p in POLICIES))
     for name, b, h, s, d in shapes:
         r = simulate(b, h, s, d, g=args.sms, overhead=args.overhead)
-        print(f"{name:34s}{group_heads(b, h, s, d):6d}" + "".join(f"{r[p]['ratio']:16.3f}" for p in POLICIES))
+        print(f"{name:34s}{group_heads(b, h, s, d):6d}" + "".join(f"{r[p]['ratio']:20.3f}" for p in POLICIES))
 
 
 if __name__ == "__main__":
