@@ -21,6 +21,9 @@
 #   bash dev/device_session.sh P [budget_s]   # profiles before changing kernels: Nsight Compute on the 8-bit kernel
 #                                             # (Wan 1.3B, CogVideoX) and the D=256 build at 1K; the head-dim
 #                                             # variants' GPU tests and A/B against FA3 (the D=192 routing)
+#   bash dev/device_session.sh Q [budget_s]   # the A/Bs after the profiles: 8-bit schedules 2 and 3, the pre-pass
+#                                             # with Q in the kernel, D=192/256 with O in the V stages (and a bf16
+#                                             # matmul's sustained rate), the causal short-group-first order
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -222,6 +225,28 @@ P)
   cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -12 "$OUT/hd/ab.log"
   tar_dirs prof hd
   tar czf "$OUT/reps.tar.gz" -C "$OUT" reps && rm -rf "$OUT/reps"
+  ;;
+Q)
+  anchors_ready
+  start_anchor_build $(( budget - 260 ))
+  build_lib
+  OUT="$OUT" timeout 118 bash dev/q8_sched_ab.sh 115 > "$OUT/q8_sched_stage.log" 2>&1; rc[q8_sched]=$?
+  tail -22 "$OUT/q8_sched_stage.log"
+  OUT="$OUT" timeout 62 bash dev/q8_prep2_ab.sh 58 > "$OUT/q8_prep2_stage.log" 2>&1; rc[q8_prep2]=$?
+  tail -12 "$OUT/q8_prep2_stage.log"
+  timeout 85 bash dev/probes/causal_device.sh "$OUT/causal" grouping > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
+  tail -24 "$OUT/causal_stage.log"
+  await_anchor_build 125
+  mkdir -p "$OUT/hd"
+  timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_head_dims_variants_gpu.py \
+    -k "o_in_v or narrow_pick or refuse" > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
+  tail -3 "$OUT/hd/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/hd/gpu_tests.log" | head -5
+  skip=(); [ "${rc[hd_tests]}" -eq 0 ] || skip=(--skip ov)
+  timeout $(( $(left) > 60 ? $(left) - 5 : 55 )) python3 dev/probes/hd_variants_ab.py --rounds 5 \
+    --shapes "D256 1K" "D256 32K" "D192 1K" "D192 8K" "D192 32K" --matmul 5 --out "$OUT/hd" "${skip[@]}" \
+    > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
+  cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -12 "$OUT/hd/ab.log"
+  tar_dirs q8 q8prep causal hd
   ;;
 esac
 echo "== summary stage $stage ($(( $(date +%s) - t0 )) s)"
