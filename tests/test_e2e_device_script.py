@@ -5,8 +5,8 @@
   is the path left out when the budget is short.
 - The report's run line (commit, versions, command), SageAttention2's build in the JSON, the kernel library loaded
   before the first timed path (CUDA only).
-- Both modes of the shell script end to end on the tiny configs (VIDATTN_E2E_TINY=1), marked dev (a minute and a
-  half): every output names the commit and the command.
+- Both modes of the shell script end to end on the tiny configs (VIDATTN_E2E_TINY=1), marked dev (~30 s on two
+  idle cores): every output names the commit and the command.
 """
 import json
 import os
