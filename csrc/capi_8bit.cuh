@@ -17,24 +17,27 @@ namespace {
 // Kernel variants (q8_fwd.cuh), as measured on the H200 (dev/NOTES_8bit.md):
 //   mode 0: row sums of the unrounded p in the softmax (fp32); 1: by the tensor cores (a column of ones beside V: P V
 //   also sums P as rounded, the softmax drops one FADD per score).
-//   D=128: mode 0 on the sequential schedule (three consumer warpgroups; mode 1's 4 more accumulator registers would
-//   spill there) with score conversion 2. D=64: mode 1 on the sequential schedule with score conversion 1 (1.05x the
-//   three-warpgroup ping-pong with I2F, its earlier default, on CogVideoX and LTX:
-//   bench/results/h200_2026-12-02_pm/call_g/q8/q8_cvt_ab.log).
+//   D=128: mode 0 on schedule 3 (the sequential schedule, three consumer warpgroups, with the exponentials taken in
+//   round-robin turns; mode 1's 4 more accumulator registers would spill there) with score conversion 2: 1.02x
+//   schedule 1 on Wan 1.3B and 1.06x on seed 8K, every pass (bench/results/h200_2026-12-02_eve/call_q/q8/).
+//   D=64: mode 1 on the sequential schedule (schedule 1) with score conversion 1 (1.05x the three-warpgroup
+//   ping-pong with I2F, its earlier default, on CogVideoX and LTX: bench/results/h200_2026-12-02_pm/call_g/q8/).
 // Schedules: ping-pong (D=64 only: S_j issued with P_{j-1} V_{j-1}; three consumer warpgroups, or two), sequential
-// (q8_consumer_seq: three warpgroups, no spills), and two sequential schedules with round-robin turns among the
-// warpgroups: around the S issues (schedule 2, D=128 only) and around the exponentials (schedule 3: one warpgroup at
-// a time on MUFU), each built with its head dim's default conversion and row-sum mode only (A/B builds; not defaults).
-// Built, each for bf16 and fp16 (22 kernels): D=128 mode 0 on schedule 1 (I2F and conversion 2) and on schedules 2
-// and 3 with conversion 2; D=64 modes 0 and 1 on the three-warpgroup ping-pong and the sequential schedule, mode 1 on
-// schedules 1 and 3 with conversion 1, and mode 1 on the two-warpgroup ping-pong (slower, but spill-free: the
-// sanitizer cases' contrast to the spilling three-warpgroup build). The I2F builds stay as the A/B's reference and
-// for the forced variants.
-// No longer built, each slower than the default on every shape it was timed on (device runs 2-5 and call G; a forced
-// launch is refused with an error): mode 2 (f16 exponentials, sums by the tensor cores), mode 3 (f16 exponentials,
-// HADD2 sums), modes 4 and 5 (1/8 or 1/4 of the exponentials by an FMA polynomial, q8_exp2_poly; mode 4 with
-// conversion 1 too), conversion 1 at D=128 and 2 at D=64, the D=128 ping-pong schedule and mode 1 with it, mode 0
-// with two warpgroups at D=64, schedule 2 at D=64, schedule 2 with I2F at D=128 (replaced by its conversion-2 build).
+// (q8_consumer_seq: three warpgroups, no spills; schedule 1), and schedule 3: the sequential schedule with the
+// exponentials in round-robin turns among the warpgroups (one at a time on MUFU), D=128 only, built with conversion 2
+// and mode 0 only.
+// Built, each for bf16 and fp16 (18 kernels): D=128 mode 0 on schedule 1 (I2F, and conversion 2: the earlier
+// default, the A/B's reference) and on schedule 3 with conversion 2; D=64 modes 0 and 1 on the three-warpgroup
+// ping-pong and the sequential schedule, mode 1 on the sequential schedule with conversion 1, and mode 1 on the
+// two-warpgroup ping-pong (slower, but spill-free: the sanitizer cases' contrast to the spilling three-warpgroup
+// build). The I2F builds stay as the A/B's reference and for the forced variants.
+// No longer built, each slower than the default on every shape it was timed on (device runs 2-5, calls G and Q; a
+// forced launch is refused with an error): mode 2 (f16 exponentials, sums by the tensor cores), mode 3 (f16
+// exponentials, HADD2 sums), modes 4 and 5 (1/8 or 1/4 of the exponentials by an FMA polynomial, q8_exp2_poly; mode 4
+// with conversion 1 too), conversion 1 at D=128 and 2 at D=64, the D=128 ping-pong schedule and mode 1 with it, mode
+// 0 with two warpgroups at D=64, schedule 2 (the S issues in round-robin turns; at D=64, with I2F at D=128, and with
+// conversion 2 at D=128, which call Q measured below schedule 3 on both D=128 shapes), schedule 3 at D=64 (0.95x
+// schedule 1 on CogVideoX and LTX, every pass of call Q). q8_fwd.cuh keeps their code paths (kTurns, kExp16, kPoly).
 // Forced by vidattn_q8_set_sum_mma / vidattn_q8_set_d64_warpgroups / vidattn_q8_set_sequential, or for both head
 // dims by the environment variables VIDATTN_Q8_SUM_MMA / VIDATTN_Q8_D64_WGS / VIDATTN_Q8_SEQ (read once; A/B runs).
 #ifndef VIDATTN_Q8_MODE_D128
@@ -47,11 +50,13 @@ namespace {
 #define VIDATTN_Q8_D64_WGS 3
 #endif
 #ifndef VIDATTN_Q8_SEQ_D128
-#define VIDATTN_Q8_SEQ_D128 1
+#define VIDATTN_Q8_SEQ_D128 3
 #endif
 #ifndef VIDATTN_Q8_SEQ_D64
 #define VIDATTN_Q8_SEQ_D64 1
 #endif
+static_assert(VIDATTN_Q8_SEQ_D128 == 1 || VIDATTN_Q8_SEQ_D128 == 3, "D=128 builds schedules 1 and 3 only");
+static_assert(VIDATTN_Q8_SEQ_D64 == 0 || VIDATTN_Q8_SEQ_D64 == 1, "D=64 builds the ping-pong and schedule 1 only");
 // Score conversion (q8_fwd.cuh's kCvt): 0 one I2F per score; 1 the row max on the integers and each score as
 // 1.5 * 2^23 + x by an integer add of the bits; 2 that bias added by the tensor cores (S starts at it). Built on the
 // sequential schedule only, 2 at D=128 and 1 at D=64 with mode 1 (each won its head dim's A/B; the three-warpgroup
@@ -142,10 +147,24 @@ int q8_env_default(const char* name, int build_default, int lo, int hi) {
   return v >= lo && v <= hi ? v : build_default;
 }
 
+// The row-sum mode and the score conversion later launches at head dim kD ask for (forced, else the environment's,
+// else the build default). q8_dispatch builds from them, and D=128's default schedule looks at them first.
+template <int kD>
+int q8_mode_asked() {
+  static const int env = q8_env_default("VIDATTN_Q8_SUM_MMA", kD == 64 ? VIDATTN_Q8_MODE_D64 : VIDATTN_Q8_MODE_D128,
+                                        0, 5);
+  return g_q8_sum_mma < 0 ? env : g_q8_sum_mma;
+}
+template <int kD>
+int q8_cvt_asked() {
+  static const int env = q8_env_default("VIDATTN_Q8_CVT", kD == 64 ? VIDATTN_Q8_CVT_D64 : VIDATTN_Q8_CVT_D128, 0, 2);
+  return g_q8_cvt < 0 ? env : g_q8_cvt;
+}
+
 // Every built variant takes its exponentials in fp32: q8_fwd.cuh's kExp16 (the lost modes 2 and 3) stays false, and
 // kPoly (modes 4, 5) is 0 in every build (q8_dispatch launches none with it).
-// kTurns (the sequential schedule's round-robin turns): 0 none (schedule 1), 1 around the S issues (schedule 2),
-// 2 around the exponentials (schedule 3).
+// kTurns (the sequential schedule's round-robin turns): 0 none (schedule 1), 1 around the S issues (schedule 2, no
+// longer built), 2 around the exponentials (schedule 3, D=128).
 template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, int kTurns = 0, int kCvt = 0, int kPoly = 0>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
@@ -258,33 +277,24 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
 template <int kD, int kWGs, bool kSeq, int kTurns = 0>
 int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   const bool fp16 = a.dtype == 1;
-  static const int env_mode =
-      q8_env_default("VIDATTN_Q8_SUM_MMA", kD == 64 ? VIDATTN_Q8_MODE_D64 : VIDATTN_Q8_MODE_D128, 0, 5);
-  const int mode = g_q8_sum_mma < 0 ? env_mode : g_q8_sum_mma;
+  const int mode = q8_mode_asked<kD>();
   // The score conversion: 1 and 2 built on the sequential schedule only (D=64: with mode 1; the three-warpgroup
   // ping-pong spilled 120-350 bytes with them, against 68 with I2F).
   // Each head dim keeps the conversion that won its A/B (bench/results/h200_2026-12-02_pm/call_g/q8/): 2 at D=128,
   // 1 at D=64 (mode 1), both on the sequential schedule; the other (and mode 4 with conversion 1) is no longer built.
-  // (On the sequential schedule without turns; schedules 2 and 3 are built with their head dim's default conversion
-  // and row-sum mode only, below.)
+  // (On the sequential schedule without turns; schedule 3 is built with D=128's default conversion and row-sum
+  // mode only, below.)
   constexpr bool kCvtBuilt = kSeq && !kTurns;
   constexpr int kCvtWon = kD == 128 ? 2 : 1;
-  static const int env_cvt = q8_env_default("VIDATTN_Q8_CVT", kD == 64 ? VIDATTN_Q8_CVT_D64 : VIDATTN_Q8_CVT_D128,
-                                            0, 2);
-  int cvt = g_q8_cvt < 0 ? env_cvt : g_q8_cvt;
+  int cvt = q8_cvt_asked<kD>();
   if constexpr (kTurns != 0) {
-    static_assert(kSeq && (kD == 128 || kTurns == 2), "turns: schedule 2 at head dim 128, schedule 3 at both");
-    if (cvt != kCvtWon || mode != (kD == 128 ? 0 : 1))
-      return fail("8-bit path: schedule " + std::to_string(1 + kTurns) + " is built with score conversion " +
-                  std::to_string(kCvtWon) + (kD == 64 ? " and row-sum mode 1" : " and row-sum mode 0") +
-                  " only at head dim " + std::to_string(kD) + " (asked: conversion " + std::to_string(cvt) +
-                  ", mode " + std::to_string(mode) + ")");
-    if constexpr (kD == 128)
-      return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2>(a, l, s)
-                  : q8_launch<kD, 3, false, false, kSeq, kTurns, 2>(a, l, s);
-    else
-      return fp16 ? q8_launch<kD, 3, true, true, kSeq, 2, 1>(a, l, s)
-                  : q8_launch<kD, 3, true, false, kSeq, 2, 1>(a, l, s);
+    // Schedule 2 (kTurns 1) and schedule 3 at D=64 lost their A/Bs (call Q) and are no longer instantiated.
+    static_assert(kSeq && kD == 128 && kTurns == 2, "turns: schedule 3 at head dim 128 only");
+    if (cvt != kCvtWon || mode != 0)
+      return fail("8-bit path: schedule 3 is built with score conversion 2 and row-sum mode 0 only at head dim 128 "
+                  "(asked: conversion " + std::to_string(cvt) + ", mode " + std::to_string(mode) + ")");
+    return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2>(a, l, s)
+                : q8_launch<kD, 3, false, false, kSeq, kTurns, 2>(a, l, s);
   }
   // (Below: schedule 1 and the ping-pong; for the turn schedules it is never reached and instantiates nothing new.)
   if (cvt != 0 && !(kCvtBuilt && cvt == kCvtWon && (kD == 128 || mode == 1))) {
@@ -374,32 +384,39 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   g_q8_last_prep = -1;
   switch (a->head_dim) {
     case 64: {
-      // (VIDATTN_Q8_SEQ=2, for the D=128 A/B, leaves D=64 on its default; a forced schedule 2 is refused. 3 reaches
-      // both head dims.)
+      // (VIDATTN_Q8_SEQ=3, for a D=128 A/B, leaves D=64 on its default; a forced schedule 3 or 2 is refused.)
       static const int env_seq = [] {
         const int e = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D64, 0, 3);
-        return e == 2 ? VIDATTN_Q8_SEQ_D64 : e;
+        return e >= 2 ? VIDATTN_Q8_SEQ_D64 : e;
       }();
       // Forced warpgroups name a ping-pong build (the sequential schedule has three), so with the schedule left to
       // the default they select the ping-pong (the sanitizer cases' two- and three-warpgroup builds).
       const int seq = g_q8_seq >= 0 ? g_q8_seq : (g_q8_d64_wgs != 0 ? 0 : env_seq);
       if (seq == 2)
-        return fail("8-bit path: the sequential schedule with turns (2) is built at head dim 128 only (at 64 it "
-                    "measured slower than both other schedules)");
-      if (seq == 3) return q8_dispatch<64, 3, true, 2>(*a, l, s);
+        return fail("8-bit path: the sequential schedule with turns around S (2) is no longer built (at head dim 64 "
+                    "it measured slower than both other schedules, at 128 slower than schedule 3)");
+      if (seq == 3)
+        return fail("8-bit path: the sequential schedule with turns around the exponentials (3) is built at head dim "
+                    "128 only (at 64 it measured 0.95x schedule 1)");
       if (seq == 1) return q8_dispatch<64, 3, true>(*a, l, s);
       static const int env_wgs = q8_env_default("VIDATTN_Q8_D64_WGS", VIDATTN_Q8_D64_WGS, 2, 3);
       if ((g_q8_d64_wgs == 0 ? env_wgs : g_q8_d64_wgs) == 3) return q8_dispatch<64, 3, false>(*a, l, s);
       return q8_dispatch<64, 2, false>(*a, l, s);
     }
     case 128: {
-      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D128, 0, 3);
-      const int seq = g_q8_seq < 0 ? env_seq : g_q8_seq;
+      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", -1, 0, 3);  // -1: not set
+      int seq = g_q8_seq < 0 ? env_seq : g_q8_seq;
+      // Schedule 3, the default, is built with conversion 2 and row-sum mode 0 only: with the schedule left to the
+      // default, a forced other conversion or mode (the I2F reference, the refusals) names a schedule-1 build, as
+      // forced warpgroups name the D=64 ping-pong. vidattn_q8_last_sequential reports which ran.
+      if (seq < 0) seq = q8_cvt_asked<128>() == 2 && q8_mode_asked<128>() == 0 ? VIDATTN_Q8_SEQ_D128 : 1;
       if (seq == 3) return q8_dispatch<128, 3, true, 2>(*a, l, s);
-      if (seq == 2) return q8_dispatch<128, 3, true, 1>(*a, l, s);
       if (seq == 1) return q8_dispatch<128, 3, true>(*a, l, s);
+      if (seq == 2)
+        return fail("8-bit path: the sequential schedule with turns around S (2) is no longer built (at head dim 128 "
+                    "it measured slower than schedule 3, the default); schedules 1 and 3 are");
       return fail("8-bit path: the ping-pong schedule (0) at head dim 128 is no longer built (the sequential schedule "
-                  "measured 7% faster); schedules 1 and 2 are");
+                  "measured 7% faster); schedules 1 and 3 are");
     }
     default: return fail("8-bit path: head dim must be 64 or 128");
   }
@@ -430,9 +447,9 @@ extern "C" int vidattn_q8_set_sum_mma(int mode) {
 extern "C" int vidattn_q8_last_sum_mma(void) { return g_q8_last_sum_mma; }
 
 // The schedule of later 8-bit launches: ping-pong (0, head dim 64 only), sequential with three consumer warpgroups
-// (1), that with the S issues in round-robin turns (2, head dim 128 only), with the exponentials in round-robin turns
-// (3), or the default (-1). Schedules 2 and 3 are built with their head dim's default conversion and row-sum mode
-// only. For tests and A/B timing; returns 0, or 1 for any other value.
+// (1; D=64's default), that with the S issues in round-robin turns (2: no longer built, a launch is refused), with
+// the exponentials in round-robin turns (3, head dim 128 only: its default, built with conversion 2 and row-sum mode
+// 0 only), or the default (-1). For tests and A/B timing; returns 0, or 1 for any other value.
 extern "C" int vidattn_q8_set_sequential(int seq) {
   if (seq < -1 || seq > 3) return 1;
   g_q8_seq = seq;

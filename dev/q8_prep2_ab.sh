@@ -14,8 +14,11 @@ left() { echo $(( TOTAL - ($(date +%s) - t0) )); }
 D=${OUT:-/tmp}/q8prep
 mkdir -p "$D"
 export PYTHONUNBUFFERED=1
+# VIDATTN_COMMIT (or VIDATTN_GIT_COMMIT) names the commit when set: a copied tree's git may name an older one.
+commit=${VIDATTN_COMMIT:-${VIDATTN_GIT_COMMIT:-}}
+[ -n "$commit" ] || commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown) (from this tree's git)"
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv > "$D/gpu.txt" 2>&1
-echo "commit $(git rev-parse --short HEAD 2>/dev/null) library ${VIDATTN_LIBRARY:-vidattn cache}" >> "$D/gpu.txt"
+echo "commit $commit library ${VIDATTN_LIBRARY:-vidattn cache}" >> "$D/gpu.txt"
 timeout 22 python3 -m pytest -q -p no:cacheprovider tests/test_8bit.py -m gpu -k "prep" > "$D/pytest_prep.log" 2>&1
 echo "pytest tests/test_8bit.py -m gpu -k prep rc=$? $(tail -1 "$D/pytest_prep.log")"
 grep -a "^FAILED\|^ERROR" "$D/pytest_prep.log" | head -8

@@ -334,24 +334,25 @@ def _load_q8_check(monkeypatch, exclude=""):
 def test_q8_check_ab_excludes_and_picks(monkeypatch, tmp_path):
     """dev/q8_check.py's A/B bookkeeping: a variant a smoke run saw fail is left out (never the default, which runs
     first), and the pick is the best geometric mean of the two passes per head dim."""
-    mod = _load_q8_check(monkeypatch, ",seq=2")
-    assert mod.VARIANTS == {128: [(0, 3, 1)], 64: [(1, 3, 0), (1, 3, 1)]}
+    mod = _load_q8_check(monkeypatch, ",seq=0")
+    assert mod.VARIANTS == {128: [(0, 3, 3), (0, 3, 1)], 64: [(1, 3, 1)]}
     # The default runs first and is never left out, even when its key matches.
-    assert _load_q8_check(monkeypatch, ",seq=").VARIANTS == {128: [(0, 3, 1)], 64: [(1, 3, 0)]}
+    assert _load_q8_check(monkeypatch, ",seq=").VARIANTS == {128: [(0, 3, 3)], 64: [(1, 3, 1)]}
     mod = _load_q8_check(monkeypatch)
     # Only built variants are timed: modes 2-5 and the D=128 ping-pong schedule are refused by the launch.
     assert all(sm in (0, 1) and wgs == 3 for vs in mod.VARIANTS.values() for sm, wgs, _ in vs)
-    assert all(seq >= 1 for _, _, seq in mod.VARIANTS[128]) and all(seq <= 1 for _, _, seq in mod.VARIANTS[64])
+    # (Schedules 1 and 3 at D=128; the ping-pong and schedule 1 at D=64: schedule 2 is no longer built.)
+    assert {seq for _, _, seq in mod.VARIANTS[128]} == {1, 3} and all(seq <= 1 for _, _, seq in mod.VARIANTS[64])
     for name, _b, _h, _sq, _skv, d in mod.SHAPES:
         row = {"shape": name, "variants": {mod.vkey(*vt): [800.0, 810.0] for vt in mod.VARIANTS[d]}}
-        row["variants"][mod.vkey(0, 3, 2) if d == 128 else mod.vkey(1, 3, 1)] = [900.0, 880.0]
+        row["variants"][mod.vkey(0, 3, 1) if d == 128 else mod.vkey(1, 3, 0)] = [900.0, 880.0]
         mod.results["timing"].append(row)
     monkeypatch.setenv("Q8_BEST_ENV", str(tmp_path / "best.env"))
     mod.pick_best()
-    assert mod.results["best"][128]["variant"] == "mode=0 wgs=3 seq=2"
-    assert mod.results["best"][64]["variant"] == "mode=1 wgs=3 seq=1"
+    assert mod.results["best"][128]["variant"] == "mode=0 wgs=3 seq=1"
+    assert mod.results["best"][64]["variant"] == "mode=1 wgs=3 seq=0"
     assert abs(mod.results["best"][128]["default_gmean"] - 805.0) < 1e-6
-    assert (tmp_path / "best.env").read_text() == "export VIDATTN_Q8_SUM_MMA=0 VIDATTN_Q8_SEQ=2\n"
+    assert (tmp_path / "best.env").read_text() == "export VIDATTN_Q8_SUM_MMA=0 VIDATTN_Q8_SEQ=1\n"
 
 
 class _FakeQ8Lib:
@@ -411,7 +412,7 @@ def test_cvt_selector_in_the_c_abi():
     assert "constexpr bool kCvtBuilt = kSeq && !kTurns;" in src
     assert "constexpr int kCvtWon = kD == 128 ? 2 : 1;" in src
     assert "#define VIDATTN_Q8_CVT_D128 2" in src and "#define VIDATTN_Q8_CVT_D64 1" in src
-    assert "#define VIDATTN_Q8_SEQ_D128 1" in src and "#define VIDATTN_Q8_SEQ_D64 1" in src
+    assert "#define VIDATTN_Q8_SEQ_D128 3" in src and "#define VIDATTN_Q8_SEQ_D64 1" in src
     assert "kSeq, kTurns, 2>(a, l, s)" in src and "kSeq, false, 1>(a, l, s)" in src
     assert "kSeq, kTurns, 1>(a, l, s)" not in src and "kSeq, false, 2>(a, l, s)" not in src  # the losers
     assert ", 1, 2>(a, l, s)" not in src and "if (mode >= 2)\n" in src  # mode 4 with conversion 1: gone too
@@ -512,6 +513,7 @@ def test_q8_prep_ab_plan_and_table(capsys):
         assert vs[0][2:] == (-1, -1, -1, -1) and vs[1][2:] == (-1, -1, -1, 0)
         assert vs[2][2:] == ((1, 0, 0, 0) if d == 128 else (0, 1, 0, 0))  # the old defaults, I2F, three launches
     assert mod.EXPECT[128][-1] == 2 and mod.EXPECT[64][-1] == 1
+    assert mod.EXPECT_SEQ == {128: 3, 64: 1}  # the default schedules the checks hold the launches to
     assert [s[0] for s in mod.SHAPES] == ["Wan 1.3B self", "seed 8K", "CogVideoX", "LTX"]
     res = {"checks": [{"variant": "a", "ok": True}], "timing": [{
         "shape": "Wan 1.3B self", "flops": 8.0e12, "synced": {"a": [800.0, 810.0], "b": [880.0, 872.0]},

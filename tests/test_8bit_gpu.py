@@ -212,8 +212,7 @@ def test_poisoned_output(d):
     assert float((lse.double() - lse_ref).abs().max()) <= lse_bound(q, k, 1 / math.sqrt(d))
 
 
-@pytest.mark.parametrize("d,mode,seq", [(128, 0, 1), (128, 0, 2), (128, 0, 3), (64, 0, 0), (64, 1, 0), (64, 0, 1),
-                                        (64, 1, 1), (64, 1, 3)])
+@pytest.mark.parametrize("d,mode,seq", [(128, 0, 1), (128, 0, 3), (64, 0, 0), (64, 1, 0), (64, 0, 1), (64, 1, 1)])
 def test_schedules_and_row_sum_modes(d, mode, seq):
     """Every built schedule x row-sum mode with three consumer warpgroups (capi_8bit.cuh): odd lengths, kv_lens with
     LSE, row mass; and the launch reports the schedule and mode it ran."""
@@ -284,7 +283,9 @@ def assert_forced_launch_refused(d, match, *, seq, mode, wgs=0, cvt=-1):
     (128, 4, 1, 0, "mode 4 is no longer built"), (64, 5, 0, 0, "mode 5 is no longer built"),
     (128, 1, 1, 0, "head dim 128 takes row-sum mode 0 only"),
     (128, 0, 0, 0, "ping-pong schedule \\(0\\) at head dim 128 is no longer built"),
-    (64, 1, 2, 0, "with turns \\(2\\) is built at head dim 128 only"),
+    (64, 1, 2, 0, "turns around S \\(2\\) is no longer built"),
+    (128, 0, 2, 0, "turns around S \\(2\\) is no longer built"),
+    (64, 1, 3, 0, "turns around the exponentials \\(3\\) is built at head dim 128 only"),
     (64, 0, 0, 2, "two consumer warpgroups at head dim 64 take row-sum mode 1 only")])
 def test_refuses_unbuilt_variants(d, mode, seq, wgs, match):
     """The variants that lost their A/B are no longer built: a forced launch of one is refused with a clear error,
@@ -369,13 +370,14 @@ def test_score_conversions_refused_off_their_builds(d, seq, mode, cvt):
 
 @pytest.mark.parametrize("d", [128, 64])
 def test_defaults_report_what_ran(d):
-    """The shipped defaults: the sequential schedule with conversion 2 (D=128) or 1 (D=64, mode 1), and the
-    two-launch pre-pass without LSE (three with it: Q's LSE term reads the statistics)."""
+    """The shipped defaults: schedule 3 (the exponentials in turns) with conversion 2 at D=128, the sequential
+    schedule with conversion 1 and mode 1 at D=64, and the two-launch pre-pass without LSE (three with it: Q's LSE
+    term reads the statistics)."""
     from vidattn import quant8
 
     q, k, v = (randn(1, n, 2, d, seed=21 + i) for i, n in enumerate((300, 700, 700)))
     check(q, k, v, seed=21)
-    assert quant8.last_sequential() == 1 and quant8.last_cvt() == (2 if d == 128 else 1)
+    assert quant8.last_sequential() == (3 if d == 128 else 1) and quant8.last_cvt() == (2 if d == 128 else 1)
     assert quant8.last_prep() == 1 and quant8.last_variant()[1] == (0 if d == 128 else 1)
     check(q, k, v, lse=True, seed=21)
     assert quant8.last_prep() == 0
@@ -413,14 +415,35 @@ def test_fused_prep_matches_three_launches(d):
         quant8.set_prep(-1)
 
 
-@pytest.mark.parametrize("d,seq", [(128, 2), (128, 3), (64, 3)])
+def test_d128_default_yields_to_a_forced_conversion():
+    """D=128's default schedule (3) is built with conversion 2 and mode 0 only: with the schedule left to the
+    default, a forced I2F (set_cvt(0), the A/B's reference) runs schedule 1 and says so, a forced mode 1 is refused as
+    on schedule 1, and forcing schedule 3 with I2F is refused."""
+    from vidattn import quant8
+
+    q, k, v = (randn(1, n, 2, 128, seed=31 + i) for i, n in enumerate((257, 700, 700)))
+    quant8.set_cvt(0)
+    try:
+        check(q, k, v, lse=True, seed=31)
+        assert quant8.last_sequential() == 1 and quant8.last_cvt() == 0
+        quant8.set_cvt(2)
+        check(q, k, v, seed=31)
+        assert quant8.last_sequential() == 3 and quant8.last_cvt() == 2
+    finally:
+        quant8.set_cvt(-1)
+    assert_forced_launch_refused(128, "head dim 128 takes row-sum mode 0 only", seq=-1, mode=1)
+    assert_forced_launch_refused(128, "schedule 3 is built with score conversion 2", seq=3, mode=-1, cvt=0)
+
+
+@pytest.mark.parametrize("d,seq", [(128, 3)])
 def test_turn_schedules(d, seq):
-    """The sequential schedule with round-robin turns (capi_8bit.cuh): around the S issues (2, head dim 128) or around
-    the exponentials (3, q8_consumer_seq's kExpTurns: one warpgroup at a time on MUFU), each built with its head
-    dim's default conversion and row-sum mode. Odd lengths (one key; one query; a block mostly past kv_len; many
-    blocks), kv_lens tails with LSE, fp16, a shared key offset, a late sink, row mass, several CTAs per SM; the launch
-    reports the schedule and conversion; and the output stays within 1e-3 relative L2 of schedule 1's on the same
-    inputs (the same arithmetic per row: the two differ only by the pre-pass's K-sum atomics, as two runs do)."""
+    """The sequential schedule with round-robin turns around the exponentials (capi_8bit.cuh's schedule 3,
+    q8_consumer_seq's kExpTurns: one warpgroup at a time on MUFU; D=128's default, built with conversion 2 and mode 0
+    only; schedule 2 and schedule 3 at D=64 lost their A/B and are no longer built), forced. Odd lengths (one key;
+    one query; a block mostly past kv_len; many blocks), kv_lens tails with LSE, fp16, a shared key offset, a late
+    sink, row mass, several CTAs per SM; the launch reports the schedule and conversion; and the output stays within
+    1e-3 relative L2 of schedule 1's on the same inputs (the same arithmetic per row: the two differ only by the
+    pre-pass's K-sum atomics, as two runs do)."""
     from vidattn import quant8
 
     seed = int(torch.randint(0, 1 << 20, ()).item())
@@ -461,11 +484,11 @@ def test_turn_schedules(d, seq):
 
 
 @pytest.mark.parametrize("d,seq,mode,cvt,match", [
-    (128, 2, 0, 0, "schedule 2 is built with score conversion 2 and row-sum mode 0 only"),
     (128, 3, 0, 0, "schedule 3 is built with score conversion 2 and row-sum mode 0 only"),
-    (64, 3, 0, -1, "schedule 3 is built with score conversion 1 and row-sum mode 1 only"),
-    (64, 3, 1, 0, "schedule 3 is built with score conversion 1 and row-sum mode 1 only")])
+    (128, 3, 1, -1, "schedule 3 is built with score conversion 2 and row-sum mode 0 only"),
+    (128, 3, -1, 1, "schedule 3 is built with score conversion 2 and row-sum mode 0 only"),
+    (64, 3, 1, 1, "turns around the exponentials \\(3\\) is built at head dim 128 only")])
 def test_turn_schedules_refused_off_their_builds(d, seq, mode, cvt, match):
-    """Schedules 2 and 3 are built with their head dim's default conversion and row-sum mode only: another forced
-    with them is refused with an error naming what is built, nothing launched."""
+    """Schedule 3 is built at D=128 with conversion 2 and row-sum mode 0 only: another forced with it, or it at
+    D=64, is refused with an error naming what is built, nothing launched."""
     assert_forced_launch_refused(d, match, seq=seq, mode=mode, cvt=cvt)

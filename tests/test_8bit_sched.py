@@ -1,5 +1,5 @@
-"""CPU checks of the 8-bit kernel's turn schedules (dev/NOTES_8bit.md v8): the C ABI's selector reaches schedules 2
-and 3 where they are built, schedule 3's barriers carry the data dependencies that keep ptxas from moving them past
+"""CPU checks of the 8-bit kernel's turn schedules (dev/NOTES_8bit.md v8): the C ABI's selector reaches schedule 3
+(D=128's default) where it is built and refuses the pruned schedule 2 and schedule 3 at D=64, schedule 3's barriers carry the data dependencies that keep ptxas from moving them past
 the exponentials, and the device A/B's table (dev/q8_sched_ab.py) computes its paired per-pass ratios. The kernels
 themselves are checked on the GPU (tests/test_8bit_gpu.py: test_turn_schedules and the refusals)."""
 from __future__ import annotations
@@ -18,18 +18,23 @@ def _src(rel):
 def test_schedule_selector_reaches_the_turn_builds():
     src = _src("csrc/capi_8bit.cuh")
     assert 'extern "C" int vidattn_q8_set_sequential(int seq) {\n  if (seq < -1 || seq > 3) return 1;' in src
-    # Schedule 3 at both head dims, schedule 2 at 128 only; VIDATTN_Q8_SEQ=2 leaves D=64 on its default.
-    assert "if (seq == 3) return q8_dispatch<64, 3, true, 2>(*a, l, s);" in src
+    # Schedule 3 at D=128 only; schedule 2 nowhere (call Q: both lost where pruned). VIDATTN_Q8_SEQ=3 or 2 leaves
+    # D=64 on its default; a forced one is refused there.
     assert "if (seq == 3) return q8_dispatch<128, 3, true, 2>(*a, l, s);" in src
-    assert "if (seq == 2) return q8_dispatch<128, 3, true, 1>(*a, l, s);" in src
-    assert "return e == 2 ? VIDATTN_Q8_SEQ_D64 : e;" in src
-    # The defaults stay schedule 1 (no turns) at both head dims.
-    assert "#define VIDATTN_Q8_SEQ_D128 1" in src and "#define VIDATTN_Q8_SEQ_D64 1" in src
-    # The turn builds: the head dim's default conversion and mode only (2 at D=128, 1 with mode 1 at D=64).
+    assert "q8_dispatch<64, 3, true, 2>" not in src and "q8_dispatch<128, 3, true, 1>" not in src
+    assert "return e >= 2 ? VIDATTN_Q8_SEQ_D64 : e;" in src
+    assert src.count("turns around S (2) is no longer built") == 2
+    assert "turns around the exponentials (3) is built at head dim \"\n                    \"128 only" in src
+    # The defaults: schedule 3 at D=128 (it won call Q's A/B there), schedule 1 at D=64 (schedule 3 lost there).
+    assert "#define VIDATTN_Q8_SEQ_D128 3" in src and "#define VIDATTN_Q8_SEQ_D64 1" in src
+    # With the schedule left to the default, a forced conversion or mode other than schedule 3's names schedule 1.
+    assert "if (seq < 0) seq = q8_cvt_asked<128>() == 2 && q8_mode_asked<128>() == 0 ? VIDATTN_Q8_SEQ_D128 : 1;" in src
+    # The turn build: D=128's default conversion and mode only (2, mode 0).
     body = src[src.index("if constexpr (kTurns != 0) {"):src.index("// (Below: schedule 1 and the ping-pong")]
     assert "q8_launch<kD, 3, false, true, kSeq, kTurns, 2>(a, l, s)" in body
-    assert "q8_launch<kD, 3, true, true, kSeq, 2, 1>(a, l, s)" in body
-    assert "return fail(\"8-bit path: schedule \"" in body
+    assert "q8_launch<kD, 3, true, true, kSeq, 2, 1>(a, l, s)" not in body
+    assert "static_assert(kSeq && kD == 128 && kTurns == 2" in body
+    assert "return fail(\"8-bit path: schedule 3 is built with score conversion 2 and row-sum mode 0 only" in body
     assert "g_q8_last_seq = kSeq ? 1 + kTurns : 0;" in src
     assert "q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, kPoly, kTurns == 1, kCvt, kTurns == 2>" in src
 
@@ -69,9 +74,10 @@ def test_ab_variants_and_paired_table(capsys):
     by_d = {}
     for name, d, seq, mode, cvt, prep in ab.VARIANTS:
         by_d.setdefault(d, []).append((seq, mode, cvt, prep))
-    # The first of each head dim is the default; the others only force the schedule.
-    assert by_d[128] == [(-1, -1, -1, -1), (3, -1, -1, -1), (2, -1, -1, -1)]
-    assert by_d[64] == [(-1, -1, -1, -1), (3, -1, -1, -1)]
+    # The first of each head dim is the default; the other forces schedule 1 (D=128's earlier default; at D=64 the
+    # default itself, the passes' noise floor). Only built schedules: no 2, no 3 at D=64.
+    assert by_d[128] == [(-1, -1, -1, -1), (1, -1, -1, -1)]
+    assert by_d[64] == [(-1, -1, -1, -1), (1, -1, -1, -1)]
     res = {"checks": [{"variant": "v", "ok": True}], "timing": [{
         "shape": "Wan 1.3B self", "flops": 1e12,
         "synced": {"base": [800.0, 810.0, 805.0, 790.0], "new": [850.0, 800.0, 820.0, 830.0]},
