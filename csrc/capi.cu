@@ -101,26 +101,30 @@ constexpr int64_t kCausalGroupBytes = 16ll << 20;
 // Where the groups of the budget do not divide the (batch, head) pairs, where the short group goes: 0 last (the
 // first dynamic schedule's order), 1 first, so that the launch ends on a full group. The simulator
 // (dev/probes/causal_schedule_sim.py, short_first) puts the last group's remainder behind the dynamic schedule's
-// 6K D=128 loss (2 x 16 heads, groups of 5: 1.097 of the mean last, 1.011 first; static 1.031).
+// 6K D=128 loss (2 x 16 heads, groups of 5: 1.097 of the mean last, 1.011 first; static 1.031). Measured on the H200
+// (bench/results/h200_2026-12-02_eve/call_q/causal/grouping.json, 7 back-to-back rounds): first against last 1.088 at
+// 2x16x6K D=128 and 1.148 at D=64, 0.99-1.00 where the groups divide the pairs (the same order), so first.
 // vidattn_sm90_set_causal_grouping switches it at run time for the A/B (dev/probes/causal_sched_ab.py).
 #ifndef VIDATTN_CAUSAL_GROUPING
-#define VIDATTN_CAUSAL_GROUPING 0
+#define VIDATTN_CAUSAL_GROUPING 1
 #endif
 int g_causal_grouping = VIDATTN_CAUSAL_GROUPING;
 thread_local int g_last_causal_first_group = 0;  // this thread's last causal launch's causal_first_group
 // Short causal problems keep the static order even with a workspace: there the simulator finds little imbalance for
 // the dynamic schedule to remove, so only its costs (a ticket per tile, the counters' claim per CTA) show. One
-// threshold per causal build (D=64, three warpgroups; D=128, N=128; head dims below 64 or 128 run padded on them),
-// from dev/probes/causal_sched_ab.py --sweep crossover (5 interleaved rounds on the H200, the median of the per-round
-// dynamic/static ratios): D=64 0.984 at 1K, 1.037 at 2K, 1.055 at 4K, 1.253 at 8K, so dynamic from 2048 rows; D=128
-// 0.977 at 1K, 0.999 at 2K, 0.994 at 4K (rounds 0.83-1.05), 1.44 at 8K, so from 8192: below it static is level or
-// ahead, and the 4K point is within its noise of level (the next sweep re-measures it; the setters below move the
-// thresholds without a rebuild).
+// threshold per causal build (D=64, three warpgroups; D=128, N=128; head dims below 64 or 128 run padded on them):
+// the crossover of the dynamic schedule with the short group first (the grouping above) against the static order,
+// from dev/probes/causal_sched_ab.py --sweep grouping (bench/results/h200_2026-12-02_eve/call_q/causal/grouping.json:
+// 7 back-to-back rounds on the H200, the median of the per-round ratios, the median over the batch x heads measured):
+// D=64 0.928 at 1K, 1.060 at 2K, 1.090 at 4K, 1.015 at 6K, 1.279 at 8K, so dynamic from 2048 rows; D=128 0.947 at 1K,
+// 0.882 at 2K, 1.229 at 4K (2x16 1.027, 1x12 1.229, 1x16 1.462), 1.036 at 6K, 1.524 at 8K, so from 4096. With the
+// short group last, 6K lost (0.953 at D=128, 0.884 at D=64), which kept D=128 at 8192 before; the thresholds hold
+// for grouping 1 only (the setters below move them without a rebuild).
 #ifndef VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64
 #define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64 2048
 #endif
 #ifndef VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128
-#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128 8192
+#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128 4096
 #endif
 // [0]: the D=64 build, [1]: the D=128 build (vidattn_sm90_set_causal_dynamic_min_sq, ..._for)
 int g_causal_dynamic_min_sq[2] = {VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64, VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128};
@@ -137,7 +141,10 @@ bool causal_dynamic_for(int build_head_dim, int64_t seqlen_q) {
 // CTA more than this over the mean (permille; 0: the length alone decides). The thresholds were measured at batch x
 // heads a multiple of 32, where the static snake is at its best (1.03 of the mean at 1K-6K, D=128); at 12, 16, 24 or
 // 40 pairs it leaves 1.2-2.0, which the dynamic schedule takes to 1.00-1.08 from 2K on (dev/probes/
-// causal_schedule_sim.py). Off until the device A/B says (vidattn_sm90_set_causal_static_imbalance_max).
+// causal_schedule_sim.py). Off: below the thresholds above the shapes it moves lost on the H200 despite the imbalance
+// (bench/results/h200_2026-12-02_eve/call_q/causal/grouping.json, short group first / static: 3x7x2K D=128 0.882,
+// 1x24x2K D=128 0.877, 2x16x1K D=64 0.880, simulated 1.30-1.44 faster); it won only at 4K (1x12 1.229, 1x16 1.462),
+// which the D=128 threshold of 4096 now takes by length. vidattn_sm90_set_causal_static_imbalance_max turns it on.
 #ifndef VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX
 #define VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX 0
 #endif

@@ -647,6 +647,8 @@ def test_static_imbalance_rule_routes_unbalanced_short_problems(mode, monkeypatc
     assert lib.vidattn_sm90_set_causal_static_imbalance_max(500) == 1
     assert lib.vidattn_sm90_set_causal_static_imbalance_max(-2) == 1
     try:
+        # every shape below under the length thresholds whatever the build's defaults, so the rule decides
+        assert lib.vidattn_sm90_set_causal_dynamic_min_sq(8192) == 0
         assert lib.vidattn_sm90_set_causal_static_imbalance_max(1100) == 0
         assert lib.vidattn_sm90_causal_static_imbalance_max() == 1100
         for b, h, sq, d in [(1, 16, 4096, 128), (2, 16, 4096, 128), (2, 16, 1024, 64), (1, 12, 3001, 96)]:
@@ -666,3 +668,39 @@ def test_static_imbalance_rule_routes_unbalanced_short_problems(mode, monkeypatc
         assert lib.vidattn_sm90_last_causal_static_imbalance() == 0
     finally:
         assert lib.vidattn_sm90_set_causal_static_imbalance_max(-1) == 0
+        assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
+
+
+# ---- the shipped defaults (capi.cu: VIDATTN_CAUSAL_GROUPING, _DYNAMIC_MIN_SQ_D64/_D128, _STATIC_IMBALANCE_MAX) -----
+def _shipped(name):
+    import re
+    src = (Path(__file__).resolve().parent.parent / "csrc/capi.cu").read_text()
+    return int(re.search(rf"#define {name} (-?\d+)\n", src).group(1))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_default_routing_is_the_shipped_one(mode, monkeypatch):
+    """The loaded library's defaults are capi.cu's (a stale build fails here, not in a benchmark), and a default
+    call takes them: at 1x12 heads D=128 (groups of 8 over 12 pairs), the D=128 threshold's length runs the dynamic
+    schedule opening with the group of 4 under grouping 1, one row less keeps the static order (the static-imbalance
+    rule off); both the static order's bits."""
+    lib = _ext.load()
+    for setter in ("grouping", "dynamic_min_sq", "static_imbalance_max"):
+        assert getattr(lib, f"vidattn_sm90_set_causal_{setter}")(-1) == 0
+    grouping = _shipped("VIDATTN_CAUSAL_GROUPING")
+    assert lib.vidattn_sm90_causal_grouping() == grouping
+    assert lib.vidattn_sm90_causal_static_imbalance_max() == _shipped("VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX") == 0
+    min_sq = {d: _shipped(f"VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D{d}") for d in (64, 128)}
+    assert {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in (64, 128)} == min_sq
+    sim = _sim()
+    g, seed = new_gen()
+    for sq, want_dyn in ((min_sq[128], 1), (min_sq[128] - 1, 0)):
+        what = f"1x12x{sq} D=128 {mode} seed={seed}"
+        q, k, v = bshd_inputs(1, 12, 12, sq, sq, 128, g)
+        out, ran = schedule_of(lib, q, k, v, mode, True, monkeypatch)
+        assert ran == want_dyn, what
+        first = sim.first_group(12, sim.group_heads(1, 12, sq, 128), grouping) if want_dyn else 0
+        assert lib.vidattn_sm90_last_causal_first_group() == first, what
+        assert first == (4 if want_dyn and grouping == 1 else 0), what
+        stat, ran_stat = schedule_of(lib, q, k, v, mode, False, monkeypatch)
+        assert ran_stat == 0 and torch.equal(out, stat), what

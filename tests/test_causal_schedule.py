@@ -129,20 +129,64 @@ def test_verdict_names_each_head_dim_and_flags_a_difference():
     assert "none" in ab.verdict({64: None}, {64: 2048})[0]
 
 
-CROSSOVER_H200 = ROOT / "bench/results/h200_2026-12-02_pm/call_g/causal/crossover.json"
+GROUPING_H200 = ROOT / "bench/results/h200_2026-12-02_eve/call_q/causal/grouping.json"
+
+
+def _shipped(name: str) -> int:
+    m = re.search(rf"#define {name} (-?\d+)\n", (ROOT / "csrc/capi.cu").read_text())
+    assert m, f"{name} is a build parameter of capi.cu"
+    return int(m.group(1))
 
 
 def test_shipped_thresholds_are_the_measured_crossovers():
-    """capi.cu's defaults are what the committed H200 sweep gives by the sweep's own rule (the median of the per-round
-    ratios, from the shortest length dynamic holds at and beyond)."""
-    import json
+    """capi.cu's thresholds are what the committed H200 grouping sweep gives by the sweep's own rule (the median of
+    the per-round ratios, from the shortest length the dynamic schedule holds at and beyond), for the grouping the
+    library ships: the short group first's crossover under grouping 1, the short group last's under 0."""
     ab = _ab()
-    picks = ab.recommended_min_sq(json.loads(CROSSOVER_H200.read_text())["rows"])
-    src = (ROOT / "csrc/capi.cu").read_text()
+    rows = json.loads(GROUPING_H200.read_text())["rows"]
+    grouping = _shipped("VIDATTN_CAUSAL_GROUPING")
+    assert grouping in (0, 1)
+    picks = ab.recommended_min_sq(rows, policy="short_first" if grouping == 1 else "dynamic")
     for d in (64, 128):
-        m = re.search(rf"#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D{d} (\d+)", src)
-        assert m, f"the D={d} threshold is a build parameter"
-        assert int(m.group(1)) == picks[d], (d, picks)
+        assert _shipped(f"VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D{d}") == picks[d], (d, grouping, picks)
+    # the sweep's own verdict line says the same (the JSON was written by the probe, not by hand)
+    stored = json.loads(GROUPING_H200.read_text())
+    key = "crossover_min_sq_short_first" if grouping == 1 else "crossover_min_sq"
+    assert {int(d): n for d, n in stored[key].items()} == picks
+
+
+def test_shipped_grouping_is_the_measured_faster_order():
+    """Grouping 1 ships only if the short group first beat the short group last where the two orders differ (shapes
+    with a remainder whose spans were not host-bound), and the controls (no remainder: the same order) stayed within
+    2% of level, else the difference is something other than the order."""
+    ab = _ab()
+    import statistics
+    rows = json.loads(GROUPING_H200.read_text())["rows"]
+    assert all(r["equal"] and r["ran_ok"] for r in rows)
+    differ = [statistics.median(r["short_first_over_dynamic_rounds"]) for r in rows
+              if r["first_group"] > 0 and not r["host_bound"]]
+    controls = [statistics.median(r["short_first_over_dynamic_rounds"]) for r in rows if r["first_group"] == 0]
+    assert len(differ) >= 2 and len(controls) >= 8
+    assert all(abs(x - 1) <= 0.02 for x in controls), controls
+    assert _shipped("VIDATTN_CAUSAL_GROUPING") == (1 if statistics.median(differ) > 1.0 else 0), differ
+    # what the D=128 threshold moved for: 4K and 6K win with the short group first, 6K lost with it last
+    by = {r["shape"]: r for r in rows}
+    assert ab.paired_speedup(by["2x16x6144 D128"], "short_first") > 1.0 > ab.paired_speedup(by["2x16x6144 D128"])
+
+
+def test_static_imbalance_rule_ships_off_where_it_measured_a_loss():
+    """The rule is on only if the shapes it would move below the shipped thresholds (the simulator's static order
+    over 1.10 of the mean) ran faster with the short group first than static on the H200; they ran slower."""
+    ab = _ab()
+    rows = json.loads(GROUPING_H200.read_text())["rows"]
+    grouping = _shipped("VIDATTN_CAUSAL_GROUPING")
+    threshold = {d: _shipped(f"VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D{d}") for d in (64, 128)}
+    policy = "short_first" if grouping == 1 else "dynamic"
+    routed = [ab.paired_speedup(r, policy) for r in rows
+              if r["s"] < threshold[r["d"]] and r["sim_ratio"]["static"] > ab.IMBALANCE_RULE]
+    assert len(routed) >= 3
+    wins = min(routed) >= 1.0
+    assert (_shipped("VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX") > 0) == wins, routed
 
 
 def test_capi_routes_short_problems_to_the_static_order():
@@ -311,10 +355,12 @@ def test_short_first_ratios_in_summary_and_table():
         ab.paired_speedup({"shape": "x", "speedup": 1.0}, "short_first")
 
 
-def test_probe_main_end_to_end_with_a_fake_gpu(tmp_path, monkeypatch, capsys):
-    """main() of the grouping sweep against a fake library and a fake clock (no GPU): every shape gets every policy,
-    the policies' settings reach the library, the JSON, the table file and the printed table agree, and a policy
-    that did not run its schedule is flagged."""
+@pytest.mark.parametrize("sweep", ["grouping", "confirm"])
+def test_probe_main_end_to_end_with_a_fake_gpu(sweep, tmp_path, monkeypatch, capsys):
+    """main() of the grouping sweep (and of the defaults' confirmation, against a library built with grouping 1 and
+    D=128 from 4096) against a fake library and a fake clock (no GPU): every shape gets every policy, the policies'
+    settings reach the library, the JSON, the table file and the printed table agree, and a policy that did not run
+    its schedule is flagged."""
     import sys
     import types
 
@@ -331,14 +377,14 @@ def test_probe_main_end_to_end_with_a_fake_gpu(tmp_path, monkeypatch, capsys):
             return 0
 
         def vidattn_sm90_causal_dynamic_min_sq_for(self, d):
-            return 2048 if d <= 64 else 8192
+            return 2048 if d <= 64 else 8192 if sweep == "grouping" else 4096
 
         def vidattn_sm90_set_causal_grouping(self, n):
             state["grouping"] = n
             return 0
 
         def vidattn_sm90_causal_grouping(self):
-            return 0
+            return 0 if sweep == "grouping" else 1
 
         def vidattn_sm90_last_causal_dynamic(self):
             return state["ran"][0]
@@ -353,7 +399,8 @@ def test_probe_main_end_to_end_with_a_fake_gpu(tmp_path, monkeypatch, capsys):
         b, s, h, d = shape
         with_ws = ab._ext.workspace is real_ws  # the static policy swaps in a workspace of None
         dynamic = with_ws and (state["min_sq"] == 0 or s >= lib.vidattn_sm90_causal_dynamic_min_sq_for(d))
-        first = ab.sim.first_group(b * h, ab.sim.group_heads(b, h, s, d), max(state["grouping"], 0)) if dynamic else 0
+        grouping = lib.vidattn_sm90_causal_grouping() if state["grouping"] == -1 else state["grouping"]
+        first = ab.sim.first_group(b * h, ab.sim.group_heads(b, h, s, d), grouping) if dynamic else 0
         state["ran"] = (int(dynamic), first)
         clock[0] += cost["static" if not dynamic else "short_first" if first else "dynamic"]
         return torch.zeros(2)
@@ -387,7 +434,7 @@ def test_probe_main_end_to_end_with_a_fake_gpu(tmp_path, monkeypatch, capsys):
             return torch.zeros(2, dtype=dtype)  # the fake attention needs only the shape, read below
 
     shapes = [(2, 16, 6144, 128), (4, 16, 1024, 128)]
-    monkeypatch.setattr(ab, "GROUPING", shapes)
+    monkeypatch.setattr(ab, sweep.upper(), shapes)
     monkeypatch.setattr(ab, "torch", FakeTorch())
     monkeypatch.setattr(ab.timer, "CudaSpan", Span)
     monkeypatch.setattr(ab._ext, "load", lambda: lib)
@@ -407,12 +454,32 @@ def test_probe_main_end_to_end_with_a_fake_gpu(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(ab.timer, "n_sets", n_sets)
     ab.vidattn.attention = fake_attention
-    out = tmp_path / "causal" / "grouping.json"
-    monkeypatch.setattr(sys, "argv", ["causal_sched_ab.py", "--sweep", "grouping", "--rounds", "3", "--out", str(out)])
+    out = tmp_path / "causal" / f"{sweep}.json"
+    monkeypatch.setattr(sys, "argv", ["causal_sched_ab.py", "--sweep", sweep, "--rounds", "3", "--out", str(out)])
     ab.main()
     printed = capsys.readouterr().out
     data = json.loads(out.read_text())
     rows = {r["shape"]: r for r in data["rows"]}
+    if sweep == "confirm":
+        # the defaults against static only: 6K runs dynamic with the short group first (2% faster in the fake), 1K
+        # keeps the static order; each ran what the defaults say
+        r6, r1 = rows["2x16x6144 D128"], rows["4x16x1024 D128"]
+        assert set(r6["ms"]) == {"static", "auto"} and all(len(x) == 3 for x in r6["ms"].values())
+        assert r6["ran"]["auto"] == {"dynamic": 1, "first_group": 2} and r6["ran_ok"] and r6["equal"]
+        assert r1["ran"]["auto"] == {"dynamic": 0, "first_group": 0} and r1["ran_ok"]
+        assert ab.paired_speedup(r6, "auto") == pytest.approx(1 / 0.98) and ab.paired_speedup(r1, "auto") == 1.0
+        assert data["library_grouping"] == 1 and data["library_min_sq"] == {"64": 2048, "128": 4096}
+        table = (tmp_path / "causal" / "confirm_table.txt").read_text()
+        assert printed.rstrip().endswith(table.rstrip())
+        assert "x1.020" in table and table.rstrip().splitlines()[-1] == (
+            "confirm: auto at or above static wherever it runs dynamic: yes; ran as the defaults say and the same "
+            "bits: yes")
+        r6["speedup_rounds_auto"] = [0.97] * 3
+        r1["ran_ok"] = False
+        assert ab.confirm_lines([r6, r1], {128: 4096}, 1)[-1] == (
+            "confirm: auto at or above static wherever it runs dynamic: no (2x16x6144 D128); ran as the defaults say "
+            "and the same bits: no (4x16x1024 D128)")
+        return
     r6 = rows["2x16x6144 D128"]
     assert set(r6["ms"]) == {"static", "dynamic", "short_first", "auto"} and all(len(x) == 3 for x in r6["ms"].values())
     assert r6["ran"]["short_first"] == {"dynamic": 1, "first_group": 2} and r6["ran_ok"] and r6["equal"]
@@ -445,6 +512,22 @@ def test_survey_of_grouping_rules_puts_the_short_group_first_ahead():
             sim.grouped_list(b, h, s, s, d, group, first=sim.first_group(b * h, group, 1))
         assert sim.sized_list(b, h, s, s, d, sim.group_sizes(b * h, group, "last")) == \
             sim.grouped_list(b, h, s, s, d, group)
+
+
+def test_device_stage_confirm_mode_selects_the_defaults_tests_within_70_s():
+    """causal_device.sh confirm runs GPU tests that exist and read the defaults, then the confirm sweep, within 70 s
+    of timeouts; the sweep covers D=128 at 4K, 6K, 8K and D=64 at 2K and 6K."""
+    sh = (ROOT / "dev/probes/causal_device.sh").read_text()
+    m = re.search(r'tests_s=(\d+); durations=\d+; sweep_s=(\d+); rounds=(\d+)\n'
+                  r'  select=\(-k "default_routing([^"]*)"\)', sh)
+    assert m and int(m.group(1)) + int(m.group(2)) <= 66 and int(m.group(3)) >= 5
+    assert '[ "$mode" = confirm ] && sweep=confirm' in sh
+    gpu = (ROOT / "tests/test_causal_gpu.py").read_text()
+    names = re.findall(r"^def (test_\w+)", gpu, re.M)
+    for word in ("default_routing" + m.group(4)).split(" or "):
+        assert [n for n in names if word in n], word
+    ab = _ab()
+    assert {(s, d) for _, _, s, d in ab.CONFIRM} >= {(4096, 128), (6144, 128), (8192, 128), (2048, 64), (6144, 64)}
 
 
 def test_device_stage_grouping_mode_selects_the_new_gpu_tests():

@@ -11,12 +11,16 @@
 #       first (vidattn_sm90_set_causal_grouping: same bits as the static order, odd lengths, kv_lens, GQA, D=64/96,
 #       the redo pass) and of the static-imbalance rule, then the grouping A/B (causal_sched_ab.py --sweep grouping: static, dynamic, short_first and
 #       auto, back to back, 7 rounds, D=64/128 at 1K-8K and 32K plus shapes with a remainder); its table last
+#   bash dev/probes/causal_device.sh $OUT/causal confirm  (at most 70 s): the GPU tests that touch the shipped
+#       defaults (grouping 1, the per-build thresholds, the static-imbalance rule off: that the loaded library has
+#       them, and the routing and bits under them), then the library's defaults against static back to back
+#       (causal_sched_ab.py --sweep confirm, 7 rounds: D=128 4K, 6K, 8K, D=64 2K, 6K); its table last
 set -u
-out=${1:?usage: causal_device.sh OUTDIR [full|routing|grouping]}
+out=${1:?usage: causal_device.sh OUTDIR [full|routing|grouping|confirm]}
 mode=${2:-full}
 case "$mode" in
-  full|routing|grouping) ;;
-  *) echo "causal_device.sh: mode full, routing or grouping, not $mode"; exit 2 ;;
+  full|routing|grouping|confirm) ;;
+  *) echo "causal_device.sh: mode full, routing, grouping or confirm, not $mode"; exit 2 ;;
 esac
 mkdir -p "$out"
 t0=$SECONDS
@@ -30,12 +34,16 @@ if [ "$mode" = full ]; then
 elif [ "$mode" = routing ]; then
   tests_s=26; durations=5; sweep_s=20; rounds=7
   select=(-k "short_problems or min_sq or one_threshold or every_tile_once or any_workspace or many_launches")
-else
+elif [ "$mode" = grouping ]; then
   tests_s=36; durations=5; sweep_s=40; rounds=7
   select=(-k "grouping or short_group_first or static_imbalance")
+else
+  tests_s=32; durations=5; sweep_s=34; rounds=7
+  select=(-k "default_routing or grouping_setter or min_sq or one_threshold or short_problems or static_imbalance")
 fi
 sweep=crossover
 [ "$mode" = grouping ] && sweep=grouping
+[ "$mode" = confirm ] && sweep=confirm
 timeout "$tests_s" python3 -m pytest -v --tb=short -m gpu -p no:cacheprovider -rfE --durations="$durations" \
   tests/test_causal_gpu.py ${select[@]+"${select[@]}"} > "$out/gpu_causal.log" 2>&1
 rc_tests=$?
@@ -60,6 +68,10 @@ if [ "$mode" = grouping ]; then
     cut -c1-150
   echo "per shape (TFLOPS; ratios are medians of per-round ratios; sim = makespan / mean):"
   tail -n 20 "$out/${sweep}_table.txt" 2>/dev/null | grep -E "^shape|D(64|128) \|"
+elif [ "$mode" = confirm ]; then
+  grep -E "^library|Error|error" "$out/$sweep.log" | cut -c1-150
+  # the per-shape lines and the verdict (written as the rows land: a timeout keeps them)
+  cat "$out/${sweep}_table.txt" 2>/dev/null || tail -5 "$out/$sweep.log"
 else
   grep -E "^[0-9]+x|^  D |^  [0-9]+ |crossover|library" "$out/$sweep.log" | cut -c1-150
 fi

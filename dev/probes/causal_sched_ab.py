@@ -27,8 +27,12 @@ the L2 budget do not divide batch x heads) opening the list instead of closing i
 a remainder (the only ones where the two orders differ; the others are the control). The verdict then names the
 crossover of each grouping.
 
+--sweep confirm times only the library's defaults ("auto") against static, at the lengths the grouping sweep moved
+the defaults over (D=128 at 4K, 6K, 8K, D=64 at 2K and 6K), and checks that auto ran what the defaults say.
+
     python3 dev/probes/causal_sched_ab.py --sweep crossover --rounds 5 --out $OUT/causal/crossover.json
     python3 dev/probes/causal_sched_ab.py --sweep grouping --rounds 5 --out $OUT/causal/grouping.json
+    python3 dev/probes/causal_sched_ab.py --sweep confirm --rounds 7 --out $OUT/causal/confirm.json
     python3 dev/probes/causal_sched_ab.py --replay bench/results/h200_2026-12-02_pm/call_g/causal/crossover.json
 """
 from __future__ import annotations
@@ -79,6 +83,11 @@ GROUPING = [(2, 16, 6144, 128), (2, 16, 6144, 64), (1, 12, 4096, 128), (3, 7, 20
             (1, 24, 2048, 128), (2, 16, 1024, 64), (4, 16, 1024, 128), (8, 16, 1024, 128), (8, 32, 1024, 64),
             (4, 16, 2048, 128), (4, 32, 2048, 64), (2, 16, 4096, 128), (2, 32, 4096, 64), (1, 16, 8192, 128),
             (1, 32, 8192, 64), (1, 16, 32768, 128), (1, 32, 32768, 64)]
+# The defaults' confirmation (grouping 1, D=128 dynamic from 4096 rows): the 4K, 6K and 8K D=128 shapes that the
+# grouping sweep found ahead with the short group first (1x12x4K the one with a remainder at 4K), and D=64 at 2K and
+# at 6K, where the short group last lost to static (0.884).
+CONFIRM = [(2, 16, 4096, 128), (1, 12, 4096, 128), (2, 16, 6144, 128), (2, 16, 8192, 128), (4, 32, 2048, 64),
+           (2, 16, 6144, 64)]
 # The causal builds a head dim runs on (capi.cu, causal_build_slot): one threshold each.
 BUILD_HEAD_DIMS = (64, 128)
 
@@ -169,6 +178,28 @@ def summary(rows: list[dict], library: dict[int, int], rounds: int) -> list[str]
 
 
 IMBALANCE_RULE = 1.10  # the permille rule's value the NOTES predict for (vidattn_sm90_set_causal_static_imbalance_max)
+
+
+def confirm_lines(rows: list[dict], library: dict[int, int], grouping: int) -> list[str]:
+    """auto (the library's defaults) / static per shape, what auto ran, and one verdict line."""
+    lines = [f"auto / static (defaults: grouping {grouping}, dynamic from "
+             + ", ".join(f"{n} rows at D={d}" for d, n in library.items()) + "), median of the per-round ratios:"]
+    for r in rows:
+        xs = r["speedup_rounds_auto"]
+        ran = r["ran"]["auto"]
+        lines.append(f"  {r['shape']:16s} static {r['tflops']['static']:6.1f}  auto {r['tflops']['auto']:6.1f} TFLOPS  "
+                     f"x{paired_speedup(r, 'auto'):.3f} [{min(xs):.3f}-{max(xs):.3f}]  auto ran dynamic "
+                     f"{ran.get('dynamic')} first group {ran.get('first_group')}"
+                     f"{'' if r.get('ran_ok', True) else ' NOT-RUN-AS-NAMED'}{' HOST-BOUND' if r['host_bound'] else ''}"
+                     f"{'' if r['equal'] else ' NOT-EQUAL'}")
+    losing = [r["shape"] for r in rows if r["ran"]["auto"].get("dynamic") and paired_speedup(r, "auto") < 1.0]
+    bad = [r["shape"] for r in rows if not (r.get("ran_ok", True) and r["equal"])]
+
+    def yes_no(names):
+        return "no (" + ", ".join(names) + ")" if names else "yes"
+    lines.append(f"confirm: auto at or above static wherever it runs dynamic: {yes_no(losing)}; ran as the defaults "
+                 f"say and the same bits: {yes_no(bad)}")
+    return lines
 
 
 def imbalance_rule_lines(rows: list[dict], library: dict[int, int]) -> list[str]:
@@ -283,20 +314,24 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=None, help="(ignored: the span's call count follows --target-ms)")
     ap.add_argument("--target-ms", type=float, default=8.0, help="GPU time per span (sets its call count)")
     ap.add_argument("--out")
-    ap.add_argument("--sweep", choices=("bench", "crossover", "grouping", "all"), default="bench")
+    ap.add_argument("--sweep", choices=("bench", "crossover", "grouping", "confirm", "all"), default="bench")
     ap.add_argument("--replay", metavar="JSON", help="print the table and verdict of a saved sweep, then exit")
     args = ap.parse_args()
     if args.replay:
         replay(args.replay)
         return
-    shapes = {"bench": SHAPES, "crossover": CROSSOVER, "grouping": GROUPING, "all": CROSSOVER + SHAPES}[args.sweep]
+    shapes = {"bench": SHAPES, "crossover": CROSSOVER, "grouping": GROUPING, "confirm": CONFIRM,
+              "all": CROSSOVER + SHAPES}[args.sweep]
     lib = _ext.load()
     routed = lib is not None and hasattr(lib, "vidattn_sm90_set_causal_dynamic_min_sq")
     grouping = lib is not None and hasattr(lib, "vidattn_sm90_set_causal_grouping")
     default_min_sq = library_min_sq(lib) if routed else {d: 0 for d in BUILD_HEAD_DIMS}
     default_grouping = int(lib.vidattn_sm90_causal_grouping()) if grouping else 0
-    policies = ["static", "dynamic"] + (["short_first"] if grouping and args.sweep == "grouping" else []) + \
-        (["auto"] if routed else [])
+    confirm = args.sweep == "confirm"
+    if confirm and not (routed and grouping):
+        raise SystemExit("--sweep confirm needs a library with the per-build thresholds and the grouping switch")
+    policies = ["static", "auto"] if confirm else ["static", "dynamic"] + \
+        (["short_first"] if grouping and args.sweep == "grouping" else []) + (["auto"] if routed else [])
     print("library default: dynamic from " + ", ".join(f"{n} query rows at D={d}" for d, n in default_min_sq.items())
           + f"; grouping {default_grouping} (1: the short group first)"
           if routed else "library without the short-problem routing: dynamic at every length", flush=True)
@@ -338,7 +373,11 @@ def main() -> None:
                              "short_first": simr["dynamic_short_first"]["ratio"]},
                "tflops": {}}
         # a policy that did not run its schedule cannot pass as one
-        if routed:
+        if confirm:
+            want = int(s >= default_min_sq[64 if d <= 64 else 128])  # capi.cu, causal_build_slot
+            row["ran_ok"] = ran["static"]["dynamic"] == 0 and ran["auto"] == {
+                "dynamic": want, "first_group": expected_first_group(b, h, s, d, "auto", default_grouping) * want}
+        elif routed:
             row["ran_ok"] = ran["static"]["dynamic"] == 0 and ran["dynamic"]["dynamic"] == 1
             if "short_first" in policies:
                 row["ran_ok"] &= ran["short_first"] == {"dynamic": 1, "first_group": row["first_group"]}
@@ -347,6 +386,16 @@ def main() -> None:
             row[f"tflops_{policy}"] = row["tflops"][policy] = flops / (statistics.median(ms[policy]) * 1e-3) / 1e12
         # a span whose calls the host issues slower than the GPU runs them times the host, not the schedule
         row["host_bound"] = any(host_us[p] > 0.8 * statistics.median(ms[p]) * 1e3 for p in policies)
+        if confirm:
+            row["speedup_rounds_auto"] = per_round_ratios(ms, "static", "auto")
+            rows.append(row)
+            print(confirm_lines([row], default_min_sq, default_grouping)[1].strip(), flush=True)
+            del sets, outs
+            torch.cuda.empty_cache()
+            if args.out:
+                write(args.out, rows, default_min_sq, default_grouping, table_path,
+                      "\n".join(confirm_lines(rows, default_min_sq, default_grouping)))
+            continue
         row["speedup"] = statistics.median(ms["static"]) / statistics.median(ms["dynamic"])
         # per round, so that the spread between rounds shows next to the median
         row["speedup_rounds"] = per_round_ratios(ms, "static", "dynamic")
@@ -369,7 +418,8 @@ def main() -> None:
         torch.cuda.empty_cache()
         if args.out:  # each row as it lands: a timeout keeps what was measured
             write(args.out, rows, default_min_sq, default_grouping, table_path)
-    text = "\n".join(summary(rows, default_min_sq, args.rounds)) + "\n\n" + shape_table(rows)
+    text = ("\n".join(confirm_lines(rows, default_min_sq, default_grouping)) if confirm else
+            "\n".join(summary(rows, default_min_sq, args.rounds)) + "\n\n" + shape_table(rows))
     if args.out:
         write(args.out, rows, default_min_sq, default_grouping, table_path, text)
     print("\n" + text)
@@ -377,10 +427,10 @@ def main() -> None:
 
 def write(out: str, rows: list[dict], default_min_sq: dict, default_grouping: int, table_path: Path | None,
           text: str | None = None) -> None:
-    pick = recommended_min_sq(rows)
     data = {"gpu": torch.cuda.get_device_name(), "timing": "back-to-back, rotating input sets", "rows": rows,
-            "library_min_sq": {str(d): n for d, n in default_min_sq.items()}, "library_grouping": default_grouping,
-            "crossover_min_sq": {str(d): n for d, n in pick.items()}}
+            "library_min_sq": {str(d): n for d, n in default_min_sq.items()}, "library_grouping": default_grouping}
+    if any("speedup_rounds" in r or "speedup" in r for r in rows):
+        data["crossover_min_sq"] = {str(d): n for d, n in recommended_min_sq(rows).items()}
     if any("speedup_rounds_short_first" in r for r in rows):
         data["crossover_min_sq_short_first"] = {str(d): n for d, n in
                                                 recommended_min_sq(rows, policy="short_first").items()}
