@@ -76,9 +76,11 @@ def set_sum_mma(mode: int, lib=None) -> None:
 
 def set_sequential(seq: int, lib=None) -> None:
     """Schedule of later 8-bit launches: ping-pong (0: head dim 64 only), sequential with three consumer warpgroups
-    (1), that with the S issues in round-robin turns (2: head dim 128 only), that with the exponentials taken in
-    round-robin turns (3: one warpgroup at a time on MUFU while the others' S and P V run), or the default (-1). For
-    A/B timing; a launch of a schedule not built for its head dim is refused with an error."""
+    (1: head dim 64's default), that with the exponentials taken in round-robin turns (3: one warpgroup at a time on
+    MUFU while the others' S and P V run; head dim 128 only, its default, built with conversion 2 and row-sum mode 0
+    only), or the default (-1). With the schedule left to the default, forcing another conversion or mode at head dim
+    128 runs schedule 1. Schedule 2 (turns around the S issues) lost its A/B and is no longer built. For A/B timing; a
+    launch of a schedule not built for its head dim is refused with an error."""
     _setter("vidattn_q8_set_sequential", seq, lib)
 
 
@@ -89,9 +91,10 @@ def set_cvt(mode: int, lib=None) -> None:
     """How later 8-bit launches turn the INT8 scores into floats (csrc/sm90/q8_fwd.cuh, kCvt): one I2F per score (0),
     the row max on the integers and each score as the float 1.5 * 2^23 + x by one integer add (1), that bias added by
     the tensor cores instead (2: S starts at it), or the build default (-1). 1 and 2 are built on the sequential
-    schedule only, each at the head dim whose A/B it won (2 at 128, 1 at 64 with row-sum mode 1; they are the
-    defaults there); a launch of another is refused with an error. The environment variable VIDATTN_Q8_CVT sets the
-    same for a whole process (where it is not built, 0 runs). For A/B timing."""
+    schedules only, each at the head dim whose A/B it won (2 at 128, on schedules 1 and 3; 1 at 64 with row-sum mode
+    1; they are the defaults there); a launch of another is refused with an error. Schedule 3, head dim 128's
+    default, has conversion 2 only: with the schedule left to the default, 0 there runs schedule 1. The environment
+    variable VIDATTN_Q8_CVT sets the same for a whole process (where it is not built, 0 runs). For A/B timing."""
     if isinstance(mode, bool) or not isinstance(mode, int) or mode not in CVT_MODES:
         raise ValueError(f"set_cvt: mode must be one of {CVT_MODES}, got {mode!r}")
     _setter("vidattn_q8_set_cvt", mode, lib)
@@ -130,8 +133,9 @@ def last_cvt(lib=None) -> int:
 
 
 def last_sequential(lib=None) -> int:
-    """Schedule of this thread's last 8-bit launch (0 ping-pong, 1 sequential, 2 sequential with turns around S, 3
-    with turns around the exponentials; -1: none, or a library without the sequential schedule)."""
+    """Schedule of this thread's last 8-bit launch (0 ping-pong, 1 sequential, 3 sequential with turns around the
+    exponentials, head dim 128's default; 2, turns around S, from a library that still built it; -1: none, or a
+    library without the sequential schedule)."""
     lib = _entry(lib or _ext._library(None))
     fn = getattr(lib, "vidattn_q8_last_sequential", None)
     return int(fn()) if fn is not None else -1
