@@ -474,6 +474,9 @@ def test_probe_main_end_to_end_with_a_fake_gpu(sweep, tmp_path, monkeypatch, cap
         assert "x1.020" in table and table.rstrip().splitlines()[-1] == (
             "confirm: auto at or above static wherever it runs dynamic: yes; ran as the defaults say and the same "
             "bits: yes")
+        monkeypatch.setattr(sys, "argv", ["causal_sched_ab.py", "--replay", str(out)])
+        ab.main()
+        assert capsys.readouterr().out.rstrip() == table.rstrip()
         r6["speedup_rounds_auto"] = [0.97] * 3
         r1["ran_ok"] = False
         assert ab.confirm_lines([r6, r1], {128: 4096}, 1)[-1] == (

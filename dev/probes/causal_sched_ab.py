@@ -246,6 +246,9 @@ def replay(path: str) -> None:
     data = json.loads(Path(path).read_text())
     lib = data.get("library_min_sq", {})
     library = {int(d): n for d, n in lib.items()} if isinstance(lib, dict) else {d: lib for d in BUILD_HEAD_DIMS}
+    if data["rows"] and "speedup_rounds_auto" in data["rows"][0]:  # a --sweep confirm
+        print("\n".join(confirm_lines(data["rows"], library, data.get("library_grouping", 0))))
+        return
     rounds = len(data["rows"][0].get("speedup_rounds", [])) if data["rows"] else 0
     print("\n".join(summary(data["rows"], library, rounds)))
 
