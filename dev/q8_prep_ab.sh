@@ -17,9 +17,12 @@ left() { echo $(( TOTAL - ($(date +%s) - t0) )); }
 D=${OUT:-/tmp}/q8
 mkdir -p "$D"
 export PYTHONUNBUFFERED=1
+# VIDATTN_COMMIT (or VIDATTN_GIT_COMMIT) names the commit when set: a copied tree's git may name an older one.
+commit=${VIDATTN_COMMIT:-${VIDATTN_GIT_COMMIT:-}}
+[ -n "$commit" ] || commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown) (from this tree's git)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu \
   --format=csv > "$D/gpu.txt" 2>&1
-echo "commit $(git rev-parse --short HEAD 2>/dev/null) library ${VIDATTN_LIBRARY:-vidattn cache}" >> "$D/gpu.txt"
+echo "commit $commit library ${VIDATTN_LIBRARY:-vidattn cache}" >> "$D/gpu.txt"
 # The A/B first (its passes stop starting after --budget seconds), then the tests with what is left.
 OUT=$D timeout $(( $(left) * 60 / 100 )) python3 dev/q8_prep_ab.py --passes 2 --budget $(( $(left) * 30 / 100 )) \
   > "$D/q8_prep_ab.log" 2>&1
