@@ -251,8 +251,8 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   p.num_m_blocks = static_cast<int>(m_blocks);
   g_last_block_n = T::kBlockN;
   g_last_o_path = T::kOInV ? 2 : T::kOInQ ? 1 : 0;
-  // +1 KB to align the ring to 1024 B in-kernel
-  const size_t smem = sizeof(SharedStorage<kHeadDim, kWGs, kBN>) + 1024;
+  // +1 KB to align the ring to 1024 B in-kernel (flash_fwd_kernel asserts that it fits)
+  const size_t smem = dynamic_smem_bytes<kHeadDim, kWGs, kBN>();
   auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, false, kCausal>;
   if (allow_smem(kernel, smem) != 0) return 1;
   // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most
@@ -554,7 +554,7 @@ extern "C" int vidattn_sm90_set_d64_warpgroups(int warpgroups) {
   return 0;
 }
 
-extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
+static int fwd(const VidattnFwdArgs* a, void* stream) {
   if (a == nullptr) return fail("null argument block");
   if (!a->q || !a->k || !a->v || !a->o) return fail("null q/k/v/o pointer");
   if (a->batch < 1 || a->heads < 1 || a->seqlen_q < 1 || a->seqlen_kv < 1)
@@ -634,5 +634,13 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   if (pick_d128_block_n(a->seqlen_kv) == kD128Short)
     return fp16 ? launch<128, 2, kD128Short, true>(*a, s, sms) : launch<128, 2, kD128Short, false>(*a, s, sms);
   return fp16 ? launch<128, 2, kD128Long, true>(*a, s, sms) : launch<128, 2, kD128Long, false>(*a, s, sms);
+}
+
+extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
+  const int rc = fwd(a, stream);
+  // launch() records its build before it opts into shared memory and launches: a refused or failed launch launched
+  // nothing, and must not read as the build a caller asked for (capi.h: 0, none).
+  if (rc != 0) g_last_tail_splits = g_last_block_n = g_last_o_path = 0;
+  return rc;
 }
 #include "capi_8bit.cuh"

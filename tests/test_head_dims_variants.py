@@ -6,6 +6,7 @@ stand-in clock. The kernels themselves: tests/test_head_dims_variants_gpu.py."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -277,6 +278,19 @@ def test_ab_skips_named_sides(monkeypatch):
         ab.main(["--skip", "ov", "narrow"])
 
 
+def test_ab_takes_a_refused_launch_back_so_that_it_fails_one_side(monkeypatch):
+    """A side whose launch the library refuses (the O-in-V builds' first device run) fails alone: without this the
+    sides timed after it would run SDPA (the library off for the process) under their own names."""
+    ab = _ab()
+    monkeypatch.setattr(_ext, "_launch_error", "kernel launch failed (cudaFuncSetAttribute: invalid argument)")
+    assert ab.take_launch_error().startswith("kernel launch failed")
+    assert _ext._launch_error is None and ab.take_launch_error() is None
+    src = (ROOT / "dev/probes/hd_variants_ab.py").read_text()
+    warm_up = src[src.index("for x in backends:  # warm-up"):src.index("n_calls[x] = row[\"calls\"][x]")]
+    assert "refused = take_launch_error()" in warm_up and "raise RuntimeError(refused)" in warm_up
+    assert 'row["errors"]["rounds"] = refused' in src
+
+
 def test_ab_matmul_option_is_off_unless_asked():
     ab = _ab()
     src = (ROOT / "dev/probes/hd_variants_ab.py").read_text()
@@ -327,3 +341,61 @@ def test_o_in_v_producer_waits_for_the_o_stores_before_refilling_v0_and_v1():
     assert "const int ostage = cwg == 0 ? start : start ^ 1;" in src
     # arrivals counted per warp of one warpgroup
     assert "ptx::mbarrier_init(&s.o_done[0], 4);" in src and "ptx::mbarrier_init(&s.o_done[1], 4);" in src
+
+
+# The launcher's key-block names (csrc/capi.cu, vidattn_sm90_fwd and the namespace above it), as C++ for the probe.
+_CAPI_WIDTHS = """
+constexpr int kD64N = default_block_n(64), kD96N = default_block_n(96), kD192N = default_block_n(192),
+              kD256N = default_block_n(256), kD128Long = default_block_n(128),
+              kD128Short = VIDATTN_BLOCK_N_D128_SHORT, kD192Narrow = VIDATTN_BLOCK_N_D192_NARROW,
+              kD256Narrow = VIDATTN_BLOCK_N_D256_NARROW;
+"""
+
+
+def launched_builds() -> list[tuple[str, str, str]]:
+    """(head dim, warpgroups, key-block expression) of every launch<...> in capi.cu."""
+    src = (ROOT / "csrc/capi.cu").read_text()
+    builds = re.findall(r"launch<(\d+),\s*(\d+),\s*([^,<>]+?),\s*(?:true|false)", src)
+    return sorted(set(builds))
+
+
+def test_every_build_fits_the_shared_memory_a_block_can_opt_into(tmp_path):
+    """sizeof(SharedStorage) of every build the launcher instantiates, as the host compiler lays it out, plus the
+    1 KB alignment slack (flash_fwd.cuh, dynamic_smem_bytes) within the 227 KB: the O-in-V builds first came out at
+    266 and 290 KB (their unused O scratch), which only the GPU's refused launches showed. The kernel's static_assert
+    says the same at build time; this needs nvcc and no kernel compile (a second or two)."""
+    nvcc = _ext.find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    builds = launched_builds()
+    assert ("192", "2", "kD192N + vidattn::sm90::kOInVBuild") in builds
+    assert ("256", "2", "kD256N + vidattn::sm90::kOInVBuild") in builds
+    rows = "\n".join(f'  std::printf("{d} {w} {n.replace(" ", "")} %zu\\n", dynamic_smem_bytes<{d}, {w}, {n}>());'
+                     for d, w, n in builds)
+    src = tmp_path / "smem.cu"
+    src.write_text(f'#include <cstdio>\n#include "sm90/flash_fwd.cuh"\nusing namespace vidattn::sm90;\n'
+                   f'{_CAPI_WIDTHS}\nint main() {{\n{rows}\n  std::printf("static %zu\\n", kStaticSmemBytes);\n}}\n')
+    exe = tmp_path / "smem"
+    subprocess.run([nvcc, "-std=c++17", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
+                    "-I", str(ROOT / "csrc"), str(src), "-o", str(exe)], check=True, capture_output=True, timeout=300)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True, timeout=60).stdout.split("\n")
+    static = int(out[-2].split()[1])
+    sizes = {tuple(line.split()[:3]): int(line.split()[3]) for line in out[:-2]}
+    assert len(sizes) == len(builds)
+    over = {b: s for b, s in sizes.items() if s + static > SMEM_BUDGET}
+    assert not over, f"over {SMEM_BUDGET} bytes of shared memory: {over}"
+    # the O-in-V builds hold what their wide twins hold (Q, two stages; O in a V stage instead of Q's buffer)
+    for d, n in (("192", "kD192N"), ("256", "kD256N")):
+        assert sizes[d, "2", f"{n}+vidattn::sm90::kOInVBuild"] <= sizes[d, "2", n]
+
+
+def test_kernel_declares_no_static_shared_memory():
+    """flash_fwd.cuh's kStaticSmemBytes (the 1 KB per-block reserve that cuobjdump reports) is all the static_assert
+    adds to the dynamic bytes: the kernel and what it includes declare only the extern buffer."""
+    cfg = (ROOT / "csrc/sm90/flash_fwd.cuh").read_text()
+    assert "constexpr size_t kStaticSmemBytes = 1024;" in cfg
+    includes = re.findall(r'#include "([^"]+)"', cfg)
+    for name in ["flash_fwd.cuh", *includes]:
+        text = (ROOT / "csrc/sm90" / name).read_text()
+        decls = [line for line in text.splitlines() if "__shared__" in line and not line.lstrip().startswith("//")]
+        assert all("extern __shared__" in line for line in decls), (name, decls)

@@ -31,9 +31,9 @@ struct SharedStorage {
   alignas(1024) uint16_t k[T::kStages][T::kBlockN * T::kHeadDimPad];
   alignas(1024) uint16_t v[T::kStages][T::kBlockN * T::kHeadDimPad];
   // per consumer warp, see store_o; 1024-aligned so that a TMA store's 128B swizzle matches the layout written
-  // (kOInQ: the boxes are in q, and this is a 16-byte stub)
-  alignas(1024) uint16_t o_scratch[T::kOInQ ? 1 : T::kConsumerWGs * 4]
-                                  [T::kOInQ ? 8 : T::kOScratchSlots * 16 * kChunkCols];
+  // (kOInQ, kOInV: the boxes are in q or v, and this is a 16-byte stub)
+  alignas(1024) uint16_t o_scratch[T::kOScratchStub ? 1 : T::kConsumerWGs * 4]
+                                  [T::kOScratchStub ? 8 : T::kOScratchSlots * 16 * kChunkCols];
   uint64_t q_full[T::kQBuffers];
   uint64_t q_empty[T::kQBuffers];
   uint64_t k_full[T::kStages];
@@ -50,6 +50,17 @@ struct SharedStorage {
   // arrivals, one per warp); the producer refills that stage only after (last, so the other builds' offsets stay)
   uint64_t o_done[T::kOInV ? 2 : 1];
 };
+
+// Shared memory beside the dynamic buffer: the kernel declares none (its PTX has only the extern buffer), but
+// cuobjdump -res-usage reports SHARED:1024 for every flash_fwd kernel, sm_90's per-block system reserve. Counted,
+// so the check errs on the safe side: the largest builds (D=128 N=176, D=256 wide) then sit exactly at the limit.
+constexpr size_t kStaticSmemBytes = 1024;
+// The launcher's dynamic shared memory (capi.cu, launch): the storage and 1 KB to align it to 1024 B in-kernel
+// (dynamic shared memory is only 16-byte aligned by contract).
+template <int kHeadDim, int kWGs, int kBN>
+constexpr size_t dynamic_smem_bytes() {
+  return sizeof(SharedStorage<kHeadDim, kWGs, kBN>) + 1024;
+}
 
 constexpr float kLn2 = 0.693147180559945309f;
 
@@ -1364,6 +1375,9 @@ template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kSplit, bool kCausal
 __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
     flash_fwd_kernel(const __grid_constant__ FwdParams p) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
+  // Over the per-block opt-in maximum the launch's cudaFuncSetAttribute fails, which only a GPU would show.
+  static_assert(dynamic_smem_bytes<kHeadDim, kWGs, kBN>() + kStaticSmemBytes <= kSmemBudget,
+                "shared storage over the 227 KB a block can opt into");
   extern __shared__ uint8_t smem_raw[];
   // Dynamic shared memory is only 16-byte aligned by contract; the launcher over-allocates 1 KB for this.
   const uint32_t pad = (1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023;

@@ -242,6 +242,9 @@ struct FwdTraits {
                 (kFreeBesideQ - (kChunks - 1) * kOScratchBytes) / kStageBytes >= 2)
           ? kChunks
           : 1;
+  // No separate O scratch in shared memory where O's boxes go into Q's buffer or a V stage: SharedStorage keeps a
+  // 16-byte stub there (the full scratch would put the O-in-V builds at 266 and 290 KB, over the 227 KB).
+  static constexpr bool kOScratchStub = kOInQ || kOInV;
   // Elements from one of a warp's boxes to the next: adjacent in the scratch, a Q chunk apart with kOInQ.
   static constexpr int kOBoxStride = kOInQ ? kBlockM * kChunkCols : 16 * kChunkCols;
   static constexpr int kStagesFit =
