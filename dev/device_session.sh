@@ -24,6 +24,10 @@
 #   bash dev/device_session.sh Q [budget_s]   # the A/Bs after the profiles: 8-bit schedules 2 and 3, the pre-pass
 #                                             # with Q in the kernel, D=192/256 with O in the V stages (and a bf16
 #                                             # matmul's sustained rate), the causal short-group-first order
+#   bash dev/device_session.sh V [budget_s]   # after the flips: the 8-bit, causal and head-dim GPU suites and short
+#                                             # A/Bs of the new defaults against the old
+#   bash dev/device_session.sh W [budget_s]   # on the warm machine after V: Wan 1.3B and Wan 14B 720p forwards,
+#                                             # SDPA / exact / 8-bit / SageAttention2
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -247,6 +251,37 @@ Q)
     > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
   cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -12 "$OUT/hd/ab.log"
   tar_dirs q8 q8prep causal hd
+  ;;
+V)
+  anchors_ready
+  start_anchor_build $(( budget - 260 ))
+  build_lib
+  OUT="$OUT" timeout 88 bash dev/q8_sched_ab.sh 85 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
+  tail -14 "$OUT/q8_stage.log"
+  timeout 70 bash dev/probes/causal_device.sh "$OUT/causal" confirm > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
+  tail -12 "$OUT/causal_stage.log"
+  await_anchor_build 170
+  mkdir -p "$OUT/hd"
+  timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/test_head_dims_variants_gpu.py \
+    -k "o_in_v or narrow_pick or refuse" > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
+  tail -3 "$OUT/hd/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/hd/gpu_tests.log" | head -8
+  timeout 45 python3 dev/probes/hd_variants_ab.py --rounds 5 --target-ms 25 \
+    --shapes "D256 1K" "D256 32K" "D192 1K" "D192 8K" --out "$OUT/hd" > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
+  cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -8 "$OUT/hd/ab.log"
+  timeout $(( $(left) > 70 ? $(left) - 5 : 65 )) python3 scripts/e2e_report.py --forward-only --preset 1.3b \
+    --precision both --warmup 2 --iters 5 --no-profile --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
+  grep -E "speedup|FAILED|error|NOTE" "$OUT/e2e13.log" | tail -8
+  tar czf "$OUT/results.tar.gz" -C "$OUT" q8 causal hd e2e13 2>/dev/null && rm -rf "$OUT"/{q8,causal,hd,e2e13}
+  ;;
+W)
+  build_lib
+  anchors_ready
+  timeout 110 python3 scripts/e2e_report.py --forward-only --preset 1.3b --precision both --warmup 2 --iters 5 \
+    --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
+  grep -E "speedup|FAILED|error|NOTE" "$OUT/e2e13.log" | tail -8
+  OUT="$OUT/e2e14" timeout $(( $(left) - 5 )) bash dev/device_8bit_e2e.sh 14b $(( $(left) - 20 )) > "$OUT/e2e14.log" 2>&1
+  rc[e2e14]=$?; tail -14 "$OUT/e2e14.log"
+  tar_dirs e2e13 e2e14
   ;;
 esac
 echo "== summary stage $stage ($(( $(date +%s) - t0 )) s)"
