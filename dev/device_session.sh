@@ -72,6 +72,20 @@ tar_dirs() {
   local d
   for d in "$@"; do [ -d "$OUT/$d" ] && tar czf "$OUT/$d.tar.gz" -C "$OUT" "$d" && rm -rf "$OUT/$d"; done
 }
+# The head-dim variants' GPU tests under $1 s ($2: a -k expression; empty: all), into $OUT/hd/gpu_tests.log.
+hd_tests() {
+  mkdir -p "$OUT/hd"
+  timeout "$1" python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/test_head_dims_variants_gpu.py ${2:+-k "$2"} \
+    > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
+  tail -3 "$OUT/hd/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/hd/gpu_tests.log" | head -8
+}
+# The head-dim A/B under $1 s with the remaining arguments, into $OUT/hd; its table printed.
+hd_ab() {
+  local t=$1; shift
+  mkdir -p "$OUT/hd"
+  timeout "$t" python3 dev/probes/hd_variants_ab.py --out "$OUT/hd" "$@" > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
+  cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -12 "$OUT/hd/ab.log"
+}
 case "$stage" in
 K)
   anchors_ready
@@ -165,13 +179,8 @@ G)
   timeout 150 bash dev/probes/causal_device.sh "$OUT/causal" > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
   tail -30 "$OUT/causal_stage.log"
   await_anchor_build 130
-  mkdir -p "$OUT/hd"
-  timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_head_dims_variants_gpu.py \
-    > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
-  tail -3 "$OUT/hd/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/hd/gpu_tests.log" | head -8
-  timeout $(( $(left) > 60 ? $(left) - 5 : 55 )) python3 dev/probes/hd_variants_ab.py --rounds 3 --target-ms 40 \
-    --out "$OUT/hd" > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
-  tail -16 "$OUT/hd/ab.log"
+  hd_tests 60 ""
+  hd_ab $(( $(left) > 60 ? $(left) - 5 : 55 )) --rounds 3 --target-ms 40
   tar_dirs q8 causal hd
   ;;
 H)
@@ -198,13 +207,8 @@ Z)
     --out-dir "$OUT/fam" --budget-s 95 --no-progress > "$OUT/fam.log" 2>&1; rc[fam]=$?
   grep -E "^\| |^- " "$OUT/fam/generate_bench.md" 2>/dev/null | cut -c1-300; tail -2 "$OUT/fam.log"
   await_anchor_build 100
-  mkdir -p "$OUT/hd"
-  timeout 35 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_head_dims_variants_gpu.py \
-    > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
-  tail -2 "$OUT/hd/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/hd/gpu_tests.log" | head -5
-  timeout $(( $(left) > 50 ? $(left) - 5 : 45 )) python3 dev/probes/hd_variants_ab.py --rounds 3 --out "$OUT/hd" \
-    > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
-  cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -12 "$OUT/hd/ab.log"
+  hd_tests 35 ""
+  hd_ab $(( $(left) > 50 ? $(left) - 5 : 45 )) --rounds 3
   tar_dirs q8 causal hd fam
   ;;
 P)
@@ -220,13 +224,8 @@ P)
   # The reports are large; the summaries and per-instruction CSVs come back in the archive.
   mkdir -p "$OUT/reps"; mv "$OUT"/prof/*/*.ncu-rep "$OUT/reps/" 2>/dev/null
   await_anchor_build 110
-  mkdir -p "$OUT/hd"
-  timeout 35 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_head_dims_variants_gpu.py \
-    > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
-  tail -2 "$OUT/hd/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/hd/gpu_tests.log" | head -5
-  timeout $(( $(left) > 50 ? $(left) - 5 : 45 )) python3 dev/probes/hd_variants_ab.py --rounds 3 --out "$OUT/hd" \
-    > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
-  cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -12 "$OUT/hd/ab.log"
+  hd_tests 35 ""
+  hd_ab $(( $(left) > 50 ? $(left) - 5 : 45 )) --rounds 3
   tar_dirs prof hd
   tar czf "$OUT/reps.tar.gz" -C "$OUT" reps && rm -rf "$OUT/reps"
   ;;
@@ -241,15 +240,10 @@ Q)
   timeout 85 bash dev/probes/causal_device.sh "$OUT/causal" grouping > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
   tail -24 "$OUT/causal_stage.log"
   await_anchor_build 125
-  mkdir -p "$OUT/hd"
-  timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_head_dims_variants_gpu.py \
-    -k "o_in_v or narrow_pick or refuse" > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
-  tail -3 "$OUT/hd/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/hd/gpu_tests.log" | head -5
+  hd_tests 60 "o_in_v or narrow_pick or refuse"
   skip=(); [ "${rc[hd_tests]}" -eq 0 ] || skip=(--skip ov)
-  timeout $(( $(left) > 60 ? $(left) - 5 : 55 )) python3 dev/probes/hd_variants_ab.py --rounds 5 \
-    --shapes "D256 1K" "D256 32K" "D192 1K" "D192 8K" "D192 32K" --matmul 5 --out "$OUT/hd" "${skip[@]}" \
-    > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
-  cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -12 "$OUT/hd/ab.log"
+  hd_ab $(( $(left) > 60 ? $(left) - 5 : 55 )) --rounds 5 \
+    --shapes "D256 1K" "D256 32K" "D192 1K" "D192 8K" "D192 32K" --matmul 5 "${skip[@]}"
   tar_dirs q8 q8prep causal hd
   ;;
 V)
@@ -261,13 +255,8 @@ V)
   timeout 70 bash dev/probes/causal_device.sh "$OUT/causal" confirm > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
   tail -12 "$OUT/causal_stage.log"
   await_anchor_build 170
-  mkdir -p "$OUT/hd"
-  timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/test_head_dims_variants_gpu.py \
-    -k "o_in_v or narrow_pick or refuse" > "$OUT/hd/gpu_tests.log" 2>&1; rc[hd_tests]=$?
-  tail -3 "$OUT/hd/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/hd/gpu_tests.log" | head -8
-  timeout 45 python3 dev/probes/hd_variants_ab.py --rounds 5 --target-ms 25 \
-    --shapes "D256 1K" "D256 32K" "D192 1K" "D192 8K" --out "$OUT/hd" > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
-  cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -8 "$OUT/hd/ab.log"
+  hd_tests 60 "o_in_v or narrow_pick or refuse"
+  hd_ab 45 --rounds 5 --target-ms 25 --shapes "D256 1K" "D256 32K" "D192 1K" "D192 8K"
   timeout $(( $(left) > 70 ? $(left) - 5 : 65 )) python3 scripts/e2e_report.py --forward-only --preset 1.3b \
     --precision both --warmup 2 --iters 5 --no-profile --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
   grep -E "speedup|FAILED|error|NOTE" "$OUT/e2e13.log" | tail -8
