@@ -112,6 +112,21 @@ class Stopwatch:
         return False
 
 
+def timed_call(fn, device: torch.device) -> tuple[float, object]:
+    """(ms, result) of one fn(): between two CUDA events on the GPU (read once the second has completed), by
+    time.perf_counter on the CPU."""
+    if device.type == "cuda":
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        out = fn()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b), out
+    t0 = time.perf_counter()
+    out = fn()
+    return (time.perf_counter() - t0) * 1e3, out
+
+
 def spread(values: list[float]) -> dict:
     """median, p10, p90, min, max, mean, n of a list of latencies (ms)."""
     vals = sorted(v for v in values if v == v)

@@ -49,6 +49,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import torch  # noqa: E402
 
+from pipelines.measure import timed_call  # noqa: E402  (the one timed forward of this script and family_table.py)
+
 from generate_video import (DTYPES, _is_wan_dir, attention_paths, build_from_args, note_cpu,  # noqa: E402
                             prepare_pipeline, resolve, resolve_device)
 
@@ -252,21 +254,6 @@ class AttnSwitch:
                 if not any(r in msg for r in self.quiet_reasons):
                     log(f"warning: {msg}")
         return result
-
-
-def timed_call(fn, device) -> tuple[float, object]:
-    """(ms, result) of one fn(): between two CUDA events on the GPU (read once the second has completed), by
-    time.perf_counter on the CPU."""
-    if device.type == "cuda":
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        out = fn()
-        b.record()
-        b.synchronize()
-        return a.elapsed_time(b), out
-    t0 = time.perf_counter()
-    out = fn()
-    return (time.perf_counter() - t0) * 1e3, out
 
 
 def mem_reset(device):

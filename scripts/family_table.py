@@ -75,20 +75,6 @@ def _free(device):
         torch.cuda.empty_cache()
 
 
-def _timed(fn, device):
-    """(ms, result) of one call: CUDA events on the GPU, perf_counter on the CPU."""
-    if device.type == "cuda":
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        out = fn()
-        b.record()
-        b.synchronize()
-        return a.elapsed_time(b), out
-    t = time.perf_counter()
-    out = fn()
-    return (time.perf_counter() - t) * 1e3, out
-
-
 def _attention_ms(groups: list[dict]) -> float:
     return sum(g["ms"] for g in groups)
 
@@ -98,14 +84,14 @@ def run_path(path: str, built, device) -> dict:
     attention call timed where it runs and, under vidattn, the census."""
     import vidattn
     from pipelines.census import AttentionCensus
-    from pipelines.measure import attention_call_times
+    from pipelines.measure import attention_call_times, timed_call
 
     handle, restore = _enter(path, built.name, built.model)
     box = {}
     try:
         def fwd():
             with AttentionCensus() as census:
-                box["ms"], box["out"] = _timed(built.forward, device)
+                box["ms"], box["out"] = timed_call(built.forward, device)
             box["census"] = census.summary()
 
         groups = attention_call_times(fwd, device)
@@ -139,6 +125,7 @@ def _enter(path: str, name: str, model):
 def warm_one_block(name: str, preset: str, device, dtype, seed: int) -> dict:
     """Both paths on a 1-block copy at the full input size: a warm-up forward, then a timed one."""
     from pipelines import registry
+    from pipelines.measure import timed_call
 
     over = registry.one_block_overrides(name)
     built = registry.build(name, preset, device=device, dtype=dtype, seed=seed, overrides=over)
@@ -147,8 +134,8 @@ def warm_one_block(name: str, preset: str, device, dtype, seed: int) -> dict:
         for path in PATHS:
             _, restore = _enter(path, name, built.model)
             try:
-                first, _ = _timed(built.forward, device)
-                again, _ = _timed(built.forward, device)
+                first, _ = timed_call(built.forward, device)
+                again, _ = timed_call(built.forward, device)
             finally:
                 restore()
             res[path] = {"first_ms": first, "ms": again}
