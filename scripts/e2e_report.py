@@ -58,9 +58,13 @@ PATHS = ("sdpa", "vidattn")
 # --precision and the anchor add paths: "vidattn" is the exact kernel, "vidattn_8bit" the same processors under
 # vidattn.use_precision("8bit"), "sage2" the same processors with their plain calls sent to SageAttention2
 # (fidelity_8bit.attention_path, which also serves scripts/fidelity_8bit.py).
-PATH_LABELS = {"sdpa": "SDPA", "vidattn": "vidattn", "vidattn_8bit": "vidattn 8-bit", "sage2": "SageAttention2"}
-_ATTENTION_PATH = {"vidattn": "exact", "vidattn_8bit": "8bit", "sage2": "sage2"}
-COLORS = {"sdpa": "tab:blue", "vidattn": "tab:orange", "vidattn_8bit": "tab:green", "sage2": "tab:red"}
+# "sdpa_proc" (--processor-baseline): vidattn's processors with their attention calls sent to torch's SDPA, which
+# separates what the processors change (the fused RoPE) from what the kernels do.
+PATH_LABELS = {"sdpa": "SDPA", "sdpa_proc": "SDPA in vidattn's processors", "vidattn": "vidattn",
+               "vidattn_8bit": "vidattn 8-bit", "sage2": "SageAttention2"}
+_ATTENTION_PATH = {"sdpa_proc": "sdpa_proc", "vidattn": "exact", "vidattn_8bit": "8bit", "sage2": "sage2"}
+COLORS = {"sdpa": "tab:blue", "sdpa_proc": "tab:cyan", "vidattn": "tab:orange", "vidattn_8bit": "tab:green",
+          "sage2": "tab:red"}
 
 
 def select_paths(args) -> tuple:
@@ -68,6 +72,8 @@ def select_paths(args) -> tuple:
     SageAttention2 where installed; both: all four) and --sage2; sets args.paths, args.sage_impl, args.sage_reason."""
     prec = getattr(args, "precision", "exact") or "exact"
     paths = ["sdpa"]
+    if getattr(args, "processor_baseline", False):
+        paths.append("sdpa_proc")
     if prec in ("exact", "both"):
         paths.append("vidattn")
     if prec in ("8bit", "both"):
@@ -95,7 +101,7 @@ def _sage2_field(args) -> dict:
 
 def primary(paths) -> str:
     """The path the single-valued fields (speedup, fidelity, fallback) describe: vidattn, else vidattn 8-bit."""
-    return "vidattn" if "vidattn" in paths else next((p for p in paths if p != "sdpa"), "vidattn")
+    return "vidattn" if "vidattn" in paths else next((p for p in paths if p not in ("sdpa", "sdpa_proc")), "vidattn")
 
 
 def log_fallback(fb: dict, warn: bool = True) -> None:
@@ -204,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "scripts/anchor_impls.py has it), both (exact, 8-bit and SageAttention2)")
     p.add_argument("--sage2", choices=["auto", "off"], default="auto",
                    help="with --precision 8bit/both: SageAttention2 inside the model when installed (auto, default)")
+    p.add_argument("--processor-baseline", action="store_true",
+                   help="add the path 'SDPA in vidattn's processors' (vidattn.apply with the attention calls sent to "
+                        "torch SDPA): what the processors alone change, apart from the kernels")
     return p
 
 

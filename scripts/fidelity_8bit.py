@@ -11,7 +11,9 @@ Attention paths (the same model object, same inputs, same seed):
   exact   vidattn.apply, the exact bf16 kernel;
   8bit    vidattn.apply under `vidattn.use_precision("8bit")` (INT8 Q K^T, e4m3 P V);
   sage2   vidattn.apply with every plain attention call the processors hand `vidattn.attention` sent to
-          SageAttention2 instead (scripts/anchor_impls.py; left out, with the reason, when it is not installed).
+          SageAttention2 instead (scripts/anchor_impls.py; left out, with the reason, when it is not installed);
+  sdpa_proc  vidattn.apply with those calls sent to torch's scaled_dot_product_attention: vidattn's processors
+          around SDPA, which tells what the processors alone change (e.g. the fused RoPE) from what the kernel does.
 
 Three measurements:
   (a) per-layer error: Q/K/V captured from the model's attention calls (chosen blocks, self and cross, the first
@@ -52,7 +54,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-PATHS = ("sdpa", "exact", "8bit", "sage2")
+PATHS = ("sdpa", "exact", "8bit", "sage2", "sdpa_proc")
 SCHEMA = "fidelity_8bit/1"
 
 
@@ -159,6 +161,14 @@ def sage2_impl():
     return anchor_impls.sage2, None
 
 
+def sdpa_bshd(q, k, v, scale=None):
+    """torch's scaled_dot_product_attention on (B, S, H, D) tensors, its own backend choice (what diffusers' native
+    dispatch calls): the attention of the sdpa_proc path."""
+    extra = {} if scale is None else {"scale": scale}
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **extra)
+    return out.transpose(1, 2)
+
+
 class OpOverride:
     """While active, `vidattn.ops.attention` (what every vidattn processor and the vidattn diffusers backend call)
     is `fn(original, q, k, v, **kw)`. Stacks with pipelines.census (both patch the same attribute and put back
@@ -199,8 +209,9 @@ class ImplRoute:
     op too, counted with the error as its reason (a route that ran nothing shows as 0 impl_calls, never as a
     silent timing of the exact kernel)."""
 
-    def __init__(self, impl, name: str = "sage2", max_head_dim: int = 128):
+    def __init__(self, impl, name: str = "sage2", max_head_dim: int = 128, takes_fp32: bool = False):
         self.impl, self.name, self.max_head_dim = impl, name, max_head_dim
+        self.takes_fp32 = takes_fp32  # True: fp32 calls reach impl as they are (SDPA), not cast to bf16
         self.calls = 0
         self.cast_fp32 = 0
         self.other: dict[str, int] = {}
@@ -231,7 +242,7 @@ class ImplRoute:
         layout = kw.get("layout", "bshd")
         extra = {} if kw.get("scale") is None else {"scale": float(kw["scale"])}
         qkv = [_to_bshd(t, layout) for t in (q, k, v)]
-        if q.dtype == torch.float32:
+        if q.dtype == torch.float32 and not self.takes_fp32:
             qkv = [t.to(torch.bfloat16) for t in qkv]
         try:
             out = self.impl(*qkv, **extra)
@@ -240,7 +251,7 @@ class ImplRoute:
             self.other[why] = self.other.get(why, 0) + 1
             return original(q, k, v, **{**kw, "precision": "exact"})
         self.calls += 1
-        self.cast_fp32 += q.dtype == torch.float32
+        self.cast_fp32 += q.dtype == torch.float32 and not self.takes_fp32
         return _to_bshd(out, layout).to(q.dtype)
 
     def summary(self) -> dict:
@@ -262,7 +273,7 @@ def attention_path(path: str, target, sage=None, policy=None, extra_override=Non
             raise ValueError("the sdpa path has no vidattn calls to override")
         yield info
         return
-    if path not in ("exact", "8bit", "sage2"):
+    if path not in ("exact", "8bit", "sage2", "sdpa_proc"):
         raise ValueError(f"unknown attention path {path!r} (choose from {', '.join(PATHS)})")
     if path == "sage2" and sage is None:
         raise ValueError("the sage2 path needs the SageAttention2 callable (sage2_impl())")
@@ -272,6 +283,10 @@ def attention_path(path: str, target, sage=None, policy=None, extra_override=Non
         route = None
         if path == "sage2":
             route = ImplRoute(sage)
+            stack.enter_context(OpOverride(route))
+        elif path == "sdpa_proc":
+            route = ImplRoute(lambda *a, **kw: sdpa_bshd(*a, **kw), name="sdpa", max_head_dim=1 << 30,
+                              takes_fp32=True)
             stack.enter_context(OpOverride(route))
         if extra_override is not None:
             stack.enter_context(OpOverride(extra_override))

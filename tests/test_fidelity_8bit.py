@@ -389,3 +389,34 @@ def test_impl_route_counts_an_implementation_error():
     s = route.summary()
     assert s["impl_calls"] == 0 and s["exact_calls"] == 1
     assert list(s["exact_reasons"]) == ["sage2 raised RuntimeError: no kernel image for this device"]
+
+
+def test_e2e_report_processor_baseline(tmp_path, monkeypatch):
+    """--processor-baseline adds 'SDPA in vidattn's processors': vidattn.apply with every plain attention call sent to
+    torch SDPA (counted by the route), so the report can tell the processors' own change from the kernels'."""
+    import e2e_report as e2e
+
+    seen = []
+    real = fid.sdpa_bshd
+
+    def spy(q, k, v, scale=None):
+        seen.append(tuple(q.shape))
+        return real(q, k, v, scale=scale)
+
+    monkeypatch.setattr(fid, "sdpa_bshd", spy)
+    monkeypatch.setattr(fid, "sage2_impl", lambda: (None, "SageAttention2 unavailable: not installed"))
+    rep = e2e.main(["--preset", "tiny", "--forward-only", "--iters", "1", "--warmup", "0", "--no-profile",
+                    "--precision", "8bit", "--processor-baseline", "--out-dir", str(tmp_path / "e2e")])
+    data = json.loads((tmp_path / "e2e" / "report.json").read_text())
+    assert data["paths"] == ["sdpa", "sdpa_proc", "vidattn_8bit"]
+    assert set(data["speedup_by_path"]) == {"sdpa_proc", "vidattn_8bit"} and seen
+    # on the CPU every path computes SDPA's arithmetic: the processors around it must not move the output
+    assert data["fidelity_by_path"]["sdpa_proc"]["output_rel_l2"] < 1e-5
+    assert rep["speedup"] == data["speedup_by_path"]["vidattn_8bit"]  # the primary path is never the baseline
+    assert "| SDPA in vidattn's processors |" in (tmp_path / "e2e" / "report.md").read_text()
+
+
+def test_sdpa_bshd_matches_sdpa_on_bhsd():
+    q, k, v = (torch.randn(2, 37, 3, 16, dtype=torch.float64) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), scale=0.3)
+    torch.testing.assert_close(fid.sdpa_bshd(q, k, v, scale=0.3), ref.transpose(1, 2))
