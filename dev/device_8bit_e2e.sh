@@ -12,6 +12,7 @@
 # missing or stale. The kernel library is loaded (built if it must be, inside the budget) before the first timed
 # path, from VIDATTN_CACHE_DIR (default .build/vcache, where dev/device_session.sh builds it).
 # VIDATTN_E2E_TINY=1 runs the same steps on the tiny configs, CPU included (tests/test_e2e_device_script.py).
+# E2E_ARGS adds arguments to both forward-timing runs (e.g. "--processor-baseline": SDPA inside vidattn's processors).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -63,7 +64,7 @@ if [ "$mode" = 14b ]; then
   # of 180 s runs all four paths in ~160 s, each with two timed forwards but SDPA, whose plan (made on its census
   # forward with all four paths still to come) gets two only from ~185 s; below ~140 s SageAttention2 is left out.
   timeout $(( $(left) > 30 ? $(left) + 20 : 50 )) python3 scripts/e2e_report.py --family wan14b --forward-only \
-    "${size14[@]}" --precision both --warmup 1 --iters 2 --no-profile \
+    "${size14[@]}" --precision both --warmup 1 --iters 2 --no-profile ${E2E_ARGS:-} \
     --budget-s $(( $(left) > 40 ? $(left) - 2 : 38 )) \
     --out-dir "$OUT/e2e_wan14b_720p" > "$OUT/e2e_wan14b_720p.log" 2>&1
   echo "e2e wan14b 720p rc=$? ($(( $(date +%s) - t0 )) s in all)"
@@ -72,7 +73,7 @@ if [ "$mode" = 14b ]; then
 fi
 
 # 1. forward timings, all paths in one process (~45 s: build 12 s, 4 paths x (2 warm-up + 5 timed + 2 profiled))
-timeout 110 python3 scripts/e2e_report.py --forward-only "${size13[@]}" --precision both --warmup 2 --iters 5 \
+timeout 110 python3 scripts/e2e_report.py --forward-only "${size13[@]}" --precision both --warmup 2 --iters 5 ${E2E_ARGS:-} \
   --out-dir "$OUT/e2e_wan1.3b_forward" > "$OUT/e2e_wan1.3b_forward.log" 2>&1
 echo "e2e forward rc=$?"; grep -E "\] run: |speedup|FAILED|error|NOTE" "$OUT/e2e_wan1.3b_forward.log" | tail -8
 
