@@ -283,3 +283,16 @@ def test_accuracy_tail_sink_inputs():
     assert abs(qs.mean().item() - 0.5) < 0.02
     with pytest.raises(SystemExit):
         tail.main(["--device", "cpu", "--inputs", "ramp"])
+
+
+def test_forward_kernels_groups_and_table():
+    fk = _load("forward_kernels")
+    assert fk.short_name("void at::native::vectorized_elementwise_kernel<4, Mul>(int, X)") == \
+        "at::native::vectorized_elementwise_kernel"
+    assert fk.short_name("nvjet_tst_128x256_64x4(x)") == "nvjet_tst_128x256_64x4"
+    g = fk.group([("k<1>(a)", 1500.0), ("k<2>(b)", 500.0), ("other", 250.0)])
+    assert g == {"k": {"ms": 2.0, "count": 2}, "other": {"ms": 0.25, "count": 1}}
+    t = fk.table({"sdpa": g, "8bit": {"k": {"ms": 1.0, "count": 2}}}, top=5).splitlines()
+    assert t[2] == "| k | 2.0 | 1.0 |" and t[3] == "| other | 0.2 | 0.0 |" and t[-1] == "| all kernels | 2.2 | 1.0 |"
+    with pytest.raises(SystemExit):
+        fk.main(["--paths", "fp8"])
