@@ -44,6 +44,20 @@ def group(kernels) -> dict:
     return out
 
 
+def op_groups(averages, cuda: bool) -> dict:
+    """{op name: {"ms", "count"}} from the profiler's key_averages: the device time an op's own kernels took (not its
+    children's), so aten::mul's elementwise kernels count under aten::mul and a linear's GEMM under its addmm/mm."""
+    out = {}
+    for a in averages:
+        if not a.key.startswith("aten::"):  # the kernels and runtime events are in the averages too
+            continue
+        us = (getattr(a, "self_device_time_total", None) or getattr(a, "self_cuda_time_total", 0)) if cuda \
+            else a.self_cpu_time_total
+        if us and us > 0:
+            out[a.key] = {"ms": us / 1e3, "count": a.count}
+    return out
+
+
 def table(by_path: dict, top: int) -> str:
     """The top groups (by their largest ms over the paths) with each path's ms per forward."""
     paths = list(by_path)
@@ -93,7 +107,7 @@ def main(argv=None) -> int:
         with torch.no_grad():
             return pipe.transformer(**inputs)[0]
 
-    by_path = {}
+    by_path, by_op = {}, {}
     for path in paths:
         with attention_path("sdpa" if path == "sdpa" else path, pipe):
             for _ in range(args.warmup):
@@ -109,14 +123,17 @@ def main(argv=None) -> int:
         else:  # no device timeline: the top-level ops' own CPU time stands in, so the table still shows the shape
             pairs = [(e.name, e.self_cpu_time_total) for e in events if getattr(e, "cpu_parent", None) is None]
         by_path[path] = group(pairs)
+        by_op[path] = op_groups(prof.key_averages(), cuda)
         total = sum(g["ms"] for g in by_path[path].values())
         print(f"## {path}: {total:.1f} ms of {'kernel' if cuda else 'top-level CPU op'} time in one forward")
     print(table(by_path, args.top))
+    print("\nBy the aten op that launched them (self device time):")
+    print(table(by_op, args.top))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"preset": args.preset, "size": [args.height, args.width, args.frames],
                                               "device": torch.cuda.get_device_name() if cuda else "cpu",
-                                              "by_path": by_path}, indent=1))
+                                              "by_path": by_path, "by_op": by_op}, indent=1))
     return 0
 
 
