@@ -249,3 +249,137 @@ def test_shell_wrapper_budget():
     for part, t in re.findall(r"^part (\w+) (\d+)", sh, re.M):
         assert pl[part]["est_s"] + 15 <= int(t), (part, pl[part]["est_s"], t)
     assert math.isfinite(sum(p["est_s"] for p in pl.values()))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The device parts' code run on the CPU with fakes for what needs a GPU (events, graphs, the kernel library): tiny
+# shapes, SDPA standing in for every side. It checks the parts run end to end, write their JSON in the shape the
+# summary reads, check what each side ran, and decide; not any timing.
+
+
+class _FakeSpan:
+    def __init__(self, *a, **k):
+        import time
+        self.clock = time.perf_counter
+
+    def lead(self):
+        pass
+
+    def start(self):
+        self.t0 = self.clock()
+
+    def stop(self):
+        return (self.clock() - self.t0) * 1e3 + 1e-6
+
+
+class _FakeLib:
+    """The causal entry points causal_sched_ab.Policy and ran_as call, with the routing they imply."""
+
+    def __init__(self):
+        self.min_sq, self.grouping, self.last = -1, -1, 0
+
+    def vidattn_sm90_set_causal_dynamic_min_sq(self, n):
+        self.min_sq = n
+        return 0
+
+    def vidattn_sm90_set_causal_grouping(self, g):
+        self.grouping = g
+        return 0
+
+    def vidattn_sm90_causal_dynamic_min_sq_for(self, d):
+        return 2048 if d <= 64 else 4096
+
+    def vidattn_sm90_causal_grouping(self):
+        return 1
+
+    def vidattn_sm90_last_causal_dynamic(self):
+        return self.last
+
+    def vidattn_sm90_last_causal_first_group(self):
+        return 0
+
+
+@pytest.fixture
+def cpu_parts(monkeypatch):
+    import contextlib
+    import types
+
+    import torch
+    import torch.nn.functional as F
+
+    import vidattn
+    from vidattn import _ext
+
+    lib = _FakeLib()
+    state = {}
+
+    def attention(q, k, v, causal=False, layout="bshd", **kw):
+        state["shape"] = (q.shape[1], k.shape[1], q.shape[3])
+        if causal:  # what the library's routing would have run: dynamic with a workspace at min_sq 0
+            lib.last = int(_ext.workspace(lib, q.device) is not None and lib.min_sq == 0)
+        o = F.scaled_dot_product_attention(*(t.transpose(1, 2).float() for t in (q, k, v)), is_causal=bool(causal))
+        return o.transpose(1, 2).to(q.dtype)
+
+    def last_block_n():
+        sq, skv, d = state["shape"]
+        return {192: 96 if skv <= 64 else 112, 256: 80}.get(d, 128)
+
+    monkeypatch.setattr(vidattn, "attention", attention)
+    monkeypatch.setattr(_ext, "load", lambda: lib)
+    monkeypatch.setattr(_ext, "workspace", lambda lib_, dev: torch.empty(16, dtype=torch.uint8))
+    monkeypatch.setattr(_ext, "last_block_n", last_block_n)
+    cuda = types.SimpleNamespace(
+        synchronize=lambda: None, _sleep=lambda n: None, empty_cache=lambda: None,
+        get_device_properties=lambda i: types.SimpleNamespace(L2_cache_size=4096, multi_processor_count=132),
+        get_device_name=lambda: "fake", Stream=lambda: types.SimpleNamespace(wait_stream=lambda s: None),
+        current_stream=lambda: types.SimpleNamespace(wait_stream=lambda s: None),
+        stream=lambda s: contextlib.nullcontext(), CUDAGraph=lambda: types.SimpleNamespace(replay=lambda: None),
+        graph=lambda g: contextlib.nullcontext(), is_available=lambda: True,
+        get_device_capability=lambda *a: (9, 0))
+    monkeypatch.setattr(torch, "cuda", cuda)
+
+    real_load = ab._load
+
+    def load(name):
+        mod = real_load(name)
+        if name == "hd_variants_ab":
+            mod.CudaSpan = _FakeSpan
+            mod.backend_context = lambda backend: contextlib.nullcontext()
+            mod.last_o_path = lambda: None
+        return mod
+    monkeypatch.setattr(ab, "_load", load)
+    monkeypatch.setattr(ab, "DEVICE", "cpu")
+    monkeypatch.setattr(ab, "OV_SHAPES", [("D192 1K", 1, 2, 64, 192), ("D256 32K", 1, 2, 96, 256)])
+    monkeypatch.setattr(ab, "CAUSAL_SHAPES", [(1, 2, 64, 64), (1, 2, 96, 128)])
+    monkeypatch.setattr(ab, "IMBALANCE_SHAPES", [(1, 3, 64, 128)])
+    monkeypatch.setattr(ab, "D256_POINTS", [("16x8 1K", 1, 2, 32, 32), ("16x8 2K", 1, 2, 32, 64),
+                                            ("12x11 1K", 1, 3, 32, 32)])
+    return lib
+
+
+def test_parts_run_on_cpu_with_fakes(cpu_parts, tmp_path):
+    args = ab.parse_args(["--out", str(tmp_path), "--rounds", "8", "--causal-rounds", "8", "--d256-rounds", "2",
+                          "--target-ms", "0.5", "--causal-target-ms", "0.5", "--preheat-ms", "1"])
+    ov = ab.run_ov(args)
+    assert [r["shape"] for r in ov["rows"]] == ["D192 1K", "D256 32K"]
+    r192, r256 = ov["rows"]
+    assert (r192["routed"], r192["base"], r256["base"]) == ("narrow", "narrow", "wide")
+    assert r192["sides"][:4] == ["narrow", "ov", "wide", "cudnn"] and r256["sides"][:3] == ["wide", "ov", "cudnn"]
+    assert ("fa3" in r192["sides"]) == (ov["fa3"] == "available")
+    for r in ov["rows"]:
+        assert not r["errors"], r["errors"]
+        assert all(len(rr) == 2 for x in r["spans"] for rr in r["spans"][x]) and len(r["spans"]["ov"]) == 8
+        assert r["ov_vs_base"]["rounds"] == 8 and r["ov_vs_base"]["verdict"] in ("win", "loss", "tie")
+    causal = ab.run_causal(args)
+    assert len(causal["rows"]) == 3
+    for r in causal["rows"]:
+        assert "error" not in r, r.get("error")
+        assert r["ran_ok"] and r["equal"] and len(r["graph_ratios"]) == 8 and len(r["eager_ratios"]) == 8
+    d256 = ab.run_d256(args)
+    assert [r["shape"] for r in d256["rows"]] == ["16x8 1K", "16x8 2K", "12x11 1K"]
+    assert all(not r["errors"] and set(r["round_us"]) >= {"wide", "ov"} for r in d256["rows"])
+    for name in ("ov", "causal", "d256"):
+        assert json.loads((tmp_path / f"{name}.json").read_text())["rows"]
+    text = ab.summary(tmp_path, CAPI)
+    assert "O-in-V (sign test" in text and "D=128 threshold 4096 ->" in text and "wide: a " in text
+    print(text)

@@ -67,6 +67,7 @@ IMBALANCE_SHAPES = [(3, 7, 2048, 128), (1, 24, 2048, 128), (2, 16, 1024, 64)]
 D256_POINTS = [("16x8 1K", 16, 8, 1024, 1024), ("16x8 2K", 16, 8, 1024, 2048), ("16x8 4K", 16, 8, 1024, 4096),
                ("16x8 8K", 16, 8, 1024, 8192), ("12x11 1K", 12, 11, 1024, 1024)]
 CAUSAL_POLICIES = ("static", "dynamic")
+DEVICE = "cuda"  # the CPU smoke test (tests/test_envelope_ab.py) runs the parts' code on "cpu" with fakes
 PARTS = ("ov", "causal", "d256")
 
 
@@ -145,8 +146,8 @@ def run_ov(args) -> dict:
     for name, b, h, s, d in OV_SHAPES:
         if args.shapes and name not in args.shapes:
             continue
-        g = torch.Generator(device="cuda").manual_seed(s + d)
-        sets = [tuple(torch.randn(b, s, h, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+        g = torch.Generator(device=DEVICE).manual_seed(s + d)
+        sets = [tuple(torch.randn(b, s, h, d, device=DEVICE, generator=g, dtype=torch.bfloat16) for _ in range(3))
                 for _ in range(timer.n_sets(4 * b * s * h * d * 2, l2))]
         calls = {x: timer.make_call(x, sets) for x in ("wide", "narrow", "ov", "cudnn", "fa3", "default")}
         with timer.backend_context("cudnn"):
@@ -279,8 +280,8 @@ def run_causal(args) -> dict:
             name = shape_name(b, h, s, d)
             if args.shapes and name not in args.shapes:
                 continue
-            g = torch.Generator(device="cuda").manual_seed(s + d)
-            sets = [tuple(torch.randn(b, s, h, d, device="cuda", generator=g, dtype=torch.bfloat16)
+            g = torch.Generator(device=DEVICE).manual_seed(s + d)
+            sets = [tuple(torch.randn(b, s, h, d, device=DEVICE, generator=g, dtype=torch.bfloat16)
                           for _ in range(3)) for _ in range(timer.n_sets(4 * b * s * h * d * 2, l2))]
 
             def call(i, sets=sets):
@@ -378,11 +379,11 @@ def run_d256(args) -> dict:
     result = {"part": "d256", "rounds": args.d256_rounds, "sms": sms, "fa3": fa3_reason or "available", "rows": []}
     for name, b, h, sq, skv in D256_POINTS:
         d = 256
-        g = torch.Generator(device="cuda").manual_seed(sq + skv)
+        g = torch.Generator(device=DEVICE).manual_seed(sq + skv)
         set_bytes = 2 * (b * sq * h * d + 2 * b * skv * h * d)
-        sets = [(torch.randn(b, sq, h, d, device="cuda", generator=g, dtype=torch.bfloat16),
-                 torch.randn(b, skv, h, d, device="cuda", generator=g, dtype=torch.bfloat16),
-                 torch.randn(b, skv, h, d, device="cuda", generator=g, dtype=torch.bfloat16))
+        sets = [(torch.randn(b, sq, h, d, device=DEVICE, generator=g, dtype=torch.bfloat16),
+                 torch.randn(b, skv, h, d, device=DEVICE, generator=g, dtype=torch.bfloat16),
+                 torch.randn(b, skv, h, d, device=DEVICE, generator=g, dtype=torch.bfloat16))
                 for _ in range(timer.n_sets(set_bytes, l2))]
         sides = ["wide", "ov"] + (["fa3"] if fa3_reason is None else [])
         calls = {"wide": lambda i, sets=sets: vidattn.attention(*sets[i % len(sets)], layout="bshd"),
@@ -480,15 +481,23 @@ def summary(folder: Path, capi_text: str) -> str:
     if p.exists():
         res = json.loads(p.read_text())
         lines.append(f"O-in-V (sign test, >= 8 palindrome rounds; FA3 {res.get('fa3')}):")
-        lines.append("  shape     | routed | routed TF | ov TF | wide TF | FA3 | cuDNN | ov vs routed")
+        lines.append("  shape     | routed | routed TF | ov TF | wide TF | FA3 | cuDNN | routed/FA3 | ov/FA3 | routed/cuDNN"
+                     " | ov/cuDNN | ov vs routed")
         for r in res["rows"]:
             t = r["tflops"]
 
             def c(x):
                 return f"{t[x]:.0f}" if x in t else "-"
+
+            def q(key):  # median of the per-round ratios (bars: 1.00x FA3, 1.15x cuDNN)
+                return f"{r[key]:.3f}" if key in r else "-"
             v = r.get("ov_vs_base")
-            lines.append(f"  {r['shape']:9s} | {r['base']:6s} | {c(r['base']):>9s} | {c('ov'):>5s} | {c('wide'):>7s} | "
-                         f"{c('fa3'):>3s} | {c('cudnn'):>5s} | {rules.describe(v) if v else 'no verdict'}")
+            b = r["base"]
+            lines.append(f"  {r['shape']:9s} | {b:6s} | {c(b):>9s} | {c('ov'):>5s} | {c('wide'):>7s} | "
+                         f"{c('fa3'):>3s} | {c('cudnn'):>5s} | {q(b + '_over_fa3'):>10s} | {q('ov_over_fa3'):>6s} | "
+                         f"{q(b + '_over_cudnn'):>12s} | {q('ov_over_cudnn'):>8s} | "
+                         f"{rules.describe(v) if v else 'no verdict'}"
+                         + (f" | errors {r['errors']}" if r.get("errors") else ""))
         dec = ov_decision(res, capi_text)
         lines += ["  decision: " + ("; ".join(dec["edits"]) if dec["edits"] else "no change (no constant moves)")]
         lines += [f"  note: {n}" for n in dec["notes"] + dec["unroutable"]]
