@@ -209,6 +209,11 @@ def test_summary_from_fake_results(tmp_path):
     assert "VIDATTN_D192" not in text.split("decision:")[1].split("\n")[0]
     assert "D=128 threshold 4096 -> 2048 (down" in text and "D=64 threshold 2048 -> 2048 (none" in text
     assert "static-imbalance rule: 1100" in text
+    causal_edits = text.split("static-imbalance rule: 1100")[1].split("\n")[1]
+    where = rules.constant_lines(CAPI, rules.CAUSAL_CONSTANTS)
+    assert f"csrc/capi.cu:{where['VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128'][0]} " in causal_edits
+    assert "#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128 2048" in causal_edits
+    assert "#define VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX 1100" in causal_edits and "_D64" not in causal_edits
     assert "wide: a 5.80 us, b 1.800 us/block" in text and "12x11/16x8 x1.031" in text
     # a part that did not run is said, not skipped
     (tmp_path / "causal.json").unlink()

@@ -518,6 +518,13 @@ def summary(folder: Path, capi_text: str) -> str:
                  for r in res["rows"] if r.get("graph_ratios")]
         lines.append("  eager vs graph ratio: " + ", ".join(f"{n} {e:.3f}/{g:.3f}" for n, e, g in eager))
         lines.append(f"  static-imbalance rule: {dec['imbalance']['permille']} ({dec['imbalance']['why']})")
+        changed = {f"VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D{d}": (th["current"], th["min_sq"])
+                   for d, th in dec["thresholds"].items() if th["min_sq"] != th["current"]}
+        imb_now = rules.current_constants(capi_text, rules.CAUSAL_CONSTANTS).get("VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX")
+        if imb_now is not None and imb_now != dec["imbalance"]["permille"]:
+            changed["VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX"] = (imb_now, dec["imbalance"]["permille"])
+        edits = rules.edit_lines(capi_text, changed)
+        lines.append("  decision: " + ("; ".join(edits) if edits else "no change (no constant moves)"))
         if dec["bad_rows"]:
             lines.append(f"  left out (error, not as named, or bits differ): {dec['bad_rows']}")
     else:

@@ -160,13 +160,17 @@ def parse_define(line: str) -> int:
     return int(value)
 
 
-def current_constants(capi_text: str) -> dict[str, int]:
-    return {k: parse_define(line) for k, (_, line) in constant_lines(capi_text).items()}
+def current_constants(capi_text: str, names=CONSTANTS) -> dict[str, int]:
+    return {k: parse_define(line) for k, (_, line) in constant_lines(capi_text, names).items()}
+
+
+CAUSAL_CONSTANTS = ("VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64", "VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128",
+                    "VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX")
 
 
 def edit_lines(capi_text: str, changed: dict[str, tuple[int | None, int]]) -> list[str]:
     """The one-line edits, as `csrc/capi.cu:LINE  old -> new`."""
-    where = constant_lines(capi_text)
+    where = constant_lines(capi_text, CONSTANTS + CAUSAL_CONSTANTS)
     out = []
     for name, (_, value) in sorted(changed.items()):
         line_no, line = where.get(name, (0, f"#define {name} ?"))
