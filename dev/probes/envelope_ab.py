@@ -481,8 +481,8 @@ def summary(folder: Path, capi_text: str) -> str:
     if p.exists():
         res = json.loads(p.read_text())
         lines.append(f"O-in-V (sign test, >= 8 palindrome rounds; FA3 {res.get('fa3')}):")
-        lines.append("  shape     | routed | routed TF | ov TF | wide TF | FA3 | cuDNN | routed/FA3 | ov/FA3 | routed/cuDNN"
-                     " | ov/cuDNN | ov vs routed")
+        lines.append("  shape     | routed | routed TF | ov TF | wide TF | FA3 | cuDNN | routed/FA3 | ov/FA3 | "
+                     "routed/cuDNN | ov/cuDNN | ov vs routed")
         for r in res["rows"]:
             t = r["tflops"]
 
@@ -534,7 +534,8 @@ def summary(folder: Path, capi_text: str) -> str:
         res = json.loads(p.read_text())
         ovp = folder / "ov.json"
         dec = d256_decision(res, json.loads(ovp.read_text()) if ovp.exists() else None)
-        lines.append("D=256 at 1K keys: per-round time = a + b x blocks (16x8 heads, 1K-8K keys); 12x11 = 8 whole rounds:")
+        lines.append("D=256 at 1K keys: per-round time = a + b x blocks (16x8 heads, 1K-8K keys); "
+                     "12x11 = 8 whole rounds:")
         for x, e in dec.items():
             f = e["fit"]
             dd = e.get("decomposition", {})
