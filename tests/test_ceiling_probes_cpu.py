@@ -25,10 +25,12 @@ def _overlap():
     return load_script(PROBES / "mufu_tensor_overlap.py", importable=True)
 
 
-def test_gemm_args_default_to_all_cases_for_at_least_five_seconds():
+def test_gemm_args_default_to_bf16_fp8_both_scalings_and_int8_for_at_least_five_seconds():
     g = _gemm()
     a = g.parse_args([])
-    assert a.cases == list(g.CASES) and a.seconds >= 5 and a.n == 8192
+    assert a.cases == g.DEFAULT_CASES and set(a.cases) <= set(g.CASES) and a.seconds >= 5 and a.n == 8192
+    assert {"bf16", "int8"} <= set(a.cases) and any(c.startswith("fp8_tensor") for c in a.cases)
+    assert any(c.startswith("fp8_row") for c in a.cases)
     assert g.parse_args(["--cases", "int8", "fp8_row_fast", "--seconds", "6"]).cases == ["int8", "fp8_row_fast"]
     with pytest.raises(SystemExit):
         g.parse_args(["--cases", "fp16"])

@@ -73,7 +73,7 @@ struct Role {
              // waited at the iteration's end; kT is a compile-time count: wgmma under a runtime loop was serialized
              // by ptxas, C7520). Host-side bookkeeping only.
   int e;     // ex2 per thread per iteration, a multiple of kChains
-  int mix;   // 1: each ex2 with the softmax's other work (2 FFMA, FADD, IMAD, half an F2FP + LOP3)
+  int mix;   // 1: each ex2 with the softmax's other work (FFMA, FADD, IMAD, half an F2FP + LOP3)
 };
 
 struct Params {
@@ -120,8 +120,9 @@ __device__ __forceinline__ uint32_t opaque(uint32_t x) {
 // The folds of S into P and of O_tile into the output, as volatile asm: kept in order between the volatile zeroing
 // of the accumulators, so that the compiler cannot sink a fold past the next accumulator's zeroing and keep both
 // accumulators live at once (it did: they got disjoint registers, and ptxas serialized the wgmmas, C7512).
+// lop3.b32 (PTX ISA 9.7.8.6), LUT 0x78 = a ^ (b & c): one LOP3 per fold (and + xor stayed two).
 __device__ __forceinline__ void vxor_low_bits(uint32_t& a, int32_t s) {
-  asm volatile("{\n.reg .b32 t;\nand.b32 t, %1, 0x01010101;\nxor.b32 %0, %0, t;\n}\n" : "+r"(a) : "r"(s));
+  asm volatile("lop3.b32 %0, %0, %1, 0x01010101, 0x78;" : "+r"(a) : "r"(s));
 }
 __device__ __forceinline__ void vfma(float& acc, float c, float x) {
   asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(acc) : "f"(c), "f"(x));
@@ -160,7 +161,7 @@ __device__ __forceinline__ void exp_work(float (&ch)[kCh], float (&sum)[4], int3
       if constexpr (kMix) {
         const float t = fmaf(ch[i], p.c1, p.c2);       // FFMA: the scale and max of the score
         const float y = ptx::exp2_approx(t);           // MUFU.EX2
-        ch[i] = fmaf(y, p.c3, p.c4);                   // FFMA: (the kernel's second: the O rescale)
+        ch[i] = y;
         sum[i & 3] += y;                               // FADD: the row sum
         ik[i & 3] = ik[i & 3] * p.im + p.ia;           // IMAD: the kernel's address / bias moves
         if (i & 1) pk ^= e4m3x2(ch[i - 1], y);         // F2FP (+ LOP3): P packed to e4m3
@@ -365,6 +366,8 @@ const Variant kVariants[] = {
      {{kFp8SS, 8, 0, 0}, {kFp8SS, 8, 0, 0}, {kNoTensor, 0, 64, 0}, {kNoTensor, 0, 64, 0}}},
     {"d_3t1m_sync", "(d) 3 WGs FP8 SS + 1 WG ex2 x3, barrier per iteration (1x)", 4, 1,
      {{kFp8SS, 8, 0, 0}, {kFp8SS, 8, 0, 0}, {kFp8SS, 8, 0, 0}, {kNoTensor, 0, 192, 0}}},
+    {"d_attn2_1m", "(d) 2 WGs the kernel's pair + 1 WG ex2 (128/iteration), free-running", 3, 0,
+     {{kAttn, 8, 0, 0}, {kAttn, 8, 0, 0}, {kNoTensor, 0, 128, 0}, {kIdle, 0, 0, 0}}},
     {"e_same_mix", "(e) same WG x3: kernel pair (8 wgmma) + 64 ex2 with FFMA/FADD/IMAD/F2FP", 3, 0,
      {{kAttn, 8, 64, 1}, {kAttn, 8, 64, 1}, {kAttn, 8, 64, 1}, {kIdle, 0, 0, 0}}},
     {"e_ex2mix_3m", "(e) MUFU + ALU only: 3 WGs 64 ex2 with the mix", 3, 0,
