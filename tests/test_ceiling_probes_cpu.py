@@ -123,22 +123,33 @@ def test_probe_wgmma_header_is_the_generators_output():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
 def test_overlap_program_builds_without_spills_and_has_the_instructions(tmp_path):
+    """The runner's own build command; ptxas -v on every kernel; the program lists its variants and refuses an unknown
+    one without touching a GPU; the SASS (where cuobjdump and nvdisasm are on PATH) holds what it is meant to time."""
     o = _overlap()
-    cubin = tmp_path / "mto.cubin"
-    cmd = o.nvcc_command(shutil.which("nvcc"), cubin)
-    cmd[cmd.index("-o"):cmd.index("-o")] = ["-cubin", "-Xptxas", "-v"]
+    exe = tmp_path / "mto"
+    cmd = o.nvcc_command(shutil.which("nvcc"), exe)
+    cmd[cmd.index("-o"):cmd.index("-o")] = ["-Xptxas", "-v"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = proc.stderr
     # every kernel: no spills, and no wgmma serialized by ptxas (C7510-C7520 "Potential Performance Loss")
     assert "Potential Performance Loss" not in log, log
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    assert len(spills) == 7 and all(s == ("0", "0") for s in spills), spills
+    assert len(spills) == 7 and all(sp == ("0", "0") for sp in spills), spills
+    listed = subprocess.run([str(exe), "--list"], capture_output=True, text=True, timeout=30)
+    assert listed.returncode == 0
+    names = {line.split()[0] for line in listed.stdout.splitlines()}
+    assert {n for pair in o.BASELINES.values() for n in pair} | set(o.BASELINES) <= names
+    bad = subprocess.run([str(exe), "no_such_variant"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "unknown variant" in bad.stderr
     cuobjdump = shutil.which("cuobjdump")
     if cuobjdump is None:
         return
-    sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, timeout=120)
+    sass = subprocess.run([cuobjdump, "-sass", str(exe)], capture_output=True, text=True, timeout=120)
     if sass.returncode != 0:  # cuobjdump without nvdisasm
         return
     for op in ("QGMMA.64x128x32.F32.E4M3.E4M3", "IGMMA.64x128x32.S8.S8", "MUFU.EX2", "F2FP.SATFINITE.E4M3"):
         assert op in sass.stdout, op
+    # the SS form of FP8 (both operands from descriptors) as well as the RS form (A from registers)
+    assert re.search(r"QGMMA\.64x128x32\.F32\.E4M3\.E4M3 R\d+, gdesc", sass.stdout)
+    assert re.search(r"QGMMA\.64x128x32\.F32\.E4M3\.E4M3 R\d+, R\d+, gdesc", sass.stdout)

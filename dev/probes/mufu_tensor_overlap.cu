@@ -413,7 +413,6 @@ double unix_now() {
   return tv.tv_sec + tv.tv_usec * 1e-6;
 }
 
-
 int run_variant(const Variant& v, double seconds, int sms, float* sink, unsigned long long* stats_d, bool report) {
   Params p{};
   if (v.sync && v.role[0].kind == kIdle) {  // thread 0 reads the clock for all in sync mode
@@ -494,6 +493,14 @@ int main(int argc, char** argv) {
       pause = std::atof(argv[++i]);
     } else {
       names.emplace_back(argv[i]);
+    }
+  }
+  for (const std::string& n : names) {
+    bool known = false;
+    for (const Variant& v : kVariants) known |= n == v.name;
+    if (!known) {
+      std::fprintf(stderr, "unknown variant %s (--list)\n", n.c_str());
+      return 2;
     }
   }
   int sms = 0;
