@@ -27,8 +27,9 @@ NVCC_FLAGS = ["-std=c++17", "-O3", "-gencode", "arch=compute_90a,code=sm_90a", "
 TENSOR_PEAK = 4096.0  # 8-bit dense MACs per clock per SM (H100/H200 SXM: 8192 flop/clk/SM)
 MUFU_PEAK = 16.0      # MUFU.EX2 per clock per SM (4 per SMSP); b_ex2_4m measures it
 # variant -> (its tensor-alone baseline, its MUFU-alone baseline) for the "both" column
-BASELINES = {"e_same_mix": ("a_attn_3t", "e_ex2mix_3m"), "d_2t2m_free": ("a_fp8ss_2t", "b_ex2_2m"),
-             "d_2t2m_sync": ("a_fp8ss_2t", "b_ex2_2m"), "d_attn2_1m": ("a_attn_3t", "b_ex2_4m")}
+BASELINES = {"e_same_mix": ("a_attn_3t", "e_ex2mix_3m"), "d_attn2_1m": ("a_attn_3t", "b_ex2_4m"),
+             **{v: ("a_fp8ss_2t", "b_ex2_2m") for v in ("d_2t2m_free", "d_2t2m_sync", "d_2t2m_sync_05x",
+                                                         "d_2t2m_sync_2x")}}
 DEFAULT_BASELINE = ("a_fp8ss_4t", "b_ex2_4m")
 
 
@@ -90,7 +91,7 @@ def table(rows: list[dict]) -> str:
                    f"{100 * r['mufu_frac']:.1f} | {both} | {r['sm_ghz']:.3f} | {r.get('smi_clock_mhz', float('nan')):.0f} | "
                    f"{r.get('smi_power_w', float('nan')):.0f} |")
     out.append("both: tensor share / its alone baseline + MUFU share / its alone baseline (2.0 = full rate at once, "
-               "1.0 = taking turns); baselines a_fp8ss_4t and b_ex2_4m, d_2t2m_*: a_fp8ss_2t and b_ex2_2m, "
+               "1.0 = taking turns); baselines a_fp8ss_4t and b_ex2_4m, d_2t2m*: a_fp8ss_2t and b_ex2_2m, "
                "d_attn2_1m: a_attn_3t and b_ex2_4m, e_same_mix: a_attn_3t and e_ex2mix_3m.")
     short = [r["variant"] for r in rows if r.get("distinct_sms", r["sms"]) != r["sms"]]
     if short:
