@@ -153,3 +153,45 @@ def test_overlap_program_builds_without_spills_and_has_the_instructions(tmp_path
     # the SS form of FP8 (both operands from descriptors) as well as the RS form (A from registers)
     assert re.search(r"QGMMA\.64x128x32\.F32\.E4M3\.E4M3 R\d+, gdesc", sass.stdout)
     assert re.search(r"QGMMA\.64x128x32\.F32\.E4M3\.E4M3 R\d+, R\d+, gdesc", sass.stdout)
+
+
+def test_gemm_main_runs_every_case_and_records_a_refusal(monkeypatch, tmp_path, capsys):
+    """main() end to end with the GPU faked: each case timed over its window, one that torch refuses recorded as
+    failed while the others run, the JSON and the table written under --out."""
+    import contextlib
+    import json
+    import types
+
+    import torch
+
+    g = _gemm()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake H200")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: types.SimpleNamespace(multi_processor_count=132))
+
+    def build(case, n):
+        if case == "int8":
+            raise RuntimeError("no int8 here")
+        return lambda: None
+
+    @contextlib.contextmanager
+    def sampling(period_ms=50):
+        samples = []
+        yield samples
+        import time
+        now = time.time()  # the measured window is at least one 1 s span: now - 0.5 falls inside it
+        samples.extend([(now - 0.5, 1500.0, 690.0, 60.0), (None, 1.0, 1.0, 1.0), (now + 100, 1.0, 1.0, 1.0)])
+
+    monkeypatch.setattr(g, "build", build)
+    monkeypatch.setattr(g.clock_probe, "sampling", sampling)
+    rc = g.main(["--cases", "bf16", "int8", "--n", "256", "--seconds", "0.05", "--warmup", "0.01", "--pause", "0",
+                 "--out", str(tmp_path)])
+    assert rc == 0
+    result = json.loads((tmp_path / "gemm_ceiling.json").read_text())
+    bf16, int8 = result["rows"]
+    assert bf16["case"] == "bf16" and bf16["calls"] > 0 and bf16["clock_mhz"] == 1500.0 and bf16["samples"] == 1
+    assert int8["error"] == "RuntimeError: no int8 here"
+    assert (tmp_path / "gemm_ceiling.txt").read_text().splitlines()[3].startswith("| int8 | failed")
+    assert capsys.readouterr().out.rstrip().endswith("| int8 | failed: RuntimeError: no int8 here | | | | | | |")

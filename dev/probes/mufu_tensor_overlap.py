@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,13 +122,24 @@ def main(argv=None) -> int:
         binary = Path(tempfile.mkdtemp(prefix="mto-")) / "mufu_tensor_overlap"  # not under --out: not copied back
         subprocess.run(nvcc_command(nvcc, binary), check=True)
     cmd = [str(binary), "--seconds", str(args.seconds), "--pause", str(args.pause), *args.variants]
-    with clock_probe.sampling(100) as samples:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    (args.out / "overlap_raw.jsonl").write_text(proc.stdout)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr)
-        raise SystemExit(f"mufu_tensor_overlap exited {proc.returncode}")
-    rows = parse_lines(proc.stdout)
+    lines = []
+    with clock_probe.sampling(100) as samples, open(args.out / "overlap_raw.jsonl", "w") as raw:
+        # streamed line by line (and echoed), so that a run cut short keeps the variants it finished
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        killer = threading.Timer(args.timeout, proc.kill)
+        killer.start()
+        try:
+            for line in proc.stdout:
+                raw.write(line)
+                raw.flush()
+                print(line.rstrip(), flush=True)
+                lines.append(line)
+            rc = proc.wait()
+        finally:
+            killer.cancel()
+    if rc != 0:
+        raise SystemExit(f"mufu_tensor_overlap exited {rc}")
+    rows = parse_lines("".join(lines))
     attach_samples(rows, samples)
     add_overlap(rows)
     text = table(rows)
