@@ -63,7 +63,8 @@ def test_gemm_summary_and_table_on_fake_spans():
     assert math.isnan(empty["clock_mhz"]) and math.isnan(empty["tflops_per_ghz"])
     text = g.table([r, {"case": "int8", "what": "", "error": "RuntimeError: no int8 kernel"}])
     lines = text.splitlines()
-    assert lines[0].startswith("| case | TFLOPS") and "| fp8_tensor_fast | 947 | 1000 / 900 | 1600 | 690 | 592 | 55% | 2 |" in lines[2]
+    assert lines[0].startswith("| case | TFLOPS")
+    assert "| fp8_tensor_fast | 947 | 1000 / 900 | 1600 | 690 | 592 | 55% | 2 |" in lines[2]
     assert "failed: RuntimeError: no int8 kernel" in lines[3]
 
 
@@ -169,7 +170,8 @@ def test_gemm_main_runs_every_case_and_records_a_refusal(monkeypatch, tmp_path, 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake H200")
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: types.SimpleNamespace(multi_processor_count=132))
+    props = types.SimpleNamespace(multi_processor_count=132)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: props)
 
     def build(case, n):
         if case == "int8":

@@ -88,9 +88,9 @@ def table(rows: list[dict]) -> str:
            "SM GHz (clock64/ns) | smi MHz | smi W |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         both = f"{r['both']:.2f}" if r.get("both") is not None else "-"
+        smi_mhz, smi_w = r.get("smi_clock_mhz", float("nan")), r.get("smi_power_w", float("nan"))
         out.append(f"| {r['variant']} | {r['tflops']:.0f} | {100 * r['tensor_frac']:.1f} | {r['ex2_per_clk_sm']:.2f} | "
-                   f"{100 * r['mufu_frac']:.1f} | {both} | {r['sm_ghz']:.3f} | {r.get('smi_clock_mhz', float('nan')):.0f} | "
-                   f"{r.get('smi_power_w', float('nan')):.0f} |")
+                   f"{100 * r['mufu_frac']:.1f} | {both} | {r['sm_ghz']:.3f} | {smi_mhz:.0f} | {smi_w:.0f} |")
     out.append("both: tensor share / its alone baseline + MUFU share / its alone baseline (2.0 = full rate at once, "
                "1.0 = taking turns); baselines a_fp8ss_4t and b_ex2_4m, d_2t2m*: a_fp8ss_2t and b_ex2_2m, "
                "d_attn2_1m: a_attn_3t and b_ex2_4m, e_same_mix: a_attn_3t and e_ex2mix_3m.")
