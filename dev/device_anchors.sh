@@ -33,7 +33,7 @@ EOF
 case "${1:-install}" in
   install)
     packs=()
-    # the module packs only: src.tar.xz and prebuilt.tar.xz feed the fallback build (.anchors/recipe/device_build.sh)
+    # the module packs only: src.tar.xz is what .anchors/recipe/device_build.sh compiles, into the overlay below
     for p in "$PACK"/fa3.tar.xz "$PACK"/sage2.tar.xz; do
       [ -f "$p" ] && packs+=("$p")
     done
