@@ -100,7 +100,7 @@ int vidattn_sm90_last_causal_static_imbalance(void);
 
 // Fused rotary position embedding (csrc/common/rope.cuh states the formulas and why they are bit-exact with
 // diffusers' eager torch code). out = rope(x) for x of shape (batch, seqlen, heads, head_dim), the tables broadcast
-// over heads. Keep in sync with `_RopeArgs` in vidattn/rope.py.
+// over heads. Keep in sync with `_RopeArgs` in vidattn/rotary.py.
 typedef struct VidattnRopeArgs {
   const void* x;        // (B, S, H, D) view: element strides below, last dim contiguous, 16-byte aligned
   void* out;            // (B, S, H, D), same rules; may be x itself (same strides): in place

@@ -11,7 +11,7 @@ imported on first use, so `import vidattn` does not import diffusers.
 from ._ext import build
 from .ops import VidattnFallbackWarning, attention, explain, kernel_available
 from .precision import PrecisionPolicy, use_precision
-from .rope import rope, rope_explain
+from .rotary import rope, rope_explain
 
 __version__ = "0.1.0"
 

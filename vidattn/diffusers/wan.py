@@ -8,7 +8,7 @@ from typing import Optional
 
 import torch
 
-from ..rope import rope
+from ..rotary import rope
 from ._base import ProcessorBase
 from .sdpa_common import StockProcessor
 

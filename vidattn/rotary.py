@@ -262,6 +262,13 @@ def _validate(x, cos, sin, mode, layout, fn):
         raise ValueError(f"{fn}: cos and sin must have one shape, got {tuple(cos.shape)} and {tuple(sin.shape)}")
     if cos.dim() not in (2, 4):
         raise ValueError(f"{fn}: cos/sin must be (S, D) or 4-D broadcastable to x, got {tuple(cos.shape)}")
+    try:
+        shape = torch.broadcast_shapes(x.shape, _tables_4d(cos, layout).shape)
+    except RuntimeError:
+        shape = None
+    if shape != x.shape:
+        raise ValueError(f"{fn}: cos/sin of shape {tuple(cos.shape)} must broadcast to x's shape {tuple(x.shape)} "
+                         f"({layout})")
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, mode: str = "wan",
@@ -293,3 +300,19 @@ def rope_explain(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, mode:
     output, slower); None when the kernel runs."""
     _validate(x, cos, sin, mode, layout, "vidattn.rope_explain")
     return rope_reason(x, cos, sin, mode, layout)
+
+
+def apply_rotary_emb(x: torch.Tensor, freqs_cis, use_real: bool = True, use_real_unbind_dim: int = -1,
+                     sequence_dim: int = 2) -> torch.Tensor:
+    """`diffusers.models.embeddings.apply_rotary_emb`, same signature and output bits, through `rope` where it can:
+    real (cos, sin) tables of shape (S, D) on a 4-D x. Anything else (complex tables, other shapes) calls diffusers'
+    own function. For the processors (vidattn/diffusers/)."""
+    if (use_real and isinstance(freqs_cis, (tuple, list)) and len(freqs_cis) == 2 and x.dim() == 4
+            and use_real_unbind_dim in (-1, -2) and sequence_dim in (1, 2)
+            and all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in freqs_cis)):
+        cos, sin = (t.to(x.device) for t in freqs_cis)  # as diffusers does
+        if cos.shape == sin.shape:
+            return rope(x, cos, sin, mode="pairs" if use_real_unbind_dim == -1 else "halves",
+                        layout="bshd" if sequence_dim == 1 else "bhsd")
+    from diffusers.models.embeddings import apply_rotary_emb as stock
+    return stock(x, freqs_cis, use_real=use_real, use_real_unbind_dim=use_real_unbind_dim, sequence_dim=sequence_dim)
