@@ -283,3 +283,22 @@ def test_accuracy_tail_sink_inputs():
     assert abs(qs.mean().item() - 0.5) < 0.02
     with pytest.raises(SystemExit):
         tail.main(["--device", "cpu", "--inputs", "ramp"])
+
+
+def test_rope_probe_refuses_cleanly(monkeypatch):
+    probe = _load("rope_probe")
+    with pytest.raises(SystemExit, match="unknown shapes|needs a CUDA GPU"):
+        probe.main(["--shapes", "nope"])
+    _cpu_only(monkeypatch)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        probe.main([])
+
+
+def test_rope_probe_reference_is_the_tests_one():
+    """The probe's stock Wan RoPE is the one tests/test_rope.py checks against diffusers' source."""
+    import inspect
+    probe = _load("rope_probe")
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_rope import diffusers_wan_rope
+    body = lambda f: [line.strip() for line in inspect.getsource(f).splitlines() if "import" not in line][2:]  # noqa: E731
+    assert body(probe.diffusers_wan_rope) == body(diffusers_wan_rope)

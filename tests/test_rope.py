@@ -22,15 +22,26 @@ from vidattn import rotary as R  # noqa: E402
 CAPI_H = Path(__file__).resolve().parent.parent / "csrc" / "capi.h"
 
 
-def diffusers_wan_rope(x, freqs_cos, freqs_sin):
+def diffusers_wan_rope(hidden_states, freqs_cos, freqs_sin):
     """diffusers 0.42.1 WanAttnProcessor's nested apply_rotary_emb, as written there."""
-    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+    x1, x2 = hidden_states.unflatten(-1, (-1, 2)).unbind(-1)
     cos = freqs_cos[..., 0::2]
     sin = freqs_sin[..., 1::2]
-    out = torch.empty_like(x)
+    out = torch.empty_like(hidden_states)
     out[..., 0::2] = x1 * cos - x2 * sin
     out[..., 1::2] = x1 * sin + x2 * cos
-    return out.type_as(x)
+    return out.type_as(hidden_states)
+
+
+def test_reference_is_diffusers_wan_code():
+    """diffusers_wan_rope above (the GPU tests' reference) is the stock WanAttnProcessor's RoPE, line for line: a
+    diffusers release that changed it would fail here rather than leave the GPU tests checking an old formula."""
+    import inspect
+    from diffusers.models.transformers.transformer_wan import WanAttnProcessor
+    stock = [line.strip() for line in inspect.getsource(WanAttnProcessor.__call__).splitlines()]
+    ours = [line.strip() for line in inspect.getsource(diffusers_wan_rope).splitlines()[2:]]
+    start = stock.index(ours[0])
+    assert stock[start:start + len(ours)] == ours
 
 
 def wan_tables(s, d, gen):
