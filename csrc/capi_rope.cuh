@@ -57,9 +57,11 @@ extern "C" int vidattn_rope(const VidattnRopeArgs* a, void* stream) {
   if (a->batch < 1 || a->seqlen < 1 || a->heads < 1) return fail("rope: batch, seqlen and heads must be >= 1");
   if (a->batch > 65535) return fail("rope: batch over 65535 (grid.y)");
   const int64_t per_lane = a->mode == 2 ? 16 : 8;  // channels per thread (halves: 8 and their 8 partners)
-  if (a->head_dim < per_lane || a->head_dim > 1024 || a->head_dim % per_lane != 0)
-    return fail(a->mode == 2 ? "rope: head dim must be a multiple of 16 from 16 to 1024 (halves mode)"
-                             : "rope: head dim must be a multiple of 8 from 8 to 1024");
+  // At most 256 threads per position (the kernel's launch bounds): 2048 channels, which takes LTX-Video's RoPE over
+  // a whole (B, S, C) row as one "head".
+  if (a->head_dim < per_lane || a->head_dim > 2048 || a->head_dim % per_lane != 0)
+    return fail(a->mode == 2 ? "rope: head dim must be a multiple of 16 from 16 to 2048 (halves mode)"
+                             : "rope: head dim must be a multiple of 8 from 8 to 2048");
   // 16-byte vector accesses: x and out rows in 8-element steps, table rows in 16 bytes.
   const int64_t x_extent[3] = {a->batch, a->seqlen, a->heads};
   if (!aligned16(a->x) || !aligned16(a->out) || !strides_multiple(a->x_stride, x_extent, 3, 8) ||
@@ -84,14 +86,17 @@ extern "C" int vidattn_rope(const VidattnRopeArgs* a, void* stream) {
   for (int i = 0; i < 3; ++i) p.x_stride[i] = a->x_stride[i], p.out_stride[i] = a->out_stride[i];
   for (int i = 0; i < 2; ++i) p.cos_stride[i] = a->cos_stride[i], p.sin_stride[i] = a->sin_stride[i];
 
-  const int lanes = static_cast<int>(a->head_dim / per_lane);  // threads per position, at most 128
+  const int lanes = static_cast<int>(a->head_dim / per_lane);  // threads per position, at most 256
   const int rows = lanes >= 256 ? 1 : 256 / lanes;             // positions per CTA
   const int64_t tiles = (a->seqlen + rows - 1) / rows;
-  // Head groups only where the (tile, batch) grid alone would leave the GPU under two waves of 256-thread CTAs:
-  // each group re-reads the tile's cos/sin rows (from L2: the group index varies fastest in the grid).
-  const int64_t target = int64_t(sm_count()) * 8;
+  // Enough CTAs for ~5 waves (6 CTAs of 256 threads fit an SM at the kernel's 40 registers): with fewer, the last,
+  // partial wave idles SMs for a large share of the launch (Wan 1.3B's 2048 (tile, batch) CTAs are 2.6 waves on 132
+  // SMs). Where the (tile, batch) grid alone is short of that, the heads split into groups of at least 4 (a group
+  // re-reads its tile's cos/sin rows, from L2: the group index varies fastest in the grid).
+  const int64_t target = int64_t(sm_count()) * 32;
+  const int64_t max_groups = (a->heads + 3) / 4;
   int64_t groups = (target + tiles * a->batch - 1) / (tiles * a->batch);
-  groups = groups < 1 ? 1 : groups > a->heads ? a->heads : groups;
+  groups = groups < 1 ? 1 : groups > max_groups ? max_groups : groups;
   p.heads_per_cta = static_cast<int>((a->heads + groups - 1) / groups);
   p.head_groups = static_cast<int>((a->heads + p.heads_per_cta - 1) / p.heads_per_cta);
   if (tiles * p.head_groups > (1ll << 31) - 1) return fail("rope: too many CTAs (seqlen too long)");

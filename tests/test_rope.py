@@ -290,3 +290,14 @@ def test_mode_codes_match_the_kernel():
     enum = re.search(r"enum RopeMode : int \{([^}]*)\}", src).group(1)
     codes = dict((k.strip(), int(v)) for k, v in (e.split("=") for e in enum.split(",")))
     assert codes == {"kRopeWan": R.MODES["wan"], "kRopePairs": R.MODES["pairs"], "kRopeHalves": R.MODES["halves"]}
+
+
+def test_ltx_apply_rotary_emb_equals_diffusers(gen):
+    """LTX-Video's RoPE on (B, S, C) before the head split, per-batch (B, S, C) tables: one C-channel "head"."""
+    from diffusers.models.transformers.transformer_ltx import apply_rotary_emb as ltx_stock
+    x = torch.randn(2, 37, 96, generator=gen).bfloat16()
+    freqs = random_tables((2, 37, 96), gen)
+    out = R.ltx_apply_rotary_emb(x, freqs)
+    assert out.shape == x.shape and out.is_contiguous()
+    assert torch.equal(out, ltx_stock(x, freqs))
+    assert "head dim 4096" in _shape_reason(torch.randn(1, 2, 1, 4096).bfloat16(), *random_tables((1, 2, 1, 4096), gen))

@@ -183,3 +183,13 @@ def test_tiny_wan_processor_qk_match_stock_rope():
         k0 = attn.norm_k(attn.to_k(hs)).unflatten(2, (attn.heads, -1))
     check(q, diffusers_wan_rope(q0, cos, sin))
     check(k, diffusers_wan_rope(k0, cos, sin))
+
+
+def test_ltx_row_rope_bitwise():
+    """LTX-Video: (B, S, 2048) rows with per-batch tables, the whole row one 2048-channel head (256 threads)."""
+    from diffusers.models.transformers.transformer_ltx import apply_rotary_emb as ltx_stock
+    g = _gen()
+    x = randn((2, 1537, 2048), g, torch.bfloat16)
+    freqs = (randn((2, 1537, 2048), g, torch.float32, 1.0), randn((2, 1537, 2048), g, torch.float32, 1.0))
+    assert vidattn.rope_explain(x[:, :, None], freqs[0][:, :, None], freqs[1][:, :, None], mode="pairs") is None
+    check(R.ltx_apply_rotary_emb(x, freqs), ltx_stock(x, freqs))

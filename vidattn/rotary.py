@@ -31,7 +31,7 @@ MODES = {"wan": 0, "pairs": 1, "halves": 2}
 LAYOUTS = ("bshd", "bhsd")
 _X_DTYPES = {torch.bfloat16: 0, torch.float16: 1}
 _TABLE_DTYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
-MAX_HEAD_DIM = 1024
+MAX_HEAD_DIM = 2048  # csrc/capi_rope.cuh: 256 threads per position, 8 channels each
 ROPE_KERNEL_ENV = "VIDATTN_ROPE_KERNEL"
 
 
@@ -316,3 +316,14 @@ def apply_rotary_emb(x: torch.Tensor, freqs_cis, use_real: bool = True, use_real
                         layout="bshd" if sequence_dim == 1 else "bhsd")
     from diffusers.models.embeddings import apply_rotary_emb as stock
     return stock(x, freqs_cis, use_real=use_real, use_real_unbind_dim=use_real_unbind_dim, sequence_dim=sequence_dim)
+
+
+def ltx_apply_rotary_emb(x: torch.Tensor, freqs) -> torch.Tensor:
+    """`diffusers.models.transformers.transformer_ltx.apply_rotary_emb`, same output bits: x (B, S, C) before the
+    head split, per-batch tables (B, S, C); the interleaved-pairs formula over the whole row, run as one "head" of C
+    channels (`rope` mode "pairs"). Other shapes call diffusers' own function."""
+    cos, sin = freqs
+    if x.dim() == 3 and cos.dim() == 3 and cos.shape == sin.shape:
+        return rope(x[:, :, None, :], cos[:, :, None, :], sin[:, :, None, :], mode="pairs")[:, :, 0, :]
+    from diffusers.models.transformers.transformer_ltx import apply_rotary_emb as stock
+    return stock(x, freqs)

@@ -105,10 +105,10 @@ __device__ __forceinline__ void rotate(float a, float b, float ca, float sa, flo
 constexpr int kHeadBatch = 4;  // heads whose loads are issued before any of their stores (memory-level parallelism)
 
 // Grid: x over (sequence tile of blockDim.y positions) x (head group), the group fastest so that the CTAs sharing a
-// tile's cos/sin rows run side by side (the rows then come from L2 for all but the first); y over batch. Block: blockDim.x threads
-// per position, each owning 8 channels (kRopeHalves: 8 in the first half and their 8 partners in the second). A thread
-// reads its cos/sin entries once and keeps them in registers for every head it loops over: the tables are read once
-// per (batch-of-tables, position) and x once, so traffic is ~4 bytes per element of x.
+// tile's cos/sin rows run side by side (the rows then come from L2 for all but the first); y over batch. Block:
+// blockDim.x threads per position, each owning 8 channels (kRopeHalves: 8 in the first half and their 8 partners in
+// the second). A thread reads its cos/sin entries once and keeps them in registers for every head of its group: the
+// tables are read once per (table batch, position, head group) and x once, so traffic is ~4 bytes per element of x.
 // In place (out == x, same strides) is safe: every element is read before it is written, by the same thread.
 template <typename T, typename C, int kMode, bool kRoundMid>
 __global__ void __launch_bounds__(256) rope_kernel(const RopeParams p) {
