@@ -301,3 +301,11 @@ def test_ltx_apply_rotary_emb_equals_diffusers(gen):
     assert out.shape == x.shape and out.is_contiguous()
     assert torch.equal(out, ltx_stock(x, freqs))
     assert "head dim 4096" in _shape_reason(torch.randn(1, 2, 1, 4096).bfloat16(), *random_tables((1, 2, 1, 4096), gen))
+
+
+def test_allegro_apply_rotary_emb_equals_diffusers(gen):
+    from diffusers.models.embeddings import apply_rotary_emb_allegro as allegro_stock
+    x = torch.randn(2, 3, 40, 96, generator=gen).bfloat16()
+    freqs = tuple(random_tables((50, 32), gen) for _ in range(3))
+    pos = tuple(torch.randint(0, 50, (1, 40), generator=gen) for _ in range(3))
+    assert torch.equal(R.allegro_apply_rotary_emb(x, freqs, pos), allegro_stock(x, freqs, pos))

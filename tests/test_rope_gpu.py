@@ -193,3 +193,16 @@ def test_ltx_row_rope_bitwise():
     freqs = (randn((2, 1537, 2048), g, torch.float32, 1.0), randn((2, 1537, 2048), g, torch.float32, 1.0))
     assert vidattn.rope_explain(x[:, :, None], freqs[0][:, :, None], freqs[1][:, :, None], mode="pairs") is None
     check(R.ltx_apply_rotary_emb(x, freqs), ltx_stock(x, freqs))
+
+
+def test_allegro_chunks_bitwise():
+    """Allegro: D = 96 in three 32-channel chunks (views 64 bytes apart), halves formula, gathered tables."""
+    from diffusers.models.embeddings import apply_rotary_emb_allegro as allegro_stock
+    g = _gen()
+    x = randn((2, 24, 1001, 96), g, torch.bfloat16)
+    freqs = tuple((randn((300, 32), g, torch.float32, 1.0), randn((300, 32), g, torch.float32, 1.0))
+                  for _ in range(3))
+    pos = tuple(torch.randint(0, 300, (1, 1001), device=DEV) for _ in range(3))
+    cos = torch.nn.functional.embedding(pos[1], freqs[1][0])[:, None]
+    assert vidattn.rope_explain(x.chunk(3, -1)[1], cos, cos, mode="halves", layout="bhsd") is None
+    check(R.allegro_apply_rotary_emb(x, freqs, pos), allegro_stock(x, freqs, pos))

@@ -327,3 +327,18 @@ def ltx_apply_rotary_emb(x: torch.Tensor, freqs) -> torch.Tensor:
         return rope(x[:, :, None, :], cos[:, :, None, :], sin[:, :, None, :], mode="pairs")[:, :, 0, :]
     from diffusers.models.transformers.transformer_ltx import apply_rotary_emb as stock
     return stock(x, freqs)
+
+
+def allegro_apply_rotary_emb(x: torch.Tensor, freqs_cis, positions) -> torch.Tensor:
+    """`diffusers.models.embeddings.apply_rotary_emb_allegro`, same output bits: x (B, H, S, D) in three channel
+    chunks (t, h, w), each rotated in halves (`rope` mode "halves") with tables gathered at its positions, then
+    concatenated, as diffusers does. Other shapes call diffusers' own function."""
+    if x.dim() == 4 and x.shape[-1] % 3 == 0 and len(freqs_cis) == 3 and len(positions) == 3:
+        import torch.nn.functional as F
+        parts = []
+        for chunk, pos, (cos, sin) in zip(x.chunk(3, dim=-1), positions, freqs_cis):
+            cos, sin = F.embedding(pos, cos)[:, None, :, :], F.embedding(pos, sin)[:, None, :, :]
+            parts.append(rope(chunk, cos, sin, mode="halves", layout="bhsd"))
+        return torch.cat(parts, dim=-1)
+    from diffusers.models.embeddings import apply_rotary_emb_allegro as stock
+    return stock(x, freqs_cis, positions)
