@@ -1,10 +1,9 @@
 """vidattn.rope on the CPU: the dispatch decision and its reasons, the fake's shapes and strides, the torch path
-equal to diffusers' own functions bit for bit (fresh random inputs), the ctypes mirror of VidattnRopeArgs, and the
-kernel's own arithmetic emulated in torch (fp32 products and sums rounded one op at a time, RNE to x's dtype): the
-order the CUDA code (csrc/common/rope.cuh) implements, checked against diffusers here, without a GPU."""
+equal to diffusers' own functions bit for bit (fresh random inputs), the kernel's mode codes, and its arithmetic
+emulated in torch (fp32 products and sums rounded one op at a time, RNE to x's dtype): the order the CUDA code
+(csrc/common/rope.cuh) implements, checked against diffusers here, without a GPU."""
 from __future__ import annotations
 
-import ctypes
 import re
 from pathlib import Path
 
@@ -257,33 +256,8 @@ def test_kernel_order_equals_diffusers(mode, dtype, table_dtype, gen):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the C ABI mirror
+# the C ABI (the struct mirror: tests/test_capi_abi.py)
 # ----------------------------------------------------------------------------------------------------------
-
-C_TYPES = {"const void*": ctypes.c_void_p, "void*": ctypes.c_void_p, "int64_t": ctypes.c_int64,
-           "int32_t": ctypes.c_int32}
-
-
-def rope_header_fields():
-    body = re.search(r"typedef struct VidattnRopeArgs \{(.*?)\} VidattnRopeArgs;", CAPI_H.read_text(), re.S).group(1)
-    fields = []
-    for line in body.splitlines():
-        line = line.split("//")[0].strip()
-        if not line:
-            continue
-        m = re.match(r"((?:const )?\w+\*?)\s+(.+);$", line)
-        assert m, f"unparsed line in capi.h: {line!r}"
-        for name in (n.strip() for n in m.group(2).split(",")):
-            arr = re.match(r"(\w+)\[(\d+)\]$", name)
-            fields.append((arr.group(1), C_TYPES[m.group(1)], int(arr.group(2))) if arr
-                          else (name, C_TYPES[m.group(1)], 1))
-    return fields
-
-
-def test_rope_args_mirror_matches_capi_h():
-    mirror = [(n, t._type_, t._length_) if issubclass(t, ctypes.Array) else (n, t, 1) for n, t in R._RopeArgs._fields_]
-    assert mirror == rope_header_fields()
-
 
 def test_mode_codes_match_the_kernel():
     src = (CAPI_H.parent / "common" / "rope.cuh").read_text()
