@@ -102,7 +102,9 @@ __device__ __forceinline__ void rotate(float a, float b, float ca, float sa, flo
   }
 }
 
-constexpr int kHeadBatch = 4;  // heads whose loads are issued before any of their stores (memory-level parallelism)
+// Heads whose loads are issued before any of their stores (memory-level parallelism); halves mode holds two vectors
+// per head and four tables: two heads keep it near 64 registers.
+template <int kMode> constexpr int kHeadBatch = kMode == 2 ? 2 : 4;
 
 // Grid: x over (sequence tile of blockDim.y positions) x (head group), the group fastest so that the CTAs sharing a
 // tile's cos/sin rows run side by side (the rows then come from L2 for all but the first); y over batch. Block:
@@ -137,10 +139,10 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeParams p) {
   T* ob = static_cast<T*>(p.out) + b * p.out_stride[0] + s * p.out_stride[1] + d0;
   constexpr int kParts = kMode == kRopeHalves ? 2 : 1;
 
-  for (int64_t h0 = h_begin; h0 < h_end; h0 += kHeadBatch) {
-    Vec8<T> v[kHeadBatch][kParts];
+  for (int64_t h0 = h_begin; h0 < h_end; h0 += kHeadBatch<kMode>) {
+    Vec8<T> v[kHeadBatch<kMode>][kParts];
 #pragma unroll
-    for (int j = 0; j < kHeadBatch; ++j) {
+    for (int j = 0; j < kHeadBatch<kMode>; ++j) {
       if (h0 + j < h_end) {
         const T* xp = xb + (h0 + j) * p.x_stride[2];
         v[j][0].raw = *reinterpret_cast<const uint4*>(xp);
@@ -148,7 +150,7 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeParams p) {
       }
     }
 #pragma unroll
-    for (int j = 0; j < kHeadBatch; ++j) {
+    for (int j = 0; j < kHeadBatch<kMode>; ++j) {
       if (h0 + j >= h_end) continue;
       Vec8<T> r[kParts];
       if constexpr (kMode == kRopeHalves) {
