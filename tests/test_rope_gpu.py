@@ -206,3 +206,25 @@ def test_allegro_chunks_bitwise():
     cos = torch.nn.functional.embedding(pos[1], freqs[1][0])[:, None]
     assert vidattn.rope_explain(x.chunk(3, -1)[1], cos, cos, mode="halves", layout="bhsd") is None
     check(R.allegro_apply_rotary_emb(x, freqs, pos), allegro_stock(x, freqs, pos))
+
+
+def test_tiny_wan_forward_same_bits_with_and_without_the_fused_rope(monkeypatch):
+    """A whole (tiny) Wan forward under vidattn.apply: the fused RoPE changes no output bit against diffusers' torch
+    ops (VIDATTN_ROPE_KERNEL=0's path), with fused projections too (q/k as strided chunks of to_qkv's output)."""
+    from conftest import tiny_wan, tiny_wan_inputs
+    for fuse in (False, True):
+        model = tiny_wan().to(DEV, torch.bfloat16)
+        if fuse:
+            model.fuse_qkv_projections()
+        x, t, ctx = (a.to(DEV) for a in tiny_wan_inputs(batch=2, frames=5, size=16, text=40))
+        x, ctx = x.bfloat16(), ctx.bfloat16()
+        handle = vidattn.apply(model)
+        try:
+            with torch.no_grad():
+                monkeypatch.setattr(R, "kernel_enabled", True)
+                fused = model(x, t, ctx).sample
+                monkeypatch.setattr(R, "kernel_enabled", False)
+                stock = model(x, t, ctx).sample
+        finally:
+            handle.restore()
+        check(fused, stock)
