@@ -4,6 +4,7 @@ emulated in torch (fp32 products and sums rounded one op at a time, RNE to x's d
 (csrc/common/rope.cuh) implements, checked against diffusers here, without a GPU."""
 from __future__ import annotations
 
+import ctypes
 import re
 from pathlib import Path
 
@@ -283,3 +284,75 @@ def test_allegro_apply_rotary_emb_equals_diffusers(gen):
     freqs = tuple(random_tables((50, 32), gen) for _ in range(3))
     pos = tuple(torch.randint(0, 50, (1, 40), generator=gen) for _ in range(3))
     assert torch.equal(R.allegro_apply_rotary_emb(x, freqs, pos), allegro_stock(x, freqs, pos))
+
+
+class _FakeRopeLib:
+    """Stands in for the kernel library: records each vidattn_rope call's arguments (it computes nothing)."""
+
+    def __init__(self):
+        self.calls = []
+
+        def vidattn_rope(ref, stream):
+            a = ref._obj
+            self.calls.append({name: (list(getattr(a, name)) if isinstance(getattr(a, name), ctypes.Array)
+                                      else getattr(a, name)) for name, _ in R._RopeArgs._fields_})
+            return 0
+
+        self.vidattn_rope = vidattn_rope
+        self.vidattn_sm90_last_error = lambda: b"fake"
+
+
+@pytest.fixture
+def fake_kernel(monkeypatch):
+    import contextlib
+    lib = _FakeRopeLib()
+    monkeypatch.setattr(R, "_declared", set())
+    monkeypatch.setattr(R, "kernel_enabled", True)
+    monkeypatch.setattr(R, "_launch_error", None)
+    monkeypatch.setattr(_ext, "device_reason", lambda device: None)
+    monkeypatch.setattr(_ext, "runtime_reason", lambda: None)
+    monkeypatch.setattr(_ext, "_lib", lib)
+    monkeypatch.setattr(_ext, "_library", lambda lib_=None: lib)
+    monkeypatch.setattr(_ext, "_device_guard", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(_ext, "_current_stream", lambda device: 0)
+    return lib
+
+
+def test_kernel_arguments_for_qkv_chunks_and_layouts(fake_kernel, gen):
+    """What the C ABI receives (the kernel's own view of the call): a fused-qkv chunk's strides, Wan's broadcast
+    tables (batch stride 0), a bhsd call turned into bshd strides, per-layout (S, D) tables, dtype and mode codes."""
+    b, s, h, d = 2, 9, 4, 16
+    qkv = torch.randn(b, s, 3 * h * d, generator=gen).bfloat16()
+    k = qkv.chunk(3, dim=-1)[1].unflatten(2, (h, d))
+    cos, sin = random_tables((1, s, 1, d), gen)
+    assert vidattn.rope_explain(k, cos, sin) is None
+    out = vidattn.rope(k, cos, sin)
+    (a,) = fake_kernel.calls
+    assert (a["batch"], a["seqlen"], a["heads"], a["head_dim"]) == (b, s, h, d)
+    assert a["x"] == k.data_ptr() and a["x_stride"] == [s * 3 * h * d, 3 * h * d, d]
+    assert a["out"] == out.data_ptr() and a["out_stride"] == [s * h * d, h * d, d]
+    assert a["cos"] == cos.data_ptr() and a["cos_stride"] == [0, d] and a["sin_stride"] == [0, d]
+    assert (a["dtype"], a["table_dtype"], a["mode"]) == (0, 2, 0)
+
+    xh = torch.randn(b, h, s, d, generator=gen).half()  # bhsd, (S, D) tables of the apply_rotary_emb kind
+    c2, s2 = random_tables((s, d), gen, torch.bfloat16)
+    vidattn.rope(xh, c2, s2, mode="halves", layout="bhsd")
+    a = fake_kernel.calls[-1]
+    assert (a["batch"], a["seqlen"], a["heads"], a["head_dim"]) == (b, s, h, d)
+    assert a["x_stride"] == [h * s * d, d, s * d] and a["out_stride"] == [h * s * d, d, s * d]
+    assert a["cos_stride"] == [0, d] and (a["dtype"], a["table_dtype"], a["mode"]) == (1, 0, 2)
+
+
+def test_refused_calls_never_reach_the_library(fake_kernel, gen):
+    x = torch.randn(1, 5, 2, 12, generator=gen).bfloat16()  # head dim 12: not a multiple of 8
+    cos, sin = random_tables((1, 5, 1, 12), gen)
+    assert torch.equal(vidattn.rope(x, cos, sin), diffusers_wan_rope(x, cos, sin))
+    assert fake_kernel.calls == []
+
+
+def test_a_failed_launch_turns_the_kernel_off_and_falls_back(fake_kernel, monkeypatch, gen):
+    fake_kernel.vidattn_rope = lambda ref, stream: 1
+    x = torch.randn(1, 5, 2, 16, generator=gen).bfloat16()
+    cos, sin = random_tables((1, 5, 1, 16), gen)
+    assert torch.equal(vidattn.rope(x, cos, sin), diffusers_wan_rope(x, cos, sin))
+    assert "fused RoPE launch failed (fake)" in vidattn.rope_explain(x, cos, sin)

@@ -169,32 +169,35 @@ def _prepare(x, cos, sin, layout):
     return xv, cv, sv
 
 
+def _decide(x, cos, sin, mode: str, layout: str):
+    """(reason, views): why the torch ops run (None: the kernel runs) and, when it runs, the bshd views (x, cos, sin)
+    it takes; the body of rope_reason, kept apart so a call prepares its views once."""
+    if not kernel_enabled:
+        return f"the fused RoPE is off ({ROPE_KERNEL_ENV}=0)", None
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+        return "inputs require grad: the kernel is forward-only", None
+    reason = _ext.device_reason(x.device)
+    if reason is not None:
+        return reason, None
+    if x.dim() != 4 or cos.dim() not in (2, 4) or sin.dim() not in (2, 4):
+        return "x must be 4-D and cos/sin 2-D (S, D) or 4-D", None
+    views = _prepare(x, cos, sin, layout)
+    if views[1] is None or views[2] is None:
+        return "cos/sin do not broadcast to x's shape", None
+    reason = _shape_reason(*views, mode)
+    if reason is None and _launch_error is not None:
+        reason = _launch_error
+    if reason is None:
+        reason = _ext.runtime_reason()
+    if reason is None and _entry(_ext._lib) is None:
+        reason = "this kernel library predates the fused RoPE"
+    return reason, (views if reason is None else None)
+
+
 def rope_reason(x, cos, sin, mode: str = "wan", layout: str = "bshd") -> Optional[str]:
     """Why `rope` with these arguments runs the torch ops instead of the kernel; None when the kernel runs. May build
     the kernel library (once per process, cached on disk)."""
-    if not kernel_enabled:
-        return f"the fused RoPE is off ({ROPE_KERNEL_ENV}=0)"
-    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
-        return "inputs require grad: the kernel is forward-only"
-    reason = _ext.device_reason(x.device)
-    if reason is not None:
-        return reason
-    if x.dim() != 4 or cos.dim() not in (2, 4) or sin.dim() not in (2, 4):
-        return "x must be 4-D and cos/sin 2-D (S, D) or 4-D"
-    xv, cv, sv = _prepare(x, cos, sin, layout)
-    if cv is None or sv is None:
-        return "cos/sin do not broadcast to x's shape"
-    reason = _shape_reason(xv, cv, sv, mode)
-    if reason is not None:
-        return reason
-    if _launch_error is not None:
-        return _launch_error
-    reason = _ext.runtime_reason()
-    if reason is not None:
-        return reason
-    if _entry(_ext._lib) is None:
-        return "this kernel library predates the fused RoPE"
-    return None
+    return _decide(x, cos, sin, mode, layout)[0]
 
 
 def _launch(xv, cv, sv, out_v, mode: str) -> None:
@@ -220,8 +223,9 @@ def _rope_impl(x, cos, sin, mode: str, layout: str) -> torch.Tensor:
     """The custom op's body: the kernel when rope_reason allows, else the torch ops. The output is always
     torch.empty_like(x)'s layout (the fake's), whichever runs."""
     out = torch.empty_like(x)
-    if rope_reason(x, cos, sin, mode, layout) is None:
-        xv, cv, sv = _prepare(x, cos, sin, layout)
+    reason, views = _decide(x, cos, sin, mode, layout)
+    if reason is None:
+        xv, cv, sv = views
         out_v = _bshd(out, layout)
         if out_v.data_ptr() % 16 == 0 and _rows_aligned(out_v, 3, 8):
             try:
