@@ -356,3 +356,16 @@ def test_a_failed_launch_turns_the_kernel_off_and_falls_back(fake_kernel, monkey
     cos, sin = random_tables((1, 5, 1, 16), gen)
     assert torch.equal(vidattn.rope(x, cos, sin), diffusers_wan_rope(x, cos, sin))
     assert "fused RoPE launch failed (fake)" in vidattn.rope_explain(x, cos, sin)
+
+
+def test_compiles_with_dynamic_shapes(gen):
+    torch._dynamo.reset()
+
+    def fn(x, cos, sin):
+        return vidattn.rope(x, cos, sin, mode="pairs") + 1
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager", dynamic=True)
+    for b, s in ((2, 9), (3, 13)):
+        x = torch.randn(b, s, 3, 16, generator=gen).bfloat16()
+        cos, sin = random_tables((s, 16), gen)
+        assert torch.equal(compiled(x, cos, sin), fn(x, cos, sin))

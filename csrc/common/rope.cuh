@@ -7,8 +7,9 @@
 // of x, where one pass needs 4 (read bf16, write bf16).
 //
 // Bit-exactness: each eager op is one kernel, so each product, sum and difference is rounded to fp32 on its own (no
-// FMA contraction across ops). The kernel repeats that order with __fmul_rn / __fadd_rn / __fsub_rn, which the
-// compiler never contracts into an FMA (CUDA C++ Programming Guide, "Intrinsic Functions"), then rounds to x's dtype
+// FMA contraction across ops). The kernel repeats that order with __fmul_rn / __fadd_rn / __fsub_rn: they emit
+// mul.rn / add.rn / sub.rn, and PTX never fuses an add or mul carrying an explicit rounding modifier into an fma
+// (PTX ISA, "Floating Point Instructions: add, mul": only unmodified ones may be), then rounds to x's dtype
 // with round-to-nearest-even, the conversion torch's copy/`.to()` runs on the GPU (c10::BFloat16 and c10::Half use
 // __float2bfloat16 / __float2half there, cvt.rn).
 //
