@@ -106,7 +106,7 @@ typedef struct VidattnRopeArgs {
   void* out;            // (B, S, H, D), same rules; may be x itself (same strides): in place
   const void* cos;      // (B or 1, S, D) view: strides below, last dim contiguous, 16-byte aligned
   const void* sin;      // likewise
-  int64_t batch, seqlen, heads, head_dim;  // head_dim: a multiple of 8 (mode 2: 16) up to 2048
+  int64_t batch, seqlen, heads, head_dim;  // head_dim: a multiple of 8 (mode 2: 16) up to 4096
   int64_t x_stride[3], out_stride[3];      // (batch, seq, head) strides, in elements: multiples of 8
   int64_t cos_stride[2], sin_stride[2];    // (batch, seq) strides, in elements: multiples of 16 bytes; 0 broadcasts
   int32_t dtype;        // x and out: 0 = bf16, 1 = fp16

@@ -57,11 +57,12 @@ extern "C" int vidattn_rope(const VidattnRopeArgs* a, void* stream) {
   if (a->batch < 1 || a->seqlen < 1 || a->heads < 1) return fail("rope: batch, seqlen and heads must be >= 1");
   if (a->batch > 65535) return fail("rope: batch over 65535 (grid.y)");
   const int64_t per_lane = a->mode == 2 ? 16 : 8;  // channels per thread (halves: 8 and their 8 partners)
-  // At most 256 threads per position (the kernel's launch bounds): 2048 channels, which takes LTX-Video's RoPE over
-  // a whole (B, S, C) row as one "head".
-  if (a->head_dim < per_lane || a->head_dim > 2048 || a->head_dim % per_lane != 0)
-    return fail(a->mode == 2 ? "rope: head dim must be a multiple of 16 from 16 to 2048 (halves mode)"
-                             : "rope: head dim must be a multiple of 8 from 8 to 2048");
+  // At most 512 threads per position in the pair modes, 8 channels each, and 256 of 16 channels in halves mode (the
+  // kernel's launch bounds): 4096 channels, which takes LTX-Video's and LTX-2's RoPE over a whole (B, S, C) row
+  // (C = 2048 or 4096) as one "head".
+  if (a->head_dim < per_lane || a->head_dim > 4096 || a->head_dim % per_lane != 0)
+    return fail(a->mode == 2 ? "rope: head dim must be a multiple of 16 from 16 to 4096 (halves mode)"
+                             : "rope: head dim must be a multiple of 8 from 8 to 4096");
   // 16-byte vector accesses: x and out rows in 8-element steps, table rows in 16 bytes.
   const int64_t x_extent[3] = {a->batch, a->seqlen, a->heads};
   if (!aligned16(a->x) || !aligned16(a->out) || !strides_multiple(a->x_stride, x_extent, 3, 8) ||
@@ -86,7 +87,7 @@ extern "C" int vidattn_rope(const VidattnRopeArgs* a, void* stream) {
   for (int i = 0; i < 3; ++i) p.x_stride[i] = a->x_stride[i], p.out_stride[i] = a->out_stride[i];
   for (int i = 0; i < 2; ++i) p.cos_stride[i] = a->cos_stride[i], p.sin_stride[i] = a->sin_stride[i];
 
-  const int lanes = static_cast<int>(a->head_dim / per_lane);  // threads per position, at most 256
+  const int lanes = static_cast<int>(a->head_dim / per_lane);  // threads per position, 512 (halves: 256) at most
   const int rows = lanes >= 256 ? 1 : 256 / lanes;             // positions per CTA
   const int64_t tiles = (a->seqlen + rows - 1) / rows;
   // Enough CTAs for ~5 waves (6 CTAs of 256 threads fit an SM at the kernel's 40 registers): with fewer, the last,

@@ -268,14 +268,16 @@ def test_mode_codes_match_the_kernel():
 
 
 def test_ltx_apply_rotary_emb_equals_diffusers(gen):
-    """LTX-Video's RoPE on (B, S, C) before the head split, per-batch (B, S, C) tables: one C-channel "head"."""
+    """LTX-Video's RoPE (and LTX-2's interleaved one, the same code) on (B, S, C) before the head split, per-batch
+    (B, S, C) tables: one C-channel "head"."""
     from diffusers.models.transformers.transformer_ltx import apply_rotary_emb as ltx_stock
+    from diffusers.models.transformers.transformer_ltx2 import apply_interleaved_rotary_emb as ltx2_stock
     x = torch.randn(2, 37, 96, generator=gen).bfloat16()
     freqs = random_tables((2, 37, 96), gen)
     out = R.ltx_apply_rotary_emb(x, freqs)
     assert out.shape == x.shape and out.is_contiguous()
-    assert torch.equal(out, ltx_stock(x, freqs))
-    assert "head dim 4096" in _shape_reason(torch.randn(1, 2, 1, 4096).bfloat16(), *random_tables((1, 2, 1, 4096), gen))
+    assert torch.equal(out, ltx_stock(x, freqs)) and torch.equal(out, ltx2_stock(x, freqs))
+    assert "head dim 8192" in _shape_reason(torch.randn(1, 2, 1, 8192).bfloat16(), *random_tables((1, 2, 1, 8192), gen))
 
 
 def test_allegro_apply_rotary_emb_equals_diffusers(gen):

@@ -185,12 +185,14 @@ def test_tiny_wan_processor_qk_match_stock_rope():
     check(k, diffusers_wan_rope(k0, cos, sin))
 
 
-def test_ltx_row_rope_bitwise():
-    """LTX-Video: (B, S, 2048) rows with per-batch tables, the whole row one 2048-channel head (256 threads)."""
+@pytest.mark.parametrize("width", [2048, 4096])
+def test_ltx_row_rope_bitwise(width):
+    """LTX-Video (C = 2048) and LTX-2 video (4096): (B, S, C) rows with per-batch tables, the whole row one C-channel
+    head (256 and 512 threads per position)."""
     from diffusers.models.transformers.transformer_ltx import apply_rotary_emb as ltx_stock
     g = _gen()
-    x = randn((2, 1537, 2048), g, torch.bfloat16)
-    freqs = (randn((2, 1537, 2048), g, torch.float32, 1.0), randn((2, 1537, 2048), g, torch.float32, 1.0))
+    x = randn((2, 1537, width), g, torch.bfloat16)
+    freqs = (randn((2, 1537, width), g, torch.float32, 1.0), randn((2, 1537, width), g, torch.float32, 1.0))
     assert vidattn.rope_explain(x[:, :, None], freqs[0][:, :, None], freqs[1][:, :, None], mode="pairs") is None
     check(R.ltx_apply_rotary_emb(x, freqs), ltx_stock(x, freqs))
 

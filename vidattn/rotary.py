@@ -31,7 +31,7 @@ MODES = {"wan": 0, "pairs": 1, "halves": 2}
 LAYOUTS = ("bshd", "bhsd")
 _X_DTYPES = {torch.bfloat16: 0, torch.float16: 1}
 _TABLE_DTYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
-MAX_HEAD_DIM = 2048  # csrc/capi_rope.cuh: 256 threads per position, 8 channels each
+MAX_HEAD_DIM = 4096  # csrc/capi_rope.cuh: at most 512 threads per position, 8 channels each
 ROPE_KERNEL_ENV = "VIDATTN_ROPE_KERNEL"
 
 
@@ -323,9 +323,10 @@ def apply_rotary_emb(x: torch.Tensor, freqs_cis, use_real: bool = True, use_real
 
 
 def ltx_apply_rotary_emb(x: torch.Tensor, freqs) -> torch.Tensor:
-    """`diffusers.models.transformers.transformer_ltx.apply_rotary_emb`, same output bits: x (B, S, C) before the
-    head split, per-batch tables (B, S, C); the interleaved-pairs formula over the whole row, run as one "head" of C
-    channels (`rope` mode "pairs"). Other shapes call diffusers' own function."""
+    """`diffusers.models.transformers.transformer_ltx.apply_rotary_emb` (and LTX-2's `apply_interleaved_rotary_emb`,
+    the same code), same output bits: x (B, S, C) before the head split, per-batch tables (B, S, C); the
+    interleaved-pairs formula over the whole row, run as one "head" of C channels (`rope` mode "pairs"; C up to
+    4096). Other shapes call diffusers' own function."""
     cos, sin = freqs
     if x.dim() == 3 and cos.dim() == 3 and cos.shape == sin.shape:
         return rope(x[:, :, None, :], cos[:, :, None, :], sin[:, :, None, :], mode="pairs")[:, :, 0, :]

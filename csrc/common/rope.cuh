@@ -106,15 +106,18 @@ __device__ __forceinline__ void rotate(float a, float b, float ca, float sa, flo
 // Heads whose loads are issued before any of their stores (memory-level parallelism); halves mode holds two vectors
 // per head and four tables: two heads keep it near 64 registers.
 template <int kMode> constexpr int kHeadBatch = kMode == 2 ? 2 : 4;
+template <int kMode> constexpr int kMaxThreads = kMode == 2 ? 256 : 512;
 
-// Grid: x over (sequence tile of blockDim.y positions) x (head group), the group fastest so that the CTAs sharing a
-// tile's cos/sin rows run side by side (the rows then come from L2 for all but the first); y over batch. Block:
-// blockDim.x threads per position, each owning 8 channels (kRopeHalves: 8 in the first half and their 8 partners in
-// the second). A thread reads its cos/sin entries once and keeps them in registers for every head of its group: the
+// CTAs of 256 threads: blockDim.y positions of blockDim.x threads, each thread owning 8 channels (kRopeHalves: 8 in
+// the first half and their 8 partners in the second); past 2048 channels one position of up to 512 threads (pair
+// modes only: halves mode covers 4096 with 256, and keeps a launch bound of 256, where ptxas gives it 77 registers
+// against 90 at 512, or spills when held to 64). Grid: x over (sequence tile) x (head group), the group fastest so
+// that the CTAs sharing a tile's cos/sin rows run side by side (the rows then come from L2 for all but the first); y
+// over batch. A thread reads its cos/sin entries once and keeps them in registers for every head of its group: the
 // tables are read once per (table batch, position, head group) and x once, so traffic is ~4 bytes per element of x.
 // In place (out == x, same strides) is safe: every element is read before it is written, by the same thread.
 template <typename T, typename C, int kMode, bool kRoundMid>
-__global__ void __launch_bounds__(256) rope_kernel(const RopeParams p) {
+__global__ void __launch_bounds__(kMaxThreads<kMode>) rope_kernel(const RopeParams p) {
   const int64_t group = blockIdx.x % p.head_groups;
   const int64_t s = int64_t(blockIdx.x / p.head_groups) * blockDim.y + threadIdx.y;
   if (s >= p.seqlen) return;
