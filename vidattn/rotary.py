@@ -9,11 +9,17 @@ the same fp32 operations in the same order, so every output bit is the one diffu
   ``sin[..., 1::2]``; products in the dtype torch promotes x and the tables to (fp32 tables, as diffusers builds them:
   fp32; tables of x's own dtype: every op rounded to it).
 - ``"pairs"``: ``diffusers.models.embeddings.apply_rotary_emb(use_real=True, use_real_unbind_dim=-1)`` (CogVideoX,
-  HunyuanVideo, EasyAnimate) and LTX-Video's `apply_rotary_emb`: interleaved pairs, all math in fp32.
-- ``"halves"``: ``apply_rotary_emb(use_real=True, use_real_unbind_dim=-2)`` (Cosmos): channel j pairs with j + D/2.
+  HunyuanVideo, HunyuanVideo 1.5, EasyAnimate) and LTX-Video's `apply_rotary_emb`: interleaved pairs, all math in
+  fp32.
+- ``"halves"``: ``apply_rotary_emb(use_real=True, use_real_unbind_dim=-2)`` (Cosmos) and Allegro's per-axis RoPE:
+  channel j pairs with j + D/2.
+
+For the processors, `apply_rotary_emb`, `ltx_apply_rotary_emb` (LTX-Video, and LTX-2's interleaved RoPE: the same
+code) and `allegro_apply_rotary_emb` take diffusers' signatures and route what the kernel takes to `rope`.
 
 The kernel runs for CUDA bf16/fp16 x on Hopper (the library it ships in is built for sm_90a), fp32/bf16/fp16 tables
-that do not vary over heads, 16-byte aligned rows, no autograd. Anything else runs `rope_reference` (the same torch
+that do not vary over heads, head dims that are multiples of 8 (halves: 16) up to 4096, 16-byte aligned rows, no
+autograd. Anything else runs `rope_reference` (the same torch
 ops as diffusers): the same output, only slower; `rope_explain` says why. ``VIDATTN_ROPE_KERNEL=0`` turns the kernel
 off (A/B timing).
 """
