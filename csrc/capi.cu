@@ -644,3 +644,4 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   return rc;
 }
 #include "capi_8bit.cuh"
+#include "capi_rope.cuh"

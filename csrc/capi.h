@@ -98,6 +98,28 @@ int vidattn_sm90_causal_static_imbalance_max(void);
 // The static order's imbalance (permille) this thread's last causal call computed for that rule (0: it did not).
 int vidattn_sm90_last_causal_static_imbalance(void);
 
+// Fused rotary position embedding (csrc/common/rope.cuh states the formulas and why they are bit-exact with
+// diffusers' eager torch code). out = rope(x) for x of shape (batch, seqlen, heads, head_dim), the tables broadcast
+// over heads. Keep in sync with `_RopeArgs` in vidattn/rotary.py.
+typedef struct VidattnRopeArgs {
+  const void* x;        // (B, S, H, D) view: element strides below, last dim contiguous, 16-byte aligned
+  void* out;            // (B, S, H, D), same rules; may be x itself (same strides): in place
+  const void* cos;      // (B or 1, S, D) view: strides below, last dim contiguous, 16-byte aligned
+  const void* sin;      // likewise
+  int64_t batch, seqlen, heads, head_dim;  // head_dim: a multiple of 8 (mode 2: 16) up to 4096
+  int64_t x_stride[3], out_stride[3];      // (batch, seq, head) strides, in elements: multiples of 8
+  int64_t cos_stride[2], sin_stride[2];    // (batch, seq) strides, in elements: multiples of 16 bytes; 0 broadcasts
+  int32_t dtype;        // x and out: 0 = bf16, 1 = fp16
+  int32_t table_dtype;  // cos and sin: 0 = bf16, 1 = fp16, 2 = fp32
+  int32_t mode;         // 0 = diffusers' Wan formula, 1 = interleaved pairs (apply_rotary_emb unbind -1),
+                        // 2 = halves (apply_rotary_emb unbind -2)
+} VidattnRopeArgs;
+
+// Launches on `stream` (a cudaStream_t). Returns 0 on success; otherwise vidattn_sm90_last_error() says why.
+int vidattn_rope(const VidattnRopeArgs* args, void* stream);
+// The RoPE ABI's version (1); libraries that predate the fused RoPE lack the symbol.
+int vidattn_rope_version(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,8 +15,8 @@ C_TYPES = {"const void*": ctypes.c_void_p, "void*": ctypes.c_void_p, "float*": c
            "int32_t": ctypes.c_int32, "uint64_t": ctypes.c_uint64}
 
 
-def header_fields() -> list[tuple[str, type, int]]:
-    body = re.search(r"typedef struct VidattnFwdArgs \{(.*?)\} VidattnFwdArgs;", CAPI_H.read_text(), re.S).group(1)
+def header_fields(struct: str = "VidattnFwdArgs") -> list[tuple[str, type, int]]:
+    body = re.search(rf"typedef struct {struct} \{{(.*?)\}} {struct};", CAPI_H.read_text(), re.S).group(1)
     fields = []
     for line in body.splitlines():
         line = line.split("//")[0].strip()
@@ -31,14 +31,43 @@ def header_fields() -> list[tuple[str, type, int]]:
     return fields
 
 
+def mirror_fields(structure) -> list[tuple[str, type, int]]:
+    return [(name, ctype._type_, ctype._length_) if issubclass(ctype, ctypes.Array) else (name, ctype, 1)
+            for name, ctype in structure._fields_]
+
+
 def test_args_mirror_matches_capi_h():
-    mirror = []
-    for name, ctype in _ext._Args._fields_:
-        if issubclass(ctype, ctypes.Array):
-            mirror.append((name, ctype._type_, ctype._length_))
-        else:
-            mirror.append((name, ctype, 1))
-    assert mirror == header_fields()
+    assert mirror_fields(_ext._Args) == header_fields()
+
+
+def test_rope_args_mirror_matches_capi_h():
+    """vidattn/rotary.py's `_RopeArgs` against `VidattnRopeArgs` (the fused RoPE's entry, csrc/capi_rope.cuh)."""
+    from vidattn import rotary
+    assert mirror_fields(rotary._RopeArgs) == header_fields("VidattnRopeArgs")
+
+
+def test_rope_entry_is_declared_and_included():
+    """capi.h declares the RoPE entry points, capi.cu includes their definitions, and vidattn/rotary.py declares the
+    argtypes of the one it calls (a missing declaration would let ctypes pass the struct by value)."""
+    h = CAPI_H.read_text()
+    assert "int vidattn_rope(const VidattnRopeArgs* args, void* stream);" in h
+    assert "int vidattn_rope_version(void);" in h
+    assert '#include "capi_rope.cuh"' in CAPI_CU.read_text()
+    src = (CAPI_H.parent / "capi_rope.cuh").read_text()
+    assert 'extern "C" int vidattn_rope(const VidattnRopeArgs* a, void* stream)' in src
+
+    class Fn:
+        argtypes = restype = None
+
+    class Lib:
+        vidattn_rope = Fn()
+        vidattn_sm90_last_error = Fn()
+
+    from vidattn import rotary
+    lib = Lib()
+    assert rotary._entry(lib) is lib.vidattn_rope
+    assert lib.vidattn_rope.argtypes[0]._type_ is rotary._RopeArgs and lib.vidattn_rope.restype is ctypes.c_int
+    assert rotary._entry(object()) is None  # a library that predates the fused RoPE
 
 
 class _FakeLib:
@@ -79,3 +108,11 @@ def test_max_scale_is_the_one_capi_cu_enforces():
     bound, message = checks[0]
     assert float(bound) == float(message) == _ext.MAX_SCALE
     assert "MAX_SCALE" in src  # its comment points back at the Python copy
+
+
+def test_rope_head_dim_bound_is_the_one_capi_rope_enforces():
+    """rotary.MAX_HEAD_DIM (the Python check, so rope_explain answers first) and csrc/capi_rope.cuh's refusal."""
+    from vidattn import rotary
+    src = (CAPI_H.parent / "capi_rope.cuh").read_text()
+    bounds = re.findall(r"a->head_dim > (\d+) \|\|", src)
+    assert bounds == [str(rotary.MAX_HEAD_DIM)]

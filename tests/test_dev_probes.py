@@ -296,3 +296,23 @@ def test_forward_kernels_groups_and_table():
     assert t[2] == "| k | 2.0 | 1.0 |" and t[3] == "| other | 0.2 | 0.0 |" and t[-1] == "| all kernels | 2.2 | 1.0 |"
     with pytest.raises(SystemExit):
         fk.main(["--paths", "fp8"])
+
+
+
+def test_rope_probe_refuses_cleanly(monkeypatch):
+    probe = _load("rope_probe")
+    with pytest.raises(SystemExit, match="unknown shapes|needs a CUDA GPU"):
+        probe.main(["--shapes", "nope"])
+    _cpu_only(monkeypatch)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        probe.main([])
+
+
+def test_rope_probe_reference_is_the_tests_one():
+    """The probe's stock Wan RoPE is the one tests/test_rope.py checks against diffusers' source."""
+    import inspect
+    probe = _load("rope_probe")
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_rope import diffusers_wan_rope
+    body = lambda f: [line.strip() for line in inspect.getsource(f).splitlines() if "import" not in line][2:]  # noqa: E731
+    assert body(probe.diffusers_wan_rope) == body(diffusers_wan_rope)

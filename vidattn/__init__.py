@@ -11,6 +11,7 @@ imported on first use, so `import vidattn` does not import diffusers.
 from ._ext import build
 from .ops import VidattnFallbackWarning, attention, explain, kernel_available
 from .precision import PrecisionPolicy, use_precision
+from .rotary import rope, rope_explain
 
 __version__ = "0.1.0"
 
@@ -23,7 +24,7 @@ _DIFFUSERS_NAMES = (
     "register_backend", "unregister_backend", "register_backend_route", "register_stock", "register_module",
 )
 
-__all__ = ["attention", "explain", "kernel_available", "use_precision", "PrecisionPolicy", "build",
+__all__ = ["attention", "explain", "kernel_available", "use_precision", "PrecisionPolicy", "build", "rope", "rope_explain",
            "VidattnFallbackWarning", *_DIFFUSERS_NAMES]
 
 

@@ -40,7 +40,7 @@ class AllegroAttnProcessor(AttnProcessor2Body):
     def _qk(self, attn, query, key, image_rotary_emb=None):
         # Allegro's stock processor has no q/k norms; it rotates self-attention's q and k instead.
         if image_rotary_emb is not None and not attn.is_cross_attention:
-            from diffusers.models.embeddings import apply_rotary_emb_allegro
+            from ..rotary import allegro_apply_rotary_emb as apply_rotary_emb_allegro  # fused, same bits
 
             query = apply_rotary_emb_allegro(query, image_rotary_emb[0], image_rotary_emb[1])
             key = apply_rotary_emb_allegro(key, image_rotary_emb[0], image_rotary_emb[1])

@@ -30,7 +30,7 @@ def _joint_attention(attn, query, key, value, batch_size, text_seq_length, atten
         key = attn.norm_k(key)
 
     if image_rotary_emb is not None:
-        from diffusers.models.embeddings import apply_rotary_emb
+        from ..rotary import apply_rotary_emb  # diffusers' function, fused on Hopper (same bits)
 
         query[:, :, text_seq_length:] = apply_rotary_emb(query[:, :, text_seq_length:], image_rotary_emb)
         if not attn.is_cross_attention:

@@ -31,7 +31,7 @@ def _project(attn, hidden_states, context, image_rotary_emb):
     key = attn.norm_k(key)
 
     if image_rotary_emb is not None:
-        from diffusers.models.embeddings import apply_rotary_emb
+        from ..rotary import apply_rotary_emb  # diffusers' function, fused on Hopper (same bits)
 
         query = apply_rotary_emb(query, image_rotary_emb, use_real=True, use_real_unbind_dim=-2)
         key = apply_rotary_emb(key, image_rotary_emb, use_real=True, use_real_unbind_dim=-2)

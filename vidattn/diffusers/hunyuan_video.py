@@ -43,7 +43,7 @@ class HunyuanVideoAttnProcessor(HunyuanJointBody):
             key = attn.norm_k(key)
 
         if image_rotary_emb is not None:
-            from diffusers.models.embeddings import apply_rotary_emb
+            from ..rotary import apply_rotary_emb  # diffusers' function, fused on Hopper (same bits)
 
             if single_stream:
                 n_text = encoder_hidden_states.shape[1]

@@ -72,7 +72,7 @@ class HunyuanVideo15AttnProcessor(HunyuanJointBody):
         key = attn.norm_k(key)
 
         if image_rotary_emb is not None:
-            from diffusers.models.embeddings import apply_rotary_emb
+            from ..rotary import apply_rotary_emb  # diffusers' function, fused on Hopper (same bits)
 
             query = apply_rotary_emb(query, image_rotary_emb, sequence_dim=1)
             key = apply_rotary_emb(key, image_rotary_emb, sequence_dim=1)

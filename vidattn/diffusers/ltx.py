@@ -73,7 +73,7 @@ class LTXVideoAttnProcessor(VidattnProcessor):
         key = attn.norm_k(key)
 
         if image_rotary_emb is not None:
-            from diffusers.models.transformers.transformer_ltx import apply_rotary_emb
+            from ..rotary import ltx_apply_rotary_emb as apply_rotary_emb  # diffusers' function, fused (same bits)
 
             query = apply_rotary_emb(query, image_rotary_emb)
             key = apply_rotary_emb(key, image_rotary_emb)

@@ -1,13 +1,14 @@
 """Wan 2.1 / 2.2 (`WanTransformer3DModel`): a drop-in for diffusers' `WanAttnProcessor`.
 
 Every step of the stock processor is kept (QKV projections, fused or not; RMS norms over heads; RoPE on
-(B, S, H, D); the I2V image-key branch; text cross-attention) and only the attention call changes to
-`vidattn.attention(..., layout="bshd")`.
+(B, S, H, D); the I2V image-key branch; text cross-attention). Two things change: the attention call, now
+`vidattn.attention(..., layout="bshd")`, and RoPE, one fused kernel with the same output bits (`vidattn.rope`).
 """
 from typing import Optional
 
 import torch
 
+from ..rotary import rope
 from ._base import ProcessorBase
 from .sdpa_common import StockProcessor
 
@@ -29,13 +30,9 @@ def _image_kv(attn, image_states):
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate interleaved channel pairs (x[2i], x[2i+1]) of a (B, S, H, D) tensor; same arithmetic as diffusers."""
-    even, odd = x.unflatten(-1, (-1, 2)).unbind(-1)
-    cos, sin = cos[..., 0::2], sin[..., 1::2]
-    out = torch.empty_like(x)
-    out[..., 0::2] = even * cos - odd * sin
-    out[..., 1::2] = even * sin + odd * cos
-    return out.type_as(x)
+    """Rotate interleaved channel pairs (x[2i], x[2i+1]) of a (B, S, H, D) tensor: diffusers' WanAttnProcessor
+    arithmetic bit for bit, in one fused kernel on Hopper (vidattn.rope, mode "wan"; its torch ops elsewhere)."""
+    return rope(x, cos, sin, mode="wan")
 
 
 def project_wan(attn, hidden_states, encoder_hidden_states, rotary_emb):

@@ -1,0 +1,111 @@
+// C ABI of the fused RoPE (common/rope.cuh): argument checks and the launch on the caller's stream. Included at the
+// end of capi.cu, so it shares its error reporting (fail, check_launch: vidattn_sm90_last_error); no torch.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "capi.h"
+#include "common/rope.cuh"
+
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Strides of extent-1 dimensions are never stepped (a (1, S, 1, D) table's batch stride can be anything).
+bool strides_multiple(const int64_t* stride, const int64_t* extent, int n, int64_t m) {
+  for (int i = 0; i < n; ++i)
+    if (extent[i] > 1 && stride[i] % m != 0) return false;
+  return true;
+}
+
+template <typename T, typename C, int kMode, bool kRoundMid>
+int rope_launch(const vidattn::rope::RopeParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  vidattn::rope::rope_kernel<T, C, kMode, kRoundMid><<<grid, block, 0, stream>>>(p);
+  return check_launch("rope_kernel");
+}
+
+template <typename T, typename C>
+int rope_dispatch(const vidattn::rope::RopeParams& p, int mode, bool round_mid, dim3 grid, dim3 block,
+                  cudaStream_t s) {
+  using namespace vidattn::rope;
+  if (mode == kRopeWan)
+    return round_mid ? rope_launch<T, C, kRopeWan, true>(p, grid, block, s)
+                     : rope_launch<T, C, kRopeWan, false>(p, grid, block, s);
+  if (mode == kRopePairs) return rope_launch<T, C, kRopePairs, false>(p, grid, block, s);
+  return rope_launch<T, C, kRopeHalves, false>(p, grid, block, s);
+}
+
+template <typename T>
+int rope_dispatch_table(const vidattn::rope::RopeParams& p, int table_dtype, int mode, bool round_mid, dim3 grid,
+                        dim3 block, cudaStream_t s) {
+  if (table_dtype == 2) return rope_dispatch<T, float>(p, mode, round_mid, grid, block, s);
+  if (table_dtype == 0) return rope_dispatch<T, __nv_bfloat16>(p, mode, round_mid, grid, block, s);
+  return rope_dispatch<T, __half>(p, mode, round_mid, grid, block, s);
+}
+
+}  // namespace
+
+extern "C" int vidattn_rope_version(void) { return 1; }
+
+extern "C" int vidattn_rope(const VidattnRopeArgs* a, void* stream) {
+  if (a == nullptr) return fail("rope: null argument block");
+  if (!a->x || !a->out || !a->cos || !a->sin) return fail("rope: null x/out/cos/sin pointer");
+  if (a->dtype != 0 && a->dtype != 1) return fail("rope: dtype must be 0 (bf16) or 1 (fp16)");
+  if (a->table_dtype < 0 || a->table_dtype > 2) return fail("rope: table_dtype must be 0 (bf16), 1 (fp16) or 2 (fp32)");
+  if (a->mode < 0 || a->mode > 2) return fail("rope: mode must be 0 (wan), 1 (pairs) or 2 (halves)");
+  if (a->batch < 1 || a->seqlen < 1 || a->heads < 1) return fail("rope: batch, seqlen and heads must be >= 1");
+  if (a->batch > 65535) return fail("rope: batch over 65535 (grid.y)");
+  const int64_t per_lane = a->mode == 2 ? 16 : 8;  // channels per thread (halves: 8 and their 8 partners)
+  // At most 512 threads per position in the pair modes, 8 channels each, and 256 of 16 channels in halves mode (the
+  // kernel's launch bounds): 4096 channels, which takes LTX-Video's and LTX-2's RoPE over a whole (B, S, C) row
+  // (C = 2048 or 4096) as one "head".
+  if (a->head_dim < per_lane || a->head_dim > 4096 || a->head_dim % per_lane != 0)
+    return fail(a->mode == 2 ? "rope: head dim must be a multiple of 16 from 16 to 4096 (halves mode)"
+                             : "rope: head dim must be a multiple of 8 from 8 to 4096");
+  // 16-byte vector accesses: x and out rows in 8-element steps, table rows in 16 bytes.
+  const int64_t x_extent[3] = {a->batch, a->seqlen, a->heads};
+  if (!aligned16(a->x) || !aligned16(a->out) || !strides_multiple(a->x_stride, x_extent, 3, 8) ||
+      !strides_multiple(a->out_stride, x_extent, 3, 8))
+    return fail("rope: x and out must be 16-byte aligned with (batch, seq, head) strides multiples of 8 elements");
+  const int64_t table_elems16 = a->table_dtype == 2 ? 4 : 8;
+  const int64_t t_extent[2] = {a->batch, a->seqlen};
+  if (!aligned16(a->cos) || !aligned16(a->sin) || !strides_multiple(a->cos_stride, t_extent, 2, table_elems16) ||
+      !strides_multiple(a->sin_stride, t_extent, 2, table_elems16))
+    return fail("rope: cos and sin must be 16-byte aligned with (batch, seq) strides multiples of 16 bytes");
+  if (!make_context_current()) return 1;
+
+  vidattn::rope::RopeParams p{};
+  p.x = a->x;
+  p.out = a->out;
+  p.cos = a->cos;
+  p.sin = a->sin;
+  p.batch = a->batch;
+  p.seqlen = a->seqlen;
+  p.heads = a->heads;
+  p.head_dim = a->head_dim;
+  for (int i = 0; i < 3; ++i) p.x_stride[i] = a->x_stride[i], p.out_stride[i] = a->out_stride[i];
+  for (int i = 0; i < 2; ++i) p.cos_stride[i] = a->cos_stride[i], p.sin_stride[i] = a->sin_stride[i];
+
+  const int lanes = static_cast<int>(a->head_dim / per_lane);  // threads per position, 512 (halves: 256) at most
+  const int rows = lanes >= 256 ? 1 : 256 / lanes;             // positions per CTA
+  const int64_t tiles = (a->seqlen + rows - 1) / rows;
+  // Enough CTAs for ~5 waves (6 CTAs of 256 threads fit an SM at the kernel's 40 registers): with fewer, the last,
+  // partial wave idles SMs for a large share of the launch (Wan 1.3B's 2048 (tile, batch) CTAs are 2.6 waves on 132
+  // SMs). Where the (tile, batch) grid alone is short of that, the heads split into groups of at least 4 (a group
+  // re-reads its tile's cos/sin rows, from L2: the group index varies fastest in the grid).
+  const int64_t target = int64_t(sm_count()) * 32;
+  const int64_t max_groups = (a->heads + 3) / 4;
+  int64_t groups = (target + tiles * a->batch - 1) / (tiles * a->batch);
+  groups = groups < 1 ? 1 : groups > max_groups ? max_groups : groups;
+  p.heads_per_cta = static_cast<int>((a->heads + groups - 1) / groups);
+  p.head_groups = static_cast<int>((a->heads + p.heads_per_cta - 1) / p.heads_per_cta);
+  if (tiles * p.head_groups > (1ll << 31) - 1) return fail("rope: too many CTAs (seqlen too long)");
+  const dim3 grid(static_cast<unsigned>(tiles * p.head_groups), static_cast<unsigned>(a->batch));
+  const dim3 block(lanes, rows);
+  auto s = static_cast<cudaStream_t>(stream);
+  // Tables of x's own dtype under the Wan formula: torch computes each op in that dtype (rope.cuh, kRoundMid).
+  const bool round_mid = a->mode == 0 && a->table_dtype == a->dtype;
+  return a->dtype == 0 ? rope_dispatch_table<__nv_bfloat16>(p, a->table_dtype, a->mode, round_mid, grid, block, s)
+                       : rope_dispatch_table<__half>(p, a->table_dtype, a->mode, round_mid, grid, block, s);
+}

@@ -1,0 +1,355 @@
+"""Fused rotary position embedding: `vidattn.rope`, bit-exact with diffusers' eager RoPE, one kernel instead of ~8.
+
+diffusers applies RoPE to q and k as a chain of eager elementwise ops (~8 launches, ~36 bytes of traffic per element
+of x); csrc/common/rope.cuh does it in one pass (~4 bytes: read x, write out; the tables once per position) with
+the same fp32 operations in the same order, so every output bit is the one diffusers' code gives. Three formulas
+(`mode`):
+
+- ``"wan"``: diffusers' `WanAttnProcessor` (and SkyReels-V2's): interleaved pairs, ``cos[..., 0::2]`` and
+  ``sin[..., 1::2]``; products in the dtype torch promotes x and the tables to (fp32 tables, as diffusers builds them:
+  fp32; tables of x's own dtype: every op rounded to it).
+- ``"pairs"``: ``diffusers.models.embeddings.apply_rotary_emb(use_real=True, use_real_unbind_dim=-1)`` (CogVideoX,
+  HunyuanVideo, HunyuanVideo 1.5, EasyAnimate) and LTX-Video's `apply_rotary_emb`: interleaved pairs, all math in
+  fp32.
+- ``"halves"``: ``apply_rotary_emb(use_real=True, use_real_unbind_dim=-2)`` (Cosmos) and Allegro's per-axis RoPE:
+  channel j pairs with j + D/2.
+
+For the processors, `apply_rotary_emb`, `ltx_apply_rotary_emb` (LTX-Video, and LTX-2's interleaved RoPE: the same
+code) and `allegro_apply_rotary_emb` take diffusers' signatures and route what the kernel takes to `rope`.
+
+The kernel runs for CUDA bf16/fp16 x on Hopper (the library it ships in is built for sm_90a), fp32/bf16/fp16 tables
+that do not vary over heads, head dims that are multiples of 8 (halves: 16) up to 4096, 16-byte aligned rows, no
+autograd. Anything else runs `rope_reference` (the same torch
+ops as diffusers): the same output, only slower; `rope_explain` says why. ``VIDATTN_ROPE_KERNEL=0`` turns the kernel
+off (A/B timing).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Optional
+
+import torch
+
+from . import _ext
+
+MODES = {"wan": 0, "pairs": 1, "halves": 2}
+LAYOUTS = ("bshd", "bhsd")
+_X_DTYPES = {torch.bfloat16: 0, torch.float16: 1}
+_TABLE_DTYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
+MAX_HEAD_DIM = 4096  # csrc/capi_rope.cuh: at most 512 threads per position, 8 channels each
+ROPE_KERNEL_ENV = "VIDATTN_ROPE_KERNEL"
+
+
+def kernel_from_env(environ=os.environ) -> bool:
+    return environ.get(ROPE_KERNEL_ENV, "1").strip() != "0"
+
+
+kernel_enabled = kernel_from_env()  # read once at import; tests and A/B runs may set it directly
+_launch_error: Optional[str] = None  # the first failed launch: the kernel is not used again in this process
+
+
+class _RopeArgs(ctypes.Structure):
+    """Mirror of `VidattnRopeArgs` in csrc/capi.h; field order and types must match exactly."""
+    _fields_ = [
+        ("x", ctypes.c_void_p), ("out", ctypes.c_void_p), ("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p),
+        ("batch", ctypes.c_int64), ("seqlen", ctypes.c_int64), ("heads", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("x_stride", ctypes.c_int64 * 3), ("out_stride", ctypes.c_int64 * 3),
+        ("cos_stride", ctypes.c_int64 * 2), ("sin_stride", ctypes.c_int64 * 2),
+        ("dtype", ctypes.c_int32), ("table_dtype", ctypes.c_int32), ("mode", ctypes.c_int32),
+    ]
+
+
+_declared: set = set()
+
+
+def _entry(lib):
+    """The library's RoPE entry (declared once per library), or None when the build predates it."""
+    fn = getattr(lib, "vidattn_rope", None)
+    if fn is None:
+        return None
+    if id(lib) not in _declared:
+        fn.argtypes = [ctypes.POINTER(_RopeArgs), ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
+        _declared.add(id(lib))
+    return fn
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the torch arithmetic (the fallback, and what the kernel must equal bit for bit)
+# ----------------------------------------------------------------------------------------------------------
+
+def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mode: str = "wan") -> torch.Tensor:
+    """RoPE with diffusers' own torch ops, in their order; cos and sin broadcast against x as given (e.g. (1, S, 1, D)
+    against (B, S, H, D)). Differentiable."""
+    if mode == "wan":  # diffusers WanAttnProcessor's apply_rotary_emb
+        x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+        c, s = cos[..., 0::2], sin[..., 1::2]
+        out = torch.empty_like(x)
+        out[..., 0::2] = x1 * c - x2 * s
+        out[..., 1::2] = x1 * s + x2 * c
+        return out.type_as(x)
+    if mode == "pairs":  # diffusers.models.embeddings.apply_rotary_emb(use_real_unbind_dim=-1), after its reshapes
+        x_real, x_imag = x.reshape(*x.shape[:-1], -1, 2).unbind(-1)
+        x_rotated = torch.stack([-x_imag, x_real], dim=-1).flatten(-2)
+        return (x.float() * cos + x_rotated.float() * sin).to(x.dtype)
+    if mode == "halves":  # apply_rotary_emb(use_real_unbind_dim=-2)
+        x_real, x_imag = x.reshape(*x.shape[:-1], 2, -1).unbind(-2)
+        x_rotated = torch.cat([-x_imag, x_real], dim=-1)
+        return (x.float() * cos + x_rotated.float() * sin).to(x.dtype)
+    raise ValueError(f"vidattn.rope: mode must be one of {sorted(MODES)}, got {mode!r}")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# dispatch
+# ----------------------------------------------------------------------------------------------------------
+
+def _bshd(t: torch.Tensor, layout: str) -> torch.Tensor:
+    return t if layout == "bshd" else t.transpose(1, 2)
+
+
+def _tables_4d(cos: torch.Tensor, layout: str) -> torch.Tensor:
+    """cos as a 4-D tensor in the caller's layout: (S, D) tables get the leading and head dims diffusers adds."""
+    if cos.dim() == 2:
+        return cos[None, :, None, :] if layout == "bshd" else cos[None, None, :, :]
+    while cos.dim() < 4:
+        cos = cos[None]
+    return cos
+
+
+def _table_view(t: torch.Tensor, x_shape) -> Optional[torch.Tensor]:
+    """t (4-D, bshd) expanded to x's (B, S, H, D) shape, or None when it does not broadcast to exactly that."""
+    try:
+        if torch.broadcast_shapes(t.shape, x_shape) != x_shape:
+            return None
+    except RuntimeError:
+        return None
+    return t.expand(x_shape)
+
+
+def _rows_aligned(t: torch.Tensor, dims: int, elems: int) -> bool:
+    return all(n == 1 or st % elems == 0 for n, st in zip(t.shape[:dims], t.stride()[:dims]))
+
+
+def _shape_reason(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mode: str) -> Optional[str]:
+    """Why the kernel cannot take these bshd views (cos and sin expanded to x's shape): dtypes, strides and alignment;
+    None if it can. Never loads the library."""
+    if x.dtype not in _X_DTYPES:
+        return f"x is {x.dtype}; the kernel takes bf16 or fp16"
+    if cos.dtype not in _TABLE_DTYPES or sin.dtype != cos.dtype:
+        return f"cos/sin are {cos.dtype}/{sin.dtype}; the kernel takes fp32, bf16 or fp16 tables of one dtype"
+    if cos.device != x.device or sin.device != x.device:
+        return "cos/sin are not on x's device"
+    if x.dim() != 4:
+        return f"x must be 4-D, got shape {tuple(x.shape)}"
+    b, s, h, d = x.shape
+    step = 16 if mode == "halves" else 8
+    if d % step or d > MAX_HEAD_DIM:
+        return f"head dim {d} is not a multiple of {step} up to {MAX_HEAD_DIM}"
+    if b > 65535:
+        return "batch over 65535"
+    if x.numel() == 0:
+        return "x is empty"
+    if x.stride(-1) != 1:
+        return "x's last dim is not contiguous"
+    if x.data_ptr() % 16 or not _rows_aligned(x, 3, 8):
+        return "x is not 16-byte aligned with (batch, seq, head) strides multiples of 8 elements"
+    elems = 16 // cos.element_size()
+    for name, t in (("cos", cos), ("sin", sin)):
+        if h > 1 and t.stride(2) != 0:
+            return f"{name} varies over heads (the kernel broadcasts the tables over heads)"
+        if t.stride(-1) != 1:
+            return f"{name}'s last dim is not contiguous"
+        if t.data_ptr() % 16 or not _rows_aligned(t, 2, elems):
+            return f"{name} is not 16-byte aligned with (batch, seq) strides multiples of 16 bytes"
+    return None
+
+
+def _prepare(x, cos, sin, layout):
+    """(x, cos, sin) as bshd views, the tables expanded to x's shape; None for the tables that do not broadcast."""
+    xv = _bshd(x, layout)
+    cv = _table_view(_bshd(_tables_4d(cos, layout), layout), xv.shape)
+    sv = _table_view(_bshd(_tables_4d(sin, layout), layout), xv.shape)
+    return xv, cv, sv
+
+
+def _decide(x, cos, sin, mode: str, layout: str):
+    """(reason, views): why the torch ops run (None: the kernel runs) and, when it runs, the bshd views (x, cos, sin)
+    it takes; the body of rope_reason, kept apart so a call prepares its views once."""
+    if not kernel_enabled:
+        return f"the fused RoPE is off ({ROPE_KERNEL_ENV}=0)", None
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+        return "inputs require grad: the kernel is forward-only", None
+    reason = _ext.device_reason(x.device)
+    if reason is not None:
+        return reason, None
+    if x.dim() != 4 or cos.dim() not in (2, 4) or sin.dim() not in (2, 4):
+        return "x must be 4-D and cos/sin 2-D (S, D) or 4-D", None
+    views = _prepare(x, cos, sin, layout)
+    if views[1] is None or views[2] is None:
+        return "cos/sin do not broadcast to x's shape", None
+    reason = _shape_reason(*views, mode)
+    if reason is None and _launch_error is not None:
+        reason = _launch_error
+    if reason is None:
+        reason = _ext.runtime_reason()
+    if reason is None and _entry(_ext._lib) is None:
+        reason = "this kernel library predates the fused RoPE"
+    return reason, (views if reason is None else None)
+
+
+def rope_reason(x, cos, sin, mode: str = "wan", layout: str = "bshd") -> Optional[str]:
+    """Why `rope` with these arguments runs the torch ops instead of the kernel; None when the kernel runs. May build
+    the kernel library (once per process, cached on disk)."""
+    return _decide(x, cos, sin, mode, layout)[0]
+
+
+def _launch(xv, cv, sv, out_v, mode: str) -> None:
+    """The kernel on the current stream; all bshd views, checked by rope_reason."""
+    global _launch_error
+    lib = _ext._library(None)
+    fn = _entry(lib)
+    b, s, h, d = xv.shape
+    args = _RopeArgs(
+        xv.data_ptr(), out_v.data_ptr(), cv.data_ptr(), sv.data_ptr(), b, s, h, d,
+        (ctypes.c_int64 * 3)(*xv.stride()[:3]), (ctypes.c_int64 * 3)(*out_v.stride()[:3]),
+        (ctypes.c_int64 * 2)(*cv.stride()[:2]), (ctypes.c_int64 * 2)(*sv.stride()[:2]),
+        _X_DTYPES[xv.dtype], _TABLE_DTYPES[cv.dtype], MODES[mode])
+    with _ext._device_guard(xv.device):
+        rc = fn(ctypes.byref(args), ctypes.c_void_p(_ext._current_stream(xv.device)))
+    if rc != 0:
+        msg = lib.vidattn_sm90_last_error().decode(errors="replace")
+        _launch_error = f"fused RoPE launch failed ({msg}); it is not used again in this process"
+        raise _ext.KernelLaunchError(_launch_error)
+
+
+def _rope_impl(x, cos, sin, mode: str, layout: str) -> torch.Tensor:
+    """The custom op's body: the kernel when rope_reason allows, else the torch ops. The output is always
+    torch.empty_like(x)'s layout (the fake's), whichever runs."""
+    out = torch.empty_like(x)
+    reason, views = _decide(x, cos, sin, mode, layout)
+    if reason is None:
+        xv, cv, sv = views
+        out_v = _bshd(out, layout)
+        if out_v.data_ptr() % 16 == 0 and _rows_aligned(out_v, 3, 8):
+            try:
+                _launch(xv, cv, sv, out_v, mode)
+                return out
+            except _ext.KernelLaunchError:
+                pass  # off for the process now; this call runs the torch ops
+    ref = rope_reference(x, _tables_4d(cos, layout), _tables_4d(sin, layout), mode)
+    if ref.shape != out.shape:
+        raise ValueError(f"vidattn.rope: cos/sin of shapes {tuple(cos.shape)}, {tuple(sin.shape)} broadcast x "
+                         f"{tuple(x.shape)} to {tuple(ref.shape)}; the tables must broadcast to x's shape")
+    return ref if ref.stride() == out.stride() else out.copy_(ref)
+
+
+@torch.library.custom_op("vidattn::rope", mutates_args=())
+def _rope_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mode: str, layout: str) -> torch.Tensor:
+    return _rope_impl(x, cos, sin, mode, layout)
+
+
+@_rope_op.register_fake
+def _rope_fake(x, cos, sin, mode, layout):
+    return torch.empty_like(x)
+
+
+def _validate(x, cos, sin, mode, layout, fn):
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if mode not in MODES:
+        raise ValueError(f"{fn}: mode must be one of {sorted(MODES)}, got {mode!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"{fn}: layout must be 'bshd' or 'bhsd', got {layout!r}")
+    if x.dim() != 4:
+        raise ValueError(f"{fn}: x must be 4-D ({layout}), got shape {tuple(x.shape)}")
+    if x.shape[-1] % 2:
+        raise ValueError(f"{fn}: the head dim must be even, got {x.shape[-1]}")
+    if cos.shape != sin.shape:
+        raise ValueError(f"{fn}: cos and sin must have one shape, got {tuple(cos.shape)} and {tuple(sin.shape)}")
+    if cos.dim() not in (2, 4):
+        raise ValueError(f"{fn}: cos/sin must be (S, D) or 4-D broadcastable to x, got {tuple(cos.shape)}")
+    try:
+        shape = torch.broadcast_shapes(x.shape, _tables_4d(cos, layout).shape)
+    except RuntimeError:
+        shape = None
+    if shape != x.shape:
+        raise ValueError(f"{fn}: cos/sin of shape {tuple(cos.shape)} must broadcast to x's shape {tuple(x.shape)} "
+                         f"({layout})")
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, mode: str = "wan",
+         layout: str = "bshd") -> torch.Tensor:
+    """Rotary position embedding of x, bit for bit what diffusers' eager code gives (the module docstring lists the
+    three `mode` formulas), in one kernel on Hopper.
+
+    x: ``(B, S, H, D)`` (``layout="bshd"``) or ``(B, H, S, D)`` (``"bhsd"``), any strides. cos, sin: ``(S, D)``
+    (diffusers' apply_rotary_emb tables; the batch and head dims are added as it does for the layout) or 4-D tensors
+    that broadcast to x's shape in that layout, e.g. Wan's ``(1, S, 1, D)``. Returns a new tensor with x's shape and
+    dtype, laid out as ``torch.empty_like(x)``. Differentiable (then it runs the torch ops)."""
+    _validate(x, cos, sin, mode, layout, "vidattn.rope")
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+        return rope_reference(x, _tables_4d(cos, layout), _tables_4d(sin, layout), mode)
+    if (torch.compiler.is_compiling() or type(x) is not torch.Tensor or type(cos) is not torch.Tensor
+            or type(sin) is not torch.Tensor or _ext_dispatch_mode() is not None):
+        return torch.ops.vidattn.rope(x, cos, sin, mode, layout)
+    return _rope_impl(x, cos, sin, mode, layout)  # plain eager call: skips the dispatcher's host time
+
+
+def _ext_dispatch_mode():
+    from .ops import _get_current_dispatch_mode
+    return _get_current_dispatch_mode()
+
+
+def rope_explain(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, mode: str = "wan",
+                 layout: str = "bshd") -> Optional[str]:
+    """Why `vidattn.rope` with these arguments runs diffusers' torch ops instead of the fused kernel (the same
+    output, slower); None when the kernel runs."""
+    _validate(x, cos, sin, mode, layout, "vidattn.rope_explain")
+    return rope_reason(x, cos, sin, mode, layout)
+
+
+def apply_rotary_emb(x: torch.Tensor, freqs_cis, use_real: bool = True, use_real_unbind_dim: int = -1,
+                     sequence_dim: int = 2) -> torch.Tensor:
+    """`diffusers.models.embeddings.apply_rotary_emb`, same signature and output bits, through `rope` where it can:
+    real (cos, sin) tables of shape (S, D) on a 4-D x. Anything else (complex tables, other shapes) calls diffusers'
+    own function. For the processors (vidattn/diffusers/)."""
+    if (use_real and isinstance(freqs_cis, (tuple, list)) and len(freqs_cis) == 2 and x.dim() == 4
+            and use_real_unbind_dim in (-1, -2) and sequence_dim in (1, 2)
+            and all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in freqs_cis)):
+        cos, sin = (t.to(x.device) for t in freqs_cis)  # as diffusers does
+        if cos.shape == sin.shape:
+            return rope(x, cos, sin, mode="pairs" if use_real_unbind_dim == -1 else "halves",
+                        layout="bshd" if sequence_dim == 1 else "bhsd")
+    from diffusers.models.embeddings import apply_rotary_emb as stock
+    return stock(x, freqs_cis, use_real=use_real, use_real_unbind_dim=use_real_unbind_dim, sequence_dim=sequence_dim)
+
+
+def ltx_apply_rotary_emb(x: torch.Tensor, freqs) -> torch.Tensor:
+    """`diffusers.models.transformers.transformer_ltx.apply_rotary_emb` (and LTX-2's `apply_interleaved_rotary_emb`,
+    the same code), same output bits: x (B, S, C) before the head split, per-batch tables (B, S, C); the
+    interleaved-pairs formula over the whole row, run as one "head" of C channels (`rope` mode "pairs"; C up to
+    4096). Other shapes call diffusers' own function."""
+    cos, sin = freqs
+    if x.dim() == 3 and cos.dim() == 3 and cos.shape == sin.shape:
+        return rope(x[:, :, None, :], cos[:, :, None, :], sin[:, :, None, :], mode="pairs")[:, :, 0, :]
+    from diffusers.models.transformers.transformer_ltx import apply_rotary_emb as stock
+    return stock(x, freqs)
+
+
+def allegro_apply_rotary_emb(x: torch.Tensor, freqs_cis, positions) -> torch.Tensor:
+    """`diffusers.models.embeddings.apply_rotary_emb_allegro`, same output bits: x (B, H, S, D) in three channel
+    chunks (t, h, w), each rotated in halves (`rope` mode "halves") with tables gathered at its positions, then
+    concatenated, as diffusers does. Other shapes call diffusers' own function."""
+    if x.dim() == 4 and x.shape[-1] % 3 == 0 and len(freqs_cis) == 3 and len(positions) == 3:
+        import torch.nn.functional as F
+        parts = []
+        for chunk, pos, (cos, sin) in zip(x.chunk(3, dim=-1), positions, freqs_cis):
+            cos, sin = F.embedding(pos, cos)[:, None, :, :], F.embedding(pos, sin)[:, None, :, :]
+            parts.append(rope(chunk, cos, sin, mode="halves", layout="bhsd"))
+        return torch.cat(parts, dim=-1)
+    from diffusers.models.embeddings import apply_rotary_emb_allegro as stock
+    return stock(x, freqs_cis, positions)
