@@ -28,6 +28,9 @@
 #                                             # A/Bs of the new defaults against the old
 #   bash dev/device_session.sh W [budget_s]   # on the warm machine after V: Wan 1.3B and Wan 14B 720p forwards,
 #                                             # SDPA / exact / 8-bit / SageAttention2
+#   bash dev/device_session.sh X [budget_s]   # the fused RoPE's GPU tests and issue 26's envelope stage (O-in-V
+#                                             # routing, causal 1K-4K through CUDA graphs, D=256 at 1K), the
+#                                             # anchors compiling beside the library build
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -261,6 +264,18 @@ V)
     --precision both --warmup 2 --iters 5 --no-profile --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
   grep -E "speedup|FAILED|error|NOTE" "$OUT/e2e13.log" | tail -8
   tar czf "$OUT/results.tar.gz" -C "$OUT" q8 causal hd e2e13 2>/dev/null && rm -rf "$OUT"/{q8,causal,hd,e2e13}
+  ;;
+X)
+  anchors_ready
+  start_anchor_build $(( budget - 200 ))
+  build_lib
+  mkdir -p "$OUT/rope"
+  timeout 150 python3 -m pytest -q -m gpu tests/test_rope_gpu.py > "$OUT/rope/gpu_tests.log" 2>&1; rc[rope_tests]=$?
+  tail -3 "$OUT/rope/gpu_tests.log"
+  await_anchor_build 215
+  timeout 200 bash dev/probes/envelope_ab.sh "$OUT/envelope" > "$OUT/envelope_stage.log" 2>&1; rc[envelope]=$?
+  tail -40 "$OUT/envelope_stage.log"
+  tar czf "$OUT/results.tar.gz" -C "$OUT" rope envelope anchors_build.log 2>/dev/null && rm -rf "$OUT"/{rope,envelope}
   ;;
 W)
   build_lib
