@@ -119,12 +119,16 @@ thread_local int g_last_causal_first_group = 0;  // this thread's last causal la
 // D=64 0.928 at 1K, 1.060 at 2K, 1.090 at 4K, 1.015 at 6K, 1.279 at 8K, so dynamic from 2048 rows; D=128 0.947 at 1K,
 // 0.882 at 2K, 1.229 at 4K (2x16 1.027, 1x12 1.229, 1x16 1.462), 1.036 at 6K, 1.524 at 8K, so from 4096. With the
 // short group last, 6K lost (0.953 at D=128, 0.884 at D=64), which kept D=128 at 8192 before; the thresholds hold
-// for grouping 1 only (the setters below move them without a rebuild).
+// for grouping 1 only (the setters below move them without a rebuild). Timed without the host (CUDA graphs of 64
+// calls, dev/probes/envelope_ab.py, bench/results/h200_2026-12-02_late/call_c/envelope/causal.json, 12-24 paired
+// rounds), dynamic / static at D=128: 1K 0.978, 1.5K 0.990, 2K 1.013 (11/12), 3K 1.023, 4K 1.029 (12/12), so D=128
+// from 2048 (the earlier 1K-2K losses were partly the host's: the static probe skipped a workspace allocation); D=64:
+// 1K 0.975, 1.5K 0.996, 2K 1.059, 3K 1.009, 4K 1.087: 2048 stays.
 #ifndef VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64
 #define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64 2048
 #endif
 #ifndef VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128
-#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128 4096
+#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128 2048
 #endif
 // [0]: the D=64 build, [1]: the D=128 build (vidattn_sm90_set_causal_dynamic_min_sq, ..._for)
 int g_causal_dynamic_min_sq[2] = {VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64, VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128};
@@ -144,9 +148,11 @@ bool causal_dynamic_for(int build_head_dim, int64_t seqlen_q) {
 // causal_schedule_sim.py). Off: below the thresholds above the shapes it moves lost on the H200 despite the imbalance
 // (bench/results/h200_2026-12-02_eve/call_q/causal/grouping.json, short group first / static: 3x7x2K D=128 0.882,
 // 1x24x2K D=128 0.877, 2x16x1K D=64 0.880, simulated 1.30-1.44 faster); it won only at 4K (1x12 1.229, 1x16 1.462),
-// which the D=128 threshold of 4096 now takes by length. vidattn_sm90_set_causal_static_imbalance_max turns it on.
+// which the D=128 threshold of 4096 then took by length. Those losses were eager timings with the host in them;
+// through CUDA graphs (call_c/envelope/causal.json, 12 paired rounds each) dynamic won at every shape the rule routes:
+// 3x7x2K D=128 1.291, 1x24x2K D=128 1.181, 2x16x1K D=64 1.076 (12/12 each), so the rule is on at 1100 permille.
 #ifndef VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX
-#define VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX 0
+#define VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX 1100
 #endif
 int g_causal_static_imbalance_max = VIDATTN_CAUSAL_STATIC_IMBALANCE_MAX;
 thread_local int g_last_causal_static_imbalance = 0;  // permille, 0 when the rule did not run
@@ -360,13 +366,16 @@ bool pick_hd_narrow(int64_t head_dim, int64_t seqlen_kv) {
   return seqlen_kv <= (head_dim <= 192 ? VIDATTN_D192_NARROW_KV_MAX : VIDATTN_D256_NARROW_KV_MAX);
 }
 // The O-in-V builds (the wide widths, O through the V stages: tile_config.cuh, kOInV) for the calls the narrow pick
-// leaves that have at most this many keys. 0: none until a back-to-back A/B has timed them (dev/NOTES.md, "O through
-// the V stages"); setting 3 forces them.
+// leaves that have at most this many keys (setting 3 forces them). From 16 paired palindrome rounds against what a
+// plain call ran before (bench/results/h200_2026-12-02_late/call_c/envelope/ov.json, sign test, dev/NOTES.md "O
+// through the V stages"): D=256 won at 1K (16/16, x1.038), 8K (14/16, x1.007) and 32K (13/16, x1.006), so every
+// length; D=192 won at 8K (12/16, x1.012), tied at 32K (11/16) and lost to the narrow build at 1K (which keeps <=
+// 2048), so up to 16384 keys.
 #ifndef VIDATTN_D192_O_IN_V_KV_MAX
-#define VIDATTN_D192_O_IN_V_KV_MAX 0
+#define VIDATTN_D192_O_IN_V_KV_MAX 16384
 #endif
 #ifndef VIDATTN_D256_O_IN_V_KV_MAX
-#define VIDATTN_D256_O_IN_V_KV_MAX 0
+#define VIDATTN_D256_O_IN_V_KV_MAX (1 << 30)
 #endif
 bool pick_hd_o_in_v(int64_t head_dim, int64_t seqlen_kv) {
   if (g_hd_narrow != 0) return g_hd_narrow == 3;

@@ -49,7 +49,9 @@ def test_three_warpgroups_allowed_only_where_registers_allow():
 
 def _capi_macro(name: str) -> float:
     text = (ROOT / "csrc/capi.cu").read_text()
-    return float(re.search(rf"#define {name} ([0-9.]+)", text).group(1))
+    value = re.search(rf"#define {name} (\(1 << \d+\)|[0-9.]+)", text).group(1)
+    shift = re.fullmatch(r"\(1 << (\d+)\)", value)
+    return float(1 << int(shift.group(1))) if shift else float(value)
 
 
 def pick_d96_three_wgs(seqlen_q: int, batch_heads: int, sms: int) -> bool:
@@ -88,8 +90,24 @@ def test_narrow_routing_follows_the_back_to_back_ab():
     assert all(pick_hd_narrow(d, n) for d in (160, 192) for n in (1, 1024, 2048))
     assert not any(pick_hd_narrow(d, n) for d in (160, 192) for n in (2049, 8192, 32768))
     assert not any(pick_hd_narrow(256, n) for n in (1, 1024, 8192, 32768))
-    # the O-in-V builds run only when forced until an A/B has timed them
-    assert not any(pick_hd_o_in_v(d, n) for d in (160, 192, 200, 256) for n in (1, 1024, 8192, 32768))
+    # O-in-V where call C's sign test put it: D=256 at every length, D=192 past the narrow range up to 16384 keys
+    assert all(pick_hd_o_in_v(d, n) for d in (200, 256) for n in (1, 1024, 8192, 32768))
+    assert all(pick_hd_o_in_v(d, n) for d in (160, 192) for n in (2049, 8192, 16384))
+    assert not any(pick_hd_o_in_v(d, n) for d in (160, 192) for n in (1, 1024, 2048, 16385, 32768))
+
+
+OV_AB = ROOT / "bench/results/h200_2026-12-02_late/call_c/envelope/ov.json"
+
+
+def test_o_in_v_routing_is_the_committed_ab_s_decision():
+    """The shipped NARROW/O_IN_V constants are a fixed point of the envelope stage's rule (envelope_rules.ov_routing,
+    fixed before the run) applied to the committed A/B: re-deciding from the shipped values moves nothing."""
+    import json
+
+    env = load_script(ROOT / "dev/probes/envelope_ab.py", importable=True)
+    dec = env.ov_decision(json.loads(OV_AB.read_text()), (ROOT / "csrc/capi.cu").read_text())
+    assert dec["changed"] == {} and dec["unroutable"] == [], dec
+    assert dec["constants"]["VIDATTN_D256_O_IN_V_KV_MAX"] == 1 << 30
 
 
 def test_c_switches_are_declared_and_bf16_only():
