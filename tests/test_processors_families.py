@@ -200,6 +200,34 @@ def test_ltx2_all_perturbed_skips_attention(monkeypatch):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("case", ["text_in_the_stream", "no_text"])
+def test_easyanimate_forms_without_added_text_projections_match_stock(case, monkeypatch):
+    """EasyAnimate's attention forms the tiny zoo model (all MMDiT blocks, text given) does not reach: a block without
+    added projections (the text tokens joined to the stream before the projections, RoPE on the video part of q and
+    k), and an MMDiT block called without text (no split, the output projection alone)."""
+    from diffusers.models.attention_processor import Attention
+    from diffusers.models.transformers.transformer_easyanimate import EasyAnimateAttnProcessor2_0
+
+    mmdit = case == "no_text"
+    torch.manual_seed(0)
+    attn = Attention(query_dim=64, dim_head=32, heads=2, qk_norm="layer_norm", eps=1e-6, bias=True,
+                     added_proj_bias=True, added_kv_proj_dim=64 if mmdit else None,
+                     context_pre_only=False if mmdit else None, processor=EasyAnimateAttnProcessor2_0()).eval()
+    assert (attn.add_q_proj is None) == (not mmdit)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 12, 64, generator=g)
+    text = None if mmdit else torch.randn(2, 5, 64, generator=g)
+    rope = None if mmdit else (torch.randn(12, 32, generator=g), torch.randn(12, 32, generator=g))
+    with torch.no_grad():
+        ref = EasyAnimateAttnProcessor2_0()(attn, x, text, image_rotary_emb=rope)
+        count = KernelEntryCount(monkeypatch)
+        got = vidattn.EasyAnimateAttnProcessor()(attn, x, text, image_rotary_emb=rope)
+    assert count.n == 1 and (got[1] is None) == (ref[1] is None) == mmdit
+    for a, b in zip(got, ref):  # video, then text (the joined stream's text rows) where there is text
+        if b is not None:
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
 def test_repr_and_precision(monkeypatch):
     from vidattn.diffusers import sdpa_common
 
