@@ -177,7 +177,7 @@ G)
   anchors_ready
   start_anchor_build $(( budget - 200 ))
   build_lib
-  OUT="$OUT" timeout 100 bash dev/q8_prep_ab.sh 90 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
+  OUT="$OUT" timeout 100 bash dev/q8_selector_ab.sh prep 90 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
   tail -30 "$OUT/q8_stage.log"
   timeout 150 bash dev/probes/causal_device.sh "$OUT/causal" > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
   tail -30 "$OUT/causal_stage.log"
@@ -200,7 +200,7 @@ Z)
   anchors_ready
   start_anchor_build $(( budget - 220 ))
   build_lib
-  OUT="$OUT" timeout 95 bash dev/q8_prep_ab.sh 90 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
+  OUT="$OUT" timeout 95 bash dev/q8_selector_ab.sh prep 90 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
   tail -24 "$OUT/q8_stage.log"
   timeout 55 bash dev/probes/causal_device.sh "$OUT/causal" routing > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
   tail -22 "$OUT/causal_stage.log"
@@ -236,9 +236,9 @@ Q)
   anchors_ready
   start_anchor_build $(( budget - 260 ))
   build_lib
-  OUT="$OUT" timeout 118 bash dev/q8_sched_ab.sh 115 > "$OUT/q8_sched_stage.log" 2>&1; rc[q8_sched]=$?
+  OUT="$OUT" timeout 118 bash dev/q8_selector_ab.sh sched 115 > "$OUT/q8_sched_stage.log" 2>&1; rc[q8_sched]=$?
   tail -22 "$OUT/q8_sched_stage.log"
-  OUT="$OUT" timeout 62 bash dev/q8_prep2_ab.sh 58 > "$OUT/q8_prep2_stage.log" 2>&1; rc[q8_prep2]=$?
+  OUT="$OUT" timeout 62 bash dev/q8_selector_ab.sh prep2 58 > "$OUT/q8_prep2_stage.log" 2>&1; rc[q8_prep2]=$?
   tail -12 "$OUT/q8_prep2_stage.log"
   timeout 85 bash dev/probes/causal_device.sh "$OUT/causal" grouping > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
   tail -24 "$OUT/causal_stage.log"
@@ -253,7 +253,7 @@ V)
   anchors_ready
   start_anchor_build $(( budget - 260 ))
   build_lib
-  OUT="$OUT" timeout 88 bash dev/q8_sched_ab.sh 85 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
+  OUT="$OUT" timeout 88 bash dev/q8_selector_ab.sh sched 85 > "$OUT/q8_stage.log" 2>&1; rc[q8]=$?
   tail -14 "$OUT/q8_stage.log"
   timeout 70 bash dev/probes/causal_device.sh "$OUT/causal" confirm > "$OUT/causal_stage.log" 2>&1; rc[causal]=$?
   tail -12 "$OUT/causal_stage.log"

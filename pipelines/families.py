@@ -33,7 +33,7 @@ import torch
 
 # Wan-AI/Wan2.1-T2V-1.3B-Diffusers and -14B-Diffusers: pipelines/wan.py holds them.
 from .wan import TINY_TRANSFORMER as _WAN_TINY  # noqa: E402
-from .wan import WAN21_T2V_1_3B, WAN21_T2V_14B  # noqa: E402
+from .wan import WAN21_T2V_1_3B, WAN21_T2V_14B, _cast_like_from_pretrained  # noqa: E402
 
 # Skywork/SkyReels-V2-DF-1.3B-540P-Diffusers: the Wan 1.3B shape (30 layers, 12 x 128, ffn 8960). The forward is
 # the T2V pipeline's (one timestep per sample, no fps embedding: inject_sample_info off, full-sequence
@@ -362,25 +362,8 @@ def param_count(name: str, preset: str = "default") -> int:
 
 def _cast(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     """`model.to(dtype)` keeping what `from_pretrained(torch_dtype=...)` keeps in fp32 (the class's
-    `_keep_in_fp32_modules`: Wan and SkyReels-V2 have one, the others none)."""
-    from diffusers.utils import logging as dlogging
-
-    level = dlogging.get_verbosity()
-    dlogging.set_verbosity_error()
-    try:
-        model.to(dtype)
-    finally:
-        dlogging.set_verbosity(level)
-    keep = list(getattr(type(model), "_keep_in_fp32_modules", None) or [])
-    if dtype == torch.float32 or not keep:
-        return model
-    for mod_name, module in model.named_modules():
-        if any(k in mod_name.split(".") for k in keep):
-            module.to(torch.float32)
-    for p_name, p in model.named_parameters():
-        if p_name.split(".")[-1] in keep:
-            p.data = p.data.float()
-    return model
+    `_keep_in_fp32_modules`: Wan and SkyReels-V2 have one, the others none; no fallback list, unlike Wan's loader)."""
+    return _cast_like_from_pretrained(model, dtype, fallback_keep=())
 
 
 def build_model(name: str, preset: str = "default", *, device="cpu", dtype=torch.bfloat16, seed: int = 0,

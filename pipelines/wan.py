@@ -200,8 +200,10 @@ def make_scheduler(flow_shift: float = 3.0, kind: str = "unipc"):
     raise PipelineError(f"unknown scheduler {kind!r} (unipc or euler)")
 
 
-def _cast_like_from_pretrained(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """`model.to(dtype)` but keeping the modules diffusers keeps in fp32 when loading (RoPE tables, norms, ...)."""
+def _cast_like_from_pretrained(model: torch.nn.Module, dtype: torch.dtype,
+                               fallback_keep=_FALLBACK_KEEP_FP32) -> torch.nn.Module:
+    """`model.to(dtype)` but keeping the modules diffusers keeps in fp32 when loading (RoPE tables, norms, ...): the
+    class's `_keep_in_fp32_modules`, or `fallback_keep` for a class without one (pipelines.families passes none)."""
     from diffusers.utils import logging as dlogging
 
     level = dlogging.get_verbosity()
@@ -212,7 +214,7 @@ def _cast_like_from_pretrained(model: torch.nn.Module, dtype: torch.dtype) -> to
         dlogging.set_verbosity(level)
     if dtype == torch.float32:
         return model
-    keep = list(getattr(type(model), "_keep_in_fp32_modules", None) or _FALLBACK_KEEP_FP32)
+    keep = list(getattr(type(model), "_keep_in_fp32_modules", None) or fallback_keep)
     for name, module in model.named_modules():
         if any(k in name.split(".") for k in keep):
             module.to(torch.float32)

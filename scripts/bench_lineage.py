@@ -52,6 +52,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 # vidattn.envinfo's git rule without importing vidattn (and torch), so --dry-run and --build-only stay fast.
 from bench.envinfo_light import git_commit, short_commit  # noqa: E402
+from bench.timing import Timer as KernelTimer, do_bench_median  # noqa: E402
 
 LINEAGE_DIR = REPO / "docs" / "guide" / "lineage"
 HEADER = LINEAGE_DIR / "lineage.h"
@@ -250,17 +251,15 @@ def _emit(event: dict) -> None:
     sys.stdout.flush()
 
 
-class Timer:
-    def __init__(self, quick: bool):
-        self.warmup_ms, self.rep_ms = (10, 40) if quick else (25, 100)
+class Timer(KernelTimer):
+    """bench/timing.py's kernel timer (its windows, triton's do_bench when it imports, the method it records) with the
+    lineage's slow-step path: a step slower than SLOW_STEP_MS per call, or any step when triton is missing, is timed
+    by a short loop of synchronized CUDA-event calls within cap_s (no L2 flush: at those times one cold call is noise,
+    and the early steps would take minutes in do_bench's windows). Calls answer (median ms, how it was measured)."""
+
+    def __init__(self, quick: bool, do_bench=KernelTimer._UNSET):
+        super().__init__(quick, do_bench)
         self.cap_s = STEP_TIME_CAP_S / (3 if quick else 1)
-        try:
-            from triton.testing import do_bench
-            self.do_bench = do_bench
-            self.method = "triton.testing.do_bench median"
-        except Exception:  # noqa: BLE001
-            self.do_bench = None
-            self.method = "CUDA-event loop median (triton unavailable)"
 
     def events_median(self, fn, n: int) -> float:
         import torch
@@ -278,16 +277,10 @@ class Timer:
     def __call__(self, fn) -> tuple[float, str]:
         """Median ms of fn() and how it was measured. fn has already run once (warm)."""
         est = self.events_median(fn, 1)
-        if est > SLOW_STEP_MS or self.do_bench is None:
-            n = max(1, min(10 if self.do_bench is not None else 50, int(self.cap_s * 1e3 / max(est, 1e-3))))
+        if est > SLOW_STEP_MS or self._do_bench is None:
+            n = max(1, min(10 if self._do_bench is not None else 50, int(self.cap_s * 1e3 / max(est, 1e-3))))
             return self.events_median(fn, n), f"CUDA-event median of {n}"
-        try:
-            ms = self.do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median")
-        except TypeError:  # older triton
-            ms = self.do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, quantiles=[0.5])
-        if isinstance(ms, (list, tuple)):
-            ms = ms[0]
-        return float(ms), self.method
+        return do_bench_median(self._do_bench, fn, self.warmup_ms, self.rep_ms), self.method
 
 
 def rel_l2(out, ref) -> float:

@@ -504,12 +504,14 @@ def test_magic_number_scores_emulated():
 
 
 def test_q8_prep_ab_plan_and_table(capsys):
-    """dev/q8_prep_ab.py (the defaults and pre-pass A/B's device script): the new default first per head dim (every
+    """dev/q8_selector_ab.py's plan prep (the defaults and pre-pass A/B): the new default first per head dim (every
     selector -1), the same kernel with the three-launch pre-pass, the old default with it; the four shapes; a table
     with each variant's ratios to the new default, synced and queued."""
-    mod = load_script(REPO / "dev/q8_prep_ab.py", "q8_prep_ab_under_test")
+    mod = load_script(REPO / "dev/q8_selector_ab.py", "q8_selector_ab_under_test")
+    plan = mod.PLANS["prep"]
+    assert plan.checks is mod.checks_fp64 and (plan.passes, plan.budget) == (2, 40.0)
     for d in (128, 64):
-        vs = [vt for vt in mod.VARIANTS if vt[1] == d]
+        vs = [vt for vt in plan.variants if vt[1] == d]
         assert vs[0][2:] == (-1, -1, -1, -1) and vs[1][2:] == (-1, -1, -1, 0)
         assert vs[2][2:] == ((1, 0, 0, 0) if d == 128 else (0, 1, 0, 0))  # the old defaults, I2F, three launches
     assert mod.EXPECT[128][-1] == 2 and mod.EXPECT[64][-1] == 1
@@ -519,7 +521,7 @@ def test_q8_prep_ab_plan_and_table(capsys):
         "shape": "Wan 1.3B self", "flops": 8.0e12, "synced": {"a": [800.0, 810.0], "b": [880.0, 872.0]},
         "queued": {"a": [850.0, 850.0], "b": [900.0, 900.0]}, "kernel_ms": {"a": [9.0, 9.0], "b": [8.0, 8.0]},
         "prep_ms": {"a": [0.2, 0.2], "b": [0.24, 0.24]}, "rel_l2": {"a": 3.7e-2, "b": 3.7e-2}}]}
-    mod.table(res)
+    plan.table(res)
     out = capsys.readouterr().out
     assert "(synced 1.088x, queued 1.059x)" in out and "1000 | prep 0.240 ms" in out
     assert "checks: all ok" in out
@@ -715,18 +717,21 @@ def test_prep_in_kernel_fresh_scales_each_call(prep_modes, d):
 
 
 def test_q8_prep2_ab_plan_and_table(capsys):
-    """dev/q8_prep2_ab.py (mode 2's device A/B): the default first per head dim, then the same kernel with Q in the
-    kernel; the four shapes; a table with the device total (kernel + pre-pass) and the ratios to the default."""
-    mod = load_script(REPO / "dev/q8_prep2_ab.py", "q8_prep2_ab_under_test")
+    """dev/q8_selector_ab.py's plan prep2 (mode 2's device A/B): the default first per head dim, then the same kernel
+    with Q in the kernel; the four shapes; a table with the device total (kernel + pre-pass) and the ratios to the
+    default."""
+    mod = load_script(REPO / "dev/q8_selector_ab.py", "q8_selector_ab_under_test")
+    plan = mod.PLANS["prep2"]
+    assert plan.checks is mod.checks_vs_default and (plan.passes, plan.budget) == (3, 35.0)
     for d in (128, 64):
-        vs = [vt for vt in mod.VARIANTS if vt[1] == d]
+        vs = [vt for vt in plan.variants if vt[1] == d]
         assert [vt[2:] for vt in vs] == [(-1, -1, -1, -1), (-1, -1, -1, 2)]
     assert [s[0] for s in mod.SHAPES] == ["Wan 1.3B self", "seed 8K", "CogVideoX", "LTX"]
     res = {"checks": [{"variant": "a", "ok": True}, {"variant": "b", "ok": False}], "timing": [{
         "shape": "Wan 1.3B self", "flops": 8.0e12, "synced": {"a": [800.0, 810.0], "b": [808.0, 818.0]},
         "queued": {"a": [850.0, 850.0], "b": [860.0, 860.0]}, "kernel_ms": {"a": [8.0, 8.0], "b": [8.02, 8.02]},
         "prep_ms": {"a": [0.24, 0.24], "b": [0.18, 0.18]}, "rel_l2": {"a": 3.7e-2, "b": 3.7e-2}}]}
-    mod.table(res)
+    plan.table(res)
     out = capsys.readouterr().out
     assert "ms 8.020 + 0.180 = 8.200" in out and "device 0.995x" in out and "(synced 1.010x, queued 1.012x" in out
     assert "checks: FAILED: ['b']" in out

@@ -1,6 +1,6 @@
 """CPU checks of the 8-bit kernel's turn schedules (dev/NOTES_8bit.md v8): the C ABI's selector reaches schedule 3
 (D=128's default) where it is built and refuses the pruned schedule 2 and schedule 3 at D=64, schedule 3's barriers carry the data dependencies that keep ptxas from moving them past
-the exponentials, and the device A/B's table (dev/q8_sched_ab.py) computes its paired per-pass ratios. The kernels
+the exponentials, and the device A/B's table (dev/q8_selector_ab.py's plan sched) computes its paired per-pass ratios. The kernels
 themselves are checked on the GPU (tests/test_8bit_gpu.py: test_turn_schedules and the refusals)."""
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_exp_turns_barriers_carry_data_dependencies():
 
 
 def _load_ab():
-    spec = importlib.util.spec_from_file_location("q8_sched_ab", REPO / "dev/q8_sched_ab.py")
+    spec = importlib.util.spec_from_file_location("q8_selector_ab", REPO / "dev/q8_selector_ab.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -71,8 +71,10 @@ def _load_ab():
 
 def test_ab_variants_and_paired_table(capsys):
     ab = _load_ab()
+    plan = ab.PLANS["sched"]
+    assert plan.checks is ab.checks_fp64 and (plan.passes, plan.budget) == (6, 60.0)
     by_d = {}
-    for name, d, seq, mode, cvt, prep in ab.VARIANTS:
+    for name, d, seq, mode, cvt, prep in plan.variants:
         by_d.setdefault(d, []).append((seq, mode, cvt, prep))
     # The first of each head dim is the default; the other forces schedule 1 (D=128's earlier default; at D=64 the
     # default itself, the passes' noise floor). Only built schedules: no 2, no 3 at D=64.
@@ -84,8 +86,25 @@ def test_ab_variants_and_paired_table(capsys):
         "queued": {"base": [1.0] * 4, "new": [1.0] * 4},
         "kernel_ms": {"base": [1.1] * 4, "new": [1.0, 1.2, 1.0, 1.0]},
         "prep_ms": {}, "rel_l2": {"base": 0.038, "new": 0.038}}]}
-    ab.table(res)
+    plan.table(res)
     out = capsys.readouterr().out
     assert "synced x 1.062 0.988 1.019 1.051 (won 3/4)" in out
     assert "kernel x 1.100 0.917 1.100 1.100 (won 3/4)" in out
     assert out.rstrip().endswith("checks: all ok")
+
+
+def test_selector_ab_stage_runs_every_plan(capsys):
+    """dev/q8_selector_ab.sh knows each plan of dev/q8_selector_ab.py, and finds each plan's table in the log by the
+    "== 8-bit " line it starts with (a table without it would leave the stage's output without its figures)."""
+    ab = _load_ab()
+    sh = _src("dev/q8_selector_ab.sh")
+    res = {"checks": [], "timing": [{"shape": "s", "flops": 1e12, "synced": {"a": [1.0]}, "queued": {"a": [1.0]},
+                                     "kernel_ms": {"a": [1.0]}, "prep_ms": {"a": [0.1]}, "rel_l2": {"a": 0.01}}]}
+    assert "sed -n '/^== 8-bit /,$p'" in sh
+    for name, plan in ab.PLANS.items():
+        assert f"\n  {name})" in sh  # in the usage's case and the stage's
+        assert sh.count(f"\n  {name})") == 2
+        plan.table(res)
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith("== 8-bit ") and not any(line.startswith("== 8-bit ") for line in out[1:])
+        assert out[-1] == "checks: all ok"

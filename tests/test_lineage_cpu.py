@@ -113,3 +113,53 @@ def test_build_only_compiles_every_step_without_spills():
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[1] in ("built", "cached"), row
         assert cells[4] == "0", f"ptxas spills: {row}"
+
+
+def _fake_triton(monkeypatch, do_bench):
+    """triton.testing as bench_lineage's timer imports it; do_bench None: triton does not import."""
+    import types
+    if do_bench is None:
+        monkeypatch.setitem(sys.modules, "triton", None)
+        monkeypatch.setitem(sys.modules, "triton.testing", None)
+        return
+    triton = types.ModuleType("triton")
+    triton.testing = types.ModuleType("triton.testing")
+    triton.testing.do_bench = do_bench
+    monkeypatch.setitem(sys.modules, "triton", triton)
+    monkeypatch.setitem(sys.modules, "triton.testing", triton.testing)
+
+
+def test_timer_routes_slow_steps_to_an_event_loop(monkeypatch):
+    """bench_lineage's timer: do_bench (new and old triton API) with bench/timing.py's windows for a fast step; a
+    step above SLOW_STEP_MS, or any step without triton, timed by a CUDA-event loop sized to the step's time cap."""
+    seen = []
+
+    def new_api(fn, warmup, rep, return_mode):
+        seen.append((warmup, rep, return_mode))
+        return 0.5
+
+    def old_api(fn, warmup, rep, quantiles=None):
+        seen.append((warmup, rep, quantiles))
+        return [0.75]
+
+    mod = _bench()
+    for quick, api, ms, windows in ((True, new_api, 0.5, (10, 40, "median")), (False, old_api, 0.75, (25, 100, [0.5]))):
+        _fake_triton(monkeypatch, api)
+        timer = mod.Timer(quick)
+        ns = []
+        est = {"ms": 2.0}
+        monkeypatch.setattr(timer, "events_median", lambda fn, n: ns.append(n) or est["ms"])
+        assert timer(lambda: None) == (ms, "triton.testing.do_bench median")
+        assert seen.pop() == windows and ns == [1]
+        est["ms"] = 400.0  # slow: at most 10 calls, within the cap (1 s quick, 3 s in full)
+        assert timer(lambda: None) == (400.0, f"CUDA-event median of {2 if quick else 7}")
+        est["ms"] = 60.0
+        assert timer(lambda: None)[1] == "CUDA-event median of 10"
+        assert not seen
+    _fake_triton(monkeypatch, None)
+    timer = mod.Timer(True)
+    assert timer.method == "CUDA-event loop median (triton unavailable)"
+    monkeypatch.setattr(timer, "events_median", lambda fn, n: 2.0)
+    assert timer(lambda: None) == (2.0, "CUDA-event median of 50")  # no do_bench: up to 50 calls, even fast ones
+    monkeypatch.setattr(timer, "events_median", lambda fn, n: 1e-6)
+    assert timer(lambda: None) == (1e-6, "CUDA-event median of 50")

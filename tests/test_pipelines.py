@@ -209,3 +209,30 @@ def test_cached_sdpa_lse_on_cuda_matches_the_math_path():
     assert out.shape == q.shape and lse.shape == (2, 4, 300) and lse.dtype == torch.float32
     torch.testing.assert_close(out.float(), ref.transpose(1, 2), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse, ref_lse, atol=1e-2, rtol=1e-3)
+
+
+def test_cast_keeps_the_class_fp32_list_and_only_wan_falls_back():
+    """pipelines.wan's cast (Wan's transformer and VAE) and pipelines.families' (every other family): both keep the
+    class's `_keep_in_fp32_modules` in fp32 (modules by name, parameters by their last name); without one, Wan's
+    falls back to its list (norms, RoPE, time embedder, scale-shift tables), the families' keeps nothing."""
+    from pipelines import families, wan
+
+    class Toy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1 = torch.nn.LayerNorm(4)
+            self.proj = torch.nn.Linear(4, 4)
+            self.scale_shift_table = torch.nn.Parameter(torch.zeros(2, 4))
+
+    class ToyKeep(Toy):
+        _keep_in_fp32_modules = ["proj"]
+
+    def dtypes(m):
+        return (m.norm1.weight.dtype, m.proj.weight.dtype, m.scale_shift_table.dtype)
+
+    bf, f32 = torch.bfloat16, torch.float32
+    assert dtypes(wan._cast_like_from_pretrained(Toy(), bf)) == (f32, bf, f32)
+    assert dtypes(families._cast(Toy(), bf)) == (bf, bf, bf)
+    for cast in (wan._cast_like_from_pretrained, families._cast):
+        assert dtypes(cast(ToyKeep(), bf)) == (bf, f32, bf)
+        assert dtypes(cast(ToyKeep().to(bf), f32)) == (f32, f32, f32)

@@ -200,6 +200,72 @@ def test_ltx2_all_perturbed_skips_attention(monkeypatch):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("kind", ["audio_video", "perturbed"])
+def test_ltx2_split_rope_key_tables_and_gates_match_stock(kind, gated, monkeypatch):
+    """The LTX-2.X attention forms the tiny zoo model lacks (its RoPE is interleaved, it has no gates): split RoPE
+    with separate query and key tables (the a2v / v2a attentions), per-head output gates, and a padded text mask
+    (cross-attention) or, in the perturbed processor, a partial perturbation mask (self-attention: the perturbed
+    rows take the value projection); each processor against its stock one."""
+    import diffusers.models.transformers.transformer_ltx2 as ltx2
+
+    torch.manual_seed(0)
+    attn = ltx2.LTX2Attention(query_dim=64, heads=2, kv_heads=2, dim_head=32, cross_attention_dim=48,
+                              rope_type="split", apply_gated_attention=gated).eval()
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 10, 64, generator=g)
+    n_kv = 10 if kind == "perturbed" else 7
+    q_rope = tuple(torch.randn(2, 2, 10, 16, generator=g) for _ in range(2))  # (cos, sin): (B, H, T, D / 2)
+    k_rope = tuple(torch.randn(2, 2, n_kv, 16, generator=g) for _ in range(2))
+    kw = dict(query_rotary_emb=q_rope, key_rotary_emb=k_rope)
+    if kind == "perturbed":
+        stock, ours = ltx2.LTX2PerturbedAttnProcessor(), vidattn.LTX2PerturbedAttnProcessor()
+        attn.to_k, attn.to_v = torch.nn.Linear(64, 64), torch.nn.Linear(64, 64)  # self-attention
+        kw["perturbation_mask"] = torch.tensor([1.0, 0.0]).view(2, 1, 1)  # sample 1 perturbed: value only
+    else:
+        stock, ours = ltx2.LTX2AudioVideoAttnProcessor(), vidattn.LTX2AudioVideoAttnProcessor()
+        keep = torch.ones(2, n_kv)
+        keep[1, 4:] = 0
+        kw.update(encoder_hidden_states=torch.randn(2, n_kv, 48, generator=g),
+                  attention_mask=((1 - keep) * -10000.0).unsqueeze(1))
+    with torch.no_grad():
+        attn.set_processor(stock)
+        ref = attn(x, **kw)
+        attn.set_processor(ours)
+        count = KernelEntryCount(monkeypatch)
+        got = attn(x, **kw)
+    assert count.n == 1
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["text_in_the_stream", "no_text"])
+def test_easyanimate_forms_without_added_text_projections_match_stock(case, monkeypatch):
+    """EasyAnimate's attention forms the tiny zoo model (all MMDiT blocks, text given) does not reach: a block without
+    added projections (the text tokens joined to the stream before the projections, RoPE on the video part of q and
+    k), and an MMDiT block called without text (no split, the output projection alone)."""
+    from diffusers.models.attention_processor import Attention
+    from diffusers.models.transformers.transformer_easyanimate import EasyAnimateAttnProcessor2_0
+
+    mmdit = case == "no_text"
+    torch.manual_seed(0)
+    attn = Attention(query_dim=64, dim_head=32, heads=2, qk_norm="layer_norm", eps=1e-6, bias=True,
+                     added_proj_bias=True, added_kv_proj_dim=64 if mmdit else None,
+                     context_pre_only=False if mmdit else None, processor=EasyAnimateAttnProcessor2_0()).eval()
+    assert (attn.add_q_proj is None) == (not mmdit)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 12, 64, generator=g)
+    text = None if mmdit else torch.randn(2, 5, 64, generator=g)
+    rope = None if mmdit else (torch.randn(12, 32, generator=g), torch.randn(12, 32, generator=g))
+    with torch.no_grad():
+        ref = EasyAnimateAttnProcessor2_0()(attn, x, text, image_rotary_emb=rope)
+        count = KernelEntryCount(monkeypatch)
+        got = vidattn.EasyAnimateAttnProcessor()(attn, x, text, image_rotary_emb=rope)
+    assert count.n == 1 and (got[1] is None) == (ref[1] is None) == mmdit
+    for a, b in zip(got, ref):  # video, then text (the joined stream's text rows) where there is text
+        if b is not None:
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
 def test_repr_and_precision(monkeypatch):
     from vidattn.diffusers import sdpa_common
 

@@ -98,7 +98,7 @@ def test_processor_set_by_hand_restores_stock():
 
 
 # ------------------------------------------------------------------------------------- masks
-@pytest.mark.parametrize("kind", ["prefix", "holes", "all_valid", "none_valid", "bool"])
+@pytest.mark.parametrize("kind", ["prefix", "holes", "all_valid", "none_valid", "bool", "none"])
 @pytest.mark.parametrize("block", [0, 1])  # block 1 is context_pre_only (no to_add_out)
 def test_processor_matches_stock_for_any_prompt_mask(kind, block):
     model = tiny_mochi()
@@ -116,9 +116,12 @@ def test_processor_matches_stock_for_any_prompt_mask(kind, block):
         mask[1] = 0
     elif kind == "bool":
         mask = mask.bool()
+    elif kind == "none":  # no mask: every prompt token valid (the stock loop needs one: all ones for it)
+        mask = torch.ones(2, TEXT, dtype=torch.long)
     with torch.no_grad():
         expected = MochiAttnProcessor2_0()(attn, hidden, text, attention_mask=mask, image_rotary_emb=(cos, sin))
-        out = vidattn.MochiAttnProcessor()(attn, hidden, text, attention_mask=mask, image_rotary_emb=(cos, sin))
+        out = vidattn.MochiAttnProcessor()(attn, hidden, text, attention_mask=None if kind == "none" else mask,
+                                           image_rotary_emb=(cos, sin))
     assert len(out) == 2 and out[1].shape == expected[1].shape
     for o, e in zip(out, expected):  # video and text outputs (dropped text rows: the stock zeros, projected)
         torch.testing.assert_close(o, e, atol=1e-5, rtol=1e-5)

@@ -61,34 +61,42 @@ def _gate(attn, hidden_states, gate_logits):
     return hidden_states
 
 
-class LTX2AudioVideoAttnProcessor(ProcessorBase):
-    """vidattn processor for diffusers' `LTX2AudioVideoAttnProcessor` (`LTX2Attention`, all six per block).
+class _LTX2Body(ProcessorBase):
+    """The steps both stock LTX-2 processors share: the first (`_begin`), the attention (`_attention`) and the last
+    (`_finish`); the perturbed one's value projection and STG perturbation stay in its `__call__`. `_rope_module`
+    names the module whose RoPE functions they call."""
 
-    Use through `vidattn.apply(pipe)` or `pipe.transformer.set_attn_processor(vidattn.LTX2AudioVideoAttnProcessor())`.
-    """
-
-    _vidattn_original = StockProcessor(_LTX2, "LTX2AudioVideoAttnProcessor")
     _rope_module = _LTX2
 
-    def __call__(
-        self,
-        attn,
-        hidden_states: torch.Tensor,
-        encoder_hidden_states: Optional[torch.Tensor] = None,
-        attention_mask: Optional[torch.Tensor] = None,
-        query_rotary_emb: Optional[tuple] = None,
-        key_rotary_emb: Optional[tuple] = None,
-    ) -> torch.Tensor:
+    @staticmethod
+    def _begin(attn, hidden_states, encoder_hidden_states, attention_mask):
+        """(prepared mask, its source tensor, the key/value states: the hidden states themselves for self-attention,
+        the gate logits or None)."""
         attention_mask, mask_source = _prepare_mask(attn, attention_mask, hidden_states, encoder_hidden_states)
 
         if encoder_hidden_states is None:
             encoder_hidden_states = hidden_states
 
         gate_logits = attn.to_gate_logits(hidden_states) if attn.to_gate_logits is not None else None
+        return attention_mask, mask_source, encoder_hidden_states, gate_logits
 
+    @staticmethod
+    def _finish(attn, hidden_states, gate_logits):
+        """The per-head gates (where the module has them) and the output projection."""
+        hidden_states = _gate(attn, hidden_states, gate_logits)
+
+        hidden_states = attn.to_out[0](hidden_states)
+        hidden_states = attn.to_out[1](hidden_states)
+        return hidden_states
+
+    def _attention(self, attn, hidden_states, encoder_hidden_states, value, attention_mask, mask_source,
+                   query_rotary_emb, key_rotary_emb):
+        """The q/k (and, where `value` is None, v) projections, q/k RMS norms, RoPE, the head split and attention:
+        (B, S, H * D) in the query's dtype. `value`: the value projection the perturbed processor made first."""
         query = attn.to_q(hidden_states)
         key = attn.to_k(encoder_hidden_states)
-        value = attn.to_v(encoder_hidden_states)
+        if value is None:
+            value = attn.to_v(encoder_hidden_states)
 
         query = attn.norm_q(query)
         key = attn.norm_k(key)
@@ -101,23 +109,42 @@ class LTX2AudioVideoAttnProcessor(ProcessorBase):
 
         hidden_states = self._attend_sdpa_mask(query, key, value, attention_mask, mask_source, self._parallel_config)
         hidden_states = hidden_states.flatten(2, 3)
-        hidden_states = hidden_states.to(query.dtype)
-
-        hidden_states = _gate(attn, hidden_states, gate_logits)
-
-        hidden_states = attn.to_out[0](hidden_states)
-        hidden_states = attn.to_out[1](hidden_states)
-        return hidden_states
+        return hidden_states.to(query.dtype)
 
 
-class LTX2PerturbedAttnProcessor(ProcessorBase):
+class LTX2AudioVideoAttnProcessor(_LTX2Body):
+    """vidattn processor for diffusers' `LTX2AudioVideoAttnProcessor` (`LTX2Attention`, all six per block).
+
+    Use through `vidattn.apply(pipe)` or `pipe.transformer.set_attn_processor(vidattn.LTX2AudioVideoAttnProcessor())`.
+    """
+
+    _vidattn_original = StockProcessor(_LTX2, "LTX2AudioVideoAttnProcessor")
+
+    def __call__(
+        self,
+        attn,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: Optional[torch.Tensor] = None,
+        attention_mask: Optional[torch.Tensor] = None,
+        query_rotary_emb: Optional[tuple] = None,
+        key_rotary_emb: Optional[tuple] = None,
+    ) -> torch.Tensor:
+        attention_mask, mask_source, encoder_hidden_states, gate_logits = self._begin(
+            attn, hidden_states, encoder_hidden_states, attention_mask)
+
+        hidden_states = self._attention(attn, hidden_states, encoder_hidden_states, None, attention_mask, mask_source,
+                                        query_rotary_emb, key_rotary_emb)
+
+        return self._finish(attn, hidden_states, gate_logits)
+
+
+class LTX2PerturbedAttnProcessor(_LTX2Body):
     """vidattn processor for diffusers' `LTX2PerturbedAttnProcessor` (LTX-2.X: STG perturbation, per-head gates).
 
     Use through `vidattn.apply(pipe)` or `pipe.transformer.set_attn_processor(vidattn.LTX2PerturbedAttnProcessor())`.
     """
 
     _vidattn_original = StockProcessor(_LTX2, "LTX2PerturbedAttnProcessor")
-    _rope_module = _LTX2
 
     def __call__(
         self,
@@ -130,12 +157,8 @@ class LTX2PerturbedAttnProcessor(ProcessorBase):
         perturbation_mask: Optional[torch.Tensor] = None,
         all_perturbed: Optional[bool] = None,
     ) -> torch.Tensor:
-        attention_mask, mask_source = _prepare_mask(attn, attention_mask, hidden_states, encoder_hidden_states)
-
-        if encoder_hidden_states is None:
-            encoder_hidden_states = hidden_states
-
-        gate_logits = attn.to_gate_logits(hidden_states) if attn.to_gate_logits is not None else None
+        attention_mask, mask_source, encoder_hidden_states, gate_logits = self._begin(
+            attn, hidden_states, encoder_hidden_states, attention_mask)
 
         value = attn.to_v(encoder_hidden_states)
         if all_perturbed is None:
@@ -145,32 +168,13 @@ class LTX2PerturbedAttnProcessor(ProcessorBase):
             # As in diffusers: a fully perturbed (STG) pass skips attention and uses the value projection.
             hidden_states = value
         else:
-            query = attn.to_q(hidden_states)
-            key = attn.to_k(encoder_hidden_states)
-
-            query = attn.norm_q(query)
-            key = attn.norm_k(key)
-
-            query, key = _rope(attn, query, key, query_rotary_emb, key_rotary_emb, self._rope_module)
-
-            query = query.unflatten(2, (attn.heads, -1))
-            key = key.unflatten(2, (attn.heads, -1))
-            value = value.unflatten(2, (attn.heads, -1))
-
-            hidden_states = self._attend_sdpa_mask(query, key, value, attention_mask, mask_source,
-                                                   self._parallel_config)
-            hidden_states = hidden_states.flatten(2, 3)
-            hidden_states = hidden_states.to(query.dtype)
+            hidden_states = self._attention(attn, hidden_states, encoder_hidden_states, value, attention_mask,
+                                            mask_source, query_rotary_emb, key_rotary_emb)
 
             if perturbation_mask is not None:
-                value = value.flatten(2, 3)
                 hidden_states = torch.lerp(value, hidden_states, perturbation_mask)
 
-        hidden_states = _gate(attn, hidden_states, gate_logits)
-
-        hidden_states = attn.to_out[0](hidden_states)
-        hidden_states = attn.to_out[1](hidden_states)
-        return hidden_states
+        return self._finish(attn, hidden_states, gate_logits)
 
 
 register_processor(f"{_LTX2}.LTX2AudioVideoAttnProcessor", LTX2AudioVideoAttnProcessor,

@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 
 from .apply import register_processor
+from .processors_shared import project_heads
 from .sdpa_common import StockProcessor, VidattnProcessor, kernel
 
 
@@ -45,31 +46,8 @@ class MochiAttnProcessor(VidattnProcessor):
         attention_mask: torch.Tensor,
         image_rotary_emb: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        query = attn.to_q(hidden_states)
-        key = attn.to_k(hidden_states)
-        value = attn.to_v(hidden_states)
-
-        query = query.unflatten(2, (attn.heads, -1))
-        key = key.unflatten(2, (attn.heads, -1))
-        value = value.unflatten(2, (attn.heads, -1))
-
-        if attn.norm_q is not None:
-            query = attn.norm_q(query)
-        if attn.norm_k is not None:
-            key = attn.norm_k(key)
-
-        encoder_query = attn.add_q_proj(encoder_hidden_states)
-        encoder_key = attn.add_k_proj(encoder_hidden_states)
-        encoder_value = attn.add_v_proj(encoder_hidden_states)
-
-        encoder_query = encoder_query.unflatten(2, (attn.heads, -1))
-        encoder_key = encoder_key.unflatten(2, (attn.heads, -1))
-        encoder_value = encoder_value.unflatten(2, (attn.heads, -1))
-
-        if attn.norm_added_q is not None:
-            encoder_query = attn.norm_added_q(encoder_query)
-        if attn.norm_added_k is not None:
-            encoder_key = attn.norm_added_k(encoder_key)
+        query, key, value = project_heads(attn, hidden_states)
+        encoder_query, encoder_key, encoder_value = project_heads(attn, encoder_hidden_states, added=True)
 
         if image_rotary_emb is not None:
             query = _apply_rotary_emb(query, *image_rotary_emb)

@@ -7,6 +7,8 @@ processor differs:
 - `HunyuanJointBody`: `HunyuanVideoAttnProcessor2_0` and `HunyuanVideo15AttnProcessor2_0` (video stream, then the
   text stream's added projections, joint attention, output split). They differ before the text stream (HunyuanVideo
   also has a single-stream form; 1.5 always normalises q/k) and in their masks, so those are the subclasses' hooks.
+- `project_heads`: the q/k/v projections split into heads and the optional q/k norms, of the main stream or of the
+  text stream's added projections (Mochi, EasyAnimate, the HunyuanVideo text stream).
 """
 from typing import Optional
 
@@ -90,6 +92,26 @@ def split_heads(attn, hidden_states: torch.Tensor):
     return tuple(proj(hidden_states).unflatten(2, (attn.heads, -1)) for proj in (attn.to_q, attn.to_k, attn.to_v))
 
 
+def project_heads(attn, hidden_states: torch.Tensor, added: bool = False, bhsd: bool = False):
+    """(query, key, value) of `hidden_states`, each split into heads, (B, S, H, D) or with `bhsd` (B, H, S, D), then
+    the q/k norms the module has (a None norm is skipped): the main stream's (to_q/to_k/to_v, norm_q/norm_k) or with
+    `added` the text stream's (add_q_proj/add_k_proj/add_v_proj, norm_added_q/norm_added_k). The stock processors'
+    order: the three projections, then the norms, each norm on the layout the heads are in."""
+    if added:
+        projs = (attn.add_q_proj, attn.add_k_proj, attn.add_v_proj)
+        norm_q, norm_k = attn.norm_added_q, attn.norm_added_k
+    else:
+        projs, (norm_q, norm_k) = (attn.to_q, attn.to_k, attn.to_v), (attn.norm_q, attn.norm_k)
+    query, key, value = (proj(hidden_states).unflatten(2, (attn.heads, -1)) for proj in projs)
+    if bhsd:
+        query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+    if norm_q is not None:
+        query = norm_q(query)
+    if norm_k is not None:
+        key = norm_k(key)
+    return query, key, value
+
+
 class HunyuanJointBody(ProcessorBase):
     """The stock HunyuanVideo processors' steps around two family hooks: `_joint_qkv` (the video stream's
     projections, q/k norms and RoPE, then the text stream's: (B, S_video + S_text, H, D) each) and `_attend_joint`
@@ -104,14 +126,7 @@ class HunyuanJointBody(ProcessorBase):
     @staticmethod
     def _add_text_stream(attn, encoder_hidden_states, query, key, value):
         """The text stream's added projections and norms, its tokens appended after the video's."""
-        encoder_query = attn.add_q_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
-        encoder_key = attn.add_k_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
-        encoder_value = attn.add_v_proj(encoder_hidden_states).unflatten(2, (attn.heads, -1))
-
-        if attn.norm_added_q is not None:
-            encoder_query = attn.norm_added_q(encoder_query)
-        if attn.norm_added_k is not None:
-            encoder_key = attn.norm_added_k(encoder_key)
+        encoder_query, encoder_key, encoder_value = project_heads(attn, encoder_hidden_states, added=True)
 
         query = torch.cat([query, encoder_query], dim=1)
         key = torch.cat([key, encoder_key], dim=1)
