@@ -198,7 +198,7 @@ def test_long_rows_accumulate():
     q, k, v = randn(1, 256, 2, 128, seed=seed), randn(1, 65536, 2, 128, seed=seed + 1), randn(1, 65536, 2, 128,
                                                                                              seed=seed + 2)
     check(q, k, v, lse=True, seed=seed, bound=REL_L2_LOOSE)
-    for qq, kk in ((q, k), (q.half(), k.half())):  # fp16's output rounding (2^-11) leaves a drift of 0.3% visible
+    for qq, kk in ((q, k), (q.half(), k.half())):  # in fp16 (output ulp 2^-10) a drift over 0.35% fails
         out = vidattn.attention(qq, kk, torch.ones_like(kk), precision="8bit")
         assert_row_mass(out, qq, kk, seed=seed)
 
