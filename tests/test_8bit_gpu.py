@@ -96,6 +96,7 @@ def assert_row_mass(out, q, k, *, kv_lens=None, scale=None, seed=None):
     that ran (module docstring). Prints one ROWMASS line (seen with pytest -s) for the device runs' logs."""
     from vidattn import quant8
 
+    assert vidattn.explain(q, k, torch.ones_like(k), kv_lens=kv_lens, scale=scale, precision="8bit") is None
     mode = quant8.last_variant()[1]
     assert mode in (0, 1)
     bound = Q8E.row_mass_bound(q, k, scale, kv_lens, out_dtype=out.dtype, sums="p" if mode == 0 else "p8")
