@@ -35,6 +35,7 @@ def run(cfg, q, k, lens):
     quant8.set_cvt(cvt)
     quant8.set_sum_mma(mode)
     try:
+        assert vidattn.explain(q, k, torch.ones_like(k), kv_lens=lens, precision="8bit") is None
         out = vidattn.attention(q, k, torch.ones_like(k), kv_lens=lens, precision="8bit")
         ran = (quant8.last_sequential(), quant8.last_cvt(), quant8.last_variant()[1])
     finally:
