@@ -88,7 +88,7 @@ def main():
           "fp16 max_err  emu max_err  |fp16-emu| max/mean   mean err fp16/emu")
     for cfg in CONFIGS:
         rs = [r[cfg] for r in rows]
-        ratios = torch.tensor([x["max_ratio"] for x in rs])
+        ratios = torch.tensor([x["max_ratio"] for x in rs], dtype=torch.float64)
         qs = torch.quantile(ratios, torch.tensor([0.5, 0.99]).double()).tolist()
         print(f"{cfg:12s} {str(rs[0]['ran']):17s} {sum(x['old_fail'] for x in rs):4d}/{len(rs):<4d} "
               f"{int((ratios > 1).sum()):4d}      {max(x['max_err'] for x in rs):.4f}       "
