@@ -1,13 +1,55 @@
 """CPU emulation of the 8-bit path's numerics (q8_quant.cuh + q8_fwd.cuh), to predict its error before a device run:
 INT8 Q per row, K smoothed and INT8 per (128-key block, key % 8 / 2 group), V e4m3 per channel, P = 2^(s - m + 8)
-in e4m3 with the running max of each 128-key block, row sums of the unrounded p. Not bit-exact (the kernel's exp2 is
-approximate and its FP8 accumulator has ~22 bits inside a block), but the same quantization.
+in e4m3 with the running max of each 128-key block, and the row sums of row-sum mode 0 (fp32 sums of the unrounded p:
+the D=128 builds) or mode 1 (the tensor cores' sums of P as rounded: D=64). Keys past kv_len are left out of K's mean,
+V's scales and the softmax, as the pre-pass and the kernel's tail mask do. Not bit-exact (the kernel's exp2 is
+approximate, its folded score bias rounds once in fp32 and its FP8 accumulator has ~22 bits inside a block), but the
+same quantization.
 
-    python3 dev/q8_emulate.py
+Row mass (V = ones; dev/NOTES_8bit.md "V = ones under mode 0"): with mode 0 the output row is sum(e4m3(p)) / sum(p),
+a weighted mean of e4m3's relative rounding errors. row_mass_bound gives the per-row bound the GPU tests check it
+against; row_mass_run draws the tests' kv_lens case many times.
+
+    python3 dev/q8_emulate.py                  # relative L2 of the four accuracy cases, V = ones
+    python3 dev/q8_emulate.py --row-mass 300   # the kv_lens V = ones case, 300 draws: max |o - 1| and against the bound
 """
+import argparse
 import math
 
 import torch
+
+E4M3_REL_HALF_ULP = 2.0 ** -4  # e4m3 keeps 3 mantissa bits: round to nearest is off by at most 2^-4 of the value
+# One element's relative rounding error d = e4m3(p) / p - 1 with the mantissa of p log-uniform in [1, 2) (p = 2^(s - m
+# + 8), s continuous): its mean and standard deviation, integrated cell by cell over e4m3's grid in the binade
+# (e4m3_rel_error_moments, checked by tests/test_8bit_rowmass.py). The mean is not 0: just above a power of two the
+# grid is twice as coarse as just below it, and values there round down by more.
+E4M3_REL_MEAN = -7.02e-4
+E4M3_REL_SIGMA = 2.649e-2
+# The worst case of the standard deviation given the binade position (mantissa 1: error uniform on +-2^-4): the
+# sub-Gaussian variance proxy row_mass_bound uses.
+E4M3_REL_SIGMA_MAX = E4M3_REL_HALF_ULP / math.sqrt(3.0)  # 0.03608
+# The e4m3 wgmma's accumulator keeps 13 mantissa bits and truncates (SageAttention2's FP22; q8_fwd.cuh's "about 22
+# bits"): each of a block's 4 k32 steps loses under 2^-13 of the partial sum (4 * 2^-13 per block), and where products
+# are aligned to a step's largest term before they are added, the small ones lose their bits under 2^-13 of it too
+# (random rows: ~1e-4 per step; a late sink's last step, the sink beside 31 keys 1e4 times smaller: ~1e-3 of the row).
+# The model does not emulate it (not bit-exact); the bound allows 2^-10 per block for both, and the fp32 merge of
+# blocks keeps a per-block relative bound for the row. Mode 1 sums P through the same accumulator: twice that.
+FP8_ACC_BLOCK_REL = 2.0 ** -10
+FP32_SLACK = 1e-5  # rcp.approx, the 1/448 V scale in fp32, the fp32 row sums: ~1e-7 each
+
+
+def e4m3_rel_error_moments():
+    """(mean, standard deviation) of e4m3(x) / x - 1 for x log-uniform in [1, 2): exact per rounding cell (the grid
+    1 + i/8, each cell's integral of (g / x - 1) / x in closed form and of its square by a fine midpoint rule)."""
+    mean = sq = 0.0
+    for i in range(9):
+        g = 1 + i / 8
+        a, b = max(1.0, g - 1 / 16), min(2.0, g + 1 / 16)
+        mean += g * (1 / a - 1 / b) - math.log(b / a)
+        x = torch.linspace(a, b, 20001, dtype=torch.float64)
+        sq += float(torch.trapezoid((g / x - 1) ** 2 / x, x))
+    mean, sq = mean / math.log(2), sq / math.log(2)
+    return mean, math.sqrt(sq - mean * mean)
 
 
 def quant_int8(x, amax):
@@ -15,32 +57,41 @@ def quant_int8(x, amax):
     return torch.clamp(torch.round(x / scale), -127, 127), scale
 
 
-def emulate(q, k, v, scale, block=128):
-    """q, k, v: (H, S, D) float64. Returns (H, Sq, D) float64."""
+def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None):
+    """q, k, v: (H, S, D) float64 (v may have another width than q and k). Returns (H, Sq, Dv) float64.
+
+    kv_len: keys past it are masked (None: all). sums: "p" row-sum mode 0 (fp32 sums of the unrounded p), "p8" mode 1
+    (sums of P as rounded). bug (for the tests of the checks, never the kernel's arithmetic): "sum_skips_first_block"
+    / "sum_skips_last_block" (the row sums miss key block 0 / the last block), "pv_drops_last_partial" (P V leaves
+    out a last block shorter than `block`), "p_saturates" (P's offset one too high: 2^9 > 448 saturates in e4m3)."""
     h, sq, d = q.shape
-    skv = k.shape[1]
+    n = k.shape[1] if kv_len is None else kv_len
+    k, v = k[:, :n], v[:, :n]
     q8, qs = quant_int8(q, q.abs().amax(-1, keepdim=True))
     ks = k - k.mean(1, keepdim=True)
-    pad = (-skv) % block
+    pad = (-n) % block
     ksp = torch.cat([ks, ks.new_zeros(h, pad, d)], 1).view(h, -1, block // 8, 4, 2, d)  # (.., i, group, pair, d)
     amax = ksp.abs().amax(dim=(2, 4, 5), keepdim=True)
     k8, kscale = quant_int8(ksp, amax)
-    kdq = (k8 * kscale).view(h, -1, d)[:, :skv]
+    kdq = (k8 * kscale).view(h, -1, d)[:, :n]
     vamax = v.abs().amax(1, keepdim=True)
     vs = torch.where(vamax > 0, vamax / 448, torch.ones_like(vamax))
     v8 = (v / vs).to(torch.float8_e4m3fn).to(torch.float64) * vs
     s = (q8 * qs) @ kdq.transpose(-1, -2) * scale * math.log2(math.e)
-    o = torch.zeros(h, sq, d, dtype=torch.float64)
-    m = torch.full((h, sq, 1), -math.inf, dtype=torch.float64)
-    l = torch.zeros(h, sq, 1, dtype=torch.float64)
-    for j in range(0, skv, block):
+    o = q.new_zeros(h, sq, v.shape[-1])
+    m = q.new_full((h, sq, 1), -math.inf)
+    l = q.new_zeros(h, sq, 1)
+    for j in range(0, n, block):
         sj = s[:, :, j:j + block]
         mn = torch.maximum(m, sj.amax(-1, keepdim=True))
         alpha = torch.exp2(m - mn)
-        p = torch.exp2(sj - mn + 8)
-        l = l * alpha + p.sum(-1, keepdim=True)
-        p8 = p.to(torch.float8_e4m3fn).to(torch.float64)
-        o = o * alpha + p8 @ v8[:, j:j + block]
+        p = torch.exp2(sj - mn + (9 if bug == "p_saturates" else 8)).float()  # fp32, as the kernel's
+        p8 = p.clamp(max=448).to(torch.float8_e4m3fn).double()  # cvt.rn.satfinite: 448 at most
+        part = (p.double() if sums == "p" else p8).sum(-1, keepdim=True)
+        skip = (bug == "sum_skips_first_block" and j == 0) or (bug == "sum_skips_last_block" and j + block >= n)
+        l = l * alpha + (0 if skip else part)
+        pv = p8 @ v8[:, j:j + block]
+        o = o * alpha + (0 if bug == "pv_drops_last_partial" and j + block > n else pv)
         m = mn
     return o / l
 
@@ -53,7 +104,161 @@ def rel(a, b):
     return float((a - b).norm() / b.norm())
 
 
+def half_ulp_above_one(dtype):
+    """The most an output near 1 moves when stored as dtype (round to nearest; the ulp just above 1)."""
+    return torch.finfo(dtype).eps / 2 if dtype in (torch.bfloat16, torch.float16) else 0.0
+
+
+def int8_steps(q, k):
+    """The largest INT8 quantization steps of Q's rows and of the smoothed K's keys (dq, dk), and the standard
+    deviation of one score's INT8 rounding error per unit softmax scale (as tests/test_8bit_gpu.py's lse_bound):
+    1 / sqrt(12) * (max |q| * dk + max |k - mean| * dq). q, k: (B, S, H, D)."""
+    qf, kf = q.double(), k.double()
+    kf = kf - kf.mean(1, keepdim=True)
+    dq = float(qf.abs().amax(-1).max()) / 127
+    dk = float(kf.abs().amax(-1).max()) / 127
+    sigma = (float(qf.norm(dim=-1).max()) * dk + float(kf.norm(dim=-1).max()) * dq) / math.sqrt(12)
+    return dq, dk, sigma
+
+
+def mass_terms(q, k, scale=None, kv_lens=None):
+    """Per row (B, Sq, H): sqrt(sum w_j^2) over the keys whose p is rounded with an unknown error, and the top key's
+    own term. The row's top key sets the kernel's final row max, so its p is 2^8 up to the folded bias's rounding
+    (q8_fwd.cuh kCvt 2: under 0.75 c in log2, c = Q's row scale x K's group scale <= dq dk scale log2 e), which e4m3
+    keeps exactly: it is left out of the sum and its error 0.75 dq dk scale w_top added instead, where the fp64 top
+    leads the runner-up by more than 10 sigma of the INT8 score error (then the kernel's top is the same key). A late
+    attention sink's row thus gets the bound of its small keys, not of its one large weight."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    qh, kh = (t.transpose(1, 2).double() for t in (q, k))
+    s = torch.matmul(qh, kh.transpose(-1, -2)) * scale
+    if kv_lens is not None:
+        keep = torch.arange(k.shape[1], device=k.device)[None, :] < torch.as_tensor(kv_lens, device=k.device)[:, None]
+        s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
+    w = torch.softmax(s, -1)
+    sumsq = w.square().sum(-1)
+    dq, dk, sigma = int8_steps(q, k)
+    if s.shape[-1] > 1:
+        top2 = s.topk(2, dim=-1).values
+        gap = top2[..., 0] - top2[..., 1]  # inf where the row has one key
+    else:
+        gap = torch.full_like(sumsq, math.inf)
+    alone = gap > 10 * sigma * scale
+    w_top = w.amax(-1)
+    sumsq = torch.where(alone, (sumsq - w_top.square()).clamp_min(0), sumsq)
+    top = torch.where(alone, 0.75 * dq * dk * scale * w_top, torch.zeros_like(w_top))
+    return sumsq.sqrt().transpose(1, 2), top.transpose(1, 2)
+
+
+def weight_root(q, k, scale=None, kv_lens=None):
+    """sqrt(sum w_j^2) as the bound uses it (mass_terms), (B, Sq, H)."""
+    return mass_terms(q, k, scale, kv_lens)[0]
+
+
+def row_mass_bound(q, k, scale=None, kv_lens=None, out_dtype=torch.bfloat16, sums="p", alpha=1e-7, n_rows=None):
+    """Per-row bound on |out - 1| for attention(q, k, ones) on the 8-bit path, as (B, Sq, H) float64 on q's device.
+    q, k: (B, S, H, D); kv_lens: per batch element or None; sums: the row-sum mode that ran ("p": mode 0, fp32 sums of
+    the unrounded p, the D=128 builds; "p8": mode 1, the tensor cores' sums of P as rounded).
+
+    Mode 0: out_r = sum_j e4m3(p_j) / sum_j p_j = 1 + sum_j w_j d_j, w the row's softmax weights, d_j the relative
+    rounding error of p_j to e4m3: |d_j| <= 2^-4, mean E4M3_REL_MEAN, independent across keys (each score's place
+    inside its e4m3 ulp). Given the binade positions each w_j (d_j - mean) is close to uniform on +-w_j 2^-4 / m_j,
+    strictly sub-Gaussian with variance proxy at most (w_j sigma_max)^2, sigma_max = 2^-4 / sqrt(3); so
+    P(|out_r - 1 - mean| > t) <= 2 exp(-t^2 / (2 sigma_max^2 sum w^2)). With c = sqrt(2 ln(2 N / alpha)) for the N rows
+    checked, a correct kernel exceeds c sigma_max sqrt(sum w^2) on any of them with probability below alpha (a union
+    bound; alpha 1e-7 per call: under 1e-6 for a test module's dozen calls). The sum leaves out a top key that the
+    kernel rounds exactly (mass_terms).
+    Mode 1: numerator and denominator are the same sum of P as rounded, through the same accumulator: only its
+    truncation (twice FP8_ACC_BLOCK_REL) and the fp32 steps remain.
+    Both add the floor: the output's rounding near 1 (2^-8 for bf16, 2^-11 for fp16), the accumulator's truncation,
+    E4M3_REL_MEAN and the top key's term (mode 0) and FP32_SLACK.
+
+    w is an fp64 softmax of the unquantized scores; the kernel's INT8 scores move sum w^2 by a few percent, which the
+    worst-case sigma (1.36x the average 0.0265) covers. Keys with equal scores break the independence (their errors are
+    equal): random inputs do not have them."""
+    floor = half_ulp_above_one(out_dtype) + FP32_SLACK
+    if sums == "p8":
+        return torch.full((q.shape[0], q.shape[1], q.shape[2]), floor + 2 * FP8_ACC_BLOCK_REL, dtype=torch.float64,
+                          device=q.device)
+    assert sums == "p", sums
+    root, top = mass_terms(q, k, scale, kv_lens)
+    n = root.numel() if n_rows is None else n_rows
+    c = math.sqrt(2 * math.log(2 * n / alpha))
+    return c * E4M3_REL_SIGMA_MAX * root + top + floor + FP8_ACC_BLOCK_REL + abs(E4M3_REL_MEAN)
+
+
+def emulate_bshd(q, k, v, scale=None, kv_lens=None, sums="p", out_dtype=torch.bfloat16, bug=None):
+    """emulate over (B, S, H, D) tensors with per-batch kv_lens, the result rounded to out_dtype (as the kernel's
+    store) and returned as float64 (B, Sq, H, Dv)."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    outs = []
+    for b in range(q.shape[0]):
+        n = None if kv_lens is None else int(kv_lens[b])
+        o = emulate(*(t[b].transpose(0, 1).double() for t in (q, k, v)), scale, kv_len=n, sums=sums, bug=bug)
+        outs.append(o.transpose(0, 1))
+    o = torch.stack(outs)
+    return o.to(out_dtype).double() if out_dtype is not None else o
+
+
+KV_LENS_CASE = dict(b=3, sq=300, skv=1000, h=2, d=128, lens=(1000, 37, 129))  # tests/test_8bit_gpu.py's kv_lens case
+LONG_CASE = dict(b=1, sq=64, skv=4096, h=2, d=128, lens=(4096,))  # long rows: sqrt(sum w^2) ~ 0.026, the bound tight
+SINK_CASE = dict(LONG_CASE, sink=True)  # test_row_mass_and_late_sink's late sink: the last key takes ~85% of a row
+
+
+def row_mass_case(seed, case=KV_LENS_CASE, sums="p", out_dtype=torch.bfloat16, bug=None, out_scale=1.0):
+    """One draw of a V = ones case (bf16 randn q and k, as the GPU tests), emulated: (raw, err, bound, root), each
+    (B, Sq, H) float64: the output before its rounding, |o - 1| after it (out_dtype), row_mass_bound and
+    sqrt(sum w^2). bug / out_scale: a defect to show the bound catches (emulate's bugs; a scale error of the output)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(case["b"], case["sq"], case["h"], case["d"], generator=g).bfloat16()
+    k = torch.randn(case["b"], case["skv"], case["h"], case["d"], generator=g).bfloat16()
+    if case.get("sink"):
+        e = torch.randn(case["d"], generator=g, dtype=torch.float64)
+        e = e / e.norm()
+        q = (q.double() + 4 * e).bfloat16()
+        k[:, -1] = (30 * e).bfloat16()
+    ones = torch.ones(case["b"], case["skv"], case["h"], 1)
+    raw = emulate_bshd(q, k, ones, kv_lens=case["lens"], sums=sums, out_dtype=None, bug=bug)[..., 0] * out_scale
+    err = (raw.to(out_dtype).double() - 1).abs()
+    bound = row_mass_bound(q, k, kv_lens=case["lens"], out_dtype=out_dtype, sums=sums)
+    return raw, err, bound, weight_root(q, k, kv_lens=case["lens"])
+
+
+def row_mass_run(draws, seed0=0, sums="p"):
+    """The kv_lens case over many draws: per draw the max error (bf16 output) and the max ratio to the bound, and the
+    per-row z = (o - 1 - mean) / (sigma sqrt(sum w^2)) before the output rounding (the model says std <= 1)."""
+    maxes, ratios, zs = [], [], []
+    for i in range(draws):
+        raw, err, bound, root = row_mass_case(seed0 + i, sums=sums)
+        maxes.append(float(err.max()))
+        ratios.append(float((err / bound).max()))
+        zs.append(((raw - 1 - E4M3_REL_MEAN) / (E4M3_REL_SIGMA * root)).flatten())
+    return torch.tensor(maxes), torch.tensor(ratios), torch.cat(zs)
+
+
+def _row_mass_report(draws):
+    maxes, ratios, z = row_mass_run(draws)
+    fail = (maxes > 2e-2).double().mean()
+    qs = torch.tensor([0.5, 0.9, 0.99])
+    print(f"kv_lens V = ones case (3x300x2, 1000 keys, kv_lens 1000/37/129, D=128, mode 0), {draws} draws:")
+    print(f"  max |o - 1| (bf16 output): median {maxes.median():.4f}, max {maxes.max():.4f}; "
+          f"> 2e-2 (the old MASS) in {fail:.1%} of draws; values seen {sorted(set(maxes.tolist()))}")
+    print(f"  max |o - 1| / row_mass_bound: quantiles 50/90/99% {torch.quantile(ratios, qs).tolist()}, "
+          f"max {ratios.max():.3f}")
+    print(f"  z = (o - 1 - mean) / (sigma sqrt(sum w^2)), sigma {E4M3_REL_SIGMA:.4f}, over {z.numel()} rows: std "
+          f"{z.std():.3f}, mean {z.mean():+.3f}, max |z| {z.abs().max():.2f}, "
+          f"P(|z| > 3) {(z.abs() > 3).double().mean():.2e} (Gaussian 2.7e-3), "
+          f"P(|z| > 4) {(z.abs() > 4).double().mean():.2e} (6.3e-5)")
+    m1, _, _ = row_mass_run(min(draws, 20), sums="p8")
+    print(f"  row-sum mode 1 (sums of P as rounded, D=64): max |o - 1| over {min(draws, 20)} draws {m1.max():.4f}")
+
+
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--row-mass", type=int, default=0, metavar="DRAWS")
+    args = ap.parse_args()
+    if args.row_mass:
+        _row_mass_report(args.row_mass)
+        raise SystemExit
     torch.manual_seed(0)
     for d in (128, 64):
         h, n = 2, 2048
