@@ -328,13 +328,21 @@ def apply_rotary_emb(x: torch.Tensor, freqs_cis, use_real: bool = True, use_real
     return stock(x, freqs_cis, use_real=use_real, use_real_unbind_dim=use_real_unbind_dim, sequence_dim=sequence_dim)
 
 
+def _broadcasts_onto(shape, x_shape) -> bool:
+    try:
+        return torch.broadcast_shapes(shape, x_shape) == x_shape
+    except RuntimeError:
+        return False
+
+
 def ltx_apply_rotary_emb(x: torch.Tensor, freqs) -> torch.Tensor:
     """`diffusers.models.transformers.transformer_ltx.apply_rotary_emb` (and LTX-2's `apply_interleaved_rotary_emb`,
     the same code), same output bits: x (B, S, C) before the head split, per-batch tables (B, S, C); the
     interleaved-pairs formula over the whole row, run as one "head" of C channels (`rope` mode "pairs"; C up to
-    4096). Other shapes call diffusers' own function."""
+    4096). Other shapes (and tables that would broadcast x larger, which `rope` refuses) call diffusers' own
+    function."""
     cos, sin = freqs
-    if x.dim() == 3 and cos.dim() == 3 and cos.shape == sin.shape:
+    if x.dim() == 3 and cos.dim() == 3 and cos.shape == sin.shape and _broadcasts_onto(cos.shape, x.shape):
         return rope(x[:, :, None, :], cos[:, :, None, :], sin[:, :, None, :], mode="pairs")[:, :, 0, :]
     from diffusers.models.transformers.transformer_ltx import apply_rotary_emb as stock
     return stock(x, freqs)
