@@ -371,3 +371,167 @@ def test_compiles_with_dynamic_shapes(gen):
         x = torch.randn(b, s, 3, 16, generator=gen).bfloat16()
         cos, sin = random_tables((s, 16), gen)
         assert torch.equal(compiled(x, cos, sin), fn(x, cos, sin))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# EasyAnimate and LTX-2 (vidattn/diffusers/easyanimate.py, ltx2.py): the stock functions they replace, on the
+# families' own tables
+# ----------------------------------------------------------------------------------------------------------
+
+def _body(fn):
+    import inspect
+    return [line.strip() for line in inspect.getsource(fn).splitlines()[1:]]
+
+
+def test_ltx2_interleaved_rope_is_ltx_videos_code():
+    """ltx_apply_rotary_emb stands in for LTX-2's `apply_interleaved_rotary_emb` (and the SANA-WM refiner's copy) on
+    the grounds that both are LTX-Video's `apply_rotary_emb` line for line: a diffusers release that changed one
+    fails here."""
+    from diffusers.models.transformers import transformer_ltx, transformer_ltx2, transformer_sana_wm_refiner
+    ref = _body(transformer_ltx.apply_rotary_emb)
+    assert len(ref) >= 4 and "out = (x.float() * cos + x_rotated.float() * sin).to(x.dtype)" in ref
+    assert _body(transformer_ltx2.apply_interleaved_rotary_emb) == ref
+    assert _body(transformer_sana_wm_refiner.apply_interleaved_rotary_emb) == ref
+
+
+def ltx2_tables(kind, batch, device="cpu", frames=3, height=5, width=7, audio_frames=41):
+    """LTX-2 19B's interleaved (cos, sin), (B, S, C) fp32, from diffusers' LTX2AudioVideoRotaryPosEmbed configured as
+    the model configures it: "video" (self-attention, C = 4096: 4096 % 6 = 4 channels of cos 1 / sin 0 padding),
+    "audio" (2048), "ca_video" (the a2v / v2a cross-attention's video side: 2048, the temporal coordinate only)."""
+    from diffusers.models.transformers.transformer_ltx2 import LTX2AudioVideoRotaryPosEmbed
+    if kind == "audio":
+        rope = LTX2AudioVideoRotaryPosEmbed(2048, base_num_frames=20, scale_factors=[4], modality="audio")
+        coords = rope.prepare_audio_coords(batch, audio_frames, device)
+    else:
+        rope = LTX2AudioVideoRotaryPosEmbed(4096 if kind == "video" else 2048, base_num_frames=20, modality="video")
+        coords = rope.prepare_video_coords(batch, frames, height, width, device, fps=24.0)
+        coords = coords if kind == "video" else coords[:, 0:1]
+    return rope(coords, device=device)
+
+
+def _ltx2_stocks():
+    from diffusers.models.transformers.transformer_ltx2 import apply_interleaved_rotary_emb as ltx2_stock
+    from diffusers.models.transformers.transformer_sana_wm_refiner import apply_interleaved_rotary_emb as refiner
+    return ltx2_stock, refiner
+
+
+@pytest.mark.parametrize("kind, width", [("video", 4096), ("audio", 2048), ("ca_video", 2048)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_ltx2_interleaved_equals_diffusers_on_real_tables(kind, width, dtype, gen):
+    ltx2_stock, refiner = _ltx2_stocks()
+    cos, sin = ltx2_tables(kind, 2)
+    assert cos.dtype == torch.float32 and cos.shape[0] == 2 and cos.shape[2] == width
+    x = (torch.randn(2, cos.shape[1], width, generator=gen) * 3).to(dtype)
+    out = R.ltx_apply_rotary_emb(x, (cos, sin))
+    ref = ltx2_stock(x, (cos, sin))
+    assert out.dtype == dtype and torch.equal(out, ref) and torch.equal(out, refiner(x, (cos, sin)))
+    if dtype != torch.float32:  # the kernel's order (emulated) on the same rows: one C-channel head
+        emu = kernel_emulation(x[:, :, None], cos[:, :, None], sin[:, :, None], "pairs")[:, :, 0]
+        assert torch.equal(emu, ref)
+
+
+def test_ltx_apply_rotary_emb_broadcast_batches(gen):
+    """Tables of batch 1 broadcast over x's batch (the kernel takes them); tables of a larger batch than x's, which
+    diffusers broadcasts x up to and `rope` refuses, go to diffusers' function instead of raising."""
+    ltx2_stock, _ = _ltx2_stocks()
+    cos, sin = ltx2_tables("ca_video", 2)
+    x = torch.randn(2, cos.shape[1], 2048, generator=gen).bfloat16()
+    assert torch.equal(R.ltx_apply_rotary_emb(x, (cos[:1], sin[:1])), ltx2_stock(x, (cos[:1], sin[:1])))
+    out = R.ltx_apply_rotary_emb(x[:1], (cos, sin))
+    assert out.shape == (2, *x.shape[1:]) and torch.equal(out, ltx2_stock(x[:1], (cos, sin)))
+
+
+@pytest.fixture
+def rope_calls(monkeypatch):
+    """The (mode, layout) of each vidattn.rope call (the functions the processors import call the module's `rope`)."""
+    calls, real = [], R.rope
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs.get("mode"), kwargs.get("layout", "bshd")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(R, "rope", spy)
+    return calls
+
+
+@pytest.mark.parametrize("module", ["transformer_ltx2", "transformer_sana_wm_refiner"])
+def test_ltx2_rope_step_interleaved_through_vidattn_split_stock(module, rope_calls, gen):
+    """vidattn.diffusers.ltx2._rope against the stock processor's lines (its module's own functions): interleaved
+    through vidattn.rope (a2v tables: video queries, audio keys; then the key reusing the query's tables), split on
+    diffusers' torch code (per-head (B, H, T, D/2) tables: not one of the fused op's formulas), bit for bit."""
+    import importlib
+    from types import SimpleNamespace
+    from vidattn.diffusers import ltx2
+    mod = f"diffusers.models.transformers.{module}"
+    m = importlib.import_module(mod)
+    qt, kt = ltx2_tables("ca_video", 2), ltx2_tables("audio", 2)
+    q = torch.randn(2, qt[0].shape[1], 2048, generator=gen).bfloat16()
+    k = torch.randn(2, kt[0].shape[1], 2048, generator=gen).bfloat16()
+    attn = SimpleNamespace(rope_type="interleaved")
+    got_q, got_k = ltx2._rope(attn, q, k, qt, kt, mod)
+    assert torch.equal(got_q, m.apply_interleaved_rotary_emb(q, qt))
+    assert torch.equal(got_k, m.apply_interleaved_rotary_emb(k, kt))
+    assert rope_calls == [("pairs", "bshd")] * 2
+    got_q, got_k = ltx2._rope(attn, q, q.flip(0), qt, None, mod)
+    assert torch.equal(got_k, m.apply_interleaved_rotary_emb(q.flip(0), qt)) and len(rope_calls) == 4
+
+    attn.rope_type = "split"
+    heads, t = 32, qt[0].shape[1]
+    st = random_tables((2, heads, t, 32), gen)
+    got_q, got_k = ltx2._rope(attn, q, q.flip(0), st, None, mod)
+    assert torch.equal(got_q, m.apply_split_rotary_emb(q, st))
+    assert torch.equal(got_k, m.apply_split_rotary_emb(q.flip(0), st))
+    assert len(rope_calls) == 4
+    assert ltx2._rope(attn, q, k, None, None, mod) == (q, k)
+
+
+def easyanimate_tables(frames, height, width):
+    """EasyAnimate V5.1's (S, 64) tables as its transformer makes them: EasyAnimateRotaryPosEmbed (patch 2, rope dim
+    = head dim 64) on latents of (frames, height, width), on the CPU (the model passes no device)."""
+    from diffusers.models.transformers.transformer_easyanimate import EasyAnimateRotaryPosEmbed
+    return EasyAnimateRotaryPosEmbed(2, 64)(torch.zeros(1, 16, frames, height, width))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_easyanimate_rope_equals_diffusers_on_real_tables(dtype, gen):
+    """The processor's step: the video part of the (B, 48, text + S, 64) query rotated and written back in place."""
+    cos, sin = easyanimate_tables(3, 10, 14)
+    s, text = 3 * 5 * 7, 97
+    assert cos.shape == (s, 64) and cos.dtype == torch.float32 and sin.shape == cos.shape
+    q = (torch.randn(2, 48, text + s, 64, generator=gen) * 3).to(dtype)
+    ref = q.clone()
+    ref[:, :, text:] = diffusers_apply_rotary_emb(ref[:, :, text:], (cos, sin))
+    q[:, :, text:] = R.apply_rotary_emb(q[:, :, text:], (cos, sin))
+    assert torch.equal(q, ref)
+    if dtype != torch.float32:
+        x = (torch.randn(2, 48, s, 64, generator=gen) * 3).to(dtype)  # the kernel's order (emulated), as bshd
+        emu = kernel_emulation(x.transpose(1, 2), cos[None, :, None], sin[None, :, None], "pairs").transpose(1, 2)
+        assert torch.equal(emu, diffusers_apply_rotary_emb(x, (cos, sin)))
+
+
+def _tiny_forward(name, rope_calls):
+    from pipelines.zoo import build_tiny
+    model, inputs = build_tiny(name)
+    with torch.no_grad():
+        stock = model(**inputs, return_dict=False)[0]
+        handle = vidattn.apply(model)
+        try:
+            del rope_calls[:]
+            out = model(**inputs, return_dict=False)[0]
+        finally:
+            handle.restore()
+    return out, stock
+
+
+@pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning")
+def test_tiny_easyanimate_and_ltx2_processors_call_vidattn_rope(rope_calls):
+    """Under vidattn.apply the processors' RoPE is vidattn.rope: tiny EasyAnimate (2 self-attention MMDiT layers: q
+    and k each, bhsd) and tiny LTX-2 (2 blocks x 4 RoPE'd attentions: video, audio, a2v, v2a; q and k each; the
+    text cross-attentions have none). The output stays stock's (the attention is the CPU fallback here)."""
+    out, stock = _tiny_forward("easyanimate", rope_calls)
+    assert rope_calls == [("pairs", "bhsd")] * 4
+    torch.testing.assert_close(out, stock, atol=1e-5, rtol=1e-5)
+    out, stock = _tiny_forward("ltx2", rope_calls)
+    assert rope_calls == [("pairs", "bshd")] * 16
+    torch.testing.assert_close(out[0] if isinstance(out, (list, tuple)) else out,
+                               stock[0] if isinstance(stock, (list, tuple)) else stock, atol=1e-5, rtol=1e-5)

@@ -5,6 +5,8 @@ Joint MMDiT attention: text tokens first, then video tokens; RoPE on the video p
 self-attention). The stock processor calls `F.scaled_dot_product_attention` on (B, H, S, D) directly, so no
 diffusers backend can reach it: this processor keeps every other line and calls `vidattn.attention(...,
 layout="bhsd")`. The block passes no mask; a key-padding mask would become `kv_lens`, any other the stock SDPA call.
+The RoPE is diffusers' `apply_rotary_emb` (CogVideoX's: interleaved pairs, (S, D) tables) through `vidattn.rope`:
+the same output bits, one kernel on Hopper.
 """
 from typing import Optional
 
@@ -46,7 +48,7 @@ class EasyAnimateAttnProcessor(VidattnProcessor):
             value = torch.cat([encoder_value, value], dim=2)
 
         if image_rotary_emb is not None:
-            from diffusers.models.embeddings import apply_rotary_emb
+            from ..rotary import apply_rotary_emb  # diffusers' function, fused on Hopper (same bits)
 
             query[:, :, encoder_hidden_states.shape[1]:] = apply_rotary_emb(
                 query[:, :, encoder_hidden_states.shape[1]:], image_rotary_emb

@@ -36,10 +36,16 @@ def _prepare_mask(attn, attention_mask, hidden_states, encoder_hidden_states):
 
 
 def _rope(attn, query, key, query_rotary_emb, key_rotary_emb, module: str = _LTX2):
+    """The stock RoPE step. Interleaved (the 19B default): diffusers' `apply_interleaved_rotary_emb` is LTX-Video's
+    `apply_rotary_emb` line for line (tests/test_rope.py checks both modules' source), so it runs as
+    `vidattn.rotary.ltx_apply_rotary_emb`: the same output bits, one kernel on Hopper. Split: the module's own
+    `apply_split_rotary_emb`, on torch: its per-head (B, H, T, D/2) tables and `addcmul_` order are a formula the
+    fused op does not reproduce."""
     import importlib
 
-    m = importlib.import_module(module)  # the stock processor's own module's RoPE functions
-    apply_interleaved_rotary_emb, apply_split_rotary_emb = m.apply_interleaved_rotary_emb, m.apply_split_rotary_emb
+    from ..rotary import ltx_apply_rotary_emb as apply_interleaved_rotary_emb
+
+    apply_split_rotary_emb = importlib.import_module(module).apply_split_rotary_emb  # the stock module's own
 
     if query_rotary_emb is not None:
         if attn.rope_type == "interleaved":
