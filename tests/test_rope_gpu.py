@@ -230,3 +230,69 @@ def test_tiny_wan_forward_same_bits_with_and_without_the_fused_rope(monkeypatch)
         finally:
             handle.restore()
         check(fused, stock)
+
+
+# EasyAnimate and LTX-2 (vidattn/diffusers/easyanimate.py, ltx2.py), on the tables their models make
+
+@pytest.mark.parametrize("kind, width", [("video", 4096), ("audio", 2048), ("ca_video", 2048)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_ltx2_interleaved_real_tables_bitwise(kind, width, dtype):
+    """LTX-2 19B's interleaved RoPE (video self-attention 4096 channels with 4 of padding, audio 2048, the a2v / v2a
+    video side 2048), tables from diffusers' LTX2AudioVideoRotaryPosEmbed on the GPU, 1785 video / 251 audio tokens:
+    bitwise LTX-2's apply_interleaved_rotary_emb and the SANA-WM refiner's copy."""
+    from diffusers.models.transformers.transformer_ltx2 import apply_interleaved_rotary_emb as ltx2_stock
+    from diffusers.models.transformers.transformer_sana_wm_refiner import apply_interleaved_rotary_emb as refiner
+    from test_rope import ltx2_tables
+    g = _gen()
+    cos, sin = ltx2_tables(kind, 2, DEV, frames=7, height=15, width=17, audio_frames=251)
+    assert cos.shape[2] == width and cos.dtype == torch.float32
+    x = randn((2, cos.shape[1], width), g, dtype)
+    assert vidattn.rope_explain(x[:, :, None], cos[:, :, None], sin[:, :, None], mode="pairs") is None
+    out = R.ltx_apply_rotary_emb(x, (cos, sin))
+    check(out, ltx2_stock(x, (cos, sin)))
+    check(out, refiner(x, (cos, sin)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_easyanimate_query_slice_bitwise(dtype):
+    """EasyAnimate V5.1: 48 heads x 64, the video part (latents 13 x 60 x 104, patch 2: S = 20280) of the
+    (B, H, text + S, D) query after 226 text tokens, written back in place; the (S, 64) tables made on the CPU as the
+    model does."""
+    from test_rope import easyanimate_tables
+    g = _gen()
+    cos, sin = easyanimate_tables(13, 60, 104)
+    s, text = cos.shape[0], 226
+    q = randn((2, 48, text + s, 64), g, dtype)
+    expected = q.clone()
+    expected[:, :, text:] = diffusers_apply_rotary_emb(expected[:, :, text:], (cos, sin))
+    assert vidattn.rope_explain(q[:, :, text:], cos.to(DEV), sin.to(DEV), mode="pairs", layout="bhsd") is None
+    q[:, :, text:] = R.apply_rotary_emb(q[:, :, text:], (cos, sin))
+    check(q, expected)
+
+
+@pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning")
+@pytest.mark.parametrize("name", ["easyanimate", "ltx2"])
+def test_tiny_family_forward_same_bits_with_and_without_the_fused_rope(name, monkeypatch):
+    """A whole tiny EasyAnimate / LTX-2 forward (bf16) under vidattn.apply: the kernel runs the RoPE (its launches
+    counted) and no output bit changes against diffusers' torch ops (VIDATTN_ROPE_KERNEL=0's path)."""
+    from pipelines.zoo import build_tiny
+    model, inputs = build_tiny(name)
+    model = model.to(DEV, torch.bfloat16)
+    inputs = {k: (v.to(DEV, torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() and v.dim() >= 3
+                  else v.to(DEV) if torch.is_tensor(v) else v) for k, v in inputs.items()}
+    launches, real = [], R._launch
+    monkeypatch.setattr(R, "_launch", lambda *a: launches.append(a[-1]) or real(*a))
+    handle = vidattn.apply(model)
+    try:
+        with torch.no_grad():
+            monkeypatch.setattr(R, "kernel_enabled", True)
+            fused = model(**inputs, return_dict=False)
+            n_fused = len(launches)
+            monkeypatch.setattr(R, "kernel_enabled", False)
+            stock = model(**inputs, return_dict=False)
+    finally:
+        handle.restore()
+    assert n_fused == {"easyanimate": 4, "ltx2": 16}[name] and len(launches) == n_fused
+    assert len(fused) == len(stock) == {"easyanimate": 1, "ltx2": 2}[name]  # LTX-2: video and audio
+    for a, b in zip(fused, stock):
+        check(a, b)
