@@ -31,6 +31,11 @@
 #   bash dev/device_session.sh X [budget_s]   # the fused RoPE's GPU tests and issue 26's envelope stage (O-in-V
 #                                             # routing, causal 1K-4K through CUDA graphs, D=256 at 1K), the
 #                                             # anchors compiling beside the library build
+#   bash dev/device_session.sh Y [budget_s]   # after the flips: the GPU tests they touch (causal routing, O-in-V,
+#                                             # V = ones bounds, RoPE in EasyAnimate/LTX-2), the D=256 boundary
+#                                             # variant's tests and A/B, the row-mass draws; anchors compiling beside
+#   bash dev/device_session.sh Z [budget_s]   # on the warm machine after Y: Wan 1.3B and Wan 14B 720p forwards,
+#                                             # SDPA / SDPA in vidattn's processors / exact / 8-bit / SageAttention2
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -276,6 +281,32 @@ X)
   timeout 200 bash dev/probes/envelope_ab.sh "$OUT/envelope" > "$OUT/envelope_stage.log" 2>&1; rc[envelope]=$?
   tail -40 "$OUT/envelope_stage.log"
   tar czf "$OUT/results.tar.gz" -C "$OUT" rope envelope anchors_build.log 2>/dev/null && rm -rf "$OUT"/{rope,envelope}
+  ;;
+Y)
+  anchors_ready
+  start_anchor_build $(( budget - 150 ))
+  build_lib
+  mkdir -p "$OUT/gpu"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_causal_gpu.py tests/test_head_dims_variants_gpu.py \
+    tests/test_8bit_gpu.py tests/test_rope_gpu.py -k "default_routing or o_in_v or narrow or score_conversions or \
+    turn_schedules or row_mass or ltx2 or easyanimate" > "$OUT/gpu/flips.log" 2>&1; rc[gpu_flips]=$?
+  tail -4 "$OUT/gpu/flips.log"
+  D256_STAGE
+  timeout 100 bash dev/q8_rowmass.sh "$OUT/rowmass" 3 100 > "$OUT/rowmass_stage.log" 2>&1; rc[rowmass]=$?
+  tail -16 "$OUT/rowmass_stage.log"
+  await_anchor_build 20
+  tar czf "$OUT/results.tar.gz" -C "$OUT" gpu d256 rowmass anchors_build.log 2>/dev/null && rm -rf "$OUT"/{gpu,d256,rowmass}
+  ;;
+Z)
+  build_lib
+  anchors_ready
+  timeout 150 python3 scripts/e2e_report.py --forward-only --preset 1.3b --precision both --processor-baseline \
+    --warmup 2 --iters 5 --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
+  grep -E "speedup|FAILED|error|NOTE|ms/forward" "$OUT/e2e13.log" | tail -12
+  OUT="$OUT/e2e14" E2E_ARGS=--processor-baseline timeout $(( $(left) - 5 )) bash dev/device_8bit_e2e.sh 14b \
+    $(( $(left) - 20 )) > "$OUT/e2e14.log" 2>&1
+  rc[e2e14]=$?; tail -14 "$OUT/e2e14.log"
+  tar_dirs e2e13 e2e14
   ;;
 W)
   build_lib
