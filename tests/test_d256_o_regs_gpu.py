@@ -41,22 +41,23 @@ def assert_ran_variant():
     assert (_ext.last_block_n(), _ext.last_o_path()) == (BLOCK_N, O_PATH)
 
 
-# (head dim, queries, keys): 1 key and 1 query; partial last key blocks (1023 = 12 x 80 + 63, 113, 77); rows past
-# seqlen_q in the last Q block (113, 1023, 200); 4224 x 4224 on 2 heads: 66 tiles, one partial round, the tail launch
-# (its split kernel is the O-in-V build's); head dim 200: columns 200..255 not stored (the poisoned pad stays NaN)
-CASES = ((256, 1, 1), (256, 113, 1023), (256, 1023, 113), (256, 200, 1), (256, 4224, 4224), (200, 113, 1023),
-         (200, 4224, 77))
+# (head dim, queries, keys, tail launch): 1 key and 1 query; partial last key blocks (879 = 10 x 80 + 79, 801, 113,
+# 77); rows past seqlen_q in the last Q block (113, 1023, 200). A partial last round of tiles with at least 12 key
+# blocks goes to the tail launch (capi.cu, plan_tail: its split kernel is the O-in-V build's, the variant's epilogue
+# does not run there), so the cases the variant must store are the ones without (asserted: tail False). Head dim
+# 200: columns 200..255 not stored (the poisoned pad stays NaN).
+CASES = ((256, 1, 1, False), (256, 113, 879, False), (256, 1023, 113, False), (256, 200, 1, False),
+         (256, 113, 1023, True), (256, 4224, 4224, True), (200, 113, 801, False), (200, 4224, 77, False))
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
-@pytest.mark.parametrize("d,sq,skv", CASES, ids=lambda x: str(x))
-def test_o_regs(d, sq, skv, layout):
+@pytest.mark.parametrize("d,sq,skv,tail", CASES, ids=lambda x: str(x))
+def test_o_regs(d, sq, skv, tail, layout):
     g, seed = new_gen()
     b, h = (1, 2) if sq >= 4096 else (2, 3)
     q, k, v = bshd_inputs(b, h, h, sq, skv, d, g, shift=sq == 113)
     with _ext.hd_narrow(SETTING):
-        check(q, k, v, f"D={d} O-regs {sq}x{skv} {layout} seed={seed}", layout,
-              expect_tail=True if sq == skv == 4224 else None)
+        check(q, k, v, f"D={d} O-regs {sq}x{skv} {layout} seed={seed}", layout, expect_tail=tail)
         assert_ran_variant()
 
 
@@ -64,7 +65,8 @@ def test_o_regs(d, sq, skv, layout):
 def test_o_regs_several_tiles_per_cta(skv):
     """2-3 tiles per CTA (9 heads x 33 tiles on 132 SMs) with 1, 2, odd and even key-block counts (1029: a last
     block of 69 keys): each tile's O leaves from registers while the next tile's V_0 loads into the stage the
-    O-in-V build would have stored O through."""
+    O-in-V build would have stored O through. (From 12 blocks the last 33 tiles go to the tail launch; the first
+    264 run on the variant, two per CTA.)"""
     g, seed = new_gen()
     q, k, v = bshd_inputs(1, 9, 9, 4224, skv, 256, g)
     with _ext.hd_narrow(SETTING):
@@ -130,8 +132,13 @@ def test_o_regs_redo_fp16_and_d192_refused():
     ref, _ = reference(q, k, v, scale)
     h16 = [t.half() for t in bshd_inputs(1, 3, 3, 1023, 777, 256, g)]
     q192, k192, v192 = bshd_inputs(1, 2, 2, 300, 300, 192, g)
+    # kv_lens of the full length: the same attention, but the plain schedule (the tail launch, which 6 tiles of 13
+    # blocks would take, runs the exact softmax and no redo)
+    full = torch.tensor([k.shape[1]], dtype=torch.int32, device=DEV)
     with _ext.hd_narrow(SETTING):
-        assert_accurate(vidattn.attention(q, k, v), ref, cudnn(q, k, v, scale), f"redo O-regs seed={seed}")
+        assert_accurate(vidattn.attention(q, k, v, kv_lens=full), ref, cudnn(q, k, v, scale),
+                        f"redo O-regs seed={seed}")
+        assert _ext.last_tail_splits() == 0
         assert_ran_variant()
         check(*h16, f"D=256 fp16 under the O-regs setting seed={seed}")
         assert (_ext.last_block_n(), _ext.last_o_path()) == (BLOCK_N, 1)
