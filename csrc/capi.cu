@@ -25,8 +25,11 @@ int g_d96_build = 0;
 // bf16 D=192 and 256: 0 picks wide or narrow by key count (pick_hd_narrow), 1 forces the narrow builds with the separate
 // O scratch, 2 the wide ones whose O goes through Q's buffer (tile_config.cuh kOInQ), 3 the O-in-V builds (the wide
 // widths, O through the V stages: kOInV; vidattn_sm90_set_hd_narrow: A/B timing). fp16 has the wide builds only.
+// 4: head dims 200..256 on the D=256 O-in-V build's variant that stores O from registers (kORegs; an A/B build, off
+// by default); bf16 head dims 136..192 are refused under 4 (no such D=192 build), fp16 runs wide as under 3.
 int g_hd_narrow = 0;
-// Where the epilogue of this thread's last launch staged O: 0 a scratch of its own, 1 Q's buffer, 2 the V stages.
+// Where the epilogue of this thread's last launch staged O: 0 a scratch of its own, 1 Q's buffer, 2 the V stages,
+// 3 nowhere (stored from registers: kORegs).
 thread_local int g_last_o_path = 0;
 // Head dims 72..96 (bf16, on the D=96 build): 0 picks the consumer warpgroup count by shape (pick_d96_three_wgs), 2 or
 // 3 forces it (vidattn_sm90_set_d96_warpgroups: tests and A/B timing). fp16 has the two-warpgroup build only.
@@ -242,6 +245,9 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
                                      &err);
   if (!ok) return fail(err);
   p.lse = a.lse;
+  p.o = static_cast<uint16_t*>(a.o);
+  for (int i = 0; i < 3; ++i) p.o_stride[i] = a.o_stride[i];
+  p.head_dim = static_cast<int>(a.head_dim);
   p.kv_lens = a.kv_lens;
   p.seqlen_q = static_cast<int>(a.seqlen_q);
   p.seqlen_kv = static_cast<int>(a.seqlen_kv);
@@ -256,7 +262,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/kBlockM) over 2^31)");
   p.num_m_blocks = static_cast<int>(m_blocks);
   g_last_block_n = T::kBlockN;
-  g_last_o_path = T::kOInV ? 2 : T::kOInQ ? 1 : 0;
+  g_last_o_path = T::kORegs ? 3 : T::kOInV ? 2 : T::kOInQ ? 1 : 0;
   // +1 KB to align the ring to 1024 B in-kernel (flash_fwd_kernel asserts that it fits)
   const size_t smem = dynamic_smem_bytes<kHeadDim, kWGs, kBN>();
   auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, false, kCausal>;
@@ -303,7 +309,8 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   }
   if constexpr (kCausal) return 0;
   if (tail.tiles == 0) return 0;
-  auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, true>;
+  // The tail launch stores partials (no epilogue of O): the O-from-registers build shares the O-in-V build's.
+  auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN & ~kORegsBuild, kFp16, true>;
   if (allow_smem(split_kernel, smem) != 0) return 1;
   const int64_t items = tail.tiles * tail.splits;
   p.tile_base = static_cast<int>(main_tiles);
@@ -362,7 +369,7 @@ bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
 #endif
 bool pick_hd_narrow(int64_t head_dim, int64_t seqlen_kv) {
   if (g_hd_narrow == 1 || g_hd_narrow == 2) return g_hd_narrow == 1;
-  if (g_hd_narrow == 3) return false;
+  if (g_hd_narrow >= 3) return false;
   return seqlen_kv <= (head_dim <= 192 ? VIDATTN_D192_NARROW_KV_MAX : VIDATTN_D256_NARROW_KV_MAX);
 }
 // The O-in-V builds (the wide widths, O through the V stages: tile_config.cuh, kOInV) for the calls the narrow pick
@@ -378,7 +385,7 @@ bool pick_hd_narrow(int64_t head_dim, int64_t seqlen_kv) {
 #define VIDATTN_D256_O_IN_V_KV_MAX (1 << 30)
 #endif
 bool pick_hd_o_in_v(int64_t head_dim, int64_t seqlen_kv) {
-  if (g_hd_narrow != 0) return g_hd_narrow == 3;
+  if (g_hd_narrow != 0) return g_hd_narrow >= 3;
   return seqlen_kv <= (head_dim <= 192 ? VIDATTN_D192_O_IN_V_KV_MAX : VIDATTN_D256_O_IN_V_KV_MAX);
 }
 
@@ -537,7 +544,7 @@ extern "C" int vidattn_sm90_set_d96_build(int build) {
 }
 
 extern "C" int vidattn_sm90_set_hd_narrow(int narrow) {
-  if (narrow < 0 || narrow > 3) return 1;
+  if (narrow < 0 || narrow > 4) return 1;
   g_hd_narrow = narrow;
   return 0;
 }
@@ -621,6 +628,10 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
       return a->head_dim <= 192 ? launch<192, 2, kD192Narrow, false>(*a, s, sms)
                                 : launch<256, 2, kD256Narrow, false>(*a, s, sms);
 #if VIDATTN_PINGPONG  // the O-in-V builds rely on the turn-taking (tile_config.cuh, kOInV): a build without runs wide
+    if (!fp16 && g_hd_narrow == 4) {
+      if (a->head_dim <= 192) return fail("VIDATTN_HD_NARROW=4 (O from registers) is built for head dims 200..256 only");
+      return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild + vidattn::sm90::kORegsBuild, false>(*a, s, sms);
+    }
     if (!fp16 && pick_hd_o_in_v(a->head_dim, a->seqlen_kv))
       return a->head_dim <= 192 ? launch<192, 2, kD192N + vidattn::sm90::kOInVBuild, false>(*a, s, sms)
                                 : launch<256, 2, kD256N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);

@@ -393,3 +393,43 @@ def test_parts_run_on_cpu_with_fakes(cpu_parts, tmp_path):
     text = ab.summary(tmp_path, CAPI)
     assert "O-in-V (sign test" in text and "D=128 threshold 4096 ->" in text and "wide: a " in text
     print(text)
+
+
+def test_ov_part_with_the_register_variant_on_cpu(cpu_parts, tmp_path, monkeypatch):
+    """--with-variant: the D=256 rows time "ovr" (VIDATTN_HD_NARROW=4) as one more side and judge it against "ov";
+    a library that runs something else there (O path not 3) fails the side instead of timing it."""
+    import contextlib
+
+    from vidattn import _ext
+    state = {"narrow": 0, "o_path": 3}
+
+    @contextlib.contextmanager
+    def hd_narrow(n, lib=None):
+        state["narrow"] = n
+        try:
+            yield
+        finally:
+            state["narrow"] = 0
+    monkeypatch.setattr(_ext, "hd_narrow", hd_narrow)
+    fixture_load = ab._load
+
+    def load(name):
+        mod = fixture_load(name)
+        if name == "hd_variants_ab":
+            mod.last_o_path = lambda: state["o_path"] if state["narrow"] == 4 else None
+        return mod
+    monkeypatch.setattr(ab, "_load", load)
+    args = ab.parse_args(["--part", "ov", "--out", str(tmp_path), "--rounds", "8", "--target-ms", "0.5",
+                          "--preheat-ms", "1", "--with-variant"])
+    ov = ab.run_ov(args)
+    r192, r256 = ov["rows"]
+    assert "ovr" not in r192["sides"] and r256["sides"][:4] == ["wide", "ov", "ovr", "cudnn"]
+    assert not r256["errors"], r256["errors"]
+    assert len(r256["spans"]["ovr"]) == 8 and r256["ovr_vs_ov"]["rounds"] == 8
+    assert "ovr_over_cudnn" in r256
+    assert "ovr (O from registers)" in ab.summary(tmp_path, CAPI)
+    state["o_path"] = 2  # a library from before the variant: setting 4 refused or ran the O-in-V build
+    ov = ab.run_ov(args)
+    assert "ovr" in ov["rows"][1]["errors"] and "ovr_vs_ov" not in ov["rows"][1]
+    plain = ab.parse_args(["--part", "ov", "--shapes", "D256 32K", "--with-variant"])
+    assert ab.plan(plain)["ov"]["shapes"] == ["D256 32K"]  # the plan counts only the shapes kept

@@ -139,7 +139,7 @@ class FakeLib:
         return 0
 
     def vidattn_sm90_set_hd_narrow(self, v):
-        if v not in (0, 1, 2, 3):
+        if v not in (0, 1, 2, 3, 4):
             return 1
         self.narrow = v
         return 0
@@ -156,7 +156,7 @@ def test_setters_pass_values_and_raise_on_refusal():
     with pytest.raises(ValueError, match="D=96 warpgroups"):
         _ext.set_d96_warpgroups(4, lib)
     with pytest.raises(ValueError, match="VIDATTN_HD_NARROW"):
-        _ext.set_hd_narrow(4, lib)
+        _ext.set_hd_narrow(5, lib)
     assert (lib.wgs, lib.narrow) == (3, 2)
     _ext.set_hd_narrow(3, lib)  # the O-in-V builds
     assert lib.narrow == 3 and _ext.last_o_path(lib) == 2
@@ -343,8 +343,9 @@ def test_o_in_v_is_a_forced_bf16_build_of_its_own():
                      r"vidattn::sm90::kOInVBuild, false>\(\*a, s, sms\)\s*: launch<256, 2, kD256N \+ "
                      r"vidattn::sm90::kOInVBuild, false>", src)
     # the pick never returns narrow under setting 3, and only settings 0..3 are accepted
-    assert "if (g_hd_narrow == 3) return false;" in src and "if (narrow < 0 || narrow > 3) return 1;" in src
-    assert "if (g_hd_narrow != 0) return g_hd_narrow == 3;" in src
+    # (4, the D=256 variant that stores O from registers, is an O-in-V build: tests/test_d256_o_regs.py)
+    assert "if (g_hd_narrow >= 3) return false;" in src and "if (narrow < 0 || narrow > 4) return 1;" in src
+    assert "if (g_hd_narrow != 0) return g_hd_narrow >= 3;" in src
     # the flag rides in kBN above any key-block width (at most 256), and the width is what the launcher reports
     flag = int(re.search(r"constexpr int kOInVBuild = 1 << (\d+);", cfg).group(1))
     assert 1 << flag > 256

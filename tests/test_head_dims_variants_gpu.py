@@ -112,7 +112,7 @@ def test_variant_switches_refuse_other_values():
     with pytest.raises(ValueError):
         _ext.set_d96_warpgroups(4)
     with pytest.raises(ValueError):
-        _ext.set_hd_narrow(4)
+        _ext.set_hd_narrow(5)
 
 
 # (batch, heads, query rows, head dim): the A/B's rows, shortened where the pick does not depend on the rest

@@ -377,7 +377,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       }
       const uint32_t t_wait = waits.start();
       ptx::mbarrier_wait(&s.v_empty[stage], phase ^ 1);
-      if constexpr (T::kOInV && !kSplit) {
+      if constexpr (T::kOInV && !T::kORegs && !kSplit) {
         // the previous tile left warpgroup j's O in the stage V_j goes to (consumer); once per tile, in tile order
         if (j < 2 && local > 0) ptx::mbarrier_wait(&s.o_done[j], (local - 1) & 1);
       }
@@ -942,6 +942,58 @@ __device__ __forceinline__ void store_o(const FwdParams& p, const TileCoord& tc,
   store_o_scaled<kHeadDim, kFp16, kSlots, kStride>(p, tc, warp_row0, scratch, o, inv);
 }
 
+// The 4 x 4 transpose of 32-bit words across a quad: lane q's w[j] becomes lane j's w[q]. Two exchanges (lanes 2
+// apart swap the off-diagonal 2 x 2 blocks, neighbours transpose each block), two shuffles each; the selects keep
+// every register index a constant (a dynamically indexed array would go to local memory).
+__device__ __forceinline__ void quad_transpose(uint32_t (&w)[4], int q) {
+  const bool hi = (q & 2) != 0, odd = (q & 1) != 0;
+  uint32_t a = __shfl_xor_sync(0xffffffff, hi ? w[0] : w[2], 2);
+  uint32_t b = __shfl_xor_sync(0xffffffff, hi ? w[1] : w[3], 2);
+  w[0] = hi ? a : w[0];
+  w[1] = hi ? b : w[1];
+  w[2] = hi ? w[2] : a;
+  w[3] = hi ? w[3] : b;
+  a = __shfl_xor_sync(0xffffffff, odd ? w[0] : w[1], 1);
+  b = __shfl_xor_sync(0xffffffff, odd ? w[2] : w[3], 1);
+  w[0] = odd ? a : w[0];
+  w[2] = odd ? b : w[2];
+  w[1] = odd ? w[1] : a;
+  w[3] = odd ? w[3] : b;
+}
+
+// The epilogue's O straight from registers (FwdTraits::kORegs; row sums already reduced over the quad): no shared
+// memory, so no V stage waits for it. A quad holds 8 columns of each 8-column group of its two rows, 4 bytes a lane;
+// after quad_transpose of 4 groups' words each lane holds one group's 16 contiguous bytes (lane q: group 4s + q), one
+// 16-byte store (a warp writes 64 contiguous bytes of each of 8 rows per store). Rows past seqlen_q and columns past
+// the caller's head dim (a multiple of 8, so a 16-byte piece is wholly in or out) are not stored, as TMA clips them.
+template <int kHeadDim, bool kFp16>
+__device__ __forceinline__ void store_o_regs(const FwdParams& p, const TileCoord& tc, int warp_row0,
+                                             const float (&o)[kHeadDim / 2], const float (&row_sum)[2]) {
+  static_assert(kHeadDim % 32 == 0, "store_o_regs: whole sets of 4 column groups");
+  const int lane = ptx::lane_id(), q = lane % 4;
+  float inv[2];
+  inv_row_sums(row_sum, inv);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp_row0 + lane / 4 + 8 * r;
+    uint16_t* out = p.o + tc.batch * p.o_stride[0] + static_cast<int64_t>(row) * p.o_stride[1] +
+                    tc.head * p.o_stride[2] + 8 * q;
+    const bool row_in = row < p.seqlen_q;
+#pragma unroll
+    for (int set = 0; set < kHeadDim / 32; ++set) {
+      uint32_t w[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int g = 4 * set + j;
+        w[j] = ptx::pack2<kFp16>(o[4 * g + 2 * r] * inv[r], o[4 * g + 2 * r + 1] * inv[r]);
+      }
+      quad_transpose(w, q);
+      if (row_in && 32 * set + 8 * q < p.head_dim)
+        *reinterpret_cast<uint4*>(out + 32 * set) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+
 // Each row's LSE, if asked (row sums already reduced over the quad).
 __device__ __forceinline__ void write_lse(const FwdParams& p, const TileCoord& tc, int warp_row0, int lane,
                                           const float (&row_max)[2], const float (&row_sum)[2]) {
@@ -1279,6 +1331,11 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
       // completed (the wgmma waits before O was read), and the other warpgroup reads only its own rows.
       finish_tile<kHeadDim, kWGs, kBN, kFp16>(
           p, w.tc, cwg, warp, lane, s.q[qb] + (cwg * T::kRowsPerWG + warp * 16) * kChunkCols, o, row_max, row_sum);
+    } else if constexpr (T::kORegs) {
+      // Nothing staged: no stage to wait for, no o_done to signal (the producer does not wait for it).
+      const int row0 = warp_first_row<kHeadDim, kWGs, kBN>(w.tc, cwg, warp);
+      store_o_regs<kHeadDim, kFp16>(p, w.tc, row0, o, row_sum);
+      write_lse(p, w.tc, row0, lane, row_max, row_sum);
     } else if constexpr (T::kOInV) {
       // Warpgroup 0 writes into the stage of the block before last (`start` now: the next tile's V_0 goes there),
       // warpgroup 1 into the last block's, each once both warpgroups have released the stage's last fill (v_empty,

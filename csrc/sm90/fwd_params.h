@@ -44,6 +44,13 @@ struct FwdParams {
   int causal_group;
   int causal_pairs;
   int causal_first_group;
+  // The O-from-registers build only (FwdTraits::kORegs, store_o_regs): the output (B, Sq, H, D) with the caller's
+  // (batch, seq, head) strides in elements (multiples of 8, the base 16-byte aligned: vidattn_sm90_fwd checks), and
+  // the caller's head dim (a multiple of 8): the columns past it are not stored. Last in the struct, so that the
+  // other builds' parameter offsets stay where they were.
+  uint16_t* o;
+  int64_t o_stride[3];
+  int head_dim;
 };
 
 }  // namespace vidattn::sm90

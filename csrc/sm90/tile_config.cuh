@@ -184,6 +184,9 @@ constexpr int default_block_n(int head_dim) {
 // key-block width plus this flag. A flag in the width rather than a fourth template parameter, so that the kernel's
 // many <kHeadDim, kWGs, kBN> signatures stay as they are.
 constexpr int kOInVBuild = 1 << 12;
+// The D=256 O-in-V build's variant whose epilogue stores O from registers (FwdTraits::kORegs; capi.cu,
+// vidattn_sm90_set_hd_narrow(4)): kBN is its width plus kOInVBuild plus this flag.
+constexpr int kORegsBuild = 1 << 13;
 
 // Shared-memory columns of a head dim: whole 64-column chunks (D=96 takes two, its second half zero-filled).
 constexpr int padded_head_dim(int head_dim) { return (head_dim + kChunkCols - 1) / kChunkCols * kChunkCols; }
@@ -215,6 +218,12 @@ struct FwdTraits {
   // KV tile: S (64 x kBlockN fp32), P (kBlockN/2 packed 16-bit) and O (64 x D fp32) all live in registers;
   // at D=128, N=128 that is 64 + 32 + 64 of the consumers' 240.
   static constexpr int kBlockN = kBN % kOInVBuild;
+  // kORegs (kBN carries kORegsBuild, an O-in-V build): O leaves the epilogue from registers, 16-byte global stores
+  // after a quad transpose (store_o_regs), instead of TMA stores out of the V stages. No V stage then waits for O's
+  // stores (o_done), so the next tile's V_0 loads during this tile's last block, as K_0 does (dev/NOTES.md, "The
+  // D=256 boundary: O from registers"). The V stages, Q and the ring are the O-in-V build's.
+  static constexpr bool kORegs = (kBN & kORegsBuild) != 0;
+  static_assert(!kORegs || (kBN & kOInVBuild) != 0, "O from registers: an O-in-V build's variant");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN: a wgmma N, multiple of 16, at most 256");
   // As many K+V stages as shared memory holds next to Q (up to 4): at D=128, N=128 that is Q 32 KB + 2 x 64 KB.
   static constexpr int kQBytes = kBlockM * kHeadDimPad * 2;

@@ -84,10 +84,11 @@ def plan(args) -> dict:
     lead_ms = 1.0
     out = {}
     if "ov" in args.parts:
-        sides = 3 + 2  # routed, ov, wide (or narrow), cudnn, fa3
-        per = [1.5 + args.preheat_ms / 1e3 + args.rounds * sides * 2 * (max(args.target_ms, 24.0) + lead_ms) / 1e3
-               for _ in OV_SHAPES]
-        out["ov"] = {"shapes": [x[0] for x in OV_SHAPES], "rounds": args.rounds, "est_s": sum(per)}
+        shapes = [x for x in OV_SHAPES if not getattr(args, "shapes", None) or x[0] in args.shapes]
+        # routed, ov, wide (or narrow), cudnn, fa3; and the register variant at D=256 (--with-variant)
+        per = [1.5 + args.preheat_ms / 1e3 + args.rounds * (5 + (getattr(args, "with_variant", False) and x[4] == 256))
+               * 2 * (max(args.target_ms, 24.0) + lead_ms) / 1e3 for x in shapes]
+        out["ov"] = {"shapes": [x[0] for x in shapes], "rounds": args.rounds, "est_s": sum(per)}
     if "causal" in args.parts:
         shapes = CAUSAL_SHAPES + IMBALANCE_SHAPES
         per = [1.0 + args.causal_rounds * 2 * 2 * (args.causal_target_ms + lead_ms) / 1e3 for _ in shapes]
@@ -132,6 +133,19 @@ def write_json(out: Path | None, name: str, data: dict) -> None:
 # part ov
 
 
+# --with-variant: the D=256 O-in-V build's variant that stores O from registers (csrc/sm90/flash_fwd.cuh,
+# store_o_regs; VIDATTN_HD_NARROW=4, last_o_path 3) as one more side, "ovr", judged against "ov" by the same sign
+# test (dev/NOTES.md, "The D=256 boundary: O from registers").
+VARIANT_SIDE, VARIANT_SETTING, VARIANT_O_PATH = "ovr", 4, 3
+
+
+def side_context(x: str, timer):
+    if x == VARIANT_SIDE:
+        from vidattn import _ext
+        return _ext.hd_narrow(VARIANT_SETTING)
+    return timer.backend_context(x)
+
+
 def run_ov(args) -> dict:
     import torch
     timer = _load("hd_variants_ab")
@@ -150,6 +164,7 @@ def run_ov(args) -> dict:
         sets = [tuple(torch.randn(b, s, h, d, device=DEVICE, generator=g, dtype=torch.bfloat16) for _ in range(3))
                 for _ in range(timer.n_sets(4 * b * s * h * d * 2, l2))]
         calls = {x: timer.make_call(x, sets) for x in ("wide", "narrow", "ov", "cudnn", "fa3", "default")}
+        calls[VARIANT_SIDE] = calls["ov"]  # the same plain call; the setting picks the build
         with timer.backend_context("cudnn"):
             ref = calls["cudnn"](0).transpose(1, 2)
         calls["default"](0)
@@ -157,6 +172,8 @@ def run_ov(args) -> dict:
         routed = timer.default_side(d, _ext.last_block_n(), timer.last_o_path()) or "wide"
         base = routed if routed != "ov" else "wide"  # the side O-in-V is judged against
         sides = list(dict.fromkeys([base, "ov", "wide"])) + ["cudnn"]
+        if getattr(args, "with_variant", False) and d == 256:
+            sides.insert(sides.index("cudnn"), VARIANT_SIDE)
         if fa3_reason is None and anchor_impls.supports("fa3", d, h, h) is None:
             sides.append("fa3")
         row = {"shape": name, "b": b, "h": h, "s": s, "d": d, "flops": timer.flops(b, h, s, d), "routed": routed,
@@ -165,7 +182,7 @@ def run_ov(args) -> dict:
         one = {}
         for x in sides:
             try:
-                with timer.backend_context(x):
+                with side_context(x, timer):
                     out = calls[x](0)
                     torch.cuda.synchronize()
                     refused = timer.take_launch_error()
@@ -176,6 +193,10 @@ def run_ov(args) -> dict:
                         want = timer.SIDE_O_PATH.get(x)
                         if want is not None and timer.last_o_path() not in (None, want):
                             raise RuntimeError(f"ran with O path {timer.last_o_path()}, not {want}")
+                    if x == VARIANT_SIDE:
+                        row["block_n"][x] = _ext.last_block_n()
+                        if timer.last_o_path() != VARIANT_O_PATH:  # a library without the variant ran something else
+                            raise RuntimeError(f"ran with O path {timer.last_o_path()}, not {VARIANT_O_PATH}")
                     one[x] = timer.time_back_to_back(calls[x], len(sets), span)
                     row["host_us"][x] = host_us(calls[x], len(sets))
                 if x != "cudnn":
@@ -192,7 +213,7 @@ def run_ov(args) -> dict:
         spans = {x: [[] for _ in range(args.rounds)] for x in live}
         for r in range(args.rounds):
             for x in rules.palindrome(live, r):
-                with timer.backend_context(x):
+                with side_context(x, timer):
                     spans[x][r].append(timer.time_back_to_back(calls[x], row["calls"][x], span, first=r))
         refused = timer.take_launch_error()
         if refused is not None:
@@ -205,14 +226,17 @@ def run_ov(args) -> dict:
             row["ov_vs_base"] = rules.verdict(rules.round_ratios(spans, base, "ov"))
         if "ov" in live and "wide" in live and base != "wide":
             row["ov_vs_wide"] = rules.verdict(rules.round_ratios(spans, "wide", "ov"))
+        if VARIANT_SIDE in live and "ov" in live:
+            row["ovr_vs_ov"] = rules.verdict(rules.round_ratios(spans, "ov", VARIANT_SIDE))
         for anchor in ("fa3", "cudnn"):
-            for x in (base, "ov"):
+            for x in (base, "ov", VARIANT_SIDE):
                 if anchor in live and x in live:
                     row[f"{x}_over_{anchor}"] = statistics.median(rules.round_ratios(spans, anchor, x))
         result["rows"].append(row)
         v = row.get("ov_vs_base")
         print(f"{name}: " + ", ".join(f"{x} {row['tflops'][x]:.0f}" for x in live) + f"; routed {routed}; "
               + (f"ov vs {base}: {rules.describe(v)}" if v else "no verdict")
+              + (f"; ovr vs ov: {rules.describe(row['ovr_vs_ov'])}" if row.get("ovr_vs_ov") else "")
               + (f"; errors {row['errors']}" if row["errors"] else ""), flush=True)
         del sets, ref, calls
         torch.cuda.empty_cache()
@@ -498,6 +522,13 @@ def summary(folder: Path, capi_text: str) -> str:
                          f"{q(b + '_over_cudnn'):>12s} | {q('ov_over_cudnn'):>8s} | "
                          f"{rules.describe(v) if v else 'no verdict'}"
                          + (f" | errors {r['errors']}" if r.get("errors") else ""))
+        for r in res["rows"]:
+            if r.get("ovr_vs_ov"):  # --with-variant
+                t = r["tflops"]
+                lines.append(f"  {r['shape']:9s} ovr (O from registers) {t.get('ovr', 0):.0f} TF, "
+                             f"/FA3 {r.get('ovr_over_fa3', float('nan')):.3f}, "
+                             f"/cuDNN {r.get('ovr_over_cudnn', float('nan')):.3f}, "
+                             f"ovr vs ov: {rules.describe(r['ovr_vs_ov'])}")
         dec = ov_decision(res, capi_text)
         lines += ["  decision: " + ("; ".join(dec["edits"]) if dec["edits"] else "no change (no constant moves)")]
         lines += [f"  note: {n}" for n in dec["notes"] + dec["unroutable"]]
@@ -563,6 +594,8 @@ def parse_args(argv=None):
     ap.add_argument("--causal-target-ms", type=float, default=6.0, help="GPU time per graph replay (causal)")
     ap.add_argument("--preheat-ms", type=float, default=500.0)
     ap.add_argument("--shapes", nargs="*", help="names to keep (ov: 'D256 1K'; causal: '4x16x1024 D128')")
+    ap.add_argument("--with-variant", action="store_true",
+                    help="ov part: the D=256 O-from-registers build (VIDATTN_HD_NARROW=4) as side 'ovr', against 'ov'")
     args = ap.parse_args(argv)
     args.parts = PARTS if args.part == "all" else (args.part,)
     if args.rounds < rules.MIN_ROUNDS or args.causal_rounds < rules.MIN_ROUNDS:
