@@ -291,10 +291,16 @@ Y)
     tests/test_8bit_gpu.py tests/test_rope_gpu.py -k "default_routing or o_in_v or narrow or score_conversions or \
     turn_schedules or row_mass or ltx2 or easyanimate" > "$OUT/gpu/flips.log" 2>&1; rc[gpu_flips]=$?
   tail -4 "$OUT/gpu/flips.log"
-  D256_STAGE
+  mkdir -p "$OUT/d256/ab"
+  timeout 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_d256_o_regs_gpu.py \
+    tests/test_head_dims_variants_gpu.py::test_variant_switches_refuse_other_values > "$OUT/d256/tests.log" 2>&1
+  rc[d256_tests]=$?; tail -3 "$OUT/d256/tests.log"
+  await_anchor_build 200
+  timeout 70 python3 dev/probes/envelope_ab.py --part ov --shapes "D256 1K" "D256 8K" "D256 32K" --with-variant \
+    --out "$OUT/d256/ab" > "$OUT/d256/ab/ov.log" 2>&1; rc[d256_ab]=$?
+  tail -12 "$OUT/d256/ab/ov.log"
   timeout 100 bash dev/q8_rowmass.sh "$OUT/rowmass" 3 100 > "$OUT/rowmass_stage.log" 2>&1; rc[rowmass]=$?
   tail -16 "$OUT/rowmass_stage.log"
-  await_anchor_build 20
   tar czf "$OUT/results.tar.gz" -C "$OUT" gpu d256 rowmass anchors_build.log 2>/dev/null && rm -rf "$OUT"/{gpu,d256,rowmass}
   ;;
 Z)
