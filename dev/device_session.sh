@@ -309,7 +309,7 @@ Z)
   timeout 150 python3 scripts/e2e_report.py --forward-only --preset 1.3b --precision both --processor-baseline \
     --warmup 2 --iters 5 --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
   grep -E "speedup|FAILED|error|NOTE|ms/forward" "$OUT/e2e13.log" | tail -12
-  OUT="$OUT/e2e14" E2E_ARGS=--processor-baseline timeout $(( $(left) - 5 )) bash dev/device_8bit_e2e.sh 14b \
+  OUT="$OUT/e2e14" E2E_ARGS="--processor-baseline --precision 8bit" timeout $(( $(left) - 5 )) bash dev/device_8bit_e2e.sh 14b \
     $(( $(left) - 20 )) > "$OUT/e2e14.log" 2>&1
   rc[e2e14]=$?; tail -14 "$OUT/e2e14.log"
   tar_dirs e2e13 e2e14
