@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # vidattn from this tree (the device has no install)
 import q8_emulate as E  # noqa: E402
 
 import vidattn  # noqa: E402
