@@ -34,7 +34,7 @@
 #   bash dev/device_session.sh Y [budget_s]   # after the flips: the GPU tests they touch (causal routing, O-in-V,
 #                                             # V = ones bounds, RoPE in EasyAnimate/LTX-2), the D=256 boundary
 #                                             # variant's tests and A/B, the row-mass draws; anchors compiling beside
-#   bash dev/device_session.sh Z [budget_s]   # on the warm machine after Y: Wan 1.3B and Wan 14B 720p forwards,
+#   bash dev/device_session.sh T [budget_s]   # on the warm machine after Y: Wan 1.3B and Wan 14B 720p forwards,
 #                                             # SDPA / SDPA in vidattn's processors / exact / 8-bit / SageAttention2
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
@@ -303,7 +303,7 @@ Y)
   tail -16 "$OUT/rowmass_stage.log"
   tar czf "$OUT/results.tar.gz" -C "$OUT" gpu d256 rowmass anchors_build.log 2>/dev/null && rm -rf "$OUT"/{gpu,d256,rowmass}
   ;;
-Z)
+T)
   build_lib
   anchors_ready
   timeout 150 python3 scripts/e2e_report.py --forward-only --preset 1.3b --precision both --processor-baseline \

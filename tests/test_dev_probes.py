@@ -316,3 +316,14 @@ def test_rope_probe_reference_is_the_tests_one():
     from test_rope import diffusers_wan_rope
     body = lambda f: [line.strip() for line in inspect.getsource(f).splitlines() if "import" not in line][2:]  # noqa: E731
     assert body(probe.diffusers_wan_rope) == body(diffusers_wan_rope)
+
+
+def test_device_session_stage_letters_are_unique_and_documented():
+    """A stage letter used twice runs the first case only (bash `case`): the fifth sitting's call 'Z' ran an old
+    stage that way, and the new one never ran."""
+    import re
+    text = (ROOT / "dev/device_session.sh").read_text()
+    cases = re.findall(r"^([A-Z])\)$", text, flags=re.M)
+    assert len(cases) == len(set(cases)), sorted(c for c in cases if cases.count(c) > 1)
+    documented = re.findall(r"^#   bash dev/device_session\.sh ([A-Z]) \[budget_s\]", text, flags=re.M)
+    assert sorted(documented) == sorted(cases)
