@@ -7,7 +7,8 @@
 While active it wraps three things (and puts them back on exit):
   - `vidattn.ops.attention`, what every vidattn processor calls: each call is asked `vidattn.explain` with the
     same tensors and arguments; None means the kernel ran it ("kernel"), a reason means the op ran SDPA
-    ("fallback", with that reason);
+    ("fallback", with that reason), except an 8-bit call that the exact kernel runs instead ("kernel", the reason
+    kept: which kernel and why);
   - `vidattn.ops.warn_fallback`, which a processor calls right before sending a call it cannot give the op
     (a mask that is not a key prefix, context parallelism) to diffusers' dispatch or SDPA: the SDPA call that
     follows is counted as "fallback" with that reason;
@@ -38,12 +39,22 @@ class AttentionCensus:
         from vidattn import ops
 
         layout = kw.get("layout", "bshd")
+        args = {n: a for n, a in kw.items() if n != "return_lse"}
+        kind = "kernel"
         try:
-            reason = ops.explain(q, k, v, **{n: a for n, a in kw.items() if n != "return_lse"})
+            reason = ops.explain(q, k, v, **args)
+            if reason is not None:
+                kind = "fallback"
+                # An 8-bit call the 8-bit kernel does not take runs the exact kernel when that one takes it (explain's
+                # reason then ends "the exact kernel runs instead"): the kernel ran, the reason says which one.
+                from vidattn.precision import resolve_precision
+                if resolve_precision(kw.get("precision")) == "8bit" and \
+                        ops.explain(q, k, v, **{**args, "precision": "exact"}) is None:
+                    kind = "kernel"
         except Exception as exc:  # noqa: BLE001 - a census must never take a run down
-            reason = f"explain() failed: {type(exc).__name__}: {exc}"
+            kind, reason = "fallback", f"explain() failed: {type(exc).__name__}: {exc}"
         lens = kw.get("kv_lens")
-        self.records.append({"kind": "kernel" if reason is None else "fallback", "reason": reason,
+        self.records.append({"kind": kind, "reason": reason,
                              "via": "vidattn.attention", "layout": layout, "q": _shape(q), "k": _shape(k),
                              "dtype": str(q.dtype).replace("torch.", ""),
                              "kv_lens": lens is not None})
