@@ -38,18 +38,6 @@ SHAPES = {
 }
 
 
-def diffusers_wan_rope(hidden_states, freqs_cos, freqs_sin):
-    """diffusers 0.42.1 WanAttnProcessor's nested apply_rotary_emb (tests/test_rope.py checks it is verbatim)."""
-    import torch
-    x1, x2 = hidden_states.unflatten(-1, (-1, 2)).unbind(-1)
-    cos = freqs_cos[..., 0::2]
-    sin = freqs_sin[..., 1::2]
-    out = torch.empty_like(hidden_states)
-    out[..., 0::2] = x1 * cos - x2 * sin
-    out[..., 1::2] = x1 * sin + x2 * cos
-    return out.type_as(hidden_states)
-
-
 def time_ms(fn, reps: int, flush) -> float:
     import torch
     for _ in range(3):
@@ -85,7 +73,8 @@ def case(name: str, spec: dict, reps: int, flush) -> dict:
             x = torch.randn(b, s, 3 * h * d, device="cuda", generator=g).bfloat16().chunk(3, -1)[1].unflatten(2, (h, d))
         else:
             x = torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16()
-        stock = lambda: diffusers_wan_rope(x, cos, sin)  # noqa: E731
+        # diffusers WanAttnProcessor's own torch ops, in its order (tests/test_rope.py pins rope_reference to them)
+        stock = lambda: rotary.rope_reference(x, cos, sin, "wan")  # noqa: E731
         fused = lambda: vidattn.rope(x, cos, sin)  # noqa: E731
         explain = vidattn.rope_explain(x, cos, sin)
         out_s, out_f = stock(), fused()
