@@ -119,14 +119,17 @@ def _tables_4d(cos: torch.Tensor, layout: str) -> torch.Tensor:
     return cos
 
 
+def _broadcasts_onto(shape, x_shape) -> bool:
+    """Whether a tensor of `shape` broadcasts against x_shape to exactly x_shape (not to something larger)."""
+    try:
+        return torch.broadcast_shapes(shape, x_shape) == x_shape
+    except RuntimeError:
+        return False
+
+
 def _table_view(t: torch.Tensor, x_shape) -> Optional[torch.Tensor]:
     """t (4-D, bshd) expanded to x's (B, S, H, D) shape, or None when it does not broadcast to exactly that."""
-    try:
-        if torch.broadcast_shapes(t.shape, x_shape) != x_shape:
-            return None
-    except RuntimeError:
-        return None
-    return t.expand(x_shape)
+    return t.expand(x_shape) if _broadcasts_onto(t.shape, x_shape) else None
 
 
 def _rows_aligned(t: torch.Tensor, dims: int, elems: int) -> bool:
@@ -272,11 +275,7 @@ def _validate(x, cos, sin, mode, layout, fn):
         raise ValueError(f"{fn}: cos and sin must have one shape, got {tuple(cos.shape)} and {tuple(sin.shape)}")
     if cos.dim() not in (2, 4):
         raise ValueError(f"{fn}: cos/sin must be (S, D) or 4-D broadcastable to x, got {tuple(cos.shape)}")
-    try:
-        shape = torch.broadcast_shapes(x.shape, _tables_4d(cos, layout).shape)
-    except RuntimeError:
-        shape = None
-    if shape != x.shape:
+    if not _broadcasts_onto(_tables_4d(cos, layout).shape, x.shape):
         raise ValueError(f"{fn}: cos/sin of shape {tuple(cos.shape)} must broadcast to x's shape {tuple(x.shape)} "
                          f"({layout})")
 
@@ -326,13 +325,6 @@ def apply_rotary_emb(x: torch.Tensor, freqs_cis, use_real: bool = True, use_real
                         layout="bshd" if sequence_dim == 1 else "bhsd")
     from diffusers.models.embeddings import apply_rotary_emb as stock
     return stock(x, freqs_cis, use_real=use_real, use_real_unbind_dim=use_real_unbind_dim, sequence_dim=sequence_dim)
-
-
-def _broadcasts_onto(shape, x_shape) -> bool:
-    try:
-        return torch.broadcast_shapes(shape, x_shape) == x_shape
-    except RuntimeError:
-        return False
 
 
 def ltx_apply_rotary_emb(x: torch.Tensor, freqs) -> torch.Tensor:
