@@ -26,8 +26,9 @@ namespace {
 // (q8_consumer_seq: three warpgroups, no spills; schedule 1), and schedule 3: the sequential schedule with the
 // exponentials in round-robin turns among the warpgroups (one at a time on MUFU), D=128 only, built with conversion 2
 // and mode 0 only.
-// Built, each for bf16 and fp16 (18 kernels): D=128 mode 0 on schedule 1 (I2F, and conversion 2: the earlier
-// default, the A/B's reference) and on schedule 3 with conversion 2; D=64 modes 0 and 1 on the three-warpgroup
+// Built, each for bf16 and fp16 (22 kernels; 4 of them v10's modes 1 and 2 of schedule 3, below): D=128 mode 0
+// on schedule 1 (I2F, and conversion 2: the earlier default, the A/B's reference) and on schedule 3 with
+// conversion 2; D=64 modes 0 and 1 on the three-warpgroup
 // ping-pong and the sequential schedule, mode 1 on the sequential schedule with conversion 1, and mode 1 on the
 // two-warpgroup ping-pong (slower, but spill-free: the sanitizer cases' contrast to the spilling three-warpgroup
 // build). The I2F builds stay as the A/B's reference and for the forced variants.
@@ -76,6 +77,18 @@ static_assert(VIDATTN_Q8_SEQ_D64 == 0 || VIDATTN_Q8_SEQ_D64 == 1, "D=64 builds t
 #ifndef VIDATTN_Q8_PREP
 #define VIDATTN_Q8_PREP 1
 #endif
+// v10 (dev/NOTES_8bit.md "v10 (prepared, not measured)"), fewer instructions per key block at D=128, schedule 3
+// (conversion 2, row-sum mode 0, three warpgroups), for its A/B: 0 off (the default); 1 the wgmma descriptors built
+// by increments (q8_fwd.cuh's kDescInc 2: 546 SASS instructions per warp and block instead of 573, the same
+// arithmetic); 2 that (kDescInc 1: K and V only, Q's would spill) with the lazy reference max (kLazy 2: no row max
+// on blocks whose p stays in range, 532 per block, 980 for a block that is redone). Forced by vidattn_q8_set_v10 (a
+// forced mode where it is not built is refused) or VIDATTN_Q8_V10 (read once; where it is not built, 0 runs).
+#ifndef VIDATTN_Q8_V10
+#define VIDATTN_Q8_V10 0
+#endif
+static_assert(VIDATTN_Q8_V10 >= 0 && VIDATTN_Q8_V10 <= 2, "v10: 0 (off), 1 descriptors, 2 descriptors + lazy max");
+int g_q8_v10 = -1;                   // -1: the default; 0, 1, 2: forced
+thread_local int g_q8_last_v10 = -1;
 int g_q8_prep = -1;                  // -1: the default; 0 three launches, 1 statistics and Q fused, 2 Q in the kernel
 thread_local int g_q8_last_prep = -1;
 int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
@@ -155,6 +168,11 @@ int q8_mode_asked() {
                                         0, 5);
   return g_q8_sum_mma < 0 ? env : g_q8_sum_mma;
 }
+// The v10 mode later launches ask for (forced, else the environment's, else the build default).
+inline int q8_v10_asked() {
+  static const int env = q8_env_default("VIDATTN_Q8_V10", VIDATTN_Q8_V10, 0, 2);
+  return g_q8_v10 < 0 ? env : g_q8_v10;
+}
 template <int kD>
 int q8_cvt_asked() {
   static const int env = q8_env_default("VIDATTN_Q8_CVT", kD == 64 ? VIDATTN_Q8_CVT_D64 : VIDATTN_Q8_CVT_D128, 0, 2);
@@ -165,7 +183,8 @@ int q8_cvt_asked() {
 // kPoly (modes 4, 5) is 0 in every build (q8_dispatch launches none with it).
 // kTurns (the sequential schedule's round-robin turns): 0 none (schedule 1), 1 around the S issues (schedule 2, no
 // longer built), 2 around the exponentials (schedule 3, D=128).
-template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, int kTurns = 0, int kCvt = 0, int kPoly = 0>
+template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, int kTurns = 0, int kCvt = 0, int kPoly = 0,
+          int kLazy = 0, int kDescInc = 0>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
   using T = Q8Traits<kD, kWGs>;
@@ -260,12 +279,14 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
   const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
-  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, kPoly, kTurns == 1, kCvt, kTurns == 2>;
+  auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, kPoly, kTurns == 1, kCvt, kTurns == 2, kLazy,
+                              kDescInc>;
   if (allow_smem(kernel, smem) != 0) return 1;
   g_q8_last_wgs = kWGs;
   g_q8_last_sum_mma = kPoly == 2 ? 4 : (kSumMma ? 1 : 0);
   g_q8_last_seq = kSeq ? 1 + kTurns : 0;
   g_q8_last_cvt = kCvt;
+  g_q8_last_v10 = kDescInc == 0 ? 0 : (kLazy > 0 ? 2 : 1);
   kernel<<<dim3(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
                 static_cast<unsigned>(a.batch)),
            T::kThreads, smem, stream>>>(p);
@@ -293,9 +314,18 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
     if (cvt != kCvtWon || mode != 0)
       return fail("8-bit path: schedule 3 is built with score conversion 2 and row-sum mode 0 only at head dim 128 "
                   "(asked: conversion " + std::to_string(cvt) + ", mode " + std::to_string(mode) + ")");
-    return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2>(a, l, s)
-                : q8_launch<kD, 3, false, false, kSeq, kTurns, 2>(a, l, s);
+    switch (q8_v10_asked()) {
+      case 1: return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2>(a, l, s)
+                          : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2>(a, l, s);
+      case 2: return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 2, 1>(a, l, s)
+                          : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 2, 1>(a, l, s);
+      default: return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2>(a, l, s)
+                           : q8_launch<kD, 3, false, false, kSeq, kTurns, 2>(a, l, s);
+    }
   }
+  if (g_q8_v10 > 0)
+    return fail("8-bit path: v10 (set_v10: descriptor increments, lazy reference max) is built for head dim 128 on "
+                "schedule 3 with score conversion 2 and row-sum mode 0 only");
   // (Below: schedule 1 and the ping-pong; for the turn schedules it is never reached and instantiates nothing new.)
   if (cvt != 0 && !(kCvtBuilt && cvt == kCvtWon && (kD == 128 || mode == 1))) {
     if (g_q8_cvt > 0)
@@ -382,6 +412,7 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   g_q8_last_seq = -1;
   g_q8_last_cvt = -1;
   g_q8_last_prep = -1;
+  g_q8_last_v10 = -1;
   switch (a->head_dim) {
     case 64: {
       // (VIDATTN_Q8_SEQ=3, for a D=128 A/B, leaves D=64 on its default; a forced schedule 3 or 2 is refused.)
@@ -483,3 +514,15 @@ extern "C" int vidattn_q8_set_prep(int prep) {
 
 // The pre-pass of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_prep's; -1: none launched).
 extern "C" int vidattn_q8_last_prep(void) { return g_q8_last_prep; }
+
+// The v10 mode of later 8-bit launches: 0 off, 1 the wgmma descriptors by increments, 2 that with the lazy reference
+// max (built for head dim 128 on schedule 3, conversion 2, row-sum mode 0 only; a forced mode elsewhere is refused),
+// or the default (-1). For tests and A/B timing; returns 0, or 1 for any other value (nothing changes).
+extern "C" int vidattn_q8_set_v10(int mode) {
+  if (mode < -1 || mode > 2) return 1;
+  g_q8_v10 = mode;
+  return 0;
+}
+
+// The v10 mode of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_v10's; -1: none launched).
+extern "C" int vidattn_q8_last_v10(void) { return g_q8_last_v10; }

@@ -36,6 +36,11 @@
 #                                             # variant's tests and A/B, the row-mass draws; anchors compiling beside
 #   bash dev/device_session.sh T [budget_s]   # on the warm machine after Y: Wan 1.3B and Wan 14B 720p forwards,
 #                                             # SDPA / SDPA in vidattn's processors / exact / 8-bit / SageAttention2
+#   bash dev/device_session.sh U [budget_s]   # v10 of the 8-bit kernel (descriptor increments, lazy max): its GPU
+#                                             # tests and A/B; the causal default-routing test; the row-mass draws;
+#                                             # the anchors compiling beside
+#   bash dev/device_session.sh N [budget_s]   # on the warm machine after U (VIDATTN_Q8_V10 as U's verdict): Wan 1.3B
+#                                             # and Wan 14B 720p forwards, every path; D=256 1K and D=192 32K again
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -313,6 +318,39 @@ T)
     $(( $(left) - 20 )) > "$OUT/e2e14.log" 2>&1
   rc[e2e14]=$?; tail -14 "$OUT/e2e14.log"
   tar_dirs e2e13 e2e14
+  ;;
+U)
+  anchors_ready
+  start_anchor_build $(( budget - 150 ))
+  build_lib
+  mkdir -p "$OUT/halves" "$OUT/gpu"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_8bit_v10_gpu.py > "$OUT/halves/pytest_v10.log" 2>&1
+  rc[v10_tests]=$?; tail -3 "$OUT/halves/pytest_v10.log"
+  OUT="$OUT/halves" timeout 200 python3 dev/q8_v10_ab.py --passes 6 --reps 16 --budget 110 --sharp \
+    > "$OUT/halves/q8_v10_ab.log" 2>&1; rc[v10_ab]=$?
+  sed -n '/== 8-bit v10 A\/B/,$p' "$OUT/halves/q8_v10_ab.log"
+  timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_causal_gpu.py -k default_routing \
+    > "$OUT/gpu/causal_routing.log" 2>&1; rc[causal_routing]=$?; tail -2 "$OUT/gpu/causal_routing.log"
+  timeout $(( $(left) - 40 )) bash dev/q8_rowmass.sh "$OUT/rowmass" 3 100 > "$OUT/rowmass_stage.log" 2>&1
+  rc[rowmass]=$?; tail -16 "$OUT/rowmass_stage.log"
+  await_anchor_build 10
+  tar czf "$OUT/results.tar.gz" -C "$OUT" halves gpu rowmass anchors_build.log 2>/dev/null && rm -rf "$OUT"/{halves,gpu,rowmass}
+  ;;
+N)
+  build_lib
+  anchors_ready
+  echo "VIDATTN_Q8_V10=${VIDATTN_Q8_V10:-unset}" | tee -a "$OUT/env_$stage.txt"
+  timeout 150 python3 scripts/e2e_report.py --forward-only --preset 1.3b --precision both --processor-baseline \
+    --warmup 2 --iters 5 --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
+  grep -E "speedup|FAILED|error|NOTE|ms/forward" "$OUT/e2e13.log" | tail -12
+  mkdir -p "$OUT/env"
+  timeout 75 python3 dev/probes/envelope_ab.py --part ov --shapes "D256 1K" "D192 32K" --out "$OUT/env" \
+    > "$OUT/env/ov.log" 2>&1; rc[ov]=$?; tail -10 "$OUT/env/ov.log"
+  timeout $(( $(left) - 5 )) python3 scripts/e2e_report.py --family wan14b --forward-only --height 720 --width 1280 \
+    --frames 81 --precision both --processor-baseline --warmup 0 --iters 2 --no-profile --budget-s $(( $(left) - 12 )) \
+    --out-dir "$OUT/e2e14" > "$OUT/e2e14.log" 2>&1; rc[e2e14]=$?
+  grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e14.log" | tail -10
+  tar_dirs e2e13 e2e14 env
   ;;
 W)
   build_lib

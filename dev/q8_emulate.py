@@ -57,13 +57,23 @@ def quant_int8(x, amax):
     return torch.clamp(torch.round(x / scale), -127, 127), scale
 
 
-def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None):
+LAZY_GROUP = 64  # rows that decide a lazy block's redo together: one consumer warpgroup (bar.red.or over 128 threads)
+
+
+def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, stats=None):
     """q, k, v: (H, S, D) float64 (v may have another width than q and k). Returns (H, Sq, Dv) float64.
 
     kv_len: keys past it are masked (None: all). sums: "p" row-sum mode 0 (fp32 sums of the unrounded p), "p8" mode 1
     (sums of P as rounded). bug (for the tests of the checks, never the kernel's arithmetic): "sum_skips_first_block"
     / "sum_skips_last_block" (the row sums miss key block 0 / the last block), "pv_drops_last_partial" (P V leaves
-    out a last block shorter than `block`), "p_saturates" (P's offset one too high: 2^9 > 448 saturates in e4m3)."""
+    out a last block shorter than `block`), "p_saturates" (P's offset one too high: 2^9 > 448 saturates in e4m3),
+    "lazy_no_redo" (the lazy reference keeps a saturated block instead of redoing it).
+
+    lazy (q8_fwd.cuh's kLazy, v10): 0 the exact running max every block; h > 0 the lazy reference: block 0, the tail
+    block and a redone block set m = max(m, block max + h); every other block uses m as it stands (alpha = 1) unless
+    some row of its group of LAZY_GROUP rows (a warpgroup; rows counted from 0, as the kernel's tiles) has a p that
+    rounds to e4m3's 448 (p >= 432), then the group redoes the block exactly. stats: a dict that gets "blocks" (group
+    blocks on the lazy path) and "redos" added."""
     h, sq, d = q.shape
     n = k.shape[1] if kv_len is None else kv_len
     k, v = k[:, :n], v[:, :n]
@@ -83,7 +93,20 @@ def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None):
     l = q.new_zeros(h, sq, 1)
     for j in range(0, n, block):
         sj = s[:, :, j:j + block]
-        mn = torch.maximum(m, sj.amax(-1, keepdim=True))
+        mn = torch.maximum(m, sj.amax(-1, keepdim=True) + lazy)
+        if lazy and 0 < j and j + block <= n:
+            p_lazy = torch.exp2(sj - m + 8).float()
+            sat = (p_lazy.clamp(max=448).to(torch.float8_e4m3fn).double() >= 448).any(-1)  # (h, sq)
+            pad_rows = (-sq) % LAZY_GROUP
+            grp = torch.cat([sat, sat.new_zeros(h, pad_rows)], 1).view(h, -1, LAZY_GROUP).any(-1)
+            if stats is not None:
+                stats["blocks"] = stats.get("blocks", 0) + grp.numel()
+                stats["redos"] = stats.get("redos", 0) + int(grp.sum())
+            if bug != "lazy_no_redo":
+                redo = grp.repeat_interleave(LAZY_GROUP, 1)[:, :sq, None]
+                mn = torch.where(redo, mn, m)
+            else:
+                mn = m
         alpha = torch.exp2(m - mn)
         p = torch.exp2(sj - mn + (9 if bug == "p_saturates" else 8)).float()  # fp32, as the kernel's
         p8 = p.clamp(max=448).to(torch.float8_e4m3fn).double()  # cvt.rn.satfinite: 448 at most
@@ -252,10 +275,52 @@ def _row_mass_report(draws):
     print(f"  row-sum mode 1 (sums of P as rounded, D=64): max |o - 1| over {min(draws, 20)} draws {m1.max():.4f}")
 
 
+def lazy_cases(d=128, h=2, n=2048, seed=0):
+    """The accuracy cases of this file's report (plain, key offset, sharpened x4, late sink) and a long row (32K keys,
+    V = 4 + N(0, 1): the drift case of v9), as (name, q, k, v, scale) in (H, S, D) float64."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(h, n, d, generator=g).bfloat16().double() for _ in range(3))
+    sc = 1 / math.sqrt(d)
+    off = 8 * torch.randn(d, generator=g, dtype=torch.float64)
+    e = torch.randn(d, generator=g, dtype=torch.float64)
+    e /= e.norm()
+    qs, ks = q + 4 * e, k.clone()
+    ks[:, -1] = 30 * e
+    out = [("plain", q, k, v, sc), ("key offset", q, k + off, v, sc), ("sharpened x4", q, k, v, 4 * sc),
+           ("sharpened x8", q, k, v, 8 * sc), ("late sink", qs, ks, v, sc)]
+    ql, kl = (torch.randn(1, m, d, generator=g).bfloat16().double() for m in (256, 32768))
+    vl = 4 + torch.randn(1, 32768, d, generator=g).bfloat16().double()
+    out.append(("long row 32K", ql, kl, vl, sc))
+    return out
+
+
+def _lazy_report():
+    print("v10 lazy reference: relative L2 vs fp64, and the share of (warpgroup, block) pairs redone")
+    for name, q, k, v, s in lazy_cases():
+        r = ref(q, k, v, s)
+        row = [f"{name:13s}"]
+        for lazy in (0, 1, 2):
+            st = {}
+            e = rel(emulate(q, k, v, s, lazy=lazy, stats=st), r)
+            red = f" redo {st['redos'] / max(st['blocks'], 1):.1%}" if lazy else ""
+            row.append(f"h{lazy}: {e:.3e}{red}")
+        print("  ".join(row))
+    q, k, v, s = lazy_cases()[0][1:]
+    ones = torch.ones_like(v)
+    for lazy in (0, 1, 2):
+        print(f"V = ones, plain, h{lazy}: max |o - 1| {float((emulate(q, k, ones, s, lazy=lazy) - 1).abs().max()):.3e}")
+    bad = rel(emulate(q, k, v, 4 * s, lazy=1, bug="lazy_no_redo"), ref(q, k, v, 4 * s))
+    print(f"negative control (no redo, sharpened x4, h1): {bad:.3e}")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--row-mass", type=int, default=0, metavar="DRAWS")
+    ap.add_argument("--lazy", action="store_true", help="v10: the lazy reference (headroom 0-2) on the accuracy cases")
     args = ap.parse_args()
+    if args.lazy:
+        _lazy_report()
+        raise SystemExit
     if args.row_mass:
         _row_mass_report(args.row_mass)
         raise SystemExit

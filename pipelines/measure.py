@@ -184,6 +184,21 @@ def _outermost_attention_ops(events) -> list:
     return out
 
 
+TOP_KERNELS = 15  # device kernels that attention_share lists, longest first
+
+
+def top_kernels(kernels, n: int = TOP_KERNELS) -> list[dict]:
+    """The `n` kernel names with the most device time among `kernels` (device_kernels' events): where a forward's
+    time goes besides attention. Names are cut at 160 characters; calls counts the launches."""
+    every: dict[str, list] = {}
+    for ev in kernels:
+        tot = every.setdefault(ev.name, [0.0, 0])
+        tot[0] += _dev_us(ev)
+        tot[1] += 1
+    ranked = sorted(every.items(), key=lambda kv: -kv[1][0])[:n]
+    return [{"name": k[:160], "ms": us / 1e3, "calls": c} for k, (us, c) in ranked]
+
+
 def attention_share(fn, device: torch.device) -> dict:
     """Profile one call of `fn` and return the attention share of its time.
 
@@ -207,8 +222,8 @@ def attention_share(fn, device: torch.device) -> dict:
     ops = _outermost_attention_ops(events)
     res = {"profiled_on": device.type, "wall_ms": wall_ms}
     if device.type == "cuda":
-        total, kernels = 0.0, {}
-        for ev in device_kernels(events):
+        total, kernels, dev = 0.0, {}, device_kernels(events)
+        for ev in dev:
             t = _dev_us(ev)
             total += t
             if is_attention_name(ev.name):
@@ -229,7 +244,8 @@ def attention_share(fn, device: torch.device) -> dict:
                                     sorted(kernels.items(), key=lambda kv: -kv[1])],
                    matched_ops=[{"name": k, "ms": v / 1e3} for k, v in
                                 sorted(op_times.items(), key=lambda kv: -kv[1])],
-                   vidattn_kernel_seen=any("vidattn" in k.lower() for k in kernels))
+                   vidattn_kernel_seen=any("vidattn" in k.lower() for k in kernels),
+                   top_kernels=top_kernels(dev))
     else:
         op_times = {}
         for ev in ops:

@@ -36,7 +36,8 @@ def test_schedule_selector_reaches_the_turn_builds():
     assert "static_assert(kSeq && kD == 128 && kTurns == 2" in body
     assert "return fail(\"8-bit path: schedule 3 is built with score conversion 2 and row-sum mode 0 only" in body
     assert "g_q8_last_seq = kSeq ? 1 + kTurns : 0;" in src
-    assert "q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, kPoly, kTurns == 1, kCvt, kTurns == 2>" in src
+    assert ("q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, kPoly, kTurns == 1, kCvt, kTurns == 2, kLazy,\n"
+            "                              kDescInc>") in src  # (v10's two, 0 unless set_v10 asks: NOTES_8bit v10)
 
 
 def test_exp_turns_barriers_carry_data_dependencies():

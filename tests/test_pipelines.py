@@ -195,6 +195,23 @@ def test_device_kernels_leave_out_annotation_mirrors():
     assert [e.name[:12] for e in device_kernels(events)] == ["void vidattn", "cudnn_genera"]
 
 
+def test_top_kernels_sums_per_name_and_ranks_by_device_time():
+    """attention_share's top_kernels: one row per kernel name with its summed device time and launch count, longest
+    first, at most n rows, names cut at 160 characters."""
+    from types import SimpleNamespace as NS
+
+    from pipelines.measure import top_kernels
+
+    long = "void gemm_" + "x" * 300
+    evs = [NS(name="ln", device_time_total=5.0), NS(name=long, device_time_total=400.0),
+           NS(name="ln", device_time_total=7.0), NS(name="rope", cuda_time_total=9.0), NS(name="copy")]
+    rows = top_kernels(evs, n=3)
+    assert [r["name"] for r in rows] == [long[:160], "ln", "rope"]
+    assert [r["calls"] for r in rows] == [1, 2, 1]
+    assert rows[0]["ms"] == pytest.approx(0.4) and rows[1]["ms"] == pytest.approx(0.012)
+    assert len(top_kernels(evs)) == 4
+
+
 @pytest.mark.gpu
 def test_cached_sdpa_lse_on_cuda_matches_the_math_path():
     """pipelines.cached.sdpa_lse (the Wan-Animate-2 SDPA column's attention): FlashAttention's output and LSE on the

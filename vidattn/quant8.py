@@ -116,6 +116,30 @@ def set_prep(mode: int, lib=None) -> None:
     _setter("vidattn_q8_set_prep", mode, lib)
 
 
+V10_MODES = (-1, 0, 1, 2)
+
+
+def set_v10(mode: int, lib=None) -> None:
+    """v10 of later 8-bit launches (dev/NOTES_8bit.md "v10 (prepared, not measured)"; head dim 128 on schedule 3 with
+    conversion 2 and row-sum mode 0, the default there): off (0), the wgmma descriptors built by increments (1: the
+    same arithmetic, fewer instructions per key block), that with the lazy reference max (2: no row max on blocks
+    whose P stays in e4m3's range, a block redone exactly where it does not; P carries 2^6 at the reference instead
+    of 2^8), or the build default (-1, off). A forced mode where it is not built (other head dims, schedules,
+    conversions, row-sum modes) is refused by the launch with an error; the environment variable VIDATTN_Q8_V10 sets
+    the same for a whole process (where it is not built, 0 runs). A library that predates it raises RuntimeError.
+    For A/B timing."""
+    if isinstance(mode, bool) or not isinstance(mode, int) or mode not in V10_MODES:
+        raise ValueError(f"set_v10: mode must be one of {V10_MODES}, got {mode!r}")
+    _setter("vidattn_q8_set_v10", mode, lib)
+
+
+def last_v10(lib=None) -> int:
+    """v10 mode of this thread's last 8-bit launch (as set_v10's; -1: none, or a library without the choice)."""
+    lib = _entry(lib or _ext._library(None))
+    fn = getattr(lib, "vidattn_q8_last_v10", None) if lib is not None else None
+    return int(fn()) if fn is not None else -1
+
+
 def last_prep(lib=None) -> int:
     """Pre-pass of this thread's last 8-bit launch (1 fused, 0 three launches, 2 Q in the kernel; -1: none, or a
     library without the choice)."""

@@ -103,6 +103,23 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
   d |= mode << 62;
   return d;
 }
+// smem_desc's two words put together without arithmetic (mov.b64 of a vector, PTX ISA 9.7.9.10): kDescInc (v10)
+// builds a block's descriptors as one base low word plus 2 per k32 step (32 bytes >> 4; the 18-bit address field
+// cannot carry out: shared memory ends below 2^18 bytes) and this constant high word, instead of smem_desc's mask,
+// shift and OR per wgmma (ptxas rematerialized them: ~7 instructions per descriptor, ~76 per block).
+__device__ __forceinline__ uint64_t desc_pack(uint32_t lo, uint32_t hi) {
+  uint64_t d;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"(hi));
+  return d;
+}
+template <int kSwizzle>
+__device__ __forceinline__ uint32_t smem_desc_lo(uint32_t addr) {
+  return ((addr & 0x3FFFF) >> 4) | (1u << 16);
+}
+template <int kSwizzle>
+constexpr uint32_t smem_desc_hi() {
+  return ((8u * kSwizzle) >> 4 & 0x3FFF) | (kSwizzle == 128 ? 1u : 2u) << 30;
+}
 // ex2.approx.f16x2 (9.7.4.x): two exponentials of packed halves per instruction (kExp16).
 __device__ __forceinline__ uint32_t ex2_f16x2(uint32_t x) {
   uint32_t y;
@@ -149,6 +166,24 @@ __device__ __forceinline__ float ld_nc(const float* ptr) {
   float v;
   asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(ptr));
   return v;
+}
+// Whether any of the `count` threads on named barrier `id` has `pred` set (bar.red.or.pred, PTX ISA 9.7.13.1): the
+// lazy reference's warpgroup-uniform redo decision (kLazy), in one instruction that also synchronizes the warpgroup.
+__device__ __forceinline__ bool bar_red_or(uint32_t id, uint32_t count, bool pred) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<uint32_t>(pred)), "r"(id), "r"(count)
+      : "memory");
+  return r != 0;
+}
+// One lane of the (converged) warp elected (elect.sync, PTX ISA 9.7.13.11), as a predicate only: kLazy's k_empty /
+// v_empty arrives, where `lane == 0` kept across the loop cost a register (a spill at 160).
+__device__ __forceinline__ bool elect_one() {
+  uint32_t r;
+  asm volatile("{\n.reg .pred p;\nelect.sync _|p, 0xffffffff;\nselp.u32 %0, 1, 0, p;\n}\n" : "=r"(r));
+  return r != 0;
 }
 __device__ __forceinline__ float i2f(int32_t x) {
   float y;
@@ -226,14 +261,25 @@ __device__ __forceinline__ void q8_turn_pass_dep(int cwg, uint32_t zero) {
 // S = Q K'^T over one 128-key block: D / 32 INT8 wgmmas, both operands K-major in shared memory.
 // kBiased: the first wgmma adds to what sacc holds (the bias of kCvt 2, set before the wgmma fence) instead of
 // overwriting it.
-template <int kD, bool kBiased = false>
+// kDescInc (v10): 1 K's descriptors by increments (uniform registers), 2 Q's too (per-thread registers to ptxas:
+// one more live across the issue, which the lazy reference's build cannot spare).
+template <int kD, bool kBiased = false, int kDescInc = 0>
 __device__ __forceinline__ void q8_issue_qk(int32_t (&sacc)[kQ8BlockN / 2], uint32_t q_smem, uint32_t k_smem) {
   using T = Q8Traits<kD, 2>;  // (the swizzle depends on kD only)
+  [[maybe_unused]] const uint32_t qa = q8ptx::smem_desc_lo<T::kSwizzle>(q_smem);
+  [[maybe_unused]] const uint32_t kb = q8ptx::smem_desc_lo<T::kSwizzle>(k_smem);
 #pragma unroll
   for (int kk = 0; kk < kD / 32; ++kk) {
-    const uint64_t da = q8ptx::smem_desc<T::kSwizzle>(q_smem + kk * 32);
-    const uint64_t db = q8ptx::smem_desc<T::kSwizzle>(k_smem + kk * 32);
-    ptx::WgmmaS8<kQ8BlockN>::ss(sacc, da, db, kBiased || kk > 0);
+    if constexpr (kDescInc > 0) {
+      constexpr uint32_t hi = q8ptx::smem_desc_hi<T::kSwizzle>();
+      const uint64_t da = kDescInc == 2 ? q8ptx::desc_pack(qa + 2 * kk, hi)
+                                        : q8ptx::smem_desc<T::kSwizzle>(q_smem + kk * 32);
+      ptx::WgmmaS8<kQ8BlockN>::ss(sacc, da, q8ptx::desc_pack(kb + 2 * kk, hi), kBiased || kk > 0);
+    } else {
+      const uint64_t da = q8ptx::smem_desc<T::kSwizzle>(q_smem + kk * 32);
+      const uint64_t db = q8ptx::smem_desc<T::kSwizzle>(k_smem + kk * 32);
+      ptx::WgmmaS8<kQ8BlockN>::ss(sacc, da, db, kBiased || kk > 0);
+    }
   }
   ptx::wgmma_commit();
 }
@@ -241,13 +287,18 @@ __device__ __forceinline__ void q8_issue_qk(int32_t (&sacc)[kQ8BlockN / 2], uint
 // O_tile = P V over one 128-key block: 4 e4m3 wgmmas of 32 keys, P from registers, V^T (rows of 128 keys) K-major.
 // The first overwrites O_tile (scale-d 0): a fresh accumulator per block.
 // kNpv = D, or D + 8 with the ones rows (kSumMma): then O_tile's last 8 columns are each row's sum of P as rounded.
-template <int kNpv>
+template <int kNpv, int kDescInc = 0>
 __device__ __forceinline__ void q8_issue_pv(float (&ot)[kNpv / 2], const uint32_t (&pa)[kQ8BlockN / 32][4],
                                             uint32_t v_smem) {
+  [[maybe_unused]] const uint32_t vb = q8ptx::smem_desc_lo<128>(v_smem);
 #pragma unroll
   for (int kk = 0; kk < kQ8BlockN / 32; ++kk) {
-    const uint64_t db = q8ptx::smem_desc<128>(v_smem + kk * 32);
-    ptx::WgmmaE4m3<kNpv>::rs(ot, pa[kk], db, kk > 0);
+    if constexpr (kDescInc > 0) {
+      ptx::WgmmaE4m3<kNpv>::rs(ot, pa[kk], q8ptx::desc_pack(vb + 2 * kk, q8ptx::smem_desc_hi<128>()), kk > 0);
+    } else {
+      const uint64_t db = q8ptx::smem_desc<128>(v_smem + kk * 32);
+      ptx::WgmmaE4m3<kNpv>::rs(ot, pa[kk], db, kk > 0);
+    }
   }
   ptx::wgmma_commit();
 }
@@ -293,7 +344,7 @@ __device__ __forceinline__ void q8_mask_tail(float (&pf)[kN / 2], int kv0, int k
 // one I2F per row and thread (the scale c differs between the quad's key groups, so the quad's max is taken after
 // it), and the scores as floats 1.5 * 2^23 + x in place (masked: -inf), with neg the exponent's addend that undoes
 // the bias.
-template <int kN, int kCvt>
+template <int kN, int kCvt, int kHead = 0>
 __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                                    const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
                                                    float (&neg)[2], int kv0, int kv_len, int col_in_group) {
@@ -308,7 +359,11 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
     const int32_t im = max(max(part[r][0], part[r][1]), max(part[r][2], part[r][3]));
     // A thread whose keys are all masked has INT32_MIN here: its -inf loses the quad's max to the block's key 0.
     float mx = im == INT32_MIN ? kNegInf : q8ptx::i2f(im - kBias) * c[r];
-    mx = fmaxf(q8_quad_max(mx), row_max[r]);
+    // kHead (kLazy): the reference set kHead above the block's max, so later blocks may climb that far (plus
+    // e4m3's margin) before their p saturates and the block is redone.
+    mx = q8_quad_max(mx);
+    if constexpr (kHead != 0) mx += static_cast<float>(kHead);  // (not for 0: x + 0 is not x for -0, kept exact)
+    mx = fmaxf(mx, row_max[r]);
     alpha[r] = ptx::exp2_approx(row_max[r] - mx);
     // The exponent is (1.5 * 2^23 + x) c + neg = x c - mx + 8: the bias's product folded in here, once per row.
     neg[r] = fmaf(-kQ8Magic, c[r], kQ8POffset - mx);
@@ -341,13 +396,14 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
 // S accumulator starts at the bits of 1.5 * 2^23 (q8_issue_qk<kD, true>), so the scores leave the wgmma as floats.
 // Split in two so a schedule can put a turn between them (q8_consumer_seq's kExpTurns): q8_softmax_max (scores to
 // floats, row max, alpha, the exponent's addend neg) and q8_softmax_exp (the exponentials and row sums: the MUFU work).
-template <int kN, int kCvt = 0>
+template <int kN, int kCvt = 0, int kHead = 0>
 __device__ __forceinline__ void q8_softmax_max(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                                const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
                                                float (&neg)[2], int kv0, int kv_len, int col_in_group) {
   static_assert(kCvt >= 0 && kCvt <= 2, "kCvt: 0 I2F, 1 magic add, 2 biased accumulator");
+  static_assert(kHead == 0 || kCvt > 0, "the headroom is built with the integer row max only");
   if constexpr (kCvt > 0) {
-    q8_softmax_max_int<kN, kCvt>(sacc, pf, c, row_max, alpha, neg, kv0, kv_len, col_in_group);
+    q8_softmax_max_int<kN, kCvt, kHead>(sacc, pf, c, row_max, alpha, neg, kv0, kv_len, col_in_group);
   } else {
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) pf[i] = q8ptx::i2f(sacc[i]);
@@ -759,6 +815,61 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
   q8_epilogue<kD, kWGs, kSumMma, kFp16>(p, s, cwg, m_block, b, h, o, row_max, row_sum);
 }
 
+// One pass of kLazy's block softmax (q8_consumer_seq): S issued and waited, the row max (exact) or the reference as
+// it stands (alpha = 1), the exponentials (with the turn around them when `turn`), P packed; the block's row sums go
+// to bsum, apart from row_sum. Returns the OR of P's packed words + 2 per byte (bit 7 of a byte: p rounded to 448).
+// Inlined twice: the try, and the rare redo (a loop around one copy cost the three-warpgroup build 36 bytes of spill).
+template <int kD, int kWGs, int kCvt, int kLazy, int kDescInc>
+__device__ __forceinline__ uint32_t q8_lazy_pass(int32_t (&sacc)[kQ8BlockN / 2], float (&pf)[kQ8BlockN / 2],
+                                                 uint32_t (&ph)[kQ8BlockN / 4], uint32_t (&pa)[kQ8BlockN / 32][4],
+                                                 const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
+                                                 float (&bsum)[2], uint32_t q_smem, uint32_t k_smem, uint32_t q_tile,
+                                                 int cwg, uint32_t opaque_zero, int j, int kv_len, int col_in_group,
+                                                 bool exact, bool turn) {
+  constexpr int kN = kQ8BlockN;
+  q8_bias_sacc<kCvt>(sacc);
+  ptx::wgmma_fence();
+  q8_issue_qk<kD, true, kDescInc>(sacc, q_smem, k_smem);
+  ptx::wgmma_wait<0>();
+  q8_fence_regs(sacc);
+  float neg[2];
+  if (exact) {
+    q8_softmax_max<kN, kCvt, kLazy>(sacc, pf, c, row_max, alpha, neg, j * kN, kv_len, col_in_group);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) pf[i] = __int_as_float(sacc[i]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      alpha[r] = 1.f;
+      neg[r] = fmaf(-kQ8Magic, c[r], kQ8POffset - row_max[r]);
+    }
+  }
+  if (turn) {  // as q8_consumer_seq's kExpTurns (kLazy == 0), which explains the dependencies
+    q8_turn_wait(cwg);
+    const uint32_t word = q8ptx::ld_shared_volatile(q_tile);
+    const int32_t dep = static_cast<int32_t>(word & opaque_zero);
+    neg[0] = __int_as_float(__float_as_int(neg[0]) + dep);
+    neg[1] = __int_as_float(__float_as_int(neg[1]) + dep);
+  }
+  bsum[0] = bsum[1] = 0.f;
+  const float one[2] = {1.f, 1.f};
+  q8_softmax_exp<kN, true, false, 0>(pf, ph, c, neg, bsum, one);
+  q8_pack_p<kN>(pf, pa);
+  uint32_t any = 0;
+#pragma unroll
+  for (int kk = 0; kk < 3 * kN / 128; ++kk)
+    any |= (pa[kk][0] + 0x02020202u) | (pa[kk][1] + 0x02020202u) | (pa[kk][2] + 0x02020202u) |
+           (pa[kk][3] + 0x02020202u);
+  if (turn) q8_turn_pass_dep<kWGs>(cwg, any & opaque_zero);
+  if (!exact) {
+#pragma unroll
+    for (int kk = 3 * kN / 128; kk < kN / 32; ++kk)
+      any |= (pa[kk][0] + 0x02020202u) | (pa[kk][1] + 0x02020202u) | (pa[kk][2] + 0x02020202u) |
+             (pa[kk][3] + 0x02020202u);
+  }
+  return any;
+}
+
 // The sequential schedule (kSeq): no ping-pong turns and no S_j beside P_{j-1} V_{j-1}. Each warpgroup runs
 // S_j -> softmax -> P_j V_j -> merge in order, so at most O and one of S or (O_tile, P) are live: 64 + 64 (+ 16)
 // registers at D=128, which lets three consumer warpgroups fit in 160. While one warpgroup runs its softmax, the
@@ -773,7 +884,7 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
 // and SMSP) run under each warpgroup's 66 MUFU.EX2 (528 clocks): one warpgroup's softmax per slot, a cycle of three
 // slots. S issues stay free (no order among them).
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly, bool kTurns = false, int kCvt = 0,
-          bool kExpTurns = false>
+          bool kExpTurns = false, int kLazy = 0, int kDescInc = 0>
 __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block,
                                                 int b, int h, int n_blocks, int kv_len) {
   using T = Q8Traits<kD, kWGs>;
@@ -805,6 +916,58 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   // As q8_consumer: the last warpgroup passes the first turn, warpgroup 0 absorbs the last pass at the end.
   if (kAnyTurns && cwg == T::kConsumerWGs - 1) q8_turn_pass<T::kConsumerWGs>(cwg);
   ptx::mbarrier_wait(&s.q_full, 0);
+  static_assert(kLazy == 0 || (kExpTurns && kCvt == 2 && !kSumMma && !kExp16 && kPoly == 0),
+                "the lazy reference is built on schedule 3, conversion 2, row-sum mode 0 only");
+  if constexpr (kLazy > 0) {
+    // kLazy (v10, dev/NOTES_8bit.md): the row max only where it is needed. The reference row_max is set kLazy above
+    // a block's exact max (q8_softmax_max's kHead) on block 0, on the tail block (masked keys) and on a redo; every
+    // other block takes its exponentials against the reference as it stands (alpha = 1), with no IMNMX pass, no I2F,
+    // no quad shuffles and no alpha exponentials: ~88 instructions per warp and block fewer. Whether that was
+    // right is read off P as packed: a p >= 432 rounds to e4m3's 448 (0x7E; satfinite also sends larger values and
+    // inf there), i.e. the block's max climbed more than kLazy + 0.755 over the block that set the reference; every
+    // other byte is < 0x7E, so p was in range and exactly what the exact path would give against the same reference.
+    // A byte b <= 0x7E plus 2 sets its bit 7 iff b == 0x7E (no carry leaves a byte), so one IADD per packed register
+    // and an OR tree find it; the warpgroup decides together (bar.red.or: the redo re-issues S, a warpgroup
+    // instruction) and redoes the block on the exact path (K's stage is released only after the decision). The
+    // redo takes no turn: it is rare (the emulation: a few blocks in a row of hundreds), and the ring of turns
+    // must see one pass per block.
+    for (int j = 0; j < n_blocks; ++j) {
+      const int stage = j % T::kStages;
+      const uint32_t par = (j / T::kStages) & 1;
+      const float k_sc = q8ptx::ld_nc(ks + j * kQ8KGroups);
+      const float c[2] = {q8ptx::ld_nc(qsp) * k_sc, q8ptx::ld_nc(qsp + 8) * k_sc};
+      ptx::mbarrier_wait(&s.k_full[stage], par);
+      const bool exact = j == 0 || (j + 1) * kN > kv_len;  // (uniform)
+      float bsum[2];
+      const uint32_t any = q8_lazy_pass<kD, kWGs, kCvt, kLazy, kDescInc>(
+          sacc, pf, ph, pa, c, row_max, alpha, bsum, q_smem, ptx::smem_addr(s.k[stage]), ptx::smem_addr(s.q), cwg,
+          opaque_zero, j, kv_len, col_in_group, exact, true);
+      // (Named barriers 8-10: 3-5 are the turns.)
+      if (!exact && q8ptx::bar_red_or(8 + static_cast<uint32_t>(cwg), 128, (any & 0x80808080u) != 0)) {
+        // The redo: S again from the stage still held, the exact max, no turn (see above).
+        // Its addresses and scales taken afresh (a zero the compiler cannot see): kept from the try, ptxas held them
+        // in registers across the try's softmax, and spilled.
+        const uint32_t z = static_cast<uint32_t>(q8ptx::tid_x_volatile()) >> 31;
+        const int jz = j + static_cast<int>(z);
+        const float k_sc2 = q8ptx::ld_nc(ks + jz * kQ8KGroups);
+        const float c2[2] = {q8ptx::ld_nc(qsp + z) * k_sc2, q8ptx::ld_nc(qsp + z + 8) * k_sc2};
+        q8_lazy_pass<kD, kWGs, kCvt, kLazy, kDescInc>(sacc, pf, ph, pa, c2, row_max, alpha, bsum, q_smem + z,
+                                            ptx::smem_addr(s.k[jz % T::kStages]), ptx::smem_addr(s.q), cwg,
+                                            opaque_zero, jz, kv_len, col_in_group, true, false);
+      }
+      row_sum[0] = fmaf(row_sum[0], alpha[0], bsum[0]);
+      row_sum[1] = fmaf(row_sum[1], alpha[1], bsum[1]);
+      // (One elected lane, not lane 0: `lane` kept across the loop was this build's last register of spill.)
+      if (q8ptx::elect_one()) ptx::mbarrier_arrive(&s.k_empty[stage]);
+      ptx::mbarrier_wait(&s.v_full[stage], par);
+      ptx::wgmma_fence();
+      q8_issue_pv<kNpv, kDescInc>(ot, pa, ptx::smem_addr(s.v[stage]));
+      ptx::wgmma_wait<0>();
+      ptx::fence_regs(ot);
+      if (q8ptx::elect_one()) ptx::mbarrier_arrive(&s.v_empty[stage]);
+      q8_merge<kD, kNpv>(o, ot, alpha, row_sum);
+    }
+  } else {
   for (int j = 0; j < n_blocks; ++j) {
     const int stage = j % T::kStages;
     const uint32_t par = (j / T::kStages) & 1;
@@ -816,7 +979,7 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     if constexpr (kTurns) q8_turn_wait(cwg);
     q8_bias_sacc<kCvt>(sacc);
     ptx::wgmma_fence();
-    q8_issue_qk<kD, kCvt == 2>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
+    q8_issue_qk<kD, kCvt == 2, kDescInc>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
     if constexpr (kTurns) q8_turn_pass<T::kConsumerWGs>(cwg);
     ptx::wgmma_wait<0>();
     q8_fence_regs(sacc);
@@ -854,18 +1017,19 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     }
     ptx::mbarrier_wait(&s.v_full[stage], par);
     ptx::wgmma_fence();
-    q8_issue_pv<kNpv>(ot, pa, ptx::smem_addr(s.v[stage]));
+    q8_issue_pv<kNpv, kDescInc>(ot, pa, ptx::smem_addr(s.v[stage]));
     ptx::wgmma_wait<0>();
     ptx::fence_regs(ot);
     if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[stage]);
     q8_merge<kD, kNpv>(o, ot, alpha, row_sum);
   }
+  }  // kLazy == 0
   if (kAnyTurns && cwg == 0) q8_turn_wait(cwg);
   q8_epilogue<kD, kWGs, kSumMma, kFp16>(p, s, cwg, m_block, b, h, o, row_max, row_sum);
 }
 
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq = false, int kPoly = 0,
-          bool kTurns = false, int kCvt = 0, bool kExpTurns = false>
+          bool kTurns = false, int kCvt = 0, bool kExpTurns = false, int kLazy = 0, int kDescInc = 0>
 __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
   using T = Q8Traits<kD, kWGs>;
@@ -911,8 +1075,8 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
     if constexpr (kSeq)
-      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns, kCvt, kExpTurns>(p, s, wg - 1, m_block, b, h,
-                                                                                         n_blocks, kv_len);
+      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns, kCvt, kExpTurns, kLazy, kDescInc>(
+          p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
     else q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kCvt>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
   }
 }
