@@ -26,7 +26,7 @@ namespace {
 // (q8_consumer_seq: three warpgroups, no spills; schedule 1), and schedule 3: the sequential schedule with the
 // exponentials in round-robin turns among the warpgroups (one at a time on MUFU), D=128 only, built with conversion 2
 // and mode 0 only.
-// Built, each for bf16 and fp16 (22 kernels; 4 of them v10's modes 1 and 2 of schedule 3, below): D=128 mode 0
+// Built, each for bf16 and fp16 (20 kernels; 2 of them v10 mode 1 of schedule 3, the default, below): D=128 mode 0
 // on schedule 1 (I2F, and conversion 2: the earlier default, the A/B's reference) and on schedule 3 with
 // conversion 2; D=64 modes 0 and 1 on the three-warpgroup
 // ping-pong and the sequential schedule, mode 1 on the sequential schedule with conversion 1, and mode 1 on the
@@ -77,14 +77,17 @@ static_assert(VIDATTN_Q8_SEQ_D64 == 0 || VIDATTN_Q8_SEQ_D64 == 1, "D=64 builds t
 #ifndef VIDATTN_Q8_PREP
 #define VIDATTN_Q8_PREP 1
 #endif
-// v10 (dev/NOTES_8bit.md "v10 (prepared, not measured)"), fewer instructions per key block at D=128, schedule 3
-// (conversion 2, row-sum mode 0, three warpgroups), for its A/B: 0 off (the default); 1 the wgmma descriptors built
-// by increments (q8_fwd.cuh's kDescInc 2: 546 SASS instructions per warp and block instead of 573, the same
-// arithmetic); 2 that (kDescInc 1: K and V only, Q's would spill) with the lazy reference max (kLazy 2: no row max
-// on blocks whose p stays in range, 532 per block, 980 for a block that is redone). Forced by vidattn_q8_set_v10 (a
-// forced mode where it is not built is refused) or VIDATTN_Q8_V10 (read once; where it is not built, 0 runs).
+// v10 (dev/NOTES_8bit.md "v10"), fewer instructions per key block at D=128, schedule 3 (conversion 2, row-sum mode
+// 0, three warpgroups): 1, the default, builds the wgmma descriptors by increments (q8_fwd.cuh's kDescInc 2: 546 SASS
+// instructions per warp and block instead of 573, the same arithmetic, so the same output bit for bit); 0 rebuilds
+// them per wgmma (the earlier default, kept for the A/B). Mode 1 won its A/B on the H200 (11 of 12 paired passes
+// with quantization: Wan 1.3B self 905 -> 915 TFLOPS, seed 8K 808 -> 818; kernel only 935 -> 957 and 936 -> 940;
+// bench/results/h200_2026-12-02_sixth/call_u/). Mode 2 (that with the lazy reference max, kLazy 2) lost every pass
+// (x0.97-0.98 plain, x0.73-0.83 sharpened) and is no longer built: asking for it is an error (q8_fwd.cuh keeps the
+// code path). Forced by vidattn_q8_set_v10 or VIDATTN_Q8_V10 (read once); D=64 and schedule 1 have no v10 build and
+// refuse a forced mode.
 #ifndef VIDATTN_Q8_V10
-#define VIDATTN_Q8_V10 0
+#define VIDATTN_Q8_V10 1
 #endif
 static_assert(VIDATTN_Q8_V10 >= 0 && VIDATTN_Q8_V10 <= 2, "v10: 0 (off), 1 descriptors, 2 descriptors + lazy max");
 int g_q8_v10 = -1;                   // -1: the default; 0, 1, 2: forced
@@ -317,8 +320,8 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
     switch (q8_v10_asked()) {
       case 1: return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2>(a, l, s)
                           : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2>(a, l, s);
-      case 2: return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 2, 1>(a, l, s)
-                          : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 2, 1>(a, l, s);
+      case 2: return fail("8-bit path: v10 mode 2 (the lazy reference max) is no longer built: it lost its A/B on "
+                          "every pass (dev/NOTES_8bit.md \"v10\"); modes 0 and 1 are");
       default: return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2>(a, l, s)
                            : q8_launch<kD, 3, false, false, kSeq, kTurns, 2>(a, l, s);
     }

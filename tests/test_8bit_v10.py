@@ -1,5 +1,5 @@
-"""v10 of the 8-bit kernel (csrc/sm90/q8_fwd.cuh kDescInc / kLazy, quant8.set_v10; dev/NOTES_8bit.md "v10 (prepared,
-not measured)"), without a GPU: the lazy reference max's numerics by dev/q8_emulate.py's model (headroom 2, the
+"""v10 of the 8-bit kernel (csrc/sm90/q8_fwd.cuh kDescInc / kLazy, quant8.set_v10; dev/NOTES_8bit.md
+"v10"), without a GPU: the lazy reference max's numerics by dev/q8_emulate.py's model (headroom 2, the
 warpgroup's redo decided by p rounding to e4m3's 448), the saturation test's byte arithmetic, the descriptor
 increments' constants, the Python selector against a faked library, and the C ABI's selector and builds as written."""
 from __future__ import annotations
@@ -174,12 +174,14 @@ def test_set_v10_needs_a_library_with_it():
 
 
 def test_v10_selector_in_the_c_abi():
-    """Off by default; the setter's range; the environment variable; exactly the two builds (mode 1: kLazy 0,
-    kDescInc 2; mode 2: kLazy 2, kDescInc 1) on D=128 schedule 3 with conversion 2; a forced mode elsewhere refused."""
-    assert "#define VIDATTN_Q8_V10 0" in CAPI
+    """Mode 1 by default (it won its A/B); the setter's range; the environment variable; exactly one v10 build
+    (mode 1: kLazy 0, kDescInc 2) beside mode 0 on D=128 schedule 3 with conversion 2; mode 2 (the lazy max, which
+    lost) no longer instantiated and refused with an error; a forced mode elsewhere refused."""
+    assert "#define VIDATTN_Q8_V10 1" in CAPI
     assert 'extern "C" int vidattn_q8_set_v10(int mode)' in CAPI and "if (mode < -1 || mode > 2) return 1;" in CAPI
     assert 'q8_env_default("VIDATTN_Q8_V10", VIDATTN_Q8_V10, 0, 2)' in CAPI
     assert CAPI.count("kSeq, kTurns, 2, 0, 0, 2>(a, l, s)") == 2
-    assert CAPI.count("kSeq, kTurns, 2, 0, 2, 1>(a, l, s)") == 2
+    assert len(re.findall(r"q8_launch<[^>]*, 2, 0, 2, \d>", CAPI)) == 0
+    assert 'case 2: return fail("8-bit path: v10 mode 2 (the lazy reference max) is no longer built' in CAPI
     assert len(re.findall(r"q8_launch<[^>]*, 0, 2, 2>", CAPI)) == 0  # Q's increments with the lazy max spilled
     assert "if (g_q8_v10 > 0)\n    return fail(" in CAPI

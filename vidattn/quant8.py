@@ -120,14 +120,13 @@ V10_MODES = (-1, 0, 1, 2)
 
 
 def set_v10(mode: int, lib=None) -> None:
-    """v10 of later 8-bit launches (dev/NOTES_8bit.md "v10 (prepared, not measured)"; head dim 128 on schedule 3 with
-    conversion 2 and row-sum mode 0, the default there): off (0), the wgmma descriptors built by increments (1: the
-    same arithmetic, fewer instructions per key block), that with the lazy reference max (2: no row max on blocks
-    whose P stays in e4m3's range, a block redone exactly where it does not; P carries 2^6 at the reference instead
-    of 2^8), or the build default (-1, off). A forced mode where it is not built (other head dims, schedules,
-    conversions, row-sum modes) is refused by the launch with an error; the environment variable VIDATTN_Q8_V10 sets
-    the same for a whole process (where it is not built, 0 runs). A library that predates it raises RuntimeError.
-    For A/B timing."""
+    """v10 of later 8-bit launches (dev/NOTES_8bit.md "v10"; head dim 128 on schedule 3 with conversion 2 and
+    row-sum mode 0, the default there): the wgmma descriptors built by increments (1, the build default: the same
+    arithmetic as 0, fewer instructions per key block, 1.01x with quantization on the H200), rebuilt per wgmma (0, the
+    earlier default, for A/B timing), or the build default (-1). Mode 2 (the lazy reference max) lost its A/B and is
+    no longer built: a launch asked for it fails with an error saying so, as does a forced mode where no v10 build
+    exists (other head dims, schedules, conversions, row-sum modes). The environment variable VIDATTN_Q8_V10 sets
+    the same for a whole process. A library that predates it raises RuntimeError."""
     if isinstance(mode, bool) or not isinstance(mode, int) or mode not in V10_MODES:
         raise ValueError(f"set_v10: mode must be one of {V10_MODES}, got {mode!r}")
     _setter("vidattn_q8_set_v10", mode, lib)

@@ -505,8 +505,10 @@ def summary(folder: Path, capi_text: str) -> str:
     if p.exists():
         res = json.loads(p.read_text())
         lines.append(f"O-in-V (sign test, >= 8 palindrome rounds; FA3 {res.get('fa3')}):")
+        # routed: what a plain call ran; O-in-V's verdict is against the base (the routed side, or wide where the
+        # plain call already runs O-in-V)
         lines.append("  shape     | routed | routed TF | ov TF | wide TF | FA3 | cuDNN | routed/FA3 | ov/FA3 | "
-                     "routed/cuDNN | ov/cuDNN | ov vs routed")
+                     "routed/cuDNN | ov/cuDNN | ov vs base")
         for r in res["rows"]:
             t = r["tflops"]
 
@@ -517,10 +519,11 @@ def summary(folder: Path, capi_text: str) -> str:
                 return f"{r[key]:.3f}" if key in r else "-"
             v = r.get("ov_vs_base")
             b = r["base"]
-            lines.append(f"  {r['shape']:9s} | {b:6s} | {c(b):>9s} | {c('ov'):>5s} | {c('wide'):>7s} | "
-                         f"{c('fa3'):>3s} | {c('cudnn'):>5s} | {q(b + '_over_fa3'):>10s} | {q('ov_over_fa3'):>6s} | "
-                         f"{q(b + '_over_cudnn'):>12s} | {q('ov_over_cudnn'):>8s} | "
-                         f"{rules.describe(v) if v else 'no verdict'}"
+            rt = r.get("routed") or b
+            lines.append(f"  {r['shape']:9s} | {rt:6s} | {c(rt):>9s} | {c('ov'):>5s} | {c('wide'):>7s} | "
+                         f"{c('fa3'):>3s} | {c('cudnn'):>5s} | {q(rt + '_over_fa3'):>10s} | {q('ov_over_fa3'):>6s} | "
+                         f"{q(rt + '_over_cudnn'):>12s} | {q('ov_over_cudnn'):>8s} | "
+                         f"{(b + ': ' + rules.describe(v)) if v else 'no verdict'}"
                          + (f" | errors {r['errors']}" if r.get("errors") else ""))
         for r in res["rows"]:
             if r.get("ovr_vs_ov"):  # --with-variant

@@ -116,13 +116,18 @@ def ov_routing(verdicts: dict[tuple[int, int], str], current: dict[str, int]) ->
     - D=192: the lengths past NARROW_KV_MAX (8K, 32K) give O_IN_V_KV_MAX by the prefix rule; if O-in-V also beat the
       narrow build at 1K, NARROW_KV_MAX goes to 0 and O_IN_V_KV_MAX covers 1K at least (4096).
     A non-prefix pattern (O-in-V winning only at a longer length) cannot be routed by these constants; it is
-    reported in `unroutable` and changes nothing.
+    reported in `unroutable` and changes nothing. A head dim measured at only some of the lengths (a --shapes run)
+    changes nothing either, with a note.
     """
     new = dict(current)
     notes, unroutable = [], []
     for d in (192, 256):
         vs = {s: v for (dd, s), v in verdicts.items() if dd == d}
         if not vs:
+            continue
+        if set(vs) != set(KV_BOUNDARY):  # a prefix rule over some of the lengths would move the others blind
+            notes.append(f"D={d}: measured at {sorted(vs)} keys only; the rule needs {sorted(KV_BOUNDARY)}: "
+                         f"no change")
             continue
         narrow_max = current.get(f"VIDATTN_D{d}_NARROW_KV_MAX", 0)
         long_vs = {s: v for s, v in vs.items() if s > narrow_max}
