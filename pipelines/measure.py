@@ -13,8 +13,14 @@ import torch
 #   flash / fmha       FlashAttention (torch's flash_fwd_kernel), CUTLASS mem-efficient (fmha_cutlassF_*), FA3
 #   sdpa / attention   cuDNN's generated SDPA kernels (cudnn_generated_fort_native_sdpa_sm90_*), aten SDPA ops
 #   mha                cuDNN/xformers multi-head-attention kernels
-ATTENTION_PATTERN = re.compile(r"vidattn|flash|fmha|sdpa|scaled_dot_product|attention|\bmha|_mha|mha_", re.I)
-NOT_ATTENTION = re.compile(r"backward|bwd|cudaLaunch|cudaMemcpy|cudaStream|cudaEvent|cuLaunch", re.I)
+#   _attn_kernel, quant_query/key/value, TransposePadPermute
+#                      SageAttention2's kernel (qk_int8_sv_f8_attn_kernel) and its quantizing pre-passes, counted as
+#                      vidattn's pre-pass is (its kernels are in the vidattn namespace)
+# Not attention: backward kernels, runtime API rows, and vidattn's fused RoPE (vidattn::rope::rope_kernel), which
+# the processors run before attention as diffusers runs its RoPE ops.
+ATTENTION_PATTERN = re.compile(r"vidattn|flash|fmha|sdpa|scaled_dot_product|attention|\bmha|_mha|mha_|_attn_kernel|"
+                               r"quant_(query|key|value)|TransposePadPermute", re.I)
+NOT_ATTENTION = re.compile(r"backward|bwd|cudaLaunch|cudaMemcpy|cudaStream|cudaEvent|cuLaunch|rope", re.I)
 
 
 def is_attention_name(name: str) -> bool:

@@ -195,6 +195,24 @@ def test_device_kernels_leave_out_annotation_mirrors():
     assert [e.name[:12] for e in device_kernels(events)] == ["void vidattn", "cudnn_genera"]
 
 
+def test_attention_names():
+    """Which profiler rows count as attention: the kernels of every path (vidattn's kernel and pre-pass, cuDNN,
+    FlashAttention, SageAttention2's kernel and pre-passes), not the fused RoPE, GEMMs or elementwise kernels."""
+    from pipelines.measure import is_attention_name
+
+    yes = ["void vidattn::sm90::q8_fwd_kernel<128, 3>(vidattn::sm90::Q8FwdParams)",
+           "void vidattn::sm90::q8_stats_q_kernel<128, false>(vidattn::sm90::Q8PrepParams, int, int)",
+           "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0",
+           "void qk_int8_sv_f8_attn_kernel<64u, 128u, 128u, 128u>(CUtensorMap_st, float*)",
+           "quant_query_per_thread_int8_kernel", "void TransposePadPermuteKernel<128u, 64u, true, __nv_bfloat16>()",
+           "vidattn::attention", "aten::scaled_dot_product_attention"]
+    no = ["void vidattn::rope::rope_kernel<__nv_bfloat16, float, 0, false>(vidattn::rope::RopeParams)",
+          "nvjet_sm90_tst_256x152_64x4_1x2_h_bz_coopA_bias_TNT", "void flash_bwd_dq_kernel<128>()",
+          "void at::native::vectorized_elementwise_kernel<8, at::native::GeluCUDAKernelImpl>()"]
+    assert all(is_attention_name(n) for n in yes), [n for n in yes if not is_attention_name(n)]
+    assert not any(is_attention_name(n) for n in no), [n for n in no if is_attention_name(n)]
+
+
 def test_top_kernels_sums_per_name_and_ranks_by_device_time():
     """attention_share's top_kernels: one row per kernel name with its summed device time and launch count, longest
     first, at most n rows, names cut at 160 characters."""
