@@ -41,6 +41,8 @@
 #                                             # the anchors compiling beside
 #   bash dev/device_session.sh N [budget_s]   # on the warm machine after U (VIDATTN_Q8_V10 as U's verdict): Wan 1.3B
 #                                             # and Wan 14B 720p forwards, every path; D=256 1K and D=192 32K again
+#   bash dev/device_session.sh S [budget_s]   # after v10 became the default: the 8-bit GPU suites, compute-sanitizer
+#                                             # (memcheck, racecheck, synccheck), the anchors bench (every group)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -351,6 +353,24 @@ N)
     --out-dir "$OUT/e2e14" > "$OUT/e2e14.log" 2>&1; rc[e2e14]=$?
   grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e14.log" | tail -10
   tar_dirs e2e13 e2e14 env
+  ;;
+S)
+  anchors_ready
+  start_anchor_build $(( budget - 150 ))
+  build_lib
+  mkdir -p "$OUT/gpu" "$OUT/san"
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -rfE tests/test_8bit_gpu.py tests/test_8bit_v10_gpu.py \
+    > "$OUT/gpu/q8_suites.log" 2>&1; rc[q8_suites]=$?
+  tail -2 "$OUT/gpu/q8_suites.log"; grep -E "^(FAILED|ERROR)" "$OUT/gpu/q8_suites.log" | head -8
+  timeout 170 python3 dev/stress/sanitize.py --out "$OUT/san" --json "$OUT/san/sanitize.json" > "$OUT/san/sanitize.log" 2>&1
+  rc[sanitize]=$?; tail -6 "$OUT/san/sanitize.log"
+  await_anchor_build 120
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group all \
+    --budget-s $(( $(left) > 60 ? $(left) - 40 : 20 )) --out "$OUT/anchors.json" > "$OUT/anchors_bench.log" 2>&1
+  rc[anchors_bench]=$?
+  tail -40 "$OUT/anchors_bench.log"
+  tar czf "$OUT/results.tar.gz" -C "$OUT" gpu san anchors.json anchors_bench.log anchors_build.log 2>/dev/null \
+    && rm -rf "$OUT"/{gpu,san}
   ;;
 W)
   build_lib
