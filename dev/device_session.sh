@@ -362,7 +362,8 @@ S)
   timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -rfE tests/test_8bit_gpu.py tests/test_8bit_v10_gpu.py \
     > "$OUT/gpu/q8_suites.log" 2>&1; rc[q8_suites]=$?
   tail -2 "$OUT/gpu/q8_suites.log"; grep -E "^(FAILED|ERROR)" "$OUT/gpu/q8_suites.log" | head -8
-  timeout 170 python3 dev/stress/sanitize.py --out "$OUT/san" --json "$OUT/san/sanitize.json" > "$OUT/san/sanitize.log" 2>&1
+  timeout 170 python3 dev/stress/sanitize.py --timeout 150 --out "$OUT/san" --json "$OUT/san/sanitize.json" \
+    > "$OUT/san/sanitize.log" 2>&1
   rc[sanitize]=$?; tail -6 "$OUT/san/sanitize.log"
   await_anchor_build 120
   timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group all \

@@ -135,6 +135,37 @@ def test_runner_ends_a_tool_that_runs_past_its_timeout(tmp_path):
     assert run.returncode == 1 and "errors found: ?" in run.stdout and "timed out" in run.stdout, run.stdout
 
 
+def test_runner_stopped_by_sigterm_takes_its_tools_down(tmp_path):
+    """A `timeout` around the runner signals only the runner (the tools run in sessions of their own): it must end
+    them, or they keep the GPU busy under whatever runs next (call S of the sixth sitting: an anchors bench at half
+    speed beside a racecheck left running)."""
+    import signal
+    import time
+
+    fake = tmp_path / "compute-sanitizer"
+    marker = tmp_path / "pids"
+    fake.write_text(f"#!/usr/bin/env bash\necho $$ >> {marker}\nsleep 60\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, COMPUTE_SANITIZER=str(fake))
+    run = subprocess.Popen([sys.executable, "dev/stress/sanitize.py", "--no-build", "--tools", "memcheck,racecheck",
+                            "--out", str(tmp_path / "o")], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while (not marker.exists() or len(marker.read_text().split()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int(p) for p in marker.read_text().split()]
+    assert len(pids) == 2
+    run.send_signal(signal.SIGTERM)
+    assert run.wait(timeout=20) == 128 + signal.SIGTERM
+    time.sleep(0.5)
+    for pid in pids:  # gone, or a zombie waiting for its new parent to reap it (state Z in /proc)
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            state = "gone"
+        assert state in ("gone", "Z", "X"), f"tool process {pid} still running (state {state})"
+
+
 # ------------------------------------------------------------------------------------------------ the sanitizer cases
 def _cases():
     sys.path.insert(0, str(REPO / "tests"))

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -120,10 +121,23 @@ def main(argv=None) -> int:
         results.append(r)
         print(line(r), flush=True)
 
+    started = []  # every tool's process (finish() takes a tool out of `running` before it waits for it)
+
+    def stop(signum, frame):  # the tools run in sessions of their own: a `timeout` around this runner reaches only
+        for proc in started:  # it, and tools left running would share the GPU with what comes next
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     for tool in tools:
         f = open(args.out / f"{tool}.log", "w")
         proc = subprocess.Popen(command(sanitizer, tool), cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+        started.append(proc)
         running[tool] = (proc, f, time.monotonic())
         if args.serial:
             finish(tool)
