@@ -228,7 +228,7 @@ int allow_smem(Kernel kernel, size_t smem) {
 // within a light tile of each other; without it, the static order (heaviest first within each head, snaking across
 // the CTAs: local_tile).
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kCausal = false>
-int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
+int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   using namespace vidattn::sm90;
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
   FwdParams p{};
@@ -338,6 +338,31 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   combine_kernel<kHeadDim, kFp16><<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)),
                                     kCombineThreads, 0, stream>>>(c);
   return check_launch("tail merge launch");
+}
+
+// DIAGNOSTIC ONLY, never a default: VIDATTN_KERNEL_SUBSET=1 instantiates only the bf16 non-causal D=256 O-in-V
+// builds (the routed one and its variants) and the D=128 short-key build (N=128, what 1K keys run), and leaves the
+// 8-bit and RoPE entry points out, so that a timeline build (-DVIDATTN_DIAG_TIMELINE, dev/probes/timeline_d256.sh)
+// compiles in a fraction of the library's time. Every other launch is refused with an error (vidattn runs SDPA).
+#ifndef VIDATTN_KERNEL_SUBSET
+#define VIDATTN_KERNEL_SUBSET 0
+#endif
+template <int kHeadDim, int kBN, bool kFp16, bool kCausal>
+constexpr bool in_kernel_subset() {
+  constexpr bool kD256OInV = kHeadDim == 256 && kBN >= vidattn::sm90::kOInVBuild;
+  constexpr bool kD128Short = kHeadDim == 128 && kBN == VIDATTN_BLOCK_N_D128_SHORT;
+  return !VIDATTN_KERNEL_SUBSET || (!kFp16 && !kCausal && (kD256OInV || kD128Short));
+}
+
+// The launcher's entry for one build: launch_built, unless a subset build (above) left that build out. if constexpr,
+// so a left-out build's kernels are never instantiated.
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kCausal = false>
+int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
+  if constexpr (in_kernel_subset<kHeadDim, kBN, kFp16, kCausal>())
+    return launch_built<kHeadDim, kWGs, kBN, kFp16, kCausal>(a, stream, sms);
+  else
+    return fail("this library is a kernel subset build (VIDATTN_KERNEL_SUBSET: bf16 D=256 O-in-V and "
+                "D=128 N=128, non-causal): no build for this call");
 }
 
 // D=64 has two builds: three consumer warpgroups (192-row tiles, about 1.1x the throughput per row on long
@@ -663,5 +688,7 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   if (rc != 0) g_last_tail_splits = g_last_block_n = g_last_o_path = 0;
   return rc;
 }
+#if !VIDATTN_KERNEL_SUBSET  // (a diagnostic subset build: the exact kernel's entry points only)
 #include "capi_8bit.cuh"
 #include "capi_rope.cuh"
+#endif

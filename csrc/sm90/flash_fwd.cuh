@@ -298,6 +298,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     // local % 4 was last read at the start of tile local - 4, before the consumers released tile local - 3's Q buffer,
     // which this producer has waited for (two Q buffers at most).
     if constexpr (kCausal) s.sched_tile[local % 4] = tile;
+    tl_producer_clock_pair(kSplit, local);  // timeline build only: the clock against the global timer
     const TileWork w = tile_work<T::kBlockN, kSplit, kCausal, T::kBlockM>(p, tile);
     const TileCoord& tc = w.tc;
     const int n_blocks = w.n_blocks;
