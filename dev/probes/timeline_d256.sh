@@ -13,9 +13,14 @@ mkdir -p "$DIR" .build/tl
 LEVEL=${TL_LEVEL:-1}
 LIB=$PWD/.build/tl/lib_tl${LEVEL}_subset.so
 mapfile -t FLAGS < <(python3 scripts/nvcc_flags.py)  # the flags vidattn/_ext.py builds with
+NVCC=""  # where vidattn/_ext.py's find_nvcc looks, in its order
+for c in "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" "${CUDA_PATH:+$CUDA_PATH/bin/nvcc}" /usr/local/cuda/bin/nvcc "$(command -v nvcc)"; do
+  [[ -n $c && -x $c ]] && { NVCC=$c; break; }
+done
+[[ -n $NVCC ]] || { echo "timeline_d256: nvcc not found"; exit 2; }
 t0=$(date +%s)
 if [[ ! -f $LIB || ${TL_REBUILD:-0} == 1 ]]; then
-  if ! nvcc "${FLAGS[@]}" -DVIDATTN_DIAG_TIMELINE="$LEVEL" -DVIDATTN_KERNEL_SUBSET=1 -I csrc csrc/capi.cu -o "$LIB" \
+  if ! "$NVCC" "${FLAGS[@]}" -DVIDATTN_DIAG_TIMELINE="$LEVEL" -DVIDATTN_KERNEL_SUBSET=1 -I csrc csrc/capi.cu -o "$LIB" \
       >"$DIR/tl_build.log" 2>&1; then
     tail -20 "$DIR/tl_build.log"; echo "timeline_d256: build failed"; exit 2
   fi
