@@ -179,6 +179,7 @@ def test_timeline_probe_tile_table_in_microseconds():
     short, sprod, _ = _timeline_rows(probe, blocks=3)
     assert probe.tile_rows(short, 132) == {}
     assert probe.us_table({}, 1.5) == ["   (no tile of 4+ key blocks in the middle of a CTA's list)"]
+    assert (probe.fmt_us(1500, 1.5), probe.fmt_us(1500, None), probe.fmt_us(None, 1.5)) == ("1.000 us", "1500 cyc", "-")
 
 
 def test_timeline_d256_script_builds_the_subset_and_runs_both_shapes():
@@ -204,6 +205,58 @@ def test_timeline_layout_matches_the_header():
                                                  probe.PEVENTS)
     assert int(re.search(r"kTlClockPair = (\d+)", hdr).group(1)) == probe.CLOCK_PAIR
     assert int(re.search(r"kTlTimerNs = (\d+)", hdr).group(1)) == probe.TIMER_NS
+
+
+def test_timeline_probe_main_prints_the_tables_last(monkeypatch, capsys, tmp_path):
+    """main() end to end on the CPU with a fake timeline library (the synthetic rows of _timeline_rows) and a fake
+    CUDA: both 1K shapes are known, each gets its table with the build and the clock in its head, the tables come
+    last, and the JSON is written. What a device run would fail on after its build is caught here."""
+    import ctypes
+    import types
+
+    probe = _load("timeline_probe")
+    cons, prod, period = _timeline_rows(probe)
+    flat_c = [x for c in cons for l in c for w in l for x in w]
+    flat_p = [x for c in prod for l in c for x in l]
+
+    def diag(cbuf, cbytes, pbuf, pbytes, reset):
+        if cbuf is not None:
+            ctypes.memmove(cbuf, (ctypes.c_uint64 * len(flat_c))(*flat_c), cbytes)
+            ctypes.memmove(pbuf, (ctypes.c_uint64 * len(flat_p))(*flat_p), pbytes)
+        return 0
+    lib = types.SimpleNamespace(vidattn_sm90_diag_timeline=diag, vidattn_sm90_last_o_path=lambda: 2,
+                                vidattn_sm90_last_error=lambda: b"")
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            self.t = 0.0
+
+        def record(self):
+            Event.clock += 0.25
+            self.t = Event.clock
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+    Event.clock = 0.0
+    from vidattn import _ext
+    import bench_kernel
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(multi_processor_count=132))
+    monkeypatch.setattr(torch, "Generator", lambda device=None: types.SimpleNamespace(manual_seed=lambda s: None))
+    monkeypatch.setattr(bench_kernel, "make_inputs", lambda s, n, g: [(torch.zeros(1), torch.zeros(1), torch.zeros(1))])
+    monkeypatch.setattr(_ext, "load", lambda: lib)
+    monkeypatch.setattr(_ext, "forward", lambda *a: None)
+    monkeypatch.setattr(_ext, "last_block_n", lambda *a: 80)
+    probe.main(["d256_1k", "d128_1k", "--warm-ms", "1", "--launches", "2", "--json", str(tmp_path / "t.json")])
+    out = capsys.readouterr().out
+    tail = out[out.index("== d256_1k: where a tile's time goes"):]
+    assert "== d128_1k: where a tile's time goes" in tail and "N=80 O path 2" in tail and "clock 1.500 GHz" in tail
+    assert "epilogue (O out, Q/V back)" in tail and "boundary (period - blocks x steady iteration) 0.667 us" in tail
+    assert "Q issued (producer, all of it) 0.533 us before warpgroup 0's tile start" in tail
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["d256_1k"]["tile_rows"]["0"]["period"] == period and saved["d128_1k"]["clock_ghz"] > 1.49
 
 
 def test_timeline_probe_refuses_cleanly_without_a_gpu(monkeypatch):

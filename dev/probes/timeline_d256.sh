@@ -34,8 +34,8 @@ timeout 90 python3 dev/probes/timeline_probe.py d256_1k d128_1k --json "$DIR/tim
 for v in ${TL_VARIANTS:-}; do
   VIDATTN_HD_NARROW=$v timeout 60 python3 dev/probes/timeline_probe.py d256_1k --json "$DIR/timeline_hd$v.json" \
     >"$DIR/timeline_hd$v.log" 2>&1 || rc=$?
-  tail -16 "$DIR/timeline_hd$v.log"
+  tail -18 "$DIR/timeline_hd$v.log"
 done
-tail -34 "$DIR/timeline.log"
+tail -42 "$DIR/timeline.log"
 echo "timeline_d256: rc $rc, $(( $(date +%s) - t0 )) s in all"
 exit $rc

@@ -131,6 +131,13 @@ def us_table(rows: dict, ghz: float | None) -> list[str]:
     return out
 
 
+def fmt_us(cycles: float | None, ghz: float | None) -> str:
+    """Cycles as microseconds at `ghz` ("-" for none; cycles when the clock is unknown)."""
+    if cycles is None:
+        return "-"
+    return f"{cycles * 1e-3 / ghz:.3f} us" if ghz else f"{cycles:.0f} cyc"
+
+
 def analyse(cons, prod, grid: int) -> dict:
     """Per-phase medians (cycles) from the consumer rows cons[cta][local][wg][event] and producer rows."""
     phases: dict[str, list[float]] = {name: [] for name, _, _ in PHASES}
@@ -248,7 +255,7 @@ def main(argv: list[str] | None = None):
     cons_t = ctypes.c_uint64 * (MAX_CTAS * MAX_LOCAL * WGS * EVENTS)
     prod_t = ctypes.c_uint64 * (MAX_CTAS * MAX_LOCAL * PEVENTS)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    results, tables = {}, {}
+    results, tables, heads = {}, {}, {}
     for key in args.shapes:
         s = shapes[key]
         (q, k, v), = make_inputs(s, 1, torch.Generator(device="cuda").manual_seed(0))
@@ -307,9 +314,15 @@ def main(argv: list[str] | None = None):
                   + ", ".join(f"{a} {100 * b:.1f}%" for a, b in r["late_share"].items()))
             print(f"   {'  of the first iteration (K_1, V_0)':38s} "
                   + ", ".join(f"{a} {100 * b:.1f}%" for a, b in r["late_share_first_iteration"].items()))
-            tables[key] = us_table(r["tile_rows"], r.get("clock_ghz"))
+            ghz = r.get("clock_ghz")
+            tables[key] = us_table(r["tile_rows"], ghz) + [
+                f"   Q issued (producer, all of it) {fmt_us(r['q_issued_before_tile_start_cycles'], ghz)} before "
+                f"warpgroup 0's tile start, landed {fmt_us(r['q_issue_to_q_full_cycles'], ghz)} after its issue"]
+            heads[key] = (f"{s.name}, B{s.b} H{s.h} {s.sq}x{s.skv} D{s.d}, N={built[0]} O path {built[1]}: "
+                          f"{ms * 1e3:.1f} us a launch, {r['tflops']:.0f} TFLOPS, clock "
+                          + (f"{ghz:.3f} GHz" if ghz else "unknown"))
     for key, lines in tables.items():  # last, so that the tables are what a log's tail shows
-        print(f"\n== {key}: where a tile's time goes (medians over the middle tiles of every CTA)")
+        print(f"\n== {key}: where a tile's time goes (medians over the middle tiles of every CTA)\n   {heads[key]}")
         print("\n".join(lines))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
