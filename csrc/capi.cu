@@ -27,6 +27,8 @@ int g_d96_build = 0;
 // widths, O through the V stages: kOInV; vidattn_sm90_set_hd_narrow: A/B timing). fp16 has the wide builds only.
 // 4: head dims 200..256 on the D=256 O-in-V build's variant that stores O from registers (kORegs; an A/B build, off
 // by default); bf16 head dims 136..192 are refused under 4 (no such D=192 build), fp16 runs wide as under 3.
+// 5: head dims 200..256 on the D=256 O-in-V build's variant whose Q is released and loaded per consumer warpgroup
+// (kQHalves; an A/B build, off by default); bf16 136..192 refused, fp16 wide, as under 4.
 int g_hd_narrow = 0;
 // Where the epilogue of this thread's last launch staged O: 0 a scratch of its own, 1 Q's buffer, 2 the V stages,
 // 3 nowhere (stored from registers: kORegs).
@@ -35,6 +37,9 @@ thread_local int g_last_o_path = 0;
 // 3 forces it (vidattn_sm90_set_d96_warpgroups: tests and A/B timing). fp16 has the two-warpgroup build only.
 int g_d96_warpgroups = 0;
 thread_local int g_last_block_n = 0;  // kBlockN of this thread's last launch (0: none)
+// Rows of a Q box in this thread's last launch: the tile's (kBlockM), or a warpgroup's (64: kQHalves, Q loaded per
+// warpgroup; 0: none).
+thread_local int g_last_q_box_rows = 0;
 
 int fail(const std::string& msg) {
   g_last_error = msg;
@@ -228,7 +233,7 @@ int allow_smem(Kernel kernel, size_t smem) {
 // within a light tile of each other; without it, the static order (heaviest first within each head, snaking across
 // the CTAs: local_tile).
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kCausal = false>
-int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
+int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   using namespace vidattn::sm90;
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
   FwdParams p{};
@@ -236,7 +241,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   // a.head_dim may be below kHeadDim (FwdParams: TMA pads the columns); a.kv_heads divides a.heads (vidattn_sm90_fwd).
   const int64_t kv_heads = a.kv_heads > 0 ? a.kv_heads : a.heads;
   const bool ok = make_tensor_map_4d(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride,
-                                     T::kBlockM, &err) &&
+                                     T::kQBoxRows, &err) &&
                   make_tensor_map_4d(&p.tm_k, a.k, kFp16, a.head_dim, a.seqlen_kv, kv_heads, a.batch, a.k_stride,
                                      T::kBlockN, &err) &&
                   make_tensor_map_4d(&p.tm_v, a.v, kFp16, a.head_dim, a.seqlen_kv, kv_heads, a.batch, a.v_stride,
@@ -263,6 +268,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   p.num_m_blocks = static_cast<int>(m_blocks);
   g_last_block_n = T::kBlockN;
   g_last_o_path = T::kORegs ? 3 : T::kOInV ? 2 : T::kOInQ ? 1 : 0;
+  g_last_q_box_rows = T::kQBoxRows;
   // +1 KB to align the ring to 1024 B in-kernel (flash_fwd_kernel asserts that it fits)
   const size_t smem = dynamic_smem_bytes<kHeadDim, kWGs, kBN>();
   auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, false, kCausal>;
@@ -309,9 +315,16 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   }
   if constexpr (kCausal) return 0;
   if (tail.tiles == 0) return 0;
-  // The tail launch stores partials (no epilogue of O): the O-from-registers build shares the O-in-V build's.
-  auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN & ~kORegsBuild, kFp16, true>;
+  // The tail launch stores partials (no epilogue of O): the O-from-registers build shares the O-in-V build's. So does
+  // the Q-halves build (one item per CTA: no next tile whose Q could load early), with Q's box back at the tile's
+  // rows: its own split kernel spilled the producer's 24 registers (84 bytes).
+  auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN & ~kORegsBuild & ~kQHalvesBuild, kFp16, true>;
   if (allow_smem(split_kernel, smem) != 0) return 1;
+  if constexpr (T::kQHalves) {
+    if (!make_tensor_map_4d(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride, T::kBlockM,
+                            &err))
+      return fail(err);
+  }
   const int64_t items = tail.tiles * tail.splits;
   p.tile_base = static_cast<int>(main_tiles);
   p.num_tiles = static_cast<int>(items);
@@ -338,6 +351,31 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   combine_kernel<kHeadDim, kFp16><<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)),
                                     kCombineThreads, 0, stream>>>(c);
   return check_launch("tail merge launch");
+}
+
+// DIAGNOSTIC ONLY, never a default: VIDATTN_KERNEL_SUBSET=1 instantiates only the bf16 non-causal D=256 O-in-V
+// builds (the routed one and its variants) and the D=128 short-key build (N=128, what 1K keys run), and leaves the
+// 8-bit and RoPE entry points out, so that a timeline build (-DVIDATTN_DIAG_TIMELINE, dev/probes/timeline_d256.sh)
+// compiles in a fraction of the library's time. Every other launch is refused with an error (vidattn runs SDPA).
+#ifndef VIDATTN_KERNEL_SUBSET
+#define VIDATTN_KERNEL_SUBSET 0
+#endif
+template <int kHeadDim, int kBN, bool kFp16, bool kCausal>
+constexpr bool in_kernel_subset() {
+  constexpr bool kD256OInV = kHeadDim == 256 && kBN >= vidattn::sm90::kOInVBuild;
+  constexpr bool kD128Short = kHeadDim == 128 && kBN == VIDATTN_BLOCK_N_D128_SHORT;
+  return !VIDATTN_KERNEL_SUBSET || (!kFp16 && !kCausal && (kD256OInV || kD128Short));
+}
+
+// The launcher's entry for one build: launch_built, unless a subset build (above) left that build out. if constexpr,
+// so a left-out build's kernels are never instantiated.
+template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kCausal = false>
+int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
+  if constexpr (in_kernel_subset<kHeadDim, kBN, kFp16, kCausal>())
+    return launch_built<kHeadDim, kWGs, kBN, kFp16, kCausal>(a, stream, sms);
+  else
+    return fail("this library is a kernel subset build (VIDATTN_KERNEL_SUBSET: bf16 D=256 O-in-V and "
+                "D=128 N=128, non-causal): no build for this call");
 }
 
 // D=64 has two builds: three consumer warpgroups (192-row tiles, about 1.1x the throughput per row on long
@@ -465,6 +503,8 @@ extern "C" int vidattn_sm90_last_block_n(void) { return g_last_block_n; }
 
 extern "C" int vidattn_sm90_last_o_path(void) { return g_last_o_path; }
 
+extern "C" int vidattn_sm90_last_q_box_rows(void) { return g_last_q_box_rows; }
+
 extern "C" int vidattn_sm90_causal_modes(void) { return 2; }
 
 extern "C" int vidattn_sm90_set_causal_dynamic_min_sq_for(int head_dim, int min_sq) {
@@ -544,7 +584,7 @@ extern "C" int vidattn_sm90_set_d96_build(int build) {
 }
 
 extern "C" int vidattn_sm90_set_hd_narrow(int narrow) {
-  if (narrow < 0 || narrow > 4) return 1;
+  if (narrow < 0 || narrow > 5) return 1;
   g_hd_narrow = narrow;
   return 0;
 }
@@ -599,6 +639,7 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
   g_last_tail_splits = 0;
   g_last_block_n = 0;
   g_last_o_path = 0;
+  g_last_q_box_rows = 0;
   const bool fp16 = a->dtype == 1;
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
   if (a->causal < 0 || a->causal > 2) return fail("causal must be 0 (none), 1 (top-left) or 2 (bottom-right)");
@@ -632,6 +673,10 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
       if (a->head_dim <= 192) return fail("VIDATTN_HD_NARROW=4 (O from registers) is built for head dims 200..256 only");
       return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild + vidattn::sm90::kORegsBuild, false>(*a, s, sms);
     }
+    if (!fp16 && g_hd_narrow == 5) {
+      if (a->head_dim <= 192) return fail("VIDATTN_HD_NARROW=5 (Q per warpgroup) is built for head dims 200..256 only");
+      return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild + vidattn::sm90::kQHalvesBuild, false>(*a, s, sms);
+    }
     if (!fp16 && pick_hd_o_in_v(a->head_dim, a->seqlen_kv))
       return a->head_dim <= 192 ? launch<192, 2, kD192N + vidattn::sm90::kOInVBuild, false>(*a, s, sms)
                                 : launch<256, 2, kD256N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);
@@ -660,8 +705,10 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   const int rc = fwd(a, stream);
   // launch() records its build before it opts into shared memory and launches: a refused or failed launch launched
   // nothing, and must not read as the build a caller asked for (capi.h: 0, none).
-  if (rc != 0) g_last_tail_splits = g_last_block_n = g_last_o_path = 0;
+  if (rc != 0) g_last_tail_splits = g_last_block_n = g_last_o_path = g_last_q_box_rows = 0;
   return rc;
 }
+#if !VIDATTN_KERNEL_SUBSET  // (a diagnostic subset build: the exact kernel's entry points only)
 #include "capi_8bit.cuh"
 #include "capi_rope.cuh"
+#endif

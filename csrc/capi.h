@@ -49,7 +49,9 @@ int vidattn_sm90_set_d128_block_n(int block_n);
 int vidattn_sm90_set_d96_build(int build);
 // bf16 head dims 136..256: 1 runs later launches on the narrow D=192 (N=96) and D=256 (N=64) builds with the separate O
 // scratch, 2 on the wide ones (N=112, 80) whose O epilogue goes through Q's buffer, 3 on the O-in-V builds (the wide
-// widths, O through the V stages), 0 (the default) picks by key count. Nonzero return: bad value.
+// widths, O through the V stages), 0 (the default) picks by key count; A/B variants of the D=256 O-in-V build (head
+// dims 200..256; bf16 136..192 refused, fp16 wide): 4 O stored from registers, 5 Q loaded per warpgroup. Nonzero
+// return: bad value.
 int vidattn_sm90_set_hd_narrow(int narrow);
 // bf16 head dims 72..96 on the D=96 build: 3 runs later launches on three consumer warpgroups (192-row tiles, N=96),
 // 2 on two (N=176), 0 (the default) picks by shape; fp16 always runs on two. Nonzero return: bad value (nothing
@@ -62,6 +64,8 @@ int vidattn_sm90_build_head_dim(int head_dim, int causal);
 int vidattn_sm90_last_block_n(void);
 // Where that kernel's epilogue staged O: 0 a scratch of its own, 1 Q's buffer, 2 the V stages (0: it launched none).
 int vidattn_sm90_last_o_path(void);
+// Rows of that kernel's Q box: 128 (the tile's) or 64 (a warpgroup's half: vidattn_sm90_set_hd_narrow(5)); 0: none.
+int vidattn_sm90_last_q_box_rows(void);
 // Bytes of workspace this build can use on the current device (0: it uses none, as a VIDATTN_TAIL_LAUNCH=0 build).
 uint64_t vidattn_sm90_workspace_bytes(void);
 // Key ranges per tile of the tail launch of this thread's last vidattn_sm90_fwd call (0: it had none). For tests.

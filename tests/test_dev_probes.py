@@ -114,7 +114,8 @@ def _timeline_rows(probe, tiles=5, blocks=10, steady=1000, epilogue=400, ctas=2)
                 r[probe.SWAIT] = 600 * (blocks - 1)
                 # warpgroup 1: V late in 3 of its blocks - 1 iterations, the first one among them (the high word)
                 r[probe.KLATE], r[probe.VLATE] = 0, 3 * w + (w << 32)
-            prod[c][local] = [t - 900, t - 800, 500 * blocks, 200 * blocks]
+            # clock64 and %globaltimer read together as the producer takes the tile up: a 1.5 GHz clock
+            prod[c][local] = [t - 900, t - 800, 500 * blocks, 200 * blocks, t - 1000, round((t - 1000) / 1.5)]
             t += period
     return cons, prod, period
 
@@ -143,6 +144,119 @@ def test_timeline_probe_analyses_the_stamps_it_reads():
     # No complete tile row (a launch that did not stamp): nothing to report, no division by zero.
     empty, eprod, _ = _timeline_rows(probe, tiles=0)
     assert probe.analyse(empty, eprod, 132) == {"tiles": 0}
+
+
+def test_timeline_probe_tile_table_in_microseconds():
+    """The per-phase table (issue 26's D=256 boundary): every stamp-to-stamp row of a tile, per warpgroup, adds up
+    to the period; cycles turn into microseconds at the clock the producer's clock64 / %globaltimer pairs give; the
+    boundary is the period less the tile's blocks at the steady iteration's time."""
+    probe = _load("timeline_probe")
+    cons, prod, period = _timeline_rows(probe)
+    r = probe.analyse(cons, prod, 132)
+    assert r["clock_ghz"] == pytest.approx(1.5, rel=1e-4)
+    rows = r["tile_rows"]
+    assert sorted(rows) == [0, 1]
+    for w in (0, 1):
+        t = rows[w]
+        assert t["tiles"] == 2 * 3 and t["period"] == period and t["blocks"] == 10 and t["steady_iteration"] == 1000
+        assert t["rows"] == {"q wait": 50, "K_0 wait": 10, "S_0 (turn + wgmma)": 240, "softmax_0 + iteration 1": 1700,
+                             "iterations 2..n-2": 7000, "iteration n-1": 1000, "last P V (turn + wgmma)": 500,
+                             "epilogue (O out, Q/V back)": 400, "to the next tile": 100}
+        assert sum(t["rows"].values()) == period
+    lines = probe.us_table(rows, r["clock_ghz"])
+    epi = next(x for x in lines if "epilogue" in x).split()
+    assert [float(epi[-4]), epi[-3], float(epi[-2])] == [pytest.approx(400 / 1500, abs=1e-3), "3.6%", 0.267]
+    assert "boundary (period - blocks x steady iteration) 0.667 us = 9.1% of the period" in lines[-1]
+    # no clock pairs (a build before them): the table stays in cycles
+    assert "1000.000 cyc" in probe.us_table(rows, None)[-1]
+    # a longer epilogue shows in its row and in the boundary, nowhere else
+    cons2, prod2, _ = _timeline_rows(probe, epilogue=900)
+    r2 = probe.analyse(cons2, prod2, 132)["tile_rows"][0]
+    assert r2["rows"]["epilogue (O out, Q/V back)"] == 900 and r2["period"] == period + 500
+    assert {k: v for k, v in r2["rows"].items() if "epilogue" not in k} == \
+        {k: v for k, v in rows[0]["rows"].items() if "epilogue" not in k}
+    # tiles of fewer than 4 key blocks have no steady iteration to cut: none counted
+    short, sprod, _ = _timeline_rows(probe, blocks=3)
+    assert probe.tile_rows(short, 132) == {}
+    assert probe.us_table({}, 1.5) == ["   (no tile of 4+ key blocks in the middle of a CTA's list)"]
+    assert (probe.fmt_us(1500, 1.5), probe.fmt_us(1500, None), probe.fmt_us(None, 1.5)) == ("1.000 us", "1500 cyc", "-")
+
+
+def test_timeline_d256_script_builds_the_subset_and_runs_both_shapes():
+    """The device command's script: a timeline build of the kernel subset with the library's own nvcc flags, both
+    1K shapes of the probe, the probe's tables at the end of its output; and the probe knows both shapes."""
+    text = (PROBES / "timeline_d256.sh").read_text()
+    assert "-DVIDATTN_KERNEL_SUBSET=1" in text and '-DVIDATTN_DIAG_TIMELINE="$LEVEL"' in text
+    assert "scripts/nvcc_flags.py" in text and "timeline_probe.py d256_1k d128_1k" in text
+    probe = _load("timeline_probe")
+    assert probe.EXTRA_SHAPES["d256_1k"][1:] == (16, 8, 1024, 1024, 256)
+    assert probe.EXTRA_SHAPES["d128_1k"][1:] == (16, 8, 1024, 1024, 128)
+
+
+def test_timeline_layout_matches_the_header():
+    """The probe's row layout is diag_timeline.cuh's: a build whose rows it misreads would print plausible nonsense."""
+    import re
+
+    hdr = (ROOT / "csrc/sm90/diag_timeline.cuh").read_text()
+    m = re.search(r"kTlMaxCtas = (\d+), kTlMaxLocal = (\d+), kTlWGs = (\d+), kTlEvents = (\d+), "
+                  r"kTlProducerEvents = (\d+);", hdr)
+    probe = _load("timeline_probe")
+    assert tuple(int(x) for x in m.groups()) == (probe.MAX_CTAS, probe.MAX_LOCAL, probe.WGS, probe.EVENTS,
+                                                 probe.PEVENTS)
+    assert int(re.search(r"kTlClockPair = (\d+)", hdr).group(1)) == probe.CLOCK_PAIR
+    assert int(re.search(r"kTlTimerNs = (\d+)", hdr).group(1)) == probe.TIMER_NS
+
+
+def test_timeline_probe_main_prints_the_tables_last(monkeypatch, capsys, tmp_path):
+    """main() end to end on the CPU with a fake timeline library (the synthetic rows of _timeline_rows) and a fake
+    CUDA: both 1K shapes are known, each gets its table with the build and the clock in its head, the tables come
+    last, and the JSON is written. What a device run would fail on after its build is caught here."""
+    import ctypes
+    import types
+
+    probe = _load("timeline_probe")
+    cons, prod, period = _timeline_rows(probe)
+    flat_c = [x for c in cons for l in c for w in l for x in w]
+    flat_p = [x for c in prod for l in c for x in l]
+
+    def diag(cbuf, cbytes, pbuf, pbytes, reset):
+        if cbuf is not None:
+            ctypes.memmove(cbuf, (ctypes.c_uint64 * len(flat_c))(*flat_c), cbytes)
+            ctypes.memmove(pbuf, (ctypes.c_uint64 * len(flat_p))(*flat_p), pbytes)
+        return 0
+    lib = types.SimpleNamespace(vidattn_sm90_diag_timeline=diag, vidattn_sm90_last_o_path=lambda: 2,
+                                vidattn_sm90_last_error=lambda: b"")
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            self.t = 0.0
+
+        def record(self):
+            Event.clock += 0.25
+            self.t = Event.clock
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+    Event.clock = 0.0
+    from vidattn import _ext
+    import bench_kernel
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(multi_processor_count=132))
+    monkeypatch.setattr(torch, "Generator", lambda device=None: types.SimpleNamespace(manual_seed=lambda s: None))
+    monkeypatch.setattr(bench_kernel, "make_inputs", lambda s, n, g: [(torch.zeros(1), torch.zeros(1), torch.zeros(1))])
+    monkeypatch.setattr(_ext, "load", lambda: lib)
+    monkeypatch.setattr(_ext, "forward", lambda *a: None)
+    monkeypatch.setattr(_ext, "last_block_n", lambda *a: 80)
+    probe.main(["d256_1k", "d128_1k", "--warm-ms", "1", "--launches", "2", "--json", str(tmp_path / "t.json")])
+    out = capsys.readouterr().out
+    tail = out[out.index("== d256_1k: where a tile's time goes"):]
+    assert "== d128_1k: where a tile's time goes" in tail and "N=80 O path 2" in tail and "clock 1.500 GHz" in tail
+    assert "epilogue (O out, Q/V back)" in tail and "boundary (period - blocks x steady iteration) 0.667 us" in tail
+    assert "Q issued (producer, all of it) 0.533 us before warpgroup 0's tile start" in tail
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["d256_1k"]["tile_rows"]["0"]["period"] == period and saved["d128_1k"]["clock_ghz"] > 1.49
 
 
 def test_timeline_probe_refuses_cleanly_without_a_gpu(monkeypatch):

@@ -436,3 +436,47 @@ def test_ov_part_with_the_register_variant_on_cpu(cpu_parts, tmp_path, monkeypat
     assert "ovr" in ov["rows"][1]["errors"] and "ovr_vs_ov" not in ov["rows"][1]
     plain = ab.parse_args(["--part", "ov", "--shapes", "D256 32K", "--with-variant"])
     assert ab.plan(plain)["ov"]["shapes"] == ["D256 32K"]  # the plan counts only the shapes kept
+
+
+def test_ov_part_with_the_q_halves_variant_on_cpu(cpu_parts, tmp_path, monkeypatch):
+    """--with-variant --variant-setting 5: the D=256 rows time "ovq" (VIDATTN_HD_NARROW=5, Q loaded per warpgroup)
+    and judge it against "ov"; it shares the O-in-V build's O path, so a library that ran anything but a 64-row Q box
+    under the setting (one from before the variant runs the O-in-V build) fails the side instead of timing it."""
+    import contextlib
+
+    from vidattn import _ext
+    state = {"narrow": 0, "rows": 64}
+
+    @contextlib.contextmanager
+    def hd_narrow(n, lib=None):
+        state["narrow"] = n
+        try:
+            yield
+        finally:
+            state["narrow"] = 0
+    monkeypatch.setattr(_ext, "hd_narrow", hd_narrow)
+    monkeypatch.setattr(ab, "last_q_box_rows", lambda: state["rows"] if state["narrow"] == 5 else 128)
+    fixture_load = ab._load
+
+    def load(name):
+        mod = fixture_load(name)
+        if name == "hd_variants_ab":
+            mod.last_o_path = lambda: 2 if state["narrow"] == 5 else None
+        return mod
+    monkeypatch.setattr(ab, "_load", load)
+    args = ab.parse_args(["--part", "ov", "--out", str(tmp_path), "--rounds", "8", "--target-ms", "0.5",
+                          "--preheat-ms", "1", "--with-variant", "--variant-setting", "5"])
+    ov = ab.run_ov(args)
+    r192, r256 = ov["rows"]
+    assert "ovq" not in r192["sides"] and r256["sides"][:4] == ["wide", "ov", "ovq", "cudnn"]
+    assert not r256["errors"], r256["errors"]
+    assert len(r256["spans"]["ovq"]) == 8 and r256["ovq_vs_ov"]["rounds"] == 8 and "ovr_vs_ov" not in r256
+    assert "ovq_over_cudnn" in r256 and "ovq_over_fa3" not in r256  # no FA3 on the CPU
+    assert "ovq (Q per warpgroup)" in ab.summary(tmp_path, CAPI)
+    state["rows"] = 128  # a library from before the variant: setting 5 ran the O-in-V build
+    ov = ab.run_ov(args)
+    assert "Q box of 128 rows" in ov["rows"][1]["errors"]["ovq"] and "ovq_vs_ov" not in ov["rows"][1]
+    assert ab.variant_ran(4, 3, None) is None and ab.variant_ran(5, 2, 64) is None
+    assert "O path 2" in ab.variant_ran(4, 2, 128) and "O path 3" in ab.variant_ran(5, 3, 64)
+    with pytest.raises(SystemExit):
+        ab.parse_args(["--part", "ov", "--with-variant", "--variant-setting", "3"])

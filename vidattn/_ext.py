@@ -416,6 +416,9 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     if hasattr(lib, "vidattn_sm90_last_o_path"):  # libraries before the O-in-V D=192/256 builds lack it
         lib.vidattn_sm90_last_o_path.argtypes = []
         lib.vidattn_sm90_last_o_path.restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_last_q_box_rows"):  # libraries before the Q-halves D=256 variant lack it
+        lib.vidattn_sm90_last_q_box_rows.argtypes = []
+        lib.vidattn_sm90_last_q_box_rows.restype = ctypes.c_int
     if hasattr(lib, "vidattn_sm90_set_d96_warpgroups"):  # libraries before the three-warpgroup D=96 build lack it
         lib.vidattn_sm90_set_d96_warpgroups.argtypes = [ctypes.c_int]
         lib.vidattn_sm90_set_d96_warpgroups.restype = ctypes.c_int
@@ -476,14 +479,15 @@ def set_hd_narrow(narrow: int, lib: ctypes.CDLL | None = None) -> None:
     """Run bf16 head dims 136..256 on the narrow D=192 (N=96) / D=256 (N=64) builds with the separate O scratch (1),
     on the wide ones, O stored through Q's buffer (2), on the O-in-V ones, the wide widths with O stored through the
     V stages (3), head dims 200..256 on the D=256 O-in-V build's variant that stores O from registers (4: an A/B
-    build; bf16 head dims 136..192 are refused under it, fp16 runs wide as under 3), or on the launcher's choice by
-    key count (0: the default; libraries before that choice read 0 as wide and refuse 2, libraries before the O-in-V
-    builds refuse 3, before the register variant 4) in later launches. A testing and benchmarking knob (also read
-    from VIDATTN_HD_NARROW when the library loads)."""
+    build; bf16 head dims 136..192 are refused under it, fp16 runs wide as under 3), on its variant whose Q is loaded
+    per warpgroup (5: an A/B build, refused and routed as 4), or on the launcher's choice by key count (0: the
+    default; libraries before that choice read 0 as wide and refuse 2, libraries before the O-in-V builds refuse 3,
+    before the register variant 4, before the Q-halves variant 5) in later launches. A testing and benchmarking knob
+    (also read from VIDATTN_HD_NARROW when the library loads)."""
     if _entry(lib, "vidattn_sm90_set_hd_narrow", "the wide D=192/256 builds")(int(narrow)) != 0:
         raise ValueError(f"VIDATTN_HD_NARROW must be 0 (by key count, the default), 1 (narrow), 2 (wide), 3 "
-                         f"(O in V) or 4 (D=256 O from registers; libraries from before them refuse 3 / 4), "
-                         f"got {narrow}")
+                         f"(O in V), 4 (D=256 O from registers) or 5 (D=256 Q per warpgroup; libraries from before "
+                         f"them refuse 3 / 4 / 5), got {narrow}")
 
 
 def set_d96_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
@@ -521,6 +525,13 @@ def last_o_path(lib: ctypes.CDLL | None = None) -> int:
     D=256 O-in-V build's variant, VIDATTN_HD_NARROW=4). For tests and benchmarks: the O-in-V and wide builds share
     their key-block widths."""
     return int(_entry(lib, "vidattn_sm90_last_o_path", "the O-in-V D=192/256 builds")())
+
+
+def last_q_box_rows(lib: ctypes.CDLL | None = None) -> int:
+    """Rows of the Q box of this thread's last kernel call: 128 (the tile's), 64 (a warpgroup's half: the D=256 O-in-V
+    build's variant, VIDATTN_HD_NARROW=5), 0 (no launch). For tests and benchmarks: the variant shares its width and O
+    path with the O-in-V build."""
+    return int(_entry(lib, "vidattn_sm90_last_q_box_rows", "the Q-halves D=256 variant")())
 
 
 def last_tail_splits(lib: ctypes.CDLL | None = None) -> int:

@@ -12,13 +12,15 @@
 #pragma once
 #include <cstdint>
 
+#include "ptx.cuh"
+
 #ifndef VIDATTN_DIAG_TIMELINE
 #define VIDATTN_DIAG_TIMELINE 0
 #endif
 
 namespace vidattn::sm90 {
 
-constexpr int kTlMaxCtas = 160, kTlMaxLocal = 64, kTlWGs = 3, kTlEvents = 16, kTlProducerEvents = 4;
+constexpr int kTlMaxCtas = 160, kTlMaxLocal = 64, kTlWGs = 3, kTlEvents = 16, kTlProducerEvents = 6;
 // Consumer events, in the order a tile passes them.
 enum TlEvent : int {
   kTlTileStart = 0,  // consume() entered (the previous tile's epilogue issued)
@@ -45,8 +47,17 @@ enum TlEvent : int {
   kTlVLate = 15,  // V_{j-1}
 };
 // Producer events: before waiting for Q's buffer to be released, and after Q's loads were issued; then the sums of
-// cycles the producer waited over the tile for K and for V stages to be released (the ring full: consumer-bound).
-enum TlProducerEvent : int { kTlQEmptyWait = 0, kTlQIssued = 1, kTlKEmptyWaitSum = 2, kTlVEmptyWaitSum = 3 };
+// cycles the producer waited over the tile for K and for V stages to be released (the ring full: consumer-bound);
+// then clock64 and %globaltimer (ns) read back to back as the producer takes the tile up: over a CTA's tiles their
+// two differences give the SM's clock, so the probe can state cycles as microseconds at the clock that ran.
+enum TlProducerEvent : int {
+  kTlQEmptyWait = 0,
+  kTlQIssued = 1,
+  kTlKEmptyWaitSum = 2,
+  kTlVEmptyWaitSum = 3,
+  kTlClockPair = 4,  // clock64
+  kTlTimerNs = 5,    // %globaltimer, right after it
+};
 
 #if VIDATTN_DIAG_TIMELINE
 __device__ unsigned long long g_tl_consumer[kTlMaxCtas * kTlMaxLocal * kTlWGs * kTlEvents];
@@ -83,6 +94,13 @@ __device__ __forceinline__ void tl_producer_value(bool split, int local, int e, 
 __device__ __forceinline__ void tl_producer_stamp(bool split, int local, int e) {
 #if VIDATTN_DIAG_TIMELINE
   tl_producer_value(split, local, e, clock64());  // the producer is one thread: its clock read costs nothing else
+#endif
+}
+__device__ __forceinline__ void tl_producer_clock_pair(bool split, int local) {
+#if VIDATTN_DIAG_TIMELINE
+  const unsigned long long c = clock64();
+  tl_producer_value(split, local, kTlTimerNs, ptx::globaltimer_ns());
+  tl_producer_value(split, local, kTlClockPair, c);
 #endif
 }
 

@@ -34,8 +34,8 @@ struct SharedStorage {
   // (kOInQ, kOInV: the boxes are in q or v, and this is a 16-byte stub)
   alignas(1024) uint16_t o_scratch[T::kOScratchStub ? 1 : T::kConsumerWGs * 4]
                                   [T::kOScratchStub ? 8 : T::kOScratchSlots * 16 * kChunkCols];
-  uint64_t q_full[T::kQBuffers];
-  uint64_t q_empty[T::kQBuffers];
+  uint64_t q_full[T::kQBarriers];  // per Q buffer, or per warpgroup's half (kQHalves)
+  uint64_t q_empty[T::kQBarriers];
   uint64_t k_full[T::kStages];
   uint64_t k_empty[T::kStages];
   uint64_t v_full[T::kStages];
@@ -298,6 +298,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     // local % 4 was last read at the start of tile local - 4, before the consumers released tile local - 3's Q buffer,
     // which this producer has waited for (two Q buffers at most).
     if constexpr (kCausal) s.sched_tile[local % 4] = tile;
+    tl_producer_clock_pair(kSplit, local);  // timeline build only: the clock against the global timer
     const TileWork w = tile_work<T::kBlockN, kSplit, kCausal, T::kBlockM>(p, tile);
     const TileCoord& tc = w.tc;
     const int n_blocks = w.n_blocks;
@@ -317,12 +318,26 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     }
     auto load_q = [&]() {
       tl_producer_stamp(kSplit, local, kTlQEmptyWait);
-      ptx::mbarrier_wait(&s.q_empty[qb], ((local / T::kQBuffers) & 1) ^ 1);
-      ptx::mbarrier_arrive_expect_tx(&s.q_full[qb], kQBytes);
+      if constexpr (T::kQHalves) {
+        // warpgroup w's rows of every chunk, each half as soon as its own warpgroup has released it (its last S)
 #pragma unroll 1
-      for (int c = 0; c < T::kChunks; ++c) {
-        ptx::tma_load_4d(s.q[qb] + c * T::kBlockM * kChunkCols, &p.tm_q, &s.q_full[qb], c * kChunkCols,
-                         tc.m_block * T::kBlockM, tc.head, tc.batch);
+        for (int w = 0; w < T::kConsumerWGs; ++w) {
+          ptx::mbarrier_wait(&s.q_empty[w], (local & 1) ^ 1);
+          ptx::mbarrier_arrive_expect_tx(&s.q_full[w], kQBytes / T::kConsumerWGs);
+#pragma unroll 1
+          for (int c = 0; c < T::kChunks; ++c) {
+            ptx::tma_load_4d(s.q[0] + (c * T::kBlockM + w * T::kRowsPerWG) * kChunkCols, &p.tm_q, &s.q_full[w],
+                             c * kChunkCols, tc.m_block * T::kBlockM + w * T::kRowsPerWG, tc.head, tc.batch);
+          }
+        }
+      } else {
+        ptx::mbarrier_wait(&s.q_empty[qb], ((local / T::kQBuffers) & 1) ^ 1);
+        ptx::mbarrier_arrive_expect_tx(&s.q_full[qb], kQBytes);
+#pragma unroll 1
+        for (int c = 0; c < T::kChunks; ++c) {
+          ptx::tma_load_4d(s.q[qb] + c * T::kBlockM * kChunkCols, &p.tm_q, &s.q_full[qb], c * kChunkCols,
+                           tc.m_block * T::kBlockM, tc.head, tc.batch);
+        }
       }
       tl_producer_stamp(kSplit, local, kTlQIssued);
     };
@@ -339,8 +354,11 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       if (T::kQBuffers == 1 && next < p.num_tiles) {
         const TileCoord nc = tile_coord<kCausal>(p, next);
 #pragma unroll 1
-        for (int c = 0; c < T::kChunks; ++c)
-          ptx::tma_prefetch_l2_4d(&p.tm_q, c * kChunkCols, nc.m_block * T::kBlockM, nc.head, nc.batch);
+        for (int c = 0; c < T::kChunks; ++c) {
+#pragma unroll
+          for (int r = 0; r < T::kBlockM; r += T::kQBoxRows)  // (the box: kQBoxRows rows)
+            ptx::tma_prefetch_l2_4d(&p.tm_q, c * kChunkCols, nc.m_block * T::kBlockM + r, nc.head, nc.batch);
+        }
       }
     }
     TlWaits<2> waits;  // timeline build only: how long the ring stayed full
@@ -1294,8 +1312,10 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     }
     row_max[0] = row_max[1] = kNegInf;
     row_sum[0] = row_sum[1] = 0.f;
-    // Q's buffer goes back to the producer right after this tile's last S = Q K^T (or at once with no keys).
-    ptx::mbarrier_wait(&s.q_full[qb], (local / T::kQBuffers) & 1);
+    // Q's buffer goes back to the producer right after this tile's last S = Q K^T (or at once with no keys); with
+    // kQHalves each warpgroup waits for and releases its own half.
+    const int qbar = T::kQHalves ? cwg : qb;
+    ptx::mbarrier_wait(&s.q_full[qbar], (local / T::kQBuffers) & 1);
     load_q_regs<kHeadDim, kWGs, kBN>(q, warp, lane);
     tl.stamp(kTlQFull);
     if (n_blocks == 0) {
@@ -1305,11 +1325,11 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
         for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;  // no P V will overwrite it
       }
       if constexpr (!T::kOInQ) {
-        if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qb]);
+        if (lane == 0) ptx::mbarrier_arrive(&s.q_empty[qbar]);
       }
     } else {
       mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, kCausal, 0>(
-          start, p, s, cwg, q, qb, n_blocks, w.kv_first, kv_rotation<T::kKvRotate && !kCausal>(tile, n_blocks),
+          start, p, s, cwg, q, qbar, n_blocks, w.kv_first, kv_rotation<T::kKvRotate && !kCausal>(tile, n_blocks),
           w.kv_len, col_in_group, diag, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa, tl, flush_o);
     }
     start = (start + n_blocks) % T::kStages;
@@ -1435,6 +1455,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
   // Over the per-block opt-in maximum the launch's cudaFuncSetAttribute fails, which only a GPU would show.
   static_assert(dynamic_smem_bytes<kHeadDim, kWGs, kBN>() + kStaticSmemBytes <= kSmemBudget,
                 "shared storage over the 227 KB a block can opt into");
+  static_assert(!(T::kQHalves && kCausal), "Q per warpgroup: non-causal builds (the causal loop reads q_full[qb])");
   extern __shared__ uint8_t smem_raw[];
   // Dynamic shared memory is only 16-byte aligned by contract; the launcher over-allocates 1 KB for this.
   const uint32_t pad = (1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023;
@@ -1446,9 +1467,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
     ptx::prefetch_tensormap(&p.tm_k);
     ptx::prefetch_tensormap(&p.tm_v);
 #pragma unroll
-    for (int b = 0; b < T::kQBuffers; ++b) {
+    for (int b = 0; b < T::kQBarriers; ++b) {
       ptx::mbarrier_init(&s.q_full[b], 1);
-      ptx::mbarrier_init(&s.q_empty[b], 4 * T::kConsumerWGs);
+      // one arrival per consumer warp of those that read the buffer: all, or the half's warpgroup (kQHalves)
+      ptx::mbarrier_init(&s.q_empty[b], T::kQHalves ? 4 : 4 * T::kConsumerWGs);
     }
 #pragma unroll
     for (int st = 0; st < T::kStages; ++st) {

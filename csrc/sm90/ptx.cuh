@@ -10,6 +10,14 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// The global nanosecond timer (PTX ISA, Special Registers: %globaltimer). Only the timeline build reads it, beside
+// clock64, so that its cycle stamps convert to time at the clock the SM actually ran (diag_timeline.cuh).
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // ---- mbarrier (9.7.13.15) -------------------------------------------------------------------------------
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrive_count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrive_count) : "memory");

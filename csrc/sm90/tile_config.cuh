@@ -187,6 +187,9 @@ constexpr int kOInVBuild = 1 << 12;
 // The D=256 O-in-V build's variant whose epilogue stores O from registers (FwdTraits::kORegs; capi.cu,
 // vidattn_sm90_set_hd_narrow(4)): kBN is its width plus kOInVBuild plus this flag.
 constexpr int kORegsBuild = 1 << 13;
+// The D=256 O-in-V build's variant whose Q buffer is released and loaded per consumer warpgroup (FwdTraits::kQHalves;
+// capi.cu, vidattn_sm90_set_hd_narrow(5)): kBN is its width plus kOInVBuild plus this flag.
+constexpr int kQHalvesBuild = 1 << 14;
 
 // Shared-memory columns of a head dim: whole 64-column chunks (D=96 takes two, its second half zero-filled).
 constexpr int padded_head_dim(int head_dim) { return (head_dim + kChunkCols - 1) / kChunkCols * kChunkCols; }
@@ -224,6 +227,12 @@ struct FwdTraits {
   // D=256 boundary: O from registers"). The V stages, Q and the ring are the O-in-V build's.
   static constexpr bool kORegs = (kBN & kORegsBuild) != 0;
   static_assert(!kORegs || (kBN & kOInVBuild) != 0, "O from registers: an O-in-V build's variant");
+  // kQHalves (kBN carries kQHalvesBuild, an O-in-V build): Q's single buffer is two halves, one per consumer
+  // warpgroup (its 64 rows of every chunk), each with its own q_full / q_empty: the producer loads warpgroup 0's half
+  // of the next tile once warpgroup 0's last S = Q K^T has retired, without waiting for warpgroup 1's, half an
+  // iteration later (dev/NOTES.md, "The D=256 boundary: a timeline, and Q released per warpgroup").
+  static constexpr bool kQHalves = (kBN & kQHalvesBuild) != 0;
+  static_assert(!kQHalves || (kBN & kOInVBuild) != 0, "Q per warpgroup: an O-in-V build's variant");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN: a wgmma N, multiple of 16, at most 256");
   // As many K+V stages as shared memory holds next to Q (up to 4): at D=128, N=128 that is Q 32 KB + 2 x 64 KB.
   static constexpr int kQBytes = kBlockM * kHeadDimPad * 2;
@@ -241,6 +250,10 @@ struct FwdTraits {
   static constexpr int kFree = kSmemBudget - 2048 - (kOInQ || kOInV ? 0 : kOScratchBytes);
   // A second Q buffer lets the next tile's Q load a whole tile early; taken only when 2 K/V stages still fit.
   static constexpr int kQBuffers = (kFree - 2 * kQBytes) / kStageBytes >= 2 ? 2 : 1;
+  static_assert(!kQHalves || (kQBuffers == 1 && kConsumerWGs == 2), "Q per warpgroup: one Q buffer, two halves");
+  // Q's full / empty barriers: one pair per buffer, or per half (kQHalves); the rows of a Q box (the tensor map).
+  static constexpr int kQBarriers = kQHalves ? kConsumerWGs : kQBuffers;
+  static constexpr int kQBoxRows = kQHalves ? kRowsPerWG : kBlockM;
   static constexpr int kChunks = kHeadDimPad / kChunkCols;
   static constexpr int kFreeBesideQ = kFree - kQBuffers * kQBytes;
   // A scratch box per 64-column chunk of O, when 2 K/V stages still fit beside them: the epilogue then writes its

@@ -133,16 +133,40 @@ def write_json(out: Path | None, name: str, data: dict) -> None:
 # part ov
 
 
-# --with-variant: the D=256 O-in-V build's variant that stores O from registers (csrc/sm90/flash_fwd.cuh,
-# store_o_regs; VIDATTN_HD_NARROW=4, last_o_path 3) as one more side, "ovr", judged against "ov" by the same sign
-# test (dev/NOTES.md, "The D=256 boundary: O from registers").
+# --with-variant: a variant of the D=256 O-in-V build as one more side, judged against "ov" by the same sign test;
+# --variant-setting picks which (VIDATTN_HD_NARROW): 4, "ovr", O stored from registers (csrc/sm90/flash_fwd.cuh,
+# store_o_regs; last_o_path 3; dev/NOTES.md, "The D=256 boundary: O from registers"), or 5, "ovq", Q released and
+# loaded per warpgroup (tile_config.cuh kQHalves; last_o_path 2 with a 64-row Q box; dev/NOTES.md, "The D=256
+# boundary: a timeline, and Q released per warpgroup").
 VARIANT_SIDE, VARIANT_SETTING, VARIANT_O_PATH = "ovr", 4, 3
+# setting: (side, what it is, O path it runs with, Q box rows it runs with or None for any)
+VARIANTS = {4: (VARIANT_SIDE, "O from registers", VARIANT_O_PATH, None), 5: ("ovq", "Q per warpgroup", 2, 64)}
+SETTING_OF_SIDE = {v[0]: k for k, v in VARIANTS.items()}
+
+
+def last_q_box_rows() -> int | None:
+    """Rows of the last launch's Q box, or None from a library that predates the Q-halves variant."""
+    from vidattn import _ext
+    try:
+        return _ext.last_q_box_rows()
+    except RuntimeError:
+        return None
+
+
+def variant_ran(setting: int, o_path: int | None, q_box_rows: int | None) -> str | None:
+    """Why the last launch under `setting` was not that variant (a library without it runs something else), or None."""
+    _, _, want_o, want_rows = VARIANTS[setting]
+    if o_path != want_o:
+        return f"ran with O path {o_path}, not {want_o}"
+    if want_rows is not None and q_box_rows != want_rows:
+        return f"ran with a Q box of {q_box_rows} rows, not {want_rows}"
+    return None
 
 
 def side_context(x: str, timer):
-    if x == VARIANT_SIDE:
+    if x in SETTING_OF_SIDE:
         from vidattn import _ext
-        return _ext.hd_narrow(VARIANT_SETTING)
+        return _ext.hd_narrow(SETTING_OF_SIDE[x])
     return timer.backend_context(x)
 
 
@@ -157,6 +181,8 @@ def run_ov(args) -> dict:
     result = {"part": "ov", "rounds": args.rounds, "fa3": fa3_reason or "available", "rows": [],
               "timing": "back-to-back spans, palindrome rounds, preheated"}
     print(f"ov: FA3 {'in the rounds' if fa3_reason is None else 'absent: ' + str(fa3_reason)}", flush=True)
+    vsetting = getattr(args, "variant_setting", VARIANT_SETTING)
+    vside = VARIANTS[vsetting][0]
     for name, b, h, s, d in OV_SHAPES:
         if args.shapes and name not in args.shapes:
             continue
@@ -164,7 +190,7 @@ def run_ov(args) -> dict:
         sets = [tuple(torch.randn(b, s, h, d, device=DEVICE, generator=g, dtype=torch.bfloat16) for _ in range(3))
                 for _ in range(timer.n_sets(4 * b * s * h * d * 2, l2))]
         calls = {x: timer.make_call(x, sets) for x in ("wide", "narrow", "ov", "cudnn", "fa3", "default")}
-        calls[VARIANT_SIDE] = calls["ov"]  # the same plain call; the setting picks the build
+        calls[vside] = calls["ov"]  # the same plain call; the setting picks the build
         with timer.backend_context("cudnn"):
             ref = calls["cudnn"](0).transpose(1, 2)
         calls["default"](0)
@@ -173,7 +199,7 @@ def run_ov(args) -> dict:
         base = routed if routed != "ov" else "wide"  # the side O-in-V is judged against
         sides = list(dict.fromkeys([base, "ov", "wide"])) + ["cudnn"]
         if getattr(args, "with_variant", False) and d == 256:
-            sides.insert(sides.index("cudnn"), VARIANT_SIDE)
+            sides.insert(sides.index("cudnn"), vside)
         if fa3_reason is None and anchor_impls.supports("fa3", d, h, h) is None:
             sides.append("fa3")
         row = {"shape": name, "b": b, "h": h, "s": s, "d": d, "flops": timer.flops(b, h, s, d), "routed": routed,
@@ -193,10 +219,11 @@ def run_ov(args) -> dict:
                         want = timer.SIDE_O_PATH.get(x)
                         if want is not None and timer.last_o_path() not in (None, want):
                             raise RuntimeError(f"ran with O path {timer.last_o_path()}, not {want}")
-                    if x == VARIANT_SIDE:
+                    if x == vside:
                         row["block_n"][x] = _ext.last_block_n()
-                        if timer.last_o_path() != VARIANT_O_PATH:  # a library without the variant ran something else
-                            raise RuntimeError(f"ran with O path {timer.last_o_path()}, not {VARIANT_O_PATH}")
+                        why = variant_ran(vsetting, timer.last_o_path(), last_q_box_rows())
+                        if why is not None:  # a library without the variant ran something else
+                            raise RuntimeError(why)
                     one[x] = timer.time_back_to_back(calls[x], len(sets), span)
                     row["host_us"][x] = host_us(calls[x], len(sets))
                 if x != "cudnn":
@@ -226,17 +253,17 @@ def run_ov(args) -> dict:
             row["ov_vs_base"] = rules.verdict(rules.round_ratios(spans, base, "ov"))
         if "ov" in live and "wide" in live and base != "wide":
             row["ov_vs_wide"] = rules.verdict(rules.round_ratios(spans, "wide", "ov"))
-        if VARIANT_SIDE in live and "ov" in live:
-            row["ovr_vs_ov"] = rules.verdict(rules.round_ratios(spans, "ov", VARIANT_SIDE))
+        if vside in live and "ov" in live:
+            row[f"{vside}_vs_ov"] = rules.verdict(rules.round_ratios(spans, "ov", vside))
         for anchor in ("fa3", "cudnn"):
-            for x in (base, "ov", VARIANT_SIDE):
+            for x in (base, "ov", vside):
                 if anchor in live and x in live:
                     row[f"{x}_over_{anchor}"] = statistics.median(rules.round_ratios(spans, anchor, x))
         result["rows"].append(row)
         v = row.get("ov_vs_base")
         print(f"{name}: " + ", ".join(f"{x} {row['tflops'][x]:.0f}" for x in live) + f"; routed {routed}; "
               + (f"ov vs {base}: {rules.describe(v)}" if v else "no verdict")
-              + (f"; ovr vs ov: {rules.describe(row['ovr_vs_ov'])}" if row.get("ovr_vs_ov") else "")
+              + (f"; {vside} vs ov: {rules.describe(row[vside + '_vs_ov'])}" if row.get(vside + "_vs_ov") else "")
               + (f"; errors {row['errors']}" if row["errors"] else ""), flush=True)
         del sets, ref, calls
         torch.cuda.empty_cache()
@@ -526,12 +553,13 @@ def summary(folder: Path, capi_text: str) -> str:
                          f"{(b + ': ' + rules.describe(v)) if v else 'no verdict'}"
                          + (f" | errors {r['errors']}" if r.get("errors") else ""))
         for r in res["rows"]:
-            if r.get("ovr_vs_ov"):  # --with-variant
-                t = r["tflops"]
-                lines.append(f"  {r['shape']:9s} ovr (O from registers) {t.get('ovr', 0):.0f} TF, "
-                             f"/FA3 {r.get('ovr_over_fa3', float('nan')):.3f}, "
-                             f"/cuDNN {r.get('ovr_over_cudnn', float('nan')):.3f}, "
-                             f"ovr vs ov: {rules.describe(r['ovr_vs_ov'])}")
+            for side, what, _, _ in VARIANTS.values():
+                if r.get(f"{side}_vs_ov"):  # --with-variant
+                    t = r["tflops"]
+                    lines.append(f"  {r['shape']:9s} {side} ({what}) {t.get(side, 0):.0f} TF, "
+                                 f"/FA3 {r.get(side + '_over_fa3', float('nan')):.3f}, "
+                                 f"/cuDNN {r.get(side + '_over_cudnn', float('nan')):.3f}, "
+                                 f"{side} vs ov: {rules.describe(r[side + '_vs_ov'])}")
         dec = ov_decision(res, capi_text)
         lines += ["  decision: " + ("; ".join(dec["edits"]) if dec["edits"] else "no change (no constant moves)")]
         lines += [f"  note: {n}" for n in dec["notes"] + dec["unroutable"]]
@@ -598,7 +626,9 @@ def parse_args(argv=None):
     ap.add_argument("--preheat-ms", type=float, default=500.0)
     ap.add_argument("--shapes", nargs="*", help="names to keep (ov: 'D256 1K'; causal: '4x16x1024 D128')")
     ap.add_argument("--with-variant", action="store_true",
-                    help="ov part: the D=256 O-from-registers build (VIDATTN_HD_NARROW=4) as side 'ovr', against 'ov'")
+                    help="ov part: a D=256 O-in-V variant (--variant-setting) as one more side, against 'ov'")
+    ap.add_argument("--variant-setting", type=int, choices=sorted(VARIANTS), default=VARIANT_SETTING,
+                    help="VIDATTN_HD_NARROW of the variant: 4 O from registers (side 'ovr'), 5 Q per warpgroup ('ovq')")
     args = ap.parse_args(argv)
     args.parts = PARTS if args.part == "all" else (args.part,)
     if args.rounds < rules.MIN_ROUNDS or args.causal_rounds < rules.MIN_ROUNDS:

@@ -3,6 +3,11 @@
 
     VARIANTS="tl||-DVIDATTN_DIAG_TIMELINE=1" bash dev/probes/kernel_ab.sh --build-only
     VIDATTN_LIBRARY=.build/ab/lib_tl.so python3 dev/probes/timeline_probe.py seed4k seed16k wan_cross
+    timeout 300 bash dev/probes/timeline_d256.sh $OUT/d256b   # D=256 and D=128 at 1K keys, a subset build
+
+Shapes: the anchors' keys, and EXTRA_SHAPES (d256_1k, d128_1k). The last lines printed are, per shape, the tile's
+period cut at every stamp (TILE_ROWS) in microseconds per tile and as a share of the period, per consumer warpgroup,
+converted at the SM clock the stamps ran at (clock64 against %globaltimer, read together by the producer per tile).
 
 A timeline build (csrc/sm90/diag_timeline.cuh) stamps each consumer warpgroup's tile at: entry, Q landed, K_0 landed,
 S_0 retired, the third and the last key iterations begun, last V landed, last P V retired, epilogue issued; the producer stamps when it starts to wait for Q's
@@ -33,10 +38,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # bench_kernel's inputs
 
 # csrc/sm90/diag_timeline.cuh
-MAX_CTAS, MAX_LOCAL, WGS, EVENTS, PEVENTS = 160, 64, 3, 16, 4
+MAX_CTAS, MAX_LOCAL, WGS, EVENTS, PEVENTS = 160, 64, 3, 16, 6
 (START, QFULL, K0FULL, S0DONE, DRAIN, LASTPV, EPI, BLOCKS, ITER2, LASTITER, KVWAIT, TURNWAIT, PVWAIT,
  SWAIT, KLATE, VLATE) = range(16)
-Q_EMPTY_WAIT, Q_ISSUED, K_EMPTY_WAIT, V_EMPTY_WAIT = range(4)
+Q_EMPTY_WAIT, Q_ISSUED, K_EMPTY_WAIT, V_EMPTY_WAIT, CLOCK_PAIR, TIMER_NS = range(6)
+# A tile's period cut at every consumer stamp, in the order a tile passes them (tiles of 4+ key blocks): what
+# us_table prints, per warpgroup; the rows add up to the period (this tile's start to the next's).
+TILE_ROWS = (("q wait", START, QFULL), ("K_0 wait", QFULL, K0FULL), ("S_0 (turn + wgmma)", K0FULL, S0DONE),
+             ("softmax_0 + iteration 1", S0DONE, ITER2), ("iterations 2..n-2", ITER2, LASTITER),
+             ("iteration n-1", LASTITER, DRAIN), ("last P V (turn + wgmma)", DRAIN, LASTPV),
+             ("epilogue (O out, Q/V back)", LASTPV, EPI), ("to the next tile", EPI, None))
+# Shapes beyond the anchors (key: name, B, H, Sq, Skv, D): D=256 at 1K keys as issue 26's envelope runs it
+# (16 x 8 x 1024: 1024 tiles of 128 rows, 7.76 rounds on 132 SMs), and D=128 at the same batch, heads and tokens.
+EXTRA_SHAPES = {"d256_1k": ("D256 1K", 16, 8, 1024, 1024, 256), "d128_1k": ("D128 1K (16x8)", 16, 8, 1024, 1024, 128)}
 PHASES = (("q wait", START, QFULL), ("K_0 wait", QFULL, K0FULL), ("S_0 (turn + wgmma)", K0FULL, S0DONE),
           ("blocks 1..n-1", S0DONE, DRAIN), ("last P V", DRAIN, LASTPV), ("epilogue", LASTPV, EPI))
 
@@ -48,6 +62,80 @@ def pct(xs: list[float], q: float) -> float:
 
 def median_or_none(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
+
+
+def clock_ghz(prod, grid: int) -> float | None:
+    """The SM clock the stamps ran at (GHz): per CTA, its tiles' clock64 span over their %globaltimer span (the
+    producer reads both as it takes a tile up), the median over CTAs whose span is at least 20 us (the global timer
+    ticks in steps of up to 1 us)."""
+    rates = []
+    for c in range(min(grid, MAX_CTAS)):
+        pairs = [(p[CLOCK_PAIR], p[TIMER_NS]) for p in prod[c] if p[CLOCK_PAIR] and p[TIMER_NS]]
+        if len(pairs) >= 2:
+            (c0, t0), (c1, t1) = pairs[0], pairs[-1]
+            if t1 - t0 >= 20_000 and c1 > c0:
+                rates.append((c1 - c0) / (t1 - t0))
+    return statistics.median(rates) if rates else None
+
+
+def tile_rows(cons, grid: int) -> dict:
+    """Per warpgroup, the median cycles of each TILE_ROWS row and of the period, over the middle tiles of every CTA
+    with 4+ key blocks (the rows need the third and the last iteration's stamps); the median block count."""
+    out = {}
+    for w in range(2):
+        rows: dict[str, list[float]] = {name: [] for name, _, _ in TILE_ROWS}
+        period, blocks, steady = [], [], []
+        for c in range(min(grid, MAX_CTAS)):
+            n_local = 0
+            while n_local < MAX_LOCAL and cons[c][n_local][0][BLOCKS] > 0:
+                n_local += 1
+            for l in range(1, n_local - 1):
+                r, nxt = cons[c][l][w], cons[c][l + 1][w]
+                n = r[BLOCKS]
+                if n < 4 or any(r[e] == 0 for e in (START, QFULL, K0FULL, S0DONE, ITER2, LASTITER, DRAIN, LASTPV,
+                                                    EPI)) or nxt[START] == 0:
+                    continue
+                for name, a, b in TILE_ROWS:
+                    rows[name].append((nxt[START] if b is None else r[b]) - r[a])
+                period.append(nxt[START] - r[START])
+                blocks.append(n)
+                steady.append((r[LASTITER] - r[ITER2]) / (n - 3))
+        if period:
+            out[w] = {"tiles": len(period), "period": statistics.median(period), "blocks": statistics.median(blocks),
+                      "steady_iteration": statistics.median(steady),
+                      "rows": {k: statistics.median(v) for k, v in rows.items()}}
+    return out
+
+
+def us_table(rows: dict, ghz: float | None) -> list[str]:
+    """tile_rows' medians as a table: microseconds per tile (at `ghz`; cycles when unknown) and the share of the
+    period, per warpgroup; then the boundary, the period less the tile's blocks at the steady iteration's time."""
+    if not rows:
+        return ["   (no tile of 4+ key blocks in the middle of a CTA's list)"]
+    unit, f = ("us", 1e-3 / ghz) if ghz else ("cyc", 1.0)
+    ws = sorted(rows)
+    out = [f"   {'phase (' + unit + ' per tile, share of the period)':44s}"
+           + "".join(f"{'warpgroup ' + str(w):>22s}" for w in ws)]
+    for name, _, _ in TILE_ROWS:
+        out.append(f"   {name:44s}" + "".join(f"{rows[w]['rows'][name] * f:12.3f} {100 * rows[w]['rows'][name] / rows[w]['period']:7.1f}%  "
+                                               for w in ws))
+    out.append(f"   {'period':44s}" + "".join(f"{rows[w]['period'] * f:12.3f} {100.0:7.1f}%  " for w in ws))
+    out.append(f"   {'one steady iteration (a key block)':44s}"
+               + "".join(f"{rows[w]['steady_iteration'] * f:12.3f} {100 * rows[w]['steady_iteration'] / rows[w]['period']:7.1f}%  "
+                         for w in ws))
+    for w in ws:
+        r = rows[w]
+        bnd = r["period"] - r["blocks"] * r["steady_iteration"]
+        out.append(f"   warpgroup {w}: {r['tiles']} tiles, {r['blocks']:.0f} blocks; boundary (period - blocks x steady "
+                   f"iteration) {bnd * f:.3f} {unit} = {100 * bnd / r['period']:.1f}% of the period")
+    return out
+
+
+def fmt_us(cycles: float | None, ghz: float | None) -> str:
+    """Cycles as microseconds at `ghz` ("-" for none; cycles when the clock is unknown)."""
+    if cycles is None:
+        return "-"
+    return f"{cycles * 1e-3 / ghz:.3f} us" if ghz else f"{cycles:.0f} cyc"
 
 
 def analyse(cons, prod, grid: int) -> dict:
@@ -103,6 +191,7 @@ def analyse(cons, prod, grid: int) -> dict:
                 q_latency_seen.append(r0[QFULL] - p[Q_ISSUED])
     if not tiles:
         return {"tiles": 0}
+    ghz = clock_ghz(prod, grid)
     steady = statistics.median(per_block)
     n_med = statistics.median(blocks_seen)
     for pr in period:
@@ -132,6 +221,8 @@ def analyse(cons, prod, grid: int) -> dict:
         "late_share": {k: v / iters for k, v in late_iters.items()},  # iters >= tiles > 0
         # share of the first key iterations (j = 1, one per tile row) that found K_1 / V_0 not yet landed
         "late_share_first_iteration": {k: v / tiles for k, v in late_first.items()},
+        "clock_ghz": ghz,  # from the producer's clock64 / %globaltimer pairs; None from a build without them
+        "tile_rows": tile_rows(cons, grid),  # per warpgroup (us_table)
     }
     return out
 
@@ -143,7 +234,10 @@ def main(argv: list[str] | None = None):
     from bench_kernel import make_inputs
     from vidattn import _ext
 
+    from bench.anchor_shapes import Shape
+
     shapes = {s.key: s for s in ANCHORS}
+    shapes.update({k: Shape(*v, key=k) for k, v in EXTRA_SHAPES.items()})
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shapes", nargs="+", choices=sorted(shapes))
     ap.add_argument("--launches", type=int, default=8, help="back-to-back launches after the reset (rows: the last)")
@@ -161,7 +255,7 @@ def main(argv: list[str] | None = None):
     cons_t = ctypes.c_uint64 * (MAX_CTAS * MAX_LOCAL * WGS * EVENTS)
     prod_t = ctypes.c_uint64 * (MAX_CTAS * MAX_LOCAL * PEVENTS)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    results = {}
+    results, tables, heads = {}, {}, {}
     for key in args.shapes:
         s = shapes[key]
         (q, k, v), = make_inputs(s, 1, torch.Generator(device="cuda").manual_seed(0))
@@ -196,8 +290,12 @@ def main(argv: list[str] | None = None):
         r["ms_per_launch"] = ms
         r["tflops"] = 4 * s.b * s.h * s.sq * s.skv * s.d / ms / 1e9
         results[key] = r
+        built = (_ext.last_block_n(), lib.vidattn_sm90_last_o_path() if hasattr(lib, "vidattn_sm90_last_o_path")
+                 else None)
+        r["build"] = {"block_n": built[0], "o_path": built[1]}
         print(f"\n== {key} (B{s.b} H{s.h} {s.sq}x{s.skv} D{s.d}): {ms:.3f} ms, {r['tflops']:.0f} TFLOPS, "
-              f"{r['tiles']} tile rows", flush=True)
+              f"{r['tiles']} tile rows; build N={built[0]}, O path {built[1]}; clock "
+              + (f"{r['clock_ghz']:.3f} GHz" if r.get("clock_ghz") else "unknown"), flush=True)
         if r["tiles"]:
             print(f"   blocks/tile {r['blocks_per_tile']:.0f}, period {r['period_cycles']:.0f} cyc, steady "
                   f"{r['steady_cycles_per_block']:.0f} cyc/block, boundary {r['boundary_cycles']:.0f} cyc "
@@ -216,6 +314,16 @@ def main(argv: list[str] | None = None):
                   + ", ".join(f"{a} {100 * b:.1f}%" for a, b in r["late_share"].items()))
             print(f"   {'  of the first iteration (K_1, V_0)':38s} "
                   + ", ".join(f"{a} {100 * b:.1f}%" for a, b in r["late_share_first_iteration"].items()))
+            ghz = r.get("clock_ghz")
+            tables[key] = us_table(r["tile_rows"], ghz) + [
+                f"   Q issued (producer, all of it) {fmt_us(r['q_issued_before_tile_start_cycles'], ghz)} before "
+                f"warpgroup 0's tile start, landed {fmt_us(r['q_issue_to_q_full_cycles'], ghz)} after its issue"]
+            heads[key] = (f"{s.name}, B{s.b} H{s.h} {s.sq}x{s.skv} D{s.d}, N={built[0]} O path {built[1]}: "
+                          f"{ms * 1e3:.1f} us a launch, {r['tflops']:.0f} TFLOPS, clock "
+                          + (f"{ghz:.3f} GHz" if ghz else "unknown"))
+    for key, lines in tables.items():  # last, so that the tables are what a log's tail shows
+        print(f"\n== {key}: where a tile's time goes (medians over the middle tiles of every CTA)\n   {heads[key]}")
+        print("\n".join(lines))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
