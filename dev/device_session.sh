@@ -43,6 +43,9 @@
 #                                             # and Wan 14B 720p forwards, every path; D=256 1K and D=192 32K again
 #   bash dev/device_session.sh S [budget_s]   # after v10 became the default: the 8-bit GPU suites, compute-sanitizer
 #                                             # (memcheck, racecheck, synccheck), the anchors bench (every group)
+#   bash dev/device_session.sh L [budget_s]   # the sitting's last call: D=256 Q in halves (setting 5) and prep v11
+#                                             # (V scale per key block, K's sampled mean): GPU tests and A/Bs, the
+#                                             # D=256 1K timeline as the budget allows; the anchors compiling beside
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -372,6 +375,27 @@ S)
   tail -40 "$OUT/anchors_bench.log"
   tar czf "$OUT/results.tar.gz" -C "$OUT" gpu san anchors.json anchors_bench.log anchors_build.log 2>/dev/null \
     && rm -rf "$OUT"/{gpu,san}
+  ;;
+L)
+  anchors_ready
+  start_anchor_build $(( budget - 200 ))
+  build_lib
+  mkdir -p "$OUT/d256b" "$OUT/v11"
+  timeout 90 python3 -m pytest -q -x -p no:cacheprovider tests/test_d256_q_halves_gpu.py > "$OUT/d256b/gpu_tests.log" 2>&1
+  rc[d256b_tests]=$?; tail -2 "$OUT/d256b/gpu_tests.log"
+  timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_8bit_v11_gpu.py > "$OUT/v11/pytest_v11.log" 2>&1
+  rc[v11_tests]=$?; tail -3 "$OUT/v11/pytest_v11.log"
+  OUT="$OUT/v11" timeout 130 python3 dev/q8_v11_ab.py --passes 6 --reps 16 --budget 90 > "$OUT/v11/q8_v11_ab.log" 2>&1
+  rc[v11_ab]=$?; sed -n '/== 8-bit prep v11 A\/B/,$p' "$OUT/v11/q8_v11_ab.log"
+  await_anchor_build 100
+  timeout 90 python3 dev/probes/envelope_ab.py --part ov --shapes "D256 1K" "D256 8K" "D256 32K" --with-variant \
+    --variant-setting 5 --rounds 16 --out "$OUT/d256b/ab" > "$OUT/d256b/ab.log" 2>&1; rc[d256b_ab]=$?
+  tail -12 "$OUT/d256b/ab.log"
+  if [ "$(left)" -gt 110 ]; then
+    timeout $(( $(left) - 15 )) env TL_VARIANTS="4 5" bash dev/probes/timeline_d256.sh "$OUT/d256b/tl" \
+      > "$OUT/d256b/timeline.log" 2>&1; rc[timeline]=$?; tail -30 "$OUT/d256b/timeline.log"
+  fi
+  tar czf "$OUT/results.tar.gz" -C "$OUT" d256b v11 anchors_build.log 2>/dev/null && rm -rf "$OUT"/{d256b,v11}
   ;;
 W)
   build_lib
