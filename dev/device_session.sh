@@ -44,8 +44,9 @@
 #   bash dev/device_session.sh S [budget_s]   # after v10 became the default: the 8-bit GPU suites, compute-sanitizer
 #                                             # (memcheck, racecheck, synccheck), the anchors bench (every group)
 #   bash dev/device_session.sh L [budget_s]   # the sitting's last call: D=256 Q in halves (setting 5) and prep v11
-#                                             # (V scale per key block, K's sampled mean): GPU tests and A/Bs, the
-#                                             # D=256 1K timeline as the budget allows; the anchors compiling beside
+#                                             # (V scale per key block, K's sampled mean; needs dev/experiments/
+#                                             # prep_v11_vblock_scale.patch applied): GPU tests and A/Bs, the D=256 1K
+#                                             # timeline as the budget allows; the anchors compiling beside
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
