@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import test_d256_o_regs  # its fake library (tests/ is on sys.path, as for test_8bit_gpu)
 from vidattn import _ext
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,16 +117,7 @@ def test_variant_is_one_added_d256_kernel_off_by_default():
     assert "static constexpr bool kQHalves = (kBN & kQHalvesBuild) != 0;" in CFG
 
 
-class FakeLib:
-    def __init__(self, top: int):
-        self.top, self.narrow = top, 0
-
-    def vidattn_sm90_set_hd_narrow(self, v):
-        if not 0 <= v <= self.top:
-            return 1
-        self.narrow = v
-        return 0
-
+class FakeLib(test_d256_o_regs.FakeLib):  # its setter (0..top, else refused), with Q's box rows reported
     def vidattn_sm90_last_q_box_rows(self):
         return 64 if self.narrow == 5 else 128
 

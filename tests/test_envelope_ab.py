@@ -398,13 +398,12 @@ def test_parts_run_on_cpu_with_fakes(cpu_parts, tmp_path):
     print(text)
 
 
-def test_ov_part_with_the_register_variant_on_cpu(cpu_parts, tmp_path, monkeypatch):
-    """--with-variant: the D=256 rows time "ovr" (VIDATTN_HD_NARROW=4) as one more side and judge it against "ov";
-    a library that runs something else there (O path not 3) fails the side instead of timing it."""
+def _fake_hd_narrow(monkeypatch, **state):
+    """_ext.hd_narrow replaced by a context that records the setting in the returned state (0 again on exit)."""
     import contextlib
 
     from vidattn import _ext
-    state = {"narrow": 0, "o_path": 3}
+    state["narrow"] = 0
 
     @contextlib.contextmanager
     def hd_narrow(n, lib=None):
@@ -414,6 +413,13 @@ def test_ov_part_with_the_register_variant_on_cpu(cpu_parts, tmp_path, monkeypat
         finally:
             state["narrow"] = 0
     monkeypatch.setattr(_ext, "hd_narrow", hd_narrow)
+    return state
+
+
+def test_ov_part_with_the_register_variant_on_cpu(cpu_parts, tmp_path, monkeypatch):
+    """--with-variant: the D=256 rows time "ovr" (VIDATTN_HD_NARROW=4) as one more side and judge it against "ov";
+    a library that runs something else there (O path not 3) fails the side instead of timing it."""
+    state = _fake_hd_narrow(monkeypatch, o_path=3)
     fixture_load = ab._load
 
     def load(name):
@@ -442,19 +448,7 @@ def test_ov_part_with_the_q_halves_variant_on_cpu(cpu_parts, tmp_path, monkeypat
     """--with-variant --variant-setting 5: the D=256 rows time "ovq" (VIDATTN_HD_NARROW=5, Q loaded per warpgroup)
     and judge it against "ov"; it shares the O-in-V build's O path, so a library that ran anything but a 64-row Q box
     under the setting (one from before the variant runs the O-in-V build) fails the side instead of timing it."""
-    import contextlib
-
-    from vidattn import _ext
-    state = {"narrow": 0, "rows": 64}
-
-    @contextlib.contextmanager
-    def hd_narrow(n, lib=None):
-        state["narrow"] = n
-        try:
-            yield
-        finally:
-            state["narrow"] = 0
-    monkeypatch.setattr(_ext, "hd_narrow", hd_narrow)
+    state = _fake_hd_narrow(monkeypatch, rows=64)
     monkeypatch.setattr(ab, "last_q_box_rows", lambda: state["rows"] if state["narrow"] == 5 else 128)
     fixture_load = ab._load
 
