@@ -1,5 +1,6 @@
 """Helpers the test modules share: importing a script by its path, the one-thread fixtures, the float64 attention
-reference and the same-precision SDPA baseline the kernel's accuracy is measured against.
+reference and the same-precision SDPA baseline the kernel's accuracy is measured against, and a stand-in for the
+kernel library's 8-bit selectors with the checks every selector's Python setter gets.
 
 The fixtures are plain pytest fixtures; a module takes one by importing it (`from _support import one_thread`),
 and an autouse fixture imported into a module applies to every test of that module only."""
@@ -110,3 +111,50 @@ def sdpa_same_precision(q, k, v, scale=None, kv_lens=None, *, layout="bshd"):
         except RuntimeError:
             o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
     return o if layout == "bhsd" else o.transpose(1, 2)
+
+
+class FakeQ8Lib:
+    """A stand-in for the kernel library's 8-bit entry points (no CUDA) with one selector: `vidattn_q8_set_<name>`
+    records every value passed and refuses, as the C setters do, anything outside -1..2 (returns 1);
+    `vidattn_q8_last_<name>` reports the last value it accepted (-1 before any)."""
+
+    def __init__(self, name: str = "cvt"):
+        self.calls, self.last = [], -1
+
+        def nop(*a):
+            return 0
+
+        def setter(v):
+            self.calls.append(v)
+            if v < -1 or v > 2:
+                return 1
+            self.last = v
+            return 0
+
+        self.vidattn_q8_fwd = nop
+        self.vidattn_q8_workspace_bytes = nop
+        self.vidattn_sm90_last_error = nop
+        setattr(self, f"vidattn_q8_set_{name}", setter)
+        setattr(self, f"vidattn_q8_last_{name}", lambda: self.last)
+
+
+def check_q8_selector(name: str, set_fn, last_fn):
+    """A quant8 setter (`set_fn`, e.g. quant8.set_cvt) and its reader (`last_fn`) over a FakeQ8Lib: every valid
+    mode reaches the library, invalid ones raise ValueError before it, and a library without the selector raises
+    RuntimeError (its reader then says -1)."""
+    lib = FakeQ8Lib(name)
+    for mode in (1, 2, 0, -1):
+        set_fn(mode, lib=lib)
+    assert lib.calls == [1, 2, 0, -1] and last_fn(lib=lib) == -1
+    set_fn(2, lib=lib)
+    assert last_fn(lib=lib) == 2
+    for bad in (3, -2, 1.0, True, "1", None):
+        with pytest.raises(ValueError, match=f"set_{name}: mode must be one of"):
+            set_fn(bad, lib=lib)
+    assert lib.calls == [1, 2, 0, -1, 2]  # nothing invalid reached the library
+    lib = FakeQ8Lib(name)
+    delattr(lib, f"vidattn_q8_set_{name}")
+    delattr(lib, f"vidattn_q8_last_{name}")
+    with pytest.raises(RuntimeError, match=f"lacks vidattn_q8_set_{name}"):
+        set_fn(1, lib=lib)
+    assert last_fn(lib=lib) == -1

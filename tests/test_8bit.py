@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _support import load_script
+from _support import FakeQ8Lib, check_q8_selector, load_script
 
 import vidattn
 from vidattn import ops, precision, quant8
@@ -355,50 +355,8 @@ def test_q8_check_ab_excludes_and_picks(monkeypatch, tmp_path):
     assert (tmp_path / "best.env").read_text() == "export VIDATTN_Q8_SUM_MMA=0 VIDATTN_Q8_SEQ=1\n"
 
 
-class _FakeQ8Lib:
-    """A stand-in for the kernel library's 8-bit setters (no CUDA): records what set_cvt passes, refuses as the C
-    setter does (returns 1 outside -1..2)."""
-
-    def __init__(self):
-        self.calls = []
-        self.last = -1
-
-        def q8_fwd(*a):
-            return 0
-
-        def set_cvt(v):
-            self.calls.append(v)
-            if v < -1 or v > 2:
-                return 1
-            self.last = v
-            return 0
-
-        self.vidattn_q8_fwd = q8_fwd
-        self.vidattn_q8_workspace_bytes = q8_fwd
-        self.vidattn_sm90_last_error = q8_fwd
-        self.vidattn_q8_set_cvt = set_cvt
-        self.vidattn_q8_last_cvt = lambda: self.last
-
-
 def test_set_cvt_validates_and_reaches_the_library():
-    lib = _FakeQ8Lib()
-    for mode in (1, 2, 0, -1):
-        quant8.set_cvt(mode, lib=lib)
-    assert lib.calls == [1, 2, 0, -1] and quant8.last_cvt(lib=lib) == -1
-    quant8.set_cvt(2, lib=lib)
-    assert quant8.last_cvt(lib=lib) == 2
-    for bad in (3, -2, 1.0, True, "1", None):
-        with pytest.raises(ValueError, match="set_cvt: mode must be one of"):
-            quant8.set_cvt(bad, lib=lib)
-    assert lib.calls == [1, 2, 0, -1, 2]  # nothing invalid reached the library
-
-
-def test_set_cvt_needs_a_library_with_it():
-    lib = _FakeQ8Lib()
-    del lib.vidattn_q8_set_cvt, lib.vidattn_q8_last_cvt
-    with pytest.raises(RuntimeError, match="lacks vidattn_q8_set_cvt"):
-        quant8.set_cvt(1, lib=lib)
-    assert quant8.last_cvt(lib=lib) == -1
+    check_q8_selector("cvt", quant8.set_cvt, quant8.last_cvt)
 
 
 def test_cvt_selector_in_the_c_abi():
@@ -446,7 +404,7 @@ def test_prep_selector_in_the_c_abi():
 
 
 def test_set_prep_validates_and_reaches_the_library():
-    lib = _FakeQ8Lib()
+    lib = FakeQ8Lib()
     calls = []
 
     def set_prep(v):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _support import load_script
+from _support import check_q8_selector, load_script
 
 from vidattn import quant8
 
@@ -131,46 +131,8 @@ def test_kernel_source_v10():
     assert "if constexpr (kHead != 0) mx += static_cast<float>(kHead);" in SRC
 
 
-class _FakeLib:
-    def __init__(self):
-        self.calls, self.last = [], -1
-
-        def nop(*a):
-            return 0
-
-        def set_v10(v):
-            self.calls.append(v)
-            if v < -1 or v > 2:
-                return 1
-            self.last = v
-            return 0
-
-        self.vidattn_q8_fwd = nop
-        self.vidattn_q8_workspace_bytes = nop
-        self.vidattn_sm90_last_error = nop
-        self.vidattn_q8_set_v10 = set_v10
-        self.vidattn_q8_last_v10 = lambda: self.last
-
-
 def test_set_v10_validates_and_reaches_the_library():
-    lib = _FakeLib()
-    for mode in (1, 2, 0, -1):
-        quant8.set_v10(mode, lib=lib)
-    assert lib.calls == [1, 2, 0, -1] and quant8.last_v10(lib=lib) == -1
-    quant8.set_v10(2, lib=lib)
-    assert quant8.last_v10(lib=lib) == 2
-    for bad in (3, -2, 1.0, True, "1", None):
-        with pytest.raises(ValueError, match="set_v10: mode must be one of"):
-            quant8.set_v10(bad, lib=lib)
-    assert lib.calls == [1, 2, 0, -1, 2]
-
-
-def test_set_v10_needs_a_library_with_it():
-    lib = _FakeLib()
-    del lib.vidattn_q8_set_v10, lib.vidattn_q8_last_v10
-    with pytest.raises(RuntimeError, match="lacks vidattn_q8_set_v10"):
-        quant8.set_v10(1, lib=lib)
-    assert quant8.last_v10(lib=lib) == -1
+    check_q8_selector("v10", quant8.set_v10, quant8.last_v10)
 
 
 def test_v10_selector_in_the_c_abi():
