@@ -29,9 +29,12 @@ int g_d96_build = 0;
 // by default); bf16 head dims 136..192 are refused under 4 (no such D=192 build), fp16 runs wide as under 3.
 // 5: head dims 200..256 on the D=256 O-in-V build's variant whose Q is released and loaded per consumer warpgroup
 // (kQHalves; an A/B build, off by default); bf16 136..192 refused, fp16 wide, as under 4.
+// 6: head dims 200..256 on the D=256 O-in-V build's variant that waits for its O stores' reads under the next tile's
+// S_0 (kOReadLate; an A/B build, off by default); bf16 136..192 refused, fp16 wide, as under 4.
 int g_hd_narrow = 0;
 // Where the epilogue of this thread's last launch staged O: 0 a scratch of its own, 1 Q's buffer, 2 the V stages,
-// 3 nowhere (stored from registers: kORegs).
+// 3 nowhere (stored from registers: kORegs), 4 the V stages with the stores' reads waited for under the next tile's
+// S_0 (kOReadLate).
 thread_local int g_last_o_path = 0;
 // Head dims 72..96 (bf16, on the D=96 build): 0 picks the consumer warpgroup count by shape (pick_d96_three_wgs), 2 or
 // 3 forces it (vidattn_sm90_set_d96_warpgroups: tests and A/B timing). fp16 has the two-warpgroup build only.
@@ -267,7 +270,7 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/kBlockM) over 2^31)");
   p.num_m_blocks = static_cast<int>(m_blocks);
   g_last_block_n = T::kBlockN;
-  g_last_o_path = T::kORegs ? 3 : T::kOInV ? 2 : T::kOInQ ? 1 : 0;
+  g_last_o_path = T::kOReadLate ? 4 : T::kORegs ? 3 : T::kOInV ? 2 : T::kOInQ ? 1 : 0;
   g_last_q_box_rows = T::kQBoxRows;
   // +1 KB to align the ring to 1024 B in-kernel (flash_fwd_kernel asserts that it fits)
   const size_t smem = dynamic_smem_bytes<kHeadDim, kWGs, kBN>();
@@ -317,8 +320,10 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   if (tail.tiles == 0) return 0;
   // The tail launch stores partials (no epilogue of O): the O-from-registers build shares the O-in-V build's. So does
   // the Q-halves build (one item per CTA: no next tile whose Q could load early), with Q's box back at the tile's
-  // rows: its own split kernel spilled the producer's 24 registers (84 bytes).
-  auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN & ~kORegsBuild & ~kQHalvesBuild, kFp16, true>;
+  // rows: its own split kernel spilled the producer's 24 registers (84 bytes). And the read-late build (its items'
+  // partials go to the workspace, nothing deferred).
+  auto split_kernel =
+      flash_fwd_kernel<kHeadDim, kWGs, kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild, kFp16, true>;
   if (allow_smem(split_kernel, smem) != 0) return 1;
   if constexpr (T::kQHalves) {
     if (!make_tensor_map_4d(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride, T::kBlockM,
@@ -584,7 +589,7 @@ extern "C" int vidattn_sm90_set_d96_build(int build) {
 }
 
 extern "C" int vidattn_sm90_set_hd_narrow(int narrow) {
-  if (narrow < 0 || narrow > 5) return 1;
+  if (narrow < 0 || narrow > 6) return 1;
   g_hd_narrow = narrow;
   return 0;
 }
@@ -676,6 +681,11 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
     if (!fp16 && g_hd_narrow == 5) {
       if (a->head_dim <= 192) return fail("VIDATTN_HD_NARROW=5 (Q per warpgroup) is built for head dims 200..256 only");
       return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild + vidattn::sm90::kQHalvesBuild, false>(*a, s, sms);
+    }
+    if (!fp16 && g_hd_narrow == 6) {
+      if (a->head_dim <= 192)
+        return fail("VIDATTN_HD_NARROW=6 (O read wait deferred) is built for head dims 200..256 only");
+      return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild + vidattn::sm90::kOReadLateBuild, false>(*a, s, sms);
     }
     if (!fp16 && pick_hd_o_in_v(a->head_dim, a->seqlen_kv))
       return a->head_dim <= 192 ? launch<192, 2, kD192N + vidattn::sm90::kOInVBuild, false>(*a, s, sms)

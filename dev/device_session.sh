@@ -47,6 +47,9 @@
 #                                             # (V scale per key block, K's sampled mean; needs dev/experiments/
 #                                             # prep_v11_vblock_scale.patch applied): GPU tests and A/Bs, the D=256 1K
 #                                             # timeline as the budget allows; the anchors compiling beside
+#   bash dev/device_session.sh B [budget_s]   # the seventh sitting's first call: 8-bit v12 (fewer instructions per
+#                                             # block) and D=256 setting 6 (the O stores' read wait deferred): GPU
+#                                             # tests and A/Bs, then setting 6's 1K timeline as the budget allows
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -397,6 +400,25 @@ L)
       > "$OUT/d256b/timeline.log" 2>&1; rc[timeline]=$?; tail -30 "$OUT/d256b/timeline.log"
   fi
   tar czf "$OUT/results.tar.gz" -C "$OUT" d256b v11 anchors_build.log 2>/dev/null && rm -rf "$OUT"/{d256b,v11}
+  ;;
+B)
+  build_lib
+  mkdir -p "$OUT/q8v12" "$OUT/d256c"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_8bit_v12_gpu.py > "$OUT/q8v12/pytest_v12.log" 2>&1
+  rc[v12_tests]=$?; tail -3 "$OUT/q8v12/pytest_v12.log"
+  OUT="$OUT/q8v12" timeout 200 python3 dev/q8_v12_ab.py --passes 6 --reps 16 --budget 110 \
+    > "$OUT/q8v12/q8_v12_ab.log" 2>&1; rc[v12_ab]=$?
+  sed -n '/== 8-bit v12 A\/B/,$p' "$OUT/q8v12/q8_v12_ab.log"
+  timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_d256_o_read_late_gpu.py \
+    > "$OUT/d256c/gpu_tests.log" 2>&1; rc[d256c_tests]=$?; tail -3 "$OUT/d256c/gpu_tests.log"
+  timeout 100 python3 dev/probes/envelope_ab.py --part ov --shapes "D256 1K" "D256 8K" "D256 32K" --with-variant \
+    --variant-setting 6 --rounds 16 --out "$OUT/d256c/ab" > "$OUT/d256c/ab.log" 2>&1; rc[d256c_ab]=$?
+  tail -12 "$OUT/d256c/ab.log"
+  if [ "$(left)" -gt 110 ]; then
+    timeout $(( $(left) - 15 )) env TL_VARIANTS="6" bash dev/probes/timeline_d256.sh "$OUT/d256c/tl" \
+      > "$OUT/d256c/timeline.log" 2>&1; rc[timeline]=$?; tail -30 "$OUT/d256c/timeline.log"
+  fi
+  tar czf "$OUT/results.tar.gz" -C "$OUT" q8v12 d256c 2>/dev/null && rm -rf "$OUT"/{q8v12,d256c}
   ;;
 W)
   build_lib

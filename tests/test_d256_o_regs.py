@@ -128,13 +128,13 @@ def test_variant_is_one_added_d256_kernel_off_by_default():
     assert launches == [("256", "false")]  # bf16, D=256 only
     assert CAPI.count("kORegsBuild") == 2  # that launch and the tail launch's stripped flag
     # the tail launch stores partials: it reuses the O-in-V build's split kernel, not one of its own
-    # (and strips the Q-halves variant's flag too: tests/test_d256_q_halves.py)
-    assert "flash_fwd_kernel<kHeadDim, kWGs, kBN & ~kORegsBuild & ~kQHalvesBuild, kFp16, true>" in CAPI
+    # (and strips the Q-halves and read-late variants' flags too: tests/test_d256_q_halves.py, test_d256_o_read_late.py)
+    assert "kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild, kFp16, true>" in CAPI
     # only setting 4 reaches it; bf16 136..192 is refused under 4, fp16 falls through to the wide builds
     m = re.search(r"if \(!fp16 && g_hd_narrow == 4\) \{\s*if \(a->head_dim <= 192\) return fail\(", CAPI)
     assert m
     assert re.search(r"int g_hd_narrow = 0;", CAPI)
-    assert "g_last_o_path = T::kORegs ? 3 : T::kOInV ? 2 : T::kOInQ ? 1 : 0;" in CAPI
+    assert "g_last_o_path = T::kOReadLate ? 4 : T::kORegs ? 3 : T::kOInV ? 2 : T::kOInQ ? 1 : 0;" in CAPI
     # the flag bit sits above kOInVBuild's, and the width is still kBN % kOInVBuild
     o_in_v = int(re.search(r"constexpr int kOInVBuild = 1 << (\d+);", CFG).group(1))
     regs = int(re.search(r"constexpr int kORegsBuild = 1 << (\d+);", CFG).group(1))
@@ -174,7 +174,7 @@ class FakeLib:
 
 
 def test_setter_accepts_4_and_an_older_library_refuses_it():
-    assert "if (narrow < 0 || narrow > 5) return 1;" in CAPI
+    assert "if (narrow < 0 || narrow > 6) return 1;" in CAPI
     lib = FakeLib(4)
     with _ext.hd_narrow(4, lib):
         assert lib.narrow == 4 and _ext.last_o_path(lib) == 3

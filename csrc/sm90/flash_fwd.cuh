@@ -1104,8 +1104,13 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     sched_wait<kPingpong>(cwg);
     issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 0>(pv_steps, sacc, q, ptx::smem_addr(s.k[stage]),
                                              [&] {
+                                               // kOReadLate: the wait for the last O stores' reads, before the
+                                               // turn passes (the other warpgroup's drain, behind that turn, may
+                                               // write its O into this warpgroup's stage: flush_o)
+                                               if constexpr (T::kOReadLate) flush();
                                                sched_pass<kPingpong, T::kConsumerWGs>(cwg);
-                                               flush();  // the previous tile's O stores, under S_0 (kDeferOStore)
+                                               // the previous tile's O stores, under S_0 (kDeferOStore)
+                                               if constexpr (!T::kOReadLate) flush();
                                              });
     tl.stamp(kTlS0Done);
     if (lane == 0) {
@@ -1270,7 +1275,24 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   // overwrites it, issue_pv), and only 1 / row sum is kept; the packing moves under S_0 with the stores.
   constexpr bool kDeferNorm = kDefer && T::kDeferONormalise;
   float o_inv[2] = {0.f, 0.f};
+  // kOReadLate: the last tile's O stores into a V stage are issued, their reads not yet waited for (o_done not given)
+  constexpr bool kReadLate = T::kOReadLate && !kSplit;
+  bool o_unread = false;
   auto flush_o = [&]() __attribute__((always_inline)) {
+    if constexpr (kReadLate) {
+      // The O-in-V epilogue's end, a tile late: this warp's stores have read its boxes, so the producer may refill
+      // the stage (o_done). Given before this tile's q_empty and before this warpgroup passes its S_0 turn: o_done of
+      // tile L - 1 is complete before q_empty of tile L, which every load of tile L + 1 waits behind; and where a
+      // one-block tile or an odd block count hands this stage to the other warpgroup, that warpgroup writes its O
+      // there only after its drain, whose turn waited for this pass (dev/NOTES.md, "The D=256 epilogue deferred").
+      if (o_unread) {
+        if (ptx::lane_id() == 0) {
+          ptx::bulk_wait_group_read<0>();
+          ptx::mbarrier_arrive(&s.o_done[cwg]);
+        }
+        o_unread = false;
+      }
+    }
     if constexpr (kDefer) {
       if (o_pending) {
         const int warp = ptx::warp_in_block() % 4;
@@ -1368,7 +1390,9 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
       ptx::mbarrier_wait(&s.v_empty[ostage], ((v_phase >> ostage) & 1) ^ 1);
       finish_tile<kHeadDim, kWGs, kBN, kFp16>(p, w.tc, cwg, warp, lane,
                                               s.v[ostage] + warp * T::kChunks * 16 * kChunkCols, o, row_max, row_sum);
-      if (lane == 0) {
+      if constexpr (kReadLate) {
+        o_unread = true;  // the read wait and o_done: flush_o, under the next tile's S_0
+      } else if (lane == 0) {
         ptx::bulk_wait_group_read<0>();
         ptx::mbarrier_arrive(&s.o_done[cwg]);
       }

@@ -323,6 +323,34 @@ __device__ __forceinline__ void q8_int_part_max(const int32_t (&sacc)[kN / 2], i
   }
 }
 
+// As q8_int_part_max in three chains of 11, 11 and 10 values per row (v12): each step of a chain takes two values
+// (VIMNMX3), so the 32 values of a row need 16 instructions with the chains' join instead of 18 (four chains of 8
+// each start with a two-input max and need two joins). The max is the same whatever the order.
+template <int kN, bool kMask>
+__device__ __forceinline__ void q8_int_part_max3(const int32_t (&sacc)[kN / 2], int32_t (&part)[2][4], int kv0,
+                                                 int kv_len, int col_in_group) {
+  static_assert(kN == 128, "chains for the 32 values per row of a 128-key block");
+  auto val = [&](int k, int r) {  // value k of row r (k = 2 i + e: accumulator entry 4 i + 2 r + e)
+    const int i = k / 2, e = k % 2;
+    const int32_t x = sacc[4 * i + 2 * r + e];
+    return kMask && kv0 + 8 * i + col_in_group + e >= kv_len ? INT32_MIN : x;
+  };
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int32_t m0 = val(0, r), m1 = val(11, r), m2 = val(22, r);
+#pragma unroll
+    for (int k = 1; k < 11; k += 2) {
+      m0 = max(m0, max(val(k, r), val(k + 1, r)));
+      m1 = max(m1, max(val(11 + k, r), val(12 + k, r)));
+    }
+#pragma unroll
+    for (int k = 23; k < 31; k += 2) m2 = max(m2, max(val(k, r), val(k + 1, r)));
+    part[r][0] = m0;
+    part[r][1] = m1;
+    part[r][2] = max(m2, val(31, r));
+  }
+}
+
 // The keys of a block's tail past kv_len: -inf, so their p is exactly 0 (this thread holds keys kv0 + 8 i +
 // col_in_group + {0, 1} of both its rows).
 template <int kN>
@@ -344,7 +372,11 @@ __device__ __forceinline__ void q8_mask_tail(float (&pf)[kN / 2], int kv0, int k
 // one I2F per row and thread (the scale c differs between the quad's key groups, so the quad's max is taken after
 // it), and the scores as floats 1.5 * 2^23 + x in place (masked: -inf), with neg the exponent's addend that undoes
 // the bias.
-template <int kN, int kCvt, int kHead = 0>
+// kSteady (v12): the row max in three-input chains (q8_int_part_max3); and on a block without masked keys (not the tail) and with kCvt 2, the row's max accumulator is the
+// float 1.5 * 2^23 + x as it stands (x = im - bias, |x| < 2^21), and subtracting 1.5 * 2^23 gives x exactly (both in
+// one binade: Sterbenz), as the I2F of im - bias does: the same mx bit for bit, in an FADD instead of the INT32_MIN
+// test, the integer subtraction and the I2F (three instructions and the conversion's latency off S -> exponentials).
+template <int kN, int kCvt, int kHead = 0, bool kSteady = false>
 __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                                    const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
                                                    float (&neg)[2], int kv0, int kv_len, int col_in_group) {
@@ -352,13 +384,21 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
   constexpr int32_t kBias = kCvt == 2 ? kQ8MagicBits : 0;  // what the accumulator already holds
   const bool tail = kv0 + kN > kv_len;
   int32_t part[2][4];
-  if (tail) q8_int_part_max<kN, true>(sacc, part, kv0, kv_len, col_in_group);
-  else q8_int_part_max<kN, false>(sacc, part, kv0, kv_len, col_in_group);
+  if constexpr (kSteady) {  // (three chains: part[r][3] unused)
+    if (tail) q8_int_part_max3<kN, true>(sacc, part, kv0, kv_len, col_in_group);
+    else q8_int_part_max3<kN, false>(sacc, part, kv0, kv_len, col_in_group);
+  } else {
+    if (tail) q8_int_part_max<kN, true>(sacc, part, kv0, kv_len, col_in_group);
+    else q8_int_part_max<kN, false>(sacc, part, kv0, kv_len, col_in_group);
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int32_t im = max(max(part[r][0], part[r][1]), max(part[r][2], part[r][3]));
+    const int32_t im = kSteady ? max(max(part[r][0], part[r][1]), part[r][2])
+                               : max(max(part[r][0], part[r][1]), max(part[r][2], part[r][3]));
     // A thread whose keys are all masked has INT32_MIN here: its -inf loses the quad's max to the block's key 0.
-    float mx = im == INT32_MIN ? kNegInf : q8ptx::i2f(im - kBias) * c[r];
+    float mx;
+    if (kSteady && kCvt == 2 && !tail) mx = (__int_as_float(im) - kQ8Magic) * c[r];
+    else mx = im == INT32_MIN ? kNegInf : q8ptx::i2f(im - kBias) * c[r];
     // kHead (kLazy): the reference set kHead above the block's max, so later blocks may climb that far (plus
     // e4m3's margin) before their p saturates and the block is redone.
     mx = q8_quad_max(mx);
@@ -396,14 +436,14 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
 // S accumulator starts at the bits of 1.5 * 2^23 (q8_issue_qk<kD, true>), so the scores leave the wgmma as floats.
 // Split in two so a schedule can put a turn between them (q8_consumer_seq's kExpTurns): q8_softmax_max (scores to
 // floats, row max, alpha, the exponent's addend neg) and q8_softmax_exp (the exponentials and row sums: the MUFU work).
-template <int kN, int kCvt = 0, int kHead = 0>
+template <int kN, int kCvt = 0, int kHead = 0, bool kSteady = false>
 __device__ __forceinline__ void q8_softmax_max(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                                const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
                                                float (&neg)[2], int kv0, int kv_len, int col_in_group) {
   static_assert(kCvt >= 0 && kCvt <= 2, "kCvt: 0 I2F, 1 magic add, 2 biased accumulator");
   static_assert(kHead == 0 || kCvt > 0, "the headroom is built with the integer row max only");
   if constexpr (kCvt > 0) {
-    q8_softmax_max_int<kN, kCvt, kHead>(sacc, pf, c, row_max, alpha, neg, kv0, kv_len, col_in_group);
+    q8_softmax_max_int<kN, kCvt, kHead, kSteady>(sacc, pf, c, row_max, alpha, neg, kv0, kv_len, col_in_group);
   } else {
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) pf[i] = q8ptx::i2f(sacc[i]);
@@ -433,7 +473,10 @@ __device__ __forceinline__ void q8_softmax_max(const int32_t (&sacc)[kN / 2], fl
   }
 }
 
-template <int kN, bool kSum, bool kExp16, int kPoly = 0>
+// kSumFirst (v12): the fp32 row-sum chains start at their first group's pair sum instead of 0 + it (ptxas keeps the
+// FADD with RZ: 0 + x is not x for x = -0). p >= +0, so the pair sums are never -0 and the sums are bit for bit the
+// same: 4 FADD fewer per block.
+template <int kN, bool kSum, bool kExp16, int kPoly = 0, bool kSumFirst = false>
 __device__ __forceinline__ void q8_softmax_exp(float (&pf)[kN / 2], uint32_t (&ph)[kN / 4], const float (&c)[2],
                                                const float (&neg)[2], float (&row_sum)[2], const float (&alpha)[2]) {
   static_assert(!(kExp16 && kPoly > 0), "the polynomial share is for fp32 exponentials");
@@ -479,8 +522,13 @@ __device__ __forceinline__ void q8_softmax_exp(float (&pf)[kN / 2], uint32_t (&p
       pf[4 * i + 3] = ptx::exp2_approx(fmaf(pf[4 * i + 3], c[1], neg[1]));
     }
     if constexpr (kSum) {
-      ts[0][i % 2] += pf[4 * i + 0] + pf[4 * i + 1];
-      ts[1][i % 2] += pf[4 * i + 2] + pf[4 * i + 3];
+      if (kSumFirst && i < 2) {
+        ts[0][i] = pf[4 * i + 0] + pf[4 * i + 1];
+        ts[1][i] = pf[4 * i + 2] + pf[4 * i + 3];
+      } else {
+        ts[0][i % 2] += pf[4 * i + 0] + pf[4 * i + 1];
+        ts[1][i % 2] += pf[4 * i + 2] + pf[4 * i + 3];
+      }
     }
   }
   if constexpr (kSum) {
@@ -884,11 +932,19 @@ __device__ __forceinline__ uint32_t q8_lazy_pass(int32_t (&sacc)[kQ8BlockN / 2],
 // and SMSP) run under each warpgroup's 66 MUFU.EX2 (528 clocks): one warpgroup's softmax per slot, a cycle of three
 // slots. S issues stay free (no order among them).
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly, bool kTurns = false, int kCvt = 0,
-          bool kExpTurns = false, int kLazy = 0, int kDescInc = 0>
+          bool kExpTurns = false, int kLazy = 0, int kDescInc = 0, int kV12 = 0>
 __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block,
                                                 int b, int h, int n_blocks, int kv_len) {
   using T = Q8Traits<kD, kWGs>;
   constexpr int kN = T::kBlockN;
+  // kV12 1 (dev/NOTES_8bit.md "v12"): the same arithmetic in fewer instructions per block. The warpgroup index
+  // broadcast from lane 0 (shfl.sync.idx with a constant lane, PTX ISA "Data Movement and Conversion Instructions:
+  // shfl.sync"; __shfl_sync emits it): ptxas then knows the value is warp-uniform and
+  // keeps Q's descriptors and the turns' barrier ids in uniform registers (without it: per-thread registers, S2R of
+  // the thread index, VIADD and R2UR pairs every block, -14 per block).
+  static_assert(kV12 == 0 || (kDescInc == 2 && kLazy == 0 && kExpTurns && kCvt == 2 && !kSumMma && !kExp16),
+                "v12 is built on v10 mode 1 of schedule 3 (conversion 2, row-sum mode 0)");
+  if constexpr (kV12 > 0) cwg = __shfl_sync(0xffffffffu, cwg, 0);
   const int tid = threadIdx.x - 128 * (cwg + 1), lane = tid % 32, warp = tid / 32;
   const int col_in_group = 2 * (lane % 4);
   const int bh = b * p.heads + h;
@@ -968,12 +1024,21 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
       q8_merge<kD, kNpv>(o, ot, alpha, row_sum);
     }
   } else {
+  // kV12: K's scale pointer carried across the loop in place of its base (the same registers; one 64-bit add per
+  // block instead of the index arithmetic).
+  [[maybe_unused]] const float* ksj = ks;
   for (int j = 0; j < n_blocks; ++j) {
     const int stage = j % T::kStages;
     const uint32_t par = (j / T::kStages) & 1;
     // The row and block scales are loaded each block, ahead of S's wait (their latency hides under it): kept in
     // registers across the loop they were what ptxas spilled at 160 (the loads are volatile so it cannot hoist them).
-    const float k_sc = q8ptx::ld_nc(ks + j * kQ8KGroups);
+    float k_sc;
+    if constexpr (kV12 > 0) {
+      k_sc = q8ptx::ld_nc(ksj);
+      ksj += kQ8KGroups;
+    } else {
+      k_sc = q8ptx::ld_nc(ks + j * kQ8KGroups);
+    }
     const float c[2] = {q8ptx::ld_nc(qsp) * k_sc, q8ptx::ld_nc(qsp + 8) * k_sc};
     ptx::mbarrier_wait(&s.k_full[stage], par);
     if constexpr (kTurns) q8_turn_wait(cwg);
@@ -986,7 +1051,7 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
     if constexpr (kExpTurns) {
       float neg[2];
-      q8_softmax_max<kN, kCvt>(sacc, pf, c, row_max, alpha, neg, j * kN, kv_len, col_in_group);
+      q8_softmax_max<kN, kCvt, 0, (kV12 > 0)>(sacc, pf, c, row_max, alpha, neg, j * kN, kv_len, col_in_group);
       {
         // ptxas sinks a barrier below register-only work (here: below every MUFU.EX2, in a first build), so the
         // exponents depend on the wait through a shared-memory load it cannot move above it, masked to zero (of the
@@ -997,7 +1062,7 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
         neg[0] = __int_as_float(__float_as_int(neg[0]) + dep);
         neg[1] = __int_as_float(__float_as_int(neg[1]) + dep);
       }
-      q8_softmax_exp<kN, !kSumMma, kExp16, kPoly>(pf, ph, c, neg, row_sum, alpha);
+      q8_softmax_exp<kN, !kSumMma, kExp16, kPoly, (kV12 > 0)>(pf, ph, c, neg, row_sum, alpha);
     } else {
       q8_softmax<kN, !kSumMma, kExp16, kPoly, kCvt>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len,
                                                     col_in_group);
@@ -1029,7 +1094,7 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
 }
 
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq = false, int kPoly = 0,
-          bool kTurns = false, int kCvt = 0, bool kExpTurns = false, int kLazy = 0, int kDescInc = 0>
+          bool kTurns = false, int kCvt = 0, bool kExpTurns = false, int kLazy = 0, int kDescInc = 0, int kV12 = 0>
 __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
   using T = Q8Traits<kD, kWGs>;
@@ -1075,7 +1140,7 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
     if constexpr (kSeq)
-      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns, kCvt, kExpTurns, kLazy, kDescInc>(
+      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns, kCvt, kExpTurns, kLazy, kDescInc, kV12>(
           p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
     else q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kCvt>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
   }

@@ -190,6 +190,9 @@ constexpr int kORegsBuild = 1 << 13;
 // The D=256 O-in-V build's variant whose Q buffer is released and loaded per consumer warpgroup (FwdTraits::kQHalves;
 // capi.cu, vidattn_sm90_set_hd_narrow(5)): kBN is its width plus kOInVBuild plus this flag.
 constexpr int kQHalvesBuild = 1 << 14;
+// The D=256 O-in-V build's variant whose epilogue leaves its TMA stores' reads unwaited until the next tile's S_0
+// (FwdTraits::kOReadLate; capi.cu, vidattn_sm90_set_hd_narrow(6)): kBN is its width plus kOInVBuild plus this flag.
+constexpr int kOReadLateBuild = 1 << 15;
 
 // Shared-memory columns of a head dim: whole 64-column chunks (D=96 takes two, its second half zero-filled).
 constexpr int padded_head_dim(int head_dim) { return (head_dim + kChunkCols - 1) / kChunkCols * kChunkCols; }
@@ -233,6 +236,13 @@ struct FwdTraits {
   // iteration later (dev/NOTES.md, "The D=256 boundary: a timeline, and Q released per warpgroup").
   static constexpr bool kQHalves = (kBN & kQHalvesBuild) != 0;
   static_assert(!kQHalves || (kBN & kOInVBuild) != 0, "Q per warpgroup: an O-in-V build's variant");
+  // kOReadLate (kBN carries kOReadLateBuild, an O-in-V build): the epilogue writes O into its V stage and issues the
+  // TMA stores as the O-in-V build does, but does not wait for the stores' reads of the stage there: that wait and
+  // o_done (the producer's go-ahead to refill the stage) come in the next tile's prologue, right after S_0 is issued
+  // and before the turn passes (consumer, flush_o). The whole store deferred, O held in registers across the
+  // boundary as D=128 does, spilled (268 bytes; dev/NOTES.md, "The D=256 epilogue deferred").
+  static constexpr bool kOReadLate = (kBN & kOReadLateBuild) != 0;
+  static_assert(!kOReadLate || (kBN & kOInVBuild) != 0, "O's read wait deferred: an O-in-V build's variant");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN: a wgmma N, multiple of 16, at most 256");
   // As many K+V stages as shared memory holds next to Q (up to 4): at D=128, N=128 that is Q 32 KB + 2 x 64 KB.
   static constexpr int kQBytes = kBlockM * kHeadDimPad * 2;

@@ -137,10 +137,12 @@ def write_json(out: Path | None, name: str, data: dict) -> None:
 # --variant-setting picks which (VIDATTN_HD_NARROW): 4, "ovr", O stored from registers (csrc/sm90/flash_fwd.cuh,
 # store_o_regs; last_o_path 3; dev/NOTES.md, "The D=256 boundary: O from registers"), or 5, "ovq", Q released and
 # loaded per warpgroup (tile_config.cuh kQHalves; last_o_path 2 with a 64-row Q box; dev/NOTES.md, "The D=256
-# boundary: a timeline, and Q released per warpgroup").
+# boundary: a timeline, and Q released per warpgroup"), or 6, "ovl", the wait for O's stores' reads (and o_done)
+# under the next tile's S_0 (tile_config.cuh kOReadLate; last_o_path 4; dev/NOTES.md, "The D=256 epilogue deferred").
 VARIANT_SIDE, VARIANT_SETTING, VARIANT_O_PATH = "ovr", 4, 3
 # setting: (side, what it is, O path it runs with, Q box rows it runs with or None for any)
-VARIANTS = {4: (VARIANT_SIDE, "O from registers", VARIANT_O_PATH, None), 5: ("ovq", "Q per warpgroup", 2, 64)}
+VARIANTS = {4: (VARIANT_SIDE, "O from registers", VARIANT_O_PATH, None), 5: ("ovq", "Q per warpgroup", 2, 64),
+            6: ("ovl", "O read wait late", 4, 128)}
 SETTING_OF_SIDE = {v[0]: k for k, v in VARIANTS.items()}
 
 

@@ -1,0 +1,157 @@
+"""The D=256 O-in-V build's variant that waits for its O stores' reads of the V stage (and gives o_done, the
+producer's go-ahead to refill it) only in the next tile's prologue, right after S_0 is issued (VIDATTN_HD_NARROW=6:
+tile_config.cuh kOReadLate, flash_fwd.cuh flush_o) on a Hopper GPU, against float64 attention and cuDNN with fresh
+random inputs (tests/test_envelope_gpu.py's `check`: both layouts, LSE, a NaN-poisoned output wider than D whose extra
+columns must stay NaN, the output a strided view): odd lengths, a partial last key block, 1 key and 1 query, head dim
+200, rows past seqlen_q, 2-3 tiles per CTA with 1, 2, odd and even key-block counts (the next V_0 / V_1 fills wait for
+an o_done given a tile late, and after a one-block tile or an odd count the stage a warpgroup writes O into held the
+other warpgroup's O, whose reads that warpgroup waited for before passing its S_0 turn), kv_lens with a batch without
+keys (its tile gives the o_done of the tile before and stores zeros), grouped K/V, the fixed-reference redo (the first
+pass's last o_done given before the redo's fills), the tail launch (the O-in-V build's split kernel), fp16 (no such
+build: runs wide), the refusal of D=192 under the setting, and the output equal to the O-in-V build's bit for bit.
+CPU side: tests/test_d256_o_read_late.py."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import hopper_skip_reason
+
+pytestmark = pytest.mark.gpu
+if hopper_skip_reason() is not None:
+    pytest.skip(hopper_skip_reason(), allow_module_level=True)
+
+import vidattn  # noqa: E402
+from vidattn import _ext  # noqa: E402
+from test_envelope_gpu import (DEV, LSE_ATOL, assert_accurate, bshd_inputs, check, climbing_inputs, cudnn,  # noqa: E402
+                              new_gen, reference)
+
+SETTING, O_PATH, BLOCK_N, Q_BOX_ROWS = 6, 4, 80, 128
+
+
+@pytest.fixture(autouse=True)
+def one_failed_launch_fails_one_test():
+    """As in tests/test_d256_o_regs_gpu.py: a refused launch fails its own test, and the next starts with the kernel
+    on."""
+    _ext._launch_error = None
+    yield
+    refused, _ext._launch_error = _ext._launch_error, None
+    assert refused is None, refused
+
+
+def assert_ran_variant():
+    assert (_ext.last_block_n(), _ext.last_o_path(), _ext.last_q_box_rows()) == (BLOCK_N, O_PATH, Q_BOX_ROWS)
+
+
+# (head dim, queries, keys, tail launch): as tests/test_d256_o_regs_gpu.py's cases; the tail launch's split kernel
+# is the O-in-V build's (its partials go to the workspace: nothing deferred).
+CASES = ((256, 1, 1, False), (256, 113, 879, False), (256, 1023, 113, False), (256, 200, 1, False),
+         (256, 113, 1023, True), (256, 4224, 4224, True), (200, 113, 801, False), (200, 4224, 77, False))
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("d,sq,skv,tail", CASES, ids=lambda x: str(x))
+def test_o_read_late(d, sq, skv, tail, layout):
+    g, seed = new_gen()
+    b, h = (1, 2) if sq >= 4096 else (2, 3)
+    q, k, v = bshd_inputs(b, h, h, sq, skv, d, g, shift=sq == 113)
+    with _ext.hd_narrow(SETTING):
+        check(q, k, v, f"D={d} O-read-late {sq}x{skv} {layout} seed={seed}", layout, expect_tail=tail)
+        assert_ran_variant()
+
+
+@pytest.mark.parametrize("skv", (77, 160, 1023, 1029, 2049), ids=lambda x: f"kv{x}")
+def test_o_read_late_several_tiles_per_cta(skv):
+    """2-3 tiles per CTA (9 heads x 33 tiles on 132 SMs) with 1, 2, odd and even key-block counts: each tile's O
+    stores are read-waited and its o_done given under the next tile's S_0, the next V_0 / V_1 fills wait for that,
+    and after a one-block tile or an odd count the stage a warpgroup writes into held the other warpgroup's O a tile
+    before. (From 12 blocks the last 33 tiles go to the tail launch; the first 264 run on the variant.)"""
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(1, 9, 9, 4224, skv, 256, g)
+    with _ext.hd_narrow(SETTING):
+        check(q, k, v, f"D=256 O-read-late 9x4224x{skv} seed={seed}")
+        assert_ran_variant()
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_o_read_late_kv_lens_and_grouped(layout):
+    g, seed = new_gen()
+    q, k, v = bshd_inputs(2, 3, 3, 777, 1023, 256, g)
+    kv_lens = torch.tensor([1023, 301], dtype=torch.int32, device=DEV)
+    q2, k2, v2 = bshd_inputs(2, 8, 2, 1000, 3001, 256, g, shift=True)
+    with _ext.hd_narrow(SETTING):
+        check(q, k, v, f"D=256 O-read-late kv_lens {layout} seed={seed}", layout, kv_lens)
+        assert_ran_variant()
+        check(q2, k2, v2, f"D=256 O-read-late GQA 8q/2kv {layout} seed={seed}", layout)
+        assert_ran_variant()
+
+
+def test_o_read_late_batch_without_keys_and_strided_inputs():
+    """kv_lens 0 for one batch (O = 0, LSE = -inf: its tiles give the o_done of the tile before them and store
+    zeros) between tiles that have keys; q, k, v strided views (every other head of a wider tensor)."""
+    g, seed = new_gen()
+    qw, kw, vw = bshd_inputs(3, 8, 8, 1500, 1023, 256, g)
+    q, k, v = qw[:, :, ::2], kw[:, :, ::2], vw[:, :, ::2]
+    kv_lens = torch.tensor([1023, 0, 555], dtype=torch.int32, device=DEV)
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=DEV)
+    lse = torch.full((3, 4, 1500), float("nan"), dtype=torch.float32, device=DEV)
+    scale = 1.0 / math.sqrt(256)
+    with _ext.hd_narrow(SETTING):
+        _ext.forward(q, k, v, out, lse, kv_lens, scale)
+        torch.cuda.synchronize()
+        assert_ran_variant()
+    assert torch.equal(out[1], torch.zeros_like(out[1])), f"seed={seed}: O of the keyless batch"
+    assert torch.isneginf(lse[1]).all(), f"seed={seed}: LSE of the keyless batch"
+    for bi, n in ((0, 1023), (2, 555)):
+        qb, kb, vb = q[bi:bi + 1], k[bi:bi + 1, :n], v[bi:bi + 1, :n]
+        ref, ref_lse = reference(qb, kb, vb, scale)
+        assert_accurate(out[bi:bi + 1], ref, cudnn(qb, kb, vb, scale), f"O-read-late batch {bi} seed={seed}")
+        assert (lse[bi:bi + 1].double() - ref_lse).abs().max().item() < LSE_ATOL, f"batch {bi} LSE seed={seed}"
+
+
+# (batch, heads, queries, keys): one tile per CTA at odd lengths (90 tiles); 2-3 tiles per CTA, 10 key blocks, no
+# tail launch (297 tiles); the envelope's D256 1K shape itself (1024 tiles: 7-8 per CTA, 13 blocks, no tail launch)
+BITWISE = ((2, 5, 1111, 1029), (1, 9, 4224, 800), (16, 8, 1024, 1024))
+
+
+@pytest.mark.parametrize("b,h,sq,skv", BITWISE, ids=lambda x: str(x))
+def test_o_read_late_matches_o_in_v_bit_for_bit(b, h, sq, skv):
+    """Only when the epilogue waits for its stores' reads changes (and so when the producer refills the stage): the
+    arithmetic and the stores are the O-in-V build's, and the outputs agree bit for bit."""
+    g, _ = new_gen()
+    q, k, v = bshd_inputs(b, h, h, sq, skv, 256, g)
+    with _ext.hd_narrow(3):
+        ref = vidattn.attention(q, k, v, layout="bshd")
+        assert (_ext.last_o_path(), _ext.last_q_box_rows(), _ext.last_tail_splits()) == (2, 128, 0)
+    with _ext.hd_narrow(SETTING):
+        out = vidattn.attention(q, k, v, layout="bshd")
+        assert_ran_variant()
+        assert _ext.last_tail_splits() == 0
+    assert torch.isfinite(out).all() and torch.equal(out, ref)
+
+
+def test_o_read_late_redo_fp16_and_d192_refused():
+    """The fixed-reference redo runs its tiles again on the variant (the first pass's last o_done given before the
+    redo's fills); fp16 has no such build and runs wide; bf16 at
+    D=192 is refused under the setting (no D=192 variant), and the refusal names it."""
+    g, seed = new_gen()
+    q, k, v = climbing_inputs(256, g)
+    scale = 1.0 / math.sqrt(256)
+    ref, _ = reference(q, k, v, scale)
+    h16 = [t.half() for t in bshd_inputs(1, 3, 3, 1023, 777, 256, g)]
+    q192, k192, v192 = bshd_inputs(1, 2, 2, 300, 300, 192, g)
+    full = torch.tensor([k.shape[1]], dtype=torch.int32, device=DEV)
+    with _ext.hd_narrow(SETTING):
+        assert_accurate(vidattn.attention(q, k, v, kv_lens=full), ref, cudnn(q, k, v, scale),
+                        f"redo O-read-late seed={seed}")
+        assert _ext.last_tail_splits() == 0
+        assert_ran_variant()
+        check(*h16, f"D=256 fp16 under the O-read-late setting seed={seed}")
+        assert (_ext.last_block_n(), _ext.last_o_path(), _ext.last_q_box_rows()) == (BLOCK_N, 1, 128)
+        out = torch.empty_like(q192)
+        with pytest.raises(_ext.KernelLaunchError, match="HD_NARROW=6"):
+            _ext.forward(q192, k192, v192, out, None, None, 1.0 / math.sqrt(192))
+        _ext._launch_error = None  # the refusal was the point; later tests run the kernel again
+        assert (_ext.last_block_n(), _ext.last_o_path(), _ext.last_q_box_rows()) == (0, 0, 0)
