@@ -427,6 +427,13 @@ bool pick_hd_narrow(int64_t head_dim, int64_t seqlen_kv) {
 #ifndef VIDATTN_D256_O_IN_V_KV_MAX
 #define VIDATTN_D256_O_IN_V_KV_MAX (1 << 30)
 #endif
+// The routed D=256 O-in-V launch (setting 0) takes the build that waits for its O stores' reads under the next tile's
+// S_0 (kOReadLate, setting 6's kernel; dev/NOTES.md "The D=256 epilogue deferred"): 16 palindrome rounds against the
+// O-in-V build (bench/results/h200_2026-12-02_seventh/call_b/d256c/ab) won at 1K (13/16, x1.010) and tied at 8K
+// (8/16) and 32K (10/16). Setting 3 keeps the plain O-in-V build (the reference); 0 routes there too.
+#ifndef VIDATTN_D256_O_READ_LATE
+#define VIDATTN_D256_O_READ_LATE 1
+#endif
 bool pick_hd_o_in_v(int64_t head_dim, int64_t seqlen_kv) {
   if (g_hd_narrow != 0) return g_hd_narrow >= 3;
   return seqlen_kv <= (head_dim <= 192 ? VIDATTN_D192_O_IN_V_KV_MAX : VIDATTN_D256_O_IN_V_KV_MAX);
@@ -687,9 +694,12 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
         return fail("VIDATTN_HD_NARROW=6 (O read wait deferred) is built for head dims 200..256 only");
       return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild + vidattn::sm90::kOReadLateBuild, false>(*a, s, sms);
     }
-    if (!fp16 && pick_hd_o_in_v(a->head_dim, a->seqlen_kv))
-      return a->head_dim <= 192 ? launch<192, 2, kD192N + vidattn::sm90::kOInVBuild, false>(*a, s, sms)
-                                : launch<256, 2, kD256N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);
+    if (!fp16 && pick_hd_o_in_v(a->head_dim, a->seqlen_kv)) {
+      if (a->head_dim <= 192) return launch<192, 2, kD192N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);
+      if (VIDATTN_D256_O_READ_LATE && g_hd_narrow == 0)
+        return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild + vidattn::sm90::kOReadLateBuild, false>(*a, s, sms);
+      return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);
+    }
 #endif
     if (a->head_dim <= 192) return fp16 ? launch<192, 2, kD192N, true>(*a, s, sms) : launch<192, 2, kD192N, false>(*a, s, sms);
     return fp16 ? launch<256, 2, kD256N, true>(*a, s, sms) : launch<256, 2, kD256N, false>(*a, s, sms);

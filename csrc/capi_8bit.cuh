@@ -96,11 +96,13 @@ thread_local int g_q8_last_v10 = -1;
 // v12 (dev/NOTES_8bit.md "v12"), on v10 mode 1 (D=128, schedule 3): 1 builds the same arithmetic in fewer
 // instructions per key block (q8_fwd.cuh's kV12: the warpgroup index uniform to ptxas, the steady blocks' row max
 // in three-input chains and converted by one FADD, the row-sum chains started at their first groups, K's scale
-// pointer carried; 515 SASS instructions per warp and block instead of 546, the same output bit for bit); 0 (the build default) is v10 mode 1
-// as it stands. Prepared, not yet measured. Forced by vidattn_q8_set_v12 or VIDATTN_Q8_V12 (read once); anything
-// but v10 mode 1 of schedule 3 refuses a forced mode 1.
+// pointer carried; 515 SASS instructions per warp and block instead of 546, the same output bit for bit), the build
+// default since call B of the seventh sitting (bench/results/h200_2026-12-02_seventh/call_b: Wan 1.3B self 913 -> 937
+// TFLOPS with quantization, seed 8K 816 -> 828, 11 of 12 paired passes); 0 is v10 mode 1 as it was (the A/B's
+// reference). Forced by vidattn_q8_set_v12 or VIDATTN_Q8_V12 (read once); anything but v10 mode 1 of schedule 3
+// refuses a forced mode 1 and runs its own build when mode 1 is only the default.
 #ifndef VIDATTN_Q8_V12
-#define VIDATTN_Q8_V12 0
+#define VIDATTN_Q8_V12 1
 #endif
 static_assert(VIDATTN_Q8_V12 >= 0 && VIDATTN_Q8_V12 <= 1, "v12: 0 (off), 1 fewer instructions per block");
 int g_q8_v12 = -1;                   // -1: the default; 0, 1: forced

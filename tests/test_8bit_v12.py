@@ -98,7 +98,7 @@ def test_v12_selector_in_the_c_abi():
     """Off by default (not yet measured); the setter's range; the environment variable; exactly one v12 build per
     dtype, on v10 mode 1 (kLazy 0, kDescInc 2) of D=128 schedule 3 with conversion 2; a forced mode 1 elsewhere
     refused, on schedule 3 with v10 mode 0 too."""
-    assert "#define VIDATTN_Q8_V12 0" in CAPI
+    assert "#define VIDATTN_Q8_V12 1" in CAPI
     assert 'extern "C" int vidattn_q8_set_v12(int mode)' in CAPI and "if (mode < -1 || mode > 1) return 1;" in CAPI
     assert 'q8_env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 1)' in CAPI
     assert CAPI.count("kSeq, kTurns, 2, 0, 0, 2, 1>(a, l, s)") == 2

@@ -146,10 +146,16 @@ def test_ring_model_catches_a_swapped_stage():
         broken([3, 3])
 
 
-def test_variant_is_one_added_d256_kernel_off_by_default():
+def test_variant_is_one_added_d256_kernel_and_the_routed_o_in_v_build():
+    """One kernel, launched by setting 6 and, since call B of the seventh sitting, by a routed (setting 0) D=256
+    O-in-V call; setting 3 keeps the plain O-in-V build."""
     launches = re.findall(r"launch<(\d+), 2, kD256N \+ vidattn::sm90::kOInVBuild \+ vidattn::sm90::kOReadLateBuild, "
                           r"(\w+)>", CAPI)
-    assert launches == [("256", "false")]
+    assert launches == [("256", "false")] * 2
+    assert "#define VIDATTN_D256_O_READ_LATE 1" in CAPI
+    assert re.search(r"if \(VIDATTN_D256_O_READ_LATE && g_hd_narrow == 0\)\s*return launch<256, 2, kD256N \+ "
+                     r"vidattn::sm90::kOInVBuild \+ vidattn::sm90::kOReadLateBuild, false>", CAPI)
+    assert "return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);" in CAPI
     assert re.search(r"if \(!fp16 && g_hd_narrow == 6\) \{\s*if \(a->head_dim <= 192\)\s*return fail\(", CAPI)
     assert "int g_hd_narrow = 0;" in CAPI and "if (narrow < 0 || narrow > 6) return 1;" in CAPI
     assert "kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild, kFp16, true>" in CAPI

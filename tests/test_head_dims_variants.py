@@ -206,6 +206,7 @@ def test_ab_recognises_the_default_pick_by_key_block_width():
     assert ab.default_side(192, 64) is None  # a width no side runs is not passed off as one
     # wide and ov share their widths: where the epilogue staged O tells them apart
     assert ab.default_side(256, 80, 1) == "wide" and ab.default_side(256, 80, 2) == "ov"
+    assert ab.default_side(256, 80, 4) == "ov"  # the read-late build a routed D=256 O-in-V call runs
     assert ab.default_side(192, 112, 2) == "ov" and ab.default_side(192, 96, 0) == "narrow"
     assert ab.default_side(192, 96, 2) is None
 
@@ -339,9 +340,10 @@ def test_o_in_v_builds_fit_two_stages_and_a_warpgroup_of_o_per_stage():
 def test_o_in_v_is_a_forced_bf16_build_of_its_own():
     src = (ROOT / "csrc/capi.cu").read_text()
     cfg = (ROOT / "csrc/sm90/tile_config.cuh").read_text()
-    assert re.search(r"if \(!fp16 && pick_hd_o_in_v\(a->head_dim, a->seqlen_kv\)\)\s*return a->head_dim <= 192 \? launch<192, 2, kD192N \+ "
-                     r"vidattn::sm90::kOInVBuild, false>\(\*a, s, sms\)\s*: launch<256, 2, kD256N \+ "
-                     r"vidattn::sm90::kOInVBuild, false>", src)
+    # (a routed D=256 call takes the read-late O-in-V build, setting 3 the plain one: tests/test_d256_o_read_late.py)
+    assert re.search(r"if \(!fp16 && pick_hd_o_in_v\(a->head_dim, a->seqlen_kv\)\) \{\s*if \(a->head_dim <= 192\) return "
+                     r"launch<192, 2, kD192N \+ vidattn::sm90::kOInVBuild, false>\(\*a, s, sms\);", src)
+    assert "return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);" in src
     # the pick never returns narrow under setting 3, and only settings 0..3 are accepted
     # (4, the D=256 variant that stores O from registers, is an O-in-V build: tests/test_d256_o_regs.py)
     assert "if (g_hd_narrow >= 3) return false;" in src and "if (narrow < 0 || narrow > 6) return 1;" in src

@@ -63,7 +63,10 @@ def applies(backend: str, d: int) -> bool:
 
 def default_side(d: int, block_n: int, o_path: int | None = None) -> str | None:
     """The side whose kernel a plain call of head dim d ran, from its key-block width and, past D=128, where its
-    epilogue staged O (None: none of them)."""
+    epilogue staged O (None: none of them). O path 4 (the read-late build a routed D=256 O-in-V call runs) is the ov
+    side's."""
+    if o_path == 4:
+        o_path = SIDE_O_PATH["ov"]
     for side, widths in SIDE_BLOCK_N.items():
         w = widths.get(build_of(d))
         if not (applies(side, d) and side != "pad128" and w is not None and block_n == w):
