@@ -50,6 +50,9 @@
 #   bash dev/device_session.sh B [budget_s]   # the seventh sitting's first call: 8-bit v12 (fewer instructions per
 #                                             # block) and D=256 setting 6 (the O stores' read wait deferred): GPU
 #                                             # tests and A/Bs, then setting 6's 1K timeline as the budget allows
+#   bash dev/device_session.sh C [budget_s]   # after B's flips: the GPU tests they touch (v12 default and bit for
+#                                             # bit, the D=256 read-late routing), Wan 14B 720p and Wan 1.3B
+#                                             # forwards, SDPA against 8-bit
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -419,6 +422,21 @@ B)
       > "$OUT/d256c/timeline.log" 2>&1; rc[timeline]=$?; tail -30 "$OUT/d256c/timeline.log"
   fi
   tar czf "$OUT/results.tar.gz" -C "$OUT" q8v12 d256c 2>/dev/null && rm -rf "$OUT"/{q8v12,d256c}
+  ;;
+C)
+  build_lib
+  mkdir -p "$OUT/gpu"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v12_gpu.py tests/test_d256_o_read_late_gpu.py \
+    tests/test_head_dims_variants_gpu.py -k "not torch_compile" > "$OUT/gpu/flips.log" 2>&1; rc[gpu_flips]=$?
+  tail -3 "$OUT/gpu/flips.log"; grep -E "^(FAILED|ERROR)" "$OUT/gpu/flips.log" | head -8
+  timeout 200 python3 scripts/e2e_report.py --family wan14b --forward-only --height 720 --width 1280 --frames 81 \
+    --precision 8bit --sage2 off --warmup 0 --iters 3 --no-profile --budget-s 185 --out-dir "$OUT/e2e14" \
+    > "$OUT/e2e14.log" 2>&1; rc[e2e14]=$?
+  grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e14.log" | tail -8
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/e2e_report.py --forward-only --preset 1.3b \
+    --precision 8bit --sage2 off --warmup 2 --iters 5 --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
+  grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e13.log" | tail -8
+  tar_dirs gpu e2e14 e2e13
   ;;
 W)
   build_lib
