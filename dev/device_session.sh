@@ -53,6 +53,10 @@
 #   bash dev/device_session.sh C [budget_s]   # after B's flips: the GPU tests they touch (v12 default and bit for
 #                                             # bit, the D=256 read-late routing), Wan 14B 720p and Wan 1.3B
 #                                             # forwards, SDPA against 8-bit
+#   bash dev/device_session.sh D [budget_s]   # after C: the 8-bit GPU suite on the v12 default, the D=192/256
+#                                             # O-in-V rounds against FA3 and cuDNN (the read-late build routed),
+#                                             # the anchors bench (every group); the anchors (rebuilt pack)
+#                                             # compiling beside the library build
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -438,6 +442,25 @@ C)
     --precision 8bit --sage2 off --warmup 2 --iters 5 --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
   grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e13.log" | tail -8
   tar_dirs gpu e2e14 e2e13
+  ;;
+D)
+  anchors_ready
+  start_anchor_build $(( budget - 170 ))
+  build_lib
+  mkdir -p "$OUT/gpu" "$OUT/env"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu -rfE tests/test_8bit_gpu.py -k "not torch_compile" \
+    > "$OUT/gpu/q8_suite.log" 2>&1; rc[q8_suite]=$?
+  tail -2 "$OUT/gpu/q8_suite.log"; grep -E "^(FAILED|ERROR)" "$OUT/gpu/q8_suite.log" | head -8
+  await_anchor_build 260
+  bash dev/device_anchors.sh check > "$OUT/anchors_check.json" 2>&1
+  timeout 90 python3 dev/probes/envelope_ab.py --part ov --rounds 16 --out "$OUT/env" > "$OUT/env/ov.log" 2>&1
+  rc[ov]=$?; tail -10 "$OUT/env/ov.log"
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group all \
+    --budget-s $(( $(left) > 60 ? $(left) - 40 : 20 )) --out "$OUT/anchors.json" > "$OUT/anchors_bench.log" 2>&1
+  rc[anchors_bench]=$?
+  tail -33 "$OUT/anchors_bench.log"
+  tar czf "$OUT/results.tar.gz" -C "$OUT" gpu env anchors.json anchors_bench.log anchors_build.log anchors_check.json \
+    2>/dev/null && rm -rf "$OUT"/{gpu,env}
   ;;
 W)
   build_lib
