@@ -26,8 +26,8 @@ namespace {
 // (q8_consumer_seq: three warpgroups, no spills; schedule 1), and schedule 3: the sequential schedule with the
 // exponentials in round-robin turns among the warpgroups (one at a time on MUFU), D=128 only, built with conversion 2
 // and mode 0 only.
-// Built, each for bf16 and fp16 (24 kernels; 2 of them v10 mode 1 of schedule 3, the default, below, 2 v12's
-// build of it and 2 v13's build of v12's, off by default): D=128 mode 0
+// Built, each for bf16 and fp16 (26 kernels; 2 of them v10 mode 1 of schedule 3, the default, below, 2 v12's
+// build of it and 4 v13's builds of v12's, off by default): D=128 mode 0
 // on schedule 1 (I2F, and conversion 2: the earlier default, the A/B's reference) and on schedule 3 with
 // conversion 2; D=64 modes 0 and 1 on the three-warpgroup
 // ping-pong and the sequential schedule, mode 1 on the sequential schedule with conversion 1, and mode 1 on the
@@ -108,14 +108,16 @@ thread_local int g_q8_last_v12 = -1;
 // v13 (dev/NOTES_8bit.md "v13"), on v12 mode 1: 1 takes the row sums from the tensor cores (P times 8 columns of
 // ones, m64n8k32, issued in the next block's S group: q8_fwd.cuh's kV13) instead of the softmax's fp32 FADD chains;
 // 486 SASS instructions per warp and block instead of 515. The sums are then of P as rounded to e4m3 (P V's own
-// numerator): not bit for bit v12's output. 0 (the build default) is v12 as it stands. Prepared, not yet measured.
-// Forced by vidattn_q8_set_v13 or VIDATTN_Q8_V13 (read once); anything but v12 mode 1 (on v10 mode 1 of schedule 3)
-// refuses a forced mode 1.
+// numerator): not bit for bit v12's output. 2 adds v12's candidate 9: the alphas' two MUFU.EX2 only where some row of
+// the warp has a new max (a vote; 492 per block, mode 1's output bit for bit if ex2.approx(+0) is exactly 1). 0 (the
+// build default) is v12 as it stands. Prepared, not yet measured. Forced by vidattn_q8_set_v13 or VIDATTN_Q8_V13
+// (read once); anything but v12 mode 1 (on v10 mode 1 of schedule 3) refuses a forced mode 1 or 2.
 #ifndef VIDATTN_Q8_V13
 #define VIDATTN_Q8_V13 0
 #endif
-static_assert(VIDATTN_Q8_V13 >= 0 && VIDATTN_Q8_V13 <= 1, "v13: 0 (off), 1 row sums by the tensor cores");
-int g_q8_v13 = -1;                   // -1: the default; 0, 1: forced
+static_assert(VIDATTN_Q8_V13 >= 0 && VIDATTN_Q8_V13 <= 2,
+              "v13: 0 (off), 1 row sums by the tensor cores, 2 and the alphas by a vote");
+int g_q8_v13 = -1;                   // -1: the default; 0, 1, 2: forced
 thread_local int g_q8_last_v13 = -1;
 int g_q8_prep = -1;                  // -1: the default; 0 three launches, 1 statistics and Q fused, 2 Q in the kernel
 thread_local int g_q8_last_prep = -1;
@@ -208,7 +210,7 @@ inline int q8_v12_asked() {
 }
 // The v13 mode later launches ask for (as q8_v10_asked).
 inline int q8_v13_asked() {
-  static const int env = q8_env_default("VIDATTN_Q8_V13", VIDATTN_Q8_V13, 0, 1);
+  static const int env = q8_env_default("VIDATTN_Q8_V13", VIDATTN_Q8_V13, 0, 2);
   return g_q8_v13 < 0 ? env : g_q8_v13;
 }
 template <int kD>
@@ -367,6 +369,9 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
           if (q8_v13_asked() == 1)
             return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2, 1, 1>(a, l, s)
                         : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2, 1, 1>(a, l, s);
+          if (q8_v13_asked() == 2)
+            return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2, 1, 2>(a, l, s)
+                        : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2, 1, 2>(a, l, s);
           return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2, 1>(a, l, s)
                       : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2, 1>(a, l, s);
         }
@@ -600,11 +605,11 @@ extern "C" int vidattn_q8_set_v12(int mode) {
 // The v12 mode of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_v12's; -1: none launched).
 extern "C" int vidattn_q8_last_v12(void) { return g_q8_last_v12; }
 
-// The v13 mode of later 8-bit launches: 0 off, 1 row sums by the tensor cores (built on v12 mode 1 only; a forced mode
-// 1 elsewhere is refused), or the default (-1). For tests and A/B timing; returns 0, or 1 for any other value
-// (nothing changes).
+// The v13 mode of later 8-bit launches: 0 off, 1 row sums by the tensor cores, 2 and the alphas by a vote (built on
+// v12 mode 1 only; a forced mode 1 or 2 elsewhere is refused), or the default (-1). For tests and A/B timing;
+// returns 0, or 1 for any other value (nothing changes).
 extern "C" int vidattn_q8_set_v13(int mode) {
-  if (mode < -1 || mode > 1) return 1;
+  if (mode < -1 || mode > 2) return 1;
   g_q8_v13 = mode;
   return 0;
 }

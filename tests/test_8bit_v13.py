@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _support import FakeQ8Lib, load_script
+from _support import check_q8_selector, load_script
 
 from vidattn import quant8
 
@@ -52,7 +52,7 @@ def test_m64n8k32_wrapper():
 
 
 def test_kernel_source_v13():
-    assert re.search(r"static_assert\(kV13 == 0 \|\| kV12 == 1,", SRC)
+    assert re.search(r"static_assert\(kV13 >= 0 && kV13 <= 2 && \(kV13 == 0 \|\| kV12 == 1\),", SRC)
     assert ("ptx::WgmmaE4m3<8>::rs(rs, pa[kk], q8ptx::desc_pack(ob + 2 * kk, q8ptx::smem_desc_hi<128>()), kk > 0);"
             in SRC)
     assert "const uint32_t ones_smem = ptx::smem_addr(s.v[0]) + T::kVBytes;" in SRC
@@ -67,7 +67,7 @@ def test_kernel_source_v13():
     wait = body.index("ptx::wgmma_wait<0>();", commit)
     add = body.index("row_sum[0] += rs[0];", wait)
     fence = body.index("ptx::fence_regs(row_sum);", add)
-    smax = body.index("q8_softmax_max<kN, kCvt, 0, (kV12 > 0), (kV13 > 0)>(", fence)
+    smax = body.index("q8_softmax_max<kN, kCvt, 0, (kV12 > 0), (kV13 > 0), (kV13 == 2)>(", fence)
     mul = body.index("row_sum[0] *= alpha[0];", smax)
     turn = body.index("q8_turn_wait(cwg);", mul)
     exp = body.index("q8_softmax_exp<kN, !kSumMma && kV13 == 0, kExp16, kPoly, (kV12 > 0)>(", turn)
@@ -102,35 +102,39 @@ def test_row_index_from_tid():
 
 
 def test_set_v13_validates_and_reaches_the_library():
-    lib = FakeQ8Lib("v13")
-    for mode in (1, 0, -1):
-        quant8.set_v13(mode, lib=lib)
-    assert lib.calls == [1, 0, -1] and quant8.last_v13(lib=lib) == -1
-    quant8.set_v13(1, lib=lib)
-    assert quant8.last_v13(lib=lib) == 1
-    for bad in (2, -2, 1.0, True, "1", None):
-        with pytest.raises(ValueError, match="set_v13: mode must be one of"):
-            quant8.set_v13(bad, lib=lib)
-    assert lib.calls == [1, 0, -1, 1]
-    lib = FakeQ8Lib("v13")
-    del lib.vidattn_q8_set_v13, lib.vidattn_q8_last_v13
-    with pytest.raises(RuntimeError, match="lacks vidattn_q8_set_v13"):
-        quant8.set_v13(1, lib=lib)
-    assert quant8.last_v13(lib=lib) == -1
+    check_q8_selector("v13", quant8.set_v13, quant8.last_v13)
+
+
+def test_alpha_vote():
+    """Mode 2 (kAlphaVote): the exponent m_old - m_new kept in alpha, the vote on it being nonzero in any lane for
+    either row, 2^ it then; else 1. m_old - m_new is +0 exactly when the max stands (x - x = +0), and -inf on block 0
+    (m_old = -inf): a vote, so 2^-inf = 0 there."""
+    body = SRC[SRC.index("__device__ __forceinline__ void q8_softmax_max_int("):]
+    body = body[:body.index("\n}\n")]
+    assert "if constexpr (kAlphaVote) alpha[r] = row_max[r] - mx;" in body
+    assert "if (__any_sync(0xffffffffu, alpha[0] != 0.f || alpha[1] != 0.f)) {" in body
+    assert "alpha[0] = alpha[1] = 1.f;" in body
+    assert "q8_softmax_max<kN, kCvt, 0, (kV12 > 0), (kV13 > 0), (kV13 == 2)>(" in _seq_body()
+    x = torch.tensor([3.5, -7.25, 0.0, 1e30], dtype=torch.float32)
+    assert torch.equal((x - x).view(torch.int32), torch.zeros(4, dtype=torch.int32))
+    assert float(torch.tensor(-float("inf")) - torch.tensor(5.0)) == -float("inf")
 
 
 def test_v13_selector_in_the_c_abi():
-    """Off by default (not yet measured); the setter's range; the environment variable; exactly one v13 build per
-    dtype, on v12 mode 1 (v10 mode 1 of D=128 schedule 3 with conversion 2); a forced mode 1 elsewhere refused (v10
-    mode 0, v12 mode 0, schedule 1, D=64)."""
+    """Off by default (not yet measured); the setter's range; the environment variable; exactly one build per mode and
+    dtype, on v12 mode 1 (v10 mode 1 of D=128 schedule 3 with conversion 2); a forced mode 1 or 2 elsewhere refused
+    (v10 mode 0, v12 mode 0, schedule 1, D=64)."""
     assert "#define VIDATTN_Q8_V13 0" in CAPI
     assert 'extern "C" int vidattn_q8_set_v13(int mode)' in CAPI
-    assert CAPI.count("if (mode < -1 || mode > 1) return 1;") == 2  # (v12's and v13's setters)
-    assert 'q8_env_default("VIDATTN_Q8_V13", VIDATTN_Q8_V13, 0, 1)' in CAPI
-    assert CAPI.count("kSeq, kTurns, 2, 0, 0, 2, 1, 1>(a, l, s)") == 2
-    assert len(re.findall(r"q8_launch<(?:[^>,]*, ){11}1>", CAPI)) == 2
-    launch = CAPI.index("kSeq, kTurns, 2, 0, 0, 2, 1, 1>(a, l, s)")
-    assert CAPI.rindex("if (q8_v13_asked() == 1)", 0, launch) > CAPI.rindex("if (q8_v12_asked() == 1) {", 0, launch)
+    setter = CAPI[CAPI.index('extern "C" int vidattn_q8_set_v13(int mode)'):]
+    assert setter.index("if (mode < -1 || mode > 2) return 1;") < setter.index("g_q8_v13 = mode;")
+    assert 'q8_env_default("VIDATTN_Q8_V13", VIDATTN_Q8_V13, 0, 2)' in CAPI
+    for mode in (1, 2):
+        assert CAPI.count(f"kSeq, kTurns, 2, 0, 0, 2, 1, {mode}>(a, l, s)") == 2
+        assert len(re.findall(rf"q8_launch<(?:[^>,]*, ){{11}}{mode}>", CAPI)) == 2
+        launch = CAPI.index(f"kSeq, kTurns, 2, 0, 0, 2, 1, {mode}>(a, l, s)")
+        assert (CAPI.rindex(f"if (q8_v13_asked() == {mode})", 0, launch)
+                > CAPI.rindex("if (q8_v12_asked() == 1) {", 0, launch))
     assert "if ((v10 != 1 || q8_v12_asked() != 1) && g_q8_v13 > 0)" in CAPI
     assert "if (g_q8_v13 > 0)\n    return fail(" in CAPI
     assert "g_q8_last_v13 = kV13;" in CAPI and "g_q8_last_v13 = -1;" in CAPI
@@ -138,7 +142,7 @@ def test_v13_selector_in_the_c_abi():
 
 
 def _timing(shape, ratio_synced, ratio_kernel, passes=6, rel=(3.8e-2, 3.8e-2)):
-    a, b = "d128 v13 0 (v12 mode 1)", "d128 v13 1 (sums by MMA)"
+    a, b = "d128 v13 0 (v12 mode 1)", "d128 v13 1 (sums by MMA)"  # (mode 2's row is the same rule)
     return {"shape": shape, "flops": 1e12, "synced": {a: [900.0] * passes, b: [900.0 * x for x in ratio_synced]},
             "queued": {a: [900.0] * passes, b: [900.0] * passes},
             "kernel_ms": {a: [1.0] * passes, b: [1.0 / x for x in ratio_kernel]}, "rel_l2": {a: rel[0], b: rel[1]}}
@@ -165,3 +169,23 @@ def test_ab_driver_rule(capsys):
     res["checks"][0]["ok"] = False
     mod.table(res)
     assert capsys.readouterr().out.rstrip().endswith("-> keep v13 off")
+
+
+def test_ab_driver_rule_per_mode(capsys):
+    """With mode 2 in the A/B each mode gets its own verdict against the reference (here mode 1 wins, mode 2 loses
+    its accuracy condition)."""
+    mod = load_script(REPO / "dev/q8_v13_ab.py", "q8_v13_ab_under_test")
+    win = [1.01, 1.02, 1.01, 0.99, 1.015, 1.01]
+    res = {"checks": [{"variant": "x", "ok": True}], "timing": []}
+    for shape in ("Wan 1.3B self", "seed 8K"):
+        t = _timing(shape, win, [1.02] * 6)
+        c = "d128 v13 2 (+ alpha vote)"
+        t["synced"][c], t["queued"][c] = [900.0 * x for x in win], [900.0] * 6
+        t["kernel_ms"][c], t["rel_l2"][c] = [1.0 / 1.02] * 6, 3.95e-2
+        res["timing"].append(t)
+    mod.table(res)
+    rules = [x for x in capsys.readouterr().out.splitlines() if x.startswith("rule:")]
+    assert len(rules) == 2
+    assert rules[0].startswith("rule: d128 v13 1 (sums by MMA):") and rules[0].endswith("-> ADOPT")
+    assert rules[1].startswith("rule: d128 v13 2 (+ alpha vote):") and rules[1].endswith("-> keep v13 off")
+    assert "rel L2 within the reference's + 1e-3 False" in rules[1]

@@ -1,11 +1,13 @@
 """v13 of the 8-bit kernel on a Hopper GPU (csrc/sm90/q8_fwd.cuh kV13, quant8.set_v13; dev/NOTES_8bit.md "v13"):
 mode 1 (the row sums from the tensor cores, P times 8 columns of ones issued with the next block's S) on v12 mode 1,
-against fp64 with test_8bit_gpu.py's bounds and helpers (fresh random inputs, odd lengths: tail blocks at every offset,
+and mode 2 (the alphas' MUFU only where a row's max moved: a warp vote) against fp64 with test_8bit_gpu.py's bounds
+and helpers (fresh random inputs, odd lengths: tail blocks at every offset,
 kv_lens tails with LSE, fp16, poisoned outputs, the accuracy guards, long rows), against v12's own output (mode 0,
 forced: whatever the build default then is), V = ones (the sums are now of P as rounded, P V's own numerator: the
 row mass is the accumulator's truncation and the output's rounding only), that each launch reports the mode it ran,
-that a plain call runs mode 0 (off by default until measured), and that a forced mode 1 where no v13 build exists is
-refused with an error.
+that a plain call runs mode 0 (off by default until measured), that mode 2's output and LSE are mode 1's bit for bit
+(its alpha = 1 where the max stands is 2^(+0): this checks that ex2.approx gives exactly 1 there), and that a forced
+mode 1 or 2 where no v13 build exists is refused with an error.
 
 v13 is not bit for bit v12: v12 divides by the fp32 sum of the unrounded p, v13 by the sum of P as rounded to e4m3.
 The two differ per row by the weighted mean of e4m3's rounding errors (what v12's V = ones row mass measures), so
@@ -63,15 +65,16 @@ def forward(q, k, v, kv_lens=None):
     return out, lse
 
 
-def test_lengths_kv_lens_lse():
+@pytest.mark.parametrize("mode", [1, 2])
+def test_lengths_kv_lens_lse(mode):
     seed = int(torch.randint(0, 1 << 20, ()).item())
     for sq, skv in [(1, 77), (113, 113), (1023, 517), (300, 4097)]:
         q, k, v = (base.randn(1, n, 2, 128, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
-        run_mode(1, lambda: base.check(q, k, v, seed=seed, lse=True, bound=base.REL_L2_LOOSE))
+        run_mode(mode, lambda: base.check(q, k, v, seed=seed, lse=True, bound=base.REL_L2_LOOSE))
     q, k, v = (base.randn(3, n, 2, 128, seed=seed + 7 + i) for i, n in enumerate((300, 1000, 1000)))
     lens = torch.tensor(base.KV_LENS, dtype=torch.int32, device=DEV)
-    run_mode(1, lambda: base.check(q, k, v, kv_lens=lens, lse=True, seed=seed))
-    run_mode(1, lambda: base.check(q.half(), k.half(), v.half(), kv_lens=lens, lse=True, seed=seed))
+    run_mode(mode, lambda: base.check(q, k, v, kv_lens=lens, lse=True, seed=seed))
+    run_mode(mode, lambda: base.check(q.half(), k.half(), v.half(), kv_lens=lens, lse=True, seed=seed))
 
 
 def test_mode_0_is_the_default():
@@ -99,6 +102,27 @@ def test_close_to_v12(skv):
         dl = (l13.double() - l12.double()).abs().permute(0, 2, 1)  # (B, Sq, H) as the bound
         worst = float((dl / bound).max())
         assert worst <= 1.0, f"seed {seed} skv {skv}: |lse13 - lse12| / bound {worst:.3f}"
+
+
+@pytest.mark.parametrize("skv", [129, 2049, 4096 + 77])
+def test_mode_2_bit_for_bit(skv):
+    """Mode 2's output and LSE are mode 1's (or, where mode 1 is not reproducible bit for bit: the pre-pass's
+    statistics by atomics, within twice its own run-to-run difference): bf16, fp16, kv_lens, and sharpened rows
+    (maxes that move often)."""
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    q, k, v = (base.randn(2, n, 3, 128, seed=seed + i) for i, n in enumerate((777, skv, skv)))
+    lens = torch.tensor([skv, max(1, skv // 3)], dtype=torch.int32, device=DEV)
+    sharp = (q.float() * 4).bfloat16()
+    for qq, kk, vv, kl in ((q, k, v, None), (q.half(), k.half(), v.half(), None), (q, k, v, lens), (sharp, k, v, None)):
+        b = run_mode(2, lambda: forward(qq, kk, vv, kl))
+        a = run_mode(1, lambda: forward(qq, kk, vv, kl))
+        a2 = run_mode(1, lambda: forward(qq, kk, vv, kl))
+        for x, y, y2 in zip(b, a, a2):
+            if torch.equal(y, y2):
+                assert torch.equal(x, y), f"seed {seed} skv {skv}"
+            else:
+                noise = float((y2.float() - y.float()).abs().max())
+                assert float((x.float() - y.float()).abs().max()) <= 2 * noise, f"seed {seed} skv {skv}"
 
 
 @pytest.mark.parametrize("kind", ["plain", "key offset", "sharpened"])
@@ -154,13 +178,14 @@ def test_poisoned_output():
     assert float((lse.double() - lse_ref).abs().max()) <= base.lse_bound(q, k, 1 / math.sqrt(128))
 
 
-def test_forced_mode_where_not_built_is_refused():
-    """D=64, D=128 on schedule 1, schedule 3 on v10 mode 0, and v12 mode 0: a forced v13 mode 1 is an error naming
-    it, not a silent fallback (nothing launched; the failed-launch mark a refusal leaves is cleared)."""
+@pytest.mark.parametrize("mode", [1, 2])
+def test_forced_mode_where_not_built_is_refused(mode):
+    """D=64, D=128 on schedule 1, schedule 3 on v10 mode 0, and v12 mode 0: a forced v13 mode 1 or 2 is an error
+    naming it, not a silent fallback (nothing launched; the failed-launch mark a refusal leaves is cleared)."""
     for d, seq, v10, v12 in ((64, -1, -1, -1), (128, 1, -1, -1), (128, -1, 0, -1), (128, -1, -1, 0)):
         q, k, v = (base.randn(1, 256, 2, d, seed=i) for i in range(3))
         out = torch.empty_like(q)
-        quant8.set_v13(1)
+        quant8.set_v13(mode)
         quant8.set_v12(v12)
         quant8.set_sequential(seq)
         quant8.set_v10(v10)

@@ -390,9 +390,11 @@ __device__ __forceinline__ void q8_mask_tail(float (&pf)[kN / 2], int kv0, int k
 // float 1.5 * 2^23 + x as it stands (x = im - bias, |x| < 2^21), and subtracting 1.5 * 2^23 gives x exactly (both in
 // one binade: Sterbenz), as the I2F of im - bias does: the same mx bit for bit, in an FADD instead of the INT32_MIN
 // test, the integer subtraction and the I2F (three instructions and the conversion's latency off S -> exponentials).
-// kFreshCig (kV13): col_in_group taken from the thread index on the tail block only (the argument is ignored), so no
-// register holds it across the key loop.
-template <int kN, int kCvt, int kHead = 0, bool kSteady = false, bool kFreshCig = false>
+// kFreshCig (kV13): col_in_group taken from the thread index (the argument is ignored), so no register holds it
+// across the key loop.
+// kAlphaVote (kV13 2, v12's candidate 9): the alphas' two MUFU.EX2 only where some row of the warp has a new max
+// (a vote); elsewhere alpha = 1, which is what 2^(+0) gives (m_old - m_new = +0 exactly when the max stands).
+template <int kN, int kCvt, int kHead = 0, bool kSteady = false, bool kFreshCig = false, bool kAlphaVote = false>
 __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                                    const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
                                                    float (&neg)[2], int kv0, int kv_len, int col_in_group) {
@@ -421,10 +423,19 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
     mx = q8_quad_max(mx);
     if constexpr (kHead != 0) mx += static_cast<float>(kHead);  // (not for 0: x + 0 is not x for -0, kept exact)
     mx = fmaxf(mx, row_max[r]);
-    alpha[r] = ptx::exp2_approx(row_max[r] - mx);
+    if constexpr (kAlphaVote) alpha[r] = row_max[r] - mx;  // (the exponent; 2^ it below)
+    else alpha[r] = ptx::exp2_approx(row_max[r] - mx);
     // The exponent is (1.5 * 2^23 + x) c + neg = x c - mx + 8: the bias's product folded in here, once per row.
     neg[r] = fmaf(-kQ8Magic, c[r], kQ8POffset - mx);
     row_max[r] = mx;
+  }
+  if constexpr (kAlphaVote) {
+    if (__any_sync(0xffffffffu, alpha[0] != 0.f || alpha[1] != 0.f)) {
+      alpha[0] = ptx::exp2_approx(alpha[0]);
+      alpha[1] = ptx::exp2_approx(alpha[1]);
+    } else {
+      alpha[0] = alpha[1] = 1.f;
+    }
   }
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) pf[i] = kCvt == 2 ? __int_as_float(sacc[i]) : q8_magic_float(sacc[i]);
@@ -453,7 +464,8 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
 // S accumulator starts at the bits of 1.5 * 2^23 (q8_issue_qk<kD, true>), so the scores leave the wgmma as floats.
 // Split in two so a schedule can put a turn between them (q8_consumer_seq's kExpTurns): q8_softmax_max (scores to
 // floats, row max, alpha, the exponent's addend neg) and q8_softmax_exp (the exponentials and row sums: the MUFU work).
-template <int kN, int kCvt = 0, int kHead = 0, bool kSteady = false, bool kFreshCig = false>
+template <int kN, int kCvt = 0, int kHead = 0, bool kSteady = false, bool kFreshCig = false,
+          bool kAlphaVote = false>
 __device__ __forceinline__ void q8_softmax_max(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                                const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
                                                float (&neg)[2], int kv0, int kv_len, int col_in_group) {
@@ -461,8 +473,8 @@ __device__ __forceinline__ void q8_softmax_max(const int32_t (&sacc)[kN / 2], fl
   static_assert(kHead == 0 || kCvt > 0, "the headroom is built with the integer row max only");
   if constexpr (kCvt > 0) {
     static_assert(!kFreshCig || kCvt > 0, "kFreshCig: the integer row max only");
-    q8_softmax_max_int<kN, kCvt, kHead, kSteady, kFreshCig>(sacc, pf, c, row_max, alpha, neg, kv0, kv_len,
-                                                            col_in_group);
+    q8_softmax_max_int<kN, kCvt, kHead, kSteady, kFreshCig, kAlphaVote>(sacc, pf, c, row_max, alpha, neg, kv0,
+                                                                        kv_len, col_in_group);
   } else {
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) pf[i] = q8ptx::i2f(sacc[i]);
@@ -970,7 +982,8 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   // where they join row_sum in fp32; row_sum takes alpha after the row max. P_j stays live until then. The softmax
   // then adds nothing (no FADD chains, no quad sum in the epilogue: each thread gets whole rows). The sums are of P
   // as rounded to e4m3, P V's own numerator: 128 keys per fresh accumulator, so its truncation is per block, as P V's.
-  static_assert(kV13 == 0 || kV12 == 1, "v13 is built on v12 mode 1");
+  // kV13 2: and the alphas' MUFU by a warp vote (q8_softmax_max_int's kAlphaVote).
+  static_assert(kV13 >= 0 && kV13 <= 2 && (kV13 == 0 || kV12 == 1), "v13 (1, 2) is built on v12 mode 1");
   const int tid = threadIdx.x - 128 * (cwg + 1), lane = tid % 32, warp = tid / 32;
   const int col_in_group = 2 * (lane % 4);
   const int bh = b * p.heads + h;
@@ -1109,8 +1122,8 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     if (kV13 > 0 ? q8ptx::elect_one() : lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
     if constexpr (kExpTurns) {
       float neg[2];
-      q8_softmax_max<kN, kCvt, 0, (kV12 > 0), (kV13 > 0)>(sacc, pf, c, row_max, alpha, neg, j * kN, kv_len,
-                                                           kV13 > 0 ? 0 : col_in_group);
+      q8_softmax_max<kN, kCvt, 0, (kV12 > 0), (kV13 > 0), (kV13 == 2)>(sacc, pf, c, row_max, alpha, neg, j * kN,
+                                                                         kv_len, kV13 > 0 ? 0 : col_in_group);
       if constexpr (kV13 > 0) {  // to block j's max (j = 0: 0 x alpha = 0, alpha = 2^-inf = 0 there)
         row_sum[0] *= alpha[0];
         row_sum[1] *= alpha[1];
