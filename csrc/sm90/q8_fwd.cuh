@@ -471,8 +471,8 @@ __device__ __forceinline__ void q8_softmax_max(const int32_t (&sacc)[kN / 2], fl
                                                float (&neg)[2], int kv0, int kv_len, int col_in_group) {
   static_assert(kCvt >= 0 && kCvt <= 2, "kCvt: 0 I2F, 1 magic add, 2 biased accumulator");
   static_assert(kHead == 0 || kCvt > 0, "the headroom is built with the integer row max only");
+  static_assert((!kFreshCig && !kAlphaVote) || kCvt > 0, "kFreshCig, kAlphaVote: the integer row max only");
   if constexpr (kCvt > 0) {
-    static_assert(!kFreshCig || kCvt > 0, "kFreshCig: the integer row max only");
     q8_softmax_max_int<kN, kCvt, kHead, kSteady, kFreshCig, kAlphaVote>(sacc, pf, c, row_max, alpha, neg, kv0,
                                                                         kv_len, col_in_group);
   } else {
