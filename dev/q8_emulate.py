@@ -313,11 +313,29 @@ def _lazy_report():
     print(f"negative control (no redo, sharpened x4, h1): {bad:.3e}")
 
 
+def _sums_report():
+    """v13: the row sums of P as rounded to e4m3 (sums "p8", the tensor cores' ones product) against v12's fp32 sums of
+    the unrounded p ("p"), on the accuracy cases: relative L2 against fp64, and of one against the other."""
+    print("v13 row sums (p8: of P as rounded, by the tensor cores) against v12's (p: fp32 sums of the unrounded p)")
+    for name, q, k, v, s in lazy_cases():
+        r = ref(q, k, v, s)
+        a, b = emulate(q, k, v, s, sums="p"), emulate(q, k, v, s, sums="p8")
+        print(f"{name:13s} p: {rel(a, r):.3e}  p8: {rel(b, r):.3e}  p8 vs p: {rel(b, a):.3e}")
+    q, k, v, s = lazy_cases()[0][1:]
+    ones = torch.ones_like(v)
+    for sums in ("p", "p8"):
+        print(f"V = ones, plain, {sums}: max |o - 1| {float((emulate(q, k, ones, s, sums=sums) - 1).abs().max()):.3e}")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--row-mass", type=int, default=0, metavar="DRAWS")
     ap.add_argument("--lazy", action="store_true", help="v10: the lazy reference (headroom 0-2) on the accuracy cases")
+    ap.add_argument("--sums", action="store_true", help="v13: row sums of P as rounded vs fp32 sums of p")
     args = ap.parse_args()
+    if args.sums:
+        _sums_report()
+        raise SystemExit
     if args.lazy:
         _lazy_report()
         raise SystemExit

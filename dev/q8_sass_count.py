@@ -79,7 +79,8 @@ def paths(ins):
 def classify(p):
     h = collections.Counter(opcode(t) for t in p)
     masks = sum(1 for t in p if opcode(t) == "SEL" or ("FSEL" in t and "-INF" in t))
-    if h["IGMMA"] == 4 and h["QGMMA"] == 4 and masks < 8:
+    # (QGMMA 8: v13's row-sum product, 4 m64n8k32 beside P V's 4, rides in the S group)
+    if h["IGMMA"] == 4 and h["QGMMA"] in (4, 8) and masks < 8:
         if "BAR.RED" in " ".join(p):
             return "fast" if h["VIMNMX3"] == 0 else None
         return "steady" if h["VIMNMX3"] > 0 else None
