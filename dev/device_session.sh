@@ -57,6 +57,10 @@
 #                                             # O-in-V rounds against FA3 and cuDNN (the read-late build routed),
 #                                             # the anchors bench (every group); the anchors (rebuilt pack)
 #                                             # compiling beside the library build
+#   bash dev/device_session.sh J [budget_s]   # the sitting's last call: 8-bit v13 (row sums from the tensor cores)
+#                                             # A/B against v12, its GPU tests if it wins; D=256 setting 7 (the
+#                                             # partial last block narrowed): GPU tests and A/B; Wan 14B 720p,
+#                                             # SDPA / 8-bit (v13 if it won) / SageAttention2; anchors beside
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -461,6 +465,34 @@ D)
   tail -33 "$OUT/anchors_bench.log"
   tar czf "$OUT/results.tar.gz" -C "$OUT" gpu env anchors.json anchors_bench.log anchors_build.log anchors_check.json \
     2>/dev/null && rm -rf "$OUT"/{gpu,env}
+  ;;
+J)
+  anchors_ready
+  start_anchor_build $(( budget - 200 ))
+  build_lib
+  mkdir -p "$OUT/q8v13" "$OUT/d256t"
+  OUT="$OUT/q8v13" timeout 170 python3 dev/q8_v13_ab.py --passes 6 --reps 16 --budget 100 --no-mode2 \
+    > "$OUT/q8v13/q8_v13_ab.log" 2>&1; rc[v13_ab]=$?
+  sed -n '/== 8-bit v13 A\/B/,$p' "$OUT/q8v13/q8_v13_ab.log"
+  v13=0; grep -qE "^rule: d128 v13 1.*-> ADOPT" "$OUT/q8v13/q8_v13_ab.log" && v13=1
+  echo "VIDATTN_Q8_V13=$v13 for the forwards below (the A/B's verdict)" | tee -a "$OUT/env_$stage.txt"
+  if [ -f tests/test_d256_narrow_tail_gpu.py ]; then
+    timeout 90 python3 -m pytest -q -x -p no:cacheprovider tests/test_d256_narrow_tail_gpu.py > "$OUT/d256t/gpu_tests.log" 2>&1
+    rc[d256t_tests]=$?; tail -2 "$OUT/d256t/gpu_tests.log"
+    timeout 90 python3 dev/probes/envelope_ab.py --part ov --shapes "D256 1K" "D256 8K" "D256 32K" --with-variant \
+      --variant-setting 7 --rounds 16 --out "$OUT/d256t/ab" > "$OUT/d256t/ab.log" 2>&1; rc[d256t_ab]=$?
+    tail -12 "$OUT/d256t/ab.log"
+  fi
+  await_anchor_build 240
+  VIDATTN_Q8_V13=$v13 timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/e2e_report.py --family wan14b \
+    --forward-only --height 720 --width 1280 --frames 81 --precision 8bit --sage2 auto --warmup 0 --iters 2 --no-profile \
+    --budget-s $(( $(left) > 60 ? $(left) - 30 : 30 )) --out-dir "$OUT/e2e14" > "$OUT/e2e14.log" 2>&1; rc[e2e14]=$?
+  grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e14.log" | tail -8
+  if [ "$v13" = 1 ] && [ "$(left)" -gt 100 ]; then
+    timeout $(( $(left) - 10 )) python3 -m pytest -q -p no:cacheprovider tests/test_8bit_v13_gpu.py \
+      > "$OUT/q8v13/pytest_v13.log" 2>&1; rc[v13_tests]=$?; tail -3 "$OUT/q8v13/pytest_v13.log"
+  fi
+  tar czf "$OUT/results.tar.gz" -C "$OUT" q8v13 d256t e2e14 anchors_build.log 2>/dev/null && rm -rf "$OUT"/{q8v13,d256t,e2e14}
   ;;
 W)
   build_lib
