@@ -31,10 +31,13 @@ int g_d96_build = 0;
 // (kQHalves; an A/B build, off by default); bf16 136..192 refused, fp16 wide, as under 4.
 // 6: head dims 200..256 on the D=256 O-in-V build's variant that waits for its O stores' reads under the next tile's
 // S_0 (kOReadLate; an A/B build, off by default); bf16 136..192 refused, fp16 wide, as under 4.
+// 7: head dims 200..256 on the routed D=256 build (O-in-V, read-late) with a tile's last, partial key block narrowed
+// whenever it is partial, by as little as one step (kNarrowAll; an A/B build, off by default); bf16 136..192 refused,
+// fp16 wide, as under 4.
 int g_hd_narrow = 0;
 // Where the epilogue of this thread's last launch staged O: 0 a scratch of its own, 1 Q's buffer, 2 the V stages,
 // 3 nowhere (stored from registers: kORegs), 4 the V stages with the stores' reads waited for under the next tile's
-// S_0 (kOReadLate).
+// S_0 (kOReadLate; also setting 7's build, kNarrowAll, which differs in its partial blocks only).
 thread_local int g_last_o_path = 0;
 // Head dims 72..96 (bf16, on the D=96 build): 0 picks the consumer warpgroup count by shape (pick_d96_three_wgs), 2 or
 // 3 forces it (vidattn_sm90_set_d96_warpgroups: tests and A/B timing). fp16 has the two-warpgroup build only.
@@ -321,9 +324,11 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   // The tail launch stores partials (no epilogue of O): the O-from-registers build shares the O-in-V build's. So does
   // the Q-halves build (one item per CTA: no next tile whose Q could load early), with Q's box back at the tile's
   // rows: its own split kernel spilled the producer's 24 registers (84 bytes). And the read-late build (its items'
-  // partials go to the workspace, nothing deferred).
-  auto split_kernel =
-      flash_fwd_kernel<kHeadDim, kWGs, kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild, kFp16, true>;
+  // partials go to the workspace, nothing deferred), and its variant narrowing every partial block (a tail launch
+  // ends one block per item, on the shared kernel's MIN_SAVED rule: no second split kernel for it).
+  auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs,
+                                       kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & ~kNarrowAllBuild,
+                                       kFp16, true>;
   if (allow_smem(split_kernel, smem) != 0) return 1;
   if constexpr (T::kQHalves) {
     if (!make_tensor_map_4d(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride, T::kBlockM,
@@ -596,7 +601,7 @@ extern "C" int vidattn_sm90_set_d96_build(int build) {
 }
 
 extern "C" int vidattn_sm90_set_hd_narrow(int narrow) {
-  if (narrow < 0 || narrow > 6) return 1;
+  if (narrow < 0 || narrow > 7) return 1;
   g_hd_narrow = narrow;
   return 0;
 }
@@ -693,6 +698,12 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
       if (a->head_dim <= 192)
         return fail("VIDATTN_HD_NARROW=6 (O read wait deferred) is built for head dims 200..256 only");
       return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild + vidattn::sm90::kOReadLateBuild, false>(*a, s, sms);
+    }
+    if (!fp16 && g_hd_narrow == 7) {
+      if (a->head_dim <= 192)
+        return fail("VIDATTN_HD_NARROW=7 (every partial block narrowed) is built for head dims 200..256 only");
+      using namespace vidattn::sm90;
+      return launch<256, 2, kD256N + kOInVBuild + kOReadLateBuild + kNarrowAllBuild, false>(*a, s, sms);
     }
     if (!fp16 && pick_hd_o_in_v(a->head_dim, a->seqlen_kv)) {
       if (a->head_dim <= 192) return launch<192, 2, kD192N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);

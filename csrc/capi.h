@@ -50,8 +50,9 @@ int vidattn_sm90_set_d96_build(int build);
 // bf16 head dims 136..256: 1 runs later launches on the narrow D=192 (N=96) and D=256 (N=64) builds with the separate O
 // scratch, 2 on the wide ones (N=112, 80) whose O epilogue goes through Q's buffer, 3 on the O-in-V builds (the wide
 // widths, O through the V stages), 0 (the default) picks by key count; A/B variants of the D=256 O-in-V build (head
-// dims 200..256; bf16 136..192 refused, fp16 wide): 4 O stored from registers, 5 Q loaded per warpgroup. Nonzero
-// return: bad value.
+// dims 200..256; bf16 136..192 refused, fp16 wide): 4 O stored from registers, 5 Q loaded per warpgroup, 6 the O
+// stores' reads waited for under the next tile's S_0 (the routed build), 7 that build with every partial key block
+// narrowed. Nonzero return: bad value.
 int vidattn_sm90_set_hd_narrow(int narrow);
 // bf16 head dims 72..96 on the D=96 build: 3 runs later launches on three consumer warpgroups (192-row tiles, N=96),
 // 2 on two (N=176), 0 (the default) picks by shape; fp16 always runs on two. Nonzero return: bad value (nothing

@@ -157,8 +157,9 @@ def test_variant_is_one_added_d256_kernel_and_the_routed_o_in_v_build():
                      r"vidattn::sm90::kOInVBuild \+ vidattn::sm90::kOReadLateBuild, false>", CAPI)
     assert "return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);" in CAPI
     assert re.search(r"if \(!fp16 && g_hd_narrow == 6\) \{\s*if \(a->head_dim <= 192\)\s*return fail\(", CAPI)
-    assert "int g_hd_narrow = 0;" in CAPI and "if (narrow < 0 || narrow > 6) return 1;" in CAPI
-    assert "kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild, kFp16, true>" in CAPI
+    assert "int g_hd_narrow = 0;" in CAPI and "if (narrow < 0 || narrow > 7) return 1;" in CAPI
+    assert ("kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & ~kNarrowAllBuild, kFp16, true>"
+            in " ".join(CAPI.split()))  # the tail launch's split kernel: the O-in-V one
     assert "g_last_o_path = T::kOReadLate ? 4 : T::kORegs ? 3 : T::kOInV ? 2 : T::kOInQ ? 1 : 0;" in CAPI
     # the kernel subset (timeline) build keeps it: every D=256 kBN carrying kOInVBuild
     assert "constexpr bool kD256OInV = kHeadDim == 256 && kBN >= vidattn::sm90::kOInVBuild;" in CAPI

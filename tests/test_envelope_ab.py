@@ -474,3 +474,53 @@ def test_ov_part_with_the_q_halves_variant_on_cpu(cpu_parts, tmp_path, monkeypat
     assert "O path 2" in ab.variant_ran(4, 2, 128) and "O path 3" in ab.variant_ran(5, 3, 64)
     with pytest.raises(SystemExit):
         ab.parse_args(["--part", "ov", "--with-variant", "--variant-setting", "3"])
+
+
+def test_ov_part_with_the_narrowed_routed_variant_on_cpu(cpu_parts, tmp_path, monkeypatch):
+    """--with-variant --variant-setting 7: the D=256 rows time "ovn" (VIDATTN_HD_NARROW=7, the routed read-late build
+    with every partial block narrowed) and "ovl" (setting 6, that build as routed) in the same rounds, and judge ovn
+    against ovl (ovl against ov as well); both report O path 4, so a library that refuses setting 7 (from before it)
+    fails the ovn side and leaves no ovn verdict."""
+    state = _fake_hd_narrow(monkeypatch)
+    monkeypatch.setattr(ab, "last_q_box_rows", lambda: 128)
+    fixture_load = ab._load
+
+    def load(name):
+        mod = fixture_load(name)
+        if name == "hd_variants_ab":
+            mod.last_o_path = lambda: 4 if state["narrow"] in (6, 7) else None
+        return mod
+    monkeypatch.setattr(ab, "_load", load)
+    args = ab.parse_args(["--part", "ov", "--out", str(tmp_path), "--rounds", "8", "--target-ms", "0.5",
+                          "--preheat-ms", "1", "--with-variant", "--variant-setting", "7"])
+    ov = ab.run_ov(args)
+    r192, r256 = ov["rows"]
+    assert "ovn" not in r192["sides"] and "ovl" not in r192["sides"]
+    assert r256["sides"][:5] == ["wide", "ov", "ovl", "ovn", "cudnn"]
+    assert not r256["errors"], r256["errors"]
+    assert len(r256["spans"]["ovn"]) == 8 and r256["ovn_vs_ovl"]["rounds"] == 8 and r256["ovl_vs_ov"]["rounds"] == 8
+    assert "ovn_vs_ov" not in r256 and "ovn_over_cudnn" in r256 and "ovl_over_cudnn" in r256
+    text = ab.summary(tmp_path, CAPI)
+    assert "ovn (every partial block narrowed)" in text and "ovn vs ovl:" in text and "ovl vs ov:" in text
+    assert ab.variant_ran(7, 4, 128) is None and "O path 2" in ab.variant_ran(7, 2, 128)
+
+    import contextlib
+
+    from vidattn import _ext
+
+    @contextlib.contextmanager
+    def older(n, lib=None):  # a library from before setting 7 refuses it (vidattn_sm90_set_hd_narrow: 0..6)
+        if n > 6:
+            raise ValueError("VIDATTN_HD_NARROW must be ... got 7")
+        state["narrow"] = n
+        try:
+            yield
+        finally:
+            state["narrow"] = 0
+    monkeypatch.setattr(_ext, "hd_narrow", older)
+    ov = ab.run_ov(args)
+    assert "ovn" in ov["rows"][1]["errors"] and "ovn_vs_ovl" not in ov["rows"][1]
+    assert ov["rows"][1]["ovl_vs_ov"]["rounds"] == 8
+    assert ab.plan(args)["ov"]["est_s"] > ab.plan(ab.parse_args(["--part", "ov", "--rounds", "8", "--target-ms",
+                                                                   "0.5", "--preheat-ms", "1", "--with-variant",
+                                                                   "--variant-setting", "6"]))["ov"]["est_s"]

@@ -346,7 +346,7 @@ def test_o_in_v_is_a_forced_bf16_build_of_its_own():
     assert "return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);" in src
     # the pick never returns narrow under setting 3, and only settings 0..3 are accepted
     # (4, the D=256 variant that stores O from registers, is an O-in-V build: tests/test_d256_o_regs.py)
-    assert "if (g_hd_narrow >= 3) return false;" in src and "if (narrow < 0 || narrow > 6) return 1;" in src
+    assert "if (g_hd_narrow >= 3) return false;" in src and "if (narrow < 0 || narrow > 7) return 1;" in src
     assert "if (g_hd_narrow != 0) return g_hd_narrow >= 3;" in src
     # the flag rides in kBN above any key-block width (at most 256), and the width is what the launcher reports
     flag = int(re.search(r"constexpr int kOInVBuild = 1 << (\d+);", cfg).group(1))

@@ -481,14 +481,17 @@ def set_hd_narrow(narrow: int, lib: ctypes.CDLL | None = None) -> None:
     V stages (3), head dims 200..256 on the D=256 O-in-V build's variant that stores O from registers (4: an A/B
     build; bf16 head dims 136..192 are refused under it, fp16 runs wide as under 3), on its variant whose Q is loaded
     per warpgroup (5: an A/B build, refused and routed as 4), on its variant that waits for its O stores' reads under
-    the next tile's S_0 (6: an A/B build, refused and routed as 4), or on the launcher's choice by key count (0: the
-    default; libraries before that choice read 0 as wide and refuse 2, libraries before the O-in-V builds refuse 3,
-    before the register variant 4, before the Q-halves variant 5, before the read-late variant 6) in later launches.
+    the next tile's S_0 (6: the build a routed D=256 O-in-V call runs; refused and routed as 4), on that build with
+    every partial key block narrowed, by as little as one 16-key step (7: an A/B build, refused and routed as 4), or
+    on the launcher's choice by key count (0: the default; libraries before that choice read 0 as wide and refuse 2,
+    libraries before the O-in-V builds refuse 3, before the register variant 4, before the Q-halves variant 5, before
+    the read-late variant 6, before the narrowed read-late variant 7) in later launches.
     A testing and benchmarking knob (also read from VIDATTN_HD_NARROW when the library loads)."""
     if _entry(lib, "vidattn_sm90_set_hd_narrow", "the wide D=192/256 builds")(int(narrow)) != 0:
         raise ValueError(f"VIDATTN_HD_NARROW must be 0 (by key count, the default), 1 (narrow), 2 (wide), 3 "
-                         f"(O in V), 4 (D=256 O from registers), 5 (D=256 Q per warpgroup) or 6 (D=256 O read wait "
-                         f"late; libraries from before them refuse 3 / 4 / 5 / 6), got {narrow}")
+                         f"(O in V), 4 (D=256 O from registers), 5 (D=256 Q per warpgroup), 6 (D=256 O read wait "
+                         f"late) or 7 (6 with every partial block narrowed; libraries from before them refuse 3 / 4 / "
+                         f"5 / 6 / 7), got {narrow}")
 
 
 def set_d96_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
@@ -524,8 +527,8 @@ def last_o_path(lib: ctypes.CDLL | None = None) -> int:
     """Where the epilogue of this thread's last kernel call staged O: 0 a scratch of its own (or no launch), 1 Q's
     buffer (the wide D=192/256 builds), 2 the V stages (the O-in-V builds), 3 nowhere, stored from registers (the
     D=256 O-in-V build's variant, VIDATTN_HD_NARROW=4), 4 the V stages with the stores' reads waited for under the
-    next tile's S_0 (its variant VIDATTN_HD_NARROW=6). For tests and benchmarks: the O-in-V and wide builds share
-    their key-block widths."""
+    next tile's S_0 (its variant VIDATTN_HD_NARROW=6, and 7, which narrows every partial block). For tests and
+    benchmarks: the O-in-V and wide builds share their key-block widths."""
     return int(_entry(lib, "vidattn_sm90_last_o_path", "the O-in-V D=192/256 builds")())
 
 

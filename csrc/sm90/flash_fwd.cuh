@@ -767,17 +767,14 @@ __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
   ptx::wgmma_commit();
 }
 
-// A narrowed partial block runs at most kNarrowMax 16-key steps (tile_config.cuh, VIDATTN_NARROW_MIN_SAVED).
-template <int kN>
-constexpr int kNarrowMax = kN / 16 - VIDATTN_NARROW_MIN_SAVED;
-
-// The 16-key steps S and P V run over for the block starting at key kv0: kN / 16, or fewer for a partial block.
-template <int kN>
+// The 16-key steps S and P V run over for the block starting at key kv0: kN / 16, or fewer for a partial block,
+// at most kMax (a narrowed partial block: FwdTraits::kNarrowMax, from VIDATTN_NARROW_MIN_SAVED or kNarrowAll).
+template <int kN, int kMax>
 __device__ __forceinline__ int block_steps(int kv0, int kv_len) {
   if constexpr (!kNarrowTail) return kN / 16;
   if (kv0 + kN <= kv_len) return kN / 16;
   const int steps = (kv_len - kv0 + 15) / 16;
-  return steps <= kNarrowMax<kN> ? steps : kN / 16;
+  return steps <= kMax ? steps : kN / 16;
 }
 
 template <int V>
@@ -814,7 +811,7 @@ __device__ __forceinline__ void issue_qk_block(int steps, float (&sacc)[FwdTrait
     ptx::wgmma_wait<kWait>();
     ptx::fence_regs(sacc);
   } else {
-    with_partial_steps<kNarrowMax<kN>>(steps, [&](auto c) {
+    with_partial_steps<FwdTraits<kHeadDim, kWGs, kBN>::kNarrowMax>(steps, [&](auto c) {
       constexpr int kCols = decltype(c)::value * 16;
       float part[kCols / 2];
       ptx::wgmma_fence();
@@ -839,7 +836,7 @@ __device__ __forceinline__ void issue_pv_block(int steps, float (&o)[kHeadDim / 
     ptx::wgmma_fence();
     issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, v_smem, first);
   } else {
-    with_partial_steps<kNarrowMax<kN>>(steps, [&](auto c) {
+    with_partial_steps<FwdTraits<kHeadDim, kWGs, kBN>::kNarrowMax>(steps, [&](auto c) {
       ptx::wgmma_fence();
       issue_pv<kHeadDim, kWGs, kBN, kFp16, decltype(c)::value>(o, pa, v_smem, first);
     });
@@ -1100,7 +1097,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     tl.stamp(kTlK0Full);
     k_phase ^= 1u << stage;
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks)) * kN;
-    pv_steps = block_steps<kN>(kv0, kv_len);
+    pv_steps = block_steps<kN, T::kNarrowMax>(kv0, kv_len);
     sched_wait<kPingpong>(cwg);
     issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 0>(pv_steps, sacc, q, ptx::smem_addr(s.k[stage]),
                                              [&] {
@@ -1149,7 +1146,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     const uint32_t v_parity = (v_phase >> prev) & 1;
     v_phase ^= 1u << prev;
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * kN;
-    const int qk_steps = block_steps<kN>(kv0, kv_len);
+    const int qk_steps = block_steps<kN, T::kNarrowMax>(kv0, kv_len);
     t_wait = waits.start();
     sched_wait<kPingpong>(cwg);
     waits.add(1, t_wait);

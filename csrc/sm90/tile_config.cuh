@@ -193,6 +193,10 @@ constexpr int kQHalvesBuild = 1 << 14;
 // The D=256 O-in-V build's variant whose epilogue leaves its TMA stores' reads unwaited until the next tile's S_0
 // (FwdTraits::kOReadLate; capi.cu, vidattn_sm90_set_hd_narrow(6)): kBN is its width plus kOInVBuild plus this flag.
 constexpr int kOReadLateBuild = 1 << 15;
+// The D=256 read-late O-in-V build's variant that narrows a tile's last, partial key block whenever it holds fewer
+// steps than a full block (FwdTraits::kNarrowAll; capi.cu, vidattn_sm90_set_hd_narrow(7)): kBN is its width plus
+// kOInVBuild plus kOReadLateBuild plus this flag.
+constexpr int kNarrowAllBuild = 1 << 16;
 
 // Shared-memory columns of a head dim: whole 64-column chunks (D=96 takes two, its second half zero-filled).
 constexpr int padded_head_dim(int head_dim) { return (head_dim + kChunkCols - 1) / kChunkCols * kChunkCols; }
@@ -243,7 +247,17 @@ struct FwdTraits {
   // boundary as D=128 does, spilled (268 bytes; dev/NOTES.md, "The D=256 epilogue deferred").
   static constexpr bool kOReadLate = (kBN & kOReadLateBuild) != 0;
   static_assert(!kOReadLate || (kBN & kOInVBuild) != 0, "O's read wait deferred: an O-in-V build's variant");
+  // kNarrowAll (kBN carries kNarrowAllBuild, an O-in-V build): a tile's last, partial key block runs S = Q K^T and
+  // P V over its own steps even when that leaves out 1 or 2 of the 5 (flash_fwd.cuh, block_steps), not only 3 or
+  // more (VIDATTN_NARROW_MIN_SAVED). D=256 at 1K keys ends every tile in a block of 4 steps, which the default runs
+  // full width; a D=256 step is twice a D=128 step's tensor work, where narrowing by 1-2 steps lost 1-4%
+  // (dev/NOTES.md, "The D=256 partial block narrowed by one step").
+  static constexpr bool kNarrowAll = (kBN & kNarrowAllBuild) != 0;
+  static_assert(!kNarrowAll || (kBN & kOInVBuild) != 0, "every partial block narrowed: an O-in-V build's variant");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN: a wgmma N, multiple of 16, at most 256");
+  // The most 16-key steps a narrowed partial block runs (flash_fwd.cuh, block_steps): fewer than a full block by at
+  // least VIDATTN_NARROW_MIN_SAVED, or by 1 with kNarrowAll.
+  static constexpr int kNarrowMax = kBlockN / 16 - (kNarrowAll ? 1 : VIDATTN_NARROW_MIN_SAVED);
   // As many K+V stages as shared memory holds next to Q (up to 4): at D=128, N=128 that is Q 32 KB + 2 x 64 KB.
   static constexpr int kQBytes = kBlockM * kHeadDimPad * 2;
   static constexpr int kStageBytes = 2 * kBlockN * kHeadDimPad * 2;

@@ -85,8 +85,13 @@ def plan(args) -> dict:
     out = {}
     if "ov" in args.parts:
         shapes = [x for x in OV_SHAPES if not getattr(args, "shapes", None) or x[0] in args.shapes]
-        # routed, ov, wide (or narrow), cudnn, fa3; and the register variant at D=256 (--with-variant)
-        per = [1.5 + args.preheat_ms / 1e3 + args.rounds * (5 + (getattr(args, "with_variant", False) and x[4] == 256))
+        # routed, ov, wide (or narrow), cudnn, fa3; and the variant at D=256 (--with-variant), with its reference
+        # side where that is a variant too (setting 7 against 6)
+        extra = 0
+        if getattr(args, "with_variant", False):
+            vs = getattr(args, "variant_setting", VARIANT_SETTING)
+            extra = 1 + (reference_side(vs) != "ov")
+        per = [1.5 + args.preheat_ms / 1e3 + args.rounds * (5 + (extra if x[4] == 256 else 0))
                * 2 * (max(args.target_ms, 24.0) + lead_ms) / 1e3 for x in shapes]
         out["ov"] = {"shapes": [x[0] for x in shapes], "rounds": args.rounds, "est_s": sum(per)}
     if "causal" in args.parts:
@@ -138,12 +143,21 @@ def write_json(out: Path | None, name: str, data: dict) -> None:
 # store_o_regs; last_o_path 3; dev/NOTES.md, "The D=256 boundary: O from registers"), or 5, "ovq", Q released and
 # loaded per warpgroup (tile_config.cuh kQHalves; last_o_path 2 with a 64-row Q box; dev/NOTES.md, "The D=256
 # boundary: a timeline, and Q released per warpgroup"), or 6, "ovl", the wait for O's stores' reads (and o_done)
-# under the next tile's S_0 (tile_config.cuh kOReadLate; last_o_path 4; dev/NOTES.md, "The D=256 epilogue deferred").
+# under the next tile's S_0 (tile_config.cuh kOReadLate; last_o_path 4; dev/NOTES.md, "The D=256 epilogue deferred"),
+# or 7, "ovn", that build (the routed one) with every partial key block narrowed, by as little as one step
+# (tile_config.cuh kNarrowAll; last_o_path 4 as 6's; dev/NOTES.md, "The D=256 partial block narrowed by one step").
 VARIANT_SIDE, VARIANT_SETTING, VARIANT_O_PATH = "ovr", 4, 3
 # setting: (side, what it is, O path it runs with, Q box rows it runs with or None for any)
 VARIANTS = {4: (VARIANT_SIDE, "O from registers", VARIANT_O_PATH, None), 5: ("ovq", "Q per warpgroup", 2, 64),
-            6: ("ovl", "O read wait late", 4, 128)}
+            6: ("ovl", "O read wait late", 4, 128), 7: ("ovn", "every partial block narrowed", 4, 128)}
 SETTING_OF_SIDE = {v[0]: k for k, v in VARIANTS.items()}
+# The side a variant is judged against: "ov" (the plain O-in-V build, setting 3), or, for a variant of the routed
+# build, that build under its own setting (7 against 6's "ovl", timed in the same rounds).
+VARIANT_REFERENCE = {7: "ovl"}
+
+
+def reference_side(setting: int) -> str:
+    return VARIANT_REFERENCE.get(setting, "ov")
 
 
 def last_q_box_rows() -> int | None:
@@ -184,7 +198,7 @@ def run_ov(args) -> dict:
               "timing": "back-to-back spans, palindrome rounds, preheated"}
     print(f"ov: FA3 {'in the rounds' if fa3_reason is None else 'absent: ' + str(fa3_reason)}", flush=True)
     vsetting = getattr(args, "variant_setting", VARIANT_SETTING)
-    vside = VARIANTS[vsetting][0]
+    vside, vref = VARIANTS[vsetting][0], reference_side(vsetting)
     for name, b, h, s, d in OV_SHAPES:
         if args.shapes and name not in args.shapes:
             continue
@@ -192,7 +206,7 @@ def run_ov(args) -> dict:
         sets = [tuple(torch.randn(b, s, h, d, device=DEVICE, generator=g, dtype=torch.bfloat16) for _ in range(3))
                 for _ in range(timer.n_sets(4 * b * s * h * d * 2, l2))]
         calls = {x: timer.make_call(x, sets) for x in ("wide", "narrow", "ov", "cudnn", "fa3", "default")}
-        calls[vside] = calls["ov"]  # the same plain call; the setting picks the build
+        calls[vside] = calls[vref] = calls["ov"]  # the same plain call; the setting picks the build
         with timer.backend_context("cudnn"):
             ref = calls["cudnn"](0).transpose(1, 2)
         calls["default"](0)
@@ -201,7 +215,9 @@ def run_ov(args) -> dict:
         base = routed if routed != "ov" else "wide"  # the side O-in-V is judged against
         sides = list(dict.fromkeys([base, "ov", "wide"])) + ["cudnn"]
         if getattr(args, "with_variant", False) and d == 256:
-            sides.insert(sides.index("cudnn"), vside)
+            for x in dict.fromkeys([vref, vside]):
+                if x not in sides:
+                    sides.insert(sides.index("cudnn"), x)
         if fa3_reason is None and anchor_impls.supports("fa3", d, h, h) is None:
             sides.append("fa3")
         row = {"shape": name, "b": b, "h": h, "s": s, "d": d, "flops": timer.flops(b, h, s, d), "routed": routed,
@@ -221,9 +237,9 @@ def run_ov(args) -> dict:
                         want = timer.SIDE_O_PATH.get(x)
                         if want is not None and timer.last_o_path() not in (None, want):
                             raise RuntimeError(f"ran with O path {timer.last_o_path()}, not {want}")
-                    if x == vside:
+                    if x in SETTING_OF_SIDE:  # the variant, or the variant it is judged against
                         row["block_n"][x] = _ext.last_block_n()
-                        why = variant_ran(vsetting, timer.last_o_path(), last_q_box_rows())
+                        why = variant_ran(SETTING_OF_SIDE[x], timer.last_o_path(), last_q_box_rows())
                         if why is not None:  # a library without the variant ran something else
                             raise RuntimeError(why)
                     one[x] = timer.time_back_to_back(calls[x], len(sets), span)
@@ -255,17 +271,20 @@ def run_ov(args) -> dict:
             row["ov_vs_base"] = rules.verdict(rules.round_ratios(spans, base, "ov"))
         if "ov" in live and "wide" in live and base != "wide":
             row["ov_vs_wide"] = rules.verdict(rules.round_ratios(spans, "wide", "ov"))
-        if vside in live and "ov" in live:
-            row[f"{vside}_vs_ov"] = rules.verdict(rules.round_ratios(spans, "ov", vside))
+        for x in (x for x in live if x in SETTING_OF_SIDE):  # each variant against its reference (ovl also vs ov)
+            ref_side = reference_side(SETTING_OF_SIDE[x])
+            if ref_side in live:
+                row[f"{x}_vs_{ref_side}"] = rules.verdict(rules.round_ratios(spans, ref_side, x))
         for anchor in ("fa3", "cudnn"):
-            for x in (base, "ov", vside):
+            for x in dict.fromkeys((base, "ov", vref, vside)):
                 if anchor in live and x in live:
                     row[f"{x}_over_{anchor}"] = statistics.median(rules.round_ratios(spans, anchor, x))
         result["rows"].append(row)
         v = row.get("ov_vs_base")
         print(f"{name}: " + ", ".join(f"{x} {row['tflops'][x]:.0f}" for x in live) + f"; routed {routed}; "
               + (f"ov vs {base}: {rules.describe(v)}" if v else "no verdict")
-              + (f"; {vside} vs ov: {rules.describe(row[vside + '_vs_ov'])}" if row.get(vside + "_vs_ov") else "")
+              + (f"; {vside} vs {vref}: {rules.describe(row[f'{vside}_vs_{vref}'])}"
+                 if row.get(f"{vside}_vs_{vref}") else "")
               + (f"; errors {row['errors']}" if row["errors"] else ""), flush=True)
         del sets, ref, calls
         torch.cuda.empty_cache()
@@ -555,13 +574,14 @@ def summary(folder: Path, capi_text: str) -> str:
                          f"{(b + ': ' + rules.describe(v)) if v else 'no verdict'}"
                          + (f" | errors {r['errors']}" if r.get("errors") else ""))
         for r in res["rows"]:
-            for side, what, _, _ in VARIANTS.values():
-                if r.get(f"{side}_vs_ov"):  # --with-variant
+            for setting, (side, what, _, _) in VARIANTS.items():
+                ref_side = reference_side(setting)
+                if r.get(f"{side}_vs_{ref_side}"):  # --with-variant
                     t = r["tflops"]
                     lines.append(f"  {r['shape']:9s} {side} ({what}) {t.get(side, 0):.0f} TF, "
                                  f"/FA3 {r.get(side + '_over_fa3', float('nan')):.3f}, "
                                  f"/cuDNN {r.get(side + '_over_cudnn', float('nan')):.3f}, "
-                                 f"{side} vs ov: {rules.describe(r[side + '_vs_ov'])}")
+                                 f"{side} vs {ref_side}: {rules.describe(r[f'{side}_vs_{ref_side}'])}")
         dec = ov_decision(res, capi_text)
         lines += ["  decision: " + ("; ".join(dec["edits"]) if dec["edits"] else "no change (no constant moves)")]
         lines += [f"  note: {n}" for n in dec["notes"] + dec["unroutable"]]
@@ -628,9 +648,12 @@ def parse_args(argv=None):
     ap.add_argument("--preheat-ms", type=float, default=500.0)
     ap.add_argument("--shapes", nargs="*", help="names to keep (ov: 'D256 1K'; causal: '4x16x1024 D128')")
     ap.add_argument("--with-variant", action="store_true",
-                    help="ov part: a D=256 O-in-V variant (--variant-setting) as one more side, against 'ov'")
+                    help="ov part: a D=256 O-in-V variant (--variant-setting) as one more side, against 'ov' "
+                         "(setting 7: against 'ovl', a side too)")
     ap.add_argument("--variant-setting", type=int, choices=sorted(VARIANTS), default=VARIANT_SETTING,
-                    help="VIDATTN_HD_NARROW of the variant: 4 O from registers (side 'ovr'), 5 Q per warpgroup ('ovq')")
+                    help="VIDATTN_HD_NARROW of the variant: 4 O from registers (side 'ovr'), 5 Q per warpgroup "
+                         "('ovq'), 6 O read wait late ('ovl'), 7 that with every partial block narrowed ('ovn', "
+                         "judged against 'ovl', both timed)")
     args = ap.parse_args(argv)
     args.parts = PARTS if args.part == "all" else (args.part,)
     if args.rounds < rules.MIN_ROUNDS or args.causal_rounds < rules.MIN_ROUNDS:
