@@ -471,7 +471,7 @@ J)
   start_anchor_build $(( budget - 200 ))
   build_lib
   mkdir -p "$OUT/q8v13" "$OUT/d256t"
-  OUT="$OUT/q8v13" timeout 170 python3 dev/q8_v13_ab.py --passes 6 --reps 16 --budget 100 --no-mode2 \
+  OUT="$OUT/q8v13" timeout 150 python3 dev/q8_v13_ab.py --passes 6 --reps 16 --budget 85 --no-mode2 \
     > "$OUT/q8v13/q8_v13_ab.log" 2>&1; rc[v13_ab]=$?
   sed -n '/== 8-bit v13 A\/B/,$p' "$OUT/q8v13/q8_v13_ab.log"
   v13=0; grep -qE "^rule: d128 v13 1.*-> ADOPT" "$OUT/q8v13/q8_v13_ab.log" && v13=1
