@@ -61,6 +61,8 @@
 #                                             # A/B against v12, its GPU tests if it wins; D=256 setting 7 (the
 #                                             # partial last block narrowed): GPU tests and A/B; Wan 14B 720p,
 #                                             # SDPA / 8-bit (v13 if it won) / SageAttention2; anchors beside
+#   bash dev/device_session.sh A [budget_s]   # with the device time left after J: compute-sanitizer memcheck and
+#                                             # synccheck on the new defaults (8-bit v12, the D=256 read-late build)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -494,6 +496,14 @@ J)
     --budget-s $(( $(left) > 60 ? $(left) - 30 : 30 )) --out-dir "$OUT/e2e14" > "$OUT/e2e14.log" 2>&1; rc[e2e14]=$?
   grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e14.log" | tail -8
   tar czf "$OUT/results.tar.gz" -C "$OUT" q8v13 d256t e2e14 anchors_build.log 2>/dev/null && rm -rf "$OUT"/{q8v13,d256t,e2e14}
+  ;;
+A)
+  build_lib
+  mkdir -p "$OUT/san"
+  timeout $(( $(left) - 5 )) python3 dev/stress/sanitize.py --tools memcheck,synccheck --no-build \
+    --timeout $(( $(left) - 15 )) --out "$OUT/san" --json "$OUT/san/sanitize.json" > "$OUT/san/sanitize.log" 2>&1
+  rc[sanitize]=$?; tail -6 "$OUT/san/sanitize.log"
+  tar_dirs san
   ;;
 W)
   build_lib

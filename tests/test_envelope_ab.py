@@ -524,3 +524,35 @@ def test_ov_part_with_the_narrowed_routed_variant_on_cpu(cpu_parts, tmp_path, mo
     assert ab.plan(args)["ov"]["est_s"] > ab.plan(ab.parse_args(["--part", "ov", "--rounds", "8", "--target-ms",
                                                                    "0.5", "--preheat-ms", "1", "--with-variant",
                                                                    "--variant-setting", "6"]))["ov"]["est_s"]
+
+
+def test_ov_part_times_the_routed_read_late_build_as_itself_on_cpu(cpu_parts, tmp_path, monkeypatch):
+    """A plain D=256 call that reports O path 4 (the read-late build, routed since the seventh sitting) makes "ovl"
+    the routed side: it is timed under setting 6 (the same kernel) and the routed columns are its own, not setting
+    3's plain O-in-V build, which stays the "ov" side (call D of the seventh sitting printed ov's figures as routed)."""
+    import contextlib
+
+    from vidattn import _ext
+    state = _fake_hd_narrow(monkeypatch)
+    fixture_load = ab._load
+
+    def load(name):
+        mod = fixture_load(name)
+        if name == "hd_variants_ab":
+            mod.last_o_path = lambda: {0: 4, 6: 4, 3: 2, 2: 1}.get(state["narrow"])
+            # the library's settings behind the sides the fixture runs plainly: wide 2, ov 3
+            mod.backend_context = lambda backend: _ext.hd_narrow({"wide": 2, "ov": 3}[backend]) \
+                if backend in ("wide", "ov") else contextlib.nullcontext()
+        return mod
+    monkeypatch.setattr(ab, "_load", load)
+    monkeypatch.setattr(ab, "last_q_box_rows", lambda: 128)
+    args = ab.parse_args(["--part", "ov", "--out", str(tmp_path), "--rounds", "8", "--target-ms", "0.5",
+                          "--preheat-ms", "1", "--shapes", "D256 32K"])
+    (row,) = ab.run_ov(args)["rows"]
+    assert row["routed"] == "ovl" and row["base"] == "wide"
+    assert row["sides"][:4] == ["wide", "ov", "ovl", "cudnn"], row["sides"]
+    assert not row["errors"], row["errors"]
+    assert row["ovl_vs_ov"]["rounds"] == 8 and "ovl_over_cudnn" in row and "ov_over_cudnn" in row
+    table = ab.summary(tmp_path, CAPI)
+    line = next(x for x in table.splitlines() if x.startswith("  D256 32K"))
+    assert line.split("|")[1].strip() == "ovl" and line.split("|")[2].strip() == f"{row['tflops']['ovl']:.0f}"
