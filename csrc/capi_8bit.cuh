@@ -26,8 +26,8 @@ namespace {
 // (q8_consumer_seq: three warpgroups, no spills; schedule 1), and schedule 3: the sequential schedule with the
 // exponentials in round-robin turns among the warpgroups (one at a time on MUFU), D=128 only, built with conversion 2
 // and mode 0 only.
-// Built, each for bf16 and fp16 (26 kernels; 2 of them v10 mode 1 of schedule 3, the default, below, 2 v12's
-// build of it and 4 v13's builds of v12's, off by default): D=128 mode 0
+// Built, each for bf16 and fp16 (22 kernels; 2 of them v10 mode 1 of schedule 3, the default, below, and 2 v12's
+// build of it, off by default): D=128 mode 0
 // on schedule 1 (I2F, and conversion 2: the earlier default, the A/B's reference) and on schedule 3 with
 // conversion 2; D=64 modes 0 and 1 on the three-warpgroup
 // ping-pong and the sequential schedule, mode 1 on the sequential schedule with conversion 1, and mode 1 on the
@@ -107,20 +107,6 @@ thread_local int g_q8_last_v10 = -1;
 static_assert(VIDATTN_Q8_V12 >= 0 && VIDATTN_Q8_V12 <= 1, "v12: 0 (off), 1 fewer instructions per block");
 int g_q8_v12 = -1;                   // -1: the default; 0, 1: forced
 thread_local int g_q8_last_v12 = -1;
-// v13 (dev/NOTES_8bit.md "v13"), on v12 mode 1: 1 takes the row sums from the tensor cores (P times 8 columns of
-// ones, m64n8k32, issued in the next block's S group: q8_fwd.cuh's kV13) instead of the softmax's fp32 FADD chains;
-// 486 SASS instructions per warp and block instead of 515. The sums are then of P as rounded to e4m3 (P V's own
-// numerator): not bit for bit v12's output. 2 adds v12's candidate 9: the alphas' two MUFU.EX2 only where some row of
-// the warp has a new max (a vote; 492 per block, mode 1's output bit for bit if ex2.approx(+0) is exactly 1). 0 (the
-// build default) is v12 as it stands. Prepared, not yet measured. Forced by vidattn_q8_set_v13 or VIDATTN_Q8_V13
-// (read once); anything but v12 mode 1 (on v10 mode 1 of schedule 3) refuses a forced mode 1 or 2.
-#ifndef VIDATTN_Q8_V13
-#define VIDATTN_Q8_V13 0
-#endif
-static_assert(VIDATTN_Q8_V13 >= 0 && VIDATTN_Q8_V13 <= 2,
-              "v13: 0 (off), 1 row sums by the tensor cores, 2 and the alphas by a vote");
-int g_q8_v13 = -1;                   // -1: the default; 0, 1, 2: forced
-thread_local int g_q8_last_v13 = -1;
 int g_q8_prep = -1;                  // -1: the default; 0 three launches, 1 statistics and Q fused, 2 Q in the kernel
 thread_local int g_q8_last_prep = -1;
 int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
@@ -210,11 +196,6 @@ inline int q8_v12_asked() {
   static const int env = q8_env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 1);
   return g_q8_v12 < 0 ? env : g_q8_v12;
 }
-// The v13 mode later launches ask for (as q8_v10_asked).
-inline int q8_v13_asked() {
-  static const int env = q8_env_default("VIDATTN_Q8_V13", VIDATTN_Q8_V13, 0, 2);
-  return g_q8_v13 < 0 ? env : g_q8_v13;
-}
 template <int kD>
 int q8_cvt_asked() {
   static const int env = q8_env_default("VIDATTN_Q8_CVT", kD == 64 ? VIDATTN_Q8_CVT_D64 : VIDATTN_Q8_CVT_D128, 0, 2);
@@ -226,7 +207,7 @@ int q8_cvt_asked() {
 // kTurns (the sequential schedule's round-robin turns): 0 none (schedule 1), 1 around the S issues (schedule 2, no
 // longer built), 2 around the exponentials (schedule 3, D=128).
 template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, int kTurns = 0, int kCvt = 0, int kPoly = 0,
-          int kLazy = 0, int kDescInc = 0, int kV12 = 0, int kV13 = 0>
+          int kLazy = 0, int kDescInc = 0, int kV12 = 0>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   using namespace vidattn::sm90;
   using T = Q8Traits<kD, kWGs>;
@@ -322,7 +303,7 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
 
   const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
   auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, kPoly, kTurns == 1, kCvt, kTurns == 2, kLazy,
-                              kDescInc, kV12, kV13>;
+                              kDescInc, kV12>;
   if (allow_smem(kernel, smem) != 0) return 1;
   g_q8_last_wgs = kWGs;
   g_q8_last_sum_mma = kPoly == 2 ? 4 : (kSumMma ? 1 : 0);
@@ -330,7 +311,6 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   g_q8_last_cvt = kCvt;
   g_q8_last_v10 = kDescInc == 0 ? 0 : (kLazy > 0 ? 2 : 1);
   g_q8_last_v12 = kV12;
-  g_q8_last_v13 = kV13;
   kernel<<<dim3(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
                 static_cast<unsigned>(a.batch)),
            T::kThreads, smem, stream>>>(p);
@@ -362,21 +342,11 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
     if (v10 != 1 && g_q8_v12 > 0)
       return fail("8-bit path: v12 (set_v12) is built on v10 mode 1 of schedule 3 only (asked: v10 mode " +
                   std::to_string(v10) + ")");
-    if ((v10 != 1 || q8_v12_asked() != 1) && g_q8_v13 > 0)
-      return fail("8-bit path: v13 (set_v13) is built on v12 mode 1 (v10 mode 1, schedule 3) only (asked: v10 mode " +
-                  std::to_string(v10) + ", v12 mode " + std::to_string(q8_v12_asked()) + ")");
     switch (v10) {
       case 1:
-        if (q8_v12_asked() == 1) {
-          if (q8_v13_asked() == 1)
-            return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2, 1, 1>(a, l, s)
-                        : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2, 1, 1>(a, l, s);
-          if (q8_v13_asked() == 2)
-            return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2, 1, 2>(a, l, s)
-                        : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2, 1, 2>(a, l, s);
+        if (q8_v12_asked() == 1)
           return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2, 1>(a, l, s)
                       : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2, 1>(a, l, s);
-        }
         return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2>(a, l, s)
                     : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2>(a, l, s);
       case 2: return fail("8-bit path: v10 mode 2 (the lazy reference max) is no longer built: it lost its A/B on "
@@ -390,8 +360,6 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
                 "schedule 3 with score conversion 2 and row-sum mode 0 only");
   if (g_q8_v12 > 0)
     return fail("8-bit path: v12 (set_v12) is built for head dim 128 on schedule 3 (v10 mode 1) only");
-  if (g_q8_v13 > 0)
-    return fail("8-bit path: v13 (set_v13) is built for head dim 128 on schedule 3 (v12 mode 1) only");
   // (Below: schedule 1 and the ping-pong; for the turn schedules it is never reached and instantiates nothing new.)
   if (cvt != 0 && !(kCvtBuilt && cvt == kCvtWon && (kD == 128 || mode == 1))) {
     if (g_q8_cvt > 0)
@@ -480,7 +448,6 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   g_q8_last_prep = -1;
   g_q8_last_v10 = -1;
   g_q8_last_v12 = -1;
-  g_q8_last_v13 = -1;
   switch (a->head_dim) {
     case 64: {
       // (VIDATTN_Q8_SEQ=3, for a D=128 A/B, leaves D=64 on its default; a forced schedule 3 or 2 is refused.)
@@ -606,15 +573,3 @@ extern "C" int vidattn_q8_set_v12(int mode) {
 
 // The v12 mode of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_v12's; -1: none launched).
 extern "C" int vidattn_q8_last_v12(void) { return g_q8_last_v12; }
-
-// The v13 mode of later 8-bit launches: 0 off, 1 row sums by the tensor cores, 2 and the alphas by a vote (built on
-// v12 mode 1 only; a forced mode 1 or 2 elsewhere is refused), or the default (-1). For tests and A/B timing;
-// returns 0, or 1 for any other value (nothing changes).
-extern "C" int vidattn_q8_set_v13(int mode) {
-  if (mode < -1 || mode > 2) return 1;
-  g_q8_v13 = mode;
-  return 0;
-}
-
-// The v13 mode of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_v13's; -1: none launched).
-extern "C" int vidattn_q8_last_v13(void) { return g_q8_last_v13; }

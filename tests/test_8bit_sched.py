@@ -37,7 +37,7 @@ def test_schedule_selector_reaches_the_turn_builds():
     assert "return fail(\"8-bit path: schedule 3 is built with score conversion 2 and row-sum mode 0 only" in body
     assert "g_q8_last_seq = kSeq ? 1 + kTurns : 0;" in src
     assert ("q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, kPoly, kTurns == 1, kCvt, kTurns == 2, kLazy,\n"
-            "                              kDescInc, kV12, kV13>") in src  # (0 unless set_v10 / set_v12 / set_v13 ask)
+            "                              kDescInc, kV12>") in src  # (v10's, 0 unless set_v10 asks; v12's likewise)
 
 
 def test_exp_turns_barriers_carry_data_dependencies():
@@ -50,8 +50,7 @@ def test_exp_turns_barriers_carry_data_dependencies():
     wait = body.index("q8_turn_wait(cwg);")
     load = body.index("q8ptx::ld_shared_volatile(ptx::smem_addr(s.q))")
     use = body.index("neg[0] = __int_as_float(__float_as_int(neg[0]) + dep);")
-    exp = body.index("q8_softmax_exp<kN, !kSumMma && kV13 == 0, kExp16, kPoly, (kV12 > 0)>(pf, ph, c, neg, row_sum, "
-                     "alpha);")
+    exp = body.index("q8_softmax_exp<kN, !kSumMma, kExp16, kPoly, (kV12 > 0)>(pf, ph, c, neg, row_sum, alpha);")
     assert wait < load < use < exp
     assert "word & opaque_zero" in body
     pack = body.index("else q8_pack_p<kN>(pf, pa);")

@@ -102,7 +102,7 @@ def test_v12_selector_in_the_c_abi():
     assert 'extern "C" int vidattn_q8_set_v12(int mode)' in CAPI and "if (mode < -1 || mode > 1) return 1;" in CAPI
     assert 'q8_env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 1)' in CAPI
     assert CAPI.count("kSeq, kTurns, 2, 0, 0, 2, 1>(a, l, s)") == 2
-    assert len(re.findall(r"q8_launch<(?:[^>,]*, ){10}1>", CAPI)) == 2  # (11 arguments: v13's have 12)
+    assert len(re.findall(r"q8_launch<[^>]*, \d+, \d+, \d+, \d+, 1>", CAPI)) == 2
     assert "if (v10 != 1 && g_q8_v12 > 0)" in CAPI
     assert "if (g_q8_v12 > 0)\n    return fail(" in CAPI
     assert "g_q8_last_v12 = kV12;" in CAPI and "g_q8_last_v12 = -1;" in CAPI

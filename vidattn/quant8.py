@@ -161,29 +161,6 @@ def last_v12(lib=None) -> int:
     return int(fn()) if fn is not None else -1
 
 
-V13_MODES = (-1, 0, 1, 2)
-
-
-def set_v13(mode: int, lib=None) -> None:
-    """v13 of later 8-bit launches (dev/NOTES_8bit.md "v13"; built on v12 mode 1, i.e. v10 mode 1 of schedule 3, head
-    dim 128): the row sums from the tensor cores (1: P times a block of ones, issued with the next key block's S,
-    instead of the softmax's fp32 sums; the sums are then of P as rounded to e4m3, so the output is close to, not bit
-    for bit, v12's), 1 with the alphas' exponentials only where a row's max moved (2: a warp vote; mode 1's output),
-    v12 as it stands (0, the build default), or the build default (-1). A forced 1 or 2 where v12 mode 1 does not run
-    fails with an error saying so. The environment variable VIDATTN_Q8_V13 sets the same for a whole
-    process. A library that predates it raises RuntimeError. For A/B timing."""
-    if isinstance(mode, bool) or not isinstance(mode, int) or mode not in V13_MODES:
-        raise ValueError(f"set_v13: mode must be one of {V13_MODES}, got {mode!r}")
-    _setter("vidattn_q8_set_v13", mode, lib)
-
-
-def last_v13(lib=None) -> int:
-    """v13 mode of this thread's last 8-bit launch (as set_v13's; -1: none, or a library without the choice)."""
-    lib = _entry(lib or _ext._library(None))
-    fn = getattr(lib, "vidattn_q8_last_v13", None) if lib is not None else None
-    return int(fn()) if fn is not None else -1
-
-
 def last_prep(lib=None) -> int:
     """Pre-pass of this thread's last 8-bit launch (1 fused, 0 three launches, 2 Q in the kernel; -1: none, or a
     library without the choice)."""

@@ -263,8 +263,7 @@ __device__ __forceinline__ void q8_turn_pass_dep(int cwg, uint32_t zero) {
 // overwriting it.
 // kDescInc (v10): 1 K's descriptors by increments (uniform registers), 2 Q's too (per-thread registers to ptxas:
 // one more live across the issue, which the lazy reference's build cannot spare).
-// kCommit false (kV13): the group stays open for the previous block's row-sum product (q8_issue_ones).
-template <int kD, bool kBiased = false, int kDescInc = 0, bool kCommit = true>
+template <int kD, bool kBiased = false, int kDescInc = 0>
 __device__ __forceinline__ void q8_issue_qk(int32_t (&sacc)[kQ8BlockN / 2], uint32_t q_smem, uint32_t k_smem) {
   using T = Q8Traits<kD, 2>;  // (the swizzle depends on kD only)
   [[maybe_unused]] const uint32_t qa = q8ptx::smem_desc_lo<T::kSwizzle>(q_smem);
@@ -282,7 +281,7 @@ __device__ __forceinline__ void q8_issue_qk(int32_t (&sacc)[kQ8BlockN / 2], uint
       ptx::WgmmaS8<kQ8BlockN>::ss(sacc, da, db, kBiased || kk > 0);
     }
   }
-  if constexpr (kCommit) ptx::wgmma_commit();
+  ptx::wgmma_commit();
 }
 
 // O_tile = P V over one 128-key block: 4 e4m3 wgmmas of 32 keys, P from registers, V^T (rows of 128 keys) K-major.
@@ -302,19 +301,6 @@ __device__ __forceinline__ void q8_issue_pv(float (&ot)[kNpv / 2], const uint32_
     }
   }
   ptx::wgmma_commit();
-}
-
-// kV13: each row's sum of P as rounded, from the tensor cores: P (the A fragments P V took) times 8 columns of e4m3
-// ones (m64n8k32, 4 k32 steps over the block's 128 keys), into a fresh 4-register accumulator whose entries 0 and 2
-// are the whole sums of rows r and r + 8 (every column the same). The ones are a constant 1 KB tile (all bytes 0x38:
-// any swizzle or layout reads the same values), so the descriptor is one uniform word plus 2 per step. Not committed
-// here: it joins the next block's S group (q8_consumer_seq), so it costs no wait of its own.
-__device__ __forceinline__ void q8_issue_ones(float (&rs)[4], const uint32_t (&pa)[kQ8BlockN / 32][4],
-                                              uint32_t ones_smem) {
-  const uint32_t ob = q8ptx::smem_desc_lo<128>(ones_smem);
-#pragma unroll
-  for (int kk = 0; kk < kQ8BlockN / 32; ++kk)
-    ptx::WgmmaE4m3<8>::rs(rs, pa[kk], q8ptx::desc_pack(ob + 2 * kk, q8ptx::smem_desc_hi<128>()), kk > 0);
 }
 
 constexpr float kQ8POffset = 8.f;  // log2 of P's largest value, 256, under e4m3's 448
@@ -390,18 +376,13 @@ __device__ __forceinline__ void q8_mask_tail(float (&pf)[kN / 2], int kv0, int k
 // float 1.5 * 2^23 + x as it stands (x = im - bias, |x| < 2^21), and subtracting 1.5 * 2^23 gives x exactly (both in
 // one binade: Sterbenz), as the I2F of im - bias does: the same mx bit for bit, in an FADD instead of the INT32_MIN
 // test, the integer subtraction and the I2F (three instructions and the conversion's latency off S -> exponentials).
-// kFreshCig (kV13): col_in_group taken from the thread index (the argument is ignored), so no register holds it
-// across the key loop.
-// kAlphaVote (kV13 2, v12's candidate 9): the alphas' two MUFU.EX2 only where some row of the warp has a new max
-// (a vote); elsewhere alpha = 1, which is what 2^(+0) gives (m_old - m_new = +0 exactly when the max stands).
-template <int kN, int kCvt, int kHead = 0, bool kSteady = false, bool kFreshCig = false, bool kAlphaVote = false>
+template <int kN, int kCvt, int kHead = 0, bool kSteady = false>
 __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                                    const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
                                                    float (&neg)[2], int kv0, int kv_len, int col_in_group) {
   const float kNegInf = -__int_as_float(0x7f800000);
   constexpr int32_t kBias = kCvt == 2 ? kQ8MagicBits : 0;  // what the accumulator already holds
   const bool tail = kv0 + kN > kv_len;
-  if constexpr (kFreshCig) col_in_group = 2 * (q8ptx::tid_x_volatile() & 3);
   int32_t part[2][4];
   if constexpr (kSteady) {  // (three chains: part[r][3] unused)
     if (tail) q8_int_part_max3<kN, true>(sacc, part, kv0, kv_len, col_in_group);
@@ -423,19 +404,10 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
     mx = q8_quad_max(mx);
     if constexpr (kHead != 0) mx += static_cast<float>(kHead);  // (not for 0: x + 0 is not x for -0, kept exact)
     mx = fmaxf(mx, row_max[r]);
-    if constexpr (kAlphaVote) alpha[r] = row_max[r] - mx;  // (the exponent; 2^ it below)
-    else alpha[r] = ptx::exp2_approx(row_max[r] - mx);
+    alpha[r] = ptx::exp2_approx(row_max[r] - mx);
     // The exponent is (1.5 * 2^23 + x) c + neg = x c - mx + 8: the bias's product folded in here, once per row.
     neg[r] = fmaf(-kQ8Magic, c[r], kQ8POffset - mx);
     row_max[r] = mx;
-  }
-  if constexpr (kAlphaVote) {
-    if (__any_sync(0xffffffffu, alpha[0] != 0.f || alpha[1] != 0.f)) {
-      alpha[0] = ptx::exp2_approx(alpha[0]);
-      alpha[1] = ptx::exp2_approx(alpha[1]);
-    } else {
-      alpha[0] = alpha[1] = 1.f;
-    }
   }
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) pf[i] = kCvt == 2 ? __int_as_float(sacc[i]) : q8_magic_float(sacc[i]);
@@ -464,17 +436,14 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
 // S accumulator starts at the bits of 1.5 * 2^23 (q8_issue_qk<kD, true>), so the scores leave the wgmma as floats.
 // Split in two so a schedule can put a turn between them (q8_consumer_seq's kExpTurns): q8_softmax_max (scores to
 // floats, row max, alpha, the exponent's addend neg) and q8_softmax_exp (the exponentials and row sums: the MUFU work).
-template <int kN, int kCvt = 0, int kHead = 0, bool kSteady = false, bool kFreshCig = false,
-          bool kAlphaVote = false>
+template <int kN, int kCvt = 0, int kHead = 0, bool kSteady = false>
 __device__ __forceinline__ void q8_softmax_max(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                                const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
                                                float (&neg)[2], int kv0, int kv_len, int col_in_group) {
   static_assert(kCvt >= 0 && kCvt <= 2, "kCvt: 0 I2F, 1 magic add, 2 biased accumulator");
   static_assert(kHead == 0 || kCvt > 0, "the headroom is built with the integer row max only");
-  static_assert((!kFreshCig && !kAlphaVote) || kCvt > 0, "kFreshCig, kAlphaVote: the integer row max only");
   if constexpr (kCvt > 0) {
-    q8_softmax_max_int<kN, kCvt, kHead, kSteady, kFreshCig, kAlphaVote>(sacc, pf, c, row_max, alpha, neg, kv0,
-                                                                        kv_len, col_in_group);
+    q8_softmax_max_int<kN, kCvt, kHead, kSteady>(sacc, pf, c, row_max, alpha, neg, kv0, kv_len, col_in_group);
   } else {
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) pf[i] = q8ptx::i2f(sacc[i]);
@@ -963,7 +932,7 @@ __device__ __forceinline__ uint32_t q8_lazy_pass(int32_t (&sacc)[kQ8BlockN / 2],
 // and SMSP) run under each warpgroup's 66 MUFU.EX2 (528 clocks): one warpgroup's softmax per slot, a cycle of three
 // slots. S issues stay free (no order among them).
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly, bool kTurns = false, int kCvt = 0,
-          bool kExpTurns = false, int kLazy = 0, int kDescInc = 0, int kV12 = 0, int kV13 = 0>
+          bool kExpTurns = false, int kLazy = 0, int kDescInc = 0, int kV12 = 0>
 __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block,
                                                 int b, int h, int n_blocks, int kv_len) {
   using T = Q8Traits<kD, kWGs>;
@@ -976,14 +945,6 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   static_assert(kV12 == 0 || (kDescInc == 2 && kLazy == 0 && kExpTurns && kCvt == 2 && !kSumMma && !kExp16),
                 "v12 is built on v10 mode 1 of schedule 3 (conversion 2, row-sum mode 0)");
   if constexpr (kV12 > 0) cwg = __shfl_sync(0xffffffffu, cwg, 0);
-  // kV13 1 (dev/NOTES_8bit.md "v13"): the row sums from the tensor cores, off P V's register peak. P_j times a column
-  // block of ones (q8_issue_ones) is issued in block j+1's S group, so it needs no wait of its own and its 4
-  // accumulator registers live only from that issue to S's wait (O 64 + S 64 + P_j 16 + 4: O_tile is dead there),
-  // where they join row_sum in fp32; row_sum takes alpha after the row max. P_j stays live until then. The softmax
-  // then adds nothing (no FADD chains, no quad sum in the epilogue: each thread gets whole rows). The sums are of P
-  // as rounded to e4m3, P V's own numerator: 128 keys per fresh accumulator, so its truncation is per block, as P V's.
-  // kV13 2: and the alphas' MUFU by a warp vote (q8_softmax_max_int's kAlphaVote).
-  static_assert(kV13 >= 0 && kV13 <= 2 && (kV13 == 0 || kV12 == 1), "v13 (1, 2) is built on v12 mode 1");
   const int tid = threadIdx.x - 128 * (cwg + 1), lane = tid % 32, warp = tid / 32;
   const int col_in_group = 2 * (lane % 4);
   const int bh = b * p.heads + h;
@@ -1004,13 +965,6 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   float pf[kN / 2];
   uint32_t ph[kN / 4];
   uint32_t pa[kN / 32][4];
-  [[maybe_unused]] float rs[4];  // kV13: the pending row-sum product (its first step overwrites: no initial value)
-  [[maybe_unused]] const uint32_t ones_smem = ptx::smem_addr(s.v[0]) + T::kVBytes;
-  if constexpr (kV13 > 0) {
-    // Block 0's S group carries a product too (no branch around a wgmma): of zeros, so row_sum stays 0.
-#pragma unroll
-    for (int kk = 0; kk < kN / 32; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
-  }
 
   static_assert(!(kTurns && kExpTurns), "turns around S or around the exponentials, not both");
   [[maybe_unused]] const uint32_t opaque_zero = static_cast<uint32_t>(p.heads) >> 31;  // (heads >= 1: always 0)
@@ -1073,62 +1027,31 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   // kV12: K's scale pointer carried across the loop in place of its base (the same registers; one 64-bit add per
   // block instead of the index arithmetic).
   [[maybe_unused]] const float* ksj = ks;
-  // kV13: the warpgroup's scale indices, uniform (uniform registers: none of the 160 per thread; the pre-pass's
-  // scale arrays are far under 2^31 entries).
-  [[maybe_unused]] const int qs_wg = (bh * p.sq_pad + m_block * T::kBlockM + cwg * 64);
-  // (ks_bh broadcast as cwg is: without it ptxas kept it in a per-thread register, and spilled it.)
-  [[maybe_unused]] const int ks_bh = __shfl_sync(0xffffffffu, bh * (p.skv_pad / kN) * kQ8KGroups, 0);
   for (int j = 0; j < n_blocks; ++j) {
     const int stage = j % T::kStages;
     const uint32_t par = (j / T::kStages) & 1;
     // The row and block scales are loaded each block, ahead of S's wait (their latency hides under it): kept in
     // registers across the loop they were what ptxas spilled at 160 (the loads are volatile so it cannot hoist them).
     float k_sc;
-    const float* qsj = qsp;
-    if constexpr (kV13 > 0) {
-      // The scales' addresses from the thread index read afresh each block (no per-thread pointer lives across the
-      // loop: with P_j and the row-sum product over S's flight those 4 registers were this build's spill).
-      // The thread's row in its warpgroup, warp * 16 + lane / 4, and its key group lane % 4, from tid.x (128 * (cwg +
-      // 1) + warp * 32 + lane: the warpgroup's offset has no bits below 7).
-      const uint32_t t = static_cast<uint32_t>(q8ptx::tid_x_volatile());
-      qsj = p.q_scale + (qs_wg + static_cast<int>(((t >> 1) & 0x30u) | ((t >> 2) & 7u)));
-      k_sc = q8ptx::ld_nc(p.k_scale + (ks_bh + j * kQ8KGroups + static_cast<int>(t & 3u)));
-    } else if constexpr (kV12 > 0) {
+    if constexpr (kV12 > 0) {
       k_sc = q8ptx::ld_nc(ksj);
       ksj += kQ8KGroups;
     } else {
       k_sc = q8ptx::ld_nc(ks + j * kQ8KGroups);
     }
-    const float c[2] = {q8ptx::ld_nc(qsj) * k_sc, q8ptx::ld_nc(qsj + 8) * k_sc};
+    const float c[2] = {q8ptx::ld_nc(qsp) * k_sc, q8ptx::ld_nc(qsp + 8) * k_sc};
     ptx::mbarrier_wait(&s.k_full[stage], par);
     if constexpr (kTurns) q8_turn_wait(cwg);
     q8_bias_sacc<kCvt>(sacc);
     ptx::wgmma_fence();
-    q8_issue_qk<kD, kCvt == 2, kDescInc, (kV13 == 0)>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
-    if constexpr (kV13 > 0) {
-      q8_issue_ones(rs, pa, ones_smem);  // P_{j-1}'s row sums (zeros at j = 0), in S_j's group
-      ptx::wgmma_commit();
-    }
+    q8_issue_qk<kD, kCvt == 2, kDescInc>(sacc, q_smem, ptx::smem_addr(s.k[stage]));
     if constexpr (kTurns) q8_turn_pass<T::kConsumerWGs>(cwg);
     ptx::wgmma_wait<0>();
     q8_fence_regs(sacc);
-    if constexpr (kV13 > 0) {
-      ptx::fence_regs(rs);
-      row_sum[0] += rs[0];  // the sum of blocks 0..j-1 against block j-1's max
-      row_sum[1] += rs[2];
-      ptx::fence_regs(row_sum);  // (here, not sunk to a later use: rs's 4 registers are free from now on)
-    }
-    // (kV13: one elected lane, as kLazy's: `lane` kept across the loop was one of this build's spilled registers.)
-    if (kV13 > 0 ? q8ptx::elect_one() : lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
+    if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
     if constexpr (kExpTurns) {
       float neg[2];
-      q8_softmax_max<kN, kCvt, 0, (kV12 > 0), (kV13 > 0), (kV13 == 2)>(sacc, pf, c, row_max, alpha, neg, j * kN,
-                                                                         kv_len, kV13 > 0 ? 0 : col_in_group);
-      if constexpr (kV13 > 0) {  // to block j's max (j = 0: 0 x alpha = 0, alpha = 2^-inf = 0 there)
-        row_sum[0] *= alpha[0];
-        row_sum[1] *= alpha[1];
-        ptx::fence_regs(row_sum);
-      }
+      q8_softmax_max<kN, kCvt, 0, (kV12 > 0)>(sacc, pf, c, row_max, alpha, neg, j * kN, kv_len, col_in_group);
       {
         // ptxas sinks a barrier below register-only work (here: below every MUFU.EX2, in a first build), so the
         // exponents depend on the wait through a shared-memory load it cannot move above it, masked to zero (of the
@@ -1139,7 +1062,7 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
         neg[0] = __int_as_float(__float_as_int(neg[0]) + dep);
         neg[1] = __int_as_float(__float_as_int(neg[1]) + dep);
       }
-      q8_softmax_exp<kN, !kSumMma && kV13 == 0, kExp16, kPoly, (kV12 > 0)>(pf, ph, c, neg, row_sum, alpha);
+      q8_softmax_exp<kN, !kSumMma, kExp16, kPoly, (kV12 > 0)>(pf, ph, c, neg, row_sum, alpha);
     } else {
       q8_softmax<kN, !kSumMma, kExp16, kPoly, kCvt>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len,
                                                     col_in_group);
@@ -1162,27 +1085,16 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     q8_issue_pv<kNpv, kDescInc>(ot, pa, ptx::smem_addr(s.v[stage]));
     ptx::wgmma_wait<0>();
     ptx::fence_regs(ot);
-    if (kV13 > 0 ? q8ptx::elect_one() : lane == 0) ptx::mbarrier_arrive(&s.v_empty[stage]);
+    if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[stage]);
     q8_merge<kD, kNpv>(o, ot, alpha, row_sum);
   }
   }  // kLazy == 0
-  if constexpr (kV13 > 0) {  // the last block's product, alone (row_sum's last read of rs came before: a fence first)
-    ptx::wgmma_fence();
-    q8_issue_ones(rs, pa, ones_smem);
-    ptx::wgmma_commit();
-    ptx::wgmma_wait<0>();
-    ptx::fence_regs(rs);
-    row_sum[0] += rs[0];
-    row_sum[1] += rs[2];
-  }
   if (kAnyTurns && cwg == 0) q8_turn_wait(cwg);
-  // (kV13's sums are of whole rows, as the ones columns': no quad sum.)
-  q8_epilogue<kD, kWGs, (kSumMma || kV13 > 0), kFp16>(p, s, cwg, m_block, b, h, o, row_max, row_sum);
+  q8_epilogue<kD, kWGs, kSumMma, kFp16>(p, s, cwg, m_block, b, h, o, row_max, row_sum);
 }
 
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq = false, int kPoly = 0,
-          bool kTurns = false, int kCvt = 0, bool kExpTurns = false, int kLazy = 0, int kDescInc = 0, int kV12 = 0,
-          int kV13 = 0>
+          bool kTurns = false, int kCvt = 0, bool kExpTurns = false, int kLazy = 0, int kDescInc = 0, int kV12 = 0>
 __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
   using T = Q8Traits<kD, kWGs>;
@@ -1207,7 +1119,7 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     }
     ptx::fence_barrier_init();
   }
-  if constexpr (kSumMma || kV13 > 0) {
+  if constexpr (kSumMma) {
     // The ones rows under every V stage (e4m3 1.0 = 0x38; any swizzle leaves a constant tile as it is), written by
     // ordinary stores that wgmma reads through the async proxy: fenced before the barrier.
     for (int i = threadIdx.x; i < T::kStages * 8 * T::kBlockN / 16; i += T::kThreads) {
@@ -1228,7 +1140,7 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
     if constexpr (kSeq)
-      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns, kCvt, kExpTurns, kLazy, kDescInc, kV12, kV13>(
+      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns, kCvt, kExpTurns, kLazy, kDescInc, kV12>(
           p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
     else q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kCvt>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
   }

@@ -24,20 +24,6 @@ template <> struct WgmmaS8<128> {
   }
 };
 
-template <> struct WgmmaE4m3<8> {
-  static constexpr int kRegs = 4;
-  __device__ __forceinline__ static void rs(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-  }
-};
-
 template <> struct WgmmaE4m3<64> {
   static constexpr int kRegs = 32;
   __device__ __forceinline__ static void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
