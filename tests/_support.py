@@ -115,10 +115,10 @@ def sdpa_same_precision(q, k, v, scale=None, kv_lens=None, *, layout="bshd"):
 
 class FakeQ8Lib:
     """A stand-in for the kernel library's 8-bit entry points (no CUDA) with one selector: `vidattn_q8_set_<name>`
-    records every value passed and refuses, as the C setters do, anything outside -1..2 (returns 1);
+    records every value passed and refuses, as the C setters do, anything outside -1..top (returns 1);
     `vidattn_q8_last_<name>` reports the last value it accepted (-1 before any)."""
 
-    def __init__(self, name: str = "cvt"):
+    def __init__(self, name: str = "cvt", top: int = 2):
         self.calls, self.last = [], -1
 
         def nop(*a):
@@ -126,7 +126,7 @@ class FakeQ8Lib:
 
         def setter(v):
             self.calls.append(v)
-            if v < -1 or v > 2:
+            if v < -1 or v > top:
                 return 1
             self.last = v
             return 0
@@ -138,21 +138,22 @@ class FakeQ8Lib:
         setattr(self, f"vidattn_q8_last_{name}", lambda: self.last)
 
 
-def check_q8_selector(name: str, set_fn, last_fn):
-    """A quant8 setter (`set_fn`, e.g. quant8.set_cvt) and its reader (`last_fn`) over a FakeQ8Lib: every valid
-    mode reaches the library, invalid ones raise ValueError before it, and a library without the selector raises
-    RuntimeError (its reader then says -1)."""
-    lib = FakeQ8Lib(name)
-    for mode in (1, 2, 0, -1):
+def check_q8_selector(name: str, set_fn, last_fn, top: int = 2):
+    """A quant8 setter (`set_fn`, e.g. quant8.set_cvt, modes -1..top) and its reader (`last_fn`) over a FakeQ8Lib:
+    every valid mode reaches the library, invalid ones raise ValueError before it, and a library without the selector
+    raises RuntimeError (its reader then says -1)."""
+    lib = FakeQ8Lib(name, top)
+    modes = list(range(1, top + 1)) + [0, -1]
+    for mode in modes:
         set_fn(mode, lib=lib)
-    assert lib.calls == [1, 2, 0, -1] and last_fn(lib=lib) == -1
-    set_fn(2, lib=lib)
-    assert last_fn(lib=lib) == 2
-    for bad in (3, -2, 1.0, True, "1", None):
+    assert lib.calls == modes and last_fn(lib=lib) == -1
+    set_fn(top, lib=lib)
+    assert last_fn(lib=lib) == top
+    for bad in (top + 1, -2, 1.0, True, "1", None):
         with pytest.raises(ValueError, match=f"set_{name}: mode must be one of"):
             set_fn(bad, lib=lib)
-    assert lib.calls == [1, 2, 0, -1, 2]  # nothing invalid reached the library
-    lib = FakeQ8Lib(name)
+    assert lib.calls == modes + [top]  # nothing invalid reached the library
+    lib = FakeQ8Lib(name, top)
     delattr(lib, f"vidattn_q8_set_{name}")
     delattr(lib, f"vidattn_q8_last_{name}")
     with pytest.raises(RuntimeError, match=f"lacks vidattn_q8_set_{name}"):

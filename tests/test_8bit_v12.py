@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from _support import check_q8_selector
 from vidattn import quant8
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,46 +53,8 @@ def test_kernel_source_v12():
     assert re.search(r"static_assert\(kV12 == 0 \|\| \(kDescInc == 2 && kLazy == 0 && kExpTurns && kCvt == 2", SRC)
 
 
-class _FakeLib:
-    def __init__(self):
-        self.calls, self.last = [], -1
-
-        def nop(*a):
-            return 0
-
-        def set_v12(v):
-            self.calls.append(v)
-            if v < -1 or v > 1:
-                return 1
-            self.last = v
-            return 0
-
-        self.vidattn_q8_fwd = nop
-        self.vidattn_q8_workspace_bytes = nop
-        self.vidattn_sm90_last_error = nop
-        self.vidattn_q8_set_v12 = set_v12
-        self.vidattn_q8_last_v12 = lambda: self.last
-
-
-def test_set_v12_validates_and_reaches_the_library():
-    lib = _FakeLib()
-    for mode in (1, 0, -1):
-        quant8.set_v12(mode, lib=lib)
-    assert lib.calls == [1, 0, -1] and quant8.last_v12(lib=lib) == -1
-    quant8.set_v12(1, lib=lib)
-    assert quant8.last_v12(lib=lib) == 1
-    for bad in (2, -2, 1.0, True, "1", None):
-        with pytest.raises(ValueError, match="set_v12: mode must be one of"):
-            quant8.set_v12(bad, lib=lib)
-    assert lib.calls == [1, 0, -1, 1]
-
-
-def test_set_v12_needs_a_library_with_it():
-    lib = _FakeLib()
-    del lib.vidattn_q8_set_v12, lib.vidattn_q8_last_v12
-    with pytest.raises(RuntimeError, match="lacks vidattn_q8_set_v12"):
-        quant8.set_v12(1, lib=lib)
-    assert quant8.last_v12(lib=lib) == -1
+def test_set_v12_validates_reaches_the_library_and_needs_it():
+    check_q8_selector("v12", quant8.set_v12, quant8.last_v12, top=1)
 
 
 def test_v12_selector_in_the_c_abi():
