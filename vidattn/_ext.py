@@ -528,8 +528,7 @@ def last_o_path(lib: ctypes.CDLL | None = None) -> int:
     buffer (the wide D=192/256 builds), 2 the V stages (the O-in-V builds), 3 nowhere, stored from registers (the
     D=256 O-in-V build's variant, VIDATTN_HD_NARROW=4), 4 the V stages with the stores' reads waited for under the
     next tile's S_0 (a routed bf16 D=256 O-in-V call, VIDATTN_HD_NARROW=6, and 7, which narrows every partial
-    block). For tests and
-    benchmarks: the O-in-V and wide builds share their key-block widths."""
+    block). For tests and benchmarks: the O-in-V and wide builds share their key-block widths."""
     return int(_entry(lib, "vidattn_sm90_last_o_path", "the O-in-V D=192/256 builds")())
 
 
