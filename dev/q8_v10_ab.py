@@ -132,6 +132,26 @@ def table(results):
               f"{'ADOPT' if adopt else 'keep v10 off'}")
 
 
+def add_sharp_passes():
+    """ab.timing then also runs the same shapes with q x 4 (the scores sharpened x4: the lazy reference's worst case,
+    most blocks redone), after the plain passes and with a third of their passes; reported, not part of the rule.
+    dev/q8_v12_ab.py's --sharp uses it too."""
+    make, timing_plain, plain = ab.qc.make, ab.timing, list(ab.SHAPES)
+
+    def make_sharp(*args, **kw):
+        q, k, v = make(*args, **kw)
+        return (q.float() * 4).to(q.dtype), k, v
+
+    def timing(live, passes, reps, results, deadline):
+        timing_plain(live, passes, reps, results, deadline)
+        ab.SHAPES, ab.qc.make = [(s[0] + " sharp x4",) + tuple(s[1:]) for s in plain], make_sharp
+        try:
+            timing_plain(live, max(2, passes // 3), reps, results, deadline + 30)
+        finally:
+            ab.SHAPES, ab.qc.make = plain, make
+    ab.timing = timing
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--passes", type=int, default=6)
@@ -144,22 +164,7 @@ def main():
     ab.quant8.SHORT_KV_EXACT_MAX = 0  # the 8-bit kernel at every length (seed 8K is routed to exact otherwise)
     ab.SHAPES = [s for s in ab.SHAPES if s[4] == 128]
     if a.sharp:
-        # The same shapes again with q x 4 (the scores sharpened x4: the lazy reference's worst case, most blocks
-        # redone), after the plain passes and with a third of their passes; reported, not part of the rule.
-        make, timing_plain, plain = ab.qc.make, ab.timing, list(ab.SHAPES)
-
-        def make_sharp(*args, **kw):
-            q, k, v = make(*args, **kw)
-            return (q.float() * 4).to(q.dtype), k, v
-
-        def timing(live, passes, reps, results, deadline):
-            timing_plain(live, passes, reps, results, deadline)
-            ab.SHAPES, ab.qc.make = [(s[0] + " sharp x4",) + tuple(s[1:]) for s in plain], make_sharp
-            try:
-                timing_plain(live, max(2, passes // 3), reps, results, deadline + 30)
-            finally:
-                ab.SHAPES, ab.qc.make = plain, make
-        ab.timing = timing
+        add_sharp_passes()
     results = {"checks": [], "timing": [], "passes": a.passes,
                "variants": [v[:5] + (int(v[5]), v[5].v10) for v in VARIANTS]}
     ok = ab.checks_fp64(VARIANTS, results)

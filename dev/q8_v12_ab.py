@@ -113,20 +113,7 @@ def main():
     ab.quant8.SHORT_KV_EXACT_MAX = 0
     ab.SHAPES = [s for s in ab.SHAPES if s[4] == 128]
     if a.sharp:
-        make, timing_plain, plain = ab.qc.make, ab.timing, list(ab.SHAPES)
-
-        def make_sharp(*args, **kw):
-            q, k, v = make(*args, **kw)
-            return (q.float() * 4).to(q.dtype), k, v
-
-        def timing(live, passes, reps, results, deadline):
-            timing_plain(live, passes, reps, results, deadline)
-            ab.SHAPES, ab.qc.make = [(s[0] + " sharp x4",) + tuple(s[1:]) for s in plain], make_sharp
-            try:
-                timing_plain(live, max(2, passes // 3), reps, results, deadline + 30)
-            finally:
-                ab.SHAPES, ab.qc.make = plain, make
-        ab.timing = timing
+        v10ab.add_sharp_passes()
     results = {"checks": [], "timing": [], "passes": a.passes,
                "variants": [v[:5] + (int(v[5]), v[5].v12) for v in VARIANTS]}
     ok = ab.checks_fp64(VARIANTS, results)
