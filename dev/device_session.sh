@@ -61,6 +61,8 @@
 #                                             # A/B against v12, its GPU tests if it wins; D=256 setting 7 (the
 #                                             # partial last block narrowed): GPU tests and A/B; Wan 14B 720p,
 #                                             # SDPA / 8-bit (v13 if it won) / SageAttention2; anchors beside
+#                                             # (v13 lost and left the tree: its A/B needs dev/experiments/
+#                                             # q8_v13_row_sums_mma.patch applied)
 #   bash dev/device_session.sh A [budget_s]   # with the device time left after J: compute-sanitizer memcheck and
 #                                             # synccheck on the new defaults (8-bit v12, the D=256 read-late build)
 set -uo pipefail
