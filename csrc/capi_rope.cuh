@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "capi.h"
 #include "common/norm_rope.cuh"
@@ -45,24 +46,51 @@ int rope_dispatch_table(const vidattn::rope::RopeParams& p, int table_dtype, int
   return rope_dispatch<T, __half>(p, mode, round_mid, grid, block, s);
 }
 
-template <typename T, typename C>
+// Where norm_rope.cuh's kernel issues its loads (kVariant): 0, the library's; 1 and 2 for the A/B
+// (vidattn_norm_rope_set_variant; built for bf16 x with fp32 tables, Wan's case, only).
+int g_norm_rope_variant = 0;
+
+template <typename T, typename C, int kVecs>
 int norm_rope_launch(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  using namespace vidattn::norm_rope;
   // Tables of x's own dtype under the Wan formula: torch computes each op in that dtype (rope.cuh, kRoundMid).
-  vidattn::norm_rope::rms_norm_rope_kernel<T, C, sizeof(C) == sizeof(T)><<<grid, block, 0, stream>>>(p);
+  constexpr bool kRoundMid = sizeof(C) == sizeof(T);
+  if constexpr (std::is_same<T, __nv_bfloat16>::value && std::is_same<C, float>::value) {
+    if (g_norm_rope_variant == 1) rms_norm_rope_kernel<T, C, kRoundMid, kVecs, 1><<<grid, block, 0, stream>>>(p);
+    else if (g_norm_rope_variant == 2) rms_norm_rope_kernel<T, C, kRoundMid, kVecs, 2><<<grid, block, 0, stream>>>(p);
+    else rms_norm_rope_kernel<T, C, kRoundMid, kVecs, 0><<<grid, block, 0, stream>>>(p);
+  } else {
+    if (g_norm_rope_variant != 0) return fail("norm_rope: variants 1 and 2 are built for bf16 x with fp32 tables only");
+    rms_norm_rope_kernel<T, C, kRoundMid, kVecs, 0><<<grid, block, 0, stream>>>(p);
+  }
   return check_launch("rms_norm_rope_kernel");
 }
 
+template <typename T, typename C>
+int norm_rope_vecs(const vidattn::norm_rope::NormRopeParams& p, int per_thread, dim3 grid, dim3 block,
+                   cudaStream_t s) {
+  if (per_thread == 1) return norm_rope_launch<T, C, 1>(p, grid, block, s);
+  if (per_thread == 2) return norm_rope_launch<T, C, 2>(p, grid, block, s);
+  return norm_rope_launch<T, C, 4>(p, grid, block, s);
+}
+
 template <typename T>
-int norm_rope_dispatch(const vidattn::norm_rope::NormRopeParams& p, int table_dtype, dim3 grid, dim3 block,
-                       cudaStream_t s) {
-  if (table_dtype == 2) return norm_rope_launch<T, float>(p, grid, block, s);
+int norm_rope_dispatch(const vidattn::norm_rope::NormRopeParams& p, int table_dtype, int per_thread, dim3 grid,
+                       dim3 block, cudaStream_t s) {
+  if (table_dtype == 2) return norm_rope_vecs<T, float>(p, per_thread, grid, block, s);
   // A table of the other 16-bit dtype would promote to fp32 in torch; the Python side refuses it (rope_reason's rule).
-  return norm_rope_launch<T, T>(p, grid, block, s);
+  return norm_rope_vecs<T, T>(p, per_thread, grid, block, s);
 }
 
 }  // namespace
 
 extern "C" int vidattn_rope_version(void) { return 1; }
+
+extern "C" int vidattn_norm_rope_set_variant(int variant) {
+  if (variant < 0 || variant > 2) return fail("norm_rope: variant must be 0, 1 or 2");
+  g_norm_rope_variant = variant;
+  return 0;
+}
 
 extern "C" int vidattn_norm_rope(const VidattnNormRopeArgs* a, void* stream) {
   namespace nr = vidattn::norm_rope;
@@ -72,7 +100,8 @@ extern "C" int vidattn_norm_rope(const VidattnNormRopeArgs* a, void* stream) {
   if (a->table_dtype != 2 && a->table_dtype != a->dtype)
     return fail("norm_rope: table_dtype must be 2 (fp32) or x's dtype");
   if (a->batch < 1 || a->seqlen < 1 || a->heads < 1) return fail("norm_rope: batch, seqlen and heads must be >= 1");
-  if (a->head_dim < 8 || a->head_dim % 8 != 0) return fail("norm_rope: head dim must be a positive multiple of 8");
+  if (a->head_dim < 8 || a->head_dim % 8 != 0 || a->head_dim > nr::kMaxHeadDim)
+    return fail("norm_rope: head dim must be a multiple of 8 from 8 to " + std::to_string(nr::kMaxHeadDim));
   const int64_t width = a->heads * a->head_dim;
   const int64_t max_width = int64_t(nr::kMaxThreads) * nr::kMaxVecsPerThread * 8;
   if (width > max_width) return fail("norm_rope: heads * head_dim over " + std::to_string(max_width));
@@ -107,12 +136,14 @@ extern "C" int vidattn_norm_rope(const VidattnNormRopeArgs* a, void* stream) {
   p.vecs = static_cast<int>(width / 8);
   // As few vectors per thread as fit kMaxThreads, the threads then spread evenly over them (Wan 14B's 640 vectors:
   // 2 each on 320 threads; 1.3B's 192: one each), in whole warps.
-  const int per_thread = (p.vecs + nr::kMaxThreads - 1) / nr::kMaxThreads;
+  // 1, 2 or 4 (3 runs as 4: the kernels held to the vectors they need, kVecs).
+  int per_thread = (p.vecs + nr::kMaxThreads - 1) / nr::kMaxThreads;
+  per_thread = per_thread > 2 ? 4 : per_thread;
   const int threads = ((p.vecs + per_thread - 1) / per_thread + 31) / 32 * 32;
   const dim3 grid(static_cast<unsigned>(rows)), block(threads);
   auto s = static_cast<cudaStream_t>(stream);
-  return a->dtype == 0 ? norm_rope_dispatch<__nv_bfloat16>(p, a->table_dtype, grid, block, s)
-                       : norm_rope_dispatch<__half>(p, a->table_dtype, grid, block, s);
+  return a->dtype == 0 ? norm_rope_dispatch<__nv_bfloat16>(p, a->table_dtype, per_thread, grid, block, s)
+                       : norm_rope_dispatch<__half>(p, a->table_dtype, per_thread, grid, block, s);
 }
 
 extern "C" int vidattn_rope(const VidattnRopeArgs* a, void* stream) {

@@ -70,8 +70,9 @@
 #                                             # synccheck, the Wan 14B 720p forward A/B (dev/experiments/
 #                                             # q8_prep_rope.patch applied: it lost and left the tree)
 #   bash dev/device_session.sh O [budget_s]   # the fused RMSNorm + Wan RoPE (VIDATTN_NORM_ROPE): its GPU tests and
-#                                             # the RoPE suite, the per-tensor A/B, memcheck of its kernel, the Wan
-#                                             # 14B 720p forward A/B at 8-bit and exact beside SDPA
+#                                             # the RoPE suite, the per-tensor A/B (three load placements; a fused-qkv
+#                                             # chunk), memcheck of its kernel, the Wan 14B 720p forward A/B at
+#                                             # 8-bit beside SDPA
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -529,8 +530,11 @@ O)
     tests/test_rope_gpu.py > "$OUT/nr/gpu_tests.log" 2>&1; rc[nr_tests]=$?; tail -2 "$OUT/nr/gpu_tests.log"
   grep -E "^(FAILED|ERROR)" "$OUT/nr/gpu_tests.log" | head -8
   grep -E "^norm_rope .*bit for bit" "$OUT/nr/gpu_tests.log" | sort | uniq | head -20
-  OUT="$OUT/nr" timeout 120 python3 dev/norm_rope_ab.py --passes 6 --reps 20 > "$OUT/nr/norm_rope_ab.log" 2>&1
-  rc[nr_ab]=$?; cat "$OUT/nr/norm_rope_ab.log"
+  OUT="$OUT/nr" timeout 120 python3 dev/norm_rope_ab.py --passes 6 --reps 20 --variants 0 1 2 \
+    > "$OUT/nr/norm_rope_ab.log" 2>&1; rc[nr_ab]=$?; grep -v " check " "$OUT/nr/norm_rope_ab.log"
+  grep -E "FAILED|Error" "$OUT/nr/norm_rope_ab.log" | head -4
+  OUT="$OUT/nr" timeout 60 python3 dev/norm_rope_ab.py --passes 4 --reps 20 --chunk --shapes wan14b \
+    > "$OUT/nr/norm_rope_ab_chunk.log" 2>&1; rc[nr_ab_chunk]=$?; grep -v " check " "$OUT/nr/norm_rope_ab_chunk.log"
   VIDATTN_NORM_ROPE=1 timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
     tests/test_norm_rope_gpu.py -k "widths or qkv or widest" > "$OUT/nr/memcheck.log" 2>&1; rc[nr_memcheck]=$?
   grep -E "ERROR SUMMARY|passed|failed" "$OUT/nr/memcheck.log" | tail -2

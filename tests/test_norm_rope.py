@@ -74,6 +74,8 @@ def test_reasons(on):
         assert "last dim" in R.norm_rope_reason(norm, x.unflatten(-1, (h, d)), h, cos, sin)
         wide = torch.randn(1, 2, R.MAX_NORM_WIDTH + 8).bfloat16()
         assert "at most" in R.norm_rope_reason(rms_norm(wide.shape[-1]), wide, 1, cos, sin)
+        one_head = torch.randn(1, 2, 2 * R.MAX_NORM_HEAD_DIM).bfloat16()
+        assert "head dim" in R.norm_rope_reason(rms_norm(one_head.shape[-1]), one_head, 1, cos, sin)
         # on this machine the next reason is the device
         assert R.norm_rope_reason(norm, x, h, cos, sin) == _ext.device_reason(x.device)
     assert "require grad" in R.norm_rope_reason(norm, x.requires_grad_(), h, cos, sin)
@@ -138,7 +140,7 @@ def test_kernel_arguments_for_a_fused_qkv_chunk(fake_kernel):
     assert a["out"] == out.data_ptr() and a["out_stride"] == [s * h * d, h * d, d] and out.is_contiguous()
     assert a["weight"] == norm.weight.data_ptr()
     assert a["cos"] == cos.data_ptr() and a["cos_stride"] == [0, d] and a["sin_stride"] == [0, d]
-    assert a["eps"] == pytest.approx(torch.finfo(torch.bfloat16).eps)
+    assert a["eps"] == pytest.approx(torch.finfo(torch.float32).eps)  # torch's opmath type's, not bf16's
     assert (a["dtype"], a["table_dtype"]) == (0, 2)
 
 

@@ -3,7 +3,8 @@ same GPU (`torch.nn.RMSNorm`, then the Wan RoPE: vidattn.rope, bit for bit diffu
 
 - every element within one unit in the last place of the normalized values, carried through the rotation (the sum of
   squares runs in another order than torch's, which may move the last bit of 1/rms);
-- nearly every element bit for bit (the fraction is printed; a wrong formula or order would put it far lower);
+- nearly every element bit for bit (>= 99.9%; the fraction is printed: the first device run measured 100% on most
+  shapes and 99.9995% on Wan 14B's rows, and 0.5% where eps=None was read as bf16's eps instead of fp32's);
 - Wan's widths (1.3B: 12 x 128, 14B: 40 x 128), odd lengths, batch 2, fp16, bf16 tables, a fused-qkv chunk's strides,
   eps None, and every output element written (the output buffer poisoned first).
 Every case asserts that the kernel ran (norm_rope_reason None), so a silent fallback cannot pass."""
@@ -41,7 +42,7 @@ def rms_norm(width, dtype, eps=1e-6):
     return norm.to(dtype).requires_grad_(False)
 
 
-def check(norm, x, heads, cos, sin, min_exact=0.97):
+def check(norm, x, heads, cos, sin, min_exact=0.999):
     with torch.no_grad():
         assert R.norm_rope_reason(norm, x, heads, cos, sin) is None
         xv = x.unflatten(-1, (heads, -1))
@@ -93,8 +94,9 @@ def test_fused_qkv_chunk_and_eps_none():
 
 
 def test_widest_row_and_odd_vector_counts():
-    # 16384 channels (4 vectors per thread on 512 threads) and 8 x 40 = 320 channels (40 vectors: one partial warp)
-    for h, d in ((128, 128), (8, 40)):
+    # 16384 channels (4 vectors per thread on 512 threads), the widest head (512: the tables' shared memory) and
+    # 8 x 40 = 320 channels (40 vectors: one partial warp)
+    for h, d in ((128, 128), (32, 512), (8, 40)):
         x = torch.randn(1, 65, h * d, device=DEV).bfloat16()
         check(rms_norm(h * d, torch.bfloat16), x, h, *wan_tables(65, d))
 

@@ -304,6 +304,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, mode: str = "
 
 NORM_ROPE_ENV = "VIDATTN_NORM_ROPE"
 MAX_NORM_WIDTH = 16384  # csrc/capi_rope.cuh: 512 threads of at most 4 vectors of 8 elements per row
+MAX_NORM_HEAD_DIM = 512  # csrc/common/norm_rope.cuh kMaxHeadDim: the row's tables staged in shared memory
 
 
 def norm_rope_from_env(environ=os.environ) -> bool:
@@ -344,8 +345,10 @@ def _norm_entry(lib):
 
 
 def _norm_eps(norm, x: torch.Tensor) -> float:
-    """RMSNorm's eps as torch applies it: None means torch.finfo(x.dtype).eps."""
-    return torch.finfo(x.dtype).eps if norm.eps is None else float(norm.eps)
+    """RMSNorm's eps as torch applies it: None means the machine epsilon of the type torch computes in, fp32 for bf16
+    and fp16 inputs (ATen's opmath type; the module's docstring says x's dtype, which is not what runs: the device's
+    tests caught it)."""
+    return torch.finfo(torch.float32).eps if norm.eps is None else float(norm.eps)
 
 
 def norm_rope_reference(norm, x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -370,6 +373,8 @@ def _norm_decide(norm, x, heads, cos, sin):
         return f"{x.shape[-1]} channels do not split into {heads} heads", None
     if x.shape[-1] > MAX_NORM_WIDTH:
         return f"{x.shape[-1]} channels per row; the fused kernel takes at most {MAX_NORM_WIDTH}", None
+    if x.shape[-1] // heads > MAX_NORM_HEAD_DIM:
+        return f"head dim {x.shape[-1] // heads}; the fused kernel takes at most {MAX_NORM_HEAD_DIM}", None
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or cos.requires_grad or sin.requires_grad):
         return "inputs require grad: the kernel is forward-only", None
     if torch.is_autocast_enabled(x.device.type):
@@ -410,6 +415,14 @@ def _norm_launch(norm, xv, cv, sv, out) -> None:
         msg = lib.vidattn_sm90_last_error().decode(errors="replace")
         _norm_launch_error = f"fused RMSNorm + RoPE launch failed ({msg}); it is not used again in this process"
         raise _ext.KernelLaunchError(_norm_launch_error)
+
+
+def set_norm_rope_variant(variant: int) -> None:
+    """Where the fused norm + RoPE kernel issues its loads (csrc/common/norm_rope.cuh kVariant): 0, the default; 1 and
+    2 for dev/norm_rope_ab.py (bf16 x with fp32 tables only; other calls then fail and fall back). Process-wide."""
+    lib = _ext._library(None)
+    if lib.vidattn_norm_rope_set_variant(int(variant)) != 0:
+        raise ValueError(lib.vidattn_sm90_last_error().decode(errors="replace"))
 
 
 def norm_rope(norm, x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
