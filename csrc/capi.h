@@ -135,7 +135,7 @@ typedef struct VidattnNormRopeArgs {
   const void* weight;   // (H * D,) in x's dtype, contiguous, 16-byte aligned
   const void* cos;      // (B or 1, S, D) view: strides below, last dim contiguous, 16-byte aligned
   const void* sin;      // likewise
-  int64_t batch, seqlen, heads, head_dim;  // head_dim: a multiple of 8 up to 512; H * D at most 16384
+  int64_t batch, seqlen, heads, head_dim;  // head_dim: a multiple of 8 up to 4096; H * D at most 16384
   int64_t x_stride[3], out_stride[3];      // (batch, seq, head) strides, in elements: multiples of 8
   int64_t cos_stride[2], sin_stride[2];    // (batch, seq) strides, in elements: multiples of 16 bytes; 0 broadcasts
   float eps;            // added to the mean square, as RMSNorm's eps
@@ -145,9 +145,10 @@ typedef struct VidattnNormRopeArgs {
 
 // Launches on `stream` (a cudaStream_t). Returns 0 on success; otherwise vidattn_sm90_last_error() says why.
 int vidattn_norm_rope(const VidattnNormRopeArgs* args, void* stream);
-// Where the fused norm + RoPE kernel issues its loads (csrc/common/norm_rope.cuh kVariant): 0, the default; 1 and 2
-// for the A/B (bf16 x with fp32 tables only). Process-wide; returns 0, or 1 for a variant out of range.
-int vidattn_norm_rope_set_variant(int variant);
+// The fused norm + RoPE kernel's schedule (csrc/common/norm_rope.cuh NormRopeSchedule): 0, the library's; 1 one row
+// per CTA, 2 CTAs looping over rows (A/B runs; bf16 x with fp32 tables only, other calls keep the default).
+// Process-wide; returns 0, or 1 for a value out of range.
+int vidattn_norm_rope_set_schedule(int schedule);
 
 #ifdef __cplusplus
 }

@@ -46,24 +46,39 @@ int rope_dispatch_table(const vidattn::rope::RopeParams& p, int table_dtype, int
   return rope_dispatch<T, __half>(p, mode, round_mid, grid, block, s);
 }
 
-// Where norm_rope.cuh's kernel issues its loads (kVariant): 0, the library's; 1 and 2 for the A/B
-// (vidattn_norm_rope_set_variant; built for bf16 x with fp32 tables, Wan's case, only).
-int g_norm_rope_variant = 0;
+// The fused norm + RoPE kernel's schedule (norm_rope.cuh NormRopeSchedule): 0, the library's (kNormRopeDefault); 1
+// one row per CTA, 2 CTAs looping over rows, for the A/B (vidattn_norm_rope_set_schedule; a forced schedule is built
+// for bf16 x with fp32 tables, Wan's case, only: other calls run the default).
+constexpr int kNormRopeDefault = vidattn::norm_rope::kOneRow;
+int g_norm_rope_schedule = 0;
+
+template <typename T, typename C, int kVecs, int kSchedule>
+int norm_rope_run(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  using namespace vidattn::norm_rope;
+  // Tables of x's own dtype under the Wan formula: torch computes each op in that dtype (rope.cuh, kRoundMid).
+  constexpr bool kRoundMid = sizeof(C) == sizeof(T);
+  auto kernel = rms_norm_rope_kernel<T, C, kRoundMid, kVecs, kSchedule>;
+  if constexpr (kSchedule == kRows) {
+    // As many CTAs as are resident at once, each looping over rows (at most one per row).
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(block.x), 0) != cudaSuccess ||
+        per_sm < 1)
+      per_sm = 1;
+    const int64_t rows = int64_t(grid.x), ctas = int64_t(per_sm) * sm_count();
+    grid.x = static_cast<unsigned>(rows < ctas ? rows : ctas);
+  }
+  kernel<<<grid, block, 0, stream>>>(p);
+  return check_launch("rms_norm_rope_kernel");
+}
 
 template <typename T, typename C, int kVecs>
 int norm_rope_launch(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
   using namespace vidattn::norm_rope;
-  // Tables of x's own dtype under the Wan formula: torch computes each op in that dtype (rope.cuh, kRoundMid).
-  constexpr bool kRoundMid = sizeof(C) == sizeof(T);
   if constexpr (std::is_same<T, __nv_bfloat16>::value && std::is_same<C, float>::value) {
-    if (g_norm_rope_variant == 1) rms_norm_rope_kernel<T, C, kRoundMid, kVecs, 1><<<grid, block, 0, stream>>>(p);
-    else if (g_norm_rope_variant == 2) rms_norm_rope_kernel<T, C, kRoundMid, kVecs, 2><<<grid, block, 0, stream>>>(p);
-    else rms_norm_rope_kernel<T, C, kRoundMid, kVecs, 0><<<grid, block, 0, stream>>>(p);
-  } else {
-    if (g_norm_rope_variant != 0) return fail("norm_rope: variants 1 and 2 are built for bf16 x with fp32 tables only");
-    rms_norm_rope_kernel<T, C, kRoundMid, kVecs, 0><<<grid, block, 0, stream>>>(p);
+    if (g_norm_rope_schedule == kOneRow) return norm_rope_run<T, C, kVecs, kOneRow>(p, grid, block, stream);
+    if (g_norm_rope_schedule == kRows) return norm_rope_run<T, C, kVecs, kRows>(p, grid, block, stream);
   }
-  return check_launch("rms_norm_rope_kernel");
+  return norm_rope_run<T, C, kVecs, kNormRopeDefault>(p, grid, block, stream);
 }
 
 template <typename T, typename C>
@@ -86,9 +101,9 @@ int norm_rope_dispatch(const vidattn::norm_rope::NormRopeParams& p, int table_dt
 
 extern "C" int vidattn_rope_version(void) { return 1; }
 
-extern "C" int vidattn_norm_rope_set_variant(int variant) {
-  if (variant < 0 || variant > 2) return fail("norm_rope: variant must be 0, 1 or 2");
-  g_norm_rope_variant = variant;
+extern "C" int vidattn_norm_rope_set_schedule(int schedule) {
+  if (schedule < 0 || schedule > 2) return fail("norm_rope: schedule must be 0 (default), 1 (one row) or 2 (rows)");
+  g_norm_rope_schedule = schedule;
   return 0;
 }
 
@@ -107,8 +122,8 @@ extern "C" int vidattn_norm_rope(const VidattnNormRopeArgs* a, void* stream) {
   if (width > max_width) return fail("norm_rope: heads * head_dim over " + std::to_string(max_width));
   if (!(a->eps >= 0.f) || !std::isfinite(a->eps)) return fail("norm_rope: eps must be finite and >= 0");
   const int64_t x_extent[3] = {a->batch, a->seqlen, a->heads};
-  if (!aligned16(a->x) || !aligned16(a->out) || !aligned16(a->weight) || !strides_multiple(a->x_stride, x_extent, 3, 8) ||
-      !strides_multiple(a->out_stride, x_extent, 3, 8))
+  if (!aligned16(a->x) || !aligned16(a->out) || !aligned16(a->weight) ||
+      !strides_multiple(a->x_stride, x_extent, 3, 8) || !strides_multiple(a->out_stride, x_extent, 3, 8))
     return fail("norm_rope: x, out and weight must be 16-byte aligned with (batch, seq, head) strides multiples of 8 "
                 "elements");
   const int64_t table_elems16 = a->table_dtype == 2 ? 4 : 8;

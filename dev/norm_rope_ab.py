@@ -3,9 +3,9 @@ Wan's attention runs today (`torch.nn.RMSNorm` over the (B, S, H*D) row, then vi
 kernel, on q-shaped bf16 inputs (contiguous, as Wan's to_q writes them; --chunk: a fused-qkv chunk) with Wan's fp32
 (1, S, 1, D) tables.
 
-    python3 dev/norm_rope_ab.py [--passes 6] [--reps 20] [--shapes wan14b wan13b] [--variants 0 1 2] [--chunk]
+    python3 dev/norm_rope_ab.py [--passes 6] [--reps 20] [--shapes wan14b wan13b] [--schedules 1 2] [--chunk]
 
-Checks first, per shape and variant (`--variants`: where the kernel issues its loads, norm_rope.cuh kVariant): the
+Checks first, per shape and schedule (`--schedules`: norm_rope.cuh's NormRopeSchedule, 0 the library's): the
 fused call ran the kernel (norm_rope_reason None), is within 2e-3 relative L2 of the two steps and >= 99.9% bit for
 bit; then `--passes` alternating passes (order reversed every other
 pass), each timing `--reps` calls of each path between CUDA events. Prints per shape the median ms per call, the
@@ -52,8 +52,8 @@ def main(argv=None) -> int:
     p.add_argument("--passes", type=int, default=6)
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    p.add_argument("--variants", type=int, nargs="+", default=[0], choices=[0, 1, 2],
-                   help="the kernel's load placements to time (norm_rope.cuh kVariant; 0 is the library's)")
+    p.add_argument("--schedules", type=int, nargs="+", default=[0], choices=[0, 1, 2],
+                   help="the kernel's schedules to time (norm_rope.cuh NormRopeSchedule; 0 is the library's)")
     p.add_argument("--chunk", action="store_true", help="x a fused-qkv chunk (rows 3C apart; torch's norm then copies "
                    "it first) instead of a contiguous projection output")
     args = p.parse_args(argv)
@@ -79,13 +79,13 @@ def main(argv=None) -> int:
         def two_steps():
             return R.rope(norm(x).unflatten(-1, (h, -1)), cos, sin, mode="wan")
 
-        def fused_variant(v):
+        def fused_schedule(v):
             def fn():
-                R.set_norm_rope_variant(v)
+                R.set_norm_rope_schedule(v)
                 return R.norm_rope(norm, x, h, cos, sin)
             return fn
 
-        paths = [("two_steps", two_steps)] + [(f"fused_v{v}", fused_variant(v)) for v in args.variants]
+        paths = [("two_steps", two_steps)] + [(f"fused_s{v}", fused_schedule(v)) for v in args.schedules]
         checks = {}
         with torch.no_grad():
             reason = R.norm_rope_reason(norm, x, h, cos, sin)
@@ -105,15 +105,15 @@ def main(argv=None) -> int:
             for i in range(args.passes):
                 for key, fn in (paths if i % 2 == 0 else paths[::-1]):
                     times[key].append(time_calls(fn, args.reps))
-            R.set_norm_rope_variant(0)
+            R.set_norm_rope_schedule(0)
         med = {k: statistics.median(v) for k, v in times.items()}
         row = {"shape": [b, s, h, d], "layers": layers, "reason": reason, "checks": checks, "ms": times,
-               "median_ms": med, "variants": {}}
+               "median_ms": med, "schedules": {}}
         for key, _ in paths[1:]:
             wins = sum(f < t for f, t in zip(times[key], times["two_steps"]))
             gbs = 4 * b * s * n / (med[key] * 1e-3) / 1e9
             saved = (med["two_steps"] - med[key]) * 2 * layers
-            row["variants"][key] = {"gbs": gbs, "saved_ms_per_forward": saved, "wins": wins}
+            row["schedules"][key] = {"gbs": gbs, "saved_ms_per_forward": saved, "wins": wins}
             print(f"{name}: two steps {med['two_steps']:.3f} ms, {key} {med[key]:.3f} ms per tensor ({gbs:.0f} GB/s); "
                   f"saves {saved:.1f} ms per forward (q and k, {layers} layers); won {wins}/{args.passes} passes",
                   flush=True)

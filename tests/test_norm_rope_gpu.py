@@ -94,8 +94,8 @@ def test_fused_qkv_chunk_and_eps_none():
 
 
 def test_widest_row_and_odd_vector_counts():
-    # 16384 channels (4 vectors per thread on 512 threads), the widest head (512: the tables' shared memory) and
-    # 8 x 40 = 320 channels (40 vectors: one partial warp)
+    # 16384 channels (4 vectors per thread on 512 threads), a head of 512 and 8 x 40 = 320 channels (40 vectors: one
+    # partial warp)
     for h, d in ((128, 128), (32, 512), (8, 40)):
         x = torch.randn(1, 65, h * d, device=DEV).bfloat16()
         check(rms_norm(h * d, torch.bfloat16), x, h, *wan_tables(65, d))
@@ -116,3 +116,20 @@ def test_refusals_reach_no_kernel():
     x = torch.randn(1, 9, 3 * 20, device=DEV).bfloat16()  # head dim 20: not a multiple of 8
     reason = R.norm_rope_reason(rms_norm(60, torch.bfloat16), x, 3, *wan_tables(9, 20))
     assert reason is not None and "multiple of 8" in reason
+
+
+@pytest.mark.parametrize("s", [1, 333, 4099])
+def test_schedules_agree_bit_for_bit(s):
+    """The A/B's two schedules (one row per CTA; CTAs looping over rows with the next row's loads in flight) compute
+    the same arithmetic: equal outputs, each within the bound (odd row counts: the loop's last, partial round)."""
+    h, d = 40, 128
+    x = torch.randn(1, s, h * d, device=DEV).bfloat16()
+    norm, tables = rms_norm(h * d, torch.bfloat16), wan_tables(s, d)
+    outs = []
+    try:
+        for schedule in (1, 2):
+            R.set_norm_rope_schedule(schedule)
+            outs.append(check(norm, x, h, *tables))
+    finally:
+        R.set_norm_rope_schedule(0)
+    assert torch.equal(outs[0], outs[1])

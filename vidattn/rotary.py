@@ -304,14 +304,17 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, mode: str = "
 
 NORM_ROPE_ENV = "VIDATTN_NORM_ROPE"
 MAX_NORM_WIDTH = 16384  # csrc/capi_rope.cuh: 512 threads of at most 4 vectors of 8 elements per row
-MAX_NORM_HEAD_DIM = 512  # csrc/common/norm_rope.cuh kMaxHeadDim: the row's tables staged in shared memory
+
+
+NORM_ROPE_SCHEDULE_ENV = "VIDATTN_NORM_ROPE_SCHEDULE"  # A/B runs: the kernel's schedule (set_norm_rope_schedule)
 
 
 def norm_rope_from_env(environ=os.environ) -> bool:
-    return environ.get(NORM_ROPE_ENV, "0").strip() == "1"
+    return environ.get(NORM_ROPE_ENV, "1").strip() != "0"
 
 
 norm_rope_enabled = norm_rope_from_env()  # read once at import; tests and A/B runs may set it directly
+_schedule_from_env_applied = False
 _norm_launch_error: Optional[str] = None  # the first failed launch: the fused norm is not used again in this process
 
 
@@ -361,7 +364,7 @@ def _norm_decide(norm, x, heads, cos, sin):
     """(reason, views): why norm_rope runs the two steps (None: the fused kernel runs) and, when it runs, the bshd
     views (x split into heads, cos, sin) it takes."""
     if not norm_rope_enabled:
-        return f"the fused RMSNorm + RoPE is off ({NORM_ROPE_ENV}=1 turns it on)", None
+        return f"the fused RMSNorm + RoPE is off ({NORM_ROPE_ENV}=0)", None
     if not isinstance(norm, torch.nn.RMSNorm):
         return f"the norm is {type(norm).__name__}, not torch.nn.RMSNorm", None
     w = norm.weight
@@ -373,8 +376,6 @@ def _norm_decide(norm, x, heads, cos, sin):
         return f"{x.shape[-1]} channels do not split into {heads} heads", None
     if x.shape[-1] > MAX_NORM_WIDTH:
         return f"{x.shape[-1]} channels per row; the fused kernel takes at most {MAX_NORM_WIDTH}", None
-    if x.shape[-1] // heads > MAX_NORM_HEAD_DIM:
-        return f"head dim {x.shape[-1] // heads}; the fused kernel takes at most {MAX_NORM_HEAD_DIM}", None
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or cos.requires_grad or sin.requires_grad):
         return "inputs require grad: the kernel is forward-only", None
     if torch.is_autocast_enabled(x.device.type):
@@ -400,9 +401,13 @@ def norm_rope_reason(norm, x: torch.Tensor, heads: int, cos: torch.Tensor, sin: 
 
 
 def _norm_launch(norm, xv, cv, sv, out) -> None:
-    global _norm_launch_error
+    global _norm_launch_error, _schedule_from_env_applied
     lib = _ext._library(None)
     fn = _norm_entry(lib)
+    if not _schedule_from_env_applied:
+        _schedule_from_env_applied = True
+        if os.environ.get(NORM_ROPE_SCHEDULE_ENV, "").strip():
+            set_norm_rope_schedule(int(os.environ[NORM_ROPE_SCHEDULE_ENV]))
     b, s, h, d = xv.shape
     args = _NormRopeArgs(
         xv.data_ptr(), out.data_ptr(), norm.weight.data_ptr(), cv.data_ptr(), sv.data_ptr(), b, s, h, d,
@@ -417,11 +422,12 @@ def _norm_launch(norm, xv, cv, sv, out) -> None:
         raise _ext.KernelLaunchError(_norm_launch_error)
 
 
-def set_norm_rope_variant(variant: int) -> None:
-    """Where the fused norm + RoPE kernel issues its loads (csrc/common/norm_rope.cuh kVariant): 0, the default; 1 and
-    2 for dev/norm_rope_ab.py (bf16 x with fp32 tables only; other calls then fail and fall back). Process-wide."""
+def set_norm_rope_schedule(schedule: int) -> None:
+    """The fused norm + RoPE kernel's schedule (csrc/common/norm_rope.cuh): 0, the library's; 1 one row per CTA, 2 CTAs
+    looping over rows, for dev/norm_rope_ab.py (bf16 x with fp32 tables; other calls keep the default).
+    Process-wide."""
     lib = _ext._library(None)
-    if lib.vidattn_norm_rope_set_variant(int(variant)) != 0:
+    if lib.vidattn_norm_rope_set_schedule(int(schedule)) != 0:
         raise ValueError(lib.vidattn_sm90_last_error().decode(errors="replace"))
 
 
@@ -432,8 +438,9 @@ def norm_rope(norm, x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.T
 
     The fused kernel's RoPE is bit for bit `rope`'s on the normalized values; the norm's sum of squares runs in
     another order than torch's, which can move the last bit of a row's 1/rms and flip the rounding of a few
-    normalized elements by one unit in the last place (tests/test_norm_rope_gpu.py measures and bounds it). Off unless
-    ``VIDATTN_NORM_ROPE=1`` (or `norm_rope_enabled` set); eager calls only (under torch.compile the two steps run)."""
+    normalized elements by one unit in the last place (tests/test_norm_rope_gpu.py measures and bounds it: 99.998% of
+    the elements bit for bit on Wan 14B's rows). ``VIDATTN_NORM_ROPE=0`` (or `norm_rope_enabled = False`) turns it
+    off; eager calls only (under torch.compile the two steps run)."""
     if torch.compiler.is_compiling() or type(x) is not torch.Tensor or _ext_dispatch_mode() is not None:
         return norm_rope_reference(norm, x, heads, cos, sin)
     reason, views = _norm_decide(norm, x, heads, cos, sin)

@@ -34,11 +34,21 @@ struct NormRopeParams {
 // Vectors one thread holds between the reduction and the stores (the row stays in registers: x is read once).
 constexpr int kMaxVecsPerThread = 4;
 constexpr int kMaxThreads = 512;
-// The row's cos/sin entries are staged in shared memory as fp32 (a head dim up to this).
-constexpr int kMaxHeadDim = 512;
+constexpr int kMaxHeadDim = 4096;
+
+// The two schedules (NormRopeSchedule; vidattn_norm_rope_set_schedule picks one for an A/B, bf16 x with fp32 tables):
+//   kOneRow   one CTA per (batch, position) row: x loaded, the reduction, then the weights (the same for every row:
+//             L1 hits) and the row's tables from global memory, the rotation, the stores. Measured in call O of the
+//             eighth sitting (bench/results/h200_2026-12-03_eighth/call_o2) against two other placements of those
+//             loads: before the reduction into shared memory (0.758 ms per Wan 14B tensor) and with the weights held
+//             in registers as well (0.852: 62 registers, 3 CTAs per SM instead of 5); this one 0.696 ms.
+//   kRows     CTAs looping over rows (as many as fit the GPU), the next row's x loaded before this row's reduction,
+//             so a CTA always has a row's loads in flight: kOneRow reaches ~2.2 TB/s, its CTAs idle on the memory
+//             system between their load and their stores.
+enum NormRopeSchedule : int { kOneRow = 1, kRows = 2 };
 
 // Sum over the CTA; every thread gets the total. One warp-shuffle tree per warp, then the warps' partials in order.
-// Its barrier also publishes the tables staged before it.
+// `scratch` is used again only after another barrier of the CTA (kRows alternates two).
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -50,47 +60,25 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return total;
 }
 
-// One CTA per (batch, position) row; thread t holds vectors t, t + blockDim.x, ... (at most kVecs: 1, 2 or 4, so
-// that the registers held are the row's share and no more: Wan 14B's 640 vectors run 2 per thread, 1.3B's 192 one).
-// A vector's 8 channels lie in one head (head_dim is a multiple of 8), so its RoPE pairs are its own.
-// When the loads are issued (kVariant; 0 is the library's, 1 and 2 are built for the A/B, bf16 with fp32 tables):
-//   0  x and the row's tables (into shared memory, as fp32) before the reduction, the weights after it (the same
-//      10 KB for every row: L1 hits), so nothing after the reduction waits on global memory but those;
-//   1  the weights before the reduction too, held in registers (62 instead of 40 at 2 vectors per thread: 3 CTAs per
-//      SM instead of 5);
-//   2  the weights and tables after the reduction, from global memory (the first build: 1.85 TB/s on Wan 14B's rows,
-//      bench/results/h200_2026-12-03_eighth/call_o).
-template <typename T, typename C, bool kRoundMid, int kVecs, int kVariant = 0>
-__global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRopeParams p) {
-  static_assert(kVecs >= 1 && kVecs <= kMaxVecsPerThread, "vectors per thread");
-  static_assert(kVariant >= 0 && kVariant <= 2, "load placement");
-  __shared__ float scratch[kMaxThreads / 32];
-  __shared__ float tab_cos[kVariant == 2 ? 1 : kMaxHeadDim], tab_sin[kVariant == 2 ? 1 : kMaxHeadDim];
-  const int64_t row = blockIdx.x;
+// This thread's vectors of one row (thread t: vectors t, t + blockDim.x, ...; a vector's 8 channels lie in one head,
+// head_dim being a multiple of 8, so its RoPE pairs are its own).
+template <typename T, int kVecs>
+__device__ __forceinline__ void load_row(rope::Vec8<T> (&v)[kVecs], const NormRopeParams& p, int64_t row) {
   const int64_t b = row / p.seqlen, s = row % p.seqlen;
   const T* xr = static_cast<const T*>(p.x) + b * p.x_stride[0] + s * p.x_stride[1];
-  T* orow = static_cast<T*>(p.out) + b * p.out_stride[0] + s * p.out_stride[1];
-  const T* wr = static_cast<const T*>(p.weight);
-  const C* cos_row = static_cast<const C*>(p.cos) + b * p.cos_stride[0] + s * p.cos_stride[1];
-  const C* sin_row = static_cast<const C*>(p.sin) + b * p.sin_stride[0] + s * p.sin_stride[1];
   const int hd = int(p.head_dim);
-
-  rope::Vec8<T> v[kVecs], w[kVecs];
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const int vec = threadIdx.x + i * blockDim.x;
     if (vec < p.vecs) {
       const int c = vec * 8, h = c / hd, d = c - h * hd;
       v[i].raw = *reinterpret_cast<const uint4*>(xr + h * p.x_stride[2] + d);
-      if constexpr (kVariant == 1) w[i].raw = __ldg(reinterpret_cast<const uint4*>(wr + c));
     }
   }
-  if constexpr (kVariant != 2) {
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-      tab_cos[i] = rope::Io<C>::to_float(__ldg(cos_row + i));
-      tab_sin[i] = rope::Io<C>::to_float(__ldg(sin_row + i));
-    }
-  }
+}
+
+template <typename T, int kVecs>
+__device__ __forceinline__ float sum_squares(const rope::Vec8<T> (&v)[kVecs], const NormRopeParams& p) {
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
@@ -99,35 +87,69 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRo
       for (int e = 0; e < 8; ++e) ss = fmaf(v[i].get(e), v[i].get(e), ss);
     }
   }
-  const float total = block_sum(ss, scratch);
-  const float rstd = rsqrtf(__fadd_rn(__fdiv_rn(total, float(p.vecs) * 8.f), p.eps));
+  return ss;
+}
 
+// Normalize, weight, rotate and store this thread's vectors of `row`, given the row's sum of squares.
+template <typename T, typename C, bool kRoundMid, int kVecs>
+__device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], float total, const NormRopeParams& p,
+                                           int64_t row) {
+  const int64_t b = row / p.seqlen, s = row % p.seqlen;
+  T* orow = static_cast<T*>(p.out) + b * p.out_stride[0] + s * p.out_stride[1];
+  const T* wr = static_cast<const T*>(p.weight);
+  const C* cos_row = static_cast<const C*>(p.cos) + b * p.cos_stride[0] + s * p.cos_stride[1];
+  const C* sin_row = static_cast<const C*>(p.sin) + b * p.sin_stride[0] + s * p.sin_stride[1];
+  const int hd = int(p.head_dim);
+  const float rstd = rsqrtf(__fadd_rn(__fdiv_rn(total, float(p.vecs) * 8.f), p.eps));
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const int vec = threadIdx.x + i * blockDim.x;
     if (vec < p.vecs) {
       const int c = vec * 8, h = c / hd, d = c - h * hd;
-      if constexpr (kVariant != 1) w[i].raw = __ldg(reinterpret_cast<const uint4*>(wr + c));
+      rope::Vec8<T> w;
+      w.raw = __ldg(reinterpret_cast<const uint4*>(wr + c));
       float cs[8], sn[8];
-      if constexpr (kVariant == 2) {
-        rope::load_table8(cos_row + d, cs);
-        rope::load_table8(sin_row + d, sn);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) cs[e] = tab_cos[d + e], sn[e + 1] = tab_sin[d + e + 1];
-      }
+      rope::load_table8(cos_row + d, cs);
+      rope::load_table8(sin_row + d, sn);
       rope::Vec8<T> r;
 #pragma unroll
       for (int e = 0; e < 8; e += 2) {
         // y rounded to T first: the stock code's norm writes it in x's dtype and the RoPE reads it back.
-        const float y0 = rope::round_to<T>(__fmul_rn(w[i].get(e), __fmul_rn(rstd, v[i].get(e))));
-        const float y1 = rope::round_to<T>(__fmul_rn(w[i].get(e + 1), __fmul_rn(rstd, v[i].get(e + 1))));
+        const float y0 = rope::round_to<T>(__fmul_rn(w.get(e), __fmul_rn(rstd, v[i].get(e))));
+        const float y1 = rope::round_to<T>(__fmul_rn(w.get(e + 1), __fmul_rn(rstd, v[i].get(e + 1))));
         float first, second;
         rope::rotate<T, kRoundMid>(y0, y1, cs[e], sn[e + 1], cs[e], sn[e + 1], first, second);
         r.set(e, first);
         r.set(e + 1, second);
       }
       *reinterpret_cast<uint4*>(orow + h * p.out_stride[2] + d) = r.raw;
+    }
+  }
+}
+
+// kVecs: the vectors one thread holds per row (1, 2 or 4), so that the registers held are the row's share and no
+// more: Wan 14B's 640 vectors run 2 per thread on 320 threads, 1.3B's 192 one each.
+template <typename T, typename C, bool kRoundMid, int kVecs, int kSchedule>
+__global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRopeParams p) {
+  static_assert(kVecs >= 1 && kVecs <= kMaxVecsPerThread, "vectors per thread");
+  static_assert(kSchedule == kOneRow || kSchedule == kRows, "schedule");
+  __shared__ float scratch[2][kMaxThreads / 32];
+  const int64_t rows = p.batch * p.seqlen;
+  rope::Vec8<T> v[kVecs];
+  if constexpr (kSchedule == kOneRow) {
+    load_row<T, kVecs>(v, p, blockIdx.x);
+    const float total = block_sum(sum_squares<T, kVecs>(v, p), scratch[0]);
+    finish_row<T, C, kRoundMid, kVecs>(v, total, p, blockIdx.x);
+  } else {
+    int64_t row = blockIdx.x;
+    if (row < rows) load_row<T, kVecs>(v, p, row);
+    for (int it = 0; row < rows; ++it, row += gridDim.x) {
+      rope::Vec8<T> next[kVecs];
+      if (row + gridDim.x < rows) load_row<T, kVecs>(next, p, row + gridDim.x);  // in flight over this row's work
+      const float total = block_sum(sum_squares<T, kVecs>(v, p), scratch[it & 1]);
+      finish_row<T, C, kRoundMid, kVecs>(v, total, p, row);
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) v[i] = next[i];
     }
   }
 }

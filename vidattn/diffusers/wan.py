@@ -3,9 +3,9 @@
 Every step of the stock processor is kept (QKV projections, fused or not; RMS norms over heads; RoPE on
 (B, S, H, D); the I2V image-key branch; text cross-attention). Two things change: the attention call, now
 `vidattn.attention(..., layout="bshd")`, and RoPE, one fused kernel with the same output bits (`vidattn.rope`).
-With `VIDATTN_NORM_ROPE=1`, calls at 8-bit precision run the q/k RMS norms and RoPE as one kernel per tensor
-(`vidattn.rotary.norm_rope`: one pass over q and k instead of two; the norm's 1/rms may differ from torch's in its
-last bit, so the exact precision keeps the two steps).
+At 8-bit precision the q/k RMS norms and RoPE run as one kernel per tensor (`vidattn.rotary.norm_rope`: one pass over
+q and k instead of two; the norm's 1/rms may differ from torch's in its last bit, so the exact precision keeps the
+two steps; `VIDATTN_NORM_ROPE=0` turns it off).
 """
 from typing import Optional
 
@@ -115,7 +115,8 @@ class WanAttnProcessor(ProcessorBase):
         return hidden_states
 
     def _fuse_norm_rope(self) -> bool:
-        """Whether q's and k's norms and RoPE may run as one pass (rotary.norm_rope): the switch is on
-        (VIDATTN_NORM_ROPE=1) and this call runs at 8-bit precision. The fused norm's 1/rms can differ from torch's in
-        its last bit; the exact precision keeps diffusers' steps bit for bit, the 8-bit one quantizes q and k anyway."""
+        """Whether q's and k's norms and RoPE may run as one pass (rotary.norm_rope): the switch is on (the default;
+        VIDATTN_NORM_ROPE=0 turns it off) and this call runs at 8-bit precision. The fused norm's 1/rms can differ
+        from torch's in its last bit; the exact precision keeps diffusers' steps bit for bit, the 8-bit one quantizes
+        q and k anyway."""
         return rotary.norm_rope_enabled and resolve_precision(self.precision) == "8bit"
