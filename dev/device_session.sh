@@ -64,7 +64,8 @@
 #                                             # (v13 lost and left the tree: its A/B needs dev/experiments/
 #                                             # q8_v13_row_sums_mma.patch applied)
 #   bash dev/device_session.sh A [budget_s]   # with the device time left after J: compute-sanitizer memcheck and
-#                                             # synccheck on the new defaults (8-bit v12, the D=256 read-late build)
+#                                             # synccheck on the new defaults (8-bit v12, the D=256 read-late build);
+#                                             # SAN_TOOLS=racecheck (or any list) picks the tools
 #   bash dev/device_session.sh I [budget_s]   # the eighth sitting's first call: RoPE in the 8-bit pre-pass
 #                                             # (VIDATTN_Q8_ROPE): its GPU tests, the per-call A/B, memcheck and
 #                                             # synccheck, the Wan 14B 720p forward A/B (dev/experiments/
@@ -563,7 +564,7 @@ print(2 if sum(y < x for x, y in zip(a, b)) >= 5 and statistics.median(b) < stat
 A)
   build_lib
   mkdir -p "$OUT/san"
-  timeout $(( $(left) - 5 )) python3 dev/stress/sanitize.py --tools memcheck,synccheck --no-build \
+  timeout $(( $(left) - 5 )) python3 dev/stress/sanitize.py --tools "${SAN_TOOLS:-memcheck,synccheck}" --no-build \
     --timeout $(( $(left) - 15 )) --out "$OUT/san" --json "$OUT/san/sanitize.json" > "$OUT/san/sanitize.log" 2>&1
   rc[sanitize]=$?; tail -6 "$OUT/san/sanitize.log"
   tar_dirs san
