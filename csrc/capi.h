@@ -125,6 +125,31 @@ int vidattn_rope(const VidattnRopeArgs* args, void* stream);
 // The RoPE ABI's version (1); libraries that predate the fused RoPE lack the symbol.
 int vidattn_rope_version(void);
 
+// RMSNorm over each (batch, position) row of heads * head_dim elements, then the Wan RoPE (mode 0 above), in one
+// pass: out = rope(rms_norm(x) * weight), as diffusers' Wan attention applies `torch.nn.RMSNorm(heads * head_dim)`
+// and then its RoPE (csrc/common/norm_rope.cuh: the arithmetic, and the one step that is not bit for bit).
+// Keep in sync with `_NormRopeArgs` in vidattn/rotary.py.
+typedef struct VidattnNormRopeArgs {
+  const void* x;        // (B, S, H, D) view: element strides below, last dim contiguous, 16-byte aligned
+  void* out;            // (B, S, H, D), same rules; must not overlap x
+  const void* weight;   // (H * D,) in x's dtype, contiguous, 16-byte aligned
+  const void* cos;      // (B or 1, S, D) view: strides below, last dim contiguous, 16-byte aligned
+  const void* sin;      // likewise
+  int64_t batch, seqlen, heads, head_dim;  // head_dim: a multiple of 8 up to 4096; H * D at most 16384
+  int64_t x_stride[3], out_stride[3];      // (batch, seq, head) strides, in elements: multiples of 8
+  int64_t cos_stride[2], sin_stride[2];    // (batch, seq) strides, in elements: multiples of 16 bytes; 0 broadcasts
+  float eps;            // added to the mean square, as RMSNorm's eps
+  int32_t dtype;        // x, out and weight: 0 = bf16, 1 = fp16
+  int32_t table_dtype;  // cos and sin: 0 = bf16, 1 = fp16, 2 = fp32
+} VidattnNormRopeArgs;
+
+// Launches on `stream` (a cudaStream_t). Returns 0 on success; otherwise vidattn_sm90_last_error() says why.
+int vidattn_norm_rope(const VidattnNormRopeArgs* args, void* stream);
+// The fused norm + RoPE kernel's schedule (csrc/common/norm_rope.cuh NormRopeSchedule): 0, the library's; 1 one row
+// per CTA, 2 CTAs looping over rows (A/B runs; bf16 x with fp32 tables only, other calls keep the default).
+// Process-wide; returns 0, or 1 for a value out of range.
+int vidattn_norm_rope_set_schedule(int schedule);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,8 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "capi.h"
+#include "common/norm_rope.cuh"
 #include "common/rope.cuh"
 
 namespace {
@@ -44,9 +46,120 @@ int rope_dispatch_table(const vidattn::rope::RopeParams& p, int table_dtype, int
   return rope_dispatch<T, __half>(p, mode, round_mid, grid, block, s);
 }
 
+// The fused norm + RoPE kernel's schedule (norm_rope.cuh NormRopeSchedule): 0, the library's (kNormRopeDefault); 1
+// one row per CTA, 2 CTAs looping over rows, for the A/B (vidattn_norm_rope_set_schedule; a forced schedule is built
+// for bf16 x with fp32 tables, Wan's case, only: other calls run the default).
+constexpr int kNormRopeDefault = vidattn::norm_rope::kOneRow;
+int g_norm_rope_schedule = 0;
+
+template <typename T, typename C, int kVecs, int kSchedule>
+int norm_rope_run(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  using namespace vidattn::norm_rope;
+  // Tables of x's own dtype under the Wan formula: torch computes each op in that dtype (rope.cuh, kRoundMid).
+  constexpr bool kRoundMid = sizeof(C) == sizeof(T);
+  auto kernel = rms_norm_rope_kernel<T, C, kRoundMid, kVecs, kSchedule>;
+  if constexpr (kSchedule == kRows) {
+    // As many CTAs as are resident at once, each looping over rows (at most one per row).
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(block.x), 0) != cudaSuccess ||
+        per_sm < 1)
+      per_sm = 1;
+    const int64_t rows = int64_t(grid.x), ctas = int64_t(per_sm) * sm_count();
+    grid.x = static_cast<unsigned>(rows < ctas ? rows : ctas);
+  }
+  kernel<<<grid, block, 0, stream>>>(p);
+  return check_launch("rms_norm_rope_kernel");
+}
+
+template <typename T, typename C, int kVecs>
+int norm_rope_launch(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  using namespace vidattn::norm_rope;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value && std::is_same<C, float>::value) {
+    if (g_norm_rope_schedule == kOneRow) return norm_rope_run<T, C, kVecs, kOneRow>(p, grid, block, stream);
+    if (g_norm_rope_schedule == kRows) return norm_rope_run<T, C, kVecs, kRows>(p, grid, block, stream);
+  }
+  return norm_rope_run<T, C, kVecs, kNormRopeDefault>(p, grid, block, stream);
+}
+
+template <typename T, typename C>
+int norm_rope_vecs(const vidattn::norm_rope::NormRopeParams& p, int per_thread, dim3 grid, dim3 block,
+                   cudaStream_t s) {
+  if (per_thread == 1) return norm_rope_launch<T, C, 1>(p, grid, block, s);
+  if (per_thread == 2) return norm_rope_launch<T, C, 2>(p, grid, block, s);
+  return norm_rope_launch<T, C, 4>(p, grid, block, s);
+}
+
+template <typename T>
+int norm_rope_dispatch(const vidattn::norm_rope::NormRopeParams& p, int table_dtype, int per_thread, dim3 grid,
+                       dim3 block, cudaStream_t s) {
+  if (table_dtype == 2) return norm_rope_vecs<T, float>(p, per_thread, grid, block, s);
+  // A table of the other 16-bit dtype would promote to fp32 in torch; the Python side refuses it (rope_reason's rule).
+  return norm_rope_vecs<T, T>(p, per_thread, grid, block, s);
+}
+
 }  // namespace
 
 extern "C" int vidattn_rope_version(void) { return 1; }
+
+extern "C" int vidattn_norm_rope_set_schedule(int schedule) {
+  if (schedule < 0 || schedule > 2) return fail("norm_rope: schedule must be 0 (default), 1 (one row) or 2 (rows)");
+  g_norm_rope_schedule = schedule;
+  return 0;
+}
+
+extern "C" int vidattn_norm_rope(const VidattnNormRopeArgs* a, void* stream) {
+  namespace nr = vidattn::norm_rope;
+  if (a == nullptr) return fail("norm_rope: null argument block");
+  if (!a->x || !a->out || !a->weight || !a->cos || !a->sin) return fail("norm_rope: null x/out/weight/cos/sin pointer");
+  if (a->dtype != 0 && a->dtype != 1) return fail("norm_rope: dtype must be 0 (bf16) or 1 (fp16)");
+  if (a->table_dtype != 2 && a->table_dtype != a->dtype)
+    return fail("norm_rope: table_dtype must be 2 (fp32) or x's dtype");
+  if (a->batch < 1 || a->seqlen < 1 || a->heads < 1) return fail("norm_rope: batch, seqlen and heads must be >= 1");
+  if (a->head_dim < 8 || a->head_dim % 8 != 0 || a->head_dim > nr::kMaxHeadDim)
+    return fail("norm_rope: head dim must be a multiple of 8 from 8 to " + std::to_string(nr::kMaxHeadDim));
+  const int64_t width = a->heads * a->head_dim;
+  const int64_t max_width = int64_t(nr::kMaxThreads) * nr::kMaxVecsPerThread * 8;
+  if (width > max_width) return fail("norm_rope: heads * head_dim over " + std::to_string(max_width));
+  if (!(a->eps >= 0.f) || !std::isfinite(a->eps)) return fail("norm_rope: eps must be finite and >= 0");
+  const int64_t x_extent[3] = {a->batch, a->seqlen, a->heads};
+  if (!aligned16(a->x) || !aligned16(a->out) || !aligned16(a->weight) ||
+      !strides_multiple(a->x_stride, x_extent, 3, 8) || !strides_multiple(a->out_stride, x_extent, 3, 8))
+    return fail("norm_rope: x, out and weight must be 16-byte aligned with (batch, seq, head) strides multiples of 8 "
+                "elements");
+  const int64_t table_elems16 = a->table_dtype == 2 ? 4 : 8;
+  const int64_t t_extent[2] = {a->batch, a->seqlen};
+  if (!aligned16(a->cos) || !aligned16(a->sin) || !strides_multiple(a->cos_stride, t_extent, 2, table_elems16) ||
+      !strides_multiple(a->sin_stride, t_extent, 2, table_elems16))
+    return fail("norm_rope: cos and sin must be 16-byte aligned with (batch, seq) strides multiples of 16 bytes");
+  const int64_t rows = a->batch * a->seqlen;
+  if (rows > (1ll << 31) - 1) return fail("norm_rope: batch * seqlen over 2^31 - 1 (grid.x)");
+  if (!make_context_current()) return 1;
+
+  nr::NormRopeParams p{};
+  p.x = a->x;
+  p.out = a->out;
+  p.weight = a->weight;
+  p.cos = a->cos;
+  p.sin = a->sin;
+  p.batch = a->batch;
+  p.seqlen = a->seqlen;
+  p.heads = a->heads;
+  p.head_dim = a->head_dim;
+  for (int i = 0; i < 3; ++i) p.x_stride[i] = a->x_stride[i], p.out_stride[i] = a->out_stride[i];
+  for (int i = 0; i < 2; ++i) p.cos_stride[i] = a->cos_stride[i], p.sin_stride[i] = a->sin_stride[i];
+  p.eps = a->eps;
+  p.vecs = static_cast<int>(width / 8);
+  // As few vectors per thread as fit kMaxThreads, the threads then spread evenly over them (Wan 14B's 640 vectors:
+  // 2 each on 320 threads; 1.3B's 192: one each), in whole warps.
+  // 1, 2 or 4 (3 runs as 4: the kernels held to the vectors they need, kVecs).
+  int per_thread = (p.vecs + nr::kMaxThreads - 1) / nr::kMaxThreads;
+  per_thread = per_thread > 2 ? 4 : per_thread;
+  const int threads = ((p.vecs + per_thread - 1) / per_thread + 31) / 32 * 32;
+  const dim3 grid(static_cast<unsigned>(rows)), block(threads);
+  auto s = static_cast<cudaStream_t>(stream);
+  return a->dtype == 0 ? norm_rope_dispatch<__nv_bfloat16>(p, a->table_dtype, per_thread, grid, block, s)
+                       : norm_rope_dispatch<__half>(p, a->table_dtype, per_thread, grid, block, s);
+}
 
 extern "C" int vidattn_rope(const VidattnRopeArgs* a, void* stream) {
   if (a == nullptr) return fail("rope: null argument block");

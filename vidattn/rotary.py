@@ -298,6 +298,163 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, mode: str = "
     return _rope_impl(x, cos, sin, mode, layout)  # plain eager call: skips the dispatcher's host time
 
 
+# ----------------------------------------------------------------------------------------------------------
+# RMSNorm and the Wan RoPE in one pass (csrc/common/norm_rope.cuh)
+# ----------------------------------------------------------------------------------------------------------
+
+NORM_ROPE_ENV = "VIDATTN_NORM_ROPE"
+MAX_NORM_WIDTH = 16384  # csrc/capi_rope.cuh: 512 threads of at most 4 vectors of 8 elements per row
+
+
+NORM_ROPE_SCHEDULE_ENV = "VIDATTN_NORM_ROPE_SCHEDULE"  # A/B runs: the kernel's schedule (set_norm_rope_schedule)
+
+
+def norm_rope_from_env(environ=os.environ) -> bool:
+    return environ.get(NORM_ROPE_ENV, "1").strip() != "0"
+
+
+norm_rope_enabled = norm_rope_from_env()  # read once at import; tests and A/B runs may set it directly
+_schedule_from_env_applied = False
+_norm_launch_error: Optional[str] = None  # the first failed launch: the fused norm is not used again in this process
+
+
+class _NormRopeArgs(ctypes.Structure):
+    """Mirror of `VidattnNormRopeArgs` in csrc/capi.h; field order and types must match exactly."""
+    _fields_ = [
+        ("x", ctypes.c_void_p), ("out", ctypes.c_void_p), ("weight", ctypes.c_void_p), ("cos", ctypes.c_void_p),
+        ("sin", ctypes.c_void_p),
+        ("batch", ctypes.c_int64), ("seqlen", ctypes.c_int64), ("heads", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("x_stride", ctypes.c_int64 * 3), ("out_stride", ctypes.c_int64 * 3),
+        ("cos_stride", ctypes.c_int64 * 2), ("sin_stride", ctypes.c_int64 * 2),
+        ("eps", ctypes.c_float), ("dtype", ctypes.c_int32), ("table_dtype", ctypes.c_int32),
+    ]
+
+
+_norm_declared: set = set()
+
+
+def _norm_entry(lib):
+    """The library's fused norm + RoPE entry (declared once per library), or None when the build predates it."""
+    fn = getattr(lib, "vidattn_norm_rope", None)
+    if fn is None:
+        return None
+    if id(lib) not in _norm_declared:
+        fn.argtypes = [ctypes.POINTER(_NormRopeArgs), ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
+        _norm_declared.add(id(lib))
+    return fn
+
+
+def _norm_eps(norm, x: torch.Tensor) -> float:
+    """RMSNorm's eps as torch applies it: None means the machine epsilon of the type torch computes in, fp32 for bf16
+    and fp16 inputs (ATen's opmath type; the module's docstring says x's dtype, which is not what runs: the device's
+    tests caught it)."""
+    return torch.finfo(torch.float32).eps if norm.eps is None else float(norm.eps)
+
+
+def norm_rope_reference(norm, x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """What diffusers' Wan attention does, step by step: `norm(x)` over the (B, S, heads * D) row, the head split,
+    then the Wan RoPE (`rope`: bit for bit diffusers' own ops, fused where it can run). (B, S, heads, D)."""
+    return rope(norm(x).unflatten(-1, (heads, -1)), cos, sin, mode="wan")
+
+
+def _norm_decide(norm, x, heads, cos, sin):
+    """(reason, views): why norm_rope runs the two steps (None: the fused kernel runs) and, when it runs, the bshd
+    views (x split into heads, cos, sin) it takes."""
+    if not norm_rope_enabled:
+        return f"the fused RMSNorm + RoPE is off ({NORM_ROPE_ENV}=0)", None
+    if not isinstance(norm, torch.nn.RMSNorm):
+        return f"the norm is {type(norm).__name__}, not torch.nn.RMSNorm", None
+    w = norm.weight
+    if w is None:
+        return "the RMSNorm has no weight (elementwise_affine=False)", None
+    if x.dim() != 3 or tuple(norm.normalized_shape) != (x.shape[-1],):
+        return "the RMSNorm does not normalize the last dim of a (B, S, C) x", None
+    if x.shape[-1] % heads:
+        return f"{x.shape[-1]} channels do not split into {heads} heads", None
+    if x.shape[-1] > MAX_NORM_WIDTH:
+        return f"{x.shape[-1]} channels per row; the fused kernel takes at most {MAX_NORM_WIDTH}", None
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or cos.requires_grad or sin.requires_grad):
+        return "inputs require grad: the kernel is forward-only", None
+    if torch.is_autocast_enabled(x.device.type):
+        return "autocast is on (the norm's dtype would follow it)", None
+    if w.dtype != x.dtype or w.device != x.device:
+        return f"the RMSNorm weight is {w.dtype} on {w.device}; the fused kernel takes x's dtype and device", None
+    if not w.is_contiguous() or w.data_ptr() % 16:
+        return "the RMSNorm weight is not contiguous and 16-byte aligned", None
+    if cos.dtype not in (torch.float32, x.dtype):
+        return f"cos/sin are {cos.dtype}; the fused kernel takes fp32 tables or tables of x's dtype", None
+    reason, views = _decide(x.unflatten(-1, (heads, -1)), cos, sin, "wan", "bshd")
+    if reason is None and _norm_launch_error is not None:
+        reason, views = _norm_launch_error, None
+    if reason is None and _norm_entry(_ext._lib) is None:
+        reason, views = "this kernel library predates the fused RMSNorm + RoPE", None
+    return reason, views
+
+
+def norm_rope_reason(norm, x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> Optional[str]:
+    """Why `norm_rope` with these arguments runs the two steps (the norm module, then `rope`) instead of the fused
+    kernel; None when the kernel runs. May build the kernel library (once per process, cached on disk)."""
+    return _norm_decide(norm, x, heads, cos, sin)[0]
+
+
+def _norm_launch(norm, xv, cv, sv, out) -> None:
+    global _norm_launch_error, _schedule_from_env_applied
+    lib = _ext._library(None)
+    fn = _norm_entry(lib)
+    if not _schedule_from_env_applied:
+        _schedule_from_env_applied = True
+        if os.environ.get(NORM_ROPE_SCHEDULE_ENV, "").strip():
+            set_norm_rope_schedule(int(os.environ[NORM_ROPE_SCHEDULE_ENV]))
+    b, s, h, d = xv.shape
+    args = _NormRopeArgs(
+        xv.data_ptr(), out.data_ptr(), norm.weight.data_ptr(), cv.data_ptr(), sv.data_ptr(), b, s, h, d,
+        (ctypes.c_int64 * 3)(*xv.stride()[:3]), (ctypes.c_int64 * 3)(*out.stride()[:3]),
+        (ctypes.c_int64 * 2)(*cv.stride()[:2]), (ctypes.c_int64 * 2)(*sv.stride()[:2]),
+        _norm_eps(norm, xv), _X_DTYPES[xv.dtype], _TABLE_DTYPES[cv.dtype])
+    with _ext._device_guard(xv.device):
+        rc = fn(ctypes.byref(args), ctypes.c_void_p(_ext._current_stream(xv.device)))
+    if rc != 0:
+        msg = lib.vidattn_sm90_last_error().decode(errors="replace")
+        _norm_launch_error = f"fused RMSNorm + RoPE launch failed ({msg}); it is not used again in this process"
+        raise _ext.KernelLaunchError(_norm_launch_error)
+
+
+def set_norm_rope_schedule(schedule: int) -> None:
+    """The fused norm + RoPE kernel's schedule (csrc/common/norm_rope.cuh): 0, the library's; 1 one row per CTA, 2 CTAs
+    looping over rows, for dev/norm_rope_ab.py (bf16 x with fp32 tables; other calls keep the default).
+    Process-wide."""
+    lib = _ext._library(None)
+    if lib.vidattn_norm_rope_set_schedule(int(schedule)) != 0:
+        raise ValueError(lib.vidattn_sm90_last_error().decode(errors="replace"))
+
+
+def norm_rope(norm, x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """`rope(norm(x).unflatten(-1, (heads, -1)), cos, sin, mode="wan")` (diffusers' Wan attention: its RMSNorm over
+    the whole (B, S, heads * D) row of q or k, then its RoPE) in one pass where `norm_rope_reason` allows, else those
+    two steps. Returns a new contiguous (B, S, heads, D) tensor.
+
+    The fused kernel's RoPE is bit for bit `rope`'s on the normalized values; the norm's sum of squares runs in
+    another order than torch's, which can move the last bit of a row's 1/rms and flip the rounding of a few
+    normalized elements by one unit in the last place (tests/test_norm_rope_gpu.py measures and bounds it: 99.998% of
+    the elements bit for bit on Wan 14B's rows). ``VIDATTN_NORM_ROPE=0`` (or `norm_rope_enabled = False`) turns it
+    off; eager calls only (under torch.compile the two steps run)."""
+    if torch.compiler.is_compiling() or type(x) is not torch.Tensor or _ext_dispatch_mode() is not None:
+        return norm_rope_reference(norm, x, heads, cos, sin)
+    reason, views = _norm_decide(norm, x, heads, cos, sin)
+    if reason is None:
+        xv, cv, sv = views
+        out = torch.empty(xv.shape, dtype=x.dtype, device=x.device)
+        try:
+            _norm_launch(norm, xv, cv, sv, out)
+            return out
+        except _ext.KernelLaunchError:
+            pass  # off for the process now; this call runs the two steps
+    return norm_rope_reference(norm, x, heads, cos, sin)
+
+
 def _ext_dispatch_mode():
     from .ops import _get_current_dispatch_mode
     return _get_current_dispatch_mode()

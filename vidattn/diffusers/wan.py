@@ -3,11 +3,16 @@
 Every step of the stock processor is kept (QKV projections, fused or not; RMS norms over heads; RoPE on
 (B, S, H, D); the I2V image-key branch; text cross-attention). Two things change: the attention call, now
 `vidattn.attention(..., layout="bshd")`, and RoPE, one fused kernel with the same output bits (`vidattn.rope`).
+At 8-bit precision the q/k RMS norms and RoPE run as one kernel per tensor (`vidattn.rotary.norm_rope`: one pass over
+q and k instead of two; the norm's 1/rms may differ from torch's in its last bit, so the exact precision keeps the
+two steps; `VIDATTN_NORM_ROPE=0` turns it off).
 """
 from typing import Optional
 
 import torch
 
+from .. import rotary
+from ..precision import resolve_precision
 from ..rotary import rope
 from ._base import ProcessorBase
 from .sdpa_common import StockProcessor
@@ -35,9 +40,10 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return rope(x, cos, sin, mode="wan")
 
 
-def project_wan(attn, hidden_states, encoder_hidden_states, rotary_emb):
+def project_wan(attn, hidden_states, encoder_hidden_states, rotary_emb, fuse_norm_rope: bool = False):
     """The stock Wan processor up to its attention calls: (query, key, value) as (B, S, H, D) with the norms and
-    RoPE applied, and the I2V image (key, value) pair (None without image tokens). Shared with SkyReels-V2."""
+    RoPE applied, and the I2V image (key, value) pair (None without image tokens). Shared with SkyReels-V2.
+    fuse_norm_rope: q's and k's RMSNorm and RoPE as one pass each (rotary.norm_rope) where its kernel runs."""
     image_states = None
     if attn.add_k_proj is not None:
         # I2V: image tokens come first; the text context is the last 512 tokens (as in diffusers).
@@ -46,16 +52,22 @@ def project_wan(attn, hidden_states, encoder_hidden_states, rotary_emb):
         encoder_hidden_states = encoder_hidden_states[:, n_image:]
 
     query, key, value = _qkv(attn, hidden_states, encoder_hidden_states)
-    query = attn.norm_q(query)
-    key = attn.norm_k(key)
-
-    query = query.unflatten(2, (attn.heads, -1))
-    key = key.unflatten(2, (attn.heads, -1))
     value = value.unflatten(2, (attn.heads, -1))
+    if rotary_emb is not None and fuse_norm_rope:
+        # The norms and RoPE in one pass each where the fused kernel runs (rotary.norm_rope), else the same two
+        # steps as below.
+        query = rotary.norm_rope(attn.norm_q, query, attn.heads, *rotary_emb)
+        key = rotary.norm_rope(attn.norm_k, key, attn.heads, *rotary_emb)
+    else:
+        query = attn.norm_q(query)
+        key = attn.norm_k(key)
 
-    if rotary_emb is not None:
-        query = _rope(query, *rotary_emb)
-        key = _rope(key, *rotary_emb)
+        query = query.unflatten(2, (attn.heads, -1))
+        key = key.unflatten(2, (attn.heads, -1))
+
+        if rotary_emb is not None:
+            query = _rope(query, *rotary_emb)
+            key = _rope(key, *rotary_emb)
 
     image_kv = None
     if image_states is not None:
@@ -83,7 +95,8 @@ class WanAttnProcessor(ProcessorBase):
         attention_mask: Optional[torch.Tensor] = None,
         rotary_emb: Optional[tuple] = None,
     ) -> torch.Tensor:
-        query, key, value, image_kv = project_wan(attn, hidden_states, encoder_hidden_states, rotary_emb)
+        query, key, value, image_kv = project_wan(attn, hidden_states, encoder_hidden_states, rotary_emb,
+                                                  self._fuse_norm_rope())
 
         image_out = None
         if image_kv is not None:
@@ -100,3 +113,10 @@ class WanAttnProcessor(ProcessorBase):
         hidden_states = attn.to_out[0](hidden_states)
         hidden_states = attn.to_out[1](hidden_states)
         return hidden_states
+
+    def _fuse_norm_rope(self) -> bool:
+        """Whether q's and k's norms and RoPE may run as one pass (rotary.norm_rope): the switch is on (the default;
+        VIDATTN_NORM_ROPE=0 turns it off) and this call runs at 8-bit precision. The fused norm's 1/rms can differ
+        from torch's in its last bit; the exact precision keeps diffusers' steps bit for bit, the 8-bit one quantizes
+        q and k anyway."""
+        return rotary.norm_rope_enabled and resolve_precision(self.precision) == "8bit"

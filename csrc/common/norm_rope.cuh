@@ -1,0 +1,158 @@
+// RMSNorm over a token's whole (heads x head_dim) row, then diffusers' Wan RoPE, in one pass: Wan's attention
+// normalizes q and k with `torch.nn.RMSNorm(heads * head_dim)` and then rotates them per head. Two passes
+// (the norm: read x, write x; the RoPE: read x, write x) become one (read x, write out): on Wan 2.1 14B at 720p that is
+// 2 x 774 MB less traffic per tensor and layer. Plain elementwise CUDA plus one block reduction; no torch.
+//
+// Arithmetic, per row of N = heads * head_dim elements (fp32 throughout, as torch's CUDA rms_norm: its accumulate
+// type for bf16/fp16 is float):
+//   rstd = rsqrt(sum(x^2) / N + eps)           the sum in this kernel's order (a tree over the CTA), not torch's
+//   y    = round_T(w * (rstd * x))              w (x's dtype) widened exactly; one rounding to x's dtype
+//   out  = rope.cuh's Wan formula on y's pairs  the same operands and roundings as vidattn.rope, bit for bit given y
+// The only step that is not bit for bit the stock code is rstd: another summation order can move its last bit, which
+// flips y's rounding on a few elements by one unit in the last place (tests/test_norm_rope_gpu.py bounds it).
+#pragma once
+#include <stdint.h>
+
+#include "rope.cuh"
+
+namespace vidattn {
+namespace norm_rope {
+
+struct NormRopeParams {
+  const void* x;
+  void* out;
+  const void* weight;                        // (heads * head_dim,) in x's dtype, contiguous
+  const void* cos;
+  const void* sin;
+  int64_t batch, seqlen, heads, head_dim;
+  int64_t x_stride[3], out_stride[3];        // (batch, seq, head), elements; head_dim contiguous
+  int64_t cos_stride[2], sin_stride[2];      // (batch, seq), elements; head_dim contiguous
+  float eps;
+  int vecs;                                  // 16-byte vectors per row: heads * head_dim / 8
+};
+
+// Vectors one thread holds between the reduction and the stores (the row stays in registers: x is read once).
+constexpr int kMaxVecsPerThread = 4;
+constexpr int kMaxThreads = 512;
+constexpr int kMaxHeadDim = 4096;
+
+// The two schedules (NormRopeSchedule; vidattn_norm_rope_set_schedule picks one for an A/B, bf16 x with fp32 tables):
+//   kOneRow   one CTA per (batch, position) row: x loaded, the reduction, then the weights (the same for every row:
+//             L1 hits) and the row's tables from global memory, the rotation, the stores. Measured in call O of the
+//             eighth sitting (bench/results/h200_2026-12-03_eighth/call_o2) against two other placements of those
+//             loads: before the reduction into shared memory (0.758 ms per Wan 14B tensor) and with the weights held
+//             in registers as well (0.852: 62 registers, 3 CTAs per SM instead of 5); this one 0.696 ms.
+//   kRows     CTAs looping over rows (as many as fit the GPU), the next row's x loaded before this row's reduction,
+//             so a CTA always has a row's loads in flight: kOneRow reaches ~2.2 TB/s, its CTAs idle on the memory
+//             system between their load and their stores.
+enum NormRopeSchedule : int { kOneRow = 1, kRows = 2 };
+
+// Sum over the CTA; every thread gets the total. One warp-shuffle tree per warp, then the warps' partials in order.
+// `scratch` is used again only after another barrier of the CTA (kRows alternates two).
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = (blockDim.x + 31) >> 5;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.f;
+  for (int w = 0; w < warps; ++w) total += scratch[w];
+  return total;
+}
+
+// This thread's vectors of one row (thread t: vectors t, t + blockDim.x, ...; a vector's 8 channels lie in one head,
+// head_dim being a multiple of 8, so its RoPE pairs are its own).
+template <typename T, int kVecs>
+__device__ __forceinline__ void load_row(rope::Vec8<T> (&v)[kVecs], const NormRopeParams& p, int64_t row) {
+  const int64_t b = row / p.seqlen, s = row % p.seqlen;
+  const T* xr = static_cast<const T*>(p.x) + b * p.x_stride[0] + s * p.x_stride[1];
+  const int hd = int(p.head_dim);
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int vec = threadIdx.x + i * blockDim.x;
+    if (vec < p.vecs) {
+      const int c = vec * 8, h = c / hd, d = c - h * hd;
+      v[i].raw = *reinterpret_cast<const uint4*>(xr + h * p.x_stride[2] + d);
+    }
+  }
+}
+
+template <typename T, int kVecs>
+__device__ __forceinline__ float sum_squares(const rope::Vec8<T> (&v)[kVecs], const NormRopeParams& p) {
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    if (threadIdx.x + i * blockDim.x < p.vecs) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss = fmaf(v[i].get(e), v[i].get(e), ss);
+    }
+  }
+  return ss;
+}
+
+// Normalize, weight, rotate and store this thread's vectors of `row`, given the row's sum of squares.
+template <typename T, typename C, bool kRoundMid, int kVecs>
+__device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], float total, const NormRopeParams& p,
+                                           int64_t row) {
+  const int64_t b = row / p.seqlen, s = row % p.seqlen;
+  T* orow = static_cast<T*>(p.out) + b * p.out_stride[0] + s * p.out_stride[1];
+  const T* wr = static_cast<const T*>(p.weight);
+  const C* cos_row = static_cast<const C*>(p.cos) + b * p.cos_stride[0] + s * p.cos_stride[1];
+  const C* sin_row = static_cast<const C*>(p.sin) + b * p.sin_stride[0] + s * p.sin_stride[1];
+  const int hd = int(p.head_dim);
+  const float rstd = rsqrtf(__fadd_rn(__fdiv_rn(total, float(p.vecs) * 8.f), p.eps));
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int vec = threadIdx.x + i * blockDim.x;
+    if (vec < p.vecs) {
+      const int c = vec * 8, h = c / hd, d = c - h * hd;
+      rope::Vec8<T> w;
+      w.raw = __ldg(reinterpret_cast<const uint4*>(wr + c));
+      float cs[8], sn[8];
+      rope::load_table8(cos_row + d, cs);
+      rope::load_table8(sin_row + d, sn);
+      rope::Vec8<T> r;
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        // y rounded to T first: the stock code's norm writes it in x's dtype and the RoPE reads it back.
+        const float y0 = rope::round_to<T>(__fmul_rn(w.get(e), __fmul_rn(rstd, v[i].get(e))));
+        const float y1 = rope::round_to<T>(__fmul_rn(w.get(e + 1), __fmul_rn(rstd, v[i].get(e + 1))));
+        float first, second;
+        rope::rotate<T, kRoundMid>(y0, y1, cs[e], sn[e + 1], cs[e], sn[e + 1], first, second);
+        r.set(e, first);
+        r.set(e + 1, second);
+      }
+      *reinterpret_cast<uint4*>(orow + h * p.out_stride[2] + d) = r.raw;
+    }
+  }
+}
+
+// kVecs: the vectors one thread holds per row (1, 2 or 4), so that the registers held are the row's share and no
+// more: Wan 14B's 640 vectors run 2 per thread on 320 threads, 1.3B's 192 one each.
+template <typename T, typename C, bool kRoundMid, int kVecs, int kSchedule>
+__global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRopeParams p) {
+  static_assert(kVecs >= 1 && kVecs <= kMaxVecsPerThread, "vectors per thread");
+  static_assert(kSchedule == kOneRow || kSchedule == kRows, "schedule");
+  __shared__ float scratch[2][kMaxThreads / 32];
+  const int64_t rows = p.batch * p.seqlen;
+  rope::Vec8<T> v[kVecs];
+  if constexpr (kSchedule == kOneRow) {
+    load_row<T, kVecs>(v, p, blockIdx.x);
+    const float total = block_sum(sum_squares<T, kVecs>(v, p), scratch[0]);
+    finish_row<T, C, kRoundMid, kVecs>(v, total, p, blockIdx.x);
+  } else {
+    int64_t row = blockIdx.x;
+    if (row < rows) load_row<T, kVecs>(v, p, row);
+    for (int it = 0; row < rows; ++it, row += gridDim.x) {
+      rope::Vec8<T> next[kVecs];
+      if (row + gridDim.x < rows) load_row<T, kVecs>(next, p, row + gridDim.x);  // in flight over this row's work
+      const float total = block_sum(sum_squares<T, kVecs>(v, p), scratch[it & 1]);
+      finish_row<T, C, kRoundMid, kVecs>(v, total, p, row);
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) v[i] = next[i];
+    }
+  }
+}
+
+}  // namespace norm_rope
+}  // namespace vidattn
