@@ -101,6 +101,9 @@ CASES = [
     # The D=192 / D=256 builds (O's epilogue boxes in Q's buffer) and D=160 padded onto D=192.
     Case("d192 tails+ragged", 2, 3, 129, 777, 192, kv_lens=[777, 259]),
     Case("d256 several tiles per CTA", 1, "sms+1", 256, 500, 256, torch.float16),
+    # bf16 D=256 routes to the O-in-V build that waits for its O stores' reads under the next tile's S_0 (o_path 4):
+    # several tiles per CTA, so that wait spans tiles (the fp16 case above runs the wide build).
+    Case("d256 bf16 read-late several tiles per CTA", 1, "sms+1", 256, 500, 256, expect=("o_path=4",)),
     Case("d256 tail launch", 1, "sms+1", 100, 2200, 256, expect=("tail",), small=False),
     Case("d192 lone tile split", 1, 1, 100, 2200, 192, expect=("tail",)),
     Case("d160 bhsd", 1, 2, 129, 300, 160, torch.float16, "bhsd"),
@@ -184,6 +187,8 @@ def call(vidattn, p: Prepared):
             missed.append("no tail launch")
         elif want.startswith("block_n=") and _ext.last_block_n() != int(want[8:]):
             missed.append(f"{want} (ran {_ext.last_block_n()})")
+        elif want.startswith("o_path=") and _ext.last_o_path() != int(want[7:]):
+            missed.append(f"{want} (ran {_ext.last_o_path()})")
         elif want.startswith("q8_wgs="):
             from vidattn import quant8
             if quant8.last_variant()[0] != int(want[7:]):
