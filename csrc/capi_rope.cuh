@@ -21,6 +21,42 @@ bool strides_multiple(const int64_t* stride, const int64_t* extent, int n, int64
   return true;
 }
 
+// The checks and the copy both entries make of their shared geometry (x, out, cos, sin and their shapes and strides;
+// VidattnRopeArgs and VidattnNormRopeArgs name these fields alike). `what` prefixes the error.
+template <typename A>
+bool tensors_aligned(const A* a, const char* what) {
+  // 16-byte vector accesses: x and out rows in 8-element steps, table rows in 16 bytes.
+  const int64_t x_extent[3] = {a->batch, a->seqlen, a->heads};
+  if (!aligned16(a->x) || !aligned16(a->out) || !strides_multiple(a->x_stride, x_extent, 3, 8) ||
+      !strides_multiple(a->out_stride, x_extent, 3, 8)) {
+    fail(std::string(what) + ": x and out must be 16-byte aligned with (batch, seq, head) strides multiples of 8 "
+         "elements");
+    return false;
+  }
+  const int64_t table_elems16 = a->table_dtype == 2 ? 4 : 8;
+  const int64_t t_extent[2] = {a->batch, a->seqlen};
+  if (!aligned16(a->cos) || !aligned16(a->sin) || !strides_multiple(a->cos_stride, t_extent, 2, table_elems16) ||
+      !strides_multiple(a->sin_stride, t_extent, 2, table_elems16)) {
+    fail(std::string(what) + ": cos and sin must be 16-byte aligned with (batch, seq) strides multiples of 16 bytes");
+    return false;
+  }
+  return true;
+}
+
+template <typename P, typename A>
+void copy_geometry(P& p, const A* a) {
+  p.x = a->x;
+  p.out = a->out;
+  p.cos = a->cos;
+  p.sin = a->sin;
+  p.batch = a->batch;
+  p.seqlen = a->seqlen;
+  p.heads = a->heads;
+  p.head_dim = a->head_dim;
+  for (int i = 0; i < 3; ++i) p.x_stride[i] = a->x_stride[i], p.out_stride[i] = a->out_stride[i];
+  for (int i = 0; i < 2; ++i) p.cos_stride[i] = a->cos_stride[i], p.sin_stride[i] = a->sin_stride[i];
+}
+
 template <typename T, typename C, int kMode, bool kRoundMid>
 int rope_launch(const vidattn::rope::RopeParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
   vidattn::rope::rope_kernel<T, C, kMode, kRoundMid><<<grid, block, 0, stream>>>(p);
@@ -121,32 +157,15 @@ extern "C" int vidattn_norm_rope(const VidattnNormRopeArgs* a, void* stream) {
   const int64_t max_width = int64_t(nr::kMaxThreads) * nr::kMaxVecsPerThread * 8;
   if (width > max_width) return fail("norm_rope: heads * head_dim over " + std::to_string(max_width));
   if (!(a->eps >= 0.f) || !std::isfinite(a->eps)) return fail("norm_rope: eps must be finite and >= 0");
-  const int64_t x_extent[3] = {a->batch, a->seqlen, a->heads};
-  if (!aligned16(a->x) || !aligned16(a->out) || !aligned16(a->weight) ||
-      !strides_multiple(a->x_stride, x_extent, 3, 8) || !strides_multiple(a->out_stride, x_extent, 3, 8))
-    return fail("norm_rope: x, out and weight must be 16-byte aligned with (batch, seq, head) strides multiples of 8 "
-                "elements");
-  const int64_t table_elems16 = a->table_dtype == 2 ? 4 : 8;
-  const int64_t t_extent[2] = {a->batch, a->seqlen};
-  if (!aligned16(a->cos) || !aligned16(a->sin) || !strides_multiple(a->cos_stride, t_extent, 2, table_elems16) ||
-      !strides_multiple(a->sin_stride, t_extent, 2, table_elems16))
-    return fail("norm_rope: cos and sin must be 16-byte aligned with (batch, seq) strides multiples of 16 bytes");
+  if (!aligned16(a->weight)) return fail("norm_rope: weight must be 16-byte aligned");
+  if (!tensors_aligned(a, "norm_rope")) return 1;
   const int64_t rows = a->batch * a->seqlen;
   if (rows > (1ll << 31) - 1) return fail("norm_rope: batch * seqlen over 2^31 - 1 (grid.x)");
   if (!make_context_current()) return 1;
 
   nr::NormRopeParams p{};
-  p.x = a->x;
-  p.out = a->out;
+  copy_geometry(p, a);
   p.weight = a->weight;
-  p.cos = a->cos;
-  p.sin = a->sin;
-  p.batch = a->batch;
-  p.seqlen = a->seqlen;
-  p.heads = a->heads;
-  p.head_dim = a->head_dim;
-  for (int i = 0; i < 3; ++i) p.x_stride[i] = a->x_stride[i], p.out_stride[i] = a->out_stride[i];
-  for (int i = 0; i < 2; ++i) p.cos_stride[i] = a->cos_stride[i], p.sin_stride[i] = a->sin_stride[i];
   p.eps = a->eps;
   p.vecs = static_cast<int>(width / 8);
   // As few vectors per thread as fit kMaxThreads, the threads then spread evenly over them (Wan 14B's 640 vectors:
@@ -176,29 +195,11 @@ extern "C" int vidattn_rope(const VidattnRopeArgs* a, void* stream) {
   if (a->head_dim < per_lane || a->head_dim > 4096 || a->head_dim % per_lane != 0)
     return fail(a->mode == 2 ? "rope: head dim must be a multiple of 16 from 16 to 4096 (halves mode)"
                              : "rope: head dim must be a multiple of 8 from 8 to 4096");
-  // 16-byte vector accesses: x and out rows in 8-element steps, table rows in 16 bytes.
-  const int64_t x_extent[3] = {a->batch, a->seqlen, a->heads};
-  if (!aligned16(a->x) || !aligned16(a->out) || !strides_multiple(a->x_stride, x_extent, 3, 8) ||
-      !strides_multiple(a->out_stride, x_extent, 3, 8))
-    return fail("rope: x and out must be 16-byte aligned with (batch, seq, head) strides multiples of 8 elements");
-  const int64_t table_elems16 = a->table_dtype == 2 ? 4 : 8;
-  const int64_t t_extent[2] = {a->batch, a->seqlen};
-  if (!aligned16(a->cos) || !aligned16(a->sin) || !strides_multiple(a->cos_stride, t_extent, 2, table_elems16) ||
-      !strides_multiple(a->sin_stride, t_extent, 2, table_elems16))
-    return fail("rope: cos and sin must be 16-byte aligned with (batch, seq) strides multiples of 16 bytes");
+  if (!tensors_aligned(a, "rope")) return 1;
   if (!make_context_current()) return 1;
 
   vidattn::rope::RopeParams p{};
-  p.x = a->x;
-  p.out = a->out;
-  p.cos = a->cos;
-  p.sin = a->sin;
-  p.batch = a->batch;
-  p.seqlen = a->seqlen;
-  p.heads = a->heads;
-  p.head_dim = a->head_dim;
-  for (int i = 0; i < 3; ++i) p.x_stride[i] = a->x_stride[i], p.out_stride[i] = a->out_stride[i];
-  for (int i = 0; i < 2; ++i) p.cos_stride[i] = a->cos_stride[i], p.sin_stride[i] = a->sin_stride[i];
+  copy_geometry(p, a);
 
   const int lanes = static_cast<int>(a->head_dim / per_lane);  // threads per position, 512 (halves: 256) at most
   const int rows = lanes >= 256 ? 1 : 256 / lanes;             // positions per CTA

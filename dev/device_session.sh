@@ -133,6 +133,17 @@ hd_ab() {
   timeout "$t" python3 dev/probes/hd_variants_ab.py --out "$OUT/hd" "$@" > "$OUT/hd/ab.log" 2>&1; rc[hd_ab]=$?
   cat "$OUT/hd/ab_table.txt" 2>/dev/null || tail -12 "$OUT/hd/ab.log"
 }
+# The Wan forward reports at 8-bit, SDPA against vidattn in one process each: 14B at 720p (3 timed forwards, under
+# 200 s), then 1.3B at 480p (5 timed, profiled) with what the budget leaves; into $OUT/e2e14 and $OUT/e2e13.
+wan_8bit_reports() {
+  timeout 200 python3 scripts/e2e_report.py --family wan14b --forward-only --height 720 --width 1280 --frames 81 \
+    --precision 8bit --sage2 off --warmup 0 --iters 3 --no-profile --budget-s 185 --out-dir "$OUT/e2e14" \
+    > "$OUT/e2e14.log" 2>&1; rc[e2e14]=$?
+  grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e14.log" | tail -8
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/e2e_report.py --forward-only --preset 1.3b \
+    --precision 8bit --sage2 off --warmup 2 --iters 5 --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
+  grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e13.log" | tail -8
+}
 case "$stage" in
 K)
   anchors_ready
@@ -452,13 +463,7 @@ C)
     tests/test_head_dims_variants_gpu.py::test_default_narrow_pick_follows_the_key_count > "$OUT/gpu/flips.log" 2>&1
   rc[gpu_flips]=$?
   tail -3 "$OUT/gpu/flips.log"; grep -E "^(FAILED|ERROR)" "$OUT/gpu/flips.log" | head -8
-  timeout 200 python3 scripts/e2e_report.py --family wan14b --forward-only --height 720 --width 1280 --frames 81 \
-    --precision 8bit --sage2 off --warmup 0 --iters 3 --no-profile --budget-s 185 --out-dir "$OUT/e2e14" \
-    > "$OUT/e2e14.log" 2>&1; rc[e2e14]=$?
-  grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e14.log" | tail -8
-  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/e2e_report.py --forward-only --preset 1.3b \
-    --precision 8bit --sage2 off --warmup 2 --iters 5 --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
-  grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e13.log" | tail -8
+  wan_8bit_reports
   tar_dirs gpu e2e14 e2e13
   ;;
 D)
@@ -551,13 +556,7 @@ print(2 if sum(y < x for x, y in zip(a, b)) >= 5 and statistics.median(b) < stat
   export VIDATTN_NORM_ROPE_SCHEDULE=$sched
   OUT="$OUT/nr" timeout 200 python3 dev/norm_rope_e2e.py --family wan14b --rounds 4 --precisions 8bit --sdpa 2 \
     > "$OUT/nr/norm_rope_e2e.log" 2>&1; rc[nr_e2e]=$?; tail -8 "$OUT/nr/norm_rope_e2e.log"
-  timeout 200 python3 scripts/e2e_report.py --family wan14b --forward-only --height 720 --width 1280 --frames 81 \
-    --precision 8bit --sage2 off --warmup 0 --iters 3 --no-profile --budget-s 185 --out-dir "$OUT/e2e14" \
-    > "$OUT/e2e14.log" 2>&1; rc[e2e14]=$?
-  grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e14.log" | tail -8
-  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/e2e_report.py --forward-only --preset 1.3b \
-    --precision 8bit --sage2 off --warmup 2 --iters 5 --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
-  grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e13.log" | tail -8
+  wan_8bit_reports
   tar_dirs nr e2e14 e2e13
   ;;
 

@@ -1,9 +1,11 @@
 """Helpers the test modules share: importing a script by its path, the one-thread fixtures, the float64 attention
 reference and the same-precision SDPA baseline the kernel's accuracy is measured against, and a stand-in for the
-kernel library's 8-bit selectors with the checks every selector's Python setter gets.
+kernel library's 8-bit selectors with the checks every selector's Python setter gets, and a recorder standing in for a
+library entry that takes one ctypes argument block.
 
 The fixtures are plain pytest fixtures; a module takes one by importing it (`from _support import one_thread`),
 and an autouse fixture imported into a module applies to every test of that module only."""
+import ctypes
 import importlib.util
 import math
 import sys
@@ -159,3 +161,31 @@ def check_q8_selector(name: str, set_fn, last_fn, top: int = 2):
     with pytest.raises(RuntimeError, match=f"lacks vidattn_q8_set_{name}"):
         set_fn(1, lib=lib)
     assert last_fn(lib=lib) == -1
+
+
+def args_recorder(structure, calls: list, rc=lambda: 0):
+    """A stand-in for a library entry `fn(ctypes.byref(args), stream)`: appends the argument block's fields (arrays as
+    lists) to `calls` and returns rc() (it computes nothing)."""
+    def entry(ref, stream):
+        a = ref._obj
+        calls.append({name: (list(getattr(a, name)) if isinstance(getattr(a, name), ctypes.Array)
+                             else getattr(a, name)) for name, _ in structure._fields_})
+        return rc()
+    return entry
+
+
+def install_fake_library(monkeypatch, lib):
+    """Make `lib` (a stand-in object) the loaded kernel library for vidattn's dispatch on any machine: the device and
+    runtime checks pass, the stream is 0, no device guard. The caller sets the module switches it needs."""
+    import contextlib
+
+    from vidattn import _ext
+
+    monkeypatch.setattr(_ext, "device_reason", lambda device: None)
+    monkeypatch.setattr(_ext, "runtime_reason", lambda: None)
+    monkeypatch.setattr(_ext, "_lib", lib)
+    monkeypatch.setattr(_ext, "_library", lambda lib_=None: lib)
+    monkeypatch.setattr(_ext, "_device_guard", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(_ext, "_current_stream", lambda device: 0)
+    return lib
+

@@ -3,14 +3,12 @@ reasons it gives, the two-step fallback (bit for bit the stock code), what the C
 use of it. The kernel's own output is tests/test_norm_rope_gpu.py's."""
 from __future__ import annotations
 
-import contextlib
-import ctypes
-
 import pytest
 import torch
 
 from vidattn import _ext
 from vidattn import rotary as R
+from _support import args_recorder, install_fake_library
 from test_capi_abi import header_fields, mirror_fields
 
 pytestmark = pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning")
@@ -94,33 +92,19 @@ class _FakeLib:
 
     def __init__(self):
         self.calls = []
-
-        def vidattn_norm_rope(ref, stream):
-            a = ref._obj
-            self.calls.append({name: (list(getattr(a, name)) if isinstance(getattr(a, name), ctypes.Array)
-                                      else getattr(a, name)) for name, _ in R._NormRopeArgs._fields_})
-            return self.rc
-
         self.rc = 0
-        self.vidattn_norm_rope = vidattn_norm_rope
+        self.vidattn_norm_rope = args_recorder(R._NormRopeArgs, self.calls, lambda: self.rc)
         self.vidattn_rope = lambda ref, stream: 0
         self.vidattn_sm90_last_error = lambda: b"fake"
 
 
 @pytest.fixture
 def fake_kernel(monkeypatch, on):
-    lib = _FakeLib()
     monkeypatch.setattr(R, "_norm_declared", set())
     monkeypatch.setattr(R, "_declared", set())
     monkeypatch.setattr(R, "kernel_enabled", True)
     monkeypatch.setattr(R, "_norm_launch_error", None)
-    monkeypatch.setattr(_ext, "device_reason", lambda device: None)
-    monkeypatch.setattr(_ext, "runtime_reason", lambda: None)
-    monkeypatch.setattr(_ext, "_lib", lib)
-    monkeypatch.setattr(_ext, "_library", lambda lib_=None: lib)
-    monkeypatch.setattr(_ext, "_device_guard", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(_ext, "_current_stream", lambda device: 0)
-    return lib
+    return install_fake_library(monkeypatch, _FakeLib())
 
 
 def test_kernel_arguments_for_a_fused_qkv_chunk(fake_kernel):

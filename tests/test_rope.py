@@ -4,7 +4,6 @@ emulated in torch (fp32 products and sums rounded one op at a time, RNE to x's d
 (csrc/common/rope.cuh) implements, checked against diffusers here, without a GPU."""
 from __future__ import annotations
 
-import ctypes
 import re
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from diffusers.models.embeddings import get_1d_rotary_pos_embed  # noqa: E402
 import vidattn  # noqa: E402
 from vidattn import _ext  # noqa: E402
 from vidattn import rotary as R  # noqa: E402
+from _support import args_recorder, install_fake_library  # noqa: E402
 
 CAPI_H = Path(__file__).resolve().parent.parent / "csrc" / "capi.h"
 
@@ -293,31 +293,16 @@ class _FakeRopeLib:
 
     def __init__(self):
         self.calls = []
-
-        def vidattn_rope(ref, stream):
-            a = ref._obj
-            self.calls.append({name: (list(getattr(a, name)) if isinstance(getattr(a, name), ctypes.Array)
-                                      else getattr(a, name)) for name, _ in R._RopeArgs._fields_})
-            return 0
-
-        self.vidattn_rope = vidattn_rope
+        self.vidattn_rope = args_recorder(R._RopeArgs, self.calls)
         self.vidattn_sm90_last_error = lambda: b"fake"
 
 
 @pytest.fixture
 def fake_kernel(monkeypatch):
-    import contextlib
-    lib = _FakeRopeLib()
     monkeypatch.setattr(R, "_declared", set())
     monkeypatch.setattr(R, "kernel_enabled", True)
     monkeypatch.setattr(R, "_launch_error", None)
-    monkeypatch.setattr(_ext, "device_reason", lambda device: None)
-    monkeypatch.setattr(_ext, "runtime_reason", lambda: None)
-    monkeypatch.setattr(_ext, "_lib", lib)
-    monkeypatch.setattr(_ext, "_library", lambda lib_=None: lib)
-    monkeypatch.setattr(_ext, "_device_guard", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(_ext, "_current_stream", lambda device: 0)
-    return lib
+    return install_fake_library(monkeypatch, _FakeRopeLib())
 
 
 def test_kernel_arguments_for_qkv_chunks_and_layouts(fake_kernel, gen):

@@ -64,17 +64,23 @@ class _RopeArgs(ctypes.Structure):
 _declared: set = set()
 
 
-def _entry(lib):
-    """The library's RoPE entry (declared once per library), or None when the build predates it."""
-    fn = getattr(lib, "vidattn_rope", None)
+def _declared_entry(lib, symbol: str, structure, declared: set):
+    """The library's entry `symbol(structure*, stream)` (its types declared once per library, recorded in
+    `declared`), or None when the build predates it."""
+    fn = getattr(lib, symbol, None)
     if fn is None:
         return None
-    if id(lib) not in _declared:
-        fn.argtypes = [ctypes.POINTER(_RopeArgs), ctypes.c_void_p]
+    if id(lib) not in declared:
+        fn.argtypes = [ctypes.POINTER(structure), ctypes.c_void_p]
         fn.restype = ctypes.c_int
         lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
-        _declared.add(id(lib))
+        declared.add(id(lib))
     return fn
+
+
+def _entry(lib):
+    """The library's RoPE entry (declared once per library), or None when the build predates it."""
+    return _declared_entry(lib, "vidattn_rope", _RopeArgs, _declared)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -336,15 +342,7 @@ _norm_declared: set = set()
 
 def _norm_entry(lib):
     """The library's fused norm + RoPE entry (declared once per library), or None when the build predates it."""
-    fn = getattr(lib, "vidattn_norm_rope", None)
-    if fn is None:
-        return None
-    if id(lib) not in _norm_declared:
-        fn.argtypes = [ctypes.POINTER(_NormRopeArgs), ctypes.c_void_p]
-        fn.restype = ctypes.c_int
-        lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
-        _norm_declared.add(id(lib))
-    return fn
+    return _declared_entry(lib, "vidattn_norm_rope", _NormRopeArgs, _norm_declared)
 
 
 def _norm_eps(norm, x: torch.Tensor) -> float:
