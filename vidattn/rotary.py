@@ -83,6 +83,13 @@ def _entry(lib):
     return _declared_entry(lib, "vidattn_rope", _RopeArgs, _declared)
 
 
+def _call(lib, fn, args, device) -> Optional[str]:
+    """fn(&args, the current stream) under `device`'s guard: None, or the library's error message when it failed."""
+    with _ext._device_guard(device):
+        rc = fn(ctypes.byref(args), ctypes.c_void_p(_ext._current_stream(device)))
+    return None if rc == 0 else lib.vidattn_sm90_last_error().decode(errors="replace")
+
+
 # ----------------------------------------------------------------------------------------------------------
 # the torch arithmetic (the fallback, and what the kernel must equal bit for bit)
 # ----------------------------------------------------------------------------------------------------------
@@ -226,10 +233,8 @@ def _launch(xv, cv, sv, out_v, mode: str) -> None:
         (ctypes.c_int64 * 3)(*xv.stride()[:3]), (ctypes.c_int64 * 3)(*out_v.stride()[:3]),
         (ctypes.c_int64 * 2)(*cv.stride()[:2]), (ctypes.c_int64 * 2)(*sv.stride()[:2]),
         _X_DTYPES[xv.dtype], _TABLE_DTYPES[cv.dtype], MODES[mode])
-    with _ext._device_guard(xv.device):
-        rc = fn(ctypes.byref(args), ctypes.c_void_p(_ext._current_stream(xv.device)))
-    if rc != 0:
-        msg = lib.vidattn_sm90_last_error().decode(errors="replace")
+    msg = _call(lib, fn, args, xv.device)
+    if msg is not None:
         _launch_error = f"fused RoPE launch failed ({msg}); it is not used again in this process"
         raise _ext.KernelLaunchError(_launch_error)
 
@@ -310,8 +315,6 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, mode: str = "
 
 NORM_ROPE_ENV = "VIDATTN_NORM_ROPE"
 MAX_NORM_WIDTH = 16384  # csrc/capi_rope.cuh: 512 threads of at most 4 vectors of 8 elements per row
-
-
 NORM_ROPE_SCHEDULE_ENV = "VIDATTN_NORM_ROPE_SCHEDULE"  # A/B runs: the kernel's schedule (set_norm_rope_schedule)
 
 
@@ -345,7 +348,7 @@ def _norm_entry(lib):
     return _declared_entry(lib, "vidattn_norm_rope", _NormRopeArgs, _norm_declared)
 
 
-def _norm_eps(norm, x: torch.Tensor) -> float:
+def _norm_eps(norm) -> float:
     """RMSNorm's eps as torch applies it: None means the machine epsilon of the type torch computes in, fp32 for bf16
     and fp16 inputs (ATen's opmath type; the module's docstring says x's dtype, which is not what runs: the device's
     tests caught it)."""
@@ -411,11 +414,9 @@ def _norm_launch(norm, xv, cv, sv, out) -> None:
         xv.data_ptr(), out.data_ptr(), norm.weight.data_ptr(), cv.data_ptr(), sv.data_ptr(), b, s, h, d,
         (ctypes.c_int64 * 3)(*xv.stride()[:3]), (ctypes.c_int64 * 3)(*out.stride()[:3]),
         (ctypes.c_int64 * 2)(*cv.stride()[:2]), (ctypes.c_int64 * 2)(*sv.stride()[:2]),
-        _norm_eps(norm, xv), _X_DTYPES[xv.dtype], _TABLE_DTYPES[cv.dtype])
-    with _ext._device_guard(xv.device):
-        rc = fn(ctypes.byref(args), ctypes.c_void_p(_ext._current_stream(xv.device)))
-    if rc != 0:
-        msg = lib.vidattn_sm90_last_error().decode(errors="replace")
+        _norm_eps(norm), _X_DTYPES[xv.dtype], _TABLE_DTYPES[cv.dtype])
+    msg = _call(lib, fn, args, xv.device)
+    if msg is not None:
         _norm_launch_error = f"fused RMSNorm + RoPE launch failed ({msg}); it is not used again in this process"
         raise _ext.KernelLaunchError(_norm_launch_error)
 
