@@ -3,7 +3,10 @@ on schedule 3 with v10 mode 1 (the default) mode 0 (the default as it stands: 54
 key block) against mode 1 (the same arithmetic in 515: the warpgroup index uniform to ptxas, the row max in
 three-input chains and by one FADD on steady blocks, the row sums from their first groups, K's scale pointer carried).
 
-    python3 dev/q8_v12_ab.py [--passes 6] [--reps 16] [--budget 100] [--sharp]
+    python3 dev/q8_v12_ab.py [--passes 6] [--reps 16] [--budget 100] [--sharp] [--modes 1 2]
+
+--modes REF VARIANT picks the two v12 modes (default 0 1; `1 2` is v14, the alphas' exponentials behind a warp vote,
+against the default).
 
 dev/q8_selector_ab.py's functions, as dev/q8_v10_ab.py uses them: per variant its checks_fp64 (odd lengths, kv_lens
 tails with LSE, fp16, a shared key offset, V = ones against fp64; the launch ran schedule 3, conversion 2), that the
@@ -12,7 +15,7 @@ a tail block (or within mode 0's own run-to-run difference); then `--passes` alt
 every other pass) on the D=128 shapes (Wan 1.3B self, seed 8K): TFLOPS synced per call with the quantization,
 queued, and kernel-only from torch.profiler. --sharp adds the same shapes with the scores sharpened x4 (reported,
 not part of the rule). The table, printed last, gives medians, per-pass ratios to the default and the rule's
-verdict. JSON to $OUT/q8_v12_ab.json.
+verdict. JSON to $OUT/q8_v12_ab.json ($OUT/q8_v12_ab_REF_VARIANT.json for other --modes).
 """
 import argparse
 import importlib.util
@@ -42,8 +45,16 @@ class Prep(int):
 
 
 # (name, head dim, schedule, row-sum mode, conversion, pre-pass + v12) as q8_selector_ab.py's; the first is the default.
-VARIANTS = [("d128 v12 0 (default)", 128, -1, -1, -1, Prep(-1, 0)),
-            ("d128 v12 1 (fewer instr.)", 128, -1, -1, -1, Prep(-1, 1))]
+MODE_NAMES = {0: "v10 mode 1", 1: "fewer instr.", 2: "alpha vote"}
+
+
+def variants(ref, mode):
+    """The reference first (the rule's baseline), then the variant: v12 modes (`--modes`)."""
+    return [(f"d128 v12 {m} ({MODE_NAMES[m]}{', default' if m == 1 else ''})", 128, -1, -1, -1, Prep(-1, m))
+            for m in (ref, mode)]
+
+
+VARIANTS = variants(0, 1)
 _select = ab.select
 
 
@@ -53,7 +64,7 @@ def select(seq, mode, cvt, prep):
 
 
 def v12_checks(results, ok):
-    """The launch ran the mode it names; mode 1's output and LSE are mode 0's bit for bit."""
+    """The launch ran the mode it names; the variant's output and LSE are the reference's bit for bit."""
     import torch
 
     g = torch.Generator(device=ab.DEV)
@@ -77,8 +88,9 @@ def v12_checks(results, ok):
         else:  # (the pre-pass's statistics by atomics: mode 0 itself differs run to run in the last bits)
             noise = float((a1.float() - a0.float()).abs().max())
             same = float((b.float() - a0.float()).abs().max()) <= 2 * noise
-        good = same and (r0, r1, r2) == (0, 0, 1)
-        got = f"ran {r0}/{r1}/{r2}, identical to mode 0: {same}"
+        want = (VARIANTS[0][5].v12, VARIANTS[0][5].v12, VARIANTS[1][5].v12)
+        good = same and (r0, r1, r2) == want
+        got = f"ran {r0}/{r1}/{r2}, identical to mode {want[0]}: {same}"
     except Exception as exc:  # noqa: BLE001 - the error must not end the A/B
         good, got = False, repr(exc)
     name = VARIANTS[1][0]
@@ -107,7 +119,13 @@ def main():
     ap.add_argument("--reps", type=int, default=16)
     ap.add_argument("--budget", type=float, default=100.0, help="seconds from the start; no pass starts after it")
     ap.add_argument("--sharp", action="store_true", help="also the shapes with scores x4 (softmax scale x4)")
+    ap.add_argument("--modes", type=int, nargs=2, default=[0, 1], metavar=("REF", "VARIANT"),
+                    help="v12 modes compared: the reference, then the variant (0 1: v12; 1 2: v14's alpha vote)")
     a = ap.parse_args()
+    global VARIANTS
+    if sorted(set(a.modes)) != sorted(a.modes) or any(m not in MODE_NAMES for m in a.modes):
+        ap.error(f"--modes: two different modes of {sorted(MODE_NAMES)}")
+    VARIANTS = variants(*a.modes)
     t0 = time.time()
     ab.select = select
     ab.quant8.SHORT_KV_EXACT_MAX = 0
@@ -120,7 +138,8 @@ def main():
     v12_checks(results, ok)
     live = [vt for vt in VARIANTS if ok.get(vt[0]) or vt is VARIANTS[0]]  # the default always runs
     ab.timing(live, a.passes, a.reps, results, t0 + a.budget)
-    with open(os.path.join(OUT, "q8_v12_ab.json"), "w") as f:
+    name = "q8_v12_ab.json" if a.modes == [0, 1] else f"q8_v12_ab_{a.modes[0]}_{a.modes[1]}.json"
+    with open(os.path.join(OUT, name), "w") as f:
         json.dump(results, f, indent=1)
     table(results)
     print(f"q8_v12_ab done in {time.time() - t0:.0f} s", flush=True)
