@@ -441,3 +441,16 @@ def test_device_session_stage_letters_are_unique_and_documented():
     assert len(cases) == len(set(cases)), sorted(c for c in cases if cases.count(c) > 1)
     documented = re.findall(r"^#   bash dev/device_session\.sh ([A-Z]) \[budget_s\]", text, flags=re.M)
     assert sorted(documented) == sorted(cases)
+
+
+def test_settings_e2e_parses_and_refuses():
+    """dev/settings_e2e.py's KEY=VALUE settings: the known selectors as integers; unknown or repeated keys, missing
+    values and equal settings are refused before any model is built."""
+    mod = load_script(ROOT / "dev" / "settings_e2e.py", importable=True)
+    assert mod.parse_setting(["v12=2", "nr=3"]) == {"v12": 2, "nr": 3} and mod.parse_setting([]) == {}
+    assert mod.describe({"v12": 2, "nr": 3}) == "nr=3 v12=2" and mod.describe({}) == "defaults"
+    for bad in (["v13=1"], ["v12"], ["v12=x"], ["v12=1", "v12=2"]):
+        with pytest.raises(ValueError, match="setting"):
+            mod.parse_setting(bad)
+    with pytest.raises(SystemExit):
+        mod.main(["--a", "v12=1", "--b", "v12=1"])

@@ -1,0 +1,160 @@
+"""Device A/B, end to end, of two settings of the 8-bit path's run-time selectors: one Wan forward through vidattn's
+processors at 8-bit precision under setting A against the same forward under setting B, in one process on one model,
+beside SDPA.
+
+    python3 dev/settings_e2e.py --a v12=1 nr=1 --b v12=2 nr=3 [--family wan14b] [--rounds 4] [--sdpa 2]
+
+Selectors (KEY=VALUE; a key left out keeps the library's default, -1 / 0):
+  v12   vidattn.quant8.set_v12 (0 v10 mode 1, 1 v12, 2 v12 with the alphas behind a warp vote: "v14")
+  nr    vidattn.rotary.set_norm_rope_schedule (the fused norm + RoPE kernel's schedule: 1 one row per CTA, 3 lean)
+The settings alternate on one model (A B B A ...) after one untimed forward each, so their difference is the
+settings' and not the run-to-run spread of two processes or machines. SDPA's forwards (`--sdpa`, after one untimed)
+give each setting's speedup in the same run. Checks first: each setting's forward ran the v12 mode it asked for (the
+last 8-bit launch's report), and the outputs' relative L2 difference is printed beside the 8-bit path's own
+run-to-run difference (its K sums' atomics order varies). JSON to $OUT/settings_e2e.json; a table last.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+OUT = os.environ.get("OUT", "/tmp")
+KEYS = ("v12", "nr")
+
+
+def parse_setting(items):
+    """['v12=2', 'nr=3'] -> {'v12': 2, 'nr': 3}; unknown keys, repeated keys and non-integers are errors."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in KEYS:
+            raise ValueError(f"setting {item!r}: expected KEY=VALUE with KEY one of {', '.join(KEYS)}")
+        if key in out:
+            raise ValueError(f"setting {item!r}: {key} given twice")
+        try:
+            out[key] = int(value)
+        except ValueError:
+            raise ValueError(f"setting {item!r}: the value must be an integer") from None
+    return out
+
+
+def describe(setting):
+    return " ".join(f"{k}={v}" for k, v in sorted(setting.items())) or "defaults"
+
+
+def apply_setting(setting):
+    from vidattn import quant8, rotary
+
+    quant8.set_v12(setting.get("v12", -1))
+    rotary.set_norm_rope_schedule(setting.get("nr", 0))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--a", nargs="*", default=[], help="setting A (KEY=VALUE ...; none: the defaults)")
+    p.add_argument("--b", nargs="*", default=[], help="setting B")
+    p.add_argument("--family", default="wan14b", choices=["wan14b", "wan"])
+    p.add_argument("--height", type=int, default=720)
+    p.add_argument("--width", type=int, default=1280)
+    p.add_argument("--frames", type=int, default=81)
+    p.add_argument("--rounds", type=int, default=4, help="timed forwards per setting (default 4)")
+    p.add_argument("--sdpa", type=int, default=2, help="timed SDPA forwards (default 2; 0: none)")
+    args = p.parse_args(argv)
+    try:
+        settings = {"A": parse_setting(args.a), "B": parse_setting(args.b)}
+    except ValueError as exc:
+        p.error(str(exc))
+    if settings["A"] == settings["B"]:
+        p.error("settings A and B are the same")
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("error: needs a CUDA GPU", file=sys.stderr)
+        return 2
+
+    from fidelity_8bit import attention_path
+    from pipelines import registry
+    from pipelines.measure import timed_call
+    from vidattn import quant8
+    from vidattn.envinfo import run_metadata
+
+    dev = torch.device("cuda")
+    size = registry.Size(args.height, args.width, args.frames)
+    t0 = time.perf_counter()
+    built = registry.build(args.family, "default", device=dev, dtype=torch.bfloat16, seed=0, size=size)
+    info = built.info()
+    print(f"built {args.family} in {time.perf_counter() - t0:.1f} s: {info['tokens']} tokens, "
+          f"{info['heads']} heads x {info['head_dim']}, {len(built.model.blocks)} blocks", flush=True)
+
+    def forward(name):
+        apply_setting(settings[name])
+        with attention_path("8bit", built.model):
+            ms, out = timed_call(built.forward, dev)
+        return ms, out, quant8.last_v12()
+
+    report = {"metadata": run_metadata(), "command": "python3 dev/settings_e2e.py " + " ".join(sys.argv[1:]),
+              "family": args.family, "size": [args.height, args.width, args.frames], **info,
+              "settings": {k: describe(v) for k, v in settings.items()}}
+    try:
+        _, out_a, ran_a = forward("A")
+        _, out_a2, _ = forward("A")
+        _, out_b, ran_b = forward("B")
+
+        def rel(x, y):
+            return ((x.float() - y.float()).norm() / y.float().norm()).item()
+
+        want = {k: v.get("v12", 1) for k, v in settings.items()}  # (1: the build's default v12 mode)
+        checks = {"ran_v12": {"A": ran_a, "B": ran_b}, "asked_v12": want, "rel_l2_b_vs_a": rel(out_b, out_a),
+                  "rel_l2_a_vs_a": rel(out_a2, out_a)}
+        del out_a, out_a2, out_b
+        ok = ran_a == want["A"] and ran_b == want["B"]
+        print(f"checks: v12 ran A {ran_a} / B {ran_b} (asked {want['A']} / {want['B']}); output rel L2 B vs A "
+              f"{checks['rel_l2_b_vs_a']:.2e}, A vs itself {checks['rel_l2_a_vs_a']:.2e} -> "
+              f"{'ok' if ok else 'FAILED'}", flush=True)
+        times = {"A": [], "B": []}
+        for r in range(args.rounds):
+            for name in (("A", "B") if r % 2 == 0 else ("B", "A")):
+                ms, out, _ = forward(name)
+                del out
+                times[name].append(ms)
+            print(f"round {r + 1}: A {times['A'][-1]:.1f} ms, B {times['B'][-1]:.1f} ms", flush=True)
+    finally:
+        apply_setting({})
+    med = {k: statistics.median(v) for k, v in times.items()}
+    wins = sum(b < a for a, b in zip(times["A"], times["B"]))
+    sdpa = []
+    if args.sdpa:
+        timed_call(built.forward, dev)  # untimed
+        for _ in range(args.sdpa):
+            ms, out = timed_call(built.forward, dev)
+            del out
+            sdpa.append(ms)
+        print(f"sdpa: {', '.join(f'{t:.1f}' for t in sdpa)} ms", flush=True)
+    sdpa_med = statistics.median(sdpa) if sdpa else None
+    report.update(checks=checks, checks_ok=ok, forward_ms=times, median_ms=med, b_wins=wins,
+                  saving_ms=med["A"] - med["B"], sdpa_ms=sdpa,
+                  speedup_vs_sdpa={k: sdpa_med / v for k, v in med.items()} if sdpa_med else None)
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "settings_e2e.json"), "w") as f:
+        json.dump(report, f, indent=2, default=str)
+    print(f"\n| {args.family} {args.height}x{args.width}x{args.frames}, 8-bit | ms/forward (median) | x SDPA | B won |")
+    print("|---|---|---|---|")
+    if sdpa_med:
+        print(f"| SDPA | {sdpa_med:.1f} | 1.000 | |")
+    for k in ("A", "B"):
+        sp = f"{sdpa_med / med[k]:.3f}" if sdpa_med else "-"
+        print(f"| {k}: {describe(settings[k])} | {med[k]:.1f} | {sp} | {f'{wins}/{args.rounds}' if k == 'B' else ''} |")
+    print(f"B saves {med['A'] - med['B']:.1f} ms per forward; checks {'OK' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
