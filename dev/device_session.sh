@@ -75,6 +75,12 @@
 #                                             # fused-qkv chunk), memcheck of its kernel, the Wan 14B 720p forward A/B
 #                                             # at 8-bit beside SDPA; then the Wan 14B 720p and 1.3B forward reports
 #                                             # (e2e_report.py) on the default, fused at 8-bit
+#   (The ninth sitting used up the 26 letters: its stages are a letter and a digit.)
+#   bash dev/device_session.sh N1 [budget_s]  # the ninth sitting's first call: 8-bit v14 (v12 mode 2, the alphas
+#                                             # behind a warp vote) and the lean norm + RoPE schedule 3: their GPU
+#                                             # tests, the per-call A/Bs (q8_v12_ab.py --modes 1 2, norm_rope_ab.py
+#                                             # --schedules 1 3), and the Wan 14B 720p forward A/B of both together
+#                                             # against the defaults (dev/settings_e2e.py) beside SDPA
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -145,6 +151,21 @@ wan_8bit_reports() {
   grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e13.log" | tail -8
 }
 case "$stage" in
+N1)
+  build_lib
+  mkdir -p "$OUT/n1"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v12_gpu.py tests/test_norm_rope_gpu.py \
+    -k "mode_2 or lengths or refused or schedule" > "$OUT/n1/gpu_tests.log" 2>&1; rc[tests]=$?
+  tail -2 "$OUT/n1/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/n1/gpu_tests.log" | head -8
+  OUT="$OUT/n1" timeout 60 python3 dev/norm_rope_ab.py --passes 6 --reps 20 --schedules 1 3 \
+    > "$OUT/n1/norm_rope_ab.log" 2>&1; rc[nr_ab]=$?; grep -v " check " "$OUT/n1/norm_rope_ab.log" | tail -12
+  OUT="$OUT/n1" timeout 170 python3 dev/q8_v12_ab.py --modes 1 2 --passes 6 --reps 16 --budget 120 \
+    > "$OUT/n1/q8_v14_ab.log" 2>&1; rc[q8_ab]=$?; sed -n '/== 8-bit v12 A\/B/,$p' "$OUT/n1/q8_v14_ab.log"
+  OUT="$OUT/n1" timeout $(( $(left) > 60 ? $(left) - 10 : 50 )) python3 dev/settings_e2e.py --a v12=1 nr=1 \
+    --b v12=2 nr=3 --rounds 4 --sdpa 2 > "$OUT/n1/settings_e2e.log" 2>&1; rc[e2e]=$?
+  tail -9 "$OUT/n1/settings_e2e.log"
+  tar_dirs n1
+  ;;
 K)
   anchors_ready
   start_anchor_build $(( budget - 120 ))
