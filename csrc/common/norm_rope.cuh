@@ -90,6 +90,29 @@ __device__ __forceinline__ float sum_squares(const rope::Vec8<T> (&v)[kVecs], co
   return ss;
 }
 
+// 1/rms of a row from its sum of squares.
+__device__ __forceinline__ float row_rstd(float total, const NormRopeParams& p) {
+  return rsqrtf(__fadd_rn(__fdiv_rn(total, float(p.vecs) * 8.f), p.eps));
+}
+
+// One vector normalized, weighted and rotated: w its weights, cs and sn its channels' table entries.
+template <typename T, bool kRoundMid>
+__device__ __forceinline__ rope::Vec8<T> norm_rotate8(const rope::Vec8<T>& v, const rope::Vec8<T>& w,
+                                                       const float (&cs)[8], const float (&sn)[8], float rstd) {
+  rope::Vec8<T> r;
+#pragma unroll
+  for (int e = 0; e < 8; e += 2) {
+    // y rounded to T first: the stock code's norm writes it in x's dtype and the RoPE reads it back.
+    const float y0 = rope::round_to<T>(__fmul_rn(w.get(e), __fmul_rn(rstd, v.get(e))));
+    const float y1 = rope::round_to<T>(__fmul_rn(w.get(e + 1), __fmul_rn(rstd, v.get(e + 1))));
+    float first, second;
+    rope::rotate<T, kRoundMid>(y0, y1, cs[e], sn[e + 1], cs[e], sn[e + 1], first, second);
+    r.set(e, first);
+    r.set(e + 1, second);
+  }
+  return r;
+}
+
 // Normalize, weight, rotate and store this thread's vectors of `row`, given the row's sum of squares.
 template <typename T, typename C, bool kRoundMid, int kVecs>
 __device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], float total, const NormRopeParams& p,
@@ -100,7 +123,7 @@ __device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], floa
   const C* cos_row = static_cast<const C*>(p.cos) + b * p.cos_stride[0] + s * p.cos_stride[1];
   const C* sin_row = static_cast<const C*>(p.sin) + b * p.sin_stride[0] + s * p.sin_stride[1];
   const int hd = int(p.head_dim);
-  const float rstd = rsqrtf(__fadd_rn(__fdiv_rn(total, float(p.vecs) * 8.f), p.eps));
+  const float rstd = row_rstd(total, p);
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const int vec = threadIdx.x + i * blockDim.x;
@@ -111,18 +134,7 @@ __device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], floa
       float cs[8], sn[8];
       rope::load_table8(cos_row + d, cs);
       rope::load_table8(sin_row + d, sn);
-      rope::Vec8<T> r;
-#pragma unroll
-      for (int e = 0; e < 8; e += 2) {
-        // y rounded to T first: the stock code's norm writes it in x's dtype and the RoPE reads it back.
-        const float y0 = rope::round_to<T>(__fmul_rn(w.get(e), __fmul_rn(rstd, v[i].get(e))));
-        const float y1 = rope::round_to<T>(__fmul_rn(w.get(e + 1), __fmul_rn(rstd, v[i].get(e + 1))));
-        float first, second;
-        rope::rotate<T, kRoundMid>(y0, y1, cs[e], sn[e + 1], cs[e], sn[e + 1], first, second);
-        r.set(e, first);
-        r.set(e + 1, second);
-      }
-      *reinterpret_cast<uint4*>(orow + h * p.out_stride[2] + d) = r.raw;
+      *reinterpret_cast<uint4*>(orow + h * p.out_stride[2] + d) = norm_rotate8<T, kRoundMid>(v[i], w, cs, sn, rstd).raw;
     }
   }
 }
