@@ -29,6 +29,7 @@ struct NormRopeParams {
   int64_t cos_stride[2], sin_stride[2];      // (batch, seq), elements; head_dim contiguous
   float eps;
   int vecs;                                  // 16-byte vectors per row: heads * head_dim / 8
+  uint32_t head_magic;                       // kLean: ceil(2^32 / head_dim), the head of channel c in one multiply
 };
 
 // Vectors one thread holds between the reduction and the stores (the row stays in registers: x is read once).
@@ -36,7 +37,7 @@ constexpr int kMaxVecsPerThread = 4;
 constexpr int kMaxThreads = 512;
 constexpr int kMaxHeadDim = 4096;
 
-// The two schedules (NormRopeSchedule; vidattn_norm_rope_set_schedule picks one for an A/B, bf16 x with fp32 tables):
+// The schedules (NormRopeSchedule; vidattn_norm_rope_set_schedule picks one for an A/B, bf16 x with fp32 tables):
 //   kOneRow   one CTA per (batch, position) row: x loaded, the reduction, then the weights (the same for every row:
 //             L1 hits) and the row's tables from global memory, the rotation, the stores. Measured in call O of the
 //             eighth sitting (bench/results/h200_2026-12-03_eighth/call_o2) against two other placements of those
@@ -45,7 +46,14 @@ constexpr int kMaxHeadDim = 4096;
 //   kRows     CTAs looping over rows (as many as fit the GPU), the next row's x loaded before this row's reduction,
 //             so a CTA always has a row's loads in flight: kOneRow reaches ~2.2 TB/s, its CTAs idle on the memory
 //             system between their load and their stores.
-enum NormRopeSchedule : int { kOneRow = 1, kRows = 2 };
+//   kLean     kOneRow's loads, arithmetic and stores (the same instructions and bits) with its index math done once:
+//             kOneRow works out the row's (batch, position) by 64-bit division and each vector's (head, offset) by
+//             32-bit division both before its loads and before its stores. kLean divides the row once in 32 bits,
+//             takes a vector's head by one multiply (head_magic) for its load and its store, and keeps offsets within
+//             the row in 32 bits (run only where they fit: capi_rope.cuh lean_offsets_fit). SASS on Wan 14B's rows:
+//             a thread issues 463 instructions per row instead of 635 (896 -> 616 in all), registers 40 both. Built,
+//             not measured yet (dev/NOTES_rope.md: the prediction).
+enum NormRopeSchedule : int { kOneRow = 1, kRows = 2, kLean = 3 };
 
 // Sum over the CTA; every thread gets the total. One warp-shuffle tree per warp, then the warps' partials in order.
 // `scratch` is used again only after another barrier of the CTA (kRows alternates two).
@@ -139,12 +147,63 @@ __device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], floa
   }
 }
 
+// kLean's row (one per CTA): kOneRow's accesses in kOneRow's order and its arithmetic (load_row, sum_squares,
+// block_sum, finish_row's), the index math done once. Channel c's head is umulhi(c, head_magic): with
+// head_magic = ceil(2^32 / D) = (2^32 + e) / D, 0 <= e < D, c * head_magic / 2^32 = c / D + c * e / (D * 2^32), and
+// the second term stays under 1 / D (so the floor is c / D's) while c * e < 2^32: c < 16384 and D <= 4096 give 2^26.
+// A power-of-two D makes it a shift (head_magic = 2^32 / D); a shift and mask in its place measured 2 SASS
+// instructions fewer per thread on Wan's rows, at the price of a second path for the other head dims.
+static_assert(int64_t(kMaxThreads) * kMaxVecsPerThread * 8 * kMaxHeadDim <= (int64_t(1) << 32), "head_magic's bound");
+template <typename T, typename C, bool kRoundMid, int kVecs>
+__device__ __forceinline__ void lean_row(const NormRopeParams& p, float* scratch) {
+  // rows < 2^31 (the C entry), so the row's (batch, position) divide in 32 bits; its base offsets stay 64-bit (a
+  // fused-qkv chunk of batch 2 spans over 2^31 elements).
+  const uint32_t row = blockIdx.x, seqlen = uint32_t(p.seqlen), b = row / seqlen, s = row - b * seqlen;
+  const T* xr = static_cast<const T*>(p.x) + (int64_t(b) * p.x_stride[0] + int64_t(s) * p.x_stride[1]);
+  T* orow = static_cast<T*>(p.out) + (int64_t(b) * p.out_stride[0] + int64_t(s) * p.out_stride[1]);
+  const C* cos_row = static_cast<const C*>(p.cos) + (int64_t(b) * p.cos_stride[0] + int64_t(s) * p.cos_stride[1]);
+  const C* sin_row = static_cast<const C*>(p.sin) + (int64_t(b) * p.sin_stride[0] + int64_t(s) * p.sin_stride[1]);
+  const T* wr = static_cast<const T*>(p.weight);
+  // Offsets within the row in 32 bits: the host checked (heads - 1) * head stride + D fits (lean_offsets_fit).
+  const uint32_t hd = uint32_t(p.head_dim), xs = uint32_t(p.x_stride[2]), os = uint32_t(p.out_stride[2]);
+  rope::Vec8<T> v[kVecs];
+  uint32_t head[kVecs], dim[kVecs];
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const uint32_t vec = threadIdx.x + i * blockDim.x;
+    if (vec < uint32_t(p.vecs)) {
+      const uint32_t c = vec * 8;
+      head[i] = __umulhi(c, p.head_magic);
+      dim[i] = c - head[i] * hd;
+      v[i].raw = *reinterpret_cast<const uint4*>(xr + (head[i] * xs + dim[i]));
+    }
+  }
+  const float rstd = row_rstd(block_sum(sum_squares<T, kVecs>(v, p), scratch), p);
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const uint32_t vec = threadIdx.x + i * blockDim.x;
+    if (vec < uint32_t(p.vecs)) {
+      rope::Vec8<T> w;
+      w.raw = __ldg(reinterpret_cast<const uint4*>(wr + vec * 8));
+      float cs[8], sn[8];
+      rope::load_table8(cos_row + dim[i], cs);
+      rope::load_table8(sin_row + dim[i], sn);
+      const uint4 r = norm_rotate8<T, kRoundMid>(v[i], w, cs, sn, rstd).raw;
+      // Four 4-byte stores: what nvcc makes of kOneRow's 16-byte store (PTX st.global.v2.u16, SASS STG.E, in every
+      // rms_norm_rope_kernel of the library; rope.cuh's kernels get STG.E.128), kept so that the A/B against kOneRow
+      // measures the index math alone. The 16-byte store is an experiment of its own.
+      uint32_t* o = reinterpret_cast<uint32_t*>(orow + (head[i] * os + dim[i]));
+      o[0] = r.x, o[1] = r.y, o[2] = r.z, o[3] = r.w;
+    }
+  }
+}
+
 // kVecs: the vectors one thread holds per row (1, 2 or 4), so that the registers held are the row's share and no
 // more: Wan 14B's 640 vectors run 2 per thread on 320 threads, 1.3B's 192 one each.
 template <typename T, typename C, bool kRoundMid, int kVecs, int kSchedule>
 __global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRopeParams p) {
   static_assert(kVecs >= 1 && kVecs <= kMaxVecsPerThread, "vectors per thread");
-  static_assert(kSchedule == kOneRow || kSchedule == kRows, "schedule");
+  static_assert(kSchedule == kOneRow || kSchedule == kRows || kSchedule == kLean, "schedule");
   __shared__ float scratch[2][kMaxThreads / 32];
   const int64_t rows = p.batch * p.seqlen;
   rope::Vec8<T> v[kVecs];
@@ -152,6 +211,8 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRo
     load_row<T, kVecs>(v, p, blockIdx.x);
     const float total = block_sum(sum_squares<T, kVecs>(v, p), scratch[0]);
     finish_row<T, C, kRoundMid, kVecs>(v, total, p, blockIdx.x);
+  } else if constexpr (kSchedule == kLean) {
+    lean_row<T, C, kRoundMid, kVecs>(p, scratch[0]);
   } else {
     int64_t row = blockIdx.x;
     if (row < rows) load_row<T, kVecs>(v, p, row);
