@@ -3,7 +3,7 @@ Wan's attention runs today (`torch.nn.RMSNorm` over the (B, S, H*D) row, then vi
 kernel, on q-shaped bf16 inputs (contiguous, as Wan's to_q writes them; --chunk: a fused-qkv chunk) with Wan's fp32
 (1, S, 1, D) tables.
 
-    python3 dev/norm_rope_ab.py [--passes 6] [--reps 20] [--shapes wan14b wan13b] [--schedules 1 2] [--chunk]
+    python3 dev/norm_rope_ab.py [--passes 6] [--reps 20] [--shapes wan14b wan13b] [--schedules 1 3] [--chunk]
 
 Checks first, per shape and schedule (`--schedules`: norm_rope.cuh's NormRopeSchedule, 0 the library's): the
 fused call ran the kernel (norm_rope_reason None), is within 2e-3 relative L2 of the two steps and >= 99.9% bit for
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     p.add_argument("--passes", type=int, default=6)
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    p.add_argument("--schedules", type=int, nargs="+", default=[0], choices=[0, 1, 2],
+    p.add_argument("--schedules", type=int, nargs="+", default=[0], choices=sorted(R.NORM_ROPE_SCHEDULES),
                    help="the kernel's schedules to time (norm_rope.cuh NormRopeSchedule; 0 is the library's)")
     p.add_argument("--chunk", action="store_true", help="x a fused-qkv chunk (rows 3C apart; torch's norm then copies "
                    "it first) instead of a contiguous projection output")
