@@ -146,7 +146,8 @@ typedef struct VidattnNormRopeArgs {
 // Launches on `stream` (a cudaStream_t). Returns 0 on success; otherwise vidattn_sm90_last_error() says why.
 int vidattn_norm_rope(const VidattnNormRopeArgs* args, void* stream);
 // The fused norm + RoPE kernel's schedule (csrc/common/norm_rope.cuh NormRopeSchedule): 0, the library's; 1 one row
-// per CTA, 2 CTAs looping over rows (A/B runs; bf16 x with fp32 tables only, other calls keep the default).
+// per CTA, 2 CTAs looping over rows, 3 one row per CTA with lean index math (A/B runs; bf16 x with fp32 tables only,
+// other calls keep the default).
 // Process-wide; returns 0, or 1 for a value out of range.
 int vidattn_norm_rope_set_schedule(int schedule);
 

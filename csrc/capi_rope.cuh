@@ -83,28 +83,44 @@ int rope_dispatch_table(const vidattn::rope::RopeParams& p, int table_dtype, int
 }
 
 // The fused norm + RoPE kernel's schedule (norm_rope.cuh NormRopeSchedule): 0, the library's (kNormRopeDefault); 1
-// one row per CTA, 2 CTAs looping over rows, for the A/B (vidattn_norm_rope_set_schedule; a forced schedule is built
-// for bf16 x with fp32 tables, Wan's case, only: other calls run the default).
+// one row per CTA, 2 CTAs looping over rows, 3 one row per CTA with lean index math, 4 that with whole 16-byte
+// stores and table loads (its own kernel, rms_norm_rope_lean_vec_kernel), for the A/B
+// (vidattn_norm_rope_set_schedule; a forced schedule is built for bf16 x with fp32 tables, Wan's case, only: other
+// calls run the default).
 constexpr int kNormRopeDefault = vidattn::norm_rope::kOneRow;
 int g_norm_rope_schedule = 0;
+
+// kLean's offsets within a row are 32-bit: (heads - 1) * head stride + head_dim must fit for x and out (strides
+// that torch gives, >= 0; a stride of one head is never stepped). Rows that do not fit run the default instead.
+bool lean_offsets_fit(const vidattn::norm_rope::NormRopeParams& p) {
+  if (p.heads == 1) return true;
+  const int64_t most = (int64_t(UINT32_MAX) - p.head_dim) / (p.heads - 1);
+  return p.x_stride[2] >= 0 && p.x_stride[2] <= most && p.out_stride[2] >= 0 && p.out_stride[2] <= most;
+}
 
 template <typename T, typename C, int kVecs, int kSchedule>
 int norm_rope_run(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
   using namespace vidattn::norm_rope;
   // Tables of x's own dtype under the Wan formula: torch computes each op in that dtype (rope.cuh, kRoundMid).
   constexpr bool kRoundMid = sizeof(C) == sizeof(T);
-  auto kernel = rms_norm_rope_kernel<T, C, kRoundMid, kVecs, kSchedule>;
-  if constexpr (kSchedule == kRows) {
-    // As many CTAs as are resident at once, each looping over rows (at most one per row).
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(block.x), 0) != cudaSuccess ||
-        per_sm < 1)
-      per_sm = 1;
-    const int64_t rows = int64_t(grid.x), ctas = int64_t(per_sm) * sm_count();
-    grid.x = static_cast<unsigned>(rows < ctas ? rows : ctas);
+  if constexpr (kSchedule == kLeanVec) {
+    rms_norm_rope_lean_vec_kernel<T, C, kRoundMid, kVecs><<<grid, block, 0, stream>>>(p);
+    return check_launch("rms_norm_rope_lean_vec_kernel");
+  } else {
+    auto kernel = rms_norm_rope_kernel<T, C, kRoundMid, kVecs, kSchedule>;
+    if constexpr (kSchedule == kRows) {
+      // As many CTAs as are resident at once, each looping over rows (at most one per row).
+      int per_sm = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(block.x), 0) !=
+              cudaSuccess ||
+          per_sm < 1)
+        per_sm = 1;
+      const int64_t rows = int64_t(grid.x), ctas = int64_t(per_sm) * sm_count();
+      grid.x = static_cast<unsigned>(rows < ctas ? rows : ctas);
+    }
+    kernel<<<grid, block, 0, stream>>>(p);
+    return check_launch("rms_norm_rope_kernel");
   }
-  kernel<<<grid, block, 0, stream>>>(p);
-  return check_launch("rms_norm_rope_kernel");
 }
 
 template <typename T, typename C, int kVecs>
@@ -113,6 +129,10 @@ int norm_rope_launch(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim
   if constexpr (std::is_same<T, __nv_bfloat16>::value && std::is_same<C, float>::value) {
     if (g_norm_rope_schedule == kOneRow) return norm_rope_run<T, C, kVecs, kOneRow>(p, grid, block, stream);
     if (g_norm_rope_schedule == kRows) return norm_rope_run<T, C, kVecs, kRows>(p, grid, block, stream);
+    if (g_norm_rope_schedule == kLean && lean_offsets_fit(p))
+      return norm_rope_run<T, C, kVecs, kLean>(p, grid, block, stream);
+    if (g_norm_rope_schedule == kLeanVec && lean_offsets_fit(p))
+      return norm_rope_run<T, C, kVecs, kLeanVec>(p, grid, block, stream);
   }
   return norm_rope_run<T, C, kVecs, kNormRopeDefault>(p, grid, block, stream);
 }
@@ -138,7 +158,9 @@ int norm_rope_dispatch(const vidattn::norm_rope::NormRopeParams& p, int table_dt
 extern "C" int vidattn_rope_version(void) { return 1; }
 
 extern "C" int vidattn_norm_rope_set_schedule(int schedule) {
-  if (schedule < 0 || schedule > 2) return fail("norm_rope: schedule must be 0 (default), 1 (one row) or 2 (rows)");
+  if (schedule < 0 || schedule > 4)
+    return fail("norm_rope: schedule must be 0 (default), 1 (one row), 2 (rows), 3 (one row, lean index math) or 4 "
+                "(3 with whole 16-byte stores and table loads)");
   g_norm_rope_schedule = schedule;
   return 0;
 }
@@ -168,6 +190,7 @@ extern "C" int vidattn_norm_rope(const VidattnNormRopeArgs* a, void* stream) {
   p.weight = a->weight;
   p.eps = a->eps;
   p.vecs = static_cast<int>(width / 8);
+  p.head_magic = static_cast<uint32_t>(((int64_t(1) << 32) + a->head_dim - 1) / a->head_dim);
   // As few vectors per thread as fit kMaxThreads, the threads then spread evenly over them (Wan 14B's 640 vectors:
   // 2 each on 320 threads; 1.3B's 192: one each), in whole warps.
   // 1, 2 or 4 (3 runs as 4: the kernels held to the vectors they need, kVecs).

@@ -3,14 +3,15 @@ Wan's attention runs today (`torch.nn.RMSNorm` over the (B, S, H*D) row, then vi
 kernel, on q-shaped bf16 inputs (contiguous, as Wan's to_q writes them; --chunk: a fused-qkv chunk) with Wan's fp32
 (1, S, 1, D) tables.
 
-    python3 dev/norm_rope_ab.py [--passes 6] [--reps 20] [--shapes wan14b wan13b] [--schedules 1 2] [--chunk]
+    python3 dev/norm_rope_ab.py [--passes 6] [--reps 20] [--shapes wan14b wan13b] [--schedules 1 3 4] [--chunk]
 
 Checks first, per shape and schedule (`--schedules`: norm_rope.cuh's NormRopeSchedule, 0 the library's): the
 fused call ran the kernel (norm_rope_reason None), is within 2e-3 relative L2 of the two steps and >= 99.9% bit for
 bit; then `--passes` alternating passes (order reversed every other
 pass), each timing `--reps` calls of each path between CUDA events. Prints per shape the median ms per call, the
 bandwidth the fused call reached (read x, write out: 4 bytes per element), the saving per forward (2 tensors x
-layers: 40 for Wan 14B, 30 for 1.3B) and the passes the fused call won. JSON to $OUT/norm_rope_ab.json.
+layers: 40 for Wan 14B, 30 for 1.3B), the passes the fused call won, and each later schedule's time
+against the first listed one's with the passes it was faster in. JSON to $OUT/norm_rope_ab.json.
 """
 import argparse
 import json
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
     p.add_argument("--passes", type=int, default=6)
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    p.add_argument("--schedules", type=int, nargs="+", default=[0], choices=[0, 1, 2],
+    p.add_argument("--schedules", type=int, nargs="+", default=[0], choices=sorted(R.NORM_ROPE_SCHEDULES),
                    help="the kernel's schedules to time (norm_rope.cuh NormRopeSchedule; 0 is the library's)")
     p.add_argument("--chunk", action="store_true", help="x a fused-qkv chunk (rows 3C apart; torch's norm then copies "
                    "it first) instead of a contiguous projection output")
@@ -113,10 +114,15 @@ def main(argv=None) -> int:
             wins = sum(f < t for f, t in zip(times[key], times["two_steps"]))
             gbs = 4 * b * s * n / (med[key] * 1e-3) / 1e9
             saved = (med["two_steps"] - med[key]) * 2 * layers
-            row["schedules"][key] = {"gbs": gbs, "saved_ms_per_forward": saved, "wins": wins}
+            first = paths[1][0]
+            vs_first = sum(f < t for f, t in zip(times[key], times[first])) if key != first else None
+            row["schedules"][key] = {"gbs": gbs, "saved_ms_per_forward": saved, "wins": wins,
+                                     "wins_vs_first": vs_first}
+            against = (f"; against {first} {med[key] / med[first]:.3f}x the time, faster in {vs_first}/{args.passes}"
+                       if vs_first is not None else "")
             print(f"{name}: two steps {med['two_steps']:.3f} ms, {key} {med[key]:.3f} ms per tensor ({gbs:.0f} GB/s); "
-                  f"saves {saved:.1f} ms per forward (q and k, {layers} layers); won {wins}/{args.passes} passes",
-                  flush=True)
+                  f"saves {saved:.1f} ms per forward (q and k, {layers} layers); won {wins}/{args.passes} passes"
+                  f"{against}", flush=True)
         report["shapes"][name] = row
         del qkv, x
     os.makedirs(OUT, exist_ok=True)

@@ -3,6 +3,8 @@ reasons it gives, the two-step fallback (bit for bit the stock code), what the C
 use of it. The kernel's own output is tests/test_norm_rope_gpu.py's."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -88,13 +90,16 @@ def test_abi_mirror():
 
 
 class _FakeLib:
-    """Stands in for the kernel library: records each vidattn_norm_rope call (it computes nothing)."""
+    """Stands in for the kernel library: records each vidattn_norm_rope call and each schedule set (it computes
+    nothing)."""
 
     def __init__(self):
         self.calls = []
+        self.schedules = []
         self.rc = 0
         self.vidattn_norm_rope = args_recorder(R._NormRopeArgs, self.calls, lambda: self.rc)
         self.vidattn_rope = lambda ref, stream: 0
+        self.vidattn_norm_rope_set_schedule = lambda v: self.schedules.append(v) or 0
         self.vidattn_sm90_last_error = lambda: b"fake"
 
 
@@ -143,6 +148,67 @@ def test_a_failed_launch_turns_the_fusion_off_and_falls_back(fake_kernel):
     with torch.no_grad():
         R.norm_rope(norm, x, h, cos, sin)
     assert len(fake_kernel.calls) == 1
+
+
+def test_schedules_reach_the_library_and_out_of_range_ones_do_not(fake_kernel):
+    """0-4 (3: one row per CTA with lean index math; 4: 3 with whole 16-byte accesses) pass through to the C entry;
+    anything else is refused in Python, before the library is called."""
+    for v in (1, 3, 2, 4, 0):
+        R.set_norm_rope_schedule(v)
+    assert fake_kernel.schedules == [1, 3, 2, 4, 0]
+    for bad in (5, -1, "3", None):
+        with pytest.raises(ValueError, match="schedule must be one of"):
+            R.set_norm_rope_schedule(bad)
+    assert fake_kernel.schedules == [1, 3, 2, 4, 0]
+
+
+def test_schedule_from_the_environment(fake_kernel, monkeypatch):
+    """VIDATTN_NORM_ROPE_SCHEDULE=3 is set once, at the first fused launch."""
+    monkeypatch.setenv(R.NORM_ROPE_SCHEDULE_ENV, "3")
+    monkeypatch.setattr(R, "_schedule_from_env_applied", False)
+    h, d, s = 2, 16, 5
+    x = torch.randn(1, s, h * d).bfloat16()
+    cos, sin = wan_tables(s, d)
+    with torch.no_grad():
+        R.norm_rope(rms_norm(h * d), x, h, cos, sin)
+        R.norm_rope(rms_norm(h * d), x, h, cos, sin)
+    assert fake_kernel.schedules == [3] and len(fake_kernel.calls) == 2
+
+
+def test_capi_schedule_3_dispatch():
+    """The C side of schedule 3: accepted by the setter, run only where the row's offsets fit 32 bits (else the
+    default), its head divisor set for every call."""
+    src = (Path(__file__).resolve().parents[1] / "csrc/capi_rope.cuh").read_text()
+    assert "if (schedule < 0 || schedule > 4)" in src
+    assert "if (g_norm_rope_schedule == kLean && lean_offsets_fit(p))" in src
+    assert "if (g_norm_rope_schedule == kLeanVec && lean_offsets_fit(p))" in src
+    assert "constexpr int kNormRopeDefault = vidattn::norm_rope::kOneRow;" in src
+    assert "p.head_magic = static_cast<uint32_t>(((int64_t(1) << 32) + a->head_dim - 1) / a->head_dim);" in src
+    assert 'if (rows > (1ll << 31) - 1) return fail("norm_rope: batch * seqlen over 2^31 - 1 (grid.x)");' in src
+
+
+def test_head_magic_divides_exactly():
+    """lean_row's head of channel c, umulhi(c, ceil(2^32 / D)), is c // D for every channel offset of a row the C
+    entry takes (multiples of 8 below MAX_NORM_WIDTH) and every head dim (multiples of 8 up to MAX_HEAD_DIM)."""
+    c = torch.arange(0, R.MAX_NORM_WIDTH, 8, dtype=torch.int64)
+    for d in range(8, R.MAX_HEAD_DIM + 1, 8):
+        magic = ((1 << 32) + d - 1) // d
+        assert magic < 1 << 32
+        assert torch.equal((c * magic) >> 32, c // d), d
+
+
+@pytest.mark.dev
+def test_ab_script_takes_schedule_3(monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "norm_rope_ab", Path(__file__).resolve().parents[1] / "dev/norm_rope_ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # parse the arguments, time nothing
+    assert ab.main(["--schedules", "1", "3", "4"]) == 2
+    with pytest.raises(SystemExit):
+        ab.main(["--schedules", "5"])
 
 
 @pytest.mark.parametrize("precision,fused", [("8bit", True), ("exact", False)])

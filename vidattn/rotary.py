@@ -316,6 +316,10 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, mode: str = "
 NORM_ROPE_ENV = "VIDATTN_NORM_ROPE"
 MAX_NORM_WIDTH = 16384  # csrc/capi_rope.cuh: 512 threads of at most 4 vectors of 8 elements per row
 NORM_ROPE_SCHEDULE_ENV = "VIDATTN_NORM_ROPE_SCHEDULE"  # A/B runs: the kernel's schedule (set_norm_rope_schedule)
+# csrc/common/norm_rope.cuh NormRopeSchedule, 0 the library's (csrc/capi_rope.cuh vidattn_norm_rope_set_schedule)
+NORM_ROPE_SCHEDULES = {0: "the library's", 1: "one row per CTA", 2: "CTAs looping over rows",
+                       3: "one row per CTA, lean index math",
+                       4: "one row per CTA, lean index math, whole 16-byte stores and table loads"}
 
 
 def norm_rope_from_env(environ=os.environ) -> bool:
@@ -423,8 +427,11 @@ def _norm_launch(norm, xv, cv, sv, out) -> None:
 
 def set_norm_rope_schedule(schedule: int) -> None:
     """The fused norm + RoPE kernel's schedule (csrc/common/norm_rope.cuh): 0, the library's; 1 one row per CTA, 2 CTAs
-    looping over rows, for dev/norm_rope_ab.py (bf16 x with fp32 tables; other calls keep the default).
-    Process-wide."""
+    looping over rows, 3 one row per CTA with lean index math (NORM_ROPE_SCHEDULES), for dev/norm_rope_ab.py (bf16 x
+    with fp32 tables; other calls keep the default, and schedule 3 runs the default where the row's offsets do not fit
+    32 bits). Process-wide. A value out of range raises ValueError before the library is loaded."""
+    if schedule not in NORM_ROPE_SCHEDULES:
+        raise ValueError(f"norm_rope: schedule must be one of {NORM_ROPE_SCHEDULES}, got {schedule!r}")
     lib = _ext._library(None)
     if lib.vidattn_norm_rope_set_schedule(int(schedule)) != 0:
         raise ValueError(lib.vidattn_sm90_last_error().decode(errors="replace"))

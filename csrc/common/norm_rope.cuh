@@ -29,6 +29,7 @@ struct NormRopeParams {
   int64_t cos_stride[2], sin_stride[2];      // (batch, seq), elements; head_dim contiguous
   float eps;
   int vecs;                                  // 16-byte vectors per row: heads * head_dim / 8
+  uint32_t head_magic;                       // kLean: ceil(2^32 / head_dim), the head of channel c in one multiply
 };
 
 // Vectors one thread holds between the reduction and the stores (the row stays in registers: x is read once).
@@ -36,7 +37,7 @@ constexpr int kMaxVecsPerThread = 4;
 constexpr int kMaxThreads = 512;
 constexpr int kMaxHeadDim = 4096;
 
-// The two schedules (NormRopeSchedule; vidattn_norm_rope_set_schedule picks one for an A/B, bf16 x with fp32 tables):
+// The schedules (NormRopeSchedule; vidattn_norm_rope_set_schedule picks one for an A/B, bf16 x with fp32 tables):
 //   kOneRow   one CTA per (batch, position) row: x loaded, the reduction, then the weights (the same for every row:
 //             L1 hits) and the row's tables from global memory, the rotation, the stores. Measured in call O of the
 //             eighth sitting (bench/results/h200_2026-12-03_eighth/call_o2) against two other placements of those
@@ -45,7 +46,42 @@ constexpr int kMaxHeadDim = 4096;
 //   kRows     CTAs looping over rows (as many as fit the GPU), the next row's x loaded before this row's reduction,
 //             so a CTA always has a row's loads in flight: kOneRow reaches ~2.2 TB/s, its CTAs idle on the memory
 //             system between their load and their stores.
-enum NormRopeSchedule : int { kOneRow = 1, kRows = 2 };
+//   kLean     kOneRow's loads, arithmetic and stores (the same instructions and bits) with its index math done once:
+//             kOneRow works out the row's (batch, position) by 64-bit division and each vector's (head, offset) by
+//             32-bit division both before its loads and before its stores. kLean divides the row once in 32 bits,
+//             takes a vector's head by one multiply (head_magic) for its load and its store, and keeps offsets within
+//             the row in 32 bits (run only where they fit: capi_rope.cuh lean_offsets_fit). SASS on Wan 14B's rows:
+//             a thread issues 463 instructions per row instead of 635 (896 -> 616 in all), registers 40 both. Built,
+//             not measured yet (dev/NOTES_rope.md: the prediction).
+//   kLeanVec  kLean with whole 16-byte accesses: one STG.E.128 per vector (kOneRow's and kLean's store is four 4-byte
+//             STG.E: nvcc assembles Vec8's halves as 16-bit pieces and stores them so), and the fp32 tables read as
+//             four 16-byte loads per vector (ld_nc_v4: from load_table8's float4s, of which the rotation uses half
+//             the elements, ptxas keeps only 8 scalar loads, each a 1 KB span across the warp).
+//             Same arithmetic, same bits. Built, not measured yet.
+enum NormRopeSchedule : int { kOneRow = 1, kRows = 2, kLean = 3, kLeanVec = 4 };
+
+// Four fp32 from global memory in one 16-byte load through the read-only path, as two 64-bit words
+// (ld.global.nc.v2.u64, PTX ISA 9.7.9.8 "ld.global.nc"): ptxas narrows a v4.f32 load of which half the elements are
+// dead into scalar loads (it did so here, in asm too), but keeps a 64-bit word whole.
+__device__ __forceinline__ void ld_nc_v4(const float* p, float& a, float& b, float& c, float& d) {
+  uint64_t lo, hi;
+  asm("ld.global.nc.v2.u64 {%0, %1}, [%2];" : "=l"(lo), "=l"(hi) : "l"(p));
+  a = __uint_as_float(static_cast<uint32_t>(lo));
+  b = __uint_as_float(static_cast<uint32_t>(lo >> 32));
+  c = __uint_as_float(static_cast<uint32_t>(hi));
+  d = __uint_as_float(static_cast<uint32_t>(hi >> 32));
+}
+
+// 8 fp32 table entries as two whole 16-byte loads (kLeanVec); other table dtypes as load_table8.
+template <typename C>
+__device__ __forceinline__ void load_table8_whole(const C* p, float (&v)[8]) {
+  if constexpr (sizeof(C) == 4) {
+    ld_nc_v4(p, v[0], v[1], v[2], v[3]);
+    ld_nc_v4(p + 4, v[4], v[5], v[6], v[7]);
+  } else {
+    rope::load_table8(p, v);
+  }
+}
 
 // Sum over the CTA; every thread gets the total. One warp-shuffle tree per warp, then the warps' partials in order.
 // `scratch` is used again only after another barrier of the CTA (kRows alternates two).
@@ -90,6 +126,29 @@ __device__ __forceinline__ float sum_squares(const rope::Vec8<T> (&v)[kVecs], co
   return ss;
 }
 
+// 1/rms of a row from its sum of squares.
+__device__ __forceinline__ float row_rstd(float total, const NormRopeParams& p) {
+  return rsqrtf(__fadd_rn(__fdiv_rn(total, float(p.vecs) * 8.f), p.eps));
+}
+
+// One vector normalized, weighted and rotated: w its weights, cs and sn its channels' table entries.
+template <typename T, bool kRoundMid>
+__device__ __forceinline__ rope::Vec8<T> norm_rotate8(const rope::Vec8<T>& v, const rope::Vec8<T>& w,
+                                                       const float (&cs)[8], const float (&sn)[8], float rstd) {
+  rope::Vec8<T> r;
+#pragma unroll
+  for (int e = 0; e < 8; e += 2) {
+    // y rounded to T first: the stock code's norm writes it in x's dtype and the RoPE reads it back.
+    const float y0 = rope::round_to<T>(__fmul_rn(w.get(e), __fmul_rn(rstd, v.get(e))));
+    const float y1 = rope::round_to<T>(__fmul_rn(w.get(e + 1), __fmul_rn(rstd, v.get(e + 1))));
+    float first, second;
+    rope::rotate<T, kRoundMid>(y0, y1, cs[e], sn[e + 1], cs[e], sn[e + 1], first, second);
+    r.set(e, first);
+    r.set(e + 1, second);
+  }
+  return r;
+}
+
 // Normalize, weight, rotate and store this thread's vectors of `row`, given the row's sum of squares.
 template <typename T, typename C, bool kRoundMid, int kVecs>
 __device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], float total, const NormRopeParams& p,
@@ -100,7 +159,7 @@ __device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], floa
   const C* cos_row = static_cast<const C*>(p.cos) + b * p.cos_stride[0] + s * p.cos_stride[1];
   const C* sin_row = static_cast<const C*>(p.sin) + b * p.sin_stride[0] + s * p.sin_stride[1];
   const int hd = int(p.head_dim);
-  const float rstd = rsqrtf(__fadd_rn(__fdiv_rn(total, float(p.vecs) * 8.f), p.eps));
+  const float rstd = row_rstd(total, p);
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const int vec = threadIdx.x + i * blockDim.x;
@@ -111,18 +170,67 @@ __device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], floa
       float cs[8], sn[8];
       rope::load_table8(cos_row + d, cs);
       rope::load_table8(sin_row + d, sn);
-      rope::Vec8<T> r;
+      *reinterpret_cast<uint4*>(orow + h * p.out_stride[2] + d) = norm_rotate8<T, kRoundMid>(v[i], w, cs, sn, rstd).raw;
+    }
+  }
+}
+
+// kLean's row (one per CTA): kOneRow's accesses in kOneRow's order and its arithmetic (load_row, sum_squares,
+// block_sum, finish_row's), the index math done once. Channel c's head is umulhi(c, head_magic): with
+// head_magic = ceil(2^32 / D) = (2^32 + e) / D, 0 <= e < D, c * head_magic / 2^32 = c / D + c * e / (D * 2^32), and
+// the second term stays under 1 / D (so the floor is c / D's) while c * e < 2^32: c < 16384 and D <= 4096 give 2^26.
+// A power-of-two D makes it a shift (head_magic = 2^32 / D); a shift and mask in its place measured 2 SASS
+// instructions fewer per thread on Wan's rows, at the price of a second path for the other head dims.
+static_assert(int64_t(kMaxThreads) * kMaxVecsPerThread * 8 * kMaxHeadDim <= (int64_t(1) << 32), "head_magic's bound");
+template <typename T, typename C, bool kRoundMid, int kVecs, bool kWhole = false>
+__device__ __forceinline__ void lean_row(const NormRopeParams& p, float* scratch) {
+  // rows < 2^31 (the C entry), so the row's (batch, position) divide in 32 bits; its base offsets stay 64-bit (a
+  // fused-qkv chunk of batch 2 spans over 2^31 elements).
+  const uint32_t row = blockIdx.x, seqlen = uint32_t(p.seqlen), b = row / seqlen, s = row - b * seqlen;
+  const T* xr = static_cast<const T*>(p.x) + (int64_t(b) * p.x_stride[0] + int64_t(s) * p.x_stride[1]);
+  T* orow = static_cast<T*>(p.out) + (int64_t(b) * p.out_stride[0] + int64_t(s) * p.out_stride[1]);
+  const C* cos_row = static_cast<const C*>(p.cos) + (int64_t(b) * p.cos_stride[0] + int64_t(s) * p.cos_stride[1]);
+  const C* sin_row = static_cast<const C*>(p.sin) + (int64_t(b) * p.sin_stride[0] + int64_t(s) * p.sin_stride[1]);
+  const T* wr = static_cast<const T*>(p.weight);
+  // Offsets within the row in 32 bits: the host checked (heads - 1) * head stride + D fits (lean_offsets_fit).
+  const uint32_t hd = uint32_t(p.head_dim), xs = uint32_t(p.x_stride[2]), os = uint32_t(p.out_stride[2]);
+  rope::Vec8<T> v[kVecs];
+  uint32_t head[kVecs], dim[kVecs];
 #pragma unroll
-      for (int e = 0; e < 8; e += 2) {
-        // y rounded to T first: the stock code's norm writes it in x's dtype and the RoPE reads it back.
-        const float y0 = rope::round_to<T>(__fmul_rn(w.get(e), __fmul_rn(rstd, v[i].get(e))));
-        const float y1 = rope::round_to<T>(__fmul_rn(w.get(e + 1), __fmul_rn(rstd, v[i].get(e + 1))));
-        float first, second;
-        rope::rotate<T, kRoundMid>(y0, y1, cs[e], sn[e + 1], cs[e], sn[e + 1], first, second);
-        r.set(e, first);
-        r.set(e + 1, second);
+  for (int i = 0; i < kVecs; ++i) {
+    const uint32_t vec = threadIdx.x + i * blockDim.x;
+    if (vec < uint32_t(p.vecs)) {
+      const uint32_t c = vec * 8;
+      head[i] = __umulhi(c, p.head_magic);
+      dim[i] = c - head[i] * hd;
+      v[i].raw = *reinterpret_cast<const uint4*>(xr + (head[i] * xs + dim[i]));
+    }
+  }
+  const float rstd = row_rstd(block_sum(sum_squares<T, kVecs>(v, p), scratch), p);
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const uint32_t vec = threadIdx.x + i * blockDim.x;
+    if (vec < uint32_t(p.vecs)) {
+      rope::Vec8<T> w;
+      w.raw = __ldg(reinterpret_cast<const uint4*>(wr + vec * 8));
+      float cs[8], sn[8];
+      if constexpr (kWhole) {
+        load_table8_whole(cos_row + dim[i], cs);
+        load_table8_whole(sin_row + dim[i], sn);
+      } else {
+        rope::load_table8(cos_row + dim[i], cs);
+        rope::load_table8(sin_row + dim[i], sn);
       }
-      *reinterpret_cast<uint4*>(orow + h * p.out_stride[2] + d) = r.raw;
+      const uint4 r = norm_rotate8<T, kRoundMid>(v[i], w, cs, sn, rstd).raw;
+      if constexpr (kWhole) {
+        *reinterpret_cast<uint4*>(orow + (head[i] * os + dim[i])) = r;
+      } else {
+        // Four 4-byte stores: what nvcc makes of kOneRow's 16-byte store (PTX st.global.v2.u16, SASS STG.E, in every
+        // rms_norm_rope_kernel of the library; rope.cuh's kernels get STG.E.128), kept so that the A/B against
+        // kOneRow measures the index math alone; kLeanVec stores whole.
+        uint32_t* o = reinterpret_cast<uint32_t*>(orow + (head[i] * os + dim[i]));
+        o[0] = r.x, o[1] = r.y, o[2] = r.z, o[3] = r.w;
+      }
     }
   }
 }
@@ -132,7 +240,7 @@ __device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], floa
 template <typename T, typename C, bool kRoundMid, int kVecs, int kSchedule>
 __global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRopeParams p) {
   static_assert(kVecs >= 1 && kVecs <= kMaxVecsPerThread, "vectors per thread");
-  static_assert(kSchedule == kOneRow || kSchedule == kRows, "schedule");
+  static_assert(kSchedule == kOneRow || kSchedule == kRows || kSchedule == kLean, "schedule (kLeanVec: its own kernel)");
   __shared__ float scratch[2][kMaxThreads / 32];
   const int64_t rows = p.batch * p.seqlen;
   rope::Vec8<T> v[kVecs];
@@ -140,6 +248,8 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRo
     load_row<T, kVecs>(v, p, blockIdx.x);
     const float total = block_sum(sum_squares<T, kVecs>(v, p), scratch[0]);
     finish_row<T, C, kRoundMid, kVecs>(v, total, p, blockIdx.x);
+  } else if constexpr (kSchedule == kLean) {
+    lean_row<T, C, kRoundMid, kVecs>(p, scratch[0]);
   } else {
     int64_t row = blockIdx.x;
     if (row < rows) load_row<T, kVecs>(v, p, row);
@@ -152,6 +262,17 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRo
       for (int i = 0; i < kVecs; ++i) v[i] = next[i];
     }
   }
+}
+
+// kLeanVec, a kernel of its own: its whole table loads keep 16 more values live, and without a register bound ptxas
+// gave it 56 registers (3 CTAs of 320 threads per SM instead of kOneRow's 5 at 40; call O2 measured that trade lose,
+// 0.852 against 0.696 ms). The bound (3 CTAs of kMaxThreads) holds it to 40 for 1 and 2 vectors per thread. On the
+// shared kernel a second launch-bounds argument, even 1, changed ptxas's choices for kOneRow (48 registers, other SASS).
+template <typename T, typename C, bool kRoundMid, int kVecs>
+__global__ void __launch_bounds__(kMaxThreads, kVecs <= 2 ? 3 : 1) rms_norm_rope_lean_vec_kernel(const NormRopeParams p) {
+  static_assert(kVecs >= 1 && kVecs <= kMaxVecsPerThread, "vectors per thread");
+  __shared__ float scratch[kMaxThreads / 32];
+  lean_row<T, C, kRoundMid, kVecs, true>(p, scratch);
 }
 
 }  // namespace norm_rope
