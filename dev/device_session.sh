@@ -81,6 +81,9 @@
 #                                             # tests, the per-call A/Bs (q8_v12_ab.py --modes 1 2, norm_rope_ab.py
 #                                             # --schedules 1 3), and the Wan 14B 720p forward A/B of both together
 #                                             # against the defaults (dev/settings_e2e.py) beside SDPA
+#   bash dev/device_session.sh N2 [budget_s]  # after N1's flips: the 8-bit and norm + RoPE GPU suites on the new
+#                                             # defaults, memcheck of the two new kernels, then the Wan 14B 720p and
+#                                             # 1.3B forward reports (e2e_report.py) at 8-bit beside SDPA
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -175,6 +178,18 @@ print(min(good)[1] if good else 4)" 2>/dev/null || echo 4)
     --b v12=2 nr=$nr --rounds 4 --sdpa 2 > "$OUT/n1/settings_e2e.log" 2>&1; rc[e2e]=$?
   tail -9 "$OUT/n1/settings_e2e.log"
   tar_dirs n1
+  ;;
+N2)
+  build_lib
+  mkdir -p "$OUT/n2"
+  timeout 170 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_gpu.py tests/test_8bit_v12_gpu.py \
+    tests/test_norm_rope_gpu.py > "$OUT/n2/gpu_tests.log" 2>&1; rc[tests]=$?
+  tail -2 "$OUT/n2/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/n2/gpu_tests.log" | head -8
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_8bit_v12_gpu.py tests/test_norm_rope_gpu.py -k "(mode_2_bit_for_bit and 2049 and random) or lean" \
+    > "$OUT/n2/memcheck.log" 2>&1; rc[memcheck]=$?; grep -E "ERROR SUMMARY|passed|failed" "$OUT/n2/memcheck.log" | tail -2
+  wan_8bit_reports
+  tar_dirs n2 e2e14 e2e13
   ;;
 K)
   anchors_ready
