@@ -83,8 +83,7 @@ int rope_dispatch_table(const vidattn::rope::RopeParams& p, int table_dtype, int
 }
 
 // The fused norm + RoPE kernel's schedule (norm_rope.cuh NormRopeSchedule): 0, the library's (kNormRopeDefault); 1
-// one row per CTA, 2 CTAs looping over rows, 3 one row per CTA with lean index math, 4 that with whole 16-byte
-// stores and table loads (its own kernel, rms_norm_rope_lean_vec_kernel), for the A/B
+// one row per CTA, 2 CTAs looping over rows, 3 one row per CTA with lean index math, for the A/B
 // (vidattn_norm_rope_set_schedule; a forced schedule is built for bf16 x with fp32 tables, Wan's case, only: other
 // calls run the default).
 constexpr int kNormRopeDefault = vidattn::norm_rope::kOneRow;
@@ -103,24 +102,18 @@ int norm_rope_run(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim3 b
   using namespace vidattn::norm_rope;
   // Tables of x's own dtype under the Wan formula: torch computes each op in that dtype (rope.cuh, kRoundMid).
   constexpr bool kRoundMid = sizeof(C) == sizeof(T);
-  if constexpr (kSchedule == kLeanVec) {
-    rms_norm_rope_lean_vec_kernel<T, C, kRoundMid, kVecs><<<grid, block, 0, stream>>>(p);
-    return check_launch("rms_norm_rope_lean_vec_kernel");
-  } else {
-    auto kernel = rms_norm_rope_kernel<T, C, kRoundMid, kVecs, kSchedule>;
-    if constexpr (kSchedule == kRows) {
-      // As many CTAs as are resident at once, each looping over rows (at most one per row).
-      int per_sm = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(block.x), 0) !=
-              cudaSuccess ||
-          per_sm < 1)
-        per_sm = 1;
-      const int64_t rows = int64_t(grid.x), ctas = int64_t(per_sm) * sm_count();
-      grid.x = static_cast<unsigned>(rows < ctas ? rows : ctas);
-    }
-    kernel<<<grid, block, 0, stream>>>(p);
-    return check_launch("rms_norm_rope_kernel");
+  auto kernel = rms_norm_rope_kernel<T, C, kRoundMid, kVecs, kSchedule>;
+  if constexpr (kSchedule == kRows) {
+    // As many CTAs as are resident at once, each looping over rows (at most one per row).
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(block.x), 0) != cudaSuccess ||
+        per_sm < 1)
+      per_sm = 1;
+    const int64_t rows = int64_t(grid.x), ctas = int64_t(per_sm) * sm_count();
+    grid.x = static_cast<unsigned>(rows < ctas ? rows : ctas);
   }
+  kernel<<<grid, block, 0, stream>>>(p);
+  return check_launch("rms_norm_rope_kernel");
 }
 
 template <typename T, typename C, int kVecs>
@@ -131,8 +124,6 @@ int norm_rope_launch(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim
     if (g_norm_rope_schedule == kRows) return norm_rope_run<T, C, kVecs, kRows>(p, grid, block, stream);
     if (g_norm_rope_schedule == kLean && lean_offsets_fit(p))
       return norm_rope_run<T, C, kVecs, kLean>(p, grid, block, stream);
-    if (g_norm_rope_schedule == kLeanVec && lean_offsets_fit(p))
-      return norm_rope_run<T, C, kVecs, kLeanVec>(p, grid, block, stream);
   }
   return norm_rope_run<T, C, kVecs, kNormRopeDefault>(p, grid, block, stream);
 }
@@ -158,9 +149,8 @@ int norm_rope_dispatch(const vidattn::norm_rope::NormRopeParams& p, int table_dt
 extern "C" int vidattn_rope_version(void) { return 1; }
 
 extern "C" int vidattn_norm_rope_set_schedule(int schedule) {
-  if (schedule < 0 || schedule > 4)
-    return fail("norm_rope: schedule must be 0 (default), 1 (one row), 2 (rows), 3 (one row, lean index math) or 4 "
-                "(3 with whole 16-byte stores and table loads)");
+  if (schedule < 0 || schedule > 3)
+    return fail("norm_rope: schedule must be 0 (default), 1 (one row), 2 (rows) or 3 (one row, lean index math)");
   g_norm_rope_schedule = schedule;
   return 0;
 }

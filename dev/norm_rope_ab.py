@@ -3,7 +3,7 @@ Wan's attention runs today (`torch.nn.RMSNorm` over the (B, S, H*D) row, then vi
 kernel, on q-shaped bf16 inputs (contiguous, as Wan's to_q writes them; --chunk: a fused-qkv chunk) with Wan's fp32
 (1, S, 1, D) tables.
 
-    python3 dev/norm_rope_ab.py [--passes 6] [--reps 20] [--shapes wan14b wan13b] [--schedules 1 3 4] [--chunk]
+    python3 dev/norm_rope_ab.py [--passes 6] [--reps 20] [--shapes wan14b wan13b] [--schedules 1 3] [--chunk]
 
 Checks first, per shape and schedule (`--schedules`: norm_rope.cuh's NormRopeSchedule, 0 the library's): the
 fused call ran the kernel (norm_rope_reason None), is within 2e-3 relative L2 of the two steps and >= 99.9% bit for

@@ -5,8 +5,8 @@ three-input chains and by one FADD on steady blocks, the row sums from their fir
 
     python3 dev/q8_v12_ab.py [--passes 6] [--reps 16] [--budget 100] [--sharp] [--modes 1 2]
 
---modes REF VARIANT picks the two v12 modes (default 0 1; `1 2` is v14, the alphas' exponentials behind a warp vote,
-against the default).
+--modes REF VARIANT picks the two v12 modes (default 0 1; `1 2` was v14, the alphas' exponentials behind a warp vote,
+against the default: dev/experiments/q8_v14_alpha_vote.patch).
 
 dev/q8_selector_ab.py's functions, as dev/q8_v10_ab.py uses them: per variant its checks_fp64 (odd lengths, kv_lens
 tails with LSE, fp16, a shared key offset, V = ones against fp64; the launch ran schedule 3, conversion 2), that the
@@ -45,7 +45,7 @@ class Prep(int):
 
 
 # (name, head dim, schedule, row-sum mode, conversion, pre-pass + v12) as q8_selector_ab.py's; the first is the default.
-MODE_NAMES = {0: "v10 mode 1", 1: "fewer instr.", 2: "alpha vote"}
+MODE_NAMES = {0: "v10 mode 1", 1: "fewer instr."}
 
 
 def variants(ref, mode):
@@ -120,7 +120,8 @@ def main():
     ap.add_argument("--budget", type=float, default=100.0, help="seconds from the start; no pass starts after it")
     ap.add_argument("--sharp", action="store_true", help="also the shapes with scores x4 (softmax scale x4)")
     ap.add_argument("--modes", type=int, nargs=2, default=[0, 1], metavar=("REF", "VARIANT"),
-                    help="v12 modes compared: the reference, then the variant (0 1: v12; 1 2: v14's alpha vote)")
+                    help="v12 modes compared: the reference, then the variant (0 1: v12; 1 2: v14's alpha vote, with "
+                         "dev/experiments/q8_v14_alpha_vote.patch applied)")
     a = ap.parse_args()
     global VARIANTS
     if sorted(set(a.modes)) != sorted(a.modes) or any(m not in MODE_NAMES for m in a.modes):

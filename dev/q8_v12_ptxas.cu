@@ -13,5 +13,4 @@ namespace vidattn::sm90 {
       const __grid_constant__ Q8FwdParams);
 Q8_V12(0)  // the default (v10 mode 1)
 Q8_V12(1)  // v12: uniform warpgroup index, row max in 3-input chains and by FADD, row sums from the first groups, K-scale pointer
-Q8_V12(2)  // v12 mode 2 (v14): mode 1 with the alphas' exponentials only when a row of the warp moved its max
 }  // namespace vidattn::sm90

@@ -54,7 +54,7 @@ def test_kernel_source_v12():
 
 
 def test_set_v12_validates_reaches_the_library_and_needs_it():
-    check_q8_selector("v12", quant8.set_v12, quant8.last_v12, top=2)
+    check_q8_selector("v12", quant8.set_v12, quant8.last_v12, top=1)
 
 
 def test_v12_selector_in_the_c_abi():
@@ -62,14 +62,10 @@ def test_v12_selector_in_the_c_abi():
     dtype, on v10 mode 1 (kLazy 0, kDescInc 2) of D=128 schedule 3 with conversion 2; a forced mode 1 elsewhere
     refused, on schedule 3 with v10 mode 0 too."""
     assert "#define VIDATTN_Q8_V12 1" in CAPI
-    assert 'extern "C" int vidattn_q8_set_v12(int mode)' in CAPI and "if (mode < -1 || mode > 2) return 1;" in CAPI
-    assert 'q8_env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 2)' in CAPI
+    assert 'extern "C" int vidattn_q8_set_v12(int mode)' in CAPI and "if (mode < -1 || mode > 1) return 1;" in CAPI
+    assert 'q8_env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 1)' in CAPI
     assert CAPI.count("kSeq, kTurns, 2, 0, 0, 2, 1>(a, l, s)") == 2
     assert len(re.findall(r"q8_launch<[^>]*, \d+, \d+, \d+, \d+, 1>", CAPI)) == 2
-    # mode 2 (v14, the alpha vote): one build per dtype, on the same v10 mode 1 of schedule 3, off by default
-    assert CAPI.count("kSeq, kTurns, 2, 0, 0, 2, 2>(a, l, s)") == 2
-    assert len(re.findall(r"q8_launch<[^>]*, \d+, \d+, \d+, \d+, 2>", CAPI)) == 2
-    assert "if (q8_v12_asked() == 2)" in CAPI
     assert "if (v10 != 1 && g_q8_v12 > 0)" in CAPI
     assert "if (g_q8_v12 > 0)\n    return fail(" in CAPI
     assert "g_q8_last_v12 = kV12;" in CAPI and "g_q8_last_v12 = -1;" in CAPI
@@ -114,28 +110,3 @@ def test_three_chain_row_max_covers_each_value_once():
     seen = [0, 11, 22] + [x for k in range(1, 11, 2) for x in (k, k + 1, 11 + k, 12 + k)]
     seen += [x for k in range(23, 31, 2) for x in (k, k + 1)] + [31]
     assert sorted(seen) == list(range(32))
-
-
-def test_alpha_vote_source():
-    """v14 (v12 mode 2): the alphas' exponentials behind a warp vote, as a PTX branch (a C++ `if` became predicated
-    MUFU.EX2 in ptxas, still issued), the vote counting a NaN max as moved; mode 1's code unchanged (the vote's path
-    is a separate `if constexpr` branch)."""
-    assert "const bool moved = !(mx0 == row_max[0]) || !(mx1 == row_max[1]);" in SRC
-    assert "q8ptx::alphas_if_moved(static_cast<uint32_t>(__any_sync(0xffffffffu, moved))" in SRC
-    body = SRC[SRC.index("__device__ __forceinline__ void alphas_if_moved("):]
-    body = body[:body.index("\n}\n")]
-    assert '"@skip bra.uni VIDATTN_ALPHA_%=;\\n"' in body and body.count("ex2.approx.ftz.f32") == 2
-    assert body.count('"mov.f32 %0, 0f3F800000;\\n"') == 1 and '"mov.f32 %1, 0f3F800000;\\n"' in body
-    assert "q8_softmax_max<kN, kCvt, 0, (kV12 > 0), (kV12 == 2)>" in SRC
-
-
-def test_alpha_of_an_unmoved_max_is_one():
-    """What the vote's skip rests on: m - m is +0 for every finite m (so the exponential it skips is 2^+0), and a NaN
-    max never compares equal (so it counts as moved and takes the exponential, as before)."""
-    g = torch.Generator().manual_seed(int(torch.randint(0, 1 << 30, ()).item()))
-    m = torch.cat([torch.randn(10000, generator=g) * 1e4, torch.tensor([0.0, -0.0, 3.4e38, -3.4e38])]).float()
-    d = m - m
-    assert torch.equal(d.view(torch.int32), torch.zeros_like(d).view(torch.int32))
-    assert torch.exp2(d).eq(1.0).all()
-    nan = torch.tensor(float("nan"))
-    assert not bool(nan == nan)

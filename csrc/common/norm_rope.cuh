@@ -53,35 +53,7 @@ constexpr int kMaxHeadDim = 4096;
 //             the row in 32 bits (run only where they fit: capi_rope.cuh lean_offsets_fit). SASS on Wan 14B's rows:
 //             a thread issues 463 instructions per row instead of 635 (896 -> 616 in all), registers 40 both. Built,
 //             not measured yet (dev/NOTES_rope.md: the prediction).
-//   kLeanVec  kLean with whole 16-byte accesses: one STG.E.128 per vector (kOneRow's and kLean's store is four 4-byte
-//             STG.E: nvcc assembles Vec8's halves as 16-bit pieces and stores them so), and the fp32 tables read as
-//             four 16-byte loads per vector (ld_nc_v4: from load_table8's float4s, of which the rotation uses half
-//             the elements, ptxas keeps only 8 scalar loads, each a 1 KB span across the warp).
-//             Same arithmetic, same bits. Built, not measured yet.
-enum NormRopeSchedule : int { kOneRow = 1, kRows = 2, kLean = 3, kLeanVec = 4 };
-
-// Four fp32 from global memory in one 16-byte load through the read-only path, as two 64-bit words
-// (ld.global.nc.v2.u64, PTX ISA 9.7.9.8 "ld.global.nc"): ptxas narrows a v4.f32 load of which half the elements are
-// dead into scalar loads (it did so here, in asm too), but keeps a 64-bit word whole.
-__device__ __forceinline__ void ld_nc_v4(const float* p, float& a, float& b, float& c, float& d) {
-  uint64_t lo, hi;
-  asm("ld.global.nc.v2.u64 {%0, %1}, [%2];" : "=l"(lo), "=l"(hi) : "l"(p));
-  a = __uint_as_float(static_cast<uint32_t>(lo));
-  b = __uint_as_float(static_cast<uint32_t>(lo >> 32));
-  c = __uint_as_float(static_cast<uint32_t>(hi));
-  d = __uint_as_float(static_cast<uint32_t>(hi >> 32));
-}
-
-// 8 fp32 table entries as two whole 16-byte loads (kLeanVec); other table dtypes as load_table8.
-template <typename C>
-__device__ __forceinline__ void load_table8_whole(const C* p, float (&v)[8]) {
-  if constexpr (sizeof(C) == 4) {
-    ld_nc_v4(p, v[0], v[1], v[2], v[3]);
-    ld_nc_v4(p + 4, v[4], v[5], v[6], v[7]);
-  } else {
-    rope::load_table8(p, v);
-  }
-}
+enum NormRopeSchedule : int { kOneRow = 1, kRows = 2, kLean = 3 };
 
 // Sum over the CTA; every thread gets the total. One warp-shuffle tree per warp, then the warps' partials in order.
 // `scratch` is used again only after another barrier of the CTA (kRows alternates two).
@@ -182,7 +154,7 @@ __device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], floa
 // A power-of-two D makes it a shift (head_magic = 2^32 / D); a shift and mask in its place measured 2 SASS
 // instructions fewer per thread on Wan's rows, at the price of a second path for the other head dims.
 static_assert(int64_t(kMaxThreads) * kMaxVecsPerThread * 8 * kMaxHeadDim <= (int64_t(1) << 32), "head_magic's bound");
-template <typename T, typename C, bool kRoundMid, int kVecs, bool kWhole = false>
+template <typename T, typename C, bool kRoundMid, int kVecs>
 __device__ __forceinline__ void lean_row(const NormRopeParams& p, float* scratch) {
   // rows < 2^31 (the C entry), so the row's (batch, position) divide in 32 bits; its base offsets stay 64-bit (a
   // fused-qkv chunk of batch 2 spans over 2^31 elements).
@@ -214,23 +186,14 @@ __device__ __forceinline__ void lean_row(const NormRopeParams& p, float* scratch
       rope::Vec8<T> w;
       w.raw = __ldg(reinterpret_cast<const uint4*>(wr + vec * 8));
       float cs[8], sn[8];
-      if constexpr (kWhole) {
-        load_table8_whole(cos_row + dim[i], cs);
-        load_table8_whole(sin_row + dim[i], sn);
-      } else {
-        rope::load_table8(cos_row + dim[i], cs);
-        rope::load_table8(sin_row + dim[i], sn);
-      }
+      rope::load_table8(cos_row + dim[i], cs);
+      rope::load_table8(sin_row + dim[i], sn);
       const uint4 r = norm_rotate8<T, kRoundMid>(v[i], w, cs, sn, rstd).raw;
-      if constexpr (kWhole) {
-        *reinterpret_cast<uint4*>(orow + (head[i] * os + dim[i])) = r;
-      } else {
-        // Four 4-byte stores: what nvcc makes of kOneRow's 16-byte store (PTX st.global.v2.u16, SASS STG.E, in every
-        // rms_norm_rope_kernel of the library; rope.cuh's kernels get STG.E.128), kept so that the A/B against
-        // kOneRow measures the index math alone; kLeanVec stores whole.
-        uint32_t* o = reinterpret_cast<uint32_t*>(orow + (head[i] * os + dim[i]));
-        o[0] = r.x, o[1] = r.y, o[2] = r.z, o[3] = r.w;
-      }
+      // Four 4-byte stores: what nvcc makes of kOneRow's 16-byte store (PTX st.global.v2.u16, SASS STG.E, in every
+      // rms_norm_rope_kernel of the library; rope.cuh's kernels get STG.E.128), kept so that the A/B against kOneRow
+      // measures the index math alone. The 16-byte store is an experiment of its own.
+      uint32_t* o = reinterpret_cast<uint32_t*>(orow + (head[i] * os + dim[i]));
+      o[0] = r.x, o[1] = r.y, o[2] = r.z, o[3] = r.w;
     }
   }
 }
@@ -240,7 +203,7 @@ __device__ __forceinline__ void lean_row(const NormRopeParams& p, float* scratch
 template <typename T, typename C, bool kRoundMid, int kVecs, int kSchedule>
 __global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRopeParams p) {
   static_assert(kVecs >= 1 && kVecs <= kMaxVecsPerThread, "vectors per thread");
-  static_assert(kSchedule == kOneRow || kSchedule == kRows || kSchedule == kLean, "schedule (kLeanVec: its own kernel)");
+  static_assert(kSchedule == kOneRow || kSchedule == kRows || kSchedule == kLean, "schedule");
   __shared__ float scratch[2][kMaxThreads / 32];
   const int64_t rows = p.batch * p.seqlen;
   rope::Vec8<T> v[kVecs];
@@ -262,17 +225,6 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRo
       for (int i = 0; i < kVecs; ++i) v[i] = next[i];
     }
   }
-}
-
-// kLeanVec, a kernel of its own: its whole table loads keep 16 more values live, and without a register bound ptxas
-// gave it 56 registers (3 CTAs of 320 threads per SM instead of kOneRow's 5 at 40; call O2 measured that trade lose,
-// 0.852 against 0.696 ms). The bound (3 CTAs of kMaxThreads) holds it to 40 for 1 and 2 vectors per thread. On the
-// shared kernel a second launch-bounds argument, even 1, changed ptxas's choices for kOneRow (48 registers, other SASS).
-template <typename T, typename C, bool kRoundMid, int kVecs>
-__global__ void __launch_bounds__(kMaxThreads, kVecs <= 2 ? 3 : 1) rms_norm_rope_lean_vec_kernel(const NormRopeParams p) {
-  static_assert(kVecs >= 1 && kVecs <= kMaxVecsPerThread, "vectors per thread");
-  __shared__ float scratch[kMaxThreads / 32];
-  lean_row<T, C, kRoundMid, kVecs, true>(p, scratch);
 }
 
 }  // namespace norm_rope

@@ -120,30 +120,6 @@ template <int kSwizzle>
 constexpr uint32_t smem_desc_hi() {
   return ((8u * kSwizzle) >> 4 & 0x3FFF) | (kSwizzle == 128 ? 1u : 2u) << 30;
 }
-// The online softmax's two alphas 2^(m0 - n0), 2^(m1 - n1), or 1 and 1 with no exponential when `moved` is 0; moved
-// must be warp-uniform (a vote). The skip is a branch in PTX (bra.uni, PTX ISA 9.7.8.x "Control Flow Instructions:
-// bra"): written in C++ the same test became predicated MUFU.EX2, which still issue and take MUFU's slots. The
-// differences are sub.f32, as the C++ `m - n` it replaces.
-__device__ __forceinline__ void alphas_if_moved(uint32_t moved, float m0, float n0, float m1, float n1, float& a0,
-                                                float& a1) {
-  asm("{\n"
-      ".reg .pred skip;\n"
-      ".reg .f32 d0, d1;\n"
-      "mov.f32 %0, 0f3F800000;\n"
-      "mov.f32 %1, 0f3F800000;\n"
-      "setp.eq.u32 skip, %6, 0;\n"
-      "@skip bra.uni VIDATTN_ALPHA_%=;\n"
-      "VIDATTN_ALPHA_DO_%=:\n"
-      "sub.f32 d0, %2, %3;\n"
-      "sub.f32 d1, %4, %5;\n"
-      "ex2.approx.ftz.f32 %0, d0;\n"
-      "ex2.approx.ftz.f32 %1, d1;\n"
-      "@skip bra.uni VIDATTN_ALPHA_DO_%=;\n"
-      "VIDATTN_ALPHA_%=:\n"
-      "}\n"
-      : "=f"(a0), "=f"(a1)
-      : "f"(m0), "f"(n0), "f"(m1), "f"(n1), "r"(moved));
-}
 // ex2.approx.f16x2 (9.7.4.x): two exponentials of packed halves per instruction (kExp16).
 __device__ __forceinline__ uint32_t ex2_f16x2(uint32_t x) {
   uint32_t y;
@@ -400,13 +376,7 @@ __device__ __forceinline__ void q8_mask_tail(float (&pf)[kN / 2], int kv0, int k
 // float 1.5 * 2^23 + x as it stands (x = im - bias, |x| < 2^21), and subtracting 1.5 * 2^23 gives x exactly (both in
 // one binade: Sterbenz), as the I2F of im - bias does: the same mx bit for bit, in an FADD instead of the INT32_MIN
 // test, the integer subtraction and the I2F (three instructions and the conversion's latency off S -> exponentials).
-// kAlphaVote (v12 mode 2): the alphas' two exponentials only when some row of the warp moved its max (one warp vote);
-// otherwise every row's alpha is 2^(m - m) = 2^+0, which ex2.approx gives as exactly 1, so alpha = 1 is the same value
-// (the GPU test checks the output bit for bit against mode 1). Taken past the first few blocks of a long row, when
-// the running max has settled: 2 of a block's 66 MUFU.EX2 per warp, MUFU being what binds after v12
-// (dev/NOTES_8bit.md "v14"). A row with mx == row_max == -inf or +inf (NaN in its scale) keeps alpha = 1 instead of
-// NaN; its p are NaN already, so the row stays NaN.
-template <int kN, int kCvt, int kHead = 0, bool kSteady = false, bool kAlphaVote = false>
+template <int kN, int kCvt, int kHead = 0, bool kSteady = false>
 __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                                    const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
                                                    float (&neg)[2], int kv0, int kv_len, int col_in_group) {
@@ -421,38 +391,23 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
     if (tail) q8_int_part_max<kN, true>(sacc, part, kv0, kv_len, col_in_group);
     else q8_int_part_max<kN, false>(sacc, part, kv0, kv_len, col_in_group);
   }
-  // The row's max over this block (kHead: the reference set kHead above it, so later blocks may climb that far, plus
-  // e4m3's margin, before their p saturates and the block is redone), the old max folded in.
-  auto block_max = [&](int r) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
     const int32_t im = kSteady ? max(max(part[r][0], part[r][1]), part[r][2])
                                : max(max(part[r][0], part[r][1]), max(part[r][2], part[r][3]));
     // A thread whose keys are all masked has INT32_MIN here: its -inf loses the quad's max to the block's key 0.
     float mx;
     if (kSteady && kCvt == 2 && !tail) mx = (__int_as_float(im) - kQ8Magic) * c[r];
     else mx = im == INT32_MIN ? kNegInf : q8ptx::i2f(im - kBias) * c[r];
+    // kHead (kLazy): the reference set kHead above the block's max, so later blocks may climb that far (plus
+    // e4m3's margin) before their p saturates and the block is redone.
     mx = q8_quad_max(mx);
     if constexpr (kHead != 0) mx += static_cast<float>(kHead);  // (not for 0: x + 0 is not x for -0, kept exact)
-    return fmaxf(mx, row_max[r]);
-  };
-  if constexpr (kAlphaVote) {
-    const float mx0 = block_max(0), mx1 = block_max(1);
-    // (!(a == b): a NaN max counts as moved.)
-    const bool moved = !(mx0 == row_max[0]) || !(mx1 == row_max[1]);
-    q8ptx::alphas_if_moved(static_cast<uint32_t>(__any_sync(0xffffffffu, moved)), row_max[0], mx0, row_max[1], mx1,
-                           alpha[0], alpha[1]);
-    neg[0] = fmaf(-kQ8Magic, c[0], kQ8POffset - mx0);
-    neg[1] = fmaf(-kQ8Magic, c[1], kQ8POffset - mx1);
-    row_max[0] = mx0;
-    row_max[1] = mx1;
-  } else {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float mx = block_max(r);
-      alpha[r] = ptx::exp2_approx(row_max[r] - mx);
-      // The exponent is (1.5 * 2^23 + x) c + neg = x c - mx + 8: the bias's product folded in here, once per row.
-      neg[r] = fmaf(-kQ8Magic, c[r], kQ8POffset - mx);
-      row_max[r] = mx;
-    }
+    mx = fmaxf(mx, row_max[r]);
+    alpha[r] = ptx::exp2_approx(row_max[r] - mx);
+    // The exponent is (1.5 * 2^23 + x) c + neg = x c - mx + 8: the bias's product folded in here, once per row.
+    neg[r] = fmaf(-kQ8Magic, c[r], kQ8POffset - mx);
+    row_max[r] = mx;
   }
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) pf[i] = kCvt == 2 ? __int_as_float(sacc[i]) : q8_magic_float(sacc[i]);
@@ -481,16 +436,14 @@ __device__ __forceinline__ void q8_softmax_max_int(const int32_t (&sacc)[kN / 2]
 // S accumulator starts at the bits of 1.5 * 2^23 (q8_issue_qk<kD, true>), so the scores leave the wgmma as floats.
 // Split in two so a schedule can put a turn between them (q8_consumer_seq's kExpTurns): q8_softmax_max (scores to
 // floats, row max, alpha, the exponent's addend neg) and q8_softmax_exp (the exponentials and row sums: the MUFU work).
-template <int kN, int kCvt = 0, int kHead = 0, bool kSteady = false, bool kAlphaVote = false>
+template <int kN, int kCvt = 0, int kHead = 0, bool kSteady = false>
 __device__ __forceinline__ void q8_softmax_max(const int32_t (&sacc)[kN / 2], float (&pf)[kN / 2],
                                                const float (&c)[2], float (&row_max)[2], float (&alpha)[2],
                                                float (&neg)[2], int kv0, int kv_len, int col_in_group) {
   static_assert(kCvt >= 0 && kCvt <= 2, "kCvt: 0 I2F, 1 magic add, 2 biased accumulator");
   static_assert(kHead == 0 || kCvt > 0, "the headroom is built with the integer row max only");
-  static_assert(!kAlphaVote || kCvt > 0, "the alpha vote is built with the integer row max only");
   if constexpr (kCvt > 0) {
-    q8_softmax_max_int<kN, kCvt, kHead, kSteady, kAlphaVote>(sacc, pf, c, row_max, alpha, neg, kv0, kv_len,
-                                                             col_in_group);
+    q8_softmax_max_int<kN, kCvt, kHead, kSteady>(sacc, pf, c, row_max, alpha, neg, kv0, kv_len, col_in_group);
   } else {
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) pf[i] = q8ptx::i2f(sacc[i]);
@@ -989,7 +942,6 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   // shfl.sync"; __shfl_sync emits it): ptxas then knows the value is warp-uniform and
   // keeps Q's descriptors and the turns' barrier ids in uniform registers (without it: per-thread registers, S2R of
   // the thread index, VIADD and R2UR pairs every block, -14 per block).
-  static_assert(kV12 >= 0 && kV12 <= 2, "v12: 0, 1, or 2 (1 with the alpha vote)");
   static_assert(kV12 == 0 || (kDescInc == 2 && kLazy == 0 && kExpTurns && kCvt == 2 && !kSumMma && !kExp16),
                 "v12 is built on v10 mode 1 of schedule 3 (conversion 2, row-sum mode 0)");
   if constexpr (kV12 > 0) cwg = __shfl_sync(0xffffffffu, cwg, 0);
@@ -1099,8 +1051,7 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
     if constexpr (kExpTurns) {
       float neg[2];
-      q8_softmax_max<kN, kCvt, 0, (kV12 > 0), (kV12 == 2)>(sacc, pf, c, row_max, alpha, neg, j * kN, kv_len,
-                                                           col_in_group);
+      q8_softmax_max<kN, kCvt, 0, (kV12 > 0)>(sacc, pf, c, row_max, alpha, neg, j * kN, kv_len, col_in_group);
       {
         // ptxas sinks a barrier below register-only work (here: below every MUFU.EX2, in a first build), so the
         // exponents depend on the wait through a shared-memory load it cannot move above it, masked to zero (of the
