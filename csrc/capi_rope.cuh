@@ -85,8 +85,10 @@ int rope_dispatch_table(const vidattn::rope::RopeParams& p, int table_dtype, int
 // The fused norm + RoPE kernel's schedule (norm_rope.cuh NormRopeSchedule): 0, the library's (kNormRopeDefault); 1
 // one row per CTA, 2 CTAs looping over rows, 3 one row per CTA with lean index math, for the A/B
 // (vidattn_norm_rope_set_schedule; a forced schedule is built for bf16 x with fp32 tables, Wan's case, only: other
-// calls run the default).
-constexpr int kNormRopeDefault = vidattn::norm_rope::kOneRow;
+// calls run the default). The default is kLean since call N1 of the ninth sitting (bench/results/
+// h200_2026-12-03_ninth/call_n1: 0.584 against kOneRow's 0.713 ms per Wan 14B tensor, 6/6 passes; 1.3B a tie),
+// and kOneRow where kLean's 32-bit row offsets do not fit (lean_offsets_fit).
+constexpr int kNormRopeDefault = vidattn::norm_rope::kLean;
 int g_norm_rope_schedule = 0;
 
 // kLean's offsets within a row are 32-bit: (heads - 1) * head stride + head_dim must fit for x and out (strides
@@ -125,7 +127,8 @@ int norm_rope_launch(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim
     if (g_norm_rope_schedule == kLean && lean_offsets_fit(p))
       return norm_rope_run<T, C, kVecs, kLean>(p, grid, block, stream);
   }
-  return norm_rope_run<T, C, kVecs, kNormRopeDefault>(p, grid, block, stream);
+  if (kNormRopeDefault == kLean && lean_offsets_fit(p)) return norm_rope_run<T, C, kVecs, kLean>(p, grid, block, stream);
+  return norm_rope_run<T, C, kVecs, kOneRow>(p, grid, block, stream);
 }
 
 template <typename T, typename C>

@@ -181,7 +181,10 @@ def test_capi_schedule_3_dispatch():
     src = (Path(__file__).resolve().parents[1] / "csrc/capi_rope.cuh").read_text()
     assert "if (schedule < 0 || schedule > 3)" in src
     assert "if (g_norm_rope_schedule == kLean && lean_offsets_fit(p))" in src
-    assert "constexpr int kNormRopeDefault = vidattn::norm_rope::kOneRow;" in src
+    assert "constexpr int kNormRopeDefault = vidattn::norm_rope::kLean;" in src
+    # the default too falls back to one row per CTA where the lean offsets do not fit
+    assert ("if (kNormRopeDefault == kLean && lean_offsets_fit(p)) return norm_rope_run<T, C, kVecs, kLean>(p, grid, "
+            "block, stream);\n  return norm_rope_run<T, C, kVecs, kOneRow>(p, grid, block, stream);") in src
     assert "p.head_magic = static_cast<uint32_t>(((int64_t(1) << 32) + a->head_dim - 1) / a->head_dim);" in src
     assert 'if (rows > (1ll << 31) - 1) return fail("norm_rope: batch * seqlen over 2^31 - 1 (grid.x)");' in src
 

@@ -51,8 +51,10 @@ constexpr int kMaxHeadDim = 4096;
 //             32-bit division both before its loads and before its stores. kLean divides the row once in 32 bits,
 //             takes a vector's head by one multiply (head_magic) for its load and its store, and keeps offsets within
 //             the row in 32 bits (run only where they fit: capi_rope.cuh lean_offsets_fit). SASS on Wan 14B's rows:
-//             a thread issues 463 instructions per row instead of 635 (896 -> 616 in all), registers 40 both. Built,
-//             not measured yet (dev/NOTES_rope.md: the prediction).
+//             a thread issues 463 instructions per row instead of 635 (896 -> 616 in all), registers 40 both. The
+//             default since call N1 of the ninth sitting: 0.584 against 0.713 ms per Wan 14B tensor (6/6 passes),
+//             1.3B's rows a tie. The same with whole 16-byte stores and table loads (schedule 4, a kernel of its own
+//             at 38 registers) measured 0.605: dev/experiments/norm_rope_lean_vec.patch.
 enum NormRopeSchedule : int { kOneRow = 1, kRows = 2, kLean = 3 };
 
 // Sum over the CTA; every thread gets the total. One warp-shuffle tree per warp, then the warps' partials in order.
