@@ -87,6 +87,9 @@
 #                                             # default, memcheck of its kernel, the Wan 14B 720p and 1.3B forward
 #                                             # reports (e2e_report.py) at 8-bit beside SDPA, D=256 at 1K against
 #                                             # cuDNN, and a Wan 14B 720p 8-bit forward's kernels by group
+#   bash dev/device_session.sh N3 [budget_s]  # v15, the exponential turn's pass point (v12 modes 2-5): GPU tests
+#                                             # (bit for bit against mode 1), the A/B of modes 1-5, the Wan 14B
+#                                             # 720p forward A/B of the best mode against the default beside SDPA
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -181,6 +184,27 @@ print(min(good)[1] if good else 4)" 2>/dev/null || echo 4)
     --b v12=2 nr=$nr --rounds 4 --sdpa 2 > "$OUT/n1/settings_e2e.log" 2>&1; rc[e2e]=$?
   tail -9 "$OUT/n1/settings_e2e.log"
   tar_dirs n1
+  ;;
+N3)
+  build_lib
+  mkdir -p "$OUT/n3"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v12_gpu.py \
+    > "$OUT/n3/gpu_tests.log" 2>&1; rc[tests]=$?
+  tail -2 "$OUT/n3/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/n3/gpu_tests.log" | head -8
+  OUT="$OUT/n3" timeout 240 python3 dev/q8_v12_ab.py --modes 1 2 3 4 5 --passes 6 --reps 16 --budget 200 \
+    > "$OUT/n3/q8_v15_ab.log" 2>&1; rc[q8_ab]=$?; sed -n '/== 8-bit v12 A\/B/,$p' "$OUT/n3/q8_v15_ab.log"
+  # The forward A/B's B: the mode with the best median synced TFLOPS on Wan 1.3B self among 2-5 (its rule aside).
+  best=$(python3 -c "
+import json, statistics
+r = json.load(open('$OUT/n3/q8_v12_ab_1_2_3_4_5.json'))
+t = [x for x in r['timing'] if x['shape'] == 'Wan 1.3B self'][0]['synced']
+m = {int(k.split()[2]): statistics.median(v) for k, v in t.items() if k.split()[2] != '1'}
+print(max(m, key=m.get))" 2>/dev/null || echo 3)
+  echo "forward A/B: B = v12=$best" | tee -a "$OUT/env_$stage.txt"
+  OUT="$OUT/n3" timeout $(( $(left) > 60 ? $(left) - 10 : 50 )) python3 dev/settings_e2e.py --a v12=1 \
+    --b v12=$best --rounds 4 --sdpa 2 > "$OUT/n3/settings_e2e.log" 2>&1; rc[e2e]=$?
+  tail -9 "$OUT/n3/settings_e2e.log"
+  tar_dirs n3
   ;;
 N2)
   build_lib

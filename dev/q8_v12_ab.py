@@ -5,8 +5,9 @@ three-input chains and by one FADD on steady blocks, the row sums from their fir
 
     python3 dev/q8_v12_ab.py [--passes 6] [--reps 16] [--budget 100] [--sharp] [--modes 1 2]
 
---modes REF VARIANT picks the two v12 modes (default 0 1; `1 2` was v14, the alphas' exponentials behind a warp vote,
-against the default: dev/experiments/q8_v14_alpha_vote.patch).
+--modes REF VARIANT... picks the v12 modes (default 0 1; `1 2 3 4 5` times v15's pass points against the default; v14,
+the alphas' exponentials behind a warp vote, was mode 2 in dev/experiments/q8_v14_alpha_vote.patch). JSON name:
+q8_v12_ab_<modes>.json for other --modes.
 
 dev/q8_selector_ab.py's functions, as dev/q8_v10_ab.py uses them: per variant its checks_fp64 (odd lengths, kv_lens
 tails with LSE, fp16, a shared key offset, V = ones against fp64; the launch ran schedule 3, conversion 2), that the
@@ -15,7 +16,7 @@ a tail block (or within mode 0's own run-to-run difference); then `--passes` alt
 every other pass) on the D=128 shapes (Wan 1.3B self, seed 8K): TFLOPS synced per call with the quantization,
 queued, and kernel-only from torch.profiler. --sharp adds the same shapes with the scores sharpened x4 (reported,
 not part of the rule). The table, printed last, gives medians, per-pass ratios to the default and the rule's
-verdict. JSON to $OUT/q8_v12_ab.json ($OUT/q8_v12_ab_REF_VARIANT.json for other --modes).
+verdict. JSON to $OUT/q8_v12_ab.json ($OUT/q8_v12_ab_<modes>.json for other --modes).
 """
 import argparse
 import importlib.util
@@ -45,13 +46,14 @@ class Prep(int):
 
 
 # (name, head dim, schedule, row-sum mode, conversion, pre-pass + v12) as q8_selector_ab.py's; the first is the default.
-MODE_NAMES = {0: "v10 mode 1", 1: "fewer instr."}
+MODE_NAMES = {0: "v10 mode 1", 1: "fewer instr.", 2: "pass at 8/16", 3: "pass at 10/16", 4: "pass at 14/16",
+              5: "pass at 16/16"}
 
 
-def variants(ref, mode):
-    """The reference first (the rule's baseline), then the variant: v12 modes (`--modes`)."""
+def variants(ref, *modes):
+    """The reference first (the rule's baseline), then the variants: v12 modes (`--modes`)."""
     return [(f"d128 v12 {m} ({MODE_NAMES[m]}{', default' if m == 1 else ''})", 128, -1, -1, -1, Prep(-1, m))
-            for m in (ref, mode)]
+            for m in (ref,) + modes]
 
 
 VARIANTS = variants(0, 1)
@@ -79,24 +81,25 @@ def v12_checks(results, ok):
         torch.cuda.synchronize()
         return out, lse, ab.quant8.last_v12()
 
-    try:
-        a0, l0, r0 = call(VARIANTS[0][5])
-        a1, l1, r1 = call(VARIANTS[0][5])
-        b, lb, r2 = call(VARIANTS[1][5])
-        if torch.equal(a0, a1) and torch.equal(l0, l1):
-            same = torch.equal(a0, b) and torch.equal(l0, lb)
-        else:  # (the pre-pass's statistics by atomics: mode 0 itself differs run to run in the last bits)
-            noise = float((a1.float() - a0.float()).abs().max())
-            same = float((b.float() - a0.float()).abs().max()) <= 2 * noise
-        want = (VARIANTS[0][5].v12, VARIANTS[0][5].v12, VARIANTS[1][5].v12)
-        good = same and (r0, r1, r2) == want
-        got = f"ran {r0}/{r1}/{r2}, identical to mode {want[0]}: {same}"
-    except Exception as exc:  # noqa: BLE001 - the error must not end the A/B
-        good, got = False, repr(exc)
-    name = VARIANTS[1][0]
-    ok[name] = ok.get(name, False) and good
-    results["checks"].append({"variant": name + " (v12 mode, bit for bit)", "ok": good, "ran": got})
-    print(f"[{name}] {got}: {'ok' if good else 'FAIL'}", flush=True)
+    for variant in VARIANTS[1:]:
+        try:
+            a0, l0, r0 = call(VARIANTS[0][5])
+            a1, l1, r1 = call(VARIANTS[0][5])
+            b, lb, r2 = call(variant[5])
+            if torch.equal(a0, a1) and torch.equal(l0, l1):
+                same = torch.equal(a0, b) and torch.equal(l0, lb)
+            else:  # (the pre-pass's statistics by atomics: the reference itself differs run to run in the last bits)
+                noise = float((a1.float() - a0.float()).abs().max())
+                same = float((b.float() - a0.float()).abs().max()) <= 2 * noise
+            want = (VARIANTS[0][5].v12, VARIANTS[0][5].v12, variant[5].v12)
+            good = same and (r0, r1, r2) == want
+            got = f"ran {r0}/{r1}/{r2}, identical to mode {want[0]}: {same}"
+        except Exception as exc:  # noqa: BLE001 - the error must not end the A/B
+            good, got = False, repr(exc)
+        name = variant[0]
+        ok[name] = ok.get(name, False) and good
+        results["checks"].append({"variant": name + " (v12 mode, bit for bit)", "ok": good, "ran": got})
+        print(f"[{name}] {got}: {'ok' if good else 'FAIL'}", flush=True)
     select(-1, -1, -1, Prep(-1, -1))
 
 
@@ -119,13 +122,13 @@ def main():
     ap.add_argument("--reps", type=int, default=16)
     ap.add_argument("--budget", type=float, default=100.0, help="seconds from the start; no pass starts after it")
     ap.add_argument("--sharp", action="store_true", help="also the shapes with scores x4 (softmax scale x4)")
-    ap.add_argument("--modes", type=int, nargs=2, default=[0, 1], metavar=("REF", "VARIANT"),
-                    help="v12 modes compared: the reference, then the variant (0 1: v12; 1 2: v14's alpha vote, with "
-                         "dev/experiments/q8_v14_alpha_vote.patch applied)")
+    ap.add_argument("--modes", type=int, nargs="+", default=[0, 1], metavar="MODE",
+                    help="v12 modes compared: the reference, then the variants (0 1: v12; 1 2 3 4 5: v15's pass "
+                         "points against the default)")
     a = ap.parse_args()
     global VARIANTS
-    if sorted(set(a.modes)) != sorted(a.modes) or any(m not in MODE_NAMES for m in a.modes):
-        ap.error(f"--modes: two different modes of {sorted(MODE_NAMES)}")
+    if len(a.modes) < 2 or len(set(a.modes)) != len(a.modes) or any(m not in MODE_NAMES for m in a.modes):
+        ap.error(f"--modes: two or more different modes of {sorted(MODE_NAMES)}")
     VARIANTS = variants(*a.modes)
     t0 = time.time()
     ab.select = select
@@ -139,7 +142,7 @@ def main():
     v12_checks(results, ok)
     live = [vt for vt in VARIANTS if ok.get(vt[0]) or vt is VARIANTS[0]]  # the default always runs
     ab.timing(live, a.passes, a.reps, results, t0 + a.budget)
-    name = "q8_v12_ab.json" if a.modes == [0, 1] else f"q8_v12_ab_{a.modes[0]}_{a.modes[1]}.json"
+    name = "q8_v12_ab.json" if a.modes == [0, 1] else f"q8_v12_ab_{'_'.join(map(str, a.modes))}.json"
     with open(os.path.join(OUT, name), "w") as f:
         json.dump(results, f, indent=1)
     table(results)
