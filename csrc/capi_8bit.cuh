@@ -26,8 +26,8 @@ namespace {
 // (q8_consumer_seq: three warpgroups, no spills; schedule 1), and schedule 3: the sequential schedule with the
 // exponentials in round-robin turns among the warpgroups (one at a time on MUFU), D=128 only, built with conversion 2
 // and mode 0 only.
-// Built, each for bf16 and fp16 (22 kernels; 2 of them v10 mode 1 of schedule 3, below, and 2 v12's build of it,
-// the default), and 8 of v12 modes 2-5 (30 in all): D=128 mode 0
+// Built, each for bf16 and fp16 (22 kernels; 2 of them v10 mode 1 of schedule 3, the default, below, and 2 v12's
+// build of it, off by default): D=128 mode 0
 // on schedule 1 (I2F, and conversion 2: the earlier default, the A/B's reference) and on schedule 3 with
 // conversion 2; D=64 modes 0 and 1 on the three-warpgroup
 // ping-pong and the sequential schedule, mode 1 on the sequential schedule with conversion 1, and mode 1 on the
@@ -99,16 +99,13 @@ thread_local int g_q8_last_v10 = -1;
 // pointer carried; 515 SASS instructions per warp and block instead of 546, the same output bit for bit), the build
 // default since call B of the seventh sitting (bench/results/h200_2026-12-02_seventh/call_b: Wan 1.3B self 913 -> 937
 // TFLOPS with quantization, seed 8K 816 -> 828, 11 of 12 paired passes); 0 is v10 mode 1 as it was (the A/B's
-// reference). Modes 2-5 (v15, dev/NOTES_8bit.md; off by default) are mode 1 with the
-// exponential turn passed after 8, 10, 14 or 16 of P's 16 packed registers instead of 12: the same output bit for
-// bit, for an A/B of the hand-over. Forced by vidattn_q8_set_v12 or VIDATTN_Q8_V12 (read once); anything but v10 mode
-// 1 of schedule 3 refuses a forced mode and runs its own build when the mode is only the default.
+// reference). Forced by vidattn_q8_set_v12 or VIDATTN_Q8_V12 (read once); anything but v10 mode 1 of schedule 3
+// refuses a forced mode 1 and runs its own build when mode 1 is only the default.
 #ifndef VIDATTN_Q8_V12
 #define VIDATTN_Q8_V12 1
 #endif
-static_assert(VIDATTN_Q8_V12 >= 0 && VIDATTN_Q8_V12 <= 5,
-              "v12: 0 (off), 1 fewer instructions per block, 2-5 that with the turn passed later or earlier");
-int g_q8_v12 = -1;                   // -1: the default; 0-5: forced
+static_assert(VIDATTN_Q8_V12 >= 0 && VIDATTN_Q8_V12 <= 1, "v12: 0 (off), 1 fewer instructions per block");
+int g_q8_v12 = -1;                   // -1: the default; 0, 1: forced
 thread_local int g_q8_last_v12 = -1;
 int g_q8_prep = -1;                  // -1: the default; 0 three launches, 1 statistics and Q fused, 2 Q in the kernel
 thread_local int g_q8_last_prep = -1;
@@ -196,7 +193,7 @@ inline int q8_v10_asked() {
 }
 // The v12 mode later launches ask for (as q8_v10_asked).
 inline int q8_v12_asked() {
-  static const int env = q8_env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 5);
+  static const int env = q8_env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 1);
   return g_q8_v12 < 0 ? env : g_q8_v12;
 }
 template <int kD>
@@ -347,17 +344,6 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
                   std::to_string(v10) + ")");
     switch (v10) {
       case 1:
-        switch (q8_v12_asked()) {  // (modes 2-5, v15: the exponential turn's pass point)
-          case 2: return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2, 2>(a, l, s)
-                              : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2, 2>(a, l, s);
-          case 3: return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2, 3>(a, l, s)
-                              : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2, 3>(a, l, s);
-          case 4: return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2, 4>(a, l, s)
-                              : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2, 4>(a, l, s);
-          case 5: return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2, 5>(a, l, s)
-                              : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2, 5>(a, l, s);
-          default: break;
-        }
         if (q8_v12_asked() == 1)
           return fp16 ? q8_launch<kD, 3, false, true, kSeq, kTurns, 2, 0, 0, 2, 1>(a, l, s)
                       : q8_launch<kD, 3, false, false, kSeq, kTurns, 2, 0, 0, 2, 1>(a, l, s);
@@ -576,12 +562,11 @@ extern "C" int vidattn_q8_set_v10(int mode) {
 // The v10 mode of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_v10's; -1: none launched).
 extern "C" int vidattn_q8_last_v10(void) { return g_q8_last_v10; }
 
-// The v12 mode of later 8-bit launches: 0 off, 1 fewer instructions per key block, 2-5 mode 1 with the exponential
-// turn passed after 8, 10, 14 or 16 of P's 16 packed registers (v15) (built on v10 mode 1 of
-// schedule 3 only; a forced mode elsewhere is refused), or the default (-1). For tests and A/B timing; returns 0, or
-// 1 for any other value (nothing changes).
+// The v12 mode of later 8-bit launches: 0 off, 1 fewer instructions per key block (built on v10 mode 1 of schedule
+// 3 only; a forced mode 1 elsewhere is refused), or the default (-1). For tests and A/B timing; returns 0, or 1 for
+// any other value (nothing changes).
 extern "C" int vidattn_q8_set_v12(int mode) {
-  if (mode < -1 || mode > 5) return 1;
+  if (mode < -1 || mode > 1) return 1;
   g_q8_v12 = mode;
   return 0;
 }

@@ -90,6 +90,8 @@
 #   bash dev/device_session.sh N3 [budget_s]  # v15, the exponential turn's pass point (v12 modes 2-5): GPU tests
 #                                             # (bit for bit against mode 1), the A/B of modes 1-5, the Wan 14B
 #                                             # 720p forward A/B of the best mode against the default beside SDPA
+#                                             # (ran on d97b88b; no mode won and v15 left the tree: it needs
+#                                             # dev/experiments/q8_v15_pass_point.patch)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}

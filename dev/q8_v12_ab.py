@@ -5,8 +5,9 @@ three-input chains and by one FADD on steady blocks, the row sums from their fir
 
     python3 dev/q8_v12_ab.py [--passes 6] [--reps 16] [--budget 100] [--sharp] [--modes 1 2]
 
---modes REF VARIANT... picks the v12 modes (default 0 1; `1 2 3 4 5` times v15's pass points against the default; v14,
-the alphas' exponentials behind a warp vote, was mode 2 in dev/experiments/q8_v14_alpha_vote.patch). JSON name:
+--modes REF VARIANT... picks the v12 modes (default 0 1; `1 2 3 4 5` timed v15's pass points against the default, with
+dev/experiments/q8_v15_pass_point.patch applied; v14, the alphas' exponentials behind a warp vote, was mode 2 in
+dev/experiments/q8_v14_alpha_vote.patch). JSON name:
 q8_v12_ab_<modes>.json for other --modes.
 
 dev/q8_selector_ab.py's functions, as dev/q8_v10_ab.py uses them: per variant its checks_fp64 (odd lengths, kv_lens
@@ -46,8 +47,7 @@ class Prep(int):
 
 
 # (name, head dim, schedule, row-sum mode, conversion, pre-pass + v12) as q8_selector_ab.py's; the first is the default.
-MODE_NAMES = {0: "v10 mode 1", 1: "fewer instr.", 2: "pass at 8/16", 3: "pass at 10/16", 4: "pass at 14/16",
-              5: "pass at 16/16"}
+MODE_NAMES = {0: "v10 mode 1", 1: "fewer instr."}
 
 
 def variants(ref, *modes):
@@ -124,7 +124,7 @@ def main():
     ap.add_argument("--sharp", action="store_true", help="also the shapes with scores x4 (softmax scale x4)")
     ap.add_argument("--modes", type=int, nargs="+", default=[0, 1], metavar="MODE",
                     help="v12 modes compared: the reference, then the variants (0 1: v12; 1 2 3 4 5: v15's pass "
-                         "points against the default)")
+                         "points against the default, with dev/experiments/q8_v15_pass_point.patch applied)")
     a = ap.parse_args()
     global VARIANTS
     if len(a.modes) < 2 or len(set(a.modes)) != len(a.modes) or any(m not in MODE_NAMES for m in a.modes):

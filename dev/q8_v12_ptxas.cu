@@ -13,8 +13,4 @@ namespace vidattn::sm90 {
       const __grid_constant__ Q8FwdParams);
 Q8_V12(0)  // the default (v10 mode 1)
 Q8_V12(1)  // v12: uniform warpgroup index, row max in 3-input chains and by FADD, row sums from the first groups, K-scale pointer
-Q8_V12(2)  // v15: v12 with the exponential turn passed after 8 of P's 16 packed registers (12 in mode 1)
-Q8_V12(3)  // ... after 10
-Q8_V12(4)  // ... after 14
-Q8_V12(5)  // ... after 16 (all of P)
 }  // namespace vidattn::sm90

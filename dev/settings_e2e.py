@@ -5,9 +5,9 @@ beside SDPA.
     python3 dev/settings_e2e.py --a v12=1 nr=1 --b v12=2 nr=3 [--family wan14b] [--rounds 4] [--sdpa 2]
 
 Selectors (KEY=VALUE; a key left out keeps the library's default, -1 / 0):
-  v12   vidattn.quant8.set_v12 (0 v10 mode 1, 1 v12, 2-5 v15: v12 with the exponential turn passed after 8, 10, 14
-        or 16 of P's 16 packed registers; v14, the alphas behind a warp vote, measured in call N1 of the ninth
-        sitting and lost, is dev/experiments/q8_v14_alpha_vote.patch)
+  v12   vidattn.quant8.set_v12 (0 v10 mode 1, 1 v12; with dev/experiments/q8_v15_pass_point.patch applied, 2-5:
+        v12 with the exponential turn passed after 8, 10, 14 or 16 of P's 16 packed registers; v14, the alphas behind
+        a warp vote, is dev/experiments/q8_v14_alpha_vote.patch; both measured in the ninth sitting, neither won)
   nr    vidattn.rotary.set_norm_rope_schedule (the fused norm + RoPE kernel's schedule: 1 one row per CTA, 3 lean)
 The settings alternate on one model (A B B A ...) after one untimed forward each, so their difference is the
 settings' and not the run-to-run spread of two processes or machines. SDPA's forwards (`--sdpa`, after one untimed)

@@ -139,16 +139,15 @@ def last_v10(lib=None) -> int:
     return int(fn()) if fn is not None else -1
 
 
-V12_MODES = (-1, 0, 1, 2, 3, 4, 5)
+V12_MODES = (-1, 0, 1)
 
 
 def set_v12(mode: int, lib=None) -> None:
     """v12 of later 8-bit launches (dev/NOTES_8bit.md "v12"; built on v10 mode 1 of schedule 3, head dim 128): the same
     arithmetic in fewer instructions per key block (1: the warpgroup index uniform, the steady blocks' row max by one
     FADD, the row sums from their first groups, K's scale pointer carried; the output bit for bit that of 0; the build
-    default), v10 mode 1 as it was (0), mode 1 with the exponential turn passed after 8, 10, 14 or 16 of P's 16
-    packed registers instead of 12 (2, 3, 4, 5: v15, the output bit for bit mode 1's), or the build
-    default (-1). A forced mode where v10 mode 1 of schedule 3 does not run fails with an error saying so. The environment variable VIDATTN_Q8_V12 sets the same for a whole
+    default), v10 mode 1 as it was (0), or the build default (-1). A forced 1 where v10 mode 1 of schedule 3
+    does not run fails with an error saying so. The environment variable VIDATTN_Q8_V12 sets the same for a whole
     process. A library that predates it raises RuntimeError. For A/B timing."""
     if isinstance(mode, bool) or not isinstance(mode, int) or mode not in V12_MODES:
         raise ValueError(f"set_v12: mode must be one of {V12_MODES}, got {mode!r}")

@@ -942,7 +942,6 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   // shfl.sync"; __shfl_sync emits it): ptxas then knows the value is warp-uniform and
   // keeps Q's descriptors and the turns' barrier ids in uniform registers (without it: per-thread registers, S2R of
   // the thread index, VIADD and R2UR pairs every block, -14 per block).
-  static_assert(kV12 >= 0 && kV12 <= 5, "v12 modes: 0 off, 1, and 2-5 (v15: the turn's pass point)");
   static_assert(kV12 == 0 || (kDescInc == 2 && kLazy == 0 && kExpTurns && kCvt == 2 && !kSumMma && !kExp16),
                 "v12 is built on v10 mode 1 of schedule 3 (conversion 2, row-sum mode 0)");
   if constexpr (kV12 > 0) cwg = __shfl_sync(0xffffffffu, cwg, 0);
@@ -1076,13 +1075,9 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
       // on P's packed bytes, ORed together and masked by a zero the compiler cannot see. On the first 3/4 of P
       // only: the last 16 exponentials (128 MUFU clocks) are still queued while the next warpgroup wakes and
       // starts, which covers the hand-over instead of leaving MUFU idle through it.
-      // v12 modes 2-5 (v15, dev/NOTES_8bit.md): the pass after the first 8, 10, 14 or 16 of P's 16 packed registers
-      // instead of 12 (the same arithmetic, so the same output bit for bit; only the hand-over moves).
-      constexpr int kPassRegs = kV12 == 2 ? 8 : kV12 == 3 ? 10 : kV12 == 4 ? 14 : kV12 == 5 ? 16 : 3 * kN / 32;
-      static_assert(kPassRegs >= 1 && kPassRegs <= kN / 8, "the pass point: 1 to 16 of P's packed registers");
       uint32_t any = 0;
 #pragma unroll
-      for (int i = 0; i < kPassRegs; ++i) any |= pa[i / 4][i % 4];
+      for (int kk = 0; kk < 3 * kN / 128; ++kk) any |= pa[kk][0] | pa[kk][1] | pa[kk][2] | pa[kk][3];
       q8_turn_pass_dep<T::kConsumerWGs>(cwg, any & opaque_zero);
     }
     ptx::mbarrier_wait(&s.v_full[stage], par);
