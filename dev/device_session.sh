@@ -92,6 +92,9 @@
 #                                             # 720p forward A/B of the best mode against the default beside SDPA
 #                                             # (ran on d97b88b; no mode won and v15 left the tree: it needs
 #                                             # dev/experiments/q8_v15_pass_point.patch)
+#   bash dev/device_session.sh N4 [budget_s]  # profiles for the next sitting: Nsight Compute on the fused norm +
+#                                             # RoPE (Wan 14B q) and the 8-bit pre-pass kernels (Wan 14B 720p
+#                                             # self-attention); synccheck of the norm + RoPE kernel
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -186,6 +189,29 @@ print(min(good)[1] if good else 4)" 2>/dev/null || echo 4)
     --b v12=2 nr=$nr --rounds 4 --sdpa 2 > "$OUT/n1/settings_e2e.log" 2>&1; rc[e2e]=$?
   tail -9 "$OUT/n1/settings_e2e.log"
   tar_dirs n1
+  ;;
+N4)
+  build_lib
+  mkdir -p "$OUT/n4"
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  ncu_one() {  # name kernel-regex launch-skip launch-count program...
+    local name=$1 rx=$2 skip=$3 count=$4; shift 4
+    timeout 150 "$NCU" --clock-control none -k "regex:$rx" --launch-skip "$skip" --launch-count "$count" --set full \
+      -f -o "$OUT/n4/$name" "$@" > "$OUT/n4/$name.log" 2>&1; rc[$name]=$?
+    "$NCU" --import "$OUT/n4/$name.ncu-rep" --page details --print-units base 2>/dev/null | grep -E \
+      "^  [^ ].*\(|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit Rate|L2 Hit Rate|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Registers Per Thread|Block Limit Registers|Warp Cycles Per Issued|Executed Ipc A|L1/TEX Cache Throughput" \
+      | tee -a "$OUT/n4/summary.txt"
+    "$NCU" --import "$OUT/n4/$name.ncu-rep" --page raw --print-units base 2>/dev/null | \
+      grep -E "smsp__average_warp_latency_issue_stalled_[a-z_]+\.ratio |smsp__pcsamp_warps_issue_stalled_[a-z_]+ " | \
+      sort -k3 -g -r | head -12 | tee -a "$OUT/n4/summary.txt"
+  }
+  ncu_one norm_rope rms_norm_rope 2 1 python3 dev/probes/norm_rope_once.py 1 75600 40 128
+  ncu_one q8_prep 'q8_(stats_q|kv)_kernel' 4 2 python3 dev/probes/kernel_once.py custom --dims 1 40 75600 75600 128 \
+    --precision 8bit --launches 4
+  timeout 90 compute-sanitizer --tool synccheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_norm_rope_gpu.py -k "widths or qkv or widest or lean" > "$OUT/n4/synccheck.log" 2>&1; rc[synccheck]=$?
+  grep -E "ERROR SUMMARY|passed|failed" "$OUT/n4/synccheck.log" | tail -2
+  tar_dirs n4
   ;;
 N3)
   build_lib
