@@ -454,3 +454,14 @@ def test_settings_e2e_parses_and_refuses():
             mod.parse_setting(bad)
     with pytest.raises(SystemExit):
         mod.main(["--a", "v12=1", "--b", "v12=1"])
+
+
+def test_norm_rope_once_refuses_cleanly_without_a_gpu():
+    import subprocess
+    import sys as _sys
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the script would run the kernel")
+    proc = subprocess.run([_sys.executable, str(PROBES / "norm_rope_once.py"), "1", "16", "2", "128"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr

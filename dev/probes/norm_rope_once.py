@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     b, s, h, d = args.dims
     n = h * d
     x = torch.randn(b, s, n, device="cuda").bfloat16()
-    norm = torch.nn.RMSNorm(n, eps=1e-6, device="cuda", dtype=torch.bfloat16)
+    norm = torch.nn.RMSNorm(n, eps=1e-6, device="cuda", dtype=torch.bfloat16).requires_grad_(False)  # (forward-only)
     pos = torch.arange(s, dtype=torch.float64)[:, None]
     freqs = pos / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float64) / d))[None, :]
     cos, sin = (f.repeat_interleave(2, dim=-1).float().cuda()[None, :, None, :] for f in (freqs.cos(), freqs.sin()))
