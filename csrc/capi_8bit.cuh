@@ -78,6 +78,13 @@ static_assert(VIDATTN_Q8_SEQ_D64 == 0 || VIDATTN_Q8_SEQ_D64 == 1, "D=64 builds t
 #ifndef VIDATTN_Q8_PREP
 #define VIDATTN_Q8_PREP 1
 #endif
+// The K/V pass (q8_quant.cuh): 0 q8_kv_kernel (a thread per key, its whole rows), 1 q8_kv2_kernel at D=128 (16 lanes a
+// row, whole-row loads, V^T transposed in registers; the same outputs bit for bit; D=64 runs 0). Off by default until
+// its A/B (dev/NOTES_8bit.md "The pre-pass at Wan 14B 720p"); forced by vidattn_q8_set_kv_pass or VIDATTN_Q8_KV_PASS.
+#ifndef VIDATTN_Q8_KV_PASS
+#define VIDATTN_Q8_KV_PASS 0
+#endif
+static_assert(VIDATTN_Q8_KV_PASS == 0 || VIDATTN_Q8_KV_PASS == 1, "the K/V pass: 0 a thread per key, 1 whole rows");
 // v10 (dev/NOTES_8bit.md "v10"), fewer instructions per key block at D=128, schedule 3 (conversion 2, row-sum mode
 // 0, three warpgroups): 1, the default, builds the wgmma descriptors by increments (q8_fwd.cuh's kDescInc 2: 546 SASS
 // instructions per warp and block instead of 573, the same arithmetic, so the same output bit for bit); 0 rebuilds
@@ -109,6 +116,8 @@ int g_q8_v12 = -1;                   // -1: the default; 0, 1: forced
 thread_local int g_q8_last_v12 = -1;
 int g_q8_prep = -1;                  // -1: the default; 0 three launches, 1 statistics and Q fused, 2 Q in the kernel
 thread_local int g_q8_last_prep = -1;
+int g_q8_kv_pass = -1;               // -1: the default; 0, 1: forced
+thread_local int g_q8_last_kv_pass = -1;
 int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
 int g_q8_sum_mma = -1;               // -1: the default; 0-5: the mode, forced (vidattn_q8_set_sum_mma)
 int g_q8_seq = -1;                   // -1: the default; 0 ping-pong, 1 sequential, 2 turns at S, 3 at exp, forced
@@ -298,7 +307,15 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
     q8_q_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(q_blocks)), kQ8QThreads, 0, stream>>>(pp);
     if (check_launch("8-bit Q quantization launch") != 0) return 1;
   }
-  q8_kv_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(l.skv_pad / kQ8BlockN), ubh), kQ8KvThreads, 0, stream>>>(pp);
+  static const int env_kv_pass = q8_env_default("VIDATTN_Q8_KV_PASS", VIDATTN_Q8_KV_PASS, 0, 1);
+  const int kv_pass = kD == 128 ? (g_q8_kv_pass < 0 ? env_kv_pass : g_q8_kv_pass) : 0;
+  g_q8_last_kv_pass = kv_pass;
+  if (kv_pass == 1) {
+    if constexpr (kD == 128)
+      q8_kv2_kernel<kFp16><<<dim3(static_cast<unsigned>(l.skv_pad / kQ8BlockN), ubh), kQ8Kv2Threads, 0, stream>>>(pp);
+  } else {
+    q8_kv_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(l.skv_pad / kQ8BlockN), ubh), kQ8KvThreads, 0, stream>>>(pp);
+  }
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
   const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
@@ -446,6 +463,7 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   g_q8_last_seq = -1;
   g_q8_last_cvt = -1;
   g_q8_last_prep = -1;
+  g_q8_last_kv_pass = -1;
   g_q8_last_v10 = -1;
   g_q8_last_v12 = -1;
   switch (a->head_dim) {
@@ -549,6 +567,17 @@ extern "C" int vidattn_q8_set_prep(int prep) {
 
 // The pre-pass of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_prep's; -1: none launched).
 extern "C" int vidattn_q8_last_prep(void) { return g_q8_last_prep; }
+
+// The K/V pass of later 8-bit launches: 0 a thread per key (q8_kv_kernel), 1 whole rows at D=128 (q8_kv2_kernel; D=64
+// runs 0), or the default (-1). For tests and A/B timing; returns 0, or 1 for any other value.
+extern "C" int vidattn_q8_set_kv_pass(int mode) {
+  if (mode < -1 || mode > 1) return 1;
+  g_q8_kv_pass = mode;
+  return 0;
+}
+
+// The K/V pass of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_kv_pass's; -1: none launched).
+extern "C" int vidattn_q8_last_kv_pass(void) { return g_q8_last_kv_pass; }
 
 // The v10 mode of later 8-bit launches: 0 off, 1 the wgmma descriptors by increments, 2 that with the lazy reference
 // max (built for head dim 128 on schedule 3, conversion 2, row-sum mode 0 only; a forced mode elsewhere is refused),

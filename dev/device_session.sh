@@ -95,6 +95,9 @@
 #   bash dev/device_session.sh N4 [budget_s]  # profiles for the next sitting: Nsight Compute on the fused norm +
 #                                             # RoPE (Wan 14B q) and the 8-bit pre-pass kernels (Wan 14B 720p
 #                                             # self-attention); synccheck of the norm + RoPE kernel
+#   bash dev/device_session.sh N5 [budget_s]  # the pre-pass's whole-row K/V pass (kv pass 1): its GPU tests (bit for
+#                                             # bit against the per-key pass), the A/B (q8_v12_ab.py --selector
+#                                             # kv_pass), the Wan 14B 720p forward A/B beside SDPA
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -189,6 +192,22 @@ print(min(good)[1] if good else 4)" 2>/dev/null || echo 4)
     --b v12=2 nr=$nr --rounds 4 --sdpa 2 > "$OUT/n1/settings_e2e.log" 2>&1; rc[e2e]=$?
   tail -9 "$OUT/n1/settings_e2e.log"
   tar_dirs n1
+  ;;
+N5)
+  build_lib
+  mkdir -p "$OUT/n5"
+  timeout 120 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_kv_pass_gpu.py \
+    > "$OUT/n5/gpu_tests.log" 2>&1; rc[tests]=$?
+  tail -2 "$OUT/n5/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/n5/gpu_tests.log" | head -8
+  OUT="$OUT/n5" timeout 150 python3 dev/q8_v12_ab.py --selector kv_pass --modes 0 1 --passes 6 --reps 16 \
+    --budget 110 > "$OUT/n5/q8_kv_pass_ab.log" 2>&1; rc[q8_ab]=$?; sed -n '/== 8-bit kv_pass A\/B/,$p' "$OUT/n5/q8_kv_pass_ab.log"
+  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_8bit_kv_pass_gpu.py -k "strided or 2049" > "$OUT/n5/memcheck.log" 2>&1; rc[memcheck]=$?
+  grep -E "ERROR SUMMARY|passed|failed" "$OUT/n5/memcheck.log" | tail -2
+  OUT="$OUT/n5" timeout $(( $(left) > 60 ? $(left) - 10 : 50 )) python3 dev/settings_e2e.py --a kv=0 --b kv=1 \
+    --rounds 4 --sdpa 2 > "$OUT/n5/settings_e2e.log" 2>&1; rc[e2e]=$?
+  tail -9 "$OUT/n5/settings_e2e.log"
+  tar_dirs n5
   ;;
 N4)
   build_lib

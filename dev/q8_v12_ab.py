@@ -8,7 +8,8 @@ three-input chains and by one FADD on steady blocks, the row sums from their fir
 --modes REF VARIANT... picks the v12 modes (default 0 1; `1 2 3 4 5` timed v15's pass points against the default, with
 dev/experiments/q8_v15_pass_point.patch applied; v14, the alphas' exponentials behind a warp vote, was mode 2 in
 dev/experiments/q8_v14_alpha_vote.patch). JSON name:
-q8_v12_ab_<modes>.json for other --modes.
+q8_v12_ab_<modes>.json for other --modes. `--selector kv_pass --modes 0 1` runs the same A/B and rule on the pre-pass's
+K/V pass instead (quant8.set_kv_pass; JSON q8_kv_pass_ab_0_1.json); the table's prep column is where it shows.
 
 dev/q8_selector_ab.py's functions, as dev/q8_v10_ab.py uses them: per variant its checks_fp64 (odd lengths, kv_lens
 tails with LSE, fp16, a shared key offset, V = ones against fp64; the launch ran schedule 3, conversion 2), that the
@@ -48,11 +49,27 @@ class Prep(int):
 
 # (name, head dim, schedule, row-sum mode, conversion, pre-pass + v12) as q8_selector_ab.py's; the first is the default.
 MODE_NAMES = {0: "v10 mode 1", 1: "fewer instr."}
+# --selector kv_pass: the pre-pass's K/V pass (quant8.set_kv_pass), the same A/B and rule on the same shapes.
+KV_PASS_NAMES = {0: "K/V a thread per key", 1: "K/V whole rows"}
+SELECTOR = "v12"
+
+
+def _set(mode):
+    (ab.quant8.set_kv_pass if SELECTOR == "kv_pass" else ab.quant8.set_v12)(mode)
+
+
+def _last():
+    return ab.quant8.last_kv_pass() if SELECTOR == "kv_pass" else ab.quant8.last_v12()
+
+
+def _names():
+    return KV_PASS_NAMES if SELECTOR == "kv_pass" else MODE_NAMES
 
 
 def variants(ref, *modes):
     """The reference first (the rule's baseline), then the variants: v12 modes (`--modes`)."""
-    return [(f"d128 v12 {m} ({MODE_NAMES[m]}{', default' if m == 1 else ''})", 128, -1, -1, -1, Prep(-1, m))
+    default = 0 if SELECTOR == "kv_pass" else 1
+    return [(f"d128 {SELECTOR} {m} ({_names()[m]}{', default' if m == default else ''})", 128, -1, -1, -1, Prep(-1, m))
             for m in (ref,) + modes]
 
 
@@ -62,7 +79,7 @@ _select = ab.select
 
 def select(seq, mode, cvt, prep):
     _select(seq, mode, cvt, int(prep))
-    ab.quant8.set_v12(getattr(prep, "v12", -1))
+    _set(getattr(prep, "v12", -1))
 
 
 def v12_checks(results, ok):
@@ -79,7 +96,7 @@ def v12_checks(results, ok):
         lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan"), device=ab.DEV)
         ab.quant8.forward_8bit(q, k, v, out, lse, None, 1 / math.sqrt(128))
         torch.cuda.synchronize()
-        return out, lse, ab.quant8.last_v12()
+        return out, lse, _last()
 
     for variant in VARIANTS[1:]:
         try:
@@ -98,7 +115,7 @@ def v12_checks(results, ok):
             good, got = False, repr(exc)
         name = variant[0]
         ok[name] = ok.get(name, False) and good
-        results["checks"].append({"variant": name + " (v12 mode, bit for bit)", "ok": good, "ran": got})
+        results["checks"].append({"variant": name + f" ({SELECTOR} mode, bit for bit)", "ok": good, "ran": got})
         print(f"[{name}] {got}: {'ok' if good else 'FAIL'}", flush=True)
     select(-1, -1, -1, Prep(-1, -1))
 
@@ -113,7 +130,11 @@ def table(results):
     finally:
         del v10ab.print
     for line in out:
-        print(line.replace("== 8-bit v10 A/B", "== 8-bit v12 A/B").replace("keep v10 off", "keep v12 off"))
+        print(line.replace("== 8-bit v10 A/B", f"== 8-bit {SELECTOR} A/B").replace("keep v10 off", f"keep {SELECTOR} off"))
+    for r in results["timing"]:  # the pre-pass's device ms (what the K/V pass changes), medians over the passes
+        prep = {n: ab.statistics.median(v) for n, v in r.get("prep_ms", {}).items() if v}
+        if prep:
+            print(f"pre-pass ms, {r['shape']}: " + ", ".join(f"{n} {ms:.3f}" for n, ms in prep.items()))
 
 
 def main():
@@ -125,10 +146,13 @@ def main():
     ap.add_argument("--modes", type=int, nargs="+", default=[0, 1], metavar="MODE",
                     help="v12 modes compared: the reference, then the variants (0 1: v12; 1 2 3 4 5: v15's pass "
                          "points against the default, with dev/experiments/q8_v15_pass_point.patch applied)")
+    ap.add_argument("--selector", choices=["v12", "kv_pass"], default="v12",
+                    help="what --modes are modes of: v12 (quant8.set_v12) or the pre-pass's K/V pass (set_kv_pass)")
     a = ap.parse_args()
-    global VARIANTS
-    if len(a.modes) < 2 or len(set(a.modes)) != len(a.modes) or any(m not in MODE_NAMES for m in a.modes):
-        ap.error(f"--modes: two or more different modes of {sorted(MODE_NAMES)}")
+    global VARIANTS, SELECTOR
+    SELECTOR = a.selector
+    if len(a.modes) < 2 or len(set(a.modes)) != len(a.modes) or any(m not in _names() for m in a.modes):
+        ap.error(f"--modes: two or more different modes of {sorted(_names())}")
     VARIANTS = variants(*a.modes)
     t0 = time.time()
     ab.select = select
@@ -143,6 +167,8 @@ def main():
     live = [vt for vt in VARIANTS if ok.get(vt[0]) or vt is VARIANTS[0]]  # the default always runs
     ab.timing(live, a.passes, a.reps, results, t0 + a.budget)
     name = "q8_v12_ab.json" if a.modes == [0, 1] else f"q8_v12_ab_{'_'.join(map(str, a.modes))}.json"
+    if SELECTOR == "kv_pass":
+        name = f"q8_kv_pass_ab_{'_'.join(map(str, a.modes))}.json"
     with open(os.path.join(OUT, name), "w") as f:
         json.dump(results, f, indent=1)
     table(results)

@@ -9,6 +9,7 @@ Selectors (KEY=VALUE; a key left out keeps the library's default, -1 / 0):
         v12 with the exponential turn passed after 8, 10, 14 or 16 of P's 16 packed registers; v14, the alphas behind
         a warp vote, is dev/experiments/q8_v14_alpha_vote.patch; both measured in the ninth sitting, neither won)
   nr    vidattn.rotary.set_norm_rope_schedule (the fused norm + RoPE kernel's schedule: 1 one row per CTA, 3 lean)
+  kv    vidattn.quant8.set_kv_pass (the pre-pass's K/V pass: 0 a thread per key, 1 whole rows)
 The settings alternate on one model (A B B A ...) after one untimed forward each, so their difference is the
 settings' and not the run-to-run spread of two processes or machines. SDPA's forwards (`--sdpa`, after one untimed)
 give each setting's speedup in the same run. Checks first: each setting's forward ran the v12 mode it asked for (the
@@ -28,7 +29,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 OUT = os.environ.get("OUT", "/tmp")
-KEYS = ("v12", "nr")
+KEYS = ("v12", "nr", "kv")
 
 
 def parse_setting(items):
@@ -56,6 +57,7 @@ def apply_setting(setting):
 
     quant8.set_v12(setting.get("v12", -1))
     rotary.set_norm_rope_schedule(setting.get("nr", 0))
+    quant8.set_kv_pass(setting.get("kv", -1))
 
 
 def main(argv=None) -> int:

@@ -116,6 +116,27 @@ def set_prep(mode: int, lib=None) -> None:
     _setter("vidattn_q8_set_prep", mode, lib)
 
 
+KV_PASS_MODES = (-1, 0, 1)
+
+
+def set_kv_pass(mode: int, lib=None) -> None:
+    """The K/V pass of later 8-bit launches (csrc/sm90/q8_quant.cuh): a thread per key with its whole K and V rows (0,
+    q8_kv_kernel), or 16 lanes a row with whole-row loads and V's transpose in registers (1, q8_kv2_kernel; head dim
+    128 only, D=64 runs 0), the same outputs bit for bit; or the build default (-1). The environment variable
+    VIDATTN_Q8_KV_PASS sets the same for a whole process. A library that predates it raises RuntimeError. For A/B
+    timing."""
+    if isinstance(mode, bool) or not isinstance(mode, int) or mode not in KV_PASS_MODES:
+        raise ValueError(f"set_kv_pass: mode must be one of {KV_PASS_MODES}, got {mode!r}")
+    _setter("vidattn_q8_set_kv_pass", mode, lib)
+
+
+def last_kv_pass(lib=None) -> int:
+    """K/V pass of this thread's last 8-bit launch (as set_kv_pass's; -1: none, or a library without the choice)."""
+    lib = _entry(lib or _ext._library(None))
+    fn = getattr(lib, "vidattn_q8_last_kv_pass", None) if lib is not None else None
+    return int(fn()) if fn is not None else -1
+
+
 V10_MODES = (-1, 0, 1, 2)
 
 

@@ -385,4 +385,123 @@ __global__ void __launch_bounds__(kQ8KvThreads) q8_kv_kernel(const Q8PrepParams 
   }
 }
 
+// ---- 3b. The K/V pass with whole-row loads (kv pass 1; D=128; capi_8bit.cuh's VIDATTN_Q8_KV_PASS) ---------------
+// The same outputs as q8_kv_kernel, bit for bit, from another layout of the work. q8_kv_kernel gives each thread one
+// key's whole K and V rows (168 registers: 3 blocks of 128 threads per SM, 18.75% occupancy) and each warp load
+// instruction 32 rows' 16-byte pieces, half of every 32-byte sector (the other half from L1 on the next instruction):
+// Nsight Compute on Wan 14B 720p read 2.69 TB/s for it against 3.36 for the statistics pass beside it (dev/NOTES_8bit.md
+// "The pre-pass at Wan 14B 720p"). Here 16 lanes share a row (8 channels each) and a warp instruction reads two whole
+// 256-byte rows; a warp takes one 16-key group of kVPerm (8 steps of two keys), so each lane holds the same 8 channels
+// of 8 keys: ~64 registers of data, and the V^T transpose happens in registers within the pair of lanes that share
+// the channels (sub 0 and 1 hold the group's even and odd keys) instead of through bytes in shared memory.
+constexpr int kQ8Kv2Threads = 256;  // 8 warps x 16 keys = one 128-key block
+
+template <bool kFp16>
+__global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_kv2_kernel(const Q8PrepParams p) {
+  constexpr int kD = 128, kSteps = 8;
+  __shared__ float gmax[kQ8Kv2Threads / 32][kQ8KGroups];
+  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int sub = lane / 16, c0 = (lane % 16) * 8;
+  // Key of step st: key0 + 2 st, index warp * 16 + 2 st + sub in the block, so its group (key % 8 / 2) is st % 4.
+  const int key0 = blockIdx.x * kQ8BlockN + warp * 16 + sub;
+  const float inv_n = kv_len > 0 ? 1.f / static_cast<float>(kv_len) : 0.f;
+  float mean[8], vinv[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    mean[e] = p.ws.k_sum[bh * kD + c0 + e] * inv_n;
+    const float a = __uint_as_float(p.ws.v_amax[bh * kD + c0 + e]);
+    vinv[e] = a > 0.f ? kQ8E4m3Max / a : 1.f;
+    if (blockIdx.x == 0 && warp == 0 && sub == 0) p.ws.v_scale[bh * kD + c0 + e] = a > 0.f ? a / kQ8E4m3Max : 1.f;
+  }
+  const uint16_t* kp = static_cast<const uint16_t*>(p.k) + b * p.k_stride[0] + h * p.k_stride[2] + c0;
+  const uint16_t* vp = static_cast<const uint16_t*>(p.v) + b * p.v_stride[0] + h * p.v_stride[2] + c0;
+  uint4 kr[kSteps], vr[kSteps];
+#pragma unroll
+  for (int st = 0; st < kSteps; ++st) {
+    const int key = key0 + 2 * st;
+    const bool valid = key < kv_len;
+    kr[st] = valid ? *reinterpret_cast<const uint4*>(kp + static_cast<int64_t>(key) * p.k_stride[1])
+                   : make_uint4(0, 0, 0, 0);
+    vr[st] = valid ? *reinterpret_cast<const uint4*>(vp + static_cast<int64_t>(key) * p.v_stride[1])
+                   : make_uint4(0, 0, 0, 0);
+  }
+  // max |k - mean| per key group: this lane's 8 channels of its keys, then the warp (16 lanes a row, 2 rows), then
+  // the 8 warps through shared memory.
+  float gm[kQ8KGroups] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int st = 0; st < kSteps; ++st) {
+    if (key0 + 2 * st < kv_len) {
+      float f[8];
+      q8_unpack8<kFp16>(kr[st], f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) gm[st % 4] = q8_nanmax(gm[st % 4], fabsf(f[e] - mean[e]));
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kQ8KGroups; ++g) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) gm[g] = q8_nanmax(gm[g], __shfl_xor_sync(0xffffffff, gm[g], o));
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < kQ8KGroups; ++g) gmax[warp][g] = gm[g];
+  }
+  __syncthreads();
+  float kinv[kQ8KGroups];
+  const int64_t nkb = p.skv_pad / kQ8BlockN;
+#pragma unroll
+  for (int g = 0; g < kQ8KGroups; ++g) {
+    float t = 0.f;
+#pragma unroll
+    for (int w = 0; w < kQ8Kv2Threads / 32; ++w) t = q8_nanmax(t, gmax[w][g]);
+    kinv[g] = t > 0.f ? kQ8IntMax / t : 1.f;
+    if (threadIdx.x == g) p.ws.k_scale[(bh * nkb + blockIdx.x) * kQ8KGroups + g] = q8_scaled(t) ? t / kQ8IntMax : 1.f;
+  }
+  // K' codes: 8 bytes a key (a warp store: two whole 128-byte rows). V to e4m3: two words a key, channels c0..c0+3
+  // and c0+4..c0+7.
+  int8_t* kd = p.ws.k8 + (static_cast<int64_t>(bh) * p.skv_pad + key0) * kD + c0;
+  uint32_t ve[kSteps][2];
+#pragma unroll
+  for (int st = 0; st < kSteps; ++st) {
+    const bool valid = key0 + 2 * st < kv_len;
+    float f[8], v[8];
+    q8_unpack8<kFp16>(kr[st], f);
+    q8_unpack8<kFp16>(vr[st], v);
+    uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float x = valid ? (f[e] - mean[e]) * kinv[st % 4] : 0.f;
+      w[e / 4] |= (static_cast<uint32_t>(q8_round(x)) & 0xff) << (8 * (e % 4));
+    }
+    *reinterpret_cast<uint2*>(kd + static_cast<int64_t>(2 * st) * kD) = make_uint2(w[0], w[1]);
+    ve[st][0] = q8_e4m3x4(v[0] * vinv[0], v[1] * vinv[1], v[2] * vinv[2], v[3] * vinv[3]);
+    ve[st][1] = q8_e4m3x4(v[4] * vinv[4], v[5] * vinv[5], v[6] * vinv[6], v[7] * vinv[7]);
+  }
+  // V^T: channel c's 16 keys of this warp's group, permuted (q8_vperm_pos: key 2 st + s at byte 4 (st % 4) + s +
+  // 2 (st / 4)), are 16 contiguous bytes of [B, H, D, Skv_pad]. The lane pair (sub 0, sub 1) holds them for channels
+  // c0..c0+7: sub 0 keeps c0..c0+3 and sub 1 c0+4..c0+7, each sending the other its words of the other half.
+  uint32_t mine[kSteps], other[kSteps];
+#pragma unroll
+  for (int st = 0; st < kSteps; ++st) {  // (selects, not ve[st][sub]: a run-time index puts ve in local memory)
+    mine[st] = sub == 0 ? ve[st][0] : ve[st][1];
+    other[st] = __shfl_xor_sync(0xffffffff, sub == 0 ? ve[st][1] : ve[st][0], 16);
+  }
+  uint8_t* vd = p.ws.vt8 + (static_cast<int64_t>(bh) * kD + c0 + 4 * sub) * p.skv_pad + blockIdx.x * kQ8BlockN +
+                warp * 16;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    // byte e of the even key's word, then byte e of the odd key's: which of mine / other is even is this lane's sub.
+    const uint32_t sel = sub == 0 ? (e | (4 + e) << 4) : ((4 + e) | e << 4);
+    uint32_t word[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t lo = __byte_perm(mine[j], other[j], sel), hi = __byte_perm(mine[j + 4], other[j + 4], sel);
+      word[j] = __byte_perm(lo, hi, 0x5410);
+    }
+    *reinterpret_cast<uint4*>(vd + static_cast<int64_t>(e) * p.skv_pad) = make_uint4(word[0], word[1], word[2], word[3]);
+  }
+}
+
 }  // namespace vidattn::sm90

@@ -1,0 +1,52 @@
+"""The 8-bit pre-pass's K/V pass selector (csrc/sm90/q8_quant.cuh q8_kv2_kernel, quant8.set_kv_pass), without a GPU:
+the Python selector against a faked library, and the C side as written (off by default, D=128 only, both dtypes)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from _support import check_q8_selector
+from vidattn import quant8
+
+REPO = Path(__file__).resolve().parent.parent
+CAPI = (REPO / "csrc/capi_8bit.cuh").read_text()
+QUANT = (REPO / "csrc/sm90/q8_quant.cuh").read_text()
+
+
+def test_set_kv_pass_validates_reaches_the_library_and_needs_it():
+    check_q8_selector("kv_pass", quant8.set_kv_pass, quant8.last_kv_pass, top=1)
+
+
+def test_kv_pass_in_the_c_abi():
+    """Off by default; the setter's range; the environment variable; the whole-row kernel at D=128 only (D=64 runs
+    the per-key pass whatever is asked, and says so through last_kv_pass); the last launch's pass reset per call."""
+    assert "#define VIDATTN_Q8_KV_PASS 0" in CAPI
+    assert 'extern "C" int vidattn_q8_set_kv_pass(int mode)' in CAPI and "if (mode < -1 || mode > 1) return 1;" in CAPI
+    assert 'q8_env_default("VIDATTN_Q8_KV_PASS", VIDATTN_Q8_KV_PASS, 0, 1)' in CAPI
+    assert "const int kv_pass = kD == 128 ? (g_q8_kv_pass < 0 ? env_kv_pass : g_q8_kv_pass) : 0;" in CAPI
+    assert "g_q8_last_kv_pass = kv_pass;" in CAPI and "g_q8_last_kv_pass = -1;" in CAPI
+    assert "q8_kv2_kernel<kFp16><<<" in CAPI
+
+
+def test_whole_row_layout_covers_the_block_and_keeps_the_groups():
+    """q8_kv2_kernel's layout as written: 8 warps x 16 keys = 128 (one key block); a lane's step st is key
+    warp * 16 + 2 st + sub, whose scale group (key % 8 / 2) is st % 4, and its V byte goes where q8_vperm_pos puts it
+    (byte 4 (st % 4) + sub + 2 (st / 4) of the group's 16)."""
+    assert "constexpr int kQ8Kv2Threads = 256;" in QUANT and "constexpr int kD = 128, kSteps = 8;" in QUANT
+    assert "const int key0 = blockIdx.x * kQ8BlockN + warp * 16 + sub;" in QUANT
+    keys = sorted(w * 16 + 2 * st + sub for w in range(8) for st in range(8) for sub in range(2))
+    assert keys == list(range(128))
+
+    def vperm_pos(k):  # q8_quant.cuh q8_vperm_pos
+        return 4 * ((k & 7) >> 1) + (k & 1) + 2 * (k >> 3)
+
+    for st in range(8):
+        for sub in range(2):
+            k = 2 * st + sub
+            assert (k % 8) // 2 == st % 4
+            assert vperm_pos(k) == 4 * (st % 4) + sub + 2 * (st // 4)
+    # the byte_perm selectors: even key's byte e into byte 0, odd key's into byte 1 (x = mine, y = the partner's)
+    for e in range(4):
+        for sub in range(2):
+            sel = (e | (4 + e) << 4) if sub == 0 else ((4 + e) | e << 4)
+            even_src = sel & 0xF
+            assert even_src == (e if sub == 0 else 4 + e)  # sub 0 holds the even key: its own word (x)
