@@ -17,11 +17,11 @@ import json
 import os
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import torch  # noqa: E402
@@ -44,18 +44,12 @@ def main(argv=None) -> int:
         return 2
 
     from fidelity_8bit import attention_path
-    from pipelines import registry
+    from e2e_common import build_wan, sdpa_forwards
     from pipelines.measure import timed_call
     from vidattn import rotary
     from vidattn.envinfo import run_metadata
 
-    dev = torch.device("cuda")
-    size = registry.Size(args.height, args.width, args.frames)
-    t0 = time.perf_counter()
-    built = registry.build(args.family, "default", device=dev, dtype=torch.bfloat16, seed=0, size=size)
-    info = built.info()
-    print(f"built {args.family} in {time.perf_counter() - t0:.1f} s: {info['tokens']} tokens, "
-          f"{info['heads']} heads x {info['head_dim']}, {len(built.model.blocks)} blocks", flush=True)
+    built, info, dev = build_wan(args.family, args.height, args.width, args.frames)
 
     launches = {"n": 0}
     real_launch = rotary._norm_launch
@@ -115,14 +109,7 @@ def main(argv=None) -> int:
         rotary._norm_launch = real_launch
         rotary.norm_rope_enabled = rotary.norm_rope_from_env()
 
-    sdpa = []
-    if args.sdpa:
-        timed_call(built.forward, dev)  # untimed
-        for _ in range(args.sdpa):
-            ms, out = timed_call(built.forward, dev)
-            del out
-            sdpa.append(ms)
-        print(f"sdpa: {', '.join(f'{t:.1f}' for t in sdpa)} ms", flush=True)
+    sdpa = sdpa_forwards(built, dev, args.sdpa)
     sdpa_med = statistics.median(sdpa) if sdpa else None
     report.update(sdpa_ms=sdpa, checks_ok=ok)
     for r in report["precisions"].values():
