@@ -79,10 +79,12 @@ static_assert(VIDATTN_Q8_SEQ_D64 == 0 || VIDATTN_Q8_SEQ_D64 == 1, "D=64 builds t
 #define VIDATTN_Q8_PREP 1
 #endif
 // The K/V pass (q8_quant.cuh): 0 q8_kv_kernel (a thread per key, its whole rows), 1 q8_kv2_kernel at D=128 (16 lanes a
-// row, whole-row loads, V^T transposed in registers; the same outputs bit for bit; D=64 runs 0). Off by default until
-// its A/B (dev/NOTES_8bit.md "The pre-pass at Wan 14B 720p"); forced by vidattn_q8_set_kv_pass or VIDATTN_Q8_KV_PASS.
+// row, whole-row loads, V^T transposed in registers; the same outputs bit for bit; D=64 runs 0). 1 is the default
+// since call N5 of the ninth sitting (bench/results/h200_2026-12-03_ninth/call_n5: the pre-pass 0.234 -> 0.223 ms on
+// Wan 1.3B self and 0.308 -> 0.296 on seed 8K, lower in 6 of 6 passes each; the Wan 14B forward a tie); 0 stays built
+// (the A/B's reference, and D=64's). Forced by vidattn_q8_set_kv_pass or VIDATTN_Q8_KV_PASS (read once).
 #ifndef VIDATTN_Q8_KV_PASS
-#define VIDATTN_Q8_KV_PASS 0
+#define VIDATTN_Q8_KV_PASS 1
 #endif
 static_assert(VIDATTN_Q8_KV_PASS == 0 || VIDATTN_Q8_KV_PASS == 1, "the K/V pass: 0 a thread per key, 1 whole rows");
 // v10 (dev/NOTES_8bit.md "v10"), fewer instructions per key block at D=128, schedule 3 (conversion 2, row-sum mode

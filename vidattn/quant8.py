@@ -122,9 +122,9 @@ KV_PASS_MODES = (-1, 0, 1)
 def set_kv_pass(mode: int, lib=None) -> None:
     """The K/V pass of later 8-bit launches (csrc/sm90/q8_quant.cuh): a thread per key with its whole K and V rows (0,
     q8_kv_kernel), or 16 lanes a row with whole-row loads and V's transpose in registers (1, q8_kv2_kernel; head dim
-    128 only, D=64 runs 0), the same outputs bit for bit; or the build default (-1). The environment variable
-    VIDATTN_Q8_KV_PASS sets the same for a whole process. A library that predates it raises RuntimeError. For A/B
-    timing."""
+    128 only, D=64 runs 0; the build default since the ninth sitting), the same outputs bit for bit; or the build
+    default (-1). The environment variable VIDATTN_Q8_KV_PASS sets the same for a whole process. A library that
+    predates it raises RuntimeError. For A/B timing."""
     if isinstance(mode, bool) or not isinstance(mode, int) or mode not in KV_PASS_MODES:
         raise ValueError(f"set_kv_pass: mode must be one of {KV_PASS_MODES}, got {mode!r}")
     _setter("vidattn_q8_set_kv_pass", mode, lib)

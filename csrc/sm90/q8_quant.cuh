@@ -385,7 +385,7 @@ __global__ void __launch_bounds__(kQ8KvThreads) q8_kv_kernel(const Q8PrepParams 
   }
 }
 
-// ---- 3b. The K/V pass with whole-row loads (kv pass 1; D=128; capi_8bit.cuh's VIDATTN_Q8_KV_PASS) ---------------
+// ---- 3b. The K/V pass with whole-row loads (kv pass 1, the default at D=128; capi_8bit.cuh VIDATTN_Q8_KV_PASS) ---
 // The same outputs as q8_kv_kernel, bit for bit, from another layout of the work. q8_kv_kernel gives each thread one
 // key's whole K and V rows (168 registers: 3 blocks of 128 threads per SM, 18.75% occupancy) and each warp load
 // instruction 32 rows' 16-byte pieces, half of every 32-byte sector (the other half from L1 on the next instruction):
