@@ -98,6 +98,9 @@
 #   bash dev/device_session.sh N5 [budget_s]  # the pre-pass's whole-row K/V pass (kv pass 1): its GPU tests (bit for
 #                                             # bit against the per-key pass), the A/B (q8_v12_ab.py --selector
 #                                             # kv_pass), the Wan 14B 720p forward A/B beside SDPA
+#   bash dev/device_session.sh N6 [budget_s]  # the ninth sitting's last call, on the shipped defaults (the lean norm +
+#                                             # RoPE, the whole-row K/V pass): the 8-bit GPU suites, then the Wan
+#                                             # 14B 720p and 1.3B forward reports at 8-bit beside SDPA
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -192,6 +195,15 @@ print(min(good)[1] if good else 4)" 2>/dev/null || echo 4)
     --b v12=2 nr=$nr --rounds 4 --sdpa 2 > "$OUT/n1/settings_e2e.log" 2>&1; rc[e2e]=$?
   tail -9 "$OUT/n1/settings_e2e.log"
   tar_dirs n1
+  ;;
+N6)
+  build_lib
+  mkdir -p "$OUT/n6"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_gpu.py tests/test_8bit_v12_gpu.py \
+    tests/test_8bit_kv_pass_gpu.py > "$OUT/n6/gpu_8bit.log" 2>&1; rc[tests]=$?
+  tail -2 "$OUT/n6/gpu_8bit.log"; grep -E "^(FAILED|ERROR)" "$OUT/n6/gpu_8bit.log" | head -8
+  wan_8bit_reports
+  tar_dirs n6 e2e14 e2e13
   ;;
 N5)
   build_lib
