@@ -55,11 +55,7 @@ constexpr int kMaxHeadDim = 4096;
 //             default since call N1 of the ninth sitting: 0.584 against 0.713 ms per Wan 14B tensor (6/6 passes),
 //             1.3B's rows a tie. The same with whole 16-byte stores and table loads (schedule 4, a kernel of its own
 //             at 38 registers) measured 0.605: dev/experiments/norm_rope_lean_vec.patch.
-//   kLean32   kLean in a kernel of its own bound to 32 registers (4 CTAs of kMaxThreads per SM: 6 of Wan 14B's 320
-//             threads, 60 warps, where kLean's 40 registers allow 4 CTAs, 40 warps; Nsight Compute on kLean read issue
-//             61% and DRAM 60% busy with 62.5% occupancy: call N4 of the ninth sitting). ptxas: 8 bytes of spill at 2
-//             vectors a thread (632 SASS instructions against 616), none at 1. Built, not measured yet.
-enum NormRopeSchedule : int { kOneRow = 1, kRows = 2, kLean = 3, kLean32 = 4 };
+enum NormRopeSchedule : int { kOneRow = 1, kRows = 2, kLean = 3 };
 
 // Sum over the CTA; every thread gets the total. One warp-shuffle tree per warp, then the warps' partials in order.
 // `scratch` is used again only after another barrier of the CTA (kRows alternates two).
@@ -231,15 +227,6 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRo
       for (int i = 0; i < kVecs; ++i) v[i] = next[i];
     }
   }
-}
-
-// kLean32's kernel: a second launch-bounds argument on the shared kernel would change ptxas's choices for the others
-// (it did for kOneRow in the ninth sitting's schedule 4), so the register bound gets a kernel of its own.
-template <typename T, typename C, bool kRoundMid, int kVecs>
-__global__ void __launch_bounds__(kMaxThreads, 4) rms_norm_rope_lean32_kernel(const NormRopeParams p) {
-  static_assert(kVecs >= 1 && kVecs <= kMaxVecsPerThread, "vectors per thread");
-  __shared__ float scratch[kMaxThreads / 32];
-  lean_row<T, C, kRoundMid, kVecs>(p, scratch);
 }
 
 }  // namespace norm_rope
