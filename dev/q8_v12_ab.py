@@ -89,6 +89,10 @@ def v12_checks(results, ok):
     g = torch.Generator(device=ab.DEV)
     g.manual_seed(97531)
     q, k, v = ab.qc.make(2, 3, 517, 2049, 128, gen=g)
+    # K on a grid of quarters (|k| <= 31): the pre-pass's K sums (fp32 atomics) are then exact in any order, so any
+    # difference is the variant's (with plain normal K, call N3 of the ninth sitting flagged a variant whose GPU test,
+    # on this grid, passed bit for bit: the sums' order had changed between the runs).
+    k = ((k.float() * 4).round() / 4).clamp(-31, 31).to(k.dtype)
 
     def call(prep):
         select(-1, -1, -1, prep)
