@@ -43,12 +43,6 @@ def run(mode, q, k, v, kv_lens=None, layout_bhsd=False):
         quant8.set_kv_pass(-1)
 
 
-def on_grid(k):
-    # K on a grid of quarters: the statistics' K sums (fp32 atomics) are exact in any order, so both runs quantize
-    # against the same mean and any difference is the K/V pass's (tests/test_8bit_v12_gpu.py, test_mode_1_bit_for_bit).
-    return ((k.float() * 4).round() / 4).clamp(-31, 31).to(k.dtype)
-
-
 def same_bits(a, b):
     return torch.equal(a.contiguous().view(torch.int16 if a.element_size() == 2 else torch.int32),
                        b.contiguous().view(torch.int16 if b.element_size() == 2 else torch.int32))
@@ -59,7 +53,7 @@ def same_bits(a, b):
 def test_whole_row_pass_bit_for_bit(skv, dtype):
     seed = int(torch.randint(0, 1 << 20, ()).item())
     q, k, v = (base.randn(2, n, 3, 128, seed=seed + i, dtype=dtype) for i, n in enumerate((333, skv, skv)))
-    k = on_grid(k)
+    k = base.on_quarter_grid(k)
     a, la, ra = run(0, q, k, v)
     b, lb, rb = run(1, q, k, v)
     assert (ra, rb) == (0, 1)
@@ -74,7 +68,8 @@ def test_whole_row_pass_bit_for_bit(skv, dtype):
 def test_strided_chunks_and_bhsd():
     """q, k, v as chunks of one fused projection (row stride 3 x heads x 128) and in the BHSD layout."""
     seed = int(torch.randint(0, 1 << 20, ()).item())
-    qkv = on_grid(base.randn(1, 1500, 3 * 4, 128, seed=seed))  # (on the grid before the chunks: they keep its strides)
+    # (on the grid before the chunks, which then keep the fused projection's strides)
+    qkv = base.on_quarter_grid(base.randn(1, 1500, 3 * 4, 128, seed=seed))
     q, k, v = qkv.chunk(3, dim=2)
     assert not k.is_contiguous()
     a, la, _ = run(0, q, k, v)
@@ -89,7 +84,7 @@ def test_strided_chunks_and_bhsd():
 def test_nan_keys_give_the_same_rows():
     seed = int(torch.randint(0, 1 << 20, ()).item())
     q, k, v = (base.randn(1, n, 2, 128, seed=seed + i) for i, n in enumerate((200, 700, 700)))
-    k = on_grid(k)
+    k = base.on_quarter_grid(k)
     k[0, 300, 1, 5] = float("nan")
     a, _, _ = run(0, q, k, v)
     b, _, _ = run(1, q, k, v)

@@ -82,11 +82,9 @@ def test_mode_1_bit_for_bit(skv):
     offsets (the I2F path kept there), bf16 and fp16, kv_lens."""
     seed = int(torch.randint(0, 1 << 20, ()).item())
     q, k, v = (base.randn(2, n, 3, 128, seed=seed + i) for i, n in enumerate((777, skv, skv)))
-    # K on a grid of quarters (|k| < 2^5): the pre-pass's per-channel K sums (fp32 atomics, csrc/sm90/q8_quant.cuh) are
-    # then exact in any order, so every run quantizes the same codes and any difference is the kernel's. With plain
-    # normal K the sums' order changes their last bits from run to run: call B's seed 27415 at 2049 keys drew equal
-    # mode-0 runs and a mode-1 run with other sums, and failed without a kernel difference.
-    k = ((k.float() * 4).round() / 4).clamp(-31, 31).to(k.dtype)
+    # K on a grid of quarters: with plain normal K, call B's seed 27415 at 2049 keys drew equal mode-0 runs and a
+    # mode-1 run with other K sums, and failed without a kernel difference.
+    k = base.on_quarter_grid(k)
     scale = 1 / math.sqrt(128)
 
     def call(q=q, k=k, v=v, kv_lens=None):
