@@ -39,37 +39,35 @@ OUT = os.environ.get("OUT", "/tmp")
 
 
 class Prep(int):
-    """q8_selector_ab's pre-pass selector (an int, -1: the default) carrying the variant's v12 mode."""
+    """q8_selector_ab's pre-pass selector (an int, -1: the default) carrying the variant's mode of --selector."""
 
-    def __new__(cls, value, v12):
+    def __new__(cls, value, mode):
         obj = super().__new__(cls, value)
-        obj.v12 = v12
+        obj.mode = mode
         return obj
 
 
-# (name, head dim, schedule, row-sum mode, conversion, pre-pass + v12) as q8_selector_ab.py's; the first is the default.
+# (name, head dim, schedule, row-sum mode, conversion, pre-pass + mode) as q8_selector_ab.py's; the first is the default.
 MODE_NAMES = {0: "v10 mode 1", 1: "fewer instr."}
-# --selector kv_pass: the pre-pass's K/V pass (quant8.set_kv_pass), the same A/B and rule on the same shapes.
-KV_PASS_NAMES = {0: "K/V a thread per key", 1: "K/V whole rows"}
+# What --modes are modes of (--selector): quant8's setter and reader, the modes' names and the build default. kv_pass:
+# the pre-pass's K/V pass, the same A/B and rule on the same shapes.
+SELECTORS = {"v12": ("set_v12", "last_v12", MODE_NAMES, 1),
+             "kv_pass": ("set_kv_pass", "last_kv_pass", {0: "K/V a thread per key", 1: "K/V whole rows"}, 1)}
 SELECTOR = "v12"
 
 
 def _set(mode):
-    (ab.quant8.set_kv_pass if SELECTOR == "kv_pass" else ab.quant8.set_v12)(mode)
+    getattr(ab.quant8, SELECTORS[SELECTOR][0])(mode)
 
 
 def _last():
-    return ab.quant8.last_kv_pass() if SELECTOR == "kv_pass" else ab.quant8.last_v12()
-
-
-def _names():
-    return KV_PASS_NAMES if SELECTOR == "kv_pass" else MODE_NAMES
+    return getattr(ab.quant8, SELECTORS[SELECTOR][1])()
 
 
 def variants(ref, *modes):
-    """The reference first (the rule's baseline), then the variants: v12 modes (`--modes`)."""
-    default = 0 if SELECTOR == "kv_pass" else 1
-    return [(f"d128 {SELECTOR} {m} ({_names()[m]}{', default' if m == default else ''})", 128, -1, -1, -1, Prep(-1, m))
+    """The reference first (the rule's baseline), then the variants: the selector's modes (`--modes`)."""
+    _, _, names, default = SELECTORS[SELECTOR]
+    return [(f"d128 {SELECTOR} {m} ({names[m]}{', default' if m == default else ''})", 128, -1, -1, -1, Prep(-1, m))
             for m in (ref,) + modes]
 
 
@@ -79,7 +77,7 @@ _select = ab.select
 
 def select(seq, mode, cvt, prep):
     _select(seq, mode, cvt, int(prep))
-    _set(getattr(prep, "v12", -1))
+    _set(getattr(prep, "mode", -1))
 
 
 def v12_checks(results, ok):
@@ -102,17 +100,23 @@ def v12_checks(results, ok):
         torch.cuda.synchronize()
         return out, lse, _last()
 
+    try:  # the reference twice, once for all variants (its own run-to-run difference)
+        a0, l0, r0 = call(VARIANTS[0][5])
+        a1, l1, r1 = call(VARIANTS[0][5])
+        ref_error = None
+    except Exception as exc:  # noqa: BLE001 - the error must not end the A/B
+        ref_error = repr(exc)
     for variant in VARIANTS[1:]:
         try:
-            a0, l0, r0 = call(VARIANTS[0][5])
-            a1, l1, r1 = call(VARIANTS[0][5])
+            if ref_error is not None:
+                raise RuntimeError(f"the reference failed: {ref_error}")
             b, lb, r2 = call(variant[5])
             if torch.equal(a0, a1) and torch.equal(l0, l1):
                 same = torch.equal(a0, b) and torch.equal(l0, lb)
             else:  # (the pre-pass's statistics by atomics: the reference itself differs run to run in the last bits)
                 noise = float((a1.float() - a0.float()).abs().max())
                 same = float((b.float() - a0.float()).abs().max()) <= 2 * noise
-            want = (VARIANTS[0][5].v12, VARIANTS[0][5].v12, variant[5].v12)
+            want = (VARIANTS[0][5].mode, VARIANTS[0][5].mode, variant[5].mode)
             good = same and (r0, r1, r2) == want
             got = f"ran {r0}/{r1}/{r2}, identical to mode {want[0]}: {same}"
         except Exception as exc:  # noqa: BLE001 - the error must not end the A/B
@@ -150,13 +154,14 @@ def main():
     ap.add_argument("--modes", type=int, nargs="+", default=[0, 1], metavar="MODE",
                     help="v12 modes compared: the reference, then the variants (0 1: v12; 1 2 3 4 5: v15's pass "
                          "points against the default, with dev/experiments/q8_v15_pass_point.patch applied)")
-    ap.add_argument("--selector", choices=["v12", "kv_pass"], default="v12",
+    ap.add_argument("--selector", choices=sorted(SELECTORS), default="v12",
                     help="what --modes are modes of: v12 (quant8.set_v12) or the pre-pass's K/V pass (set_kv_pass)")
     a = ap.parse_args()
     global VARIANTS, SELECTOR
     SELECTOR = a.selector
-    if len(a.modes) < 2 or len(set(a.modes)) != len(a.modes) or any(m not in _names() for m in a.modes):
-        ap.error(f"--modes: two or more different modes of {sorted(_names())}")
+    names = SELECTORS[SELECTOR][2]
+    if len(a.modes) < 2 or len(set(a.modes)) != len(a.modes) or any(m not in names for m in a.modes):
+        ap.error(f"--modes: two or more different modes of {sorted(names)}")
     VARIANTS = variants(*a.modes)
     t0 = time.time()
     ab.select = select
@@ -165,7 +170,7 @@ def main():
     if a.sharp:
         v10ab.add_sharp_passes()
     results = {"checks": [], "timing": [], "passes": a.passes,
-               "variants": [v[:5] + (int(v[5]), v[5].v12) for v in VARIANTS]}
+               "variants": [v[:5] + (int(v[5]), v[5].mode) for v in VARIANTS]}
     ok = ab.checks_fp64(VARIANTS, results)
     v12_checks(results, ok)
     live = [vt for vt in VARIANTS if ok.get(vt[0]) or vt is VARIANTS[0]]  # the default always runs
