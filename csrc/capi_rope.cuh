@@ -92,7 +92,7 @@ constexpr int kNormRopeDefault = vidattn::norm_rope::kLean;
 int g_norm_rope_schedule = 0;
 
 // kLean's offsets within a row are 32-bit: (heads - 1) * head stride + head_dim must fit for x and out (strides
-// that torch gives, >= 0; a stride of one head is never stepped). Rows that do not fit run the default instead.
+// that torch gives, >= 0; a stride of one head is never stepped). Rows that do not fit run kOneRow instead.
 bool lean_offsets_fit(const vidattn::norm_rope::NormRopeParams& p) {
   if (p.heads == 1) return true;
   const int64_t most = (int64_t(UINT32_MAX) - p.head_dim) / (p.heads - 1);

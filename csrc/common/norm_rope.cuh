@@ -191,9 +191,9 @@ __device__ __forceinline__ void lean_row(const NormRopeParams& p, float* scratch
       rope::load_table8(cos_row + dim[i], cs);
       rope::load_table8(sin_row + dim[i], sn);
       const uint4 r = norm_rotate8<T, kRoundMid>(v[i], w, cs, sn, rstd).raw;
-      // Four 4-byte stores: what nvcc makes of kOneRow's 16-byte store (PTX st.global.v2.u16, SASS STG.E, in every
-      // rms_norm_rope_kernel of the library; rope.cuh's kernels get STG.E.128), kept so that the A/B against kOneRow
-      // measures the index math alone. The 16-byte store is an experiment of its own.
+      // Four 4-byte stores: what nvcc makes of kOneRow's 16-byte store (PTX st.global.v2.u16, SASS STG.E; rope.cuh's
+      // kernels get STG.E.128), kept so that the A/B against kOneRow measured the index math alone. Whole 16-byte
+      // stores and table loads measured slower (0.605 against 0.584 ms: dev/experiments/norm_rope_lean_vec.patch).
       uint32_t* o = reinterpret_cast<uint32_t*>(orow + (head[i] * os + dim[i]));
       o[0] = r.x, o[1] = r.y, o[2] = r.z, o[3] = r.w;
     }
