@@ -51,6 +51,12 @@ def _entry(lib: ctypes.CDLL):
     return lib
 
 
+def _reader(symbol: str, lib=None) -> int:
+    """A `vidattn_q8_last_*` reader's value, or -1 for a library without it (or without the 8-bit path)."""
+    fn = getattr(_entry(lib or _ext._library(None)), symbol, None)
+    return int(fn()) if fn is not None else -1
+
+
 def _setter(symbol: str, value: int, lib=None) -> None:
     lib = _entry(lib or _ext._library(None))
     fn = getattr(lib, symbol, None) if lib is not None else None
@@ -132,9 +138,7 @@ def set_kv_pass(mode: int, lib=None) -> None:
 
 def last_kv_pass(lib=None) -> int:
     """K/V pass of this thread's last 8-bit launch (as set_kv_pass's; -1: none, or a library without the choice)."""
-    lib = _entry(lib or _ext._library(None))
-    fn = getattr(lib, "vidattn_q8_last_kv_pass", None) if lib is not None else None
-    return int(fn()) if fn is not None else -1
+    return _reader("vidattn_q8_last_kv_pass", lib)
 
 
 V10_MODES = (-1, 0, 1, 2)
@@ -155,9 +159,7 @@ def set_v10(mode: int, lib=None) -> None:
 
 def last_v10(lib=None) -> int:
     """v10 mode of this thread's last 8-bit launch (as set_v10's; -1: none, or a library without the choice)."""
-    lib = _entry(lib or _ext._library(None))
-    fn = getattr(lib, "vidattn_q8_last_v10", None) if lib is not None else None
-    return int(fn()) if fn is not None else -1
+    return _reader("vidattn_q8_last_v10", lib)
 
 
 V12_MODES = (-1, 0, 1)
@@ -177,34 +179,26 @@ def set_v12(mode: int, lib=None) -> None:
 
 def last_v12(lib=None) -> int:
     """v12 mode of this thread's last 8-bit launch (as set_v12's; -1: none, or a library without the choice)."""
-    lib = _entry(lib or _ext._library(None))
-    fn = getattr(lib, "vidattn_q8_last_v12", None) if lib is not None else None
-    return int(fn()) if fn is not None else -1
+    return _reader("vidattn_q8_last_v12", lib)
 
 
 def last_prep(lib=None) -> int:
     """Pre-pass of this thread's last 8-bit launch (1 fused, 0 three launches, 2 Q in the kernel; -1: none, or a
     library without the choice)."""
-    lib = _entry(lib or _ext._library(None))
-    fn = getattr(lib, "vidattn_q8_last_prep", None) if lib is not None else None
-    return int(fn()) if fn is not None else -1
+    return _reader("vidattn_q8_last_prep", lib)
 
 
 def last_cvt(lib=None) -> int:
     """Score conversion of this thread's last 8-bit launch (as set_cvt's modes; -1: none, or a library without the
     choice)."""
-    lib = _entry(lib or _ext._library(None))
-    fn = getattr(lib, "vidattn_q8_last_cvt", None) if lib is not None else None
-    return int(fn()) if fn is not None else -1
+    return _reader("vidattn_q8_last_cvt", lib)
 
 
 def last_sequential(lib=None) -> int:
     """Schedule of this thread's last 8-bit launch (0 ping-pong, 1 sequential, 3 sequential with turns around the
     exponentials, head dim 128's default; 2, turns around S, from a library that still built it; -1: none, or a
     library without the sequential schedule)."""
-    lib = _entry(lib or _ext._library(None))
-    fn = getattr(lib, "vidattn_q8_last_sequential", None)
-    return int(fn()) if fn is not None else -1
+    return _reader("vidattn_q8_last_sequential", lib)
 
 
 def last_variant(lib=None) -> tuple[int, int]:
