@@ -39,7 +39,8 @@ struct Q8Traits {
   static constexpr int kVRows = kD + 8;          // and 8 rows of ones: P V's row-sum columns (kSumMma)
   static constexpr int kOChunks = kD / 64;       // O leaves in 16-row x 64-column boxes
   static constexpr uint32_t kProducerRegs = 24;
-  static constexpr uint32_t kConsumerRegs = kConsumerWGs == 3 ? 160 : 240;
+  // Four (D=64, VIDATTN_Q8_D64_WG4 builds only): 120 registers, what the file leaves beside a 24-register producer.
+  static constexpr uint32_t kConsumerRegs = kConsumerWGs == 4 ? 120 : kConsumerWGs == 3 ? 160 : 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536, "register file overcommitted");
 };
 
