@@ -101,6 +101,10 @@
 #   bash dev/device_session.sh N6 [budget_s]  # the ninth sitting's last call, on the shipped defaults (the lean norm +
 #                                             # RoPE, the whole-row K/V pass): the 8-bit GPU suites, then the Wan
 #                                             # 14B 720p and 1.3B forward reports at 8-bit beside SDPA
+#   bash dev/device_session.sh O1 [budget_s]  # v16 (D=64, four consumer warpgroups) from the experiment library
+#                                             # .build/ab/lib_v16.so (-DVIDATTN_Q8_D64_WG4=1, built here, carried):
+#                                             # its GPU tests, memcheck, the A/B (q8_v12_ab.py --selector d64_wgs);
+#                                             # the default library's refusal of a forced 4
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -171,6 +175,29 @@ wan_8bit_reports() {
   grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e13.log" | tail -8
 }
 case "$stage" in
+O1)
+  build_lib
+  mkdir -p "$OUT/o1"
+  V16=${VIDATTN_V16_LIB:-.build/ab/lib_v16.so}
+  timeout 60 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v16_gpu.py \
+    > "$OUT/o1/gpu_default_lib.log" 2>&1; rc[tests_default]=$?
+  tail -1 "$OUT/o1/gpu_default_lib.log"
+  if [ -f "$V16" ]; then
+    timeout 150 env VIDATTN_LIBRARY=$V16 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v16_gpu.py \
+      tests/test_8bit_gpu.py -k "v16 or four or fp16_bhsd or 64" > "$OUT/o1/gpu_v16.log" 2>&1; rc[tests_v16]=$?
+    tail -2 "$OUT/o1/gpu_v16.log"; grep -E "^(FAILED|ERROR)" "$OUT/o1/gpu_v16.log" | head -8
+    timeout 90 env VIDATTN_LIBRARY=$V16 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q \
+      -p no:cacheprovider tests/test_8bit_v16_gpu.py -k "fp16_bhsd or (bit_for_bit and 257 and 2049)" \
+      > "$OUT/o1/memcheck.log" 2>&1; rc[memcheck]=$?
+    grep -E "ERROR SUMMARY|passed|failed" "$OUT/o1/memcheck.log" | tail -2
+    OUT="$OUT/o1" timeout $(( $(left) > 60 ? $(left) - 10 : 50 )) env VIDATTN_LIBRARY=$V16 python3 dev/q8_v12_ab.py \
+      --selector d64_wgs --modes 0 4 --passes 6 --reps 16 --budget $(( $(left) > 80 ? $(left) - 40 : 40 )) \
+      > "$OUT/o1/q8_v16_ab.log" 2>&1; rc[q8_ab]=$?; sed -n '/== 8-bit d64_wgs A\/B/,$p' "$OUT/o1/q8_v16_ab.log"
+  else
+    echo "O1: no $V16 (build it here with -DVIDATTN_Q8_D64_WG4=1 and carry .build/ab)"
+  fi
+  tar_dirs o1
+  ;;
 N1)
   build_lib
   mkdir -p "$OUT/n1"
