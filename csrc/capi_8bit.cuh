@@ -57,10 +57,10 @@ namespace {
 #ifndef VIDATTN_Q8_SEQ_D64
 #define VIDATTN_Q8_SEQ_D64 1
 #endif
-// v16 (dev/NOTES_8bit.md "v16"): D=64's schedule 1 (mode 1, conversion 1) with four consumer warpgroups of 120
+// v16 (dev/NOTES_8bit.md "v16"): D=64's schedule 1 (mode 1, conversion 1) with four consumer warpgroups of 112
 // registers (256-row tiles) instead of three of 160, so each SMSP has a fourth warp to take MUFU while the others wait
-// on their wgmmas. An experiment build only (`VIDATTN_LIBRARY_FLAGS=-DVIDATTN_Q8_D64_WG4=1`): at 120 registers ptxas
-// spills 44 bytes (the row state, 8 local accesses per key block), which the CI kernel check refuses in the default
+// on their wgmmas. An experiment build only (nvcc -DVIDATTN_Q8_D64_WG4=1, loaded through VIDATTN_LIBRARY): at 112
+// registers ptxas spills 156 bytes (39 local accesses per key block), which the CI kernel check refuses in the default
 // build. There vidattn_q8_set_d64_warpgroups(4) selects it; without the flag a forced 4 is refused at launch.
 #ifndef VIDATTN_Q8_D64_WG4
 #define VIDATTN_Q8_D64_WG4 0
