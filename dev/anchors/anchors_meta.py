@@ -117,7 +117,7 @@ def standins(needed: list[str], defined: set[str], reasons: dict[str, str]) -> t
             what = f"this FlashAttention-3 anchor build has no hdim{kernel.replace('_', ' ')} kernel"
         why = reasons.get(kernel)
         if why:
-            what += f" ({why})"
+            what += f": {why}"
         what = what.replace("\\", "\\\\").replace('"', '\\"')
         # The callers pass (params&, stream); a function that ignores its arguments is call-compatible on x86-64.
         lines.append(f'void vidattn_standin_{i}() __asm__("{sym}");')
@@ -183,7 +183,7 @@ def build_json(a) -> dict:
     for k in list(dict.fromkeys(known + requested)):
         if k not in requested:
             missing.append(k)
-            reason[k] = "not requested (FA3_KERNELS)"
+            reason[k] = "not selected (--only)" if k in a.only.split() else "not requested (FA3_KERNELS)"
             continue
         st = files[k]
         if st["status"] == "ok" and fa3_linked:
@@ -246,7 +246,8 @@ def main(argv: list[str]) -> int:
     b.add_argument("--final", default="0")
     b.add_argument("--ktimeout", type=int, required=True)
     b.add_argument("--jobs", type=int, required=True)
-    b.add_argument("--requested", required=True)
+    b.add_argument("--requested", required=True, help="the kernels compiled")
+    b.add_argument("--only", default="", help="kernels requested but left out by device_build.sh --only")
     b.add_argument("--compiler", default="")
     b.add_argument("--built-against")
     b.add_argument("--ext-suffix", required=True)
