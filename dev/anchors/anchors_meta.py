@@ -176,7 +176,8 @@ def build_json(a) -> dict:
     requested = a.requested.split()
     known = (fa3.get("kernels_default") or []) + (fa3.get("kernels_optional") or [])
     files, built, missing, reason = {}, [], [], {}
-    fa3_linked = _read(state / "fa3_link.rc") == "0"
+    # The kernels in flash_attn_3._C as last linked (device_build.sh writes the list after each successful link).
+    linked = set((_read(state / "fa3_linked") or "").split())
     for name in list(FA3_FILES) + [k for k in known if k in requested] + [k for k in requested if k not in known]:
         files[name] = file_state(state, name, t0, a.ktimeout, final)
     api_ok = files["api"]["status"] == "ok"
@@ -186,7 +187,7 @@ def build_json(a) -> dict:
             reason[k] = "not selected (--only)" if k in a.only.split() else "not requested (FA3_KERNELS)"
             continue
         st = files[k]
-        if st["status"] == "ok" and fa3_linked:
+        if st["status"] == "ok" and k in linked:
             built.append(k)
             continue
         missing.append(k)
@@ -202,7 +203,7 @@ def build_json(a) -> dict:
         for p in parts:
             sfiles[p] = file_state(state, p, t0, a.ktimeout, final)
         so = f"{mod}{a.ext_suffix}"
-        if (Path(a.site) / "sageattention" / so).is_file() and _read(state / f"{mod}_link.rc") == "0":
+        if (Path(a.site) / "sageattention" / so).is_file() and (state / f"{mod}_linked").exists():
             mbuilt.append(so)
             continue
         mmissing.append(so)
