@@ -95,6 +95,15 @@ print("ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI))
 print("COMMON_NVCC=(" + " ".join(shlex.quote(f) for f in ce.COMMON_NVCC_FLAGS) + ")")
 print("PYBIND=(" + " ".join(shlex.quote(f) for f in pybind) + ")")
 print("PY_INC=" + shlex.quote(sysconfig.get_paths()["include"]))
+# The CUDA libraries' headers that torch's CUDA wheels install (nvidia/<lib>/include, nvidia/cu13/include): torch's
+# ATen/cuda headers include cusparse.h and cublas_v2.h, which a toolkit without those libraries lacks. They go after
+# CUDA_HOME/include, so they only fill in what the toolkit does not have.
+import glob, os
+nv = []
+for sp in {os.path.dirname(os.path.dirname(torch.__file__))}:
+    nv += sorted(d for d in glob.glob(os.path.join(sp, "nvidia", "*", "include")) if os.path.isdir(d))
+extra = [os.environ["CUDA_INC_PATH"]] if os.environ.get("CUDA_INC_PATH") else []
+print("NV_INC=(" + " ".join(shlex.quote("-I" + p) for p in extra + nv) + ")")
 print("EXT_SUFFIX=" + shlex.quote(sysconfig.get_config_var("EXT_SUFFIX")))
 PYEOF
 )
@@ -102,9 +111,9 @@ if [ -n "$TORCHQ" ]; then eval "$TORCHQ"
 else
   [ "$MODE" = build ] && { echo "device_build.sh: $PY cannot import torch" >&2; exit 1; }
   TORCH_INC=(-I'<torch include dirs>') TORCH_LIB='<torch lib>' ABI=1 COMMON_NVCC=('<torch COMMON_NVCC_FLAGS>')
-  PYBIND=() PY_INC='<python include>' EXT_SUFFIX='.cpython-312-x86_64-linux-gnu.so'
+  PYBIND=() PY_INC='<python include>' EXT_SUFFIX='.cpython-312-x86_64-linux-gnu.so' NV_INC=()
 fi
-SYS_INC=("${TORCH_INC[@]}" "-I$CUDA_HOME/include" "-I$PY_INC")
+SYS_INC=("${TORCH_INC[@]}" "-I$CUDA_HOME/include" "${NV_INC[@]}" "-I$PY_INC")
 TORCH_DEFS=(-DTORCH_API_INCLUDE_EXTENSION_H "-D_GLIBCXX_USE_CXX11_ABI=$ABI" "${PYBIND[@]}")
 ARCH=(-gencode arch=compute_90a,code=sm_90a)  # sm_90a only: the wgmma kernels need the 'a' target
 
