@@ -212,17 +212,21 @@ write_json() {  # final(0/1) [import check]
   mv "$OVERLAY/anchors.json.tmp" "$OVERLAY/anchors.json"
 }
 ok() { [ "$(cat "$STATE/$1.rc" 2>/dev/null)" = 0 ]; }
+# Always succeeds (an assignment from a failing command substitution would end the script under set -e).
+sched_obj() { if ok sched; then echo "$OBJ/sched.o"; fi; }
 
 FA3_LINKED=""  # the kernel set of the last link, so an unchanged set is not relinked
 link_fa3() {
   ok api || return 0
   local done_k=() objs=("$OBJ/api.o") k
-  ok sched && objs+=("$OBJ/sched.o")
-  for k in "${kernels[@]}"; do ok "$k" && done_k+=("$k") && objs+=("$OBJ/$k.o"); done
-  [ "$FA3_LINKED" = "$(ok sched && echo s) ${done_k[*]}" ] && return 0
+  if ok sched; then objs+=("$OBJ/sched.o"); fi
+  for k in "${kernels[@]}"; do if ok "$k"; then done_k+=("$k"); objs+=("$OBJ/$k.o"); fi; done
+  local sig
+  sig="$(sched_obj) ${done_k[*]}"
+  if [ "$FA3_LINKED" = "$sig" ]; then return 0; fi
   write_json 0  # for the stand-ins' reasons
   # What the API and scheduler objects call, less what the compiled objects define: the stand-ins' symbols.
-  nm --undefined-only --format=just-symbols "$OBJ/api.o" $(ok sched && echo "$OBJ/sched.o") > "$STATE/needed.txt"
+  nm --undefined-only --format=just-symbols "$OBJ/api.o" $(sched_obj) > "$STATE/needed.txt"
   nm --defined-only --format=just-symbols "${objs[@]:1}" /dev/null 2>/dev/null > "$STATE/defined.txt" || true
   $META standins --needed "$STATE/needed.txt" --defined "$STATE/defined.txt" --reasons "$STATE/reasons.json" \
     --names-out "$STATE/standins.txt" > "$OBJ/standins.cpp"
@@ -233,7 +237,7 @@ link_fa3() {
   if "$CXX" -shared -o "$so.tmp" "${objs[@]}" "$OBJ/standins.o" "${libs[@]}" >> "$LOGS/link_fa3.log" 2>&1; then
     mv "$so.tmp" "$so"
     printf '%s\n' "${done_k[@]}" > "$STATE/fa3_linked"
-    FA3_LINKED="$(ok sched && echo s) ${done_k[*]}"
+    FA3_LINKED=$sig
     echo "device_build.sh: linked flash_attn_3._C: ${done_k[*]:-no kernel}; stand-ins: $(tr '\n' ' ' < "$STATE/standins.txt")"
   else
     echo "device_build.sh: linking flash_attn_3._C failed ($LOGS/link_fa3.log)"
@@ -249,7 +253,7 @@ libcuda_flags() {
     [ -e "$d/libcuda.so" ] && { printf '%s\n' "-L$d" -lcuda; return; }
   done
   mkdir -p "$B/cudastub"
-  nm --undefined-only --format=just-symbols "$@" | grep -E '^cu[A-Z]' | sort -u \
+  { nm --undefined-only --format=just-symbols "$@" | grep -E '^cu[A-Z]' || true; } | sort -u \
     | sed 's/.*/void &(void) {}/' > "$B/cudastub/cuda_stub.c"
   cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$B/cudastub/libcuda.so" "$B/cudastub/cuda_stub.c"
   printf '%s\n' "-L$B/cudastub" -lcuda
@@ -302,7 +306,7 @@ finish() {  # final description, after the compiles ended or were stopped
   chk=$(import_check)
   write_json 1 "$chk"
   echo "device_build.sh: done in $(( $(date +%s) - ${T0%.*} )) s; $chk"
-  echo "device_build.sh: FA3 kernels built: $(tr '\n' ' ' < "$STATE/fa3_linked" 2>/dev/null); overlay $OVERLAY"
+  echo "device_build.sh: FA3 kernels built: $(cat "$STATE/fa3_linked" 2>/dev/null | tr '\n' ' '); overlay $OVERLAY"
 }
 on_stop() {
   trap - TERM INT
@@ -316,6 +320,19 @@ on_stop() {
   exit 143
 }
 trap on_stop TERM INT
+# An unexpected failure of the script itself (not of a compile, which is recorded) would leave the compiles running
+# without anyone to link them: say where, and end them.
+on_error() {
+  trap - ERR
+  echo "device_build.sh: failed at line $1; ending the compiles" >&2
+  local p
+  for p in "${!PIDS[@]}"; do
+    kill -- "-$(cat "$STATE/${PIDS[$p]}.pid" 2>/dev/null)" 2>/dev/null || true
+    kill -- "-$p" 2>/dev/null || true
+  done
+}
+set -E  # the ERR trap in functions too
+trap 'on_error $LINENO' ERR
 set -m  # each compile job in its own process group (the job's subshell, then timeout's group inside it)
 
 start() {
@@ -323,6 +340,7 @@ start() {
   compile_cmd "$n"
   (
     set +e
+    trap - ERR  # a failing compile is recorded, not an error of the script
     date +%s.%N > "$STATE/$n.start"
     # timeout puts itself and the compiler in a process group of their own (so a timeout ends ptxas and cicc too);
     # its pid, which is that group's, lets a stop end them as well.
