@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import types
 from pathlib import Path
 
@@ -297,3 +298,144 @@ def test_device_anchors_installs_the_pack(pack, tmp_path):
     # without the compiled modules: the harness says why it cannot call them, it does not fail
     report = json.loads(r.stdout[r.stdout.index("\n{") + 1:])
     assert all(report["available"][n] for n in ("fa3", "fa3_fp8", "sage2"))
+
+
+# --- the build's bookkeeping, with a stand-in toolchain (no FA3 or SageAttention source: empty files) ---
+
+FAKE_NVCC = r"""#!/bin/bash
+# Stand-in nvcc: an object defining the symbol the real file would (FA3's kernel or scheduler), or nothing.
+[ "$1" = --version ] && { echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0; }
+out="" src=""
+while [ $# -gt 0 ]; do case "$1" in -o) out=$2; shift 2 ;; -c) src=$2; shift 2 ;; *) shift ;; esac; done
+f=$(basename "$src")
+case "$f" in *"$FAIL"*) echo "fake failure" >&2; exit 1 ;; esac
+case "$f" in *"$SLOW"*) sleep "${SLEEP:-60}" ;; esac
+if [[ $f =~ hdim([0-9]+)_(bf16|e4m3) ]]; then
+  d=${BASH_REMATCH[1]}; t=10bfloat16_t; [ "${BASH_REMATCH[2]}" = e4m3 ] && t=12float_e4m3_t
+  sym="_Z12run_mha_fwd_ILi90EN7cutlass${t}ELi${d}ELi${d}ELb0ELb0ELb0ELb0EEvR16Flash_fwd_paramsP11CUstream_st"
+elif [ "$f" = flash_prepare_scheduler.cu ]; then sym=_Z25prepare_varlen_num_blocksR16Flash_fwd_paramsP11CUstream_stbiib
+else sym=""; fi
+tmp=$(mktemp --suffix=.cpp)
+[ -n "$sym" ] && echo "void f() __asm__(\"$sym\"); void f() {}" > "$tmp"
+c++ -c -fPIC "$tmp" -o "$out"; rc=$?; rm -f "$tmp"; exit $rc
+"""
+
+FAKE_CXX = r"""#!/bin/bash
+# Stand-in host compiler: FA3's API file becomes an object calling every kernel symbol; the bindings an empty
+# object; everything else (the stand-ins, the links) goes to the real c++ without torch's libraries.
+args=() out="" src=""
+for a in "$@"; do case "$a" in -l*|-L*) ;; *) args+=("$a") ;; esac; done
+while [ $# -gt 0 ]; do case "$1" in -o) out=$2; shift 2 ;; -c) src=$2; shift 2 ;; *) shift ;; esac; done
+case "$(basename "$src")" in
+  flash_api_stable.cpp)
+    tmp=$(mktemp --suffix=.cpp); i=0
+    for s in $SYMS; do echo "void f$i() __asm__(\"$s\");" >> "$tmp"; i=$((i + 1)); done
+    echo "void api() {" >> "$tmp"; for ((j = 0; j < i; j++)); do echo "f$j();" >> "$tmp"; done; echo "}" >> "$tmp"
+    exec c++ -c -fPIC "$tmp" -o "$out" ;;
+  pybind*.cpp) echo "" > "$out.cpp"; exec c++ -c -fPIC -x c++ "$out.cpp" -o "$out" ;;
+esac
+exec c++ "${args[@]}"
+"""
+
+
+@pytest.fixture()
+def fake_build(tmp_path):
+    if shutil.which("c++") is None or shutil.which("nm") is None or shutil.which("xz") is None:
+        pytest.skip("needs c++, nm and xz")
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "include").mkdir()
+    (cuda / "bin" / "nvcc").write_text(FAKE_NVCC)
+    (cuda / "bin" / "nvcc").chmod(0o755)
+    (tmp_path / "cxx").write_text(FAKE_CXX)
+    (tmp_path / "cxx").chmod(0o755)
+    src = tmp_path / "src"
+    for k in DEFAULT + OPTIONAL:
+        d, dt = k.split("_")
+        p = src / "fa3" / "hopper" / "instantiations" / f"flash_fwd_hdim{d}_{dt}_sm90.cu"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("")
+    for f in ("fa3/hopper/flash_api_stable.cpp", "fa3/hopper/flash_prepare_scheduler.cu",
+              "sage2/csrc/qattn/qk_int_sv_f8_cuda_sm90.cu", "sage2/csrc/qattn/pybind_sm90.cpp",
+              "sage2/csrc/fused/fused.cu", "sage2/csrc/fused/pybind.cpp"):
+        (src / f).parent.mkdir(parents=True, exist_ok=True)
+        (src / f).write_text("")
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    subprocess.run(["tar", "-cJf", str(pack / "src.tar.xz"), "-C", str(src), "."], check=True)
+    (pack / "anchors.json").write_text(json.dumps(
+        {"fa3": {"commit": "c" * 40, "kernels_default": DEFAULT, "kernels_optional": OPTIONAL}, "sage2": {}}))
+    syms = " ".join([_mangled(d, t) for d in (64, 96, 128, 192, 256) for t in ("bf16", "e4m3")] + [SCHED])
+    env = dict(os.environ, CUDA_HOME=str(cuda), CXX=str(tmp_path / "cxx"), PYTHON=sys.executable, SYMS=syms,
+               VIDATTN_ANCHORS_PACK=str(pack), ANCHORS_BUILD_DIR=str(tmp_path / "b"), JOBS="4", FAIL="none",
+               SLOW="none", KTIMEOUT="30")
+    env.pop("FA3_KERNELS", None)
+    return tmp_path, env
+
+
+def _defined(so: Path) -> set[str]:
+    return set(subprocess.run(["nm", "-D", "--defined-only", "--format=just-symbols", str(so)], capture_output=True,
+                              text=True, check=True).stdout.split())
+
+
+def test_build_links_what_compiled_and_stands_in_for_the_rest(fake_build):
+    tmp, env = fake_build
+    env.update(FAIL="hdim96_bf16", SLOW="hdim64_e4m3", KTIMEOUT="25")  # the others take a second or two
+    r = subprocess.run(["bash", str(RECIPE / "device_build.sh")], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    overlay = tmp / "b" / "overlay"
+    d = json.loads((overlay / "anchors.json").read_text())
+    fa3 = d["fa3"]
+    assert fa3["commit"] == "c" * 40
+    assert fa3["kernels_built"] == sorted(set(DEFAULT) - {"96_bf16", "64_e4m3"})
+    assert set(fa3["kernels_missing"]) == {"96_bf16", "64_e4m3", *OPTIONAL}
+    assert "compile failed (rc 1" in fa3["kernels_missing_reason"]["96_bf16"]
+    assert "timed out after 25 s" in fa3["kernels_missing_reason"]["64_e4m3"]
+    assert fa3["files"]["64_e4m3"]["status"] == "timeout" and fa3["files"]["sched"]["status"] == "ok"
+    assert d["build"]["final"] is True and d["build"]["jobs"] == 4 and "import_check" in d["build"]
+    # every kernel symbol the API calls is defined: compiled, or a stand-in
+    so = overlay / "site" / "flash_attn_3" / "_C.abi3.so"
+    assert set(env["SYMS"].split()) <= _defined(so)
+    standin_src = (tmp / "b" / "obj" / "standins.cpp").read_text()
+    assert "no hdim96 bf16 kernel: compile failed" in standin_src and "no hdim256 e4m3 kernel: not requested" in standin_src
+    assert _mangled(128, "bf16") not in standin_src
+    sage = d["sage2"]
+    assert len(sage["modules_built"]) == 2 and not sage["modules_missing"]
+    assert (tmp / "b" / "cudastub" / "libcuda.so").is_file()  # no toolkit stub here: the generated one
+
+
+def test_a_stopped_build_writes_what_it_has(fake_build):
+    tmp, env = fake_build
+    env.update(SLOW="hdim", SLEEP="600", KTIMEOUT="900")  # every kernel sleeps: stop while they run
+    p = subprocess.Popen(["bash", str(RECIPE / "device_build.sh")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, env=env)
+    state = tmp / "b" / "state"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (state / "api.rc").exists():
+        time.sleep(0.5)
+    time.sleep(2)
+    p.terminate()
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 143, out
+    d = json.loads((tmp / "b" / "overlay" / "anchors.json").read_text())
+    assert d["build"]["final"] is True and "stopped" in out
+    assert d["fa3"]["kernels_built"] == []
+    assert all(d["fa3"]["files"][k]["status"] in ("stopped", "not started") for k in DEFAULT)
+    assert "build was stopped" in d["fa3"]["kernels_missing_reason"]["128_bf16"]
+    # the compiles were ended with it (their sleeps are in the fake nvcc's process group)
+    groups = [int((state / f"{k}.pid").read_text()) for k in DEFAULT if (state / f"{k}.pid").exists()]
+    assert groups
+
+    def alive(g: int) -> bool:
+        try:
+            os.killpg(g, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    deadline = time.time() + 30  # timeout passes the signal on and exits once its compiler has
+    while time.time() < deadline and any(alive(g) for g in groups):
+        time.sleep(0.5)
+    left = [g for g in groups if alive(g)]
+    for g in left:
+        os.killpg(g, 9)
+    assert not left
