@@ -133,10 +133,13 @@ def _read(p: Path) -> str | None:
         return None
 
 
-def file_state(state: Path, name: str, t0: float, ktimeout: int, final: bool) -> dict:
+def file_state(state: Path, name: str, t0: float, ktimeout: int, final: bool, unselected=()) -> dict:
     """status/rc/seconds/start_s/end of one compile job from its marker files (<name>.start, .end, .rc)."""
     start, end, rc = (_read(state / f"{name}.{x}") for x in ("start", "end", "rc"))
     out: dict = {}
+    if start is None and name in unselected:
+        out["status"] = "not selected (--only)"
+        return out
     if start is None:
         out["status"] = "not started" if final else "queued"
         return out
@@ -160,6 +163,8 @@ def missing_reason(st: dict, ktimeout: int, log: str) -> str:
         return f"compile timed out after {ktimeout} s (KTIMEOUT)"
     if s == "failed":
         return f"compile failed (rc {st.get('rc')}; {log})"
+    if s.startswith("not selected"):
+        return s
     if s in ("compiling", "queued"):
         return "still compiling when this was written"
     return "compile did not finish (the build was stopped)"
@@ -179,7 +184,7 @@ def build_json(a) -> dict:
     # The kernels in flash_attn_3._C as last linked (device_build.sh writes the list after each successful link).
     linked = set((_read(state / "fa3_linked") or "").split())
     for name in list(FA3_FILES) + [k for k in known if k in requested] + [k for k in requested if k not in known]:
-        files[name] = file_state(state, name, t0, a.ktimeout, final)
+        files[name] = file_state(state, name, t0, a.ktimeout, final, a.only.split())
     api_ok = files["api"]["status"] == "ok"
     for k in list(dict.fromkeys(known + requested)):
         if k not in requested:
@@ -201,7 +206,7 @@ def build_json(a) -> dict:
     sfiles, mbuilt, mmissing, mreason = {}, [], [], {}
     for mod, parts in SAGE_MODULES.items():
         for p in parts:
-            sfiles[p] = file_state(state, p, t0, a.ktimeout, final)
+            sfiles[p] = file_state(state, p, t0, a.ktimeout, final, a.only.split())
         so = f"{mod}{a.ext_suffix}"
         if (Path(a.site) / "sageattention" / so).is_file() and (state / f"{mod}_linked").exists():
             mbuilt.append(so)
@@ -248,7 +253,7 @@ def main(argv: list[str]) -> int:
     b.add_argument("--ktimeout", type=int, required=True)
     b.add_argument("--jobs", type=int, required=True)
     b.add_argument("--requested", required=True, help="the kernels compiled")
-    b.add_argument("--only", default="", help="kernels requested but left out by device_build.sh --only")
+    b.add_argument("--only", default="", help="kernels and files left out by device_build.sh --only")
     b.add_argument("--compiler", default="")
     b.add_argument("--built-against")
     b.add_argument("--ext-suffix", required=True)

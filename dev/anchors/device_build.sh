@@ -63,6 +63,7 @@ for k in "${requested[@]}"; do if selected "$k"; then kernels+=("$k"); else unse
 # the longest (FA3's kernels, about 100 s each on the GPU machine; SageAttention's sm90 kernel), the short ones last.
 ITEMS=()
 for i in api "${kernels[@]}" sm90_cu fused_cu sched sm90_py fused_py; do selected "$i" && ITEMS+=("$i"); done
+for i in api sched sm90_cu fused_cu sm90_py fused_py; do selected "$i" || unselected+=("$i"); done
 
 # --- toolchain: nvcc of CUDA_HOME (as FA3's and SageAttention's setups use), torch's paths and flags ---
 if [ -z "${CUDA_HOME:-}" ]; then
