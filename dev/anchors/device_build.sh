@@ -175,8 +175,9 @@ if [ "$MODE" != build ]; then
   done
   if [ "$MODE" = dry ]; then
     mapfile -t L0 < <(torch_libs 0); mapfile -t L1 < <(torch_libs 1)
-    printf 'link flash_attn_3: '; printf '%q ' "$CXX" -shared -o "$SITE/flash_attn_3/_C.abi3.so" "$OBJ/api.o" "$OBJ/sched.o" \
-      '<kernel objects>' "$OBJ/standins.o" "${L0[@]}"; echo
+    printf 'link flash_attn_3: '
+    printf '%q ' "$CXX" -shared -o "$SITE/flash_attn_3/_C.abi3.so" "$OBJ/api.o" "$OBJ/sched.o" '<kernel objects>' \
+      "$OBJ/standins.o" "${L0[@]}"; echo
     printf 'link sageattention: '; printf '%q ' "$CXX" -shared -o "$SITE/sageattention/_qattn_sm90$EXT_SUFFIX" \
       "$OBJ/sm90_py.o" "$OBJ/sm90_cu.o" "${L1[@]}" -lcuda; echo
     echo "not requested: $(for k in $FA3_KERNELS_DEFAULT $FA3_KERNELS_OPTIONAL; do
@@ -207,8 +208,8 @@ echo "device_build.sh: ${#ITEMS[@]} files (${ITEMS[*]}), $JOBS at a time, KTIMEO
 
 write_json() {  # final(0/1) [import check]
   $META build-json --pack-json "$STATE/pack.json" --state "$STATE" --site "$SITE" --logs "$LOGS" --t0 "$T0" \
-    --final "$1" --ktimeout "$KTIMEOUT" --jobs "$JOBS" --requested "${kernels[*]}" --only "${unselected[*]}" --compiler "$COMPILER" \
-    --built-against "$STATE/built_against.json" --ext-suffix "$EXT_SUFFIX" ${2:+--import-check "$2"} \
+    --final "$1" --ktimeout "$KTIMEOUT" --jobs "$JOBS" --requested "${kernels[*]}" --only "${unselected[*]}" \
+    --compiler "$COMPILER" --built-against "$STATE/built_against.json" --ext-suffix "$EXT_SUFFIX" ${2:+--import-check "$2"} \
     --reasons-out "$STATE/reasons.json" > "$OVERLAY/anchors.json.tmp"
   mv "$OVERLAY/anchors.json.tmp" "$OVERLAY/anchors.json"
 }
