@@ -1,8 +1,9 @@
 #!/bin/bash
 # Put the prebuilt anchors (FlashAttention-3, SageAttention2) on the GPU machine for scripts/bench_anchors.py.
-# They are built from their public sources outside this repository (docs/anchors.md) and travel as the git-ignored
-# .anchors/ folder next to the work tree (anchors.json there describes the build); this script only unpacks them, it
-# builds nothing:
+# They are built from their public sources outside this repository (docs/anchors.md): dev/anchors/pack.sh makes the
+# git-ignored .anchors/ folder next to the work tree (their Python packages, the sources to compile, anchors.json),
+# dev/anchors/device_build.sh compiles the modules on the GPU machine into /tmp/anchors_build/overlay; this script
+# only unpacks the packages and adds the overlay, it builds nothing:
 #
 #   bash dev/device_anchors.sh install     # unpack .anchors/*.tar.xz into /tmp/anchors, write /tmp/anchors/env.sh
 #   source /tmp/anchors/env.sh             # PYTHONPATH and VIDATTN_ANCHORS_DIR for the rest of the shell
@@ -33,7 +34,7 @@ EOF
 case "${1:-install}" in
   install)
     packs=()
-    # the module packs only: src.tar.xz is what .anchors/recipe/device_build.sh compiles, into the overlay below
+    # the module packs only: src.tar.xz is what dev/anchors/device_build.sh compiles, into the overlay below
     for p in "$PACK"/fa3.tar.xz "$PACK"/sage2.tar.xz; do
       [ -f "$p" ] && packs+=("$p")
     done
@@ -49,7 +50,8 @@ case "${1:-install}" in
       echo "device_anchors: unpacked $(basename "$p")"
     done
     [ -f "$PACK/anchors.json" ] && cp "$PACK/anchors.json" "$DIR/"
-    # Modules compiled on this machine by the fallback build outlive a second install in the same call.
+    # The modules dev/anchors/device_build.sh compiled on this machine (and its anchors.json, which describes them);
+    # they outlive a second install in the same call.
     OVERLAY=${VIDATTN_ANCHORS_OVERLAY:-/tmp/anchors_build/overlay}
     if [ -d "$OVERLAY/site" ]; then
       cp -r "$OVERLAY/site/." "$DIR/site/"

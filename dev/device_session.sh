@@ -134,7 +134,7 @@ anchors_ready() {
 # when the build does or when only $1 seconds of the stage's budget are left, and installs what was built.
 start_anchor_build() {
   if [ -d .anchors ]; then
-    KTIMEOUT=$1 nohup bash .anchors/recipe/device_build.sh > "$OUT/anchors_build.log" 2>&1 &
+    KTIMEOUT=$1 nohup bash dev/anchors/device_build.sh > "$OUT/anchors_build.log" 2>&1 &
     echo $! > /tmp/anchors_build.pid
   fi
 }
@@ -142,6 +142,9 @@ await_anchor_build() {
   [ -f /tmp/anchors_build.pid ] || return 0
   while kill -0 "$(cat /tmp/anchors_build.pid)" 2>/dev/null && [ "$(left)" -gt "$1" ]; do sleep 5; done
   kill -- "$(cat /tmp/anchors_build.pid)" 2>/dev/null
+  # A stopped build relinks what finished and writes its final anchors.json before it exits: let it, briefly.
+  local n=0
+  while kill -0 "$(cat /tmp/anchors_build.pid)" 2>/dev/null && [ $n -lt 30 ]; do sleep 1; n=$((n + 1)); done
   tail -3 "$OUT/anchors_build.log"; anchors_ready
 }
 # Only 8 files come back from a call: each result folder goes back as one archive.
