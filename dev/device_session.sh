@@ -105,6 +105,9 @@
 #                                             # .build/ab/lib_v16.so (-DVIDATTN_Q8_D64_WG4=1, built here, carried):
 #                                             # its GPU tests, memcheck, the A/B (q8_v12_ab.py --selector d64_wgs);
 #                                             # the default library's refusal of a forced 4
+#   bash dev/device_session.sh O2 [budget_s]  # O1 again on v16 at 112 registers (its tests, memcheck, A/B) while the
+#                                             # anchors compile (dev/anchors/device_build.sh; carry .anchors), then
+#                                             # the full anchors table (bench_anchors.py --group all)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -200,6 +203,36 @@ O1)
     echo "O1: no $V16 (build it here with -DVIDATTN_Q8_D64_WG4=1 and carry .build/ab)"
   fi
   tar_dirs o1
+  ;;
+O2)
+  anchors_ready
+  start_anchor_build 400
+  build_lib
+  mkdir -p "$OUT/o2"
+  V16=${VIDATTN_V16_LIB:-.build/ab/lib_v16.so}
+  if [ -f "$V16" ]; then
+    timeout 120 env VIDATTN_LIBRARY=$V16 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v16_gpu.py \
+      > "$OUT/o2/gpu_v16.log" 2>&1; rc[tests_v16]=$?
+    tail -2 "$OUT/o2/gpu_v16.log"; grep -E "^(FAILED|ERROR)" "$OUT/o2/gpu_v16.log" | head -8
+    if [ "${rc[tests_v16]}" = 0 ]; then
+      timeout 60 env VIDATTN_LIBRARY=$V16 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q \
+        -p no:cacheprovider tests/test_8bit_v16_gpu.py -k "fp16_bhsd or (bit_for_bit and 257 and 2049)" \
+        > "$OUT/o2/memcheck.log" 2>&1; rc[memcheck]=$?
+      grep -E "ERROR SUMMARY|passed|failed" "$OUT/o2/memcheck.log" | tail -2
+      OUT="$OUT/o2" timeout 130 env VIDATTN_LIBRARY=$V16 python3 dev/q8_v12_ab.py --selector d64_wgs --modes 0 4 \
+        --passes 6 --reps 16 --budget 95 > "$OUT/o2/q8_v16_ab.log" 2>&1; rc[q8_ab]=$?
+      sed -n '/== 8-bit d64_wgs A\/B/,$p' "$OUT/o2/q8_v16_ab.log"
+    fi
+  fi
+  await_anchor_build 290
+  bash dev/device_anchors.sh check > "$OUT/o2/anchors_check.json" 2>&1
+  cp /tmp/anchors_build/overlay/anchors.json "$OUT/o2/anchors_build.json" 2>/dev/null
+  cp "$OUT/anchors_build.log" "$OUT/o2/" 2>/dev/null
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group all \
+    --budget-s $(( $(left) > 60 ? $(left) - 40 : 20 )) --out "$OUT/o2/anchors.json" > "$OUT/o2/anchors_bench.log" 2>&1
+  rc[anchors_bench]=$?
+  tail -36 "$OUT/o2/anchors_bench.log"
+  tar_dirs o2
   ;;
 N1)
   build_lib
