@@ -108,6 +108,9 @@
 #   bash dev/device_session.sh O2 [budget_s]  # O1 again on v16 at 112 registers (its tests, memcheck, A/B) while the
 #                                             # anchors compile (dev/anchors/device_build.sh; carry .anchors), then
 #                                             # the full anchors table (bench_anchors.py --group all)
+#   bash dev/device_session.sh O3 [budget_s]  # v16 again (O2's tests stopped at a missing quant8 reader), then D=256
+#                                             # at 1K/8K/32K, 16 palindrome rounds against FA3 (built in the call)
+#                                             # and cuDNN (envelope_ab.py --part ov)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -180,6 +183,24 @@ wan_8bit_reports() {
     --precision 8bit --sage2 off --warmup 2 --iters 5 --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
   grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e13.log" | tail -8
 }
+# v16's GPU tests, memcheck and A/B from the experiment library (VIDATTN_V16_LIB, else .build/ab/lib_v16.so), into
+# $OUT/$1; memcheck and the A/B only when the tests pass.
+v16_part() {
+  local d=$1 V16=${VIDATTN_V16_LIB:-.build/ab/lib_v16.so}
+  [ -f "$V16" ] || { echo "v16: no $V16"; return; }
+  mkdir -p "$OUT/$d"
+  timeout 120 env VIDATTN_LIBRARY=$V16 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v16_gpu.py \
+    > "$OUT/$d/gpu_v16.log" 2>&1; rc[tests_v16]=$?
+  tail -2 "$OUT/$d/gpu_v16.log"; grep -E "^(FAILED|ERROR)" "$OUT/$d/gpu_v16.log" | head -8
+  [ "${rc[tests_v16]}" = 0 ] || return
+  timeout 60 env VIDATTN_LIBRARY=$V16 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q \
+    -p no:cacheprovider tests/test_8bit_v16_gpu.py -k "fp16_bhsd or (bit_for_bit and 257 and 2049)" \
+    > "$OUT/$d/memcheck.log" 2>&1; rc[memcheck]=$?
+  grep -E "ERROR SUMMARY|passed|failed" "$OUT/$d/memcheck.log" | tail -2
+  OUT="$OUT/$d" timeout 130 env VIDATTN_LIBRARY=$V16 python3 dev/q8_v12_ab.py --selector d64_wgs --modes 0 4 \
+    --passes 6 --reps 16 --budget 95 > "$OUT/$d/q8_v16_ab.log" 2>&1; rc[q8_ab]=$?
+  sed -n '/== 8-bit d64_wgs A\/B/,$p' "$OUT/$d/q8_v16_ab.log"
+}
 case "$stage" in
 O1)
   build_lib
@@ -209,21 +230,7 @@ O2)
   start_anchor_build 400
   build_lib
   mkdir -p "$OUT/o2"
-  V16=${VIDATTN_V16_LIB:-.build/ab/lib_v16.so}
-  if [ -f "$V16" ]; then
-    timeout 120 env VIDATTN_LIBRARY=$V16 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v16_gpu.py \
-      > "$OUT/o2/gpu_v16.log" 2>&1; rc[tests_v16]=$?
-    tail -2 "$OUT/o2/gpu_v16.log"; grep -E "^(FAILED|ERROR)" "$OUT/o2/gpu_v16.log" | head -8
-    if [ "${rc[tests_v16]}" = 0 ]; then
-      timeout 60 env VIDATTN_LIBRARY=$V16 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q \
-        -p no:cacheprovider tests/test_8bit_v16_gpu.py -k "fp16_bhsd or (bit_for_bit and 257 and 2049)" \
-        > "$OUT/o2/memcheck.log" 2>&1; rc[memcheck]=$?
-      grep -E "ERROR SUMMARY|passed|failed" "$OUT/o2/memcheck.log" | tail -2
-      OUT="$OUT/o2" timeout 130 env VIDATTN_LIBRARY=$V16 python3 dev/q8_v12_ab.py --selector d64_wgs --modes 0 4 \
-        --passes 6 --reps 16 --budget 95 > "$OUT/o2/q8_v16_ab.log" 2>&1; rc[q8_ab]=$?
-      sed -n '/== 8-bit d64_wgs A\/B/,$p' "$OUT/o2/q8_v16_ab.log"
-    fi
-  fi
+  v16_part o2
   await_anchor_build 290
   bash dev/device_anchors.sh check > "$OUT/o2/anchors_check.json" 2>&1
   cp /tmp/anchors_build/overlay/anchors.json "$OUT/o2/anchors_build.json" 2>/dev/null
@@ -233,6 +240,17 @@ O2)
   rc[anchors_bench]=$?
   tail -36 "$OUT/o2/anchors_bench.log"
   tar_dirs o2
+  ;;
+O3)
+  anchors_ready
+  start_anchor_build 300
+  build_lib
+  mkdir -p "$OUT/o3"; v16_part o3
+  await_anchor_build 120
+  timeout 110 python3 dev/probes/envelope_ab.py --part ov --shapes "D256 1K" "D256 8K" "D256 32K" --rounds 16 \
+    --out "$OUT/o3/env" > "$OUT/o3/env.log" 2>&1; rc[env]=$?
+  tail -14 "$OUT/o3/env.log"
+  tar_dirs o3
   ;;
 N1)
   build_lib

@@ -69,7 +69,8 @@ def _setter(symbol: str, value: int, lib=None) -> None:
 def set_d64_warpgroups(warpgroups: int, lib=None) -> None:
     """Force the consumer warpgroups of later D=64 ping-pong 8-bit launches (2: row-sum mode 1 only, or 3), or 0 for
     the default. With the schedule left to its default (sequential at D=64), a forced count selects the ping-pong.
-    For A/B timing and the sanitizer cases."""
+    4 selects v16 (schedule 1 with four warpgroups), in a library built with -DVIDATTN_Q8_D64_WG4=1 only; other
+    builds refuse the launch. For A/B timing and the sanitizer cases."""
     _setter("vidattn_q8_set_d64_warpgroups", warpgroups, lib)
 
 
@@ -199,6 +200,11 @@ def last_sequential(lib=None) -> int:
     exponentials, head dim 128's default; 2, turns around S, from a library that still built it; -1: none, or a
     library without the sequential schedule)."""
     return _reader("vidattn_q8_last_sequential", lib)
+
+
+def last_warpgroups(lib=None) -> int:
+    """Consumer warpgroups of this thread's last 8-bit launch (0: none; 4 only from v16's experiment build)."""
+    return _reader("vidattn_q8_last_warpgroups", lib)
 
 
 def last_variant(lib=None) -> tuple[int, int]:
