@@ -57,14 +57,6 @@ namespace {
 #ifndef VIDATTN_Q8_SEQ_D64
 #define VIDATTN_Q8_SEQ_D64 1
 #endif
-// v16 (dev/NOTES_8bit.md "v16"): D=64's schedule 1 (mode 1, conversion 1) with four consumer warpgroups of 112
-// registers (256-row tiles) instead of three of 160, so each SMSP has a fourth warp to take MUFU while the others wait
-// on their wgmmas. An experiment build only (nvcc -DVIDATTN_Q8_D64_WG4=1, loaded through VIDATTN_LIBRARY): at 112
-// registers ptxas spills 156 bytes (39 local accesses per key block), which the CI kernel check refuses in the default
-// build. There vidattn_q8_set_d64_warpgroups(4) selects it; without the flag a forced 4 is refused at launch.
-#ifndef VIDATTN_Q8_D64_WG4
-#define VIDATTN_Q8_D64_WG4 0
-#endif
 static_assert(VIDATTN_Q8_SEQ_D128 == 1 || VIDATTN_Q8_SEQ_D128 == 3, "D=128 builds schedules 1 and 3 only");
 static_assert(VIDATTN_Q8_SEQ_D64 == 0 || VIDATTN_Q8_SEQ_D64 == 1, "D=64 builds the ping-pong and schedule 1 only");
 // Score conversion (q8_fwd.cuh's kCvt): 0 one I2F per score; 1 the row max on the integers and each score as
@@ -128,7 +120,7 @@ int g_q8_prep = -1;                  // -1: the default; 0 three launches, 1 sta
 thread_local int g_q8_last_prep = -1;
 int g_q8_kv_pass = -1;               // -1: the default; 0, 1: forced
 thread_local int g_q8_last_kv_pass = -1;
-int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced ping-pong, 4: v16 (vidattn_q8_set_d64_warpgroups)
+int g_q8_d64_wgs = 0;                // 0: the default; 2 or 3: forced (vidattn_q8_set_d64_warpgroups)
 int g_q8_sum_mma = -1;               // -1: the default; 0-5: the mode, forced (vidattn_q8_set_sum_mma)
 int g_q8_seq = -1;                   // -1: the default; 0 ping-pong, 1 sequential, 2 turns at S, 3 at exp, forced
 int g_q8_cvt = -1;                   // -1: the default; 0 I2F, 1 integer max + magic add, 2 biased S, forced
@@ -147,9 +139,7 @@ struct Q8Layout {
 Q8Layout q8_layout(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_kv, int64_t head_dim) {
   using namespace vidattn::sm90;
   Q8Layout l;
-  // (v16's 256-row tiles need a multiple of 768 = lcm(128, 192, 256); only its experiment build pads that far.)
-  constexpr int64_t kPad = VIDATTN_Q8_D64_WG4 ? 2 * kQ8BlockMPad : kQ8BlockMPad;
-  l.sq_pad = (seqlen_q + kPad - 1) / kPad * kPad;
+  l.sq_pad = (seqlen_q + kQ8BlockMPad - 1) / kQ8BlockMPad * kQ8BlockMPad;
   l.skv_pad = (seqlen_kv + kQ8BlockN - 1) / kQ8BlockN * kQ8BlockN;
   const uint64_t bh = static_cast<uint64_t>(batch * heads);
   uint64_t at = 0;
@@ -494,19 +484,6 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
       if (seq == 3)
         return fail("8-bit path: the sequential schedule with turns around the exponentials (3) is built at head dim "
                     "128 only (at 64 it measured 0.95x schedule 1)");
-      if (g_q8_d64_wgs == 4) {
-#if VIDATTN_Q8_D64_WG4
-        if (g_q8_seq >= 0 && g_q8_seq != 1)
-          return fail("8-bit path: four consumer warpgroups (v16) are built on schedule 1 only");
-        if (q8_mode_asked<64>() != 1 || q8_cvt_asked<64>() != 1)
-          return fail("8-bit path: four consumer warpgroups (v16) are built with row-sum mode 1 and conversion 1 only");
-        return a->dtype == 1 ? q8_launch<64, 4, true, true, true, false, 1>(*a, l, s)
-                             : q8_launch<64, 4, true, false, true, false, 1>(*a, l, s);
-#else
-        return fail("8-bit path: four consumer warpgroups at head dim 64 (v16) are in experiment builds only "
-                    "(VIDATTN_LIBRARY_FLAGS=-DVIDATTN_Q8_D64_WG4=1): this library was built without them");
-#endif
-      }
       if (seq == 1) return q8_dispatch<64, 3, true>(*a, l, s);
       static const int env_wgs = q8_env_default("VIDATTN_Q8_D64_WGS", VIDATTN_Q8_D64_WGS, 2, 3);
       if ((g_q8_d64_wgs == 0 ? env_wgs : g_q8_d64_wgs) == 3) return q8_dispatch<64, 3, false>(*a, l, s);
@@ -531,12 +508,11 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   }
 }
 
-// Head dim 64 only: force the consumer warpgroups of later ping-pong 8-bit launches (2 or 3), schedule 1 with four
-// (v16, experiment builds only: refused at launch elsewhere), or 0 for the default.
+// Head dim 64 only: force the consumer warpgroups of later ping-pong 8-bit launches (2 or 3), or 0 for the default.
 // Unless vidattn_q8_set_sequential forces a schedule, a forced count also selects the ping-pong schedule (the default
 // is sequential). For tests and A/B timing; returns 0, or 1 for any other value (nothing changes).
 extern "C" int vidattn_q8_set_d64_warpgroups(int warpgroups) {
-  if (warpgroups != 0 && warpgroups != 2 && warpgroups != 3 && warpgroups != 4) return 1;
+  if (warpgroups != 0 && warpgroups != 2 && warpgroups != 3) return 1;
   g_q8_d64_wgs = warpgroups;
   return 0;
 }

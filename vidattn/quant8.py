@@ -69,8 +69,7 @@ def _setter(symbol: str, value: int, lib=None) -> None:
 def set_d64_warpgroups(warpgroups: int, lib=None) -> None:
     """Force the consumer warpgroups of later D=64 ping-pong 8-bit launches (2: row-sum mode 1 only, or 3), or 0 for
     the default. With the schedule left to its default (sequential at D=64), a forced count selects the ping-pong.
-    4 selects v16 (schedule 1 with four warpgroups), in a library built with -DVIDATTN_Q8_D64_WG4=1 only; other
-    builds refuse the launch. For A/B timing and the sanitizer cases."""
+    For A/B timing and the sanitizer cases."""
     _setter("vidattn_q8_set_d64_warpgroups", warpgroups, lib)
 
 
@@ -203,7 +202,7 @@ def last_sequential(lib=None) -> int:
 
 
 def last_warpgroups(lib=None) -> int:
-    """Consumer warpgroups of this thread's last 8-bit launch (0: none; 4 only from v16's experiment build)."""
+    """Consumer warpgroups of this thread's last 8-bit launch (0: none)."""
     return _reader("vidattn_q8_last_warpgroups", lib)
 
 

@@ -39,10 +39,10 @@ struct Q8Traits {
   static constexpr int kVRows = kD + 8;          // and 8 rows of ones: P V's row-sum columns (kSumMma)
   static constexpr int kOChunks = kD / 64;       // O leaves in 16-row x 64-column boxes
   static constexpr uint32_t kProducerRegs = 24;
-  // Four (D=64, VIDATTN_Q8_D64_WG4 builds only): 112. setmaxnreg moves registers within what the CTA got at launch,
-  // 640 threads x 96 (65536 / 640 rounded down to the allocation's 8), so 120 (what the file would hold) made
-  // setmaxnreg.inc wait forever: call O1 of the tenth sitting hung there.
-  static constexpr uint32_t kConsumerRegs = kConsumerWGs == 4 ? 112 : kConsumerWGs == 3 ? 160 : 240;
+  static constexpr uint32_t kConsumerRegs = kConsumerWGs == 3 ? 160 : 240;
+  // setmaxnreg moves registers only within what the CTA got at launch: kThreads x (65536 / kThreads rounded down to
+  // the allocation's 8), not the whole file. Four consumer warpgroups (v16, dev/experiments/q8_v16_four_warpgroups
+  // .patch) at 120 each passed the file-sized check and hung in setmaxnreg.inc (call O1 of the tenth sitting).
   static constexpr uint32_t kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= kLaunchRegs * kThreads,
                 "setmaxnreg.inc would wait forever: the CTA's registers are those of its launch");

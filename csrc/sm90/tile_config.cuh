@@ -323,7 +323,10 @@ struct FwdTraits {
   // warpgroups (D=64: S 64 + P 32 + O 32 at N=128) 24*128 + 160*384 = 64512.
   static constexpr uint32_t kProducerRegs = 24;
   static constexpr uint32_t kConsumerRegs = kConsumerWGs == 3 ? 160 : 240;
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536, "register file overcommitted");
+  // (Within the CTA's launch allocation, not the file: setmaxnreg moves only those; see Q8Traits, q8_fwd.cuh.)
+  static constexpr uint32_t kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= kLaunchRegs * kThreads,
+                "setmaxnreg.inc would wait forever: the CTA's registers are those of its launch");
 };
 
 }  // namespace vidattn::sm90
