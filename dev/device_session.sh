@@ -101,6 +101,7 @@
 #   bash dev/device_session.sh N6 [budget_s]  # the ninth sitting's last call, on the shipped defaults (the lean norm +
 #                                             # RoPE, the whole-row K/V pass): the 8-bit GPU suites, then the Wan
 #                                             # 14B 720p and 1.3B forward reports at 8-bit beside SDPA
+#   (O1-O3 ran v16 with dev/experiments/q8_v16_four_warpgroups.patch applied: its tests and the A/B's d64_wgs.)
 #   bash dev/device_session.sh O1 [budget_s]  # v16 (D=64, four consumer warpgroups) from the experiment library
 #                                             # .build/ab/lib_v16.so (-DVIDATTN_Q8_D64_WG4=1, built here, carried):
 #                                             # its GPU tests, memcheck, the A/B (q8_v12_ab.py --selector d64_wgs);
