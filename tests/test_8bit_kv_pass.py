@@ -50,4 +50,3 @@ def test_whole_row_layout_covers_the_block_and_keeps_the_groups():
             sel = (e | (4 + e) << 4) if sub == 0 else ((4 + e) | e << 4)
             even_src = sel & 0xF
             assert even_src == (e if sub == 0 else 4 + e)  # sub 0 holds the even key: its own word (x)
-
