@@ -115,6 +115,9 @@
 #   bash dev/device_session.sh O4 [budget_s]  # once the anchors compiled, Wan 14B at 720p on every path with
 #                                             # SageAttention2 in the same run (dev/device_8bit_e2e.sh 14b; carry
 #                                             # .anchors and .whl_lite)
+#   bash dev/device_session.sh O5 [budget_s]  # prepared for the next sitting, not run: v17 (v12 at D=64, off by
+#                                             # default): its GPU tests (bit for bit against the D=64 default),
+#                                             # memcheck, the A/B (q8_v12_ab.py --selector v12_d64)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -244,6 +247,20 @@ O2)
   rc[anchors_bench]=$?
   tail -36 "$OUT/o2/anchors_bench.log"
   tar_dirs o2
+  ;;
+O5)
+  build_lib
+  mkdir -p "$OUT/o5"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v12_gpu.py tests/test_8bit_gpu.py \
+    -k "v17 or refused or 64" > "$OUT/o5/gpu_tests.log" 2>&1; rc[tests]=$?
+  tail -2 "$OUT/o5/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/o5/gpu_tests.log" | head -8
+  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_8bit_v12_gpu.py -k "v17_d64_bhsd or (v17_d64_bit_for_bit and 2049)" > "$OUT/o5/memcheck.log" 2>&1
+  rc[memcheck]=$?; grep -E "ERROR SUMMARY|passed|failed" "$OUT/o5/memcheck.log" | tail -2
+  OUT="$OUT/o5" timeout 150 python3 dev/q8_v12_ab.py --selector v12_d64 --modes 0 1 --passes 6 --reps 16 \
+    --budget 110 > "$OUT/o5/q8_v17_ab.log" 2>&1; rc[q8_ab]=$?
+  sed -n '/== 8-bit v12_d64 A\/B/,$p' "$OUT/o5/q8_v17_ab.log"
+  tar_dirs o5
   ;;
 O4)
   anchors_ready
