@@ -117,7 +117,8 @@
 #                                             # .anchors and .whl_lite)
 #   bash dev/device_session.sh O5 [budget_s]  # prepared for the next sitting, not run: v17 (v12 at D=64, off by
 #                                             # default): its GPU tests (bit for bit against the D=64 default),
-#                                             # memcheck, the A/B (q8_v12_ab.py --selector v12_d64)
+#                                             # memcheck, the A/B (q8_v12_ab.py --selector v12_d64) while the
+#                                             # anchors compile; then issue 26's GQA bar (dev/probes/gqa_ab.py)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -249,6 +250,8 @@ O2)
   tar_dirs o2
   ;;
 O5)
+  anchors_ready
+  start_anchor_build 300
   build_lib
   mkdir -p "$OUT/o5"
   timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v12_gpu.py tests/test_8bit_gpu.py \
@@ -260,6 +263,9 @@ O5)
   OUT="$OUT/o5" timeout 150 python3 dev/q8_v12_ab.py --selector v12_d64 --modes 0 1 --passes 6 --reps 16 \
     --budget 110 > "$OUT/o5/q8_v17_ab.log" 2>&1; rc[q8_ab]=$?
   sed -n '/== 8-bit v12_d64 A\/B/,$p' "$OUT/o5/q8_v17_ab.log"
+  await_anchor_build 100
+  timeout 90 python3 dev/probes/gqa_ab.py --rounds 16 --out "$OUT/o5/gqa" > "$OUT/o5/gqa.log" 2>&1; rc[gqa]=$?
+  tail -3 "$OUT/o5/gqa.log"
   tar_dirs o5
   ;;
 O4)
