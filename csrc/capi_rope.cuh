@@ -104,18 +104,24 @@ int norm_rope_run(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim3 b
   using namespace vidattn::norm_rope;
   // Tables of x's own dtype under the Wan formula: torch computes each op in that dtype (rope.cuh, kRoundMid).
   constexpr bool kRoundMid = sizeof(C) == sizeof(T);
-  auto kernel = rms_norm_rope_kernel<T, C, kRoundMid, kVecs, kSchedule>;
-  if constexpr (kSchedule == kRows) {
-    // As many CTAs as are resident at once, each looping over rows (at most one per row).
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(block.x), 0) != cudaSuccess ||
-        per_sm < 1)
-      per_sm = 1;
-    const int64_t rows = int64_t(grid.x), ctas = int64_t(per_sm) * sm_count();
-    grid.x = static_cast<unsigned>(rows < ctas ? rows : ctas);
+  if constexpr (kSchedule == kLean32) {
+    rms_norm_rope_lean32_kernel<T, C, kRoundMid, kVecs><<<grid, block, 0, stream>>>(p);
+    return check_launch("rms_norm_rope_lean32_kernel");
+  } else {
+    auto kernel = rms_norm_rope_kernel<T, C, kRoundMid, kVecs, kSchedule>;
+    if constexpr (kSchedule == kRows) {
+      // As many CTAs as are resident at once, each looping over rows (at most one per row).
+      int per_sm = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(block.x), 0) !=
+              cudaSuccess ||
+          per_sm < 1)
+        per_sm = 1;
+      const int64_t rows = int64_t(grid.x), ctas = int64_t(per_sm) * sm_count();
+      grid.x = static_cast<unsigned>(rows < ctas ? rows : ctas);
+    }
+    kernel<<<grid, block, 0, stream>>>(p);
+    return check_launch("rms_norm_rope_kernel");
   }
-  kernel<<<grid, block, 0, stream>>>(p);
-  return check_launch("rms_norm_rope_kernel");
 }
 
 template <typename T, typename C, int kVecs>
@@ -126,6 +132,11 @@ int norm_rope_launch(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim
     if (g_norm_rope_schedule == kRows) return norm_rope_run<T, C, kVecs, kRows>(p, grid, block, stream);
     if (g_norm_rope_schedule == kLean && lean_offsets_fit(p))
       return norm_rope_run<T, C, kVecs, kLean>(p, grid, block, stream);
+    // (kLean32 holds at most 2 vectors a thread in its 32 registers: wider rows, over 8192 channels, run the default.)
+    if constexpr (kVecs <= 2) {
+      if (g_norm_rope_schedule == kLean32 && lean_offsets_fit(p))
+        return norm_rope_run<T, C, kVecs, kLean32>(p, grid, block, stream);
+    }
   }
   if (kNormRopeDefault == kLean && lean_offsets_fit(p)) return norm_rope_run<T, C, kVecs, kLean>(p, grid, block, stream);
   return norm_rope_run<T, C, kVecs, kOneRow>(p, grid, block, stream);
@@ -152,8 +163,9 @@ int norm_rope_dispatch(const vidattn::norm_rope::NormRopeParams& p, int table_dt
 extern "C" int vidattn_rope_version(void) { return 1; }
 
 extern "C" int vidattn_norm_rope_set_schedule(int schedule) {
-  if (schedule < 0 || schedule > 3)
-    return fail("norm_rope: schedule must be 0 (default), 1 (one row), 2 (rows) or 3 (one row, lean index math)");
+  if (schedule < 0 || schedule > 4)
+    return fail("norm_rope: schedule must be 0 (default), 1 (one row), 2 (rows), 3 (one row, lean index math) or 4 "
+                "(3 held to 32 registers)");
   g_norm_rope_schedule = schedule;
   return 0;
 }

@@ -119,6 +119,9 @@
 #                                             # default): its GPU tests (bit for bit against the D=64 default),
 #                                             # memcheck, the A/B (q8_v12_ab.py --selector v12_d64) while the
 #                                             # anchors compile; then issue 26's GQA bar (dev/probes/gqa_ab.py)
+#   bash dev/device_session.sh O6 [budget_s]  # prepared, not run: the norm + RoPE schedule 4 without its spill
+#                                             # (kRemat): the lean GPU tests (carry .whl_lite), memcheck, the
+#                                             # per-tensor A/B against schedule 3
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -248,6 +251,19 @@ O2)
   rc[anchors_bench]=$?
   tail -36 "$OUT/o2/anchors_bench.log"
   tar_dirs o2
+  ;;
+O6)
+  build_lib
+  mkdir -p "$OUT/o6"
+  timeout 120 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_norm_rope_gpu.py -k "lean or schedules" \
+    > "$OUT/o6/gpu_tests.log" 2>&1; rc[tests]=$?
+  tail -2 "$OUT/o6/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/o6/gpu_tests.log" | head -8
+  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_norm_rope_gpu.py -k "lean" > "$OUT/o6/memcheck.log" 2>&1; rc[memcheck]=$?
+  grep -E "ERROR SUMMARY|passed|failed" "$OUT/o6/memcheck.log" | tail -2
+  OUT="$OUT/o6" timeout 90 python3 dev/norm_rope_ab.py --passes 6 --reps 20 --schedules 3 4 \
+    > "$OUT/o6/norm_rope_ab.log" 2>&1; rc[nr_ab]=$?; grep -v " check " "$OUT/o6/norm_rope_ab.log" | tail -12
+  tar_dirs o6
   ;;
 O5)
   anchors_ready

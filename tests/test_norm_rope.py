@@ -151,15 +151,15 @@ def test_a_failed_launch_turns_the_fusion_off_and_falls_back(fake_kernel):
 
 
 def test_schedules_reach_the_library_and_out_of_range_ones_do_not(fake_kernel):
-    """0-3 (3: one row per CTA with lean index math) pass through to the C entry; anything else is refused in Python,
-    before the library is called."""
-    for v in (1, 3, 2, 0):
+    """0-4 (3: one row per CTA with lean index math; 4: that held to 32 registers) pass through to the C entry;
+    anything else is refused in Python, before the library is called."""
+    for v in (1, 3, 2, 4, 0):
         R.set_norm_rope_schedule(v)
-    assert fake_kernel.schedules == [1, 3, 2, 0]
-    for bad in (4, -1, "3", None):
+    assert fake_kernel.schedules == [1, 3, 2, 4, 0]
+    for bad in (5, -1, "3", None):
         with pytest.raises(ValueError, match="schedule must be one of"):
             R.set_norm_rope_schedule(bad)
-    assert fake_kernel.schedules == [1, 3, 2, 0]
+    assert fake_kernel.schedules == [1, 3, 2, 4, 0]
 
 
 def test_schedule_from_the_environment(fake_kernel, monkeypatch):
@@ -179,7 +179,8 @@ def test_capi_schedule_3_dispatch():
     """The C side of schedule 3: accepted by the setter, run only where the row's offsets fit 32 bits (else the
     default), its head divisor set for every call."""
     src = (Path(__file__).resolve().parents[1] / "csrc/capi_rope.cuh").read_text()
-    assert "if (schedule < 0 || schedule > 3)" in src
+    assert "if (schedule < 0 || schedule > 4)" in src
+    assert "if (g_norm_rope_schedule == kLean32 && lean_offsets_fit(p))" in src
     assert "if (g_norm_rope_schedule == kLean && lean_offsets_fit(p))" in src
     assert "constexpr int kNormRopeDefault = vidattn::norm_rope::kLean;" in src
     # the default too falls back to one row per CTA where the lean offsets do not fit
@@ -208,9 +209,9 @@ def test_ab_script_takes_schedule_3(monkeypatch):
     ab = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ab)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # parse the arguments, time nothing
-    assert ab.main(["--schedules", "1", "3"]) == 2
+    assert ab.main(["--schedules", "1", "3", "4"]) == 2
     with pytest.raises(SystemExit):
-        ab.main(["--schedules", "4"])
+        ab.main(["--schedules", "5"])
 
 
 @pytest.mark.parametrize("precision,fused", [("8bit", True), ("exact", False)])
@@ -242,3 +243,14 @@ def test_wan_processor_uses_it_for_8bit_self_attention_only(monkeypatch, on, pre
     blocks = len(model.blocks)
     assert len(seen) == (2 * blocks if fused else 0)  # q and k of each block's attn1
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_schedule_4_holds_two_vectors_at_most():
+    """Schedule 4 (kLean32, 32 registers) is instantiated for 1 and 2 vectors a thread only (4 cannot fit: wider rows
+    run the default), and its row code is kLean's with the bases and indices computed again after the block sum."""
+    capi = (Path(__file__).resolve().parents[1] / "csrc/capi_rope.cuh").read_text()
+    i = capi.index("if constexpr (kVecs <= 2) {")
+    assert "g_norm_rope_schedule == kLean32" in capi[i:i + 200]
+    src = (Path(__file__).resolve().parents[1] / "csrc/common/norm_rope.cuh").read_text()
+    assert "lean_row<T, C, kRoundMid, kVecs, true>(p, scratch);" in src
+    assert "template <typename T, typename C, bool kRoundMid, int kVecs, bool kRemat = false>" in src

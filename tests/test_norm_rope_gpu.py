@@ -156,9 +156,10 @@ def test_lean_schedule_is_the_one_row_schedule_bit_for_bit(b, s, h, d, chunk):
     norm, tables = rms_norm(n, torch.bfloat16), wan_tables(s, d)
     outs = {}
     try:
-        for schedule in (1, 3):
+        for schedule in (1, 3, 4):
             R.set_norm_rope_schedule(schedule)
             outs[schedule] = check(norm, x, h, *tables)
     finally:
         R.set_norm_rope_schedule(0)
     assert torch.equal(outs[1].view(torch.int16), outs[3].view(torch.int16))
+    assert torch.equal(outs[1].view(torch.int16), outs[4].view(torch.int16))

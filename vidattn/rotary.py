@@ -318,7 +318,7 @@ MAX_NORM_WIDTH = 16384  # csrc/capi_rope.cuh: 512 threads of at most 4 vectors o
 NORM_ROPE_SCHEDULE_ENV = "VIDATTN_NORM_ROPE_SCHEDULE"  # A/B runs: the kernel's schedule (set_norm_rope_schedule)
 # csrc/common/norm_rope.cuh NormRopeSchedule, 0 the library's (csrc/capi_rope.cuh vidattn_norm_rope_set_schedule)
 NORM_ROPE_SCHEDULES = {0: "the library's", 1: "one row per CTA", 2: "CTAs looping over rows",
-                       3: "one row per CTA, lean index math"}
+                       3: "one row per CTA, lean index math", 4: "one row per CTA, lean index math, 32 registers"}
 
 
 def norm_rope_from_env(environ=os.environ) -> bool:

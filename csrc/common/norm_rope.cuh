@@ -55,7 +55,14 @@ constexpr int kMaxHeadDim = 4096;
 //             default since call N1 of the ninth sitting: 0.584 against 0.713 ms per Wan 14B tensor (6/6 passes),
 //             1.3B's rows a tie. The same with whole 16-byte stores and table loads (schedule 4, a kernel of its own
 //             at 38 registers) measured 0.605: dev/experiments/norm_rope_lean_vec.patch.
-enum NormRopeSchedule : int { kOneRow = 1, kRows = 2, kLean = 3 };
+//   kLean32   kLean in a kernel of its own bound to 32 registers (4 CTAs of kMaxThreads per SM: 6 of Wan 14B's 320
+//             threads, 60 warps, where kLean's 40 registers allow 4 CTAs, 40 warps; Nsight Compute on kLean read issue
+//             61% and DRAM 60% busy with 62.5% occupancy: call N4 of the ninth sitting). Its first build spilled 8
+//             bytes at 2 vectors a thread and won its A/B anyway (0.557 against 0.573 ms per Wan 14B tensor, call N7
+//             of the ninth sitting); with the bases and indices computed again after the block sum
+//             (lean_row's kRemat) none spills at 1 or 2 vectors. At most 2 (4 cannot fit 32 registers: wider rows
+//             run the default). Built, off by default; this build not yet measured on a GPU.
+enum NormRopeSchedule : int { kOneRow = 1, kRows = 2, kLean = 3, kLean32 = 4 };
 
 // Sum over the CTA; every thread gets the total. One warp-shuffle tree per warp, then the warps' partials in order.
 // `scratch` is used again only after another barrier of the CTA (kRows alternates two).
@@ -156,7 +163,17 @@ __device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], floa
 // A power-of-two D makes it a shift (head_magic = 2^32 / D); a shift and mask in its place measured 2 SASS
 // instructions fewer per thread on Wan's rows, at the price of a second path for the other head dims.
 static_assert(int64_t(kMaxThreads) * kMaxVecsPerThread * 8 * kMaxHeadDim <= (int64_t(1) << 32), "head_magic's bound");
-template <typename T, typename C, bool kRoundMid, int kVecs>
+// blockIdx.x through a volatile asm read (PTX ISA 10.x, mov from %ctaid.x): a value ptxas cannot keep live from an
+// earlier read, for kRemat.
+__device__ __forceinline__ uint32_t ctaid_x_volatile() {
+  uint32_t x;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
+  return x;
+}
+
+// kRemat (kLean32's kernel only): the output and table bases and each vector's head and dim are computed again after
+// the block sum instead of kept across it, the same values: at 32 registers, keeping them spilled 8 bytes.
+template <typename T, typename C, bool kRoundMid, int kVecs, bool kRemat = false>
 __device__ __forceinline__ void lean_row(const NormRopeParams& p, float* scratch) {
   // rows < 2^31 (the C entry), so the row's (batch, position) divide in 32 bits; its base offsets stay 64-bit (a
   // fused-qkv chunk of batch 2 spans over 2^31 elements).
@@ -181,6 +198,19 @@ __device__ __forceinline__ void lean_row(const NormRopeParams& p, float* scratch
     }
   }
   const float rstd = row_rstd(block_sum(sum_squares<T, kVecs>(v, p), scratch), p);
+  if constexpr (kRemat) {
+    // (blockIdx.x read afresh through a volatile register read: ptxas would otherwise keep b and s, or the bases.)
+    const uint32_t row2 = ctaid_x_volatile(), b2 = row2 / seqlen, s2 = row2 - b2 * seqlen;
+    orow = static_cast<T*>(p.out) + (int64_t(b2) * p.out_stride[0] + int64_t(s2) * p.out_stride[1]);
+    cos_row = static_cast<const C*>(p.cos) + (int64_t(b2) * p.cos_stride[0] + int64_t(s2) * p.cos_stride[1]);
+    sin_row = static_cast<const C*>(p.sin) + (int64_t(b2) * p.sin_stride[0] + int64_t(s2) * p.sin_stride[1]);
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const uint32_t c = (threadIdx.x + i * blockDim.x) * 8;
+      head[i] = __umulhi(c, p.head_magic);
+      dim[i] = c - head[i] * hd;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const uint32_t vec = threadIdx.x + i * blockDim.x;
@@ -227,6 +257,15 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_rope_kernel(const NormRo
       for (int i = 0; i < kVecs; ++i) v[i] = next[i];
     }
   }
+}
+
+// kLean32's kernel: a second launch-bounds argument on the shared kernel would change ptxas's choices for the others
+// (it did for kOneRow in the ninth sitting's schedule 4), so the register bound gets a kernel of its own.
+template <typename T, typename C, bool kRoundMid, int kVecs>
+__global__ void __launch_bounds__(kMaxThreads, 4) rms_norm_rope_lean32_kernel(const NormRopeParams p) {
+  static_assert(kVecs >= 1 && kVecs <= kMaxVecsPerThread, "vectors per thread");
+  __shared__ float scratch[kMaxThreads / 32];
+  lean_row<T, C, kRoundMid, kVecs, true>(p, scratch);
 }
 
 }  // namespace norm_rope
