@@ -427,9 +427,10 @@ def _norm_launch(norm, xv, cv, sv, out) -> None:
 def set_norm_rope_schedule(schedule: int) -> None:
     """The fused norm + RoPE kernel's schedule (csrc/common/norm_rope.cuh): 0, the library's; 1 one row per CTA, 2 CTAs
     looping over rows, 3 one row per CTA with lean index math (NORM_ROPE_SCHEDULES; the library's since the ninth
-    sitting), for dev/norm_rope_ab.py (bf16 x with fp32 tables; other calls keep the default, and schedule 3 runs
-    schedule 1 where the row's offsets do not fit 32 bits). Process-wide. A value out of range raises ValueError before
-    the library is loaded."""
+    sitting), 4 that held to 32 registers (rows of up to 8192 channels; wider ones run the default), for
+    dev/norm_rope_ab.py (bf16 x with fp32 tables; other calls keep the default, and schedules 3 and 4 run schedule 1
+    where the row's offsets do not fit 32 bits). Process-wide. A value out of range raises ValueError before the
+    library is loaded."""
     if schedule not in NORM_ROPE_SCHEDULES:
         raise ValueError(f"norm_rope: schedule must be one of {NORM_ROPE_SCHEDULES}, got {schedule!r}")
     lib = _ext._library(None)
