@@ -51,35 +51,27 @@ class Prep(int):
 
 # (name, head dim, schedule, row-sum mode, conversion, pre-pass + mode) as q8_selector_ab.py's; the first is the default.
 MODE_NAMES = {0: "v10 mode 1", 1: "fewer instr."}
-# What --modes are modes of (--selector): quant8's setter and reader, the modes' names and the build default. kv_pass:
-# the pre-pass's K/V pass, the same A/B and rule on the same shapes.
-# v12_d64: v12 at D=64 (v17: quant8.set_v12 on schedule 1 there; mode 0 the D=64 default), on the D=64 shapes.
-# Each: (setter, reader, mode names, the build default, head dim, the setter's "default" value, {mode: what the
-# reader reports} where that differs from the mode).
-SELECTORS = {"v12": ("set_v12", "last_v12", MODE_NAMES, 1, 128, -1, {}),
-             "kv_pass": ("set_kv_pass", "last_kv_pass", {0: "K/V a thread per key", 1: "K/V whole rows"}, 1, 128, -1,
-                         {}),
-             "v12_d64": ("set_v12", "last_v12", {0: "schedule 1", 1: "v17: v12 + v10 mode 1"}, 0, 64, -1, {})}
+# What --modes are modes of (--selector): quant8's setter (-1 its default) and reader (it reports the mode that ran),
+# the modes' names, the build default and the head dim whose shapes are timed. kv_pass: the pre-pass's K/V pass, the
+# same A/B and rule on the same shapes; v12_d64: v12 at D=64 (v17: quant8.set_v12 on schedule 1 there; mode 0 the
+# D=64 default), on the D=64 shapes.
+SELECTORS = {"v12": ("set_v12", "last_v12", MODE_NAMES, 1, 128),
+             "kv_pass": ("set_kv_pass", "last_kv_pass", {0: "K/V a thread per key", 1: "K/V whole rows"}, 1, 128),
+             "v12_d64": ("set_v12", "last_v12", {0: "schedule 1", 1: "v17: v12 + v10 mode 1"}, 0, 64)}
 SELECTOR = "v12"
 
 
 def _set(mode):
-    sel = SELECTORS[SELECTOR]
-    getattr(ab.quant8, sel[0])(sel[5] if mode == -1 else mode)
+    getattr(ab.quant8, SELECTORS[SELECTOR][0])(mode)
 
 
 def _last():
     return getattr(ab.quant8, SELECTORS[SELECTOR][1])()
 
 
-def _reports(mode):
-    """What the selector's reader says after a launch in `mode`."""
-    return SELECTORS[SELECTOR][6].get(mode, mode)
-
-
 def variants(ref, *modes):
     """The reference first (the rule's baseline), then the variants: the selector's modes (`--modes`)."""
-    _, _, names, default, d = SELECTORS[SELECTOR][:5]
+    _, _, names, default, d = SELECTORS[SELECTOR]
     return [(f"d{d} {SELECTOR} {m} ({names[m]}{', default' if m == default else ''})", d, -1, -1, -1, Prep(-1, m))
             for m in (ref,) + modes]
 
@@ -130,7 +122,7 @@ def v12_checks(results, ok):
             else:  # (the pre-pass's statistics by atomics: the reference itself differs run to run in the last bits)
                 noise = float((a1.float() - a0.float()).abs().max())
                 same = float((b.float() - a0.float()).abs().max()) <= 2 * noise
-            want = (_reports(VARIANTS[0][5].mode), _reports(VARIANTS[0][5].mode), _reports(variant[5].mode))
+            want = (VARIANTS[0][5].mode, VARIANTS[0][5].mode, variant[5].mode)
             good = same and (r0, r1, r2) == want
             got = f"ran {r0}/{r1}/{r2}, identical to mode {want[0]}: {same}"
         except Exception as exc:  # noqa: BLE001 - the error must not end the A/B

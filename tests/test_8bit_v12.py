@@ -133,10 +133,10 @@ def test_ab_driver_v12_d64_selector():
     from _support import load_script
 
     mod = load_script(REPO / "dev/q8_v12_ab.py", "q8_v12_ab_d64_under_test")
-    setter, reader, names, default, d, reset, reports = mod.SELECTORS["v12_d64"]
-    assert (setter, reader, default, d, reset) == ("set_v12", "last_v12", 0, 64, -1) and set(names) == {0, 1}
+    setter, reader, names, default, d = mod.SELECTORS["v12_d64"]
+    assert (setter, reader, default, d) == ("set_v12", "last_v12", 0, 64) and set(names) == {0, 1}
     mod.SELECTOR = "v12_d64"
     v = mod.variants(0, 1)
     assert [x[1] for x in v] == [64, 64] and v[0][0].startswith("d64 v12_d64 0") and "default" in v[0][0]
-    assert [x[5].mode for x in v] == [0, 1] and mod._reports(1) == 1
+    assert [x[5].mode for x in v] == [0, 1]
     assert {s[0] for s in mod.ab.SHAPES if s[4] == d} == {"CogVideoX", "LTX"}
