@@ -125,6 +125,29 @@ def on_quarter_grid(k):
     return ((k.float() * 4).round() / 4).clamp(-31, 31).to(k.dtype)
 
 
+def same_bits(a, b):
+    """a and b equal bit for bit (16- or 32-bit elements)."""
+    return torch.equal(a.contiguous().view(torch.int16 if a.element_size() == 2 else torch.int32),
+                       b.contiguous().view(torch.int16 if b.element_size() == 2 else torch.int32))
+
+
+def forward_8bit_poisoned(q, k, v, kv_lens=None, layout_bhsd=False):
+    """One quant8.forward_8bit launch (scale 1/sqrt(D)) into NaN-poisoned output and LSE, synchronized: (out, lse).
+    q, k, v as (B, S, H, D), or (B, H, S, D) with layout_bhsd; the bit-for-bit tests of the selectors' variants."""
+    from vidattn import quant8
+
+    out = torch.full_like(q, float("nan"))
+    b, h, s = (q.shape[0], q.shape[1], q.shape[2]) if layout_bhsd else (q.shape[0], q.shape[2], q.shape[1])
+    lse = torch.full((b, h, s), float("nan"), device=DEV)
+    if layout_bhsd:
+        quant8.forward_8bit(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
+                            kv_lens, 1 / math.sqrt(q.shape[-1]))
+    else:
+        quant8.forward_8bit(q, k, v, out, lse, kv_lens, 1 / math.sqrt(q.shape[-1]))
+    torch.cuda.synchronize()
+    return out, lse
+
+
 def check(q, k, v, *, layout="bshd", scale=None, kv_lens=None, lse=False, bound=REL_L2, seed=None):
     assert vidattn.explain(q, k, v, layout=layout, scale=scale, kv_lens=kv_lens, precision="8bit") is None
     r = vidattn.attention(q, k, v, layout=layout, scale=scale, kv_lens=kv_lens, return_lse=lse, precision="8bit")

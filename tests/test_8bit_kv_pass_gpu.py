@@ -4,7 +4,6 @@ kv_lens tails, fp16, strided q/k/v (a fused qkv projection's chunks), the BHSD l
 pass 1 runs the per-key pass and says so."""
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
@@ -29,23 +28,12 @@ def eight_bit_kernel_at_every_length(monkeypatch):
 def run(mode, q, k, v, kv_lens=None, layout_bhsd=False):
     quant8.set_kv_pass(mode)
     try:
-        out = torch.full_like(q, float("nan"))
-        b, h, s = (q.shape[0], q.shape[1], q.shape[2]) if layout_bhsd else (q.shape[0], q.shape[2], q.shape[1])
-        lse = torch.full((b, h, s), float("nan"), device=DEV)
-        if layout_bhsd:
-            quant8.forward_8bit(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
-                                kv_lens, 1 / math.sqrt(q.shape[-1]))
-        else:
-            quant8.forward_8bit(q, k, v, out, lse, kv_lens, 1 / math.sqrt(q.shape[-1]))
-        torch.cuda.synchronize()
-        return out, lse, quant8.last_kv_pass()
+        return (*base.forward_8bit_poisoned(q, k, v, kv_lens, layout_bhsd), quant8.last_kv_pass())
     finally:
         quant8.set_kv_pass(-1)
 
 
-def same_bits(a, b):
-    return torch.equal(a.contiguous().view(torch.int16 if a.element_size() == 2 else torch.int32),
-                       b.contiguous().view(torch.int16 if b.element_size() == 2 else torch.int32))
+same_bits = base.same_bits
 
 
 @pytest.mark.parametrize("skv", [77, 128, 129, 2049, 4096 + 77])

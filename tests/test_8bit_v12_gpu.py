@@ -154,23 +154,13 @@ def run_d64(mode, q, k, v, kv_lens=None, layout_bhsd=False):
     """One D=64 8-bit launch with v12 forced to `mode` (1: v17), into NaN-poisoned output and LSE; what ran."""
     quant8.set_v12(mode)
     try:
-        out = torch.full_like(q, float("nan"))
-        b, h, s_ = (q.shape[0], q.shape[1], q.shape[2]) if layout_bhsd else (q.shape[0], q.shape[2], q.shape[1])
-        lse = torch.full((b, h, s_), float("nan"), device=DEV)
-        if layout_bhsd:
-            quant8.forward_8bit(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
-                                kv_lens, 1 / math.sqrt(64))
-        else:
-            quant8.forward_8bit(q, k, v, out, lse, kv_lens, 1 / math.sqrt(64))
-        torch.cuda.synchronize()
-        return out, lse, (quant8.last_v12(), quant8.last_v10(), quant8.last_sequential(), quant8.last_cvt())
+        return (*base.forward_8bit_poisoned(q, k, v, kv_lens, layout_bhsd),
+                (quant8.last_v12(), quant8.last_v10(), quant8.last_sequential(), quant8.last_cvt()))
     finally:
         quant8.set_v12(-1)
 
 
-def same_bits(a, b):
-    return torch.equal(a.contiguous().view(torch.int16 if a.element_size() == 2 else torch.int32),
-                       b.contiguous().view(torch.int16 if b.element_size() == 2 else torch.int32))
+same_bits = base.same_bits
 
 
 @pytest.mark.parametrize("sq,skv", [(1, 77), (255, 128), (193, 129), (700, 2049), (384, 4096 + 77)])
