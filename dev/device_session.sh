@@ -194,15 +194,20 @@ wan_8bit_reports() {
     --precision 8bit --sage2 off --warmup 2 --iters 5 --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
   grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e13.log" | tail -8
 }
+# pytest under a timeout into $OUT/$1 (the rc under key $3), its last two lines and failures printed:
+#   gpu_pytest <log> <timeout_s> <rc key> <pytest arguments...>
+gpu_pytest() {
+  local log=$1 t=$2 key=$3; shift 3
+  timeout "$t" python3 -m pytest -q -p no:cacheprovider -rfE "$@" > "$OUT/$log" 2>&1; rc[$key]=$?
+  tail -2 "$OUT/$log"; grep -E "^(FAILED|ERROR)" "$OUT/$log" | head -8
+}
 # v16's GPU tests, memcheck and A/B from the experiment library (VIDATTN_V16_LIB, else .build/ab/lib_v16.so), into
 # $OUT/$1; memcheck and the A/B only when the tests pass.
 v16_part() {
   local d=$1 V16=${VIDATTN_V16_LIB:-.build/ab/lib_v16.so}
   [ -f "$V16" ] || { echo "v16: no $V16"; return; }
   mkdir -p "$OUT/$d"
-  timeout 120 env VIDATTN_LIBRARY=$V16 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v16_gpu.py \
-    > "$OUT/$d/gpu_v16.log" 2>&1; rc[tests_v16]=$?
-  tail -2 "$OUT/$d/gpu_v16.log"; grep -E "^(FAILED|ERROR)" "$OUT/$d/gpu_v16.log" | head -8
+  VIDATTN_LIBRARY=$V16 gpu_pytest "$d/gpu_v16.log" 120 tests_v16 tests/test_8bit_v16_gpu.py
   [ "${rc[tests_v16]}" = 0 ] || return
   timeout 60 env VIDATTN_LIBRARY=$V16 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q \
     -p no:cacheprovider tests/test_8bit_v16_gpu.py -k "fp16_bhsd or (bit_for_bit and 257 and 2049)" \
@@ -255,9 +260,7 @@ O2)
 O6)
   build_lib
   mkdir -p "$OUT/o6"
-  timeout 120 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_norm_rope_gpu.py -k "lean or schedules" \
-    > "$OUT/o6/gpu_tests.log" 2>&1; rc[tests]=$?
-  tail -2 "$OUT/o6/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/o6/gpu_tests.log" | head -8
+  gpu_pytest o6/gpu_tests.log 120 tests tests/test_norm_rope_gpu.py -k "lean or schedules"
   timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
     tests/test_norm_rope_gpu.py -k "lean" > "$OUT/o6/memcheck.log" 2>&1; rc[memcheck]=$?
   grep -E "ERROR SUMMARY|passed|failed" "$OUT/o6/memcheck.log" | tail -2
@@ -270,9 +273,7 @@ O5)
   start_anchor_build 300
   build_lib
   mkdir -p "$OUT/o5"
-  timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v12_gpu.py tests/test_8bit_gpu.py \
-    -k "v17 or refused or 64" > "$OUT/o5/gpu_tests.log" 2>&1; rc[tests]=$?
-  tail -2 "$OUT/o5/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/o5/gpu_tests.log" | head -8
+  gpu_pytest o5/gpu_tests.log 150 tests tests/test_8bit_v12_gpu.py tests/test_8bit_gpu.py -k "v17 or refused or 64"
   timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
     tests/test_8bit_v12_gpu.py -k "v17_d64_bhsd or (v17_d64_bit_for_bit and 2049)" > "$OUT/o5/memcheck.log" 2>&1
   rc[memcheck]=$?; grep -E "ERROR SUMMARY|passed|failed" "$OUT/o5/memcheck.log" | tail -2
