@@ -114,14 +114,6 @@ thread_local int g_q8_last_v10 = -1;
 #define VIDATTN_Q8_V12 1
 #endif
 static_assert(VIDATTN_Q8_V12 >= 0 && VIDATTN_Q8_V12 <= 1, "v12: 0 (off), 1 fewer instructions per block");
-// v17 (dev/NOTES_8bit.md "v17"): v12 at D=64, on schedule 1 with row-sum mode 1 and conversion 1 (the D=64 default):
-// v10 mode 1's descriptors by increments and v12's two cuts that apply there (the warpgroup index uniform to ptxas,
-// K's scale pointer carried): 395 SASS instructions per warp and steady block instead of 424, the same arithmetic.
-// Built and off by default until its A/B; forced by vidattn_q8_set_v12(1) on a D=64 call, or VIDATTN_Q8_V12_D64=1.
-#ifndef VIDATTN_Q8_V12_D64
-#define VIDATTN_Q8_V12_D64 0
-#endif
-static_assert(VIDATTN_Q8_V12_D64 >= 0 && VIDATTN_Q8_V12_D64 <= 1, "v12 at D=64: 0 (off), 1 (v17)");
 int g_q8_v12 = -1;                   // -1: the default; 0, 1: forced
 thread_local int g_q8_last_v12 = -1;
 int g_q8_prep = -1;                  // -1: the default; 0 three launches, 1 statistics and Q fused, 2 Q in the kernel
@@ -213,11 +205,6 @@ inline int q8_v10_asked() {
 // The v12 mode later launches ask for (as q8_v10_asked).
 inline int q8_v12_asked() {
   static const int env = q8_env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 1);
-  return g_q8_v12 < 0 ? env : g_q8_v12;
-}
-// At D=64 (v17): the same setter, its own default.
-inline int q8_v12_asked_d64() {
-  static const int env = q8_env_default("VIDATTN_Q8_V12_D64", VIDATTN_Q8_V12_D64, 0, 1);
   return g_q8_v12 < 0 ? env : g_q8_v12;
 }
 template <int kD>
@@ -390,9 +377,8 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
   if (g_q8_v10 > 0)
     return fail("8-bit path: v10 (set_v10: descriptor increments, lazy reference max) is built for head dim 128 on "
                 "schedule 3 with score conversion 2 and row-sum mode 0 only");
-  if (g_q8_v12 > 0 && !(kD == 64 && kSeq && kWGs == 3 && mode == 1 && cvt == 1))
-    return fail("8-bit path: v12 (set_v12) is built for head dim 128 on schedule 3 (v10 mode 1) and for head dim 64 "
-                "on schedule 1 with row-sum mode 1 and score conversion 1 only");
+  if (g_q8_v12 > 0)
+    return fail("8-bit path: v12 (set_v12) is built for head dim 128 on schedule 3 (v10 mode 1) only");
   // (Below: schedule 1 and the ping-pong; for the turn schedules it is never reached and instantiates nothing new.)
   if (cvt != 0 && !(kCvtBuilt && cvt == kCvtWon && (kD == 128 || mode == 1))) {
     if (g_q8_cvt > 0)
@@ -418,15 +404,9 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
                 : q8_launch<kD, 3, false, false, kSeq>(a, l, s);
   } else {
     if constexpr (kCvtBuilt) {
-      if (mode == 1 && cvt == 1) {
-        if constexpr (kWGs == 3) {
-          if (q8_v12_asked_d64() == 1)  // v17
-            return fp16 ? q8_launch<kD, 3, true, true, kSeq, 0, 1, 0, 0, 2, 1>(a, l, s)
-                        : q8_launch<kD, 3, true, false, kSeq, 0, 1, 0, 0, 2, 1>(a, l, s);
-        }
+      if (mode == 1 && cvt == 1)
         return fp16 ? q8_launch<kD, kWGs, true, true, kSeq, false, 1>(a, l, s)
                     : q8_launch<kD, kWGs, true, false, kSeq, false, 1>(a, l, s);
-      }
     }
     if (mode == 1) {
       return fp16 ? q8_launch<kD, kWGs, true, true, kSeq>(a, l, s)

@@ -10,8 +10,6 @@ dev/experiments/q8_v15_pass_point.patch applied; v14, the alphas' exponentials b
 dev/experiments/q8_v14_alpha_vote.patch). JSON name:
 q8_v12_ab_<modes>.json for other --modes. `--selector kv_pass --modes 0 1` runs the same A/B and rule on the pre-pass's
 K/V pass instead (quant8.set_kv_pass; JSON q8_kv_pass_ab_0_1.json); the table's prep column is where it shows.
-`--selector v12_d64 --modes 0 1` is v17's A/B: v12 at D=64 (schedule 1 with v10 mode 1's descriptors and v12's cuts)
-against the D=64 default on CogVideoX and LTX (JSON q8_v12_d64_ab_0_1.json).
 
 dev/q8_selector_ab.py's functions, as dev/q8_v10_ab.py uses them: per variant its checks_fp64 (odd lengths, kv_lens
 tails with LSE, fp16, a shared key offset, V = ones against fp64; the launch ran schedule 3, conversion 2), that the
@@ -51,13 +49,10 @@ class Prep(int):
 
 # (name, head dim, schedule, row-sum mode, conversion, pre-pass + mode) as q8_selector_ab.py's; the first is the default.
 MODE_NAMES = {0: "v10 mode 1", 1: "fewer instr."}
-# What --modes are modes of (--selector): quant8's setter (-1 its default) and reader (it reports the mode that ran),
-# the modes' names, the build default and the head dim whose shapes are timed. kv_pass: the pre-pass's K/V pass, the
-# same A/B and rule on the same shapes; v12_d64: v12 at D=64 (v17: quant8.set_v12 on schedule 1 there; mode 0 the
-# D=64 default), on the D=64 shapes.
-SELECTORS = {"v12": ("set_v12", "last_v12", MODE_NAMES, 1, 128),
-             "kv_pass": ("set_kv_pass", "last_kv_pass", {0: "K/V a thread per key", 1: "K/V whole rows"}, 1, 128),
-             "v12_d64": ("set_v12", "last_v12", {0: "schedule 1", 1: "v17: v12 + v10 mode 1"}, 0, 64)}
+# What --modes are modes of (--selector): quant8's setter and reader, the modes' names and the build default. kv_pass:
+# the pre-pass's K/V pass, the same A/B and rule on the same shapes.
+SELECTORS = {"v12": ("set_v12", "last_v12", MODE_NAMES, 1),
+             "kv_pass": ("set_kv_pass", "last_kv_pass", {0: "K/V a thread per key", 1: "K/V whole rows"}, 1)}
 SELECTOR = "v12"
 
 
@@ -71,8 +66,8 @@ def _last():
 
 def variants(ref, *modes):
     """The reference first (the rule's baseline), then the variants: the selector's modes (`--modes`)."""
-    _, _, names, default, d = SELECTORS[SELECTOR]
-    return [(f"d{d} {SELECTOR} {m} ({names[m]}{', default' if m == default else ''})", d, -1, -1, -1, Prep(-1, m))
+    _, _, names, default = SELECTORS[SELECTOR]
+    return [(f"d128 {SELECTOR} {m} ({names[m]}{', default' if m == default else ''})", 128, -1, -1, -1, Prep(-1, m))
             for m in (ref,) + modes]
 
 
@@ -91,8 +86,7 @@ def v12_checks(results, ok):
 
     g = torch.Generator(device=ab.DEV)
     g.manual_seed(97531)
-    d = SELECTORS[SELECTOR][4]
-    q, k, v = ab.qc.make(2, 3, 517, 2049, d, gen=g)
+    q, k, v = ab.qc.make(2, 3, 517, 2049, 128, gen=g)
     # K on a grid of quarters (|k| <= 31): the pre-pass's K sums (fp32 atomics) are then exact in any order, so any
     # difference is the variant's (with plain normal K, call N3 of the ninth sitting flagged a variant whose GPU test,
     # on this grid, passed bit for bit: the sums' order had changed between the runs).
@@ -102,7 +96,7 @@ def v12_checks(results, ok):
         select(-1, -1, -1, prep)
         out = torch.full_like(q, float("nan"))
         lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan"), device=ab.DEV)
-        ab.quant8.forward_8bit(q, k, v, out, lse, None, 1 / math.sqrt(d))
+        ab.quant8.forward_8bit(q, k, v, out, lse, None, 1 / math.sqrt(128))
         torch.cuda.synchronize()
         return out, lse, _last()
 
@@ -161,8 +155,7 @@ def main():
                     help="v12 modes compared: the reference, then the variants (0 1: v12; 1 2 3 4 5: v15's pass "
                          "points against the default, with dev/experiments/q8_v15_pass_point.patch applied)")
     ap.add_argument("--selector", choices=sorted(SELECTORS), default="v12",
-                    help="what --modes are modes of: v12 (quant8.set_v12), the pre-pass's K/V pass (set_kv_pass) "
-                         "or v12 at D=64 (v12_d64, v17: 0 1 on CogVideoX and LTX)")
+                    help="what --modes are modes of: v12 (quant8.set_v12) or the pre-pass's K/V pass (set_kv_pass)")
     a = ap.parse_args()
     global VARIANTS, SELECTOR
     SELECTOR = a.selector
@@ -173,7 +166,7 @@ def main():
     t0 = time.time()
     ab.select = select
     ab.quant8.SHORT_KV_EXACT_MAX = 0
-    ab.SHAPES = [s for s in ab.SHAPES if s[4] == SELECTORS[SELECTOR][4]]
+    ab.SHAPES = [s for s in ab.SHAPES if s[4] == 128]
     if a.sharp:
         v10ab.add_sharp_passes()
     results = {"checks": [], "timing": [], "passes": a.passes,
@@ -183,8 +176,8 @@ def main():
     live = [vt for vt in VARIANTS if ok.get(vt[0]) or vt is VARIANTS[0]]  # the default always runs
     ab.timing(live, a.passes, a.reps, results, t0 + a.budget)
     name = "q8_v12_ab.json" if a.modes == [0, 1] else f"q8_v12_ab_{'_'.join(map(str, a.modes))}.json"
-    if SELECTOR != "v12":
-        name = f"q8_{SELECTOR}_ab_{'_'.join(map(str, a.modes))}.json"
+    if SELECTOR == "kv_pass":
+        name = f"q8_kv_pass_ab_{'_'.join(map(str, a.modes))}.json"
     with open(os.path.join(OUT, name), "w") as f:
         json.dump(results, f, indent=1)
     table(results)

@@ -65,10 +65,9 @@ def test_v12_selector_in_the_c_abi():
     assert 'extern "C" int vidattn_q8_set_v12(int mode)' in CAPI and "if (mode < -1 || mode > 1) return 1;" in CAPI
     assert 'q8_env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 1)' in CAPI
     assert CAPI.count("kSeq, kTurns, 2, 0, 0, 2, 1>(a, l, s)") == 2
-    # (two more at D=64: v17, below)
-    assert len(re.findall(r"q8_launch<[^>]*, \d+, \d+, \d+, \d+, 1>", CAPI)) == 4
+    assert len(re.findall(r"q8_launch<[^>]*, \d+, \d+, \d+, \d+, 1>", CAPI)) == 2
     assert "if (v10 != 1 && g_q8_v12 > 0)" in CAPI
-    assert "if (g_q8_v12 > 0 && !(kD == 64 && kSeq && kWGs == 3 && mode == 1 && cvt == 1))\n    return fail(" in CAPI
+    assert "if (g_q8_v12 > 0)\n    return fail(" in CAPI
     assert "g_q8_last_v12 = kV12;" in CAPI and "g_q8_last_v12 = -1;" in CAPI
 
 
@@ -111,32 +110,3 @@ def test_three_chain_row_max_covers_each_value_once():
     seen = [0, 11, 22] + [x for k in range(1, 11, 2) for x in (k, k + 1, 11 + k, 12 + k)]
     seen += [x for k in range(23, 31, 2) for x in (k, k + 1)] + [31]
     assert sorted(seen) == list(range(32))
-
-
-def test_v17_v12_at_d64_built_off_by_default():
-    """v17 (dev/NOTES_8bit.md "v17"): v12 at D=64 on schedule 1 (row-sum mode 1, conversion 1, three warpgroups) with
-    v10 mode 1's descriptors: built for both dtypes, off by default (its own default, VIDATTN_Q8_V12_D64 0, so the
-    D=128 default of 1 does not turn it on), forced by set_v12(1) on a D=64 call; the kernel's static_assert admits
-    exactly that configuration at D=64."""
-    assert "#define VIDATTN_Q8_V12_D64 0" in CAPI
-    assert 'q8_env_default("VIDATTN_Q8_V12_D64", VIDATTN_Q8_V12_D64, 0, 1)' in CAPI
-    assert CAPI.count("kSeq, 0, 1, 0, 0, 2, 1>(a, l, s)") == 2
-    i = CAPI.index("if (q8_v12_asked_d64() == 1)  // v17")
-    assert "if constexpr (kWGs == 3) {" in CAPI[i - 80:i] and "if (mode == 1 && cvt == 1) {" in CAPI[i - 160:i]
-    assert re.search(r"\(kD == 64 && kDescInc == 2 && kLazy == 0 && !kTurns && !kExpTurns && kCvt == 1 && kSumMma",
-                     SRC)
-
-
-def test_ab_driver_v12_d64_selector():
-    """`--selector v12_d64` (v17's A/B): set_v12's modes at head dim 64, on the D=64 shapes only, the reference named
-    as the D=64 default; the JSON named for the selector."""
-    from _support import load_script
-
-    mod = load_script(REPO / "dev/q8_v12_ab.py", "q8_v12_ab_d64_under_test")
-    setter, reader, names, default, d = mod.SELECTORS["v12_d64"]
-    assert (setter, reader, default, d) == ("set_v12", "last_v12", 0, 64) and set(names) == {0, 1}
-    mod.SELECTOR = "v12_d64"
-    v = mod.variants(0, 1)
-    assert [x[1] for x in v] == [64, 64] and v[0][0].startswith("d64 v12_d64 0") and "default" in v[0][0]
-    assert [x[5].mode for x in v] == [0, 1]
-    assert {s[0] for s in mod.ab.SHAPES if s[4] == d} == {"CogVideoX", "LTX"}

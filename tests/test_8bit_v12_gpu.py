@@ -131,10 +131,9 @@ def test_poisoned_output():
 
 
 def test_forced_mode_where_not_built_is_refused():
-    """D=64 on the ping-pong, D=128 on schedule 1, and schedule 3 on v10 mode 0: a forced v12 mode 1 is an error naming
-    it, not a silent fallback (nothing launched; the failed-launch mark a refusal leaves for the process is cleared).
-    (D=64 on schedule 1 runs v17: below.)"""
-    for d, seq, v10 in ((64, 0, -1), (128, 1, -1), (128, -1, 0)):
+    """D=64, D=128 on schedule 1, and schedule 3 on v10 mode 0: a forced v12 mode 1 is an error naming it, not a
+    silent fallback (nothing launched; the failed-launch mark a refusal leaves for the process is cleared)."""
+    for d, seq, v10 in ((64, -1, -1), (128, 1, -1), (128, -1, 0)):
         q, k, v = (base.randn(1, 256, 2, d, seed=i) for i in range(3))
         out = torch.empty_like(q)
         quant8.set_v12(1)
@@ -148,67 +147,3 @@ def test_forced_mode_where_not_built_is_refused():
             quant8.set_v10(-1)
             quant8.set_sequential(-1)
             quant8._launch_error = None
-
-
-def run_d64(mode, q, k, v, kv_lens=None, layout_bhsd=False):
-    """One D=64 8-bit launch with v12 forced to `mode` (1: v17), into NaN-poisoned output and LSE; what ran."""
-    quant8.set_v12(mode)
-    try:
-        return (*base.forward_8bit_poisoned(q, k, v, kv_lens, layout_bhsd),
-                (quant8.last_v12(), quant8.last_v10(), quant8.last_sequential(), quant8.last_cvt()))
-    finally:
-        quant8.set_v12(-1)
-
-
-same_bits = base.same_bits
-
-
-@pytest.mark.parametrize("sq,skv", [(1, 77), (255, 128), (193, 129), (700, 2049), (384, 4096 + 77)])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_v17_d64_bit_for_bit(sq, skv, dtype):
-    """v17 (v12 at D=64, schedule 1) against the D=64 default: the same output and LSE bit for bit (K on the quarter
-    grid: the pre-pass's K sums exact in any order), with kv_lens tails; the launches report what ran."""
-    seed = int(torch.randint(0, 1 << 20, ()).item())
-    q, k, v = (base.randn(2, n, 3, 64, seed=seed + i, dtype=dtype) for i, n in enumerate((sq, skv, skv)))
-    k = base.on_quarter_grid(k)
-    a, la, ra = run_d64(0, q, k, v)
-    b, lb, rb = run_d64(1, q, k, v)
-    assert ra == (0, 0, 1, 1) and rb == (1, 1, 1, 1), (ra, rb)
-    assert same_bits(a, b) and same_bits(la, lb), f"seed {seed}"
-    assert not torch.isnan(b).any()
-    lens = torch.tensor([skv, max(1, skv // 3)], dtype=torch.int32, device=DEV)
-    a, la, _ = run_d64(0, q, k, v, kv_lens=lens)
-    b, lb, _ = run_d64(1, q, k, v, kv_lens=lens)
-    assert same_bits(a, b) and same_bits(la, lb), f"seed {seed} (kv_lens)"
-
-
-def test_v17_d64_bhsd_keyless_and_fp64():
-    """v17 in the BHSD layout and with a keyless batch, bit for bit the default; against fp64 within the 8-bit
-    suite's bound; V = ones within the row-mass bound."""
-    seed = int(torch.randint(0, 1 << 20, ()).item())
-    q, k, v = (base.randn(3, n, 2, 64, seed=seed + i) for i, n in enumerate((600, 1000, 1000)))
-    k = base.on_quarter_grid(k)
-    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-    a, la, _ = run_d64(0, qt, kt, vt, layout_bhsd=True)
-    b, lb, _ = run_d64(1, qt, kt, vt, layout_bhsd=True)
-    assert same_bits(a, b) and same_bits(la, lb), f"seed {seed}"
-    lens = torch.tensor([1000, 0, 129], dtype=torch.int32, device=DEV)
-    a, la, _ = run_d64(0, q, k, v, kv_lens=lens)
-    b, lb, _ = run_d64(1, q, k, v, kv_lens=lens)
-    assert same_bits(a, b) and same_bits(la, lb), f"seed {seed} (a keyless batch)"
-    q, k, v = (base.randn(1, n, 2, 64, seed=seed + 7 + i) for i, n in enumerate((1023, 4224, 4224)))
-    quant8.set_v12(1)
-    try:
-        base.check(q, k, v, seed=seed, lse=True, bound=base.REL_L2_LOOSE)
-        assert quant8.last_v12() == 1
-        base.assert_row_mass(vidattn.attention(q, k, torch.ones_like(v), precision="8bit"), q, k, seed=seed)
-    finally:
-        quant8.set_v12(-1)
-
-
-def test_v17_off_by_default():
-    """A plain D=64 call runs the default (v12 mode 0 there) whatever D=128's default is."""
-    q, k, v = (base.randn(1, 300, 2, 64, seed=i) for i in range(3))
-    vidattn.attention(q, k, v, precision="8bit")
-    torch.cuda.synchronize()
-    assert quant8.last_v12() == 0 and quant8.last_sequential() == 1

@@ -169,11 +169,9 @@ def set_v12(mode: int, lib=None) -> None:
     """v12 of later 8-bit launches (dev/NOTES_8bit.md "v12"; built on v10 mode 1 of schedule 3, head dim 128): the same
     arithmetic in fewer instructions per key block (1: the warpgroup index uniform, the steady blocks' row max by one
     FADD, the row sums from their first groups, K's scale pointer carried; the output bit for bit that of 0; the build
-    default), v10 mode 1 as it was (0), or the build default (-1). At head dim 64 (v17, dev/NOTES_8bit.md "v17") 1
-    runs schedule 1 with v10 mode 1's descriptors and v12's cuts that apply there, 0 the D=64 default; the D=64
-    default is 0 (VIDATTN_Q8_V12_D64). A forced 1 where neither build runs fails with an error saying so. The
-    environment variable VIDATTN_Q8_V12 sets the D=128 default for a whole process. A library that predates it
-    raises RuntimeError. For A/B timing."""
+    default), v10 mode 1 as it was (0), or the build default (-1). A forced 1 where v10 mode 1 of schedule 3
+    does not run fails with an error saying so. The environment variable VIDATTN_Q8_V12 sets the same for a whole
+    process. A library that predates it raises RuntimeError. For A/B timing."""
     if isinstance(mode, bool) or not isinstance(mode, int) or mode not in V12_MODES:
         raise ValueError(f"set_v12: mode must be one of {V12_MODES}, got {mode!r}")
     _setter("vidattn_q8_set_v12", mode, lib)

@@ -947,9 +947,8 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   // shfl.sync"; __shfl_sync emits it): ptxas then knows the value is warp-uniform and
   // keeps Q's descriptors and the turns' barrier ids in uniform registers (without it: per-thread registers, S2R of
   // the thread index, VIADD and R2UR pairs every block, -14 per block).
-  static_assert(kV12 == 0 || (kDescInc == 2 && kLazy == 0 && kExpTurns && kCvt == 2 && !kSumMma && !kExp16) ||
-                    (kD == 64 && kDescInc == 2 && kLazy == 0 && !kTurns && !kExpTurns && kCvt == 1 && kSumMma && !kExp16),
-                "v12 is built on v10 mode 1 of schedule 3 (conversion 2, row-sum mode 0), and at D=64 on schedule 1");
+  static_assert(kV12 == 0 || (kDescInc == 2 && kLazy == 0 && kExpTurns && kCvt == 2 && !kSumMma && !kExp16),
+                "v12 is built on v10 mode 1 of schedule 3 (conversion 2, row-sum mode 0)");
   if constexpr (kV12 > 0) cwg = __shfl_sync(0xffffffffu, cwg, 0);
   const int tid = threadIdx.x - 128 * (cwg + 1), lane = tid % 32, warp = tid / 32;
   const int col_in_group = 2 * (lane % 4);
