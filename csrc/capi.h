@@ -146,10 +146,12 @@ typedef struct VidattnNormRopeArgs {
 // Launches on `stream` (a cudaStream_t). Returns 0 on success; otherwise vidattn_sm90_last_error() says why.
 int vidattn_norm_rope(const VidattnNormRopeArgs* args, void* stream);
 // The fused norm + RoPE kernel's schedule (csrc/common/norm_rope.cuh NormRopeSchedule): 0, the library's; 1 one row
-// per CTA, 2 CTAs looping over rows, 3 one row per CTA with lean index math (A/B runs; bf16 x with fp32 tables only,
-// other calls keep the default).
+// per CTA, 2 CTAs looping over rows, 3 one row per CTA with lean index math, 4 that held to 32 registers (A/B runs;
+// bf16 x with fp32 tables only, other calls keep the default).
 // Process-wide; returns 0, or 1 for a value out of range.
 int vidattn_norm_rope_set_schedule(int schedule);
+// The schedule (1-4) the calling thread's last vidattn_norm_rope launch ran; 0 before any.
+int vidattn_norm_rope_last_schedule(void);
 
 #ifdef __cplusplus
 }

@@ -87,9 +87,14 @@ int rope_dispatch_table(const vidattn::rope::RopeParams& p, int table_dtype, int
 // (vidattn_norm_rope_set_schedule; a forced schedule is built for bf16 x with fp32 tables, Wan's case, only: other
 // calls run the default). The default is kLean since call N1 of the ninth sitting (bench/results/
 // h200_2026-12-03_ninth/call_n1: 0.584 against kOneRow's 0.713 ms per Wan 14B tensor, 6/6 passes; 1.3B a tie),
-// and kOneRow where kLean's 32-bit row offsets do not fit (lean_offsets_fit).
+// and kOneRow where kLean's 32-bit row offsets do not fit (lean_offsets_fit). At 2 vectors a thread with bf16 x and
+// fp32 tables (Wan 14B's rows: 5120 channels) the default is kLean32 since call O6 of the eleventh sitting
+// (bench/results/h200_2026-12-03_eleventh/call_o6: 0.509 against kLean's 0.567 ms per Wan 14B tensor, 6/6 passes);
+// at one vector a thread (1.3B's 1536 channels) it tied (1.003x, faster in 2/6) and kLean stays.
 constexpr int kNormRopeDefault = vidattn::norm_rope::kLean;
+constexpr int kNormRopeDefaultTwoVecs = vidattn::norm_rope::kLean32;
 int g_norm_rope_schedule = 0;
+thread_local int g_norm_rope_last = 0;  // the schedule of this thread's last launch (vidattn_norm_rope_last_schedule)
 
 // kLean's offsets within a row are 32-bit: (heads - 1) * head stride + head_dim must fit for x and out (strides
 // that torch gives, >= 0; a stride of one head is never stepped). Rows that do not fit run kOneRow instead.
@@ -104,6 +109,7 @@ int norm_rope_run(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim3 b
   using namespace vidattn::norm_rope;
   // Tables of x's own dtype under the Wan formula: torch computes each op in that dtype (rope.cuh, kRoundMid).
   constexpr bool kRoundMid = sizeof(C) == sizeof(T);
+  g_norm_rope_last = kSchedule;
   if constexpr (kSchedule == kLean32) {
     rms_norm_rope_lean32_kernel<T, C, kRoundMid, kVecs><<<grid, block, 0, stream>>>(p);
     return check_launch("rms_norm_rope_lean32_kernel");
@@ -135,6 +141,10 @@ int norm_rope_launch(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim
     // (kLean32 holds at most 2 vectors a thread in its 32 registers: wider rows, over 8192 channels, run the default.)
     if constexpr (kVecs <= 2) {
       if (g_norm_rope_schedule == kLean32 && lean_offsets_fit(p))
+        return norm_rope_run<T, C, kVecs, kLean32>(p, grid, block, stream);
+    }
+    if constexpr (kVecs == 2) {
+      if (g_norm_rope_schedule == 0 && kNormRopeDefaultTwoVecs == kLean32 && lean_offsets_fit(p))
         return norm_rope_run<T, C, kVecs, kLean32>(p, grid, block, stream);
     }
   }
@@ -169,6 +179,8 @@ extern "C" int vidattn_norm_rope_set_schedule(int schedule) {
   g_norm_rope_schedule = schedule;
   return 0;
 }
+
+extern "C" int vidattn_norm_rope_last_schedule(void) { return g_norm_rope_last; }
 
 extern "C" int vidattn_norm_rope(const VidattnNormRopeArgs* a, void* stream) {
   namespace nr = vidattn::norm_rope;

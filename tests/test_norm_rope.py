@@ -100,6 +100,7 @@ class _FakeLib:
         self.vidattn_norm_rope = args_recorder(R._NormRopeArgs, self.calls, lambda: self.rc)
         self.vidattn_rope = lambda ref, stream: 0
         self.vidattn_norm_rope_set_schedule = lambda v: self.schedules.append(v) or 0
+        self.vidattn_norm_rope_last_schedule = lambda: 4
         self.vidattn_sm90_last_error = lambda: b"fake"
 
 
@@ -254,3 +255,26 @@ def test_schedule_4_holds_two_vectors_at_most():
     src = (Path(__file__).resolve().parents[1] / "csrc/common/norm_rope.cuh").read_text()
     assert "lean_row<T, C, kRoundMid, kVecs, true>(p, scratch);" in src
     assert "template <typename T, typename C, bool kRoundMid, int kVecs, bool kRemat = false>" in src
+
+
+def test_last_schedule_reads_the_library_and_an_older_library_is_an_error(fake_kernel):
+    """last_norm_rope_schedule returns the C reader's value; a library without the reader raises RuntimeError naming
+    it (not a made-up schedule)."""
+    assert R.last_norm_rope_schedule() == 4
+    del fake_kernel.vidattn_norm_rope_last_schedule
+    with pytest.raises(RuntimeError, match="vidattn_norm_rope_last_schedule"):
+        R.last_norm_rope_schedule()
+
+
+def test_default_schedule_per_row_width_in_the_source():
+    """The library's default (csrc/capi_rope.cuh): schedule 4 (kLean32) at two vectors a thread with bf16 x and fp32
+    tables, where its A/B won (Wan 14B's rows); schedule 3 (kLean) elsewhere, and schedule 1 where the 32-bit offsets
+    do not fit; each launch records what it ran for the reader."""
+    src = (Path(__file__).resolve().parents[1] / "csrc/capi_rope.cuh").read_text()
+    assert "constexpr int kNormRopeDefault = vidattn::norm_rope::kLean;" in src
+    assert "constexpr int kNormRopeDefaultTwoVecs = vidattn::norm_rope::kLean32;" in src
+    i = src.index("if constexpr (kVecs == 2) {")
+    assert "g_norm_rope_schedule == 0 && kNormRopeDefaultTwoVecs == kLean32 && lean_offsets_fit(p)" in src[i:i + 200]
+    assert src.index("is_same<C, float>::value") < i  # inside the bf16-x, fp32-table branch
+    assert "g_norm_rope_last = kSchedule;" in src
+    assert 'extern "C" int vidattn_norm_rope_last_schedule(void)' in src

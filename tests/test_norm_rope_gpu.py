@@ -7,7 +7,7 @@ same GPU (`torch.nn.RMSNorm`, then the Wan RoPE: vidattn.rope, bit for bit diffu
   shapes and 99.9995% on Wan 14B's rows, and 0.5% where eps=None was read as bf16's eps instead of fp32's);
 - Wan's widths (1.3B: 12 x 128, 14B: 40 x 128), odd lengths, batch 2, fp16, bf16 tables, a fused-qkv chunk's strides,
   eps None, and every output element written (the output buffer poisoned first);
-- the A/B's schedules: 2 and 3 give schedule 1's bits.
+- the A/B's schedules: 2, 3 and 4 give schedule 1's bits; the default runs 4 on Wan 14B's rows and 3 elsewhere.
 Every case asserts that the kernel ran (norm_rope_reason None), so a silent fallback cannot pass."""
 from __future__ import annotations
 
@@ -163,3 +163,28 @@ def test_lean_schedule_is_the_one_row_schedule_bit_for_bit(b, s, h, d, chunk):
         R.set_norm_rope_schedule(0)
     assert torch.equal(outs[1].view(torch.int16), outs[3].view(torch.int16))
     assert torch.equal(outs[1].view(torch.int16), outs[4].view(torch.int16))
+
+
+@pytest.mark.parametrize("s,h,d,x_dtype,table_dtype,want", [
+    (333, 40, 128, torch.bfloat16, torch.float32, 4),  # Wan 14B's rows: 2 vectors a thread -> schedule 4
+    (1001, 12, 128, torch.bfloat16, torch.float32, 3),  # 1.3B's: one vector a thread -> schedule 3
+    (129, 40, 128, torch.bfloat16, torch.bfloat16, 3),  # tables of x's dtype: schedule 4 is not built there
+    (129, 40, 128, torch.float16, torch.float32, 3),  # fp16 x: likewise
+    (65, 32, 384, torch.bfloat16, torch.float32, 3),  # 4 vectors a thread: wider than schedule 4 holds
+])
+def test_default_schedule_per_row(s, h, d, x_dtype, table_dtype, want):
+    """The library's default runs schedule 4 on Wan 14B's rows (its A/B's win) and schedule 3 elsewhere; the reader
+    reports what each launch ran, and a forced schedule 1 is reported as such. The bits are schedule 1's either way."""
+    x = (torch.randn(1, s, h * d, device=DEV) * 3).to(x_dtype)
+    norm, tables = rms_norm(h * d, x_dtype), wan_tables(s, d, table_dtype)
+    got = check(norm, x, h, *tables)
+    assert R.last_norm_rope_schedule() == want
+    try:
+        R.set_norm_rope_schedule(1)
+        forced = check(norm, x, h, *tables)
+        ran_forced = R.last_norm_rope_schedule()
+    finally:
+        R.set_norm_rope_schedule(0)
+    # a forced schedule is built for bf16 x with fp32 tables only; other calls keep the default
+    assert ran_forced == (1 if (x_dtype, table_dtype) == (torch.bfloat16, torch.float32) else want)
+    assert torch.equal(got.view(torch.int16), forced.view(torch.int16))

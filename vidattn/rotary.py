@@ -427,15 +427,25 @@ def _norm_launch(norm, xv, cv, sv, out) -> None:
 def set_norm_rope_schedule(schedule: int) -> None:
     """The fused norm + RoPE kernel's schedule (csrc/common/norm_rope.cuh): 0, the library's; 1 one row per CTA, 2 CTAs
     looping over rows, 3 one row per CTA with lean index math (NORM_ROPE_SCHEDULES; the library's since the ninth
-    sitting), 4 that held to 32 registers (rows of up to 8192 channels; wider ones run the default), for
-    dev/norm_rope_ab.py (bf16 x with fp32 tables; other calls keep the default, and schedules 3 and 4 run schedule 1
-    where the row's offsets do not fit 32 bits). Process-wide. A value out of range raises ValueError before the
-    library is loaded."""
+    sitting), 4 that held to 32 registers (rows of up to 8192 channels; wider ones run the default; the library's at
+    two vectors a thread, 4097-8192 channels, with bf16 x and fp32 tables since the eleventh sitting: Wan 14B's rows),
+    for dev/norm_rope_ab.py (bf16 x with fp32 tables; other calls keep the default, and schedules 3 and 4 run
+    schedule 1 where the row's offsets do not fit 32 bits). Process-wide. A value out of range raises ValueError
+    before the library is loaded. `last_norm_rope_schedule` reports what ran."""
     if schedule not in NORM_ROPE_SCHEDULES:
         raise ValueError(f"norm_rope: schedule must be one of {NORM_ROPE_SCHEDULES}, got {schedule!r}")
     lib = _ext._library(None)
     if lib.vidattn_norm_rope_set_schedule(int(schedule)) != 0:
         raise ValueError(lib.vidattn_sm90_last_error().decode(errors="replace"))
+
+
+def last_norm_rope_schedule() -> int:
+    """The schedule (1-4, as NORM_ROPE_SCHEDULES) of this thread's last fused norm + RoPE launch; 0 before any. A
+    library that predates the reader raises RuntimeError."""
+    fn = getattr(_ext._library(None), "vidattn_norm_rope_last_schedule", None)
+    if fn is None:
+        raise RuntimeError("the kernel library lacks vidattn_norm_rope_last_schedule")
+    return int(fn())
 
 
 def norm_rope(norm, x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
