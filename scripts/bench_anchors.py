@@ -26,6 +26,7 @@ every implementation, FA3 FP8 with its cast included.
     python scripts/bench_anchors.py --group fp8 --out $OUT/anchors.json
     python scripts/bench_anchors.py --group all --budget-s 240 --out $OUT/anchors.json
     python scripts/bench_anchors.py --group all --dry-run          # list shapes and FLOPs (no GPU)
+    python scripts/bench_anchors.py --group headdims,gqa --shapes "D256 1K" "GQA 32q/8kv 32K" --rounds 12
 """
 from __future__ import annotations
 
@@ -539,6 +540,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/anchors_<date>.json)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dry-run", action="store_true", help="list shapes and FLOPs; no GPU")
+    ap.add_argument("--shapes", nargs="+", default=None, metavar="NAME",
+                    help="keep only these shapes of the groups, by exact name ('D256 1K' 'GQA 32q/8kv 32K')")
     args = ap.parse_args(argv)
     args.groups = [g.strip() for g in args.group.split(",") if g.strip()]
     args.impls = [n.strip() for n in args.impls.split(",") if n.strip()]
@@ -546,9 +549,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     if bad:
         ap.error(f"unknown impl(s) {bad}; choose from {list(IMPLS)}")
     try:
-        args.shapes = select_groups(args.groups)
+        shapes = select_groups(args.groups)
     except ValueError as exc:
         ap.error(str(exc))
+    if args.shapes is not None:
+        known = [s.name for s in shapes]
+        unknown = [n for n in args.shapes if n not in known]
+        if unknown:
+            ap.error(f"unknown shape(s) {unknown} in group(s) {args.group}; choose from {known}")
+        shapes = [s for s in shapes if s.name in args.shapes]
+    args.shapes = shapes
     return args
 
 

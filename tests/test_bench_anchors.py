@@ -387,3 +387,15 @@ def test_run_times_with_the_shared_timer_and_l2_size(tmp_path, monkeypatch):
     doc = ba.run(args, impls=_fake_impls(), device="cpu", accuracy={}, meta={})
     assert made == [True] and doc["config"]["timing"] == "shared"
     assert all(i["ms"] == pytest.approx(1.5) for i in doc["results"][0]["impls"].values() if "ms" in i)
+
+
+def test_shapes_filter_keeps_named_shapes_in_group_order_and_refuses_unknown_names():
+    """--shapes narrows the groups to the named shapes (group order kept); a name not in the groups is an error that
+    lists the names it could have been, not an empty run."""
+    args = ba.parse_args(["--group", "headdims,gqa", "--shapes", "GQA 32q/8kv 32K", "D256 1K", "MHA 32 heads 32K"])
+    assert [s.name for s in args.shapes] == ["D256 1K", "GQA 32q/8kv 32K", "MHA 32 heads 32K"]
+    assert ba.parse_args(["--group", "gqa"]).shapes == ba.select_groups(["gqa"])
+    with pytest.raises(SystemExit):
+        ba.parse_args(["--group", "headdims", "--shapes", "D256 2K"])
+    with pytest.raises(SystemExit):
+        ba.parse_args(["--group", "fp8", "--shapes", "D256 1K"])  # in another group
