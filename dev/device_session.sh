@@ -115,13 +115,20 @@
 #   bash dev/device_session.sh O4 [budget_s]  # once the anchors compiled, Wan 14B at 720p on every path with
 #                                             # SageAttention2 in the same run (dev/device_8bit_e2e.sh 14b; carry
 #                                             # .anchors and .whl_lite)
-#   bash dev/device_session.sh O5 [budget_s]  # prepared for the next sitting, not run: v17 (v12 at D=64, off by
+#   bash dev/device_session.sh O5 [budget_s]  # the eleventh sitting's first call: v17 (v12 at D=64, off by
 #                                             # default): its GPU tests (bit for bit against the D=64 default),
 #                                             # memcheck, the A/B (q8_v12_ab.py --selector v12_d64) while the
-#                                             # anchors compile; then issue 26's GQA bar (dev/probes/gqa_ab.py)
-#   bash dev/device_session.sh O6 [budget_s]  # prepared, not run: the norm + RoPE schedule 4 without its spill
-#                                             # (kRemat): the lean GPU tests (carry .whl_lite), memcheck, the
-#                                             # per-tensor A/B against schedule 3
+#                                             # anchors compile; then issue 26's GQA bar (dev/probes/gqa_ab.py).
+#                                             # v17 lost and left the tree: its tests and selector need
+#                                             # dev/experiments/q8_v17_v12_at_d64.patch applied
+#   bash dev/device_session.sh O6 [budget_s]  # the eleventh sitting's second call: the norm + RoPE schedule 4
+#                                             # without its spill (kRemat): the lean GPU tests (carry .whl_lite),
+#                                             # memcheck, the per-tensor A/B against schedule 3
+#   bash dev/device_session.sh P1 [budget_s]  # after schedule 4's flip: the norm + RoPE GPU suite (the default's
+#                                             # routing) and memcheck; once the anchors compile, D=256 and GQA/MHA
+#                                             # in 12 do_bench rounds (bench_anchors.py --shapes), then D=256 1K in
+#                                             # 16 palindrome rounds again (envelope_ab.py): issue 26's two bars
+#                                             # in both harnesses
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -267,6 +274,25 @@ O6)
   OUT="$OUT/o6" timeout 90 python3 dev/norm_rope_ab.py --passes 6 --reps 20 --schedules 3 4 \
     > "$OUT/o6/norm_rope_ab.log" 2>&1; rc[nr_ab]=$?; grep -v " check " "$OUT/o6/norm_rope_ab.log" | tail -12
   tar_dirs o6
+  ;;
+P1)
+  anchors_ready
+  start_anchor_build 300
+  build_lib
+  mkdir -p "$OUT/p1"
+  gpu_pytest p1/gpu_tests.log 150 tests tests/test_norm_rope_gpu.py tests/test_8bit_v12_gpu.py
+  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_norm_rope_gpu.py -k "default_schedule" > "$OUT/p1/memcheck.log" 2>&1; rc[memcheck]=$?
+  grep -E "ERROR SUMMARY|passed|failed" "$OUT/p1/memcheck.log" | tail -2
+  await_anchor_build 200
+  timeout 150 python3 scripts/bench_anchors.py --group headdims,gqa --impls cudnn,fa3,vidattn --no-accuracy \
+    --shapes "D256 1K" "D256 8K" "D256 32K" "GQA 32q/8kv 32K" "MHA 32 heads 32K" --rounds 12 --budget-s 130 \
+    --out "$OUT/p1/anchors_rounds.json" > "$OUT/p1/anchors_rounds.log" 2>&1; rc[anchors_rounds]=$?
+  tail -8 "$OUT/p1/anchors_rounds.log"
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/envelope_ab.py --part ov --shapes "D256 1K" \
+    --rounds 16 --out "$OUT/p1/env" > "$OUT/p1/env.log" 2>&1; rc[env]=$?
+  tail -6 "$OUT/p1/env.log"
+  tar_dirs p1
   ;;
 O5)
   anchors_ready
