@@ -129,6 +129,10 @@
 #                                             # in 12 do_bench rounds (bench_anchors.py --shapes), then D=256 1K in
 #                                             # 16 palindrome rounds again (envelope_ab.py): issue 26's two bars
 #                                             # in both harnesses
+#   bash dev/device_session.sh P2 [budget_s]  # issue 26's bars in the anchors' own timing (do_bench): every head-dim
+#                                             # and causal row in 10 rounds against FA3 and cuDNN; then SM clock and
+#                                             # power per path at D=256 1K and 32K, back to back (clock_probe.py),
+#                                             # for why cuDNN reads 5-7% slower in the palindrome rounds
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -293,6 +297,20 @@ P1)
     --rounds 16 --out "$OUT/p1/env" > "$OUT/p1/env.log" 2>&1; rc[env]=$?
   tail -6 "$OUT/p1/env.log"
   tar_dirs p1
+  ;;
+P2)
+  anchors_ready
+  start_anchor_build 300
+  build_lib
+  mkdir -p "$OUT/p2"
+  await_anchor_build 300
+  timeout 230 python3 scripts/bench_anchors.py --group headdims,causal --impls cudnn,fa3,vidattn --no-accuracy \
+    --rounds 10 --budget-s 210 --out "$OUT/p2/anchors_rounds.json" > "$OUT/p2/anchors_rounds.log" 2>&1
+  rc[anchors_rounds]=$?; grep -A20 "^| shape" "$OUT/p2/anchors_rounds.log" | tail -18
+  timeout $(( $(left) > 50 ? $(left) - 10 : 40 )) python3 dev/probes/clock_probe.py 16x8x1024x256 1x8x32768x256 \
+    --paths cudnn fa3 vidattn --seconds 3 --pause 2 --json "$OUT/p2/clock.json" > "$OUT/p2/clock.log" 2>&1
+  rc[clock]=$?; tail -8 "$OUT/p2/clock.log"
+  tar_dirs p2
   ;;
 O5)
   anchors_ready

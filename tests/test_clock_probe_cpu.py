@@ -39,3 +39,19 @@ def test_timed_samples_keep_the_time_and_parse_samples_drops_it():
     timed = mod.parse_timed_samples(lines)
     assert [s[1:] for s in timed] == mod.parse_samples(lines) == [(1980.0, 612.4, 61.0), (1740.0, 698.1, 63.0)]
     assert timed[0][0] is not None and timed[1][0] is None
+
+
+def test_shapes_are_anchor_keys_or_bxhxsxd():
+    """BxHxSxD is a self-attention shape of its own; anything else is looked up as an anchor key (an unknown one is
+    an argument error, not an empty run); --paths takes fa3 and keeps the order given."""
+    import pytest
+
+    mod = _mod()
+    assert mod.parse_shapes(["16x8x1024x256"]) == [("16x8x1024x256", 16, 8, 1024, 1024, 256)]
+    key = mod.anchor_shapes.SHAPES[0].key
+    assert mod.parse_shapes([key]) == mod.anchor_shapes.by_key([key])
+    args = mod.parse_args(["1x8x32768x256", "--paths", "fa3", "cudnn", "vidattn"])
+    assert args.paths == ["fa3", "cudnn", "vidattn"] and args.shape_rows[0][1:] == (1, 8, 32768, 32768, 256)
+    for bad in (["16x8x0x256"], ["no_such_shape"]):
+        with pytest.raises(SystemExit):
+            mod.parse_args(bad)

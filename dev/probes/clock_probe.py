@@ -4,6 +4,11 @@ the table gives the path's TFLOPS next to the median clock, power and temperatur
 ran. vidattn and cuDNN alternate per shape, cuDNN first, with a pause between them so the GPU cools the same way.
 
     python3 dev/probes/clock_probe.py wan13b_self hunyuan_720p        # anchor keys (bench/anchor_shapes.py)
+    python3 dev/probes/clock_probe.py 16x8x1024x256 1x8x32768x256 --paths cudnn fa3 vidattn --json out/clock.json
+
+A shape is an anchor key or BxHxSxD (self-attention, Sq = Skv = S). --paths picks and orders the paths: cudnn,
+vidattn, and fa3 (FlashAttention-3 through scripts/anchor_impls.py, where the anchors are installed; absent, its row
+says why).
 
 Honours VIDATTN_LIBRARY like every other script. Needs `nvidia-smi` on PATH.
 """
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import json
 import statistics
 import subprocess
 import sys
@@ -90,20 +96,52 @@ def run_sampled(fn, seconds: float, period_ms: int = 50) -> tuple[int, float, li
     return calls, elapsed, [s[1:] for s in samples]
 
 
-def main():
+PATHS = ("cudnn", "vidattn", "fa3")
+
+
+def parse_shapes(items: list[str]) -> list[tuple[str, int, int, int, int, int]]:
+    """(key, B, H, Sq, Skv, D) per item: BxHxSxD (all positive) as itself, anything else an anchor key."""
+    out = []
+    for item in items:
+        parts = item.lower().split("x")
+        if len(parts) == 4 and all(p.isdigit() and int(p) > 0 for p in parts):
+            b, h, s, d = map(int, parts)
+            out.append((item, b, h, s, s, d))
+        else:
+            out.extend(anchor_shapes.by_key([item]))
+    return out
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("shapes", nargs="+", help="anchor shape keys")
+    ap.add_argument("shapes", nargs="+", help="anchor shape keys or BxHxSxD")
+    ap.add_argument("--paths", nargs="+", choices=PATHS, default=["cudnn", "vidattn"], help="paths, in run order")
     ap.add_argument("--seconds", type=float, default=4.0, help="per shape and path")
     ap.add_argument("--pause", type=float, default=3.0, help="idle seconds before each run")
-    args = ap.parse_args()
+    ap.add_argument("--json", default=None, help="write the rows here")
+    args = ap.parse_args(argv)
+    try:
+        args.shape_rows = parse_shapes(args.shapes)
+    except KeyError as exc:
+        ap.error(str(exc))
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import kernel_smoke  # torch and the kernel library: imported here so the sample parsing stays light
     from vidattn import _ext
+    fa3_why = None
+    if "fa3" in args.paths:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+        import anchor_impls
+        fa3_why = anchor_impls.available().get("fa3")
     rows = []
-    for key, b, h, sq, skv, d in anchor_shapes.by_key(args.shapes):
+    for key, b, h, sq, skv, d in args.shape_rows:
         q, k, v = kernel_smoke.bshd_inputs(b, h, sq, skv, d)
         out = torch.empty_like(q)
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
@@ -112,9 +150,16 @@ def main():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 F.scaled_dot_product_attention(qt, kt, vt)
 
-        paths = {"cudnn": cudnn, "vidattn": lambda: _ext.forward(q, k, v, out, None, None, d ** -0.5)}
+        fns = {"cudnn": cudnn, "vidattn": lambda: _ext.forward(q, k, v, out, None, None, d ** -0.5)}
+        if fa3_why is None and "fa3" in args.paths:
+            fns["fa3"] = lambda: anchor_impls.fa3(q, k, v)
         flops = 4 * b * h * sq * skv * d
-        for name, fn in paths.items():
+        for name in args.paths:
+            if name not in fns:
+                rows.append({"shape": key, "path": name, "skipped": str(fa3_why)})
+                print(f"{key:14s} {name:8s} skipped: {fa3_why}", flush=True)
+                continue
+            fn = fns[name]
             time.sleep(args.pause)
             calls, elapsed, samples = run_sampled(fn, args.seconds)
             rows.append({"shape": key, "path": name, "tflops": flops * calls / elapsed / 1e12, **summarize(samples)})
@@ -126,8 +171,14 @@ def main():
     print("\n| shape | path | TFLOPS | SM clock (MHz) | power (W) | temp (C) | samples |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
+        if "skipped" in r:
+            print(f"| {r['shape']} | {r['path']} | skipped: {r['skipped']} | | | | |")
+            continue
         print(f"| {r['shape']} | {r['path']} | {r['tflops']:.0f} | {r['clock_mhz']:.0f} | {r['power_w']:.0f} | "
               f"{r['temp_c']:.0f} | {r['n']} |")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"seconds": args.seconds, "pause": args.pause, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
