@@ -133,6 +133,9 @@
 #                                             # and causal row in 10 rounds against FA3 and cuDNN; then SM clock and
 #                                             # power per path at D=256 1K and 32K, back to back (clock_probe.py),
 #                                             # for why cuDNN reads 5-7% slower in the palindrome rounds
+#   bash dev/device_session.sh P3 [budget_s]  # P2 again for the rows it could not time against FA3 (its wait for
+#                                             # the anchors ended too early: only FA3's D=96 kernel was built):
+#                                             # D=192, D=256 and causal in 10 do_bench rounds, then the clock probe
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -311,6 +314,22 @@ P2)
     --paths cudnn fa3 vidattn --seconds 3 --pause 2 --json "$OUT/p2/clock.json" > "$OUT/p2/clock.log" 2>&1
   rc[clock]=$?; tail -8 "$OUT/p2/clock.log"
   tar_dirs p2
+  ;;
+P3)
+  anchors_ready
+  start_anchor_build 330
+  build_lib
+  mkdir -p "$OUT/p3"
+  await_anchor_build 170
+  timeout 150 python3 scripts/bench_anchors.py --group headdims,causal --impls cudnn,fa3,vidattn --no-accuracy \
+    --shapes "D192 1K" "D192 8K" "D192 32K" "D256 1K" "D256 8K" "D256 32K" "causal 8K D128" "causal 32K D128" \
+    "causal 8K D64" "causal 32K D64" --rounds 10 --budget-s 135 --out "$OUT/p3/anchors_rounds.json" \
+    > "$OUT/p3/anchors_rounds.log" 2>&1; rc[anchors_rounds]=$?
+  grep -A12 "^| shape" "$OUT/p3/anchors_rounds.log" | tail -11
+  timeout $(( $(left) > 50 ? $(left) - 10 : 40 )) python3 dev/probes/clock_probe.py 16x8x1024x256 1x8x32768x256 \
+    --paths cudnn fa3 vidattn --seconds 3 --pause 2 --json "$OUT/p3/clock.json" > "$OUT/p3/clock.log" 2>&1
+  rc[clock]=$?; tail -8 "$OUT/p3/clock.log"
+  tar_dirs p3
   ;;
 O5)
   anchors_ready
