@@ -7,8 +7,10 @@ ran. vidattn and cuDNN alternate per shape, cuDNN first, with a pause between th
     python3 dev/probes/clock_probe.py 16x8x1024x256 1x8x32768x256 --paths cudnn fa3 vidattn --json out/clock.json
 
 A shape is an anchor key or BxHxSxD (self-attention, Sq = Skv = S). --paths picks and orders the paths: cudnn,
-vidattn, and fa3 (FlashAttention-3 through scripts/anchor_impls.py, where the anchors are installed; absent, its row
-says why).
+vidattn, and fa3 (FlashAttention-3 through scripts/anchor_impls.py, where the anchors are installed; absent, or
+failing, its row says why). The host synchronizes every 4 calls: on calls of a fraction of a millisecond a path
+whose host side is slow (FA3's Python entry, 0.13-0.27 ms a call) leaves the GPU idle, which its row shows as power
+far under the cap (FA3 at 16x8x1024x256: 127 W); such a row measures the host, not the kernel.
 
 Honours VIDATTN_LIBRARY like every other script. Needs `nvidia-smi` on PATH.
 """
@@ -161,7 +163,12 @@ def main(argv=None):
                 continue
             fn = fns[name]
             time.sleep(args.pause)
-            calls, elapsed, samples = run_sampled(fn, args.seconds)
+            try:
+                calls, elapsed, samples = run_sampled(fn, args.seconds)
+            except Exception as exc:  # noqa: BLE001 - a failing path is its row; the others still run
+                rows.append({"shape": key, "path": name, "error": f"{type(exc).__name__}: {exc}"})
+                print(f"{key:14s} {name:8s} error: {rows[-1]['error']}", flush=True)
+                continue
             rows.append({"shape": key, "path": name, "tflops": flops * calls / elapsed / 1e12, **summarize(samples)})
             r = rows[-1]
             print(f"{key:14s} {name:8s} {r['tflops']:6.0f} TFLOPS  SM {r['clock_mhz']:6.0f} MHz  "
@@ -171,8 +178,9 @@ def main(argv=None):
     print("\n| shape | path | TFLOPS | SM clock (MHz) | power (W) | temp (C) | samples |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        if "skipped" in r:
-            print(f"| {r['shape']} | {r['path']} | skipped: {r['skipped']} | | | | |")
+        if "skipped" in r or "error" in r:
+            print(f"| {r['shape']} | {r['path']} | {'skipped: ' + r['skipped'] if 'skipped' in r else r['error']} "
+                  "| | | | |")
             continue
         print(f"| {r['shape']} | {r['path']} | {r['tflops']:.0f} | {r['clock_mhz']:.0f} | {r['power_w']:.0f} | "
               f"{r['temp_c']:.0f} | {r['n']} |")
