@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "rope.cuh"
+#include "special_regs.cuh"
 
 namespace vidattn {
 namespace norm_rope {
@@ -165,14 +166,6 @@ __device__ __forceinline__ void finish_row(const rope::Vec8<T> (&v)[kVecs], floa
 // A power-of-two D makes it a shift (head_magic = 2^32 / D); a shift and mask in its place measured 2 SASS
 // instructions fewer per thread on Wan's rows, at the price of a second path for the other head dims.
 static_assert(int64_t(kMaxThreads) * kMaxVecsPerThread * 8 * kMaxHeadDim <= (int64_t(1) << 32), "head_magic's bound");
-// blockIdx.x through a volatile asm read (PTX ISA 10.x, mov from %ctaid.x): a value ptxas cannot keep live from an
-// earlier read, for kRemat.
-__device__ __forceinline__ uint32_t ctaid_x_volatile() {
-  uint32_t x;
-  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
-  return x;
-}
-
 // kRemat (kLean32's kernel only): the output and table bases and each vector's head and dim are computed again after
 // the block sum instead of kept across it, the same values: at 32 registers, keeping them spilled 8 bytes.
 template <typename T, typename C, bool kRoundMid, int kVecs, bool kRemat = false>
@@ -202,7 +195,7 @@ __device__ __forceinline__ void lean_row(const NormRopeParams& p, float* scratch
   const float rstd = row_rstd(block_sum(sum_squares<T, kVecs>(v, p), scratch), p);
   if constexpr (kRemat) {
     // (blockIdx.x read afresh through a volatile register read: ptxas would otherwise keep b and s, or the bases.)
-    const uint32_t row2 = ctaid_x_volatile(), b2 = row2 / seqlen, s2 = row2 - b2 * seqlen;
+    const uint32_t row2 = sreg::ctaid_x(), b2 = row2 / seqlen, s2 = row2 - b2 * seqlen;
     orow = static_cast<T*>(p.out) + (int64_t(b2) * p.out_stride[0] + int64_t(s2) * p.out_stride[1]);
     cos_row = static_cast<const C*>(p.cos) + (int64_t(b2) * p.cos_stride[0] + int64_t(s2) * p.cos_stride[1]);
     sin_row = static_cast<const C*>(p.sin) + (int64_t(b2) * p.sin_stride[0] + int64_t(s2) * p.sin_stride[1]);

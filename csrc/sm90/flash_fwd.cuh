@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cuda.h>
 
+#include "../common/special_regs.cuh"
 #include "diag_timeline.cuh"
 #include "fwd_params.h"
 #include "ptx.cuh"
@@ -66,16 +67,9 @@ constexpr float kLn2 = 0.693147180559945309f;
 
 // Causal builds read the CTA's index and count afresh where used: held in registers across the producer's loop they
 // spilled (its 24 registers).
-__device__ __forceinline__ int cta_index() {
-  int v;
-  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v));
-  return v;
-}
-__device__ __forceinline__ int cta_count() {
-  int v;
-  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(v));
-  return v;
-}
+// (common/special_regs.cuh: a volatile read of the special register.)
+__device__ __forceinline__ int cta_index() { return static_cast<int>(sreg::ctaid_x()); }
+__device__ __forceinline__ int cta_count() { return static_cast<int>(sreg::nctaid_x()); }
 
 // Persistent tile order: m_block fastest, then head, then batch. The ~132 tiles in flight at once are neighbouring
 // Q blocks of one head, so that head's K/V (16 MB at Wan 480p) is fetched from HBM once and then served by L2.
