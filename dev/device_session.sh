@@ -231,6 +231,22 @@ v16_part() {
     --passes 6 --reps 16 --budget 95 > "$OUT/$d/q8_v16_ab.log" 2>&1; rc[q8_ab]=$?
   sed -n '/== 8-bit d64_wgs A\/B/,$p' "$OUT/$d/q8_v16_ab.log"
 }
+# Issue 26's rows in the anchors' timing into $OUT/$1: bench_anchors.py's head-dim and causal rows (the rest of the
+# arguments: its --shapes; none, every row) in 10 do_bench rounds against FA3 and cuDNN under $2 s, then the clock
+# probe at D=256 1K and 32K with what the budget leaves; the folder goes back as one archive.
+envelope_rounds() {
+  local d=$1 t=$2; shift 2
+  local only=(); [ $# -gt 0 ] && only=(--shapes "$@")
+  mkdir -p "$OUT/$d"
+  timeout "$t" python3 scripts/bench_anchors.py --group headdims,causal --impls cudnn,fa3,vidattn --no-accuracy \
+    "${only[@]}" --rounds 10 --budget-s $(( t - 15 )) --out "$OUT/$d/anchors_rounds.json" \
+    > "$OUT/$d/anchors_rounds.log" 2>&1; rc[anchors_rounds]=$?
+  grep -A20 "^| shape" "$OUT/$d/anchors_rounds.log" | tail -18
+  timeout $(( $(left) > 50 ? $(left) - 10 : 40 )) python3 dev/probes/clock_probe.py 16x8x1024x256 1x8x32768x256 \
+    --paths cudnn fa3 vidattn --seconds 3 --pause 2 --json "$OUT/$d/clock.json" > "$OUT/$d/clock.log" 2>&1
+  rc[clock]=$?; tail -8 "$OUT/$d/clock.log"
+  tar_dirs "$d"
+}
 case "$stage" in
 O1)
   build_lib
@@ -305,31 +321,16 @@ P2)
   anchors_ready
   start_anchor_build 300
   build_lib
-  mkdir -p "$OUT/p2"
   await_anchor_build 300
-  timeout 230 python3 scripts/bench_anchors.py --group headdims,causal --impls cudnn,fa3,vidattn --no-accuracy \
-    --rounds 10 --budget-s 210 --out "$OUT/p2/anchors_rounds.json" > "$OUT/p2/anchors_rounds.log" 2>&1
-  rc[anchors_rounds]=$?; grep -A20 "^| shape" "$OUT/p2/anchors_rounds.log" | tail -18
-  timeout $(( $(left) > 50 ? $(left) - 10 : 40 )) python3 dev/probes/clock_probe.py 16x8x1024x256 1x8x32768x256 \
-    --paths cudnn fa3 vidattn --seconds 3 --pause 2 --json "$OUT/p2/clock.json" > "$OUT/p2/clock.log" 2>&1
-  rc[clock]=$?; tail -8 "$OUT/p2/clock.log"
-  tar_dirs p2
+  envelope_rounds p2 230
   ;;
 P3)
   anchors_ready
   start_anchor_build 330
   build_lib
-  mkdir -p "$OUT/p3"
   await_anchor_build 170
-  timeout 150 python3 scripts/bench_anchors.py --group headdims,causal --impls cudnn,fa3,vidattn --no-accuracy \
-    --shapes "D192 1K" "D192 8K" "D192 32K" "D256 1K" "D256 8K" "D256 32K" "causal 8K D128" "causal 32K D128" \
-    "causal 8K D64" "causal 32K D64" --rounds 10 --budget-s 135 --out "$OUT/p3/anchors_rounds.json" \
-    > "$OUT/p3/anchors_rounds.log" 2>&1; rc[anchors_rounds]=$?
-  grep -A12 "^| shape" "$OUT/p3/anchors_rounds.log" | tail -11
-  timeout $(( $(left) > 50 ? $(left) - 10 : 40 )) python3 dev/probes/clock_probe.py 16x8x1024x256 1x8x32768x256 \
-    --paths cudnn fa3 vidattn --seconds 3 --pause 2 --json "$OUT/p3/clock.json" > "$OUT/p3/clock.log" 2>&1
-  rc[clock]=$?; tail -8 "$OUT/p3/clock.log"
-  tar_dirs p3
+  envelope_rounds p3 150 "D192 1K" "D192 8K" "D192 32K" "D256 1K" "D256 8K" "D256 32K" "causal 8K D128" \
+    "causal 32K D128" "causal 8K D64" "causal 32K D64"
   ;;
 O5)
   anchors_ready
