@@ -111,3 +111,18 @@ def test_build_records_the_commit_only_when_csrc_is_committed(tmp_path):
     (repo / "csrc" / "capi.cu").write_text("// kernel, edited\n")
     assert "uncommitted" in run().stdout
     assert not (repo / ".build" / "ab" / "v.commit").exists()
+
+
+def test_extra_shapes_are_parsed_before_any_library_loads(monkeypatch):
+    """--extra-shapes takes clock_probe.py's BxHxSxD form (D=256 rows are not anchor shapes); a bad one is an argument
+    error before any library is opened or timed."""
+    import sys
+
+    mod = load_script(ROOT / "dev" / "probes" / "kernel_ab_time.py")
+    assert mod.parse_shapes(["1x8x32768x256"]) == [("1x8x32768x256", 1, 8, 32768, 32768, 256)]
+    opened = []
+    monkeypatch.setattr(mod._ext, "open_library", lambda path: opened.append(path))
+    monkeypatch.setattr(sys, "argv", ["kernel_ab_time.py", "base=/nonexistent.so", "--extra-shapes", "16x8x0x256"])
+    with pytest.raises(SystemExit):
+        mod.main()
+    assert opened == []

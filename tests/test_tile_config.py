@@ -100,3 +100,30 @@ def test_q_in_registers_only_where_the_registers_are(tmp_path):
     assert not any(r["q_in_regs"] for r in off.values())
     # Q in registers leaves the shared-memory plan alone (Q still lands there first).
     assert {b: r["bytes"] for b, r in off.items()} == {b: r["bytes"] for b, r in p.items()}
+
+
+def q_reg_steps(tmp_path: Path, defines: tuple[str, ...] = ()) -> dict:
+    """FwdTraits::kQRegSteps of every build, as the host compiler evaluates it."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    src = tmp_path / "qregs.cpp"
+    src.write_text('#include <cstdio>\n#include "sm90/tile_config.cuh"\nusing namespace vidattn::sm90;\nint main() { '
+                   + " ".join(f'std::printf("%d %d %d %d\\n", {d}, {w}, {n}, FwdTraits<{d}, {w}, {n}>::kQRegSteps);'
+                              for d, w, n in BUILDS) + " }\n")
+    exe = tmp_path / "qregs"
+    subprocess.run([cxx, "-std=c++17", *defines, "-I", str(REPO / "csrc"), str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    return {tuple(map(int, line.split()[:3])): int(line.split()[3]) for line in out.splitlines()}
+
+
+def test_q_register_steps(tmp_path):
+    """All 8 of Q's k-steps in registers where D=128's whole Q fits (N <= VIDATTN_Q_IN_REGS_MAX_N), none elsewhere by
+    default; the D=256 experiment (VIDATTN_D256_Q_REG_STEPS, dev/NOTES.md "D=256 under the power cap") gives the D=256
+    builds, and only them, its count; a count other than 0, 4 or 8 does not compile."""
+    base = q_reg_steps(tmp_path)
+    assert base == {b: (8 if b == (128, 2, 128) else 0) for b in BUILDS}
+    exp = q_reg_steps(tmp_path, ("-DVIDATTN_D256_Q_REG_STEPS=8",))
+    assert exp == {b: (8 if b == (128, 2, 128) or b[0] == 256 else 0) for b in BUILDS}
+    with pytest.raises(subprocess.CalledProcessError):
+        q_reg_steps(tmp_path, ("-DVIDATTN_D256_Q_REG_STEPS=3",))

@@ -27,6 +27,7 @@ from vidattn import _ext  # noqa: E402
 from bench import anchor_shapes  # noqa: E402
 from bench.round_order import ORDERS, round_orders  # noqa: E402
 import kernel_smoke  # noqa: E402
+from clock_probe import parse_shapes  # noqa: E402
 
 # (key, B, H, Sq, Skv, D): the anchor shapes below or near 1.00x cuDNN, long ones as guards, and the two longest,
 # which run at the card's power limit (dev/NOTES.md, fifth session).
@@ -71,11 +72,18 @@ def main():
     ap.add_argument("--rep-ms", type=float, default=60.0, help="do_bench rep per measurement")
     ap.add_argument("--order", choices=ORDERS, default="williams", help="each round's order (bench/round_order.py)")
     ap.add_argument("--shapes", default="", help="comma-separated substrings of shape names (default: all)")
+    ap.add_argument("--extra-shapes", nargs="*", default=[], metavar="BxHxSxD",
+                    help="self-attention shapes beside the anchor list (clock_probe.py's form), e.g. 1x8x32768x256; "
+                         "--shapes filters them by name too")
     ap.add_argument("--json", default="", help="write the per-round times here")
     ap.add_argument("--checked", action="store_true",
                     help="the builds passed dev/probes/kernel_smoke.py already (kernel_ab.sh runs it per build under a "
                          "timeout): skip the in-process smoke check")
     args = ap.parse_args()
+    try:
+        extra = parse_shapes(args.extra_shapes)
+    except KeyError as exc:
+        ap.error(str(exc))
     if args.pick:
         try:
             times = json.loads(Path(args.pick[0]).read_text())["times_ms"]
@@ -113,7 +121,7 @@ def main():
     # diag_* builds (e.g. -DVIDATTN_DIAG_SKIP_O_STORE=1) compute wrong answers on purpose: timed regardless.
     names = [n for n in libs if good[n] or n.startswith("diag_")]
     pats = [p for p in args.shapes.split(",") if p]
-    shapes = [s for s in SHAPES if not pats or any(p in s[0] for p in pats)]
+    shapes = [s for s in SHAPES + extra if not pats or any(p in s[0] for p in pats)]
     record = {}
     for sname, b, h, sq, skv, d in shapes:
         q, k, v = kernel_smoke.bshd_inputs(b, h, sq, skv, d)
