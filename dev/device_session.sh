@@ -136,6 +136,11 @@
 #   bash dev/device_session.sh P3 [budget_s]  # P2 again for the rows it could not time against FA3 (its wait for
 #                                             # the anchors ended too early: only FA3's D=96 kernel was built):
 #                                             # D=192, D=256 and causal in 10 do_bench rounds, then the clock probe
+#   bash dev/device_session.sh P4 [budget_s]  # the D=256 part-of-Q-in-registers experiment (dev/NOTES.md, "D=256
+#                                             # under the power cap"): the D=256 GPU tests under each experiment
+#                                             # library, then the three libraries timed interleaved at D=256 1K/8K/32K
+#                                             # (kernel_ab_time.py); libraries built here by kernel_ab.sh
+#                                             # --build-only, carried in .build/ab (AB, default ../.build/ab)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -331,6 +336,19 @@ P3)
   await_anchor_build 170
   envelope_rounds p3 150 "D192 1K" "D192 8K" "D192 32K" "D256 1K" "D256 8K" "D256 32K" "causal 8K D128" \
     "causal 32K D128" "causal 8K D64" "causal 32K D64"
+  ;;
+P4)
+  AB=${AB:-../.build/ab}
+  mkdir -p "$OUT/p4"
+  # (qreg8 spills 276 bytes in the routed build, the prediction's falsifier before any run: built, not timed.)
+  VIDATTN_LIBRARY=$AB/lib_qreg4.so gpu_pytest p4/gpu_qreg4.log 70 tests_qreg4 -m gpu tests/test_head_dims_gpu.py \
+    tests/test_head_dims_variants_gpu.py -k "256"
+  cp "$AB"/*.variant "$AB"/*.commit "$OUT/p4/" 2>/dev/null
+  [ "${rc[tests_qreg4]}" = 0 ] && timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/kernel_ab_time.py \
+    base="$AB/lib_base.so" qreg4="$AB/lib_qreg4.so" --shapes x256 --extra-shapes 16x8x1024x256 2x8x8192x256 \
+    1x8x32768x256 --rounds 10 --checked --json "$OUT/p4/ab.json" > "$OUT/p4/ab.log" 2>&1; rc[ab]=$?
+  tail -5 "$OUT/p4/ab.log"
+  tar_dirs p4
   ;;
 O5)
   anchors_ready
