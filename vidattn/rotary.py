@@ -428,7 +428,7 @@ def set_norm_rope_schedule(schedule: int) -> None:
     """The fused norm + RoPE kernel's schedule (csrc/common/norm_rope.cuh): 0, the library's; 1 one row per CTA, 2 CTAs
     looping over rows, 3 one row per CTA with lean index math (NORM_ROPE_SCHEDULES; the library's since the ninth
     sitting), 4 that held to 32 registers (rows of up to 8192 channels; wider ones run the default; the library's at
-    two vectors a thread, 4097-8192 channels, with bf16 x and fp32 tables since the eleventh sitting: Wan 14B's rows),
+    two vectors a thread, 4104-8192 channels, with bf16 x and fp32 tables since the eleventh sitting: Wan 14B's rows),
     for dev/norm_rope_ab.py (bf16 x with fp32 tables; other calls keep the default, and schedules 3 and 4 run
     schedule 1 where the row's offsets do not fit 32 bits). Process-wide. A value out of range raises ValueError
     before the library is loaded. `last_norm_rope_schedule` reports what ran."""
