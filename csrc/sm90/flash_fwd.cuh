@@ -1243,6 +1243,10 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;
   const float kNegInf = -__int_as_float(0x7f800000);
+  // EXPERIMENT (VIDATTN_D256_UNIFORM_CWG, D=256 only): the warpgroup index through a shuffle from lane 0, so that
+  // ptxas knows it is warp-uniform and may keep the turn barriers' ids in uniform registers (with part of Q in
+  // registers, VIDATTN_D256_Q_REG_STEPS=4, one id was spilled around each block's turn barrier; dev/NOTES.md).
+  if constexpr (T::kUniformCwg) cwg = __shfl_sync(0xffffffffu, cwg, 0);
 
   const int tid = threadIdx.x - 128 * (cwg + 1);
   const int lane = tid % 32;
