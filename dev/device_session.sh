@@ -136,11 +136,11 @@
 #   bash dev/device_session.sh P3 [budget_s]  # P2 again for the rows it could not time against FA3 (its wait for
 #                                             # the anchors ended too early: only FA3's D=96 kernel was built):
 #                                             # D=192, D=256 and causal in 10 do_bench rounds, then the clock probe
-#   bash dev/device_session.sh P4 [budget_s]  # the D=256 part-of-Q-in-registers experiment (dev/NOTES.md, "D=256
+#   bash dev/device_session.sh P4 [budget_s]  # the D=256 part-of-Q-in-registers experiments (dev/NOTES.md, "D=256
 #                                             # under the power cap"): the D=256 GPU tests under each experiment
-#                                             # library, then the three libraries timed interleaved at D=256 1K/8K/32K
-#                                             # (kernel_ab_time.py); libraries built here by kernel_ab.sh
-#                                             # --build-only, carried in .build/ab (AB, default ../.build/ab)
+#                                             # library (P4_LIBS), then those that pass timed interleaved at D=256
+#                                             # 1K/8K/32K with the default build (kernel_ab_time.py); the libraries
+#                                             # built by kernel_ab.sh --build-only, carried in .build/ab (AB)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -338,15 +338,23 @@ P3)
     "causal 32K D128" "causal 8K D64" "causal 32K D64"
   ;;
 P4)
+  # The D=256 experiments against the default build (dev/NOTES.md, "D=256 under the power cap"): each library in
+  # P4_LIBS (default: qreg4, 4 of Q's k-steps in registers; qreg4u, the same with the warpgroup index uniform; ucwg,
+  # that alone) passes the D=256 GPU tests first, then those that passed are timed with the default build
+  # interleaved. (qreg8 spills 276 bytes in the routed build, the prediction's falsifier before any run: not timed.)
   AB=${AB:-../.build/ab}
   mkdir -p "$OUT/p4"
-  # (qreg8 spills 276 bytes in the routed build, the prediction's falsifier before any run: built, not timed.)
-  VIDATTN_LIBRARY=$AB/lib_qreg4.so gpu_pytest p4/gpu_qreg4.log 70 tests_qreg4 -m gpu tests/test_head_dims_gpu.py \
-    tests/test_head_dims_variants_gpu.py -k "256"
+  timed=("base=$AB/lib_base.so")
+  for v in ${P4_LIBS:-qreg4 qreg4u ucwg}; do
+    [ -f "$AB/lib_$v.so" ] || { echo "P4: no $AB/lib_$v.so"; continue; }
+    VIDATTN_LIBRARY=$AB/lib_$v.so gpu_pytest "p4/gpu_$v.log" 70 "tests_$v" -m gpu tests/test_head_dims_gpu.py \
+      tests/test_head_dims_variants_gpu.py -k "256"
+    [ "${rc[tests_$v]}" = 0 ] && timed+=("$v=$AB/lib_$v.so")
+  done
   cp "$AB"/*.variant "$AB"/*.commit "$OUT/p4/" 2>/dev/null
-  [ "${rc[tests_qreg4]}" = 0 ] && timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/kernel_ab_time.py \
-    base="$AB/lib_base.so" qreg4="$AB/lib_qreg4.so" --shapes x256 --extra-shapes 16x8x1024x256 2x8x8192x256 \
-    1x8x32768x256 --rounds 10 --checked --json "$OUT/p4/ab.json" > "$OUT/p4/ab.log" 2>&1; rc[ab]=$?
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/kernel_ab_time.py "${timed[@]}" --shapes x256 \
+    --extra-shapes 16x8x1024x256 2x8x8192x256 1x8x32768x256 --rounds 10 --checked --json "$OUT/p4/ab.json" \
+    > "$OUT/p4/ab.log" 2>&1; rc[ab]=$?
   tail -5 "$OUT/p4/ab.log"
   tar_dirs p4
   ;;

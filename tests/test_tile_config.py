@@ -127,3 +127,22 @@ def test_q_register_steps(tmp_path):
     assert exp == {b: (8 if b == (128, 2, 128) or b[0] == 256 else 0) for b in BUILDS}
     with pytest.raises(subprocess.CalledProcessError):
         q_reg_steps(tmp_path, ("-DVIDATTN_D256_Q_REG_STEPS=3",))
+
+
+def test_uniform_warpgroup_index_only_at_d256(tmp_path):
+    """VIDATTN_D256_UNIFORM_CWG (an experiment, off by default) reaches the D=256 builds and no other."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    src = tmp_path / "ucwg.cpp"
+    src.write_text('#include <cstdio>\n#include "sm90/tile_config.cuh"\nusing namespace vidattn::sm90;\nint main() { '
+                   + " ".join(f'std::printf("%d ", int(FwdTraits<{d}, {w}, {n}>::kUniformCwg));' for d, w, n in BUILDS)
+                   + " }\n")
+    got = {}
+    for flag in ("0", "1"):
+        exe = tmp_path / f"ucwg{flag}"
+        subprocess.run([cxx, "-std=c++17", f"-DVIDATTN_D256_UNIFORM_CWG={flag}", "-I", str(REPO / "csrc"), str(src),
+                        "-o", str(exe)], check=True)
+        got[flag] = list(map(int, subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()))
+    assert got["0"] == [0] * len(BUILDS)
+    assert got["1"] == [int(d == 256) for d, _, _ in BUILDS]
