@@ -99,7 +99,7 @@
 #ifndef VIDATTN_Q_IN_REGS_MAX_N
 #define VIDATTN_Q_IN_REGS_MAX_N 128
 #endif
-// EXPERIMENT (dev/NOTES.md, "D=256: part of Q in registers"; off by default): the D=256 builds hold this many of Q's
+// EXPERIMENT (dev/NOTES.md, "D=256 under the power cap"; off by default): the D=256 builds hold this many of Q's
 // 16 k-steps in registers (4 a thread each, loaded once per tile) and read the rest from shared memory, taking that
 // share of A off S = Q K^T's shared-memory reads (at N=80, A is 2 of each m64n80k16's 4.5 KB). 0, 4 or 8.
 #ifndef VIDATTN_D256_Q_REG_STEPS
