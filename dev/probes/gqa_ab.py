@@ -16,7 +16,6 @@ head (docs/results.md, the seventh and tenth sittings), inside their spread: thi
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -25,16 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "dev" / "probes"))  # the other probes, imported as modules (clock_probe.py's way)
+import envelope_rules as rules  # noqa: E402
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / f"dev/probes/{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-rules = _load("envelope_rules")
 SIDES = ("gqa", "mha", "fa3", "cudnn")
 DEVICE = "cuda"
 
@@ -66,7 +58,7 @@ def run(args) -> dict:
     import anchor_impls
     import vidattn
 
-    timer = _load("hd_variants_ab")
+    import hd_variants_ab as timer
     p = plan(args)
     b, hq, hkv, s, d = p["b"], p["hq"], p["hkv"], p["s"], p["d"]
     l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 50 * 2**20)
