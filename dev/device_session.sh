@@ -141,6 +141,9 @@
 #                                             # library (P4_LIBS), then those that pass timed interleaved at D=256
 #                                             # 1K/8K/32K with the default build (kernel_ab_time.py); the libraries
 #                                             # built by kernel_ab.sh --build-only, carried in .build/ab (AB)
+#   bash dev/device_session.sh P5 [budget_s]  # P4, then the anchors' D=256 rounds under the build P4 puts first
+#                                             # (when not the default) and Nsight Compute at 1x8x32768x256 on the
+#                                             # default build, that build and cuDNN (raw counters as CSV)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -252,6 +255,28 @@ envelope_rounds() {
   rc[clock]=$?; tail -8 "$OUT/$d/clock.log"
   tar_dirs "$d"
 }
+# The D=256 experiments against the default build (dev/NOTES.md, "D=256 under the power cap"), into $OUT/p4: each
+# library in P4_LIBS (default: qreg4, 4 of Q's k-steps in registers; qreg4u, the same with the warpgroup index
+# uniform; ucwg, that alone) passes the D=256 GPU tests first, then those that passed are timed with the default build
+# interleaved (cuDNN in every round). (qreg8 spills 276 bytes in the routed build, the prediction's falsifier before
+# any run: not timed.) Leaves the timed names in `timed` (name=path).
+d256_experiments() {
+  AB=${AB:-../.build/ab}
+  mkdir -p "$OUT/p4"
+  timed=("base=$AB/lib_base.so")
+  local v
+  for v in ${P4_LIBS:-qreg4 qreg4u ucwg}; do
+    [ -f "$AB/lib_$v.so" ] || { echo "P4: no $AB/lib_$v.so"; continue; }
+    VIDATTN_LIBRARY=$AB/lib_$v.so gpu_pytest "p4/gpu_$v.log" 70 "tests_$v" -m gpu tests/test_head_dims_gpu.py \
+      tests/test_head_dims_variants_gpu.py -k "256"
+    [ "${rc[tests_$v]}" = 0 ] && timed+=("$v=$AB/lib_$v.so")
+  done
+  cp "$AB"/*.variant "$AB"/*.commit "$OUT/p4/" 2>/dev/null
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/kernel_ab_time.py "${timed[@]}" --shapes x256 \
+    --extra-shapes 16x8x1024x256 2x8x8192x256 1x8x32768x256 --rounds 10 --checked --json "$OUT/p4/ab.json" \
+    > "$OUT/p4/ab.log" 2>&1; rc[ab]=$?
+  tail -5 "$OUT/p4/ab.log"
+}
 case "$stage" in
 O1)
   build_lib
@@ -338,25 +363,43 @@ P3)
     "causal 32K D128" "causal 8K D64" "causal 32K D64"
   ;;
 P4)
-  # The D=256 experiments against the default build (dev/NOTES.md, "D=256 under the power cap"): each library in
-  # P4_LIBS (default: qreg4, 4 of Q's k-steps in registers; qreg4u, the same with the warpgroup index uniform; ucwg,
-  # that alone) passes the D=256 GPU tests first, then those that passed are timed with the default build
-  # interleaved. (qreg8 spills 276 bytes in the routed build, the prediction's falsifier before any run: not timed.)
-  AB=${AB:-../.build/ab}
-  mkdir -p "$OUT/p4"
-  timed=("base=$AB/lib_base.so")
-  for v in ${P4_LIBS:-qreg4 qreg4u ucwg}; do
-    [ -f "$AB/lib_$v.so" ] || { echo "P4: no $AB/lib_$v.so"; continue; }
-    VIDATTN_LIBRARY=$AB/lib_$v.so gpu_pytest "p4/gpu_$v.log" 70 "tests_$v" -m gpu tests/test_head_dims_gpu.py \
-      tests/test_head_dims_variants_gpu.py -k "256"
-    [ "${rc[tests_$v]}" = 0 ] && timed+=("$v=$AB/lib_$v.so")
-  done
-  cp "$AB"/*.variant "$AB"/*.commit "$OUT/p4/" 2>/dev/null
-  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/kernel_ab_time.py "${timed[@]}" --shapes x256 \
-    --extra-shapes 16x8x1024x256 2x8x8192x256 1x8x32768x256 --rounds 10 --checked --json "$OUT/p4/ab.json" \
-    > "$OUT/p4/ab.log" 2>&1; rc[ab]=$?
-  tail -5 "$OUT/p4/ab.log"
+  d256_experiments
   tar_dirs p4
+  ;;
+P5)
+  # P4, then, under the build its timing puts first (geometric mean of the cuDNN ratios), the D=256 rows of the
+  # anchors' rounds (do_bench, cuDNN and FA3 in the same run) when that build is not the default; and Nsight
+  # Compute at 1x8x32768x256 on the default build, the best experiment and cuDNN (where a D=256 block's work goes).
+  anchors_ready
+  start_anchor_build 330
+  d256_experiments
+  names=$(IFS=,; echo "${timed[*]%%=*}")
+  best=$(python3 dev/probes/kernel_ab_time.py --pick "$OUT/p4/ab.json" "$names" 2>> "$OUT/p4/ab.log")
+  echo "P5: best of $names: ${best:-none}"
+  tar_dirs p4
+  if [ -n "$best" ] && [ "$best" != base ]; then
+    await_anchor_build 260
+    VIDATTN_LIBRARY=$AB/lib_$best.so VIDATTN_COMMIT="$VIDATTN_GIT_COMMIT+$best" \
+      envelope_rounds p5_$best 140 "D256 1K" "D256 8K" "D256 32K"
+  else
+    kill -- "$(cat /tmp/anchors_build.pid 2>/dev/null)" 2>/dev/null
+  fi
+  mkdir -p "$OUT/p5_ncu"
+  profiled=(base); [ -n "$best" ] && [ "$best" != base ] && profiled+=("$best")
+  for v in "${profiled[@]}" cudnn; do
+    [ "$(left)" -gt 45 ] || break
+    if [ "$v" = cudnn ]; then lib=$AB/lib_base.so; args="--backend cudnn"; rx=cudnn; else
+      lib=$AB/lib_$v.so; args=""; rx='flash_fwd_kernel.*Lb0EEEvNS0_9FwdParamsE'; fi
+    VIDATTN_LIBRARY=$lib OUT="$OUT/p5_ncu/$v" NCU_KERNEL_REGEX=$rx SHAPES=custom T_SHAPE=$(( $(left) - 15 )) \
+      ONCE_ARGS="--dims 1 8 32768 32768 256 $args" bash dev/probes/ncu_profile.sh > "$OUT/p5_ncu/$v.log" 2>&1
+    # Every raw counter as CSV instead of the report, which would not fit in what comes back.
+    for r in "$OUT/p5_ncu/$v"/*.ncu-rep; do
+      [ -f "$r" ] && "$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)" --import "$r" --page raw --csv --print-units base 2>/dev/null | gzip > "${r%.ncu-rep}_raw.csv.gz"
+      rm -f "$r"
+    done
+    grep -E "Duration|Issue Slots Busy|L2 Cache Throughput|Bank Conflicts" "$OUT/p5_ncu/$v/ncu_summary.txt" | head -6
+  done
+  tar_dirs p5_ncu
   ;;
 O5)
   anchors_ready
