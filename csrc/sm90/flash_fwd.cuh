@@ -696,34 +696,33 @@ __device__ __forceinline__ void fence_frag(uint32_t (&a)[N][4]) {
   }
 }
 
-// This warpgroup's Q for S = Q K^T: its rows in shared memory, and a copy of its first kRegSteps k-steps in registers
-// in wgmma's A fragment layout, one [4] per 16-column k-step, loaded once per tile (load_q_regs): all of them with
-// kQInRegs (VIDATTN_Q_IN_REGS_MAX_N), none or VIDATTN_D256_Q_REG_STEPS at D=256 (FwdTraits::kQRegSteps).
-template <int kHeadDim, int kRegSteps>
+// This warpgroup's Q for S = Q K^T: its rows in shared memory, and with kQInRegs (VIDATTN_Q_IN_REGS_MAX_N) a copy in
+// registers in wgmma's A fragment layout, one [4] per 16-column k-step, loaded once per tile (load_q_regs).
+template <int kHeadDim, bool kRegs>
 struct QOperand {
   uint32_t smem;
-  uint32_t a[kRegSteps > 0 ? kRegSteps : 1][4];
+  uint32_t a[kRegs ? kHeadDim / 16 : 1][4];
 };
 template <int kHeadDim, int kWGs, int kBN>
-using QOp = QOperand<kHeadDim, FwdTraits<kHeadDim, kWGs, kBN>::kQRegSteps>;
+using QOp = QOperand<kHeadDim, FwdTraits<kHeadDim, kWGs, kBN>::kQInRegs>;
 
 // ldmatrix of this warp's 16 rows, 16 columns per k-step. Q sits in 64-column chunks of 128-byte rows with TMA's
 // 128-byte swizzle (16-byte unit u of row r at u ^ (r % 8)); the warpgroup's rows start 1024-byte aligned.
 template <int kHeadDim, int kWGs, int kBN>
 __device__ __forceinline__ void load_q_regs(QOp<kHeadDim, kWGs, kBN>& q, int warp, int lane) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
-  if constexpr (T::kQRegSteps > 0) {
+  if constexpr (T::kQInRegs) {
     const int r = 16 * warp + (lane & 7) + (lane & 8);
 #pragma unroll
-    for (int kk = 0; kk < T::kQRegSteps; ++kk) {
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const int chunk = kk / 4, unit = (kk % 4) * 2 + (lane >> 4);
       ptx::ldmatrix_x4(q.smem + chunk * T::kBlockM * kChunkBytes + r * kChunkBytes + ((unit ^ (r & 7)) << 4), q.a[kk]);
     }
   }
 }
 
-// S = Q K^T: D/16 wgmmas over the head dim; Q (A) and K (B) both K-major, 8-row core groups 1024 B apart (Q's first
-// kQRegSteps k-steps from registers). N: the keys computed, kBlockN, or fewer for a tile's last, partial block
+// S = Q K^T: D/16 wgmmas over the head dim; Q (A) and K (B) both K-major, 8-row core groups 1024 B apart (Q from
+// registers with kQInRegs). N: the keys computed, kBlockN, or fewer for a tile's last, partial block
 // (issue_qk_block).
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, int N = FwdTraits<kHeadDim, kWGs, kBN>::kBlockN>
 __device__ __forceinline__ void issue_qk(float (&sacc)[N / 2], const QOp<kHeadDim, kWGs, kBN>& q, uint32_t k_smem) {
@@ -732,8 +731,8 @@ __device__ __forceinline__ void issue_qk(float (&sacc)[N / 2], const QOp<kHeadDi
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
     const uint32_t chunk = kk / 4, within = (kk % 4) * 32;  // 4 k-steps of 16 elements per 128-byte row
     const uint64_t db = ptx::make_smem_desc_sw128(k_smem + chunk * T::kBlockN * kChunkBytes + within, 16, 1024);
-    if (kk < T::kQRegSteps) {  // (kk is a constant after the unroll: one branch is compiled)
-      ptx::Wgmma<N, kFp16>::template rs<0>(sacc, q.a[kk < T::kQRegSteps ? kk : 0], db, kk > 0);  // B (K) K-major
+    if constexpr (T::kQInRegs) {
+      ptx::Wgmma<N, kFp16>::template rs<0>(sacc, q.a[kk], db, kk > 0);  // B (K) K-major
     } else {
       const uint64_t da = ptx::make_smem_desc_sw128(q.smem + chunk * T::kBlockM * kChunkBytes + within, 16, 1024);
       ptx::Wgmma<N, kFp16>::ss(sacc, da, db, kk > 0);
@@ -1243,10 +1242,6 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;
   const float kNegInf = -__int_as_float(0x7f800000);
-  // EXPERIMENT (VIDATTN_D256_UNIFORM_CWG, D=256 only): the warpgroup index through a shuffle from lane 0, so that
-  // ptxas knows it is warp-uniform and may keep the turn barriers' ids in uniform registers (with part of Q in
-  // registers, VIDATTN_D256_Q_REG_STEPS=4, one id was spilled around each block's turn barrier; dev/NOTES.md).
-  if constexpr (T::kUniformCwg) cwg = __shfl_sync(0xffffffffu, cwg, 0);
 
   const int tid = threadIdx.x - 128 * (cwg + 1);
   const int lane = tid % 32;

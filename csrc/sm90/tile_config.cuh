@@ -99,20 +99,6 @@
 #ifndef VIDATTN_Q_IN_REGS_MAX_N
 #define VIDATTN_Q_IN_REGS_MAX_N 128
 #endif
-// EXPERIMENT (dev/NOTES.md, "D=256 under the power cap"; off by default): the D=256 builds hold this many of Q's
-// 16 k-steps in registers (4 a thread each, loaded once per tile) and read the rest from shared memory, taking that
-// share of A off S = Q K^T's shared-memory reads (at N=80, A is 2 of each m64n80k16's 4.5 KB). 0, 4 or 8.
-#ifndef VIDATTN_D256_Q_REG_STEPS
-#define VIDATTN_D256_Q_REG_STEPS 0
-#endif
-static_assert(VIDATTN_D256_Q_REG_STEPS == 0 || VIDATTN_D256_Q_REG_STEPS == 4 || VIDATTN_D256_Q_REG_STEPS == 8,
-              "VIDATTN_D256_Q_REG_STEPS: 0, 4 or 8 (whole 64-column chunks of Q)");
-// EXPERIMENT (off by default): the D=256 consumers take their warpgroup index through a shuffle (flash_fwd.cuh,
-// consumer), as the 8-bit kernel's v12 does; at D=128 N=176 the same everywhere measured much slower
-// (dev/experiments/ucwg.patch), so it is confined to D=256 here.
-#ifndef VIDATTN_D256_UNIFORM_CWG
-#define VIDATTN_D256_UNIFORM_CWG 0
-#endif
 
 // Rotate each tile's key-block order by (tile index mod its block count), so that the CTAs running at one time do
 // not all read the same K/V block of the same head from L2 at once (a suspect for the short-KV gap; dev/NOTES.md).
@@ -326,9 +312,6 @@ struct FwdTraits {
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
   static constexpr bool kLateVWait = VIDATTN_LATE_V_WAIT != 0;
   static constexpr bool kQInRegs = kHeadDim == 128 && kBlockN <= VIDATTN_Q_IN_REGS_MAX_N;
-  // Q's k-steps held in registers (QOperand): all of them with kQInRegs, VIDATTN_D256_Q_REG_STEPS at D=256.
-  static constexpr int kQRegSteps = kQInRegs ? kHeadDim / 16 : (kHeadDim == 256 ? VIDATTN_D256_Q_REG_STEPS : 0);
-  static constexpr bool kUniformCwg = kHeadDim == 256 && VIDATTN_D256_UNIFORM_CWG != 0;
   static constexpr bool kFixedRef = VIDATTN_FIXED_REF != 0;
   // Tiles a CTA can mark for a redo, one bit each (64 words: 2048 tiles per CTA, 270K tiles per launch on 132 SMs);
   // the host splits larger problems into several launches (capi.cu).
