@@ -144,6 +144,8 @@
 #   bash dev/device_session.sh P5 [budget_s]  # P4, then the anchors' D=256 rounds under the build P4 puts first
 #                                             # (when not the default) and Nsight Compute at 1x8x32768x256 on the
 #                                             # default build, that build and cuDNN (raw counters as CSV)
+#   bash dev/device_session.sh P6 [budget_s]  # Nsight Compute and the clock probe at 1K keys on D=256 and D=192
+#                                             # (the default build from .build/ab/lib_base.so, and cuDNN)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -277,6 +279,23 @@ d256_experiments() {
     > "$OUT/p4/ab.log" 2>&1; rc[ab]=$?
   tail -5 "$OUT/p4/ab.log"
 }
+# Nsight Compute (dev/probes/ncu_profile.sh, the full set) on one launch of B H SQ SKV D ($3) under the library $2,
+# into $OUT/$1: the summary, the per-instruction stalls and every raw counter as CSV (the report itself would not fit
+# in what comes back); further arguments go to kernel_once.py (--backend cudnn profiles cuDNN's kernel instead).
+ncu_at() {
+  local dir=$1 lib=$2 dims=$3; shift 3
+  local rx='flash_fwd_kernel.*Lb0EEEvNS0_9FwdParamsE' r ncu
+  [ "${1:-}" = "--backend" ] && [ "${2:-}" = cudnn ] && rx=cudnn
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  mkdir -p "$OUT/$dir"
+  VIDATTN_LIBRARY=$lib OUT="$OUT/$dir" NCU_KERNEL_REGEX=$rx SHAPES=custom T_SHAPE=$(( $(left) > 60 ? $(left) - 15 : 45 )) \
+    ONCE_ARGS="--dims $dims $*" bash dev/probes/ncu_profile.sh > "$OUT/$dir.log" 2>&1
+  for r in "$OUT/$dir"/*.ncu-rep; do
+    [ -f "$r" ] && "$ncu" --import "$r" --page raw --csv --print-units base 2>/dev/null | gzip > "${r%.ncu-rep}_raw.csv.gz"
+    rm -f "$r"
+  done
+  echo "== $dir"; grep -E "Duration|Issue Slots Busy|L2 Cache Throughput" "$OUT/$dir/ncu_summary.txt" | head -4
+}
 case "$stage" in
 O1)
   build_lib
@@ -388,18 +407,24 @@ P5)
   profiled=(base); [ -n "$best" ] && [ "$best" != base ] && profiled+=("$best")
   for v in "${profiled[@]}" cudnn; do
     [ "$(left)" -gt 45 ] || break
-    if [ "$v" = cudnn ]; then lib=$AB/lib_base.so; args="--backend cudnn"; rx=cudnn; else
-      lib=$AB/lib_$v.so; args=""; rx='flash_fwd_kernel.*Lb0EEEvNS0_9FwdParamsE'; fi
-    VIDATTN_LIBRARY=$lib OUT="$OUT/p5_ncu/$v" NCU_KERNEL_REGEX=$rx SHAPES=custom T_SHAPE=$(( $(left) - 15 )) \
-      ONCE_ARGS="--dims 1 8 32768 32768 256 $args" bash dev/probes/ncu_profile.sh > "$OUT/p5_ncu/$v.log" 2>&1
-    # Every raw counter as CSV instead of the report, which would not fit in what comes back.
-    for r in "$OUT/p5_ncu/$v"/*.ncu-rep; do
-      [ -f "$r" ] && "$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)" --import "$r" --page raw --csv --print-units base 2>/dev/null | gzip > "${r%.ncu-rep}_raw.csv.gz"
-      rm -f "$r"
-    done
-    grep -E "Duration|Issue Slots Busy|L2 Cache Throughput|Bank Conflicts" "$OUT/p5_ncu/$v/ncu_summary.txt" | head -6
+    if [ "$v" = cudnn ]; then ncu_at p5_ncu/$v "$AB/lib_base.so" "1 8 32768 32768 256" --backend cudnn
+    else ncu_at p5_ncu/$v "$AB/lib_$v.so" "1 8 32768 32768 256"; fi
   done
   tar_dirs p5_ncu
+  ;;
+P6)
+  # The rows under 1.15x cuDNN at 1K keys (D=256 16x8x1024, D=192 16x10x1024): Nsight Compute on the default build
+  # (AB/lib_base.so) and cuDNN, then each back to back under the clock probe. (32K: call P5.)
+  AB=${AB:-.build/ab}
+  for dims in "16 8 1024 1024 256" "16 10 1024 1024 192"; do
+    d=${dims##* }
+    ncu_at p6/d${d}_vidattn "$AB/lib_base.so" "$dims"
+    ncu_at p6/d${d}_cudnn "$AB/lib_base.so" "$dims" --backend cudnn
+  done
+  VIDATTN_LIBRARY=$AB/lib_base.so timeout $(( $(left) > 50 ? $(left) - 10 : 40 )) python3 dev/probes/clock_probe.py \
+    16x8x1024x256 16x10x1024x192 --paths cudnn vidattn --seconds 3 --pause 2 --json "$OUT/p6/clock.json" \
+    > "$OUT/p6/clock.log" 2>&1; rc[clock]=$?; tail -6 "$OUT/p6/clock.log"
+  tar_dirs p6
   ;;
 O5)
   anchors_ready
