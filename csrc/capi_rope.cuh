@@ -82,7 +82,7 @@ int rope_dispatch_table(const vidattn::rope::RopeParams& p, int table_dtype, int
   return rope_dispatch<T, __half>(p, mode, round_mid, grid, block, s);
 }
 
-// The fused norm + RoPE kernel's schedule (norm_rope.cuh NormRopeSchedule): 0, the library's (kNormRopeDefault); 1
+// The fused norm + RoPE kernel's schedule (norm_rope.cuh NormRopeSchedule): 0, the library's (norm_rope_default); 1
 // one row per CTA, 2 CTAs looping over rows, 3 one row per CTA with lean index math, for the A/B
 // (vidattn_norm_rope_set_schedule; a forced schedule is built for bf16 x with fp32 tables, Wan's case, only: other
 // calls run the default). The default is kLean since call N1 of the ninth sitting (bench/results/
@@ -91,8 +91,11 @@ int rope_dispatch_table(const vidattn::rope::RopeParams& p, int table_dtype, int
 // fp32 tables (Wan 14B's rows: 5120 channels) the default is kLean32 since call O6 of the eleventh sitting
 // (bench/results/h200_2026-12-03_eleventh/call_o6: 0.509 against kLean's 0.567 ms per Wan 14B tensor, 6/6 passes);
 // at one vector a thread (1.3B's 1536 channels) it tied (1.003x, faster in 2/6) and kLean stays.
-constexpr int kNormRopeDefault = vidattn::norm_rope::kLean;
-constexpr int kNormRopeDefaultTwoVecs = vidattn::norm_rope::kLean32;
+template <typename T, typename C, int kVecs>
+constexpr int norm_rope_default() {
+  using namespace vidattn::norm_rope;
+  return std::is_same<T, __nv_bfloat16>::value && std::is_same<C, float>::value && kVecs == 2 ? kLean32 : kLean;
+}
 int g_norm_rope_schedule = 0;
 thread_local int g_norm_rope_last = 0;  // the schedule of this thread's last launch (vidattn_norm_rope_last_schedule)
 
@@ -143,13 +146,11 @@ int norm_rope_launch(const vidattn::norm_rope::NormRopeParams& p, dim3 grid, dim
       if (g_norm_rope_schedule == kLean32 && lean_offsets_fit(p))
         return norm_rope_run<T, C, kVecs, kLean32>(p, grid, block, stream);
     }
-    if constexpr (kVecs == 2) {
-      if (g_norm_rope_schedule == 0 && kNormRopeDefaultTwoVecs == kLean32 && lean_offsets_fit(p))
-        return norm_rope_run<T, C, kVecs, kLean32>(p, grid, block, stream);
-    }
   }
-  if (kNormRopeDefault == kLean && lean_offsets_fit(p)) return norm_rope_run<T, C, kVecs, kLean>(p, grid, block, stream);
-  return norm_rope_run<T, C, kVecs, kOneRow>(p, grid, block, stream);
+  // The default (or a forced schedule this launch has no build of); kOneRow where the lean offsets do not fit.
+  constexpr int kDefault = norm_rope_default<T, C, kVecs>();
+  if (!lean_offsets_fit(p)) return norm_rope_run<T, C, kVecs, kOneRow>(p, grid, block, stream);
+  return norm_rope_run<T, C, kVecs, kDefault>(p, grid, block, stream);
 }
 
 template <typename T, typename C>

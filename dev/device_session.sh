@@ -146,6 +146,8 @@
 #                                             # default build, that build and cuDNN (raw counters as CSV)
 #   bash dev/device_session.sh P6 [budget_s]  # Nsight Compute and the clock probe at 1K keys on D=256 and D=192
 #                                             # (the default build from .build/ab/lib_base.so, and cuDNN)
+#   bash dev/device_session.sh P7 [budget_s]  # the norm + RoPE and RoPE GPU suites and memcheck of the default's
+#                                             # routing test (after the default became norm_rope_default())
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -425,6 +427,18 @@ P6)
     16x8x1024x256 16x10x1024x192 --paths cudnn vidattn --seconds 3 --pause 2 --json "$OUT/p6/clock.json" \
     > "$OUT/p6/clock.log" 2>&1; rc[clock]=$?; tail -6 "$OUT/p6/clock.log"
   tar_dirs p6
+  ;;
+P7)
+  # The norm + RoPE default as one constexpr function of (x dtype, table dtype, vectors a thread) instead of two
+  # constants: the norm + RoPE and RoPE GPU suites (the default's routing per row width among them) and memcheck of
+  # the routing test, under the library built from the change.
+  build_lib
+  mkdir -p "$OUT/p7"
+  gpu_pytest p7/gpu_tests.log 150 tests tests/test_norm_rope_gpu.py tests/test_rope_gpu.py
+  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_norm_rope_gpu.py -k "default_schedule" > "$OUT/p7/memcheck.log" 2>&1; rc[memcheck]=$?
+  grep -E "ERROR SUMMARY|passed|failed" "$OUT/p7/memcheck.log" | tail -2
+  tar_dirs p7
   ;;
 O5)
   anchors_ready

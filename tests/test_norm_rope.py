@@ -183,10 +183,9 @@ def test_capi_schedule_3_dispatch():
     assert "if (schedule < 0 || schedule > 4)" in src
     assert "if (g_norm_rope_schedule == kLean32 && lean_offsets_fit(p))" in src
     assert "if (g_norm_rope_schedule == kLean && lean_offsets_fit(p))" in src
-    assert "constexpr int kNormRopeDefault = vidattn::norm_rope::kLean;" in src
     # the default too falls back to one row per CTA where the lean offsets do not fit
-    assert ("if (kNormRopeDefault == kLean && lean_offsets_fit(p)) return norm_rope_run<T, C, kVecs, kLean>(p, grid, "
-            "block, stream);\n  return norm_rope_run<T, C, kVecs, kOneRow>(p, grid, block, stream);") in src
+    assert ("  if (!lean_offsets_fit(p)) return norm_rope_run<T, C, kVecs, kOneRow>(p, grid, block, stream);\n"
+            "  return norm_rope_run<T, C, kVecs, kDefault>(p, grid, block, stream);") in src
     assert "p.head_magic = static_cast<uint32_t>(((int64_t(1) << 32) + a->head_dim - 1) / a->head_dim);" in src
     assert 'if (rows > (1ll << 31) - 1) return fail("norm_rope: batch * seqlen over 2^31 - 1 (grid.x)");' in src
 
@@ -271,10 +270,11 @@ def test_default_schedule_per_row_width_in_the_source():
     tables, where its A/B won (Wan 14B's rows); schedule 3 (kLean) elsewhere, and schedule 1 where the 32-bit offsets
     do not fit; each launch records what it ran for the reader."""
     src = (Path(__file__).resolve().parents[1] / "csrc/capi_rope.cuh").read_text()
-    assert "constexpr int kNormRopeDefault = vidattn::norm_rope::kLean;" in src
-    assert "constexpr int kNormRopeDefaultTwoVecs = vidattn::norm_rope::kLean32;" in src
-    i = src.index("if constexpr (kVecs == 2) {")
-    assert "g_norm_rope_schedule == 0 && kNormRopeDefaultTwoVecs == kLean32 && lean_offsets_fit(p)" in src[i:i + 200]
-    assert src.index("is_same<C, float>::value") < i  # inside the bf16-x, fp32-table branch
+    assert ("  return std::is_same<T, __nv_bfloat16>::value && std::is_same<C, float>::value && kVecs == 2 ? kLean32 "
+            ": kLean;") in src
+    launch = src[src.index("int norm_rope_launch("):src.index("int norm_rope_vecs(")]
+    assert "constexpr int kDefault = norm_rope_default<T, C, kVecs>();" in launch
+    assert launch.index("if (!lean_offsets_fit(p)) return norm_rope_run<T, C, kVecs, kOneRow>") < launch.index(
+        "return norm_rope_run<T, C, kVecs, kDefault>")
     assert "g_norm_rope_last = kSchedule;" in src
     assert 'extern "C" int vidattn_norm_rope_last_schedule(void)' in src

@@ -64,7 +64,7 @@ constexpr int kMaxHeadDim = 4096;
 //             (lean_row's kRemat) none spills at 1 or 2 vectors. At most 2 (4 cannot fit 32 registers: wider rows
 //             run the default). Measured in call O6 of the eleventh sitting: 0.509 against kLean's 0.567 ms per Wan
 //             14B tensor (6/6 passes), a tie on 1.3B's one-vector rows; the default at 2 vectors a thread since
-//             (capi_rope.cuh kNormRopeDefaultTwoVecs).
+//             (capi_rope.cuh norm_rope_default).
 enum NormRopeSchedule : int { kOneRow = 1, kRows = 2, kLean = 3, kLean32 = 4 };
 
 // Sum over the CTA; every thread gets the total. One warp-shuffle tree per warp, then the warps' partials in order.
