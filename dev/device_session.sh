@@ -140,7 +140,8 @@
 #                                             # under the power cap"): the D=256 GPU tests under each experiment
 #                                             # library (P4_LIBS), then those that pass timed interleaved at D=256
 #                                             # 1K/8K/32K with the default build (kernel_ab_time.py); the libraries
-#                                             # built by kernel_ab.sh --build-only, carried in .build/ab (AB)
+#                                             # built by kernel_ab.sh --build-only, carried in .build/ab (AB; run
+#                                             # from a .snap copy: AB=../.build/ab)
 #   bash dev/device_session.sh P5 [budget_s]  # P4, then the anchors' D=256 rounds under the build P4 puts first
 #                                             # (when not the default) and Nsight Compute at 1x8x32768x256 on the
 #                                             # default build, that build and cuDNN (raw counters as CSV)
@@ -265,7 +266,7 @@ envelope_rounds() {
 # interleaved (cuDNN in every round). (qreg8 spills 276 bytes in the routed build, the prediction's falsifier before
 # any run: not timed.) Leaves the timed names in `timed` (name=path).
 d256_experiments() {
-  AB=${AB:-../.build/ab}
+  AB=${AB:-.build/ab}
   mkdir -p "$OUT/p4"
   timed=("base=$AB/lib_base.so")
   local v
@@ -290,10 +291,11 @@ ncu_at() {
   [ "${1:-}" = "--backend" ] && [ "${2:-}" = cudnn ] && rx=cudnn
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   mkdir -p "$OUT/$dir"
-  VIDATTN_LIBRARY=$lib OUT="$OUT/$dir" NCU_KERNEL_REGEX=$rx SHAPES=custom T_SHAPE=$(( $(left) > 60 ? $(left) - 15 : 45 )) \
-    ONCE_ARGS="--dims $dims $*" bash dev/probes/ncu_profile.sh > "$OUT/$dir.log" 2>&1
+  VIDATTN_LIBRARY=$lib OUT="$OUT/$dir" NCU_KERNEL_REGEX=$rx SHAPES=custom ONCE_ARGS="--dims $dims $*" \
+    T_SHAPE=$(( $(left) > 60 ? $(left) - 15 : 45 )) bash dev/probes/ncu_profile.sh > "$OUT/$dir.log" 2>&1
   for r in "$OUT/$dir"/*.ncu-rep; do
-    [ -f "$r" ] && "$ncu" --import "$r" --page raw --csv --print-units base 2>/dev/null | gzip > "${r%.ncu-rep}_raw.csv.gz"
+    [ -f "$r" ] && "$ncu" --import "$r" --page raw --csv --print-units base 2>/dev/null \
+      | gzip > "${r%.ncu-rep}_raw.csv.gz"
     rm -f "$r"
   done
   echo "== $dir"; grep -E "Duration|Issue Slots Busy|L2 Cache Throughput" "$OUT/$dir/ncu_summary.txt" | head -4
