@@ -433,7 +433,7 @@ P6)
 P7)
   # The norm + RoPE default as one constexpr function of (x dtype, table dtype, vectors a thread) instead of two
   # constants: the norm + RoPE and RoPE GPU suites (the default's routing per row width among them) and memcheck of
-  # the routing test, under the library built from the change.
+  # the routing test, under the library built from the change (carry .whl_lite: both suites import diffusers).
   build_lib
   mkdir -p "$OUT/p7"
   gpu_pytest p7/gpu_tests.log 150 tests tests/test_norm_rope_gpu.py tests/test_rope_gpu.py
