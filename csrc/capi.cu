@@ -364,8 +364,8 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
 }
 
 // DIAGNOSTIC ONLY, never a default: VIDATTN_KERNEL_SUBSET=1 instantiates only the bf16 non-causal D=256 O-in-V
-// builds (the routed one and its variants) and the D=128 short-key build (N=128, what 1K keys run), and leaves the
-// 8-bit and RoPE entry points out, so that a timeline build (-DVIDATTN_DIAG_TIMELINE, dev/probes/timeline_d256.sh)
+// builds (the routed one and its variants), the D=192 builds (what 1K keys run, narrow, among them) and the D=128
+// short-key build (N=128, what 1K keys run), and leaves the 8-bit and RoPE entry points out, so that a timeline build (-DVIDATTN_DIAG_TIMELINE, dev/probes/timeline_d256.sh)
 // compiles in a fraction of the library's time. Every other launch is refused with an error (vidattn runs SDPA).
 #ifndef VIDATTN_KERNEL_SUBSET
 #define VIDATTN_KERNEL_SUBSET 0
@@ -374,7 +374,7 @@ template <int kHeadDim, int kBN, bool kFp16, bool kCausal>
 constexpr bool in_kernel_subset() {
   constexpr bool kD256OInV = kHeadDim == 256 && kBN >= vidattn::sm90::kOInVBuild;
   constexpr bool kD128Short = kHeadDim == 128 && kBN == VIDATTN_BLOCK_N_D128_SHORT;
-  return !VIDATTN_KERNEL_SUBSET || (!kFp16 && !kCausal && (kD256OInV || kD128Short));
+  return !VIDATTN_KERNEL_SUBSET || (!kFp16 && !kCausal && (kD256OInV || kD128Short || kHeadDim == 192));
 }
 
 // The launcher's entry for one build: launch_built, unless a subset build (above) left that build out. if constexpr,
@@ -384,7 +384,7 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   if constexpr (in_kernel_subset<kHeadDim, kBN, kFp16, kCausal>())
     return launch_built<kHeadDim, kWGs, kBN, kFp16, kCausal>(a, stream, sms);
   else
-    return fail("this library is a kernel subset build (VIDATTN_KERNEL_SUBSET: bf16 D=256 O-in-V and "
+    return fail("this library is a kernel subset build (VIDATTN_KERNEL_SUBSET: bf16 D=256 O-in-V, D=192 and "
                 "D=128 N=128, non-causal): no build for this call");
 }
 

@@ -149,6 +149,7 @@
 #                                             # (the default build from .build/ab/lib_base.so, and cuDNN)
 #   bash dev/device_session.sh P7 [budget_s]  # the norm + RoPE and RoPE GPU suites and memcheck of the default's
 #                                             # routing test (after the default became norm_rope_default())
+#   bash dev/device_session.sh P8 [budget_s]  # the level-1 timeline of D=192, D=256 and D=128 at 1K keys
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -441,6 +442,15 @@ P7)
     tests/test_norm_rope_gpu.py -k "default_schedule" > "$OUT/p7/memcheck.log" 2>&1; rc[memcheck]=$?
   grep -E "ERROR SUMMARY|passed|failed" "$OUT/p7/memcheck.log" | tail -2
   tar_dirs p7
+  ;;
+P8)
+  # Where D=192's tile boundary goes at 1K keys, beside D=256 and D=128 (the level-1 timeline of the kernel subset,
+  # dev/probes/timeline_d256.sh; its library carried in .build/tl, else built here, ~40 s).
+  mkdir -p "$OUT/p8"
+  TL_SHAPES="d192_1k d256_1k d128_1k" timeout $(( $(left) - 10 )) bash dev/probes/timeline_d256.sh "$OUT/p8" \
+    > "$OUT/p8/run.log" 2>&1; rc[timeline]=$?
+  grep -A16 "where a tile's time goes" "$OUT/p8/timeline.log" | head -60
+  tar_dirs p8
   ;;
 O5)
   anchors_ready

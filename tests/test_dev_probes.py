@@ -187,10 +187,11 @@ def test_timeline_d256_script_builds_the_subset_and_runs_both_shapes():
     1K shapes of the probe, the probe's tables at the end of its output; and the probe knows both shapes."""
     text = (PROBES / "timeline_d256.sh").read_text()
     assert "-DVIDATTN_KERNEL_SUBSET=1" in text and '-DVIDATTN_DIAG_TIMELINE="$LEVEL"' in text
-    assert "scripts/nvcc_flags.py" in text and "timeline_probe.py d256_1k d128_1k" in text
+    assert "scripts/nvcc_flags.py" in text and "timeline_probe.py ${TL_SHAPES:-d256_1k d128_1k}" in text
     probe = _load("timeline_probe")
     assert probe.EXTRA_SHAPES["d256_1k"][1:] == (16, 8, 1024, 1024, 256)
     assert probe.EXTRA_SHAPES["d128_1k"][1:] == (16, 8, 1024, 1024, 128)
+    assert probe.EXTRA_SHAPES["d192_1k"][1:] == (16, 10, 1024, 1024, 192)  # the envelope's D192 1K row
 
 
 def test_timeline_layout_matches_the_header():

@@ -5,7 +5,8 @@
 # D=128, whose per-phase tables (us per tile and share of the period, per consumer warpgroup) are printed last.
 #   timeout 300 bash dev/probes/timeline_d256.sh $OUT/d256b
 # TL_LEVEL=2 builds the level with wait sums (it moves the key loop's schedule: diag_timeline.cuh); TL_VARIANTS
-# (e.g. "5") also runs D=256 under each VIDATTN_HD_NARROW setting named; TL_REBUILD=1 builds even if the library exists.
+# (e.g. "5") also runs D=256 under each VIDATTN_HD_NARROW setting named; TL_REBUILD=1 builds even if the library exists;
+# TL_SHAPES names the probe's shapes (default "d256_1k d128_1k"; d192_1k is D=192 at 1K, the subset builds it too).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 DIR=${1:-${OUT:-/tmp/out}/d256b}
@@ -30,7 +31,8 @@ echo "timeline_d256: library $(basename "$LIB") ready in $(( $(date +%s) - t0 ))
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,power.limit --format=csv >> "$DIR/env.txt" 2>&1
 export PYTHONUNBUFFERED=1 VIDATTN_LIBRARY=$LIB
 rc=0
-timeout 90 python3 dev/probes/timeline_probe.py d256_1k d128_1k --json "$DIR/timeline.json" >"$DIR/timeline.log" 2>&1 || rc=$?
+timeout 90 python3 dev/probes/timeline_probe.py ${TL_SHAPES:-d256_1k d128_1k} --json "$DIR/timeline.json" \
+  >"$DIR/timeline.log" 2>&1 || rc=$?
 for v in ${TL_VARIANTS:-}; do
   VIDATTN_HD_NARROW=$v timeout 60 python3 dev/probes/timeline_probe.py d256_1k --json "$DIR/timeline_hd$v.json" \
     >"$DIR/timeline_hd$v.log" 2>&1 || rc=$?
