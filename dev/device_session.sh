@@ -150,6 +150,8 @@
 #   bash dev/device_session.sh P7 [budget_s]  # the norm + RoPE and RoPE GPU suites and memcheck of the default's
 #                                             # routing test (after the default became norm_rope_default())
 #   bash dev/device_session.sh P8 [budget_s]  # the level-1 timeline of D=192, D=256 and D=128 at 1K keys
+#   bash dev/device_session.sh P9 [budget_s]  # D=192's O store through two scratch boxes against the default:
+#                                             # the head-dim GPU suites, memcheck, 12 rounds at 1K/8K/32K
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -451,6 +453,25 @@ P8)
     > "$OUT/p8/run.log" 2>&1; rc[timeline]=$?
   grep -A16 "where a tile's time goes" "$OUT/p8/timeline.log" | head -60
   tar_dirs p8
+  ;;
+P9)
+  # D=192's O store through two scratch boxes (VIDATTN_O_SCRATCH_PARTIAL=1, .build/ab/lib_o2s.so, against the default
+  # build .build/ab/lib_base.so; dev/NOTES.md "D=192 at 1K"): the head-dim GPU suites under it, memcheck of the D=192
+  # cases, then 12 interleaved rounds at D=192 1K (the build it changes), 8K and 32K (controls).
+  AB=${AB:-.build/ab}
+  mkdir -p "$OUT/p9"
+  VIDATTN_LIBRARY=$AB/lib_o2s.so gpu_pytest p9/gpu_o2s.log 150 tests_o2s -m gpu tests/test_head_dims_gpu.py \
+    tests/test_head_dims_variants_gpu.py
+  if [ "${rc[tests_o2s]}" = 0 ]; then
+    VIDATTN_LIBRARY=$AB/lib_o2s.so timeout 120 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest \
+      -q -p no:cacheprovider -m gpu tests/test_head_dims_gpu.py -k "192" > "$OUT/p9/memcheck.log" 2>&1
+    rc[memcheck]=$?; grep -E "ERROR SUMMARY|passed|failed" "$OUT/p9/memcheck.log" | tail -2
+    timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/kernel_ab_time.py base=$AB/lib_base.so \
+      o2s=$AB/lib_o2s.so --shapes x192 --extra-shapes 16x10x1024x192 2x10x8192x192 1x10x32768x192 --rounds 12 \
+      --checked --json "$OUT/p9/ab.json" > "$OUT/p9/ab.log" 2>&1; rc[ab]=$?
+    tail -5 "$OUT/p9/ab.log"
+  fi
+  tar_dirs p9
   ;;
 O5)
   anchors_ready
