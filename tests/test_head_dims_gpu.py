@@ -19,6 +19,7 @@ if hopper_skip_reason() is not None:
 
 import vidattn  # noqa: E402
 from vidattn import _ext, ops  # noqa: E402
+from test_head_dims_variants import pick_hd_narrow  # noqa: E402
 from test_envelope_gpu import (DEV, assert_accurate, bshd_inputs, check, climbing_inputs, cudnn, new_gen,  # noqa: E402
                               reference)
 
@@ -80,10 +81,14 @@ def test_head_dims_grouped_query(hq, hkv, d, layout):
 
 @pytest.mark.parametrize("d", NEW_BUILDS, ids=lambda d: f"d{d}")
 def test_new_builds_run_with_their_key_block(d):
+    """Each head dim's build at its key-block width: 1000 keys run bf16 D=192 on its narrow build (at most
+    VIDATTN_D192_NARROW_KV_MAX keys, capi.cu), 3000 on the wide width; D=96 and D=256 the same at both."""
     g, _ = new_gen()
-    q, k, v = bshd_inputs(1, 2, 2, 300, 1000, d, g)
-    vidattn.attention(q, k, v)
-    assert _ext.last_block_n() == NEW_BUILDS[d]
+    for skv in (1000, 3000):
+        q, k, v = bshd_inputs(1, 2, 2, 300, skv, d, g)
+        vidattn.attention(q, k, v)
+        narrow = d in NARROW_BUILDS and pick_hd_narrow(d, skv)
+        assert _ext.last_block_n() == (NARROW_BUILDS[d] if narrow else NEW_BUILDS[d]), skv
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])

@@ -100,17 +100,3 @@ def test_q_in_registers_only_where_the_registers_are(tmp_path):
     assert not any(r["q_in_regs"] for r in off.values())
     # Q in registers leaves the shared-memory plan alone (Q still lands there first).
     assert {b: r["bytes"] for b, r in off.items()} == {b: r["bytes"] for b, r in p.items()}
-
-
-def test_o_scratch_partial_gives_two_boxes_only_where_all_do_not_fit(tmp_path):
-    """VIDATTN_O_SCRATCH_PARTIAL (an experiment, off by default): the narrow D=192 and D=256 builds, where a box per
-    chunk of O does not fit beside two K/V stages, get two boxes instead of one, still beside two stages and inside
-    the 227 KB; every other build's plan is the default's."""
-    base = plans(tmp_path)
-    assert base[(192, 2, 96)]["slots"] == 1 and base[(256, 2, 64)]["slots"] == 1
-    exp = plans(tmp_path, ("-DVIDATTN_O_SCRATCH_PARTIAL=1",))
-    for build in ((192, 2, 96), (256, 2, 64)):
-        assert (exp[build]["slots"], exp[build]["stages"]) == (2, 2), build
-        assert exp[build]["bytes"] <= 227 * 1024 - 2048, build
-    assert {b: r for b, r in exp.items() if b not in ((192, 2, 96), (256, 2, 64))} == {
-        b: r for b, r in base.items() if b not in ((192, 2, 96), (256, 2, 64))}

@@ -880,16 +880,8 @@ __device__ __forceinline__ void store_o_boxes(const FwdParams& p, const TileCoor
     static_assert(kStride >= kBoxElems, "O scratch boxes overlap");
     uint16_t* box = scratch + (h % kSlots) * kStride;
     const uint32_t base = scratch_addr + (h % kSlots) * kStride * 2;
-    // Lane 0's TMA store that last read this box (the other half, or the last tile's) has finished reading it. With
-    // fewer boxes than chunks and a count that does not divide them (VIDATTN_O_SCRATCH_PARTIAL), the first box was
-    // read last by the previous tile's final store, the newest group: wait for all of them there.
-    constexpr int kBoxes = (kHeadDim + kChunkCols - 1) / kChunkCols;
-    if (lane == 0) {
-      if (kBoxes % kSlots != 0 && h == 0)
-        ptx::bulk_wait_group_read<0>();
-      else
-        ptx::bulk_wait_group_read<kSlots - 1>();
-    }
+    // Lane 0's TMA store that last read this box (the other half, or the last tile's) has finished reading it.
+    if (lane == 0) ptx::bulk_wait_group_read<kSlots - 1>();
     __syncwarp();
 #pragma unroll
     for (int c = 0; c < 4; ++c) {

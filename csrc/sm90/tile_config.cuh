@@ -23,13 +23,6 @@
 #ifndef VIDATTN_O_SCRATCH_SLOTS_MAX
 #define VIDATTN_O_SCRATCH_SLOTS_MAX 2
 #endif
-// EXPERIMENT, off by default: where a box per 64-column chunk of O does not fit beside two K/V stages but two boxes
-// do (D=192 N=96, the narrow build 1K keys run), take two instead of one, so that a deferred O store under the next
-// tile's S_0 waits for one earlier chunk's read instead of each (the twelfth sitting's D=192 1K timeline: S_0 ~1.1 us
-// longer than its wgmma; dev/NOTES.md "D=192 at 1K").
-#ifndef VIDATTN_O_SCRATCH_PARTIAL
-#define VIDATTN_O_SCRATCH_PARTIAL 0
-#endif
 #ifndef VIDATTN_BLOCK_N_D64
 #define VIDATTN_BLOCK_N_D64 128
 #endif
@@ -290,14 +283,11 @@ struct FwdTraits {
   // A scratch box per 64-column chunk of O, when 2 K/V stages still fit beside them: the epilogue then writes its
   // second half without waiting for the first half's TMA store to read the first (store_o). At D=128 that takes
   // N <= 128 (N=176 leaves no room); D=64 has one chunk.
-  static constexpr bool kTwoOSlots = VIDATTN_O_SCRATCH_PARTIAL != 0 && kChunks > 2 &&
-                                     VIDATTN_O_SCRATCH_SLOTS_MAX >= 2 &&
-                                     (kFreeBesideQ - kOScratchBytes) / kStageBytes >= 2;
   static constexpr int kOScratchSlots =
       kOInQ || kOInV || (VIDATTN_O_SCRATCH_SLOTS_MAX >= kChunks &&
                 (kFreeBesideQ - (kChunks - 1) * kOScratchBytes) / kStageBytes >= 2)
           ? kChunks
-          : (kTwoOSlots ? 2 : 1);
+          : 1;
   // No separate O scratch in shared memory where O's boxes go into Q's buffer or a V stage: SharedStorage keeps a
   // 16-byte stub there (the full scratch would put the O-in-V builds at 266 and 290 KB, over the 227 KB).
   static constexpr bool kOScratchStub = kOInQ || kOInV;
