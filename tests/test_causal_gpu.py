@@ -374,12 +374,20 @@ def test_short_problems_dynamic_equals_static(b, h, sq, d, mode, dynamic_everywh
     assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
     default_min = lib.vidattn_sm90_causal_dynamic_min_sq_for(d)
     auto, ran_auto = schedule_of(lib, q, k, v, mode, True, monkeypatch)
-    assert ran_auto == (1 if sq >= default_min else 0), (what, default_min)
+    # Under the length threshold the static order's imbalance may still take the dynamic schedule (the rule has a
+    # test of its own below, test_static_imbalance_rule_routes_unbalanced_short_problems).
+    unbalanced = lib.vidattn_sm90_last_causal_static_imbalance() > lib.vidattn_sm90_causal_static_imbalance_max() > 0
+    assert ran_auto == (1 if sq >= default_min or unbalanced else 0), (what, default_min)
     assert torch.equal(auto, dyn), what
-    assert lib.vidattn_sm90_set_causal_dynamic_min_sq(sq + 1) == 0
-    assert schedule_of(lib, q, k, v, mode, True, monkeypatch)[1] == 0, what
-    assert lib.vidattn_sm90_set_causal_dynamic_min_sq(sq) == 0
-    assert schedule_of(lib, q, k, v, mode, True, monkeypatch)[1] == 1, what
+    # The length threshold alone, the imbalance rule off.
+    assert lib.vidattn_sm90_set_causal_static_imbalance_max(0) == 0
+    try:
+        assert lib.vidattn_sm90_set_causal_dynamic_min_sq(sq + 1) == 0
+        assert schedule_of(lib, q, k, v, mode, True, monkeypatch)[1] == 0, what
+        assert lib.vidattn_sm90_set_causal_dynamic_min_sq(sq) == 0
+        assert schedule_of(lib, q, k, v, mode, True, monkeypatch)[1] == 1, what
+    finally:
+        assert lib.vidattn_sm90_set_causal_static_imbalance_max(-1) == 0
     if b * h * sq * sq <= 1 << 26:  # the float64 reference of the larger shapes would take GBs
         check(q, k, v, mode, what)
 
@@ -399,10 +407,12 @@ def test_dynamic_min_sq_setter_refuses_bad_values():
 
 def test_one_threshold_per_causal_build(monkeypatch):
     """Each head dim takes the threshold of the build it runs on: up to 64 the D=64 build's, 65-128 the D=128
-    build's; setting one leaves the other."""
+    build's; setting one leaves the other. (The imbalance rule off: 2 heads of 1000 rows would take the dynamic
+    schedule below any length threshold.)"""
     lib = _ext.load()
     g, seed = new_gen()
     defaults = {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in (64, 128)}
+    assert lib.vidattn_sm90_set_causal_static_imbalance_max(0) == 0
     try:
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(64, 500) == 0
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(128, 5000) == 0
@@ -418,6 +428,7 @@ def test_one_threshold_per_causal_build(monkeypatch):
         assert lib.vidattn_sm90_causal_dynamic_min_sq_for(128) == 5000
     finally:
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
+        assert lib.vidattn_sm90_set_causal_static_imbalance_max(-1) == 0
 
 
 @pytest.mark.usefixtures("dynamic_everywhere")
