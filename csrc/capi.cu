@@ -366,7 +366,8 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
 // DIAGNOSTIC ONLY, never a default: VIDATTN_KERNEL_SUBSET=1 instantiates only the bf16 non-causal D=256 O-in-V
 // builds (the routed one and its variants), the D=192 builds (what 1K keys run, narrow, among them) and the D=128
 // short-key build (N=128, what 1K keys run), and leaves the 8-bit and RoPE entry points out, so that a timeline
-// build (-DVIDATTN_DIAG_TIMELINE, dev/probes/timeline_d256.sh) compiles in a fraction of the library's time. Every other launch is refused with an error (vidattn runs SDPA).
+// build (-DVIDATTN_DIAG_TIMELINE, dev/probes/timeline_d256.sh) compiles in a fraction of the library's time. Every
+// other launch is refused with an error (vidattn runs SDPA).
 #ifndef VIDATTN_KERNEL_SUBSET
 #define VIDATTN_KERNEL_SUBSET 0
 #endif
