@@ -231,6 +231,14 @@ gpu_pytest() {
   timeout "$t" python3 -m pytest -q -p no:cacheprovider -rfE "$@" > "$OUT/$log" 2>&1; rc[$key]=$?
   tail -2 "$OUT/$log"; grep -E "^(FAILED|ERROR)" "$OUT/$log" | head -8
 }
+# compute-sanitizer's tool $1 over pytest with the remaining arguments under $3 s, into $OUT/$2, its status in
+# rc[$4]; the sanitizer's summary and pytest's tally printed.
+sanitize_pytest() {
+  local tool=$1 log=$2 t=$3 key=$4; shift 4
+  timeout "$t" compute-sanitizer --tool "$tool" --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider "$@" \
+    > "$OUT/$log" 2>&1; rc[$key]=$?
+  grep -E "ERROR SUMMARY|passed|failed" "$OUT/$log" | tail -2
+}
 # v16's GPU tests, memcheck and A/B from the experiment library (VIDATTN_V16_LIB, else .build/ab/lib_v16.so), into
 # $OUT/$1; memcheck and the A/B only when the tests pass.
 v16_part() {
@@ -239,10 +247,8 @@ v16_part() {
   mkdir -p "$OUT/$d"
   VIDATTN_LIBRARY=$V16 gpu_pytest "$d/gpu_v16.log" 120 tests_v16 tests/test_8bit_v16_gpu.py
   [ "${rc[tests_v16]}" = 0 ] || return
-  timeout 60 env VIDATTN_LIBRARY=$V16 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q \
-    -p no:cacheprovider tests/test_8bit_v16_gpu.py -k "fp16_bhsd or (bit_for_bit and 257 and 2049)" \
-    > "$OUT/$d/memcheck.log" 2>&1; rc[memcheck]=$?
-  grep -E "ERROR SUMMARY|passed|failed" "$OUT/$d/memcheck.log" | tail -2
+  VIDATTN_LIBRARY=$V16 sanitize_pytest memcheck "$d/memcheck.log" 60 memcheck tests/test_8bit_v16_gpu.py \
+    -k "fp16_bhsd or (bit_for_bit and 257 and 2049)"
   OUT="$OUT/$d" timeout 130 env VIDATTN_LIBRARY=$V16 python3 dev/q8_v12_ab.py --selector d64_wgs --modes 0 4 \
     --passes 6 --reps 16 --budget 95 > "$OUT/$d/q8_v16_ab.log" 2>&1; rc[q8_ab]=$?
   sed -n '/== 8-bit d64_wgs A\/B/,$p' "$OUT/$d/q8_v16_ab.log"
@@ -315,10 +321,8 @@ O1)
     timeout 150 env VIDATTN_LIBRARY=$V16 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_8bit_v16_gpu.py \
       tests/test_8bit_gpu.py -k "v16 or four or fp16_bhsd or 64" > "$OUT/o1/gpu_v16.log" 2>&1; rc[tests_v16]=$?
     tail -2 "$OUT/o1/gpu_v16.log"; grep -E "^(FAILED|ERROR)" "$OUT/o1/gpu_v16.log" | head -8
-    timeout 90 env VIDATTN_LIBRARY=$V16 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q \
-      -p no:cacheprovider tests/test_8bit_v16_gpu.py -k "fp16_bhsd or (bit_for_bit and 257 and 2049)" \
-      > "$OUT/o1/memcheck.log" 2>&1; rc[memcheck]=$?
-    grep -E "ERROR SUMMARY|passed|failed" "$OUT/o1/memcheck.log" | tail -2
+    VIDATTN_LIBRARY=$V16 sanitize_pytest memcheck o1/memcheck.log 90 memcheck tests/test_8bit_v16_gpu.py \
+      -k "fp16_bhsd or (bit_for_bit and 257 and 2049)"
     OUT="$OUT/o1" timeout $(( $(left) > 60 ? $(left) - 10 : 50 )) env VIDATTN_LIBRARY=$V16 python3 dev/q8_v12_ab.py \
       --selector d64_wgs --modes 0 4 --passes 6 --reps 16 --budget $(( $(left) > 80 ? $(left) - 40 : 40 )) \
       > "$OUT/o1/q8_v16_ab.log" 2>&1; rc[q8_ab]=$?; sed -n '/== 8-bit d64_wgs A\/B/,$p' "$OUT/o1/q8_v16_ab.log"
@@ -347,9 +351,7 @@ O6)
   build_lib
   mkdir -p "$OUT/o6"
   gpu_pytest o6/gpu_tests.log 120 tests tests/test_norm_rope_gpu.py -k "lean or schedules"
-  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
-    tests/test_norm_rope_gpu.py -k "lean" > "$OUT/o6/memcheck.log" 2>&1; rc[memcheck]=$?
-  grep -E "ERROR SUMMARY|passed|failed" "$OUT/o6/memcheck.log" | tail -2
+  sanitize_pytest memcheck o6/memcheck.log 90 memcheck tests/test_norm_rope_gpu.py -k "lean"
   OUT="$OUT/o6" timeout 90 python3 dev/norm_rope_ab.py --passes 6 --reps 20 --schedules 3 4 \
     > "$OUT/o6/norm_rope_ab.log" 2>&1; rc[nr_ab]=$?; grep -v " check " "$OUT/o6/norm_rope_ab.log" | tail -12
   tar_dirs o6
@@ -360,9 +362,7 @@ P1)
   build_lib
   mkdir -p "$OUT/p1"
   gpu_pytest p1/gpu_tests.log 150 tests tests/test_norm_rope_gpu.py tests/test_8bit_v12_gpu.py
-  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
-    tests/test_norm_rope_gpu.py -k "default_schedule" > "$OUT/p1/memcheck.log" 2>&1; rc[memcheck]=$?
-  grep -E "ERROR SUMMARY|passed|failed" "$OUT/p1/memcheck.log" | tail -2
+  sanitize_pytest memcheck p1/memcheck.log 60 memcheck tests/test_norm_rope_gpu.py -k "default_schedule"
   await_anchor_build 200
   timeout 150 python3 scripts/bench_anchors.py --group headdims,gqa --impls cudnn,fa3,vidattn --no-accuracy \
     --shapes "D256 1K" "D256 8K" "D256 32K" "GQA 32q/8kv 32K" "MHA 32 heads 32K" --rounds 12 --budget-s 130 \
@@ -440,9 +440,7 @@ P7)
   build_lib
   mkdir -p "$OUT/p7"
   gpu_pytest p7/gpu_tests.log 150 tests tests/test_norm_rope_gpu.py tests/test_rope_gpu.py
-  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
-    tests/test_norm_rope_gpu.py -k "default_schedule" > "$OUT/p7/memcheck.log" 2>&1; rc[memcheck]=$?
-  grep -E "ERROR SUMMARY|passed|failed" "$OUT/p7/memcheck.log" | tail -2
+  sanitize_pytest memcheck p7/memcheck.log 60 memcheck tests/test_norm_rope_gpu.py -k "default_schedule"
   tar_dirs p7
   ;;
 P8)
@@ -463,9 +461,8 @@ P9)
   VIDATTN_LIBRARY=$AB/lib_o2s.so gpu_pytest p9/gpu_o2s.log 150 tests_o2s -m gpu tests/test_head_dims_gpu.py \
     tests/test_head_dims_variants_gpu.py
   if [ "${rc[tests_o2s]}" = 0 ]; then
-    VIDATTN_LIBRARY=$AB/lib_o2s.so timeout 120 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest \
-      -q -p no:cacheprovider -m gpu tests/test_head_dims_gpu.py -k "192" > "$OUT/p9/memcheck.log" 2>&1
-    rc[memcheck]=$?; grep -E "ERROR SUMMARY|passed|failed" "$OUT/p9/memcheck.log" | tail -2
+    VIDATTN_LIBRARY=$AB/lib_o2s.so sanitize_pytest memcheck p9/memcheck.log 120 memcheck -m gpu \
+      tests/test_head_dims_gpu.py -k "192"
     timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/kernel_ab_time.py base=$AB/lib_base.so \
       o2s=$AB/lib_o2s.so --shapes x192 --extra-shapes 16x10x1024x192 2x10x8192x192 1x10x32768x192 --rounds 12 \
       --checked --json "$OUT/p9/ab.json" > "$OUT/p9/ab.log" 2>&1; rc[ab]=$?
@@ -479,9 +476,8 @@ O5)
   build_lib
   mkdir -p "$OUT/o5"
   gpu_pytest o5/gpu_tests.log 150 tests tests/test_8bit_v12_gpu.py tests/test_8bit_gpu.py -k "v17 or refused or 64"
-  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
-    tests/test_8bit_v12_gpu.py -k "v17_d64_bhsd or (v17_d64_bit_for_bit and 2049)" > "$OUT/o5/memcheck.log" 2>&1
-  rc[memcheck]=$?; grep -E "ERROR SUMMARY|passed|failed" "$OUT/o5/memcheck.log" | tail -2
+  sanitize_pytest memcheck o5/memcheck.log 90 memcheck tests/test_8bit_v12_gpu.py \
+    -k "v17_d64_bhsd or (v17_d64_bit_for_bit and 2049)"
   OUT="$OUT/o5" timeout 150 python3 dev/q8_v12_ab.py --selector v12_d64 --modes 0 1 --passes 6 --reps 16 \
     --budget 110 > "$OUT/o5/q8_v17_ab.log" 2>&1; rc[q8_ab]=$?
   sed -n '/== 8-bit v12_d64 A\/B/,$p' "$OUT/o5/q8_v17_ab.log"
@@ -552,9 +548,7 @@ N5)
   tail -2 "$OUT/n5/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/n5/gpu_tests.log" | head -8
   OUT="$OUT/n5" timeout 150 python3 dev/q8_v12_ab.py --selector kv_pass --modes 0 1 --passes 6 --reps 16 \
     --budget 110 > "$OUT/n5/q8_kv_pass_ab.log" 2>&1; rc[q8_ab]=$?; sed -n '/== 8-bit kv_pass A\/B/,$p' "$OUT/n5/q8_kv_pass_ab.log"
-  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
-    tests/test_8bit_kv_pass_gpu.py -k "strided or 2049" > "$OUT/n5/memcheck.log" 2>&1; rc[memcheck]=$?
-  grep -E "ERROR SUMMARY|passed|failed" "$OUT/n5/memcheck.log" | tail -2
+  sanitize_pytest memcheck n5/memcheck.log 60 memcheck tests/test_8bit_kv_pass_gpu.py -k "strided or 2049"
   OUT="$OUT/n5" timeout $(( $(left) > 60 ? $(left) - 10 : 50 )) python3 dev/settings_e2e.py --a kv=0 --b kv=1 \
     --rounds 4 --sdpa 2 > "$OUT/n5/settings_e2e.log" 2>&1; rc[e2e]=$?
   tail -9 "$OUT/n5/settings_e2e.log"
@@ -578,9 +572,8 @@ N4)
   ncu_one norm_rope rms_norm_rope 2 1 python3 dev/probes/norm_rope_once.py 1 75600 40 128
   ncu_one q8_prep 'q8_(stats_q|kv)_kernel' 4 2 python3 dev/probes/kernel_once.py custom --dims 1 40 75600 75600 128 \
     --precision 8bit --launches 4
-  timeout 90 compute-sanitizer --tool synccheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
-    tests/test_norm_rope_gpu.py -k "widths or qkv or widest or lean" > "$OUT/n4/synccheck.log" 2>&1; rc[synccheck]=$?
-  grep -E "ERROR SUMMARY|passed|failed" "$OUT/n4/synccheck.log" | tail -2
+  sanitize_pytest synccheck n4/synccheck.log 90 synccheck tests/test_norm_rope_gpu.py \
+    -k "widths or qkv or widest or lean"
   tar_dirs n4
   ;;
 N3)
@@ -611,9 +604,8 @@ N2)
     > "$OUT/n2/gpu_tests.log" 2>&1; rc[tests]=$?
   tail -2 "$OUT/n2/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/n2/gpu_tests.log" | head -8
   grep -E "^norm_rope .*bit for bit" "$OUT/n2/gpu_tests.log" | sort | uniq | head -12
-  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
-    tests/test_norm_rope_gpu.py -k "widths or qkv or widest or lean" > "$OUT/n2/memcheck.log" 2>&1; rc[memcheck]=$?
-  grep -E "ERROR SUMMARY|passed|failed" "$OUT/n2/memcheck.log" | tail -2
+  sanitize_pytest memcheck n2/memcheck.log 90 memcheck tests/test_norm_rope_gpu.py \
+    -k "widths or qkv or widest or lean"
   wan_8bit_reports
   # D=256 at 1K against cuDNN once more (issue 26's last bar; no FA3 on this machine without the anchors pack).
   timeout 70 python3 dev/probes/envelope_ab.py --part ov --shapes "D256 1K" --rounds 16 --out "$OUT/n2/d256" \
@@ -1031,9 +1023,8 @@ print(2 if sum(y < x for x, y in zip(a, b)) >= 5 and statistics.median(b) < stat
   echo "VIDATTN_NORM_ROPE_SCHEDULE=$sched for the forwards below (the A/B's verdict)" | tee -a "$OUT/env_$stage.txt"
   OUT="$OUT/nr" timeout 60 python3 dev/norm_rope_ab.py --passes 4 --reps 20 --chunk --shapes wan14b \
     > "$OUT/nr/norm_rope_ab_chunk.log" 2>&1; rc[nr_ab_chunk]=$?; grep -v " check " "$OUT/nr/norm_rope_ab_chunk.log"
-  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
-    tests/test_norm_rope_gpu.py -k "widths or qkv or widest or schedules" > "$OUT/nr/memcheck.log" 2>&1
-  rc[nr_memcheck]=$?; grep -E "ERROR SUMMARY|passed|failed" "$OUT/nr/memcheck.log" | tail -2
+  sanitize_pytest memcheck nr/memcheck.log 90 nr_memcheck tests/test_norm_rope_gpu.py \
+    -k "widths or qkv or widest or schedules"
   export VIDATTN_NORM_ROPE_SCHEDULE=$sched
   OUT="$OUT/nr" timeout 200 python3 dev/norm_rope_e2e.py --family wan14b --rounds 4 --precisions 8bit --sdpa 2 \
     > "$OUT/nr/norm_rope_e2e.log" 2>&1; rc[nr_e2e]=$?; tail -8 "$OUT/nr/norm_rope_e2e.log"
