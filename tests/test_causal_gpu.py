@@ -13,6 +13,7 @@ heaviest Q block first across groups of heads: csrc/sm90/flash_fwd.cuh, next_cau
 a workspace) and the fixed-reference redo over it are covered; the tests at the end aim at the schedule itself."""
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import warnings
@@ -344,6 +345,17 @@ def dynamic_everywhere():
     assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
 
 
+@contextlib.contextmanager
+def imbalance_rule_off(lib):
+    """The static-imbalance rule off (capi.cu, causal_static_imbalance) inside the block, so that the length threshold
+    alone picks the schedule; the shipped value back after it."""
+    assert lib.vidattn_sm90_set_causal_static_imbalance_max(0) == 0
+    try:
+        yield
+    finally:
+        assert lib.vidattn_sm90_set_causal_static_imbalance_max(-1) == 0
+
+
 def schedule_of(lib, q, k, v, mode, use_workspace, monkeypatch):
     """The output and which schedule ran (1: dynamic), with or without the workspace."""
     real = _ext.workspace
@@ -379,15 +391,11 @@ def test_short_problems_dynamic_equals_static(b, h, sq, d, mode, dynamic_everywh
     unbalanced = lib.vidattn_sm90_last_causal_static_imbalance() > lib.vidattn_sm90_causal_static_imbalance_max() > 0
     assert ran_auto == (1 if sq >= default_min or unbalanced else 0), (what, default_min)
     assert torch.equal(auto, dyn), what
-    # The length threshold alone, the imbalance rule off.
-    assert lib.vidattn_sm90_set_causal_static_imbalance_max(0) == 0
-    try:
+    with imbalance_rule_off(lib):  # the length threshold alone
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq(sq + 1) == 0
         assert schedule_of(lib, q, k, v, mode, True, monkeypatch)[1] == 0, what
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq(sq) == 0
         assert schedule_of(lib, q, k, v, mode, True, monkeypatch)[1] == 1, what
-    finally:
-        assert lib.vidattn_sm90_set_causal_static_imbalance_max(-1) == 0
     if b * h * sq * sq <= 1 << 26:  # the float64 reference of the larger shapes would take GBs
         check(q, k, v, mode, what)
 
@@ -412,7 +420,6 @@ def test_one_threshold_per_causal_build(monkeypatch):
     lib = _ext.load()
     g, seed = new_gen()
     defaults = {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in (64, 128)}
-    assert lib.vidattn_sm90_set_causal_static_imbalance_max(0) == 0
     try:
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(64, 500) == 0
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(128, 5000) == 0
@@ -420,7 +427,8 @@ def test_one_threshold_per_causal_build(monkeypatch):
         assert lib.vidattn_sm90_causal_dynamic_min_sq_for(72) == 5000
         for d, want in ((32, 1), (64, 1), (96, 0), (128, 0)):
             q, k, v = bshd_inputs(1, 2, 2, 1000, 1000, d, g)
-            _, ran = schedule_of(lib, q, k, v, "top_left", True, monkeypatch)
+            with imbalance_rule_off(lib):
+                _, ran = schedule_of(lib, q, k, v, "top_left", True, monkeypatch)
             assert ran == want, (d, seed)
             check(q, k, v, "top_left", f"D={d} seed={seed}")
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(64, -1) == 0
@@ -428,7 +436,6 @@ def test_one_threshold_per_causal_build(monkeypatch):
         assert lib.vidattn_sm90_causal_dynamic_min_sq_for(128) == 5000
     finally:
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
-        assert lib.vidattn_sm90_set_causal_static_imbalance_max(-1) == 0
 
 
 @pytest.mark.usefixtures("dynamic_everywhere")
