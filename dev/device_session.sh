@@ -152,6 +152,9 @@
 #   bash dev/device_session.sh P8 [budget_s]  # the level-1 timeline of D=192, D=256 and D=128 at 1K keys
 #   bash dev/device_session.sh P9 [budget_s]  # D=192's O store through two scratch boxes against the default:
 #                                             # the head-dim GPU suites, memcheck, 12 rounds at 1K/8K/32K
+#   bash dev/device_session.sh P10 [budget_s] # the causal and 8-bit fidelity GPU tests after their fixes, the
+#                                             # whole GPU suite; SageAttention2 compiling beside, the fidelity test
+#                                             # again with it
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -469,6 +472,29 @@ P9)
     tail -5 "$OUT/p9/ab.log"
   fi
   tar_dirs p9
+  ;;
+P10)
+  # The thirteenth sitting's first call, after the twelfth's test fixes: the causal GPU tests (the static-imbalance
+  # rule off around their length-threshold assertions), the 8-bit fidelity test alone (its geometry now past the 8192
+  # keys up to which the 8-bit path runs exact), the whole GPU suite; SageAttention2 compiling beside them, then the
+  # fidelity test again with it when it built.
+  build_lib
+  if [ -d .anchors ]; then
+    bash dev/device_anchors.sh install > "$OUT/anchors_install_$stage.log" 2>&1
+    KTIMEOUT=300 nohup bash dev/anchors/device_build.sh --only sm90_cu,fused_cu,sm90_py,fused_py \
+      > "$OUT/anchors_build.log" 2>&1 &
+    echo $! > /tmp/anchors_build.pid
+  fi
+  mkdir -p "$OUT/p10"
+  gpu_pytest p10/causal.log 200 causal -m gpu tests/test_causal_gpu.py
+  gpu_pytest p10/fidelity.log 200 fidelity -s -m gpu tests/test_fidelity_8bit_gpu.py
+  gpu_pytest p10/gpu_all.log $(( $(left) > 160 ? $(left) - 130 : 30 )) gpu_all -m gpu tests
+  await_anchor_build 100
+  python3 -c "import sys; sys.path.insert(0, 'scripts'); import anchor_impls
+sys.exit(anchor_impls.available().get('sage2', 'unlisted') is not None)" 2>/dev/null \
+    && gpu_pytest p10/fidelity_sage2.log $(( $(left) > 40 ? $(left) - 10 : 30 )) fidelity_sage2 -s -m gpu \
+      tests/test_fidelity_8bit_gpu.py
+  tar_dirs p10
   ;;
 O5)
   anchors_ready
