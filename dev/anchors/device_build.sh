@@ -308,7 +308,9 @@ finish() {  # final description, after the compiles ended or were stopped
   chk=$(import_check)
   write_json 1 "$chk"
   echo "device_build.sh: done in $(( $(date +%s) - ${T0%.*} )) s; $chk"
-  echo "device_build.sh: FA3 kernels built: $(cat "$STATE/fa3_linked" 2>/dev/null | tr '\n' ' '); overlay $OVERLAY"
+  local linked=""  # (none when --only left FA3 out: not a failure, which the ERR trap would report)
+  [ -f "$STATE/fa3_linked" ] && linked=$(tr '\n' ' ' < "$STATE/fa3_linked")
+  echo "device_build.sh: FA3 kernels built: $linked; overlay $OVERLAY"
 }
 on_stop() {
   trap - TERM INT
