@@ -4,6 +4,7 @@ launcher's tail plan, the soak's hour-equivalence against its source, and the de
 The GPU halves: tests/test_reliability_gpu.py, dev/device_reliability.sh."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -127,6 +128,24 @@ def test_racecheck_known_handoff_is_named_not_failed():
     assert not sanitize.parse("racecheck", _race_log([handoff]), 0)["ok"]  # the exit status disagrees: not trusted
     moved = _race_report([at[-1], len(src) + 5])  # a line past the file's end is not the hand-off
     assert sanitize.parse("racecheck", _race_log([moved]), 1)["known_errors"] == 0
+
+
+def test_reread_gives_an_earlier_runs_verdicts(tmp_path):
+    src = (REPO / "csrc/sm90/flash_fwd.cuh").read_text().splitlines()
+    at = [i + 1 for i, text in enumerate(src) if "s.sched_tile[" in text]
+    (tmp_path / "racecheck.log").write_text(_race_log([_race_report([at[-1], at[0]])]))
+    (tmp_path / "memcheck.log").write_text(CLEAN)
+    tools = [{"tool": "racecheck", "rc": 1, "seconds": 35.0, "ok": False}, {"tool": "memcheck", "rc": 0, "seconds": 3.0}]
+    (tmp_path / "sanitize.json").write_text(json.dumps({"sanitizer": "x", "tools": tools}))
+    run = subprocess.run([sys.executable, "dev/stress/sanitize.py", "--reread", str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 of them the causal tile index" in run.stdout and run.stdout.count("-> ok") == 2
+    tools[0]["rc"] = 0  # an exit status that disagrees with the error: the run is not trusted
+    (tmp_path / "sanitize.json").write_text(json.dumps({"sanitizer": "x", "tools": tools}))
+    run = subprocess.run([sys.executable, "dev/stress/sanitize.py", "--reread", str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and "-> FAIL" in run.stdout
 
 
 FAKE_SANITIZER = """#!/usr/bin/env bash

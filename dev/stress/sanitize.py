@@ -2,6 +2,7 @@
 ("errors found: N"), exit non-zero on any error, any wrong result or missed path, or a tool that did not finish.
 
     python3 dev/stress/sanitize.py [--tools memcheck,racecheck,synccheck] [--out DIR] [--json FILE] [--serial]
+    python3 dev/stress/sanitize.py --reread DIR    # an earlier run's logs read again (DIR: its --out, sanitize.json)
 
 memcheck runs the full case set, racecheck and synccheck the small one (they instrument every shared-memory access
 and barrier; the small set has the same code paths with fewer tiles: tests/sanitizer_cases.py). The tools run at
@@ -112,6 +113,19 @@ def line(r: dict) -> str:
     return f"{r['tool']:<10} errors found: {errors}  ({', '.join(extra)}) -> {'ok' if r['ok'] else 'FAIL'}"
 
 
+def reread(folder: Path) -> int:
+    """An earlier run's verdicts by this parse(): its <tool>.log files, with the exit status and time sanitize.json
+    recorded for each."""
+    recorded = json.loads((folder / "sanitize.json").read_text())["tools"]
+    results = []
+    for old in recorded:
+        r = parse(old["tool"], (folder / f"{old['tool']}.log").read_text(errors="replace"), old["rc"])
+        r["seconds"] = old.get("seconds") or 0.0
+        results.append(r)
+        print(line(r))
+    return 0 if results and all(r["ok"] for r in results) else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tools", default=",".join(TOOLS))
@@ -120,7 +134,11 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per tool")
     ap.add_argument("--serial", action="store_true", help="one tool after the other")
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--reread", type=Path, metavar="DIR",
+                    help="run nothing: read an earlier run's logs and sanitize.json in DIR with this parse()")
     args = ap.parse_args(argv)
+    if args.reread:
+        return reread(args.reread)
     tools = [t for t in args.tools.split(",") if t]
     unknown = set(tools) - set(TOOLS)
     if unknown:
