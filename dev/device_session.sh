@@ -155,6 +155,8 @@
 #   bash dev/device_session.sh P10 [budget_s] # the causal and 8-bit fidelity GPU tests after their fixes, the
 #                                             # whole GPU suite; SageAttention2 compiling beside, the fidelity test
 #                                             # again with it
+#   bash dev/device_session.sh P11 [budget_s] # the next tile's Q into L2 in the one-Q-buffer builds against the
+#                                             # default: head-dim GPU suites, memcheck, 12 rounds (D=192 1K first)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -495,6 +497,25 @@ sys.exit(anchor_impls.available().get('sage2', 'unlisted') is not None)" 2>/dev/
     && gpu_pytest p10/fidelity_sage2.log $(( $(left) > 40 ? $(left) - 10 : 30 )) fidelity_sage2 -s -m gpu \
       tests/test_fidelity_8bit_gpu.py
   tar_dirs p10
+  ;;
+P11)
+  # The next tile's Q asked into L2 in every one-Q-buffer build (VIDATTN_Q_L2_PREFETCH=1, $AB/lib_qpf.so) against the
+  # default ($AB/lib_base.so; dev/NOTES.md "D=192 at 1K: the next tile's Q asked into L2"): the head-dim GPU suites
+  # under it, memcheck of the D=192 cases, then 12 interleaved rounds at D=192 1K / 8K / 32K, D=256 1K (a control:
+  # the same kernel) and Wan 1.3B self (the D=128 N=176 build it also changes).
+  AB=${AB:-.build/ab13}
+  mkdir -p "$OUT/p11"
+  VIDATTN_LIBRARY=$AB/lib_qpf.so gpu_pytest p11/gpu_qpf.log 150 tests_qpf -m gpu tests/test_head_dims_gpu.py \
+    tests/test_head_dims_variants_gpu.py
+  if [ "${rc[tests_qpf]}" = 0 ]; then
+    VIDATTN_LIBRARY=$AB/lib_qpf.so sanitize_pytest memcheck p11/memcheck.log 120 memcheck -m gpu \
+      tests/test_head_dims_gpu.py -k "192"
+    timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/kernel_ab_time.py base=$AB/lib_base.so \
+      qpf=$AB/lib_qpf.so --shapes wan13b_self,x192,x256 --extra-shapes 16x10x1024x192 2x10x8192x192 1x10x32768x192 \
+      16x8x1024x256 --rounds 12 --checked --json "$OUT/p11/ab.json" > "$OUT/p11/ab.log" 2>&1; rc[ab]=$?
+    tail -9 "$OUT/p11/ab.log"
+  fi
+  tar_dirs p11
   ;;
 O5)
   anchors_ready
