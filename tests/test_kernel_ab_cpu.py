@@ -126,3 +126,20 @@ def test_extra_shapes_are_parsed_before_any_library_loads(monkeypatch):
     with pytest.raises(SystemExit):
         mod.main()
     assert opened == []
+
+
+def test_paired_table_counts_rounds_won_against_the_first(tmp_path):
+    import json
+    import subprocess
+    import sys
+    times = {"s1": {"base": [1.0, 1.0, 1.0, 1.0], "new": [0.9, 1.1, 0.95, 0.99], "cudnn": [2.0] * 4},
+             "s2": {"base": [1.0, 2.0], "cudnn": [1.0, 1.0]}}  # a variant missing from a shape: a dash
+    table = _ab_time().paired_table(times, ["base", "new"])
+    row1 = next(line for line in table.splitlines() if line.startswith("s1"))
+    assert row1.split()[1:] == ["3/4", f"{(1 / 0.99 + 1 / 0.95) / 2:.4f}"]
+    assert next(line for line in table.splitlines() if line.startswith("s2")).split()[1:] == ["-"]
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps({"times_ms": times}))
+    r = subprocess.run([sys.executable, str(ROOT / "dev" / "probes" / "kernel_ab_time.py"), "--paired", str(path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "against base" in r.stdout and "3/4" in r.stdout

@@ -64,7 +64,9 @@
 #endif
 
 // Prefetch the next tile's Q into L2 when Q has a single shared-memory buffer (see the producer). Off: measured
-// no gain (Wan cross-attention 0.881x cuDNN with it, 0.897x without, within the spread; dev/NOTES.md).
+// no gain (Wan cross-attention 0.881x cuDNN with it, 0.897x without, within the spread), nor at D=192 with 1K keys,
+// where Q's wait is the SM's share of L2 bandwidth beside K_0 and K_1, not HBM latency (2 of 12 rounds; dev/NOTES.md).
+// The O-in-V builds prefetch regardless (FwdTraits::kQPrefetchL2).
 #ifndef VIDATTN_Q_L2_PREFETCH
 #define VIDATTN_Q_L2_PREFETCH 0
 #endif

@@ -63,11 +63,32 @@ def pick_best(times: dict, candidates: list[str]) -> tuple[str | None, dict]:
     return (max(scores, key=scores.get) if scores else None), scores
 
 
+def paired_table(times: dict, names: list[str]) -> str:
+    """Each later variant against the first, round by round (the same round's two times, which share its clock and
+    temperature): in how many rounds it was faster, and the median of the rounds' time ratios (> 1: faster)."""
+    base, rest = names[0], names[1:]
+    lines = [f"== paired rounds against {base} (rounds faster / all, median of {base} time / variant time)",
+             f"{'shape':16s} " + " ".join(f"{n:>16s}" for n in rest)]
+    for sname, t in times.items():
+        cells = []
+        for n in rest:
+            if base not in t or n not in t:
+                cells.append(f"{'-':>16s}")
+                continue
+            r = [a / b for a, b in zip(t[base], t[n])]
+            cells.append(f"{sum(x > 1 for x in r):>5d}/{len(r):<3d} {statistics.median(r):7.4f}")
+        lines.append(f"{sname:16s} " + " ".join(cells))
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("libs", nargs="*", help="name=path of a kernel library build")
     ap.add_argument("--pick", nargs=2, metavar=("JSON", "CANDIDATES"),
                     help="no timing: print the best of the comma-separated CANDIDATES in a JSON this script wrote")
+    ap.add_argument("--paired", metavar="JSON",
+                    help="no timing: print the paired-rounds table of a JSON this script wrote (its first variant "
+                         "the reference)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rep-ms", type=float, default=60.0, help="do_bench rep per measurement")
     ap.add_argument("--order", choices=ORDERS, default="williams", help="each round's order (bench/round_order.py)")
@@ -84,6 +105,11 @@ def main():
         extra = parse_shapes(args.extra_shapes)
     except KeyError as exc:
         ap.error(str(exc))
+    if args.paired:
+        times = json.loads(Path(args.paired).read_text())["times_ms"]
+        first = next(iter(times.values()), {})
+        print(paired_table(times, [n for n in first if n != "cudnn"]))
+        return
     if args.pick:
         try:
             times = json.loads(Path(args.pick[0]).read_text())["times_ms"]
@@ -151,6 +177,8 @@ def main():
     for sname, times in record.items():
         cd = statistics.median(times["cudnn"])
         print(f"{sname:14s} " + " ".join(f"{cd / statistics.median(times[n]):10.3f}" for n in names))
+    if len(names) > 1:
+        print(paired_table(record, names))
     sys.exit(0 if all(ok or n.startswith("diag_") for n, ok in good.items()) else 1)
 
 
