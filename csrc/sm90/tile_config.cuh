@@ -64,8 +64,8 @@
 #endif
 
 // Prefetch the next tile's Q into L2 when Q has a single shared-memory buffer (see the producer). Off: measured
-// no gain (Wan cross-attention 0.881x cuDNN with it, 0.897x without, within the spread), nor at D=192 with 1K keys,
-// where Q's wait is the SM's share of L2 bandwidth beside K_0 and K_1, not HBM latency (2 of 12 rounds; dev/NOTES.md).
+// no gain (Wan cross-attention 0.881x cuDNN with it, 0.897x without, within the spread), nor at D=192 with 1K keys
+// (2 of 12 rounds): Q's wait there reads as the SM's share of L2 bandwidth beside K_0 and K_1, not HBM latency.
 // The O-in-V builds prefetch regardless (FwdTraits::kQPrefetchL2).
 #ifndef VIDATTN_Q_L2_PREFETCH
 #define VIDATTN_Q_L2_PREFETCH 0
