@@ -244,6 +244,22 @@ sanitize_pytest() {
     > "$OUT/$log" 2>&1; rc[$key]=$?
   grep -E "ERROR SUMMARY|passed|failed" "$OUT/$log" | tail -2
 }
+# A head-dim build variant, $AB/lib_$2.so, against the default, $AB/lib_base.so, into $OUT/$1: the head-dim GPU
+# suites under it, and only when they pass memcheck of the D=192 cases and 12 interleaved rounds on the anchor shapes
+# whose names hold one of the comma-separated $3 and the extra shapes after it; the ratio and paired tables printed.
+hd_variant_ab() {
+  local d=$1 name=$2 pats=$3 lib=$AB/lib_$2.so; shift 3
+  mkdir -p "$OUT/$d"
+  VIDATTN_LIBRARY=$lib gpu_pytest "$d/gpu_$name.log" 150 "tests_$name" -m gpu tests/test_head_dims_gpu.py \
+    tests/test_head_dims_variants_gpu.py
+  [ "${rc[tests_$name]}" = 0 ] || return 0
+  VIDATTN_LIBRARY=$lib sanitize_pytest memcheck "$d/memcheck.log" 120 memcheck -m gpu tests/test_head_dims_gpu.py \
+    -k "192"
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/kernel_ab_time.py base=$AB/lib_base.so \
+    "$name=$lib" --shapes "$pats" --extra-shapes "$@" --rounds 12 --checked --json "$OUT/$d/ab.json" \
+    > "$OUT/$d/ab.log" 2>&1; rc[ab]=$?
+  sed -n '/== ratio table/,$p' "$OUT/$d/ab.log"
+}
 # v16's GPU tests, memcheck and A/B from the experiment library (VIDATTN_V16_LIB, else .build/ab/lib_v16.so), into
 # $OUT/$1; memcheck and the A/B only when the tests pass.
 v16_part() {
@@ -462,17 +478,7 @@ P9)
   # build .build/ab/lib_base.so; dev/NOTES.md "D=192 at 1K"): the head-dim GPU suites under it, memcheck of the D=192
   # cases, then 12 interleaved rounds at D=192 1K (the build it changes), 8K and 32K (controls).
   AB=${AB:-.build/ab}
-  mkdir -p "$OUT/p9"
-  VIDATTN_LIBRARY=$AB/lib_o2s.so gpu_pytest p9/gpu_o2s.log 150 tests_o2s -m gpu tests/test_head_dims_gpu.py \
-    tests/test_head_dims_variants_gpu.py
-  if [ "${rc[tests_o2s]}" = 0 ]; then
-    VIDATTN_LIBRARY=$AB/lib_o2s.so sanitize_pytest memcheck p9/memcheck.log 120 memcheck -m gpu \
-      tests/test_head_dims_gpu.py -k "192"
-    timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/kernel_ab_time.py base=$AB/lib_base.so \
-      o2s=$AB/lib_o2s.so --shapes x192 --extra-shapes 16x10x1024x192 2x10x8192x192 1x10x32768x192 --rounds 12 \
-      --checked --json "$OUT/p9/ab.json" > "$OUT/p9/ab.log" 2>&1; rc[ab]=$?
-    tail -5 "$OUT/p9/ab.log"
-  fi
+  hd_variant_ab p9 o2s x192 16x10x1024x192 2x10x8192x192 1x10x32768x192
   tar_dirs p9
   ;;
 P10)
@@ -504,17 +510,7 @@ P11)
   # under it, memcheck of the D=192 cases, then 12 interleaved rounds at D=192 1K / 8K / 32K, D=256 1K (a control:
   # the same kernel) and Wan 1.3B self (the D=128 N=176 build it also changes).
   AB=${AB:-.build/ab13}
-  mkdir -p "$OUT/p11"
-  VIDATTN_LIBRARY=$AB/lib_qpf.so gpu_pytest p11/gpu_qpf.log 150 tests_qpf -m gpu tests/test_head_dims_gpu.py \
-    tests/test_head_dims_variants_gpu.py
-  if [ "${rc[tests_qpf]}" = 0 ]; then
-    VIDATTN_LIBRARY=$AB/lib_qpf.so sanitize_pytest memcheck p11/memcheck.log 120 memcheck -m gpu \
-      tests/test_head_dims_gpu.py -k "192"
-    timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/kernel_ab_time.py base=$AB/lib_base.so \
-      qpf=$AB/lib_qpf.so --shapes wan13b_self,x192,x256 --extra-shapes 16x10x1024x192 2x10x8192x192 1x10x32768x192 \
-      16x8x1024x256 --rounds 12 --checked --json "$OUT/p11/ab.json" > "$OUT/p11/ab.log" 2>&1; rc[ab]=$?
-    tail -9 "$OUT/p11/ab.log"
-  fi
+  hd_variant_ab p11 qpf wan13b_self,x192,x256 16x10x1024x192 2x10x8192x192 1x10x32768x192 16x8x1024x256
   tar_dirs p11
   ;;
 O5)

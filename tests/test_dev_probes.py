@@ -438,9 +438,9 @@ def test_device_session_stage_letters_are_unique_and_documented():
     stage that way, and the new one never ran."""
     import re
     text = (ROOT / "dev/device_session.sh").read_text()
-    cases = re.findall(r"^([A-Z][0-9]?)\)$", text, flags=re.M)
+    cases = re.findall(r"^([A-Z][0-9]*)\)$", text, flags=re.M)
     assert len(cases) == len(set(cases)), sorted(c for c in cases if cases.count(c) > 1)
-    documented = re.findall(r"^#   bash dev/device_session\.sh ([A-Z][0-9]?) +\[budget_s\]", text, flags=re.M)
+    documented = re.findall(r"^#   bash dev/device_session\.sh ([A-Z][0-9]*) +\[budget_s\]", text, flags=re.M)
     assert sorted(documented) == sorted(cases)
 
 
