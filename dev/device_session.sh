@@ -157,6 +157,8 @@
 #                                             # again with it
 #   bash dev/device_session.sh P11 [budget_s] # the next tile's Q into L2 in the one-Q-buffer builds against the
 #                                             # default: head-dim GPU suites, memcheck, 12 rounds (D=192 1K first)
+#   bash dev/device_session.sh P12 [budget_s] # D=192/256 at 1K/8K/32K against cuDNN in 30 paired rounds, with an
+#                                             # A/A pair of the default library
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -512,6 +514,20 @@ P11)
   AB=${AB:-.build/ab13}
   hd_variant_ab p11 qpf wan13b_self,x192,x256 16x10x1024x192 2x10x8192x192 1x10x32768x192 16x8x1024x256
   tar_dirs p11
+  ;;
+P12)
+  # The rows still under the envelope's 1.15x-cuDNN bar (D=192 and D=256 at 1K / 8K / 32K) in 30 paired rounds, the
+  # default library under two names (an A/A pair: what the harness itself moves between identical kernels); the
+  # paired tables against cuDNN and against the first name.
+  AB=${AB:-.build/ab13}
+  mkdir -p "$OUT/p12"
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/kernel_ab_time.py base=$AB/lib_base.so \
+    same=$AB/lib_base.so --shapes x192,x256 --extra-shapes 16x10x1024x192 2x10x8192x192 1x10x32768x192 \
+    16x8x1024x256 2x8x8192x256 1x8x32768x256 --rounds 30 --checked --json "$OUT/p12/ab.json" > "$OUT/p12/ab.log" 2>&1
+  rc[ab]=$?
+  sed -n '/== paired rounds/,$p' "$OUT/p12/ab.log"
+  python3 dev/probes/kernel_ab_time.py --paired "$OUT/p12/ab.json" --against cudnn | tee "$OUT/p12/paired_cudnn.txt"
+  tar_dirs p12
   ;;
 O5)
   anchors_ready

@@ -136,10 +136,18 @@ def test_paired_table_counts_rounds_won_against_the_first(tmp_path):
              "s2": {"base": [1.0, 2.0], "cudnn": [1.0, 1.0]}}  # a variant missing from a shape: a dash
     table = _ab_time().paired_table(times, ["base", "new"])
     row1 = next(line for line in table.splitlines() if line.startswith("s1"))
-    assert row1.split()[1:] == ["3/4", f"{(1 / 0.99 + 1 / 0.95) / 2:.4f}"]
+    assert row1.split()[1:3] == ["3/4", f"{(1 / 0.99 + 1 / 0.95) / 2:.4f}"]
     assert next(line for line in table.splitlines() if line.startswith("s2")).split()[1:] == ["-"]
+    against = _ab_time().paired_table(times, ["base", "new", "cudnn"], "cudnn")  # speedups over cuDNN
+    assert next(line for line in against.splitlines() if line.startswith("s1")).split()[1:3] == ["4/4", "2.0000"]
     path = tmp_path / "ab.json"
     path.write_text(json.dumps({"times_ms": times}))
-    r = subprocess.run([sys.executable, str(ROOT / "dev" / "probes" / "kernel_ab_time.py"), "--paired", str(path)],
-                       capture_output=True, text=True)
+    script = str(ROOT / "dev" / "probes" / "kernel_ab_time.py")
+    r = subprocess.run([sys.executable, script, "--paired", str(path)], capture_output=True, text=True)
     assert r.returncode == 0 and "against base" in r.stdout and "3/4" in r.stdout
+    r = subprocess.run([sys.executable, script, "--paired", str(path), "--against", "cudnn"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "against cudnn" in r.stdout
+    r = subprocess.run([sys.executable, script, "--paired", str(path), "--against", "fa3"], capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "--against fa3" in r.stderr

@@ -63,20 +63,23 @@ def pick_best(times: dict, candidates: list[str]) -> tuple[str | None, dict]:
     return (max(scores, key=scores.get) if scores else None), scores
 
 
-def paired_table(times: dict, names: list[str]) -> str:
-    """Each later variant against the first, round by round (the same round's two times, which share its clock and
-    temperature): in how many rounds it was faster, and the median of the rounds' time ratios (> 1: faster)."""
-    base, rest = names[0], names[1:]
-    lines = [f"== paired rounds against {base} (rounds faster / all, median of {base} time / variant time)",
-             f"{'shape':16s} " + " ".join(f"{n:>16s}" for n in rest)]
+def paired_table(times: dict, names: list[str], reference: str | None = None) -> str:
+    """Each variant against the reference (default: the first name), round by round (the same round's two times,
+    which share its clock and temperature): in how many rounds it was faster, and the median and quartiles of the
+    rounds' time ratios, reference time / variant time (> 1: faster; against "cudnn", the variant's speedup)."""
+    ref = reference or names[0]
+    rest = [n for n in names if n != ref]
+    lines = [f"== paired rounds against {ref} (rounds faster / all, median [quartiles] of {ref} time / variant time)",
+             f"{'shape':16s} " + " ".join(f"{n:>30s}" for n in rest)]
     for sname, t in times.items():
         cells = []
         for n in rest:
-            if base not in t or n not in t:
-                cells.append(f"{'-':>16s}")
+            if ref not in t or n not in t:
+                cells.append(f"{'-':>30s}")
                 continue
-            r = [a / b for a, b in zip(t[base], t[n])]
-            cells.append(f"{sum(x > 1 for x in r):>5d}/{len(r):<3d} {statistics.median(r):7.4f}")
+            r = [a / b for a, b in zip(t[ref], t[n])]
+            q1, _, q3 = statistics.quantiles(r, n=4, method="inclusive") if len(r) > 1 else (r[0], 0, r[0])
+            cells.append(f"{sum(x > 1 for x in r):>5d}/{len(r):<3d} {statistics.median(r):6.4f} [{q1:.4f}, {q3:.4f}]")
         lines.append(f"{sname:16s} " + " ".join(cells))
     return "\n".join(lines)
 
@@ -88,7 +91,8 @@ def main():
                     help="no timing: print the best of the comma-separated CANDIDATES in a JSON this script wrote")
     ap.add_argument("--paired", metavar="JSON",
                     help="no timing: print the paired-rounds table of a JSON this script wrote (its first variant "
-                         "the reference)")
+                         "the reference, or --against's)")
+    ap.add_argument("--against", metavar="NAME", help="--paired's reference, e.g. cudnn")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rep-ms", type=float, default=60.0, help="do_bench rep per measurement")
     ap.add_argument("--order", choices=ORDERS, default="williams", help="each round's order (bench/round_order.py)")
@@ -108,7 +112,10 @@ def main():
     if args.paired:
         times = json.loads(Path(args.paired).read_text())["times_ms"]
         first = next(iter(times.values()), {})
-        print(paired_table(times, [n for n in first if n != "cudnn"]))
+        names = [n for n in first if n != "cudnn"] + (["cudnn"] if args.against == "cudnn" else [])
+        if args.against and args.against not in names:
+            ap.error(f"--against {args.against}: not in {args.paired} ({', '.join(first)})")
+        print(paired_table(times, names, args.against))
         return
     if args.pick:
         try:
