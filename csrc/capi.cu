@@ -144,12 +144,23 @@ thread_local int g_last_causal_first_group = 0;  // this thread's last causal la
 #ifndef VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128
 #define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128 2048
 #endif
-// [0]: the D=64 build, [1]: the D=128 build (vidattn_sm90_set_causal_dynamic_min_sq, ..._for)
-int g_causal_dynamic_min_sq[2] = {VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64, VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128};
-constexpr int kCausalDynamicMinSqDefault[2] = {VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64, VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128};
+// The D=192 and D=256 causal builds (the narrow widths, one Q buffer): D=128's threshold, not yet measured on them.
+#ifndef VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D192
+#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D192 2048
+#endif
+#ifndef VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D256
+#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D256 2048
+#endif
+// [0]: the D=64 build, [1]: D=128, [2]: D=192, [3]: D=256 (vidattn_sm90_set_causal_dynamic_min_sq, ..._for)
+constexpr int kCausalDynamicMinSqDefault[4] = {VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64, VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128,
+                                               VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D192, VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D256};
+int g_causal_dynamic_min_sq[4] = {kCausalDynamicMinSqDefault[0], kCausalDynamicMinSqDefault[1],
+                                  kCausalDynamicMinSqDefault[2], kCausalDynamicMinSqDefault[3]};
 thread_local int g_last_causal_dynamic = 0;  // 1: this thread's last launch took the dynamic schedule
 // The threshold slot of the causal build that runs head_dim (-1: no causal build runs it).
-int causal_build_slot(int64_t head_dim) { return head_dim < 1 || head_dim > 128 ? -1 : head_dim <= 64 ? 0 : 1; }
+int causal_build_slot(int64_t head_dim) {
+  return head_dim < 1 || head_dim > 256 ? -1 : head_dim <= 64 ? 0 : head_dim <= 128 ? 1 : head_dim <= 192 ? 2 : 3;
+}
 // Whether a causal call of seqlen_q query rows on the kHeadDim build takes the dynamic schedule, given a large
 // enough workspace.
 bool causal_dynamic_for(int build_head_dim, int64_t seqlen_q) {
@@ -293,7 +304,8 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     p.num_tiles = static_cast<int>(n);
     if constexpr (kCausal) {
       static_assert(T::kRedoWords <= kRedoWordsMax, "causal_sched_bytes");
-      static_assert(kHeadDim == 64 || kHeadDim == 128, "one dynamic threshold per causal build: causal_build_slot");
+      static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                    "one dynamic threshold per causal build: causal_build_slot");
       g_last_causal_static_imbalance = 0;
       bool dynamic = causal_dynamic_for(kHeadDim, a.seqlen_q);
       if (!dynamic && g_causal_static_imbalance_max > 0) {
@@ -319,48 +331,53 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     kernel<<<dim3(static_cast<unsigned>(n < sms ? n : sms)), T::kThreads, smem, stream>>>(p);
     if (check_launch("kernel launch") != 0) return 1;
   }
-  if constexpr (kCausal) return 0;
-  if (tail.tiles == 0) return 0;
-  // The tail launch stores partials (no epilogue of O): the O-from-registers build shares the O-in-V build's. So does
-  // the Q-halves build (one item per CTA: no next tile whose Q could load early), with Q's box back at the tile's
-  // rows: its own split kernel spilled the producer's 24 registers (84 bytes). And the read-late build (its items'
-  // partials go to the workspace, nothing deferred), and its variant narrowing every partial block (a tail launch
-  // ends one block per item, on the shared kernel's MIN_SAVED rule: no second split kernel for it).
-  auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs,
-                                       kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & ~kNarrowAllBuild,
-                                       kFp16, true>;
-  if (allow_smem(split_kernel, smem) != 0) return 1;
-  if constexpr (T::kQHalves) {
-    if (!make_tensor_map_4d(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride, T::kBlockM,
-                            &err))
-      return fail(err);
+  // Causal launches have no tail launch: its split kernel is not instantiated for them (at fp16 D=192/256 it would
+  // be a kernel no call runs).
+  if constexpr (kCausal) {
+    return 0;
+  } else {
+    if (tail.tiles == 0) return 0;
+    // The tail launch stores partials (no epilogue of O): the O-from-registers build shares the O-in-V build's. So does
+    // the Q-halves build (one item per CTA: no next tile whose Q could load early), with Q's box back at the tile's
+    // rows: its own split kernel spilled the producer's 24 registers (84 bytes). And the read-late build (its items'
+    // partials go to the workspace, nothing deferred), and its variant narrowing every partial block (a tail launch
+    // ends one block per item, on the shared kernel's MIN_SAVED rule: no second split kernel for it).
+    auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs,
+                                         kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & ~kNarrowAllBuild,
+                                         kFp16, true>;
+    if (allow_smem(split_kernel, smem) != 0) return 1;
+    if constexpr (T::kQHalves) {
+      if (!make_tensor_map_4d(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride, T::kBlockM,
+                              &err))
+        return fail(err);
+    }
+    const int64_t items = tail.tiles * tail.splits;
+    p.tile_base = static_cast<int>(main_tiles);
+    p.num_tiles = static_cast<int>(items);
+    p.kv_splits = tail.splits;
+    p.ws_o = static_cast<float*>(a.workspace);
+    p.ws_ml = p.ws_o + items * T::kBlockM * kHeadDim;
+    split_kernel<<<dim3(static_cast<unsigned>(items)), T::kThreads, smem, stream>>>(p);
+    if (check_launch("tail launch") != 0) return 1;
+    CombineParams c{};
+    c.ws_o = p.ws_o;
+    c.ws_ml = p.ws_ml;
+    c.o = a.o;
+    for (int i = 0; i < 3; ++i) c.o_stride[i] = a.o_stride[i];
+    c.lse = a.lse;
+    c.seqlen_q = p.seqlen_q;
+    c.heads = p.heads;
+    c.num_m_blocks = p.num_m_blocks;
+    c.tile_base = p.tile_base;
+    c.block_m = T::kBlockM;
+    c.splits = tail.splits;
+    c.num_rows = static_cast<int>(tail.tiles * T::kBlockM);
+    c.head_dim = static_cast<int>(a.head_dim);
+    constexpr int kRowsPerBlock = kCombineThreads / 32;  // one warp per row
+    combine_kernel<kHeadDim, kFp16><<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)),
+                                      kCombineThreads, 0, stream>>>(c);
+    return check_launch("tail merge launch");
   }
-  const int64_t items = tail.tiles * tail.splits;
-  p.tile_base = static_cast<int>(main_tiles);
-  p.num_tiles = static_cast<int>(items);
-  p.kv_splits = tail.splits;
-  p.ws_o = static_cast<float*>(a.workspace);
-  p.ws_ml = p.ws_o + items * T::kBlockM * kHeadDim;
-  split_kernel<<<dim3(static_cast<unsigned>(items)), T::kThreads, smem, stream>>>(p);
-  if (check_launch("tail launch") != 0) return 1;
-  CombineParams c{};
-  c.ws_o = p.ws_o;
-  c.ws_ml = p.ws_ml;
-  c.o = a.o;
-  for (int i = 0; i < 3; ++i) c.o_stride[i] = a.o_stride[i];
-  c.lse = a.lse;
-  c.seqlen_q = p.seqlen_q;
-  c.heads = p.heads;
-  c.num_m_blocks = p.num_m_blocks;
-  c.tile_base = p.tile_base;
-  c.block_m = T::kBlockM;
-  c.splits = tail.splits;
-  c.num_rows = static_cast<int>(tail.tiles * T::kBlockM);
-  c.head_dim = static_cast<int>(a.head_dim);
-  constexpr int kRowsPerBlock = kCombineThreads / 32;  // one warp per row
-  combine_kernel<kHeadDim, kFp16><<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)),
-                                    kCombineThreads, 0, stream>>>(c);
-  return check_launch("tail merge launch");
 }
 
 // DIAGNOSTIC ONLY, never a default: VIDATTN_KERNEL_SUBSET=1 instantiates only the bf16 non-causal D=256 O-in-V
@@ -525,6 +542,8 @@ extern "C" int vidattn_sm90_last_q_box_rows(void) { return g_last_q_box_rows; }
 
 extern "C" int vidattn_sm90_causal_modes(void) { return 2; }
 
+extern "C" int vidattn_sm90_causal_max_head_dim(void) { return 256; }
+
 extern "C" int vidattn_sm90_set_causal_dynamic_min_sq_for(int head_dim, int min_sq) {
   const int slot = causal_build_slot(head_dim);
   if (min_sq < -1 || slot < 0) return 1;
@@ -534,7 +553,7 @@ extern "C" int vidattn_sm90_set_causal_dynamic_min_sq_for(int head_dim, int min_
 
 extern "C" int vidattn_sm90_set_causal_dynamic_min_sq(int min_sq) {
   if (min_sq < -1) return 1;
-  for (int head_dim : {64, 128}) vidattn_sm90_set_causal_dynamic_min_sq_for(head_dim, min_sq);
+  for (int head_dim : {64, 128, 192, 256}) vidattn_sm90_set_causal_dynamic_min_sq_for(head_dim, min_sq);
   return 0;
 }
 
@@ -616,7 +635,7 @@ extern "C" int vidattn_sm90_set_d96_warpgroups(int warpgroups) {
 extern "C" int vidattn_sm90_build_head_dim(int head_dim, int causal) {
   if (head_dim < 8 || head_dim > 256 || head_dim % 8 != 0) return 0;
   if (head_dim <= 64) return 64;
-  if (causal != 0) return head_dim <= 128 ? 128 : 0;
+  if (causal != 0) return head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
   if (head_dim <= 96 && g_d96_build != 128) return 96;
   if (head_dim <= 128) return 128;
   return head_dim <= 192 ? 192 : 256;
@@ -668,15 +687,22 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
   constexpr int kD256N = vidattn::sm90::default_block_n(256);
   // Causal: one build per head dim (build time), chosen for tiles whose key count varies from one block to all: D=64
   // on three warpgroups (the long-sequence build), D=128 on N=128 (Q in registers, two Q buffers: its tile
-  // boundaries come every few blocks). The D=64 warpgroup and D=128 width switches do not apply. Head dims 72..128
-  // run on the D=128 causal build (padded); past 128 there is no causal build (build time: vidattn/_ext.py sends
-  // those calls to SDPA first).
+  // boundaries come every few blocks), D=192 and D=256 on their narrow widths (N=96 and 64: the diagonal block wastes
+  // less, and O leaves through the scratch under the next tile's S_0, as at D=128). The D=64 warpgroup, D=128 width
+  // and head-dim variant switches do not apply. Head dims 72..128 run on the D=128 causal build (padded), 136..192 on
+  // D=192's, 200..256 on D=256's.
   if (a->causal != 0) {
-    if (a->head_dim > 128) return fail("causal masks run on head dims up to 128 (no causal build past D=128)");
+    constexpr int kD192Narrow = VIDATTN_BLOCK_N_D192_NARROW, kD256Narrow = VIDATTN_BLOCK_N_D256_NARROW;
     if (a->head_dim <= 64)
       return fp16 ? launch<64, 3, kD64N, true, true>(*a, s, sms) : launch<64, 3, kD64N, false, true>(*a, s, sms);
-    return fp16 ? launch<128, 2, kD128Short, true, true>(*a, s, sms)
-                : launch<128, 2, kD128Short, false, true>(*a, s, sms);
+    if (a->head_dim <= 128)
+      return fp16 ? launch<128, 2, kD128Short, true, true>(*a, s, sms)
+                  : launch<128, 2, kD128Short, false, true>(*a, s, sms);
+    if (a->head_dim <= 192)
+      return fp16 ? launch<192, 2, kD192Narrow, true, true>(*a, s, sms)
+                  : launch<192, 2, kD192Narrow, false, true>(*a, s, sms);
+    return fp16 ? launch<256, 2, kD256Narrow, true, true>(*a, s, sms)
+                : launch<256, 2, kD256Narrow, false, true>(*a, s, sms);
   }
   // The smallest build at least as wide: 8..64 on D=64, 72..96 on D=96, 104..128 on D=128, 136..192 on D=192,
   // 200..256 on D=256 (vidattn_sm90_build_head_dim; dedicated narrower builds: dev/NOTES.md). The new dims have one

@@ -74,12 +74,15 @@ int vidattn_sm90_last_tail_splits(void);
 // The causal modes vidattn_sm90_fwd takes (VidattnFwdArgs::causal up to this value): 2. Libraries that predate the
 // field lack the symbol (vidattn/_ext.py then runs causal calls on SDPA).
 int vidattn_sm90_causal_modes(void);
+// The widest head dim a causal call runs on the kernel: 256 (builds at D=64, 128, 192 and 256). Libraries whose
+// causal builds stop at D=128 lack the symbol (vidattn/_ext.py then runs wider causal calls on SDPA).
+int vidattn_sm90_causal_max_head_dim(void);
 // Causal calls with fewer query rows than a threshold keep the static tile order even with a workspace (the dynamic
 // schedule's per-tile ticket costs more than it balances on short problems). One threshold per causal build: head
 // dims up to 64 run on the D=64 build (default VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D64), 65-128 on the D=128 build
-// (VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128). min_sq 0: dynamic whenever the workspace allows, -1: back to the build's
-// default. _for sets the build that runs head_dim; without it, both. Return 0, or 1 for a value below -1 or a head
-// dim no causal build runs.
+// (VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D128), 129-192 and 193-256 on the D=192 and D=256 builds (_D192, _D256). min_sq 0:
+// dynamic whenever the workspace allows, -1: back to the build's default. _for sets the build that runs head_dim;
+// without it, all four. Return 0, or 1 for a value below -1 or a head dim no causal build runs.
 int vidattn_sm90_set_causal_dynamic_min_sq(int min_sq);
 int vidattn_sm90_set_causal_dynamic_min_sq_for(int head_dim, int min_sq);
 // The threshold in force for head_dim's causal build (-1: no causal build runs head_dim).

@@ -159,6 +159,8 @@
 #                                             # default: head-dim GPU suites, memcheck, 12 rounds (D=192 1K first)
 #   bash dev/device_session.sh P12 [budget_s] # D=192/256 at 1K/8K/32K against cuDNN in 30 paired rounds, with an
 #                                             # A/A pair of the default library
+#   bash dev/device_session.sh P13 [budget_s] # causal on the D=192/256 builds: causal GPU suite, memcheck, the
+#                                             # causal anchors against cuDNN and FA3
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -528,6 +530,24 @@ P12)
   sed -n '/== paired rounds/,$p' "$OUT/p12/ab.log"
   python3 dev/probes/kernel_ab_time.py --paired "$OUT/p12/ab.json" --against cudnn | tee "$OUT/p12/paired_cudnn.txt"
   tar_dirs p12
+  ;;
+P13)
+  # Causal masks on the D=192 and D=256 builds (their narrow widths, N=96 and 64, one Q buffer), FlashAttention-3
+  # compiling beside: the causal GPU suite (every causal build) and the head-dim causal tests, memcheck of the new
+  # builds' square cases, then the causal anchors in 6 rounds against cuDNN and FA3 (the new rows, D=128 8K beside).
+  start_anchor_build 240
+  build_lib
+  mkdir -p "$OUT/p13"
+  gpu_pytest p13/causal.log 240 causal -m gpu tests/test_causal_gpu.py tests/test_head_dims_gpu.py -k "causal"
+  sanitize_pytest memcheck p13/memcheck.log 120 memcheck -m gpu tests/test_causal_gpu.py \
+    -k "test_square and (d192 or d256) and 1000"
+  await_anchor_build 150
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group causal \
+    --impls cudnn,fa3,vidattn --no-accuracy --shapes "causal 8K D192" "causal 32K D192" "causal 8K D256" \
+    "causal 32K D256" "causal 8K D128" --rounds 6 --budget-s $(( $(left) > 60 ? $(left) - 25 : 30 )) \
+    --out "$OUT/p13/anchors_causal.json" > "$OUT/p13/anchors_causal.log" 2>&1; rc[anchors]=$?
+  grep -A12 "^| shape" "$OUT/p13/anchors_causal.log" | tail -10
+  tar_dirs p13
   ;;
 O5)
   anchors_ready

@@ -129,6 +129,11 @@ GROUPS: dict[str, list[BenchShape]] = {
         BenchShape("causal 32K D128", 1, 16, 32768, 32768, 128, causal=True, group="causal"),
         BenchShape("causal 8K D64", 2, 32, 8192, 8192, 64, causal=True, group="causal"),
         BenchShape("causal 32K D64", 1, 32, 32768, 32768, 64, causal=True, group="causal"),
+        # the one-Q-buffer causal builds (D=192 N=96, D=256 N=64), 2048 // D heads as in the head-dim group
+        BenchShape("causal 8K D192", 2, 10, 8192, 8192, 192, causal=True, group="causal"),
+        BenchShape("causal 32K D192", 1, 10, 32768, 32768, 192, causal=True, group="causal"),
+        BenchShape("causal 8K D256", 2, 8, 8192, 8192, 256, causal=True, group="causal"),
+        BenchShape("causal 32K D256", 1, 8, 32768, 32768, 256, causal=True, group="causal"),
     ],
 }
 

@@ -183,7 +183,7 @@ MODES = ("top_left", "bottom_right")
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n", [1, 127, 1000, 4097])
-@pytest.mark.parametrize("d", [64, 128, 96], ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("d", [64, 128, 96, 160, 192, 200, 256], ids=lambda d: f"d{d}")
 def test_square(d, n, mode):
     """Sq = Skv: both alignments are the same mask (and both run the kernel)."""
     g, seed = new_gen()
@@ -196,7 +196,7 @@ def test_square(d, n, mode):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("sq,skv", [(127, 1000), (1000, 127), (113, 4097), (4097, 1000), (1, 777), (777, 1)],
                          ids=lambda x: str(x))
-@pytest.mark.parametrize("d", [64, 128], ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("d", [64, 128, 192, 256], ids=lambda d: f"d{d}")
 def test_lengths_differ(d, sq, skv, mode, layout):
     """Sq != Skv: top-left leaves the keys past Sq unseen (Sq < Skv), bottom-right leaves the first Sq - Skv
     queries without keys (Sq > Skv: zeros, LSE -inf)."""
@@ -208,7 +208,7 @@ def test_lengths_differ(d, sq, skv, mode, layout):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("sq,skv,lens", [(1000, 1000, (1000, 517)), (1000, 1000, (1, 999)),
                                          (300, 2000, (2000, 150)), (2000, 300, (300, 7))], ids=lambda x: str(x))
-@pytest.mark.parametrize("d", [64, 128], ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("d", [64, 128, 192, 256], ids=lambda d: f"d{d}")
 def test_kv_lens(d, sq, skv, lens, mode):
     """kv_lens cut the keys first, then the mask aligns to them: bottom-right's diagonal moves with each batch's
     kv_len (a batch of 7 keys under 2000 queries has 1993 rows without keys)."""
@@ -219,7 +219,8 @@ def test_kv_lens(d, sq, skv, lens, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (8, 1, 64), (6, 2, 96)], ids=lambda x: str(x))
+@pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (8, 1, 64), (6, 2, 96), (6, 3, 192), (8, 2, 256)],
+                         ids=lambda x: str(x))
 def test_grouped_query(hq, hkv, d, mode):
     g, seed = new_gen()
     q, k, v = bshd_inputs(1, hq, hkv, 1500, 1800, d, g, shift=True)
@@ -229,7 +230,7 @@ def test_grouped_query(hq, hkv, d, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 192, 256])
 def test_strided_views(d, mode):
     """q, k, v as slices of one packed (B, S, 3, H, D) projection."""
     g, seed = new_gen()
@@ -240,7 +241,7 @@ def test_strided_views(d, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("sq,skv", [(1000, 1000), (4097, 1000), (1000, 4097)], ids=lambda x: str(x))
-@pytest.mark.parametrize("d", [64, 128, 96], ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("d", [64, 128, 96, 192, 256], ids=lambda d: f"d{d}")
 def test_fp16(d, sq, skv, mode):
     """fp16 runs the exact online softmax throughout (no fixed reference): its first-block guard for rows without
     keys is the one that keeps them from NaN."""
@@ -250,7 +251,7 @@ def test_fp16(d, sq, skv, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 192, 256])
 def test_many_rounds_and_redo(d, mode):
     """More tiles than SMs, so each CTA runs several rounds in the causal order (odd rounds reversed), and a key
     that outscores the first block by ~500 log2 units in one head, so its tiles (those whose rows see it) overflow
@@ -402,30 +403,35 @@ def test_short_problems_dynamic_equals_static(b, h, sq, d, mode, dynamic_everywh
 
 def test_dynamic_min_sq_setter_refuses_bad_values():
     lib = _ext.load()
-    before = {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in (64, 128)}
+    dims = (64, 128, 192, 256)
+    before = {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in dims}
     assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-2) == 1
     assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(64, -2) == 1
     assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(0, 100) == 1  # no causal build runs these head dims
-    assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(129, 100) == 1
-    assert lib.vidattn_sm90_causal_dynamic_min_sq_for(129) == -1
-    assert {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in (64, 128)} == before
+    assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(257, 100) == 1
+    assert lib.vidattn_sm90_causal_dynamic_min_sq_for(257) == -1
+    assert {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in dims} == before
     assert lib.vidattn_sm90_set_causal_dynamic_min_sq(-1) == 0
-    assert {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in (64, 128)} == before  # the build's defaults
+    assert {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in dims} == before  # the build's defaults
 
 
 def test_one_threshold_per_causal_build(monkeypatch):
     """Each head dim takes the threshold of the build it runs on: up to 64 the D=64 build's, 65-128 the D=128
-    build's; setting one leaves the other. (The imbalance rule off: 2 heads of 1000 rows would take the dynamic
-    schedule below any length threshold.)"""
+    build's, 129-192 and 193-256 D=192's and D=256's; setting one leaves the others. (The imbalance rule off: 2 heads
+    of 1000 rows would take the dynamic schedule below any length threshold.)"""
     lib = _ext.load()
     g, seed = new_gen()
     defaults = {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in (64, 128)}
     try:
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(64, 500) == 0
         assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(128, 5000) == 0
+        assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(192, 500) == 0
+        assert lib.vidattn_sm90_set_causal_dynamic_min_sq_for(256, 5000) == 0
         assert lib.vidattn_sm90_causal_dynamic_min_sq_for(40) == 500
         assert lib.vidattn_sm90_causal_dynamic_min_sq_for(72) == 5000
-        for d, want in ((32, 1), (64, 1), (96, 0), (128, 0)):
+        assert lib.vidattn_sm90_causal_dynamic_min_sq_for(136) == 500
+        assert lib.vidattn_sm90_causal_dynamic_min_sq_for(200) == 5000
+        for d, want in ((32, 1), (64, 1), (96, 0), (128, 0), (160, 1), (192, 1), (224, 0), (256, 0)):
             q, k, v = bshd_inputs(1, 2, 2, 1000, 1000, d, g)
             with imbalance_rule_off(lib):
                 _, ran = schedule_of(lib, q, k, v, "top_left", True, monkeypatch)
@@ -446,6 +452,8 @@ def test_one_threshold_per_causal_build(monkeypatch):
     (2, 5, 1000, 3001, 128),    # Sq < Skv
     (2, 5, 3001, 1000, 128),    # Sq > Skv: bottom-right leaves rows without keys
     (1, 1, 131, 131, 128),      # fewer tiles than SMs: a grid of 2 CTAs
+    (1, 24, 4097, 4097, 192),   # the one-Q-buffer builds: D=192 and D=256 (N=96 and 64)
+    (2, 5, 3001, 1000, 256),
 ], ids=lambda x: str(x))
 def test_dynamic_schedule_every_tile_once(b, h, sq, skv, d, mode):
     g, seed = new_gen()

@@ -187,14 +187,14 @@ def test_static_imbalance_rule_follows_the_graph_timed_ab():
 
 def test_capi_routes_short_problems_to_the_static_order():
     src = (ROOT / "csrc/capi.cu").read_text()
-    for d in (64, 128):
+    for d in (64, 128, 192, 256):
         m = re.search(rf"#define VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D{d} (\d+)", src)
         assert m, "the threshold is a build parameter"
         assert 0 < int(m.group(1)) <= 8192, "8K and longer measured 1.02-1.64x with the dynamic schedule"
     # one threshold per causal build, picked by the launched build's head dim; head dims up to 64 run on the D=64
-    # build, 65-128 on the D=128 build (vidattn_sm90_build_head_dim), none past 128
-    assert ("int causal_build_slot(int64_t head_dim) { return head_dim < 1 || head_dim > 128 ? -1 : head_dim <= 64 ? 0 "
-            ": 1; }") in src
+    # build, 65-128 on the D=128 build, 129-192 and 193-256 on D=192's and D=256's (vidattn_sm90_build_head_dim)
+    assert ("  return head_dim < 1 || head_dim > 256 ? -1 : head_dim <= 64 ? 0 : head_dim <= 128 ? 1 : head_dim <= 192 "
+            "? 2 : 3;") in src
     assert "return seqlen_q >= g_causal_dynamic_min_sq[causal_build_slot(build_head_dim)];" in src
     # the dynamic schedule needs the workspace and a long enough problem (or, with the static-imbalance rule on, an
     # unbalanced static order); anything else runs the static order

@@ -48,10 +48,11 @@ def test_d96_switch_puts_72_to_96_back_on_the_padded_d128_build():
                                                                                              192]
 
 
-def test_causal_builds_stop_at_128():
+def test_causal_builds_at_64_128_192_256():
+    """72..96 run causal on the D=128 build (there is no causal D=96 build), the rest on the next build up."""
     for code in (_ext.CAUSAL_TOP_LEFT, _ext.CAUSAL_BOTTOM_RIGHT):
-        assert [_ext.build_head_dim(d, code) for d in (8, 64, 72, 96, 128, 136, 256)] == [64, 64, 128, 128, 128,
-                                                                                          None, None]
+        assert [_ext.build_head_dim(d, code) for d in (8, 64, 72, 96, 128, 136, 192, 200, 256, 264)] == [
+            64, 64, 128, 128, 128, 192, 192, 256, 256, None]
 
 
 @pytest.mark.parametrize("d,words", [(96, "D=96 build"), (112, "D=112 on the D=128 build, columns zero-filled by TMA"),
@@ -67,7 +68,7 @@ def test_kernel_build_names_the_build_when_the_kernel_runs(monkeypatch):
     monkeypatch.setattr(_ext, "device_reason", lambda device: None)
     monkeypatch.setattr(_ext, "runtime_reason", lambda: None)
     monkeypatch.setattr(_ext, "load", lambda: None)  # no library: the Python mirror answers
-    monkeypatch.setattr(_ext, "causal_reason", lambda causal, lib: None)
+    monkeypatch.setattr(_ext, "causal_reason", lambda causal, lib, head_dim=0: None)
     assert ops.kernel_build(*qkv(112)) == "D=112 on the D=128 build, columns zero-filled by TMA"
     assert ops.kernel_build(*qkv(256)) == "D=256 build"
     assert ops.kernel_build(*qkv(80, dtype=torch.float16)) == "D=80 on the D=96 build, columns zero-filled by TMA"
@@ -80,21 +81,40 @@ def test_kernel_build_is_none_where_explain_gives_a_reason(device_could_run):
 
 
 @pytest.mark.parametrize("d", [136, 192, 256])
-def test_causal_past_128_runs_sdpa_and_says_why(monkeypatch, d):
+def test_causal_past_128_on_an_older_library_runs_sdpa_and_says_why(monkeypatch, d):
+    """A library built before the D=192/256 causal builds (no vidattn_sm90_causal_max_head_dim) keeps those calls on
+    SDPA, and explain says so; the same call without the mask runs on the kernel."""
+
+    class Older:
+        @staticmethod
+        def vidattn_sm90_causal_modes():
+            return 2
+
     monkeypatch.setattr(_ext, "device_reason", lambda device: None)
     monkeypatch.setattr(_ext, "runtime_reason", lambda: None)
+    monkeypatch.setattr(_ext, "_lib", Older())
     reason = vidattn.explain(*qkv(d), causal=True)
-    assert reason.startswith(f"causal masks run on the kernel up to head dim 128 (head dim {d}")
+    assert reason.startswith(f"causal masks run on this kernel library up to head dim 128 (head dim {d})")
     assert reason.endswith("(causal='top_left': SDPA runs it with the same mask)")
-    assert vidattn.explain(*qkv(d)) is None  # the same call without the mask runs on the kernel
+    assert vidattn.explain(*qkv(d)) is None
 
 
-def test_causal_at_128_and_below_is_not_refused_by_head_dim(monkeypatch):
+@pytest.mark.parametrize("d", [72, 96, 128, 136, 192, 200, 256])
+def test_causal_up_to_256_runs_on_a_current_library(monkeypatch, d):
+    class Current:
+        @staticmethod
+        def vidattn_sm90_causal_modes():
+            return 2
+
+        @staticmethod
+        def vidattn_sm90_causal_max_head_dim():
+            return 256
+
     monkeypatch.setattr(_ext, "device_reason", lambda device: None)
     monkeypatch.setattr(_ext, "runtime_reason", lambda: None)
-    monkeypatch.setattr(_ext, "causal_reason", lambda causal, lib: None)
-    for d in (72, 96, 128):
-        assert vidattn.explain(*qkv(d), causal=True) is None
+    monkeypatch.setattr(_ext, "_lib", Current())
+    assert vidattn.explain(*qkv(d), causal=True) is None
+    assert _ext.build_head_dim(d, _ext.CAUSAL_TOP_LEFT) == next(b for b in (128, 192, 256) if b >= d)
 
 
 def test_wide_heads_outside_the_kernel_match_sdpa_on_cpu():

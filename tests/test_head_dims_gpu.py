@@ -147,13 +147,17 @@ def test_causal_up_to_128_runs_on_the_d128_causal_build(d):
     assert_accurate(out, ref, base, f"causal D={d} seed={seed}")
 
 
-def test_causal_past_128_is_refused_by_the_library_and_runs_sdpa():
-    g, _ = new_gen()
-    q, k, v = bshd_inputs(1, 2, 2, 64, 64, 192, g)
-    with pytest.raises(_ext.KernelLaunchError, match="causal masks run on head dims up to 128"):
-        _ext.forward(q, k, v, torch.empty_like(q), None, None, 0.1, lib=_ext.load(), causal=_ext.CAUSAL_TOP_LEFT)
-    assert "causal masks run on the kernel up to head dim 128" in vidattn.explain(q, k, v, causal=True)
-    assert _ext.runtime_reason() is None
+def test_causal_past_128_runs_the_wide_causal_builds():
+    """Head dims 136..256 run causal on the D=192 and D=256 builds (their narrow widths): the library takes them, and
+    explain has nothing to say. Accuracy: tests/test_causal_gpu.py."""
+    lib = _ext.load()
+    assert lib.vidattn_sm90_causal_max_head_dim() == 256
+    for d, want_n in ((192, 96), (200, 64)):
+        g, _ = new_gen()
+        q, k, v = bshd_inputs(1, 2, 2, 300, 300, d, g)
+        assert vidattn.explain(q, k, v, causal=True) is None
+        _ext.forward(q, k, v, torch.empty_like(q), None, None, 0.1, lib=lib, causal=_ext.CAUSAL_TOP_LEFT)
+        assert _ext.last_block_n() == want_n, d
 
 
 def test_fixed_reference_redo_at_wide_head_dims():

@@ -52,20 +52,21 @@ CSRC = _find_csrc()
 # fly: csrc/sm90/fwd_params.h; csrc/capi.cu, vidattn_sm90_build_head_dim, is the same rule).
 HEAD_DIMS = (64, 96, 128, 192, 256)
 MAX_HEAD_DIM = HEAD_DIMS[-1]
-# Causal masks have builds at D=64 and D=128 only (build time: docs/guide/head_dims.md); wider causal calls run SDPA.
-MAX_CAUSAL_HEAD_DIM = 128
+# Causal masks have builds at D=64, 128, 192 and 256 (the wider two since the thirteenth sitting: a library without
+# them, lib_causal_max_head_dim 128, runs wider causal calls on SDPA).
+MAX_CAUSAL_HEAD_DIM = 256
 
 
 def build_head_dim(d: int, causal: int = 0, d96_build: bool = True) -> int | None:
     """The build (one of HEAD_DIMS) a call of head dim `d` runs on, or None when no build takes it: the smallest at
     least as wide (72..96 on D=96 unless `d96_build` is False, the A/B switch set_d96_build; causal calls on the
-    D=64 and D=128 causal builds only). Mirrors csrc/capi.cu's vidattn_sm90_build_head_dim."""
+    D=64, 128, 192 and 256 causal builds, 72..96 on D=128's). Mirrors csrc/capi.cu's vidattn_sm90_build_head_dim."""
     if d < 8 or d > MAX_HEAD_DIM or d % 8:
         return None
     if causal != CAUSAL_NONE:
         if d > MAX_CAUSAL_HEAD_DIM:
             return None
-        return 64 if d <= 64 else 128
+        return next(b for b in (64, 128, 192, 256) if b >= d)
     if d > 64 and d <= 96 and not d96_build:
         return 128
     return next(b for b in HEAD_DIMS if b >= d)
@@ -425,6 +426,9 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     if hasattr(lib, "vidattn_sm90_causal_modes"):  # libraries before the causal mask lack it (and the struct's field)
         lib.vidattn_sm90_causal_modes.argtypes = []
         lib.vidattn_sm90_causal_modes.restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_causal_max_head_dim"):  # libraries before the D=192/256 causal builds lack it
+        lib.vidattn_sm90_causal_max_head_dim.argtypes = []
+        lib.vidattn_sm90_causal_max_head_dim.restype = ctypes.c_int
     for symbol, env, setter in _FORCED_BUILDS:
         if hasattr(lib, symbol) and os.environ.get(env):
             try:
@@ -712,8 +716,14 @@ def envelope_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: 
     return None
 
 
-def causal_reason(causal: int, lib: ctypes.CDLL | None) -> str | None:
-    """Why a call with this causal mode (CAUSAL_*) cannot run on the kernel library `lib`, or None."""
+def lib_causal_max_head_dim(lib: ctypes.CDLL | None) -> int:
+    """The widest head dim the library's causal builds take: 128 for libraries that predate the D=192/256 ones."""
+    fn = getattr(lib, "vidattn_sm90_causal_max_head_dim", None)
+    return 128 if fn is None else int(fn())
+
+
+def causal_reason(causal: int, lib: ctypes.CDLL | None, head_dim: int = 0) -> str | None:
+    """Why a call with this causal mode (CAUSAL_*) and head dim cannot run on the kernel library `lib`, or None."""
     if causal == CAUSAL_NONE:
         return None
     if not causal_kernel_enabled:
@@ -721,6 +731,10 @@ def causal_reason(causal: int, lib: ctypes.CDLL | None) -> str | None:
     fn = getattr(lib, "vidattn_sm90_causal_modes", None)
     if fn is None or int(fn()) < causal:
         return "this kernel library predates causal masks"
+    widest = lib_causal_max_head_dim(lib)
+    if head_dim > widest:
+        return (f"causal masks run on this kernel library up to head dim {widest} (head dim {head_dim}): it was "
+                f"built before the D=192 and D=256 causal builds; rebuild it (python3 -m vidattn.build)")
     return None
 
 
@@ -730,13 +744,10 @@ def kernel_reason(q, k, v, kv_lens, scale, causal: int = CAUSAL_NONE) -> str | N
     if k.device != q.device or v.device != q.device:
         return "q, k and v are on different devices"
     reason = device_reason(q.device) or envelope_reason(q, k, v, kv_lens, scale)
-    if reason is None and causal != CAUSAL_NONE and q.shape[-1] > MAX_CAUSAL_HEAD_DIM:
-        reason = (f"causal masks run on the kernel up to head dim {MAX_CAUSAL_HEAD_DIM} (head dim {q.shape[-1]}: the "
-                  f"D=192 and D=256 builds have no causal variant, to keep the library's build time)")
     if reason is None:
         reason = runtime_reason()
     if reason is None and causal != CAUSAL_NONE:
-        reason = causal_reason(causal, _lib)
+        reason = causal_reason(causal, _lib, q.shape[-1])
     return reason
 
 

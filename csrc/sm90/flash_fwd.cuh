@@ -335,10 +335,12 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       }
       tl_producer_stamp(kSplit, local, kTlQIssued);
     };
-    // Causal builds (two Q buffers) load Q first: its buffer was released a tile ago, and the tile's coordinates are
-    // then dead before the K/V loop (the dynamic schedule's tile index is not warp-uniform, so they take vector
-    // registers, and across the loop the producer's 24 spilled).
-    constexpr bool kQFirst = kCausal && T::kQBuffers == 2;
+    // Causal builds load Q first, so the tile's coordinates are dead before the K/V loop (the dynamic schedule's tile
+    // index is not warp-uniform, so they take vector registers, and across the loop the producer's 24 spilled). With
+    // two Q buffers (D=64, D=128) Q's buffer was released a tile ago; with one (D=192, D=256) the next tile's K_0
+    // then waits with Q for this tile's last S: a Q load inside the loop, or block 0 peeled out of it, still spilled
+    // the producer (24-68 bytes in the bf16 builds).
+    constexpr bool kQFirst = kCausal;
     if (kQFirst || n_blocks == 0) load_q();
     if constexpr (T::kQPrefetchL2 && !kSplit) {  // (a tail launch runs one item per CTA: no next tile)
       // With one Q buffer the next tile's Q can only load after this tile's last S; fetched from HBM then, its
@@ -1509,11 +1511,18 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
   // The tail launch's items run the exact softmax: they are at most one per SM, and their merge wants each item's
   // own row max as its reference anyway.
   constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef) && !kSplit;
+  // The causal builds with one Q buffer (D=192, D=256) give the producer 32 registers and each consumer 232: at 24
+  // the producer's redo pass spilled (16-24 bytes in the bf16 builds). 32*128 + 232*256 = 63488 of the launch's 64512.
+  constexpr bool kWideProducer = kCausal && T::kQBuffers == 1;
+  constexpr uint32_t kProducerRegs = kWideProducer ? 32 : T::kProducerRegs;
+  constexpr uint32_t kConsumerRegs = kWideProducer ? 232 : T::kConsumerRegs;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * T::kConsumerWGs <= T::kLaunchRegs * T::kThreads,
+                "setmaxnreg.inc would wait forever: the CTA's registers are those of its launch");
   if (wg == 0) {
-    ptx::setmaxnreg_dec<T::kProducerRegs>();
+    ptx::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) producer<kHeadDim, kWGs, kBN, kFixedRef, kSplit, kCausal>(p, s);
   } else {
-    ptx::setmaxnreg_inc<T::kConsumerRegs>();
+    ptx::setmaxnreg_inc<kConsumerRegs>();
     consumer<kHeadDim, kWGs, kBN, kFp16, kFixedRef, kSplit, kCausal>(p, s, wg - 1);
   }
 }
