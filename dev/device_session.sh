@@ -161,6 +161,7 @@
 #                                             # A/A pair of the default library
 #   bash dev/device_session.sh P13 [budget_s] # causal on the D=192/256 builds: causal GPU suite, memcheck, the
 #                                             # causal anchors against cuDNN and FA3
+#   bash dev/device_session.sh P14 [budget_s] # after P13: the whole GPU suite, the three sanitizers
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -548,6 +549,17 @@ P13)
     --out "$OUT/p13/anchors_causal.json" > "$OUT/p13/anchors_causal.log" 2>&1; rc[anchors]=$?
   grep -A12 "^| shape" "$OUT/p13/anchors_causal.log" | tail -10
   tar_dirs p13
+  ;;
+P14)
+  # After P13 (the D=192/256 causal builds): the whole GPU suite, then the sanitizers over the sanitizer cases (the
+  # new builds' two cases among them).
+  build_lib
+  mkdir -p "$OUT/p14"
+  gpu_pytest p14/gpu_all.log $(( $(left) > 200 ? $(left) - 150 : 60 )) gpu_all -m gpu tests
+  timeout $(( $(left) - 5 )) python3 dev/stress/sanitize.py --no-build --timeout $(( $(left) - 15 )) \
+    --out "$OUT/p14/san" --json "$OUT/p14/san/sanitize.json" > "$OUT/p14/sanitize.log" 2>&1; rc[sanitize]=$?
+  tail -4 "$OUT/p14/sanitize.log"
+  tar_dirs p14
   ;;
 O5)
   anchors_ready

@@ -127,6 +127,11 @@ CASES = [
          causal="top_left"),
     Case("causal gqa 4q/2kv d96", 1, (4, 2), 300, 300, 96, causal="top_left"),
     Case("causal bottom-right rows without keys", 1, 2, 400, 150, 128, causal="bottom_right"),
+    # The one-Q-buffer causal builds (D=192 N=96, D=256 N=64): Q loaded first, the wider producer, several tiles per
+    # CTA, ragged kv_lens at D=200 (padded onto D=256, fp16).
+    Case("causal d192 several tiles per CTA", 1, "sms+1", 300, 300, 192, causal="top_left", expect=("block_n=96",)),
+    Case("causal d200 bottom-right ragged", 2, 2, 129, 777, 200, torch.float16, kv_lens=[777, 259],
+         causal="bottom_right", expect=("block_n=64",)),
 ]
 
 # The threaded round: each thread runs these (by name) on its stream, after the main thread made the inputs.

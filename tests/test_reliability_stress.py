@@ -270,6 +270,10 @@ def test_both_sanitizer_sets_cover_every_path(which):
     assert any(c.d not in (64, 128) and c.d > 64 for c in exact) and any(c.d < 64 for c in exact)  # padded
     assert any(isinstance(c.h, tuple) for c in exact) and any(c.kv_lens for c in exact)
     assert any(c.spiked for c in exact)
+    # the causal builds: D=128's and D=64's, and the one-Q-buffer ones (D=192, D=256)
+    causal_dims = {c.d for c in exact if c.causal}
+    assert any(d <= 128 for d in causal_dims) and any(128 < d <= 192 for d in causal_dims)
+    assert any(d > 192 for d in causal_dims)
     q8 = [c for c in cs if c.precision == "8bit"]
     assert {64, 128} <= {c.d for c in q8} and {2, 3} <= {c.q8_wgs for c in q8 if c.d == 64}
     assert any(c.kv_lens for c in q8)
