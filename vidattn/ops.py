@@ -399,8 +399,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     The sm_90a kernel runs for CUDA tensors on Hopper, bf16/fp16, D a multiple of 8 up to 256 (64, 96, 128, 192 and
     256 have builds of their own; every other D runs on the next build up, the columns padded with zeros on the fly,
     so it costs what that build costs: 8..56 on D=64, 72..88 on D=96, 104..120 on D=128, 136..184 on D=192,
-    200..248 on D=256; causal masks at every one of them), equal or grouped K/V heads, 16-byte aligned strides and no
-    autograd; any other call (D over 256 among them) runs PyTorch SDPA and warns once per reason.
+    200..248 on D=256; causal masks at each, 72..96 on the D=128 build), equal or grouped K/V heads, 16-byte
+    aligned strides and no autograd; any other call (D over 256 among them) runs PyTorch SDPA and warns once per
+    reason.
     ``vidattn.explain`` says which, ``vidattn.ops.kernel_build`` which build runs a call.
     """
     q, k, v = _autocast_inputs(q, k, v)
