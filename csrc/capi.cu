@@ -127,8 +127,9 @@ thread_local int g_last_causal_first_group = 0;  // this thread's last causal la
 // Short causal problems keep the static order even with a workspace: there the simulator finds little imbalance for
 // the dynamic schedule to remove, so only its costs (a ticket per tile, the counters' claim per CTA) show. One
 // threshold per causal build (D=64, three warpgroups; D=128, N=128; head dims below 64 or 128 run padded on them; the
-// D=192 and D=256 builds below take D=128's until measured): the crossover of the dynamic schedule with the short group first (the grouping above) against the static order,
-// from dev/probes/causal_sched_ab.py --sweep grouping (bench/results/h200_2026-12-02_eve/call_q/causal/grouping.json:
+// D=192 and D=256 builds below take D=128's until measured): the crossover of the dynamic schedule with the short
+// group first (the grouping above) against the static order, from dev/probes/causal_sched_ab.py --sweep grouping
+// (bench/results/h200_2026-12-02_eve/call_q/causal/grouping.json:
 // 7 back-to-back rounds on the H200, the median of the per-round ratios, the median over the batch x heads measured):
 // D=64 0.928 at 1K, 1.060 at 2K, 1.090 at 4K, 1.015 at 6K, 1.279 at 8K, so dynamic from 2048 rows; D=128 0.947 at 1K,
 // 0.882 at 2K, 1.229 at 4K (2x16 1.027, 1x12 1.229, 1x16 1.462), 1.036 at 6K, 1.524 at 8K, so from 4096. With the

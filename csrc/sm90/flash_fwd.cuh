@@ -340,8 +340,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     // two Q buffers (D=64, D=128) Q's buffer was released a tile ago; with one (D=192, D=256) the next tile's K_0
     // then waits with Q for this tile's last S: a Q load inside the loop, or block 0 peeled out of it, still spilled
     // the producer (24-68 bytes in the bf16 builds).
-    constexpr bool kQFirst = kCausal;
-    if (kQFirst || n_blocks == 0) load_q();
+    if (kCausal || n_blocks == 0) load_q();
     if constexpr (T::kQPrefetchL2 && !kSplit) {  // (a tail launch runs one item per CTA: no next tile)
       // With one Q buffer the next tile's Q can only load after this tile's last S; fetched from HBM then, its
       // latency lands between tiles (short-KV shapes have a boundary every few blocks). Asked into L2 now, that
@@ -381,7 +380,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     auto load_v = [&](int j) {
       const int stage = (start + j) % T::kStages;
       // V's stages turn in step with K's (load_k(j) just flipped this stage's K bit): causal builds read V's parity
-      // from K's bits, which frees the register the dynamic schedule's tile coordinates need (see kQFirst).
+      // from K's bits, which frees the register the dynamic schedule's tile coordinates need (Q loaded first, above).
       uint32_t phase;
       if constexpr (kCausal) {
         phase = ((k_empty_phase >> stage) & 1) ^ 1;
@@ -409,23 +408,22 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
         }
       }
     };
-    // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S. K_{j+1} before
-    // V_j measured slower with the late V wait (dev/experiments/k_ahead.patch, tenth session).
     if constexpr (kCausal) {
       // Rolled: unrolled (four blocks a pass at D=64), its copies' addresses spilled the producer's 24 registers.
 #pragma unroll 1
       for (int j = 0; j < n_blocks; ++j) {
         load_k(j);
-        if (!kQFirst && j == 0) load_q();
         load_v(j);
       }
     } else {
-      // kOInV: K_1 before V_0, whose stage may wait for the previous tile's O stores, so the next tile's S_0 and S_1
-      // need not wait for them.
+      // K_0 before Q: K_0's slot frees during the previous tile, Q's (single) buffer only at its last S. K_{j+1}
+      // before V_j measured slower with the late V wait (dev/experiments/k_ahead.patch, tenth session). kOInV: K_1
+      // before V_0, whose stage may wait for the previous tile's O stores, so the next tile's S_0 and S_1 need not
+      // wait for them.
       constexpr bool kK1First = T::kOInV && !kSplit;
       for (int j = 0; j < n_blocks; ++j) {
         if (!(kK1First && j == 1)) load_k(j);
-        if (!kQFirst && j == 0) load_q();
+        if (j == 0) load_q();
         if (kK1First && j == 0 && n_blocks > 1) load_k(1);
         load_v(j);
       }
