@@ -187,11 +187,13 @@ anchors_ready() {
     bash dev/device_anchors.sh install > "$OUT/anchors_install_$stage.log" 2>&1 && source /tmp/anchors/env.sh
   fi
 }
-# FlashAttention-3's kernels compile on the CPU while the GPU stages run (KTIMEOUT caps each file); the wait ends
-# when the build does or when only $1 seconds of the stage's budget are left, and installs what was built.
+# FlashAttention-3's kernels compile on the CPU while the GPU stages run (KTIMEOUT, start_anchor_build's $1, caps each
+# file; further arguments go to device_build.sh, e.g. --only); the wait ends when the build does or when only $1
+# seconds of the stage's budget are left, and installs what was built.
 start_anchor_build() {
   if [ -d .anchors ]; then
-    KTIMEOUT=$1 nohup bash dev/anchors/device_build.sh > "$OUT/anchors_build.log" 2>&1 &
+    local t=$1; shift
+    KTIMEOUT=$t nohup bash dev/anchors/device_build.sh "$@" > "$OUT/anchors_build.log" 2>&1 &
     echo $! > /tmp/anchors_build.pid
   fi
 }
@@ -248,6 +250,15 @@ sanitize_pytest() {
   timeout "$t" compute-sanitizer --tool "$tool" --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider "$@" \
     > "$OUT/$log" 2>&1; rc[$key]=$?
   grep -E "ERROR SUMMARY|passed|failed" "$OUT/$log" | tail -2
+}
+# dev/stress/sanitize.py over tests/sanitizer_cases.py with the tools $2 (comma-separated) under what the budget
+# leaves, into $OUT/$1 (each tool's log, sanitize.json) and its console into $OUT/$3 (whose last lines are printed).
+sanitize_cases() {
+  local dir=$1 tools=$2 log=$3
+  mkdir -p "$OUT/$dir"
+  timeout $(( $(left) - 5 )) python3 dev/stress/sanitize.py --tools "$tools" --no-build --timeout $(( $(left) - 15 )) \
+    --out "$OUT/$dir" --json "$OUT/$dir/sanitize.json" > "$OUT/$log" 2>&1; rc[sanitize]=$?
+  tail -6 "$OUT/$log"
 }
 # A head-dim build variant, $AB/lib_$2.so, against the default, $AB/lib_base.so, into $OUT/$1: the head-dim GPU
 # suites under it, and only when they pass memcheck of the D=192 cases and 12 interleaved rounds on the anchor shapes
@@ -492,12 +503,8 @@ P10)
   # keys up to which the 8-bit path runs exact), the whole GPU suite; SageAttention2 compiling beside them, then the
   # fidelity test again with it when it built.
   build_lib
-  if [ -d .anchors ]; then
-    bash dev/device_anchors.sh install > "$OUT/anchors_install_$stage.log" 2>&1
-    KTIMEOUT=300 nohup bash dev/anchors/device_build.sh --only sm90_cu,fused_cu,sm90_py,fused_py \
-      > "$OUT/anchors_build.log" 2>&1 &
-    echo $! > /tmp/anchors_build.pid
-  fi
+  [ -d .anchors ] && bash dev/device_anchors.sh install > "$OUT/anchors_install_$stage.log" 2>&1
+  start_anchor_build 300 --only sm90_cu,fused_cu,sm90_py,fused_py
   mkdir -p "$OUT/p10"
   gpu_pytest p10/causal.log 200 causal -m gpu tests/test_causal_gpu.py
   gpu_pytest p10/fidelity.log 200 fidelity -s -m gpu tests/test_fidelity_8bit_gpu.py
@@ -556,9 +563,7 @@ P14)
   build_lib
   mkdir -p "$OUT/p14"
   gpu_pytest p14/gpu_all.log $(( $(left) > 200 ? $(left) - 150 : 60 )) gpu_all -m gpu tests
-  timeout $(( $(left) - 5 )) python3 dev/stress/sanitize.py --no-build --timeout $(( $(left) - 15 )) \
-    --out "$OUT/p14/san" --json "$OUT/p14/san/sanitize.json" > "$OUT/p14/sanitize.log" 2>&1; rc[sanitize]=$?
-  tail -4 "$OUT/p14/sanitize.log"
+  sanitize_cases p14/san memcheck,racecheck,synccheck p14/sanitize.log
   tar_dirs p14
   ;;
 O5)
@@ -1125,10 +1130,7 @@ print(2 if sum(y < x for x, y in zip(a, b)) >= 5 and statistics.median(b) < stat
 
 A)
   build_lib
-  mkdir -p "$OUT/san"
-  timeout $(( $(left) - 5 )) python3 dev/stress/sanitize.py --tools "${SAN_TOOLS:-memcheck,synccheck}" --no-build \
-    --timeout $(( $(left) - 15 )) --out "$OUT/san" --json "$OUT/san/sanitize.json" > "$OUT/san/sanitize.log" 2>&1
-  rc[sanitize]=$?; tail -6 "$OUT/san/sanitize.log"
+  sanitize_cases san "${SAN_TOOLS:-memcheck,synccheck}" san/sanitize.log
   tar_dirs san
   ;;
 W)
