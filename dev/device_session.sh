@@ -162,6 +162,8 @@
 #   bash dev/device_session.sh P13 [budget_s] # causal on the D=192/256 builds: causal GPU suite, memcheck, the
 #                                             # causal anchors against cuDNN and FA3
 #   bash dev/device_session.sh P14 [budget_s] # after P13: the whole GPU suite, the three sanitizers
+#   bash dev/device_session.sh P15 [budget_s] # the causal cost per implementation (D=256 causal against FA3),
+#                                             # Nsight Compute on the causal and dense narrow D=256 builds
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -335,6 +337,8 @@ ncu_at() {
   local dir=$1 lib=$2 dims=$3; shift 3
   local rx='flash_fwd_kernel.*Lb0EEEvNS0_9FwdParamsE' r ncu
   [ "${1:-}" = "--backend" ] && [ "${2:-}" = cudnn ] && rx=cudnn
+  # a causal launch's kernel: kCausal = true, the last template argument (no split twin)
+  [[ " $* " == *" --causal "* && $rx != cudnn ]] && rx='flash_fwd_kernel.*Lb1EEEvNS0_9FwdParamsE'
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   mkdir -p "$OUT/$dir"
   VIDATTN_LIBRARY=$lib OUT="$OUT/$dir" NCU_KERNEL_REGEX=$rx SHAPES=custom ONCE_ARGS="--dims $dims $*" \
@@ -565,6 +569,23 @@ P14)
   gpu_pytest p14/gpu_all.log $(( $(left) > 200 ? $(left) - 150 : 60 )) gpu_all -m gpu tests
   sanitize_cases p14/san memcheck,racecheck,synccheck p14/sanitize.log
   tar_dirs p14
+  ;;
+P15)
+  # Where the D=256 causal row loses to FA3 (0.91-0.92x, call P13), split in one process (dev/probes/causal_cost.py,
+  # FA3 compiling beside): each implementation's causal rate over its own dense rate, the dense narrow build (the
+  # causal build's width, N=64) against FA3's dense; before that Nsight Compute on the causal D=256 build and on the
+  # dense narrow one at 8K (L2 hit rate, DRAM bytes, the consumers' stalls).
+  start_anchor_build 240
+  build_lib
+  mkdir -p "$OUT/p15"
+  lib=$(ls "$VIDATTN_CACHE_DIR"/libvidattn_sm90-*.so | head -1)
+  ncu_at p15/ncu_causal "$lib" "2 8 8192 8192 256" --causal
+  ncu_at p15/ncu_narrow "$lib" "2 8 8192 8192 256" --hd-narrow 1
+  await_anchor_build 90
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 dev/probes/causal_cost.py --rounds 8 \
+    --json "$OUT/p15/causal_cost.json" > "$OUT/p15/causal_cost.log" 2>&1; rc[causal_cost]=$?
+  sed -n '/== causal cost/,$p' "$OUT/p15/causal_cost.log"
+  tar_dirs p15
   ;;
 O5)
   anchors_ready

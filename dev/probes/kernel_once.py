@@ -8,7 +8,8 @@ shapes the anchors table lacks). Honours VIDATTN_LIBRARY and VIDATTN_D64_WARPGRO
 `--precision 8bit` launches through `vidattn.attention(..., precision="8bit")`, so the pre-pass kernels run too (match
 the profiler's kernel regex to `q8_fwd_kernel` to profile the attention kernel alone).
 `--backend cudnn` runs SDPA's cuDNN kernel on the same inputs instead (as bench_kernel.py calls it), so that a
-profiler can read the same counters for both.
+profiler can read the same counters for both. `--causal` masks top-left aligned (either backend); `--hd-narrow N`
+holds `_ext.hd_narrow(N)` around the launches (D=192/256: 1 is the narrow build, the causal builds' width).
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ def main():
     ap.add_argument("--precision", choices=("bf16", "8bit"), default="bf16")
     ap.add_argument("--launches", type=int, default=5, help="kernel launches (profile one after a few warm ones)")
     ap.add_argument("--backend", choices=("vidattn", "cudnn"), default="vidattn")
+    ap.add_argument("--causal", action="store_true", help="a top-left causal mask")
+    ap.add_argument("--hd-narrow", type=int, default=None, metavar="N", help="_ext.hd_narrow(N) around the launches")
     args = ap.parse_args()
     if args.shape == "custom":
         if not args.dims:
@@ -51,7 +54,8 @@ def main():
     if reason is None:
         (q, k, v), = make_inputs(shape, 1, torch.Generator(device="cuda").manual_seed(0))
         if args.backend == "vidattn":
-            reason = _ext.kernel_reason(q, k, v, None, d ** -0.5)
+            reason = _ext.kernel_reason(q, k, v, None, d ** -0.5,
+                                        _ext.CAUSAL_TOP_LEFT if args.causal else _ext.CAUSAL_NONE)
     if reason:
         sys.exit(f"kernel_once: the kernel cannot run here: {reason}")
     if args.backend == "cudnn":
@@ -59,17 +63,23 @@ def main():
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             for _ in range(args.launches):
-                torch.nn.functional.scaled_dot_product_attention(qt, kt, vt)
+                torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)
     elif args.precision == "8bit":
+        if args.causal:
+            ap.error("--causal: the 8-bit path has no causal mask")
         import vidattn
         for _ in range(args.launches):
             vidattn.attention(q, k, v, precision="8bit")
     else:
+        import contextlib
         out = torch.empty_like(q)
-        for _ in range(args.launches):
-            _ext.forward(q, k, v, out, None, None, d ** -0.5)
+        causal = _ext.CAUSAL_TOP_LEFT if args.causal else _ext.CAUSAL_NONE
+        with _ext.hd_narrow(args.hd_narrow) if args.hd_narrow is not None else contextlib.nullcontext():
+            for _ in range(args.launches):
+                _ext.forward(q, k, v, out, None, None, d ** -0.5, causal=causal)
     torch.cuda.synchronize()
-    print(f"kernel_once: {args.backend} {args.precision} {args.shape} B{b} H{h} {sq}x{skv} D{d}: {args.launches} launches")
+    print(f"kernel_once: {args.backend} {args.precision} {args.shape} B{b} H{h} {sq}x{skv} D{d}"
+          f"{' causal' if args.causal else ''}: {args.launches} launches")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,150 @@
+"""What a causal mask costs each implementation, in one process: causal against dense on the same inputs.
+
+Issue 26's causal row at D=256 reads 0.91-0.92x FlashAttention-3 (call P13), while the non-causal narrow build (the
+width the D=256 causal build shares, N=64) read 0.96x FA3's dense rate in another call. This probe splits that gap
+into what the width costs (dense narrow against dense FA3) and what the causal path costs (each implementation's
+causal rate over its own dense rate), all sides interleaved round by round, so the two factors come from one run:
+
+  vid_causal    the library's causal call (dynamic schedule, workspace)
+  vid_static    the same without a workspace: the static tile order (capi.cu)
+  vid_narrow    dense, forced onto the narrow build (hd_narrow(1); D >= 192 only: the causal build's width)
+  vid_dense     dense, the default routing (D=256 8K/32K: the O-in-V build, N=80)
+  fa3_causal, fa3_dense, cudnn_causal, cudnn_dense   the anchors, where importable
+
+TFLOPS: dense 4 B H S^2 D, causal 4 B H D S(S+1)/2 (the kept pairs). Printed last: per shape, each side's median
+TFLOPS and the ratios causal / dense per implementation, narrow / FA3 dense, causal / FA3 causal; the paired rounds
+(each round's ratio, median and range) for vid_causal / fa3_causal and vid_causal / vid_narrow.
+
+    python3 dev/probes/causal_cost.py --rounds 8 --json $OUT/causal_cost.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vidattn import _ext  # noqa: E402
+import hd_variants_ab as hv  # noqa: E402
+
+# (name, B, H, S, D)
+SHAPES = [("D256 8K", 2, 8, 8192, 256), ("D256 32K", 1, 8, 32768, 256), ("D192 8K", 2, 10, 8192, 192),
+          ("D128 8K", 2, 16, 8192, 128), ("D128 32K", 1, 16, 32768, 128)]
+
+
+def sides_for(d: int, lib, fa3) -> dict:
+    """name -> (causal?, call(q, k, v, out)) for the sides that apply at head dim d."""
+    import ctypes
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    scale = d ** -0.5
+
+    def vid(causal: int):
+        return lambda q, k, v, out: _ext.forward(q, k, v, out, None, None, scale, causal=causal)
+
+    def vid_static(q, k, v, out):
+        # no workspace: the launcher keeps the static tile order (the same library, the same build)
+        args = _ext.launch_args(q, k, v, out, None, None, scale, _ext.CAUSAL_TOP_LEFT)
+        rc = lib.vidattn_sm90_fwd(ctypes.byref(args), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        if rc != 0:
+            raise RuntimeError(lib.vidattn_sm90_last_error().decode())
+
+    def vid_narrow(q, k, v, out):
+        with _ext.hd_narrow(1):
+            _ext.forward(q, k, v, out, None, None, scale)
+
+    def sdpa(causal: bool):
+        def call(q, k, v, out):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
+        return call
+
+    sides = {"vid_causal": (True, vid(_ext.CAUSAL_TOP_LEFT)), "vid_static": (True, vid_static)}
+    if d >= 192:
+        sides["vid_narrow"] = (False, vid_narrow)
+    sides["vid_dense"] = (False, vid(_ext.CAUSAL_NONE))
+    if fa3 is not None:
+        sides["fa3_causal"] = (True, lambda q, k, v, out: fa3(q, k, v, causal=True, scale=scale))
+        sides["fa3_dense"] = (False, lambda q, k, v, out: fa3(q, k, v, causal=False, scale=scale))
+    sides["cudnn_causal"] = (True, sdpa(True))
+    sides["cudnn_dense"] = (False, sdpa(False))
+    return sides
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--span-ms", type=float, default=40.0, help="work per timed span")
+    ap.add_argument("--shapes", default="", help="comma-separated substrings of the shape names (default: all)")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    lib = _ext.load()
+    if lib is None:
+        sys.exit(f"causal_cost: no kernel library: {_ext.build_error()}")
+    try:
+        import anchor_impls
+        anchor_impls._require("fa3")
+        fa3 = anchor_impls.fa3
+    except Exception as exc:  # noqa: BLE001 - the anchors are optional here
+        print(f"causal_cost: FlashAttention-3 left out ({exc})")
+        fa3 = None
+    pats = [p for p in args.shapes.split(",") if p]
+    span = hv.CudaSpan()
+    record, lines = {}, []
+    for name, b, h, s, d in SHAPES:
+        if pats and not any(p in name for p in pats):
+            continue
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        sets = [tuple(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+                for _ in range(2)]
+        out = torch.empty_like(sets[0][0])
+        sides = sides_for(d, lib, fa3)
+        # one call each to settle lazy setup, then calls per span from that call's time
+        calls = {}
+        for n, (_, fn) in sides.items():
+            fn(*sets[0], out)
+            torch.cuda.synchronize()
+            one = hv.time_back_to_back(lambda i, fn=fn: fn(*sets[i % 2], out), 2, span)
+            calls[n] = hv.calls_for(one, args.span_ms, 2)
+        times = {n: [] for n in sides}
+        names = list(sides)
+        for r in range(args.rounds):
+            for n in hv.rounds_order(names, r):
+                fn = sides[n][1]
+                times[n].append(hv.time_back_to_back(lambda i, fn=fn: fn(*sets[i % 2], out), calls[n], span))
+        dense_flops = 4 * b * h * s * s * d
+        causal_flops = 4 * b * h * d * s * (s + 1) // 2
+        tf = {n: (causal_flops if sides[n][0] else dense_flops) / statistics.median(ts) / 1e9 for n, ts in times.items()}
+        record[name] = {"dims": [b, h, s, d], "times_ms": times, "tflops": tf}
+
+        def per_round(a, c):
+            return [times[c][i] / times[a][i] * (causal_flops if sides[a][0] else dense_flops)
+                    / (causal_flops if sides[c][0] else dense_flops) for i in range(args.rounds)]
+
+        cells = " ".join(f"{n} {t:.0f}" for n, t in tf.items())
+        lines.append(f"{name}: {cells}")
+        for a, c in (("vid_causal", "vid_dense"), ("vid_causal", "vid_narrow"), ("fa3_causal", "fa3_dense"),
+                     ("cudnn_causal", "cudnn_dense"), ("vid_narrow", "fa3_dense"), ("vid_causal", "fa3_causal"),
+                     ("vid_static", "vid_causal")):
+            if a in times and c in times:
+                pr = per_round(a, c)
+                lines.append(f"  {a}/{c}: median {statistics.median(pr):.3f} [{min(pr):.3f}, {max(pr):.3f}]")
+        print(f"{name}: {cells}", flush=True)
+        del sets, out
+        torch.cuda.empty_cache()
+    if args.json:
+        Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                               "rounds": args.rounds, "shapes": record}, indent=1))
+    print("== causal cost (TFLOPS: causal counts the kept pairs; ratios are rates, per round, median [range])")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
