@@ -16,6 +16,13 @@ TFLOPS and the ratios causal / dense per implementation, narrow / FA3 dense, cau
 (each round's ratio, median and range) for vid_causal / fa3_causal and vid_causal / vid_narrow.
 
     python3 dev/probes/causal_cost.py --rounds 8 --json $OUT/causal_cost.json
+
+With --libs name=path ... each library gets its own vidattn sides (NAME_causal, NAME_static, NAME_narrow,
+NAME_dense) in the same rounds, and the paired table compares each library's causal side with the first's; --sides
+keeps only the sides whose names end with one of its comma-separated suffixes (e.g. causal,narrow,fa3_causal).
+
+    python3 dev/probes/causal_cost.py --libs base=.build/ab/lib_base.so new=.build/ab/lib_new.so \
+        --sides causal,narrow,fa3_causal --rounds 12
 """
 from __future__ import annotations
 
@@ -39,25 +46,33 @@ SHAPES = [("D256 8K", 2, 8, 8192, 256), ("D256 32K", 1, 8, 32768, 256), ("D192 8
           ("D128 8K", 2, 16, 8192, 128), ("D128 32K", 1, 16, 32768, 128)]
 
 
-def sides_for(d: int, lib, fa3) -> dict:
-    """name -> (causal?, call(q, k, v, out)) for the sides that apply at head dim d."""
+def sides_for(d: int, libs: dict, fa3) -> dict:
+    """name -> (causal?, call(q, k, v, out)) for the sides that apply at head dim d: each library's, then the
+    anchors'."""
     import ctypes
     from torch.nn.attention import SDPBackend, sdpa_kernel
     scale = d ** -0.5
+    sides = {}
+    for name, lib in libs.items():
+        def vid(causal: int, lib=lib):
+            return lambda q, k, v, out: _ext.forward(q, k, v, out, None, None, scale, lib=lib, causal=causal)
 
-    def vid(causal: int):
-        return lambda q, k, v, out: _ext.forward(q, k, v, out, None, None, scale, causal=causal)
+        def vid_static(q, k, v, out, lib=lib):
+            # no workspace: the launcher keeps the static tile order (the same library, the same build)
+            args = _ext.launch_args(q, k, v, out, None, None, scale, _ext.CAUSAL_TOP_LEFT)
+            rc = lib.vidattn_sm90_fwd(ctypes.byref(args), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+            if rc != 0:
+                raise RuntimeError(lib.vidattn_sm90_last_error().decode())
 
-    def vid_static(q, k, v, out):
-        # no workspace: the launcher keeps the static tile order (the same library, the same build)
-        args = _ext.launch_args(q, k, v, out, None, None, scale, _ext.CAUSAL_TOP_LEFT)
-        rc = lib.vidattn_sm90_fwd(ctypes.byref(args), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-        if rc != 0:
-            raise RuntimeError(lib.vidattn_sm90_last_error().decode())
+        def vid_narrow(q, k, v, out, lib=lib):
+            with _ext.hd_narrow(1, lib=lib):
+                _ext.forward(q, k, v, out, None, None, scale, lib=lib)
 
-    def vid_narrow(q, k, v, out):
-        with _ext.hd_narrow(1):
-            _ext.forward(q, k, v, out, None, None, scale)
+        sides[f"{name}_causal"] = (True, vid(_ext.CAUSAL_TOP_LEFT))
+        sides[f"{name}_static"] = (True, vid_static)
+        if d >= 192:
+            sides[f"{name}_narrow"] = (False, vid_narrow)
+        sides[f"{name}_dense"] = (False, vid(_ext.CAUSAL_NONE))
 
     def sdpa(causal: bool):
         def call(q, k, v, out):
@@ -66,10 +81,6 @@ def sides_for(d: int, lib, fa3) -> dict:
                     q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
         return call
 
-    sides = {"vid_causal": (True, vid(_ext.CAUSAL_TOP_LEFT)), "vid_static": (True, vid_static)}
-    if d >= 192:
-        sides["vid_narrow"] = (False, vid_narrow)
-    sides["vid_dense"] = (False, vid(_ext.CAUSAL_NONE))
     if fa3 is not None:
         sides["fa3_causal"] = (True, lambda q, k, v, out: fa3(q, k, v, causal=True, scale=scale))
         sides["fa3_dense"] = (False, lambda q, k, v, out: fa3(q, k, v, causal=False, scale=scale))
@@ -84,10 +95,21 @@ def main():
     ap.add_argument("--span-ms", type=float, default=40.0, help="work per timed span")
     ap.add_argument("--shapes", default="", help="comma-separated substrings of the shape names (default: all)")
     ap.add_argument("--json", default="")
+    ap.add_argument("--libs", nargs="*", default=[], metavar="NAME=PATH",
+                    help="kernel libraries to time side by side (default: the one vidattn loads, as 'vid')")
+    ap.add_argument("--sides", default="", help="comma-separated suffixes of the side names to keep (default: all)")
     args = ap.parse_args()
-    lib = _ext.load()
-    if lib is None:
-        sys.exit(f"causal_cost: no kernel library: {_ext.build_error()}")
+    libs = {}
+    for spec in args.libs:
+        name, _, path = spec.partition("=")
+        libs[name] = _ext.open_library(path)
+    if not libs:
+        lib = _ext.load()
+        if lib is None:
+            sys.exit(f"causal_cost: no kernel library: {_ext.build_error()}")
+        libs = {"vid": lib}
+    first = next(iter(libs))
+    keep = [x for x in args.sides.split(",") if x]
     try:
         import anchor_impls
         anchor_impls._require("fa3")
@@ -105,7 +127,9 @@ def main():
         sets = [tuple(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
                 for _ in range(2)]
         out = torch.empty_like(sets[0][0])
-        sides = sides_for(d, lib, fa3)
+        sides = sides_for(d, libs, fa3)
+        if keep:
+            sides = {n: v for n, v in sides.items() if any(n.endswith(k) for k in keep)}
         # one call each to settle lazy setup, then calls per span from that call's time
         calls = {}
         for n, (_, fn) in sides.items():
@@ -130,9 +154,14 @@ def main():
 
         cells = " ".join(f"{n} {t:.0f}" for n, t in tf.items())
         lines.append(f"{name}: {cells}")
-        for a, c in (("vid_causal", "vid_dense"), ("vid_causal", "vid_narrow"), ("fa3_causal", "fa3_dense"),
-                     ("cudnn_causal", "cudnn_dense"), ("vid_narrow", "fa3_dense"), ("vid_causal", "fa3_causal"),
-                     ("vid_static", "vid_causal")):
+        pairs = []
+        for n in libs:
+            pairs += [(f"{n}_causal", f"{n}_dense"), (f"{n}_causal", f"{n}_narrow"), (f"{n}_narrow", "fa3_dense"),
+                      (f"{n}_causal", "fa3_causal"), (f"{n}_static", f"{n}_causal")]
+            if n != first:
+                pairs += [(f"{n}_causal", f"{first}_causal"), (f"{n}_narrow", f"{first}_narrow")]
+        pairs += [("fa3_causal", "fa3_dense"), ("cudnn_causal", "cudnn_dense")]
+        for a, c in pairs:
             if a in times and c in times:
                 pr = per_round(a, c)
                 lines.append(f"  {a}/{c}: median {statistics.median(pr):.3f} [{min(pr):.3f}, {max(pr):.3f}]")
