@@ -270,6 +270,11 @@ __device__ __forceinline__ void redo_causal_tiles(const FwdParams& p, const uint
       [&](int l) { return causal_redo_tile<kWords>(p, l); }, run);
 }
 
+template <bool B>
+struct BoolTag {
+  static constexpr bool value = B;
+};
+
 // Producer: one thread streams, tile after tile, Q (into whichever of the kQBuffers buffers the consumers released
 // after their last S = Q K^T of the tile before) and the K/V ring. The ring runs on across tiles (tile t+1's K_0
 // goes to the stage after tile t's last), so the next tile's first loads need not wait for this tile's last block;
@@ -287,7 +292,9 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   // bit s: parity of stage s's next K / V "empty" phase to wait for, xor 1
   uint32_t k_empty_phase = 0, v_empty_phase = 0;
   int start = 0;             // the ring runs on across tiles: tile t+1's K_0 goes where tile t left off
-  auto produce = [&](int tile, int local) {
+  // early (a BoolTag): the causal first pass reads each block's coordinates before the stage's wait, the redo pass per
+  // chunk after it (kv_at below).
+  auto produce = [&](int tile, int local, auto early) {
     // Causal: the consumers read it once this tile's q_full phase completes (the arrive below releases it). Slot
     // local % 4 was last read at the start of tile local - 4, before the consumers released tile local - 3's Q buffer,
     // which this producer has waited for (two Q buffers at most).
@@ -357,10 +364,22 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       }
     }
     TlWaits<2> waits;  // timeline build only: how long the ring stayed full
+    // Causal: block j's K/V coordinates, read back from shared memory. The first pass (early) reads them once per K
+    // and per V, before the stage's empty wait, so they are in registers when the stage frees: read per chunk after
+    // the wait (three dependent shared loads in front of each of the kChunks TMA issues) they held every K and V a few
+    // hundred cycles past its stage's release, and with two stages the consumers waited for K (Nsight Compute at
+    // D=256 8K: k_full 18% of the stall samples causal, 7% dense; dev/NOTES.md, "D=256 causal under FA3"). The redo
+    // pass keeps the per-chunk reads: held across the chunks there, they spilled the 24- and 32-register producers.
+    struct KvAt {
+      int row, head, batch;
+    };
+    auto kv_at = [&](int j) { return KvAt{(kv_coord[0] + j) * T::kBlockN, kv_coord[1], kv_coord[2]}; };
     auto load_k = [&](int j) {
       const int stage = (start + j) % T::kStages;
       const uint32_t phase = (k_empty_phase >> stage) & 1;
       k_empty_phase ^= 1u << stage;
+      KvAt at{};
+      if constexpr (kCausal && decltype(early)::value) at = kv_at(j);
       const uint32_t t_wait = waits.start();
       ptx::mbarrier_wait(&s.k_empty[stage], phase ^ 1);
       waits.add(0, t_wait);
@@ -368,8 +387,9 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
         if constexpr (kCausal) {
+          if constexpr (!decltype(early)::value) at = kv_at(j);
           ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
-                           (kv_coord[0] + j) * T::kBlockN, kv_coord[1], kv_coord[2]);
+                           at.row, at.head, at.batch);
         } else {
           ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
                            (w.kv_first + kv_block<T::kKvRotate && !kCausal>(j, rot, n_blocks)) * T::kBlockN, kv_head,
@@ -388,6 +408,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
         phase = (v_empty_phase >> stage) & 1;
         v_empty_phase ^= 1u << stage;
       }
+      KvAt at{};  // causal: as load_k reads them
+      if constexpr (kCausal && decltype(early)::value) at = kv_at(j);
       const uint32_t t_wait = waits.start();
       ptx::mbarrier_wait(&s.v_empty[stage], phase ^ 1);
       if constexpr (T::kOInV && !T::kORegs && !kSplit) {
@@ -399,8 +421,9 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
 #pragma unroll 1
       for (int c = 0; c < T::kChunks; ++c) {
         if constexpr (kCausal) {
+          if constexpr (!decltype(early)::value) at = kv_at(j);
           ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
-                           (kv_coord[0] + j) * T::kBlockN, kv_coord[1], kv_coord[2]);
+                           at.row, at.head, at.batch);
         } else {
           ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
                            (w.kv_first + kv_block<T::kKvRotate && !kCausal>(j, rot, n_blocks)) * T::kBlockN, kv_head,
@@ -444,7 +467,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     for (int tile = local_tile<kCausal>(0); tile < p.num_tiles;) {
       const int l = *n_local;
       *n_local = l + 1;
-      produce(tile, l);
+      produce(tile, l, BoolTag<true>{});
       // The counter is claimed for this launch only once the first tile's loads are out (its tile, this CTA's index,
       // needs no ticket): every CTA claims at once at launch, a contended read and CAS on one word, a few us that on
       // a short problem (1K tokens: ~100 us in all) the first loads would otherwise wait for. The CTAs-done word is
@@ -472,16 +495,18 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     }
     if constexpr (kFixedRef) {
       ptx::mbarrier_wait(&s.redo_ready, 0);
-      redo_causal_tiles<T::kRedoWords>(p, s.redo_bits, n_local, [&](int tile, int l) { produce(tile, l); });
+      redo_causal_tiles<T::kRedoWords>(p, s.redo_bits, n_local,
+                                       [&](int tile, int l) { produce(tile, l, BoolTag<false>{}); });
     }
     return;
   } else {
-    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local) produce(tile, local);
+    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local) produce(tile, local, BoolTag<true>{});
   }
   if constexpr (kFixedRef) {
     // Then the tiles the consumers marked, in the order they run them (redo_tiles): once their marks are final.
     ptx::mbarrier_wait(&s.redo_ready, 0);
-    redo_tiles<T::kRedoWords, kCausal>(s.redo_bits, local, [&](int tile, int l) { produce(tile, l); });
+    redo_tiles<T::kRedoWords, kCausal>(s.redo_bits, local,
+                                       [&](int tile, int l) { produce(tile, l, BoolTag<false>{}); });
   }
 }
 
@@ -1229,10 +1254,6 @@ __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, Sha
                                                            row_sum, sacc, pa, tl, flush);
 }
 
-template <bool B>
-struct BoolTag {
-  static constexpr bool value = B;
-};
 // After the first pass over its tiles, every consumer thread of a CTA meets here before the redo (kFixedRef).
 enum class RedoBarrier : uint32_t { kId = 7 };  // 3..5: the ping-pong's
 
