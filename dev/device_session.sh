@@ -164,6 +164,8 @@
 #   bash dev/device_session.sh P14 [budget_s] # after P13: the whole GPU suite, the three sanitizers
 #   bash dev/device_session.sh P15 [budget_s] # the causal cost per implementation (D=256 causal against FA3),
 #                                             # Nsight Compute on the causal and dense narrow D=256 builds
+#   bash dev/device_session.sh P16 [budget_s] # the causal producer's coordinates read before the wait: causal GPU
+#                                             # suite, memcheck, the A/B against the library before, causal anchors
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -586,6 +588,30 @@ P15)
     --json "$OUT/p15/causal_cost.json" > "$OUT/p15/causal_cost.log" 2>&1; rc[causal_cost]=$?
   sed -n '/== causal cost/,$p' "$OUT/p15/causal_cost.log"
   tar_dirs p15
+  ;;
+P16)
+  # The causal producer's coordinates read before the stage's wait (dev/NOTES.md): the causal GPU suite and the
+  # head-dim causal tests on the new default library, memcheck of the D=256 square cases, then causal_cost.py with
+  # the library before the change ($AB/lib_base.so) and after ($AB/lib_new.so) in the same rounds, FA3 and cuDNN
+  # beside, and the causal anchors (the bar's harness, do_bench rounds) against cuDNN and FA3.
+  AB=${AB:-.build/ab16}
+  start_anchor_build 240
+  build_lib
+  mkdir -p "$OUT/p16"
+  cp "$AB"/libraries.txt "$OUT/p16/" 2>/dev/null
+  gpu_pytest p16/causal.log 240 causal -m gpu tests/test_causal_gpu.py tests/test_head_dims_gpu.py -k "causal"
+  sanitize_pytest memcheck p16/memcheck.log 90 memcheck -m gpu tests/test_causal_gpu.py \
+    -k "test_square and (d128 or d256) and 1000"
+  await_anchor_build 200
+  timeout 170 python3 dev/probes/causal_cost.py --libs base=$AB/lib_base.so new=$AB/lib_new.so \
+    --sides causal,narrow,fa3_causal,cudnn_causal --rounds 12 --json "$OUT/p16/causal_ab.json" \
+    > "$OUT/p16/causal_ab.log" 2>&1; rc[causal_ab]=$?
+  sed -n '/== causal cost/,$p' "$OUT/p16/causal_ab.log"
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group causal \
+    --impls cudnn,fa3,vidattn --no-accuracy --rounds 6 --budget-s $(( $(left) > 60 ? $(left) - 25 : 30 )) \
+    --out "$OUT/p16/anchors_causal.json" > "$OUT/p16/anchors_causal.log" 2>&1; rc[anchors]=$?
+  grep -A14 "^| shape" "$OUT/p16/anchors_causal.log" | tail -12
+  tar_dirs p16
   ;;
 O5)
   anchors_ready
