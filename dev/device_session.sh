@@ -166,6 +166,8 @@
 #                                             # Nsight Compute on the causal and dense narrow D=256 builds
 #   bash dev/device_session.sh P16 [budget_s] # the causal producer's coordinates read before the wait: causal GPU
 #                                             # suite, memcheck, the A/B against the library before, causal anchors
+#   bash dev/device_session.sh P17 [budget_s] # after P16: the whole GPU suite, the causal A/B with an A/A pair in
+#                                             # a Williams order, the three sanitizers
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -612,6 +614,25 @@ P16)
     --out "$OUT/p16/anchors_causal.json" > "$OUT/p16/anchors_causal.log" 2>&1; rc[anchors]=$?
   grep -A14 "^| shape" "$OUT/p16/anchors_causal.log" | tail -12
   tar_dirs p16
+  ;;
+P17)
+  # After P16 (the causal producer's reads moved): the whole GPU suite on the new default, the causal A/B again in a
+  # Williams order with an A/A pair (the library before under two names; P16's rotated order read two identical
+  # dense kernels 0.94-0.96 apart), every causal head dim, FA3 compiling beside; then the sanitizers over the
+  # sanitizer cases with what the budget leaves.
+  AB=${AB:-.build/ab16}
+  start_anchor_build 240
+  build_lib
+  mkdir -p "$OUT/p17"
+  cp "$AB/lib_base.so" /tmp/lib_same.so
+  gpu_pytest p17/gpu_all.log 300 gpu_all -m gpu tests
+  await_anchor_build 200
+  timeout 150 python3 dev/probes/causal_cost.py --libs base=$AB/lib_base.so same=/tmp/lib_same.so \
+    new=$AB/lib_new.so --sides causal --rounds 10 --json "$OUT/p17/causal_ab.json" > "$OUT/p17/causal_ab.log" 2>&1
+  rc[causal_ab]=$?
+  sed -n '/== causal cost/,$p' "$OUT/p17/causal_ab.log" | grep -E "^D|base_causal:|new_causal/base|same_causal/base"
+  sanitize_cases p17/san memcheck,racecheck,synccheck p17/sanitize.log
+  tar_dirs p17
   ;;
 O5)
   anchors_ready

@@ -23,6 +23,8 @@ keeps only the sides whose names end with one of its comma-separated suffixes (e
 
     python3 dev/probes/causal_cost.py --libs base=.build/ab/lib_base.so new=.build/ab/lib_new.so \
         --sides causal,narrow,fa3_causal --rounds 12
+
+A library named twice under two names (an A/A pair) reads the harness's own bias between sides.
 """
 from __future__ import annotations
 
@@ -39,11 +41,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vidattn import _ext  # noqa: E402
+from bench.round_order import ORDERS, round_orders  # noqa: E402
 import hd_variants_ab as hv  # noqa: E402
 
 # (name, B, H, S, D)
 SHAPES = [("D256 8K", 2, 8, 8192, 256), ("D256 32K", 1, 8, 32768, 256), ("D192 8K", 2, 10, 8192, 192),
-          ("D128 8K", 2, 16, 8192, 128), ("D128 32K", 1, 16, 32768, 128)]
+          ("D128 8K", 2, 16, 8192, 128), ("D128 32K", 1, 16, 32768, 128), ("D64 8K", 2, 32, 8192, 64),
+          ("D64 32K", 1, 32, 32768, 64)]
 
 
 def sides_for(d: int, libs: dict, fa3) -> dict:
@@ -93,6 +97,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--span-ms", type=float, default=40.0, help="work per timed span")
+    ap.add_argument("--order", choices=ORDERS, default="williams",
+                    help="each round's order (bench/round_order.py; call P15/P16 ran 'rotated', whose fixed neighbours "
+                         "read two identical dense kernels 0.94-0.96 apart)")
     ap.add_argument("--shapes", default="", help="comma-separated substrings of the shape names (default: all)")
     ap.add_argument("--json", default="")
     ap.add_argument("--libs", nargs="*", default=[], metavar="NAME=PATH",
@@ -139,8 +146,8 @@ def main():
             calls[n] = hv.calls_for(one, args.span_ms, 2)
         times = {n: [] for n in sides}
         names = list(sides)
-        for r in range(args.rounds):
-            for n in hv.rounds_order(names, r):
+        for order in round_orders(names, args.rounds, args.order):
+            for n in order:
                 fn = sides[n][1]
                 times[n].append(hv.time_back_to_back(lambda i, fn=fn: fn(*sets[i % 2], out), calls[n], span))
         dense_flops = 4 * b * h * s * s * d
