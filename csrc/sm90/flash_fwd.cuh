@@ -293,7 +293,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   uint32_t k_empty_phase = 0, v_empty_phase = 0;
   int start = 0;             // the ring runs on across tiles: tile t+1's K_0 goes where tile t left off
   // early (a BoolTag): the causal first pass reads each block's coordinates before the stage's wait, the redo pass per
-  // chunk after it (kv_at below).
+  // chunk after it (kv_at below; VIDATTN_CAUSAL_EARLY_KV_COORDS=0: both passes per chunk, the previous producer).
   auto produce = [&](int tile, int local, auto early) {
     // Causal: the consumers read it once this tile's q_full phase completes (the arrive below releases it). Slot
     // local % 4 was last read at the start of tile local - 4, before the consumers released tile local - 3's Q buffer,
@@ -467,7 +467,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     for (int tile = local_tile<kCausal>(0); tile < p.num_tiles;) {
       const int l = *n_local;
       *n_local = l + 1;
-      produce(tile, l, BoolTag<true>{});
+      produce(tile, l, BoolTag<kCausalEarlyKvCoords>{});
       // The counter is claimed for this launch only once the first tile's loads are out (its tile, this CTA's index,
       // needs no ticket): every CTA claims at once at launch, a contended read and CAS on one word, a few us that on
       // a short problem (1K tokens: ~100 us in all) the first loads would otherwise wait for. The CTAs-done word is

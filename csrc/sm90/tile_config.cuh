@@ -159,9 +159,18 @@
 #define VIDATTN_NARROW_MIN_SAVED 3
 #endif
 
+// The causal producer reads each K's and V's coordinates back from shared memory once, before the stage's empty
+// wait (flash_fwd.cuh, producer, `early`), instead of in front of every chunk's TMA issue after it. Measured
+// (dev/NOTES.md, fourteenth sitting; bench/results/h200_2026-12-03_fourteenth/): causal D=256 +16-20%, D=192 +7-10%,
+// D=128 and D=64 within the A/A pair. 0 builds the previous producer, for the A/B.
+#ifndef VIDATTN_CAUSAL_EARLY_KV_COORDS
+#define VIDATTN_CAUSAL_EARLY_KV_COORDS 1
+#endif
+
 namespace vidattn::sm90 {
 
 constexpr bool kNarrowTail = VIDATTN_NARROW_TAIL != 0;
+constexpr bool kCausalEarlyKvCoords = VIDATTN_CAUSAL_EARLY_KV_COORDS != 0;
 constexpr bool kRowSumUnrounded = VIDATTN_ROW_SUM_UNROUNDED != 0;
 
 constexpr int kSmemBudget = 227 * 1024;  // per-block opt-in maximum on sm_90

@@ -1,7 +1,8 @@
 """What a causal mask costs each implementation, in one process: causal against dense on the same inputs.
 
-Issue 26's causal row at D=256 reads 0.91-0.92x FlashAttention-3 (call P13), while the non-causal narrow build (the
-width the D=256 causal build shares, N=64) read 0.96x FA3's dense rate in another call. This probe splits that gap
+Issue 26's causal row at D=256 read 0.91-0.92x FlashAttention-3 (call P13, before the fourteenth sitting's producer
+change), while the non-causal narrow build (the width the D=256 causal build shares, N=64) read 0.96x FA3's dense
+rate in another call. This probe splits that gap
 into what the width costs (dense narrow against dense FA3) and what the causal path costs (each implementation's
 causal rate over its own dense rate), all sides interleaved round by round, so the two factors come from one run:
 
@@ -12,8 +13,8 @@ causal rate over its own dense rate), all sides interleaved round by round, so t
   fa3_causal, fa3_dense, cudnn_causal, cudnn_dense   the anchors, where importable
 
 TFLOPS: dense 4 B H S^2 D, causal 4 B H D S(S+1)/2 (the kept pairs). Printed last: per shape, each side's median
-TFLOPS and the ratios causal / dense per implementation, narrow / FA3 dense, causal / FA3 causal; the paired rounds
-(each round's ratio, median and range) for vid_causal / fa3_causal and vid_causal / vid_narrow.
+TFLOPS, then rate ratios from the same rounds (median of the rounds' ratios and their range): causal / dense and
+causal / narrow per implementation, narrow / FA3 dense, causal / FA3 causal, static / dynamic.
 
     python3 dev/probes/causal_cost.py --rounds 8 --json $OUT/causal_cost.json
 
@@ -152,7 +153,8 @@ def main():
                 times[n].append(hv.time_back_to_back(lambda i, fn=fn: fn(*sets[i % 2], out), calls[n], span))
         dense_flops = 4 * b * h * s * s * d
         causal_flops = 4 * b * h * d * s * (s + 1) // 2
-        tf = {n: (causal_flops if sides[n][0] else dense_flops) / statistics.median(ts) / 1e9 for n, ts in times.items()}
+        tf = {n: (causal_flops if sides[n][0] else dense_flops) / statistics.median(ts) / 1e9
+              for n, ts in times.items()}
         record[name] = {"dims": [b, h, s, d], "times_ms": times, "tflops": tf}
 
         def per_round(a, c):
