@@ -31,6 +31,30 @@ def test_kernel_once_refuses_cleanly_without_the_kernel(backend):
     assert proc.returncode == 1 and "cannot run here" in proc.stderr
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--causal", "--precision", "8bit"], "no causal mask"),
+    (["--hd-narrow", "1", "--backend", "cudnn"], "vidattn bf16 only"),
+    (["--hd-narrow", "1", "--precision", "8bit"], "vidattn bf16 only"),
+])
+def test_kernel_once_refuses_options_that_do_not_apply(args, says):
+    import subprocess
+    import sys as _sys
+
+    proc = subprocess.run([_sys.executable, str(PROBES / "kernel_once.py"), "custom", "--dims", "1", "2", "64", "64",
+                           "256", *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and says in proc.stderr
+
+
+def test_causal_cost_round_ratios_and_sides(monkeypatch):
+    """causal_cost.py's sides per library (the narrow side only at D >= 192) and its --help, on the CPU."""
+    cc = _load("causal_cost")
+    sides = cc.sides_for(256, {"base": object(), "new": object()}, None)
+    assert [n for n in sides if n.startswith("base_")] == ["base_causal", "base_static", "base_narrow", "base_dense"]
+    assert sides["new_causal"][0] and not sides["new_dense"][0] and "cudnn_causal" in sides
+    assert "base_narrow" not in cc.sides_for(128, {"base": object()}, None)
+    assert "fa3_causal" in cc.sides_for(64, {"base": object()}, lambda *a, **k: None)
+
+
 def test_harness_probe_refuses_cleanly_without_a_gpu(monkeypatch):
     probe = _load("harness_probe")
     _cpu_only(monkeypatch)

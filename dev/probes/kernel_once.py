@@ -41,6 +41,10 @@ def main():
     ap.add_argument("--causal", action="store_true", help="a top-left causal mask")
     ap.add_argument("--hd-narrow", type=int, default=None, metavar="N", help="_ext.hd_narrow(N) around the launches")
     args = ap.parse_args()
+    if args.causal and args.precision == "8bit":
+        ap.error("--causal: the 8-bit path has no causal mask")
+    if args.hd_narrow is not None and (args.backend != "vidattn" or args.precision != "bf16"):
+        ap.error("--hd-narrow picks among the exact kernel's builds: vidattn bf16 only")
     if args.shape == "custom":
         if not args.dims:
             ap.error("custom needs --dims B H SQ SKV D")
@@ -65,8 +69,6 @@ def main():
             for _ in range(args.launches):
                 torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)
     elif args.precision == "8bit":
-        if args.causal:
-            ap.error("--causal: the 8-bit path has no causal mask")
         import vidattn
         for _ in range(args.launches):
             vidattn.attention(q, k, v, precision="8bit")
