@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -245,10 +246,15 @@ def run_case(vidattn, p: Prepared) -> int:
     return check(p, out, lse, missed)
 
 
-def run_threads(vidattn, prepared: dict, streams: str, prior: bool) -> int:
+def run_threads(vidattn, prepared: dict, streams: str, prior: bool, timeout: float = 600.0) -> int:
     """N_THREADS Python threads, each running THREAD_CASES once. `prior`: the thread does CUDA work of its own
-    first; without it the kernel call is the thread's first CUDA work (its stream was made by the main thread)."""
+    first; without it the kernel call is the thread's first CUDA work (its stream was made by the main thread).
+    Each call's start is printed (thread, case, seconds into the round), so a log cut short by a tool's time limit
+    names the calls still in flight; a thread not done after `timeout` seconds fails the round."""
     cases = [prepared[n] for n in THREAD_CASES if n in prepared]
+    tag = f" [thread {{}}/{N_THREADS}, {streams} stream, {'a' if prior else 'no'} prior CUDA call]"
+    t0 = time.monotonic()
+    print(f"[sanitizer_cases:progress] threaded round{tag.format('*')}: start", flush=True)
     shared = torch.cuda.Stream()
     own = [torch.cuda.Stream() for _ in range(N_THREADS)]
     results, errors = {}, []
@@ -261,6 +267,8 @@ def run_threads(vidattn, prepared: dict, streams: str, prior: bool) -> int:
             with torch.cuda.stream(stream):
                 for j in range(len(cases)):
                     p = cases[(i + j) % len(cases)]  # threads start on different cases
+                    print(f"[sanitizer_cases:progress] thread {i}: {p.case.name} at {time.monotonic() - t0:.1f} s",
+                          flush=True)
                     out, lse, _ = call(vidattn, p)  # the path checks are the single-threaded cases' business
                     results[(i, p.case.name)] = (out, lse)
             stream.synchronize()
@@ -270,9 +278,11 @@ def run_threads(vidattn, prepared: dict, streams: str, prior: bool) -> int:
     threads = [threading.Thread(target=work, args=(i,)) for i in range(N_THREADS)]
     for t in threads:
         t.start()
+    deadline = t0 + timeout
     for t in threads:
-        t.join(timeout=600)
-    tag = f" [thread {{}}/{N_THREADS}, {streams} stream, {'a' if prior else 'no'} prior CUDA call]"
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    print(f"[sanitizer_cases:progress] threaded round{tag.format('*')}: joined at {time.monotonic() - t0:.1f} s",
+          flush=True)
     if any(t.is_alive() for t in threads) or errors:
         print(f"[sanitizer_cases] threads{tag.format('*')}: {'a thread hung' if not errors else errors} -> WRONG")
         return 1
@@ -288,6 +298,8 @@ def main(argv=None) -> int:
     ap.add_argument("--set", choices=("full", "small"), default="full")
     ap.add_argument("--only", default="", help="run the cases whose name holds this text (and no threads)")
     ap.add_argument("--no-threads", action="store_true")
+    ap.add_argument("--thread-timeout", type=float, default=600.0,
+                    help="seconds a threaded round may take before it fails as hung")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("[sanitizer_cases] CUDA is not available")
@@ -309,7 +321,7 @@ def main(argv=None) -> int:
         rc = max(rc, run_case(vidattn, prepared[c.name]))
     if not (args.only or args.no_threads):
         for streams, prior in THREAD_CONFIGS:
-            rc = max(rc, run_threads(vidattn, prepared, streams, prior))
+            rc = max(rc, run_threads(vidattn, prepared, streams, prior, args.thread_timeout))
     torch.cuda.synchronize()
     print(f"[sanitizer_cases] {'all right' if rc == 0 else 'FAILED'} ({len(chosen)} cases, "
           f"{0 if args.only or args.no_threads else len(THREAD_CONFIGS)} threaded rounds)", flush=True)

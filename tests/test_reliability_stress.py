@@ -182,6 +182,13 @@ def test_runner_prints_a_line_per_tool_and_fails_on_any_error(tmp_path):
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
+def test_runner_forwards_the_case_options():
+    cmd = sanitize.command("cs", "racecheck", "py", cases_args=("--no-threads", "--thread-timeout", "30"))
+    assert cmd[cmd.index("--set") + 1] == sanitize.CASE_SET["racecheck"]
+    assert cmd[-3:] == ["--no-threads", "--thread-timeout", "30"]
+    assert sanitize.command("cs", "memcheck", "py")[-2:] == ["--set", "full"]
+
+
 def test_runner_ends_a_tool_that_runs_past_its_timeout(tmp_path):
     fake = tmp_path / "compute-sanitizer"
     fake.write_text("#!/usr/bin/env bash\necho started\nsleep 60\n")
@@ -404,6 +411,10 @@ def test_sanitizer_cases_run_end_to_end_with_a_fake_kernel(monkeypatch, capsys):
     assert all(ln.endswith("-> ok") for ln in lines[:-1]), [ln for ln in lines if not ln.endswith("-> ok")]
     assert sum("[thread" in ln for ln in lines) == len(sc.THREAD_CONFIGS) * sc.N_THREADS * len(sc.THREAD_CASES)
     assert "all right" in lines[-1]
+    # each threaded call's start and each round's start and join, apart from the verdict lines (a log cut short by a
+    # tool's time limit names the calls in flight)
+    progress = [ln for ln in out.splitlines() if ln.startswith("[sanitizer_cases:progress]")]
+    assert len(progress) == len(sc.THREAD_CONFIGS) * (2 + sc.N_THREADS * len(sc.THREAD_CASES))
     state["corrupt"] = "tails+ragged"
     assert sc.main(["--only", "tails+ragged"]) == 1 and "-> WRONG" in capsys.readouterr().out
     state["corrupt"], state["miss"] = None, "lone tile split"

@@ -45,8 +45,9 @@ def find_sanitizer() -> str | None:
     return next((c for c in candidates if c and Path(c).is_file() and os.access(c, os.X_OK)), None)
 
 
-def command(sanitizer: str, tool: str, python: str = sys.executable) -> list[str]:
-    return [sanitizer, "--tool", tool, "--error-exitcode", "1", python, str(CASES), "--set", CASE_SET[tool]]
+def command(sanitizer: str, tool: str, python: str = sys.executable, cases_args: tuple = ()) -> list[str]:
+    return [sanitizer, "--tool", tool, "--error-exitcode", "1", python, str(CASES), "--set", CASE_SET[tool],
+            *cases_args]
 
 
 # One racecheck error: its first access, then "and ... access at ... in <file>:<line>" lines, up to a bare "=====".
@@ -134,6 +135,10 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per tool")
     ap.add_argument("--serial", action="store_true", help="one tool after the other")
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--no-threads", action="store_true",
+                    help="leave out the cases' threaded rounds (tests/sanitizer_cases.py --no-threads)")
+    ap.add_argument("--thread-timeout", type=float, default=None, metavar="S",
+                    help="seconds a threaded round may take before the cases call it hung (their default: 600)")
     ap.add_argument("--reread", type=Path, metavar="DIR",
                     help="run nothing: read an earlier run's logs and sanitize.json in DIR with this parse()")
     args = ap.parse_args(argv)
@@ -154,6 +159,8 @@ def main(argv=None) -> int:
             print("kernel library build failed")
             return 1
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", PYTHONUNBUFFERED="1")
+    cases_args = (("--no-threads",) if args.no_threads else ()) + (
+        ("--thread-timeout", str(args.thread_timeout)) if args.thread_timeout is not None else ())
     running = {}
     results = []
 
@@ -168,7 +175,8 @@ def main(argv=None) -> int:
             proc.wait()
         f.close()
         r = parse(tool, (args.out / f"{tool}.log").read_text(errors="replace"), None if timed_out else proc.returncode)
-        r.update(seconds=time.monotonic() - t0, timed_out=timed_out, command=" ".join(command(sanitizer, tool)),
+        r.update(seconds=time.monotonic() - t0, timed_out=timed_out,
+                 command=" ".join(command(sanitizer, tool, cases_args=cases_args)),
                  log=str(args.out / f"{tool}.log"))
         results.append(r)
         print(line(r), flush=True)
@@ -187,7 +195,8 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, stop)
     for tool in tools:
         f = open(args.out / f"{tool}.log", "w")
-        proc = subprocess.Popen(command(sanitizer, tool), cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(command(sanitizer, tool, cases_args=cases_args), cwd=ROOT, env=env, stdout=f,
+                                stderr=subprocess.STDOUT,
                                 start_new_session=True)
         started.append(proc)
         running[tool] = (proc, f, time.monotonic())
