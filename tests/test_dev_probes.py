@@ -53,6 +53,13 @@ def test_causal_cost_round_ratios_and_sides(monkeypatch):
     assert sides["new_causal"][0] and not sides["new_dense"][0] and "cudnn_causal" in sides
     assert "base_narrow" not in cc.sides_for(128, {"base": object()}, None)
     assert "fa3_causal" in cc.sides_for(64, {"base": object()}, lambda *a, **k: None)
+    # the static side is the library's own launch without a workspace (causal_sched_ab's static policy)
+    seen = []
+    monkeypatch.setattr(cc._ext, "forward", lambda *a, lib=None, causal=0: seen.append(
+        (cc._ext.workspace(lib, None), causal)))
+    lib = object()
+    cc.sides_for(128, {"base": lib}, None)["base_static"][1](None, None, None, None)
+    assert seen == [(None, cc._ext.CAUSAL_TOP_LEFT)]
 
 
 def test_harness_probe_refuses_cleanly_without_a_gpu(monkeypatch):

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vidattn import _ext  # noqa: E402
 from bench.round_order import ORDERS, round_orders  # noqa: E402
+import causal_sched_ab  # noqa: E402  (its Policy: the static order is a call without a workspace)
 import hd_variants_ab as hv  # noqa: E402
 
 # (name, B, H, S, D)
@@ -54,7 +55,6 @@ SHAPES = [("D256 8K", 2, 8, 8192, 256), ("D256 32K", 1, 8, 32768, 256), ("D192 8
 def sides_for(d: int, libs: dict, fa3) -> dict:
     """name -> (causal?, call(q, k, v, out)) for the sides that apply at head dim d: each library's, then the
     anchors'."""
-    import ctypes
     from torch.nn.attention import SDPBackend, sdpa_kernel
     scale = d ** -0.5
     sides = {}
@@ -63,11 +63,9 @@ def sides_for(d: int, libs: dict, fa3) -> dict:
             return lambda q, k, v, out: _ext.forward(q, k, v, out, None, None, scale, lib=lib, causal=causal)
 
         def vid_static(q, k, v, out, lib=lib):
-            # no workspace: the launcher keeps the static tile order (the same library, the same build)
-            args = _ext.launch_args(q, k, v, out, None, None, scale, _ext.CAUSAL_TOP_LEFT)
-            rc = lib.vidattn_sm90_fwd(ctypes.byref(args), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-            if rc != 0:
-                raise RuntimeError(lib.vidattn_sm90_last_error().decode())
+            # the same library and build, called without a workspace: the launcher keeps the static tile order
+            with causal_sched_ab.Policy(lib, "static", grouping=False):
+                _ext.forward(q, k, v, out, None, None, scale, lib=lib, causal=_ext.CAUSAL_TOP_LEFT)
 
         def vid_narrow(q, k, v, out, lib=lib):
             with _ext.hd_narrow(1, lib=lib):
