@@ -168,6 +168,9 @@
 #                                             # suite, memcheck, the A/B against the library before, causal anchors
 #   bash dev/device_session.sh P17 [budget_s] # after P16: the whole GPU suite, the causal A/B with an A/A pair in
 #                                             # a Williams order, the three sanitizers
+#   bash dev/device_session.sh P18 [budget_s] # the O-in-V causal D=256 build (N=80, d256_causal_n80_producer.patch):
+#                                             # causal GPU suite and memcheck on it, the A/B with an A/A pair, the
+#                                             # causal anchors on it; the D=192/256 causal thresholds (--sweep wide)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -633,6 +636,37 @@ P17)
   sed -n '/== causal cost/,$p' "$OUT/p17/causal_ab.log" | grep -E "^D|base_causal:|new_causal/base|same_causal/base"
   sanitize_cases p17/san memcheck,racecheck,synccheck p17/sanitize.log
   tar_dirs p17
+  ;;
+P18)
+  # The O-in-V causal D=256 build (dev/experiments/d256_causal_n80_producer.patch applied, -DVIDATTN_CAUSAL_D256_OINV=1:
+  # $AB/lib_n80.so; its other causal kernels carry the patch's producer changes) against the default ($AB/lib_base.so,
+  # the vcache library under another name, and /tmp/lib_same.so, the same again: the A/A pair): the causal GPU suite and
+  # memcheck of the D=256 square cases on n80; the D=192/256 dynamic-schedule crossover on the default (the thresholds
+  # are D=128's 2048, unmeasured); the A/B in a Williams order with FA3's causal beside; the causal anchors (the bar's
+  # harness) on n80.
+  AB=${AB:-.build/ab18}
+  start_anchor_build 240
+  build_lib
+  mkdir -p "$OUT/p18"
+  cp "$AB"/libraries.txt "$OUT/p18/" 2>/dev/null
+  cp "$AB/lib_base.so" /tmp/lib_same.so
+  VIDATTN_LIBRARY=$PWD/$AB/lib_n80.so gpu_pytest p18/causal_n80.log 150 causal_n80 -m gpu tests/test_causal_gpu.py \
+    tests/test_head_dims_gpu.py -k "causal"
+  VIDATTN_LIBRARY=$PWD/$AB/lib_n80.so sanitize_pytest memcheck p18/memcheck_n80.log 90 memcheck -m gpu \
+    tests/test_causal_gpu.py -k "test_square and d256 and (127 or 1000)"
+  timeout 100 python3 dev/probes/causal_sched_ab.py --sweep wide --rounds 5 --out "$OUT/p18/wide.json" \
+    > "$OUT/p18/wide.log" 2>&1; rc[wide]=$?
+  grep -E "^  (D|192|256)|crossover" "$OUT/p18/wide.log"
+  await_anchor_build 200
+  timeout 170 python3 dev/probes/causal_cost.py --libs base=$AB/lib_base.so same=/tmp/lib_same.so n80=$AB/lib_n80.so \
+    --sides causal,fa3_causal --rounds 8 --json "$OUT/p18/causal_ab.json" > "$OUT/p18/causal_ab.log" 2>&1
+  rc[causal_ab]=$?
+  sed -n '/== causal cost/,$p' "$OUT/p18/causal_ab.log" | grep -E "^D|base_causal:|n80_causal/base|same_causal/base"
+  VIDATTN_LIBRARY=$PWD/$AB/lib_n80.so timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py \
+    --group causal --impls cudnn,fa3,vidattn --no-accuracy --rounds 6 --budget-s $(( $(left) > 60 ? $(left) - 25 : 30 )) \
+    --out "$OUT/p18/anchors_causal_n80.json" > "$OUT/p18/anchors_causal_n80.log" 2>&1; rc[anchors]=$?
+  grep -A14 "^| shape" "$OUT/p18/anchors_causal_n80.log" | tail -12
+  tar_dirs p18
   ;;
 O5)
   anchors_ready

@@ -47,6 +47,22 @@ def test_group_rule_matches_capi():
     assert sim.group_heads(2, 16, 8192, 128) == 4
     assert sim.group_heads(1, 40, 75600, 128) == 1
     assert sim.group_heads(1, 2, 1024, 64) == 2  # never more than the (batch, head) pairs
+    # the wide causal builds count K/V at their own head dim (D=160 runs on D=192's build, D=200 on D=256's)
+    assert sim.group_heads(2, 16, 8192, 256) == 2 and sim.group_heads(2, 16, 8192, 200) == 2
+    assert sim.group_heads(2, 16, 8192, 160) == 2 and sim.group_heads(4, 16, 4096, 192) == 5
+
+
+def test_block_sizes_follow_the_causal_builds():
+    """capi.cu's causal routing (one build per head-dim range) at tile_config.cuh's narrow widths."""
+    cfg = (ROOT / "csrc/sm90/tile_config.cuh").read_text()
+    n192 = int(re.search(r"#define VIDATTN_BLOCK_N_D192_NARROW (\d+)", cfg).group(1))
+    n256 = int(re.search(r"#define VIDATTN_BLOCK_N_D256_NARROW (\d+)", cfg).group(1))
+    assert [sim.build_head_dim(d) for d in (32, 64, 72, 96, 128, 136, 160, 192, 200, 256)] == \
+        [64, 64, 128, 128, 128, 192, 192, 192, 256, 256]
+    assert sim.block_sizes(64) == (192, 128) and sim.block_sizes(96) == (128, 128)
+    assert sim.block_sizes(160) == (128, n192) and sim.block_sizes(256) == (128, n256)
+    src = (ROOT / "csrc/capi.cu").read_text()
+    assert "launch<192, 2, kD192Narrow, false, true>" in src and "launch<256, 2, kD256Narrow, false, true>" in src
 
 
 @pytest.mark.parametrize("cap", [1, 3, sim.REDO_CAP])
@@ -108,6 +124,9 @@ def test_recommended_threshold_is_per_head_dim():
     assert (4, 16, 1024, 128) in ab.CROSSOVER
     for s in (1024, 2048, 4096, 8192):
         assert {d for _, _, ss, d in ab.CROSSOVER if ss == s} == {64, 128}
+        # the wide sweep: D=192 and D=256 at the same batch x heads per length
+        assert {(b, h, d) for b, h, ss, d in ab.WIDE if ss == s} == {(8192 // s, 16, 192), (8192 // s, 16, 256)}
+    assert ab.BUILD_HEAD_DIMS == (64, 128, 192, 256)
 
 
 def test_paired_speedup_cancels_drift_between_rounds():
@@ -464,7 +483,8 @@ def test_probe_main_end_to_end_with_a_fake_gpu(sweep, tmp_path, monkeypatch, cap
         assert r6["ran"]["auto"] == {"dynamic": 1, "first_group": 2} and r6["ran_ok"] and r6["equal"]
         assert r1["ran"]["auto"] == {"dynamic": 0, "first_group": 0} and r1["ran_ok"]
         assert ab.paired_speedup(r6, "auto") == pytest.approx(1 / 0.98) and ab.paired_speedup(r1, "auto") == 1.0
-        assert data["library_grouping"] == 1 and data["library_min_sq"] == {"64": 2048, "128": 4096}
+        assert data["library_grouping"] == 1 and data["library_min_sq"] == {"64": 2048, "128": 4096, "192": 4096,
+                                                                             "256": 4096}
         table = (tmp_path / "causal" / "confirm_table.txt").read_text()
         assert printed.rstrip().endswith(table.rstrip())
         assert "x1.020" in table and table.rstrip().splitlines()[-1] == (

@@ -21,6 +21,9 @@ length (vidattn_sm90_set_causal_dynamic_min_sq(0)), and a third policy, "auto", 
 give, per head dim, the shortest length from which dynamic is at least as fast as static at every longer length
 measured (`crossover`, on the median of the per-round ratios): the threshold capi.cu should ship for that build.
 
+--sweep wide is the crossover sweep for the D=192 and D=256 causal builds (1K-8K), whose thresholds were D=128's
+2048 until measured (VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D192 / _D256).
+
 --sweep grouping adds a fourth policy, "short_first": forced dynamic with the short head group (where the groups of
 the L2 budget do not divide batch x heads) opening the list instead of closing it (vidattn_sm90_set_causal_grouping
 (1)); "dynamic" keeps the short group last. D=64 and D=128 from 1K to 8K and at 32K, plus shapes whose groups leave
@@ -31,6 +34,7 @@ crossover of each grouping.
 the defaults over (D=128 at 4K, 6K, 8K, D=64 at 2K and 6K), and checks that auto ran what the defaults say.
 
     python3 dev/probes/causal_sched_ab.py --sweep crossover --rounds 5 --out $OUT/causal/crossover.json
+    python3 dev/probes/causal_sched_ab.py --sweep wide --rounds 7 --out $OUT/causal/wide.json
     python3 dev/probes/causal_sched_ab.py --sweep grouping --rounds 5 --out $OUT/causal/grouping.json
     python3 dev/probes/causal_sched_ab.py --sweep confirm --rounds 7 --out $OUT/causal/confirm.json
     python3 dev/probes/causal_sched_ab.py --replay bench/results/h200_2026-12-02_pm/call_g/causal/crossover.json
@@ -88,8 +92,13 @@ GROUPING = [(2, 16, 6144, 128), (2, 16, 6144, 64), (1, 12, 4096, 128), (3, 7, 20
 # at 6K, where the short group last lost to static (0.884).
 CONFIRM = [(2, 16, 4096, 128), (1, 12, 4096, 128), (2, 16, 6144, 128), (2, 16, 8192, 128), (4, 32, 2048, 64),
            (2, 16, 6144, 64)]
+# D=192 and D=256 (issue 26's causal builds, N=96 and N=64 wide): they took D=128's threshold (2048 rows) unmeasured.
+# 1K-8K at batch x heads that give every length at least ~8 tiles per CTA (tiles of 128 rows), 3K between the two
+# lengths where D=128 crossed.
+WIDE = [(8, 16, 1024, 192), (8, 16, 1024, 256), (4, 16, 2048, 192), (4, 16, 2048, 256), (3, 16, 3072, 192),
+        (3, 16, 3072, 256), (2, 16, 4096, 192), (2, 16, 4096, 256), (1, 16, 8192, 192), (1, 16, 8192, 256)]
 # The causal builds a head dim runs on (capi.cu, causal_build_slot): one threshold each.
-BUILD_HEAD_DIMS = (64, 128)
+BUILD_HEAD_DIMS = (64, 128, 192, 256)
 
 
 def crossover(points: list[tuple[int, float]], tol: float = 0.0) -> int | None:
@@ -136,7 +145,7 @@ def recommended_min_sq(rows: list[dict], tol: float = 0.0, policy: str = "dynami
 
 
 def library_min_sq(lib) -> dict[int, int]:
-    """The library's default threshold per causal build (libraries with one threshold give it for both)."""
+    """The library's default threshold per causal build (libraries with one threshold give it for all)."""
     if hasattr(lib, "vidattn_sm90_causal_dynamic_min_sq_for"):
         return {d: lib.vidattn_sm90_causal_dynamic_min_sq_for(d) for d in BUILD_HEAD_DIMS}
     return {d: lib.vidattn_sm90_causal_dynamic_min_sq() for d in BUILD_HEAD_DIMS}
@@ -317,13 +326,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=None, help="(ignored: the span's call count follows --target-ms)")
     ap.add_argument("--target-ms", type=float, default=8.0, help="GPU time per span (sets its call count)")
     ap.add_argument("--out")
-    ap.add_argument("--sweep", choices=("bench", "crossover", "grouping", "confirm", "all"), default="bench")
+    ap.add_argument("--sweep", choices=("bench", "crossover", "wide", "grouping", "confirm", "all"), default="bench")
     ap.add_argument("--replay", metavar="JSON", help="print the table and verdict of a saved sweep, then exit")
     args = ap.parse_args()
     if args.replay:
         replay(args.replay)
         return
-    shapes = {"bench": SHAPES, "crossover": CROSSOVER, "grouping": GROUPING, "confirm": CONFIRM,
+    shapes = {"bench": SHAPES, "crossover": CROSSOVER, "wide": WIDE, "grouping": GROUPING, "confirm": CONFIRM,
               "all": CROSSOVER + SHAPES}[args.sweep]
     lib = _ext.load()
     routed = lib is not None and hasattr(lib, "vidattn_sm90_set_causal_dynamic_min_sq")
@@ -377,7 +386,7 @@ def main() -> None:
                "tflops": {}}
         # a policy that did not run its schedule cannot pass as one
         if confirm:
-            want = int(s >= default_min_sq[64 if d <= 64 else 128])  # capi.cu, causal_build_slot
+            want = int(s >= default_min_sq[sim.build_head_dim(d)])  # capi.cu, causal_build_slot
             row["ran_ok"] = ran["static"]["dynamic"] == 0 and ran["auto"] == {
                 "dynamic": want, "first_group": expected_first_group(b, h, s, d, "auto", default_grouping) * want}
         elif routed:

@@ -35,9 +35,15 @@ SMS = 132
 REDO_CAP = 32 * 64  # tiles a CTA can mark for a redo (tile_config.cuh, kRedoWords words of 32 bits)
 
 
+def build_head_dim(d: int) -> int:
+    """The causal build a head dim runs on (capi.cu: 72..128 on D=128's, 136..192 on D=192's, 200..256 on D=256's)."""
+    return 64 if d <= 64 else 128 if d <= 128 else 192 if d <= 192 else 256
+
+
 def block_sizes(d: int) -> tuple[int, int]:
-    """(kBlockM, kBlockN) of the causal build of head dim d (capi.cu: D<=64 on three warpgroups, else N=128)."""
-    return (192, 128) if d <= 64 else (128, 128)
+    """(kBlockM, kBlockN) of the causal build of head dim d (capi.cu: D<=64 on three warpgroups, D=128 on N=128,
+    D=192 and D=256 on their narrow widths, tile_config.cuh's VIDATTN_BLOCK_N_D192_NARROW 96 and _D256_NARROW 64)."""
+    return {64: (192, 128), 128: (128, 128), 192: (128, 96), 256: (128, 64)}[build_head_dim(d)]
 
 
 def tile_blocks(m: int, bm: int, bn: int, sq: int, skv: int, bottom_right: bool = False) -> int:
@@ -60,7 +66,7 @@ GROUP_BYTES = 16 << 20  # capi.cu, kCausalGroupBytes
 
 def group_heads(b: int, h: int, skv: int, d: int) -> int:
     """capi.cu's causal_group: (batch, head) pairs whose K/V (bf16, the build's head dim) fit GROUP_BYTES."""
-    build_d = 64 if d <= 64 else 128
+    build_d = build_head_dim(d)
     return max(1, min(b * h, GROUP_BYTES // max(1, skv * build_d * 4)))
 
 
