@@ -428,6 +428,12 @@ bool pick_d64_three_wgs(int64_t seqlen_q, int64_t batch_heads, int sms) {
 // hd_wide_ab agrees at 1K): D=192 narrow +4.4% at 1K keys, +1.3% at 8K (where hd_wide_ab had wide +5%), -0.8% at 32K;
 // D=256 narrow +0.8% at 1K (inside the spread), -4.7% at 32K. So D=192 calls of at most 2048 keys run narrow; D=256
 // stays wide everywhere.
+// Causal D=200..256 (bf16) on the dense routed build's width, N=80 with O through the V stages, read-late, at 24 / 240
+// registers (FA3's width there): +4-5% over the N=64 narrow causal build at 8K and 32K (call P18 of the fifteenth
+// sitting, dev/NOTES.md "D=256 causal at N=80"). 0 keeps the narrow build (fp16 stays on it either way).
+#ifndef VIDATTN_CAUSAL_D256_OINV
+#define VIDATTN_CAUSAL_D256_OINV 1
+#endif
 #ifndef VIDATTN_D192_NARROW_KV_MAX
 #define VIDATTN_D192_NARROW_KV_MAX 2048
 #endif
@@ -688,9 +694,10 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
   constexpr int kD256N = vidattn::sm90::default_block_n(256);
   // Causal: one build per head dim (build time), chosen for tiles whose key count varies from one block to all: D=64
   // on three warpgroups (the long-sequence build), D=128 on N=128 (Q in registers, two Q buffers: its tile
-  // boundaries come every few blocks), D=192 and D=256 on their narrow widths (N=96 and 64: the diagonal block wastes
-  // less, and O leaves through the scratch under the next tile's S_0, as at D=128). The D=64 warpgroup, D=128 width
-  // and head-dim variant switches do not apply. Head dims 72..128 run on the D=128 causal build (padded), 136..192 on
+  // boundaries come every few blocks), D=192 on its narrow width (N=96: the diagonal block wastes less, and O leaves
+  // through the scratch under the next tile's S_0, as at D=128), bf16 D=256 on the dense routed build's N=80 with O
+  // through the V stages (VIDATTN_CAUSAL_D256_OINV; fp16 on the narrow N=64). The D=64 warpgroup, D=128 width and
+  // head-dim variant switches do not apply. Head dims 72..128 run on the D=128 causal build (padded), 136..192 on
   // D=192's, 200..256 on D=256's.
   if (a->causal != 0) {
     constexpr int kD192Narrow = VIDATTN_BLOCK_N_D192_NARROW, kD256Narrow = VIDATTN_BLOCK_N_D256_NARROW;
@@ -702,6 +709,11 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
     if (a->head_dim <= 192)
       return fp16 ? launch<192, 2, kD192Narrow, true, true>(*a, s, sms)
                   : launch<192, 2, kD192Narrow, false, true>(*a, s, sms);
+#if VIDATTN_CAUSAL_D256_OINV
+    if (!fp16)
+      return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild + vidattn::sm90::kOReadLateBuild, false, true>(*a, s,
+                                                                                                              sms);
+#endif
     return fp16 ? launch<256, 2, kD256Narrow, true, true>(*a, s, sms)
                 : launch<256, 2, kD256Narrow, false, true>(*a, s, sms);
   }

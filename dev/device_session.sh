@@ -171,6 +171,10 @@
 #   bash dev/device_session.sh P18 [budget_s] # the O-in-V causal D=256 build (N=80, d256_causal_n80_producer.patch):
 #                                             # causal GPU suite and memcheck on it, the A/B with an A/A pair, the
 #                                             # causal anchors on it; the D=192/256 causal thresholds (--sweep wide)
+#   bash dev/device_session.sh P19 [budget_s] # the N=80 causal D=256 build as the default (its redo pass's o_done
+#                                             # count fixed): the redo tests first, the whole GPU suite, memcheck,
+#                                             # the A/B against the library before (short lengths too), causal anchors,
+#                                             # the three sanitizers (threaded rounds under a 90 s limit)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -667,6 +671,42 @@ P18)
     --out "$OUT/p18/anchors_causal_n80.json" > "$OUT/p18/anchors_causal_n80.log" 2>&1; rc[anchors]=$?
   grep -A14 "^| shape" "$OUT/p18/anchors_causal_n80.log" | tail -12
   tar_dirs p18
+  ;;
+P19)
+  # After P18 (lib_n80 hung in test_many_rounds_and_redo[256-*]: the producer's o_done parity in the redo pass counted
+  # the end-of-list fill as a tile with an O): the default library now routes bf16 causal D=200..256 to the N=80
+  # O-in-V build with that count fixed. The redo tests alone first (a hang there stops the suite's stage), then the
+  # whole GPU suite, memcheck of the D=256 causal redo and square cases, the A/B against the library before
+  # ($AB/lib_base.so, and /tmp/lib_same.so, the same: the A/A pair) at 8K/32K and 1K-4K, the causal anchors.
+  AB=${AB:-.build/ab18}
+  start_anchor_build 240
+  build_lib
+  mkdir -p "$OUT/p19"
+  lib=$(ls "$VIDATTN_CACHE_DIR"/libvidattn_sm90-*.so | head -1)
+  cp "$AB/lib_base.so" /tmp/lib_same.so
+  gpu_pytest p19/redo.log 60 redo -m gpu tests/test_causal_gpu.py -k "many_rounds_and_redo"
+  if [ "${rc[redo]}" -eq 0 ]; then
+    gpu_pytest p19/gpu_all.log 300 gpu_all -m gpu tests
+    sanitize_pytest memcheck p19/memcheck.log 100 memcheck -m gpu tests/test_causal_gpu.py \
+      -k "(many_rounds_and_redo and 256) or (test_square and d256 and (127 or 1000))"
+  fi
+  await_anchor_build 150
+  timeout 170 python3 dev/probes/causal_cost.py --libs base=$AB/lib_base.so same=/tmp/lib_same.so new=$lib \
+    --sides causal,fa3_causal --shapes D256,short,D192,D128 --rounds 8 --json "$OUT/p19/causal_ab.json" \
+    > "$OUT/p19/causal_ab.log" 2>&1; rc[causal_ab]=$?
+  sed -n '/== causal cost/,$p' "$OUT/p19/causal_ab.log" | grep -E "^D|base_causal:|new_causal/base|same_causal/base"
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group causal \
+    --impls cudnn,fa3,vidattn --no-accuracy --rounds 6 --budget-s $(( $(left) > 60 ? $(left) - 25 : 30 )) \
+    --out "$OUT/p19/anchors_causal.json" > "$OUT/p19/anchors_causal.log" 2>&1; rc[anchors]=$?
+  grep -A14 "^| shape" "$OUT/p19/anchors_causal.log" | tail -12
+  # the three sanitizers over the sanitizer cases with what is left; a threaded round not done in 90 s is called hung
+  # and named (racecheck stalled in the third round in P17, A1 and A2 of the fourteenth sitting)
+  mkdir -p "$OUT/p19/san"
+  timeout $(( $(left) - 5 )) python3 dev/stress/sanitize.py --tools memcheck,racecheck,synccheck --no-build \
+    --thread-timeout 90 --timeout $(( $(left) - 15 )) --out "$OUT/p19/san" --json "$OUT/p19/san/sanitize.json" \
+    > "$OUT/p19/sanitize.log" 2>&1; rc[sanitize]=$?
+  tail -6 "$OUT/p19/sanitize.log"
+  tar_dirs p19
   ;;
 O5)
   anchors_ready

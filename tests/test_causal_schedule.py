@@ -512,6 +512,9 @@ def test_probe_main_end_to_end_with_a_fake_gpu(sweep, tmp_path, monkeypatch, cap
     shape_lines = table.split("\n\n")[-1].splitlines()
     assert shape_lines[0].startswith("shape | group") and len(shape_lines) == 3
     assert "crossover short_first D=128" in table
+    # auto (the defaults: 6K is below the fake library's 8192 rows, so static) is tabled, without a verdict
+    assert r6["speedup_rounds_auto"] == pytest.approx([1.0] * 3)
+    assert "auto / static by length" in table and "crossover auto" not in table
     # 1K has no short group, so short_first runs the dynamic order there and loses: its crossover is 6K
     assert data["crossover_min_sq_short_first"] == {"128": 6144} and data["crossover_min_sq"] == {"128": None}
 

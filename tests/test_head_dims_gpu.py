@@ -148,16 +148,19 @@ def test_causal_up_to_128_runs_on_the_d128_causal_build(d):
 
 
 def test_causal_past_128_runs_the_wide_causal_builds():
-    """Head dims 136..256 run causal on the D=192 and D=256 builds (their narrow widths): the library takes them, and
-    explain has nothing to say. Accuracy: tests/test_causal_gpu.py."""
+    """Head dims 136..256 run causal on the D=192 and D=256 builds: D=192 on its narrow width (N=96, O through its
+    scratch), bf16 D=200..256 on the O-in-V build (N=80, O through the V stages, read-late; capi.cu
+    VIDATTN_CAUSAL_D256_OINV), fp16 there on the narrow N=64. The library takes them, and explain has nothing to say.
+    Accuracy: tests/test_causal_gpu.py."""
     lib = _ext.load()
     assert lib.vidattn_sm90_causal_max_head_dim() == 256
-    for d, want_n in ((192, 96), (200, 64)):
+    for d, dtype, want_n, want_o in ((192, torch.bfloat16, 96, 0), (200, torch.bfloat16, 80, 4),
+                                     (256, torch.bfloat16, 80, 4), (256, torch.float16, 64, 0)):
         g, _ = new_gen()
-        q, k, v = bshd_inputs(1, 2, 2, 300, 300, d, g)
+        q, k, v = bshd_inputs(1, 2, 2, 300, 300, d, g, dtype=dtype)
         assert vidattn.explain(q, k, v, causal=True) is None
         _ext.forward(q, k, v, torch.empty_like(q), None, None, 0.1, lib=lib, causal=_ext.CAUSAL_TOP_LEFT)
-        assert _ext.last_block_n() == want_n, d
+        assert (_ext.last_block_n(), _ext.last_o_path()) == (want_n, want_o), (d, dtype)
 
 
 def test_fixed_reference_redo_at_wide_head_dims():

@@ -50,6 +50,9 @@ struct SharedStorage {
   // kOInV: o_done[w] completes once per tile, when consumer warpgroup w's O stores have read its V stage (4
   // arrivals, one per warp); the producer refills that stage only after (last, so the other builds' offsets stay)
   uint64_t o_done[T::kOInV ? 2 : 1];
+  // causal builds, the producer's redo walk parked beside its count (redo_causal_tiles): word index, remaining bits,
+  // bound. After o_done so that no earlier member moves (the struct's 1024-byte alignment pads its end anyway).
+  int32_t redo_walk[3];
 };
 
 // Shared memory beside the dynamic buffer: the kernel declares none (its PTX has only the extern buffer), but
@@ -254,20 +257,31 @@ __device__ __forceinline__ void redo_causal_tiles(const FwdParams& p, const uint
   walk_redo_bits<kWords>(bits, n_local, [&]() { return local++; },
                          [&](int l) { return causal_redo_tile<kWords>(p, l); }, run);
 }
-// The producer's: its local count in shared memory (*local, n_local on entry) as in its first pass.
+// The producer's: its local count in shared memory (*local, n_local on entry) as in its first pass, and the walk's
+// word index, remaining bits and bound in `walk`, read back after each tile's loads (held in registers across a
+// tile's loads, they spilled the 24-register producer of the O-in-V causal build).
 template <int kWords, typename F>
 __device__ __forceinline__ void redo_causal_tiles(const FwdParams& p, const uint32_t* bits, volatile int32_t* local,
-                                                  F&& run) {
-  const int n_local = *local;
-  *local = n_local + 1;
-  walk_redo_bits<kWords>(
-      bits, n_local,
-      [=]() {
-        const int n = *local;
-        *local = n + 1;
-        return n;
-      },
-      [&](int l) { return causal_redo_tile<kWords>(p, l); }, run);
+                                                  volatile int32_t* walk, F&& run) {
+  volatile int32_t* const wv = walk;
+  volatile uint32_t* const bv = reinterpret_cast<volatile uint32_t*>(walk + 1);
+  volatile int32_t* const first = walk + 2;  // the first pass's tile count, the walk's bound
+  *first = *local;
+  *local = *first + 1;
+#pragma unroll 1
+  for (*wv = 0; *wv < kWords && 32 * *wv < *first; *wv = *wv + 1) {
+    *bv = bits[*wv];
+#pragma unroll 1
+    while (*bv != 0) {
+      const uint32_t b = *bv;
+      const int bit = __ffs(b) - 1;
+      *bv = b & (b - 1);
+      const int tile = causal_redo_tile<kWords>(p, 32 * *wv + bit);
+      const int n = *local;
+      *local = n + 1;
+      run(tile, n);
+    }
+  }
 }
 
 template <bool B>
@@ -294,7 +308,9 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   int start = 0;             // the ring runs on across tiles: tile t+1's K_0 goes where tile t left off
   // early (a BoolTag): the causal first pass reads each block's coordinates before the stage's wait, the redo pass per
   // chunk after it (kv_at below; VIDATTN_CAUSAL_EARLY_KV_COORDS=0: both passes per chunk, the previous producer).
-  auto produce = [&](int tile, int local, auto early) {
+  // redo (a BoolTag): the tile is a redone one (the O-in-V builds count the tiles that stored an O before it).
+  auto produce = [&](int tile, int local, auto early, auto redo) {
+    (void)redo;
     // Causal: the consumers read it once this tile's q_full phase completes (the arrive below releases it). Slot
     // local % 4 was last read at the start of tile local - 4, before the consumers released tile local - 3's Q buffer,
     // which this producer has waited for (two Q buffers at most).
@@ -332,7 +348,11 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
           }
         }
       } else {
-        ptx::mbarrier_wait(&s.q_empty[qb], ((local / T::kQBuffers) & 1) ^ 1);
+        // causal O-in-V (D=256): Q's empty barrier's address formed here, from a base the compiler cannot carry
+        // over from an earlier tile (hoisted out of the first pass, it stayed live into the redo pass and spilled)
+        SharedStorage<kHeadDim, kWGs, kBN>* sq = &s;
+        if constexpr (kCausal && T::kOInV) asm volatile("" : "+l"(sq));
+        ptx::mbarrier_wait(&sq->q_empty[qb], ((local / T::kQBuffers) & 1) ^ 1);
         ptx::mbarrier_arrive_expect_tx(&s.q_full[qb], kQBytes);
 #pragma unroll 1
         for (int c = 0; c < T::kChunks; ++c) {
@@ -414,7 +434,10 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       ptx::mbarrier_wait(&s.v_empty[stage], phase ^ 1);
       if constexpr (T::kOInV && !T::kORegs && !kSplit) {
         // the previous tile left warpgroup j's O in the stage V_j goes to (consumer); once per tile, in tile order
-        if (j < 2 && local > 0) ptx::mbarrier_wait(&s.o_done[j], (local - 1) & 1);
+        // o_done completes once per tile that stored an O: in causal builds the end-of-list fill took a local number
+        // and stored none, so a redone tile has local - 1 O-storing tiles before it
+        const int o_before = local - (kCausal && decltype(redo)::value ? 1 : 0);
+        if (j < 2 && o_before > 0) ptx::mbarrier_wait(&s.o_done[j], (o_before - 1) & 1);
       }
       waits.add(1, t_wait);
       ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], kKVBytes);
@@ -467,7 +490,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     for (int tile = local_tile<kCausal>(0); tile < p.num_tiles;) {
       const int l = *n_local;
       *n_local = l + 1;
-      produce(tile, l, BoolTag<kCausalEarlyKvCoords>{});
+      produce(tile, l, BoolTag<kCausalEarlyKvCoords>{}, BoolTag<false>{});
       // The counter is claimed for this launch only once the first tile's loads are out (its tile, this CTA's index,
       // needs no ticket): every CTA claims at once at launch, a contended read and CAS on one word, a few us that on
       // a short problem (1K tokens: ~100 us in all) the first loads would otherwise wait for. The CTAs-done word is
@@ -482,7 +505,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     const int qb = local % T::kQBuffers;
     s.sched_tile[local % 4] = p.num_tiles;
     ptx::mbarrier_wait(&s.q_empty[qb], ((local / T::kQBuffers) & 1) ^ 1);
-    ptx::mbarrier_arrive(&s.q_full[qb]);
+    // q_full's address formed after the wait (the count read back): held across it, it spilled the 24 registers
+    ptx::mbarrier_arrive(&s.q_full[*n_local % T::kQBuffers]);
     if (p.sched != nullptr) {
       // Every CTA's last ticket is taken before it counts itself done, so the last one out may reset the words.
       sched_claim(p.sched + 1, p.sched_epoch);
@@ -495,18 +519,19 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     }
     if constexpr (kFixedRef) {
       ptx::mbarrier_wait(&s.redo_ready, 0);
-      redo_causal_tiles<T::kRedoWords>(p, s.redo_bits, n_local,
-                                       [&](int tile, int l) { produce(tile, l, BoolTag<false>{}); });
+      redo_causal_tiles<T::kRedoWords>(p, s.redo_bits, n_local, s.redo_walk,
+                                       [&](int tile, int l) { produce(tile, l, BoolTag<false>{}, BoolTag<true>{}); });
     }
     return;
   } else {
-    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local) produce(tile, local, BoolTag<true>{});
+    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local)
+      produce(tile, local, BoolTag<true>{}, BoolTag<false>{});
   }
   if constexpr (kFixedRef) {
     // Then the tiles the consumers marked, in the order they run them (redo_tiles): once their marks are final.
     ptx::mbarrier_wait(&s.redo_ready, 0);
     redo_tiles<T::kRedoWords, kCausal>(s.redo_bits, local,
-                                       [&](int tile, int l) { produce(tile, l, BoolTag<false>{}); });
+                                       [&](int tile, int l) { produce(tile, l, BoolTag<false>{}, BoolTag<true>{}); });
   }
 }
 
@@ -1530,9 +1555,11 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
   // The tail launch's items run the exact softmax: they are at most one per SM, and their merge wants each item's
   // own row max as its reference anyway.
   constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef) && !kSplit;
-  // The causal builds with one Q buffer (D=192, D=256) give the producer 32 registers and each consumer 232: at 24
-  // the producer's redo pass spilled (16-24 bytes in the bf16 builds). 32*128 + 232*256 = 63488 of the launch's 64512.
-  constexpr bool kWideProducer = kCausal && T::kQBuffers == 1;
+  // The causal builds with one Q buffer (D=192, D=256 narrow) give the producer 32 registers and each consumer 232: at
+  // 24 the producer's redo pass spilled (16-24 bytes in the bf16 builds). 32*128 + 232*256 = 63488 of the launch's
+  // 64512. The O-in-V causal build (D=256, N=80) needs the consumers' 240 (at 232 they spill 116 bytes): its producer
+  // keeps 24, its redo walk parked in shared memory (redo_causal_tiles).
+  constexpr bool kWideProducer = kCausal && T::kQBuffers == 1 && !T::kOInV;
   constexpr uint32_t kProducerRegs = kWideProducer ? 32 : T::kProducerRegs;
   constexpr uint32_t kConsumerRegs = kWideProducer ? 232 : T::kConsumerRegs;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * T::kConsumerWGs <= T::kLaunchRegs * T::kThreads,

@@ -50,6 +50,9 @@ import hd_variants_ab as hv  # noqa: E402
 SHAPES = [("D256 8K", 2, 8, 8192, 256), ("D256 32K", 1, 8, 32768, 256), ("D192 8K", 2, 10, 8192, 192),
           ("D128 8K", 2, 16, 8192, 128), ("D128 32K", 1, 16, 32768, 128), ("D64 8K", 2, 32, 8192, 64),
           ("D64 32K", 1, 32, 32768, 64)]
+# Short D=256 problems (batch x heads filling the card), only where --shapes names them ("short"): the N=80 causal
+# build's short end, where tiles are few blocks long and its O-in-V boundary comes often.
+SHORT = [("D256 1K short", 16, 8, 1024, 256), ("D256 2K short", 8, 8, 2048, 256), ("D256 4K short", 4, 8, 4096, 256)]
 
 
 def sides_for(d: int, libs: dict, fa3) -> dict:
@@ -99,7 +102,8 @@ def main():
     ap.add_argument("--order", choices=ORDERS, default="williams",
                     help="each round's order (bench/round_order.py; call P15/P16 ran 'rotated', whose fixed neighbours "
                          "read two identical dense kernels 0.94-0.96 apart)")
-    ap.add_argument("--shapes", default="", help="comma-separated substrings of the shape names (default: all)")
+    ap.add_argument("--shapes", default="", help="comma-separated substrings of the shape names (default: all but "
+                    "the short D=256 ones, which a pattern holding 'short' adds)")
     ap.add_argument("--json", default="")
     ap.add_argument("--libs", nargs="*", default=[], metavar="NAME=PATH",
                     help="kernel libraries to time side by side (default: the one vidattn loads, as 'vid')")
@@ -126,7 +130,7 @@ def main():
     pats = [p for p in args.shapes.split(",") if p]
     span = hv.CudaSpan()
     record, lines = {}, []
-    for name, b, h, s, d in SHAPES:
+    for name, b, h, s, d in SHAPES + (SHORT if any("short" in p for p in pats) else []):
         if pats and not any(p in name for p in pats):
             continue
         gen = torch.Generator(device="cuda").manual_seed(0)

@@ -22,7 +22,9 @@ give, per head dim, the shortest length from which dynamic is at least as fast a
 measured (`crossover`, on the median of the per-round ratios): the threshold capi.cu should ship for that build.
 
 --sweep wide is the crossover sweep for the D=192 and D=256 causal builds (1K-8K), whose thresholds were D=128's
-2048 until measured (VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D192 / _D256).
+2048 until measured (VIDATTN_CAUSAL_DYNAMIC_MIN_SQ_D192 / _D256), with short_first beside dynamic: D=192's head groups
+leave remainders at these shapes, where the short group last loses to static and first does not (call P18).
+Every sweep but confirm also tables auto / static, the library's defaults as they ship.
 
 --sweep grouping adds a fourth policy, "short_first": forced dynamic with the short head group (where the groups of
 the L2 budget do not divide batch x heads) opening the list instead of closing it (vidattn_sm90_set_causal_grouping
@@ -167,8 +169,11 @@ def summary(rows: list[dict], library: dict[int, int], rounds: int) -> list[str]
     timed the short-first grouping, the same for it)."""
     lengths = sorted({r["s"] for r in rows})
     policies = ["dynamic"] + (["short_first"] if any("speedup_rounds_short_first" in r for r in rows) else [])
+    # auto (the library's defaults: static below the thresholds, else dynamic in the library's grouping) has a table
+    # but no verdict: it is what ships, not a candidate
+    shown = policies + (["auto"] if any("speedup_rounds_auto" in r for r in rows) else [])
     lines = []
-    for policy in policies:
+    for policy in shown:
         lines += [f"{policy} / static by length (median of the per-round ratios; median over the batch x heads "
                   f"measured), {rounds} rounds:", "  D   " + "".join(f"{s:>9d}" for s in lengths)]
         for d in sorted({r["d"] for r in rows}):
@@ -255,7 +260,8 @@ def replay(path: str) -> None:
     data = json.loads(Path(path).read_text())
     lib = data.get("library_min_sq", {})
     library = {int(d): n for d, n in lib.items()} if isinstance(lib, dict) else {d: lib for d in BUILD_HEAD_DIMS}
-    if data["rows"] and "speedup_rounds_auto" in data["rows"][0]:  # a --sweep confirm
+    if data["rows"] and "speedup_rounds_auto" in data["rows"][0] and "speedup_rounds" not in data["rows"][0]:
+        # a --sweep confirm (the other sweeps' rows carry auto's ratios beside dynamic's)
         print("\n".join(confirm_lines(data["rows"], library, data.get("library_grouping", 0))))
         return
     rounds = len(data["rows"][0].get("speedup_rounds", [])) if data["rows"] else 0
@@ -343,7 +349,7 @@ def main() -> None:
     if confirm and not (routed and grouping):
         raise SystemExit("--sweep confirm needs a library with the per-build thresholds and the grouping switch")
     policies = ["static", "auto"] if confirm else ["static", "dynamic"] + \
-        (["short_first"] if grouping and args.sweep == "grouping" else []) + (["auto"] if routed else [])
+        (["short_first"] if grouping and args.sweep in ("grouping", "wide") else []) + (["auto"] if routed else [])
     print("library default: dynamic from " + ", ".join(f"{n} query rows at D={d}" for d, n in default_min_sq.items())
           + f"; grouping {default_grouping} (1: the short group first)"
           if routed else "library without the short-problem routing: dynamic at every length", flush=True)
@@ -412,6 +418,8 @@ def main() -> None:
         # per round, so that the spread between rounds shows next to the median
         row["speedup_rounds"] = per_round_ratios(ms, "static", "dynamic")
         row["speedup_paired"] = paired_speedup(row)
+        if "auto" in ms:
+            row["speedup_rounds_auto"] = per_round_ratios(ms, "static", "auto")
         if "short_first" in ms:
             row["speedup_rounds_short_first"] = per_round_ratios(ms, "static", "short_first")
             row["short_first_over_dynamic_rounds"] = per_round_ratios(ms, "dynamic", "short_first")
