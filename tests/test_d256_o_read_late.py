@@ -80,7 +80,31 @@ def test_flush_stands_before_every_release_that_later_loads_wait_behind():
     assert tail.rindex("flush_o();") < tail.rindex("ptx::bulk_wait_group<0>();")
     # the producer still waits for o_done before V_0 / V_1 (the variant is neither kORegs nor a split build)
     assert "if constexpr (T::kOInV && !T::kORegs && !kSplit) {" in FWD
-    assert "if (j < 2 && local > 0) ptx::mbarrier_wait(&s.o_done[j], (local - 1) & 1);" in FWD
+    assert "const int o_before = local - (kCausal && decltype(redo)::value ? 1 : 0);" in FWD
+    assert "if (j < 2 && o_before > 0) ptx::mbarrier_wait(&s.o_done[j], (o_before - 1) & 1);" in FWD
+
+
+def test_causal_redo_counts_the_o_storing_tiles_before_it():
+    """The causal O-in-V build (D=256, N=80): o_done completes once per tile that stored an O, and the producer's
+    end-of-list fill takes a local number without one, so a redone tile's wait must count local - 1 tiles (with
+    local it waited for a phase only the next tile's O completes: test_many_rounds_and_redo[256-*] hung, call P18).
+    The expression in flash_fwd.cuh, over a CTA's first pass, its end-of-list fill and its redo pass, waits for the
+    completion of exactly the previous O-storing tile each time."""
+    first_pass = "produce(tile, l, BoolTag<kCausalEarlyKvCoords>{}, BoolTag<false>{});"
+    redo = "[&](int tile, int l) { produce(tile, l, BoolTag<false>{}, BoolTag<true>{}); });"
+    assert first_pass in FWD
+    causal_redo = FWD[FWD.index("redo_causal_tiles<T::kRedoWords>(p, s.redo_bits, n_local, s.redo_walk,"):]
+    assert causal_redo.index(redo) < causal_redo.index("return;")
+    for n_first, n_redo in [(1, 1), (3, 2), (7, 5), (2, 0)]:
+        stored = 0  # o_done completions so far (each tile that stored an O gives one, in tile order)
+        locals_ = [(l, False) for l in range(n_first)] + [(n_first + 1 + i, True) for i in range(n_redo)]
+        for local, is_redo in locals_:
+            o_before = local - (1 if is_redo else 0)
+            if o_before > 0:
+                # the wait is by parity: it must name the phase the previous tile's O completes (completion number
+                # `stored`, phase stored - 1), and that completion must have been the last one given
+                assert (o_before - 1) & 1 == (stored - 1) & 1 and o_before == stored, (n_first, n_redo, local)
+            stored += 1
 
 
 def _ring_model(blocks: list[int]) -> None:
