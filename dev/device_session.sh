@@ -175,6 +175,8 @@
 #                                             # count fixed): the redo tests first, the whole GPU suite, memcheck,
 #                                             # the A/B against the library before (short lengths too), causal anchors,
 #                                             # the three sanitizers (threaded rounds under a 90 s limit)
+#   bash dev/device_session.sh P20 [budget_s] # the sanitizer cases of the N=80 causal D=256 build (several tiles,
+#                                             # a redo) under each tool, then racecheck's set without the threads
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -707,6 +709,27 @@ P19)
     > "$OUT/p19/sanitize.log" 2>&1; rc[sanitize]=$?
   tail -6 "$OUT/p19/sanitize.log"
   tar_dirs p19
+  ;;
+P20)
+  # After P19 (racecheck's own-stream threaded rounds hung right after the tool's "Internal Sanitizer Error: Detected a
+  # failure to track a kernel launch", as in the fourteenth sitting's A2 and the eighth's stall): the two new cases of
+  # the bf16 causal D=256 build (N=80 O-in-V; several tiles per CTA, and a redo past the end-of-list fill) plain and
+  # under each tool, then racecheck over the small set without the threaded rounds.
+  build_lib
+  mkdir -p "$OUT/p20"
+  timeout 60 python3 tests/sanitizer_cases.py --only "causal d256" > "$OUT/p20/plain.log" 2>&1; rc[plain]=$?
+  tail -3 "$OUT/p20/plain.log"
+  for tool in memcheck racecheck synccheck; do
+    timeout 90 compute-sanitizer --tool $tool python3 tests/sanitizer_cases.py --only "causal d256" \
+      > "$OUT/p20/$tool.log" 2>&1; rc[$tool]=$?
+    grep -E "\-> |ERROR SUMMARY|RACECHECK SUMMARY|Race reported" "$OUT/p20/$tool.log" | cut -c1-220 | tail -6
+  done
+  mkdir -p "$OUT/p20/san"
+  timeout $(( $(left) - 5 )) python3 dev/stress/sanitize.py --tools racecheck --no-threads --no-build \
+    --timeout $(( $(left) - 15 )) --out "$OUT/p20/san" --json "$OUT/p20/san/sanitize.json" \
+    > "$OUT/p20/sanitize.log" 2>&1; rc[sanitize]=$?
+  tail -4 "$OUT/p20/sanitize.log"
+  tar_dirs p20
   ;;
 O5)
   anchors_ready

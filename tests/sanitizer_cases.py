@@ -133,6 +133,13 @@ CASES = [
     Case("causal d192 several tiles per CTA", 1, "sms+1", 300, 300, 192, causal="top_left", expect=("block_n=96",)),
     Case("causal d200 bottom-right ragged", 2, 2, 129, 777, 200, torch.float16, kv_lens=[777, 259],
          causal="bottom_right", expect=("block_n=64",)),
+    # bf16 causal D=256 on the O-in-V build (N=80, O through the V stages, its stores' reads waited for a tile late):
+    # several tiles per CTA, and spiked heads whose tiles run again past the end-of-list fill (the redo pass's o_done
+    # count, which hung before its fix in the fifteenth sitting).
+    Case("causal d256 bf16 N=80 several tiles per CTA", 1, "sms+1", 300, 300, 256, causal="top_left",
+         expect=("block_n=80", "o_path=4")),
+    Case("causal d256 bf16 N=80 redo", 1, 4, 700, 700, 256, spiked=(1, 2), causal="top_left",
+         expect=("block_n=80", "o_path=4")),
 ]
 
 # The threaded round: each thread runs these (by name) on its stream, after the main thread made the inputs.
