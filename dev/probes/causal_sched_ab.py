@@ -94,7 +94,8 @@ GROUPING = [(2, 16, 6144, 128), (2, 16, 6144, 64), (1, 12, 4096, 128), (3, 7, 20
 # at 6K, where the short group last lost to static (0.884).
 CONFIRM = [(2, 16, 4096, 128), (1, 12, 4096, 128), (2, 16, 6144, 128), (2, 16, 8192, 128), (4, 32, 2048, 64),
            (2, 16, 6144, 64)]
-# D=192 and D=256 (issue 26's causal builds, N=96 and N=64 wide): they took D=128's threshold (2048 rows) unmeasured.
+# D=192 and D=256 (issue 26's causal builds: D=192 N=96; D=256 N=64 when first swept in call P18, bf16 N=80 since):
+# they took D=128's threshold (2048 rows) unmeasured.
 # 1K-8K at batch x heads that give every length at least ~8 tiles per CTA (tiles of 128 rows), 3K between the two
 # lengths where D=128 crossed.
 WIDE = [(8, 16, 1024, 192), (8, 16, 1024, 256), (4, 16, 2048, 192), (4, 16, 2048, 256), (3, 16, 3072, 192),
