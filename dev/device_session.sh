@@ -275,6 +275,15 @@ sanitize_cases() {
     --out "$OUT/$dir" --json "$OUT/$dir/sanitize.json" > "$OUT/$log" 2>&1; rc[sanitize]=$?
   tail -6 "$OUT/$log"
 }
+# The causal anchors (the bar's harness: bench_anchors --group causal against cuDNN and FA3, 6 do_bench rounds) with
+# what the budget leaves, into $OUT/$1.json and .log (the library: the default, or VIDATTN_LIBRARY as the caller sets
+# it); the table printed.
+causal_anchors() {
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group causal \
+    --impls cudnn,fa3,vidattn --no-accuracy --rounds 6 --budget-s $(( $(left) > 60 ? $(left) - 25 : 30 )) \
+    --out "$OUT/$1.json" > "$OUT/$1.log" 2>&1; rc[anchors]=$?
+  grep -A14 "^| shape" "$OUT/$1.log" | tail -12
+}
 # A head-dim build variant, $AB/lib_$2.so, against the default, $AB/lib_base.so, into $OUT/$1: the head-dim GPU
 # suites under it, and only when they pass memcheck of the D=192 cases and 12 interleaved rounds on the anchor shapes
 # whose names hold one of the comma-separated $3 and the extra shapes after it; the ratio and paired tables printed.
@@ -618,10 +627,7 @@ P16)
     --sides causal,narrow,fa3_causal,cudnn_causal --rounds 12 --json "$OUT/p16/causal_ab.json" \
     > "$OUT/p16/causal_ab.log" 2>&1; rc[causal_ab]=$?
   sed -n '/== causal cost/,$p' "$OUT/p16/causal_ab.log"
-  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group causal \
-    --impls cudnn,fa3,vidattn --no-accuracy --rounds 6 --budget-s $(( $(left) > 60 ? $(left) - 25 : 30 )) \
-    --out "$OUT/p16/anchors_causal.json" > "$OUT/p16/anchors_causal.log" 2>&1; rc[anchors]=$?
-  grep -A14 "^| shape" "$OUT/p16/anchors_causal.log" | tail -12
+  causal_anchors p16/anchors_causal
   tar_dirs p16
   ;;
 P17)
@@ -668,10 +674,7 @@ P18)
     --sides causal,fa3_causal --rounds 8 --json "$OUT/p18/causal_ab.json" > "$OUT/p18/causal_ab.log" 2>&1
   rc[causal_ab]=$?
   sed -n '/== causal cost/,$p' "$OUT/p18/causal_ab.log" | grep -E "^D|base_causal:|n80_causal/base|same_causal/base"
-  VIDATTN_LIBRARY=$PWD/$AB/lib_n80.so timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py \
-    --group causal --impls cudnn,fa3,vidattn --no-accuracy --rounds 6 --budget-s $(( $(left) > 60 ? $(left) - 25 : 30 )) \
-    --out "$OUT/p18/anchors_causal_n80.json" > "$OUT/p18/anchors_causal_n80.log" 2>&1; rc[anchors]=$?
-  grep -A14 "^| shape" "$OUT/p18/anchors_causal_n80.log" | tail -12
+  VIDATTN_LIBRARY=$PWD/$AB/lib_n80.so causal_anchors p18/anchors_causal_n80
   tar_dirs p18
   ;;
 P19)
@@ -697,10 +700,7 @@ P19)
     --sides causal,fa3_causal --shapes D256,short,D192,D128 --rounds 8 --json "$OUT/p19/causal_ab.json" \
     > "$OUT/p19/causal_ab.log" 2>&1; rc[causal_ab]=$?
   sed -n '/== causal cost/,$p' "$OUT/p19/causal_ab.log" | grep -E "^D|base_causal:|new_causal/base|same_causal/base"
-  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group causal \
-    --impls cudnn,fa3,vidattn --no-accuracy --rounds 6 --budget-s $(( $(left) > 60 ? $(left) - 25 : 30 )) \
-    --out "$OUT/p19/anchors_causal.json" > "$OUT/p19/anchors_causal.log" 2>&1; rc[anchors]=$?
-  grep -A14 "^| shape" "$OUT/p19/anchors_causal.log" | tail -12
+  causal_anchors p19/anchors_causal
   # the three sanitizers over the sanitizer cases with what is left; a threaded round not done in 90 s is called hung
   # and named (racecheck stalled in the third round in P17, A1 and A2 of the fourteenth sitting)
   mkdir -p "$OUT/p19/san"
