@@ -53,16 +53,18 @@ def test_group_rule_matches_capi():
 
 
 def test_block_sizes_follow_the_causal_builds():
-    """capi.cu's causal routing (one build per head-dim range) at tile_config.cuh's narrow widths."""
+    """capi.cu's bf16 causal routing (one build per head-dim range): D=192 at its narrow width, D=256 at the dense
+    routed width (the O-in-V build, on by default)."""
     cfg = (ROOT / "csrc/sm90/tile_config.cuh").read_text()
     n192 = int(re.search(r"#define VIDATTN_BLOCK_N_D192_NARROW (\d+)", cfg).group(1))
-    n256 = int(re.search(r"#define VIDATTN_BLOCK_N_D256_NARROW (\d+)", cfg).group(1))
+    n256 = int(re.search(r"#define VIDATTN_BLOCK_N_D256 (\d+)", cfg).group(1))
     assert [sim.build_head_dim(d) for d in (32, 64, 72, 96, 128, 136, 160, 192, 200, 256)] == \
         [64, 64, 128, 128, 128, 192, 192, 192, 256, 256]
     assert sim.block_sizes(64) == (192, 128) and sim.block_sizes(96) == (128, 128)
     assert sim.block_sizes(160) == (128, n192) and sim.block_sizes(256) == (128, n256)
     src = (ROOT / "csrc/capi.cu").read_text()
-    assert "launch<192, 2, kD192Narrow, false, true>" in src and "launch<256, 2, kD256Narrow, false, true>" in src
+    assert "launch<192, 2, kD192Narrow, false, true>" in src and "#define VIDATTN_CAUSAL_D256_OINV 1" in src
+    assert "launch<256, 2, kD256N + vidattn::sm90::kOInVBuild + vidattn::sm90::kOReadLateBuild, false, true>" in src
 
 
 @pytest.mark.parametrize("cap", [1, 3, sim.REDO_CAP])

@@ -218,9 +218,10 @@ __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
 
 // The walk of the redo bits every caller shares: the tiles of this CTA marked for a redo (bit L of `bits`: its L-th
 // tile of the first pass, whose index `tile_of(L)` gives), in ascending order, each run with the local number `next()`
-// hands out. Producer and consumers walk the same bits in the same order. The number lives where its caller keeps it:
-// a register in the consumers and the non-causal producer, shared memory in the causal producer (held in a register
-// beside the dynamic schedule's vector-register coordinates, its 24 spilled).
+// hands out. Producer and consumers walk the same bits in the same order: the consumers and the non-causal producer
+// through this loop, the number in a register; the causal producer through redo_causal_tiles's copy of it below, whose
+// number and loop state live in shared memory (in registers, beside the dynamic schedule's vector-register
+// coordinates, they spilled its 24).
 template <int kWords, typename Next, typename TileOf, typename F>
 __device__ __forceinline__ void walk_redo_bits(const uint32_t* bits, int n_local, Next&& next, TileOf&& tile_of,
                                                F&& run) {

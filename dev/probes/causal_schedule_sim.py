@@ -41,9 +41,10 @@ def build_head_dim(d: int) -> int:
 
 
 def block_sizes(d: int) -> tuple[int, int]:
-    """(kBlockM, kBlockN) of the causal build of head dim d (capi.cu: D<=64 on three warpgroups, D=128 on N=128,
-    D=192 and D=256 on their narrow widths, tile_config.cuh's VIDATTN_BLOCK_N_D192_NARROW 96 and _D256_NARROW 64)."""
-    return {64: (192, 128), 128: (128, 128), 192: (128, 96), 256: (128, 64)}[build_head_dim(d)]
+    """(kBlockM, kBlockN) of the bf16 causal build of head dim d (capi.cu: D<=64 on three warpgroups, D=128 on N=128,
+    D=192 on its narrow width, tile_config.cuh's VIDATTN_BLOCK_N_D192_NARROW 96, D=256 on the dense routed width,
+    VIDATTN_BLOCK_N_D256 80, with O through the V stages: VIDATTN_CAUSAL_D256_OINV; fp16 D=256 runs N=64)."""
+    return {64: (192, 128), 128: (128, 128), 192: (128, 96), 256: (128, 80)}[build_head_dim(d)]
 
 
 def tile_blocks(m: int, bm: int, bn: int, sq: int, skv: int, bottom_right: bool = False) -> int:
