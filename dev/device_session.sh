@@ -177,6 +177,12 @@
 #                                             # the three sanitizers (threaded rounds under a 90 s limit)
 #   bash dev/device_session.sh P20 [budget_s] # the sanitizer cases of the N=80 causal D=256 build (several tiles,
 #                                             # a redo) under each tool, then racecheck's set without the threads
+#   FAMS="cogvideox ltx:768x1280x161" bash dev/device_session.sh P21 [budget_s]
+#                                             # the 8-bit path per family (issue 24's per-model controls): for each
+#                                             # FAMS item (family[:HxWxF]) one forward under SDPA / exact / 8-bit
+#                                             # (scripts/e2e_report.py, E2E_S s) and scripts/fidelity_8bit.py with
+#                                             # SageAttention2 and the policy sweep (FID_S s); SageAttention2
+#                                             # compiles first unless a warm machine has it
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -709,6 +715,35 @@ P19)
     > "$OUT/p19/sanitize.log" 2>&1; rc[sanitize]=$?
   tail -6 "$OUT/p19/sanitize.log"
   tar_dirs p19
+  ;;
+P21)
+  # The 8-bit path in other families than Wan (dev/NOTES_8bit.md "The 8-bit path per family"): SageAttention2
+  # compiles while the forward timings (no Sage2 in them) run, then each family's fidelity report beside it.
+  build_lib
+  anchors_ready
+  have_sage() { python3 -c "import sys; sys.path.insert(0, 'scripts'); import anchor_impls
+sys.exit(anchor_impls.available().get('sage2', 'unlisted') is not None)" 2>/dev/null; }
+  have_sage || start_anchor_build 300 --only sm90_cu,fused_cu,sm90_py,fused_py
+  mkdir -p "$OUT/p21"
+  size_args() { [ "${1#*:}" != "$1" ] && { local s=${1#*:}; IFS=x read -r h w f <<< "$s"
+    echo "--height $h --width $w --frames $f"; }; }
+  for item in ${FAMS:-cogvideox}; do
+    fam=${item%%:*}
+    [ "$(left)" -gt 60 ] || { echo "$fam: speed left out ($(left) s left)"; continue; }
+    timeout $(( ${E2E_S:-70} + 30 )) python3 scripts/e2e_report.py --family "$fam" $(size_args "$item") --forward-only \
+      --precision both --sage2 off --warmup 1 --iters 3 --no-profile --budget-s "${E2E_S:-70}" \
+      --out-dir "$OUT/p21/e2e_$fam" > "$OUT/p21/e2e_$fam.log" 2>&1; rc[e2e_$fam]=$?
+    grep -E "speedup|FAILED|rror|left out" "$OUT/p21/e2e_$fam.log" | tail -4
+  done
+  have_sage || await_anchor_build 60
+  for item in ${FAMS:-cogvideox}; do
+    fam=${item%%:*}; t=$(( $(left) - 15 < ${FID_S:-130} ? $(left) - 15 : ${FID_S:-130} ))
+    [ "$t" -gt 45 ] || { echo "$fam: fidelity left out ($(left) s left)"; continue; }
+    timeout $(( t + 40 )) python3 scripts/fidelity_8bit.py --family "$fam" $(size_args "$item") --budget-s "$t" \
+      --out-dir "$OUT/p21/fid_$fam" > "$OUT/p21/fid_$fam.log" 2>&1; rc[fid_$fam]=$?
+    grep -E "^\| sdpa|^- \(a\)|Suggested|FAILED|rror" "$OUT/p21/fid_$fam.log" | cut -c1-200 | tail -7
+  done
+  tar_dirs p21
   ;;
 P20)
   # After P19 (racecheck's own-stream threaded rounds hung right after the tool's "Internal Sanitizer Error: Detected a

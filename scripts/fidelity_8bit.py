@@ -204,23 +204,24 @@ def _to_bshd(t, layout):
 class ImplRoute:
     """An OpOverride body that sends the calls an outside BSHD implementation (SageAttention2: `impl(q, k, v,
     scale=)` on bf16/fp16 tensors, no mask, head dim up to `max_head_dim`) can take to it, and every other call to
-    the exact vidattn op, counting both with the reasons. fp32 calls (a model run in fp32: the CPU tests) reach
-    it cast to bf16, the output cast back, and are counted apart. A call the implementation raises on runs the exact
-    op too, counted with the error as its reason (a route that ran nothing shows as 0 impl_calls, never as a
-    silent timing of the exact kernel)."""
+    the exact vidattn op, counting both with the reasons. A key-padded call (`kv_lens`) reaches it one batch element
+    at a time on that element's unpadded keys (the same attention: padded keys carry no weight), counted apart as
+    `split_kv_lens`; the split reads kv_lens on the host (a sync), which a timing of this route includes. fp32 calls
+    (a model run in fp32: the CPU tests) reach it cast to bf16, the output cast back, and are counted apart. A call
+    the implementation raises on runs the exact op too, counted with the error as its reason (a route that ran
+    nothing shows as 0 impl_calls, never as a silent timing of the exact kernel)."""
 
     def __init__(self, impl, name: str = "sage2", max_head_dim: int = 128, takes_fp32: bool = False):
         self.impl, self.name, self.max_head_dim = impl, name, max_head_dim
         self.takes_fp32 = takes_fp32  # True: fp32 calls reach impl as they are (SDPA), not cast to bf16
         self.calls = 0
         self.cast_fp32 = 0
+        self.split = 0
         self.other: dict[str, int] = {}
 
     def reason(self, q, k, v, kw) -> str | None:
         layout = kw.get("layout", "bshd")
         d = q.shape[-1]
-        if kw.get("kv_lens") is not None:
-            return "key padding (kv_lens)"
         if kw.get("return_lse"):
             return "return_lse"
         if kw.get("causal") not in (None, False, 0):
@@ -244,19 +245,26 @@ class ImplRoute:
         qkv = [_to_bshd(t, layout) for t in (q, k, v)]
         if q.dtype == torch.float32 and not self.takes_fp32:
             qkv = [t.to(torch.bfloat16) for t in qkv]
+        lens = kw.get("kv_lens")
         try:
-            out = self.impl(*qkv, **extra)
+            if lens is None:
+                out = self.impl(*qkv, **extra)
+            else:
+                qb, kb, vb = qkv
+                out = torch.cat([self.impl(qb[i:i + 1], kb[i:i + 1, :n], vb[i:i + 1, :n], **extra)
+                                 for i, n in enumerate(int(x) for x in lens.tolist())])
         except Exception as exc:  # noqa: BLE001 - counted and run exact, see the class docstring
             why = f"{self.name} raised {type(exc).__name__}: {str(exc)[:160]}"
             self.other[why] = self.other.get(why, 0) + 1
             return original(q, k, v, **{**kw, "precision": "exact"})
         self.calls += 1
+        self.split += lens is not None
         self.cast_fp32 += q.dtype == torch.float32 and not self.takes_fp32
         return _to_bshd(out, layout).to(q.dtype)
 
     def summary(self) -> dict:
         return {"impl_calls": self.calls, "exact_calls": sum(self.other.values()), "exact_reasons": dict(self.other),
-                "fp32_cast_to_bf16": self.cast_fp32}
+                "fp32_cast_to_bf16": self.cast_fp32, "split_kv_lens": self.split}
 
 
 @contextlib.contextmanager
@@ -363,8 +371,9 @@ def query_rows(n: int, keep: int) -> torch.Tensor:
 
 class QKVCapture:
     """An OpOverride body (exact run) that keeps the Q/K/V of chosen attention modules at the first transformer call
-    of every step: all keys and heads, `rows` query rows. Which module a call comes from: a forward pre-hook on
-    every module with a `processor` (its name, e.g. "blocks.7.attn1")."""
+    of every step: all keys and heads, `rows` query rows, and the call's `kv_lens` (key-padded joint attention:
+    HunyuanVideo, Mochi); causal calls are not kept. Which module a call comes from: a forward pre-hook on every
+    module with a `processor` (its name, e.g. "blocks.7.attn1")."""
 
     def __init__(self, transformer, tracker: StepTracker, blocks, rows: int = 2048, max_calls: int = 64):
         from vidattn.precision import _block_index
@@ -390,7 +399,7 @@ class QKVCapture:
     def __call__(self, original, q, k, v, **kw):
         name = self.current
         if (name is not None and self.tracker.first_in_step and len(self.records) < self.max_calls
-                and self._block(name) in self.blocks and kw.get("kv_lens") is None and not kw.get("causal")):
+                and self._block(name) in self.blocks and not kw.get("causal")):
             layout = kw.get("layout", "bshd")
             qb, kb, vb = _to_bshd(q, layout), _to_bshd(k, layout), _to_bshd(v, layout)
             idx = query_rows(qb.shape[1], self.rows).to(qb.device)
@@ -398,7 +407,8 @@ class QKVCapture:
                 self.records.append({"module": name, "block": self._block(name), "step": self.tracker.step,
                                      "timestep": self.tracker.timesteps[-1], "scale": kw.get("scale"),
                                      "q": qb.index_select(1, idx).clone(), "k": kb.clone(), "v": vb.clone(),
-                                     "seq_q": qb.shape[1]})
+                                     "seq_q": qb.shape[1], "kv_lens": None if kw.get("kv_lens") is None
+                                     else kw["kv_lens"].clone()})
         return original(q, k, v, **kw)
 
     def remove(self):
@@ -406,17 +416,19 @@ class QKVCapture:
             h.remove()
 
 
-def reference_fp64(q, k, v, scale=None, chunk_rows: int = 1024) -> torch.Tensor:
+def reference_fp64(q, k, v, scale=None, chunk_rows: int = 1024, kv_lens=None) -> torch.Tensor:
     """softmax(q k^T scale) v in fp64, (B, S, H, D) in and out, per head and in row chunks (bounded memory). K/V
-    may have fewer heads than Q when that divides it (grouped-query: query head h reads K/V head h // group)."""
+    may have fewer heads than Q when that divides it (grouped-query: query head h reads K/V head h // group);
+    `kv_lens` (B,) keeps the first kv_lens[b] keys of batch element b (vidattn's key padding)."""
     b, sq, h, d = q.shape
     group = h // k.shape[2]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    lens = [k.shape[1]] * b if kv_lens is None else [int(x) for x in kv_lens.tolist()]
     out = torch.empty(b, sq, h, v.shape[-1], dtype=torch.float64, device=q.device)
     for bi in range(b):
         for hi in range(h):
-            kk = k[bi, :, hi // group].double()
-            vv = v[bi, :, hi // group].double()
+            kk = k[bi, :lens[bi], hi // group].double()
+            vv = v[bi, :lens[bi], hi // group].double()
             for r0 in range(0, sq, chunk_rows):
                 qq = q[bi, r0:r0 + chunk_rows, hi].double()
                 p = torch.softmax((qq @ kk.T) * scale, dim=-1)
@@ -426,29 +438,32 @@ def reference_fp64(q, k, v, scale=None, chunk_rows: int = 1024) -> torch.Tensor:
 
 def per_layer_errors(records: list[dict], impls: dict) -> list[dict]:
     """For every captured call, each implementation's relative L2 and max |error| against fp64. `impls`: name ->
-    fn(q, k, v, scale) on BSHD tensors; the row adds `explain_8bit` (what the 8-bit op runs for this call)."""
+    fn(q, k, v, scale, kv_lens) on BSHD tensors (kv_lens None or the call's (B,) key lengths); the row adds
+    `explain_8bit` (what the 8-bit op runs for this call) and, for a key-padded call, its key lengths."""
     import vidattn
 
     rows = []
     for r in records:
-        q, k, v, sc = r["q"], r["k"], r["v"], r["scale"]
+        q, k, v, sc, lens = r["q"], r["k"], r["v"], r["scale"], r.get("kv_lens")
         row = {"module": r["module"], "block": r["block"], "step": r["step"], "timestep": r["timestep"],
                "q_rows": q.shape[1], "seq_q": r["seq_q"], "seq_kv": k.shape[1], "heads": q.shape[2],
                "kv_heads": k.shape[2], "head_dim": q.shape[3]}
+        if lens is not None:
+            row["kv_lens"] = [int(x) for x in lens.tolist()]
         try:
-            ref = reference_fp64(q, k, v, sc)
+            ref = reference_fp64(q, k, v, sc, kv_lens=lens)
         except Exception as exc:  # noqa: BLE001 - a call the reference cannot take is a row, not a crash
             row["error"] = f"reference: {type(exc).__name__}: {str(exc)[:300]}"
             rows.append(row)
             continue
         row["ref_max_abs"] = ref.abs().max().item()
         try:
-            row["explain_8bit"] = vidattn.explain(q, k, v, scale=sc, precision="8bit")
+            row["explain_8bit"] = vidattn.explain(q, k, v, scale=sc, kv_lens=lens, precision="8bit")
         except Exception as exc:  # noqa: BLE001
             row["explain_8bit"] = f"explain failed: {type(exc).__name__}: {exc}"
         for name, fn in impls.items():
             try:
-                out = fn(q, k, v, sc).double()
+                out = fn(q, k, v, sc, lens).double()
                 row[name] = {"rel_l2": rel_l2(out, ref), "max_abs_err": (out - ref).abs().max().item()}
             except Exception as exc:  # noqa: BLE001 - one failing implementation is a row entry, not a crash
                 row[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
@@ -458,7 +473,8 @@ def per_layer_errors(records: list[dict], impls: dict) -> list[dict]:
 
 def summarize_layers(rows: list[dict], names) -> dict:
     """Per implementation: median and max relative L2 and the max of the max errors over the captured calls,
-    and split by self/cross (seq_kv equal to or unlike seq_q)."""
+    and split by self/cross (seq_kv equal to or unlike seq_q); how many were key-padded, and for "8bit" how many
+    the 8-bit kernel ran (the others ran exact, as `explain_8bit` says)."""
     out = {}
     for n in names:
         ok = [r for r in rows if isinstance(r.get(n), dict) and "rel_l2" in r[n]]
@@ -470,7 +486,11 @@ def summarize_layers(rows: list[dict], names) -> dict:
             if sel:
                 vals = sorted(r[n]["rel_l2"] for r in sel)
                 entry[kind] = {"calls": len(sel), "rel_l2_median": vals[len(vals) // 2], "rel_l2_max": vals[-1],
-                               "max_abs_err": max(r[n]["max_abs_err"] for r in sel)}
+                               "max_abs_err": max(r[n]["max_abs_err"] for r in sel),
+                               "key_padded_calls": sum(r.get("kv_lens") is not None for r in sel)}
+                if n == "8bit":  # explain_8bit None: the 8-bit kernel ran; else the reason it ran exact
+                    entry[kind]["kernel_8bit_calls"] = sum("explain_8bit" in r and r["explain_8bit"] is None
+                                                           for r in sel)
         out[n] = entry
     return out
 
@@ -696,12 +716,18 @@ def _impls(sage):
     import vidattn
 
     impls = {
-        "exact": lambda q, k, v, sc: vidattn.attention(q, k, v, scale=sc, precision="exact"),
-        "8bit": lambda q, k, v, sc: vidattn.attention(q, k, v, scale=sc, precision="8bit"),
+        "exact": lambda q, k, v, sc, lens: vidattn.attention(q, k, v, scale=sc, kv_lens=lens, precision="exact"),
+        "8bit": lambda q, k, v, sc, lens: vidattn.attention(q, k, v, scale=sc, kv_lens=lens, precision="8bit"),
     }
     if sage is not None:
-        def sage_fn(q, k, v, sc):
+        def sage_one(q, k, v, sc):
             return sage(q, k, v) if sc is None else sage(q, k, v, scale=float(sc))
+
+        def sage_fn(q, k, v, sc, lens):  # key-padded: per batch element on its unpadded keys, as ImplRoute runs it
+            if lens is None:
+                return sage_one(q, k, v, sc)
+            return torch.cat([sage_one(q[i:i + 1], k[i:i + 1, :n], v[i:i + 1, :n], sc)
+                              for i, n in enumerate(int(x) for x in lens.tolist())])
         impls["sage2"] = sage_fn
     return impls
 
@@ -719,6 +745,12 @@ def run(args) -> dict:
         raise SystemExit("error: full-size models need a CUDA GPU; pass --tiny on a CPU")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     _fill_size(args)
+    for item in (s.strip() for s in args.sweep.split(",")):
+        if item:
+            try:  # the syntax now, before minutes of generation; the block range once the model is built
+                parse_policy(_sweep_spec(item), 1 << 30)
+            except ValueError as exc:
+                raise SystemExit(f"error: --sweep {item!r}: {exc}") from None
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     bad = [p for p in paths if p not in PATHS or p == "sdpa"]
     if bad:
@@ -933,6 +965,15 @@ def markdown(report: dict) -> str:
                      f"{_f(max((x['rel_l2'] for x in steps), default=None), 2, True)} | "
                      f"{_f(min((x['cosine'] for x in steps), default=None), 5)} | {_f(v.get('psnr_db'), 2)} | "
                      f"{_f(v.get('ssim'), 4)} |")
+    q8 = summ.get("8bit", {})
+    for kind in ("self", "cross"):
+        e = q8.get(kind)
+        if e and "kernel_8bit_calls" in e:
+            why = sorted({str(r["explain_8bit"])[:100] for r in report["per_layer"]["calls"]
+                          if r.get("explain_8bit") is not None and (r["seq_kv"] == r["seq_q"]) == (kind == "self")})
+            lines.append(f"- (a) {kind}-attention: the 8-bit kernel ran {e['kernel_8bit_calls']} of the {e['calls']} "
+                         f"captured calls ({e['key_padded_calls']} key-padded)" + (f"; the others ran exact: "
+                                                                                  f"{'; '.join(why)}" if why else ""))
     if report["sweep"]:
         lines += ["", "| 8-bit policy | exact share | video PSNR (dB) | SSIM | final latents rel L2 |",
                   "|---|---|---|---|---|"]

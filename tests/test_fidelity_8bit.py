@@ -113,13 +113,65 @@ def test_impl_route_sends_plain_calls_and_keeps_the_rest_exact():
     assert route.summary()["fp32_cast_to_bf16"] == 1
     route(original, q, q, q, layout="bhsd", scale=0.5)
     assert calls[-1][1] == 0.5
-    route(original, q, q, q, layout="bhsd", kv_lens=torch.tensor([4]))
     route(original, q, q, q, layout="bhsd", causal=True)
     route(original, torch.randn(1, 8, 2, 160), torch.randn(1, 8, 2, 160), torch.randn(1, 8, 2, 160))
-    assert len(seen) == 3 and all(kw["precision"] == "exact" for kw in seen)
+    assert len(seen) == 2 and all(kw["precision"] == "exact" for kw in seen)
     s = route.summary()
-    assert s["impl_calls"] == 2 and s["exact_calls"] == 3
-    assert set(s["exact_reasons"]) == {"key padding (kv_lens)", "causal mask", "head dim 160 > 128"}
+    assert s["impl_calls"] == 2 and s["exact_calls"] == 2 and s["split_kv_lens"] == 0
+    assert set(s["exact_reasons"]) == {"causal mask", "head dim 160 > 128"}
+
+
+def test_impl_route_runs_key_padded_calls_per_batch_element_on_their_keys():
+    calls, sdpa = [], fake_sage(noise=0.0)
+
+    def impl(q, k, v, scale=None):
+        calls.append((tuple(q.shape), tuple(k.shape)))
+        return sdpa(q, k, v, scale)
+
+    route = fid.ImplRoute(impl)
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 9, 16, generator=g) for _ in range(3))  # bhsd
+    k[1, :, 5:] = 40.0  # padded keys that would swamp the softmax if they were attended
+    lens = torch.tensor([9, 5])
+
+    def original(*a, **kw):
+        raise AssertionError("a key-padded call must not fall back to the exact op")
+
+    out = route(original, q, k, v, layout="bhsd", kv_lens=lens)
+    assert calls == [((1, 9, 3, 16), (1, 9, 3, 16)), ((1, 9, 3, 16), (1, 5, 3, 16))]  # BSHD, each on its own keys
+    want = fid.reference_fp64(*(t.transpose(1, 2) for t in (q, k, v)), kv_lens=lens).transpose(1, 2)
+    assert out.shape == q.shape and torch.allclose(out.double(), want, atol=3e-2)  # bf16 inside the route
+    assert route.summary()["split_kv_lens"] == 1 and route.summary()["impl_calls"] == 1
+
+
+def test_fp64_reference_keeps_each_elements_first_keys():
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 7, 2, 8, generator=g) for _ in range(3))
+    lens = torch.tensor([3, 7])
+    ref = fid.reference_fp64(q, k, v, kv_lens=lens, chunk_rows=4)
+    assert torch.allclose(ref[0:1], fid.reference_fp64(q[0:1], k[0:1, :3], v[0:1, :3]), atol=1e-12)
+    assert torch.allclose(ref[1:2], fid.reference_fp64(q[1:2], k[1:2], v[1:2]), atol=1e-12)
+    assert not torch.allclose(ref[0:1], fid.reference_fp64(q[0:1], k[0:1], v[0:1]), atol=1e-3)
+
+
+def test_per_layer_errors_take_key_padded_records():
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 6, 2, 8, generator=g) for _ in range(3))
+    k[0, 4:] = 50.0
+    rec = {"module": "blocks.0.attn1", "block": 0, "step": 0, "timestep": 1.0, "scale": None, "q": q, "k": k,
+           "v": v, "seq_q": 6, "kv_lens": torch.tensor([4, 6])}
+    seen = []
+
+    def masked(q, k, v, sc, lens):
+        seen.append(lens)
+        return fid.reference_fp64(q, k, v, sc, kv_lens=lens)
+
+    rows = fid.per_layer_errors([rec], {"exact": masked, "unmasked": lambda q, k, v, sc, lens:
+                                        fid.reference_fp64(q, k, v, sc)})
+    assert rows[0]["kv_lens"] == [4, 6] and torch.equal(seen[0], rec["kv_lens"])
+    assert rows[0]["exact"]["rel_l2"] < 1e-12 and rows[0]["unmasked"]["rel_l2"] > 0.1
+    summ = fid.summarize_layers(rows, ["exact"])
+    assert summ["exact"]["self"]["key_padded_calls"] == 1
 
 
 def test_op_override_restores():
@@ -201,8 +253,8 @@ def test_step_tracker_and_capture():
     assert mods == [("blocks.1.attn1", 0), ("blocks.1.attn1", 1), ("blocks.1.attn2", 0), ("blocks.1.attn2", 1)]
     r = cap.records[0]
     assert r["q"].shape[1] == 5 and r["k"].shape[1] in (48, 512) and r["seq_q"] == 48  # 3 x 8/2 x 8/2 tokens
-    rows = fid.per_layer_errors(cap.records, {"exact": lambda q, k, v, sc: fid.reference_fp64(q, k, v, sc),
-                                              "noisy": lambda q, k, v, sc: fake_sage(0.1)(q, k, v)})
+    rows = fid.per_layer_errors(cap.records, {"exact": lambda q, k, v, sc, lens: fid.reference_fp64(q, k, v, sc),
+                                              "noisy": lambda q, k, v, sc, lens: fake_sage(0.1)(q, k, v)})
     assert all(r["exact"]["rel_l2"] < 1e-12 and r["noisy"]["rel_l2"] > 1e-3 for r in rows)
     summ = fid.summarize_layers(rows, ["exact", "noisy"])
     assert summ["noisy"]["self"]["calls"] == 2 and summ["noisy"]["cross"]["calls"] == 2
@@ -420,3 +472,26 @@ def test_sdpa_bshd_matches_sdpa_on_bhsd():
     q, k, v = (torch.randn(2, 37, 3, 16, dtype=torch.float64) for _ in range(3))
     ref = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), scale=0.3)
     torch.testing.assert_close(fid.sdpa_bshd(q, k, v, scale=0.3), ref.transpose(1, 2))
+
+
+def test_capture_keeps_key_padded_calls_and_skips_causal_ones():
+    m, _ = _tiny_wan()
+    tracker = fid.StepTracker(m)
+    tracker.step, tracker.first_in_step, tracker.timesteps = 0, True, [900.0]
+    cap = fid.QKVCapture(m, tracker, blocks=[0], rows=3)
+    cap.current = "blocks.0.attn1"
+    q = torch.randn(2, 6, 2, 8)
+    lens = torch.tensor([4, 6])
+    out = cap(lambda q, k, v, **kw: q, q, q, q, kv_lens=lens)
+    assert out is q
+    cap(lambda q, k, v, **kw: q, q, q, q, causal=True)
+    tracker.remove()
+    cap.remove()
+    assert len(cap.records) == 1 and torch.equal(cap.records[0]["kv_lens"], lens)
+    assert cap.records[0]["q"].shape[1] == 3 and cap.records[0]["k"].shape[1] == 6
+
+
+def test_a_bad_sweep_entry_stops_before_any_model_is_built(monkeypatch):
+    monkeypatch.setattr(fid, "make_subject", lambda *a: pytest.fail("built a model before checking --sweep"))
+    with pytest.raises(SystemExit, match="--sweep 'first1'"):
+        fid.main(["--tiny", "--device", "cpu", "--sweep", "steps=1,first1"])
