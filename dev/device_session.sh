@@ -177,9 +177,9 @@
 #                                             # the three sanitizers (threaded rounds under a 90 s limit)
 #   bash dev/device_session.sh P20 [budget_s] # the sanitizer cases of the N=80 causal D=256 build (several tiles,
 #                                             # a redo) under each tool, then racecheck's set without the threads
-#   FAMS="cogvideox ltx:768x1280x161" bash dev/device_session.sh P21 [budget_s]
-#                                             # the 8-bit path per family (issue 24's per-model controls): for each
-#                                             # FAMS item (family[:HxWxF]) one forward under SDPA / exact / 8-bit
+#   bash dev/device_session.sh P21 [budget_s] # the 8-bit path per family (issue 24's per-model controls): for each
+#                                             # item of FAMS="cogvideox ltx:768x1280x161 ..." (family[:HxWxF])
+#                                             # one forward under SDPA / exact / 8-bit
 #                                             # (scripts/e2e_report.py, E2E_S s) and scripts/fidelity_8bit.py with
 #                                             # SageAttention2 and the policy sweep (FID_S s); SageAttention2
 #                                             # compiles first unless a warm machine has it
