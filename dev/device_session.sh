@@ -183,6 +183,9 @@
 #                                             # (scripts/e2e_report.py, E2E_S s) and scripts/fidelity_8bit.py with
 #                                             # SageAttention2 and the policy sweep (FID_S s); SageAttention2
 #                                             # compiles first unless a warm machine has it
+#   bash dev/device_session.sh P22 [budget_s] # where precision="8bit" starts to pay (dev/probes/q8_crossover.py):
+#                                             # exact against 8-bit per key count, self-attention at D=64 and
+#                                             # D=128, then 32760 queries over short keys at D=128
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -744,6 +747,17 @@ sys.exit(anchor_impls.available().get('sage2', 'unlisted') is not None)" 2>/dev/
     grep -E "^\| sdpa|^- \(a\)|Suggested|FAILED|rror" "$OUT/p21/fid_$fam.log" | cut -c1-200 | tail -7
   done
   tar_dirs p21
+  ;;
+P22)
+  build_lib
+  mkdir -p "$OUT/p22"
+  timeout 150 python3 dev/probes/q8_crossover.py --rounds 7 --reps 10 --json "$OUT/p22/crossover_self.json" \
+    > "$OUT/p22/crossover_self.log" 2>&1; rc[self]=$?
+  sed -n '/== 8-bit against exact/,$p' "$OUT/p22/crossover_self.log"; grep -E "check failed|rror" "$OUT/p22/crossover_self.log"
+  timeout 90 python3 dev/probes/q8_crossover.py --sq 32760 --head-dims 128 --lengths 2048,4096,6144,8192,12288,16384 \
+    --rounds 5 --reps 10 --json "$OUT/p22/crossover_sq32760.json" > "$OUT/p22/crossover_sq32760.log" 2>&1; rc[sq]=$?
+  sed -n '/== 8-bit against exact/,$p' "$OUT/p22/crossover_sq32760.log"
+  tar_dirs p22
   ;;
 P20)
   # After P19 (racecheck's own-stream threaded rounds hung right after the tool's "Internal Sanitizer Error: Detected a

@@ -495,3 +495,13 @@ def test_a_bad_sweep_entry_stops_before_any_model_is_built(monkeypatch):
     monkeypatch.setattr(fid, "make_subject", lambda *a: pytest.fail("built a model before checking --sweep"))
     with pytest.raises(SystemExit, match="--sweep 'first1'"):
         fid.main(["--tiny", "--device", "cpu", "--sweep", "steps=1,first1"])
+
+
+def test_attention_blind_only_on_a_gpu_with_every_step_bit_equal():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    same = [{"step": 0, "exact": {"rel_l2": 0.0}, "8bit": {"rel_l2": 0.0}},
+            {"step": 1, "exact": {"rel_l2": 0.0}, "8bit": {"rel_l2": 0.0}}]
+    assert "does not depend on its attention" in fid.attention_blind(same, cuda)
+    assert fid.attention_blind(same, cpu) is None  # the CPU paths run SDPA: equal by construction
+    moved = [same[0], {"step": 1, "exact": {"rel_l2": 1e-7}}]
+    assert fid.attention_blind(moved, cuda) is None and fid.attention_blind([], cuda) is None
