@@ -10,7 +10,7 @@ import torch
 DEV_MODULES = {
     "test_dev_probes", "test_clock_probe_cpu", "test_ncu_stalls_cpu", "test_kernel_ab_cpu", "test_experiment_patches",
     "test_lineage_cpu", "test_lineage_diffs", "test_lineage_gpu", "test_guide", "test_fill_guide_results",
-    "test_ceiling_probes_cpu",
+    "test_ceiling_probes_cpu", "test_q8_family_table",
 }
 
 

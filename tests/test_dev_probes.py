@@ -497,3 +497,18 @@ def test_norm_rope_once_refuses_cleanly_without_a_gpu():
     proc = subprocess.run([_sys.executable, str(PROBES / "norm_rope_once.py"), "1", "16", "2", "128"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr
+
+
+def test_q8_crossover_rule_and_refusals():
+    """dev/probes/q8_crossover.py: the crossover is the shortest length from which every longer one measured is >= 1%
+    faster at 8 bits (a dip above it moves it up); bad lengths are refused before torch is asked for a GPU."""
+    mod = _load("q8_crossover")
+    rows = [{"keys": 8192, "ratio": 0.977}, {"keys": 12288, "ratio": 1.009}, {"keys": 13568, "ratio": 1.042},
+            {"keys": 16384, "ratio": 1.053}]
+    assert mod.crossover(rows) == 13568
+    assert mod.crossover(rows + [{"keys": 24576, "ratio": 0.99}]) is None  # the longest not ahead: no crossover
+    assert mod.crossover([{"keys": 4096, "ratio": 1.2}, {"keys": 8192, "ratio": 1.1}]) == 4096
+    with pytest.raises(SystemExit, match="comma-separated integers"):
+        mod.main(["--lengths", "8k"])
+    with pytest.raises(SystemExit, match="--head-dims"):
+        mod.main(["--head-dims", "96"])

@@ -29,7 +29,7 @@ TOKENS = ((FRAMES - 1) // 4 + 1) * (HEIGHT // 16) * (WIDTH // 16)
 
 
 def test_geometry_reaches_the_8bit_kernel():
-    assert TOKENS == 9360 and TOKENS > quant8.SHORT_KV_EXACT_MAX
+    assert TOKENS == 9360 and TOKENS > quant8.short_kv_exact_max(128)
 
 
 def test_wan_reduced_all_paths(tmp_path):

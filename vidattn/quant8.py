@@ -23,11 +23,34 @@ from . import _ext
 HEAD_DIMS = (64, 128)
 # Calls with at most this many keys run the exact kernel at precision="8bit", silently (explain says so): with few
 # keys per query row the pre-pass and each tile's fixed costs outweigh the faster key blocks, and the exact kernel is
-# both faster and exact. Measured on the H200 (dev/NOTES_8bit.md, device run 2; Sq = 32760, 12 heads, D = 128): the
-# 8-bit path at 0.55x / 0.62x / 0.72x / 0.84x / 0.80x / 0.83x the exact kernel at 256 / 512 / 1K / 2K / 4K / 8K keys,
-# 0.88x on seed 8K, 1.08x at 32760 keys; D = 64 with its chosen variant 0.99-1.02x at 17776 keys. The environment
-# variable VIDATTN_Q8_SHORT_KV_EXACT_MAX overrides it (0: the 8-bit kernel at every length, to measure it).
-SHORT_KV_EXACT_MAX = int(os.environ.get("VIDATTN_Q8_SHORT_KV_EXACT_MAX", "8192"))
+# both faster and exact. Per head dim, measured on the H200 with the GPU at its power limit as in a model's forward
+# (dev/NOTES_8bit.md "Where precision="8bit" starts to pay"; dev/probes/q8_crossover.py, self-attention, quantization
+# included): D=64 (48 heads) exact / 8-bit 0.977 at 8192 keys, 1.009 at 12288, 1.04-1.11 from 13568; D=128 (24 heads)
+# 1.09 at 8192 and 1.21-1.31 from 12288 (below 8192 not measured that way: the first kernel's 0.84 at 8K, device run
+# 2, set the old single threshold). A head dim missing here uses 8192.
+SHORT_KV_EXACT_MAX_BY_DIM = {64: 12288, 128: 8192}
+# One threshold for every head dim when not None: the environment variable VIDATTN_Q8_SHORT_KV_EXACT_MAX sets it
+# (0: the 8-bit kernel at every length, to measure it); tests and probes assign it.
+def _short_kv_from_env() -> Optional[int]:
+    text = os.environ.get("VIDATTN_Q8_SHORT_KV_EXACT_MAX", "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"VIDATTN_Q8_SHORT_KV_EXACT_MAX must be an integer number of keys, got {text!r}") from None
+
+
+SHORT_KV_EXACT_MAX: Optional[int] = _short_kv_from_env()
+
+
+def short_kv_exact_max(head_dim: int) -> int:
+    """The most keys at which precision="8bit" runs the exact kernel at this head dim (see SHORT_KV_EXACT_MAX_BY_DIM)."""
+    if SHORT_KV_EXACT_MAX is not None:
+        return SHORT_KV_EXACT_MAX
+    return SHORT_KV_EXACT_MAX_BY_DIM.get(head_dim, 8192)
+
+
 # Head dims at which precision="8bit" runs the exact kernel (where it would measure faster). Empty: the 8-bit kernel
 # at both.
 EXACT_HEAD_DIMS: tuple = ()
@@ -240,9 +263,10 @@ def route_reason(q, k) -> Optional[str]:
     (None: the 8-bit kernel runs). Such calls do not warn; explain says so."""
     if q.shape[-1] in EXACT_HEAD_DIMS:
         return f"at head dim {q.shape[-1]} the exact kernel is faster (vidattn.quant8.EXACT_HEAD_DIMS)"
-    if k.shape[1] <= SHORT_KV_EXACT_MAX:
-        return (f"{k.shape[1]} keys: up to {SHORT_KV_EXACT_MAX} keys the exact kernel is faster than the 8-bit path "
-                f"(vidattn.quant8.SHORT_KV_EXACT_MAX)")
+    limit = short_kv_exact_max(q.shape[-1])
+    if k.shape[1] <= limit:
+        return (f"{k.shape[1]} keys: up to {limit} keys at head dim {q.shape[-1]} the exact kernel is faster than the "
+                f"8-bit path (vidattn.quant8.short_kv_exact_max)")
     return None
 
 
