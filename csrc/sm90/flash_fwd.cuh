@@ -216,23 +216,45 @@ __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
   return w;
 }
 
+// Where a redo walk keeps its word index, the word's remaining bits and its bound (the first pass's tile count): in
+// registers (RegWalk), or for the causal producer in three words of shared memory read back after each tile's loads
+// (SmemWalk: held in registers across a tile's loads, beside the dynamic schedule's vector-register coordinates, they
+// spilled the 24-register producer of the O-in-V causal build).
+struct RegWalk {
+  int w = 0;
+  uint32_t b = 0;
+  int n;
+  __device__ explicit RegWalk(int n_local) : n(n_local) {}
+  __device__ int word() const { return w; }
+  __device__ void set_word(int x) { w = x; }
+  __device__ uint32_t bits() const { return b; }
+  __device__ void set_bits(uint32_t x) { b = x; }
+  __device__ int bound() const { return n; }
+};
+struct SmemWalk {
+  volatile int32_t* s;  // [0] word index, [1] remaining bits, [2] bound
+  __device__ int word() const { return s[0]; }
+  __device__ void set_word(int x) { s[0] = x; }
+  __device__ uint32_t bits() const { return static_cast<uint32_t>(s[1]); }
+  __device__ void set_bits(uint32_t x) { s[1] = static_cast<int32_t>(x); }
+  __device__ int bound() const { return s[2]; }
+};
+
 // The walk of the redo bits every caller shares: the tiles of this CTA marked for a redo (bit L of `bits`: its L-th
 // tile of the first pass, whose index `tile_of(L)` gives), in ascending order, each run with the local number `next()`
-// hands out. Producer and consumers walk the same bits in the same order: the consumers and the non-causal producer
-// through this loop, the number in a register; the causal producer through redo_causal_tiles's copy of it below, whose
-// number and loop state live in shared memory (in registers, beside the dynamic schedule's vector-register
-// coordinates, they spilled its 24).
-template <int kWords, typename Next, typename TileOf, typename F>
-__device__ __forceinline__ void walk_redo_bits(const uint32_t* bits, int n_local, Next&& next, TileOf&& tile_of,
+// hands out. Producer and consumers walk the same bits in the same order, the walk's state where `st` keeps it.
+template <int kWords, typename Walk, typename Next, typename TileOf, typename F>
+__device__ __forceinline__ void walk_redo_bits(const uint32_t* bits, Walk& st, Next&& next, TileOf&& tile_of,
                                                F&& run) {
 #pragma unroll 1
-  for (int w = 0; w < kWords && 32 * w < n_local; ++w) {
-    uint32_t b = bits[w];
+  for (st.set_word(0); st.word() < kWords && 32 * st.word() < st.bound(); st.set_word(st.word() + 1)) {
+    st.set_bits(bits[st.word()]);
 #pragma unroll 1
-    while (b != 0) {
+    while (st.bits() != 0) {
+      const uint32_t b = st.bits();
       const int bit = __ffs(b) - 1;
-      b &= b - 1;
-      const int tile = tile_of(32 * w + bit);
+      st.set_bits(b & (b - 1));
+      const int tile = tile_of(32 * st.word() + bit);
       run(tile, next());
     }
   }
@@ -243,7 +265,8 @@ __device__ __forceinline__ void walk_redo_bits(const uint32_t* bits, int n_local
 template <int kWords, bool kCausal = false, typename F>
 __device__ __forceinline__ void redo_tiles(const uint32_t* bits, int n_local, F&& run) {
   int local = n_local;
-  walk_redo_bits<kWords>(bits, n_local, [&]() { return local++; }, [](int l) { return local_tile<kCausal>(l); }, run);
+  RegWalk st(n_local);
+  walk_redo_bits<kWords>(bits, st, [&]() { return local++; }, [](int l) { return local_tile<kCausal>(l); }, run);
 }
 
 // Causal builds: the n_local tiles of the first pass are followed by the end-of-list fill (local n_local), and with
@@ -255,34 +278,23 @@ __device__ __forceinline__ int causal_redo_tile(const FwdParams& p, int l) {
 template <int kWords, typename F>
 __device__ __forceinline__ void redo_causal_tiles(const FwdParams& p, const uint32_t* bits, int n_local, F&& run) {
   int local = n_local + 1;
-  walk_redo_bits<kWords>(bits, n_local, [&]() { return local++; },
+  RegWalk st(n_local);
+  walk_redo_bits<kWords>(bits, st, [&]() { return local++; },
                          [&](int l) { return causal_redo_tile<kWords>(p, l); }, run);
 }
-// The producer's: its local count in shared memory (*local, n_local on entry) as in its first pass, and the walk's
-// word index, remaining bits and bound in `walk`, read back after each tile's loads (held in registers across a
-// tile's loads, they spilled the 24-register producer of the O-in-V causal build).
+// The producer's: its local count in shared memory (*local, n_local on entry) as in its first pass, the walk's state
+// in `walk` (SmemWalk).
 template <int kWords, typename F>
 __device__ __forceinline__ void redo_causal_tiles(const FwdParams& p, const uint32_t* bits, volatile int32_t* local,
                                                   volatile int32_t* walk, F&& run) {
-  volatile int32_t* const wv = walk;
-  volatile uint32_t* const bv = reinterpret_cast<volatile uint32_t*>(walk + 1);
-  volatile int32_t* const first = walk + 2;  // the first pass's tile count, the walk's bound
-  *first = *local;
-  *local = *first + 1;
-#pragma unroll 1
-  for (*wv = 0; *wv < kWords && 32 * *wv < *first; *wv = *wv + 1) {
-    *bv = bits[*wv];
-#pragma unroll 1
-    while (*bv != 0) {
-      const uint32_t b = *bv;
-      const int bit = __ffs(b) - 1;
-      *bv = b & (b - 1);
-      const int tile = causal_redo_tile<kWords>(p, 32 * *wv + bit);
-      const int n = *local;
-      *local = n + 1;
-      run(tile, n);
-    }
-  }
+  walk[2] = *local;
+  *local = walk[2] + 1;
+  SmemWalk st{walk};
+  walk_redo_bits<kWords>(bits, st, [&]() {
+    const int n = *local;
+    *local = n + 1;
+    return n;
+  }, [&](int l) { return causal_redo_tile<kWords>(p, l); }, run);
 }
 
 template <bool B>
