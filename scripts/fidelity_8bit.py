@@ -28,9 +28,13 @@ exact) with the video metrics of (c), in the budget left; `suggested_policy` nam
 calls whose video is at or above SageAttention2's PSNR and SSIM in the same run, the plain 8-bit path ("none", no
 exceptions) included as a candidate (no suggestion without Sage2).
 
-Random weights are all there is offline: the videos mean nothing, and the errors are those of random-weight
-activations, which lack the outliers and sharp attention of trained models. The numbers compare paths on the same
-inputs; they are not a quality claim for a trained model.
+By default the weights are random (nothing is downloaded): the videos mean nothing, and the errors are those of
+random-weight activations, which lack the outliers and sharp attention of trained models. The numbers compare paths
+on the same inputs; they are not a quality claim for a trained model. For Wan, `--model DIR` loads a local diffusers
+folder's trained transformer and VAE (e.g. a snapshot of Wan-AI/Wan2.1-T2V-1.3B-Diffusers); the text encoder is not
+loaded, so the prompt's embeddings stay seeded, as in scripts/e2e_report.py --model:
+
+    python scripts/fidelity_8bit.py --family wan --model /models/Wan2.1-T2V-1.3B-Diffusers
 
 Writes fidelity.json and fidelity.md to --out-dir (default bench/results/fidelity_8bit_<family>_<date>/); the
 Markdown table is printed last.
@@ -593,8 +597,8 @@ class WanSubject:
         from pipelines import build_pipeline, flow_shift_for, initial_latents, prompt_pair
 
         preset = {"wan": "1.3b", "wan14b": "14b"}[args.family] if not args.tiny else "tiny"
-        self.preset = preset
-        self.pipe = build_pipeline(preset, device=device, dtype=dtype, seed=args.seed,
+        self.preset = preset if args.model is None else "model"
+        self.pipe = build_pipeline(preset, model_dir=args.model, device=device, dtype=dtype, seed=args.seed,
                                    flow_shift=flow_shift_for(args.height, args.width))
         self.transformer = self.pipe.transformer
         self.args, self.device = args, device
@@ -683,7 +687,10 @@ def make_subject(args, device, dtype):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--family", default="wan", help="registry family (default wan: Wan2.1 1.3B)")
-    p.add_argument("--tiny", action="store_true", help="the family's tiny config (CPU tests)")
+    p.add_argument("--tiny", action="store_true", help="the family's tiny config (CPU tests); with --model, the "
+                   "tiny size only")
+    p.add_argument("--model", default=None, metavar="DIR", help="--family wan / wan14b: a local diffusers Wan folder "
+                   "whose trained transformer and VAE replace the random weights (text embeddings stay seeded)")
     p.add_argument("--height", type=int, default=None)
     p.add_argument("--width", type=int, default=None)
     p.add_argument("--frames", type=int, default=None)
@@ -778,9 +785,12 @@ def run(args) -> dict:
               "device": str(device), "dtype": str(dtype).replace("torch.", ""), "height": args.height,
               "width": args.width, "frames": args.frames, "steps": args.steps, "seed": args.seed,
               "paths": ["sdpa"] + paths, "sage2": {"available": sage is not None, "reason": sage_reason},
-              "weights": f"random (seed {args.seed})",
+              "weights": f"random (seed {args.seed})" if args.model is None else f"trained, from {args.model}",
               "note": "random weights: errors of random-weight activations (no trained outliers or sharp attention);"
-                      " the paths are compared on the same inputs, not the quality of a trained model"}
+                      " the paths are compared on the same inputs, not the quality of a trained model"
+                      if args.model is None else
+                      "trained transformer and VAE; the prompt's text embeddings are seeded (no text encoder), so the"
+                      " cross-attention inputs are not a real prompt's"}
     if device.type == "cpu":
         report["note"] += "; CPU run: the kernels cannot run, the vidattn paths run SDPA"
     log(f"building {args.family}{' (tiny)' if args.tiny else ''} on {device} ...")
@@ -1025,6 +1035,14 @@ def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     if args.steps < 1:
         raise SystemExit("error: --steps must be >= 1")
+    if args.model is not None:
+        if args.family not in ("wan", "wan14b"):
+            raise SystemExit(f"error: --model loads Wan folders only (--family wan or wan14b), not {args.family}")
+        from pipelines.wan import PipelineError, check_model_dir
+        try:
+            check_model_dir(args.model)
+        except PipelineError as exc:
+            raise SystemExit(f"error: {exc}") from None
     return run(args)
 
 

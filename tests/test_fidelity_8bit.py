@@ -505,3 +505,38 @@ def test_attention_blind_only_on_a_gpu_with_every_step_bit_equal():
     assert fid.attention_blind(same, cpu) is None  # the CPU paths run SDPA: equal by construction
     moved = [same[0], {"step": 1, "exact": {"rel_l2": 1e-7}}]
     assert fid.attention_blind(moved, cuda) is None and fid.attention_blind([], cuda) is None
+
+
+def test_model_dir_loads_trained_wan_weights(tmp_path, monkeypatch):
+    """--model DIR: the Wan folder's transformer and VAE replace the random weights (the subject is built from it, and
+    the report says the weights are trained); a folder that is not Wan, or a family other than Wan, is refused before
+    any model is built."""
+    import json as _json
+
+    from pipelines.wan import build_pipeline
+
+    tiny = build_pipeline("tiny", dtype=torch.float32, seed=7)
+    folder = tmp_path / "wan_folder"
+    tiny.transformer.save_pretrained(folder / "transformer")
+    tiny.vae.save_pretrained(folder / "vae")
+    (folder / "model_index.json").write_text(_json.dumps({"_class_name": "WanPipeline"}))
+    seen = []
+    real_make = fid.make_subject
+
+    def spy(args, device, dtype):
+        subj = real_make(args, device, dtype)
+        seen.append(next(subj.transformer.parameters()).detach().clone())
+        return subj
+
+    monkeypatch.setattr(fid, "make_subject", spy)
+    rep = fid.main(["--family", "wan", "--model", str(folder), "--tiny", "--device", "cpu", "--steps", "1",
+                    "--capture-rows", "8", "--sweep", "", "--paths", "exact", "--out-dir", str(tmp_path / "out")])
+    assert rep["weights"].startswith("trained, from") and rep["preset"] == "model"
+    assert torch.equal(seen[0], next(tiny.transformer.parameters()).detach())  # the folder's, not seed 0's
+    monkeypatch.setattr(fid, "make_subject", lambda *a: pytest.fail("built a model before checking --model"))
+    with pytest.raises(SystemExit, match="Wan folders only"):
+        fid.main(["--family", "cogvideox", "--model", str(folder), "--tiny"])
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "model_index.json").write_text(_json.dumps({"_class_name": "FluxPipeline"}))
+    with pytest.raises(SystemExit, match="not a Wan pipeline"):
+        fid.main(["--family", "wan", "--model", str(tmp_path / "other"), "--tiny"])
