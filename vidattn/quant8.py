@@ -29,8 +29,8 @@ HEAD_DIMS = (64, 128)
 # 1.09 at 8192 and 1.21-1.31 from 12288 (below 8192 not measured that way: the first kernel's 0.84 at 8K, device run
 # 2, set the old single threshold). A head dim missing here uses 8192.
 SHORT_KV_EXACT_MAX_BY_DIM = {64: 12288, 128: 8192}
-# One threshold for every head dim when not None: the environment variable VIDATTN_Q8_SHORT_KV_EXACT_MAX sets it
-# (0: the 8-bit kernel at every length, to measure it); tests and probes assign it.
+
+
 def _short_kv_from_env() -> Optional[int]:
     text = os.environ.get("VIDATTN_Q8_SHORT_KV_EXACT_MAX", "").strip()
     if not text:
@@ -41,6 +41,8 @@ def _short_kv_from_env() -> Optional[int]:
         raise ValueError(f"VIDATTN_Q8_SHORT_KV_EXACT_MAX must be an integer number of keys, got {text!r}") from None
 
 
+# One threshold for every head dim when not None: the environment variable VIDATTN_Q8_SHORT_KV_EXACT_MAX sets it
+# (0: the 8-bit kernel at every length, to measure it); tests and probes assign it.
 SHORT_KV_EXACT_MAX: Optional[int] = _short_kv_from_env()
 
 
