@@ -179,7 +179,8 @@
 #                                             # a redo) under each tool, then racecheck's set without the threads
 #   bash dev/device_session.sh P21 [budget_s] # the 8-bit path per family (issue 24's per-model controls): for each
 #                                             # item of FAMS="cogvideox ltx:768x1280x161 ..." (family[:HxWxF])
-#                                             # one forward under SDPA / exact / 8-bit
+#                                             # one forward under SDPA / exact / 8-bit (INTERLEAVE=N adds N
+#                                             # paired rounds: e2e_report.py --interleave)
 #                                             # (scripts/e2e_report.py, E2E_S s) and scripts/fidelity_8bit.py with
 #                                             # SageAttention2 and the policy sweep (FID_S s); SageAttention2
 #                                             # compiles first unless a warm machine has it
@@ -735,6 +736,7 @@ sys.exit(anchor_impls.available().get('sage2', 'unlisted') is not None)" 2>/dev/
     [ "$(left)" -gt 60 ] || { echo "$fam: speed left out ($(left) s left)"; continue; }
     timeout $(( ${E2E_S:-70} + 30 )) python3 scripts/e2e_report.py --family "$fam" $(size_args "$item") --forward-only \
       --precision both --sage2 off --warmup 1 --iters 3 --no-profile --budget-s "${E2E_S:-70}" \
+      --interleave "${INTERLEAVE:-0}" \
       --out-dir "$OUT/p21/e2e_$fam" > "$OUT/p21/e2e_$fam.log" 2>&1; rc[e2e_$fam]=$?
     grep -E "speedup|FAILED|rror|left out" "$OUT/p21/e2e_$fam.log" | tail -4
   done

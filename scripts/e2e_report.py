@@ -205,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "forwards for every path after it (one timed, fewest first); a path whose two forwards "
                         "no longer fit is left out (paths run in the order sdpa, vidattn, vidattn_8bit, sage2). "
                         "The report lists what was cut")
+    p.add_argument("--interleave", type=int, default=0, metavar="N",
+                   help="with --family NAME --forward-only: after every path's own forwards, N rounds of one timed "
+                        "forward per path, the order reversed every other round, so that clock and thermal drift "
+                        "between paths cancels; the report adds each path's per-round ratios (default 0: none)")
     p.add_argument("--precision", choices=["exact", "8bit", "both"], default="exact",
                    help="vidattn paths beside SDPA: exact (default), 8bit (vidattn 8-bit and SageAttention2 when "
                         "scripts/anchor_impls.py has it), both (exact, 8-bit and SageAttention2)")
@@ -251,9 +255,11 @@ class AttnSwitch:
             with attention_path(_ATTENTION_PATH[path], self.pipe, sage=self.sage) as info:
                 result = fn()
         if info.get("route"):
-            acc = self.routes.setdefault(path, {"impl_calls": 0, "exact_calls": 0, "exact_reasons": {}})
+            acc = self.routes.setdefault(path, {"impl_calls": 0, "exact_calls": 0, "exact_reasons": {},
+                                                "split_kv_lens": 0})
             acc["impl_calls"] += info["route"]["impl_calls"]
             acc["exact_calls"] += info["route"]["exact_calls"]
+            acc["split_kv_lens"] += info["route"].get("split_kv_lens", 0)
             for r, n in info["route"]["exact_reasons"].items():
                 acc["exact_reasons"][r] = acc["exact_reasons"].get(r, 0) + n
         for w in caught:
@@ -667,6 +673,23 @@ def by_path_lines(report: dict) -> list[str]:
     return lines + [""]
 
 
+def interleaved_lines(report: dict) -> list[str]:
+    """--interleave's rounds: each path against the first, per-round ratios' median and the rounds it was faster."""
+    il = report.get("interleaved")
+    if not il or not il["rounds"]:
+        return []
+    label = lambda p: PATH_LABELS.get(p, p)  # noqa: E731
+    shown = [k for k in il.get("pairs", {}) if k.startswith(il["paths"][0] + "/") or k == "vidattn/vidattn_8bit"]
+    parts = []
+    for k in shown:
+        a, b = k.split("/")
+        r = il["pairs"][k]
+        parts.append(f"{label(a)} / {label(b)} {fmt(r['median'], 3, 'x')} ({label(b)} faster in {r['faster_rounds']} "
+                     f"of {il['rounds']})")
+    return [f"Interleaved ({il['rounds']} of {il['asked']} rounds asked; one forward per path a round, the order "
+            f"reversed every other round), the median of each round's time ratio: " + "; ".join(parts) + ".", ""]
+
+
 def _fid_fmt(key: str, v) -> str:
     if v is None:
         return "n/a"
@@ -827,6 +850,14 @@ def run_family_forward(args, built, device, switch: AttnSwitch) -> dict:
             profiles[path] = switch.run(path, lambda: attention_share(built.forward, device))
             log(f"[{path}] attention share {fmt(100 * (profiles[path]['attention_share'] or 0))} %")
     body = {"results": results, "profiles": profiles, "attention_calls": calls}
+    if not failed and getattr(args, "interleave", 0) > 0 and len(results) >= 2:
+        body["interleaved"] = interleaved_rounds([p for p in run_paths if p in results], args.interleave,
+                                                 lambda path: switch.run(path, lambda: timed_call(built.forward,
+                                                                                                  device)[0]),
+                                                 budget, results)
+        log("interleaved: " + ", ".join(f"{p} {fmt(v['median'], 3)}x" for p, v in
+                                        body["interleaved"]["ratio_to_first"].items())
+            + f" against {body['interleaved']['paths'][0]} ({body['interleaved']['rounds']} rounds)")
     if budget.active:
         body["budget"] = budget.summary()
     if failed:
@@ -842,6 +873,33 @@ def run_family_forward(args, built, device, switch: AttnSwitch) -> dict:
     if ran != tuple(run_paths):
         body["paths_run"] = list(ran)
     return body
+
+
+def interleaved_rounds(paths: list[str], rounds: int, timed_forward, budget, results: dict) -> dict:
+    """`rounds` rounds of one timed forward per path (`timed_forward(path)` -> ms), in `paths`' order on even rounds
+    and reversed on odd ones, stopping early when the budget cannot hold another round (each path's median from its
+    own forwards prices it). Per path its ms per round; for every pair of paths a before b, the per-round ratios (a's ms
+    over b's: above 1, b is faster) with their median and how many rounds b was faster in (`pairs`, keyed "a/b");
+    `ratio_to_first` is the pairs with the first path."""
+    from pipelines.measure import spread
+
+    ms = {p: [] for p in paths}
+    round_s = sum(results[p]["forward_stats_ms"]["median"] for p in paths) / 1e3 * budget.MARGIN
+    done = 0
+    for r in range(rounds):
+        if budget.active and budget.left() < round_s:  # left() already keeps the tail back
+            break
+        for path in (paths if r % 2 == 0 else paths[::-1]):
+            ms[path].append(timed_forward(path))
+        done += 1
+    pairs = {}
+    for i, a in enumerate(paths):
+        for b in paths[i + 1:]:
+            per = [x / y for x, y in zip(ms[a], ms[b]) if y > 0]
+            pairs[f"{a}/{b}"] = {"per_round": per, "median": spread(per)["median"],
+                                 "faster_rounds": sum(x > 1 for x in per)}
+    return {"paths": list(paths), "rounds": done, "asked": rounds, "forward_ms": ms, "pairs": pairs,
+            "ratio_to_first": {b: pairs[f"{paths[0]}/{b}"] for b in paths[1:]}}
 
 
 class RunBudget:
@@ -933,6 +991,7 @@ def family_markdown(report: dict) -> str:
         lines += [f"Speedup (SDPA / {main_path}, median forward): **{sp}**; "
                   f"output relative L2 difference {report['fidelity']['output_rel_l2']:.2e}.", ""]
         lines += by_path_lines(report)
+        lines += interleaved_lines(report)
     census = report.get("attention_calls", {}).get(primary(report.get("paths_run") or report.get("paths") or PATHS))
     if census:
         lines += ["Attention calls of one vidattn forward:", "",
@@ -1182,6 +1241,10 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
                 if args.model_family else "--generate needs --family NAME")
         raise SystemExit(f"error: {what}; --generate takes {', '.join(GENERATE_FAMILIES)}; --model DIR reports any "
                          "pipeline folder")
+    if args.interleave < 0:
+        raise SystemExit(f"error: --interleave must be >= 0, got {args.interleave}")
+    if args.interleave and not (args.model_family is not None and args.forward_only):
+        raise SystemExit("error: --interleave is for --family NAME --forward-only runs")
     if args.model_family is not None:
         from pipelines import registry
 

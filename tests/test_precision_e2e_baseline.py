@@ -143,3 +143,44 @@ def test_budget_cuts_iterations_then_paths(tmp_path, monkeypatch):
 def test_budget_only_for_family_forward_runs():
     with pytest.raises(SystemExit, match="budget-s"):
         e2e.main(["--tiny", "--forward-only", "--budget-s", "10"])
+
+
+def test_interleaved_rounds_alternate_and_pair_every_path():
+    """--interleave: one forward per path a round, the order reversed every other round; every pair's per-round
+    ratios (a's time over b's) with their median and the rounds b was faster in; a budget too short for the next
+    round stops early."""
+    order, times = [], {"sdpa": [10.0, 10.0, 10.0, 10.0], "vidattn": [8.0, 8.0, 8.0, 8.0],
+                        "vidattn_8bit": [7.0, 9.0, 7.0, 7.0]}
+
+    def fwd(path):
+        order.append(path)
+        return times[path][sum(p == path for p in order) - 1]
+
+    results = {p: {"forward_stats_ms": {"median": 1000.0}} for p in times}
+    r = e2e.interleaved_rounds(list(times), 4, fwd, e2e.RunBudget(None), results)
+    assert order[:6] == ["sdpa", "vidattn", "vidattn_8bit", "vidattn_8bit", "vidattn", "sdpa"]
+    assert r["rounds"] == 4 and r["forward_ms"]["vidattn_8bit"] == [7.0, 9.0, 7.0, 7.0]
+    pair = r["pairs"]["vidattn/vidattn_8bit"]
+    assert pair["per_round"] == [8 / 7, 8 / 9, 8 / 7, 8 / 7] and pair["faster_rounds"] == 3
+    assert r["ratio_to_first"]["vidattn"]["median"] == 1.25 and set(r["pairs"]) == {
+        "sdpa/vidattn", "sdpa/vidattn_8bit", "vidattn/vidattn_8bit"}
+    c = Clock()
+    short = e2e.RunBudget(5 + e2e.RunBudget.TAIL_S, clock=c)  # 3 s a round (x MARGIN): one round fits, not two
+    c.t = 0
+    order.clear()
+
+    def fwd_clocked(path):
+        c.t += 1.0
+        return fwd(path)
+
+    r = e2e.interleaved_rounds(list(times), 4, fwd_clocked, short, results)
+    assert r["rounds"] == 1 and r["asked"] == 4 and len(order) == 3
+    md = "\n".join(e2e.interleaved_lines({"interleaved": r}))
+    assert "1 of 4 rounds asked" in md and "vidattn / vidattn 8-bit" in md
+
+
+def test_interleave_is_refused_outside_family_forward_runs():
+    with pytest.raises(SystemExit, match="--family NAME --forward-only"):
+        e2e.main(["--family", "cogvideox", "--tiny", "--interleave", "2"])
+    with pytest.raises(SystemExit, match="must be >= 0"):
+        e2e.main(["--family", "cogvideox", "--tiny", "--forward-only", "--interleave", "-1"])
