@@ -4,9 +4,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "dev"))
+sys.path.insert(0, str(ROOT))
 
-import q8_family_table as t  # noqa: E402
+from _support import load_script  # noqa: E402
+
+t = load_script(ROOT / "dev" / "q8_family_table.py", importable=True)
 
 
 def _write(d: Path, fam: str, e2e=True, fid=True, blind=False):
