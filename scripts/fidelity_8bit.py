@@ -205,6 +205,16 @@ def _to_bshd(t, layout):
     return t if layout == "bshd" else t.transpose(1, 2)
 
 
+def per_element_keys(impl, q, k, v, kv_lens, **kw):
+    """`impl(q, k, v, **kw)` on (B, S, H, D) tensors for an implementation without key padding: with `kv_lens`, once
+    per batch element on its first kv_lens[b] keys (the same attention: padded keys carry no weight), the outputs
+    stacked; the lengths are read on the host (a sync)."""
+    if kv_lens is None:
+        return impl(q, k, v, **kw)
+    return torch.cat([impl(q[i:i + 1], k[i:i + 1, :n], v[i:i + 1, :n], **kw)
+                      for i, n in enumerate(int(x) for x in kv_lens.tolist())])
+
+
 class ImplRoute:
     """An OpOverride body that sends the calls an outside BSHD implementation (SageAttention2: `impl(q, k, v,
     scale=)` on bf16/fp16 tensors, no mask, head dim up to `max_head_dim`) can take to it, and every other call to
@@ -251,12 +261,7 @@ class ImplRoute:
             qkv = [t.to(torch.bfloat16) for t in qkv]
         lens = kw.get("kv_lens")
         try:
-            if lens is None:
-                out = self.impl(*qkv, **extra)
-            else:
-                qb, kb, vb = qkv
-                out = torch.cat([self.impl(qb[i:i + 1], kb[i:i + 1, :n], vb[i:i + 1, :n], **extra)
-                                 for i, n in enumerate(int(x) for x in lens.tolist())])
+            out = per_element_keys(self.impl, *qkv, lens, **extra)
         except Exception as exc:  # noqa: BLE001 - counted and run exact, see the class docstring
             why = f"{self.name} raised {type(exc).__name__}: {str(exc)[:160]}"
             self.other[why] = self.other.get(why, 0) + 1
@@ -742,14 +747,8 @@ def _impls(sage):
         "8bit": lambda q, k, v, sc, lens: vidattn.attention(q, k, v, scale=sc, kv_lens=lens, precision="8bit"),
     }
     if sage is not None:
-        def sage_one(q, k, v, sc):
-            return sage(q, k, v) if sc is None else sage(q, k, v, scale=float(sc))
-
         def sage_fn(q, k, v, sc, lens):  # key-padded: per batch element on its unpadded keys, as ImplRoute runs it
-            if lens is None:
-                return sage_one(q, k, v, sc)
-            return torch.cat([sage_one(q[i:i + 1], k[i:i + 1, :n], v[i:i + 1, :n], sc)
-                              for i, n in enumerate(int(x) for x in lens.tolist())])
+            return per_element_keys(sage, q, k, v, lens, **({} if sc is None else {"scale": float(sc)}))
         impls["sage2"] = sage_fn
     return impls
 
