@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
 
 def _load(path: Path) -> dict | None:
     try:
@@ -58,11 +60,12 @@ def family_row(e2e: dict | None, fid: dict | None) -> dict:
         q8 = (summ.get("8bit") or {}).get("self") or {}
         row["q8_calls"] = (q8.get("kernel_8bit_calls"), q8.get("calls"), q8.get("key_padded_calls"))
         row["policy"] = (fid.get("suggested_policy") or {}).get("policy")
-        # fidelity_8bit.attention_blind's rule, for reports written before it (a GPU run whose exact one-step
-        # outputs all equal SDPA's to the bit: the model's output does not depend on its attention)
-        exact_steps = [r["exact"]["rel_l2"] for r in fid.get("one_step") or [] if isinstance(r.get("exact"), dict)]
-        row["blind"] = bool(fid.get("attention_blind")) or (
-            str(fid.get("device", "")).startswith("cuda") and bool(exact_steps) and all(v == 0 for v in exact_steps))
+        # the report's note, or fidelity_8bit's rule applied here for reports written before it had one
+        import torch
+        from fidelity_8bit import attention_blind
+
+        row["blind"] = bool(fid.get("attention_blind") or attention_blind(fid.get("one_step") or [],
+                                                                          torch.device(fid.get("device", "cpu"))))
         row["swept"] = [s["policy"] for s in fid.get("sweep") or [] if "error" not in s]
     return row
 
