@@ -674,7 +674,8 @@ def by_path_lines(report: dict) -> list[str]:
 
 
 def interleaved_lines(report: dict) -> list[str]:
-    """--interleave's rounds: each path against the first, per-round ratios' median and the rounds it was faster."""
+    """--interleave's rounds: each path against the first, and exact against 8-bit, each pair's per-round ratios'
+    median and the rounds the second was faster in."""
     il = report.get("interleaved")
     if not il or not il["rounds"]:
         return []
@@ -855,9 +856,8 @@ def run_family_forward(args, built, device, switch: AttnSwitch) -> dict:
                                                  lambda path: switch.run(path, lambda: timed_call(built.forward,
                                                                                                   device)[0]),
                                                  budget, results)
-        log("interleaved: " + ", ".join(f"{p} {fmt(v['median'], 3)}x" for p, v in
-                                        body["interleaved"]["ratio_to_first"].items())
-            + f" against {body['interleaved']['paths'][0]} ({body['interleaved']['rounds']} rounds)")
+        for line in interleaved_lines(body)[:1]:
+            log(line)
     if budget.active:
         body["budget"] = budget.summary()
     if failed:
@@ -879,8 +879,7 @@ def interleaved_rounds(paths: list[str], rounds: int, timed_forward, budget, res
     """`rounds` rounds of one timed forward per path (`timed_forward(path)` -> ms), in `paths`' order on even rounds
     and reversed on odd ones, stopping early when the budget cannot hold another round (each path's median from its
     own forwards prices it). Per path its ms per round; for every pair of paths a before b, the per-round ratios (a's ms
-    over b's: above 1, b is faster) with their median and how many rounds b was faster in (`pairs`, keyed "a/b");
-    `ratio_to_first` is the pairs with the first path."""
+    over b's: above 1, b is faster) with their median and how many rounds b was faster in (`pairs`, keyed "a/b")."""
     from pipelines.measure import spread
 
     ms = {p: [] for p in paths}
@@ -898,8 +897,7 @@ def interleaved_rounds(paths: list[str], rounds: int, timed_forward, budget, res
             per = [x / y for x, y in zip(ms[a], ms[b]) if y > 0]
             pairs[f"{a}/{b}"] = {"per_round": per, "median": spread(per)["median"],
                                  "faster_rounds": sum(x > 1 for x in per)}
-    return {"paths": list(paths), "rounds": done, "asked": rounds, "forward_ms": ms, "pairs": pairs,
-            "ratio_to_first": {b: pairs[f"{paths[0]}/{b}"] for b in paths[1:]}}
+    return {"paths": list(paths), "rounds": done, "asked": rounds, "forward_ms": ms, "pairs": pairs}
 
 
 class RunBudget:

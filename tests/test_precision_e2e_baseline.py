@@ -162,7 +162,7 @@ def test_interleaved_rounds_alternate_and_pair_every_path():
     assert r["rounds"] == 4 and r["forward_ms"]["vidattn_8bit"] == [7.0, 9.0, 7.0, 7.0]
     pair = r["pairs"]["vidattn/vidattn_8bit"]
     assert pair["per_round"] == [8 / 7, 8 / 9, 8 / 7, 8 / 7] and pair["faster_rounds"] == 3
-    assert r["ratio_to_first"]["vidattn"]["median"] == 1.25 and set(r["pairs"]) == {
+    assert r["pairs"]["sdpa/vidattn"]["median"] == 1.25 and set(r["pairs"]) == {
         "sdpa/vidattn", "sdpa/vidattn_8bit", "vidattn/vidattn_8bit"}
     c = Clock()
     short = e2e.RunBudget(5 + e2e.RunBudget.TAIL_S, clock=c)  # 3 s a round (x MARGIN): one round fits, not two
