@@ -212,6 +212,11 @@ anchors_ready() {
     bash dev/device_anchors.sh install > "$OUT/anchors_install_$stage.log" 2>&1 && source /tmp/anchors/env.sh
   fi
 }
+# Succeeds when scripts/anchor_impls.py can load SageAttention2 in this shell's environment.
+have_sage() {
+  python3 -c "import sys; sys.path.insert(0, 'scripts'); import anchor_impls
+sys.exit(anchor_impls.available().get('sage2', 'unlisted') is not None)" 2>/dev/null
+}
 # FlashAttention-3's kernels compile on the CPU while the GPU stages run (KTIMEOUT, start_anchor_build's $1, caps each
 # file; further arguments go to device_build.sh, e.g. --only); the wait ends when the build does or when only $1
 # seconds of the stage's budget are left, and installs what was built.
@@ -546,9 +551,7 @@ P10)
   gpu_pytest p10/fidelity.log 200 fidelity -s -m gpu tests/test_fidelity_8bit_gpu.py
   gpu_pytest p10/gpu_all.log $(( $(left) > 160 ? $(left) - 130 : 30 )) gpu_all -m gpu tests
   await_anchor_build 100
-  python3 -c "import sys; sys.path.insert(0, 'scripts'); import anchor_impls
-sys.exit(anchor_impls.available().get('sage2', 'unlisted') is not None)" 2>/dev/null \
-    && gpu_pytest p10/fidelity_sage2.log $(( $(left) > 40 ? $(left) - 10 : 30 )) fidelity_sage2 -s -m gpu \
+  have_sage && gpu_pytest p10/fidelity_sage2.log $(( $(left) > 40 ? $(left) - 10 : 30 )) fidelity_sage2 -s -m gpu \
       tests/test_fidelity_8bit_gpu.py
   tar_dirs p10
   ;;
@@ -725,8 +728,6 @@ P21)
   # compiles while the forward timings (no Sage2 in them) run, then each family's fidelity report beside it.
   build_lib
   anchors_ready
-  have_sage() { python3 -c "import sys; sys.path.insert(0, 'scripts'); import anchor_impls
-sys.exit(anchor_impls.available().get('sage2', 'unlisted') is not None)" 2>/dev/null; }
   have_sage || start_anchor_build 300 --only sm90_cu,fused_cu,sm90_py,fused_py
   mkdir -p "$OUT/p21"
   size_args() { [ "${1#*:}" != "$1" ] && { local s=${1#*:}; IFS=x read -r h w f <<< "$s"
