@@ -187,6 +187,10 @@
 #   bash dev/device_session.sh P22 [budget_s] # where precision="8bit" starts to pay (dev/probes/q8_crossover.py):
 #                                             # exact against 8-bit per key count, self-attention at D=64 and
 #                                             # D=128, then 32760 queries over short keys at D=128
+#   bash dev/device_session.sh P23 [budget_s] # P22's D=128 side below 8192 keys, sustained (100 calls a timing),
+#                                             # self-attention and 32760 queries; then each item of FAMS (P21's
+#                                             # form) as one forward per path plus INTERLEAVE (default 4) paired
+#                                             # rounds of SDPA / exact / 8-bit, no fidelity, no SageAttention2
 set -uo pipefail
 export PYTHONUNBUFFERED=1 VIDATTN_CACHE_DIR=${VIDATTN_CACHE_DIR:-$PWD/.build/vcache}
 export VIDATTN_GIT_COMMIT=${VIDATTN_COMMIT:-unknown}
@@ -761,6 +765,29 @@ P22)
     --rounds 5 --reps 10 --json "$OUT/p22/crossover_sq32760.json" > "$OUT/p22/crossover_sq32760.log" 2>&1; rc[sq]=$?
   sed -n '/== 8-bit against exact/,$p' "$OUT/p22/crossover_sq32760.log"
   tar_dirs p22
+  ;;
+P23)
+  # dev/NOTES_8bit.md "The D=128 threshold below 8192 keys, and the D=64 families in paired rounds".
+  build_lib
+  mkdir -p "$OUT/p23"
+  timeout 120 python3 dev/probes/q8_crossover.py --head-dims 128 --lengths 2048,3072,4096,5120,6144,7168,8192 \
+    --rounds 5 --reps 100 --json "$OUT/p23/crossover_self.json" > "$OUT/p23/crossover_self.log" 2>&1; rc[self]=$?
+  sed -n '/== 8-bit against exact/,$p' "$OUT/p23/crossover_self.log"; grep -E "check failed|rror" "$OUT/p23/crossover_self.log"
+  timeout 120 python3 dev/probes/q8_crossover.py --sq 32760 --head-dims 128 --lengths 2048,3072,4096,6144,8192 \
+    --rounds 5 --reps 100 --json "$OUT/p23/crossover_sq32760.json" > "$OUT/p23/crossover_sq32760.log" 2>&1; rc[sq]=$?
+  sed -n '/== 8-bit against exact/,$p' "$OUT/p23/crossover_sq32760.log"
+  size_args() { [ "${1#*:}" != "$1" ] && { local s=${1#*:}; IFS=x read -r h w f <<< "$s"
+    echo "--height $h --width $w --frames $f"; }; }
+  for item in ${FAMS:-easyanimate}; do
+    fam=${item%%:*}
+    [ "$(left)" -gt 60 ] || { echo "$fam: left out ($(left) s left)"; continue; }
+    t=$(( $(left) - 20 < ${E2E_S:-90} ? $(left) - 20 : ${E2E_S:-90} ))
+    timeout $(( t + 30 )) python3 scripts/e2e_report.py --family "$fam" $(size_args "$item") --forward-only \
+      --precision both --sage2 off --warmup 1 --iters 1 --no-profile --budget-s "$t" \
+      --interleave "${INTERLEAVE:-4}" --out-dir "$OUT/p23/e2e_$fam" > "$OUT/p23/e2e_$fam.log" 2>&1; rc[e2e_$fam]=$?
+    grep -E "speedup|nterleaved|FAILED|rror|left out" "$OUT/p23/e2e_$fam.log" | tail -4
+  done
+  tar_dirs p23
   ;;
 P20)
   # After P19 (racecheck's own-stream threaded rounds hung right after the tool's "Internal Sanitizer Error: Detected a

@@ -77,6 +77,7 @@ def main(argv=None) -> int:
     import vidattn
     from vidattn import quant8
 
+    library = {str(d): quant8.short_kv_exact_max(d) for d in dims}  # what a user's call routes by, before the override
     quant8.SHORT_KV_EXACT_MAX = 0  # the 8-bit kernel at every length measured
     shapes = [(d, n) for d in dims for n in lengths]
     data, checks = {}, {}
@@ -125,7 +126,7 @@ def main(argv=None) -> int:
                      "exact_all_ms": e, "q8_all_ms": q8})
     result = {"rows": rows, "checks": checks,
               "crossover": {str(d): crossover([r for r in rows if r["head_dim"] == d]) for d in dims},
-              "library_threshold": int(os.environ.get("VIDATTN_Q8_SHORT_KV_EXACT_MAX", "8192")),
+              "library_threshold": library,
               "sq": args.sq, "rounds": args.rounds, "reps": args.reps, "gpu": torch.cuda.get_device_name(),
               "torch": torch.__version__, "commit": os.environ.get("VIDATTN_GIT_COMMIT")}
     if args.json:
