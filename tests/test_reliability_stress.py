@@ -130,6 +130,26 @@ def test_racecheck_known_handoff_is_named_not_failed():
     assert sanitize.parse("racecheck", _race_log([moved]), 1)["known_errors"] == 0
 
 
+def test_racecheck_error_without_report_and_tool_error_are_named():
+    """Seventeenth sitting, call P14: racecheck counted 4 errors, printed 3 (each the known hand-off) and, in a
+    threaded round, its own "failure to track a kernel launch". The run cannot pass (the fourth error has no report to
+    read), and the line names both the missing report and the tool's error."""
+    src = (REPO / "csrc/sm90/flash_fwd.cuh").read_text().splitlines()
+    at = [i + 1 for i, text in enumerate(src) if "s.sched_tile[" in text]
+    handoff = _race_report([at[-1], at[0], at[1]])
+    log = _race_log([handoff, handoff]).replace("(2 errors", "(3 errors").replace(
+        "========= RACECHECK", "========= Internal Sanitizer Error: Detected a failure to track a kernel launch. "
+        "Future records might be incomplete\n========= RACECHECK")
+    r = sanitize.parse("racecheck", log, 1)
+    assert r["errors"] == 3 and r["known_errors"] == 2 and r["undisplayed_errors"] == 1 and not r["ok"]
+    assert r["tool_error"].startswith("Detected a failure to track a kernel launch")
+    r["seconds"] = 1.0
+    line = sanitize.line(r)
+    assert "1 counted without a report" in line and "failure to track" in line and line.endswith("-> FAIL")
+    clean = sanitize.parse("racecheck", _race_log([handoff]), 1)
+    assert clean["ok"] and clean["undisplayed_errors"] == 0 and clean["tool_error"] is None
+
+
 def test_reread_gives_an_earlier_runs_verdicts(tmp_path):
     src = (REPO / "csrc/sm90/flash_fwd.cuh").read_text().splitlines()
     at = [i + 1 for i, text in enumerate(src) if "s.sched_tile[" in text]

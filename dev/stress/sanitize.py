@@ -82,21 +82,27 @@ def parse(tool: str, log: str, rc: int | None) -> dict:
     themselves passed. The known reports alone do not fail a run; any other error does."""
     found = _ERROR_SUMMARY.findall(log)
     errors = int(found[-1]) if found else None
-    warnings = known = 0
+    warnings = known = undisplayed = 0
     race = _RACE_SUMMARY.findall(log)
     if race:
         _, race_errors, warnings = (int(x) for x in race[-1])
         errors = max(errors or 0, race_errors)
         reports = _RACE_ERROR.findall(log)
-        if len(reports) == race_errors:  # (each error printed once; else count none as known)
+        if len(reports) <= race_errors:  # (each error printed once at most; more reports than errors: count none)
             known = sum(known_race(r) for r in reports)
+            undisplayed = race_errors - len(reports)
     cases_ok = "[sanitizer_cases] all right" in log
     wrong = [line.split("] ", 1)[1] for line in log.splitlines()
              if line.startswith("[sanitizer_cases]") and ("WRONG" in line or "MISSED PATH" in line
                                                           or "would not run" in line)]
     # compute-sanitizer exits 1 (--error-exitcode) on any error, the known ones too
     ok = cases_ok and errors is not None and errors == known and rc == (0 if errors == 0 else 1)
-    return {"tool": tool, "errors": errors, "known_errors": known, "warnings": warnings, "rc": rc,
+    # The tool's own failure (racecheck's "failure to track a kernel launch" in threaded rounds, several sittings): what
+    # it counted after it may have no report, so such a run cannot pass, and the line says why.
+    tool_error = next((ln.split("Internal Sanitizer Error:", 1)[1].strip() for ln in log.splitlines()
+                       if "Internal Sanitizer Error:" in ln), None)
+    return {"tool": tool, "errors": errors, "known_errors": known, "undisplayed_errors": undisplayed,
+            "tool_error": tool_error, "warnings": warnings, "rc": rc,
             "cases_ok": cases_ok, "case_failures": wrong, "ok": ok, "set": CASE_SET[tool]}
 
 
@@ -105,6 +111,10 @@ def line(r: dict) -> str:
     extra = [f"{r['seconds']:.0f} s", f"{r['set']} set"]
     if r.get("known_errors"):
         extra.append(f"{r['known_errors']} of them {KNOWN_RACE_WHY}")
+    if r.get("undisplayed_errors"):
+        extra.append(f"{r['undisplayed_errors']} counted without a report")
+    if r.get("tool_error"):
+        extra.append(f"the tool's own error: {r['tool_error']}")
     if r["warnings"]:
         extra.append(f"{r['warnings']} racecheck warnings")
     if r["errors"] is None:
