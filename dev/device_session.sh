@@ -187,6 +187,9 @@
 #   bash dev/device_session.sh P22 [budget_s] # where precision="8bit" starts to pay (dev/probes/q8_crossover.py):
 #                                             # exact against 8-bit per key count, self-attention at D=64 and
 #                                             # D=128, then 32760 queries over short keys at D=128
+#   bash dev/device_session.sh P24 [budget_s] # the 8-bit lineage step (docs/guide/lineage/16_int8_fp8.cu): every
+#                                             # step built, the lineage GPU test (checks of all steps), then steps 15
+#                                             # and 16 timed beside cuDNN and the library's exact and 8-bit paths
 #   bash dev/device_session.sh P23 [budget_s] # P22's D=128 side below 8192 keys, sustained (100 calls a timing),
 #                                             # self-attention and 32760 queries; then each item of FAMS (P21's
 #                                             # form) as one forward per path plus INTERLEAVE (default 4) paired
@@ -788,6 +791,17 @@ P23)
     grep -E "speedup|nterleaved|FAILED|rror|left out" "$OUT/p23/e2e_$fam.log" | tail -4
   done
   tar_dirs p23
+  ;;
+P24)
+  build_lib
+  mkdir -p "$OUT/p24"
+  timeout 240 python3 scripts/bench_lineage.py --build-only --jobs 16 > "$OUT/p24/build.log" 2>&1; rc[build]=$?
+  tail -4 "$OUT/p24/build.log"
+  gpu_pytest p24/lineage_gpu.log 200 lineage_gpu -m gpu tests/test_lineage_gpu.py
+  timeout $(( $(left) - 10 )) python3 scripts/bench_lineage.py --steps 15_,16_ --out "$OUT/p24/lineage.json" \
+    > "$OUT/p24/bench.log" 2>&1; rc[bench]=$?
+  sed -n '/^| step/,$p' "$OUT/p24/bench.log"
+  tar_dirs p24
   ;;
 P20)
   # After P19 (racecheck's own-stream threaded rounds hung right after the tool's "Internal Sanitizer Error: Detected a

@@ -60,6 +60,9 @@ BUILD_DIR = REPO / ".build" / "lineage"
 NVCC_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo",
               "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas=-v"]
 STEP_FILE_RE = re.compile(r"^(\d\d)_([A-Za-z0-9_]+)\.cu$")
+# A step that is not exact states its own bound in its opening comment ("// lineage-check: rel-L2 < 6e-2"): the 8-bit
+# step's e4m3 P and V put it near 4e-2 against fp32, where the exact steps sit near 2e-3.
+CHECK_BOUND_RE = re.compile(r"^//\s*lineage-check:\s*rel-L2\s*<\s*([0-9.]+(?:[eE][-+]?\d+)?)\s*$", re.M)
 
 HEAD_DIM = 128
 SEQ_MULTIPLE = 1408  # lcm(128, 176), the lineage contract
@@ -86,6 +89,7 @@ class Step:
     change: str          # "<change>" of "step N-1 + <change>, because <reason>"
     so: str | None = None
     build: dict = field(default_factory=dict)
+    check_rel_l2_bound: float = 2e-2  # what its outputs are checked against (CHECK_REL_L2 unless the file states one)
 
 
 def opening_comment(text: str) -> str:
@@ -114,8 +118,11 @@ def discover(patterns: list[str] | None = None) -> list[Step]:
         m = STEP_FILE_RE.match(p.name)
         if not m:
             continue
-        header = opening_comment(p.read_text(errors="replace"))
-        steps.append(Step(int(m.group(1)), p.stem, str(p), header, change_of(header)))
+        text = p.read_text(errors="replace")
+        header = opening_comment(text)
+        bound = CHECK_BOUND_RE.search(text)
+        steps.append(Step(int(m.group(1)), p.stem, str(p), header, change_of(header),
+                          check_rel_l2_bound=float(bound.group(1)) if bound else CHECK_REL_L2))
     if patterns:
         pats = [x.lower() for x in patterns]
         steps = [s for s in steps if any(x in s.name.lower() for x in pats)]
@@ -308,8 +315,9 @@ def _args_for(q, k, v, o, shape: dict) -> LineageArgs:
                        shape["s"], shape["d"], 1.0 / math.sqrt(shape["d"]))
 
 
-def check_step(lib, seed: int) -> dict:
-    """Correctness on the small shapes and refusal of out-of-contract shapes. Raises StepFailure."""
+def check_step(lib, seed: int, bound: float = CHECK_REL_L2) -> dict:
+    """Correctness on the small shapes (rel-L2 under `bound`) and refusal of out-of-contract shapes. Raises
+    StepFailure."""
     import torch
     import torch.nn.functional as F
     stream = torch.cuda.current_stream().cuda_stream
@@ -325,8 +333,8 @@ def check_step(lib, seed: int) -> dict:
         finite = bool(torch.isfinite(o).all())
         rel = rel_l2(o, ref) if finite else float("nan")
         rels[name] = rel
-        if not finite or not rel < CHECK_REL_L2:
-            raise StepFailure("wrong", f"{name}: rel-L2 {rel:.3e} vs fp32 SDPA"
+        if not finite or not rel < bound:
+            raise StepFailure("wrong", f"{name}: rel-L2 {rel:.3e} vs fp32 SDPA (bound {bound:g})"
                               + ("" if finite else " (non-finite output)"))
 
     for shape in CHECK_SHAPES:
@@ -375,7 +383,7 @@ class Canonical:
         torch.cuda.synchronize()
 
 
-def time_step(lib, canon: Canonical, timer: Timer, check_only: bool) -> dict:
+def time_step(lib, canon: Canonical, timer: Timer, check_only: bool, bound: float = CHECK_REL_L2) -> dict:
     import torch
     stream = torch.cuda.current_stream().cuda_stream
     args = _args_for(canon.q, canon.k, canon.v, canon.o, CANONICAL)
@@ -384,8 +392,8 @@ def time_step(lib, canon: Canonical, timer: Timer, check_only: bool) -> dict:
     _cuda_sync("canonical launch")
     rel = rel_l2(canon.o, canon.ref) if bool(torch.isfinite(canon.o).all()) else float("nan")
     res = {"canonical_rel_l2_vs_cudnn": rel}
-    if not rel < CHECK_REL_L2:
-        raise StepFailure("wrong", f"canonical shape: rel-L2 {rel:.3e} vs cuDNN")
+    if not rel < bound:
+        raise StepFailure("wrong", f"canonical shape: rel-L2 {rel:.3e} vs cuDNN (bound {bound:g})")
     if check_only:
         return res
     ms, method = timer(lambda: lib.lineage_fwd(ctypes.byref(args), ctypes.c_void_p(stream)))
@@ -406,16 +414,17 @@ def run_reference(name: str, canon: Canonical, timer: Timer) -> dict:
         return {"ms": ms, "tflops": flops(CANONICAL) / (ms * 1e-3) / 1e12, "timing": method}
 
     import vidattn
-    reason = vidattn.explain(canon.q, canon.k, canon.v)
+    precision = "8bit" if name == "production_8bit" else "exact"  # the 8-bit row: beside the 8-bit step
+    reason = vidattn.explain(canon.q, canon.k, canon.v, precision=precision)
     if reason is not None:
         raise StepFailure("fallback", f"vidattn.explain: {reason}")
-    out = vidattn.attention(canon.q, canon.k, canon.v)
+    out = vidattn.attention(canon.q, canon.k, canon.v, precision=precision)
     _cuda_sync("production kernel")
     res = {"canonical_rel_l2_vs_cudnn": rel_l2(out, canon.ref)}
     del out
 
     def fn():
-        return vidattn.attention(canon.q, canon.k, canon.v)
+        return vidattn.attention(canon.q, canon.k, canon.v, precision=precision)
     ms, method = timer(fn)
     _cuda_sync(name)
     res.update(ms=ms, tflops=flops(CANONICAL) / (ms * 1e-3) / 1e12, timing=method)
@@ -442,8 +451,9 @@ def worker_main(tasks: list[dict], quick: bool, check_only: bool, seed: int) -> 
                 res.update(run_reference(t["name"], canon, timer))
             else:
                 lib = load_step(t["so"])
-                res["check_rel_l2"] = check_step(lib, seed + t["num"])
-                res.update(time_step(lib, canon, timer, check_only))
+                bound = t.get("check_rel_l2_bound", CHECK_REL_L2)
+                res["check_rel_l2"] = check_step(lib, seed + t["num"], bound)
+                res.update(time_step(lib, canon, timer, check_only, bound))
             res["ok"] = True
         except StepFailure as exc:
             res.update(error=str(exc), error_kind=exc.kind)
@@ -582,7 +592,8 @@ def results_table(steps: list[Step], results: dict[str, dict]) -> str:
         rels = list((r.get("check_rel_l2") or {}).values())
         lines.append(f"| {s.name} | {s.change} | {fmt(t, '.1f')} | {pct(t, cudnn)} | {pct(t, final)} | "
                      f"{fmt(max(rels), '.1e') if rels else '-'} | {status_of(s, r or None)} |")
-    for name, label in (("cudnn", "cuDNN SDPA"), ("production", "vidattn (final)")):
+    for name, label in (("cudnn", "cuDNN SDPA"), ("production", "vidattn (final)"),
+                        ("production_8bit", "vidattn precision=\"8bit\"")):
         if name in results:
             r = results[name]
             t = r.get("tflops")
@@ -659,7 +670,10 @@ def main(argv=None) -> int:
 
     tasks = [] if args.no_refs or args.check_only else \
         [{"name": "cudnn", "kind": "ref"}, {"name": "production", "kind": "ref"}]
-    tasks += [{"name": s.name, "kind": "step", "so": s.so, "num": s.num} for s in steps if s.build.get("ok")]
+    if tasks and any(s.check_rel_l2_bound > CHECK_REL_L2 for s in steps):  # an 8-bit step: the library's 8-bit path
+        tasks.append({"name": "production_8bit", "kind": "ref"})
+    tasks += [{"name": s.name, "kind": "step", "so": s.so, "num": s.num, "check_rel_l2_bound": s.check_rel_l2_bound}
+              for s in steps if s.build.get("ok")]
     t0 = time.perf_counter()
     results = run_tasks(tasks, args)
     run_s = time.perf_counter() - t0
@@ -678,11 +692,13 @@ def main(argv=None) -> int:
               "build_wall_s": build_s, "run_wall_s": run_s,
               "references": {"cudnn": "F.scaled_dot_product_attention on .transpose(1,2) views inside "
                                       "sdpa_kernel(SDPBackend.CUDNN_ATTENTION)",
-                             "production": "vidattn.attention(q, k, v) (BSHD), vidattn.explain(...) is None"}}
+                             "production": "vidattn.attention(q, k, v) (BSHD), vidattn.explain(...) is None",
+                             "production_8bit": "the same with precision='8bit' (rows only when an 8-bit step "
+                                                "runs), its quantization pre-pass inside the timing"}}
     rows = []
     for s in steps:
         rows.append({**asdict(s), "status": status_of(s, results.get(s.name)), **(results.get(s.name) or {})})
-    refs = {k: results[k] for k in ("cudnn", "production") if k in results}
+    refs = {k: results[k] for k in ("cudnn", "production", "production_8bit") if k in results}
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps({"metadata": meta, "config": config, "steps": rows, "references": refs},
                                    indent=1))
