@@ -188,8 +188,8 @@
 #                                             # exact against 8-bit per key count, self-attention at D=64 and
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P24 [budget_s] # the 8-bit lineage step (docs/guide/lineage/16_int8_fp8.cu): every
-#                                             # step built, the lineage GPU test (checks of all steps), then steps 15
-#                                             # and 16 timed beside cuDNN and the library's exact and 8-bit paths
+#                                             # step built, checked and timed (scripts/bench_lineage.py) beside cuDNN
+#                                             # and the library's exact and 8-bit paths; the lineage GPU test after
 #   bash dev/device_session.sh P23 [budget_s] # P22's D=128 side below 8192 keys, sustained (100 calls a timing),
 #                                             # self-attention and 32760 queries; then each item of FAMS (P21's
 #                                             # form) as one forward per path plus INTERLEAVE (default 4) paired
@@ -797,10 +797,10 @@ P24)
   mkdir -p "$OUT/p24"
   timeout 240 python3 scripts/bench_lineage.py --build-only --jobs 16 > "$OUT/p24/build.log" 2>&1; rc[build]=$?
   tail -4 "$OUT/p24/build.log"
-  gpu_pytest p24/lineage_gpu.log 200 lineage_gpu -m gpu tests/test_lineage_gpu.py
-  timeout $(( $(left) - 10 )) python3 scripts/bench_lineage.py --steps 15_,16_ --out "$OUT/p24/lineage.json" \
+  timeout $(( $(left) - 130 )) python3 scripts/bench_lineage.py --out "$OUT/p24/lineage.json" \
     > "$OUT/p24/bench.log" 2>&1; rc[bench]=$?
-  sed -n '/^| step/,$p' "$OUT/p24/bench.log"
+  sed -n '/^| step/,$p' "$OUT/p24/bench.log" | cut -c1-40,180-
+  gpu_pytest p24/lineage_gpu.log $(( $(left) - 10 )) lineage_gpu -m gpu tests/test_lineage_gpu.py
   tar_dirs p24
   ;;
 P20)
