@@ -187,6 +187,9 @@
 #   bash dev/device_session.sh P22 [budget_s] # where precision="8bit" starts to pay (dev/probes/q8_crossover.py):
 #                                             # exact against 8-bit per key count, self-attention at D=64 and
 #                                             # D=128, then 32760 queries over short keys at D=128
+#   bash dev/device_session.sh P25 [budget_s] # after P24: steps 15 and 16 timed again (step 16 with the softmax's
+#                                             # max on the integers, 6 stages, the pre-pass's loops unrolled), and
+#                                             # the device time of step 16's three kernels (dev/probes/lineage_kernels.py)
 #   bash dev/device_session.sh P24 [budget_s] # the 8-bit lineage step (docs/guide/lineage/16_int8_fp8.cu): every
 #                                             # step built, checked and timed (scripts/bench_lineage.py) beside cuDNN
 #                                             # and the library's exact and 8-bit paths; the lineage GPU test after
@@ -802,6 +805,16 @@ P24)
   sed -n '/^| step/,$p' "$OUT/p24/bench.log" | cut -c1-40,180-
   gpu_pytest p24/lineage_gpu.log $(( $(left) - 10 )) lineage_gpu -m gpu tests/test_lineage_gpu.py
   tar_dirs p24
+  ;;
+P25)
+  build_lib
+  mkdir -p "$OUT/p25"
+  timeout 120 python3 dev/probes/lineage_kernels.py 16_int8_fp8 > "$OUT/p25/kernels.log" 2>&1; rc[kernels]=$?
+  cat "$OUT/p25/kernels.log" | tail -7
+  timeout $(( $(left) - 10 )) python3 scripts/bench_lineage.py --steps 15_,16_ --out "$OUT/p25/lineage_15_16.json" \
+    > "$OUT/p25/bench.log" 2>&1; rc[bench]=$?
+  sed -n '/^| step/,$p' "$OUT/p25/bench.log" | cut -c1-30,150-
+  tar_dirs p25
   ;;
 P20)
   # After P19 (racecheck's own-stream threaded rounds hung right after the tool's "Internal Sanitizer Error: Detected a

@@ -40,12 +40,12 @@ constexpr int kConsumerWGs = 2;  // two consumer warpgroups share each K/V tile:
 constexpr int kRowsPerWG = 64;   // wgmma's M
 constexpr int kBlockM = kConsumerWGs * kRowsPerWG;
 constexpr int kBlockN = 128;     // S 64 + O_tile 64 + O 64 + P 16 registers per consumer thread
-// As many K+V stages as shared memory holds next to Q, up to 4 (Q 16 KB + 4 x 32 KB).
+// As many K+V stages as shared memory holds next to Q, up to 6 (Q 16 KB + 6 x 32 KB).
 constexpr int kSmemBudget = 227 * 1024;  // per-block opt-in maximum on sm_90
 constexpr int kQBytes = kBlockM * kHeadDim;
 constexpr int kStageBytes = 2 * kBlockN * kHeadDim;
 constexpr int kStagesFit = (kSmemBudget - 2048 - kQBytes) / kStageBytes;  // 2 KB: barriers and alignment
-constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
+constexpr int kStages = kStagesFit > 6 ? 6 : kStagesFit;
 static_assert(kStages >= 2, "tile too large: fewer than 2 K/V stages fit in shared memory");
 constexpr int kThreads = 128 * (1 + kConsumerWGs);
 // The producer issues TMA from one thread and needs almost nothing; the consumers hold S, O_tile, O and P.
@@ -351,6 +351,7 @@ __global__ void __launch_bounds__(128) quantize(const Prep p) {
   };
 
   // Q: a scale per row (its |max| / 127), the softmax's scale * log2(e) folded into it.
+#pragma unroll 8
   for (int r = warp * 32; r < warp * 32 + 32; ++r) {
     float x[4];
     load4(p.q + in0 + r * row, x);
@@ -366,6 +367,7 @@ __global__ void __launch_bounds__(128) quantize(const Prep p) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) mean[i] = p.k_sum[bh * kHeadDim + 4 * lane + i] / static_cast<float>(p.seqlen);
   float amax = 0.f;
+#pragma unroll 8
   for (int r = warp * 32; r < warp * 32 + 32; ++r) {
     float x[4];
     load4(p.k + in0 + r * row, x);
@@ -377,6 +379,7 @@ __global__ void __launch_bounds__(128) quantize(const Prep p) {
   __syncthreads();
   amax = fmaxf(fmaxf(warp_amax[0], warp_amax[1]), fmaxf(warp_amax[2], warp_amax[3]));
   const float k_scale = amax > 0.f ? amax / kQMax : 1.f;
+#pragma unroll 8
   for (int r = warp * 32; r < warp * 32 + 32; ++r) {
     float x[4];
     load4(p.k + in0 + r * row, x);
@@ -396,6 +399,7 @@ __global__ void __launch_bounds__(128) quantize(const Prep p) {
     inv_v[i] = 1.f / scale;
     if (blockIdx.x == 0 && warp == 0) p.v_scale[bh * kHeadDim + 4 * lane + i] = scale;
   }
+#pragma unroll 8
   for (int r = warp * 32; r < warp * 32 + 32; ++r) {
     float x[4];
     load4(p.v + in0 + r * row, x);
@@ -405,6 +409,7 @@ __global__ void __launch_bounds__(128) quantize(const Prep p) {
     for (int i = 0; i < 4; ++i) vt[4 * lane + i][pos] = static_cast<uint8_t>(w >> (8 * i));
   }
   __syncthreads();
+#pragma unroll 8
   for (int c = warp * 32; c < warp * 32 + 32; ++c) {  // channel c's 128 bytes: a word per lane
     *reinterpret_cast<uint32_t*>(p.vt8 + (bh * kHeadDim + c) * p.seqlen + s0 + 4 * lane) =
         *reinterpret_cast<const uint32_t*>(&vt[c][4 * lane]);
@@ -454,35 +459,32 @@ __device__ __forceinline__ void producer(const Params& p, SharedStorage& s) {
 // ---- consumer building blocks: each one step of the algorithm, all on one thread's fragments ---------------------
 
 // The exact online softmax in base 2 on the integer scores: s = S_int * c (c per row: q's scale x this block's k
-// scale, with scale * log2(e) already in q's), p = 2^(s - m + 8). The scores' bits go back into sacc as floats
-// (then P's values), which keeps S's 64 registers the only ones it needs. Returns alpha = 2^(m_old - m_new) for
-// the merge of the tile before.
+// scale, with scale * log2(e) already in q's), p = 2^(s - m + 8). c > 0, so the row max is taken on the integers
+// (one IMNMX per score) and scaled once; each score then costs a conversion, one FFMA and the exponential. P's
+// values go back into sacc's registers as float bits, which keeps S's 64 the only ones it needs. Returns
+// alpha = 2^(m_old - m_new) for the merge of the tile before.
 __device__ __forceinline__ void softmax_8bit(int32_t (&sacc)[kBlockN / 2], const float (&c)[2], float (&row_max)[2],
                                              float (&row_sum)[2], float (&alpha)[2]) {
-  float mx[2] = {row_max[0], row_max[1]};
+  int32_t imx[2] = {INT_MIN, INT_MIN};
 #pragma unroll
   for (int i = 0; i < kBlockN / 8; ++i) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float x = static_cast<float>(sacc[4 * i + e]) * c[e / 2];
-      sacc[4 * i + e] = __float_as_int(x);
-      mx[e / 2] = fmaxf(mx[e / 2], x);
-    }
+    imx[0] = max(imx[0], max(sacc[4 * i + 0], sacc[4 * i + 1]));
+    imx[1] = max(imx[1], max(sacc[4 * i + 2], sacc[4 * i + 3]));
   }
   float neg_m[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    mx[r] = quad_max(mx[r]);
-    alpha[r] = exp2_approx(row_max[r] - mx[r]);  // first block: 2^-inf = 0 times a zero O and sum
-    neg_m[r] = kPOffset - mx[r];
-    row_max[r] = mx[r];
+    const float mx = fmaxf(row_max[r], quad_max(static_cast<float>(imx[r]) * c[r]));
+    alpha[r] = exp2_approx(row_max[r] - mx);  // first block: 2^-inf = 0 times a zero O and sum
+    neg_m[r] = kPOffset - mx;
+    row_max[r] = mx;
   }
   float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < kBlockN / 8; ++i) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float pv = exp2_approx(__int_as_float(sacc[4 * i + e]) + neg_m[e / 2]);
+      const float pv = exp2_approx(fmaf(static_cast<float>(sacc[4 * i + e]), c[e / 2], neg_m[e / 2]));
       sacc[4 * i + e] = __float_as_int(pv);
       tile_sum[e / 2] += pv;
     }
