@@ -71,7 +71,10 @@ def table(data: dict, link_prefix: str) -> str:
         lines.append(f"| [{r['name']}]({link_prefix}{r['name']}.md) | {r['change']} | {_fmt(r['tflops'], '.1f')} | "
                      f"{_fmt(r['gain'], '.2f')} | {_fmt(r['pct_cudnn'], '.1f')} | {_fmt(r['pct_final'], '.1f')} | "
                      f"{r['status']} |")
-    for key, label in (("cudnn", "cuDNN SDPA"), ("production", "vidattn (the shipped kernel)")):
+    for key, label in (("cudnn", "cuDNN SDPA"), ("production", "vidattn (the shipped kernel)"),
+                       ("production_8bit", 'vidattn precision="8bit" (the shipped 8-bit path, beside step 16)')):
+        if key == "production_8bit" and key not in refs:  # runs without an 8-bit step have no such row
+            continue
         ref = refs.get(key, {})
         lines.append(f"| {label} | reference | {_fmt(ref.get('tflops'), '.1f')} | | | | "
                      f"{'ok' if ref.get('ok') else ref.get('error')} |")
