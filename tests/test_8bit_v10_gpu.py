@@ -54,20 +54,20 @@ def test_lengths_kv_lens_lse(mode):
 
 
 def test_mode_1_is_the_default_and_mode_0_bit_for_bit():
-    """A plain call runs mode 1; descriptor increments change no arithmetic: mode 0's output, element for element
-    (or, where mode 0 itself is not reproducible bit for bit, within its own run-to-run difference)."""
+    """A plain call runs mode 1; descriptor increments change no arithmetic: mode 0's output, element for element.
+    K on the quarter grid (base.on_quarter_grid): with plain normal K the pre-pass's fp32 atomic K sums vary in their
+    last bits from run to run, and the seventeenth sitting drew (seed 198320) two equal mode-0 runs beside a mode-1
+    run that differed by that noise alone, failing the comparison the old fallback made."""
     seed = int(torch.randint(0, 1 << 20, ()).item())
     q, k, v = (base.randn(2, n, 3, 128, seed=seed + i) for i, n in enumerate((777, 2049, 2049)))
+    k = base.on_quarter_grid(k)
     b = vidattn.attention(q, k, v, precision="8bit")
     torch.cuda.synchronize()
     assert quant8.last_v10() == 1
     a = run_mode(0, lambda: vidattn.attention(q, k, v, precision="8bit"))
     a2 = run_mode(0, lambda: vidattn.attention(q, k, v, precision="8bit"))
-    if torch.equal(a, a2):
-        assert torch.equal(a, b), f"seed {seed}"
-    else:  # (the pre-pass's statistics by atomics: mode 0 itself differs run to run in the last bits)
-        noise = float((a2.float() - a.float()).abs().max())
-        assert float((b.float() - a.float()).abs().max()) <= 2 * noise, f"seed {seed}"
+    assert torch.equal(a, a2), f"seed {seed}: mode 0 not reproducible with exact K sums"
+    assert torch.equal(a, b), f"seed {seed}"
 
 
 @pytest.mark.parametrize("mode", [0, 1])
