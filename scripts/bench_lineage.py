@@ -8,11 +8,13 @@ D=128, non-causal, seqlen a multiple of 1408). This script
    nvcc flags and the nvcc version; parallel builds) and reads ptxas' register and spill counts;
 2. checks every step against an fp32 SDPA reference on fresh randn inputs (B=1 H=2 S=1408 and B=2 H=3 S=2816,
    and B=1 H=4 S=2816 shifted by +0.5 with one key scoring far above the rest in two heads, as in
-   bench.accuracy.shape_scores; output poisoned with NaN first; rel-L2 < 2e-2) and that it refuses shapes outside
+   bench.accuracy.shape_scores; output poisoned with NaN first; rel-L2 < 2e-2, or the bound a step that is not exact
+   states in a `// lineage-check: rel-L2 < X` line, 6e-2 for the 8-bit step 16) and that it refuses shapes outside
    the contract;
 3. times every step at the canonical shape (B=1, H=16, S=11264, D=128, bf16) with `triton.testing.do_bench`
    (median; slow steps get a plain CUDA-event median capped at ~3 s), next to cuDNN SDPA and the production
-   kernel (`vidattn.attention`), and checks each step's canonical output against cuDNN's;
+   kernel (`vidattn.attention`; also with precision="8bit" when an 8-bit step runs), and checks each step's
+   canonical output against cuDNN's;
 4. prints a markdown table (step, change, TFLOPS, % of cuDNN, % of the final kernel, check rel-L2, status) and
    writes JSON with run metadata.
 

@@ -163,3 +163,14 @@ def test_timer_routes_slow_steps_to_an_event_loop(monkeypatch):
     assert timer(lambda: None) == (2.0, "CUDA-event median of 50")  # no do_bench: up to 50 calls, even fast ones
     monkeypatch.setattr(timer, "events_median", lambda fn, n: 1e-6)
     assert timer(lambda: None) == (1e-6, "CUDA-event median of 50")
+
+
+def test_check_bound_is_read_from_the_step():
+    """An exact step is checked against 2e-2; a step that states a bound in its opening comment (the 8-bit step 16:
+    "// lineage-check: rel-L2 < 6e-2") against that one, and the driver passes it on to the checks."""
+    bench = _bench()
+    bounds = {s.num: s.check_rel_l2_bound for s in bench.discover()}
+    assert bounds[15] == bench.CHECK_REL_L2 == 2e-2
+    assert bounds[16] == 6e-2
+    assert bench.CHECK_BOUND_RE.search("// lineage-check: rel-L2 < 1.5e-1\n").group(1) == "1.5e-1"
+    assert bench.CHECK_BOUND_RE.search("int x; // lineage-check: rel-L2 < 0.1") is None  # a line of its own only
