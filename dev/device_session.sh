@@ -187,6 +187,7 @@
 #   bash dev/device_session.sh P22 [budget_s] # where precision="8bit" starts to pay (dev/probes/q8_crossover.py):
 #                                             # exact against 8-bit per key count, self-attention at D=64 and
 #                                             # D=128, then 32760 queries over short keys at D=128
+#   bash dev/device_session.sh P26 [budget_s] # D=128 sustained crossover on a finer grid, 6144-8192 keys
 #   bash dev/device_session.sh P25 [budget_s] # after P24: steps 15 and 16 timed again (step 16 with the softmax's
 #                                             # max on the integers, 6 stages, the pre-pass's loops unrolled), and
 #                                             # the device time of step 16's three kernels (dev/probes/lineage_kernels.py)
@@ -815,6 +816,14 @@ P25)
     > "$OUT/p25/bench.log" 2>&1; rc[bench]=$?
   sed -n '/^| step/,$p' "$OUT/p25/bench.log" | cut -c1-30,150-
   tar_dirs p25
+  ;;
+P26)
+  build_lib
+  mkdir -p "$OUT/p26"
+  timeout 150 python3 dev/probes/q8_crossover.py --head-dims 128 --lengths 6144,6400,6656,6912,7168,7680,8192 \
+    --rounds 5 --reps 100 --json "$OUT/p26/crossover_self.json" > "$OUT/p26/crossover_self.log" 2>&1; rc[self]=$?
+  sed -n '/== 8-bit against exact/,$p' "$OUT/p26/crossover_self.log"; grep -E "check failed|rror" "$OUT/p26/crossover_self.log"
+  tar_dirs p26
   ;;
 P20)
   # After P19 (racecheck's own-stream threaded rounds hung right after the tool's "Internal Sanitizer Error: Detected a
