@@ -68,7 +68,7 @@ BACKEND_NOTES = {
                       "the D=192 N=96 / D=256 N=64 builds with the separate O scratch instead of the wide ones",
     "8bit": "vidattn.attention(q, k, v, layout='bshd', precision='8bit') on the (B,S,H,D) tensors: INT8 QK + e4m3 "
             "PV, its quantization pre-pass (K smoothing, scales, V transposed) inside the timing; output (B,S,H,D). "
-            "Up to vidattn.quant8.short_kv_exact_max(D) keys (6144 at D=128, 12288 at D=64) that call runs the "
+            "Up to vidattn.quant8.short_kv_exact_max(D) keys (7680 at D=128, 12288 at D=64) that call runs the "
             "exact kernel (faster there; 8bit_fallback_reason says so): VIDATTN_Q8_SHORT_KV_EXACT_MAX=0 times the 8-bit kernel at every length",
 }
 CHECK_REL_L2 = 2e-2

@@ -290,7 +290,7 @@ def test_routed_calls_run_exact_silently(monkeypatch, fresh_warnings):
 
 
 def test_short_kv_default_is_measured():
-    """The shipped thresholds per head dim (12288 keys at D=64, 6144 at D=128: dev/NOTES_8bit.md, "Where
+    """The shipped thresholds per head dim (12288 keys at D=64, 7680 at D=128: dev/NOTES_8bit.md, "Where
     precision="8bit" starts to pay") are the measured ones; the environment variable sets one for every head dim,
     and a value that is not an integer is refused by name."""
     import os
@@ -298,7 +298,7 @@ def test_short_kv_default_is_measured():
     code = "import vidattn.quant8 as q; print(q.SHORT_KV_EXACT_MAX, q.short_kv_exact_max(64), q.short_kv_exact_max(128))"
     env = {k: v for k, v in os.environ.items() if k != "VIDATTN_Q8_SHORT_KV_EXACT_MAX"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
-    assert out.split() == ["None", "12288", "6144"]
+    assert out.split() == ["None", "12288", "7680"]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**env, "VIDATTN_Q8_SHORT_KV_EXACT_MAX": "0"}).stdout
     assert out.split() == ["0", "0", "0"]
@@ -308,7 +308,7 @@ def test_short_kv_default_is_measured():
 
 
 def test_short_kv_threshold_is_per_head_dim(monkeypatch):
-    """10000 keys: exact at D=64 (under its 12288), the 8-bit kernel at D=128 (over its 6144); the reason names the
+    """10000 keys: exact at D=64 (under its 12288), the 8-bit kernel at D=128 (over its 7680); the reason names the
     head dim's threshold."""
     monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", None)
     q, k, v = qkv(sq=5, skv=10000, d=64)
@@ -317,9 +317,9 @@ def test_short_kv_threshold_is_per_head_dim(monkeypatch):
     assert quant8.route_reason(q, k) is None
     q, k, v = qkv(sq=5, skv=12289, d=64)
     assert quant8.route_reason(q, k) is None
-    q, k, v = qkv(sq=5, skv=6144, d=128)
-    assert "6144 keys: up to 6144 keys at head dim 128" in quant8.route_reason(q, k)
-    q, k, v = qkv(sq=5, skv=6145, d=128)
+    q, k, v = qkv(sq=5, skv=7680, d=128)
+    assert "7680 keys: up to 7680 keys at head dim 128" in quant8.route_reason(q, k)
+    q, k, v = qkv(sq=5, skv=7681, d=128)
     assert quant8.route_reason(q, k) is None
 
 

@@ -1,5 +1,5 @@
 """scripts/fidelity_8bit.py on the GPU: a reduced-size Wan 1.3B (480x832 at 21 frames: 6 latent frames of 30x52
-patches, 9360 tokens, past the 6144 keys up to which the 8-bit path runs exact at D=128) through every path, its per-layer
+patches, 9360 tokens, past the 7680 keys up to which the 8-bit path runs exact at D=128) through every path, its per-layer
 errors inside the bounds the kernel tests state, the SageAttention2 route where the anchor is installed. About 30 s
 on an H200 (the library already built)."""
 import json
