@@ -25,10 +25,10 @@ HEAD_DIMS = (64, 128)
 # keys per query row the pre-pass and each tile's fixed costs outweigh the faster key blocks, and the exact kernel is
 # both faster and exact. Per head dim, measured on the H200 with the GPU at its power limit as in a model's forward
 # (dev/NOTES_8bit.md "Where precision="8bit" starts to pay" and "Call P26"; dev/probes/q8_crossover.py,
-# self-attention, quantization included): D=64 (48 heads) exact / 8-bit 0.977 at 8192 keys, 1.009 at 12288, 1.04-1.11 from 13568; D=128 (24 heads)
-# 0.64-0.98 up to 6912 keys, 1.01 at 7168, 0.96 at 7680, 1.035-1.09 at 8192, 1.21-1.31 from 12288 (with 32760 queries
-# the 8-bit path leads from 3072 keys; the threshold follows self-attention, the later of the two). A head dim missing
-# here uses 8192.
+# self-attention, quantization included): D=64 (48 heads) exact / 8-bit 0.977 at 8192 keys, 1.009 at 12288,
+# 1.04-1.11 from 13568; D=128 (24 heads) 0.64-0.98 up to 6912 keys, 1.01 at 7168, 0.96 at 7680, 1.035-1.09 at 8192,
+# 1.21-1.31 from 12288 (with 32760 queries the 8-bit path leads from 3072 keys; the threshold follows
+# self-attention, the later of the two). A head dim missing here uses 8192.
 SHORT_KV_EXACT_MAX_BY_DIM = {64: 12288, 128: 7680}
 
 
