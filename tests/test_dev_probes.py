@@ -512,3 +512,13 @@ def test_q8_crossover_rule_and_refusals():
         mod.main(["--lengths", "8k"])
     with pytest.raises(SystemExit, match="--head-dims"):
         mod.main(["--head-dims", "96"])
+
+
+def test_lineage_kernels_names_one_step_or_refuses():
+    """dev/probes/lineage_kernels.py times one lineage step's kernels: a name that matches no step, or several, is
+    refused by name before anything is built or any GPU is touched."""
+    mod = _load("lineage_kernels")
+    with pytest.raises(SystemExit, match="not one step"):
+        mod.main(["no_such_step"])
+    with pytest.raises(SystemExit, match="not one step"):
+        mod.main(["1"])  # 01, 10-16
