@@ -39,7 +39,7 @@ constexpr int kHeadDim = 128;    // bytes of an INT8 or e4m3 row too: one 128-by
 constexpr int kConsumerWGs = 2;  // two consumer warpgroups share each K/V tile: it is read once for 128 query rows
 constexpr int kRowsPerWG = 64;   // wgmma's M
 constexpr int kBlockM = kConsumerWGs * kRowsPerWG;
-constexpr int kBlockN = 128;     // S 64 + O_tile 64 + O 64 + P 16 registers per consumer thread
+constexpr int kBlockN = 128;     // S 64 + O_tile 64 + O 64 + P 16 registers a thread; 176 is no multiple of k32
 // As many K+V stages as shared memory holds next to Q, up to 6 (Q 16 KB + 6 x 32 KB).
 constexpr int kSmemBudget = 227 * 1024;  // per-block opt-in maximum on sm_90
 constexpr int kQBytes = kBlockM * kHeadDim;
