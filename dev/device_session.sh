@@ -223,6 +223,10 @@ anchors_ready() {
     bash dev/device_anchors.sh install > "$OUT/anchors_install_$stage.log" 2>&1 && source /tmp/anchors/env.sh
   fi
 }
+# A FAMS item's size as e2e_report.py / fidelity_8bit.py arguments: "family:HxWxF" -> --height H --width W --frames F;
+# nothing for a bare family (its pipeline's default size).
+size_args() { [ "${1#*:}" != "$1" ] && { local s=${1#*:}; IFS=x read -r h w f <<< "$s"
+  echo "--height $h --width $w --frames $f"; }; }
 # Succeeds when scripts/anchor_impls.py can load SageAttention2 in this shell's environment.
 have_sage() {
   python3 -c "import sys; sys.path.insert(0, 'scripts'); import anchor_impls
@@ -741,8 +745,6 @@ P21)
   anchors_ready
   have_sage || start_anchor_build 300 --only sm90_cu,fused_cu,sm90_py,fused_py
   mkdir -p "$OUT/p21"
-  size_args() { [ "${1#*:}" != "$1" ] && { local s=${1#*:}; IFS=x read -r h w f <<< "$s"
-    echo "--height $h --width $w --frames $f"; }; }
   for item in ${FAMS:-cogvideox}; do
     fam=${item%%:*}
     [ "$(left)" -gt 60 ] || { echo "$fam: speed left out ($(left) s left)"; continue; }
@@ -783,8 +785,6 @@ P23)
   timeout 120 python3 dev/probes/q8_crossover.py --sq 32760 --head-dims 128 --lengths 2048,3072,4096,6144,8192 \
     --rounds 5 --reps 100 --json "$OUT/p23/crossover_sq32760.json" > "$OUT/p23/crossover_sq32760.log" 2>&1; rc[sq]=$?
   sed -n '/== 8-bit against exact/,$p' "$OUT/p23/crossover_sq32760.log"
-  size_args() { [ "${1#*:}" != "$1" ] && { local s=${1#*:}; IFS=x read -r h w f <<< "$s"
-    echo "--height $h --width $w --frames $f"; }; }
   for item in ${FAMS:-easyanimate}; do
     fam=${item%%:*}
     [ "$(left)" -gt 60 ] || { echo "$fam: left out ($(left) s left)"; continue; }
