@@ -18,6 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
+import fidelity_8bit  # noqa: E402 - its table formatter and attention_blind rule
+
 
 def _load(path: Path) -> dict | None:
     try:
@@ -32,13 +34,11 @@ def _median_ms(report: dict, path: str) -> float | None:
 
 
 def _e(x, nd=2):
-    return "n/a" if x is None else f"{x:.{nd}e}"
+    return fidelity_8bit._f(x, nd, True)
 
 
-def _f(x, nd=2):
-    if isinstance(x, str):  # the reports write inf as "inf"
-        return x
-    return "n/a" if x is None else ("inf" if x == float("inf") else f"{x:.{nd}f}")
+def _f(x, nd=2):  # fidelity_8bit's: None "n/a", strings as written (the reports write inf as "inf"), inf "inf"
+    return fidelity_8bit._f(x, nd)
 
 
 def family_row(e2e: dict | None, fid: dict | None) -> dict:
@@ -61,11 +61,8 @@ def family_row(e2e: dict | None, fid: dict | None) -> dict:
         row["q8_calls"] = (q8.get("kernel_8bit_calls"), q8.get("calls"), q8.get("key_padded_calls"))
         row["policy"] = (fid.get("suggested_policy") or {}).get("policy")
         # the report's note, or fidelity_8bit's rule applied here for reports written before it had one
-        import torch
-        from fidelity_8bit import attention_blind
-
-        row["blind"] = bool(fid.get("attention_blind") or attention_blind(fid.get("one_step") or [],
-                                                                          torch.device(fid.get("device", "cpu"))))
+        row["blind"] = bool(fid.get("attention_blind") or fidelity_8bit.attention_blind(
+            fid.get("one_step") or [], fidelity_8bit.torch.device(fid.get("device", "cpu"))))
         row["swept"] = [s["policy"] for s in fid.get("sweep") or [] if "error" not in s]
     return row
 
