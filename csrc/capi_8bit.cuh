@@ -129,14 +129,79 @@ thread_local int g_q8_last_sum_mma = -1;
 thread_local int g_q8_last_seq = -1;
 thread_local int g_q8_last_cvt = -1;
 
-// The workspace's parts, each 256-byte aligned; k_sum and v_amax adjoin so one memset zeroes both.
+// The tail launch (dev/NOTES_8bit.md "v18"): the kernel is one CTA per 192-row tile, one CTA per SM, so a launch of
+// `tiles` tiles lasts ceil(tiles / SMs) tile times, and the r = tiles mod SMs tiles of the last round cost a whole
+// tile time while most SMs idle (Wan 1.3B self-attention: 2052 tiles = 15 rounds + 72, 3-6% of the kernel; LTX: 31 +
+// 4). With a plan, the main launch takes the full rounds and the r tiles run as key ranges (q8_fwd_kernel's kSplit
+// build), `splits` per tile, whose partials combine_kernel (combine.cuh, the bf16 tail launch's) merges. Where r x
+// splits passes the SMs the ranges run in several short rounds: the plan weighs them (q8_plan_tail). Built for the
+// default builds only (D=128 schedule 3 with v12, D=64 schedule 1 with mode 1 and conversion 1); calls with kv_lens
+// and prep mode 2 keep the plain launch. 1 plans a tail launch, 0 never; forced by vidattn_q8_set_tail or
+// VIDATTN_Q8_TAIL (read once).
+#ifndef VIDATTN_Q8_TAIL
+#define VIDATTN_Q8_TAIL 1
+#endif
+static_assert(VIDATTN_Q8_TAIL == 0 || VIDATTN_Q8_TAIL == 1, "the tail launch: 0 (never) or 1");
+int g_q8_tail = -1;                           // -1: the default; 0, 1: forced
+thread_local int g_q8_last_tail_splits = -1;  // key ranges per tail tile of the last launch (0: no tail launch)
+constexpr int64_t kQ8TailBlockM = 192;        // the three-warpgroup builds' tiles (every build with a split twin)
+constexpr int kQ8TailMaxSplits = 32;
+constexpr int kQ8TailMinBlocks = 4;           // key blocks per range at least: its pipeline fill and store stay small
+
+inline int q8_tail_asked() {
+  static const int env = [] {
+    const char* e = std::getenv("VIDATTN_Q8_TAIL");
+    if (e == nullptr || *e == 0) return VIDATTN_Q8_TAIL;
+    const int v = std::atoi(e);
+    return v == 0 || v == 1 ? v : VIDATTN_Q8_TAIL;
+  }();
+  return g_q8_tail < 0 ? env : g_q8_tail;
+}
+
+struct Q8TailPlan {
+  int64_t tiles = 0;  // tiles of the last round run as key ranges (0: no tail launch)
+  int splits = 1;
+};
+
+// The plan's cost, in key-block times of one CTA: the plain last round is one tile, nb blocks; `splits` ranges a
+// tile run in ceil(r splits / SMs) rounds of ceil(nb / splits) blocks plus 2 for a range's own pipeline fill, Q load
+// and store (a CTA's start and end measured ~1.5-2 us, about a D=128 block's 1.7 us: dev/NOTES_8bit.md "pre-pass mode
+// 2 outcome"), and the merge reads each range's 192 x (D + 2) fp32 partials once (~100 KB at D=128: 1/50 of a
+// block's time at the H200's bandwidth). A plan is taken when it saves at least a tenth of the tile time, with at
+// most 2 x SMs ranges (the workspace: 25 MB at D=128).
+Q8TailPlan q8_plan_tail(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_kv, int sms) {
+  Q8TailPlan plan;
+  if (q8_tail_asked() == 0 || sms < 1) return plan;
+  const int64_t tiles = (seqlen_q + kQ8TailBlockM - 1) / kQ8TailBlockM * heads * batch;
+  const int64_t r = tiles % sms;
+  const int64_t nb = (seqlen_kv + vidattn::sm90::kQ8BlockN - 1) / vidattn::sm90::kQ8BlockN;
+  if (r == 0) return plan;
+  double best = static_cast<double>(nb);
+  for (int s = 2; s <= kQ8TailMaxSplits && nb / s >= kQ8TailMinBlocks && r * s <= 2 * sms; ++s) {
+    const int64_t rounds = (r * s + sms - 1) / sms;
+    const double cost = static_cast<double>(rounds * ((nb + s - 1) / s + 2)) + static_cast<double>(r * s) / 50.0;
+    if (cost < best) {
+      best = cost;
+      plan.splits = s;
+    }
+  }
+  if (plan.splits < 2 || best > 0.9 * static_cast<double>(nb)) return Q8TailPlan{};
+  plan.tiles = r;
+  return plan;
+}
+
+// The workspace's parts, each 256-byte aligned; k_sum and v_amax adjoin so one memset zeroes both. With a tail plan,
+// the ranges' partials last (ws_o, ws_ml).
 struct Q8Layout {
   int64_t sq_pad = 0, skv_pad = 0;
   uint64_t q8 = 0, q_scale = 0, k8 = 0, k_scale = 0, vt8 = 0, v_scale = 0, k_sum = 0, v_amax = 0, lse_corr = 0;
+  uint64_t ws_o = 0, ws_ml = 0;
+  Q8TailPlan tail;
   uint64_t stats_bytes = 0, total = 0;
 };
 
-Q8Layout q8_layout(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_kv, int64_t head_dim) {
+Q8Layout q8_layout(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_kv, int64_t head_dim,
+                   bool with_tail = true) {
   using namespace vidattn::sm90;
   Q8Layout l;
   l.sq_pad = (seqlen_q + kQ8BlockMPad - 1) / kQ8BlockMPad * kQ8BlockMPad;
@@ -158,6 +223,14 @@ Q8Layout q8_layout(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqle
   l.v_amax = take(bh * head_dim * 4);
   l.stats_bytes = at - l.k_sum;
   l.lse_corr = take(bh * seqlen_q * 4);
+  if (with_tail && (head_dim == 64 || head_dim == 128)) {
+    l.tail = q8_plan_tail(batch, heads, seqlen_q, seqlen_kv, sm_count());
+    const uint64_t items = static_cast<uint64_t>(l.tail.tiles * l.tail.splits);
+    if (items > 0) {
+      l.ws_o = take(items * kQ8TailBlockM * head_dim * 4);
+      l.ws_ml = take(items * kQ8TailBlockM * 2 * 4);
+    }
+  }
   l.total = at;
   return l;
 }
@@ -330,10 +403,60 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   g_q8_last_cvt = kCvt;
   g_q8_last_v10 = kDescInc == 0 ? 0 : (kLazy > 0 ? 2 : 1);
   g_q8_last_v12 = kV12;
-  kernel<<<dim3(static_cast<unsigned>((a.seqlen_q + T::kBlockM - 1) / T::kBlockM), static_cast<unsigned>(a.heads),
-                static_cast<unsigned>(a.batch)),
-           T::kThreads, smem, stream>>>(p);
-  return check_launch("8-bit attention launch");
+  g_q8_last_tail_splits = 0;
+  // The builds with a split twin (the tail launch): the defaults at each head dim.
+  constexpr bool kTailBuilt =
+      kSeq && kWGs == 3 && kLazy == 0 && kPoly == 0 &&
+      ((kD == 128 && kTurns == 2 && kCvt == 2 && kDescInc == 2 && kV12 == 1 && !kSumMma) ||
+       (kD == 64 && kTurns == 0 && kCvt == 1 && kDescInc == 0 && kV12 == 0 && kSumMma));
+  static_assert(!kTailBuilt || T::kBlockM == kQ8TailBlockM, "the tail plan's tiles");
+  const int64_t m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+  if (!kTailBuilt || l.tail.tiles == 0 || a.kv_lens != nullptr || prep == 2) {
+    kernel<<<dim3(static_cast<unsigned>(m_blocks), static_cast<unsigned>(a.heads), static_cast<unsigned>(a.batch)),
+             T::kThreads, smem, stream>>>(p);
+    return check_launch("8-bit attention launch");
+  }
+  if constexpr (kTailBuilt) {
+    const int64_t tiles = m_blocks * a.heads * a.batch;
+    const int64_t main_tiles = tiles - l.tail.tiles;
+    p.num_m_blocks = static_cast<int>(m_blocks);
+    p.tile_base = 0;
+    p.kv_splits = 1;
+    if (main_tiles > 0) {
+      kernel<<<dim3(static_cast<unsigned>(main_tiles)), T::kThreads, smem, stream>>>(p);
+      if (check_launch("8-bit attention launch") != 0) return 1;
+    }
+    auto split_kernel = q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, kPoly, kTurns == 1, kCvt, kTurns == 2,
+                                      kLazy, kDescInc, kV12, true>;
+    if (allow_smem(split_kernel, smem) != 0) return 1;
+    const int64_t items = l.tail.tiles * l.tail.splits;
+    p.tile_base = static_cast<int>(main_tiles);
+    p.kv_splits = l.tail.splits;
+    p.ws_o = reinterpret_cast<float*>(ws + l.ws_o);
+    p.ws_ml = reinterpret_cast<float*>(ws + l.ws_ml);
+    split_kernel<<<dim3(static_cast<unsigned>(items)), T::kThreads, smem, stream>>>(p);
+    if (check_launch("8-bit tail launch") != 0) return 1;
+    CombineParams c{};
+    c.ws_o = p.ws_o;
+    c.ws_ml = p.ws_ml;
+    c.o = a.o;
+    for (int i = 0; i < 3; ++i) c.o_stride[i] = a.o_stride[i];
+    c.lse = a.lse;
+    c.seqlen_q = p.seqlen_q;
+    c.heads = p.heads;
+    c.num_m_blocks = p.num_m_blocks;
+    c.tile_base = p.tile_base;
+    c.block_m = T::kBlockM;
+    c.splits = l.tail.splits;
+    c.num_rows = static_cast<int>(l.tail.tiles * T::kBlockM);
+    c.head_dim = kD;
+    constexpr int kRowsPerBlock = kCombineThreads / 32;  // one warp per row
+    combine_kernel<kD, kFp16><<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)),
+                                kCombineThreads, 0, stream>>>(c);
+    g_q8_last_tail_splits = l.tail.splits;
+    return check_launch("8-bit tail merge launch");
+  }
+  return 0;
 }
 
 // The instantiation for (head dim, consumer warpgroups, schedule): the row-sum mode and the dtype chosen at run time;
@@ -454,7 +577,9 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   bool aligned = reinterpret_cast<uintptr_t>(a->o) % 16 == 0;
   for (int i = 0; i < 3; ++i) aligned = aligned && (o_extent[i] == 1 || a->o_stride[i] % 8 == 0);
   if (!aligned) return fail("output must be 16-byte aligned with strides that are multiples of 8 elements");
-  const Q8Layout l = q8_layout(a->batch, a->heads, a->seqlen_q, a->seqlen_kv, a->head_dim);
+  Q8Layout l = q8_layout(a->batch, a->heads, a->seqlen_q, a->seqlen_kv, a->head_dim);
+  // A workspace sized before the tail setting changed (or by a caller that ignores it): the plain launch.
+  if (a->workspace_bytes < l.total) l = q8_layout(a->batch, a->heads, a->seqlen_q, a->seqlen_kv, a->head_dim, false);
   if (a->workspace == nullptr || a->workspace_bytes < l.total || reinterpret_cast<uintptr_t>(a->workspace) % 256)
     return fail("8-bit workspace missing, too small (need " + std::to_string(l.total) +
                 " bytes) or not 256-byte aligned");
@@ -468,6 +593,7 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   g_q8_last_kv_pass = -1;
   g_q8_last_v10 = -1;
   g_q8_last_v12 = -1;
+  g_q8_last_tail_splits = -1;
   switch (a->head_dim) {
     case 64: {
       // (VIDATTN_Q8_SEQ=3, for a D=128 A/B, leaves D=64 on its default; a forced schedule 3 or 2 is refused.)
@@ -604,3 +730,15 @@ extern "C" int vidattn_q8_set_v12(int mode) {
 
 // The v12 mode of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_v12's; -1: none launched).
 extern "C" int vidattn_q8_last_v12(void) { return g_q8_last_v12; }
+
+// The tail launch of later 8-bit launches (q8_plan_tail): 1 planned where it pays, 0 never, or the default (-1). For
+// tests and A/B timing; returns 0, or 1 for any other value (nothing changes). The workspace size
+// (vidattn_q8_workspace_bytes) follows the setting: a workspace sized before a change runs the plain launch.
+extern "C" int vidattn_q8_set_tail(int mode) {
+  if (mode < -1 || mode > 1) return 1;
+  g_q8_tail = mode;
+  return 0;
+}
+
+// Key ranges per tail tile of this thread's last vidattn_q8_fwd launch (0: no tail launch; -1: none launched).
+extern "C" int vidattn_q8_last_tail_splits(void) { return g_q8_last_tail_splits; }

@@ -1,7 +1,7 @@
 // The 8-bit path alone, for its register and spill report without the exact kernels' ~15-minute build:
 //   nvcc $(python3 scripts/nvcc_flags.py) -I csrc dev/q8_ptxas.cu -o /tmp/q8_ptxas.so 2>&1 | grep -A2 q8_fwd_kernel
-// capi_8bit.cuh is included at the end of capi.cu and takes these four helpers from it; here they are stand-ins of
-// the same shape (the library never contains this file).
+// capi_8bit.cuh is included at the end of capi.cu and takes these five helpers (and combine.cuh) from it; here they
+// are stand-ins of the same shape (the library never contains this file).
 #include <cuda_runtime.h>
 
 #include <string>
@@ -24,6 +24,9 @@ int allow_smem(Kernel kernel, size_t smem) {
              : fail("cudaFuncSetAttribute");
 }
 bool make_context_current() { return cudaSetDevice(0) == cudaSuccess; }
+int sm_count() { return 132; }
 }  // namespace
+
+#include "sm90/combine.cuh"  // the tail launch's merge (capi.cu includes it first)
 
 #include "capi_8bit.cuh"

@@ -83,6 +83,14 @@ struct Q8FwdParams {
   float* lse_corr_out;     // = lse_corr
   const float* k_sum;
   float scale;             // softmax scale
+  // The tail launch (capi_8bit.cuh, q8_plan_tail): num_m_blocks > 0 makes the grid one-dimensional, CTA i taking
+  // tile tile_base + i (tile order as flash_fwd.cuh's decode_tile: Q block fastest, then head, then batch; the
+  // combine kernel reads the same order); 0, the (Q block, head, batch) grid. In the split build (kSplit) CTA i takes
+  // key range i % kv_splits of tile tile_base + i / kv_splits and leaves its unnormalised O (times V's channel
+  // scales) and row statistics in ws_o / ws_ml for combine_kernel (combine.cuh), as the bf16 tail launch does.
+  int num_m_blocks, tile_base, kv_splits;
+  float* ws_o;   // [item][kBlockM][kD]
+  float* ws_ml;  // [item][kBlockM][2]: row max in log2 units (LSE's base), row sum
 };
 
 // ---- PTX this kernel adds to ptx.cuh (same conventions) ---------------------------------------------------------
@@ -673,10 +681,12 @@ __device__ __forceinline__ int q8_producer_fill(const Q8FwdParams& p, Q8Shared<k
   return n;
 }
 
-template <int kD, int kWGs>
+// kSplit: the blocks [blk0, blk0 + n_blocks) of the keys (a tail item's range); stages count from its first.
+template <int kD, int kWGs, bool kSplit = false>
 __device__ __forceinline__ void q8_producer(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int m_block, int bh,
-                                            int n_blocks) {
+                                            int n_blocks, int blk0 = 0) {
   using T = Q8Traits<kD, kWGs>;
+  if constexpr (!kSplit) blk0 = 0;
   int j0 = 0;
   if (p.q_in != nullptr) {  // prep mode 2: Q is in s.q already and q8_producer_fill requested the first stages
     j0 = n_blocks < kQ8FillStages ? n_blocks : kQ8FillStages;
@@ -689,10 +699,10 @@ __device__ __forceinline__ void q8_producer(const Q8FwdParams& p, Q8Shared<kD, k
     const uint32_t parity = ((j / T::kStages) & 1) ^ 1;  // the first round passes on the fresh barriers
     ptx::mbarrier_wait(&s.k_empty[stage], parity);
     ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], T::kKBytes);
-    q8ptx::tma_load_2d(s.k[stage], &p.tm_k, &s.k_full[stage], 0, bh * p.skv_pad + j * T::kBlockN);
+    q8ptx::tma_load_2d(s.k[stage], &p.tm_k, &s.k_full[stage], 0, bh * p.skv_pad + (blk0 + j) * T::kBlockN);
     ptx::mbarrier_wait(&s.v_empty[stage], parity);
     ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], T::kVBytes);
-    q8ptx::tma_load_2d(s.v[stage], &p.tm_v, &s.v_full[stage], j * T::kBlockN, bh * kD);
+    q8ptx::tma_load_2d(s.v[stage], &p.tm_v, &s.v_full[stage], (blk0 + j) * T::kBlockN, bh * kD);
   }
 }
 
@@ -765,6 +775,42 @@ __device__ __forceinline__ void q8_epilogue(const Q8FwdParams& p, Q8Shared<kD, k
     }
   }
   if (lane == 0) ptx::bulk_wait_group<0>();  // shared memory must outlive the TMA stores' reads
+}
+
+// The tail launch's epilogue (kSplit): this key range's O, unnormalised and times V's channel scales, and per row
+// the max in LSE's base-2 units (P's offset taken out; with LSE asked, q . mean(K)'s correction added, so that
+// combine_kernel's (m + log2 l) * ln2 is the LSE q8_epilogue writes) and the sum, at the CTA's item in the workspace.
+// Rows past Sq are stored too (finite: Q's padding rows are zeros) and never read. No shared memory, no TMA.
+template <int kD, int kWGs, bool kSumMma>
+__device__ __forceinline__ void q8_store_partial(const Q8FwdParams& p, int cwg, int m_block, int b, int h,
+                                                 const float (&o)[kD / 2], const float (&row_max)[2],
+                                                 float (&row_sum)[2]) {
+  using T = Q8Traits<kD, kWGs>;
+  const int tid = q8ptx::tid_x_volatile() - 128 * (cwg + 1), lane = tid % 32, warp = tid / 32;
+  const int bh = b * p.heads + h;
+  const int t2 = 2 * (lane % 4);
+  const float* vsc = p.v_scale + bh * kD;
+  const int row_in_tile = cwg * 64 + warp * 16 + lane / 4;
+  const int64_t item_row = static_cast<int64_t>(blockIdx.x) * T::kBlockM + row_in_tile;
+  const float kNegInf = -__int_as_float(0x7f800000);
+  constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if constexpr (!kSumMma) row_sum[r] = q8_quad_sum(row_sum[r]);  // (the ones columns hold whole rows)
+    const int64_t wr = item_row + 8 * r;
+    float* dst = p.ws_o + wr * kD + t2;
+#pragma unroll
+    for (int grp = 0; grp < kD / 8; ++grp)
+      *reinterpret_cast<float2*>(dst + 8 * grp) =
+          make_float2(o[4 * grp + 2 * r] * vsc[8 * grp + t2], o[4 * grp + 2 * r + 1] * vsc[8 * grp + t2 + 1]);
+    if (lane % 4 == 0) {
+      const int row = m_block * T::kBlockM + row_in_tile + 8 * r;
+      float m = row_max[r] - kQ8POffset;
+      if (p.lse != nullptr && row < p.seqlen_q) m += p.lse_corr[static_cast<int64_t>(bh) * p.seqlen_q + row] * kLog2e;
+      p.ws_ml[2 * wr] = row_sum[r] > 0.f ? m : kNegInf;
+      p.ws_ml[2 * wr + 1] = row_sum[r];
+    }
+  }
 }
 
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly, int kCvt = 0>
@@ -936,10 +982,13 @@ __device__ __forceinline__ uint32_t q8_lazy_pass(int32_t (&sacc)[kQ8BlockN / 2],
 // tensor cores idle; with the exponentials in turns, the other two warpgroups' S and P V (512 tensor clocks per block
 // and SMSP) run under each warpgroup's 66 MUFU.EX2 (528 clocks): one warpgroup's softmax per slot, a cycle of three
 // slots. S issues stay free (no order among them).
+// kSplit (the tail launch): the key blocks [j0, j0 + n_blocks); the epilogue stores partials (q8_store_partial).
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, int kPoly, bool kTurns = false, int kCvt = 0,
-          bool kExpTurns = false, int kLazy = 0, int kDescInc = 0, int kV12 = 0>
+          bool kExpTurns = false, int kLazy = 0, int kDescInc = 0, int kV12 = 0, bool kSplit = false>
 __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int cwg, int m_block,
-                                                int b, int h, int n_blocks, int kv_len) {
+                                                int b, int h, int n_blocks, int kv_len, int j0 = 0) {
+  static_assert(!kSplit || kLazy == 0, "the tail launch's split build: not on the lazy reference");
+  if constexpr (!kSplit) j0 = 0;
   using T = Q8Traits<kD, kWGs>;
   constexpr int kN = T::kBlockN;
   // kV12 1 (dev/NOTES_8bit.md "v12"): the same arithmetic in fewer instructions per block. The warpgroup index
@@ -1031,7 +1080,7 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   } else {
   // kV12: K's scale pointer carried across the loop in place of its base (the same registers; one 64-bit add per
   // block instead of the index arithmetic).
-  [[maybe_unused]] const float* ksj = ks;
+  [[maybe_unused]] const float* ksj = ks + j0 * kQ8KGroups;
   for (int j = 0; j < n_blocks; ++j) {
     const int stage = j % T::kStages;
     const uint32_t par = (j / T::kStages) & 1;
@@ -1042,7 +1091,7 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
       k_sc = q8ptx::ld_nc(ksj);
       ksj += kQ8KGroups;
     } else {
-      k_sc = q8ptx::ld_nc(ks + j * kQ8KGroups);
+      k_sc = q8ptx::ld_nc(ks + (j0 + j) * kQ8KGroups);
     }
     const float c[2] = {q8ptx::ld_nc(qsp) * k_sc, q8ptx::ld_nc(qsp + 8) * k_sc};
     ptx::mbarrier_wait(&s.k_full[stage], par);
@@ -1056,7 +1105,8 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
     if (lane == 0) ptx::mbarrier_arrive(&s.k_empty[stage]);
     if constexpr (kExpTurns) {
       float neg[2];
-      q8_softmax_max<kN, kCvt, 0, (kV12 > 0)>(sacc, pf, c, row_max, alpha, neg, j * kN, kv_len, col_in_group);
+      q8_softmax_max<kN, kCvt, 0, (kV12 > 0)>(sacc, pf, c, row_max, alpha, neg, (j0 + j) * kN, kv_len,
+                                               col_in_group);
       {
         // ptxas sinks a barrier below register-only work (here: below every MUFU.EX2, in a first build), so the
         // exponents depend on the wait through a shared-memory load it cannot move above it, masked to zero (of the
@@ -1069,8 +1119,8 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
       }
       q8_softmax_exp<kN, !kSumMma, kExp16, kPoly, (kV12 > 0)>(pf, ph, c, neg, row_sum, alpha);
     } else {
-      q8_softmax<kN, !kSumMma, kExp16, kPoly, kCvt>(sacc, pf, ph, c, row_max, row_sum, alpha, j * kN, kv_len,
-                                                    col_in_group);
+      q8_softmax<kN, !kSumMma, kExp16, kPoly, kCvt>(sacc, pf, ph, c, row_max, row_sum, alpha, (j0 + j) * kN,
+                                                    kv_len, col_in_group);
     }
     if constexpr (kExp16) q8_pack_p16<kN>(ph, pa);
     else q8_pack_p<kN>(pf, pa);
@@ -1095,20 +1145,40 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   }
   }  // kLazy == 0
   if (kAnyTurns && cwg == 0) q8_turn_wait(cwg);
-  q8_epilogue<kD, kWGs, kSumMma, kFp16>(p, s, cwg, m_block, b, h, o, row_max, row_sum);
+  if constexpr (kSplit) q8_store_partial<kD, kWGs, kSumMma>(p, cwg, m_block, b, h, o, row_max, row_sum);
+  else q8_epilogue<kD, kWGs, kSumMma, kFp16>(p, s, cwg, m_block, b, h, o, row_max, row_sum);
 }
 
 template <int kD, int kWGs, bool kSumMma, bool kExp16, bool kFp16, bool kSeq = false, int kPoly = 0,
-          bool kTurns = false, int kCvt = 0, bool kExpTurns = false, int kLazy = 0, int kDescInc = 0, int kV12 = 0>
+          bool kTurns = false, int kCvt = 0, bool kExpTurns = false, int kLazy = 0, int kDescInc = 0, int kV12 = 0,
+          bool kSplit = false>
 __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     q8_fwd_kernel(const __grid_constant__ Q8FwdParams p) {
   using T = Q8Traits<kD, kWGs>;
+  static_assert(!kSplit || kSeq, "the tail launch's split build: the sequential schedule only");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t pad = (1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023;
   auto& s = *reinterpret_cast<Q8Shared<kD, kWGs>*>(smem_raw + pad);
-  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z, range = 0;
+  if (p.num_m_blocks > 0) {  // the tail plan's one-dimensional grid (Q8FwdParams)
+    int t = blockIdx.x;
+    if constexpr (kSplit) {
+      range = t % p.kv_splits;
+      t /= p.kv_splits;
+    }
+    t += p.tile_base;
+    const int hb = t / p.num_m_blocks;
+    m_block = t - hb * p.num_m_blocks;
+    h = hb % p.heads;
+    b = hb / p.heads;
+  }
   const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
-  const int n_blocks = (kv_len + T::kBlockN - 1) / T::kBlockN;
+  int n_blocks = (kv_len + T::kBlockN - 1) / T::kBlockN;
+  int blk0 = 0;
+  if constexpr (kSplit) {  // range r of kv_splits: key blocks [r n / s, (r + 1) n / s)
+    blk0 = range * n_blocks / p.kv_splits;
+    n_blocks = (range + 1) * n_blocks / p.kv_splits - blk0;
+  }
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     ptx::prefetch_tensormap(&p.tm_q);
@@ -1141,12 +1211,12 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
   __syncthreads();
   if (wg == 0) {
     ptx::setmaxnreg_dec<T::kProducerRegs>();
-    if (threadIdx.x == 0) q8_producer<kD, kWGs>(p, s, m_block, b * p.heads + h, n_blocks);
+    if (threadIdx.x == 0) q8_producer<kD, kWGs, kSplit>(p, s, m_block, b * p.heads + h, n_blocks, blk0);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
     if constexpr (kSeq)
-      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns, kCvt, kExpTurns, kLazy, kDescInc, kV12>(
-          p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
+      q8_consumer_seq<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kTurns, kCvt, kExpTurns, kLazy, kDescInc, kV12,
+                      kSplit>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len, blk0);
     else q8_consumer<kD, kWGs, kSumMma, kExp16, kFp16, kPoly, kCvt>(p, s, wg - 1, m_block, b, h, n_blocks, kv_len);
   }
 }
