@@ -48,7 +48,7 @@ class Case:
     SMs. d64_wgs: the exact D=64 kernel's consumer warpgroups (0: the launcher's pick). block_n: the D=128 key-block
     width (0: by key count). precision "8bit" runs the 8-bit kernel at any length (quant8.SHORT_KV_EXACT_MAX is
     set to 0 here). expect: the path the call must take ("tail": a split tail launch; "no tail"; "block_n=N";
-    "q8_wgs=N")."""
+    "q8_wgs=N"; "q8 tail" / "q8 no tail": the 8-bit path's tail launch, or its plain launch)."""
     name: str
     b: int
     h: object
@@ -119,6 +119,14 @@ CASES = [
     Case("8bit d64 2wg ragged", 2, 2, 200, 389, 64, kv_lens=[389, 129], precision="8bit", q8_wgs=2,
          expect=("q8_wgs=2",), offset=0.0),
     Case("8bit d128 key offset", 1, 2, 129, 300, 128, torch.float16, precision="8bit", offset=1.0),
+    # The 8-bit tail launch (csrc/capi_8bit.cuh, q8_plan_tail): a main launch of one full round on the 1-D grid, its
+    # last tile as key ranges, merged; a lone tile split at D=64 (no main launch); kv_lens keep the plain launch.
+    Case("8bit d128 tail launch", 1, "sms+1", 100, 2200, 128, precision="8bit", expect=("q8 tail",), offset=0.0,
+         small=False),
+    Case("8bit d64 lone tile split", 1, 1, 100, 2200, 64, torch.float16, "bhsd", precision="8bit",
+         expect=("q8 tail",), offset=0.0),
+    Case("8bit d128 ragged keeps the plain launch", 2, 1, 100, 2200, 128, kv_lens=[2200, 1000], precision="8bit",
+         expect=("q8 no tail",), offset=0.0),
     # Causal masks: tiles past the diagonal skipped, the diagonal block masked, the causal tile order (heaviest Q
     # block first, every other round reversed) over several tiles per CTA, bottom-right alignment with ragged
     # kv_lens, and rows that see no key (bottom-right with fewer keys than queries: zeros, an LSE of -inf).
@@ -202,6 +210,11 @@ def call(vidattn, p: Prepared):
             missed.append(f"{want} (ran {_ext.last_block_n()})")
         elif want.startswith("o_path=") and _ext.last_o_path() != int(want[7:]):
             missed.append(f"{want} (ran {_ext.last_o_path()})")
+        elif want in ("q8 tail", "q8 no tail"):
+            from vidattn import quant8
+            splits = quant8.last_tail_splits()
+            if (splits < 2) if want == "q8 tail" else (splits != 0):
+                missed.append(f"{want} (ran {splits} key ranges)")
         elif want.startswith("q8_wgs="):
             from vidattn import quant8
             if quant8.last_variant()[0] != int(want[7:]):

@@ -325,7 +325,13 @@ def test_documented_workspace_figures_are_the_librarys():
     assert int(lib.vidattn_sm90_workspace_bytes()) == budget.exact_workspace_bytes(sms)
     for shape in [(1, 1, 1, 1, 64), (2, 3, 129, 777, 128), (1, 12, 32760, 32760, 128), (1, 40, 75600, 75600, 128),
                   (2, 24, 4224, 226, 64), (1, 1, 385, 129, 64)]:
-        assert quant8.workspace_bytes(*shape) == budget.q8_workspace_bytes(*shape), shape
+        assert quant8.workspace_bytes(*shape) == budget.q8_workspace_bytes(*shape, sms=sms), shape
+    quant8.set_tail(0)
+    try:  # the tail launch off: no ranges' partials
+        assert quant8.workspace_bytes(1, 12, 32760, 32760, 128) == budget.q8_workspace_bytes(
+            1, 12, 32760, 32760, 128, sms=2052)  # (as many SMs as tiles: no partial round)
+    finally:
+        quant8.set_tail(-1)
 
 
 def test_a_call_allocates_its_documented_figure_and_frees_the_workspace():

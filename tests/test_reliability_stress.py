@@ -39,15 +39,27 @@ def test_workspace_constants_mirror_the_c_sources():
     body = layout[layout.index("Q8Layout q8_layout("):layout.index("l.total = at;")]
     # The parts budget.q8_workspace_bytes sums, in the C layout's order.
     assert re.findall(r"l\.(\w+) = take\(", body) == ["q8", "q_scale", "k8", "k_scale", "vt8", "v_scale", "k_sum",
-                                                        "v_amax", "lse_corr"]
+                                                        "v_amax", "lse_corr", "ws_o", "ws_ml"]
+    assert "l.ws_o = take(items * kQ8TailBlockM * head_dim * 4);" in body
+    assert "l.ws_ml = take(items * kQ8TailBlockM * 2 * 4);" in body
+    assert "if (with_tail && (head_dim == 64 || head_dim == 128)) {" in body
+    for name, value in (("kQ8TailBlockM", budget.Q8_TAIL_BLOCK_M), ("kQ8TailMaxSplits", budget.Q8_TAIL_MAX_SPLITS),
+                        ("kQ8TailMinBlocks", budget.Q8_TAIL_MIN_BLOCKS)):
+        assert re.search(rf"constexpr int(?:64_t)? {name} = {value};", layout), name
     assert "at = (at + bytes + 255) / 256 * 256;" in body
 
 
 def test_q8_workspace_figures():
     # Wan 14B 720p, 81 frames: 75600 tokens, 40 heads of 128; about 3 bytes per element of Q, K and V together.
     ws = budget.q8_workspace_bytes(1, 40, 75600, 75600, 128)
-    assert 1.18e9 < ws < 1.19e9
-    assert ws == pytest.approx(3 * 40 * 75600 * 128, rel=0.03)
+    assert budget.q8_tail_plan(1, 40, 75600, 75600) == (52, 5)  # 260 ranges of the tail launch
+    tail = 260 * 192 * 130 * 4
+    assert 1.18e9 < ws - tail < 1.19e9
+    assert ws - tail == pytest.approx(3 * 40 * 75600 * 128, rel=0.03)
+    # Wan 1.3B: 216 ranges (72 tiles x 3), 21.6 MB; CogVideoX plans none.
+    assert budget.q8_workspace_bytes(1, 12, 32760, 32760, 128) - budget.q8_workspace_bytes(
+        1, 12, 32760, 32760, 128, sms=2052) == 216 * 192 * 130 * 4
+    assert budget.q8_tail_plan(1, 48, 17776, 17776) == (0, 1)
     # One query and one key: Q padded to 384 rows (24576 + 1536 bytes), K and V^T to 128 keys (8192 each), the five
     # small parts 256 bytes each.
     assert budget.q8_workspace_bytes(1, 1, 1, 1, 64) == 384 * 64 + 384 * 4 + 2 * 128 * 64 + 5 * 256

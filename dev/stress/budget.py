@@ -8,7 +8,9 @@ caller's stream, and frees the workspace when it returns (the output is the call
   H200's 132 SMs, whatever the shape.
 - 8-bit kernel: quantized Q, K and V^T (one byte per element, Q padded to 384 rows and K/V to 128 keys), their
   scales, K's mean and V's maxima, and an fp32 per query row (csrc/capi_8bit.cuh, q8_layout), each part rounded up
-  to 256 bytes: about 3 bytes per element of Q, K and V together, 1.19 GB at Wan 14B 720p.
+  to 256 bytes: about 3 bytes per element of Q, K and V together, 1.19 GB at Wan 14B 720p; and where the tail launch
+  has a plan (q8_plan_tail, on by default), its ranges' partials, 192 x (D + 2) fp32 a range: up to 2 x SMs ranges,
+  25 MB at D=128 on an H200 (Wan 1.3B: 216 ranges, 21.6 MB).
 - SDPA (the fallback): whatever PyTorch's backend allocates; not vidattn's to document.
 
 The constants mirror the C sources; tests/test_reliability_stress.py reads them back from csrc/ so a change there
@@ -25,6 +27,10 @@ Q8_BLOCK_M_PAD = 384
 Q8_K_GROUPS = 4
 ALIGN = 256
 H200_SMS = 132
+# csrc/capi_8bit.cuh, q8_plan_tail: the tail launch's tiles, ranges and the least key blocks a range
+Q8_TAIL_BLOCK_M = 192
+Q8_TAIL_MAX_SPLITS = 32
+Q8_TAIL_MIN_BLOCKS = 4
 
 
 def exact_workspace_bytes(sms: int = H200_SMS) -> int:
@@ -36,8 +42,28 @@ def _up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-def q8_workspace_bytes(b: int, h: int, sq: int, skv: int, d: int) -> int:
-    """The 8-bit path's per-call workspace (vidattn_q8_workspace_bytes), for (B, H, Sq, Skv, D)."""
+def q8_tail_plan(b: int, h: int, sq: int, skv: int, sms: int = H200_SMS) -> tuple:
+    """(tail tiles, key ranges per tile) of the 8-bit tail launch for (B, H, Sq, Skv), or (0, 1) for the plain
+    launch: q8_plan_tail's arithmetic (its cost model in key-block times of one CTA; dev/NOTES_8bit.md "v18")."""
+    tiles = -(-sq // Q8_TAIL_BLOCK_M) * h * b
+    r, nb = tiles % sms, -(-skv // Q8_BLOCK_N)
+    if r == 0:
+        return 0, 1
+    best, splits = float(nb), 1
+    s = 2
+    while s <= Q8_TAIL_MAX_SPLITS and nb // s >= Q8_TAIL_MIN_BLOCKS and r * s <= 2 * sms:
+        cost = -(-(r * s) // sms) * (-(-nb // s) + 2) + r * s / 50.0
+        if cost < best:
+            best, splits = cost, s
+        s += 1
+    if splits < 2 or best > 0.9 * nb:
+        return 0, 1
+    return r, splits
+
+
+def q8_workspace_bytes(b: int, h: int, sq: int, skv: int, d: int, sms: int = H200_SMS) -> int:
+    """The 8-bit path's per-call workspace (vidattn_q8_workspace_bytes), for (B, H, Sq, Skv, D) on a GPU of `sms`
+    SMs, with the tail launch on (its default)."""
     if min(b, h, sq, skv, d) < 1:
         return 0
     bh = b * h
@@ -49,6 +75,10 @@ def q8_workspace_bytes(b: int, h: int, sq: int, skv: int, d: int) -> int:
              bh * d * skv_pad,                              # V^T, e4m3
              bh * d * 4, bh * d * 4, bh * d * 4,            # V's channel scales, K's mean, V's maxima
              bh * sq * 4]                                   # the LSE correction per query row
+    tiles, splits = q8_tail_plan(b, h, sq, skv, sms) if d in (64, 128) else (0, 1)
+    if tiles:
+        parts += [tiles * splits * Q8_TAIL_BLOCK_M * d * 4,     # the tail ranges' O
+                  tiles * splits * Q8_TAIL_BLOCK_M * 2 * 4]     # and row statistics
     return sum(_up(p, ALIGN) for p in parts)
 
 
@@ -61,7 +91,7 @@ def call_bytes(b: int, h: int, sq: int, skv: int, d: int, precision: str = "exac
                elem: int = 2, lse: bool = False) -> int:
     """What one call allocates at its peak: output (and LSE) plus its path's workspace. Padded head dims (D=72
     runs on the D=128 build) allocate for their own D: the kernel pads on the fly."""
-    ws = q8_workspace_bytes(b, h, sq, skv, d) if precision == "8bit" else exact_workspace_bytes(sms)
+    ws = q8_workspace_bytes(b, h, sq, skv, d, sms) if precision == "8bit" else exact_workspace_bytes(sms)
     return output_bytes(b, h, sq, d, elem, lse) + ws
 
 
