@@ -187,6 +187,8 @@
 #   bash dev/device_session.sh P22 [budget_s] # where precision="8bit" starts to pay (dev/probes/q8_crossover.py):
 #                                             # exact against 8-bit per key count, self-attention at D=64 and
 #                                             # D=128, then 32760 queries over short keys at D=128
+#   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
+#                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
 #   bash dev/device_session.sh P26 [budget_s] # D=128 sustained crossover on a finer grid, 6144-8192 keys
 #   bash dev/device_session.sh P25 [budget_s] # after P24: steps 15 and 16 timed again (step 16 with the softmax's
 #                                             # max on the integers, 6 stages, the pre-pass's loops unrolled), and
@@ -824,6 +826,28 @@ P26)
     --rounds 5 --reps 100 --json "$OUT/p26/crossover_self.json" > "$OUT/p26/crossover_self.log" 2>&1; rc[self]=$?
   sed -n '/== 8-bit against exact/,$p' "$OUT/p26/crossover_self.log"; grep -E "check failed|rror" "$OUT/p26/crossover_self.log"
   tar_dirs p26
+  ;;
+P27)
+  # dev/NOTES_8bit.md "v18: the tail launch": its GPU tests and the 8-bit suites it touches, the A/B (tail 1 against
+  # 0, paired rounds), then its sanitizer cases (and the other 8-bit ones) plain and under memcheck and synccheck.
+  build_lib
+  mkdir -p "$OUT/p27"
+  gpu_pytest p27/tail_gpu.log 150 tail_gpu -m gpu tests/test_8bit_tail_gpu.py
+  gpu_pytest p27/q8_gpu.log 240 q8_gpu -m gpu tests/test_8bit_gpu.py tests/test_8bit_v10_gpu.py \
+    tests/test_8bit_v12_gpu.py tests/test_8bit_kv_pass_gpu.py tests/test_8bit_tail.py
+  t=$(( $(left) - 150 < ${AB_S:-200} ? $(left) - 150 : ${AB_S:-200} ))
+  OUT=$OUT/p27 timeout $(( t + 40 )) python3 dev/q8_tail_ab.py --rounds ${ROUNDS:-6} --reps 12 --budget "$t" \
+    > "$OUT/p27/ab.log" 2>&1; rc[ab]=$?
+  sed -n '/== 8-bit tail launch A\/B/,$p' "$OUT/p27/ab.log"; grep -E "rror|Traceback" "$OUT/p27/ab.log" | tail -3
+  timeout 60 python3 tests/sanitizer_cases.py --only "8bit" > "$OUT/p27/san_plain.log" 2>&1; rc[san_plain]=$?
+  tail -1 "$OUT/p27/san_plain.log"
+  for tool in memcheck synccheck; do
+    t=$(( $(left) - 10 )); [ "$t" -gt 40 ] || { echo "$tool: left out ($(left) s left)"; continue; }
+    timeout "$t" compute-sanitizer --tool $tool --error-exitcode 1 python3 tests/sanitizer_cases.py --only "8bit" \
+      > "$OUT/p27/san_$tool.log" 2>&1; rc[san_$tool]=$?
+    grep -E "ERROR SUMMARY" "$OUT/p27/san_$tool.log" | tail -1; tail -1 "$OUT/p27/san_$tool.log"
+  done
+  tar_dirs p27
   ;;
 P20)
   # After P19 (racecheck's own-stream threaded rounds hung right after the tool's "Internal Sanitizer Error: Detected a

@@ -1,0 +1,152 @@
+"""Device A/B of the 8-bit tail launch (dev/NOTES_8bit.md "v18"; csrc/capi_8bit.cuh q8_plan_tail, VIDATTN_Q8_TAIL):
+the last, partial round of 192-row tiles run as key ranges and merged (mode 1, the build default) against the plain
+launch (mode 0), in paired rounds on the issue's 8-bit shapes and the family shapes whose tile counts leave a partial
+round.
+
+    python3 dev/q8_tail_ab.py [--rounds 6] [--reps 12] [--budget 150] [--shapes "Wan 1.3B self" LTX ...]
+
+Per shape: the plan each mode ran (quant8.last_tail_splits), relative L2 against fp64 on 128 query rows spread over
+the sequence (both modes, the same inputs) and the LSE's largest difference between the modes; then `--rounds`
+rounds, the two modes' order reversed every other round: ms per call synced (median of `--reps` calls, each timed
+alone: what one attention call costs, the pre-pass included), queued (`--reps` calls back to back between two
+events) and device ms per call summed over every kernel (torch.profiler: pre-pass, main launch, tail launch, merge).
+The table, printed last: medians, the per-round ratios plain / tail of the synced time and the rounds the tail won,
+and the rule's verdict (fixed before the run: see the notes). JSON to $OUT/q8_tail_ab.json.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import q8_check as qc  # noqa: E402
+import vidattn  # noqa: E402
+from vidattn import quant8  # noqa: E402
+
+OUT = os.environ.get("OUT", "/tmp")
+DEV = torch.device("cuda")
+# (name, batch, heads, queries, keys, head dim): the issue's 8-bit shapes and three family shapes with a partial last
+# round (tiles of 192 rows over 132 SMs: Wan 1.3B 15 rounds + 72 tiles, LTX 31 + 4, HunyuanVideo 1.5 15 + 20, Mochi
+# 21 + 12; seed 8K and CogVideoX plan no tail launch: the controls).
+SHAPES = [("Wan 1.3B self", 1, 12, 32760, 32760, 128), ("LTX", 1, 32, 24576, 24576, 64),
+          ("HunyuanVideo 1.5", 1, 16, 24000, 24000, 128), ("Mochi", 1, 24, 22230, 22230, 128),
+          ("seed 8K", 4, 16, 8192, 8192, 128), ("CogVideoX", 1, 48, 17776, 17776, 64)]
+MODES = (0, 1)
+
+
+def rule(ratios):
+    """The verdict on one shape from the per-round ratios plain / tail of the synced ms (> 1: the tail faster)."""
+    if not ratios:
+        return "no rounds"
+    med, won = statistics.median(ratios), sum(r > 1 for r in ratios)
+    if med >= 1.005 and won >= len(ratios) - 1:
+        return "tail wins"
+    if med <= 0.995 and won <= 1:
+        return "tail loses"
+    return "tie"
+
+
+def queued_ms(fn, reps):
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / reps
+
+
+def measure(shapes, rounds, reps, deadline):
+    quant8.SHORT_KV_EXACT_MAX = 0
+    rows = []
+    for name, b, h, sq, skv, d in shapes:
+        torch.manual_seed(hash(name) % 1000)
+        q, k, v = qc.make(b, h, sq, skv, d)
+        sel = torch.linspace(0, sq - 1, 128, device=DEV).long()
+        o_ref, lse_ref = qc.ref64(q[:, sel], k, v, 1.0 / math.sqrt(d))
+        row = {"shape": name, "dims": [b, h, sq, skv, d], "flops": 4.0 * b * h * sq * skv * d, "splits": {},
+               "rel_l2": {}, "lse_max_abs_vs_fp64": {}, "synced_ms": {}, "queued_ms": {}, "device_ms": {}}
+        lses = {}
+        for m in MODES:
+            quant8.set_tail(m)
+            out, lse = vidattn.attention(q, k, v, precision="8bit", return_lse=True)
+            row["splits"][m] = quant8.last_tail_splits()
+            row["rel_l2"][m] = qc.rel_l2(out[:, sel], o_ref)
+            row["lse_max_abs_vs_fp64"][m] = float((lse[:, :, sel].double() - lse_ref).abs().max())
+            lses[m] = lse
+        row["lse_max_abs_between_modes"] = float((lses[0] - lses[1]).abs().max())
+        del o_ref, lse_ref, lses
+        torch.cuda.empty_cache()
+        print(f"[{name}] splits {row['splits']}, rel L2 {row['rel_l2']}, LSE vs fp64 {row['lse_max_abs_vs_fp64']}",
+              flush=True)
+        rows.append((row, (q, k, v)))
+    for r in range(rounds):
+        if time.time() > deadline:
+            print(f"out of time after {r} rounds", flush=True)
+            break
+        for row, (q, k, v) in rows:
+            for m in (MODES if r % 2 == 0 else MODES[::-1]):
+                quant8.set_tail(m)
+                fn = lambda: vidattn.attention(q, k, v, precision="8bit")  # noqa: E731
+                row["synced_ms"].setdefault(m, []).append(qc.bench_ms(fn, reps))
+                row["queued_ms"].setdefault(m, []).append(queued_ms(fn, reps))
+                row["device_ms"].setdefault(m, []).append(sum(qc.kernel_times(fn, 3).values()))
+    quant8.set_tail(-1)
+    return [row for row, _ in rows]
+
+
+def table(rows):
+    print("== 8-bit tail launch A/B: TFLOPS synced per call | queued | from the device time (pre-pass and every "
+          "launch); rel L2 vs fp64; per-round synced ratios plain / tail ==")
+    for row in rows:
+        f = row["flops"]
+        line = f"{row['shape']:17s}"
+        for m in MODES:
+            if not row["synced_ms"].get(m):
+                continue
+            syn, que, dev = (statistics.median(row[k][m]) for k in ("synced_ms", "queued_ms", "device_ms"))
+            line += (f" | mode {m} (splits {row['splits'][m]}): {f / syn / 1e9:5.0f} {f / que / 1e9:5.0f} "
+                     f"{f / dev / 1e9:5.0f} {row['rel_l2'][m]:.2e}")
+        ratios = [a / b for a, b in zip(row["synced_ms"].get(0, []), row["synced_ms"].get(1, []))]
+        dev_r = [a / b for a, b in zip(row["device_ms"].get(0, []), row["device_ms"].get(1, []))]
+        row["ratios_synced"], row["ratios_device"], row["verdict"] = ratios, dev_r, rule(ratios)
+        print(line)
+        print(f"{'':17s}   synced x {' '.join(f'{x:.3f}' for x in ratios)} (median "
+              f"{statistics.median(ratios) if ratios else float('nan'):.3f}, won {sum(x > 1 for x in ratios)}/"
+              f"{len(ratios)}); device x {statistics.median(dev_r) if dev_r else float('nan'):.3f}; "
+              f"LSE between modes {row['lse_max_abs_between_modes']:.2e}: {row['verdict']}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--reps", type=int, default=12)
+    ap.add_argument("--budget", type=float, default=150.0, help="seconds from the start; no round starts after it")
+    ap.add_argument("--shapes", nargs="+", default=None, help="names from SHAPES (default: all)")
+    a = ap.parse_args()
+    names = [s[0] for s in SHAPES]
+    if a.shapes and any(s not in names for s in a.shapes):
+        ap.error(f"--shapes: names from {names}")
+    shapes = [s for s in SHAPES if not a.shapes or s[0] in a.shapes]
+    t0 = time.time()
+    rows = measure(shapes, a.rounds, a.reps, t0 + a.budget)
+    table(rows)
+    res = {"rows": rows, "rounds": a.rounds, "reps": a.reps, "gpu": torch.cuda.get_device_name(),
+           "torch": torch.__version__, "commit": os.environ.get("VIDATTN_GIT_COMMIT", "unknown")}
+    with open(os.path.join(OUT, "q8_tail_ab.json"), "w") as fh:
+        json.dump(res, fh, indent=1, default=str)
+    print(f"q8_tail_ab done in {time.time() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
