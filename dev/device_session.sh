@@ -189,6 +189,8 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P28 [budget_s] # after P27: the other GPU tests of the 8-bit path, the short-key
+#                                             # crossover at both head dims with the tail launch
 #   bash dev/device_session.sh P26 [budget_s] # D=128 sustained crossover on a finer grid, 6144-8192 keys
 #   bash dev/device_session.sh P25 [budget_s] # after P24: steps 15 and 16 timed again (step 16 with the softmax's
 #                                             # max on the integers, 6 stages, the pre-pass's loops unrolled), and
@@ -848,6 +850,25 @@ P27)
     grep -E "ERROR SUMMARY" "$OUT/p27/san_$tool.log" | tail -1; tail -1 "$OUT/p27/san_$tool.log"
   done
   tar_dirs p27
+  ;;
+P28)
+  # After P27 (the tail launch on): the GPU tests it touches outside the 8-bit suites (the workspace figures, the
+  # fidelity tests, causal calls at 8 bits), then the short-key crossover at both head dims (dev/NOTES_8bit.md "The
+  # short-key threshold with the tail launch").
+  build_lib
+  mkdir -p "$OUT/p28"
+  gpu_pytest p28/reliability_gpu.log 150 reliability_gpu -m gpu tests/test_reliability_gpu.py
+  gpu_pytest p28/fidelity_causal_gpu.log 100 fidelity_causal_gpu -m gpu tests/test_fidelity_8bit_gpu.py \
+    tests/test_causal_gpu.py -k "8bit or precision or fidelity"
+  timeout 170 python3 dev/probes/q8_crossover.py --head-dims 128 \
+    --lengths 5120,6144,6400,6656,6912,7168,7680,8192 --rounds 5 --reps 100 --json "$OUT/p28/crossover_d128.json" \
+    > "$OUT/p28/crossover_d128.log" 2>&1; rc[d128]=$?
+  sed -n '/== 8-bit against exact/,$p' "$OUT/p28/crossover_d128.log"; grep -E "check failed|rror" "$OUT/p28/crossover_d128.log"
+  timeout $(( $(left) - 10 )) python3 dev/probes/q8_crossover.py --head-dims 64 \
+    --lengths 8192,9216,10240,11264,12288,13568 --rounds 5 --reps 40 --json "$OUT/p28/crossover_d64.json" \
+    > "$OUT/p28/crossover_d64.log" 2>&1; rc[d64]=$?
+  sed -n '/== 8-bit against exact/,$p' "$OUT/p28/crossover_d64.log"; grep -E "check failed|rror" "$OUT/p28/crossover_d64.log"
+  tar_dirs p28
   ;;
 P20)
   # After P19 (racecheck's own-stream threaded rounds hung right after the tool's "Internal Sanitizer Error: Detected a
