@@ -189,6 +189,8 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P29 [budget_s] # after P28: the plain 8-bit launch before and after the tail launch
+#                                             # (two libraries), issue 24's anchors table (fp8 and gqa groups)
 #   bash dev/device_session.sh P28 [budget_s] # after P27: the other GPU tests of the 8-bit path, the short-key
 #                                             # crossover at both head dims with the tail launch
 #   bash dev/device_session.sh P26 [budget_s] # D=128 sustained crossover on a finer grid, 6144-8192 keys
@@ -869,6 +871,27 @@ P28)
     > "$OUT/p28/crossover_d64.log" 2>&1; rc[d64]=$?
   sed -n '/== 8-bit against exact/,$p' "$OUT/p28/crossover_d64.log"; grep -E "check failed|rror" "$OUT/p28/crossover_d64.log"
   tar_dirs p28
+  ;;
+P29)
+  # After P28: whether the tail launch's prologue moved the plain 8-bit launch (dev/probes/q8_lib_ab.py: the library
+  # before the change against this one with the tail off and on, in one process; needs .build/oldlib carried), then
+  # issue 24's table (bench_anchors --group fp8: FA3 FP8 and SageAttention2 built here beside the A/B) and the MHA
+  # 32K row.
+  anchors_ready
+  have_sage || start_anchor_build 240
+  build_lib
+  mkdir -p "$OUT/p29"
+  old=$(ls .build/oldlib/libvidattn_sm90-*.so | head -1); new=$(ls .build/vcache/libvidattn_sm90-*.so | head -1)
+  timeout 150 python3 dev/probes/q8_lib_ab.py "old=$old:-1" "new0=$new:0" "new1=$new:1" --rounds 8 --reps 20 \
+    --json "$OUT/p29/lib_ab.json" > "$OUT/p29/lib_ab.log" 2>&1; rc[lib_ab]=$?
+  sed -n '/== 8-bit path, library against library/,$p' "$OUT/p29/lib_ab.log"; grep -E "rror|failed" "$OUT/p29/lib_ab.log"
+  have_sage || await_anchor_build 200
+  bash dev/device_anchors.sh check > "$OUT/p29/anchors_check.json" 2>&1
+  timeout $(( $(left) - 10 )) python3 scripts/bench_anchors.py --group fp8,gqa --rounds 3 \
+    --budget-s $(( $(left) - 40 )) --out "$OUT/p29/anchors.json" > "$OUT/p29/anchors_bench.log" 2>&1; rc[anchors]=$?
+  tail -32 "$OUT/p29/anchors_bench.log"
+  cp "$OUT/anchors_build.log" "$OUT/p29/" 2>/dev/null
+  tar_dirs p29
   ;;
 P20)
   # After P19 (racecheck's own-stream threaded rounds hung right after the tool's "Internal Sanitizer Error: Detected a

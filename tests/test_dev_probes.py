@@ -522,3 +522,18 @@ def test_lineage_kernels_names_one_step_or_refuses():
         mod.main(["no_such_step"])
     with pytest.raises(SystemExit, match="not one step"):
         mod.main(["1"])  # 01, 10-16
+
+
+def test_q8_lib_ab_parses_sides_and_rotates_the_order():
+    ab = _load("q8_lib_ab")
+    assert ab.parse_side("old=.build/oldlib/lib.so:-1") == ("old", ".build/oldlib/lib.so", -1)
+    assert ab.parse_side("new1=/a:b/lib.so:1") == ("new1", "/a:b/lib.so", 1)
+    for bad in ("lib.so:1", "x=lib.so", "x=lib.so:2", "=lib.so:0"):
+        with pytest.raises(SystemExit, match="a side is name=library.so:tail"):
+            ab.parse_side(bad)
+    sides = ["a", "b", "c"]
+    assert [ab.rotated(sides, r)[0] for r in range(4)] == ["a", "b", "c", "a"]
+    with pytest.raises(SystemExit, match="two or more sides"):
+        ab.main(["a=x.so:0"])
+    with pytest.raises(SystemExit, match="--shapes: names from"):
+        ab.main(["a=x.so:0", "b=y.so:1", "--shapes", "nope"])
