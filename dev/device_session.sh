@@ -189,6 +189,7 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P30 [budget_s] # the whole GPU suite, then Wan 14B 720p and 1.3B forwards at 8 bits
 #   bash dev/device_session.sh P29 [budget_s] # after P28: the plain 8-bit launch before and after the tail launch
 #                                             # (two libraries), issue 24's anchors table (fp8 and gqa groups)
 #   bash dev/device_session.sh P28 [budget_s] # after P27: the other GPU tests of the 8-bit path, the short-key
@@ -892,6 +893,15 @@ P29)
   tail -32 "$OUT/p29/anchors_bench.log"
   cp "$OUT/anchors_build.log" "$OUT/p29/" 2>/dev/null
   tar_dirs p29
+  ;;
+P30)
+  # The sitting's last call: the whole GPU suite on the final library, then the Wan forwards at 8 bits against SDPA
+  # (14B at 720p, 1.3B at 480p) with the tail launch on.
+  build_lib
+  mkdir -p "$OUT/p30"
+  gpu_pytest p30/gpu_all.log 240 gpu_all -m gpu tests/
+  wan_8bit_reports
+  tar_dirs p30 e2e14 e2e13
   ;;
 P20)
   # After P19 (racecheck's own-stream threaded rounds hung right after the tool's "Internal Sanitizer Error: Detected a
