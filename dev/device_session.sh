@@ -903,6 +903,14 @@ P30)
   wan_8bit_reports
   tar_dirs p30 e2e14 e2e13
   ;;
+P31)
+  # After P30's two failures (prep mode 2, which keeps the plain launch, compared with the tail launch at the
+  # pre-pass's 2e-3): the whole GPU suite again with the prep tests on the plain launch; the library is P30's.
+  build_lib
+  mkdir -p "$OUT/p31"
+  gpu_pytest p31/gpu_all.log 240 gpu_all -m gpu tests/
+  tar_dirs p31
+  ;;
 P20)
   # After P19 (racecheck's own-stream threaded rounds hung right after the tool's "Internal Sanitizer Error: Detected a
   # failure to track a kernel launch", as in the fourteenth sitting's A2 and the eighth's stall): the two new cases of
