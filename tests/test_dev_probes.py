@@ -537,3 +537,17 @@ def test_q8_lib_ab_parses_sides_and_rotates_the_order():
         ab.main(["a=x.so:0"])
     with pytest.raises(SystemExit, match="--shapes: names from"):
         ab.main(["a=x.so:0", "b=y.so:1", "--shapes", "nope"])
+
+
+def test_q8_tail_lse_summary_and_refusals(monkeypatch):
+    """dev/probes/q8_tail_lse.py: max and (upper) median over draws; a bad draw count and a machine without a Hopper GPU
+    are refused before any kernel runs."""
+    mod = _load("q8_tail_lse")
+    assert mod.summary([3.0, 1.0, 2.0, 5.0]) == (5.0, 3.0)
+    with pytest.raises(ValueError):
+        mod.summary([])
+    with pytest.raises(SystemExit, match="--seeds"):
+        mod.main(["--seeds", "0"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="Hopper"):
+        mod.main([])
