@@ -135,14 +135,16 @@ thread_local int g_q8_last_cvt = -1;
 // 4). With a plan, the main launch takes the full rounds and the r tiles run as key ranges (q8_fwd_kernel's kSplit
 // build), `splits` per tile, whose partials combine_kernel (combine.cuh, the bf16 tail launch's) merges. Where r x
 // splits passes the SMs the ranges run in several short rounds: the plan weighs them (q8_plan_tail). Built for the
-// default builds only (D=128 schedule 3 with v12, D=64 schedule 1 with mode 1 and conversion 1); calls with kv_lens
-// and prep mode 2 keep the plain launch. 1 plans a tail launch, 0 never; forced by vidattn_q8_set_tail or
+// default builds only (D=128 schedule 3 with v12, D=64 schedule 1 with mode 1 and conversion 1); prep mode 2 keeps
+// the plain launch. 1 plans a tail launch for calls without kv_lens, 2 with kv_lens too (dev/NOTES_8bit.md "v18b":
+// each range's blocks come from its batch's kv_len in the kernel, so a short batch's range can hold none; its partial
+// is then (max -inf, sum 0), which combine_kernel weighs 0), 0 never; forced by vidattn_q8_set_tail or
 // VIDATTN_Q8_TAIL (read once).
 #ifndef VIDATTN_Q8_TAIL
 #define VIDATTN_Q8_TAIL 1
 #endif
-static_assert(VIDATTN_Q8_TAIL == 0 || VIDATTN_Q8_TAIL == 1, "the tail launch: 0 (never) or 1");
-int g_q8_tail = -1;                           // -1: the default; 0, 1: forced
+static_assert(VIDATTN_Q8_TAIL >= 0 && VIDATTN_Q8_TAIL <= 2, "the tail launch: 0 (never), 1, or 2 (kv_lens too)");
+int g_q8_tail = -1;                           // -1: the default; 0, 1, 2: forced
 thread_local int g_q8_last_tail_splits = -1;  // key ranges per tail tile of the last launch (0: no tail launch)
 constexpr int64_t kQ8TailBlockM = 192;        // the three-warpgroup builds' tiles (every build with a split twin)
 constexpr int kQ8TailMaxSplits = 32;
@@ -153,7 +155,7 @@ inline int q8_tail_asked() {
     const char* e = std::getenv("VIDATTN_Q8_TAIL");
     if (e == nullptr || *e == 0) return VIDATTN_Q8_TAIL;
     const int v = std::atoi(e);
-    return v == 0 || v == 1 ? v : VIDATTN_Q8_TAIL;
+    return v >= 0 && v <= 2 ? v : VIDATTN_Q8_TAIL;
   }();
   return g_q8_tail < 0 ? env : g_q8_tail;
 }
@@ -411,7 +413,7 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
        (kD == 64 && kTurns == 0 && kCvt == 1 && kDescInc == 0 && kV12 == 0 && kSumMma));
   static_assert(!kTailBuilt || T::kBlockM == kQ8TailBlockM, "the tail plan's tiles");
   const int64_t m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
-  if (!kTailBuilt || l.tail.tiles == 0 || a.kv_lens != nullptr || prep == 2) {
+  if (!kTailBuilt || l.tail.tiles == 0 || (a.kv_lens != nullptr && q8_tail_asked() < 2) || prep == 2) {
     kernel<<<dim3(static_cast<unsigned>(m_blocks), static_cast<unsigned>(a.heads), static_cast<unsigned>(a.batch)),
              T::kThreads, smem, stream>>>(p);
     return check_launch("8-bit attention launch");
@@ -731,11 +733,12 @@ extern "C" int vidattn_q8_set_v12(int mode) {
 // The v12 mode of this thread's last vidattn_q8_fwd launch (as vidattn_q8_set_v12's; -1: none launched).
 extern "C" int vidattn_q8_last_v12(void) { return g_q8_last_v12; }
 
-// The tail launch of later 8-bit launches (q8_plan_tail): 1 planned where it pays, 0 never, or the default (-1). For
-// tests and A/B timing; returns 0, or 1 for any other value (nothing changes). The workspace size
-// (vidattn_q8_workspace_bytes) follows the setting: a workspace sized before a change runs the plain launch.
+// The tail launch of later 8-bit launches (q8_plan_tail): 1 planned where it pays (calls without kv_lens), 2 the same
+// with kv_lens too, 0 never, or the default (-1). For tests and A/B timing; returns 0, or 1 for any other value
+// (nothing changes). The workspace size (vidattn_q8_workspace_bytes) follows the setting: a workspace sized before a
+// change runs the plain launch.
 extern "C" int vidattn_q8_set_tail(int mode) {
-  if (mode < -1 || mode > 1) return 1;
+  if (mode < -1 || mode > 2) return 1;
   g_q8_tail = mode;
   return 0;
 }

@@ -189,6 +189,9 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P32 [budget_s] # v18b (the 8-bit tail launch with kv_lens, mode 2): GPU tests,
+#                                             # sanitizer cases, the A/B of mode 1 against 2 on padded shapes
+#   bash dev/device_session.sh P31 [budget_s] # after P30: the whole GPU suite again
 #   bash dev/device_session.sh P30 [budget_s] # the whole GPU suite, then Wan 14B 720p and 1.3B forwards at 8 bits
 #   bash dev/device_session.sh P29 [budget_s] # after P28: the plain 8-bit launch before and after the tail launch
 #                                             # (two libraries), issue 24's anchors table (fp8 and gqa groups)
@@ -902,6 +905,27 @@ P30)
   gpu_pytest p30/gpu_all.log 240 gpu_all -m gpu tests/
   wan_8bit_reports
   tar_dirs p30 e2e14 e2e13
+  ;;
+P32)
+  # dev/NOTES_8bit.md "v18b: the tail launch with kv_lens" (mode 2, not the default): the tail's GPU tests (mode 2's
+  # among them) and the 8-bit suite, the sanitizer cases with ranges without keys plain and under memcheck and
+  # synccheck, then the A/B of mode 1 (kv_lens calls plain) against 2 on the padded family shapes (paired rounds, the
+  # rule of v18 fixed before the run).
+  build_lib
+  mkdir -p "$OUT/p32"
+  gpu_pytest p32/tail_gpu.log 150 tail_gpu -m gpu tests/test_8bit_tail_gpu.py tests/test_8bit_gpu.py
+  timeout 60 python3 tests/sanitizer_cases.py --only "tail kv_lens" > "$OUT/p32/san_plain.log" 2>&1
+  rc[san_plain]=$?; tail -1 "$OUT/p32/san_plain.log"
+  for tool in memcheck synccheck; do
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 1 python3 tests/sanitizer_cases.py \
+      --only "tail kv_lens" > "$OUT/p32/san_$tool.log" 2>&1; rc[san_$tool]=$?
+    grep -E "ERROR SUMMARY" "$OUT/p32/san_$tool.log" | tail -1; tail -1 "$OUT/p32/san_$tool.log"
+  done
+  t=$(( $(left) - 30 < ${AB_S:-150} ? $(left) - 30 : ${AB_S:-150} ))
+  OUT=$OUT/p32 timeout $(( t + 40 )) python3 dev/q8_tail_ab.py --modes 1 2 --shapes "HunyuanVideo 1.5 padded" \
+    "Mochi padded" --rounds ${ROUNDS:-6} --reps 12 --budget "$t" > "$OUT/p32/ab.log" 2>&1; rc[ab]=$?
+  sed -n '/== 8-bit tail launch A\/B/,$p' "$OUT/p32/ab.log"; grep -E "rror|Traceback" "$OUT/p32/ab.log" | tail -3
+  tar_dirs p32
   ;;
 P31)
   # After P30's two failures (prep mode 2, which keeps the plain launch, compared with the tail launch at the

@@ -4,6 +4,12 @@ launch (mode 0), in paired rounds on the issue's 8-bit shapes and the family sha
 round.
 
     python3 dev/q8_tail_ab.py [--rounds 6] [--reps 12] [--budget 150] [--shapes "Wan 1.3B self" LTX ...]
+    python3 dev/q8_tail_ab.py --modes 1 2 --shapes "HunyuanVideo 1.5 padded" "Mochi padded"   # v18b: kv_lens
+
+`--modes A B` (default 0 1): the two quant8.set_tail modes compared, A the plain side of the ratio. Mode 2 ("v18b")
+also splits calls with kv_lens, which mode 1 runs plain: the "padded" shapes are batch-1 calls with the key padding
+HunyuanVideo 1.5's and Mochi's processors pass as kv_lens (the text's padding: the lengths below are assumptions,
+a prompt shorter than the padded text), where modes 1 and 2 differ.
 
 Per shape: the plan each mode ran (quant8.last_tail_splits), relative L2 against fp64 on 128 query rows spread over
 the sequence (both modes, the same inputs) and the LSE's largest difference between the modes; then `--rounds`
@@ -32,12 +38,16 @@ from vidattn import quant8  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
 DEV = torch.device("cuda")
-# (name, batch, heads, queries, keys, head dim): the issue's 8-bit shapes and three family shapes with a partial last
+# (name, batch, heads, queries, keys, head dim[, kv_len]): the issue's 8-bit shapes and three family shapes with a partial last
 # round (tiles of 192 rows over 132 SMs: Wan 1.3B 15 rounds + 72 tiles, LTX 31 + 4, HunyuanVideo 1.5 15 + 20, Mochi
 # 21 + 12; seed 8K and CogVideoX plan no tail launch: the controls).
+# The "padded" shapes carry a kv_len (batch 1): HunyuanVideo 1.5 at 480x848x61 (the family run's 27425 tokens,
+# 2288 tiles = 17 rounds + 44) with 500 padded text keys, and the Mochi shape above with 256.
 SHAPES = [("Wan 1.3B self", 1, 12, 32760, 32760, 128), ("LTX", 1, 32, 24576, 24576, 64),
           ("HunyuanVideo 1.5", 1, 16, 24000, 24000, 128), ("Mochi", 1, 24, 22230, 22230, 128),
-          ("seed 8K", 4, 16, 8192, 8192, 128), ("CogVideoX", 1, 48, 17776, 17776, 64)]
+          ("seed 8K", 4, 16, 8192, 8192, 128), ("CogVideoX", 1, 48, 17776, 17776, 64),
+          ("HunyuanVideo 1.5 padded", 1, 16, 27425, 27425, 128, 26925),
+          ("Mochi padded", 1, 24, 22230, 22230, 128, 21974)]
 MODES = (0, 1)
 
 
@@ -66,38 +76,41 @@ def queued_ms(fn, reps):
     return a.elapsed_time(b) / reps
 
 
-def measure(shapes, rounds, reps, deadline):
+def measure(shapes, rounds, reps, deadline, modes=MODES):
     quant8.SHORT_KV_EXACT_MAX = 0
     rows = []
-    for name, b, h, sq, skv, d in shapes:
+    for name, b, h, sq, skv, d, *kv_len in shapes:
         torch.manual_seed(hash(name) % 1000)
         q, k, v = qc.make(b, h, sq, skv, d)
+        n = kv_len[0] if kv_len else skv  # (batch 1 where a kv_len is given)
+        lens = torch.tensor([n], dtype=torch.int32, device=DEV) if kv_len else None
         sel = torch.linspace(0, sq - 1, 128, device=DEV).long()
-        o_ref, lse_ref = qc.ref64(q[:, sel], k, v, 1.0 / math.sqrt(d))
-        row = {"shape": name, "dims": [b, h, sq, skv, d], "flops": 4.0 * b * h * sq * skv * d, "splits": {},
-               "rel_l2": {}, "lse_max_abs_vs_fp64": {}, "synced_ms": {}, "queued_ms": {}, "device_ms": {}}
+        o_ref, lse_ref = qc.ref64(q[:, sel], k[:, :n], v[:, :n], 1.0 / math.sqrt(d))
+        row = {"shape": name, "dims": [b, h, sq, skv, d], "kv_len": n, "flops": 4.0 * b * h * sq * n * d,
+               "splits": {}, "rel_l2": {}, "lse_max_abs_vs_fp64": {}, "synced_ms": {}, "queued_ms": {},
+               "device_ms": {}}
         lses = {}
-        for m in MODES:
+        for m in modes:
             quant8.set_tail(m)
-            out, lse = vidattn.attention(q, k, v, precision="8bit", return_lse=True)
+            out, lse = vidattn.attention(q, k, v, kv_lens=lens, precision="8bit", return_lse=True)
             row["splits"][m] = quant8.last_tail_splits()
             row["rel_l2"][m] = qc.rel_l2(out[:, sel], o_ref)
             row["lse_max_abs_vs_fp64"][m] = float((lse[:, :, sel].double() - lse_ref).abs().max())
             lses[m] = lse
-        row["lse_max_abs_between_modes"] = float((lses[0] - lses[1]).abs().max())
+        row["lse_max_abs_between_modes"] = float((lses[modes[0]] - lses[modes[1]]).abs().max())
         del o_ref, lse_ref, lses
         torch.cuda.empty_cache()
         print(f"[{name}] splits {row['splits']}, rel L2 {row['rel_l2']}, LSE vs fp64 {row['lse_max_abs_vs_fp64']}",
               flush=True)
-        rows.append((row, (q, k, v)))
+        rows.append((row, (q, k, v, lens)))
     for r in range(rounds):
         if time.time() > deadline:
             print(f"out of time after {r} rounds", flush=True)
             break
-        for row, (q, k, v) in rows:
-            for m in (MODES if r % 2 == 0 else MODES[::-1]):
+        for row, (q, k, v, lens) in rows:
+            for m in (modes if r % 2 == 0 else modes[::-1]):
                 quant8.set_tail(m)
-                fn = lambda: vidattn.attention(q, k, v, precision="8bit")  # noqa: E731
+                fn = lambda: vidattn.attention(q, k, v, kv_lens=lens, precision="8bit")  # noqa: E731
                 row["synced_ms"].setdefault(m, []).append(qc.bench_ms(fn, reps))
                 row["queued_ms"].setdefault(m, []).append(queued_ms(fn, reps))
                 row["device_ms"].setdefault(m, []).append(sum(qc.kernel_times(fn, 3).values()))
@@ -105,20 +118,22 @@ def measure(shapes, rounds, reps, deadline):
     return [row for row, _ in rows]
 
 
-def table(rows):
-    print("== 8-bit tail launch A/B: TFLOPS synced per call | queued | from the device time (pre-pass and every "
-          "launch); rel L2 vs fp64; per-round synced ratios plain / tail ==")
+def table(rows, modes=MODES):
+    print(f"== 8-bit tail launch A/B, modes {modes[0]} against {modes[1]}: TFLOPS synced per call | queued | from "
+          f"the device time (pre-pass and every launch); rel L2 vs fp64; per-round synced ratios "
+          f"{modes[0]} / {modes[1]} ==")
+    a_m, b_m = modes
     for row in rows:
         f = row["flops"]
         line = f"{row['shape']:17s}"
-        for m in MODES:
+        for m in modes:
             if not row["synced_ms"].get(m):
                 continue
             syn, que, dev = (statistics.median(row[k][m]) for k in ("synced_ms", "queued_ms", "device_ms"))
             line += (f" | mode {m} (splits {row['splits'][m]}): {f / syn / 1e9:5.0f} {f / que / 1e9:5.0f} "
                      f"{f / dev / 1e9:5.0f} {row['rel_l2'][m]:.2e}")
-        ratios = [a / b for a, b in zip(row["synced_ms"].get(0, []), row["synced_ms"].get(1, []))]
-        dev_r = [a / b for a, b in zip(row["device_ms"].get(0, []), row["device_ms"].get(1, []))]
+        ratios = [a / b for a, b in zip(row["synced_ms"].get(a_m, []), row["synced_ms"].get(b_m, []))]
+        dev_r = [a / b for a, b in zip(row["device_ms"].get(a_m, []), row["device_ms"].get(b_m, []))]
         row["ratios_synced"], row["ratios_device"], row["verdict"] = ratios, dev_r, rule(ratios)
         print(line)
         print(f"{'':17s}   synced x {' '.join(f'{x:.3f}' for x in ratios)} (median "
@@ -127,21 +142,26 @@ def table(rows):
               f"LSE between modes {row['lse_max_abs_between_modes']:.2e}: {row['verdict']}")
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--reps", type=int, default=12)
     ap.add_argument("--budget", type=float, default=150.0, help="seconds from the start; no round starts after it")
     ap.add_argument("--shapes", nargs="+", default=None, help="names from SHAPES (default: all)")
-    a = ap.parse_args()
+    ap.add_argument("--modes", nargs=2, type=int, default=list(MODES), metavar=("A", "B"),
+                    help="the set_tail modes compared, A / B in the ratios (default 0 1)")
+    a = ap.parse_args(argv)
     names = [s[0] for s in SHAPES]
     if a.shapes and any(s not in names for s in a.shapes):
         ap.error(f"--shapes: names from {names}")
+    modes = tuple(a.modes)
+    if modes[0] == modes[1] or any(m not in (0, 1, 2) for m in modes):
+        ap.error(f"--modes: two different modes of 0, 1, 2, got {a.modes}")
     shapes = [s for s in SHAPES if not a.shapes or s[0] in a.shapes]
     t0 = time.time()
-    rows = measure(shapes, a.rounds, a.reps, t0 + a.budget)
-    table(rows)
-    res = {"rows": rows, "rounds": a.rounds, "reps": a.reps, "gpu": torch.cuda.get_device_name(),
+    rows = measure(shapes, a.rounds, a.reps, t0 + a.budget, modes)
+    table(rows, modes)
+    res = {"rows": rows, "modes": list(modes), "rounds": a.rounds, "reps": a.reps, "gpu": torch.cuda.get_device_name(),
            "torch": torch.__version__, "commit": os.environ.get("VIDATTN_GIT_COMMIT", "unknown")}
     with open(os.path.join(OUT, "q8_tail_ab.json"), "w") as fh:
         json.dump(res, fh, indent=1, default=str)

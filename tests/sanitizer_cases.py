@@ -48,7 +48,8 @@ class Case:
     SMs. d64_wgs: the exact D=64 kernel's consumer warpgroups (0: the launcher's pick). block_n: the D=128 key-block
     width (0: by key count). precision "8bit" runs the 8-bit kernel at any length (quant8.SHORT_KV_EXACT_MAX is
     set to 0 here). expect: the path the call must take ("tail": a split tail launch; "no tail"; "block_n=N";
-    "q8_wgs=N"; "q8 tail" / "q8 no tail": the 8-bit path's tail launch, or its plain launch)."""
+    "q8_wgs=N"; "q8 tail" / "q8 no tail": the 8-bit path's tail launch, or its plain launch). q8_tail: the 8-bit
+    tail launch's mode for the call (quant8.set_tail; -1 the default; 2 takes kv_lens calls too)."""
     name: str
     b: int
     h: object
@@ -67,6 +68,7 @@ class Case:
     small: bool = True  # in the small set
     offset: float = 0.5  # added to the random inputs (a mean the 8-bit path's K smoothing must remove)
     causal: object = False  # "top_left" or "bottom_right" (skipped, and said so, where vidattn has no causal=)
+    q8_tail: int = -1
 
 
 CASES = [
@@ -127,6 +129,11 @@ CASES = [
          expect=("q8 tail",), offset=0.0),
     Case("8bit d128 ragged keeps the plain launch", 2, 1, 100, 2200, 128, kv_lens=[2200, 1000], precision="8bit",
          expect=("q8 no tail",), offset=0.0),
+    # Mode 2 (v18b): kv_lens calls split too; batches of 1 and 129 keys leave most of their ranges without a key.
+    Case("8bit tail kv_lens with empty ranges", 3, 2, 100, 2200, 128, kv_lens=[2200, 1, 129], precision="8bit",
+         expect=("q8 tail",), offset=0.0, q8_tail=2),
+    Case("8bit d64 tail kv_lens with empty ranges", 3, 2, 100, 2200, 64, torch.float16, "bhsd", kv_lens=[700, 129, 1],
+         precision="8bit", expect=("q8 tail",), offset=0.0, q8_tail=2),
     # Causal masks: tiles past the diagonal skipped, the diagonal block masked, the causal tile order (heaviest Q
     # block first, every other round reversed) over several tiles per CTA, bottom-right alignment with ragged
     # kv_lens, and rows that see no key (bottom-right with fewer keys than queries: zeros, an LSE of -inf).
@@ -256,6 +263,8 @@ def run_case(vidattn, p: Prepared) -> int:
         return 2
     if c.q8_wgs:
         quant8.set_d64_warpgroups(c.q8_wgs)
+    if c.q8_tail != -1:
+        quant8.set_tail(c.q8_tail)
     try:
         with _ext.d64_warpgroups(c.d64_wgs), _ext.d128_block_n(c.block_n):
             out, lse, missed = call(vidattn, p)
@@ -263,6 +272,8 @@ def run_case(vidattn, p: Prepared) -> int:
     finally:
         if c.q8_wgs:
             quant8.set_d64_warpgroups(0)
+        if c.q8_tail != -1:
+            quant8.set_tail(-1)
     return check(p, out, lse, missed)
 
 

@@ -82,6 +82,48 @@ def test_key_ranges_cover_the_blocks_once(n, s):
     assert min(hi - lo for lo, hi in rs) >= n // s >= 1
 
 
+@pytest.mark.parametrize("kv_len,s", [(1, 4), (128, 5), (129, 5), (600, 6), (1500, 3), (4097, 32)])
+def test_key_ranges_of_a_short_batch(kv_len, s):
+    """Mode 2 (kv_lens): each range takes its blocks from its own batch's kv_len (the kernel's n_blocks), so a batch
+    shorter than the plan's key length splits fewer blocks, and with fewer blocks than ranges some ranges hold none.
+    They still cover the batch's blocks once, and every non-empty one starts where the last ended."""
+    n = (kv_len + BLOCK_N - 1) // BLOCK_N
+    rs = key_ranges(n, s)
+    assert rs[0][0] == 0 and rs[-1][1] == n and all(a[1] == b[0] for a, b in zip(rs, rs[1:]))
+    assert sum(hi - lo for lo, hi in rs) == n
+    empty = sum(hi == lo for lo, hi in rs)
+    assert empty == max(0, s - n)  # at most one block a range when n < s: exactly n ranges hold one
+
+
+def merge(parts):
+    """combine_kernel's merge of one row's ranges [(m, l, o)], m in base 2 (-inf for a range without keys):
+    (o, lse in base 2) or (0, -inf) when no range holds a key."""
+    m = max(p[0] for p in parts)
+    if m == -math.inf:
+        return 0.0, -math.inf
+    ws = [2.0 ** (p[0] - m) for p in parts]
+    l = sum(w * p[1] for w, p in zip(ws, parts))
+    return sum(w * p[2] for w, p in zip(ws, parts)) / l, m + math.log2(l)
+
+
+def test_empty_ranges_merge_to_the_keys_they_lack():
+    """A range without keys stores (max -inf, sum 0, O 0) (q8_store_partial: row_sum 0 -> -inf) and weighs 0 in the
+    merge (combine_kernel skips the whole row only when every range is empty, writing O = 0, LSE = -inf)."""
+    assert "p.ws_ml[2 * wr] = row_sum[r] > 0.f ? m : kNegInf;" in KERNEL
+    combine = (REPO / "csrc/sm90/combine.cuh").read_text()
+    assert "if (m != kNegInf) {" in combine and "l > 0.f ? (m + __log2f(l)) * kLn2 : kNegInf;" in combine
+    # One row over 3 keys, scores in base 2, values o_k: the plain softmax against the split one with empty ranges.
+    scores, vals = [0.5, -1.0, 2.0], [3.0, -2.0, 0.25]
+    l_all = sum(2.0 ** x for x in scores)
+    o_all = sum(2.0 ** x * v for x, v in zip(scores, vals)) / l_all
+    parts = [(-math.inf, 0.0, 0.0), (-math.inf, 0.0, 0.0)]  # two empty ranges
+    for x, v in zip(scores, vals):  # one key a range
+        parts.append((x, 1.0, v))
+    o, lse = merge(parts)
+    assert o == pytest.approx(o_all, rel=1e-12) and lse == pytest.approx(math.log2(l_all), rel=1e-12)
+    assert merge([(-math.inf, 0.0, 0.0)] * 3) == (0.0, -math.inf)
+
+
 def test_kernel_source():
     """The split build: the one-dimensional grid decoded in flash_fwd.cuh's tile order, the ranges as above, the
     producer's and the consumer's block offset (K/V coordinates, K's scales, the tail mask at the global key index),
@@ -98,30 +140,36 @@ def test_kernel_source():
 
 
 def test_c_side():
-    """On by default; the setter's range and the environment variable; split twins only for the default builds;
-    kv_lens and prep mode 2 keep the plain launch; a workspace sized without the tail keeps it too; the last
-    launch's ranges reset per call."""
+    """On by default for calls without kv_lens (1); the setter's range and the environment variable (2 takes kv_lens
+    calls too); split twins only for the default builds; kv_lens calls keep the plain launch below mode 2, prep mode
+    2 always; a workspace sized without the tail keeps it too; the last launch's ranges reset per call."""
     assert "#define VIDATTN_Q8_TAIL 1" in CAPI
-    assert 'extern "C" int vidattn_q8_set_tail(int mode)' in CAPI and "if (mode < -1 || mode > 1) return 1;" in CAPI
-    assert 'std::getenv("VIDATTN_Q8_TAIL")' in CAPI
+    assert 'extern "C" int vidattn_q8_set_tail(int mode)' in CAPI and "if (mode < -1 || mode > 2) return 1;" in CAPI
+    assert 'std::getenv("VIDATTN_Q8_TAIL")' in CAPI and "return v >= 0 && v <= 2 ? v : VIDATTN_Q8_TAIL;" in CAPI
     assert "(kD == 128 && kTurns == 2 && kCvt == 2 && kDescInc == 2 && kV12 == 1 && !kSumMma)" in CAPI
     assert "(kD == 64 && kTurns == 0 && kCvt == 1 && kDescInc == 0 && kV12 == 0 && kSumMma)" in CAPI
-    assert "if (!kTailBuilt || l.tail.tiles == 0 || a.kv_lens != nullptr || prep == 2) {" in CAPI
+    assert ("if (!kTailBuilt || l.tail.tiles == 0 || (a.kv_lens != nullptr && q8_tail_asked() < 2) || prep == 2) {"
+            in CAPI)
     assert "if (a->workspace_bytes < l.total) l = q8_layout(" in CAPI and "a->head_dim, false);" in CAPI
     assert "g_q8_last_tail_splits = -1;" in CAPI and "g_q8_last_tail_splits = l.tail.splits;" in CAPI
     assert "combine_kernel<kD, kFp16><<<" in CAPI
 
 
 def test_set_tail_validates_reaches_the_library_and_needs_it():
-    lib = FakeQ8Lib("tail", 1)
+    lib = FakeQ8Lib("tail", 2)
     lib.vidattn_q8_last_tail_splits = lambda: 7
-    for mode in (1, 0, -1):
+    for mode in (1, 0, 2, -1):
         quant8.set_tail(mode, lib=lib)
-    assert lib.calls == [1, 0, -1] and quant8.last_tail_splits(lib=lib) == 7
-    for bad in (2, -2, 1.0, True, "1", None):
+    assert lib.calls == [1, 0, 2, -1] and quant8.last_tail_splits(lib=lib) == 7
+    for bad in (3, -2, 1.0, True, "1", None):
         with pytest.raises(ValueError, match="set_tail: mode must be one of"):
             quant8.set_tail(bad, lib=lib)
-    assert lib.calls == [1, 0, -1]
+    assert lib.calls == [1, 0, 2, -1]
+    # A library from before mode 2 refuses it: the library's own error, nothing set.
+    before = FakeQ8Lib("tail", 1)
+    with pytest.raises(ValueError, match="vidattn_q8_set_tail: invalid value 2"):
+        quant8.set_tail(2, lib=before)
+    assert before.last == -1
     old = FakeQ8Lib("other", 1)
     with pytest.raises(RuntimeError, match="lacks vidattn_q8_set_tail"):
         quant8.set_tail(1, lib=old)
@@ -140,3 +188,10 @@ def test_ab_driver_rule():
     assert ab.rule([1.001, 0.999] * 3) == "tie"
     assert ab.rule([]) == "no rounds"
     assert math.isclose(ab.SHAPES[0][2] * ab.SHAPES[0][3], 12 * 32760)
+    # The kv_lens shapes (mode 2 against 1): batch 1, a kv_len short of the keys, a tail planned from the shapes.
+    padded = [s for s in ab.SHAPES if len(s) == 7]
+    assert padded and all(s[1] == 1 and 0 < s[6] < s[4] for s in padded)
+    assert all(tail_plan(*s[1:5])[0] > 0 for s in padded)
+    for bad in (["--modes", "1", "1"], ["--modes", "1", "3"], ["--shapes", "nope"]):
+        with pytest.raises(SystemExit):
+            ab.main(bad)

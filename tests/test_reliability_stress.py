@@ -316,6 +316,8 @@ def test_both_sanitizer_sets_cover_every_path(which):
     q8 = [c for c in cs if c.precision == "8bit"]
     assert {64, 128} <= {c.d for c in q8} and {2, 3} <= {c.q8_wgs for c in q8 if c.d == 64}
     assert any(c.kv_lens for c in q8)
+    # the tail launch with kv_lens (mode 2), a batch of one key among them (ranges without keys), at both head dims
+    assert {64, 128} <= {c.d for c in q8 if c.q8_tail == 2 and "q8 tail" in c.expect and 1 in (c.kv_lens or [])}
     causal = [c for c in exact if c.causal]
     assert {"top_left", "bottom_right"} <= {c.causal for c in causal}
     assert any(c.h == "sms+1" for c in causal) and any(c.kv_lens for c in causal) and any(c.sq > c.skv for c in causal)
