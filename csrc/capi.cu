@@ -250,6 +250,33 @@ int allow_smem(Kernel kernel, size_t smem) {
 // launch: with the workspace their CTAs take tiles from a counter, heaviest first (next_causal_tile), so they end
 // within a light tile of each other; without it, the static order (heaviest first within each head, snaking across
 // the CTAs: local_tile).
+// The tail launch's merge (combine.cuh): `tiles` tiles of block_m rows, `splits` key ranges each, whose partials
+// lie at ws_o / ws_ml, into the caller's O and LSE; the bf16 path's (launch_built) and the 8-bit path's
+// (capi_8bit.cuh). head_dim: the caller's (the workspace's padded columns are not written).
+template <int kHeadDim, bool kFp16>
+int launch_combine(const VidattnFwdArgs& a, const float* ws_o, const float* ws_ml, int seqlen_q, int heads,
+                   int num_m_blocks, int tile_base, int block_m, int splits, int64_t tiles, int head_dim,
+                   cudaStream_t stream, const char* what) {
+  CombineParams c{};
+  c.ws_o = ws_o;
+  c.ws_ml = ws_ml;
+  c.o = a.o;
+  for (int i = 0; i < 3; ++i) c.o_stride[i] = a.o_stride[i];
+  c.lse = a.lse;
+  c.seqlen_q = seqlen_q;
+  c.heads = heads;
+  c.num_m_blocks = num_m_blocks;
+  c.tile_base = tile_base;
+  c.block_m = block_m;
+  c.splits = splits;
+  c.num_rows = static_cast<int>(tiles * block_m);
+  c.head_dim = head_dim;
+  constexpr int kRowsPerBlock = kCombineThreads / 32;  // one warp per row
+  combine_kernel<kHeadDim, kFp16><<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)),
+                                    kCombineThreads, 0, stream>>>(c);
+  return check_launch(what);
+}
+
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kCausal = false>
 int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   using namespace vidattn::sm90;
@@ -360,24 +387,9 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     p.ws_ml = p.ws_o + items * T::kBlockM * kHeadDim;
     split_kernel<<<dim3(static_cast<unsigned>(items)), T::kThreads, smem, stream>>>(p);
     if (check_launch("tail launch") != 0) return 1;
-    CombineParams c{};
-    c.ws_o = p.ws_o;
-    c.ws_ml = p.ws_ml;
-    c.o = a.o;
-    for (int i = 0; i < 3; ++i) c.o_stride[i] = a.o_stride[i];
-    c.lse = a.lse;
-    c.seqlen_q = p.seqlen_q;
-    c.heads = p.heads;
-    c.num_m_blocks = p.num_m_blocks;
-    c.tile_base = p.tile_base;
-    c.block_m = T::kBlockM;
-    c.splits = tail.splits;
-    c.num_rows = static_cast<int>(tail.tiles * T::kBlockM);
-    c.head_dim = static_cast<int>(a.head_dim);
-    constexpr int kRowsPerBlock = kCombineThreads / 32;  // one warp per row
-    combine_kernel<kHeadDim, kFp16><<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)),
-                                      kCombineThreads, 0, stream>>>(c);
-    return check_launch("tail merge launch");
+    return launch_combine<kHeadDim, kFp16>(a, p.ws_o, p.ws_ml, p.seqlen_q, p.heads, p.num_m_blocks, p.tile_base,
+                                           T::kBlockM, tail.splits, tail.tiles, static_cast<int>(a.head_dim), stream,
+                                           "tail merge launch");
   }
 }
 

@@ -438,25 +438,9 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
     p.ws_ml = reinterpret_cast<float*>(ws + l.ws_ml);
     split_kernel<<<dim3(static_cast<unsigned>(items)), T::kThreads, smem, stream>>>(p);
     if (check_launch("8-bit tail launch") != 0) return 1;
-    CombineParams c{};
-    c.ws_o = p.ws_o;
-    c.ws_ml = p.ws_ml;
-    c.o = a.o;
-    for (int i = 0; i < 3; ++i) c.o_stride[i] = a.o_stride[i];
-    c.lse = a.lse;
-    c.seqlen_q = p.seqlen_q;
-    c.heads = p.heads;
-    c.num_m_blocks = p.num_m_blocks;
-    c.tile_base = p.tile_base;
-    c.block_m = T::kBlockM;
-    c.splits = l.tail.splits;
-    c.num_rows = static_cast<int>(l.tail.tiles * T::kBlockM);
-    c.head_dim = kD;
-    constexpr int kRowsPerBlock = kCombineThreads / 32;  // one warp per row
-    combine_kernel<kD, kFp16><<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)),
-                                kCombineThreads, 0, stream>>>(c);
     g_q8_last_tail_splits = l.tail.splits;
-    return check_launch("8-bit tail merge launch");
+    return launch_combine<kD, kFp16>(a, p.ws_o, p.ws_ml, p.seqlen_q, p.heads, p.num_m_blocks, p.tile_base, T::kBlockM,
+                                     l.tail.splits, l.tail.tiles, kD, stream, "8-bit tail merge launch");
   }
   return 0;
 }

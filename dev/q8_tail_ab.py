@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import q8_check as qc  # noqa: E402
+from q8_selector_ab import queued_ms  # noqa: E402 - calls queued back to back between two events
 import vidattn  # noqa: E402
 from vidattn import quant8  # noqa: E402
 
@@ -61,19 +62,6 @@ def rule(ratios):
     if med <= 0.995 and won <= 1:
         return "tail loses"
     return "tie"
-
-
-def queued_ms(fn, reps):
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / reps
 
 
 def measure(shapes, rounds, reps, deadline, modes=MODES):

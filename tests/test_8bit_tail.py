@@ -152,7 +152,7 @@ def test_c_side():
             in CAPI)
     assert "if (a->workspace_bytes < l.total) l = q8_layout(" in CAPI and "a->head_dim, false);" in CAPI
     assert "g_q8_last_tail_splits = -1;" in CAPI and "g_q8_last_tail_splits = l.tail.splits;" in CAPI
-    assert "combine_kernel<kD, kFp16><<<" in CAPI
+    assert "return launch_combine<kD, kFp16>(a, p.ws_o, p.ws_ml," in CAPI  # capi.cu's merge launch, shared
 
 
 def test_set_tail_validates_reaches_the_library_and_needs_it():
