@@ -246,10 +246,6 @@ int allow_smem(Kernel kernel, size_t smem) {
   return e == cudaSuccess ? 0 : fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
 }
 
-// kCausal: the causal build (flash_fwd.cuh, tile_work), a.causal picking the alignment. Causal launches have no tail
-// launch: with the workspace their CTAs take tiles from a counter, heaviest first (next_causal_tile), so they end
-// within a light tile of each other; without it, the static order (heaviest first within each head, snaking across
-// the CTAs: local_tile).
 // The tail launch's merge (combine.cuh): `tiles` tiles of block_m rows, `splits` key ranges each, whose partials
 // lie at ws_o / ws_ml, into the caller's O and LSE; the bf16 path's (launch_built) and the 8-bit path's
 // (capi_8bit.cuh). head_dim: the caller's (the workspace's padded columns are not written).
@@ -257,6 +253,7 @@ template <int kHeadDim, bool kFp16>
 int launch_combine(const VidattnFwdArgs& a, const float* ws_o, const float* ws_ml, int seqlen_q, int heads,
                    int num_m_blocks, int tile_base, int block_m, int splits, int64_t tiles, int head_dim,
                    cudaStream_t stream, const char* what) {
+  using namespace vidattn::sm90;
   CombineParams c{};
   c.ws_o = ws_o;
   c.ws_ml = ws_ml;
@@ -277,6 +274,10 @@ int launch_combine(const VidattnFwdArgs& a, const float* ws_o, const float* ws_m
   return check_launch(what);
 }
 
+// kCausal: the causal build (flash_fwd.cuh, tile_work), a.causal picking the alignment. Causal launches have no tail
+// launch: with the workspace their CTAs take tiles from a counter, heaviest first (next_causal_tile), so they end
+// within a light tile of each other; without it, the static order (heaviest first within each head, snaking across
+// the CTAs: local_tile).
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kCausal = false>
 int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   using namespace vidattn::sm90;
