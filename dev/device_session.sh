@@ -914,6 +914,8 @@ P32)
   build_lib
   mkdir -p "$OUT/p32"
   gpu_pytest p32/tail_gpu.log 150 tail_gpu -m gpu tests/test_8bit_tail_gpu.py tests/test_8bit_gpu.py
+  # The bf16 tail's merge goes through the launch it now shares with the 8-bit one (capi.cu launch_combine).
+  gpu_pytest p32/bf16_tail.log 90 bf16_tail -m gpu tests/test_kernel_gpu.py -k "tail or last_round"
   timeout 60 python3 tests/sanitizer_cases.py --only "tail kv_lens" > "$OUT/p32/san_plain.log" 2>&1
   rc[san_plain]=$?; tail -1 "$OUT/p32/san_plain.log"
   for tool in memcheck synccheck; do
