@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "capi.h"
@@ -72,6 +73,28 @@ int fail(const std::string& msg) {
 #define VIDATTN_TAIL_MIN_TILE_BLOCKS 12
 #endif
 
+// kv_lens calls (dev/NOTES.md "The tail launch with kv_lens"): each range takes its key blocks from its own batch's
+// kv_len (flash_fwd.cuh, tile_work), so a short batch's range can hold none. Such an item loads Q, runs no block and
+// stores (max -inf, sum 0, O 0), which combine_kernel weighs 0; kv_lens are >= 1 (attention.py), so every row has a
+// range with keys. The plan reads the padded key length, an upper bound of each batch's work. 1 splits kv_lens calls
+// as any other, 0 keeps them on the plain schedule; vidattn_sm90_set_tail_kv_lens or VIDATTN_TAIL_KV_LENS (read once)
+// at run time. The 8-bit path's mode 2 measured +1.9-2.1% a call on padded HunyuanVideo 1.5 and Mochi (call P32).
+#ifndef VIDATTN_TAIL_KV_LENS
+#define VIDATTN_TAIL_KV_LENS 1
+#endif
+static_assert(VIDATTN_TAIL_KV_LENS == 0 || VIDATTN_TAIL_KV_LENS == 1, "VIDATTN_TAIL_KV_LENS: 0 or 1");
+int g_tail_kv_lens = -1;  // -1: the build's default (or the environment's); 0, 1: forced
+
+bool tail_kv_lens() {
+  static const int env = [] {
+    const char* e = std::getenv("VIDATTN_TAIL_KV_LENS");
+    if (e == nullptr || *e == 0) return VIDATTN_TAIL_KV_LENS;
+    const int v = std::atoi(e);
+    return v == 0 || v == 1 ? v : VIDATTN_TAIL_KV_LENS;
+  }();
+  return (g_tail_kv_lens < 0 ? env : g_tail_kv_lens) != 0;
+}
+
 struct TailPlan {
   int64_t tiles = 0;  // tiles of the last round run as key ranges (0: no tail launch)
   int splits = 1;
@@ -87,8 +110,7 @@ template <int kHeadDim, int kWGs, int kBN>
 TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
   using T = vidattn::sm90::FwdTraits<kHeadDim, kWGs, kBN>;
   TailPlan plan;
-  // kv_lens: ranges of a short batch would hold no keys; the rare ragged launch keeps the plain schedule.
-  if (!VIDATTN_TAIL_LAUNCH || a.kv_lens != nullptr || a.workspace == nullptr) return plan;
+  if (!VIDATTN_TAIL_LAUNCH || (a.kv_lens != nullptr && !tail_kv_lens()) || a.workspace == nullptr) return plan;
   const int64_t r = tiles % sms;
   if (r == 0) return plan;
   const int64_t blocks = (a.seqlen_kv + T::kBlockN - 1) / T::kBlockN;
@@ -553,6 +575,14 @@ extern "C" uint64_t vidattn_sm90_workspace_bytes(void) {
 }
 
 extern "C" int vidattn_sm90_last_tail_splits(void) { return g_last_tail_splits; }
+
+extern "C" int vidattn_sm90_set_tail_kv_lens(int mode) {
+  if (mode < -1 || mode > 1) return 1;
+  g_tail_kv_lens = mode;
+  return 0;
+}
+
+extern "C" int vidattn_sm90_tail_kv_lens(void) { return tail_kv_lens() ? 1 : 0; }
 
 extern "C" int vidattn_sm90_last_block_n(void) { return g_last_block_n; }
 

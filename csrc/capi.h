@@ -71,6 +71,10 @@ int vidattn_sm90_last_q_box_rows(void);
 uint64_t vidattn_sm90_workspace_bytes(void);
 // Key ranges per tile of the tail launch of this thread's last vidattn_sm90_fwd call (0: it had none). For tests.
 int vidattn_sm90_last_tail_splits(void);
+// Whether kv_lens calls take the tail launch in later calls: 1 (the default) or 0 (the plain schedule), -1 the build's
+// default or VIDATTN_TAIL_KV_LENS; returns nonzero for another value. vidattn_sm90_tail_kv_lens: the mode in force.
+int vidattn_sm90_set_tail_kv_lens(int mode);
+int vidattn_sm90_tail_kv_lens(void);
 // The causal modes vidattn_sm90_fwd takes (VidattnFwdArgs::causal up to this value): 2. Libraries that predate the
 // field lack the symbol (vidattn/_ext.py then runs causal calls on SDPA).
 int vidattn_sm90_causal_modes(void);

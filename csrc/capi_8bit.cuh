@@ -136,12 +136,12 @@ thread_local int g_q8_last_cvt = -1;
 // build), `splits` per tile, whose partials combine_kernel (combine.cuh, the bf16 tail launch's) merges. Where r x
 // splits passes the SMs the ranges run in several short rounds: the plan weighs them (q8_plan_tail). Built for the
 // default builds only (D=128 schedule 3 with v12, D=64 schedule 1 with mode 1 and conversion 1); prep mode 2 keeps
-// the plain launch. 1 plans a tail launch for calls without kv_lens, 2 with kv_lens too (dev/NOTES_8bit.md "v18b":
-// each range's blocks come from its batch's kv_len in the kernel, so a short batch's range can hold none; its partial
-// is then (max -inf, sum 0), which combine_kernel weighs 0), 0 never; forced by vidattn_q8_set_tail or
-// VIDATTN_Q8_TAIL (read once).
+// the plain launch. 2 (the default since call P32) plans a tail launch for calls with or without kv_lens
+// (dev/NOTES_8bit.md "v18b": each range's blocks come from its batch's kv_len in the kernel, so a short batch's range
+// can hold none; its partial is then (max -inf, sum 0), which combine_kernel weighs 0), 1 for calls without kv_lens
+// only, 0 never; forced by vidattn_q8_set_tail or VIDATTN_Q8_TAIL (read once).
 #ifndef VIDATTN_Q8_TAIL
-#define VIDATTN_Q8_TAIL 1
+#define VIDATTN_Q8_TAIL 2
 #endif
 static_assert(VIDATTN_Q8_TAIL >= 0 && VIDATTN_Q8_TAIL <= 2, "the tail launch: 0 (never), 1, or 2 (kv_lens too)");
 int g_q8_tail = -1;                           // -1: the default; 0, 1, 2: forced

@@ -189,6 +189,13 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P34 [budget_s] # after P33: the tail launch's settings in whole forwards
+#                                             # (dev/settings_e2e.py, 480x848x61, paired rounds beside SDPA): 8-bit
+#                                             # tail=1 against 2 on HunyuanVideo 1.5 and Mochi, exact tkv=0 against 1
+#                                             # on HunyuanVideo 1.5
+#   bash dev/device_session.sh P33 [budget_s] # mode 2 the 8-bit default, the exact kernel's tail launch with kv_lens
+#                                             # (dev/NOTES.md): its GPU tests and sanitizer cases, its A/B on the
+#                                             # padded shapes, then the whole GPU suite
 #   bash dev/device_session.sh P32 [budget_s] # v18b (the 8-bit tail launch with kv_lens, mode 2): GPU tests,
 #                                             # sanitizer cases, the A/B of mode 1 against 2 on padded shapes
 #   bash dev/device_session.sh P31 [budget_s] # after P30: the whole GPU suite again
@@ -905,6 +912,40 @@ P30)
   gpu_pytest p30/gpu_all.log 240 gpu_all -m gpu tests/
   wan_8bit_reports
   tar_dirs p30 e2e14 e2e13
+  ;;
+P33)
+  # dev/NOTES_8bit.md "Call P32" (the 8-bit build default became 2) and dev/NOTES.md "The tail launch with kv_lens"
+  # (the exact kernel's kv_lens calls split too, the build default 1 until this call says otherwise).
+  build_lib
+  mkdir -p "$OUT/p33"
+  gpu_pytest p33/tail_gpu.log 120 tail_gpu -m gpu tests/test_kernel_gpu.py tests/test_8bit_tail_gpu.py -k "tail"
+  timeout 60 python3 tests/sanitizer_cases.py --only "tail kv_lens" > "$OUT/p33/san_plain.log" 2>&1
+  rc[san_plain]=$?; tail -1 "$OUT/p33/san_plain.log"
+  for tool in memcheck synccheck; do
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 1 python3 tests/sanitizer_cases.py \
+      --only "tail kv_lens" > "$OUT/p33/san_$tool.log" 2>&1; rc[san_$tool]=$?
+    grep -E "ERROR SUMMARY" "$OUT/p33/san_$tool.log" | tail -1; tail -1 "$OUT/p33/san_$tool.log"
+  done
+  OUT=$OUT/p33 timeout 150 python3 dev/q8_tail_ab.py --path exact --modes 0 1 --shapes "HunyuanVideo 1.5 padded" \
+    "Mochi padded" --rounds ${ROUNDS:-6} --reps 12 --budget 100 > "$OUT/p33/ab_exact.log" 2>&1; rc[ab_exact]=$?
+  sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
+  gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
+  tar_dirs p33
+  ;;
+P34)
+  # Whole forwards, one model per family in one process, setting A against B (A B B A ...) beside SDPA.
+  build_lib
+  mkdir -p "$OUT/p34"
+  for item in ${ITEMS:-8bit:hunyuan_video15:tail 8bit:mochi:tail exact:hunyuan_video15:tkv}; do
+    IFS=: read -r path fam key <<< "$item"
+    [ "$(left)" -gt 90 ] || { echo "$item: left out ($(left) s left)"; continue; }
+    if [ "$key" = tail ]; then a="tail=1"; b="tail=2"; else a="tkv=0"; b="tkv=1"; fi
+    OUT="$OUT/p34/${path}_$fam" timeout $(( $(left) - 15 < 200 ? $(left) - 15 : 200 )) python3 dev/settings_e2e.py \
+      --path "$path" --a $a --b $b --family "$fam" --height 480 --width 848 --frames 61 --rounds ${ROUNDS:-6} \
+      --sdpa 2 > "$OUT/p34/${path}_$fam.log" 2>&1; rc[${path}_$fam]=$?
+    grep -E "^checks|saves|rror" "$OUT/p34/${path}_$fam.log" | tail -3; sed -n '/^| /p' "$OUT/p34/${path}_$fam.log"
+  done
+  tar_dirs p34
   ;;
 P32)
   # dev/NOTES_8bit.md "v18b: the tail launch with kv_lens" (mode 2, not the default): the tail's GPU tests (mode 2's

@@ -1,12 +1,12 @@
-"""What the in-process forward A/Bs (dev/settings_e2e.py, dev/norm_rope_e2e.py) share: one Wan model built with
-random weights at a video size, and SDPA's forwards on it for the speedups beside each setting."""
+"""What the in-process forward A/Bs (dev/settings_e2e.py, dev/norm_rope_e2e.py) share: one registry family's model
+built with random weights at a video size, and SDPA's forwards on it for the speedups beside each setting."""
 from __future__ import annotations
 
 import time
 
 
-def build_wan(family: str, height: int, width: int, frames: int):
-    """(built, info, device): scripts/pipelines' registry model on the GPU in bf16, seed 0; prints what it built."""
+def build_model(family: str, height: int, width: int, frames: int):
+    """(built, info, device): pipelines' registry model on the GPU in bf16, seed 0; prints what it built."""
     import torch
     from pipelines import registry
 
@@ -16,7 +16,7 @@ def build_wan(family: str, height: int, width: int, frames: int):
     built = registry.build(family, "default", device=dev, dtype=torch.bfloat16, seed=0, size=size)
     info = built.info()
     print(f"built {family} in {time.perf_counter() - t0:.1f} s: {info['tokens']} tokens, "
-          f"{info['heads']} heads x {info['head_dim']}, {len(built.model.blocks)} blocks", flush=True)
+          f"{info['heads']} heads x {info['head_dim']}, {info['layers']}", flush=True)
     return built, info, dev
 
 

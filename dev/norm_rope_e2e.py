@@ -44,12 +44,12 @@ def main(argv=None) -> int:
         return 2
 
     from fidelity_8bit import attention_path
-    from e2e_common import build_wan, sdpa_forwards
+    from e2e_common import build_model, sdpa_forwards
     from pipelines.measure import timed_call
     from vidattn import rotary
     from vidattn.envinfo import run_metadata
 
-    built, info, dev = build_wan(args.family, args.height, args.width, args.frames)
+    built, info, dev = build_model(args.family, args.height, args.width, args.frames)
 
     launches = {"n": 0}
     real_launch = rotary._norm_launch

@@ -6,6 +6,10 @@ round.
     python3 dev/q8_tail_ab.py [--rounds 6] [--reps 12] [--budget 150] [--shapes "Wan 1.3B self" LTX ...]
     python3 dev/q8_tail_ab.py --modes 1 2 --shapes "HunyuanVideo 1.5 padded" "Mochi padded"   # v18b: kv_lens
 
+    python3 dev/q8_tail_ab.py --path exact --modes 0 1 --shapes "HunyuanVideo 1.5 padded" "Mochi padded"
+
+`--path exact` times the exact (bf16) kernel instead, its modes those of vidattn._ext.set_tail_kv_lens (0: kv_lens
+calls on the plain schedule, 1: in the tail launch; dev/NOTES.md "The tail launch with kv_lens"); the rest as below.
 `--modes A B` (default 0 1): the two quant8.set_tail modes compared, A the plain side of the ratio. Mode 2 ("v18b")
 also splits calls with kv_lens, which mode 1 runs plain: the "padded" shapes are batch-1 calls with the key padding
 HunyuanVideo 1.5's and Mochi's processors pass as kv_lens (the text's padding: the lengths below are assumptions,
@@ -35,7 +39,7 @@ sys.path.insert(0, HERE)
 import q8_check as qc  # noqa: E402
 from q8_selector_ab import queued_ms  # noqa: E402 - calls queued back to back between two events
 import vidattn  # noqa: E402
-from vidattn import quant8  # noqa: E402
+from vidattn import _ext, quant8  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
 DEV = torch.device("cuda")
@@ -50,6 +54,9 @@ SHAPES = [("Wan 1.3B self", 1, 12, 32760, 32760, 128), ("LTX", 1, 32, 24576, 245
           ("HunyuanVideo 1.5 padded", 1, 16, 27425, 27425, 128, 26925),
           ("Mochi padded", 1, 24, 22230, 22230, 128, 21974)]
 MODES = (0, 1)
+# Per path: (the mode setter, the plan reader, vidattn.attention's precision, the modes it takes).
+PATHS = {"8bit": (quant8.set_tail, quant8.last_tail_splits, "8bit", tuple(m for m in quant8.TAIL_MODES if m >= 0)),
+         "exact": (_ext.set_tail_kv_lens, _ext.last_tail_splits, "exact", (0, 1))}
 
 
 def rule(ratios):
@@ -64,7 +71,8 @@ def rule(ratios):
     return "tie"
 
 
-def measure(shapes, rounds, reps, deadline, modes=MODES):
+def measure(shapes, rounds, reps, deadline, modes=MODES, path="8bit"):
+    set_mode, last_splits, precision, _ = PATHS[path]
     quant8.SHORT_KV_EXACT_MAX = 0
     rows = []
     for name, b, h, sq, skv, d, *kv_len in shapes:
@@ -79,9 +87,9 @@ def measure(shapes, rounds, reps, deadline, modes=MODES):
                "device_ms": {}}
         lses = {}
         for m in modes:
-            quant8.set_tail(m)
-            out, lse = vidattn.attention(q, k, v, kv_lens=lens, precision="8bit", return_lse=True)
-            row["splits"][m] = quant8.last_tail_splits()
+            set_mode(m)
+            out, lse = vidattn.attention(q, k, v, kv_lens=lens, precision=precision, return_lse=True)
+            row["splits"][m] = last_splits()
             row["rel_l2"][m] = qc.rel_l2(out[:, sel], o_ref)
             row["lse_max_abs_vs_fp64"][m] = float((lse[:, :, sel].double() - lse_ref).abs().max())
             lses[m] = lse
@@ -97,17 +105,18 @@ def measure(shapes, rounds, reps, deadline, modes=MODES):
             break
         for row, (q, k, v, lens) in rows:
             for m in (modes if r % 2 == 0 else modes[::-1]):
-                quant8.set_tail(m)
-                fn = lambda: vidattn.attention(q, k, v, kv_lens=lens, precision="8bit")  # noqa: E731
+                set_mode(m)
+                fn = lambda: vidattn.attention(q, k, v, kv_lens=lens, precision=precision)  # noqa: E731
                 row["synced_ms"].setdefault(m, []).append(qc.bench_ms(fn, reps))
                 row["queued_ms"].setdefault(m, []).append(queued_ms(fn, reps))
                 row["device_ms"].setdefault(m, []).append(sum(qc.kernel_times(fn, 3).values()))
-    quant8.set_tail(-1)
+    set_mode(-1)
     return [row for row, _ in rows]
 
 
-def table(rows, modes=MODES):
-    print(f"== 8-bit tail launch A/B, modes {modes[0]} against {modes[1]}: TFLOPS synced per call | queued | from "
+def table(rows, modes=MODES, path="8bit"):
+    what = "8-bit tail launch" if path == "8bit" else "exact tail launch with kv_lens"
+    print(f"== {what} A/B, modes {modes[0]} against {modes[1]}: TFLOPS synced per call | queued | from "
           f"the device time (pre-pass and every launch); rel L2 vs fp64; per-round synced ratios "
           f"{modes[0]} / {modes[1]} ==")
     a_m, b_m = modes
@@ -136,10 +145,14 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=12)
     ap.add_argument("--budget", type=float, default=150.0, help="seconds from the start; no round starts after it")
     ap.add_argument("--shapes", nargs="+", default=None, help="names from SHAPES (default: all)")
+    ap.add_argument("--path", choices=sorted(PATHS), default="8bit",
+                    help="the 8-bit path's tail modes (quant8.set_tail) or the exact kernel's kv_lens switch "
+                         "(_ext.set_tail_kv_lens); default 8bit")
     ap.add_argument("--modes", nargs=2, type=int, default=list(MODES), metavar=("A", "B"),
-                    choices=[m for m in quant8.TAIL_MODES if m >= 0],
-                    help="the set_tail modes compared, A / B in the ratios (default 0 1)")
+                    help="the modes compared, A / B in the ratios (default 0 1)")
     a = ap.parse_args(argv)
+    if any(m not in PATHS[a.path][3] for m in a.modes):
+        ap.error(f"--modes: the {a.path} path's modes are {PATHS[a.path][3]}, got {a.modes}")
     names = [s[0] for s in SHAPES]
     if a.shapes and any(s not in names for s in a.shapes):
         ap.error(f"--shapes: names from {names}")
@@ -148,12 +161,12 @@ def main(argv=None):
         ap.error(f"--modes: two different modes, got {a.modes}")
     shapes = [s for s in SHAPES if not a.shapes or s[0] in a.shapes]
     t0 = time.time()
-    rows = measure(shapes, a.rounds, a.reps, t0 + a.budget, modes)
-    table(rows, modes)
-    res = {"rows": rows, "modes": list(modes), "rounds": a.rounds, "reps": a.reps,
+    rows = measure(shapes, a.rounds, a.reps, t0 + a.budget, modes, a.path)
+    table(rows, modes, a.path)
+    res = {"rows": rows, "path": a.path, "modes": list(modes), "rounds": a.rounds, "reps": a.reps,
            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "commit": os.environ.get("VIDATTN_GIT_COMMIT", "unknown")}
-    with open(os.path.join(OUT, "q8_tail_ab.json"), "w") as fh:
+    with open(os.path.join(OUT, "q8_tail_ab.json" if a.path == "8bit" else "tail_kv_lens_ab.json"), "w") as fh:
         json.dump(res, fh, indent=1, default=str)
     print(f"q8_tail_ab done in {time.time() - t0:.0f} s", flush=True)
 

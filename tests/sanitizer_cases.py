@@ -87,6 +87,11 @@ CASES = [
     Case("tail launch small", 1, "sms+1", 100, 1536, 128, expect=("tail",)),
     Case("lone tile split", 1, 1, 100, 2200, 128, expect=("tail",)),
     Case("lone tile split N=176", 1, 1, 100, 2200, 128, torch.float16, block_n=176, expect=("tail", "block_n=176")),
+    # kv_lens in the tail launch (capi.cu, tail_kv_lens): all tail, batches of 1 and 129 keys leave ranges without a
+    # key, whose items store (max -inf, sum 0) for the merge to weigh 0.
+    Case("tail kv_lens with empty ranges", 4, 3, 300, 4097, 128, kv_lens=[4097, 1, 129, 2500], expect=("tail",)),
+    Case("d64 tail kv_lens with empty ranges", 4, 3, 300, 4097, 64, torch.float16, "bhsd",
+         kv_lens=[1, 4097, 129, 2500], expect=("tail",)),
     # The D=128 long-key build (N=176), tail-heavy with ragged kv_lens.
     Case("N=176 tails+ragged", 2, 3, 129, 777, 128, kv_lens=[777, 259], block_n=176, expect=("block_n=176",)),
     # Several tiles per CTA with two Q buffers: O stored behind the next tile's S_0, which rides in the last P V's
@@ -122,14 +127,16 @@ CASES = [
          expect=("q8_wgs=2",), offset=0.0),
     Case("8bit d128 key offset", 1, 2, 129, 300, 128, torch.float16, precision="8bit", offset=1.0),
     # The 8-bit tail launch (csrc/capi_8bit.cuh, q8_plan_tail): a main launch of one full round on the 1-D grid, its
-    # last tile as key ranges, merged; a lone tile split at D=64 (no main launch); kv_lens keep the plain launch.
+    # last tile as key ranges, merged; a lone tile split at D=64 (no main launch); kv_lens keep the plain launch in
+    # mode 1.
     Case("8bit d128 tail launch", 1, "sms+1", 100, 2200, 128, precision="8bit", expect=("q8 tail",), offset=0.0,
          small=False),
     Case("8bit d64 lone tile split", 1, 1, 100, 2200, 64, torch.float16, "bhsd", precision="8bit",
          expect=("q8 tail",), offset=0.0),
-    Case("8bit d128 ragged keeps the plain launch", 2, 1, 100, 2200, 128, kv_lens=[2200, 1000], precision="8bit",
-         expect=("q8 no tail",), offset=0.0),
-    # Mode 2 (v18b): kv_lens calls split too; batches of 1 and 129 keys leave most of their ranges without a key.
+    Case("8bit d128 ragged in mode 1 keeps the plain launch", 2, 1, 100, 2200, 128, kv_lens=[2200, 1000],
+         precision="8bit", expect=("q8 no tail",), offset=0.0, q8_tail=1),
+    # Mode 2 (v18b, the default since call P32): kv_lens calls split too; batches of 1 and 129 keys leave most of
+    # their ranges without a key.
     Case("8bit tail kv_lens with empty ranges", 3, 2, 100, 2200, 128, kv_lens=[2200, 1, 129], precision="8bit",
          expect=("q8 tail",), offset=0.0, q8_tail=2),
     Case("8bit d64 tail kv_lens with empty ranges", 3, 2, 100, 2200, 64, torch.float16, "bhsd", kv_lens=[700, 129, 1],

@@ -140,10 +140,10 @@ def test_kernel_source():
 
 
 def test_c_side():
-    """On by default for calls without kv_lens (1); the setter's range and the environment variable (2 takes kv_lens
-    calls too); split twins only for the default builds; kv_lens calls keep the plain launch below mode 2, prep mode
+    """On by default for every call (2; 1 leaves kv_lens calls out); the setter's range and the environment
+    variable; split twins only for the default builds; kv_lens calls keep the plain launch below mode 2, prep mode
     2 always; a workspace sized without the tail keeps it too; the last launch's ranges reset per call."""
-    assert "#define VIDATTN_Q8_TAIL 1" in CAPI
+    assert "#define VIDATTN_Q8_TAIL 2" in CAPI
     assert 'extern "C" int vidattn_q8_set_tail(int mode)' in CAPI and "if (mode < -1 || mode > 2) return 1;" in CAPI
     assert 'std::getenv("VIDATTN_Q8_TAIL")' in CAPI and "return v >= 0 && v <= 2 ? v : VIDATTN_Q8_TAIL;" in CAPI
     assert "(kD == 128 && kTurns == 2 && kCvt == 2 && kDescInc == 2 && kV12 == 1 && !kSumMma)" in CAPI
@@ -192,6 +192,9 @@ def test_ab_driver_rule():
     padded = [s for s in ab.SHAPES if len(s) == 7]
     assert padded and all(s[1] == 1 and 0 < s[6] < s[4] for s in padded)
     assert all(tail_plan(*s[1:5])[0] > 0 for s in padded)
-    for bad in (["--modes", "1", "1"], ["--modes", "1", "3"], ["--shapes", "nope"]):
+    for bad in (["--modes", "1", "1"], ["--modes", "1", "3"], ["--shapes", "nope"],
+                ["--path", "exact", "--modes", "1", "2"], ["--path", "bf16"]):
         with pytest.raises(SystemExit):
             ab.main(bad)
+    assert ab.PATHS["exact"][2] == "exact" and ab.PATHS["exact"][3] == (0, 1)
+    assert ab.PATHS["8bit"][3] == (0, 1, 2)

@@ -116,18 +116,21 @@ def test_repeats_bit_for_bit(d):
 
 @pytest.mark.parametrize("d", [128, 64])
 def test_plain_launch_where_asked_or_needed(d):
-    """set_tail(0); kv_lens below mode 2 (the default, 1, is measured without them); prep mode 2 (Q quantized by the
-    attention kernel, whose producer fills the first stages of block 0): the plain launch, reported as 0 ranges."""
+    """set_tail(0); kv_lens in mode 1; prep mode 2 (Q quantized by the attention kernel, whose producer fills the
+    first stages of block 0): the plain launch, reported as 0 ranges. The default (2) splits kv_lens calls."""
     seed = int(torch.randint(0, 1 << 20, ()).item())
     q, k, v = (base.randn(2, n, 3, d, seed=seed + i) for i, n in enumerate((300, 2049, 2049)))
     assert planned(q, k) >= 2
     quant8.set_tail(0)
     base.check(q, k, v, seed=seed)
     assert quant8.last_tail_splits() == 0
-    quant8.set_tail(-1)
+    quant8.set_tail(1)
     lens = torch.tensor([2049, 700], dtype=torch.int32, device=DEV)
     base.check(q, k, v, kv_lens=lens, lse=True, seed=seed)
     assert quant8.last_tail_splits() == 0
+    quant8.set_tail(-1)
+    base.check(q, k, v, kv_lens=lens, lse=True, seed=seed)
+    assert quant8.last_tail_splits() == planned(q, k)
     quant8.set_prep(2)
     base.check(q, k, v, seed=seed)
     assert quant8.last_tail_splits() == 0 and quant8.last_prep() == 2

@@ -116,3 +116,42 @@ def test_rope_head_dim_bound_is_the_one_capi_rope_enforces():
     src = (CAPI_H.parent / "capi_rope.cuh").read_text()
     bounds = re.findall(r"a->head_dim > (\d+) \|\|", src)
     assert bounds == [str(rotary.MAX_HEAD_DIM)]
+
+
+def test_tail_kv_lens_switch():
+    """kv_lens calls in the bf16 tail launch (csrc/capi.cu, tail_kv_lens): on by default, a run-time setter that takes
+    -1..1 and refuses the rest, the environment variable read once, and the plan's gate; _ext's wrapper validates
+    before it calls and names a library that predates the switch."""
+    import pytest
+
+    src, h = CAPI_CU.read_text(), CAPI_H.read_text()
+    assert "#define VIDATTN_TAIL_KV_LENS 1" in src
+    assert 'std::getenv("VIDATTN_TAIL_KV_LENS")' in src and "return v == 0 || v == 1 ? v : VIDATTN_TAIL_KV_LENS;" in src
+    assert "(a.kv_lens != nullptr && !tail_kv_lens())" in src
+    assert 'extern "C" int vidattn_sm90_set_tail_kv_lens(int mode) {\n  if (mode < -1 || mode > 1) return 1;' in src
+    assert "int vidattn_sm90_set_tail_kv_lens(int mode);" in h and "int vidattn_sm90_tail_kv_lens(void);" in h
+
+    class Lib:
+        def __init__(self):
+            self.mode = -1
+
+        def vidattn_sm90_set_tail_kv_lens(self, mode):
+            if mode < -1 or mode > 1:
+                return 1
+            self.mode = mode
+            return 0
+
+        def vidattn_sm90_tail_kv_lens(self):
+            return 1 if self.mode != 0 else 0
+
+    lib = Lib()
+    _ext.set_tail_kv_lens(0, lib)
+    assert lib.mode == 0 and _ext.tail_kv_lens(lib) == 0
+    _ext.set_tail_kv_lens(-1, lib)
+    assert _ext.tail_kv_lens(lib) == 1
+    for bad in (2, -2, True, 1.0, "1"):
+        with pytest.raises(ValueError, match="set_tail_kv_lens"):
+            _ext.set_tail_kv_lens(bad, lib)
+    assert lib.mode == -1
+    with pytest.raises(RuntimeError, match="predates the tail launch with kv_lens"):
+        _ext.set_tail_kv_lens(1, object())

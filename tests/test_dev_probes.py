@@ -477,15 +477,20 @@ def test_device_session_stage_letters_are_unique_and_documented():
 
 def test_settings_e2e_parses_and_refuses():
     """dev/settings_e2e.py's KEY=VALUE settings: the known selectors as integers; unknown or repeated keys, missing
-    values and equal settings are refused before any model is built."""
+    values, equal settings and a family the registry does not know are refused before any model is built."""
     mod = load_script(ROOT / "dev" / "settings_e2e.py", importable=True)
     assert mod.parse_setting(["v12=2", "nr=3"]) == {"v12": 2, "nr": 3} and mod.parse_setting([]) == {}
+    assert mod.parse_setting(["tail=1"]) == {"tail": 1} and mod.parse_setting(["tkv=0"]) == {"tkv": 0}
     assert mod.describe({"v12": 2, "nr": 3}) == "nr=3 v12=2" and mod.describe({}) == "defaults"
     for bad in (["v13=1"], ["v12"], ["v12=x"], ["v12=1", "v12=2"]):
         with pytest.raises(ValueError, match="setting"):
             mod.parse_setting(bad)
     with pytest.raises(SystemExit):
         mod.main(["--a", "v12=1", "--b", "v12=1"])
+    with pytest.raises(SystemExit):
+        mod.main(["--a", "tail=1", "--b", "tail=2", "--family", "no_such_family"])
+    with pytest.raises(SystemExit):
+        mod.main(["--path", "bf16", "--a", "tkv=0", "--b", "tkv=1"])
 
 
 def test_norm_rope_once_refuses_cleanly_without_a_gpu():

@@ -429,30 +429,79 @@ def expected_tail_splits(tiles: int, skv: int, d: int, sms: int) -> int:
     return splits if splits >= 2 else 0
 
 
-@pytest.mark.parametrize("case", ["one-tile-tail", "four-tile-tail-fp16", "fewer-tiles-than-sms", "ragged-no-tail"])
+@pytest.mark.parametrize("case", ["one-tile-tail", "four-tile-tail-fp16", "fewer-tiles-than-sms", "ragged"])
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
 def test_tail_launch(d, case):
     """The tail launch engages as planned (vidattn_sm90_last_tail_splits) and its key ranges merge into the right
     output: accuracy against fp64 and cuDNN, the LSE, bitwise repeatability. Problems of fewer tiles than SMs run
-    wholly as key ranges; a launch with kv_lens keeps the plain schedule."""
+    wholly as key ranges; a launch with kv_lens splits as the padded shape plans (the default), or keeps the plain
+    schedule under set_tail_kv_lens(0)."""
     from vidattn import _ext
     sms = torch.cuda.get_device_properties(DEV).multi_processor_count
     dtype = torch.float16 if case.endswith("fp16") else torch.bfloat16
     b, h, sq, skv = {"one-tile-tail": (1, sms + 1, 100, 4224), "four-tile-tail-fp16": (1, sms + 4, 64, 2000),
-                     "fewer-tiles-than-sms": (1, 2, 1000, 3000), "ragged-no-tail": (2, 3, 1000, 3000)}[case]
+                     "fewer-tiles-than-sms": (1, 2, 1000, 3000), "ragged": (2, 3, 1000, 3000)}[case]
     g, seed = new_gen()
     q, k, v = make_qkv(b, h, sq, skv, d, dtype, "bshd", g, True)
     what = f"tail launch {case}: B{b} H{h} {sq}x{skv} D{d} {dtype} seed={seed}"
     block_m = 192 if getattr(d, "wgs", 2) == 3 else 128
     tiles = b * h * -(-sq // block_m)
-    if case == "ragged-no-tail":
-        check_case(q, k, v, kv_lens=torch.tensor([skv, skv // 3], dtype=torch.int32, device=DEV), what=what)
-        assert _ext.last_tail_splits() == 0, what
-        return
-    check_accurate_lse_repeatable(q, k, v, what)
     want = expected_tail_splits(tiles, skv, d, sms)
     assert want >= 2, f"{what}: the case should plan a tail launch"
+    if case == "ragged":
+        lens = torch.tensor([skv, skv // 3], dtype=torch.int32, device=DEV)
+        check_case(q, k, v, kv_lens=lens, what=what)
+        assert _ext.last_tail_splits() == want, what
+        _ext.set_tail_kv_lens(0)
+        try:
+            check_case(q, k, v, kv_lens=lens, what=f"{what} (tail kv_lens 0)")
+            assert _ext.last_tail_splits() == 0, what
+        finally:
+            _ext.set_tail_kv_lens(-1)
+        return
+    check_accurate_lse_repeatable(q, k, v, what)
     assert _ext.last_tail_splits() == want, what
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+def test_tail_launch_kv_lens_empty_ranges(d):
+    """kv_lens calls in the tail launch (csrc/capi.cu, tail_kv_lens): every tile in the tail, batches of 4097, 1, 129
+    and 2500 keys, so that the short batches' first ranges hold no key (such an item stores max -inf, sum 0 and
+    weighs nothing in the merge). Outputs and LSE handed out in NaN-poisoned allocator blocks; accuracy against fp64
+    and cuDNN, the LSE, bitwise repeatability; then the same call on the plain schedule (set_tail_kv_lens(0))."""
+    from vidattn import _ext
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    g, seed = new_gen()
+    b, h, sq, skv = 4, 3, 300, 4097
+    q, k, v = make_qkv(b, h, sq, skv, d, torch.bfloat16, "bshd", g, True)
+    lens = torch.tensor([4097, 1, 129, 2500], dtype=torch.int32, device=DEV)
+    what = f"tail kv_lens: B{b} H{h} {sq}x{skv} D{d} lens {lens.tolist()} seed={seed}"
+    block_m = 192 if getattr(d, "wgs", 2) == 3 else 128
+    tiles = b * h * -(-sq // block_m)
+    assert tiles < sms, what  # all tail: no main launch
+    want = expected_tail_splits(tiles, skv, d, sms)
+    assert want >= 2, f"{what}: the case should plan a tail launch"
+    # a batch of n key blocks leaves ranges r < s with (r + 1) n // s == r n // s empty: batch 1 (one block) all but one
+    assert sum((r + 1) // want == r // want for r in range(want)) >= 1, what
+    assert_kernel_ran(q, k, v, "bshd", None, lens)
+    junk = [torch.full_like(q, float("nan")), torch.full((b, h, sq), float("nan"), device=DEV)]
+    del junk  # back to the caching allocator, NaN still in them
+    out, lse = vidattn.attention(q, k, v, layout="bshd", kv_lens=lens, return_lse=True)
+    assert _ext.last_tail_splits() == want, what
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all(), f"{what}: NaN/inf in the output or LSE"
+    ref, ref_lse = reference(q, k, v, "bshd", None, lens)
+    assert_accurate(out, ref, sdpa(q, k, v, "bshd", None, lens), what)
+    assert (lse.double() - ref_lse).abs().max().item() < LSE_ATOL, what
+    out2, lse2 = vidattn.attention(q, k, v, layout="bshd", kv_lens=lens, return_lse=True)
+    assert torch.equal(out, out2) and torch.equal(lse, lse2), f"{what}: two runs differ bitwise"
+    _ext.set_tail_kv_lens(0)
+    try:
+        out0, lse0 = vidattn.attention(q, k, v, layout="bshd", kv_lens=lens, return_lse=True)
+        assert _ext.last_tail_splits() == 0, what
+    finally:
+        _ext.set_tail_kv_lens(-1)
+    assert_accurate(out0, ref, sdpa(q, k, v, "bshd", None, lens), f"{what} (plain)")
+    assert (lse0.double() - ref_lse).abs().max().item() < LSE_ATOL, f"{what} (plain)"
 
 
 @pytest.mark.parametrize("pattern", ["ramp", "spike", "spike-some-heads"])

@@ -398,6 +398,11 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     if hasattr(lib, "vidattn_sm90_last_tail_splits"):  # builds before the fifth session of 2026-11-30 lack it
         lib.vidattn_sm90_last_tail_splits.argtypes = []
         lib.vidattn_sm90_last_tail_splits.restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_set_tail_kv_lens"):  # builds before the twentieth sitting (2026-12-04) lack it
+        lib.vidattn_sm90_set_tail_kv_lens.argtypes = [ctypes.c_int]
+        lib.vidattn_sm90_set_tail_kv_lens.restype = ctypes.c_int
+        lib.vidattn_sm90_tail_kv_lens.argtypes = []
+        lib.vidattn_sm90_tail_kv_lens.restype = ctypes.c_int
     if hasattr(lib, "vidattn_sm90_set_d64_warpgroups"):  # builds before 2026-11-30 lack it
         lib.vidattn_sm90_set_d64_warpgroups.argtypes = [ctypes.c_int]
         lib.vidattn_sm90_set_d64_warpgroups.restype = ctypes.c_int
@@ -547,6 +552,22 @@ def last_tail_splits(lib: ctypes.CDLL | None = None) -> int:
     """Key ranges per tile of the tail launch of this thread's last kernel call (0: it had none): the last, partial
     round of tiles split along the keys (csrc/capi.cu, plan_tail). For tests and benchmarks."""
     return int(_entry(lib, "vidattn_sm90_last_tail_splits", "the tail launch")())
+
+
+def set_tail_kv_lens(mode: int, lib: ctypes.CDLL | None = None) -> None:
+    """Whether later kernel calls with kv_lens may take the tail launch (1, the build's default: each key range takes
+    its blocks from its batch's kv_len, a range without keys weighs nothing in the merge), keep the plain schedule
+    (0), or the build's default (-1; the environment variable VIDATTN_TAIL_KV_LENS sets the same for a process).
+    A testing and benchmarking knob (dev/NOTES.md "The tail launch with kv_lens")."""
+    if isinstance(mode, bool) or not isinstance(mode, int) or mode not in (-1, 0, 1):
+        raise ValueError(f"set_tail_kv_lens: mode must be -1, 0 or 1, got {mode!r}")
+    if _entry(lib, "vidattn_sm90_set_tail_kv_lens", "the tail launch with kv_lens")(mode) != 0:
+        raise ValueError(f"the kernel library refused tail kv_lens mode {mode}")
+
+
+def tail_kv_lens(lib: ctypes.CDLL | None = None) -> int:
+    """1 when kernel calls with kv_lens may take the tail launch, 0 when they keep the plain schedule."""
+    return int(_entry(lib, "vidattn_sm90_tail_kv_lens", "the tail launch with kv_lens")())
 
 
 @contextmanager

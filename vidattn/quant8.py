@@ -213,10 +213,11 @@ TAIL_MODES = (-1, 0, 1, 2)
 
 def set_tail(mode: int, lib=None) -> None:
     """The tail launch of later 8-bit launches (dev/NOTES_8bit.md "v18"): the last, partial round of 192-row tiles run
-    as key ranges that a merge kernel combines, where the plan says it pays, for calls without kv_lens (1, the build
-    default) or with kv_lens too (2, "v18b": not yet measured on a GPU, so not the default), never (0), or the build
-    default (-1). The environment variable VIDATTN_Q8_TAIL sets the same for a whole process. A library that predates
-    the setting raises RuntimeError, one that predates mode 2 ValueError from the library's refusal. For A/B timing."""
+    as key ranges that a merge kernel combines, where the plan says it pays, for calls with or without kv_lens (2, the
+    build default since call P32: dev/NOTES_8bit.md "v18b"), for calls without kv_lens only (1), never (0), or the
+    build default (-1). The environment variable VIDATTN_Q8_TAIL sets the same for a whole process. A library that
+    predates the setting raises RuntimeError, one that predates mode 2 ValueError from the library's refusal. For A/B
+    timing."""
     if isinstance(mode, bool) or not isinstance(mode, int) or mode not in TAIL_MODES:
         raise ValueError(f"set_tail: mode must be one of {TAIL_MODES}, got {mode!r}")
     _setter("vidattn_q8_set_tail", mode, lib)
