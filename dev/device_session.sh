@@ -189,10 +189,11 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
-#   bash dev/device_session.sh P34 [budget_s] # after P33: the tail launch's settings in whole forwards
-#                                             # (dev/settings_e2e.py, 480x848x61, paired rounds beside SDPA): 8-bit
-#                                             # tail=1 against 2 on HunyuanVideo 1.5 and Mochi, exact tkv=0 against 1
-#                                             # on HunyuanVideo 1.5
+#   bash dev/device_session.sh P34 [budget_s] # after P33: the D=256 variant tests pinned to the plain schedule, the
+#                                             # exact kv_lens tail A/B again (12 rounds of 40 calls), the tail
+#                                             # launch's settings in whole forwards (dev/settings_e2e.py, 480x848x61,
+#                                             # paired rounds beside SDPA): 8-bit tail=1 against 2 on HunyuanVideo 1.5
+#                                             # and Mochi, exact tkv=0 against 1 on HunyuanVideo 1.5
 #   bash dev/device_session.sh P33 [budget_s] # mode 2 the 8-bit default, the exact kernel's tail launch with kv_lens
 #                                             # (dev/NOTES.md): its GPU tests and sanitizer cases, its A/B on the
 #                                             # padded shapes, then the whole GPU suite
@@ -933,9 +934,16 @@ P33)
   tar_dirs p33
   ;;
 P34)
-  # Whole forwards, one model per family in one process, setting A against B (A B B A ...) beside SDPA.
+  # dev/NOTES.md "Call P33": the D=256 variant modules with kv_lens pinned to the plain schedule; the exact kv_lens
+  # tail A/B with more rounds and calls (P33's control moved 1.2% with the same code under both modes); then whole
+  # forwards, one model per family in one process, setting A against B (A B B A ...) beside SDPA.
   build_lib
   mkdir -p "$OUT/p34"
+  gpu_pytest p34/d256_variants.log 120 d256_variants -m gpu tests/test_d256_narrow_all_gpu.py \
+    tests/test_d256_o_read_late_gpu.py tests/test_d256_o_regs_gpu.py tests/test_d256_q_halves_gpu.py
+  OUT=$OUT/p34 timeout 150 python3 dev/q8_tail_ab.py --path exact --modes 0 1 --shapes "HunyuanVideo 1.5 padded" \
+    "Mochi padded" --rounds 12 --reps 40 --budget 110 > "$OUT/p34/ab_exact.log" 2>&1; rc[ab_exact]=$?
+  sed -n '/== exact tail launch/,$p' "$OUT/p34/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p34/ab_exact.log" | tail -3
   for item in ${ITEMS:-8bit:hunyuan_video15:tail 8bit:mochi:tail exact:hunyuan_video15:tkv}; do
     IFS=: read -r path fam key <<< "$item"
     [ "$(left)" -gt 90 ] || { echo "$item: left out ($(left) s left)"; continue; }

@@ -41,6 +41,15 @@ def one_failed_launch_fails_one_test():
     assert refused is None, refused
 
 
+@pytest.fixture(autouse=True)
+def kv_lens_keep_the_plain_schedule():
+    """The variant's calls with kv_lens run on its own plain schedule, as these tests were written for: the tail
+    launch, which takes kv_lens calls by default (csrc/capi.cu, tail_kv_lens), runs the O-in-V build's split kernel."""
+    _ext.set_tail_kv_lens(0)
+    yield
+    _ext.set_tail_kv_lens(-1)
+
+
 def assert_ran_variant():
     assert (_ext.last_block_n(), _ext.last_o_path(), _ext.last_q_box_rows()) == (BLOCK_N, O_PATH, Q_BOX_ROWS)
 
