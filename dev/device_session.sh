@@ -189,6 +189,9 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P35 [budget_s] # after P34: compute-sanitizer over every case on the new defaults (both
+#                                             # tail launches split kv_lens calls): memcheck the full set, racecheck
+#                                             # and synccheck the small one, no threaded rounds
 #   bash dev/device_session.sh P34 [budget_s] # after P33: the D=256 variant tests pinned to the plain schedule, the
 #                                             # exact kv_lens tail A/B again (12 rounds of 40 calls), the tail
 #                                             # launch's settings in whole forwards (dev/settings_e2e.py, 480x848x61,
@@ -932,6 +935,18 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P35)
+  # The sanitizer set on the defaults of P32-P34 (the 8-bit mode 2, the exact kernel's kv_lens tail): kv_lens cases
+  # that planned no tail before may split now. The tools at once; racecheck's threaded rounds left out (they hang
+  # under the tool: dev/NOTES.md, the fifteenth sitting's P19).
+  build_lib
+  mkdir -p "$OUT/p35"
+  timeout $(( $(left) - 5 )) python3 dev/stress/sanitize.py --tools memcheck,racecheck,synccheck --no-threads \
+    --no-build --timeout $(( $(left) - 20 )) --out "$OUT/p35/san" --json "$OUT/p35/san/sanitize.json" \
+    > "$OUT/p35/sanitize.log" 2>&1; rc[sanitize]=$?
+  tail -8 "$OUT/p35/sanitize.log"
+  tar_dirs p35
   ;;
 P34)
   # dev/NOTES.md "Call P33": the D=256 variant modules with kv_lens pinned to the plain schedule; the exact kv_lens
