@@ -56,9 +56,9 @@ int fail(const std::string& msg) {
 // The tail launch (VIDATTN_TAIL_LAUNCH): with static persistent scheduling a launch of `tiles` tiles lasts
 // ceil(tiles / SMs) tile times, so the r = tiles mod SMs tiles of a last, partial round cost a whole tile time while
 // most SMs idle (seed 8K: 4096 tiles = 31 rounds + 4 tiles, 3% of the launch). The main launch takes the full rounds;
-// the r tiles then run as `splits` key ranges each (at most one item per SM, each at least VIDATTN_TAIL_MIN_BLOCKS
-// key blocks, so a range's pipeline fill and workspace write stay small against its keys), and combine_kernel merges
-// the ranges. Tiles of fewer than VIDATTN_TAIL_MIN_TILE_BLOCKS key blocks keep the plain schedule: the two extra
+// the r tiles then run as `splits` key ranges each (one item per SM at most, or two short rounds: below; each at least
+// VIDATTN_TAIL_MIN_BLOCKS key blocks, so a range's pipeline fill and workspace write stay small against its keys),
+// and combine_kernel merges the ranges. Tiles of fewer than VIDATTN_TAIL_MIN_TILE_BLOCKS key blocks keep the plain schedule: the two extra
 // launches cost more than their last round (FA-bench 1K D64, 8 blocks: 1.014x -> 1.000x cuDNN split in two, run 2 of
 // the fifth session).
 // An in-kernel split of the last round (dev/experiments/tail_split.patch) measured slower: its work-item decoding
@@ -106,6 +106,32 @@ constexpr uint64_t kTailItemBytes = 128 * (256 + 2) * sizeof(float);
 static_assert(vidattn::sm90::FwdTraits<64, 3>::kBlockM * (64 + 2) * sizeof(float) <= kTailItemBytes, "item bytes");
 static_assert(vidattn::sm90::FwdTraits<256>::kBlockM * (256 + 2) * sizeof(float) <= kTailItemBytes, "item bytes");
 
+// Two short rounds (dev/NOTES.md "The tail launch in two rounds"): where the last round holds more than half the SMs'
+// tiles (r > SMs / 2), one range a tile per SM leaves nothing to split. Ranges that run in ceil(r s / SMs) rounds
+// still save when s is large enough: D=256 at 32K (B1 H8: 15 rounds + 68 tiles of 512 blocks) runs s = 3 as two rounds
+// of 171 blocks, 2/3 of a tile. The plan prices s as the 8-bit path's q8_plan_tail does, in key-block times of one
+// CTA: ceil(r s / SMs) rounds of ceil(n / s) + 2 blocks (a range's start and end) plus r s / 50 for the merge's reads;
+// it takes the cheapest s (at most 32, each range at least VIDATTN_TAIL_MIN_BLOCKS blocks, at most 2 x SMs ranges: the
+// workspace) when that saves a tenth of the tile. 2 plans so, 1 keeps the one-round plan only;
+// vidattn_sm90_set_tail_rounds or VIDATTN_TAIL_ROUNDS (read once) at run time. The workspace is sized for 2.
+#ifndef VIDATTN_TAIL_ROUNDS
+#define VIDATTN_TAIL_ROUNDS 2
+#endif
+static_assert(VIDATTN_TAIL_ROUNDS == 1 || VIDATTN_TAIL_ROUNDS == 2, "VIDATTN_TAIL_ROUNDS: 1 or 2");
+constexpr int kTailMaxSplits = 32;
+constexpr int kTailMaxItemsPerSm = 2;
+int g_tail_rounds = -1;  // -1: the build's default (or the environment's); 1, 2: forced
+
+int tail_rounds() {
+  static const int env = [] {
+    const char* e = std::getenv("VIDATTN_TAIL_ROUNDS");
+    if (e == nullptr || *e == 0) return VIDATTN_TAIL_ROUNDS;
+    const int v = std::atoi(e);
+    return v == 1 || v == 2 ? v : VIDATTN_TAIL_ROUNDS;
+  }();
+  return g_tail_rounds < 0 ? env : g_tail_rounds;
+}
+
 template <int kHeadDim, int kWGs, int kBN>
 TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
   using T = vidattn::sm90::FwdTraits<kHeadDim, kWGs, kBN>;
@@ -117,6 +143,19 @@ TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
   if (blocks < VIDATTN_TAIL_MIN_TILE_BLOCKS) return plan;
   int64_t splits = sms / r;
   if (splits > blocks / VIDATTN_TAIL_MIN_BLOCKS) splits = blocks / VIDATTN_TAIL_MIN_BLOCKS;
+  if (splits < 2 && tail_rounds() == 2) {
+    double best = static_cast<double>(blocks);
+    for (int64_t s = 2; s <= kTailMaxSplits && blocks / s >= VIDATTN_TAIL_MIN_BLOCKS &&
+                        r * s <= static_cast<int64_t>(kTailMaxItemsPerSm) * sms; ++s) {
+      const int64_t rounds = (r * s + sms - 1) / sms;
+      const double cost = static_cast<double>(rounds * ((blocks + s - 1) / s + 2)) + static_cast<double>(r * s) / 50.0;
+      if (cost < best) {
+        best = cost;
+        splits = s;
+      }
+    }
+    if (best > 0.9 * static_cast<double>(blocks)) splits = 1;
+  }
   if (splits < 2 || static_cast<uint64_t>(r * splits) * kTailItemBytes > a.workspace_bytes) return plan;
   plan.tiles = r;
   plan.splits = static_cast<int>(splits);
@@ -565,16 +604,24 @@ bool make_context_current() {
 
 extern "C" const char* vidattn_sm90_last_error(void) { return g_last_error.c_str(); }
 
-// The tail launch's scratch (plan_tail): one item per SM at most. Without it (or with less) launches keep the plain
-// schedule.
+// The tail launch's scratch (plan_tail): kTailMaxItemsPerSm items per SM at most (two short rounds). Without it (or
+// with less) launches keep the plain schedule.
 extern "C" uint64_t vidattn_sm90_workspace_bytes(void) {
   const uint64_t causal = VIDATTN_CAUSAL_DYNAMIC ? causal_sched_bytes(sm_count()) : 0;
   if (!VIDATTN_TAIL_LAUNCH) return causal;
-  const uint64_t tail = static_cast<uint64_t>(sm_count()) * kTailItemBytes;
+  const uint64_t tail = static_cast<uint64_t>(kTailMaxItemsPerSm) * sm_count() * kTailItemBytes;
   return tail > causal ? tail : causal;
 }
 
 extern "C" int vidattn_sm90_last_tail_splits(void) { return g_last_tail_splits; }
+
+extern "C" int vidattn_sm90_set_tail_rounds(int rounds) {
+  if (rounds != -1 && rounds != 1 && rounds != 2) return 1;
+  g_tail_rounds = rounds;
+  return 0;
+}
+
+extern "C" int vidattn_sm90_tail_rounds(void) { return tail_rounds(); }
 
 extern "C" int vidattn_sm90_set_tail_kv_lens(int mode) {
   if (mode < -1 || mode > 1) return 1;

@@ -189,6 +189,9 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P36 [budget_s] # the exact tail launch in two rounds (dev/NOTES.md): its GPU tests and
+#                                             # sanitizer case, its A/B (rounds 1 against 2), the whole GPU suite,
+#                                             # then D=256/192 against cuDNN (bench_anchors, no FA3) as time allows
 #   bash dev/device_session.sh P35 [budget_s] # after P34: compute-sanitizer over every case on the new defaults (both
 #                                             # tail launches split kv_lens calls): memcheck the full set, racecheck
 #                                             # and synccheck the small one, no threaded rounds
@@ -935,6 +938,32 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P36)
+  # dev/NOTES.md "The tail launch in two rounds": VIDATTN_TAIL_ROUNDS 2 the build default until this call says
+  # otherwise (its rule, fixed before the run).
+  build_lib
+  mkdir -p "$OUT/p36"
+  gpu_pytest p36/tail_gpu.log 150 tail_gpu -m gpu tests/test_kernel_gpu.py tests/test_reliability_gpu.py \
+    -k "tail or last_round or workspace"
+  timeout 90 python3 tests/sanitizer_cases.py --only "two rounds" > "$OUT/p36/san_plain.log" 2>&1
+  rc[san_plain]=$?; tail -1 "$OUT/p36/san_plain.log"
+  for tool in memcheck synccheck; do
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 1 python3 tests/sanitizer_cases.py \
+      --only "two rounds" > "$OUT/p36/san_$tool.log" 2>&1; rc[san_$tool]=$?
+    grep -E "ERROR SUMMARY" "$OUT/p36/san_$tool.log" | tail -1; tail -1 "$OUT/p36/san_$tool.log"
+  done
+  OUT=$OUT/p36 timeout 170 python3 dev/q8_tail_ab.py --path exact-rounds --modes 1 2 --shapes "D256 32K" Mochi \
+    "D192 32K" --rounds 12 --reps 40 --budget 130 > "$OUT/p36/ab_rounds.log" 2>&1; rc[ab_rounds]=$?
+  sed -n '/== exact tail launch/,$p' "$OUT/p36/ab_rounds.log"; grep -E "rror|Traceback" "$OUT/p36/ab_rounds.log" | tail -3
+  gpu_pytest p36/gpu_all.log $(( $(left) - 60 < 260 ? $(left) - 60 : 260 )) gpu_all -m gpu tests/
+  if [ "$(left)" -gt 60 ]; then
+    timeout $(( $(left) - 10 )) python3 scripts/bench_anchors.py --group headdims --shapes "D256 32K" "D256 8K" \
+      "D192 32K" --impls cudnn,vidattn --no-accuracy --rounds 6 --budget-s $(( $(left) - 25 )) \
+      --out "$OUT/p36/anchors_hd.json" > "$OUT/p36/anchors_hd.log" 2>&1; rc[anchors]=$?
+    tail -8 "$OUT/p36/anchors_hd.log"
+  fi
+  tar_dirs p36
   ;;
 P35)
   # The sanitizer set on the defaults of P32-P34 (the 8-bit mode 2, the exact kernel's kv_lens tail): kv_lens cases

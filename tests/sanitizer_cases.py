@@ -44,7 +44,7 @@ LSE_ATOL_8BIT = 0.25
 
 @dataclass
 class Case:
-    """One call. h: heads, or (query heads, K/V heads); "sms+1" for one more head of one tile each than the GPU has
+    """One call. h: heads, or (query heads, K/V heads); "sms+N" for N more heads of one tile each than the GPU has
     SMs. d64_wgs: the exact D=64 kernel's consumer warpgroups (0: the launcher's pick). block_n: the D=128 key-block
     width (0: by key count). precision "8bit" runs the 8-bit kernel at any length (quant8.SHORT_KV_EXACT_MAX is
     set to 0 here). expect: the path the call must take ("tail": a split tail launch; "no tail"; "block_n=N";
@@ -87,6 +87,8 @@ CASES = [
     Case("tail launch small", 1, "sms+1", 100, 1536, 128, expect=("tail",)),
     Case("lone tile split", 1, 1, 100, 2200, 128, expect=("tail",)),
     Case("lone tile split N=176", 1, 1, 100, 2200, 128, torch.float16, block_n=176, expect=("tail", "block_n=176")),
+    # Two short rounds (capi.cu, plan_tail): a last round of 68 one-tile heads, each split in 3 ranges (204 > SMs).
+    Case("tail launch in two rounds", 1, "sms+68", 100, 8000, 128, block_n=128, expect=("tail",), small=False),
     # kv_lens in the tail launch (capi.cu, tail_kv_lens): all tail, batches of 1 and 129 keys leave ranges without a
     # key, whose items store (max -inf, sum 0) for the merge to weigh 0.
     Case("tail kv_lens with empty ranges", 4, 3, 300, 4097, 128, kv_lens=[4097, 1, 129, 2500], expect=("tail",)),
@@ -188,7 +190,7 @@ class Prepared:
 
 def prepare(c: Case, sms: int) -> Prepared:
     g = torch.Generator().manual_seed(1234)
-    h = sms + 1 if c.h == "sms+1" else c.h
+    h = sms + int(c.h[4:]) if isinstance(c.h, str) and c.h.startswith("sms+") else c.h
     hq, hkv = h if isinstance(h, tuple) else (h, h)
     shape = (lambda s, n: (c.b, s, n, c.d)) if c.layout == "bshd" else (lambda s, n: (c.b, n, s, c.d))
     q, k, v = ((torch.randn(shape(s, n), generator=g) + c.offset).to(c.dtype)

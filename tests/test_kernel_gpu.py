@@ -418,18 +418,15 @@ def test_partial_last_block(d, dtype):
             check_case(q, k, v, what=f"partial last block: 131x{skv} D{d} {dtype} seed={seed}")
 
 
-def expected_tail_splits(tiles: int, skv: int, d: int, sms: int) -> int:
-    """The tail launch's key ranges per tile as csrc/capi.cu plans them: the last round's r = tiles mod SMs tiles,
-    split SMs // r ways, each range at least 3 key blocks (block_n), tiles of at least 12 blocks; none below 2."""
-    r = tiles % sms
-    blocks = -(-skv // block_n(d))
-    if r == 0 or blocks < 12:
-        return 0
-    splits = min(sms // r, blocks // 3)
-    return splits if splits >= 2 else 0
+def expected_tail_splits(tiles: int, skv: int, d: int, sms: int, rounds: int = 2) -> int:
+    """The tail launch's key ranges per tile as csrc/capi.cu plans them (dev/stress/budget.py, exact_tail_splits: one
+    round of SMs // r ranges a tile, or where that is below 2 the two-round cost model), 0 for none."""
+    from dev.stress import budget
+    return budget.exact_tail_splits(tiles, -(-skv // block_n(d)), sms, rounds)
 
 
-@pytest.mark.parametrize("case", ["one-tile-tail", "four-tile-tail-fp16", "fewer-tiles-than-sms", "ragged"])
+@pytest.mark.parametrize("case", ["one-tile-tail", "four-tile-tail-fp16", "fewer-tiles-than-sms", "ragged",
+                                  "two-rounds"])
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
 def test_tail_launch(d, case):
     """The tail launch engages as planned (vidattn_sm90_last_tail_splits) and its key ranges merge into the right
@@ -440,7 +437,8 @@ def test_tail_launch(d, case):
     sms = torch.cuda.get_device_properties(DEV).multi_processor_count
     dtype = torch.float16 if case.endswith("fp16") else torch.bfloat16
     b, h, sq, skv = {"one-tile-tail": (1, sms + 1, 100, 4224), "four-tile-tail-fp16": (1, sms + 4, 64, 2000),
-                     "fewer-tiles-than-sms": (1, 2, 1000, 3000), "ragged": (2, 3, 1000, 3000)}[case]
+                     "fewer-tiles-than-sms": (1, 2, 1000, 3000), "ragged": (2, 3, 1000, 3000),
+                     "two-rounds": (1, sms + 68, 100, 8000)}[case]
     g, seed = new_gen()
     q, k, v = make_qkv(b, h, sq, skv, d, dtype, "bshd", g, True)
     what = f"tail launch {case}: B{b} H{h} {sq}x{skv} D{d} {dtype} seed={seed}"
@@ -461,6 +459,14 @@ def test_tail_launch(d, case):
         return
     check_accurate_lse_repeatable(q, k, v, what)
     assert _ext.last_tail_splits() == want, what
+    if case == "two-rounds":  # 68 tiles, more than half the SMs: no one-round split, 3 ranges a tile in two rounds
+        assert want == 3 and expected_tail_splits(tiles, skv, d, sms, rounds=1) == 0, what
+        _ext.set_tail_rounds(1)
+        try:
+            check_case(q, k, v, what=f"{what} (one round)")
+            assert _ext.last_tail_splits() == 0, what
+        finally:
+            _ext.set_tail_rounds(-1)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")

@@ -398,6 +398,11 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     if hasattr(lib, "vidattn_sm90_last_tail_splits"):  # builds before the fifth session of 2026-11-30 lack it
         lib.vidattn_sm90_last_tail_splits.argtypes = []
         lib.vidattn_sm90_last_tail_splits.restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_set_tail_rounds"):  # builds before the twentieth sitting (2026-12-04) lack it
+        lib.vidattn_sm90_set_tail_rounds.argtypes = [ctypes.c_int]
+        lib.vidattn_sm90_set_tail_rounds.restype = ctypes.c_int
+        lib.vidattn_sm90_tail_rounds.argtypes = []
+        lib.vidattn_sm90_tail_rounds.restype = ctypes.c_int
     if hasattr(lib, "vidattn_sm90_set_tail_kv_lens"):  # builds before the twentieth sitting (2026-12-04) lack it
         lib.vidattn_sm90_set_tail_kv_lens.argtypes = [ctypes.c_int]
         lib.vidattn_sm90_set_tail_kv_lens.restype = ctypes.c_int
@@ -563,6 +568,22 @@ def set_tail_kv_lens(mode: int, lib: ctypes.CDLL | None = None) -> None:
         raise ValueError(f"set_tail_kv_lens: mode must be -1, 0 or 1, got {mode!r}")
     if _entry(lib, "vidattn_sm90_set_tail_kv_lens", "the tail launch with kv_lens")(mode) != 0:
         raise ValueError(f"the kernel library refused tail kv_lens mode {mode}")
+
+
+def set_tail_rounds(rounds: int, lib: ctypes.CDLL | None = None) -> None:
+    """The tail launch's plans in later kernel calls: ranges in up to two short rounds where one range a tile per SM
+    splits nothing (2, the build's default), the one-round plan only (1), or the build's default (-1; the environment
+    variable VIDATTN_TAIL_ROUNDS sets the same for a process). A testing and benchmarking knob (dev/NOTES.md "The tail
+    launch in two rounds")."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds not in (-1, 1, 2):
+        raise ValueError(f"set_tail_rounds: rounds must be -1, 1 or 2, got {rounds!r}")
+    if _entry(lib, "vidattn_sm90_set_tail_rounds", "the tail launch in two rounds")(rounds) != 0:
+        raise ValueError(f"the kernel library refused tail rounds {rounds}")
+
+
+def tail_rounds(lib: ctypes.CDLL | None = None) -> int:
+    """The tail launch's rounds setting in force: 2 (up to two short rounds) or 1 (one)."""
+    return int(_entry(lib, "vidattn_sm90_tail_rounds", "the tail launch in two rounds")())
 
 
 def tail_kv_lens(lib: ctypes.CDLL | None = None) -> int:

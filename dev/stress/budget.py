@@ -3,9 +3,9 @@ docs/reliability.md, which the soak (dev/stress/soak.py) checks its memory again
 
 Each call allocates its output, its LSE when asked, and a workspace, all from torch's caching allocator on the
 caller's stream, and frees the workspace when it returns (the output is the caller's):
-- exact kernel: the tail launch's scratch, one item per SM of 128 x (256 + 2) fp32 (csrc/capi.cu, kTailItemBytes),
-  allocated on every call whether or not the call takes the tail launch (vidattn/_ext.py, workspace): 16.6 MiB on an
-  H200's 132 SMs, whatever the shape.
+- exact kernel: the tail launch's scratch, two items per SM (two short rounds) of 128 x (256 + 2) fp32 (csrc/capi.cu,
+  kTailItemBytes, kTailMaxItemsPerSm), allocated on every call whether or not the call takes the tail launch
+  (vidattn/_ext.py, workspace): 33.3 MiB on an H200's 132 SMs, whatever the shape.
 - 8-bit kernel: quantized Q, K and V^T (one byte per element, Q padded to 384 rows and K/V to 128 keys), their
   scales, K's mean and V's maxima, and an fp32 per query row (csrc/capi_8bit.cuh, q8_layout), each part rounded up
   to 256 bytes: about 3 bytes per element of Q, K and V together, 1.19 GB at Wan 14B 720p; and where the tail launch
@@ -21,6 +21,12 @@ from __future__ import annotations
 
 # csrc/capi.cu: kTailItemBytes = 128 * (256 + 2) * sizeof(float) (sized for the widest build, D=256)
 TAIL_ITEM_BYTES = 128 * (256 + 2) * 4
+# csrc/capi.cu: kTailMaxItemsPerSm (the tail launch's ranges run in at most two short rounds), kTailMaxSplits,
+# VIDATTN_TAIL_MIN_BLOCKS, VIDATTN_TAIL_MIN_TILE_BLOCKS
+TAIL_ITEMS_PER_SM = 2
+EXACT_TAIL_MAX_SPLITS = 32
+EXACT_TAIL_MIN_BLOCKS = 3
+EXACT_TAIL_MIN_TILE_BLOCKS = 12
 # csrc/sm90/q8_quant.cuh
 Q8_BLOCK_N = 128
 Q8_BLOCK_M_PAD = 384
@@ -33,9 +39,32 @@ Q8_TAIL_MAX_SPLITS = 32
 Q8_TAIL_MIN_BLOCKS = 4
 
 
+def exact_tail_splits(tiles: int, blocks: int, sms: int = H200_SMS, rounds: int = 2) -> int:
+    """Key ranges per tile of the exact kernel's tail launch (csrc/capi.cu, plan_tail) for a launch of `tiles` tiles
+    of `blocks` key blocks each, or 0 for none: the last round's r = tiles mod SMs tiles split SMs // r ways (each
+    range at least EXACT_TAIL_MIN_BLOCKS blocks, tiles of at least EXACT_TAIL_MIN_TILE_BLOCKS); where that is below 2
+    and two rounds are allowed (`rounds` 2, the default), the cheapest s of the 8-bit plan's cost model (rounds of
+    ceil(blocks / s) + 2 blocks, plus r s / 50) over s <= EXACT_TAIL_MAX_SPLITS and r s <= TAIL_ITEMS_PER_SM x SMs,
+    taken when it saves a tenth of the tile."""
+    r = tiles % sms
+    if r == 0 or blocks < EXACT_TAIL_MIN_TILE_BLOCKS:
+        return 0
+    splits = min(sms // r, blocks // EXACT_TAIL_MIN_BLOCKS)
+    if splits < 2 and rounds == 2:
+        best, s = float(blocks), 2
+        while s <= EXACT_TAIL_MAX_SPLITS and blocks // s >= EXACT_TAIL_MIN_BLOCKS and r * s <= TAIL_ITEMS_PER_SM * sms:
+            cost = -(-(r * s) // sms) * (-(-blocks // s) + 2) + r * s / 50.0
+            if cost < best:
+                best, splits = cost, s
+            s += 1
+        if best > 0.9 * blocks:
+            splits = 1
+    return splits if splits >= 2 else 0
+
+
 def exact_workspace_bytes(sms: int = H200_SMS) -> int:
     """The exact kernel's per-call workspace (vidattn_sm90_workspace_bytes) on a GPU of `sms` SMs."""
-    return sms * TAIL_ITEM_BYTES
+    return TAIL_ITEMS_PER_SM * sms * TAIL_ITEM_BYTES
 
 
 def _up(n: int, to: int) -> int:
