@@ -112,10 +112,12 @@ static_assert(vidattn::sm90::FwdTraits<256>::kBlockM * (256 + 2) * sizeof(float)
 // of 171 blocks, 2/3 of a tile. The plan prices s as the 8-bit path's q8_plan_tail does, in key-block times of one
 // CTA: ceil(r s / SMs) rounds of ceil(n / s) + 2 blocks (a range's start and end) plus r s / 50 for the merge's reads;
 // it takes the cheapest s (at most 32, each range at least VIDATTN_TAIL_MIN_BLOCKS blocks, at most 2 x SMs ranges: the
-// workspace) when that saves a tenth of the tile. 2 plans so, 1 keeps the one-round plan only;
-// vidattn_sm90_set_tail_rounds or VIDATTN_TAIL_ROUNDS (read once) at run time. The workspace is sized for 2.
+// workspace) when that saves a tenth of the tile. 2 plans so, 1 keeps the one-round plan only (the default: call P36
+// measured D=256 32K +0.6% a call, 10 of 12 rounds, Mochi's exact call level, under its rule's bar; dev/NOTES.md);
+// vidattn_sm90_set_tail_rounds or VIDATTN_TAIL_ROUNDS (read once) at run time. The workspace follows the setting
+// (vidattn_sm90_workspace_bytes: two items per SM under 2).
 #ifndef VIDATTN_TAIL_ROUNDS
-#define VIDATTN_TAIL_ROUNDS 2
+#define VIDATTN_TAIL_ROUNDS 1
 #endif
 static_assert(VIDATTN_TAIL_ROUNDS == 1 || VIDATTN_TAIL_ROUNDS == 2, "VIDATTN_TAIL_ROUNDS: 1 or 2");
 constexpr int kTailMaxSplits = 32;
@@ -604,12 +606,14 @@ bool make_context_current() {
 
 extern "C" const char* vidattn_sm90_last_error(void) { return g_last_error.c_str(); }
 
-// The tail launch's scratch (plan_tail): kTailMaxItemsPerSm items per SM at most (two short rounds). Without it (or
-// with less) launches keep the plain schedule.
+// The tail launch's scratch (plan_tail): one item per SM, or kTailMaxItemsPerSm under two short rounds (the setting
+// when asked: a workspace sized before a switch to 2 keeps those calls' plans to what fits). Without it (or with
+// less) launches keep the plain schedule.
 extern "C" uint64_t vidattn_sm90_workspace_bytes(void) {
   const uint64_t causal = VIDATTN_CAUSAL_DYNAMIC ? causal_sched_bytes(sm_count()) : 0;
   if (!VIDATTN_TAIL_LAUNCH) return causal;
-  const uint64_t tail = static_cast<uint64_t>(kTailMaxItemsPerSm) * sm_count() * kTailItemBytes;
+  const uint64_t per_sm = tail_rounds() == 2 ? kTailMaxItemsPerSm : 1;
+  const uint64_t tail = per_sm * sm_count() * kTailItemBytes;
   return tail > causal ? tail : causal;
 }
 

@@ -75,9 +75,9 @@ int vidattn_sm90_last_tail_splits(void);
 // default or VIDATTN_TAIL_KV_LENS; returns nonzero for another value. vidattn_sm90_tail_kv_lens: the mode in force.
 int vidattn_sm90_set_tail_kv_lens(int mode);
 int vidattn_sm90_tail_kv_lens(void);
-// The tail launch's plans in later calls: 2 (the default) lets ranges run in two short rounds where one range a tile
-// per SM splits nothing, 1 keeps the one-round plan, -1 the build's default or VIDATTN_TAIL_ROUNDS; returns nonzero
-// for another value. vidattn_sm90_tail_rounds: the setting in force.
+// The tail launch's plans in later calls: 2 lets ranges run in two short rounds where one range a tile per SM splits
+// nothing, 1 (the default) keeps the one-round plan, -1 the build's default or VIDATTN_TAIL_ROUNDS; returns nonzero
+// for another value. vidattn_sm90_tail_rounds: the setting in force. vidattn_sm90_workspace_bytes follows it.
 int vidattn_sm90_set_tail_rounds(int rounds);
 int vidattn_sm90_tail_rounds(void);
 // The causal modes vidattn_sm90_fwd takes (VidattnFwdArgs::causal up to this value): 2. Libraries that predate the

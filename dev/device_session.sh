@@ -189,6 +189,8 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P37 [budget_s] # after P36 (one round the default again, the workspace following the
+#                                             # setting): the two-round sanitizer case, the whole GPU suite
 #   bash dev/device_session.sh P36 [budget_s] # the exact tail launch in two rounds (dev/NOTES.md): its GPU tests and
 #                                             # sanitizer case, its A/B (rounds 1 against 2), the whole GPU suite,
 #                                             # then D=256/192 against cuDNN (bench_anchors, no FA3) as time allows
@@ -938,6 +940,17 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P37)
+  build_lib
+  mkdir -p "$OUT/p37"
+  timeout 90 python3 tests/sanitizer_cases.py --only "two rounds" > "$OUT/p37/san_plain.log" 2>&1
+  rc[san_plain]=$?; tail -1 "$OUT/p37/san_plain.log"
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 1 python3 tests/sanitizer_cases.py \
+    --only "two rounds" > "$OUT/p37/san_memcheck.log" 2>&1; rc[san_memcheck]=$?
+  grep -E "ERROR SUMMARY" "$OUT/p37/san_memcheck.log" | tail -1; tail -1 "$OUT/p37/san_memcheck.log"
+  gpu_pytest p37/gpu_all.log $(( $(left) - 10 < 280 ? $(left) - 10 : 280 )) gpu_all -m gpu tests/
+  tar_dirs p37
   ;;
 P36)
   # dev/NOTES.md "The tail launch in two rounds": VIDATTN_TAIL_ROUNDS 2 the build default until this call says

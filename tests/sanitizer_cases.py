@@ -49,7 +49,8 @@ class Case:
     width (0: by key count). precision "8bit" runs the 8-bit kernel at any length (quant8.SHORT_KV_EXACT_MAX is
     set to 0 here). expect: the path the call must take ("tail": a split tail launch; "no tail"; "block_n=N";
     "q8_wgs=N"; "q8 tail" / "q8 no tail": the 8-bit path's tail launch, or its plain launch). q8_tail: the 8-bit
-    tail launch's mode for the call (quant8.set_tail; -1 the default; 2 takes kv_lens calls too)."""
+    tail launch's mode for the call (quant8.set_tail; -1 the default; 2 takes kv_lens calls too). tail_rounds: the
+    exact kernel's tail plans for the call (_ext.set_tail_rounds; -1 the default, one round; 2 two short rounds)."""
     name: str
     b: int
     h: object
@@ -69,6 +70,7 @@ class Case:
     offset: float = 0.5  # added to the random inputs (a mean the 8-bit path's K smoothing must remove)
     causal: object = False  # "top_left" or "bottom_right" (skipped, and said so, where vidattn has no causal=)
     q8_tail: int = -1
+    tail_rounds: int = -1
 
 
 CASES = [
@@ -87,8 +89,10 @@ CASES = [
     Case("tail launch small", 1, "sms+1", 100, 1536, 128, expect=("tail",)),
     Case("lone tile split", 1, 1, 100, 2200, 128, expect=("tail",)),
     Case("lone tile split N=176", 1, 1, 100, 2200, 128, torch.float16, block_n=176, expect=("tail", "block_n=176")),
-    # Two short rounds (capi.cu, plan_tail): a last round of 68 one-tile heads, each split in 3 ranges (204 > SMs).
-    Case("tail launch in two rounds", 1, "sms+68", 100, 8000, 128, block_n=128, expect=("tail",), small=False),
+    # Two short rounds (capi.cu, plan_tail; VIDATTN_TAIL_ROUNDS=2, not the default): a last round of 68 one-tile
+    # heads, each split in 3 ranges (204 > SMs).
+    Case("tail launch in two rounds", 1, "sms+68", 100, 8000, 128, block_n=128, expect=("tail",), small=False,
+         tail_rounds=2),
     # kv_lens in the tail launch (capi.cu, tail_kv_lens): all tail, batches of 1 and 129 keys leave ranges without a
     # key, whose items store (max -inf, sum 0) for the merge to weigh 0.
     Case("tail kv_lens with empty ranges", 4, 3, 300, 4097, 128, kv_lens=[4097, 1, 129, 2500], expect=("tail",)),
@@ -274,6 +278,8 @@ def run_case(vidattn, p: Prepared) -> int:
         quant8.set_d64_warpgroups(c.q8_wgs)
     if c.q8_tail != -1:
         quant8.set_tail(c.q8_tail)
+    if c.tail_rounds != -1:
+        _ext.set_tail_rounds(c.tail_rounds)
     try:
         with _ext.d64_warpgroups(c.d64_wgs), _ext.d128_block_n(c.block_n):
             out, lse, missed = call(vidattn, p)
@@ -283,6 +289,8 @@ def run_case(vidattn, p: Prepared) -> int:
             quant8.set_d64_warpgroups(0)
         if c.q8_tail != -1:
             quant8.set_tail(-1)
+        if c.tail_rounds != -1:
+            _ext.set_tail_rounds(-1)
     return check(p, out, lse, missed)
 
 

@@ -158,13 +158,14 @@ def test_tail_kv_lens_switch():
 
 
 def test_tail_rounds_switch():
-    """The tail launch in two short rounds (csrc/capi.cu, plan_tail): on by default, only where one range a tile per
-    SM splits nothing, the 8-bit plan's cost model, at most two items per SM (the workspace is sized for it); the
-    setter takes -1, 1, 2; _ext's wrapper validates first."""
+    """The tail launch in two short rounds (csrc/capi.cu, plan_tail): off by default (call P36), only where one range
+    a tile per SM splits nothing, the 8-bit plan's cost model, at most two items per SM (the workspace follows the
+    setting, and _ext asks its size again after a switch); the setter takes -1, 1, 2; _ext's wrapper validates
+    first."""
     import pytest
 
     src, h = CAPI_CU.read_text(), CAPI_H.read_text()
-    assert "#define VIDATTN_TAIL_ROUNDS 2" in src and 'std::getenv("VIDATTN_TAIL_ROUNDS")' in src
+    assert "#define VIDATTN_TAIL_ROUNDS 1" in src and 'std::getenv("VIDATTN_TAIL_ROUNDS")' in src
     assert "if (splits < 2 && tail_rounds() == 2) {" in src
     assert "r * s <= static_cast<int64_t>(kTailMaxItemsPerSm) * sms; ++s) {" in src
     assert ("const double cost = static_cast<double>(rounds * ((blocks + s - 1) / s + 2)) + static_cast<double>(r * s)"
@@ -173,22 +174,23 @@ def test_tail_rounds_switch():
     assert "int vidattn_sm90_set_tail_rounds(int rounds);" in h and "int vidattn_sm90_tail_rounds(void);" in h
 
     class Lib:
-        rounds = 2
+        rounds = 1
 
         def vidattn_sm90_set_tail_rounds(self, rounds):
             if rounds not in (-1, 1, 2):
                 return 1
-            self.rounds = 2 if rounds == -1 else rounds
+            self.rounds = 1 if rounds == -1 else rounds
             return 0
 
         def vidattn_sm90_tail_rounds(self):
             return self.rounds
 
     lib = Lib()
-    _ext.set_tail_rounds(1, lib)
-    assert _ext.tail_rounds(lib) == 1
+    _ext._workspace_bytes[(12345, 0)] = 1  # a size asked before the switch
+    _ext.set_tail_rounds(2, lib)
+    assert _ext.tail_rounds(lib) == 2 and not _ext._workspace_bytes
     _ext.set_tail_rounds(-1, lib)
-    assert _ext.tail_rounds(lib) == 2
+    assert _ext.tail_rounds(lib) == 1
     for bad in (0, 3, True, 2.0):
         with pytest.raises(ValueError, match="set_tail_rounds"):
             _ext.set_tail_rounds(bad, lib)

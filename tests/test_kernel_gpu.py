@@ -418,9 +418,10 @@ def test_partial_last_block(d, dtype):
             check_case(q, k, v, what=f"partial last block: 131x{skv} D{d} {dtype} seed={seed}")
 
 
-def expected_tail_splits(tiles: int, skv: int, d: int, sms: int, rounds: int = 2) -> int:
+def expected_tail_splits(tiles: int, skv: int, d: int, sms: int, rounds: int = 1) -> int:
     """The tail launch's key ranges per tile as csrc/capi.cu plans them (dev/stress/budget.py, exact_tail_splits: one
-    round of SMs // r ranges a tile, or where that is below 2 the two-round cost model), 0 for none."""
+    round of SMs // r ranges a tile, or under two rounds, where that is below 2, the two-round cost model), 0 for
+    none. `rounds`: the setting (the build's default 1)."""
     from dev.stress import budget
     return budget.exact_tail_splits(tiles, -(-skv // block_n(d)), sms, rounds)
 
@@ -444,7 +445,8 @@ def test_tail_launch(d, case):
     what = f"tail launch {case}: B{b} H{h} {sq}x{skv} D{d} {dtype} seed={seed}"
     block_m = 192 if getattr(d, "wgs", 2) == 3 else 128
     tiles = b * h * -(-sq // block_m)
-    want = expected_tail_splits(tiles, skv, d, sms)
+    rounds = 2 if case == "two-rounds" else 1
+    want = expected_tail_splits(tiles, skv, d, sms, rounds)
     assert want >= 2, f"{what}: the case should plan a tail launch"
     if case == "ragged":
         lens = torch.tensor([skv, skv // 3], dtype=torch.int32, device=DEV)
@@ -457,16 +459,20 @@ def test_tail_launch(d, case):
         finally:
             _ext.set_tail_kv_lens(-1)
         return
-    check_accurate_lse_repeatable(q, k, v, what)
-    assert _ext.last_tail_splits() == want, what
-    if case == "two-rounds":  # 68 tiles, more than half the SMs: no one-round split, 3 ranges a tile in two rounds
-        assert want == 3 and expected_tail_splits(tiles, skv, d, sms, rounds=1) == 0, what
-        _ext.set_tail_rounds(1)
-        try:
-            check_case(q, k, v, what=f"{what} (one round)")
-            assert _ext.last_tail_splits() == 0, what
-        finally:
-            _ext.set_tail_rounds(-1)
+    if case != "two-rounds":
+        check_accurate_lse_repeatable(q, k, v, what)
+        assert _ext.last_tail_splits() == want, what
+        return
+    # 68 tiles, more than half the SMs: no one-round split (the default), 3 ranges a tile in two rounds under 2
+    assert want == 3 and expected_tail_splits(tiles, skv, d, sms) == 0, what
+    check_case(q, k, v, what=f"{what} (one round)")
+    assert _ext.last_tail_splits() == 0, what
+    _ext.set_tail_rounds(2)
+    try:
+        check_accurate_lse_repeatable(q, k, v, what)
+        assert _ext.last_tail_splits() == want, what
+    finally:
+        _ext.set_tail_rounds(-1)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")

@@ -33,7 +33,9 @@ def test_workspace_constants_mirror_the_c_sources():
     assert "constexpr uint64_t kTailItemBytes = 128 * (256 + 2) * sizeof(float);" in capi
     assert budget.TAIL_ITEM_BYTES == 128 * 258 * 4
     assert f"constexpr int kTailMaxItemsPerSm = {budget.TAIL_ITEMS_PER_SM};" in capi
-    assert "static_cast<uint64_t>(kTailMaxItemsPerSm) * sm_count() * kTailItemBytes" in capi
+    assert "const uint64_t per_sm = tail_rounds() == 2 ? kTailMaxItemsPerSm : 1;" in capi
+    assert "const uint64_t tail = per_sm * sm_count() * kTailItemBytes;" in capi
+    assert _define("csrc/capi.cu", "VIDATTN_TAIL_ROUNDS") == budget.EXACT_TAIL_ROUNDS
     assert _define("csrc/sm90/q8_quant.cuh", "kQ8BlockN") == budget.Q8_BLOCK_N
     assert _define("csrc/sm90/q8_quant.cuh", "kQ8BlockMPad") == budget.Q8_BLOCK_M_PAD
     assert _define("csrc/sm90/q8_quant.cuh", "kQ8KGroups") == budget.Q8_K_GROUPS
@@ -66,9 +68,10 @@ def test_q8_workspace_figures():
     # small parts 256 bytes each.
     assert budget.q8_workspace_bytes(1, 1, 1, 1, 64) == 384 * 64 + 384 * 4 + 2 * 128 * 64 + 5 * 256
     assert budget.q8_workspace_bytes(0, 1, 1, 1, 64) == 0
-    assert budget.exact_workspace_bytes(132) == 2 * 17_436_672
+    assert budget.exact_workspace_bytes(132) == 17_436_672
+    assert budget.exact_workspace_bytes(132, rounds=2) == 2 * 17_436_672
     assert budget.call_bytes(1, 2, 100, 300, 64, "exact", sms=132, lse=True) == 2 * 100 * 64 * 2 + 2 * 100 * 4 \
-        + 2 * 17_436_672
+        + 17_436_672
 
 
 def test_the_docs_quote_the_figures_of_budget():
@@ -279,14 +282,15 @@ def _takes_tail(c, sms: int = 132) -> bool:
     assert _define("csrc/capi.cu", "VIDATTN_TAIL_MIN_TILE_BLOCKS") == budget.EXACT_TAIL_MIN_TILE_BLOCKS
     assert _define("csrc/capi.cu", "VIDATTN_TAIL_MIN_BLOCKS") == budget.EXACT_TAIL_MIN_BLOCKS
     assert _define("csrc/capi.cu", "kTailMaxSplits") == budget.EXACT_TAIL_MAX_SPLITS
-    assert _define("csrc/capi.cu", "VIDATTN_TAIL_KV_LENS") == 1 and _define("csrc/capi.cu", "VIDATTN_TAIL_ROUNDS") == 2
+    assert _define("csrc/capi.cu", "VIDATTN_TAIL_KV_LENS") == 1
+    rounds = c.tail_rounds if c.tail_rounds > 0 else _define("csrc/capi.cu", "VIDATTN_TAIL_ROUNDS")
     short_max = _define("csrc/capi.cu", "VIDATTN_D128_SHORT_KV_MAX")
     block_n = c.block_n or (_define("csrc/sm90/tile_config.cuh", "VIDATTN_BLOCK_N_D128_SHORT") if c.skv <= short_max
                             else _define("csrc/sm90/tile_config.cuh", "VIDATTN_BLOCK_N_D128"))
     heads = c.h[0] if isinstance(c.h, tuple) else c.h
     heads = sms + int(heads[4:]) if isinstance(heads, str) else heads
     tiles = c.b * heads * math.ceil(c.sq / 128)
-    return budget.exact_tail_splits(tiles, math.ceil(c.skv / block_n), sms) >= 2
+    return budget.exact_tail_splits(tiles, math.ceil(c.skv / block_n), sms, rounds) >= 2
 
 
 def test_sanitizer_cases_paths_agree_with_the_launcher():

@@ -572,13 +572,15 @@ def set_tail_kv_lens(mode: int, lib: ctypes.CDLL | None = None) -> None:
 
 def set_tail_rounds(rounds: int, lib: ctypes.CDLL | None = None) -> None:
     """The tail launch's plans in later kernel calls: ranges in up to two short rounds where one range a tile per SM
-    splits nothing (2, the build's default), the one-round plan only (1), or the build's default (-1; the environment
-    variable VIDATTN_TAIL_ROUNDS sets the same for a process). A testing and benchmarking knob (dev/NOTES.md "The tail
+    splits nothing (2), the one-round plan only (1, the build's default), or the build's default (-1; the environment
+    variable VIDATTN_TAIL_ROUNDS sets the same for a process). The workspace each call takes follows the setting (two
+    items per SM under 2), so the cached size is asked again. A testing and benchmarking knob (dev/NOTES.md "The tail
     launch in two rounds")."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds not in (-1, 1, 2):
         raise ValueError(f"set_tail_rounds: rounds must be -1, 1 or 2, got {rounds!r}")
     if _entry(lib, "vidattn_sm90_set_tail_rounds", "the tail launch in two rounds")(rounds) != 0:
         raise ValueError(f"the kernel library refused tail rounds {rounds}")
+    _workspace_bytes.clear()
 
 
 def tail_rounds(lib: ctypes.CDLL | None = None) -> int:

@@ -3,9 +3,10 @@ docs/reliability.md, which the soak (dev/stress/soak.py) checks its memory again
 
 Each call allocates its output, its LSE when asked, and a workspace, all from torch's caching allocator on the
 caller's stream, and frees the workspace when it returns (the output is the caller's):
-- exact kernel: the tail launch's scratch, two items per SM (two short rounds) of 128 x (256 + 2) fp32 (csrc/capi.cu,
-  kTailItemBytes, kTailMaxItemsPerSm), allocated on every call whether or not the call takes the tail launch
-  (vidattn/_ext.py, workspace): 33.3 MiB on an H200's 132 SMs, whatever the shape.
+- exact kernel: the tail launch's scratch, one item per SM of 128 x (256 + 2) fp32 (csrc/capi.cu, kTailItemBytes;
+  two, kTailMaxItemsPerSm, under VIDATTN_TAIL_ROUNDS=2), allocated on every call whether or not the call takes the
+  tail launch (vidattn/_ext.py, workspace): 16.6 MiB on an H200's 132 SMs (33.3 MiB under two rounds), whatever the
+  shape.
 - 8-bit kernel: quantized Q, K and V^T (one byte per element, Q padded to 384 rows and K/V to 128 keys), their
   scales, K's mean and V's maxima, and an fp32 per query row (csrc/capi_8bit.cuh, q8_layout), each part rounded up
   to 256 bytes: about 3 bytes per element of Q, K and V together, 1.19 GB at Wan 14B 720p; and where the tail launch
@@ -21,9 +22,10 @@ from __future__ import annotations
 
 # csrc/capi.cu: kTailItemBytes = 128 * (256 + 2) * sizeof(float) (sized for the widest build, D=256)
 TAIL_ITEM_BYTES = 128 * (256 + 2) * 4
-# csrc/capi.cu: kTailMaxItemsPerSm (the tail launch's ranges run in at most two short rounds), kTailMaxSplits,
-# VIDATTN_TAIL_MIN_BLOCKS, VIDATTN_TAIL_MIN_TILE_BLOCKS
+# csrc/capi.cu: kTailMaxItemsPerSm (under VIDATTN_TAIL_ROUNDS=2 the tail launch's ranges run in at most two short
+# rounds), the default rounds, kTailMaxSplits, VIDATTN_TAIL_MIN_BLOCKS, VIDATTN_TAIL_MIN_TILE_BLOCKS
 TAIL_ITEMS_PER_SM = 2
+EXACT_TAIL_ROUNDS = 1
 EXACT_TAIL_MAX_SPLITS = 32
 EXACT_TAIL_MIN_BLOCKS = 3
 EXACT_TAIL_MIN_TILE_BLOCKS = 12
@@ -39,13 +41,13 @@ Q8_TAIL_MAX_SPLITS = 32
 Q8_TAIL_MIN_BLOCKS = 4
 
 
-def exact_tail_splits(tiles: int, blocks: int, sms: int = H200_SMS, rounds: int = 2) -> int:
+def exact_tail_splits(tiles: int, blocks: int, sms: int = H200_SMS, rounds: int = EXACT_TAIL_ROUNDS) -> int:
     """Key ranges per tile of the exact kernel's tail launch (csrc/capi.cu, plan_tail) for a launch of `tiles` tiles
     of `blocks` key blocks each, or 0 for none: the last round's r = tiles mod SMs tiles split SMs // r ways (each
     range at least EXACT_TAIL_MIN_BLOCKS blocks, tiles of at least EXACT_TAIL_MIN_TILE_BLOCKS); where that is below 2
-    and two rounds are allowed (`rounds` 2, the default), the cheapest s of the 8-bit plan's cost model (rounds of
-    ceil(blocks / s) + 2 blocks, plus r s / 50) over s <= EXACT_TAIL_MAX_SPLITS and r s <= TAIL_ITEMS_PER_SM x SMs,
-    taken when it saves a tenth of the tile."""
+    and two rounds are allowed (`rounds` 2; the build's default is 1), the cheapest s of the 8-bit plan's cost model
+    (rounds of ceil(blocks / s) + 2 blocks, plus r s / 50) over s <= EXACT_TAIL_MAX_SPLITS and r s <=
+    TAIL_ITEMS_PER_SM x SMs, taken when it saves a tenth of the tile."""
     r = tiles % sms
     if r == 0 or blocks < EXACT_TAIL_MIN_TILE_BLOCKS:
         return 0
@@ -62,9 +64,10 @@ def exact_tail_splits(tiles: int, blocks: int, sms: int = H200_SMS, rounds: int 
     return splits if splits >= 2 else 0
 
 
-def exact_workspace_bytes(sms: int = H200_SMS) -> int:
-    """The exact kernel's per-call workspace (vidattn_sm90_workspace_bytes) on a GPU of `sms` SMs."""
-    return TAIL_ITEMS_PER_SM * sms * TAIL_ITEM_BYTES
+def exact_workspace_bytes(sms: int = H200_SMS, rounds: int = EXACT_TAIL_ROUNDS) -> int:
+    """The exact kernel's per-call workspace (vidattn_sm90_workspace_bytes) on a GPU of `sms` SMs, under the tail
+    launch's `rounds` setting."""
+    return (TAIL_ITEMS_PER_SM if rounds == 2 else 1) * sms * TAIL_ITEM_BYTES
 
 
 def _up(n: int, to: int) -> int:
