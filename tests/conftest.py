@@ -62,6 +62,18 @@ def fresh_warnings():
     ops._warned.update(saved)
 
 
+@pytest.fixture
+def tail_kv_lens_off():
+    """The exact kernel's calls with kv_lens on the plain schedule for the test (csrc/capi.cu, tail_kv_lens): for the
+    D=256 A/B variants' modules, whose kv_lens tests were written for the variant's own schedule (the tail launch
+    runs the O-in-V build's split kernel). Used through `pytest.mark.usefixtures`."""
+    from vidattn import _ext
+
+    _ext.set_tail_kv_lens(0)
+    yield
+    _ext.set_tail_kv_lens(-1)
+
+
 # A Wan transformer small enough for CPU tests: 2 layers, 2 heads x 64 (a kernel head dim; RoPE splits 64 into
 # t/h/w = 24/20/20 channels), text_dim 32.
 TINY_WAN = dict(

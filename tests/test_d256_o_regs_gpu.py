@@ -15,7 +15,8 @@ import torch
 
 from conftest import hopper_skip_reason
 
-pytestmark = pytest.mark.gpu
+# kv_lens calls stay on the variant's own plain schedule (conftest.py, tail_kv_lens_off)
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("tail_kv_lens_off")]
 if hopper_skip_reason() is not None:
     pytest.skip(hopper_skip_reason(), allow_module_level=True)
 
@@ -35,15 +36,6 @@ def one_failed_launch_fails_one_test():
     yield
     refused, _ext._launch_error = _ext._launch_error, None
     assert refused is None, refused
-
-
-@pytest.fixture(autouse=True)
-def kv_lens_keep_the_plain_schedule():
-    """The variant's calls with kv_lens run on its own plain schedule, as these tests were written for: the tail
-    launch, which takes kv_lens calls by default (csrc/capi.cu, tail_kv_lens), runs the O-in-V build's split kernel."""
-    _ext.set_tail_kv_lens(0)
-    yield
-    _ext.set_tail_kv_lens(-1)
 
 
 def assert_ran_variant():
@@ -141,7 +133,7 @@ def test_o_regs_redo_fp16_and_d192_refused():
     ref, _ = reference(q, k, v, scale)
     h16 = [t.half() for t in bshd_inputs(1, 3, 3, 1023, 777, 256, g)]
     q192, k192, v192 = bshd_inputs(1, 2, 2, 300, 300, 192, g)
-    # kv_lens of the full length: the same attention, but the plain schedule under the fixture above (the tail
+    # kv_lens of the full length: the same attention, but the plain schedule under tail_kv_lens_off (the tail
     # launch, which 6 tiles of 13 blocks would take, runs the exact softmax and no redo)
     full = torch.tensor([k.shape[1]], dtype=torch.int32, device=DEV)
     with _ext.hd_narrow(SETTING):

@@ -17,7 +17,8 @@ import torch
 
 from conftest import hopper_skip_reason
 
-pytestmark = pytest.mark.gpu
+# kv_lens calls stay on the variant's own plain schedule (conftest.py, tail_kv_lens_off)
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("tail_kv_lens_off")]
 if hopper_skip_reason() is not None:
     pytest.skip(hopper_skip_reason(), allow_module_level=True)
 
@@ -37,15 +38,6 @@ def one_failed_launch_fails_one_test():
     yield
     refused, _ext._launch_error = _ext._launch_error, None
     assert refused is None, refused
-
-
-@pytest.fixture(autouse=True)
-def kv_lens_keep_the_plain_schedule():
-    """The variant's calls with kv_lens run on its own plain schedule, as these tests were written for: the tail
-    launch, which takes kv_lens calls by default (csrc/capi.cu, tail_kv_lens), runs the O-in-V build's split kernel."""
-    _ext.set_tail_kv_lens(0)
-    yield
-    _ext.set_tail_kv_lens(-1)
 
 
 def assert_ran_variant():
