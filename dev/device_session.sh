@@ -968,7 +968,8 @@ P36)
   done
   OUT=$OUT/p36 timeout 170 python3 dev/q8_tail_ab.py --path exact-rounds --modes 1 2 --shapes "D256 32K" Mochi \
     "D192 32K" --rounds 12 --reps 40 --budget 130 > "$OUT/p36/ab_rounds.log" 2>&1; rc[ab_rounds]=$?
-  sed -n '/== exact tail launch/,$p' "$OUT/p36/ab_rounds.log"; grep -E "rror|Traceback" "$OUT/p36/ab_rounds.log" | tail -3
+  sed -n '/== exact tail launch/,$p' "$OUT/p36/ab_rounds.log"
+  grep -E "rror|Traceback" "$OUT/p36/ab_rounds.log" | tail -3
   gpu_pytest p36/gpu_all.log $(( $(left) - 60 < 260 ? $(left) - 60 : 260 )) gpu_all -m gpu tests/
   if [ "$(left)" -gt 60 ]; then
     timeout $(( $(left) - 10 )) python3 scripts/bench_anchors.py --group headdims --shapes "D256 32K" "D256 8K" \
