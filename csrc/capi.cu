@@ -58,9 +58,9 @@ int fail(const std::string& msg) {
 // most SMs idle (seed 8K: 4096 tiles = 31 rounds + 4 tiles, 3% of the launch). The main launch takes the full rounds;
 // the r tiles then run as `splits` key ranges each (one item per SM at most, or two short rounds: below; each at least
 // VIDATTN_TAIL_MIN_BLOCKS key blocks, so a range's pipeline fill and workspace write stay small against its keys),
-// and combine_kernel merges the ranges. Tiles of fewer than VIDATTN_TAIL_MIN_TILE_BLOCKS key blocks keep the plain schedule: the two extra
-// launches cost more than their last round (FA-bench 1K D64, 8 blocks: 1.014x -> 1.000x cuDNN split in two, run 2 of
-// the fifth session).
+// and combine_kernel merges the ranges. Tiles of fewer than VIDATTN_TAIL_MIN_TILE_BLOCKS key blocks keep the plain
+// schedule: the two extra launches cost more than their last round (FA-bench 1K D64, 8 blocks: 1.014x -> 1.000x
+// cuDNN split in two, run 2 of the fifth session).
 // An in-kernel split of the last round (dev/experiments/tail_split.patch) measured slower: its work-item decoding
 // taxed every tile; here the main launch's kernel is the plain one.
 #ifndef VIDATTN_TAIL_LAUNCH
