@@ -314,6 +314,18 @@ gpu_pytest() {
   timeout "$t" python3 -m pytest -q -p no:cacheprovider -rfE "$@" > "$OUT/$log" 2>&1; rc[$key]=$?
   tail -2 "$OUT/$log"; grep -E "^(FAILED|ERROR)" "$OUT/$log" | head -8
 }
+# tests/sanitizer_cases.py --only "$2" plain (90 s), then under each tool of $3 (default "memcheck synccheck", 150 s
+# each), into $OUT/$1/san_plain.log and san_<tool>.log, statuses in rc[san_plain] and rc[san_<tool>].
+sanitize_only() {
+  local dir=$1 only=$2 tools=${3:-memcheck synccheck}
+  timeout 90 python3 tests/sanitizer_cases.py --only "$only" > "$OUT/$dir/san_plain.log" 2>&1
+  rc[san_plain]=$?; tail -1 "$OUT/$dir/san_plain.log"
+  for tool in $tools; do
+    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 1 python3 tests/sanitizer_cases.py \
+      --only "$only" > "$OUT/$dir/san_$tool.log" 2>&1; rc[san_$tool]=$?
+    grep -E "ERROR SUMMARY" "$OUT/$dir/san_$tool.log" | tail -1; tail -1 "$OUT/$dir/san_$tool.log"
+  done
+}
 # compute-sanitizer's tool $1 over pytest with the remaining arguments under $3 s, into $OUT/$2, its status in
 # rc[$4]; the sanitizer's summary and pytest's tally printed.
 sanitize_pytest() {
@@ -928,13 +940,7 @@ P33)
   build_lib
   mkdir -p "$OUT/p33"
   gpu_pytest p33/tail_gpu.log 120 tail_gpu -m gpu tests/test_kernel_gpu.py tests/test_8bit_tail_gpu.py -k "tail"
-  timeout 60 python3 tests/sanitizer_cases.py --only "tail kv_lens" > "$OUT/p33/san_plain.log" 2>&1
-  rc[san_plain]=$?; tail -1 "$OUT/p33/san_plain.log"
-  for tool in memcheck synccheck; do
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 1 python3 tests/sanitizer_cases.py \
-      --only "tail kv_lens" > "$OUT/p33/san_$tool.log" 2>&1; rc[san_$tool]=$?
-    grep -E "ERROR SUMMARY" "$OUT/p33/san_$tool.log" | tail -1; tail -1 "$OUT/p33/san_$tool.log"
-  done
+  sanitize_only p33 "tail kv_lens"
   OUT=$OUT/p33 timeout 150 python3 dev/q8_tail_ab.py --path exact --modes 0 1 --shapes "HunyuanVideo 1.5 padded" \
     "Mochi padded" --rounds ${ROUNDS:-6} --reps 12 --budget 100 > "$OUT/p33/ab_exact.log" 2>&1; rc[ab_exact]=$?
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
@@ -944,11 +950,7 @@ P33)
 P37)
   build_lib
   mkdir -p "$OUT/p37"
-  timeout 90 python3 tests/sanitizer_cases.py --only "two rounds" > "$OUT/p37/san_plain.log" 2>&1
-  rc[san_plain]=$?; tail -1 "$OUT/p37/san_plain.log"
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 1 python3 tests/sanitizer_cases.py \
-    --only "two rounds" > "$OUT/p37/san_memcheck.log" 2>&1; rc[san_memcheck]=$?
-  grep -E "ERROR SUMMARY" "$OUT/p37/san_memcheck.log" | tail -1; tail -1 "$OUT/p37/san_memcheck.log"
+  sanitize_only p37 "two rounds" "memcheck"
   gpu_pytest p37/gpu_all.log $(( $(left) - 10 < 280 ? $(left) - 10 : 280 )) gpu_all -m gpu tests/
   tar_dirs p37
   ;;
@@ -959,13 +961,7 @@ P36)
   mkdir -p "$OUT/p36"
   gpu_pytest p36/tail_gpu.log 150 tail_gpu -m gpu tests/test_kernel_gpu.py tests/test_reliability_gpu.py \
     -k "tail or last_round or workspace"
-  timeout 90 python3 tests/sanitizer_cases.py --only "two rounds" > "$OUT/p36/san_plain.log" 2>&1
-  rc[san_plain]=$?; tail -1 "$OUT/p36/san_plain.log"
-  for tool in memcheck synccheck; do
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 1 python3 tests/sanitizer_cases.py \
-      --only "two rounds" > "$OUT/p36/san_$tool.log" 2>&1; rc[san_$tool]=$?
-    grep -E "ERROR SUMMARY" "$OUT/p36/san_$tool.log" | tail -1; tail -1 "$OUT/p36/san_$tool.log"
-  done
+  sanitize_only p36 "two rounds"
   OUT=$OUT/p36 timeout 170 python3 dev/q8_tail_ab.py --path exact-rounds --modes 1 2 --shapes "D256 32K" Mochi \
     "D192 32K" --rounds 12 --reps 40 --budget 130 > "$OUT/p36/ab_rounds.log" 2>&1; rc[ab_rounds]=$?
   sed -n '/== exact tail launch/,$p' "$OUT/p36/ab_rounds.log"
@@ -1023,13 +1019,7 @@ P32)
   gpu_pytest p32/tail_gpu.log 150 tail_gpu -m gpu tests/test_8bit_tail_gpu.py tests/test_8bit_gpu.py
   # The bf16 tail's merge goes through the launch it now shares with the 8-bit one (capi.cu launch_combine).
   gpu_pytest p32/bf16_tail.log 90 bf16_tail -m gpu tests/test_kernel_gpu.py -k "tail or last_round"
-  timeout 60 python3 tests/sanitizer_cases.py --only "tail kv_lens" > "$OUT/p32/san_plain.log" 2>&1
-  rc[san_plain]=$?; tail -1 "$OUT/p32/san_plain.log"
-  for tool in memcheck synccheck; do
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 1 python3 tests/sanitizer_cases.py \
-      --only "tail kv_lens" > "$OUT/p32/san_$tool.log" 2>&1; rc[san_$tool]=$?
-    grep -E "ERROR SUMMARY" "$OUT/p32/san_$tool.log" | tail -1; tail -1 "$OUT/p32/san_$tool.log"
-  done
+  sanitize_only p32 "tail kv_lens"
   t=$(( $(left) - 30 < ${AB_S:-150} ? $(left) - 30 : ${AB_S:-150} ))
   OUT=$OUT/p32 timeout $(( t + 40 )) python3 dev/q8_tail_ab.py --modes 1 2 --shapes "HunyuanVideo 1.5 padded" \
     "Mochi padded" --rounds ${ROUNDS:-6} --reps 12 --budget "$t" > "$OUT/p32/ab.log" 2>&1; rc[ab]=$?
