@@ -315,9 +315,11 @@ finish() {  # final description, after the compiles ended or were stopped
 on_stop() {
   trap - TERM INT
   local p
+  # Each job's recording subshell first, then its compiler's group: the other order let a subshell whose compiler had
+  # just been killed write rc 143 ("failed") before its own kill arrived, on a loaded machine (a CI run).
   for p in "${!PIDS[@]}"; do
-    kill -- "-$(cat "$STATE/${PIDS[$p]}.pid" 2>/dev/null)" 2>/dev/null || true
     kill -- "-$p" 2>/dev/null || true
+    kill -- "-$(cat "$STATE/${PIDS[$p]}.pid" 2>/dev/null)" 2>/dev/null || true
   done
   echo "device_build.sh: stopped; writing what was built"
   finish
