@@ -5,13 +5,13 @@
 #include <atomic>
 #include <cfloat>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 #include "capi.h"
 #include "sm90/combine.cuh"
 #include "sm90/flash_fwd.cuh"
 #include "sm90/tma_desc.h"
+#include "tail_plan.h"
 
 namespace {
 
@@ -86,12 +86,7 @@ static_assert(VIDATTN_TAIL_KV_LENS == 0 || VIDATTN_TAIL_KV_LENS == 1, "VIDATTN_T
 int g_tail_kv_lens = -1;  // -1: the build's default (or the environment's); 0, 1: forced
 
 bool tail_kv_lens() {
-  static const int env = [] {
-    const char* e = std::getenv("VIDATTN_TAIL_KV_LENS");
-    if (e == nullptr || *e == 0) return VIDATTN_TAIL_KV_LENS;
-    const int v = std::atoi(e);
-    return v == 0 || v == 1 ? v : VIDATTN_TAIL_KV_LENS;
-  }();
+  static const int env = vidattn::env_default("VIDATTN_TAIL_KV_LENS", VIDATTN_TAIL_KV_LENS, 0, 1);
   return (g_tail_kv_lens < 0 ? env : g_tail_kv_lens) != 0;
 }
 
@@ -109,13 +104,12 @@ static_assert(vidattn::sm90::FwdTraits<256>::kBlockM * (256 + 2) * sizeof(float)
 // Two short rounds (dev/NOTES.md "The tail launch in two rounds"): where the last round holds more than half the SMs'
 // tiles (r > SMs / 2), one range a tile per SM leaves nothing to split. Ranges that run in ceil(r s / SMs) rounds
 // still save when s is large enough: D=256 at 32K (B1 H8: 15 rounds + 68 tiles of 512 blocks) runs s = 3 as two rounds
-// of 171 blocks, 2/3 of a tile. The plan prices s as the 8-bit path's q8_plan_tail does, in key-block times of one
-// CTA: ceil(r s / SMs) rounds of ceil(n / s) + 2 blocks (a range's start and end) plus r s / 50 for the merge's reads;
-// it takes the cheapest s (at most 32, each range at least VIDATTN_TAIL_MIN_BLOCKS blocks, at most 2 x SMs ranges: the
-// workspace) when that saves a tenth of the tile. 2 plans so, 1 keeps the one-round plan only (the default: call P36
-// measured D=256 32K +0.6% a call, 10 of 12 rounds, Mochi's exact call level, under its rule's bar; dev/NOTES.md);
-// vidattn_sm90_set_tail_rounds or VIDATTN_TAIL_ROUNDS (read once) at run time. The workspace follows the setting
-// (vidattn_sm90_workspace_bytes: two items per SM under 2).
+// of 171 blocks, 2/3 of a tile. The plan prices s with the cost model the 8-bit plan uses (tail_plan.h,
+// cheapest_tail_split): the cheapest s (at most 32, each range at least VIDATTN_TAIL_MIN_BLOCKS blocks, at most 2 x
+// SMs ranges: the workspace) when that saves a tenth of the tile. 2 plans so, 1 keeps the one-round plan only (the
+// default: call P36 measured D=256 32K +0.6% a call, 10 of 12 rounds, Mochi's exact call level, under its rule's bar;
+// dev/NOTES.md); vidattn_sm90_set_tail_rounds or VIDATTN_TAIL_ROUNDS (read once) at run time. The workspace follows
+// the setting (vidattn_sm90_workspace_bytes: two items per SM under 2).
 #ifndef VIDATTN_TAIL_ROUNDS
 #define VIDATTN_TAIL_ROUNDS 1
 #endif
@@ -125,12 +119,7 @@ constexpr int kTailMaxItemsPerSm = 2;
 int g_tail_rounds = -1;  // -1: the build's default (or the environment's); 1, 2: forced
 
 int tail_rounds() {
-  static const int env = [] {
-    const char* e = std::getenv("VIDATTN_TAIL_ROUNDS");
-    if (e == nullptr || *e == 0) return VIDATTN_TAIL_ROUNDS;
-    const int v = std::atoi(e);
-    return v == 1 || v == 2 ? v : VIDATTN_TAIL_ROUNDS;
-  }();
+  static const int env = vidattn::env_default("VIDATTN_TAIL_ROUNDS", VIDATTN_TAIL_ROUNDS, 1, 2);
   return g_tail_rounds < 0 ? env : g_tail_rounds;
 }
 
@@ -145,19 +134,8 @@ TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
   if (blocks < VIDATTN_TAIL_MIN_TILE_BLOCKS) return plan;
   int64_t splits = sms / r;
   if (splits > blocks / VIDATTN_TAIL_MIN_BLOCKS) splits = blocks / VIDATTN_TAIL_MIN_BLOCKS;
-  if (splits < 2 && tail_rounds() == 2) {
-    double best = static_cast<double>(blocks);
-    for (int64_t s = 2; s <= kTailMaxSplits && blocks / s >= VIDATTN_TAIL_MIN_BLOCKS &&
-                        r * s <= static_cast<int64_t>(kTailMaxItemsPerSm) * sms; ++s) {
-      const int64_t rounds = (r * s + sms - 1) / sms;
-      const double cost = static_cast<double>(rounds * ((blocks + s - 1) / s + 2)) + static_cast<double>(r * s) / 50.0;
-      if (cost < best) {
-        best = cost;
-        splits = s;
-      }
-    }
-    if (best > 0.9 * static_cast<double>(blocks)) splits = 1;
-  }
+  if (splits < 2 && tail_rounds() == 2)
+    splits = vidattn::cheapest_tail_split(r, blocks, sms, VIDATTN_TAIL_MIN_BLOCKS, kTailMaxSplits, kTailMaxItemsPerSm);
   if (splits < 2 || static_cast<uint64_t>(r * splits) * kTailItemBytes > a.workspace_bytes) return plan;
   plan.tiles = r;
   plan.splits = static_cast<int>(splits);

@@ -4,15 +4,17 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "capi.h"
 #include "sm90/q8_fwd.cuh"
 #include "sm90/q8_quant.cuh"
 #include "sm90/tma_desc.h"
+#include "tail_plan.h"
 
 namespace {
+
+using vidattn::env_default;
 
 // Kernel variants (q8_fwd.cuh), as measured on the H200 (dev/NOTES_8bit.md):
 //   mode 0: row sums of the unrounded p in the softmax (fp32); 1: by the tensor cores (a column of ones beside V: P V
@@ -149,14 +151,10 @@ thread_local int g_q8_last_tail_splits = -1;  // key ranges per tail tile of the
 constexpr int64_t kQ8TailBlockM = 192;        // the three-warpgroup builds' tiles (every build with a split twin)
 constexpr int kQ8TailMaxSplits = 32;
 constexpr int kQ8TailMinBlocks = 4;           // key blocks per range at least: its pipeline fill and store stay small
+constexpr int kQ8TailMaxItemsPerSm = 2;       // ranges per SM at most (the workspace's partials)
 
 inline int q8_tail_asked() {
-  static const int env = [] {
-    const char* e = std::getenv("VIDATTN_Q8_TAIL");
-    if (e == nullptr || *e == 0) return VIDATTN_Q8_TAIL;
-    const int v = std::atoi(e);
-    return v >= 0 && v <= 2 ? v : VIDATTN_Q8_TAIL;
-  }();
+  static const int env = env_default("VIDATTN_Q8_TAIL", VIDATTN_Q8_TAIL, 0, 2);
   return g_q8_tail < 0 ? env : g_q8_tail;
 }
 
@@ -165,12 +163,12 @@ struct Q8TailPlan {
   int splits = 1;
 };
 
-// The plan's cost, in key-block times of one CTA: the plain last round is one tile, nb blocks; `splits` ranges a
-// tile run in ceil(r splits / SMs) rounds of ceil(nb / splits) blocks plus 2 for a range's own pipeline fill, Q load
-// and store (a CTA's start and end measured ~1.5-2 us, about a D=128 block's 1.7 us: dev/NOTES_8bit.md "pre-pass mode
-// 2 outcome"), and the merge reads each range's 192 x (D + 2) fp32 partials once (~100 KB at D=128: 1/50 of a
-// block's time at the H200's bandwidth). A plan is taken when it saves at least a tenth of the tile time, with at
-// most 2 x SMs ranges (the workspace: 25 MB at D=128).
+// The plan's cost (tail_plan.h, cheapest_tail_split), in key-block times of one CTA: the plain last round is one
+// tile, nb blocks; `splits` ranges a tile run in ceil(r splits / SMs) rounds of ceil(nb / splits) blocks plus 2 for a
+// range's own pipeline fill, Q load and store (a CTA's start and end measured ~1.5-2 us, about a D=128 block's 1.7 us:
+// dev/NOTES_8bit.md "pre-pass mode 2 outcome"), and the merge reads each range's 192 x (D + 2) fp32 partials once
+// (~100 KB at D=128: 1/50 of a block's time at the H200's bandwidth). A plan is taken when it saves at least a tenth
+// of the tile time, with at most kQ8TailMaxItemsPerSm x SMs ranges (the workspace: 25 MB at D=128).
 Q8TailPlan q8_plan_tail(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_kv, int sms) {
   Q8TailPlan plan;
   if (q8_tail_asked() == 0 || sms < 1) return plan;
@@ -178,16 +176,9 @@ Q8TailPlan q8_plan_tail(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t 
   const int64_t r = tiles % sms;
   const int64_t nb = (seqlen_kv + vidattn::sm90::kQ8BlockN - 1) / vidattn::sm90::kQ8BlockN;
   if (r == 0) return plan;
-  double best = static_cast<double>(nb);
-  for (int s = 2; s <= kQ8TailMaxSplits && nb / s >= kQ8TailMinBlocks && r * s <= 2 * sms; ++s) {
-    const int64_t rounds = (r * s + sms - 1) / sms;
-    const double cost = static_cast<double>(rounds * ((nb + s - 1) / s + 2)) + static_cast<double>(r * s) / 50.0;
-    if (cost < best) {
-      best = cost;
-      plan.splits = s;
-    }
-  }
-  if (plan.splits < 2 || best > 0.9 * static_cast<double>(nb)) return Q8TailPlan{};
+  plan.splits = static_cast<int>(
+      vidattn::cheapest_tail_split(r, nb, sms, kQ8TailMinBlocks, kQ8TailMaxSplits, kQ8TailMaxItemsPerSm));
+  if (plan.splits < 2) return Q8TailPlan{};
   plan.tiles = r;
   return plan;
 }
@@ -256,35 +247,27 @@ bool q8_tensor_map_2d(CUtensorMap* map, const void* base, uint64_t inner, uint64
   return true;
 }
 
-// A build default, unless the environment variable `name` holds a value in [lo, hi] (read once, for A/B runs).
-int q8_env_default(const char* name, int build_default, int lo, int hi) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || *e == 0) return build_default;
-  const int v = std::atoi(e);
-  return v >= lo && v <= hi ? v : build_default;
-}
-
 // The row-sum mode and the score conversion later launches at head dim kD ask for (forced, else the environment's,
 // else the build default). q8_dispatch builds from them, and D=128's default schedule looks at them first.
 template <int kD>
 int q8_mode_asked() {
-  static const int env = q8_env_default("VIDATTN_Q8_SUM_MMA", kD == 64 ? VIDATTN_Q8_MODE_D64 : VIDATTN_Q8_MODE_D128,
-                                        0, 5);
+  static const int env = env_default("VIDATTN_Q8_SUM_MMA", kD == 64 ? VIDATTN_Q8_MODE_D64 : VIDATTN_Q8_MODE_D128,
+                                     0, 5);
   return g_q8_sum_mma < 0 ? env : g_q8_sum_mma;
 }
 // The v10 mode later launches ask for (forced, else the environment's, else the build default).
 inline int q8_v10_asked() {
-  static const int env = q8_env_default("VIDATTN_Q8_V10", VIDATTN_Q8_V10, 0, 2);
+  static const int env = env_default("VIDATTN_Q8_V10", VIDATTN_Q8_V10, 0, 2);
   return g_q8_v10 < 0 ? env : g_q8_v10;
 }
 // The v12 mode later launches ask for (as q8_v10_asked).
 inline int q8_v12_asked() {
-  static const int env = q8_env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 1);
+  static const int env = env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 1);
   return g_q8_v12 < 0 ? env : g_q8_v12;
 }
 template <int kD>
 int q8_cvt_asked() {
-  static const int env = q8_env_default("VIDATTN_Q8_CVT", kD == 64 ? VIDATTN_Q8_CVT_D64 : VIDATTN_Q8_CVT_D128, 0, 2);
+  static const int env = env_default("VIDATTN_Q8_CVT", kD == 64 ? VIDATTN_Q8_CVT_D64 : VIDATTN_Q8_CVT_D128, 0, 2);
   return g_q8_cvt < 0 ? env : g_q8_cvt;
 }
 
@@ -347,7 +330,7 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   p.heads = pp.heads;
   p.sq_pad = pp.sq_pad;
   p.skv_pad = pp.skv_pad;
-  static const int env_prep = q8_env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 2);
+  static const int env_prep = env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 2);
   const int prep = g_q8_prep < 0 ? env_prep : g_q8_prep;
   if (prep == 2) {  // Q quantized in the kernel (q8_quantize_q_tile): no Q pass
     p.q_in = a.q;
@@ -384,7 +367,7 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
     q8_q_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(q_blocks)), kQ8QThreads, 0, stream>>>(pp);
     if (check_launch("8-bit Q quantization launch") != 0) return 1;
   }
-  static const int env_kv_pass = q8_env_default("VIDATTN_Q8_KV_PASS", VIDATTN_Q8_KV_PASS, 0, 1);
+  static const int env_kv_pass = env_default("VIDATTN_Q8_KV_PASS", VIDATTN_Q8_KV_PASS, 0, 1);
   const int kv_pass = kD == 128 ? (g_q8_kv_pass < 0 ? env_kv_pass : g_q8_kv_pass) : 0;
   g_q8_last_kv_pass = kv_pass;
   if (kv_pass == 1) {
@@ -584,7 +567,7 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
     case 64: {
       // (VIDATTN_Q8_SEQ=3, for a D=128 A/B, leaves D=64 on its default; a forced schedule 3 or 2 is refused.)
       static const int env_seq = [] {
-        const int e = q8_env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D64, 0, 3);
+        const int e = env_default("VIDATTN_Q8_SEQ", VIDATTN_Q8_SEQ_D64, 0, 3);
         return e >= 2 ? VIDATTN_Q8_SEQ_D64 : e;
       }();
       // Forced warpgroups name a ping-pong build (the sequential schedule has three), so with the schedule left to
@@ -597,12 +580,12 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
         return fail("8-bit path: the sequential schedule with turns around the exponentials (3) is built at head dim "
                     "128 only (at 64 it measured 0.95x schedule 1)");
       if (seq == 1) return q8_dispatch<64, 3, true>(*a, l, s);
-      static const int env_wgs = q8_env_default("VIDATTN_Q8_D64_WGS", VIDATTN_Q8_D64_WGS, 2, 3);
+      static const int env_wgs = env_default("VIDATTN_Q8_D64_WGS", VIDATTN_Q8_D64_WGS, 2, 3);
       if ((g_q8_d64_wgs == 0 ? env_wgs : g_q8_d64_wgs) == 3) return q8_dispatch<64, 3, false>(*a, l, s);
       return q8_dispatch<64, 2, false>(*a, l, s);
     }
     case 128: {
-      static const int env_seq = q8_env_default("VIDATTN_Q8_SEQ", -1, 0, 3);  // -1: not set
+      static const int env_seq = env_default("VIDATTN_Q8_SEQ", -1, 0, 3);  // -1: not set
       int seq = g_q8_seq < 0 ? env_seq : g_q8_seq;
       // Schedule 3, the default, is built with conversion 2 and row-sum mode 0 only: with the schedule left to the
       // default, a forced other conversion or mode (the I2F reference, the refusals) names a schedule-1 build, as

@@ -390,7 +390,7 @@ def test_cvt_selector_in_the_c_abi():
     silent fallback)."""
     src = (REPO / "csrc/capi_8bit.cuh").read_text()
     assert 'extern "C" int vidattn_q8_set_cvt(int cvt)' in src and "if (cvt < -1 || cvt > 2) return 1;" in src
-    assert 'q8_env_default("VIDATTN_Q8_CVT"' in src
+    assert 'env_default("VIDATTN_Q8_CVT"' in src
     assert "constexpr bool kCvtBuilt = kSeq && !kTurns;" in src
     assert "constexpr int kCvtWon = kD == 128 ? 2 : 1;" in src
     assert "#define VIDATTN_Q8_CVT_D128 2" in src and "#define VIDATTN_Q8_CVT_D64 1" in src
@@ -406,7 +406,7 @@ def test_prep_selector_in_the_c_abi():
     the statistics) or forced, Q in the kernel (2) when forced (with LSE too: no Q pass at all, the statistics alone
     before the K/V pass), a setter with its range, the environment variable."""
     src = (REPO / "csrc/capi_8bit.cuh").read_text()
-    assert "#define VIDATTN_Q8_PREP 1" in src and 'q8_env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 2)' in src
+    assert "#define VIDATTN_Q8_PREP 1" in src and 'env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 2)' in src
     assert "const bool fused = prep == 1 && !pp.want_lse &&" in src
     assert 'extern "C" int vidattn_q8_set_prep(int prep)' in src and "if (prep < -1 || prep > 2) return 1;" in src
     assert "g_q8_last_prep = prep == 2 ? 2 : (fused ? 1 : 0);" in src

@@ -21,7 +21,7 @@ def test_kv_pass_in_the_c_abi():
     the per-key pass whatever is asked, and says so through last_kv_pass); the last launch's pass reset per call."""
     assert "#define VIDATTN_Q8_KV_PASS 1" in CAPI
     assert 'extern "C" int vidattn_q8_set_kv_pass(int mode)' in CAPI and "if (mode < -1 || mode > 1) return 1;" in CAPI
-    assert 'q8_env_default("VIDATTN_Q8_KV_PASS", VIDATTN_Q8_KV_PASS, 0, 1)' in CAPI
+    assert 'env_default("VIDATTN_Q8_KV_PASS", VIDATTN_Q8_KV_PASS, 0, 1)' in CAPI
     assert "const int kv_pass = kD == 128 ? (g_q8_kv_pass < 0 ? env_kv_pass : g_q8_kv_pass) : 0;" in CAPI
     assert "g_q8_last_kv_pass = kv_pass;" in CAPI and "g_q8_last_kv_pass = -1;" in CAPI
     assert "q8_kv2_kernel<kFp16><<<" in CAPI

@@ -34,10 +34,16 @@ def key_ranges(n_blocks: int, splits: int):
 
 
 def test_model_reads_the_source_constants():
-    assert (BLOCK_M, MAX_SPLITS, MIN_BLOCKS) == (192, 32, 4)
-    assert "rounds * ((nb + s - 1) / s + 2)) + static_cast<double>(r * s) / 50.0" in CAPI
-    assert "nb / s >= kQ8TailMinBlocks && r * s <= 2 * sms" in CAPI
-    assert "best > 0.9 * static_cast<double>(nb)" in CAPI
+    """The plan's search is tail_plan.h's (tests/test_tail_plan_host.py compiles it against budget's model), called
+    with the 8-bit constants."""
+    assert (BLOCK_M, MAX_SPLITS, MIN_BLOCKS, budget.Q8_TAIL_MAX_ITEMS_PER_SM) == (192, 32, 4, 2)
+    assert ("vidattn::cheapest_tail_split(r, nb, sms, kQ8TailMinBlocks, kQ8TailMaxSplits, kQ8TailMaxItemsPerSm));"
+            in CAPI)
+    assert "if (plan.splits < 2) return Q8TailPlan{};" in CAPI
+    header = (REPO / "csrc/tail_plan.h").read_text()
+    assert "rounds * ((nb + s - 1) / s + 2)) + static_cast<double>(r * s) / 50.0" in header
+    assert "nb / s >= min_blocks && r * s <= max_items_per_sm * sms" in header
+    assert "return best > 0.9 * static_cast<double>(nb) ? 1 : pick;" in header
 
 
 @pytest.mark.parametrize("shape,plan", [
@@ -145,7 +151,7 @@ def test_c_side():
     2 always; a workspace sized without the tail keeps it too; the last launch's ranges reset per call."""
     assert "#define VIDATTN_Q8_TAIL 2" in CAPI
     assert 'extern "C" int vidattn_q8_set_tail(int mode)' in CAPI and "if (mode < -1 || mode > 2) return 1;" in CAPI
-    assert 'std::getenv("VIDATTN_Q8_TAIL")' in CAPI and "return v >= 0 && v <= 2 ? v : VIDATTN_Q8_TAIL;" in CAPI
+    assert 'env_default("VIDATTN_Q8_TAIL", VIDATTN_Q8_TAIL, 0, 2)' in CAPI
     assert "(kD == 128 && kTurns == 2 && kCvt == 2 && kDescInc == 2 && kV12 == 1 && !kSumMma)" in CAPI
     assert "(kD == 64 && kTurns == 0 && kCvt == 1 && kDescInc == 0 && kV12 == 0 && kSumMma)" in CAPI
     assert ("if (!kTailBuilt || l.tail.tiles == 0 || (a.kv_lens != nullptr && q8_tail_asked() < 2) || prep == 2) {"

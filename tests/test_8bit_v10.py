@@ -141,7 +141,7 @@ def test_v10_selector_in_the_c_abi():
     lost) no longer instantiated and refused with an error; a forced mode elsewhere refused."""
     assert "#define VIDATTN_Q8_V10 1" in CAPI
     assert 'extern "C" int vidattn_q8_set_v10(int mode)' in CAPI and "if (mode < -1 || mode > 2) return 1;" in CAPI
-    assert 'q8_env_default("VIDATTN_Q8_V10", VIDATTN_Q8_V10, 0, 2)' in CAPI
+    assert 'env_default("VIDATTN_Q8_V10", VIDATTN_Q8_V10, 0, 2)' in CAPI
     assert CAPI.count("kSeq, kTurns, 2, 0, 0, 2>(a, l, s)") == 2
     assert len(re.findall(r"q8_launch<[^>]*, 2, 0, 2, \d>", CAPI)) == 0
     assert 'case 2: return fail("8-bit path: v10 mode 2 (the lazy reference max) is no longer built' in CAPI

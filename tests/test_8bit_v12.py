@@ -63,7 +63,7 @@ def test_v12_selector_in_the_c_abi():
     refused, on schedule 3 with v10 mode 0 too."""
     assert "#define VIDATTN_Q8_V12 1" in CAPI
     assert 'extern "C" int vidattn_q8_set_v12(int mode)' in CAPI and "if (mode < -1 || mode > 1) return 1;" in CAPI
-    assert 'q8_env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 1)' in CAPI
+    assert 'env_default("VIDATTN_Q8_V12", VIDATTN_Q8_V12, 0, 1)' in CAPI
     assert CAPI.count("kSeq, kTurns, 2, 0, 0, 2, 1>(a, l, s)") == 2
     assert len(re.findall(r"q8_launch<[^>]*, \d+, \d+, \d+, \d+, 1>", CAPI)) == 2
     assert "if (v10 != 1 && g_q8_v12 > 0)" in CAPI

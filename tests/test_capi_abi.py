@@ -126,7 +126,7 @@ def test_tail_kv_lens_switch():
 
     src, h = CAPI_CU.read_text(), CAPI_H.read_text()
     assert "#define VIDATTN_TAIL_KV_LENS 1" in src
-    assert 'std::getenv("VIDATTN_TAIL_KV_LENS")' in src and "return v == 0 || v == 1 ? v : VIDATTN_TAIL_KV_LENS;" in src
+    assert 'vidattn::env_default("VIDATTN_TAIL_KV_LENS", VIDATTN_TAIL_KV_LENS, 0, 1)' in src
     assert "(a.kv_lens != nullptr && !tail_kv_lens())" in src
     assert 'extern "C" int vidattn_sm90_set_tail_kv_lens(int mode) {\n  if (mode < -1 || mode > 1) return 1;' in src
     assert "int vidattn_sm90_set_tail_kv_lens(int mode);" in h and "int vidattn_sm90_tail_kv_lens(void);" in h
@@ -165,12 +165,11 @@ def test_tail_rounds_switch():
     import pytest
 
     src, h = CAPI_CU.read_text(), CAPI_H.read_text()
-    assert "#define VIDATTN_TAIL_ROUNDS 1" in src and 'std::getenv("VIDATTN_TAIL_ROUNDS")' in src
-    assert "if (splits < 2 && tail_rounds() == 2) {" in src
-    assert "r * s <= static_cast<int64_t>(kTailMaxItemsPerSm) * sms; ++s) {" in src
-    assert ("const double cost = static_cast<double>(rounds * ((blocks + s - 1) / s + 2)) + static_cast<double>(r * s)"
-            " / 50.0;") in src
-    assert "if (best > 0.9 * static_cast<double>(blocks)) splits = 1;" in src
+    assert "#define VIDATTN_TAIL_ROUNDS 1" in src
+    assert 'vidattn::env_default("VIDATTN_TAIL_ROUNDS", VIDATTN_TAIL_ROUNDS, 1, 2)' in src
+    # the search is tail_plan.h's, shared with the 8-bit plan (tests/test_tail_plan_host.py compiles and checks it)
+    assert ("  if (splits < 2 && tail_rounds() == 2)\n    splits = vidattn::cheapest_tail_split(r, blocks, sms, "
+            "VIDATTN_TAIL_MIN_BLOCKS, kTailMaxSplits, kTailMaxItemsPerSm);") in src
     assert "int vidattn_sm90_set_tail_rounds(int rounds);" in h and "int vidattn_sm90_tail_rounds(void);" in h
 
     class Lib:

@@ -48,7 +48,8 @@ def test_workspace_constants_mirror_the_c_sources():
     assert "l.ws_ml = take(items * kQ8TailBlockM * 2 * 4);" in body
     assert "if (with_tail && (head_dim == 64 || head_dim == 128)) {" in body
     for name, value in (("kQ8TailBlockM", budget.Q8_TAIL_BLOCK_M), ("kQ8TailMaxSplits", budget.Q8_TAIL_MAX_SPLITS),
-                        ("kQ8TailMinBlocks", budget.Q8_TAIL_MIN_BLOCKS)):
+                        ("kQ8TailMinBlocks", budget.Q8_TAIL_MIN_BLOCKS),
+                        ("kQ8TailMaxItemsPerSm", budget.Q8_TAIL_MAX_ITEMS_PER_SM)):
         assert re.search(rf"constexpr int(?:64_t)? {name} = {value};", layout), name
     assert "at = (at + bytes + 255) / 256 * 256;" in body
 

@@ -39,6 +39,21 @@ H200_SMS = 132
 Q8_TAIL_BLOCK_M = 192
 Q8_TAIL_MAX_SPLITS = 32
 Q8_TAIL_MIN_BLOCKS = 4
+Q8_TAIL_MAX_ITEMS_PER_SM = 2
+
+
+def cheapest_tail_split(r: int, nb: int, sms: int, min_blocks: int, max_splits: int, max_items_per_sm: int) -> int:
+    """csrc/tail_plan.h's cheapest_tail_split, which both tail plans share: for a last round of r tiles of nb key
+    blocks, the cheapest s of 2..max_splits (at least min_blocks blocks a range, at most max_items_per_sm x SMs ranges)
+    by the cost ceil(r s / SMs) x (ceil(nb / s) + 2) + r s / 50 in key-block times, or 1 when none saves a tenth of
+    nb. tests/test_tail_plan_host.py compiles the header and holds the two to each other."""
+    best, pick, s = float(nb), 1, 2
+    while s <= max_splits and nb // s >= min_blocks and r * s <= max_items_per_sm * sms:
+        cost = -(-(r * s) // sms) * (-(-nb // s) + 2) + r * s / 50.0
+        if cost < best:
+            best, pick = cost, s
+        s += 1
+    return 1 if best > 0.9 * nb else pick
 
 
 def exact_tail_splits(tiles: int, blocks: int, sms: int = H200_SMS, rounds: int = EXACT_TAIL_ROUNDS) -> int:
@@ -53,14 +68,7 @@ def exact_tail_splits(tiles: int, blocks: int, sms: int = H200_SMS, rounds: int 
         return 0
     splits = min(sms // r, blocks // EXACT_TAIL_MIN_BLOCKS)
     if splits < 2 and rounds == 2:
-        best, s = float(blocks), 2
-        while s <= EXACT_TAIL_MAX_SPLITS and blocks // s >= EXACT_TAIL_MIN_BLOCKS and r * s <= TAIL_ITEMS_PER_SM * sms:
-            cost = -(-(r * s) // sms) * (-(-blocks // s) + 2) + r * s / 50.0
-            if cost < best:
-                best, splits = cost, s
-            s += 1
-        if best > 0.9 * blocks:
-            splits = 1
+        splits = cheapest_tail_split(r, blocks, sms, EXACT_TAIL_MIN_BLOCKS, EXACT_TAIL_MAX_SPLITS, TAIL_ITEMS_PER_SM)
     return splits if splits >= 2 else 0
 
 
@@ -81,16 +89,8 @@ def q8_tail_plan(b: int, h: int, sq: int, skv: int, sms: int = H200_SMS) -> tupl
     r, nb = tiles % sms, -(-skv // Q8_BLOCK_N)
     if r == 0:
         return 0, 1
-    best, splits = float(nb), 1
-    s = 2
-    while s <= Q8_TAIL_MAX_SPLITS and nb // s >= Q8_TAIL_MIN_BLOCKS and r * s <= 2 * sms:
-        cost = -(-(r * s) // sms) * (-(-nb // s) + 2) + r * s / 50.0
-        if cost < best:
-            best, splits = cost, s
-        s += 1
-    if splits < 2 or best > 0.9 * nb:
-        return 0, 1
-    return r, splits
+    splits = cheapest_tail_split(r, nb, sms, Q8_TAIL_MIN_BLOCKS, Q8_TAIL_MAX_SPLITS, Q8_TAIL_MAX_ITEMS_PER_SM)
+    return (r, splits) if splits >= 2 else (0, 1)
 
 
 def q8_workspace_bytes(b: int, h: int, sq: int, skv: int, d: int, sms: int = H200_SMS) -> int:
