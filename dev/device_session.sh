@@ -189,6 +189,11 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P38 [budget_s] # the twenty-first sitting's first call: 088c762's host code (both tail
+#                                             # plans through csrc/tail_plan.h) under the tail and workspace GPU
+#                                             # tests and the tail sanitizer cases; then the 8-bit pre-pass against
+#                                             # the copy rate (dev/probes/q8_prep_probe.py) and Nsight Compute on its
+#                                             # kernels at seed 8K
 #   bash dev/device_session.sh P37 [budget_s] # after P36 (one round the default again, the workspace following the
 #                                             # setting): the two-round sanitizer case, the whole GPU suite
 #   bash dev/device_session.sh P36 [budget_s] # the exact tail launch in two rounds (dev/NOTES.md): its GPU tests and
@@ -946,6 +951,31 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P38)
+  # 088c762 moved both tail plans' split search into csrc/tail_plan.h (host code only, not yet run on a GPU): the
+  # tail and workspace GPU tests and the tail sanitizer cases first. Then where the 8-bit pre-pass stands against the
+  # card's copy rate, and Nsight Compute on its two kernels at seed 8K (its largest share of a call).
+  build_lib
+  mkdir -p "$OUT/p38"
+  gpu_pytest p38/tail_gpu.log 180 tail_gpu -m gpu tests/test_kernel_gpu.py tests/test_8bit_tail_gpu.py \
+    tests/test_reliability_gpu.py -k "tail or last_round or workspace"
+  sanitize_only p38 "tail"
+  timeout 150 python3 dev/probes/q8_prep_probe.py --out "$OUT/p38/q8_prep_probe.json" > "$OUT/p38/prep_probe.log" 2>&1
+  rc[prep_probe]=$?; sed -n '/^| shape/,$p' "$OUT/p38/prep_probe.log"; grep -E "rror|Traceback" "$OUT/p38/prep_probe.log" | tail -3
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -n "$NCU" ] && [ "$(left)" -gt 100 ]; then
+    timeout 150 "$NCU" --clock-control none -k "regex:q8_(stats_q|kv2?)_kernel" --launch-skip 4 --launch-count 2 \
+      --set full -f -o "$OUT/p38/ncu_prep_seed8k" python3 dev/probes/kernel_once.py custom --dims 4 16 8192 8192 128 \
+      --precision 8bit --launches 4 > "$OUT/p38/ncu_prep_seed8k.log" 2>&1; rc[ncu]=$?
+    "$NCU" --import "$OUT/p38/ncu_prep_seed8k.ncu-rep" --page details --print-units base 2>/dev/null | grep -E \
+      "^  [^ ].*\(|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit Rate|L2 Hit Rate|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Registers Per Thread|Warp Cycles Per Issued" \
+      | tee "$OUT/p38/ncu_summary.txt"
+    "$NCU" --import "$OUT/p38/ncu_prep_seed8k.ncu-rep" --page raw --print-units base 2>/dev/null | \
+      grep -E "smsp__average_warp_latency_issue_stalled_[a-z_]+\.ratio |dram__bytes_(read|write)\.sum |lts__t_bytes\.sum " \
+      | sort -k3 -g -r | head -24 >> "$OUT/p38/ncu_summary.txt"
+  fi
+  tar_dirs p38
   ;;
 P37)
   build_lib

@@ -556,3 +556,23 @@ def test_q8_tail_lse_summary_and_refusals(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="Hopper"):
         mod.main([])
+
+
+def test_q8_prep_probe_bytes_kinds_and_refusals(monkeypatch):
+    """dev/probes/q8_prep_probe.py: the least bytes of each pre-pass kernel (16-bit reads, 8-bit writes), kernels
+    grouped by name, unknown shapes and a machine without a GPU refused before any kernel runs."""
+    mod = _load("q8_prep_probe")
+    b, h, s, d = 1, 2, 256, 128
+    n = b * h * s * d
+    assert mod.kernel_bytes("void vidattn::sm90::q8_stats_q_kernel<128, false>(...)", b, h, s, d) == 4 * n + 2 * n + n
+    assert mod.kernel_bytes("q8_kv2_kernel<false>", b, h, s, d) == 4 * n + 2 * n
+    assert mod.kernel_bytes("q8_kv_kernel<64, false>", b, h, s, d) == 4 * n + 2 * n
+    assert mod.kernel_bytes("q8_kv_stats_kernel<128, false>", b, h, s, d) == 4 * n
+    assert mod.kernel_bytes("q8_fwd_kernel<128, 3>", b, h, s, d) is None
+    assert mod.kind("void vidattn::sm90::q8_kv2_kernel<false>(Q8PrepParams)") == "q8_kv2_kernel"
+    assert mod.kind("q8_fwd_kernel<128, 3, false>") == "q8_fwd_kernel"
+    with pytest.raises(SystemExit, match="unknown shapes"):
+        mod.main(["--shapes", "nope"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        mod.main([])
