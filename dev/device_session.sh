@@ -189,6 +189,10 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P39 [budget_s] # the pre-pass changes (dev/NOTES_8bit.md "The pre-pass against the
+#                                             # copy rate"): the 8-bit GPU tests and sanitizer cases, the probe under
+#                                             # the old library (OLD_LIB), the statistics change alone (STATS_LIB,
+#                                             # carried in .build/ab) and both, then q8_lib_ab.py old / stats / both
 #   bash dev/device_session.sh P38 [budget_s] # the twenty-first sitting's first call: 088c762's host code (both tail
 #                                             # plans through csrc/tail_plan.h) under the tail and workspace GPU
 #                                             # tests and the tail sanitizer cases; then the 8-bit pre-pass against
@@ -951,6 +955,30 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P39)
+  # dev/NOTES_8bit.md "The pre-pass against the copy rate": the statistics loop unrolled and kv2's V^T through a
+  # shared-memory tile (both defaults in this library); OLD_LIB the library before them (P38's), STATS_LIB the
+  # unroll alone (kernel_ab.sh --build-only with -DVIDATTN_Q8_KV2_SMEM_T=0). Tests and sanitizers first, then the
+  # probe per library (each its own process) and the rotated per-call A/B in one process.
+  build_lib
+  mkdir -p "$OUT/p39"
+  new=$(python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1)
+  echo "new library: $new"
+  gpu_pytest p39/q8_gpu.log 200 q8_gpu -m gpu tests/test_8bit_kv_pass_gpu.py tests/test_8bit_gpu.py \
+    tests/test_8bit_tail_gpu.py
+  sanitize_only p39 "8bit d128" "memcheck racecheck"
+  for side in old=${OLD_LIB} stats=${STATS_LIB} both=$new; do
+    IFS== read -r name lib <<< "$side"
+    VIDATTN_LIBRARY=$lib timeout 90 python3 dev/probes/q8_prep_probe.py --shapes seed8k wan1.3b cogvideox \
+      --out "$OUT/p39/prep_probe_$name.json" > "$OUT/p39/prep_probe_$name.log" 2>&1; rc[probe_$name]=$?
+    echo "== $name"; sed -n '/^| shape | kernel/,/^$/p' "$OUT/p39/prep_probe_$name.log" | grep -v "q8_fwd\|memset\|combine"
+  done
+  timeout $(( $(left) - 10 < 200 ? $(left) - 10 : 200 )) python3 dev/probes/q8_lib_ab.py "old=${OLD_LIB}:-1" \
+    "stats=${STATS_LIB}:-1" "both=$new:-1" --shapes "seed 8K" "Wan 1.3B self" CogVideoX --rounds 8 --reps 20 \
+    --json "$OUT/p39/lib_ab.json" > "$OUT/p39/lib_ab.log" 2>&1; rc[lib_ab]=$?
+  sed -n '/== 8-bit path, library against library/,$p' "$OUT/p39/lib_ab.log"; grep -E "rror|failed" "$OUT/p39/lib_ab.log"
+  tar_dirs p39
   ;;
 P38)
   # 088c762 moved both tail plans' split search into csrc/tail_plan.h (host code only, not yet run on a GPU): the

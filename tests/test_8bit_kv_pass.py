@@ -50,3 +50,37 @@ def test_whole_row_layout_covers_the_block_and_keeps_the_groups():
             sel = (e | (4 + e) << 4) if sub == 0 else ((4 + e) | e << 4)
             even_src = sel & 0xF
             assert even_src == (e if sub == 0 else 4 + e)  # sub 0 holds the even key: its own word (x)
+
+
+def test_vt_tile_swizzle_is_a_bijection_and_conflict_free():
+    """kv2's V^T tile (VIDATTN_Q8_KV2_SMEM_T): warp w's 16 keys of channel ch go to chunk w ^ ((ch / 8) % 8) of row ch,
+    and thread i of the store reads chunk (i % 8) ^ ((ch / 8) % 8) of row ch = i / 8 for the global chunk i % 8, so
+    what a thread stores is what warp i % 8 wrote. Rows are 128 bytes (8 chunks of 16), so a 16-byte access's banks
+    are set by its chunk alone: the eight lanes of each quarter warp (one shared-memory wavefront of 16-byte accesses)
+    must touch eight distinct chunks, on the write (lanes 8 channels apart) and on the read (one row's chunks)."""
+    assert "vt_tile[ch][warp ^ ((ch / 8) % 8)] = make_uint4(" in QUANT
+    assert "vt_tile[ch][chunk ^ ((ch / 8) % 8)];" in QUANT
+    assert "#define VIDATTN_Q8_KV2_SMEM_T 1" in QUANT
+
+    def phys(ch, chunk):
+        return chunk ^ ((ch // 8) % 8)
+
+    # Writes: lane's channels ch = (lane % 16) * 8 + 4 * (lane / 16) + e, chunk = warp.
+    for warp in range(8):
+        for e in range(4):
+            for quarter in range(4):
+                lanes = range(8 * quarter, 8 * quarter + 8)
+                chans = [(ln % 16) * 8 + 4 * (ln // 16) + e for ln in lanes]
+                assert len({phys(c, warp) for c in chans}) == 8
+    # Reads: thread i -> (ch, chunk) = (i // 8, i % 8); each (ch, chunk) once, and each quarter warp one row's 8 chunks.
+    seen = set()
+    for r in range(4):
+        for t in range(256):
+            i = t + 256 * r
+            seen.add((i // 8, i % 8))
+        for q0 in range(0, 256, 8):
+            assert len({phys((q0 + r * 256) // 8, (q0 + j) % 8) for j in range(8)}) == 8
+    assert seen == {(c, k) for c in range(128) for k in range(8)}
+    # Every (row, physical chunk) slot is written exactly once by the 8 warps x 128 channels.
+    slots = [(ch, phys(ch, w)) for ch in range(128) for w in range(8)]
+    assert len(set(slots)) == 128 * 8

@@ -84,3 +84,53 @@ def test_head_dim_64_runs_the_per_key_pass():
     q, k, v = (base.randn(1, n, 2, 64, seed=i) for i, n in enumerate((129, 300, 300)))
     _, _, r = run(1, q, k, v)
     assert r == 0
+
+
+def _stats_offsets(b, h, sq, skv, d):
+    """Byte offsets of v_amax and k_sum in the workspace: capi_8bit.cuh's q8_layout, part by part (each part 256-byte
+    aligned), as far as the statistics."""
+    sq_pad, skv_pad, bh = -(-sq // 384) * 384, -(-skv // 128) * 128, b * h
+    at, off = 0, {}
+    for name, nbytes in (("q8", bh * sq_pad * d), ("q_scale", bh * sq_pad * 4), ("k8", bh * skv_pad * d),
+                         ("k_scale", bh * (skv_pad // 128) * 16), ("vt8", bh * d * skv_pad),
+                         ("v_scale", bh * d * 4), ("k_sum", bh * d * 4), ("v_amax", bh * d * 4)):
+        off[name] = at
+        at = -(-(at + nbytes) // 256) * 256
+    return off
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("skv", [77, 700, 1500, 2049])
+def test_statistics_in_the_workspace(d, skv):
+    """The statistics launch's per-channel K sums and max |V| (q8_kv_stats_block, kQ8StatUnroll keys a thread per
+    load round), read back from the workspace: exact against torch over the valid keys only (K on the quarter grid,
+    so every order of the fp32 sums is exact; max is exact), with kv_lens that end inside a 512-key statistics block
+    and inside an unrolled round, and a huge V value past the shorter batch's kv_len that must not count."""
+    import ctypes
+    import math
+
+    from vidattn import _ext
+
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    b, h, sq = 2, 3, 200
+    q, k, v = (base.randn(b, n, h, d, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
+    k = base.on_quarter_grid(k)
+    short = max(1, skv // 3 + 5)
+    v[1, short:, 0, 3] = 1e4  # past batch 1's kv_len: not in its statistics
+    lens = torch.tensor([skv, short], dtype=torch.int32, device=DEV)
+    out = torch.empty_like(q)
+    lib = quant8._entry(_ext._library(None))
+    nbytes = quant8.workspace_bytes(b, h, sq, skv, d)
+    ws = torch.full((nbytes,), 0xFF, dtype=torch.uint8, device=DEV)  # poisoned: the memset must zero the sums
+    args = _ext.launch_args(q, k, v, out, None, lens, 1 / math.sqrt(d))
+    args.workspace, args.workspace_bytes = ws.data_ptr(), nbytes
+    assert lib.vidattn_q8_fwd(ctypes.byref(args), None) == 0, lib.vidattn_sm90_last_error().decode()
+    torch.cuda.synchronize()
+    off = _stats_offsets(b, h, sq, skv, d)
+    k_sum = ws[off["k_sum"]:off["k_sum"] + b * h * d * 4].view(torch.float32).view(b, h, d)
+    v_amax = ws[off["v_amax"]:off["v_amax"] + b * h * d * 4].view(torch.int32).view(b, h, d)
+    for bi, n in enumerate((skv, short)):
+        want_sum = k[bi, :n].float().sum(0)  # (H, D), exact on the grid
+        want_max = v[bi, :n].float().abs().amax(0)
+        assert torch.equal(k_sum[bi], want_sum), f"seed {seed}, batch {bi}: K sums"
+        assert torch.equal(v_amax[bi], want_max.view(torch.int32)), f"seed {seed}, batch {bi}: max |V|"

@@ -122,6 +122,10 @@ __device__ __forceinline__ int q8_vperm_pos(int k) { return 4 * ((k & 7) >> 1) +
 // ---- 1. K sums and max |V| over the valid keys ------------------------------------------------------------------
 constexpr int kQ8StatThreads = 256;
 constexpr int kQ8StatKeys = 512;  // keys per block
+#ifndef VIDATTN_Q8_STAT_UNROLL
+#define VIDATTN_Q8_STAT_UNROLL 4
+#endif
+constexpr int kQ8StatUnroll = VIDATTN_Q8_STAT_UNROLL;  // keys a thread loads before it adds (1: the loop before)
 
 // One block's work: keys [blk * kQ8StatKeys, +kQ8StatKeys) of (batch, head) bh.
 template <int kD, bool kFp16>
@@ -138,16 +142,31 @@ __device__ __forceinline__ void q8_kv_stats_block(const Q8PrepParams& p, int blk
   for (int i = 0; i < 8; ++i) sum[i] = amax[i] = 0.f;
   const uint16_t* kp = static_cast<const uint16_t*>(p.k) + b * p.k_stride[0] + h * p.k_stride[2] + vec * 8;
   const uint16_t* vp = static_cast<const uint16_t*>(p.v) + b * p.v_stride[0] + h * p.v_stride[2] + vec * 8;
-  for (int s = s0 + lane; s < s1; s += kLanes) {
-    const uint4 ku = *reinterpret_cast<const uint4*>(kp + s * p.k_stride[1]);
-    const uint4 vu = *reinterpret_cast<const uint4*>(vp + s * p.v_stride[1]);
-    float kf[8], vf[8];
-    q8_unpack8<kFp16>(ku, kf);
-    q8_unpack8<kFp16>(vu, vf);
+  // kQ8StatUnroll keys a thread, all their loads issued before the first use: one key's 32 bytes at a time left
+  // ~32 KB in flight per SM, under what the card's latency asks at its copy rate (dev/NOTES_8bit.md "The pre-pass
+  // against the copy rate"). The sums take the keys in the same order as one at a time: the same bits.
+  for (int s = s0 + lane; s < s1; s += kLanes * kQ8StatUnroll) {
+    uint4 ku[kQ8StatUnroll], vu[kQ8StatUnroll];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      sum[i] += kf[i];
-      amax[i] = q8_nanmax(amax[i], fabsf(vf[i]));
+    for (int u = 0; u < kQ8StatUnroll; ++u) {
+      const int su = s + u * kLanes;
+      ku[u] = vu[u] = make_uint4(0, 0, 0, 0);
+      if (su < s1) {
+        ku[u] = *reinterpret_cast<const uint4*>(kp + su * p.k_stride[1]);
+        vu[u] = *reinterpret_cast<const uint4*>(vp + su * p.v_stride[1]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kQ8StatUnroll; ++u) {
+      if (s + u * kLanes >= s1) break;
+      float kf[8], vf[8];
+      q8_unpack8<kFp16>(ku[u], kf);
+      q8_unpack8<kFp16>(vu[u], vf);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        sum[i] += kf[i];
+        amax[i] = q8_nanmax(amax[i], fabsf(vf[i]));
+      }
     }
   }
 #pragma unroll
@@ -395,6 +414,9 @@ __global__ void __launch_bounds__(kQ8KvThreads) q8_kv_kernel(const Q8PrepParams 
 // of 8 keys: ~64 registers of data, and the V^T transpose happens in registers within the pair of lanes that share
 // the channels (sub 0 and 1 hold the group's even and odd keys) instead of through bytes in shared memory.
 constexpr int kQ8Kv2Threads = 256;  // 8 warps x 16 keys = one 128-key block
+#ifndef VIDATTN_Q8_KV2_SMEM_T
+#define VIDATTN_Q8_KV2_SMEM_T 1  // V^T leaves through a shared-memory tile in whole lines (0: 16-byte pieces)
+#endif
 
 template <bool kFp16>
 __global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_kv2_kernel(const Q8PrepParams p) {
@@ -488,6 +510,34 @@ __global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_kv2_kernel(const Q8PrepPa
     mine[st] = sub == 0 ? ve[st][0] : ve[st][1];
     other[st] = __shfl_xor_sync(0xffffffff, sub == 0 ? ve[st][1] : ve[st][0], 16);
   }
+#if VIDATTN_Q8_KV2_SMEM_T
+  // Through shared memory: each warp's 16 keys of every channel go to a [channel][128 keys] tile, then the block
+  // stores whole 128-byte lines (a warp instruction four channels' lines). Stored straight, a warp instruction wrote
+  // 32 channels' 16-byte pieces, each half of a 32-byte sector, the other half from another warp. The tile's 16-byte
+  // chunks are XOR-swizzled by (channel / 8) % 8: the eight lanes of a quarter warp write channels 8 apart (the same
+  // chunk column), the reads take one channel's eight chunks; both then touch eight distinct bank groups.
+  __shared__ uint4 vt_tile[kD][kQ8BlockN / 16];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const uint32_t sel = sub == 0 ? (e | (4 + e) << 4) : ((4 + e) | e << 4);
+    uint32_t word[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t lo = __byte_perm(mine[j], other[j], sel), hi = __byte_perm(mine[j + 4], other[j + 4], sel);
+      word[j] = __byte_perm(lo, hi, 0x5410);
+    }
+    const int ch = c0 + 4 * sub + e;
+    vt_tile[ch][warp ^ ((ch / 8) % 8)] = make_uint4(word[0], word[1], word[2], word[3]);
+  }
+  __syncthreads();
+  uint8_t* vblk = p.ws.vt8 + static_cast<int64_t>(bh) * kD * p.skv_pad + blockIdx.x * kQ8BlockN;
+#pragma unroll
+  for (int r = 0; r < kD * (kQ8BlockN / 16) / kQ8Kv2Threads; ++r) {
+    const int i = threadIdx.x + r * kQ8Kv2Threads, ch = i / 8, chunk = i % 8;
+    *reinterpret_cast<uint4*>(vblk + static_cast<int64_t>(ch) * p.skv_pad + 16 * chunk) =
+        vt_tile[ch][chunk ^ ((ch / 8) % 8)];
+  }
+#else
   uint8_t* vd = p.ws.vt8 + (static_cast<int64_t>(bh) * kD + c0 + 4 * sub) * p.skv_pad + blockIdx.x * kQ8BlockN +
                 warp * 16;
 #pragma unroll
@@ -502,6 +552,7 @@ __global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_kv2_kernel(const Q8PrepPa
     }
     *reinterpret_cast<uint4*>(vd + static_cast<int64_t>(e) * p.skv_pad) = make_uint4(word[0], word[1], word[2], word[3]);
   }
+#endif
 }
 
 }  // namespace vidattn::sm90
