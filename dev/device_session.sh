@@ -189,6 +189,12 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P41 [budget_s] # after P40, on the warm machine: the whole GPU suite on the final
+#                                             # library
+#   bash dev/device_session.sh P40 [budget_s] # after P39's verdict (the statistics unroll back to 1, kv2's tile
+#                                             # kept): the 8-bit sanitizer cases, q8_lib_ab.py old / final (OLD_LIB),
+#                                             # then issue 24's table (bench_anchors --group fp8) with FA3 and
+#                                             # SageAttention2 compiled in the call (carry .anchors)
 #   bash dev/device_session.sh P39 [budget_s] # the pre-pass changes (dev/NOTES_8bit.md "The pre-pass against the
 #                                             # copy rate"): the 8-bit GPU tests and sanitizer cases, the probe under
 #                                             # the old library (OLD_LIB), the statistics change alone (STATS_LIB,
@@ -955,6 +961,33 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P40)
+  # dev/NOTES_8bit.md "The pre-pass against the copy rate", P39's verdict: the final library (kv2's V^T tile on, the
+  # statistics loop as before) against P38's (OLD_LIB) per call, the 8-bit sanitizer cases, then issue 24's table.
+  anchors_ready
+  have_sage || start_anchor_build 240
+  build_lib
+  mkdir -p "$OUT/p40"
+  new=$(python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1)
+  echo "new library: $new"
+  sanitize_only p40 "8bit d128" "memcheck racecheck"
+  timeout 170 python3 dev/probes/q8_lib_ab.py "old=${OLD_LIB}:-1" "new=$new:-1" --shapes "seed 8K" "Wan 1.3B self" \
+    CogVideoX --rounds 10 --reps 20 --json "$OUT/p40/lib_ab.json" > "$OUT/p40/lib_ab.log" 2>&1; rc[lib_ab]=$?
+  sed -n '/== 8-bit path, library against library/,$p' "$OUT/p40/lib_ab.log"; grep -E "rror|failed" "$OUT/p40/lib_ab.log"
+  have_sage || await_anchor_build 200
+  bash dev/device_anchors.sh check > "$OUT/p40/anchors_check.json" 2>&1
+  timeout $(( $(left) - 10 )) python3 scripts/bench_anchors.py --group fp8 --rounds 3 \
+    --budget-s $(( $(left) - 40 )) --out "$OUT/p40/anchors.json" > "$OUT/p40/anchors_bench.log" 2>&1; rc[anchors]=$?
+  tail -24 "$OUT/p40/anchors_bench.log"
+  cp "$OUT/anchors_build.log" "$OUT/p40/" 2>/dev/null
+  tar_dirs p40
+  ;;
+P41)
+  build_lib
+  mkdir -p "$OUT/p41"
+  gpu_pytest p41/gpu_all.log $(( $(left) - 10 < 300 ? $(left) - 10 : 300 )) gpu_all -m gpu tests/
+  tar_dirs p41
   ;;
 P39)
   # dev/NOTES_8bit.md "The pre-pass against the copy rate": the statistics loop unrolled and kv2's V^T through a

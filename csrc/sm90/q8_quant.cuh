@@ -123,9 +123,9 @@ __device__ __forceinline__ int q8_vperm_pos(int k) { return 4 * ((k & 7) >> 1) +
 constexpr int kQ8StatThreads = 256;
 constexpr int kQ8StatKeys = 512;  // keys per block
 #ifndef VIDATTN_Q8_STAT_UNROLL
-#define VIDATTN_Q8_STAT_UNROLL 4
+#define VIDATTN_Q8_STAT_UNROLL 1
 #endif
-constexpr int kQ8StatUnroll = VIDATTN_Q8_STAT_UNROLL;  // keys a thread loads before it adds (1: the loop before)
+constexpr int kQ8StatUnroll = VIDATTN_Q8_STAT_UNROLL;  // keys a thread loads before it adds (1: the default)
 
 // One block's work: keys [blk * kQ8StatKeys, +kQ8StatKeys) of (batch, head) bh.
 template <int kD, bool kFp16>
@@ -142,9 +142,9 @@ __device__ __forceinline__ void q8_kv_stats_block(const Q8PrepParams& p, int blk
   for (int i = 0; i < 8; ++i) sum[i] = amax[i] = 0.f;
   const uint16_t* kp = static_cast<const uint16_t*>(p.k) + b * p.k_stride[0] + h * p.k_stride[2] + vec * 8;
   const uint16_t* vp = static_cast<const uint16_t*>(p.v) + b * p.v_stride[0] + h * p.v_stride[2] + vec * 8;
-  // kQ8StatUnroll keys a thread, all their loads issued before the first use: one key's 32 bytes at a time left
-  // ~32 KB in flight per SM, under what the card's latency asks at its copy rate (dev/NOTES_8bit.md "The pre-pass
-  // against the copy rate"). The sums take the keys in the same order as one at a time: the same bits.
+  // kQ8StatUnroll keys a thread, all their loads issued before the first use, the sums in the same key order (the
+  // same bits). Four measured 0.7-1.7% less kernel time and no per-call gain (dev/NOTES_8bit.md "The pre-pass against
+  // the copy rate", call P39): the default stays one key at a time, 4 an A/B setting.
   for (int s = s0 + lane; s < s1; s += kLanes * kQ8StatUnroll) {
     uint4 ku[kQ8StatUnroll], vu[kQ8StatUnroll];
 #pragma unroll
