@@ -236,6 +236,9 @@ __device__ __forceinline__ float q8_q_row_ksum_dot(const float (&x)[8], const fl
 // before the first use (v1, one warp per row with 8-byte loads, read Q at about 1.6 TB/s).
 constexpr int kQ8QThreads = 256;
 constexpr int kQ8QSteps = 4;
+#ifndef VIDATTN_Q8_Q_ONE_DIV
+#define VIDATTN_Q8_Q_ONE_DIV 1  // a Q block's (batch, head) by one division a thread (0: one a step, the build before)
+#endif
 
 template <int kD>
 constexpr int q8_q_rows_per_block() {
@@ -248,6 +251,16 @@ __device__ __forceinline__ void q8_q_block(const Q8PrepParams& p, int blk) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int sub = lane / kLanesPerRow, vec = lane % kLanesPerRow;
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.sq_pad;
+#if VIDATTN_Q8_Q_ONE_DIV
+  // A block's rows lie in one (batch, head): sq_pad is a multiple of kQ8BlockMPad, which the block's row count divides.
+  // One 64-bit division a thread instead of one a step (a 64-bit division is a ~70-instruction routine; the steps'
+  // four were most of a Q thread's integer work).
+  static_assert(kQ8BlockMPad % q8_q_rows_per_block<kD>() == 0, "a Q block must not straddle two (batch, head)s");
+  const int64_t blk_row0 = static_cast<int64_t>(blk) * q8_q_rows_per_block<kD>();
+  const int bh0 = static_cast<int>(blk_row0 / p.sq_pad);
+  const int row0_in =
+      static_cast<int>(blk_row0 - static_cast<int64_t>(bh0) * p.sq_pad) + warp * (kRowsPerStep * kQ8QSteps);
+#endif
   const int64_t row0 = static_cast<int64_t>(blk) * q8_q_rows_per_block<kD>() +
                        warp * (kRowsPerStep * kQ8QSteps);
   uint4 u[kQ8QSteps];
@@ -256,8 +269,13 @@ __device__ __forceinline__ void q8_q_block(const Q8PrepParams& p, int blk) {
 #pragma unroll
   for (int st = 0; st < kQ8QSteps; ++st) {
     grow[st] = row0 + st * kRowsPerStep + sub;
+#if VIDATTN_Q8_Q_ONE_DIV
+    bh[st] = bh0;
+    row[st] = row0_in + st * kRowsPerStep + sub;
+#else
     bh[st] = static_cast<int>(grow[st] / p.sq_pad);
     row[st] = static_cast<int>(grow[st] - static_cast<int64_t>(bh[st]) * p.sq_pad);
+#endif
     u[st] = make_uint4(0, 0, 0, 0);
     if (grow[st] < rows && row[st] < p.seqlen_q) {
       const int b = bh[st] / p.heads, h = bh[st] % p.heads;
