@@ -189,6 +189,9 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P42 [budget_s] # Q's (batch, head) by one division a block (dev/NOTES_8bit.md): the
+#                                             # whole GPU suite, the 8-bit sanitizer cases, the probe under P40's
+#                                             # library (OLD_LIB) and this one, q8_lib_ab.py old / new
 #   bash dev/device_session.sh P41 [budget_s] # after P40, on the warm machine: the whole GPU suite on the final
 #                                             # library
 #   bash dev/device_session.sh P40 [budget_s] # after P39's verdict (the statistics unroll back to 1, kv2's tile
@@ -961,6 +964,26 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P42)
+  # dev/NOTES_8bit.md "Q's (batch, head) by one division a block": OLD_LIB is P40's library.
+  build_lib
+  mkdir -p "$OUT/p42"
+  new=$(python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1)
+  echo "new library: $new"
+  gpu_pytest p42/gpu_all.log 240 gpu_all -m gpu tests/
+  sanitize_only p42 "8bit" "memcheck"
+  for side in old=${OLD_LIB} new=$new; do
+    IFS== read -r name lib <<< "$side"
+    VIDATTN_LIBRARY=$lib timeout 90 python3 dev/probes/q8_prep_probe.py --shapes seed8k wan1.3b cogvideox \
+      --out "$OUT/p42/prep_probe_$name.json" > "$OUT/p42/prep_probe_$name.log" 2>&1; rc[probe_$name]=$?
+    echo "== $name"; sed -n '/^| shape | kernel/,/^$/p' "$OUT/p42/prep_probe_$name.log" | grep -v "q8_fwd\|memset\|combine"
+  done
+  timeout $(( $(left) - 10 < 200 ? $(left) - 10 : 200 )) python3 dev/probes/q8_lib_ab.py "old=${OLD_LIB}:-1" \
+    "new=$new:-1" --shapes "seed 8K" "Wan 1.3B self" CogVideoX --rounds 10 --reps 20 \
+    --json "$OUT/p42/lib_ab.json" > "$OUT/p42/lib_ab.log" 2>&1; rc[lib_ab]=$?
+  sed -n '/== 8-bit path, library against library/,$p' "$OUT/p42/lib_ab.log"; grep -E "rror|failed" "$OUT/p42/lib_ab.log"
+  tar_dirs p42
   ;;
 P40)
   # dev/NOTES_8bit.md "The pre-pass against the copy rate", P39's verdict: the final library (kv2's V^T tile on, the
