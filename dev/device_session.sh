@@ -189,6 +189,10 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   bash dev/device_session.sh P43 [budget_s] # the per-key K/V pass's K' tile and the statistics unroll again
+#                                             # (dev/NOTES_8bit.md): the 8-bit GPU suites and sanitizer cases, the
+#                                             # probe under P42's library (OLD_LIB), this one and UNROLL_LIB (carried
+#                                             # in .build/ab), q8_lib_ab.py the three
 #   bash dev/device_session.sh P42 [budget_s] # Q's (batch, head) by one division a block (dev/NOTES_8bit.md): the
 #                                             # whole GPU suite, the 8-bit sanitizer cases, the probe under P40's
 #                                             # library (OLD_LIB) and this one, q8_lib_ab.py old / new
@@ -964,6 +968,28 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P43)
+  # dev/NOTES_8bit.md "The per-key K/V pass's K' stores through a tile": OLD_LIB is P42's library, UNROLL_LIB this
+  # one's sources with -DVIDATTN_Q8_STAT_UNROLL=4 (kernel_ab.sh --build-only).
+  build_lib
+  mkdir -p "$OUT/p43"
+  new=$(python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1)
+  echo "new library: $new"
+  gpu_pytest p43/q8_gpu.log 200 q8_gpu -m gpu tests/test_8bit_kv_pass_gpu.py tests/test_8bit_gpu.py \
+    tests/test_8bit_tail_gpu.py
+  sanitize_only p43 "8bit" "memcheck racecheck"
+  for side in old=${OLD_LIB} new=$new unroll=${UNROLL_LIB}; do
+    IFS== read -r name lib <<< "$side"
+    VIDATTN_LIBRARY=$lib timeout 90 python3 dev/probes/q8_prep_probe.py --shapes seed8k cogvideox ltx \
+      --out "$OUT/p43/prep_probe_$name.json" > "$OUT/p43/prep_probe_$name.log" 2>&1; rc[probe_$name]=$?
+    echo "== $name"; sed -n '/^| shape | kernel/,/^$/p' "$OUT/p43/prep_probe_$name.log" | grep -v "q8_fwd\|memset\|combine"
+  done
+  timeout $(( $(left) - 10 < 220 ? $(left) - 10 : 220 )) python3 dev/probes/q8_lib_ab.py "old=${OLD_LIB}:-1" \
+    "new=$new:-1" "unroll=${UNROLL_LIB}:-1" --shapes "seed 8K" CogVideoX "D64 48x13568" --rounds 10 --reps 20 \
+    --json "$OUT/p43/lib_ab.json" > "$OUT/p43/lib_ab.log" 2>&1; rc[lib_ab]=$?
+  sed -n '/== 8-bit path, library against library/,$p' "$OUT/p43/lib_ab.log"; grep -E "rror|failed" "$OUT/p43/lib_ab.log"
+  tar_dirs p43
   ;;
 P42)
   # dev/NOTES_8bit.md "Q's (batch, head) by one division a block": OLD_LIB is P40's library.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from _support import check_q8_selector
 from vidattn import quant8
 
@@ -84,3 +86,34 @@ def test_vt_tile_swizzle_is_a_bijection_and_conflict_free():
     # Every (row, physical chunk) slot is written exactly once by the 8 warps x 128 channels.
     slots = [(ch, phys(ch, w)) for ch in range(128) for w in range(8)]
     assert len(set(slots)) == 128 * 8
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_per_key_pass_k_tile_swizzle(d):
+    """q8_kv_kernel's K' tile (VIDATTN_Q8_KV_K_SMEM): thread (key) k writes chunk c of its row at c ^ ((k / (8 / kC)) %
+    kC), kC = D / 16 chunks a row; thread i of the copy-out reads row i / kC, chunk i % kC from the same place and
+    stores it at byte 16 i of the block's contiguous K' rows. A bijection, and the eight 16-byte accesses of every
+    quarter warp fall in eight distinct bank groups (16-byte units mod 8) on both sides."""
+    assert "ktile[tid][c16 ^ ((tid / (8 / kC)) % kC)] = make_uint4(" in QUANT
+    assert "ktile[row][c ^ ((row / (8 / kC)) % kC)];" in QUANT
+    assert "#define VIDATTN_Q8_KV_K_SMEM 1" in QUANT
+    kc = d // 16
+
+    def slot(row, c):  # 16-byte units from the tile's start
+        return row * kc + (c ^ ((row // (8 // kc)) % kc))
+
+    for c16 in range(kc):  # writes: 128 threads, quarter warps of 8 consecutive keys, the same chunk
+        for q0 in range(0, 128, 8):
+            assert len({slot(k, c16) % 8 for k in range(q0, q0 + 8)}) == 8
+    reads = {}
+    for r in range(kc):  # reads: thread i -> (row, chunk) = divmod(i, kC)
+        for q0 in range(0, 128, 8):
+            groups = set()
+            for t in range(q0, q0 + 8):
+                i = t + r * 128
+                row, c = divmod(i, kc)
+                groups.add(slot(row, c) % 8)
+                reads[i] = (row, c)
+            assert len(groups) == 8
+    assert sorted(reads.values()) == [(k, c) for k in range(128) for c in range(kc)]
+    assert len({slot(k, c) for k in range(128) for c in range(kc)}) == 128 * kc

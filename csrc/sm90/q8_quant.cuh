@@ -322,6 +322,10 @@ __global__ void __launch_bounds__(kQ8QThreads) q8_stats_q_kernel(const Q8PrepPar
 
 // ---- 3. K' to INT8 (four scales per 128 keys) and V^T to e4m3 (per-channel scales), one block per 128 keys ------
 constexpr int kQ8KvThreads = kQ8BlockN;  // thread = key of the block
+#ifndef VIDATTN_Q8_KV_K_SMEM
+// The per-key pass's K' codes leave through a shared tile in whole lines (0: 16-byte pieces, the build before).
+#define VIDATTN_Q8_KV_K_SMEM 1
+#endif
 
 template <int kD, bool kFp16>
 __global__ void __launch_bounds__(kQ8KvThreads) q8_kv_kernel(const Q8PrepParams p) {
@@ -329,6 +333,14 @@ __global__ void __launch_bounds__(kQ8KvThreads) q8_kv_kernel(const Q8PrepParams 
   __shared__ float vinv[kD];
   __shared__ float gmax[kQ8KvThreads / 32][kQ8KGroups];
   __shared__ __align__(16) uint8_t vt[kD][kQ8BlockN];
+#if VIDATTN_Q8_KV_K_SMEM
+  // K' codes leave through a tile too, in whole lines (kv2's lesson, call P39: stored from registers, a warp
+  // instruction wrote 32 keys' 16-byte pieces, each half a 32-byte sector). Chunk c of key k's row sits at
+  // c ^ ((k / (8 / kC)) % kC): the 8 keys of a quarter warp, and the 8 chunks a quarter warp reads back, fall in 8
+  // distinct bank groups.
+  constexpr int kC = kD / 16;
+  __shared__ uint4 ktile[kQ8BlockN][kC];
+#endif
   const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
   const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -384,7 +396,9 @@ __global__ void __launch_bounds__(kQ8KvThreads) q8_kv_kernel(const Q8PrepParams 
   }
   // K' codes, 16 bytes per store; V to e4m3 into the transposed shared tile (lanes write one row's consecutive
   // positions: no bank conflicts).
+#if !VIDATTN_Q8_KV_K_SMEM
   int8_t* kd = p.ws.k8 + (static_cast<int64_t>(bh) * p.skv_pad + blockIdx.x * kQ8BlockN + tid) * kD;
+#endif
   const int pos = (tid & ~15) + q8_vperm_pos(tid & 15);
 #pragma unroll
   for (int c16 = 0; c16 < kD / 16; ++c16) {
@@ -409,9 +423,22 @@ __global__ void __launch_bounds__(kQ8KvThreads) q8_kv_kernel(const Q8PrepParams 
 #pragma unroll
       for (int e = 0; e < 4; ++e) vt[c + e][pos] = static_cast<uint8_t>(e4 >> (8 * e));
     }
+#if VIDATTN_Q8_KV_K_SMEM
+    ktile[tid][c16 ^ ((tid / (8 / kC)) % kC)] = make_uint4(w[0], w[1], w[2], w[3]);
+#else
     *reinterpret_cast<uint4*>(kd + c16 * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+#endif
   }
   __syncthreads();
+#if VIDATTN_Q8_KV_K_SMEM
+  // The block's K' rows are 128 x kD contiguous bytes of [B, H, Skv_pad, D].
+  int8_t* kblk = p.ws.k8 + (static_cast<int64_t>(bh) * p.skv_pad + blockIdx.x * kQ8BlockN) * kD;
+#pragma unroll
+  for (int r = 0; r < kC; ++r) {
+    const int i = tid + r * kQ8KvThreads, row = i / kC, c = i % kC;
+    *reinterpret_cast<uint4*>(kblk + 16 * static_cast<int64_t>(i)) = ktile[row][c ^ ((row / (8 / kC)) % kC)];
+  }
+#endif
   // V^T rows out: channel c's 128 keys are 128 contiguous bytes of [B, H, D, Skv_pad].
   uint8_t* vd = p.ws.vt8 + static_cast<int64_t>(bh) * kD * p.skv_pad + blockIdx.x * kQ8BlockN;
 #pragma unroll
