@@ -336,6 +336,28 @@ gpu_pytest() {
   timeout "$t" python3 -m pytest -q -p no:cacheprovider -rfE "$@" > "$OUT/$log" 2>&1; rc[$key]=$?
   tail -2 "$OUT/$log"; grep -E "^(FAILED|ERROR)" "$OUT/$log" | head -8
 }
+# The path of the library build_lib made ready (what vidattn loads by default).
+lib_path() { python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1; }
+# The 8-bit pre-pass probe (dev/probes/q8_prep_probe.py) under each library, each in its own process:
+#   prep_probes DIR "SHAPES" name=lib ...   -> $OUT/DIR/prep_probe_<name>.{json,log}, the pre-pass rows printed
+prep_probes() {
+  local dir=$1 shapes=$2 side name lib; shift 2
+  for side in "$@"; do
+    IFS== read -r name lib <<< "$side"
+    # shellcheck disable=SC2086
+    VIDATTN_LIBRARY=$lib timeout 90 python3 dev/probes/q8_prep_probe.py --shapes $shapes \
+      --out "$OUT/$dir/prep_probe_$name.json" > "$OUT/$dir/prep_probe_$name.log" 2>&1; rc[probe_$name]=$?
+    echo "== $name"; sed -n '/^| shape | kernel/,/^$/p' "$OUT/$dir/prep_probe_$name.log" | grep -v "q8_fwd\|memset\|combine"
+  done
+}
+# dev/probes/q8_lib_ab.py in one process, at most CAP seconds (less what is left), 20 calls a timing:
+#   q8_lib_ab DIR CAP name=lib:tail ... --shapes ... --rounds N   -> $OUT/DIR/lib_ab.{json,log}, the table printed
+q8_lib_ab() {
+  local dir=$1 cap=$2; shift 2
+  timeout $(( $(left) - 10 < cap ? $(left) - 10 : cap )) python3 dev/probes/q8_lib_ab.py "$@" --reps 20 \
+    --json "$OUT/$dir/lib_ab.json" > "$OUT/$dir/lib_ab.log" 2>&1; rc[lib_ab]=$?
+  sed -n '/== 8-bit path, library against library/,$p' "$OUT/$dir/lib_ab.log"; grep -E "rror|failed" "$OUT/$dir/lib_ab.log"
+}
 # tests/sanitizer_cases.py --only "$2" plain (90 s), then under each tool of $3 (default "memcheck synccheck", 150 s
 # each), into $OUT/$1/san_plain.log and san_<tool>.log, statuses in rc[san_plain] and rc[san_<tool>].
 sanitize_only() {
@@ -974,41 +996,24 @@ P43)
   # one's sources with -DVIDATTN_Q8_STAT_UNROLL=4 (kernel_ab.sh --build-only).
   build_lib
   mkdir -p "$OUT/p43"
-  new=$(python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1)
-  echo "new library: $new"
+  new=$(lib_path); echo "new library: $new"
   gpu_pytest p43/q8_gpu.log 200 q8_gpu -m gpu tests/test_8bit_kv_pass_gpu.py tests/test_8bit_gpu.py \
     tests/test_8bit_tail_gpu.py
   sanitize_only p43 "8bit" "memcheck racecheck"
-  for side in old=${OLD_LIB} new=$new unroll=${UNROLL_LIB}; do
-    IFS== read -r name lib <<< "$side"
-    VIDATTN_LIBRARY=$lib timeout 90 python3 dev/probes/q8_prep_probe.py --shapes seed8k cogvideox ltx \
-      --out "$OUT/p43/prep_probe_$name.json" > "$OUT/p43/prep_probe_$name.log" 2>&1; rc[probe_$name]=$?
-    echo "== $name"; sed -n '/^| shape | kernel/,/^$/p' "$OUT/p43/prep_probe_$name.log" | grep -v "q8_fwd\|memset\|combine"
-  done
-  timeout $(( $(left) - 10 < 220 ? $(left) - 10 : 220 )) python3 dev/probes/q8_lib_ab.py "old=${OLD_LIB}:-1" \
-    "new=$new:-1" "unroll=${UNROLL_LIB}:-1" --shapes "seed 8K" CogVideoX "D64 48x13568" --rounds 10 --reps 20 \
-    --json "$OUT/p43/lib_ab.json" > "$OUT/p43/lib_ab.log" 2>&1; rc[lib_ab]=$?
-  sed -n '/== 8-bit path, library against library/,$p' "$OUT/p43/lib_ab.log"; grep -E "rror|failed" "$OUT/p43/lib_ab.log"
+  prep_probes p43 "seed8k cogvideox ltx" "old=${OLD_LIB}" "new=$new" "unroll=${UNROLL_LIB}"
+  q8_lib_ab p43 220 "old=${OLD_LIB}:-1" "new=$new:-1" "unroll=${UNROLL_LIB}:-1" --shapes "seed 8K" CogVideoX \
+    "D64 48x13568" --rounds 10
   tar_dirs p43
   ;;
 P42)
   # dev/NOTES_8bit.md "Q's (batch, head) by one division a block": OLD_LIB is P40's library.
   build_lib
   mkdir -p "$OUT/p42"
-  new=$(python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1)
-  echo "new library: $new"
+  new=$(lib_path); echo "new library: $new"
   gpu_pytest p42/gpu_all.log 240 gpu_all -m gpu tests/
   sanitize_only p42 "8bit" "memcheck"
-  for side in old=${OLD_LIB} new=$new; do
-    IFS== read -r name lib <<< "$side"
-    VIDATTN_LIBRARY=$lib timeout 90 python3 dev/probes/q8_prep_probe.py --shapes seed8k wan1.3b cogvideox \
-      --out "$OUT/p42/prep_probe_$name.json" > "$OUT/p42/prep_probe_$name.log" 2>&1; rc[probe_$name]=$?
-    echo "== $name"; sed -n '/^| shape | kernel/,/^$/p' "$OUT/p42/prep_probe_$name.log" | grep -v "q8_fwd\|memset\|combine"
-  done
-  timeout $(( $(left) - 10 < 200 ? $(left) - 10 : 200 )) python3 dev/probes/q8_lib_ab.py "old=${OLD_LIB}:-1" \
-    "new=$new:-1" --shapes "seed 8K" "Wan 1.3B self" CogVideoX --rounds 10 --reps 20 \
-    --json "$OUT/p42/lib_ab.json" > "$OUT/p42/lib_ab.log" 2>&1; rc[lib_ab]=$?
-  sed -n '/== 8-bit path, library against library/,$p' "$OUT/p42/lib_ab.log"; grep -E "rror|failed" "$OUT/p42/lib_ab.log"
+  prep_probes p42 "seed8k wan1.3b cogvideox" "old=${OLD_LIB}" "new=$new"
+  q8_lib_ab p42 200 "old=${OLD_LIB}:-1" "new=$new:-1" --shapes "seed 8K" "Wan 1.3B self" CogVideoX --rounds 10
   tar_dirs p42
   ;;
 P40)
@@ -1018,12 +1023,9 @@ P40)
   have_sage || start_anchor_build 240
   build_lib
   mkdir -p "$OUT/p40"
-  new=$(python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1)
-  echo "new library: $new"
+  new=$(lib_path); echo "new library: $new"
   sanitize_only p40 "8bit d128" "memcheck racecheck"
-  timeout 170 python3 dev/probes/q8_lib_ab.py "old=${OLD_LIB}:-1" "new=$new:-1" --shapes "seed 8K" "Wan 1.3B self" \
-    CogVideoX --rounds 10 --reps 20 --json "$OUT/p40/lib_ab.json" > "$OUT/p40/lib_ab.log" 2>&1; rc[lib_ab]=$?
-  sed -n '/== 8-bit path, library against library/,$p' "$OUT/p40/lib_ab.log"; grep -E "rror|failed" "$OUT/p40/lib_ab.log"
+  q8_lib_ab p40 170 "old=${OLD_LIB}:-1" "new=$new:-1" --shapes "seed 8K" "Wan 1.3B self" CogVideoX --rounds 10
   have_sage || await_anchor_build 200
   bash dev/device_anchors.sh check > "$OUT/p40/anchors_check.json" 2>&1
   timeout $(( $(left) - 10 )) python3 scripts/bench_anchors.py --group fp8 --rounds 3 \
@@ -1045,21 +1047,13 @@ P39)
   # probe per library (each its own process) and the rotated per-call A/B in one process.
   build_lib
   mkdir -p "$OUT/p39"
-  new=$(python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1)
-  echo "new library: $new"
+  new=$(lib_path); echo "new library: $new"
   gpu_pytest p39/q8_gpu.log 200 q8_gpu -m gpu tests/test_8bit_kv_pass_gpu.py tests/test_8bit_gpu.py \
     tests/test_8bit_tail_gpu.py
   sanitize_only p39 "8bit d128" "memcheck racecheck"
-  for side in old=${OLD_LIB} stats=${STATS_LIB} both=$new; do
-    IFS== read -r name lib <<< "$side"
-    VIDATTN_LIBRARY=$lib timeout 90 python3 dev/probes/q8_prep_probe.py --shapes seed8k wan1.3b cogvideox \
-      --out "$OUT/p39/prep_probe_$name.json" > "$OUT/p39/prep_probe_$name.log" 2>&1; rc[probe_$name]=$?
-    echo "== $name"; sed -n '/^| shape | kernel/,/^$/p' "$OUT/p39/prep_probe_$name.log" | grep -v "q8_fwd\|memset\|combine"
-  done
-  timeout $(( $(left) - 10 < 200 ? $(left) - 10 : 200 )) python3 dev/probes/q8_lib_ab.py "old=${OLD_LIB}:-1" \
-    "stats=${STATS_LIB}:-1" "both=$new:-1" --shapes "seed 8K" "Wan 1.3B self" CogVideoX --rounds 8 --reps 20 \
-    --json "$OUT/p39/lib_ab.json" > "$OUT/p39/lib_ab.log" 2>&1; rc[lib_ab]=$?
-  sed -n '/== 8-bit path, library against library/,$p' "$OUT/p39/lib_ab.log"; grep -E "rror|failed" "$OUT/p39/lib_ab.log"
+  prep_probes p39 "seed8k wan1.3b cogvideox" "old=${OLD_LIB}" "stats=${STATS_LIB}" "both=$new"
+  q8_lib_ab p39 200 "old=${OLD_LIB}:-1" "stats=${STATS_LIB}:-1" "both=$new:-1" --shapes "seed 8K" "Wan 1.3B self" \
+    CogVideoX --rounds 8
   tar_dirs p39
   ;;
 P38)

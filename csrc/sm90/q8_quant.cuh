@@ -555,36 +555,18 @@ __global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_kv2_kernel(const Q8PrepPa
     mine[st] = sub == 0 ? ve[st][0] : ve[st][1];
     other[st] = __shfl_xor_sync(0xffffffff, sub == 0 ? ve[st][1] : ve[st][0], 16);
   }
+  // V^T leaves through shared memory (VIDATTN_Q8_KV2_SMEM_T): each warp's 16 keys of every channel go to a
+  // [channel][128 keys] tile, then the block stores whole 128-byte lines (a warp instruction four channels' lines).
+  // Stored straight (0), a warp instruction wrote 32 channels' 16-byte pieces, each half of a 32-byte sector, the other
+  // half from another warp. The tile's 16-byte chunks are XOR-swizzled by (channel / 8) % 8: the eight lanes of a
+  // quarter warp write channels 8 apart (the same chunk column), the reads take one channel's eight chunks; both then
+  // touch eight distinct bank groups.
 #if VIDATTN_Q8_KV2_SMEM_T
-  // Through shared memory: each warp's 16 keys of every channel go to a [channel][128 keys] tile, then the block
-  // stores whole 128-byte lines (a warp instruction four channels' lines). Stored straight, a warp instruction wrote
-  // 32 channels' 16-byte pieces, each half of a 32-byte sector, the other half from another warp. The tile's 16-byte
-  // chunks are XOR-swizzled by (channel / 8) % 8: the eight lanes of a quarter warp write channels 8 apart (the same
-  // chunk column), the reads take one channel's eight chunks; both then touch eight distinct bank groups.
   __shared__ uint4 vt_tile[kD][kQ8BlockN / 16];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const uint32_t sel = sub == 0 ? (e | (4 + e) << 4) : ((4 + e) | e << 4);
-    uint32_t word[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t lo = __byte_perm(mine[j], other[j], sel), hi = __byte_perm(mine[j + 4], other[j + 4], sel);
-      word[j] = __byte_perm(lo, hi, 0x5410);
-    }
-    const int ch = c0 + 4 * sub + e;
-    vt_tile[ch][warp ^ ((ch / 8) % 8)] = make_uint4(word[0], word[1], word[2], word[3]);
-  }
-  __syncthreads();
-  uint8_t* vblk = p.ws.vt8 + static_cast<int64_t>(bh) * kD * p.skv_pad + blockIdx.x * kQ8BlockN;
-#pragma unroll
-  for (int r = 0; r < kD * (kQ8BlockN / 16) / kQ8Kv2Threads; ++r) {
-    const int i = threadIdx.x + r * kQ8Kv2Threads, ch = i / 8, chunk = i % 8;
-    *reinterpret_cast<uint4*>(vblk + static_cast<int64_t>(ch) * p.skv_pad + 16 * chunk) =
-        vt_tile[ch][chunk ^ ((ch / 8) % 8)];
-  }
 #else
   uint8_t* vd = p.ws.vt8 + (static_cast<int64_t>(bh) * kD + c0 + 4 * sub) * p.skv_pad + blockIdx.x * kQ8BlockN +
                 warp * 16;
+#endif
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     // byte e of the even key's word, then byte e of the odd key's: which of mine / other is even is this lane's sub.
@@ -595,7 +577,21 @@ __global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_kv2_kernel(const Q8PrepPa
       const uint32_t lo = __byte_perm(mine[j], other[j], sel), hi = __byte_perm(mine[j + 4], other[j + 4], sel);
       word[j] = __byte_perm(lo, hi, 0x5410);
     }
+#if VIDATTN_Q8_KV2_SMEM_T
+    const int ch = c0 + 4 * sub + e;
+    vt_tile[ch][warp ^ ((ch / 8) % 8)] = make_uint4(word[0], word[1], word[2], word[3]);
+#else
     *reinterpret_cast<uint4*>(vd + static_cast<int64_t>(e) * p.skv_pad) = make_uint4(word[0], word[1], word[2], word[3]);
+#endif
+  }
+#if VIDATTN_Q8_KV2_SMEM_T
+  __syncthreads();
+  uint8_t* vblk = p.ws.vt8 + static_cast<int64_t>(bh) * kD * p.skv_pad + blockIdx.x * kQ8BlockN;
+#pragma unroll
+  for (int r = 0; r < kD * (kQ8BlockN / 16) / kQ8Kv2Threads; ++r) {
+    const int i = threadIdx.x + r * kQ8Kv2Threads, ch = i / 8, chunk = i % 8;
+    *reinterpret_cast<uint4*>(vblk + static_cast<int64_t>(ch) * p.skv_pad + 16 * chunk) =
+        vt_tile[ch][chunk ^ ((ch / 8) % 8)];
   }
 #endif
 }

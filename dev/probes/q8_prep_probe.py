@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rope_probe import FLUSH_BYTES, time_ms  # noqa: E402  (events around each call, L2 flushed before it)
 
 SHAPES = {  # B, H, S, D (self-attention: Sq = Skv)
     "seed8k": (4, 16, 8192, 128),
@@ -30,7 +32,6 @@ SHAPES = {  # B, H, S, D (self-attention: Sq = Skv)
     "cogvideox": (1, 48, 17776, 64),
     "ltx": (1, 32, 24576, 64),
 }
-FLUSH_BYTES = 256 << 20
 
 
 def kernel_bytes(name: str, b: int, h: int, s: int, d: int) -> int | None:
@@ -54,22 +55,6 @@ def kind(name: str) -> str:
         if k in name:
             return k
     return "memset" if "memset" in name.lower() or "fill" in name.lower() else name[:40]
-
-
-def time_ms(fn, reps: int, flush) -> float:
-    import torch
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(a.elapsed_time(e))
-    return statistics.median(times)
 
 
 def profile_call(fn, calls: int) -> dict[str, float]:
