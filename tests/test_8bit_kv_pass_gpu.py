@@ -86,17 +86,26 @@ def test_head_dim_64_runs_the_per_key_pass():
     assert r == 0
 
 
-def _stats_offsets(b, h, sq, skv, d):
-    """Byte offsets of v_amax and k_sum in the workspace: capi_8bit.cuh's q8_layout, part by part (each part 256-byte
-    aligned), as far as the statistics."""
-    sq_pad, skv_pad, bh = -(-sq // 384) * 384, -(-skv // 128) * 128, b * h
-    at, off = 0, {}
-    for name, nbytes in (("q8", bh * sq_pad * d), ("q_scale", bh * sq_pad * 4), ("k8", bh * skv_pad * d),
-                         ("k_scale", bh * (skv_pad // 128) * 16), ("vt8", bh * d * skv_pad),
-                         ("v_scale", bh * d * 4), ("k_sum", bh * d * 4), ("v_amax", bh * d * 4)):
-        off[name] = at
-        at = -(-(at + nbytes) // 256) * 256
-    return off
+def _workspace_after_call(q, k, v, lens, poison):
+    """One 8-bit call (BSHD) through the C entry on a workspace filled with `poison` bytes: the workspace after the
+    call (synchronized) and its parts as dev/stress/budget.py models capi_8bit.cuh's q8_layout, {part: (byte offset,
+    bytes)}."""
+    import ctypes
+    import math
+
+    from dev.stress import budget
+    from vidattn import _ext
+
+    b, sq, h, d = q.shape
+    out = torch.empty_like(q)
+    lib = quant8._entry(_ext._library(None))
+    nbytes = quant8.workspace_bytes(b, h, sq, k.shape[1], d)
+    ws = torch.full((nbytes,), poison, dtype=torch.uint8, device=DEV)
+    args = _ext.launch_args(q, k, v, out, None, lens, 1 / math.sqrt(d))
+    args.workspace, args.workspace_bytes = ws.data_ptr(), nbytes
+    assert lib.vidattn_q8_fwd(ctypes.byref(args), None) == 0, lib.vidattn_sm90_last_error().decode()
+    torch.cuda.synchronize()
+    return ws, budget.q8_layout(b, h, sq, k.shape[1], d)
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -106,11 +115,6 @@ def test_statistics_in_the_workspace(d, skv):
     load round), read back from the workspace: exact against torch over the valid keys only (K on the quarter grid,
     so every order of the fp32 sums is exact; max is exact), with kv_lens that end inside a 512-key statistics block
     and inside an unrolled round, and a huge V value past the shorter batch's kv_len that must not count."""
-    import ctypes
-    import math
-
-    from vidattn import _ext
-
     seed = int(torch.randint(0, 1 << 20, ()).item())
     b, h, sq = 2, 3, 200
     q, k, v = (base.randn(b, n, h, d, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
@@ -118,17 +122,10 @@ def test_statistics_in_the_workspace(d, skv):
     short = max(1, skv // 3 + 5)
     v[1, short:, 0, 3] = 1e4  # past batch 1's kv_len: not in its statistics
     lens = torch.tensor([skv, short], dtype=torch.int32, device=DEV)
-    out = torch.empty_like(q)
-    lib = quant8._entry(_ext._library(None))
-    nbytes = quant8.workspace_bytes(b, h, sq, skv, d)
-    ws = torch.full((nbytes,), 0xFF, dtype=torch.uint8, device=DEV)  # poisoned: the memset must zero the sums
-    args = _ext.launch_args(q, k, v, out, None, lens, 1 / math.sqrt(d))
-    args.workspace, args.workspace_bytes = ws.data_ptr(), nbytes
-    assert lib.vidattn_q8_fwd(ctypes.byref(args), None) == 0, lib.vidattn_sm90_last_error().decode()
-    torch.cuda.synchronize()
-    off = _stats_offsets(b, h, sq, skv, d)
-    k_sum = ws[off["k_sum"]:off["k_sum"] + b * h * d * 4].view(torch.float32).view(b, h, d)
-    v_amax = ws[off["v_amax"]:off["v_amax"] + b * h * d * 4].view(torch.int32).view(b, h, d)
+    ws, parts = _workspace_after_call(q, k, v, lens, 0xFF)  # poisoned: the memset must zero the sums
+    (o_sum, n_sum), (o_max, n_max) = parts["k_sum"], parts["v_amax"]
+    k_sum = ws[o_sum:o_sum + n_sum].view(torch.float32).view(b, h, d)
+    v_amax = ws[o_max:o_max + n_max].view(torch.int32).view(b, h, d)
     for bi, n in enumerate((skv, short)):
         want_sum = k[bi, :n].float().sum(0)  # (H, D), exact on the grid
         want_max = v[bi, :n].float().abs().amax(0)
@@ -144,11 +141,6 @@ def test_k_codes_in_the_workspace(d, mode):
     of each 128-key block's four key groups (key % 8 / 2), rounded to nearest even, zeros past kv_len. Within one code
     everywhere (the kernel's fp32 reciprocal may round a tie the other way) and exact on nearly all: a chunk of a row
     stored in the wrong place moves codes by tens."""
-    import ctypes
-    import math
-
-    from vidattn import _ext
-
     if d == 64 and mode == 1:
         pytest.skip("D=64 has the per-key pass only")
     seed = int(torch.randint(0, 1 << 20, ()).item())
@@ -156,22 +148,15 @@ def test_k_codes_in_the_workspace(d, mode):
     q, k, v = (base.randn(b, n, h, d, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
     k = base.on_quarter_grid(k)
     lens = torch.tensor([skv, 300], dtype=torch.int32, device=DEV)
-    out = torch.empty_like(q)
-    lib = quant8._entry(_ext._library(None))
-    nbytes = quant8.workspace_bytes(b, h, sq, skv, d)
-    ws = torch.full((nbytes,), 0x55, dtype=torch.uint8, device=DEV)  # poisoned
     quant8.set_kv_pass(mode)
     try:
-        args = _ext.launch_args(q, k, v, out, None, lens, 1 / math.sqrt(d))
-        args.workspace, args.workspace_bytes = ws.data_ptr(), nbytes
-        assert lib.vidattn_q8_fwd(ctypes.byref(args), None) == 0, lib.vidattn_sm90_last_error().decode()
-        torch.cuda.synchronize()
+        ws, parts = _workspace_after_call(q, k, v, lens, 0x55)  # poisoned
         assert quant8.last_kv_pass() == mode
     finally:
         quant8.set_kv_pass(-1)
     skv_pad = -(-skv // 128) * 128
-    off = _stats_offsets(b, h, sq, skv, d)["k8"]
-    k8 = ws[off:off + b * h * skv_pad * d].view(torch.int8).view(b, h, skv_pad, d).to(torch.int32)
+    off, nbytes = parts["k8"]
+    k8 = ws[off:off + nbytes].view(torch.int8).view(b, h, skv_pad, d).to(torch.int32)
     for bi, n in enumerate((skv, 300)):
         kk = k[bi, :n].float().transpose(0, 1)  # (H, n, D)
         kc = kk - kk.sum(1, keepdim=True) / n
