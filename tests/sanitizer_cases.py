@@ -192,9 +192,14 @@ class Prepared:
     ref: tuple = field(default=None)
 
 
+def resolve_heads(h, sms: int):
+    """A Case's h on a GPU of `sms` SMs: "sms+N" becomes sms + N heads; a count or a (query, K/V) pair as it is."""
+    return sms + int(h[4:]) if isinstance(h, str) and h.startswith("sms+") else h
+
+
 def prepare(c: Case, sms: int) -> Prepared:
     g = torch.Generator().manual_seed(1234)
-    h = sms + int(c.h[4:]) if isinstance(c.h, str) and c.h.startswith("sms+") else c.h
+    h = resolve_heads(c.h, sms)
     hq, hkv = h if isinstance(h, tuple) else (h, h)
     shape = (lambda s, n: (c.b, s, n, c.d)) if c.layout == "bshd" else (lambda s, n: (c.b, n, s, c.d))
     q, k, v = ((torch.randn(shape(s, n), generator=g) + c.offset).to(c.dtype)

@@ -288,8 +288,8 @@ def _takes_tail(c, sms: int = 132) -> bool:
     short_max = _define("csrc/capi.cu", "VIDATTN_D128_SHORT_KV_MAX")
     block_n = c.block_n or (_define("csrc/sm90/tile_config.cuh", "VIDATTN_BLOCK_N_D128_SHORT") if c.skv <= short_max
                             else _define("csrc/sm90/tile_config.cuh", "VIDATTN_BLOCK_N_D128"))
-    heads = c.h[0] if isinstance(c.h, tuple) else c.h
-    heads = sms + int(heads[4:]) if isinstance(heads, str) else heads
+    heads = _cases().resolve_heads(c.h, sms)
+    heads = heads[0] if isinstance(heads, tuple) else heads
     tiles = c.b * heads * math.ceil(c.sq / 128)
     return budget.exact_tail_splits(tiles, math.ceil(c.skv / block_n), sms, rounds) >= 2
 
