@@ -336,6 +336,23 @@ gpu_pytest() {
   timeout "$t" python3 -m pytest -q -p no:cacheprovider -rfE "$@" > "$OUT/$log" 2>&1; rc[$key]=$?
   tail -2 "$OUT/$log"; grep -E "^(FAILED|ERROR)" "$OUT/$log" | head -8
 }
+# Nsight Compute on the kernels a program launches (--set full, the clocks left alone), one report per call:
+#   ncu_one DIR NAME KERNEL-REGEX LAUNCH-SKIP LAUNCH-COUNT program...  -> $OUT/DIR/NAME.{ncu-rep,log}, rc[NAME]; the
+#   numbers that say where the time goes (throughputs, occupancy, issue, stalls, DRAM and L2 bytes) appended to
+#   $OUT/DIR/ncu_summary.txt. Without ncu on the machine it says so and does nothing.
+ncu_one() {
+  local dir=$1 name=$2 rx=$3 skip=$4 count=$5 ncu; shift 5
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  [ -n "$ncu" ] || { echo "ncu_one $name: no ncu here"; return; }
+  timeout 150 "$ncu" --clock-control none -k "regex:$rx" --launch-skip "$skip" --launch-count "$count" --set full \
+    -f -o "$OUT/$dir/$name" "$@" > "$OUT/$dir/$name.log" 2>&1; rc[$name]=$?
+  "$ncu" --import "$OUT/$dir/$name.ncu-rep" --page details --print-units base 2>/dev/null | grep -E \
+    "^  [^ ].*\(|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit Rate|L2 Hit Rate|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Registers Per Thread|Block Limit Registers|Warp Cycles Per Issued|Executed Ipc A|L1/TEX Cache Throughput" \
+    | tee -a "$OUT/$dir/ncu_summary.txt"
+  "$ncu" --import "$OUT/$dir/$name.ncu-rep" --page raw --print-units base 2>/dev/null | \
+    grep -E "smsp__average_warp_latency_issue_stalled_[a-z_]+\.ratio |smsp__pcsamp_warps_issue_stalled_[a-z_]+ |dram__bytes_(read|write)\.sum |lts__t_bytes\.sum " | \
+    sort -k3 -g -r | head -24 | tee -a "$OUT/$dir/ncu_summary.txt"
+}
 # The path of the library build_lib made ready (what vidattn loads by default).
 lib_path() { python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1; }
 # The 8-bit pre-pass probe (dev/probes/q8_prep_probe.py) under each library, each in its own process:
@@ -1067,17 +1084,9 @@ P38)
   sanitize_only p38 "tail"
   timeout 150 python3 dev/probes/q8_prep_probe.py --out "$OUT/p38/q8_prep_probe.json" > "$OUT/p38/prep_probe.log" 2>&1
   rc[prep_probe]=$?; sed -n '/^| shape/,$p' "$OUT/p38/prep_probe.log"; grep -E "rror|Traceback" "$OUT/p38/prep_probe.log" | tail -3
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  if [ -n "$NCU" ] && [ "$(left)" -gt 100 ]; then
-    timeout 150 "$NCU" --clock-control none -k "regex:q8_(stats_q|kv2?)_kernel" --launch-skip 4 --launch-count 2 \
-      --set full -f -o "$OUT/p38/ncu_prep_seed8k" python3 dev/probes/kernel_once.py custom --dims 4 16 8192 8192 128 \
-      --precision 8bit --launches 4 > "$OUT/p38/ncu_prep_seed8k.log" 2>&1; rc[ncu]=$?
-    "$NCU" --import "$OUT/p38/ncu_prep_seed8k.ncu-rep" --page details --print-units base 2>/dev/null | grep -E \
-      "^  [^ ].*\(|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit Rate|L2 Hit Rate|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Registers Per Thread|Warp Cycles Per Issued" \
-      | tee "$OUT/p38/ncu_summary.txt"
-    "$NCU" --import "$OUT/p38/ncu_prep_seed8k.ncu-rep" --page raw --print-units base 2>/dev/null | \
-      grep -E "smsp__average_warp_latency_issue_stalled_[a-z_]+\.ratio |dram__bytes_(read|write)\.sum |lts__t_bytes\.sum " \
-      | sort -k3 -g -r | head -24 >> "$OUT/p38/ncu_summary.txt"
+  if [ "$(left)" -gt 100 ]; then
+    ncu_one p38 ncu_prep_seed8k 'q8_(stats_q|kv2?)_kernel' 4 2 python3 dev/probes/kernel_once.py custom \
+      --dims 4 16 8192 8192 128 --precision 8bit --launches 4
   fi
   tar_dirs p38
   ;;
@@ -1276,20 +1285,8 @@ N5)
 N4)
   build_lib
   mkdir -p "$OUT/n4"
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  ncu_one() {  # name kernel-regex launch-skip launch-count program...
-    local name=$1 rx=$2 skip=$3 count=$4; shift 4
-    timeout 150 "$NCU" --clock-control none -k "regex:$rx" --launch-skip "$skip" --launch-count "$count" --set full \
-      -f -o "$OUT/n4/$name" "$@" > "$OUT/n4/$name.log" 2>&1; rc[$name]=$?
-    "$NCU" --import "$OUT/n4/$name.ncu-rep" --page details --print-units base 2>/dev/null | grep -E \
-      "^  [^ ].*\(|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit Rate|L2 Hit Rate|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Registers Per Thread|Block Limit Registers|Warp Cycles Per Issued|Executed Ipc A|L1/TEX Cache Throughput" \
-      | tee -a "$OUT/n4/summary.txt"
-    "$NCU" --import "$OUT/n4/$name.ncu-rep" --page raw --print-units base 2>/dev/null | \
-      grep -E "smsp__average_warp_latency_issue_stalled_[a-z_]+\.ratio |smsp__pcsamp_warps_issue_stalled_[a-z_]+ " | \
-      sort -k3 -g -r | head -12 | tee -a "$OUT/n4/summary.txt"
-  }
-  ncu_one norm_rope rms_norm_rope 2 1 python3 dev/probes/norm_rope_once.py 1 75600 40 128
-  ncu_one q8_prep 'q8_(stats_q|kv)_kernel' 4 2 python3 dev/probes/kernel_once.py custom --dims 1 40 75600 75600 128 \
+  ncu_one n4 norm_rope rms_norm_rope 2 1 python3 dev/probes/norm_rope_once.py 1 75600 40 128
+  ncu_one n4 q8_prep 'q8_(stats_q|kv)_kernel' 4 2 python3 dev/probes/kernel_once.py custom --dims 1 40 75600 75600 128 \
     --precision 8bit --launches 4
   sanitize_pytest synccheck n4/synccheck.log 90 synccheck tests/test_norm_rope_gpu.py \
     -k "widths or qkv or widest or lean"
