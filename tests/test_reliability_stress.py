@@ -43,7 +43,7 @@ def test_workspace_constants_mirror_the_c_sources():
     body = layout[layout.index("Q8Layout q8_layout("):layout.index("l.total = at;")]
     # The parts budget.q8_workspace_bytes sums, in the C layout's order.
     assert re.findall(r"l\.(\w+) = take\(", body) == ["q8", "q_scale", "k8", "k_scale", "vt8", "v_scale", "k_sum",
-                                                        "v_amax", "lse_corr", "ws_o", "ws_ml"]
+                                                        "v_amax", "sync", "lse_corr", "ws_o", "ws_ml"]
     assert "l.ws_o = take(items * kQ8TailBlockM * head_dim * 4);" in body
     assert "l.ws_ml = take(items * kQ8TailBlockM * 2 * 4);" in body
     assert "if (with_tail && (head_dim == 64 || head_dim == 128)) {" in body
@@ -65,9 +65,9 @@ def test_q8_workspace_figures():
     assert budget.q8_workspace_bytes(1, 12, 32760, 32760, 128) - budget.q8_workspace_bytes(
         1, 12, 32760, 32760, 128, sms=2052) == 216 * 192 * 130 * 4
     assert budget.q8_tail_plan(1, 48, 17776, 17776) == (0, 1)
-    # One query and one key: Q padded to 384 rows (24576 + 1536 bytes), K and V^T to 128 keys (8192 each), the five
+    # One query and one key: Q padded to 384 rows (24576 + 1536 bytes), K and V^T to 128 keys (8192 each), the six
     # small parts 256 bytes each.
-    assert budget.q8_workspace_bytes(1, 1, 1, 1, 64) == 384 * 64 + 384 * 4 + 2 * 128 * 64 + 5 * 256
+    assert budget.q8_workspace_bytes(1, 1, 1, 1, 64) == 384 * 64 + 384 * 4 + 2 * 128 * 64 + 6 * 256
     assert budget.q8_workspace_bytes(0, 1, 1, 1, 64) == 0
     assert budget.exact_workspace_bytes(132) == 17_436_672
     assert budget.exact_workspace_bytes(132, rounds=2) == 2 * 17_436_672
