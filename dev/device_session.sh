@@ -190,9 +190,10 @@
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
 #   bash dev/device_session.sh P44 [budget_s] # prep mode 3, K and V read once (dev/NOTES_8bit.md): its GPU tests and
-#                                             # those of the workspace, under memcheck / racecheck / synccheck,
-#                                             # the probe under modes 1 and 3 (lags 0-2), Nsight Compute on the one
-#                                             # launch at seed 8K, q8_lib_ab.py mode 1 / 3, the whole GPU suite
+#                                             # those of the workspace, the probe under modes 1 and 3 (lags 0-2),
+#                                             # q8_lib_ab.py mode 1 / 3
+#   bash dev/device_session.sh P45 [budget_s] # P44's library: mode 3 under memcheck / racecheck / synccheck, Nsight
+#                                             # Compute on its one launch at seed 8K, the whole GPU suite
 #   bash dev/device_session.sh P43 [budget_s] # the per-key K/V pass's K' tile and the statistics unroll again
 #                                             # (dev/NOTES_8bit.md): the 8-bit GPU suites and sanitizer cases, the
 #                                             # probe under P42's library (OLD_LIB), this one and UNROLL_LIB (carried
@@ -1019,18 +1020,24 @@ P44)
   new=$(lib_path); echo "new library: $new"
   gpu_pytest p44/once_gpu.log 150 once_gpu -m gpu tests/test_8bit_prep_once_gpu.py tests/test_8bit_kv_pass_gpu.py \
     tests/test_reliability_gpu.py
-  for tool in memcheck racecheck synccheck; do
-    sanitize_pytest $tool p44/san_$tool.log 150 san_$tool -m gpu tests/test_8bit_prep_once_gpu.py \
-      -k "(bit_for_bit and 2049 and bfloat16) or many_heads or graph"
-  done
   prep_probes p44 "seed8k wan1.3b" "prep1=$new"
   for lag in 0 1 2; do VIDATTN_Q8_PREP=3 VIDATTN_Q8_ONCE_LAG=$lag prep_probes p44 "seed8k wan1.3b" "prep3_lag$lag=$new"; done
-  VIDATTN_Q8_PREP=3 ncu_one p44 once_seed8k q8_prep_once_kernel 3 1 python3 dev/probes/q8_prep_probe.py \
-    --shapes seed8k --calls 2 --reps 2
-  q8_lib_ab p44 240 "prep1=$new:-1:1" "prep3=$new:-1:3" --shapes "seed 8K" "Wan 1.3B self" "D128 24x8192" \
+  q8_lib_ab p44 220 "prep1=$new:-1:1" "prep3=$new:-1:3" --shapes "seed 8K" "Wan 1.3B self" "D128 24x8192" \
     CogVideoX --rounds 10
-  gpu_pytest p44/gpu_all.log $(( $(left) - 10 < 300 ? $(left) - 10 : 300 )) gpu_all -m gpu tests/
   tar_dirs p44
+  ;;
+P45)
+  # P44's library: mode 3 under the sanitizers, Nsight Compute on its one launch at seed 8K, the whole GPU suite.
+  build_lib
+  mkdir -p "$OUT/p45"
+  for tool in memcheck racecheck synccheck; do
+    sanitize_pytest $tool p45/san_$tool.log 100 san_$tool -m gpu tests/test_8bit_prep_once_gpu.py \
+      -k "(bit_for_bit and 2049 and bfloat16) or many_heads or graph"
+  done
+  VIDATTN_Q8_PREP=3 ncu_one p45 once_seed8k q8_prep_once_kernel 3 1 python3 dev/probes/q8_prep_probe.py \
+    --shapes seed8k --calls 2 --reps 2
+  gpu_pytest p45/gpu_all.log $(( $(left) - 10 < 300 ? $(left) - 10 : 300 )) gpu_all -m gpu tests/
+  tar_dirs p45
   ;;
 P43)
   # dev/NOTES_8bit.md "The per-key K/V pass's K' stores through a tile": OLD_LIB is P42's library, UNROLL_LIB this
