@@ -217,7 +217,7 @@ Q8Layout q8_layout(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqle
   l.v_scale = take(bh * head_dim * 4);
   l.k_sum = take(bh * head_dim * 4);
   l.v_amax = take(bh * head_dim * 4);
-  l.sync = take((bh + 1) * 4);  // prep mode 3's ticket and per-head counters, zeroed with the statistics
+  l.sync = take((bh + 2) * 4);  // prep mode 3's ticket, wait count and per-head counters, zeroed with the statistics
   l.stats_bytes = at - l.k_sum;
   l.lse_corr = take(bh * seqlen_q * 4);
   if (with_tail && (head_dim == 64 || head_dim == 128)) {
@@ -285,13 +285,17 @@ int q8_cvt_asked() {
 // would push out of L2 (two such heads of Wan 1.3B self-attention, 16.8 MB each, plus the Q blocks between them).
 // The Q filler between a head's statistics and its K/V items: Q's blocks spread evenly, at most four per SM (about two
 // waves of CTAs, the time a statistics item takes), the rest run first. VIDATTN_Q8_ONCE_LAG (0-2, read once) forces
-// the lag, for A/B runs.
+// the lag, for A/B runs. chunk: the tickets a CTA takes with one atomic (VIDATTN_Q8_ONCE_CHUNK, 1-8, read once).
 #ifndef VIDATTN_Q8_ONCE_LAG_MIB
 #define VIDATTN_Q8_ONCE_LAG_MIB 8
+#endif
+#ifndef VIDATTN_Q8_ONCE_CHUNK
+#define VIDATTN_Q8_ONCE_CHUNK 4
 #endif
 vidattn::sm90::Q8OncePlan q8_once_plan(uint64_t bh, int64_t nkb, int64_t q_blocks, int64_t seqlen_kv, int sms) {
   using namespace vidattn::sm90;
   static const int env_lag = env_default("VIDATTN_Q8_ONCE_LAG", -1, 0, 2);
+  static const int env_chunk = env_default("VIDATTN_Q8_ONCE_CHUNK", VIDATTN_Q8_ONCE_CHUNK, 1, 8);
   constexpr int64_t kMax = 0x7fffffff;
   const uint64_t head_bytes = static_cast<uint64_t>(seqlen_kv) * 128 * 2 * 2;
   const int64_t lag = env_lag >= 0 ? env_lag : (head_bytes <= (uint64_t{VIDATTN_Q8_ONCE_LAG_MIB} << 20) ? 1 : 0);
@@ -300,7 +304,7 @@ vidattn::sm90::Q8OncePlan q8_once_plan(uint64_t bh, int64_t nkb, int64_t q_block
   const int64_t lead_q = std::max<int64_t>(0, q_blocks - segs * q_per_seg);
   auto narrow = [&](int64_t v) { return static_cast<int>(std::min(v, kMax)); };  // (q8_once_items refuses such plans)
   return vidattn::sm90::Q8OncePlan{narrow(lead_q), narrow(q_per_seg), narrow(q_blocks), narrow(nkb), narrow(lag),
-                    narrow(static_cast<int64_t>(bh))};
+                    narrow(static_cast<int64_t>(bh)), env_chunk};
 }
 // Items (CTAs) of a mode-3 launch.
 int64_t q8_once_items(const vidattn::sm90::Q8OncePlan& o) {
@@ -393,8 +397,18 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   g_q8_last_prep = prep == 2 ? 2 : one_launch ? 3 : (fused ? 1 : 0);
   if (one_launch) {
     if constexpr (kD == 128) {
-      q8_prep_once_kernel<kFp16>
-          <<<dim3(static_cast<unsigned>(q8_once_items(once))), kQ8Kv2Threads, 0, stream>>>(pp, once);
+      // Persistent (q8_prep_once_kernel): as many CTAs as fit at once, or as there are items.
+      static const int per_sm = [] {
+        int n = 0;
+        return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, q8_prep_once_kernel<kFp16>, kQ8Kv2Threads, 0) ==
+                       cudaSuccess && n > 0
+                   ? n
+                   : 1;
+      }();
+      const int64_t items = q8_once_items(once);
+      const int64_t grid = std::min<int64_t>(items, static_cast<int64_t>(per_sm) * sm_count());
+      q8_prep_once_kernel<kFp16><<<dim3(static_cast<unsigned>(grid)), kQ8Kv2Threads, 0, stream>>>(
+          pp, once, static_cast<int>(items));
       if (check_launch("8-bit one-launch pre-pass") != 0) return 1;
     }
   } else if (prep == 2) {

@@ -1014,26 +1014,51 @@ P33)
   tar_dirs p33
   ;;
 P44)
-  # dev/NOTES_8bit.md "K and V read once: prep mode 3": one library, modes 1 (the default) and 3.
+  # dev/NOTES_8bit.md "K and V read once: prep mode 3": one library, modes 1 (the default) and 3; mode 3's chunk and
+  # lag (VIDATTN_Q8_ONCE_CHUNK, VIDATTN_Q8_ONCE_LAG: -1 the automatic lag) in the probe, each in its own process.
   build_lib
   mkdir -p "$OUT/p44"
   new=$(lib_path); echo "new library: $new"
   gpu_pytest p44/once_gpu.log 150 once_gpu -m gpu tests/test_8bit_prep_once_gpu.py tests/test_8bit_kv_pass_gpu.py \
     tests/test_reliability_gpu.py
   prep_probes p44 "seed8k wan1.3b" "prep1=$new"
-  for lag in 0 1 2; do VIDATTN_Q8_PREP=3 VIDATTN_Q8_ONCE_LAG=$lag prep_probes p44 "seed8k wan1.3b" "prep3_lag$lag=$new"; done
-  q8_lib_ab p44 220 "prep1=$new:-1:1" "prep3=$new:-1:3" --shapes "seed 8K" "Wan 1.3B self" "D128 24x8192" \
+  for v in ${ONCE_VARIANTS:-c4=4:-1 c2=2:-1 c1=1:-1 c4lag2=4:2 c8=8:-1}; do
+    cfg=${v#*=}
+    VIDATTN_Q8_PREP=3 VIDATTN_Q8_ONCE_CHUNK=${cfg%%:*} VIDATTN_Q8_ONCE_LAG=${cfg#*:} \
+      prep_probes p44 "seed8k wan1.3b" "prep3_${v%%=*}=$new"
+  done
+  q8_lib_ab p44 200 "prep1=$new:-1:1" "prep3=$new:-1:3" --shapes "seed 8K" "Wan 1.3B self" "D128 24x8192" \
     CogVideoX --rounds 10
   tar_dirs p44
   ;;
 P45)
-  # P44's library: mode 3 under the sanitizers, Nsight Compute on its one launch at seed 8K, the whole GPU suite.
+  # P44's library: mode 3 under the sanitizers, Nsight Compute on its one launch at seed 8K, the whole GPU suite; and
+  # whether a NaN key reaches the output through a tail launch's merge (exact and 8-bit, tail against plain).
   build_lib
   mkdir -p "$OUT/p45"
   for tool in memcheck racecheck synccheck; do
     sanitize_pytest $tool p45/san_$tool.log 100 san_$tool -m gpu tests/test_8bit_prep_once_gpu.py \
       -k "(bit_for_bit and 2049 and bfloat16) or many_heads or graph"
   done
+  timeout 60 python3 - > "$OUT/p45/nan_tail.log" 2>&1 <<'PY'
+import torch, vidattn
+from vidattn import _ext, quant8
+quant8.SHORT_KV_EXACT_MAX = 0
+g = torch.Generator(device="cuda").manual_seed(0)
+for prec, tail in (("exact", -1), ("8bit", 0), ("8bit", 1)):
+    q, k, v = (torch.randn(1, 1500, 4, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    k[0, 300, 1, 5] = float("nan")
+    if prec == "8bit":
+        quant8.set_tail(tail)
+    o, l = vidattn.attention(q, k, v, precision=prec, return_lse=True)
+    torch.cuda.synchronize()
+    splits = quant8.last_tail_splits() if prec == "8bit" else _ext.last_tail_splits()
+    print(prec, "tail", tail, "splits", splits, "NaN rows in head 1:", int(torch.isnan(o[0, :, 1]).any(-1).sum()),
+          "zero rows:", int((o[0, :, 1] == 0).all(-1).sum()), "LSE NaN:", int(torch.isnan(l[0, 1]).sum()),
+          "LSE -inf:", int(torch.isneginf(l[0, 1]).sum()), flush=True)
+quant8.set_tail(-1)
+PY
+  cat "$OUT/p45/nan_tail.log"
   VIDATTN_Q8_PREP=3 ncu_one p45 once_seed8k q8_prep_once_kernel 3 1 python3 dev/probes/q8_prep_probe.py \
     --shapes seed8k --calls 2 --reps 2
   gpu_pytest p45/gpu_all.log $(( $(left) - 10 < 300 ? $(left) - 10 : 300 )) gpu_all -m gpu tests/

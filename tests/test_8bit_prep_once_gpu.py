@@ -88,7 +88,8 @@ def test_strided_chunks_bhsd_and_nan_keys():
     assert same_bits(run(1, q, k, v)[0], run(3, q, k, v)[0]), f"seed {seed}"
     qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))  # (B, H, S, D)
     assert same_bits(run(1, qt, kt, vt, layout_bhsd=True)[0], run(3, qt, kt, vt, layout_bhsd=True)[0])
-    k = k.clone()
+    # (a plain launch: 4 tiles of 6 key blocks plan no tail launch)
+    q, k, v, seed = inputs(1, 2, 200, 700)
     k[0, 300, 1, 5] = float("nan")
     a, b = run(1, q, k, v)[0], run(3, q, k, v)[0]
     assert torch.equal(torch.isnan(a), torch.isnan(b)) and torch.isnan(b[:, :, 1]).any()
@@ -123,8 +124,9 @@ def test_graph_replays_start_from_a_zero_ticket():
 
 @pytest.mark.parametrize("b,h,sq,skv", [(2, 3, 200, 700), (3, 24, 700, 1000), (1, 2, 256, 16500)])
 def test_ticket_and_counters_in_the_workspace(b, h, sq, skv):
-    """After a mode-3 call the ticket holds the launch's item count (budget.q8_once_plan's model of the host's plan)
-    and each head's counter its 128-key block count: every item ran once and every statistics item counted itself."""
+    """After a mode-3 call each head's counter holds its 128-key block count (budget.q8_once_plan's model of the
+    host's plan: every statistics item ran once and counted itself), and the ticket the chunks taken: all the items'
+    (items / chunk, rounded up), then one more per CTA, which found none left (at most two CTAs an SM)."""
     import ctypes
 
     from vidattn import _ext
@@ -145,9 +147,15 @@ def test_ticket_and_counters_in_the_workspace(b, h, sq, skv):
         quant8.set_prep(-1)
     off, n = budget.q8_layout(b, h, sq, skv, 128)["sync"]
     words = ws[off:off + n].view(torch.int32).cpu()
-    plan = budget.q8_once_plan(b, h, sq, skv, sms=torch.cuda.get_device_properties(0).multi_processor_count)
-    assert int(words[0]) == plan["items"]
-    assert torch.equal(words[1:], torch.full((b * h,), plan["nkb"], dtype=torch.int32))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    plan = budget.q8_once_plan(b, h, sq, skv, sms=sms)
+    chunk, items = plan["chunk"], plan["items"]
+    taken = -(-items // chunk) * chunk
+    ticket = int(words[0])
+    assert ticket % chunk == 0 and taken + chunk <= ticket <= taken + chunk * min(-(-items // chunk), 2 * sms), \
+        (ticket, items)
+    assert 0 <= int(words[1]) <= b * h * plan["nkb"]  # K/V items that waited for their statistics
+    assert torch.equal(words[2:], torch.full((b * h,), plan["nkb"], dtype=torch.int32))
 
 
 def test_calls_it_does_not_take_run_another_mode():

@@ -513,3 +513,22 @@ def test_soak_runs_end_to_end_on_a_fake_device(monkeypatch):
         r = soak.soak(total_calls=80, max_seconds=60)
     failed = {k for k, v in r["checks"].items() if not v}
     assert failed == {"allocated memory back to the baseline", "peak allocated within the documented per-call figures"}
+
+
+def test_q8_once_plan_model_matches_the_c_plan():
+    """budget.q8_once_plan (the GPU tests' model of prep mode 3's item order) against csrc/capi_8bit.cuh's
+    q8_once_plan: its constants, and the plans of seed 8K (lag 1: 4 MiB heads) and Wan 1.3B self (lag 0)."""
+    src = (REPO / "csrc/capi_8bit.cuh").read_text()
+    assert f"#define VIDATTN_Q8_ONCE_LAG_MIB {budget.Q8_ONCE_LAG_MIB}" in src
+    assert f"#define VIDATTN_Q8_ONCE_CHUNK {budget.Q8_ONCE_CHUNK}" in src
+    assert "std::min<int64_t>(4 * static_cast<int64_t>(sms), (q_blocks + segs - 1) / segs)" in src
+    assert "const int64_t lead_q = std::max<int64_t>(0, q_blocks - segs * q_per_seg);" in src
+    assert "static_cast<uint64_t>(seqlen_kv) * 128 * 2 * 2" in src
+    threads, steps = _define("csrc/sm90/q8_quant.cuh", "kQ8QThreads"), _define("csrc/sm90/q8_quant.cuh", "kQ8QSteps")
+    assert budget.Q8_Q_ROWS_PER_BLOCK_D128 == threads // 32 * (32 // 16) * steps
+    seed = budget.q8_once_plan(4, 16, 8192, 8192)
+    assert (seed["lag"], seed["q_per_seg"], seed["lead_q"], seed["items"]) == (1, 130, 0, 65 * (2 * 64 + 130))
+    wan = budget.q8_once_plan(1, 12, 32760, 32760)
+    assert (wan["lag"], wan["q_per_seg"], wan["lead_q"], wan["items"]) == (0, 516, 0, 12 * (2 * 256 + 516))
+    big = budget.q8_once_plan(1, 40, 75600, 75600)  # Wan 14B 720p: Q's blocks beyond 528 a head run first
+    assert big["q_per_seg"] == 528 and big["lead_q"] == big["q_blocks"] - 40 * 528 > 0

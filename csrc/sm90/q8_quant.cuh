@@ -42,8 +42,8 @@ struct Q8Workspace {
   float* k_sum;        // [B, H, D] (zeroed before the stats launch)
   uint32_t* v_amax;    // [B, H, D] fp32 bit patterns of max |v| (zeroed; non-negative floats order as integers)
   float* lse_corr;     // [B, H, Sq]: softmax scale * q . mean(K), natural-log units
-  uint32_t* sync;      // [1 + B*H] (zeroed with the statistics): prep mode 3's ticket, then each head's finished
-                       // statistics items (q8_prep_once_kernel)
+  uint32_t* sync;      // [2 + B*H] (zeroed with the statistics): prep mode 3's ticket, the count of K/V items that
+                       // waited, then each head's finished statistics items (q8_prep_once_kernel)
 };
 
 struct Q8PrepParams {
@@ -623,6 +623,7 @@ struct Q8OncePlan {
   int nkb;        // 128-key blocks per head (statistics and K/V items alike)
   int lag;        // segment s runs the statistics of head s and the K/V items of head s - lag
   int bh;         // batch x heads
+  int chunk;      // consecutive tickets a CTA takes at once (q8_prep_once_kernel)
 };
 
 // The statistics of key block kb of head bh, loaded as q8_kv2_block loads its keys (16 lanes a row, 8 keys a lane
@@ -688,16 +689,12 @@ __device__ __forceinline__ void q8_stats2_block(const Q8PrepParams& p, int kb, i
     __threadfence();  // this thread's atomics before the block's count (below, after the barrier)
   }
   __syncthreads();
-  if (threadIdx.x == 0) ptx::red_add_release_gpu(p.ws.sync + 1 + bh, 1);
+  if (threadIdx.x == 0) ptx::red_add_release_gpu(p.ws.sync + 2 + bh, 1);
 }
 
+// One item, by its ticket t.
 template <bool kFp16>
-__global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_prep_once_kernel(const Q8PrepParams p, const Q8OncePlan plan) {
-  static_assert(kQ8Kv2Threads == kQ8QThreads, "one block size for every item");
-  __shared__ uint32_t ticket_s;
-  if (threadIdx.x == 0) ticket_s = ptx::atom_add_relaxed_gpu(p.ws.sync, 1);
-  __syncthreads();
-  const int t = static_cast<int>(ticket_s);
+__device__ __forceinline__ void q8_once_item(const Q8PrepParams& p, const Q8OncePlan& plan, int t) {
   if (t < plan.lead_q) {
     q8_q_block<128, kFp16>(p, t);
     return;
@@ -716,12 +713,47 @@ __global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_prep_once_kernel(const Q8
   const int bh = s - plan.lag;
   if (bh < 0 || bh >= plan.bh) return;
   if (threadIdx.x == 0) {
-    // Head bh's statistics items all hold earlier tickets, so each is running or done: this wait ends.
+    // Head bh's statistics items all hold smaller tickets than this one (below: why each of them ends).
     const uint32_t want = static_cast<uint32_t>(plan.nkb);
-    while (ptx::ld_acquire_gpu(p.ws.sync + 1 + bh) < want) ptx::nanosleep(64);
+    if (ptx::ld_acquire_gpu(p.ws.sync + 2 + bh) < want) {
+      atomicAdd(p.ws.sync + 1, 1u);  // K/V items that had to wait (a diagnostic: dev/probes, the GPU tests)
+      while (ptx::ld_acquire_gpu(p.ws.sync + 2 + bh) < want) ptx::nanosleep(64);
+    }
   }
   __syncthreads();
   q8_kv2_block<kFp16>(p, o - plan.nkb - plan.q_per_seg, bh);
+}
+
+// Persistent: at most as many CTAs as fit at once, each taking plan.chunk consecutive tickets at a time until they
+// run out. A CTA per item paid its ticket atomic's round trip (~1 us) at the start of every item: 0.34 ms against
+// the two launches' 0.31 at seed 8K (call P44). Every item a CTA waits on holds a smaller ticket than its current one,
+// and the tickets a CTA holds past its current one are larger still, so the smallest unfinished ticket is always some
+// CTA's current item, which waits on nothing unfinished: the launch ends whatever number of its CTAs are resident.
+// (The chunk's base and the item index live in shared memory across an item: in registers beside kv2's 128 they
+// spilled.)
+template <bool kFp16>
+__global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_prep_once_kernel(const Q8PrepParams p, const Q8OncePlan plan,
+                                                                       int items) {
+  static_assert(kQ8Kv2Threads == kQ8QThreads, "one block size for every item");
+  __shared__ int chunk[2];  // [0]: the chunk's first ticket, [1]: the next item's index within it
+  for (;;) {
+    if (threadIdx.x == 0) {
+      chunk[0] = static_cast<int>(ptx::atom_add_relaxed_gpu(p.ws.sync, static_cast<uint32_t>(plan.chunk)));
+      chunk[1] = 0;
+    }
+    __syncthreads();
+    if (chunk[0] >= items) break;
+    while (true) {
+      const volatile int* c = chunk;
+      const int t = c[0] + c[1];
+      if (c[1] >= plan.chunk || t >= items) break;
+      q8_once_item<kFp16>(p, plan, t);
+      __syncthreads();  // this item's shared memory free for the next
+      if (threadIdx.x == 0) chunk[1] += 1;
+      __syncthreads();
+    }
+    __syncthreads();  // every thread has read the chunk before thread 0 takes the next
+  }
 }
 
 }  // namespace vidattn::sm90
