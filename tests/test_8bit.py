@@ -413,7 +413,7 @@ def test_prep_selector_in_the_c_abi():
     assert 'extern "C" int vidattn_q8_set_prep(int prep)' in src and "if (prep < -1 || prep > 3) return 1;" in src
     assert "g_q8_last_prep = prep == 2 ? 2 : one_launch ? 3 : (fused ? 1 : 0);" in src
     # Mode 3 launches the one kernel and no separate K/V pass.
-    assert "q8_prep_once_kernel<kFp16>\n" in src and "  if (one_launch) {\n    // (the K/V pass ran inside" in src
+    assert "q8_prep_once_kernel<kFp16><<<" in src and "  if (one_launch) {\n    // (the K/V pass ran inside" in src
     # Mode 2: the kernel gets the caller's Q, and the LSE term's inputs only when the LSE is asked for.
     branch = src[src.index("if (prep == 2) {  // Q quantized in the kernel"):]
     branch = branch[:branch.index("cudaError_t e")]
