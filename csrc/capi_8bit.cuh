@@ -397,7 +397,7 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   g_q8_last_prep = prep == 2 ? 2 : one_launch ? 3 : (fused ? 1 : 0);
   if (one_launch) {
     if constexpr (kD == 128) {
-      // Persistent (q8_prep_once_kernel): as many CTAs as fit at once, or as there are items.
+      // Persistent (q8_prep_once_kernel): as many CTAs as fit at once, or as there are chunks of tickets.
       static const int per_sm = [] {
         int n = 0;
         return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, q8_prep_once_kernel<kFp16>, kQ8Kv2Threads, 0) ==
@@ -406,7 +406,8 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
                    : 1;
       }();
       const int64_t items = q8_once_items(once);
-      const int64_t grid = std::min<int64_t>(items, static_cast<int64_t>(per_sm) * sm_count());
+      const int64_t chunks = (items + once.chunk - 1) / once.chunk;
+      const int64_t grid = std::min<int64_t>(chunks, static_cast<int64_t>(per_sm) * sm_count());
       q8_prep_once_kernel<kFp16><<<dim3(static_cast<unsigned>(grid)), kQ8Kv2Threads, 0, stream>>>(
           pp, once, static_cast<int>(items));
       if (check_launch("8-bit one-launch pre-pass") != 0) return 1;
