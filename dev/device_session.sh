@@ -1036,7 +1036,7 @@ P45)
   # whether a NaN key reaches the output through a tail launch's merge (exact and 8-bit, tail against plain).
   build_lib
   mkdir -p "$OUT/p45"
-  for tool in memcheck racecheck synccheck; do
+  for tool in ${P45_SAN_TOOLS-memcheck racecheck synccheck}; do
     sanitize_pytest $tool p45/san_$tool.log 100 san_$tool -m gpu tests/test_8bit_prep_once_gpu.py \
       -k "(bit_for_bit and 2049 and bfloat16) or many_heads or graph"
   done
@@ -1059,7 +1059,8 @@ for prec, tail in (("exact", -1), ("8bit", 0), ("8bit", 1)):
 quant8.set_tail(-1)
 PY
   cat "$OUT/p45/nan_tail.log"
-  VIDATTN_Q8_PREP=3 ncu_one p45 once_seed8k q8_prep_once_kernel 3 1 python3 dev/probes/q8_prep_probe.py \
+  VIDATTN_Q8_PREP=3 VIDATTN_Q8_ONCE_CHUNK=${P45_CHUNK:-2} ncu_one p45 once_seed8k q8_prep_once_kernel 3 1 \
+    python3 dev/probes/q8_prep_probe.py \
     --shapes seed8k --calls 2 --reps 2
   gpu_pytest p45/gpu_all.log $(( $(left) - 10 < 300 ? $(left) - 10 : 300 )) gpu_all -m gpu tests/
   tar_dirs p45
