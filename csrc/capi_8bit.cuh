@@ -4,7 +4,6 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <string>
 
 #include "capi.h"
@@ -76,9 +75,8 @@ static_assert(VIDATTN_Q8_SEQ_D64 == 0 || VIDATTN_Q8_SEQ_D64 == 1, "D=64 builds t
 // The pre-pass (q8_quant.cuh): 1 the K/V statistics and Q's quantization in one launch (q8_stats_q_kernel; calls
 // with LSE keep 0, since Q's LSE term reads the statistics), 0 the three launches, 2 no Q pass: the statistics and
 // the K/V pass only, Q quantized by the attention kernel itself (q8_fwd.cuh's q8_quantize_q_tile; with LSE too, since
-// the statistics are complete before it starts), 3 one launch of statistics, Q and the K/V pass in which each head's K
-// and V come from DRAM once (q8_prep_once_kernel: D=128 with kv pass 1 and no LSE; other calls run 1 or 0, and
-// vidattn_q8_last_prep says which ran); forced by vidattn_q8_set_prep or VIDATTN_Q8_PREP (read once; A/B runs).
+// the statistics are complete before it starts); forced by vidattn_q8_set_prep or VIDATTN_Q8_PREP (read once; A/B
+// runs).
 #ifndef VIDATTN_Q8_PREP
 #define VIDATTN_Q8_PREP 1
 #endif
@@ -189,8 +187,7 @@ Q8TailPlan q8_plan_tail(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t 
 // the ranges' partials last (ws_o, ws_ml).
 struct Q8Layout {
   int64_t sq_pad = 0, skv_pad = 0;
-  uint64_t q8 = 0, q_scale = 0, k8 = 0, k_scale = 0, vt8 = 0, v_scale = 0, k_sum = 0, v_amax = 0, sync = 0;
-  uint64_t lse_corr = 0;
+  uint64_t q8 = 0, q_scale = 0, k8 = 0, k_scale = 0, vt8 = 0, v_scale = 0, k_sum = 0, v_amax = 0, lse_corr = 0;
   uint64_t ws_o = 0, ws_ml = 0;
   Q8TailPlan tail;
   uint64_t stats_bytes = 0, total = 0;
@@ -217,7 +214,6 @@ Q8Layout q8_layout(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqle
   l.v_scale = take(bh * head_dim * 4);
   l.k_sum = take(bh * head_dim * 4);
   l.v_amax = take(bh * head_dim * 4);
-  l.sync = take((bh + 2) * 4);  // prep mode 3's ticket, wait count and per-head counters, zeroed with the statistics
   l.stats_bytes = at - l.k_sum;
   l.lse_corr = take(bh * seqlen_q * 4);
   if (with_tail && (head_dim == 64 || head_dim == 128)) {
@@ -279,38 +275,6 @@ int q8_cvt_asked() {
 // kPoly (modes 4, 5) is 0 in every build (q8_dispatch launches none with it).
 // kTurns (the sequential schedule's round-robin turns): 0 none (schedule 1), 1 around the S issues (schedule 2, no
 // longer built), 2 around the exponentials (schedule 3, D=128).
-// Prep mode 3's order of work items (q8_quant.cuh, Q8OncePlan). lag: a head's K/V items run one segment after its
-// statistics where its K and V (16-bit, D=128) take at most VIDATTN_Q8_ONCE_LAG_MIB MiB, so that its last statistics
-// items are done by then and the K/V items seldom wait, and in the same segment for larger heads, whose K and V a lag
-// would push out of L2 (two such heads of Wan 1.3B self-attention, 16.8 MB each, plus the Q blocks between them).
-// The Q filler between a head's statistics and its K/V items: Q's blocks spread evenly, at most four per SM (about two
-// waves of CTAs, the time a statistics item takes), the rest run first. VIDATTN_Q8_ONCE_LAG (0-2, read once) forces
-// the lag, for A/B runs. chunk: the tickets a CTA takes with one atomic (VIDATTN_Q8_ONCE_CHUNK, 1-8, read once).
-#ifndef VIDATTN_Q8_ONCE_LAG_MIB
-#define VIDATTN_Q8_ONCE_LAG_MIB 8
-#endif
-#ifndef VIDATTN_Q8_ONCE_CHUNK
-#define VIDATTN_Q8_ONCE_CHUNK 4
-#endif
-vidattn::sm90::Q8OncePlan q8_once_plan(uint64_t bh, int64_t nkb, int64_t q_blocks, int64_t seqlen_kv, int sms) {
-  using namespace vidattn::sm90;
-  static const int env_lag = env_default("VIDATTN_Q8_ONCE_LAG", -1, 0, 2);
-  static const int env_chunk = env_default("VIDATTN_Q8_ONCE_CHUNK", VIDATTN_Q8_ONCE_CHUNK, 1, 8);
-  constexpr int64_t kMax = 0x7fffffff;
-  const uint64_t head_bytes = static_cast<uint64_t>(seqlen_kv) * 128 * 2 * 2;
-  const int64_t lag = env_lag >= 0 ? env_lag : (head_bytes <= (uint64_t{VIDATTN_Q8_ONCE_LAG_MIB} << 20) ? 1 : 0);
-  const int64_t segs = static_cast<int64_t>(bh) + lag;
-  const int64_t q_per_seg = std::min<int64_t>(4 * static_cast<int64_t>(sms), (q_blocks + segs - 1) / segs);
-  const int64_t lead_q = std::max<int64_t>(0, q_blocks - segs * q_per_seg);
-  auto narrow = [&](int64_t v) { return static_cast<int>(std::min(v, kMax)); };  // (q8_once_items refuses such plans)
-  return vidattn::sm90::Q8OncePlan{narrow(lead_q), narrow(q_per_seg), narrow(q_blocks), narrow(nkb), narrow(lag),
-                    narrow(static_cast<int64_t>(bh)), env_chunk};
-}
-// Items (CTAs) of a mode-3 launch.
-int64_t q8_once_items(const vidattn::sm90::Q8OncePlan& o) {
-  return o.lead_q + (static_cast<int64_t>(o.bh) + o.lag) * (2 * static_cast<int64_t>(o.nkb) + o.q_per_seg);
-}
-
 template <int kD, int kWGs, bool kSumMma, bool kFp16, bool kSeq, int kTurns = 0, int kCvt = 0, int kPoly = 0,
           int kLazy = 0, int kDescInc = 0, int kV12 = 0>
 int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
@@ -344,7 +308,6 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   pp.ws.k_sum = reinterpret_cast<float*>(ws + l.k_sum);
   pp.ws.v_amax = reinterpret_cast<uint32_t*>(ws + l.v_amax);
   pp.ws.lse_corr = reinterpret_cast<float*>(ws + l.lse_corr);
-  pp.ws.sync = reinterpret_cast<uint32_t*>(ws + l.sync);
 
   Q8FwdParams p{};
   std::string err;
@@ -367,7 +330,7 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   p.heads = pp.heads;
   p.sq_pad = pp.sq_pad;
   p.skv_pad = pp.skv_pad;
-  static const int env_prep = env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 3);
+  static const int env_prep = env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 2);
   const int prep = g_q8_prep < 0 ? env_prep : g_q8_prep;
   if (prep == 2) {  // Q quantized in the kernel (q8_quantize_q_tile): no Q pass
     p.q_in = a.q;
@@ -385,34 +348,10 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   const int64_t q_rows = static_cast<int64_t>(bh) * l.sq_pad;
   constexpr int kRowsPerBlock = q8_q_rows_per_block<kD>();
   const int64_t q_blocks = (q_rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  static const int env_kv_pass = env_default("VIDATTN_Q8_KV_PASS", VIDATTN_Q8_KV_PASS, 0, 1);
-  const int kv_pass = kD == 128 ? (g_q8_kv_pass < 0 ? env_kv_pass : g_q8_kv_pass) : 0;
-  g_q8_last_kv_pass = kv_pass;
-  // Mode 3 needs kv2's block (D=128, kv pass 1), Q's rows free of the statistics (no LSE) and one grid dimension.
-  const Q8OncePlan once = q8_once_plan(bh, l.skv_pad / kQ8BlockN, q_blocks, a.seqlen_kv, sm_count());
-  const bool one_launch = prep == 3 && kD == 128 && kv_pass == 1 && !pp.want_lse && q8_once_items(once) <= 0x7fffffff;
   // The fused launch needs Q's rows free of the statistics (no LSE) and one grid dimension for both halves.
-  const bool fused = (prep == 1 || (prep == 3 && !one_launch)) && !pp.want_lse &&
-                     stat_key_blocks * static_cast<int64_t>(bh) + q_blocks <= 0x7fffffff;
-  g_q8_last_prep = prep == 2 ? 2 : one_launch ? 3 : (fused ? 1 : 0);
-  if (one_launch) {
-    if constexpr (kD == 128) {
-      // Persistent (q8_prep_once_kernel): as many CTAs as fit at once, or as there are chunks of tickets.
-      static const int per_sm = [] {
-        int n = 0;
-        return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, q8_prep_once_kernel<kFp16>, kQ8Kv2Threads, 0) ==
-                       cudaSuccess && n > 0
-                   ? n
-                   : 1;
-      }();
-      const int64_t items = q8_once_items(once);
-      const int64_t chunks = (items + once.chunk - 1) / once.chunk;
-      const int64_t grid = std::min<int64_t>(chunks, static_cast<int64_t>(per_sm) * sm_count());
-      q8_prep_once_kernel<kFp16><<<dim3(static_cast<unsigned>(grid)), kQ8Kv2Threads, 0, stream>>>(
-          pp, once, static_cast<int>(items));
-      if (check_launch("8-bit one-launch pre-pass") != 0) return 1;
-    }
-  } else if (prep == 2) {
+  const bool fused = prep == 1 && !pp.want_lse && stat_key_blocks * static_cast<int64_t>(bh) + q_blocks <= 0x7fffffff;
+  g_q8_last_prep = prep == 2 ? 2 : (fused ? 1 : 0);
+  if (prep == 2) {
     q8_kv_stats_kernel<kD, kFp16>
         <<<dim3(static_cast<unsigned>(stat_key_blocks), ubh), kQ8StatThreads, 0, stream>>>(pp);
     if (check_launch("8-bit K/V statistics launch") != 0) return 1;
@@ -428,15 +367,16 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
     q8_q_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(q_blocks)), kQ8QThreads, 0, stream>>>(pp);
     if (check_launch("8-bit Q quantization launch") != 0) return 1;
   }
-  if (one_launch) {
-    // (the K/V pass ran inside the one launch)
-  } else if (kv_pass == 1) {
+  static const int env_kv_pass = env_default("VIDATTN_Q8_KV_PASS", VIDATTN_Q8_KV_PASS, 0, 1);
+  const int kv_pass = kD == 128 ? (g_q8_kv_pass < 0 ? env_kv_pass : g_q8_kv_pass) : 0;
+  g_q8_last_kv_pass = kv_pass;
+  if (kv_pass == 1) {
     if constexpr (kD == 128)
       q8_kv2_kernel<kFp16><<<dim3(static_cast<unsigned>(l.skv_pad / kQ8BlockN), ubh), kQ8Kv2Threads, 0, stream>>>(pp);
   } else {
     q8_kv_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(l.skv_pad / kQ8BlockN), ubh), kQ8KvThreads, 0, stream>>>(pp);
   }
-  if (!one_launch && check_launch("8-bit K/V quantization launch") != 0) return 1;
+  if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
   const size_t smem = sizeof(Q8Shared<kD, kWGs>) + 1024;
   auto kernel = q8_fwd_kernel<kD, kWGs, kSumMma, false, kFp16, kSeq, kPoly, kTurns == 1, kCvt, kTurns == 2, kLazy,
@@ -717,7 +657,7 @@ extern "C" int vidattn_q8_last_cvt(void) { return g_q8_last_cvt; }
 // 0 regardless), three launches (0), no Q pass, Q quantized inside the attention kernel (2; with LSE too), or the
 // default (-1). For tests and A/B timing; returns 0, or 1 for any other value.
 extern "C" int vidattn_q8_set_prep(int prep) {
-  if (prep < -1 || prep > 3) return 1;
+  if (prep < -1 || prep > 2) return 1;
   g_q8_prep = prep;
   return 0;
 }

@@ -189,11 +189,15 @@
 #                                             # D=128, then 32760 queries over short keys at D=128
 #   bash dev/device_session.sh P27 [budget_s] # the 8-bit tail launch (v18): its GPU tests, the 8-bit suites, the
 #                                             # 8-bit sanitizer cases, the A/B of tail 1 against 0
+#   (P44 and P45 ran prep mode 3, now dev/experiments/q8_prep_once.patch: apply it to a665255's csrc to rerun them.)
 #   bash dev/device_session.sh P44 [budget_s] # prep mode 3, K and V read once (dev/NOTES_8bit.md): its GPU tests and
 #                                             # those of the workspace, the probe under modes 1 and 3 (lags 0-2),
 #                                             # q8_lib_ab.py mode 1 / 3
 #   bash dev/device_session.sh P45 [budget_s] # P44's library: mode 3 under memcheck / racecheck / synccheck, Nsight
 #                                             # Compute on its one launch at seed 8K, the whole GPU suite
+#   bash dev/device_session.sh P46 [budget_s] # NaN rows through the tail merge: tests/test_nan_rows_gpu.py and the
+#                                             # 8-bit tail tests, the tail sanitizer cases under memcheck, the
+#                                             # whole GPU suite
 #   bash dev/device_session.sh P43 [budget_s] # the per-key K/V pass's K' tile and the statistics unroll again
 #                                             # (dev/NOTES_8bit.md): the 8-bit GPU suites and sanitizer cases, the
 #                                             # probe under P42's library (OLD_LIB), this one and UNROLL_LIB (carried
@@ -1012,6 +1016,16 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P46)
+  # NaN rows through the tail launch's merge (dev/NOTES.md "NaN through a tail merge"): the new tests, P45's check
+  # again, the tail sanitizer cases under memcheck, the whole GPU suite.
+  build_lib
+  mkdir -p "$OUT/p46"
+  gpu_pytest p46/nan_gpu.log 120 nan_gpu -m gpu tests/test_nan_rows_gpu.py tests/test_8bit_tail_gpu.py
+  sanitize_only p46 "tail" "memcheck"
+  gpu_pytest p46/gpu_all.log $(( $(left) - 10 < 300 ? $(left) - 10 : 300 )) gpu_all -m gpu tests/
+  tar_dirs p46
   ;;
 P44)
   # dev/NOTES_8bit.md "K and V read once: prep mode 3": one library, modes 1 (the default) and 3; mode 3's chunk and

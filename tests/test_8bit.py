@@ -404,22 +404,18 @@ def test_cvt_selector_in_the_c_abi():
 def test_prep_selector_in_the_c_abi():
     """The pre-pass choice: fused by default, the three launches whenever the LSE is asked for (Q's LSE term reads
     the statistics) or forced, Q in the kernel (2) when forced (with LSE too: no Q pass at all, the statistics alone
-    before the K/V pass), one launch (3) where it can run (D=128, kv pass 1, no LSE; elsewhere mode 3 runs the fused
-    pre-pass or the three launches), a setter with its range, the environment variable."""
+    before the K/V pass), a setter with its range, the environment variable."""
     src = (REPO / "csrc/capi_8bit.cuh").read_text()
-    assert "#define VIDATTN_Q8_PREP 1" in src and 'env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 3)' in src
-    assert "const bool one_launch = prep == 3 && kD == 128 && kv_pass == 1 && !pp.want_lse &&" in src
-    assert "const bool fused = (prep == 1 || (prep == 3 && !one_launch)) && !pp.want_lse &&" in src
-    assert 'extern "C" int vidattn_q8_set_prep(int prep)' in src and "if (prep < -1 || prep > 3) return 1;" in src
-    assert "g_q8_last_prep = prep == 2 ? 2 : one_launch ? 3 : (fused ? 1 : 0);" in src
-    # Mode 3 launches the one kernel and no separate K/V pass.
-    assert "q8_prep_once_kernel<kFp16><<<" in src and "  if (one_launch) {\n    // (the K/V pass ran inside" in src
+    assert "#define VIDATTN_Q8_PREP 1" in src and 'env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 2)' in src
+    assert "const bool fused = prep == 1 && !pp.want_lse &&" in src
+    assert 'extern "C" int vidattn_q8_set_prep(int prep)' in src and "if (prep < -1 || prep > 2) return 1;" in src
+    assert "g_q8_last_prep = prep == 2 ? 2 : (fused ? 1 : 0);" in src
     # Mode 2: the kernel gets the caller's Q, and the LSE term's inputs only when the LSE is asked for.
     branch = src[src.index("if (prep == 2) {  // Q quantized in the kernel"):]
     branch = branch[:branch.index("cudaError_t e")]
     assert "p.q_in = a.q;" in branch and "p.q_scale_out = pp.ws.q_scale;" in branch
     assert "p.lse_corr_out = a.lse != nullptr ? pp.ws.lse_corr : nullptr;" in branch
-    launch = src[src.index("} else if (prep == 2) {\n    q8_kv_stats_kernel"):src.index("} else if (fused) {")]
+    launch = src[src.index("  if (prep == 2) {\n    q8_kv_stats_kernel"):src.index("} else if (fused) {")]
     assert "q8_q_kernel" not in launch and "q8_stats_q_kernel" not in launch
     assert "q8_stats_q_kernel<kD, kFp16><<<" in src and "q8_kv_stats_kernel<kD, kFp16>\n" in src
     quant = (REPO / "csrc/sm90/q8_quant.cuh").read_text()
@@ -437,23 +433,20 @@ def test_set_prep_validates_and_reaches_the_library():
 
     def set_prep(v):
         calls.append(v)
-        return 0 if -1 <= v <= 3 else 1
+        return 0 if -1 <= v <= 2 else 1
 
     lib.vidattn_q8_set_prep = set_prep
     lib.vidattn_q8_last_prep = lambda: 1
-    for mode in (0, 1, 2, 3, -1):
+    for mode in (0, 1, 2, -1):
         quant8.set_prep(mode, lib=lib)
-    for bad in (4, -2, 1.0, True, "1", None):
+    for bad in (3, -2, 1.0, True, "1", None):
         with pytest.raises(ValueError, match="set_prep: mode must be one of"):
             quant8.set_prep(bad, lib=lib)
-    assert calls == [0, 1, 2, 3, -1] and quant8.last_prep(lib=lib) == 1
+    assert calls == [0, 1, 2, -1] and quant8.last_prep(lib=lib) == 1
     # A library that predates mode 2 (its setter refuses 2) raises instead of silently keeping another pre-pass.
     lib.vidattn_q8_set_prep = lambda v: 0 if -1 <= v <= 1 else 1
     with pytest.raises(ValueError, match="vidattn_q8_set_prep: invalid value 2"):
         quant8.set_prep(2, lib=lib)
-    lib.vidattn_q8_set_prep = lambda v: 0 if -1 <= v <= 2 else 1  # and one that predates mode 3
-    with pytest.raises(ValueError, match="vidattn_q8_set_prep: invalid value 3"):
-        quant8.set_prep(3, lib=lib)
     del lib.vidattn_q8_set_prep, lib.vidattn_q8_last_prep
     with pytest.raises(RuntimeError, match="lacks vidattn_q8_set_prep"):
         quant8.set_prep(1, lib=lib)

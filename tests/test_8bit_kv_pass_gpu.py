@@ -86,10 +86,10 @@ def test_head_dim_64_runs_the_per_key_pass():
     assert r == 0
 
 
-def _workspace_after_call(q, k, v, lens, poison, prep=-1):
-    """One 8-bit call (BSHD, pre-pass mode `prep`) through the C entry on a workspace filled with `poison` bytes: the
-    workspace after the call (synchronized) and its parts as dev/stress/budget.py models capi_8bit.cuh's q8_layout,
-    {part: (byte offset, bytes)}."""
+def _workspace_after_call(q, k, v, lens, poison):
+    """One 8-bit call (BSHD) through the C entry on a workspace filled with `poison` bytes: the workspace after the
+    call (synchronized) and its parts as dev/stress/budget.py models capi_8bit.cuh's q8_layout, {part: (byte offset,
+    bytes)}."""
     import ctypes
     import math
 
@@ -103,24 +103,18 @@ def _workspace_after_call(q, k, v, lens, poison, prep=-1):
     ws = torch.full((nbytes,), poison, dtype=torch.uint8, device=DEV)
     args = _ext.launch_args(q, k, v, out, None, lens, 1 / math.sqrt(d))
     args.workspace, args.workspace_bytes = ws.data_ptr(), nbytes
-    quant8.set_prep(prep)
-    try:
-        assert lib.vidattn_q8_fwd(ctypes.byref(args), None) == 0, lib.vidattn_sm90_last_error().decode()
-        torch.cuda.synchronize()
-        assert prep != 3 or quant8.last_prep() == 3
-    finally:
-        quant8.set_prep(-1)
+    assert lib.vidattn_q8_fwd(ctypes.byref(args), None) == 0, lib.vidattn_sm90_last_error().decode()
+    torch.cuda.synchronize()
     return ws, budget.q8_layout(b, h, sq, k.shape[1], d)
 
 
-@pytest.mark.parametrize("d,prep", [(64, -1), (128, -1), (128, 3)])
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("skv", [77, 700, 1500, 2049])
-def test_statistics_in_the_workspace(d, prep, skv):
+def test_statistics_in_the_workspace(d, skv):
     """The statistics launch's per-channel K sums and max |V| (q8_kv_stats_block, kQ8StatUnroll keys a thread per
     load round), read back from the workspace: exact against torch over the valid keys only (K on the quarter grid,
     so every order of the fp32 sums is exact; max is exact), with kv_lens that end inside a 512-key statistics block
-    and inside an unrolled round, and a huge V value past the shorter batch's kv_len that must not count. Prep mode 3
-    (one launch, q8_stats2_block: 128-key items) too."""
+    and inside an unrolled round, and a huge V value past the shorter batch's kv_len that must not count."""
     seed = int(torch.randint(0, 1 << 20, ()).item())
     b, h, sq = 2, 3, 200
     q, k, v = (base.randn(b, n, h, d, seed=seed + i) for i, n in enumerate((sq, skv, skv)))
@@ -128,7 +122,7 @@ def test_statistics_in_the_workspace(d, prep, skv):
     short = max(1, skv // 3 + 5)
     v[1, short:, 0, 3] = 1e4  # past batch 1's kv_len: not in its statistics
     lens = torch.tensor([skv, short], dtype=torch.int32, device=DEV)
-    ws, parts = _workspace_after_call(q, k, v, lens, 0xFF, prep)  # poisoned: the memset must zero the sums
+    ws, parts = _workspace_after_call(q, k, v, lens, 0xFF)  # poisoned: the memset must zero the sums
     (o_sum, n_sum), (o_max, n_max) = parts["k_sum"], parts["v_amax"]
     k_sum = ws[o_sum:o_sum + n_sum].view(torch.float32).view(b, h, d)
     v_amax = ws[o_max:o_max + n_max].view(torch.int32).view(b, h, d)

@@ -43,7 +43,7 @@ def test_workspace_constants_mirror_the_c_sources():
     body = layout[layout.index("Q8Layout q8_layout("):layout.index("l.total = at;")]
     # The parts budget.q8_workspace_bytes sums, in the C layout's order.
     assert re.findall(r"l\.(\w+) = take\(", body) == ["q8", "q_scale", "k8", "k_scale", "vt8", "v_scale", "k_sum",
-                                                        "v_amax", "sync", "lse_corr", "ws_o", "ws_ml"]
+                                                        "v_amax", "lse_corr", "ws_o", "ws_ml"]
     assert "l.ws_o = take(items * kQ8TailBlockM * head_dim * 4);" in body
     assert "l.ws_ml = take(items * kQ8TailBlockM * 2 * 4);" in body
     assert "if (with_tail && (head_dim == 64 || head_dim == 128)) {" in body
@@ -65,9 +65,9 @@ def test_q8_workspace_figures():
     assert budget.q8_workspace_bytes(1, 12, 32760, 32760, 128) - budget.q8_workspace_bytes(
         1, 12, 32760, 32760, 128, sms=2052) == 216 * 192 * 130 * 4
     assert budget.q8_tail_plan(1, 48, 17776, 17776) == (0, 1)
-    # One query and one key: Q padded to 384 rows (24576 + 1536 bytes), K and V^T to 128 keys (8192 each), the six
+    # One query and one key: Q padded to 384 rows (24576 + 1536 bytes), K and V^T to 128 keys (8192 each), the five
     # small parts 256 bytes each.
-    assert budget.q8_workspace_bytes(1, 1, 1, 1, 64) == 384 * 64 + 384 * 4 + 2 * 128 * 64 + 6 * 256
+    assert budget.q8_workspace_bytes(1, 1, 1, 1, 64) == 384 * 64 + 384 * 4 + 2 * 128 * 64 + 5 * 256
     assert budget.q8_workspace_bytes(0, 1, 1, 1, 64) == 0
     assert budget.exact_workspace_bytes(132) == 17_436_672
     assert budget.exact_workspace_bytes(132, rounds=2) == 2 * 17_436_672
@@ -513,22 +513,3 @@ def test_soak_runs_end_to_end_on_a_fake_device(monkeypatch):
         r = soak.soak(total_calls=80, max_seconds=60)
     failed = {k for k, v in r["checks"].items() if not v}
     assert failed == {"allocated memory back to the baseline", "peak allocated within the documented per-call figures"}
-
-
-def test_q8_once_plan_model_matches_the_c_plan():
-    """budget.q8_once_plan (the GPU tests' model of prep mode 3's item order) against csrc/capi_8bit.cuh's
-    q8_once_plan: its constants, and the plans of seed 8K (lag 1: 4 MiB heads) and Wan 1.3B self (lag 0)."""
-    src = (REPO / "csrc/capi_8bit.cuh").read_text()
-    assert f"#define VIDATTN_Q8_ONCE_LAG_MIB {budget.Q8_ONCE_LAG_MIB}" in src
-    assert f"#define VIDATTN_Q8_ONCE_CHUNK {budget.Q8_ONCE_CHUNK}" in src
-    assert "std::min<int64_t>(4 * static_cast<int64_t>(sms), (q_blocks + segs - 1) / segs)" in src
-    assert "const int64_t lead_q = std::max<int64_t>(0, q_blocks - segs * q_per_seg);" in src
-    assert "static_cast<uint64_t>(seqlen_kv) * 128 * 2 * 2" in src
-    threads, steps = _define("csrc/sm90/q8_quant.cuh", "kQ8QThreads"), _define("csrc/sm90/q8_quant.cuh", "kQ8QSteps")
-    assert budget.Q8_Q_ROWS_PER_BLOCK_D128 == threads // 32 * (32 // 16) * steps
-    seed = budget.q8_once_plan(4, 16, 8192, 8192)
-    assert (seed["lag"], seed["q_per_seg"], seed["lead_q"], seed["items"]) == (1, 130, 0, 65 * (2 * 64 + 130))
-    wan = budget.q8_once_plan(1, 12, 32760, 32760)
-    assert (wan["lag"], wan["q_per_seg"], wan["lead_q"], wan["items"]) == (0, 516, 0, 12 * (2 * 256 + 516))
-    big = budget.q8_once_plan(1, 40, 75600, 75600)  # Wan 14B 720p: Q's blocks beyond 528 a head run first
-    assert big["q_per_seg"] == 528 and big["lead_q"] == big["q_blocks"] - 40 * 528 > 0

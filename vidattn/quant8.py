@@ -132,7 +132,7 @@ def set_cvt(mode: int, lib=None) -> None:
     _setter("vidattn_q8_set_cvt", mode, lib)
 
 
-PREP_MODES = (-1, 0, 1, 2, 3)
+PREP_MODES = (-1, 0, 1, 2)
 
 
 def set_prep(mode: int, lib=None) -> None:
@@ -140,11 +140,9 @@ def set_prep(mode: int, lib=None) -> None:
     launch (1; calls that return the LSE run 0 regardless, since Q's LSE term reads the statistics), the three
     launches (0), no Q pass at all (2: the statistics and the K/V pass only; each attention CTA quantizes its own
     16-bit Q tile in its prologue, q8_fwd.cuh's q8_quantize_q_tile, with the pre-pass's row code, so the codes and
-    scales are the same; calls with LSE take it too, the statistics being complete before the kernel starts), one
-    launch in which each head's K and V come from DRAM once (3: its statistics, Q's blocks, then its K/V blocks from
-    L2, ordered by an atomic ticket; head dim 128 with the whole-row K/V pass and no LSE, other calls run 1 or 0, and
-    `last_prep` says which ran), or the build default (-1). The environment variable VIDATTN_Q8_PREP sets the same
-    for a whole process. A library that predates a mode refuses it (ValueError). For A/B timing."""
+    scales are the same; calls with LSE take it too, the statistics being complete before the kernel starts), or the
+    build default (-1). The environment variable VIDATTN_Q8_PREP sets the same for a whole process. A library that
+    predates mode 2 refuses it (ValueError). For A/B timing."""
     if isinstance(mode, bool) or not isinstance(mode, int) or mode not in PREP_MODES:
         raise ValueError(f"set_prep: mode must be one of {PREP_MODES}, got {mode!r}")
     _setter("vidattn_q8_set_prep", mode, lib)

@@ -39,8 +39,15 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
   if (row >= c.seqlen_q) return;
   const float kNegInf = -__int_as_float(0x7f800000);
   const int64_t item_row0 = static_cast<int64_t>(t) * c.splits * c.block_m + row_in_tile;
+  // A range whose row sum is NaN (a NaN score among its keys) stores that NaN and a max of -inf (its max dropped the
+  // NaN): the row is NaN, as SDPA gives, even when every range's max is -inf and the weighing below is skipped.
   float m = kNegInf;
-  for (int s = 0; s < c.splits; ++s) m = fmaxf(m, c.ws_ml[2 * (item_row0 + static_cast<int64_t>(s) * c.block_m)]);
+  bool nan = false;
+  for (int s = 0; s < c.splits; ++s) {
+    const int64_t ir = item_row0 + static_cast<int64_t>(s) * c.block_m;
+    m = fmaxf(m, c.ws_ml[2 * ir]);
+    nan |= c.ws_ml[2 * ir + 1] != c.ws_ml[2 * ir + 1];
+  }
   float l = 0.f, acc[kCols];
 #pragma unroll
   for (int i = 0; i < kCols; ++i) acc[i] = 0.f;
@@ -54,7 +61,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
       for (int i = 0; i < kCols; ++i) acc[i] += w * src[i];
     }
   }
-  const float inv = l > 0.f ? 1.f / l : 0.f;  // no valid key: O = 0, as the main kernel writes
+  if (nan) l = __int_as_float(0x7fffffff);
+  const float inv = !(l <= 0.f) ? 1.f / l : 0.f;  // no valid key: O = 0, as the main kernel writes; NaN stays NaN
   // Lanes whose columns lie past the caller's head dim hold the padding's zeros; the caller's row ends before them.
   // Where kCols divides 8 (D = 64, 128, 256) a lane's columns are all in or all out, the head dim being a multiple
   // of 8; at D = 96 and 192 (3 and 6 columns a lane) one lane can straddle it, and each column is checked.
@@ -73,7 +81,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
   }
   if (c.lse != nullptr && lane == 0)
     c.lse[(static_cast<int64_t>(batch) * c.heads + head) * c.seqlen_q + row] =
-        l > 0.f ? (m + __log2f(l)) * kLn2 : kNegInf;
+        !(l <= 0.f) ? (m + __log2f(l)) * kLn2 : kNegInf;
 }
 
 }  // namespace vidattn::sm90

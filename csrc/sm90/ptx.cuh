@@ -228,25 +228,4 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return r;
 }
 
-// A cross-CTA handshake at GPU scope (PTX ISA 9.7.13.5 atom / 9.7.9.8 ld with .release / .acquire, memory model
-// section 8.9): the 8-bit pre-pass's one-launch mode (q8_quant.cuh, q8_prep_once_kernel) counts finished statistics
-// items with a release add and waits for the count with acquire loads, so the atomics a producer CTA made before its
-// add are visible to the CTA that saw the count.
-__device__ __forceinline__ void red_add_release_gpu(uint32_t* addr, uint32_t v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* addr) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(addr) : "memory");
-  return v;
-}
-// The ticket of a work item (PTX ISA 9.7.13.5 atom, relaxed at GPU scope): only its uniqueness and order matter.
-__device__ __forceinline__ uint32_t atom_add_relaxed_gpu(uint32_t* addr, uint32_t v) {
-  uint32_t old;
-  asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(addr), "r"(v) : "memory");
-  return old;
-}
-// PTX ISA 9.7.19.3 nanosleep: a waiting CTA backs off instead of hammering L2 with loads.
-__device__ __forceinline__ void nanosleep(uint32_t ns) { asm volatile("nanosleep.u32 %0;" ::"r"(ns)); }
-
 }  // namespace vidattn::ptx

@@ -21,8 +21,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "ptx.cuh"
-
 namespace vidattn::sm90 {
 
 constexpr int kQ8BlockN = 128;    // keys per K scale block and per kernel key block (q8_fwd.cuh)
@@ -42,8 +40,6 @@ struct Q8Workspace {
   float* k_sum;        // [B, H, D] (zeroed before the stats launch)
   uint32_t* v_amax;    // [B, H, D] fp32 bit patterns of max |v| (zeroed; non-negative floats order as integers)
   float* lse_corr;     // [B, H, Sq]: softmax scale * q . mean(K), natural-log units
-  uint32_t* sync;      // [2 + B*H] (zeroed with the statistics): prep mode 3's ticket, the count of K/V items that
-                       // waited, then each head's finished statistics items (q8_prep_once_kernel)
 };
 
 struct Q8PrepParams {
@@ -467,21 +463,16 @@ constexpr int kQ8Kv2Threads = 256;  // 8 warps x 16 keys = one 128-key block
 #define VIDATTN_Q8_KV2_SMEM_T 1  // V^T leaves through a shared-memory tile in whole lines (0: 16-byte pieces)
 #endif
 
-// One block's work: key block kb of (batch, head) bh. The statistics are plain loads, which L1 may keep: read past it
-// (ld.global.cg), every warp of every block of a head asked one L2 slice for the same 1 KB, and the pass took 45%
-// longer (call P44b: 0.121 -> 0.174 ms at seed 8K). In prep mode 3 (q8_prep_once_kernel) a block reads them only
-// after its thread 0's acquire has seen the head's statistics complete, and no block reads them earlier, so no SM's
-// L1 can hold an older copy.
 template <bool kFp16>
-__device__ __forceinline__ void q8_kv2_block(const Q8PrepParams& p, int kb, int bh) {
+__global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_kv2_kernel(const Q8PrepParams p) {
   constexpr int kD = 128, kSteps = 8;
   __shared__ float gmax[kQ8Kv2Threads / 32][kQ8KGroups];
-  const int b = bh / p.heads, h = bh % p.heads;
+  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
   const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int sub = lane / 16, c0 = (lane % 16) * 8;
   // Key of step st: key0 + 2 st, index warp * 16 + 2 st + sub in the block, so its group (key % 8 / 2) is st % 4.
-  const int key0 = kb * kQ8BlockN + warp * 16 + sub;
+  const int key0 = blockIdx.x * kQ8BlockN + warp * 16 + sub;
   const float inv_n = kv_len > 0 ? 1.f / static_cast<float>(kv_len) : 0.f;
   float mean[8], vinv[8];
 #pragma unroll
@@ -489,7 +480,7 @@ __device__ __forceinline__ void q8_kv2_block(const Q8PrepParams& p, int kb, int 
     mean[e] = p.ws.k_sum[bh * kD + c0 + e] * inv_n;
     const float a = __uint_as_float(p.ws.v_amax[bh * kD + c0 + e]);
     vinv[e] = a > 0.f ? kQ8E4m3Max / a : 1.f;
-    if (kb == 0 && warp == 0 && sub == 0) p.ws.v_scale[bh * kD + c0 + e] = a > 0.f ? a / kQ8E4m3Max : 1.f;
+    if (blockIdx.x == 0 && warp == 0 && sub == 0) p.ws.v_scale[bh * kD + c0 + e] = a > 0.f ? a / kQ8E4m3Max : 1.f;
   }
   const uint16_t* kp = static_cast<const uint16_t*>(p.k) + b * p.k_stride[0] + h * p.k_stride[2] + c0;
   const uint16_t* vp = static_cast<const uint16_t*>(p.v) + b * p.v_stride[0] + h * p.v_stride[2] + c0;
@@ -533,7 +524,7 @@ __device__ __forceinline__ void q8_kv2_block(const Q8PrepParams& p, int kb, int 
 #pragma unroll
     for (int w = 0; w < kQ8Kv2Threads / 32; ++w) t = q8_nanmax(t, gmax[w][g]);
     kinv[g] = t > 0.f ? kQ8IntMax / t : 1.f;
-    if (threadIdx.x == g) p.ws.k_scale[(bh * nkb + kb) * kQ8KGroups + g] = q8_scaled(t) ? t / kQ8IntMax : 1.f;
+    if (threadIdx.x == g) p.ws.k_scale[(bh * nkb + blockIdx.x) * kQ8KGroups + g] = q8_scaled(t) ? t / kQ8IntMax : 1.f;
   }
   // K' codes: 8 bytes a key (a warp store: two whole 128-byte rows). V to e4m3: two words a key, channels c0..c0+3
   // and c0+4..c0+7.
@@ -573,7 +564,7 @@ __device__ __forceinline__ void q8_kv2_block(const Q8PrepParams& p, int kb, int 
 #if VIDATTN_Q8_KV2_SMEM_T
   __shared__ uint4 vt_tile[kD][kQ8BlockN / 16];
 #else
-  uint8_t* vd = p.ws.vt8 + (static_cast<int64_t>(bh) * kD + c0 + 4 * sub) * p.skv_pad + kb * kQ8BlockN +
+  uint8_t* vd = p.ws.vt8 + (static_cast<int64_t>(bh) * kD + c0 + 4 * sub) * p.skv_pad + blockIdx.x * kQ8BlockN +
                 warp * 16;
 #endif
 #pragma unroll
@@ -595,7 +586,7 @@ __device__ __forceinline__ void q8_kv2_block(const Q8PrepParams& p, int kb, int 
   }
 #if VIDATTN_Q8_KV2_SMEM_T
   __syncthreads();
-  uint8_t* vblk = p.ws.vt8 + static_cast<int64_t>(bh) * kD * p.skv_pad + kb * kQ8BlockN;
+  uint8_t* vblk = p.ws.vt8 + static_cast<int64_t>(bh) * kD * p.skv_pad + blockIdx.x * kQ8BlockN;
 #pragma unroll
   for (int r = 0; r < kD * (kQ8BlockN / 16) / kQ8Kv2Threads; ++r) {
     const int i = threadIdx.x + r * kQ8Kv2Threads, ch = i / 8, chunk = i % 8;
@@ -603,160 +594,6 @@ __device__ __forceinline__ void q8_kv2_block(const Q8PrepParams& p, int kb, int 
         vt_tile[ch][chunk ^ ((ch / 8) % 8)];
   }
 #endif
-}
-
-template <bool kFp16>
-__global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_kv2_kernel(const Q8PrepParams p) {
-  q8_kv2_block<kFp16>(p, blockIdx.x, blockIdx.y);
-}
-
-// ---- 4. Prep mode 3: statistics, Q and the K/V pass in one launch, K and V read from DRAM once ------------------
-// Modes 0-2 read K and V twice: the statistics launch for each channel's sum of K and max |V|, then the K/V pass,
-// which needs both before its first key (dev/NOTES_8bit.md "K and V read once"). Here one launch runs all three kinds
-// of work item, in the order of an atomic ticket each CTA takes first (not blockIdx: the ticket order is the order the
-// CTAs started, so an item waits only on items that are running or done, and the launch cannot deadlock however many
-// CTAs fit). The items are laid out per (batch, head) bh: its statistics items (one per 128-key block), a share of Q's
-// blocks as filler, then the K/V items of head bh - lag, each of which waits until its head's statistics items have
-// all counted themselves done. A head's K and V are then read again a few microseconds after its statistics read them,
-// from L2. D=128 with kv pass 1, no LSE (capi_8bit.cuh picks; the others run modes 0-1).
-struct Q8OncePlan {
-  int lead_q;     // Q blocks before the first segment (those over q_per_seg x segments)
-  int q_per_seg;  // Q blocks between a head's statistics and the K/V items behind them
-  int q_blocks;   // all Q blocks
-  int nkb;        // 128-key blocks per head (statistics and K/V items alike)
-  int lag;        // segment s runs the statistics of head s and the K/V items of head s - lag
-  int bh;         // batch x heads
-  int chunk;      // consecutive tickets a CTA takes at once (q8_prep_once_kernel)
-};
-
-// The statistics of key block kb of head bh, loaded as q8_kv2_block loads its keys (16 lanes a row, 8 keys a lane
-// pair in flight): the channel sums of K and maxima of |V| go to the workspace's atomics like q8_kv_stats_block's.
-template <bool kFp16>
-__device__ __forceinline__ void q8_stats2_block(const Q8PrepParams& p, int kb, int bh) {
-  constexpr int kD = 128, kSteps = 8, kWarps = kQ8Kv2Threads / 32;
-  __shared__ float red_sum[kWarps][kD];
-  __shared__ float red_max[kWarps][kD];
-  const int b = bh / p.heads, h = bh % p.heads;
-  const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int sub = lane / 16, c0 = (lane % 16) * 8;
-  const int key0 = kb * kQ8BlockN + warp * 16 + sub;
-  const uint16_t* kp = static_cast<const uint16_t*>(p.k) + b * p.k_stride[0] + h * p.k_stride[2] + c0;
-  const uint16_t* vp = static_cast<const uint16_t*>(p.v) + b * p.v_stride[0] + h * p.v_stride[2] + c0;
-  uint4 kr[kSteps], vr[kSteps];
-#pragma unroll
-  for (int st = 0; st < kSteps; ++st) {
-    const int key = key0 + 2 * st;
-    const bool valid = key < kv_len;
-    kr[st] = valid ? *reinterpret_cast<const uint4*>(kp + static_cast<int64_t>(key) * p.k_stride[1])
-                   : make_uint4(0, 0, 0, 0);
-    vr[st] = valid ? *reinterpret_cast<const uint4*>(vp + static_cast<int64_t>(key) * p.v_stride[1])
-                   : make_uint4(0, 0, 0, 0);
-  }
-  float sum[8], amax[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) sum[e] = amax[e] = 0.f;
-#pragma unroll
-  for (int st = 0; st < kSteps; ++st) {
-    float f[8], v[8];
-    q8_unpack8<kFp16>(kr[st], f);  // (a key past kv_len is zeros: adds 0, max 0)
-    q8_unpack8<kFp16>(vr[st], v);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      sum[e] += f[e];
-      amax[e] = q8_nanmax(amax[e], fabsf(v[e]));
-    }
-  }
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {  // the lane pair holding the same channels: the warp's even and odd keys
-    sum[e] += __shfl_xor_sync(0xffffffff, sum[e], 16);
-    amax[e] = q8_nanmax(amax[e], __shfl_xor_sync(0xffffffff, amax[e], 16));
-  }
-  if (sub == 0) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      red_sum[warp][c0 + e] = sum[e];
-      red_max[warp][c0 + e] = amax[e];
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x < kD && kb * kQ8BlockN < kv_len) {
-    float s = 0.f, m = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      s += red_sum[w][threadIdx.x];
-      m = q8_nanmax(m, red_max[w][threadIdx.x]);
-    }
-    atomicAdd(&p.ws.k_sum[bh * kD + threadIdx.x], s);
-    atomicMax(&p.ws.v_amax[bh * kD + threadIdx.x], __float_as_uint(m));
-    __threadfence();  // this thread's atomics before the block's count (below, after the barrier)
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) ptx::red_add_release_gpu(p.ws.sync + 2 + bh, 1);
-}
-
-// One item, by its ticket t.
-template <bool kFp16>
-__device__ __forceinline__ void q8_once_item(const Q8PrepParams& p, const Q8OncePlan& plan, int t) {
-  if (t < plan.lead_q) {
-    q8_q_block<128, kFp16>(p, t);
-    return;
-  }
-  const int seg_len = 2 * plan.nkb + plan.q_per_seg;
-  const int u = t - plan.lead_q, s = u / seg_len, o = u - s * seg_len;
-  if (o < plan.nkb) {  // statistics of head s
-    if (s < plan.bh) q8_stats2_block<kFp16>(p, o, s);
-    return;
-  }
-  if (o < plan.nkb + plan.q_per_seg) {
-    const int qb = plan.lead_q + s * plan.q_per_seg + (o - plan.nkb);
-    if (qb < plan.q_blocks) q8_q_block<128, kFp16>(p, qb);
-    return;
-  }
-  const int bh = s - plan.lag;
-  if (bh < 0 || bh >= plan.bh) return;
-  if (threadIdx.x == 0) {
-    // Head bh's statistics items all hold smaller tickets than this one (below: why each of them ends).
-    const uint32_t want = static_cast<uint32_t>(plan.nkb);
-    if (ptx::ld_acquire_gpu(p.ws.sync + 2 + bh) < want) {
-      atomicAdd(p.ws.sync + 1, 1u);  // K/V items that had to wait (a diagnostic: dev/probes, the GPU tests)
-      while (ptx::ld_acquire_gpu(p.ws.sync + 2 + bh) < want) ptx::nanosleep(64);
-    }
-  }
-  __syncthreads();
-  q8_kv2_block<kFp16>(p, o - plan.nkb - plan.q_per_seg, bh);
-}
-
-// Persistent: at most as many CTAs as fit at once, each taking plan.chunk consecutive tickets at a time until they
-// run out. A CTA per item paid its ticket atomic's round trip (~1 us) at the start of every item: 0.34 ms against
-// the two launches' 0.31 at seed 8K (call P44). Every item a CTA waits on holds a smaller ticket than its current one,
-// and the tickets a CTA holds past its current one are larger still, so the smallest unfinished ticket is always some
-// CTA's current item, which waits on nothing unfinished: the launch ends whatever number of its CTAs are resident.
-// (The chunk's base and the item index live in shared memory across an item: in registers beside kv2's 128 they
-// spilled.)
-template <bool kFp16>
-__global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_prep_once_kernel(const Q8PrepParams p, const Q8OncePlan plan,
-                                                                       int items) {
-  static_assert(kQ8Kv2Threads == kQ8QThreads, "one block size for every item");
-  __shared__ int chunk[2];  // [0]: the chunk's first ticket, [1]: the next item's index within it
-  for (;;) {
-    if (threadIdx.x == 0) {
-      chunk[0] = static_cast<int>(ptx::atom_add_relaxed_gpu(p.ws.sync, static_cast<uint32_t>(plan.chunk)));
-      chunk[1] = 0;
-    }
-    __syncthreads();
-    if (chunk[0] >= items) break;
-    while (true) {
-      const volatile int* c = chunk;
-      const int t = c[0] + c[1];
-      if (c[1] >= plan.chunk || t >= items) break;
-      q8_once_item<kFp16>(p, plan, t);
-      __syncthreads();  // this item's shared memory free for the next
-      if (threadIdx.x == 0) chunk[1] += 1;
-      __syncthreads();
-    }
-    __syncthreads();  // every thread has read the chunk before thread 0 takes the next
-  }
 }
 
 }  // namespace vidattn::sm90

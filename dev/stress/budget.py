@@ -105,7 +105,6 @@ def q8_layout(b: int, h: int, sq: int, skv: int, d: int, sms: int = H200_SMS) ->
              ("k_scale", bh * (skv_pad // Q8_BLOCK_N) * Q8_K_GROUPS * 4),  # K's block scales
              ("vt8", bh * d * skv_pad),                                   # V^T, e4m3
              ("v_scale", bh * d * 4), ("k_sum", bh * d * 4), ("v_amax", bh * d * 4),  # V's scales, K's sums, V's maxima
-             ("sync", (bh + 2) * 4),                                      # prep mode 3's ticket and counters
              ("lse_corr", bh * sq * 4)]                                   # the LSE correction per query row
     tiles, splits = q8_tail_plan(b, h, sq, skv, sms) if d in (64, 128) else (0, 1)
     if tiles:
@@ -116,27 +115,6 @@ def q8_layout(b: int, h: int, sq: int, skv: int, d: int, sms: int = H200_SMS) ->
         layout[name] = (at, nbytes)
         at += _up(nbytes, ALIGN)
     return layout
-
-
-Q8_Q_ROWS_PER_BLOCK_D128 = 64   # q8_q_rows_per_block<128>: 8 warps x 2 rows x 4 steps
-Q8_ONCE_LAG_MIB = 8             # VIDATTN_Q8_ONCE_LAG_MIB
-Q8_ONCE_CHUNK = 4               # VIDATTN_Q8_ONCE_CHUNK
-
-
-def q8_once_plan(b: int, h: int, sq: int, skv: int, sms: int = H200_SMS, lag: int | None = None) -> dict:
-    """Prep mode 3's order of work items (csrc/capi_8bit.cuh, q8_once_plan; D=128): Q blocks ahead of the segments
-    (lead_q), then per (batch, head) bh a segment of its nkb statistics items, q_per_seg Q blocks and the K/V items of
-    head bh - lag; `items`, the work items (tickets) of the launch, which its CTAs take `chunk` at a time."""
-    bh = b * h
-    nkb = _up(skv, Q8_BLOCK_N) // Q8_BLOCK_N
-    q_blocks = -(-bh * _up(sq, Q8_BLOCK_M_PAD) // Q8_Q_ROWS_PER_BLOCK_D128)
-    if lag is None:
-        lag = 1 if skv * 128 * 2 * 2 <= Q8_ONCE_LAG_MIB << 20 else 0
-    segs = bh + lag
-    q_per_seg = min(4 * sms, -(-q_blocks // segs))
-    lead_q = max(0, q_blocks - segs * q_per_seg)
-    return {"lead_q": lead_q, "q_per_seg": q_per_seg, "q_blocks": q_blocks, "nkb": nkb, "lag": lag, "bh": bh,
-            "chunk": Q8_ONCE_CHUNK, "items": lead_q + segs * (2 * nkb + q_per_seg)}
 
 
 def q8_workspace_bytes(b: int, h: int, sq: int, skv: int, d: int, sms: int = H200_SMS) -> int:
