@@ -198,6 +198,8 @@
 #   bash dev/device_session.sh P46 [budget_s] # NaN rows through the tail merge: tests/test_nan_rows_gpu.py and the
 #                                             # 8-bit tail tests, the tail sanitizer cases under memcheck, the
 #                                             # whole GPU suite
+#   bash dev/device_session.sh P47 [budget_s] # the NaN fix's cost: OLD_LIB (a665255's) against this library, the
+#                                             # exact kernel against cuDNN in Williams rounds, then the 8-bit path
 #   bash dev/device_session.sh P43 [budget_s] # the per-key K/V pass's K' tile and the statistics unroll again
 #                                             # (dev/NOTES_8bit.md): the 8-bit GPU suites and sanitizer cases, the
 #                                             # probe under P42's library (OLD_LIB), this one and UNROLL_LIB (carried
@@ -1016,6 +1018,19 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P47)
+  # The NaN fix's cost (dev/NOTES.md "NaN through a tail merge"): OLD_LIB (a665255's library) against this one, the
+  # exact kernel in Williams rounds against cuDNN (kernel_ab_time.py) and the 8-bit path (q8_lib_ab.py).
+  build_lib
+  mkdir -p "$OUT/p47"
+  new=$(lib_path); echo "new library: $new"
+  timeout 200 python3 dev/probes/kernel_ab_time.py "old=${OLD_LIB}" "new=$new" --rounds 6 \
+    --shapes seed8k,wan13b_self,fa1k_d128,fa8k_d64,x256 --extra-shapes 2x8x8192x256 1x8x32768x256 \
+    --json "$OUT/p47/exact_ab.json" > "$OUT/p47/exact_ab.log" 2>&1; rc[exact_ab]=$?
+  tail -16 "$OUT/p47/exact_ab.log"
+  q8_lib_ab p47 150 "old=${OLD_LIB}:-1" "new=$new:-1" --shapes "seed 8K" "Wan 1.3B self" CogVideoX --rounds 8
+  tar_dirs p47
   ;;
 P46)
   # NaN rows through the tail launch's merge (dev/NOTES.md "NaN through a tail merge"): the new tests, P45's check
