@@ -1025,11 +1025,15 @@ P47)
   build_lib
   mkdir -p "$OUT/p47"
   new=$(lib_path); echo "new library: $new"
-  timeout 200 python3 dev/probes/kernel_ab_time.py "old=${OLD_LIB}" "new=$new" --rounds 6 \
-    --shapes seed8k,wan13b_self,fa1k_d128,fa8k_d64,x256 --extra-shapes 2x8x8192x256 1x8x32768x256 \
+  # P47_AA=1: a copy of OLD_LIB as a third side (an A/A pair: the harness's own spread), P47_ROUNDS rounds.
+  sides=("old=${OLD_LIB}" "new=$new")
+  [ -n "${P47_AA:-}" ] && cp "$OLD_LIB" /tmp/old_copy.so && sides+=("oldcopy=/tmp/old_copy.so")
+  timeout 240 python3 dev/probes/kernel_ab_time.py "${sides[@]}" --rounds "${P47_ROUNDS:-6}" \
+    --shapes "${P47_SHAPES:-seed8k,wan13b_self,fa1k_d128,fa8k_d64,x256}" --extra-shapes 2x8x8192x256 1x8x32768x256 \
     --json "$OUT/p47/exact_ab.json" > "$OUT/p47/exact_ab.log" 2>&1; rc[exact_ab]=$?
   tail -16 "$OUT/p47/exact_ab.log"
-  q8_lib_ab p47 150 "old=${OLD_LIB}:-1" "new=$new:-1" --shapes "seed 8K" "Wan 1.3B self" CogVideoX --rounds 8
+  [ -n "${P47_NO_Q8:-}" ] || q8_lib_ab p47 150 "old=${OLD_LIB}:-1" "new=$new:-1" --shapes "seed 8K" "Wan 1.3B self" \
+    CogVideoX --rounds 8
   tar_dirs p47
   ;;
 P46)
