@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
     }
   }
   if (nan) l = __int_as_float(0x7fffffff);
-  const float inv = !(l <= 0.f) ? 1.f / l : 0.f;  // no valid key: O = 0, as the main kernel writes; NaN stays NaN
+  const float inv = row_has_sum(l) ? 1.f / l : 0.f;  // no valid key: O = 0, as the main kernel writes
   // Lanes whose columns lie past the caller's head dim hold the padding's zeros; the caller's row ends before them.
   // Where kCols divides 8 (D = 64, 128, 256) a lane's columns are all in or all out, the head dim being a multiple
   // of 8; at D = 96 and 192 (3 and 6 columns a lane) one lane can straddle it, and each column is checked.
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
   }
   if (c.lse != nullptr && lane == 0)
     c.lse[(static_cast<int64_t>(batch) * c.heads + head) * c.seqlen_q + row] =
-        !(l <= 0.f) ? (m + __log2f(l)) * kLn2 : kNegInf;
+        row_has_sum(l) ? (m + __log2f(l)) * kLn2 : kNegInf;
 }
 
 }  // namespace vidattn::sm90

@@ -14,6 +14,7 @@
 #include <cuda.h>
 
 #include "../common/special_regs.cuh"
+#include "row_sum.cuh"
 #include "diag_timeline.cuh"
 #include "fwd_params.h"
 #include "ptx.cuh"
@@ -965,11 +966,10 @@ __device__ __forceinline__ void store_o_boxes(const FwdParams& p, const TileCoor
   }
 }
 
-// 1 / row sum, or 0 for a row without keys (kv_len == 0: O = 0). A NaN sum (a NaN score reached the row) gives NaN,
-// so that the row is NaN as in SDPA: !(sum <= 0), not sum > 0, which is false for NaN.
+// 1 / row sum, or 0 for a row without keys (kv_len == 0: O = 0); NaN for a NaN sum (row_sum.cuh).
 __device__ __forceinline__ void inv_row_sums(const float (&row_sum)[2], float (&inv)[2]) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) inv[r] = !(row_sum[r] <= 0.f) ? ptx::rcp_approx(row_sum[r]) : 0.f;
+  for (int r = 0; r < 2; ++r) inv[r] = row_has_sum(row_sum[r]) ? ptx::rcp_approx(row_sum[r]) : 0.f;
 }
 
 // store_o_boxes's word(g, i) of O scaled by inv (1 / row sum: inv_row_sums).
@@ -1077,8 +1077,7 @@ __device__ __forceinline__ void write_lse(const FwdParams& p, const TileCoord& t
     for (int r = 0; r < 2; ++r) {
       const int row = row0 + 8 * r;
       if (row < p.seqlen_q) {
-        // -inf for a row without keys; NaN for a NaN row sum (inv_row_sums), as SDPA's LSE of a NaN row.
-        const float lse = !(row_sum[r] <= 0.f) ? (row_max[r] * p.scale_log2 + __log2f(row_sum[r])) * kLn2 : kNegInf;
+        const float lse = row_has_sum(row_sum[r]) ? (row_max[r] * p.scale_log2 + __log2f(row_sum[r])) * kLn2 : kNegInf;
         p.lse[(static_cast<int64_t>(tc.batch) * p.heads + tc.head) * p.seqlen_q + row] = lse;
       }
     }

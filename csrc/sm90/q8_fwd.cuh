@@ -15,6 +15,7 @@
 
 #include "ptx.cuh"
 #include "q8_quant.cuh"
+#include "row_sum.cuh"
 #include "wgmma8_ops.cuh"
 
 namespace vidattn::sm90 {
@@ -757,7 +758,7 @@ __device__ __forceinline__ void q8_epilogue(const Q8FwdParams& p, Q8Shared<kD, k
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if constexpr (!kSumMma) row_sum[r] = q8_quad_sum(row_sum[r]);  // (the ones columns hold whole rows)
-    inv[r] = !(row_sum[r] <= 0.f) ? ptx::rcp_approx(row_sum[r]) : 0.f;  // NaN stays NaN (flash_fwd.cuh, inv_row_sums)
+    inv[r] = row_has_sum(row_sum[r]) ? ptx::rcp_approx(row_sum[r]) : 0.f;
   }
   const int warp_row0 = m_block * T::kBlockM + cwg * 64 + warp * 16;
   q8_store_o<kD, kFp16>(p, b, h, warp_row0, s.o_scratch[cwg * 4 + warp], o, inv, p.v_scale + bh * kD);
@@ -769,8 +770,8 @@ __device__ __forceinline__ void q8_epilogue(const Q8FwdParams& p, Q8Shared<kD, k
       if (row < p.seqlen_q) {
         const int64_t i = static_cast<int64_t>(bh) * p.seqlen_q + row;
         // Scores were taken against the smoothed keys (s - q . mean) and P carried 2^8: both undone here.
-        p.lse[i] = !(row_sum[r] <= 0.f) ? (row_max[r] + __log2f(row_sum[r]) - kQ8POffset) * kLn2 + p.lse_corr[i]
-                                        : kNegInf;
+        p.lse[i] = row_has_sum(row_sum[r]) ? (row_max[r] + __log2f(row_sum[r]) - kQ8POffset) * kLn2 + p.lse_corr[i]
+                                           : kNegInf;
       }
     }
   }

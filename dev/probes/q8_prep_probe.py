@@ -12,8 +12,7 @@ it would take at the copy rate close the table:
 
 Kernels by name (csrc/sm90/q8_quant.cuh): q8_stats_q_kernel (K/V statistics and Q in one launch, the default
 without LSE), q8_kv_stats_kernel / q8_q_kernel (the same as two launches), q8_kv2_kernel (K/V pass, D=128),
-q8_kv_kernel (K/V pass, D=64), q8_prep_once_kernel (all three in one launch, K and V read once: prep mode 3, which
-VIDATTN_Q8_PREP=3 selects for the process), q8_fwd_kernel (attention; its tail twin and combine_kernel with it).
+q8_kv_kernel (K/V pass, D=64), q8_fwd_kernel (attention; its tail twin and combine_kernel with it).
 """
 from __future__ import annotations
 
@@ -39,8 +38,6 @@ def kernel_bytes(name: str, b: int, h: int, s: int, d: int) -> int | None:
     """The least bytes a pre-pass kernel moves: 16-bit reads of what it must read, 8-bit writes of what it writes."""
     row16 = b * h * s * d * 2
     row8 = b * h * s * d
-    if "q8_prep_once_kernel" in name:  # prep mode 3: K, V and Q read once, all three written
-        return 3 * row16 + 3 * row8
     if "q8_stats_q_kernel" in name:
         return 2 * row16 + row16 + row8  # K and V read (statistics), Q read and written
     if "q8_kv_stats_kernel" in name:
@@ -53,7 +50,7 @@ def kernel_bytes(name: str, b: int, h: int, s: int, d: int) -> int | None:
 
 
 def kind(name: str) -> str:
-    for k in ("q8_prep_once_kernel", "q8_stats_q_kernel", "q8_kv_stats_kernel", "q8_q_kernel", "q8_kv2_kernel", "q8_kv_kernel",
+    for k in ("q8_stats_q_kernel", "q8_kv_stats_kernel", "q8_q_kernel", "q8_kv2_kernel", "q8_kv_kernel",
               "q8_fwd_kernel", "combine_kernel"):
         if k in name:
             return k
