@@ -2,11 +2,11 @@
 """The 8-bit path of two kernel libraries side by side in one process: whether a change outside the variant under
 test (a prologue, the kernel count) moved the launches it did not mean to move. Each side is a library, a tail
 setting (quant8.set_tail on that library: 0 the plain launch, 1 the tail launch where planned, -1 the library's
-default) and optionally a pre-pass mode (quant8.set_prep: -1, the default, 0-3); every side runs quant8.forward_8bit
-(the pre-pass and the kernel, as a user's call) on the same inputs.
+default) and optionally a pre-pass mode (quant8.set_prep: -1, the default, or one of quant8.PREP_MODES); every side
+runs quant8.forward_8bit (the pre-pass and the kernel, as a user's call) on the same inputs.
 
     python3 dev/probes/q8_lib_ab.py old=.build/oldlib/lib.so:-1 new0=.build/vcache/lib.so:0 new1=.build/vcache/lib.so:1
-    python3 dev/probes/q8_lib_ab.py prep1=$LIB:-1:1 prep3=$LIB:-1:3     # one library, two pre-pass modes
+    python3 dev/probes/q8_lib_ab.py prep1=$LIB:-1:1 prep2=$LIB:-1:2     # one library, two pre-pass modes
 
 Per shape: a check call per side (relative L2 against the first side's output under 0.08: both are ~4e-2 from
 fp64), then `--rounds` rounds, the sides in a rotated order each round, `--reps` calls per side queued back to back
@@ -36,17 +36,19 @@ SHAPES = [("D128 24x5120", 1, 24, 5120, 5120, 128), ("D128 24x6144", 1, 24, 6144
 
 
 def parse_side(text: str):
-    """name=path:tail[:prep] -> (name, path, tail, prep); prep -1 (the library's default) when not given. The path
-    may hold colons: a trailing ":T:P" is tail and prep only when T is a tail value."""
+    """name=path:tail[:prep] -> (name, path, tail, prep); prep -1 (the library's default) when not given, else one
+    of quant8.PREP_MODES. The path may hold colons: a trailing ":T:P" is tail and prep only when T is a tail value."""
+    from vidattn.quant8 import PREP_MODES
+
     name, _, rest = text.partition("=")
     path, _, tail = rest.rpartition(":")
     prep = "-1"
     head, _, maybe_tail = path.rpartition(":")
     if head and maybe_tail in ("-1", "0", "1"):
         path, tail, prep = head, maybe_tail, tail
-    if not name or not path or tail not in ("-1", "0", "1") or prep not in ("-1", "0", "1", "2", "3"):
-        raise SystemExit(f"error: a side is name=library.so:tail[:prep] with tail -1, 0 or 1 and prep -1 to 3, got "
-                         f"{text!r}")
+    if not name or not path or tail not in ("-1", "0", "1") or prep not in {str(m) for m in PREP_MODES}:
+        raise SystemExit(f"error: a side is name=library.so:tail[:prep] with tail -1, 0 or 1 and prep one of "
+                         f"{PREP_MODES}, got {text!r}")
     return name, path, int(tail), int(prep)
 
 
