@@ -2,6 +2,7 @@
 // launches on the caller's stream. The only host code of the library; no torch.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cfloat>
 #include <cmath>
@@ -92,7 +93,9 @@ bool tail_kv_lens() {
 
 struct TailPlan {
   int64_t tiles = 0;  // tiles of the last round run as key ranges (0: no tail launch)
-  int splits = 1;
+  int splits = 1;     // ranges a tile; under a balanced plan the most pieces any tile has
+  int64_t chunk = 0;  // the balanced plan's key blocks per CTA (0: the uniform split)
+  int64_t blocks = 0; // the balanced plan's key blocks a tile
 };
 
 // Workspace bytes per tail item: the largest tile of any build (kBlockM x (D + 2) fp32: O and the row statistics),
@@ -110,16 +113,19 @@ static_assert(vidattn::sm90::FwdTraits<256>::kBlockM * (256 + 2) * sizeof(float)
 // default: call P36 measured D=256 32K +0.6% a call, 10 of 12 rounds, Mochi's exact call level, under its rule's bar;
 // dev/NOTES.md); vidattn_sm90_set_tail_rounds or VIDATTN_TAIL_ROUNDS (read once) at run time. The workspace follows
 // the setting (vidattn_sm90_workspace_bytes: two items per SM under 2).
+// 3 plans the balanced tail there instead (dev/NOTES.md "A balanced tail at D=256"; tail_plan.h balanced_tail_chunk):
+// the last round's blocks laid end to end in one equal chunk per CTA, each CTA running at most two pieces (the end of
+// one tile, the start of the next) in one round; the workspace as under 2 (items k x SMs + g, k = 0, 1).
 #ifndef VIDATTN_TAIL_ROUNDS
 #define VIDATTN_TAIL_ROUNDS 1
 #endif
-static_assert(VIDATTN_TAIL_ROUNDS == 1 || VIDATTN_TAIL_ROUNDS == 2, "VIDATTN_TAIL_ROUNDS: 1 or 2");
+static_assert(VIDATTN_TAIL_ROUNDS >= 1 && VIDATTN_TAIL_ROUNDS <= 3, "VIDATTN_TAIL_ROUNDS: 1, 2 or 3");
 constexpr int kTailMaxSplits = 32;
 constexpr int kTailMaxItemsPerSm = 2;
-int g_tail_rounds = -1;  // -1: the build's default (or the environment's); 1, 2: forced
+int g_tail_rounds = -1;  // -1: the build's default (or the environment's); 1, 2, 3: forced
 
 int tail_rounds() {
-  static const int env = vidattn::env_default("VIDATTN_TAIL_ROUNDS", VIDATTN_TAIL_ROUNDS, 1, 2);
+  static const int env = vidattn::env_default("VIDATTN_TAIL_ROUNDS", VIDATTN_TAIL_ROUNDS, 1, 3);
   return g_tail_rounds < 0 ? env : g_tail_rounds;
 }
 
@@ -134,6 +140,17 @@ TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
   if (blocks < VIDATTN_TAIL_MIN_TILE_BLOCKS) return plan;
   int64_t splits = sms / r;
   if (splits > blocks / VIDATTN_TAIL_MIN_BLOCKS) splits = blocks / VIDATTN_TAIL_MIN_BLOCKS;
+  if (splits < 2 && tail_rounds() == 3) {
+    const int64_t chunk = vidattn::balanced_tail_chunk(r, blocks, sms, VIDATTN_TAIL_MIN_BLOCKS);
+    if (chunk == 0 || static_cast<uint64_t>(kTailMaxItemsPerSm * sms) * kTailItemBytes > a.workspace_bytes) return plan;
+    plan.tiles = r;
+    plan.chunk = chunk;
+    plan.blocks = blocks;
+    int64_t most = 0;
+    for (int64_t t = 0; t < r; ++t) most = std::max(most, vidattn::balanced_tail_pieces(t, blocks, chunk));
+    plan.splits = static_cast<int>(most);
+    return plan;
+  }
   if (splits < 2 && tail_rounds() == 2)
     splits = vidattn::cheapest_tail_split(r, blocks, sms, VIDATTN_TAIL_MIN_BLOCKS, kTailMaxSplits, kTailMaxItemsPerSm);
   if (splits < 2 || static_cast<uint64_t>(r * splits) * kTailItemBytes > a.workspace_bytes) return plan;
@@ -287,13 +304,19 @@ int allow_smem(Kernel kernel, size_t smem) {
   return e == cudaSuccess ? 0 : fail(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e));
 }
 
-// The tail launch's merge (combine.cuh): `tiles` tiles of block_m rows, `splits` key ranges each, whose partials
-// lie at ws_o / ws_ml, into the caller's O and LSE; the bf16 path's (launch_built) and the 8-bit path's
-// (capi_8bit.cuh). head_dim: the caller's (the workspace's padded columns are not written).
+// The balanced tail's merge (combine.cuh, CombineParams: chunk 0, the default, for the uniform split).
+struct BalancedMerge {
+  int chunk = 0, tile_blocks = 0, ctas = 0;
+};
+
+// The tail launch's merge (combine.cuh): `tiles` tiles of block_m rows, `splits` key ranges each (or the balanced
+// plan's pieces, `balanced`), whose partials lie at ws_o / ws_ml, into the caller's O and LSE; the bf16 path's
+// (launch_built) and the 8-bit path's (capi_8bit.cuh). head_dim: the caller's (the workspace's padded columns are not
+// written).
 template <int kHeadDim, bool kFp16>
 int launch_combine(const VidattnFwdArgs& a, const float* ws_o, const float* ws_ml, int seqlen_q, int heads,
                    int num_m_blocks, int tile_base, int block_m, int splits, int64_t tiles, int head_dim,
-                   cudaStream_t stream, const char* what) {
+                   cudaStream_t stream, const char* what, BalancedMerge balanced = {}) {
   using namespace vidattn::sm90;
   CombineParams c{};
   c.ws_o = ws_o;
@@ -309,6 +332,9 @@ int launch_combine(const VidattnFwdArgs& a, const float* ws_o, const float* ws_m
   c.splits = splits;
   c.num_rows = static_cast<int>(tiles * block_m);
   c.head_dim = head_dim;
+  c.chunk = balanced.chunk;
+  c.tile_blocks = balanced.tile_blocks;
+  c.ctas = balanced.ctas;
   constexpr int kRowsPerBlock = kCombineThreads / 32;  // one warp per row
   combine_kernel<kHeadDim, kFp16><<<dim3(static_cast<unsigned>((c.num_rows + kRowsPerBlock - 1) / kRowsPerBlock)),
                                     kCombineThreads, 0, stream>>>(c);
@@ -421,17 +447,24 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
                               &err))
         return fail(err);
     }
-    const int64_t items = tail.tiles * tail.splits;
+    // The balanced plan: one CTA per SM, two items each (its chunk's pieces); the uniform one: a CTA per range.
+    const int64_t items = tail.chunk > 0 ? kTailMaxItemsPerSm * sms : tail.tiles * tail.splits;
+    const int64_t grid = tail.chunk > 0 ? sms : items;
     p.tile_base = static_cast<int>(main_tiles);
     p.num_tiles = static_cast<int>(items);
-    p.kv_splits = tail.splits;
+    p.kv_splits = tail.chunk > 0 ? 0 : tail.splits;
+    p.tail_chunk = static_cast<int>(tail.chunk);
+    p.tail_blocks = static_cast<int>(tail.blocks);
+    p.tail_ctas = static_cast<int>(grid);
+    p.tail_tiles = static_cast<int>(tail.tiles);
     p.ws_o = static_cast<float*>(a.workspace);
     p.ws_ml = p.ws_o + items * T::kBlockM * kHeadDim;
-    split_kernel<<<dim3(static_cast<unsigned>(items)), T::kThreads, smem, stream>>>(p);
+    split_kernel<<<dim3(static_cast<unsigned>(grid)), T::kThreads, smem, stream>>>(p);
     if (check_launch("tail launch") != 0) return 1;
+    const BalancedMerge merge{p.tail_chunk, p.tail_blocks, p.tail_ctas};
     return launch_combine<kHeadDim, kFp16>(a, p.ws_o, p.ws_ml, p.seqlen_q, p.heads, p.num_m_blocks, p.tile_base,
                                            T::kBlockM, tail.splits, tail.tiles, static_cast<int>(a.head_dim), stream,
-                                           "tail merge launch");
+                                           "tail merge launch", merge);
   }
 }
 
@@ -590,7 +623,7 @@ extern "C" const char* vidattn_sm90_last_error(void) { return g_last_error.c_str
 extern "C" uint64_t vidattn_sm90_workspace_bytes(void) {
   const uint64_t causal = VIDATTN_CAUSAL_DYNAMIC ? causal_sched_bytes(sm_count()) : 0;
   if (!VIDATTN_TAIL_LAUNCH) return causal;
-  const uint64_t per_sm = tail_rounds() == 2 ? kTailMaxItemsPerSm : 1;
+  const uint64_t per_sm = tail_rounds() >= 2 ? kTailMaxItemsPerSm : 1;
   const uint64_t tail = per_sm * sm_count() * kTailItemBytes;
   return tail > causal ? tail : causal;
 }
@@ -598,7 +631,7 @@ extern "C" uint64_t vidattn_sm90_workspace_bytes(void) {
 extern "C" int vidattn_sm90_last_tail_splits(void) { return g_last_tail_splits; }
 
 extern "C" int vidattn_sm90_set_tail_rounds(int rounds) {
-  if (rounds != -1 && rounds != 1 && rounds != 2) return 1;
+  if (rounds != -1 && (rounds < 1 || rounds > 3)) return 1;
   g_tail_rounds = rounds;
   return 0;
 }

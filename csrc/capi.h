@@ -69,15 +69,17 @@ int vidattn_sm90_last_o_path(void);
 int vidattn_sm90_last_q_box_rows(void);
 // Bytes of workspace this build can use on the current device (0: it uses none, as a VIDATTN_TAIL_LAUNCH=0 build).
 uint64_t vidattn_sm90_workspace_bytes(void);
-// Key ranges per tile of the tail launch of this thread's last vidattn_sm90_fwd call (0: it had none). For tests.
+// Key ranges per tile of the tail launch of this thread's last vidattn_sm90_fwd call (0: it had none; a balanced
+// plan: the most pieces any tile has). For tests.
 int vidattn_sm90_last_tail_splits(void);
 // Whether kv_lens calls take the tail launch in later calls: 1 (the default) or 0 (the plain schedule), -1 the build's
 // default or VIDATTN_TAIL_KV_LENS; returns nonzero for another value. vidattn_sm90_tail_kv_lens: the mode in force.
 int vidattn_sm90_set_tail_kv_lens(int mode);
 int vidattn_sm90_tail_kv_lens(void);
 // The tail launch's plans in later calls: 2 lets ranges run in two short rounds where one range a tile per SM splits
-// nothing, 1 (the default) keeps the one-round plan, -1 the build's default or VIDATTN_TAIL_ROUNDS; returns nonzero
-// for another value. vidattn_sm90_tail_rounds: the setting in force. vidattn_sm90_workspace_bytes follows it.
+// nothing, 3 cuts the last round's key blocks into one equal chunk per SM there instead (the balanced tail), 1 (the
+// default) keeps the one-round plan, -1 the build's default or VIDATTN_TAIL_ROUNDS; returns nonzero for another
+// value. vidattn_sm90_tail_rounds: the setting in force. vidattn_sm90_workspace_bytes follows it.
 int vidattn_sm90_set_tail_rounds(int rounds);
 int vidattn_sm90_tail_rounds(void);
 // The causal modes vidattn_sm90_fwd takes (VidattnFwdArgs::causal up to this value): 2. Libraries that predate the

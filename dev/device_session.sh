@@ -200,6 +200,9 @@
 #                                             # whole GPU suite
 #   bash dev/device_session.sh P47 [budget_s] # the NaN fix's cost: OLD_LIB (a665255's) against this library, the
 #                                             # exact kernel against cuDNN in Williams rounds, then the 8-bit path
+#   bash dev/device_session.sh P48 [budget_s] # the balanced tail (VIDATTN_TAIL_ROUNDS=3): the tail GPU tests and
+#                                             # sanitizer cases, the A/B against the one-round plan (D=256 8K/32K,
+#                                             # Mochi, D=192 32K), D=192/256 against cuDNN under each setting
 #   bash dev/device_session.sh P43 [budget_s] # the per-key K/V pass's K' tile and the statistics unroll again
 #                                             # (dev/NOTES_8bit.md): the 8-bit GPU suites and sanitizer cases, the
 #                                             # probe under P42's library (OLD_LIB), this one and UNROLL_LIB (carried
@@ -1018,6 +1021,29 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P48)
+  # dev/NOTES.md "A balanced tail at D=256 (built)": its tests and sanitizer cases, the A/B of settings 1 and 3 in one
+  # process (the rule fixed in the notes before the run), then D=192/256 against cuDNN under each (issue 26's bar).
+  build_lib
+  mkdir -p "$OUT/p48"
+  gpu_pytest p48/tail_gpu.log 200 tail_gpu -m gpu tests/test_kernel_gpu.py tests/test_head_dims_gpu.py \
+    tests/test_reliability_gpu.py tests/test_nan_rows_gpu.py -k "tail or last_round or workspace or balanced or nan"
+  sanitize_only p48 "balanced" "memcheck synccheck racecheck"
+  OUT=$OUT/p48 timeout 260 python3 dev/q8_tail_ab.py --path exact-rounds --modes 1 3 --shapes "D256 8K" "D256 32K" \
+    Mochi "D192 32K" --rounds ${P48_ROUNDS:-12} --reps 40 --budget 220 > "$OUT/p48/ab_balanced.log" 2>&1
+  rc[ab_balanced]=$?
+  sed -n '/== exact tail launch/,$p' "$OUT/p48/ab_balanced.log"
+  grep -E "rror|Traceback" "$OUT/p48/ab_balanced.log" | tail -3
+  for r in 1 3; do
+    [ "$(left)" -gt 90 ] || break
+    VIDATTN_TAIL_ROUNDS=$r timeout $(( $(left) - 10 < 200 ? $(left) - 10 : 200 )) python3 scripts/bench_anchors.py \
+      --group headdims --shapes "D256 32K" "D256 8K" "D192 32K" --impls cudnn,vidattn --no-accuracy --rounds 6 \
+      --budget-s $(( $(left) - 25 < 180 ? $(left) - 25 : 180 )) --out "$OUT/p48/anchors_hd_r$r.json" \
+      > "$OUT/p48/anchors_hd_r$r.log" 2>&1; rc[anchors_r$r]=$?
+    echo "VIDATTN_TAIL_ROUNDS=$r"; tail -6 "$OUT/p48/anchors_hd_r$r.log"
+  done
+  tar_dirs p48
   ;;
 P47)
   # The NaN fix's cost (dev/NOTES.md "NaN through a tail merge"): OLD_LIB (a665255's library) against this one, the

@@ -11,10 +11,12 @@ round.
 `--path exact` times the exact (bf16) kernel instead, its modes those of vidattn._ext.set_tail_kv_lens (0: kv_lens
 calls on the plain schedule, 1: in the tail launch; dev/NOTES.md "The tail launch with kv_lens"); `--path
 exact-rounds` the exact kernel's vidattn._ext.set_tail_rounds (1: the one-round plan, 2: ranges in up to two short
-rounds; dev/NOTES.md "The tail launch in two rounds": the exact kernel's tiles are 128 rows, so "Mochi" has 84 tiles
-in its last round, "D256 32K" 68 and "D192 32K" 52, the control, split in one round either way); the rest as below.
+rounds, 3: the balanced tail, one equal chunk of the last round's key blocks per SM; dev/NOTES.md "The tail launch in
+two rounds", "A balanced tail at D=256": the exact kernel's tiles are 128 rows, so "Mochi" has 84 tiles in its last
+round, "D256 32K" 68, "D256 8K" 100 and "D192 32K" 52, the control, split in one round either way); the rest as below.
 
     python3 dev/q8_tail_ab.py --path exact-rounds --modes 1 2 --shapes "D256 32K" Mochi "D192 32K"
+    python3 dev/q8_tail_ab.py --path exact-rounds --modes 1 3 --shapes "D256 8K" "D256 32K" Mochi "D192 32K"
 `--modes A B` (default 0 1): the two quant8.set_tail modes compared, A the plain side of the ratio. Mode 2 ("v18b")
 also splits calls with kv_lens, which mode 1 runs plain: the "padded" shapes are batch-1 calls with the key padding
 HunyuanVideo 1.5's and Mochi's processors pass as kv_lens (the text's padding: the lengths below are assumptions,
@@ -58,12 +60,13 @@ SHAPES = [("Wan 1.3B self", 1, 12, 32760, 32760, 128), ("LTX", 1, 32, 24576, 245
           ("seed 8K", 4, 16, 8192, 8192, 128), ("CogVideoX", 1, 48, 17776, 17776, 64),
           ("HunyuanVideo 1.5 padded", 1, 16, 27425, 27425, 128, 26925),
           ("Mochi padded", 1, 24, 22230, 22230, 128, 21974),
-          ("D256 32K", 1, 8, 32768, 32768, 256), ("D192 32K", 1, 10, 32768, 32768, 192)]
+          ("D256 32K", 1, 8, 32768, 32768, 256), ("D192 32K", 1, 10, 32768, 32768, 192),
+          ("D256 8K", 2, 8, 8192, 8192, 256)]
 MODES = (0, 1)
 # Per path: (the mode setter, the plan reader, vidattn.attention's precision, the modes it takes).
 PATHS = {"8bit": (quant8.set_tail, quant8.last_tail_splits, "8bit", tuple(m for m in quant8.TAIL_MODES if m >= 0)),
          "exact": (_ext.set_tail_kv_lens, _ext.last_tail_splits, "exact", (0, 1)),
-         "exact-rounds": (_ext.set_tail_rounds, _ext.last_tail_splits, "exact", (1, 2))}
+         "exact-rounds": (_ext.set_tail_rounds, _ext.last_tail_splits, "exact", (1, 2, 3))}
 
 
 def rule(ratios):

@@ -50,7 +50,8 @@ class Case:
     set to 0 here). expect: the path the call must take ("tail": a split tail launch; "no tail"; "block_n=N";
     "q8_wgs=N"; "q8 tail" / "q8 no tail": the 8-bit path's tail launch, or its plain launch). q8_tail: the 8-bit
     tail launch's mode for the call (quant8.set_tail; -1 the default; 2 takes kv_lens calls too). tail_rounds: the
-    exact kernel's tail plans for the call (_ext.set_tail_rounds; -1 the default, one round; 2 two short rounds)."""
+    exact kernel's tail plans for the call (_ext.set_tail_rounds; -1 the default, one round; 2 two short rounds; 3 the
+    balanced tail)."""
     name: str
     b: int
     h: object
@@ -93,6 +94,13 @@ CASES = [
     # heads, each split in 3 ranges (204 > SMs).
     Case("tail launch in two rounds", 1, "sms+68", 100, 8000, 128, block_n=128, expect=("tail",), small=False,
          tail_rounds=2),
+    # The balanced tail (capi.cu, plan_tail; VIDATTN_TAIL_ROUNDS=3, not the default): the same last round of 68 tiles
+    # cut into one equal chunk of key blocks per SM, two pieces at most per CTA; and at D=256 with kv_lens, the short
+    # batch's pieces past its keys holding none.
+    Case("tail launch balanced", 1, "sms+68", 100, 8000, 128, block_n=128, expect=("tail",), small=False,
+         tail_rounds=3),
+    Case("d256 balanced tail kv_lens", 2, 100, 128, 5000, 256, kv_lens=[5000, 1700], expect=("tail",), small=False,
+         tail_rounds=3),
     # kv_lens in the tail launch (capi.cu, tail_kv_lens): all tail, batches of 1 and 129 keys leave ranges without a
     # key, whose items store (max -inf, sum 0) for the merge to weigh 0.
     Case("tail kv_lens with empty ranges", 4, 3, 300, 4097, 128, kv_lens=[4097, 1, 129, 2500], expect=("tail",)),

@@ -158,25 +158,27 @@ def test_tail_kv_lens_switch():
 
 
 def test_tail_rounds_switch():
-    """The tail launch in two short rounds (csrc/capi.cu, plan_tail): off by default (call P36), only where one range
-    a tile per SM splits nothing, the 8-bit plan's cost model, at most two items per SM (the workspace follows the
-    setting, and _ext asks its size again after a switch); the setter takes -1, 1, 2; _ext's wrapper validates
-    first."""
+    """The tail launch in two short rounds or balanced (csrc/capi.cu, plan_tail): off by default (call P36), only
+    where one range a tile per SM splits nothing, the 8-bit plan's cost model or tail_plan.h's balanced chunk, at most
+    two items per SM (the workspace follows the setting, and _ext asks its size again after a switch); the setter
+    takes -1, 1, 2, 3; _ext's wrapper validates first."""
     import pytest
 
     src, h = CAPI_CU.read_text(), CAPI_H.read_text()
     assert "#define VIDATTN_TAIL_ROUNDS 1" in src
-    assert 'vidattn::env_default("VIDATTN_TAIL_ROUNDS", VIDATTN_TAIL_ROUNDS, 1, 2)' in src
+    assert 'vidattn::env_default("VIDATTN_TAIL_ROUNDS", VIDATTN_TAIL_ROUNDS, 1, 3)' in src
     # the search is tail_plan.h's, shared with the 8-bit plan (tests/test_tail_plan_host.py compiles and checks it)
     assert ("  if (splits < 2 && tail_rounds() == 2)\n    splits = vidattn::cheapest_tail_split(r, blocks, sms, "
             "VIDATTN_TAIL_MIN_BLOCKS, kTailMaxSplits, kTailMaxItemsPerSm);") in src
+    assert ("  if (splits < 2 && tail_rounds() == 3) {\n    const int64_t chunk = vidattn::balanced_tail_chunk(r, "
+            "blocks, sms, VIDATTN_TAIL_MIN_BLOCKS);") in src
     assert "int vidattn_sm90_set_tail_rounds(int rounds);" in h and "int vidattn_sm90_tail_rounds(void);" in h
 
     class Lib:
         rounds = 1
 
         def vidattn_sm90_set_tail_rounds(self, rounds):
-            if rounds not in (-1, 1, 2):
+            if rounds not in (-1, 1, 2, 3):
                 return 1
             self.rounds = 1 if rounds == -1 else rounds
             return 0
@@ -188,9 +190,12 @@ def test_tail_rounds_switch():
     _ext._workspace_bytes[(12345, 0)] = 1  # a size asked before the switch
     _ext.set_tail_rounds(2, lib)
     assert _ext.tail_rounds(lib) == 2 and not _ext._workspace_bytes
+    _ext._workspace_bytes[(12345, 0)] = 1
+    _ext.set_tail_rounds(3, lib)
+    assert _ext.tail_rounds(lib) == 3 and not _ext._workspace_bytes
     _ext.set_tail_rounds(-1, lib)
     assert _ext.tail_rounds(lib) == 1
-    for bad in (0, 3, True, 2.0):
+    for bad in (0, 4, True, 2.0):
         with pytest.raises(ValueError, match="set_tail_rounds"):
             _ext.set_tail_rounds(bad, lib)
     with pytest.raises(RuntimeError, match="predates the tail launch in two rounds"):

@@ -109,6 +109,31 @@ def test_wide_builds_over_several_tiles_per_cta_and_the_tail(d, dtype):
             assert _ext.last_block_n() == NARROW_BUILDS[d]
 
 
+@pytest.mark.parametrize("d", (96, 192, 256), ids=lambda d: f"d{d}")
+def test_balanced_tail_on_the_new_builds(d):
+    """The balanced tail (set_tail_rounds(3); csrc/tail_plan.h): 200 one-tile heads of 5000 keys leave a last round of
+    68 tiles, which one range a tile per SM does not split; the balanced plan cuts their key blocks into one chunk per
+    SM, some tiles in three pieces (the plan's pieces as dev/stress/budget.py models them). Accuracy, LSE and a
+    poisoned output (check); then with kv_lens, whose short batch leaves pieces without keys."""
+    from dev.stress import budget
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    g, seed = new_gen()
+    nb = math.ceil(5000 / NEW_BUILDS[d])
+    want = budget.exact_tail_splits(200, nb, sms, 3)
+    assert want >= 2 and budget.exact_tail_splits(200, nb, sms, 1) == 0
+    _ext.set_tail_rounds(3)
+    try:
+        q, k, v = bshd_inputs(1, 200, 200, 128, 5000, d, g)
+        check(q, k, v, f"D={d} balanced tail 1x200x128x5000 seed={seed}", expect_tail=True)
+        assert _ext.last_block_n() == NEW_BUILDS[d] and _ext.last_tail_splits() == want
+        q, k, v = bshd_inputs(2, 100, 100, 128, 5000, d, g)
+        kv_lens = torch.tensor([5000, 1700], dtype=torch.int32, device=DEV)
+        check(q, k, v, f"D={d} balanced tail kv_lens seed={seed}", "bhsd", kv_lens, expect_tail=True)
+        assert _ext.last_tail_splits() == want
+    finally:
+        _ext.set_tail_rounds(-1)
+
+
 def test_d96_build_and_padded_d128_build_agree_with_the_reference():
     """Allegro's head dim on its own build and, forced, on the D=128 build with the columns padded (the A/B the
     benchmark times)."""

@@ -427,27 +427,43 @@ def expected_tail_splits(tiles: int, skv: int, d: int, sms: int, rounds: int = 1
 
 
 @pytest.mark.parametrize("case", ["one-tile-tail", "four-tile-tail-fp16", "fewer-tiles-than-sms", "ragged",
-                                  "two-rounds"])
+                                  "two-rounds", "balanced", "balanced-ragged"])
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
 def test_tail_launch(d, case):
     """The tail launch engages as planned (vidattn_sm90_last_tail_splits) and its key ranges merge into the right
     output: accuracy against fp64 and cuDNN, the LSE, bitwise repeatability. Problems of fewer tiles than SMs run
     wholly as key ranges; a launch with kv_lens splits as the padded shape plans (the default), or keeps the plain
-    schedule under set_tail_kv_lens(0)."""
+    schedule under set_tail_kv_lens(0). Under set_tail_rounds(3) a last round of more than half the SMs' tiles takes
+    the balanced tail (one equal chunk of its key blocks per SM, csrc/tail_plan.h), with and without kv_lens."""
     from vidattn import _ext
     sms = torch.cuda.get_device_properties(DEV).multi_processor_count
     dtype = torch.float16 if case.endswith("fp16") else torch.bfloat16
     b, h, sq, skv = {"one-tile-tail": (1, sms + 1, 100, 4224), "four-tile-tail-fp16": (1, sms + 4, 64, 2000),
                      "fewer-tiles-than-sms": (1, 2, 1000, 3000), "ragged": (2, 3, 1000, 3000),
-                     "two-rounds": (1, sms + 68, 100, 8000)}[case]
+                     "two-rounds": (1, sms + 68, 100, 8000), "balanced": (1, sms + 68, 100, 8000),
+                     "balanced-ragged": (2, (sms + 68) // 2, 100, 8000)}[case]
     g, seed = new_gen()
     q, k, v = make_qkv(b, h, sq, skv, d, dtype, "bshd", g, True)
     what = f"tail launch {case}: B{b} H{h} {sq}x{skv} D{d} {dtype} seed={seed}"
     block_m = 192 if getattr(d, "wgs", 2) == 3 else 128
     tiles = b * h * -(-sq // block_m)
-    rounds = 2 if case == "two-rounds" else 1
+    rounds = 2 if case == "two-rounds" else 3 if case.startswith("balanced") else 1
     want = expected_tail_splits(tiles, skv, d, sms, rounds)
     assert want >= 2, f"{what}: the case should plan a tail launch"
+    if case.startswith("balanced"):
+        # 68 tiles: no one-round split; the balanced plan cuts their blocks into one chunk per SM
+        assert tiles % sms == 68 and expected_tail_splits(tiles, skv, d, sms) == 0, what
+        lens = torch.tensor([skv, skv // 3], dtype=torch.int32, device=DEV) if case == "balanced-ragged" else None
+        _ext.set_tail_rounds(3)
+        try:
+            if lens is None:
+                check_accurate_lse_repeatable(q, k, v, what)
+            else:
+                check_case(q, k, v, kv_lens=lens, what=what)
+            assert _ext.last_tail_splits() == want, what
+        finally:
+            _ext.set_tail_rounds(-1)
+        return
     if case == "ragged":
         lens = torch.tensor([skv, skv // 3], dtype=torch.int32, device=DEV)
         check_case(q, k, v, kv_lens=lens, what=what)

@@ -33,7 +33,7 @@ def test_workspace_constants_mirror_the_c_sources():
     assert "constexpr uint64_t kTailItemBytes = 128 * (256 + 2) * sizeof(float);" in capi
     assert budget.TAIL_ITEM_BYTES == 128 * 258 * 4
     assert f"constexpr int kTailMaxItemsPerSm = {budget.TAIL_ITEMS_PER_SM};" in capi
-    assert "const uint64_t per_sm = tail_rounds() == 2 ? kTailMaxItemsPerSm : 1;" in capi
+    assert "const uint64_t per_sm = tail_rounds() >= 2 ? kTailMaxItemsPerSm : 1;" in capi
     assert "const uint64_t tail = per_sm * sm_count() * kTailItemBytes;" in capi
     assert _define("csrc/capi.cu", "VIDATTN_TAIL_ROUNDS") == budget.EXACT_TAIL_ROUNDS
     assert _define("csrc/sm90/q8_quant.cuh", "kQ8BlockN") == budget.Q8_BLOCK_N
@@ -279,7 +279,8 @@ def _cases():
 
 def _takes_tail(c, sms: int = 132) -> bool:
     """csrc/capi.cu's plan_tail (dev/stress/budget.py's model of it, whose constants are read back here) for an exact
-    D > 64 call (the tail cases are all on the D=128 build); kv_lens calls plan as any other (tail_kv_lens)."""
+    D > 64 call (on the D=128 build, or the D=192/256 builds' key-block widths: tile_config.cuh); kv_lens calls plan
+    as any other (tail_kv_lens)."""
     assert _define("csrc/capi.cu", "VIDATTN_TAIL_MIN_TILE_BLOCKS") == budget.EXACT_TAIL_MIN_TILE_BLOCKS
     assert _define("csrc/capi.cu", "VIDATTN_TAIL_MIN_BLOCKS") == budget.EXACT_TAIL_MIN_BLOCKS
     assert _define("csrc/capi.cu", "kTailMaxSplits") == budget.EXACT_TAIL_MAX_SPLITS
@@ -288,6 +289,8 @@ def _takes_tail(c, sms: int = 132) -> bool:
     short_max = _define("csrc/capi.cu", "VIDATTN_D128_SHORT_KV_MAX")
     block_n = c.block_n or (_define("csrc/sm90/tile_config.cuh", "VIDATTN_BLOCK_N_D128_SHORT") if c.skv <= short_max
                             else _define("csrc/sm90/tile_config.cuh", "VIDATTN_BLOCK_N_D128"))
+    if c.d in (192, 256):
+        block_n = _define("csrc/sm90/tile_config.cuh", f"VIDATTN_BLOCK_N_D{c.d}")
     heads = _cases().resolve_heads(c.h, sms)
     heads = heads[0] if isinstance(heads, tuple) else heads
     tiles = c.b * heads * math.ceil(c.sq / 128)

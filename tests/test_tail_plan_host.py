@@ -1,6 +1,7 @@
 """csrc/tail_plan.h, compiled with the host compiler (no GPU, no CUDA): the tail launch's split search that capi.cu's
 plan_tail and capi_8bit.cuh's q8_plan_tail share, against dev/stress/budget.py's model of it over a grid of last
-rounds, at both paths' constants; and env_default, the reader of every run-time switch's environment variable."""
+rounds, at both paths' constants; the balanced tail's chunk and the pieces the kernel and the merge derive from it;
+and env_default, the reader of every run-time switch's environment variable."""
 from __future__ import annotations
 
 import os
@@ -20,8 +21,32 @@ pytestmark = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
 
 DRIVER = r"""
 #include <cstdio>
+#include <cstring>
 #include "tail_plan.h"
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "balanced") == 0) {
+    // per line "r nb sms min_blocks": the chunk u, then (u > 0) every item's piece "tile first end absent" and every
+    // tail tile's pieces as the merge lists them, "count item..."
+    long long r, nb, sms, mb;
+    while (std::scanf("%lld %lld %lld %lld", &r, &nb, &sms, &mb) == 4) {
+      const long long u = vidattn::balanced_tail_chunk(r, nb, sms, mb);
+      std::printf("%lld", u);
+      if (u > 0) {
+        for (int item = 0; item < 2 * sms; ++item) {
+          const vidattn::BalancedPiece x = vidattn::balanced_piece(item, (int)u, (int)nb, (int)sms, (int)r);
+          std::printf(" %d %d %d %d", x.tile, x.first, x.end, x.absent ? 1 : 0);
+        }
+        for (int t = 0; t < r; ++t) {
+          const long long n = vidattn::balanced_tail_pieces(t, nb, u);
+          std::printf(" %lld", n);
+          for (int s = 0; s < n; ++s)
+            std::printf(" %lld", (long long)vidattn::balanced_piece_item(t, s, (int)u, (int)nb, (int)sms));
+        }
+      }
+      std::printf("\n");
+    }
+    return 0;
+  }
   if (argc > 1) {  // env_default of the variable VIDATTN_TEST_SWITCH, build default 7, range [lo, hi] = argv[1..2]
     std::printf("%d\n", vidattn::env_default("VIDATTN_TEST_SWITCH", 7, std::atoi(argv[1]), std::atoi(argv[2])));
     return 0;
@@ -62,6 +87,54 @@ def test_split_search_matches_the_model(driver):
     # the shapes the notes name: D=256 32K (68 tiles of 512 blocks) 3 ranges; Wan 1.3B at 8 bits (72 of 256) 3
     assert budget.cheapest_tail_split(68, 512, 132, 3, 32, 2) == 3
     assert budget.cheapest_tail_split(72, 256, 132, 4, 32, 2) == 3
+
+
+def test_balanced_tail_pieces_cover_every_tile_once(driver):
+    """The balanced tail (VIDATTN_TAIL_ROUNDS=3): the chunk is budget.balanced_tail_chunk's; where there is one, the
+    pieces the kernel's CTAs run (balanced_piece: item k x SMs + g is CTA g's k-th) cover each tail tile's blocks
+    exactly once, no CTA runs more than the chunk, only a CTA's last item is absent, and the merge's list of a tile's
+    pieces (balanced_tail_pieces, balanced_piece_item) is exactly the items holding that tile, in key order."""
+    cases = [(r, nb, sms, budget.EXACT_TAIL_MIN_BLOCKS) for sms in (132, 114, 78)
+             for r in (1, 8, 40, 66, 67, 68, 84, 92, 100, sms - 1) if r < sms
+             for nb in (1, 3, 12, 25, 47, 103, 127, 410, 2000)]
+    out = subprocess.run([str(driver), "balanced"], input="\n".join(" ".join(map(str, c)) for c in cases),
+                         capture_output=True, text=True, check=True, timeout=60).stdout.splitlines()
+    assert len(out) == len(cases)
+    planned = 0
+    for (r, nb, sms, mb), line in zip(cases, out):
+        v = [int(x) for x in line.split()]
+        u = v[0]
+        assert u == budget.balanced_tail_chunk(r, nb, sms, mb), (r, nb, sms)
+        if u == 0:
+            continue
+        planned += 1
+        assert u <= nb and u * sms >= r * nb, (r, nb, sms, u)
+        pieces = [tuple(v[1 + 4 * i:5 + 4 * i]) for i in range(2 * sms)]
+        covered = [[0] * nb for _ in range(r)]
+        for item, (tile, first, end, absent) in enumerate(pieces):
+            k, g = divmod(item, sms)
+            assert 0 <= tile < r, (r, nb, sms, item)
+            if absent:
+                assert k == 1 or pieces[item + sms][3] == 1, f"only a CTA's last item is absent: {(r, nb, sms, item)}"
+                continue
+            assert 0 <= first < end <= nb, (r, nb, sms, item)
+            for b in range(first, end):
+                covered[tile][b] += 1
+        assert all(c == 1 for row in covered for c in row), (r, nb, sms)
+        for g in range(sms):
+            run = sum(e - f for t, f, e, a in (pieces[g], pieces[g + sms]) if not a)
+            assert run <= u, (r, nb, sms, g)
+        at = 1 + 8 * sms
+        for t in range(r):
+            n, items = v[at], v[at + 1:at + 1 + v[at]]
+            at += 1 + n
+            assert n == budget.balanced_tail_pieces(t, nb, u)
+            want = sorted((pieces[i][1], i) for i in range(2 * sms) if not pieces[i][3] and pieces[i][0] == t)
+            assert items == [i for _, i in want], (r, nb, sms, t)
+        assert at == len(v)
+    assert planned >= 10  # the grid holds plans (and refusals: the small nb, the one-round shapes' small r)
+    # the shapes the notes name: D=256 at 8K (100 tiles of 103 blocks) and at 32K (68 of 410)
+    assert budget.balanced_tail_chunk(100, 103, 132, 3) == 79 and budget.balanced_tail_chunk(68, 410, 132, 3) == 212
 
 
 @pytest.mark.parametrize("value,lo,hi,want", [(None, 0, 2, 7), ("", 0, 2, 7), ("1", 0, 2, 1), ("2", 0, 2, 2),

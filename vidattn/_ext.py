@@ -572,19 +572,20 @@ def set_tail_kv_lens(mode: int, lib: ctypes.CDLL | None = None) -> None:
 
 def set_tail_rounds(rounds: int, lib: ctypes.CDLL | None = None) -> None:
     """The tail launch's plans in later kernel calls: ranges in up to two short rounds where one range a tile per SM
-    splits nothing (2), the one-round plan only (1, the build's default), or the build's default (-1; the environment
-    variable VIDATTN_TAIL_ROUNDS sets the same for a process). The workspace each call takes follows the setting (two
-    items per SM under 2), so the cached size is asked again. A testing and benchmarking knob (dev/NOTES.md "The tail
-    launch in two rounds")."""
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds not in (-1, 1, 2):
-        raise ValueError(f"set_tail_rounds: rounds must be -1, 1 or 2, got {rounds!r}")
+    splits nothing (2), the last round's key blocks cut into one equal chunk per SM there instead (3, the balanced
+    tail), the one-round plan only (1, the build's default), or the build's default (-1; the environment variable
+    VIDATTN_TAIL_ROUNDS sets the same for a process). The workspace each call takes follows the setting (two items per
+    SM under 2 and 3), so the cached size is asked again. A testing and benchmarking knob (dev/NOTES.md "The tail
+    launch in two rounds", "A balanced tail at D=256"). Libraries built before the balanced tail refuse 3."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds not in (-1, 1, 2, 3):
+        raise ValueError(f"set_tail_rounds: rounds must be -1, 1, 2 or 3, got {rounds!r}")
     if _entry(lib, "vidattn_sm90_set_tail_rounds", "the tail launch in two rounds")(rounds) != 0:
         raise ValueError(f"the kernel library refused tail rounds {rounds}")
     _workspace_bytes.clear()
 
 
 def tail_rounds(lib: ctypes.CDLL | None = None) -> int:
-    """The tail launch's rounds setting in force: 2 (up to two short rounds) or 1 (one)."""
+    """The tail launch's rounds setting in force: 3 (the balanced tail), 2 (up to two short rounds) or 1 (one)."""
     return int(_entry(lib, "vidattn_sm90_tail_rounds", "the tail launch in two rounds")())
 
 

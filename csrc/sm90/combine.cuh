@@ -8,12 +8,13 @@
 #include <cuda_fp16.h>
 #include <type_traits>
 
-#include "flash_fwd.cuh"  // decode_tile, kLn2: the main kernel's tile order and LSE base
+#include "../tail_plan.h"  // the balanced tail's pieces
+#include "flash_fwd.cuh"     // decode_tile, kLn2: the main kernel's tile order and LSE base
 
 namespace vidattn::sm90 {
 
 struct CombineParams {
-  const float* ws_o;   // [item][block_m][head_dim] fp32, item = tile_in_tail * splits + range
+  const float* ws_o;   // [item][block_m][head_dim] fp32, item = tile_in_tail * splits + range (or below)
   const float* ws_ml;  // [item][block_m][2]: row max * scale_log2 (-inf for a range without keys), row sum
   void* o;             // the output, (B, Sq, H, D) with o_stride (elements)
   int64_t o_stride[3];
@@ -22,6 +23,10 @@ struct CombineParams {
   int tile_base;       // the first tail tile's global index (tile_coord's order)
   int block_m, splits, num_rows;  // num_rows = tail tiles x block_m
   int head_dim;        // the caller's head dim (at most kHeadDim): the workspace's padded columns are not written
+  // The balanced tail (chunk > 0; flash_fwd.cuh balanced_piece): tile t's pieces are those of CTAs
+  // floor(t nb / chunk) .. floor(((t + 1) nb - 1) / chunk), nb = tile_blocks, CTA g's at item
+  // (t - floor(g chunk / nb)) x ctas + g. splits is then unused.
+  int chunk, tile_blocks, ctas;
 };
 
 constexpr int kCombineThreads = 256;
@@ -38,13 +43,20 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
   const int row = tc.m_block * c.block_m + row_in_tile, head = tc.head, batch = tc.batch;
   if (row >= c.seqlen_q) return;
   const float kNegInf = -__int_as_float(0x7f800000);
-  const int64_t item_row0 = static_cast<int64_t>(t) * c.splits * c.block_m + row_in_tile;
+  const int pieces =
+      c.chunk > 0 ? static_cast<int>(balanced_tail_pieces(t, c.tile_blocks, c.chunk)) : c.splits;
+  // the workspace row of this row in the tile's s-th range (or piece)
+  auto item_row = [&](int s) {
+    const int64_t item = c.chunk > 0 ? balanced_piece_item(t, s, c.chunk, c.tile_blocks, c.ctas)
+                                     : static_cast<int64_t>(t) * c.splits + s;
+    return item * c.block_m + row_in_tile;
+  };
   // A range whose row sum is NaN (a NaN score among its keys) stores that NaN and a max of -inf (its max dropped the
   // NaN): the row is NaN, as SDPA gives, even when every range's max is -inf and the weighing below is skipped.
   float m = kNegInf;
   bool nan = false;
-  for (int s = 0; s < c.splits; ++s) {
-    const int64_t ir = item_row0 + static_cast<int64_t>(s) * c.block_m;
+  for (int s = 0; s < pieces; ++s) {
+    const int64_t ir = item_row(s);
     m = fmaxf(m, c.ws_ml[2 * ir]);
     nan |= c.ws_ml[2 * ir + 1] != c.ws_ml[2 * ir + 1];
   }
@@ -52,8 +64,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
 #pragma unroll
   for (int i = 0; i < kCols; ++i) acc[i] = 0.f;
   if (m != kNegInf) {
-    for (int s = 0; s < c.splits; ++s) {
-      const int64_t ir = item_row0 + static_cast<int64_t>(s) * c.block_m;
+    for (int s = 0; s < pieces; ++s) {
+      const int64_t ir = item_row(s);
       const float w = exp2f(c.ws_ml[2 * ir] - m);  // 0 for a range without keys (m_s = -inf)
       l += w * c.ws_ml[2 * ir + 1];
       const float* src = c.ws_o + ir * kHeadDim + lane * kCols;

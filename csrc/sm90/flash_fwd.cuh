@@ -14,6 +14,7 @@
 #include <cuda.h>
 
 #include "../common/special_regs.cuh"
+#include "../tail_plan.h"  // the balanced tail's pieces (tile_work)
 #include "row_sum.cuh"
 #include "diag_timeline.cuh"
 #include "fwd_params.h"
@@ -174,7 +175,10 @@ __device__ __forceinline__ int kv_block(int j, int rot, int n_blocks) {
 }
 
 // One work item: a whole tile, or in the tail launch (kSplit, capi.cu) one of p.kv_splits contiguous key-block
-// ranges of a tile, item t being range t % kv_splits of tile t / kv_splits.
+// ranges of a tile, item t being range t % kv_splits of tile t / kv_splits; or, in the balanced tail (p.tail_chunk >
+// 0), piece k of CTA g's chunk for item k * tail_ctas + g (tail_plan.h, balanced_piece). An absent piece (a chunk
+// inside one tile has no second) is skipped by producer and consumers alike: it is a CTA's last item, so no barrier
+// phase follows it.
 // Causal builds (kCausal): kv_lens shortens the batch's keys first, then the mask aligns to them: query row i sees
 // keys j < kv_len with j <= i + shift, shift = 0 (top-left) or kv_len - seqlen_q (bottom-right). A tile then needs
 // keys up to its last row's diagonal only: kv_len is cut to kv_end = min(kv_len, (m_block + 1) * kBlockM + shift), and
@@ -187,14 +191,21 @@ struct TileWork {
   int kv_first;  // first key block of this item
   int n_blocks;  // key blocks of this item (0 only when kv_len is, or a range is empty)
   int shift;     // causal only: the diagonal's offset, row i sees keys j <= i + shift
+  bool absent;   // balanced tail only: no such piece (balanced_piece)
 };
 template <int kN, bool kSplit, bool kCausal = false, int kM = 0>
 __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
   static_assert(!(kCausal && kSplit), "causal launches have no tail launch (capi.cu)");
   int tile = item, range = 0;
+  BalancedPiece piece{0, 0, 0, false};  // (tail_plan.h)
   if constexpr (kSplit) {
-    tile = item / p.kv_splits;
-    range = item - tile * p.kv_splits;
+    if (p.tail_chunk > 0) {
+      piece = balanced_piece(item, p.tail_chunk, p.tail_blocks, p.tail_ctas, p.tail_tiles);
+      tile = piece.tile;
+    } else {
+      tile = item / p.kv_splits;
+      range = item - tile * p.kv_splits;
+    }
   }
   TileWork w;
   w.tc = tile_coord<kCausal>(p, tile);
@@ -207,9 +218,17 @@ __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
     w.kv_len = static_cast<int>(max(0ll, min(static_cast<long long>(w.kv_len), diag_end)));
   }
   const int n = (w.kv_len + kN - 1) / kN;
+  w.absent = false;
   if constexpr (kSplit) {
-    w.kv_first = range * n / p.kv_splits;
-    w.n_blocks = (range + 1) * n / p.kv_splits - w.kv_first;
+    if (p.tail_chunk > 0) {
+      // clipped to the batch's key blocks (kv_lens): a piece past them holds no key and weighs nothing in the merge
+      w.absent = piece.absent;
+      w.kv_first = min(piece.first, n);
+      w.n_blocks = min(piece.end, n) - w.kv_first;
+    } else {
+      w.kv_first = range * n / p.kv_splits;
+      w.n_blocks = (range + 1) * n / p.kv_splits - w.kv_first;
+    }
   } else {
     w.kv_first = 0;
     w.n_blocks = n;
@@ -331,6 +350,9 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     if constexpr (kCausal) s.sched_tile[local % 4] = tile;
     tl_producer_clock_pair(kSplit, local);  // timeline build only: the clock against the global timer
     const TileWork w = tile_work<T::kBlockN, kSplit, kCausal, T::kBlockM>(p, tile);
+    if constexpr (kSplit) {
+      if (w.absent) return;  // the consumers skip it too (tile_work)
+    }
     const TileCoord& tc = w.tc;
     const int n_blocks = w.n_blocks;
     // causal: ascending key blocks (block 0 first: it holds every non-empty row's first key, tile_work)
@@ -1369,6 +1391,9 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
     const int lane = ptx::lane_id(), warp = ptx::warp_in_block() % 4, col_in_group = 2 * (lane % 4);
     const TileWork w = tile_work<kN, kSplit, kCausal, T::kBlockM>(p, tile);
+    if constexpr (kSplit) {
+      if (w.absent) return;  // the producer loaded nothing for it (tile_work)
+    }
     const int n_blocks = w.n_blocks;
     // causal: one past the last key this thread's first row sees (mask_keys_causal); rows past seqlen_q see more and
     // are never stored

@@ -51,6 +51,14 @@ struct FwdParams {
   uint16_t* o;
   int64_t o_stride[3];
   int head_dim;
+  // The balanced tail launch only (capi.cu plan_tail under VIDATTN_TAIL_ROUNDS=3; flash_fwd.cuh tile_work): the
+  // tail's tail_tiles tiles of tail_blocks key blocks laid end to end and cut into one chunk of tail_chunk blocks per
+  // CTA of a tail_ctas grid; item k * tail_ctas + g is CTA g's k-th piece (k = 0, 1). tail_chunk 0: the uniform
+  // split, kv_splits ranges a tile.
+  int tail_chunk;
+  int tail_blocks;
+  int tail_ctas;
+  int tail_tiles;
 };
 
 }  // namespace vidattn::sm90

@@ -4,8 +4,8 @@ docs/reliability.md, which the soak (dev/stress/soak.py) checks its memory again
 Each call allocates its output, its LSE when asked, and a workspace, all from torch's caching allocator on the
 caller's stream, and frees the workspace when it returns (the output is the caller's):
 - exact kernel: the tail launch's scratch, one item per SM of 128 x (256 + 2) fp32 (csrc/capi.cu, kTailItemBytes;
-  two, kTailMaxItemsPerSm, under VIDATTN_TAIL_ROUNDS=2), allocated on every call whether or not the call takes the
-  tail launch (vidattn/_ext.py, workspace): 16.6 MiB on an H200's 132 SMs (33.3 MiB under two rounds), whatever the
+  two, kTailMaxItemsPerSm, under VIDATTN_TAIL_ROUNDS=2 or 3), allocated on every call whether or not the call takes the
+  tail launch (vidattn/_ext.py, workspace): 16.6 MiB on an H200's 132 SMs (33.3 MiB under 2 or 3), whatever the
   shape.
 - 8-bit kernel: quantized Q, K and V^T (one byte per element, Q padded to 384 rows and K/V to 128 keys), their
   scales, K's mean and V's maxima, and an fp32 per query row (csrc/capi_8bit.cuh, q8_layout), each part rounded up
@@ -56,17 +56,38 @@ def cheapest_tail_split(r: int, nb: int, sms: int, min_blocks: int, max_splits: 
     return 1 if best > 0.9 * nb else pick
 
 
+def balanced_tail_chunk(r: int, nb: int, sms: int, min_blocks: int) -> int:
+    """csrc/tail_plan.h's balanced_tail_chunk: the balanced tail's key blocks per CTA, u = ceil(r nb / SMs) for a last
+    round of r tiles of nb blocks (r < SMs, so u <= nb: a chunk holds at most two pieces), taken when its cost u + 2 x 2
+    + (r + SMs) / 50 saves a tenth of nb and u >= min_blocks; else 0 (also where r nb passes an int)."""
+    if r <= 0 or r >= sms or nb <= 0 or r * nb > 0x7FFFFFFF:
+        return 0
+    u = -(-(r * nb) // sms)
+    cost = u + 4.0 + (r + sms) / 50.0
+    return u if u >= min_blocks and cost <= 0.9 * nb else 0
+
+
+def balanced_tail_pieces(t: int, nb: int, u: int) -> int:
+    """csrc/tail_plan.h's balanced_tail_pieces: the pieces (CTAs) of tail tile t under a chunk of u blocks."""
+    return ((t + 1) * nb - 1) // u - t * nb // u + 1
+
+
 def exact_tail_splits(tiles: int, blocks: int, sms: int = H200_SMS, rounds: int = EXACT_TAIL_ROUNDS) -> int:
     """Key ranges per tile of the exact kernel's tail launch (csrc/capi.cu, plan_tail) for a launch of `tiles` tiles
     of `blocks` key blocks each, or 0 for none: the last round's r = tiles mod SMs tiles split SMs // r ways (each
     range at least EXACT_TAIL_MIN_BLOCKS blocks, tiles of at least EXACT_TAIL_MIN_TILE_BLOCKS); where that is below 2
     and two rounds are allowed (`rounds` 2; the build's default is 1), the cheapest s of the 8-bit plan's cost model
     (rounds of ceil(blocks / s) + 2 blocks, plus r s / 50) over s <= EXACT_TAIL_MAX_SPLITS and r s <=
-    TAIL_ITEMS_PER_SM x SMs, taken when it saves a tenth of the tile."""
+    TAIL_ITEMS_PER_SM x SMs, taken when it saves a tenth of the tile. Under the balanced tail (`rounds` 3) the plan
+    there is balanced_tail_chunk's, and this returns the most pieces any tail tile has (vidattn_sm90_last_tail_splits
+    reports the same)."""
     r = tiles % sms
     if r == 0 or blocks < EXACT_TAIL_MIN_TILE_BLOCKS:
         return 0
     splits = min(sms // r, blocks // EXACT_TAIL_MIN_BLOCKS)
+    if splits < 2 and rounds == 3:
+        u = balanced_tail_chunk(r, blocks, sms, EXACT_TAIL_MIN_BLOCKS)
+        return max(balanced_tail_pieces(t, blocks, u) for t in range(r)) if u else 0
     if splits < 2 and rounds == 2:
         splits = cheapest_tail_split(r, blocks, sms, EXACT_TAIL_MIN_BLOCKS, EXACT_TAIL_MAX_SPLITS, TAIL_ITEMS_PER_SM)
     return splits if splits >= 2 else 0
@@ -75,7 +96,7 @@ def exact_tail_splits(tiles: int, blocks: int, sms: int = H200_SMS, rounds: int 
 def exact_workspace_bytes(sms: int = H200_SMS, rounds: int = EXACT_TAIL_ROUNDS) -> int:
     """The exact kernel's per-call workspace (vidattn_sm90_workspace_bytes) on a GPU of `sms` SMs, under the tail
     launch's `rounds` setting."""
-    return (TAIL_ITEMS_PER_SM if rounds == 2 else 1) * sms * TAIL_ITEM_BYTES
+    return (TAIL_ITEMS_PER_SM if rounds >= 2 else 1) * sms * TAIL_ITEM_BYTES
 
 
 def _up(n: int, to: int) -> int:
