@@ -203,6 +203,8 @@
 #   bash dev/device_session.sh P48 [budget_s] # the balanced tail (VIDATTN_TAIL_ROUNDS=3): the tail GPU tests and
 #                                             # sanitizer cases, the A/B against the one-round plan (D=256 8K/32K,
 #                                             # Mochi, D=192 32K), D=192/256 against cuDNN under each setting
+#   bash dev/device_session.sh P49 [budget_s] # the balanced tail's sanitizer cases under synccheck and racecheck,
+#                                             # and dev/probes/tail_probe.py (each launch of a call, settings 1-3)
 #   bash dev/device_session.sh P43 [budget_s] # the per-key K/V pass's K' tile and the statistics unroll again
 #                                             # (dev/NOTES_8bit.md): the 8-bit GPU suites and sanitizer cases, the
 #                                             # probe under P42's library (OLD_LIB), this one and UNROLL_LIB (carried
@@ -1021,6 +1023,17 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P49)
+  # dev/NOTES.md "Call P48": where the balanced tail's time goes (the tail launch read slower than its plan), and the
+  # sanitizer tools P48 left out.
+  build_lib
+  mkdir -p "$OUT/p49"
+  timeout 150 python3 dev/probes/tail_probe.py --modes ${P49_MODES:-1 2 3} --out "$OUT/p49/tail_probe.json" \
+    > "$OUT/p49/tail_probe.log" 2>&1; rc[tail_probe]=$?
+  sed -n '/^| shape/,$p' "$OUT/p49/tail_probe.log"; grep -E "rror|Traceback" "$OUT/p49/tail_probe.log" | tail -3
+  [ -n "${P49_NO_SAN:-}" ] || sanitize_only p49 "balanced" "synccheck racecheck"
+  tar_dirs p49
   ;;
 P48)
   # dev/NOTES.md "A balanced tail at D=256 (built)": its tests and sanitizer cases, the A/B of settings 1 and 3 in one

@@ -203,6 +203,6 @@ def test_ab_driver_rule():
         with pytest.raises(SystemExit):
             ab.main(bad)
     assert ab.PATHS["exact"][2] == "exact" and ab.PATHS["exact"][3] == (0, 1)
-    assert ab.PATHS["8bit"][3] == (0, 1, 2) and ab.PATHS["exact-rounds"][3] == (1, 2)
+    assert ab.PATHS["8bit"][3] == (0, 1, 2) and ab.PATHS["exact-rounds"][3] == (1, 2, 3)
     with pytest.raises(SystemExit):
         ab.main(["--path", "exact-rounds", "--modes", "0", "2"])
