@@ -205,6 +205,9 @@
 #                                             # Mochi, D=192 32K), D=192/256 against cuDNN under each setting
 #   bash dev/device_session.sh P49 [budget_s] # the balanced tail's sanitizer cases under synccheck and racecheck,
 #                                             # and dev/probes/tail_probe.py (each launch of a call, settings 1-3)
+#   bash dev/device_session.sh P50 [budget_s] # the tail's items on the fixed reference: the tail GPU tests and
+#                                             # sanitizer cases, tail_probe.py, OLD_LIB (ca30426's) against this
+#                                             # library under the balanced tail and under the default
 #   bash dev/device_session.sh P43 [budget_s] # the per-key K/V pass's K' tile and the statistics unroll again
 #                                             # (dev/NOTES_8bit.md): the 8-bit GPU suites and sanitizer cases, the
 #                                             # probe under P42's library (OLD_LIB), this one and UNROLL_LIB (carried
@@ -1023,6 +1026,30 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P50)
+  # dev/NOTES.md "The tail's items on the fixed reference": tests, sanitizer cases (every tail case, memcheck), the
+  # probe, then OLD_LIB (ca30426's library: the exact split kernel) against this one in Williams rounds with cuDNN,
+  # under VIDATTN_TAIL_ROUNDS=3 (the balanced shapes) and under the default (the shapes with a uniform tail).
+  build_lib
+  mkdir -p "$OUT/p50"
+  new=$(lib_path); echo "new library: $new"
+  gpu_pytest p50/tail_gpu.log 240 tail_gpu -m gpu tests/test_kernel_gpu.py tests/test_head_dims_gpu.py \
+    tests/test_reliability_gpu.py tests/test_nan_rows_gpu.py \
+    -k "tail or last_round or workspace or balanced or nan or redo or score_range or sink"
+  sanitize_only p50 "tail" "memcheck"
+  timeout 90 python3 dev/probes/tail_probe.py --modes 1 3 --out "$OUT/p50/tail_probe.json" \
+    > "$OUT/p50/tail_probe.log" 2>&1; rc[tail_probe]=$?
+  sed -n '/^| shape/,$p' "$OUT/p50/tail_probe.log"
+  VIDATTN_TAIL_ROUNDS=3 timeout 150 python3 dev/probes/kernel_ab_time.py "old=${OLD_LIB}" "new=$new" \
+    --rounds ${P50_ROUNDS:-12} --shapes "x256,x22230" --extra-shapes 2x8x8192x256 1x8x32768x256 1x24x22230x128 \
+    --json "$OUT/p50/lib_ab_balanced.json" > "$OUT/p50/lib_ab_balanced.log" 2>&1; rc[lib_ab_balanced]=$?
+  tail -12 "$OUT/p50/lib_ab_balanced.log"
+  timeout 120 python3 dev/probes/kernel_ab_time.py "old=${OLD_LIB}" "new=$new" --rounds ${P50_ROUNDS:-12} \
+    --shapes "wan13b_self,seed8k,x192" --extra-shapes 1x10x32768x192 --json "$OUT/p50/lib_ab_default.json" \
+    > "$OUT/p50/lib_ab_default.log" 2>&1; rc[lib_ab_default]=$?
+  tail -12 "$OUT/p50/lib_ab_default.log"
+  tar_dirs p50
   ;;
 P49)
   # dev/NOTES.md "Call P48": where the balanced tail's time goes (the tail launch read slower than its plan), and the

@@ -101,6 +101,11 @@ CASES = [
          tail_rounds=3),
     Case("d256 balanced tail kv_lens", 2, 100, 128, 5000, 256, kv_lens=[5000, 1700], expect=("tail",), small=False,
          tail_rounds=3),
+    # The tail launch's items on the fixed reference (tile_config.cuh, VIDATTN_SPLIT_FIXED_REF): spiked heads whose
+    # ranges overflow and run again exact in the split kernel, all tail and under the balanced plan at D=256.
+    Case("tail launch redo", 1, 2, 1000, 3000, 128, spiked=(0, 1), expect=("tail",)),
+    Case("d256 balanced tail redo", 1, 200, 128, 5000, 256, spiked=(140, 199), expect=("tail",), small=False,
+         tail_rounds=3),
     # kv_lens in the tail launch (capi.cu, tail_kv_lens): all tail, batches of 1 and 129 keys leave ranges without a
     # key, whose items store (max -inf, sum 0) for the merge to weigh 0.
     Case("tail kv_lens with empty ranges", 4, 3, 300, 4097, 128, kv_lens=[4097, 1, 129, 2500], expect=("tail",)),

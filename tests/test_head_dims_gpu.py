@@ -22,6 +22,7 @@ from vidattn import _ext, ops  # noqa: E402
 from test_head_dims_variants import pick_hd_narrow  # noqa: E402
 from test_envelope_gpu import (DEV, assert_accurate, bshd_inputs, check, climbing_inputs, cudnn, new_gen,  # noqa: E402
                               reference)
+from bench.accuracy import shape_scores  # noqa: E402  (the repository root is on sys.path by now)
 
 DIMS = (72, 80, 96, 112, 160, 192, 200, 256)
 NEW_BUILDS = {96: 176, 192: 112, 256: 80}  # head dim -> key-block width (tile_config.cuh)
@@ -130,6 +131,12 @@ def test_balanced_tail_on_the_new_builds(d):
         kv_lens = torch.tensor([5000, 1700], dtype=torch.int32, device=DEV)
         check(q, k, v, f"D={d} balanced tail kv_lens seed={seed}", "bhsd", kv_lens, expect_tail=True)
         assert _ext.last_tail_splits() == want
+        # a key far above the rest in the last round's heads: the pieces holding it past their first block overflow
+        # the fixed reference and run again exact (VIDATTN_SPLIT_FIXED_REF)
+        q, k, v = bshd_inputs(1, 200, 200, 128, 5000, d, g, shift=True)
+        shape_scores(q, k, "spike", heads=[140, 170, 199])
+        check(q, k, v, f"D={d} balanced tail, score spike seed={seed}", expect_tail=True)
+        assert _ext.last_tail_splits() == want
     finally:
         _ext.set_tail_rounds(-1)
 
@@ -191,10 +198,21 @@ def test_causal_past_128_runs_the_wide_causal_builds():
 def test_fixed_reference_redo_at_wide_head_dims():
     """Scores that climb along the keys (s_j ~ 12 sqrt(D) j / Skv), so every row's sum against its first key block's
     max leaves the fixed reference's safe range (2^64): the tiles run again with the exact softmax (flash_fwd.cuh,
-    redo_tiles), at D=192 and 256 as at D=128."""
+    redo_tiles), at D=192 and 256 as at D=128. Its 6 tiles are all tail, so the redo is the tail launch's split
+    kernel's (VIDATTN_SPLIT_FIXED_REF); then the same under the plain schedule (set_tail_kv_lens(0) with kv_lens of
+    the full length), the main kernel's."""
     for d in (192, 256):
         g, seed = new_gen()
         q, k, v = climbing_inputs(d, g)
         scale = 1.0 / math.sqrt(d)
         ref, _ = reference(q, k, v, scale)
         assert_accurate(vidattn.attention(q, k, v), ref, cudnn(q, k, v, scale), f"redo D={d} seed={seed}")
+        assert _ext.last_tail_splits() >= 2, d
+        full = torch.tensor([k.shape[1]], dtype=torch.int32, device=DEV)
+        _ext.set_tail_kv_lens(0)
+        try:
+            assert_accurate(vidattn.attention(q, k, v, kv_lens=full), ref, cudnn(q, k, v, scale),
+                            f"redo D={d} plain seed={seed}")
+            assert _ext.last_tail_splits() == 0, d
+        finally:
+            _ext.set_tail_kv_lens(-1)

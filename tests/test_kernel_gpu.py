@@ -548,6 +548,34 @@ def test_score_range(dtype, d, pattern):
     check_accurate_lse_repeatable(q, k, v, f"score range {pattern}: B{b} H{h} {sq}x{skv} D{d} {dtype} seed={seed}")
 
 
+@pytest.mark.parametrize("case", ["all-tail", "balanced"])
+@pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
+def test_score_range_in_the_tail_launch(d, case):
+    """The tail launch's items take the fixed-reference softmax too (tile_config.cuh, VIDATTN_SPLIT_FIXED_REF): a key
+    500 log2 units above the rest (shape_scores "spike", key 1234) overflows every range that holds it past its first
+    block; those items are marked and run again exact, their partials overwritten before the merge. All tail (2 heads
+    of 1000 rows over 3000 keys: 16 or 12 tiles, split along the keys) and the balanced plan (68 one-tile heads over
+    8000 keys, spikes in three of them, some in two CTAs' pieces). Accuracy against fp64 and cuDNN, LSE, bitwise
+    repeatability, and the plan as budgeted."""
+    from vidattn import _ext
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    b, h, sq, skv = (1, 2, 1000, 3000) if case == "all-tail" else (1, sms + 68, 100, 8000)
+    g, seed = new_gen()
+    q, k, v = make_qkv(b, h, sq, skv, d, torch.bfloat16, "bshd", g, True)
+    shape_scores(q, k, "spike", heads=None if case == "all-tail" else [sms + 1, sms + 30, sms + 67])
+    block_m = 192 if getattr(d, "wgs", 2) == 3 else 128
+    rounds = 3 if case == "balanced" else 1
+    want = expected_tail_splits(b * h * -(-sq // block_m), skv, d, sms, rounds)
+    assert want >= 2
+    what = f"tail launch score spike {case}: B{b} H{h} {sq}x{skv} D{d} seed={seed}"
+    _ext.set_tail_rounds(rounds)
+    try:
+        check_accurate_lse_repeatable(q, k, v, what)
+        assert _ext.last_tail_splits() == want, what
+    finally:
+        _ext.set_tail_rounds(-1)
+
+
 @pytest.mark.parametrize("sq,skv", [(777, 777), (129, 4224)], ids=lambda x: str(x))
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: str(t).split(".")[-1])
@@ -556,7 +584,8 @@ def test_late_attention_sink(dtype, d, sq, skv):
     draw). The case that shows most where the fixed reference rounds a dominant later key's p to bf16, and where the
     unrounded row sum (tile_config.cuh, the default since the fifteenth session) turns that rounding into a scale
     error of the row: over 100 draws per case max |err| 2.2x cuDNN's at the median, 0.62 of the bound at most
-    (fifteenth session, call 1). 129 x 4224 runs as the split kernel, with the exact softmax."""
+    (fifteenth session, call 1). 129 x 4224 runs as the split kernel, with the fixed reference since the
+    twenty-third sitting (VIDATTN_SPLIT_FIXED_REF)."""
     g, seed = new_gen()
     q, k, v = make_inputs("sink", 2, 3, sq, skv, int(d), g, DEV, dtype)
     check_case(q, k, v, what=f"late sink B2 H3 {sq}x{skv} D{d} {dtype} seed={seed}")

@@ -1591,9 +1591,9 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
   __syncthreads();
 
   // Producer and consumers must agree on the redo pass (the producer waits for the consumers' marks): one decision.
-  // The tail launch's items run the exact softmax: they are at most one per SM, and their merge wants each item's
-  // own row max as its reference anyway.
-  constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef) && !kSplit;
+  // The tail launch's items take it too (VIDATTN_SPLIT_FIXED_REF): the merge weighs each item's partial by its own
+  // reference, whichever it was, and a marked item's redo overwrites its partial.
+  constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef) && (!kSplit || VIDATTN_SPLIT_FIXED_REF != 0);
   // The causal builds with one Q buffer (D=192, D=256 narrow) give the producer 32 registers and each consumer 232: at
   // 24 the producer's redo pass spilled (16-24 bytes in the bf16 builds). 32*128 + 232*256 = 63488 of the launch's
   // 64512. The O-in-V causal build (D=256, N=80) needs the consumers' 240 (at 232 they spill 116 bytes): its producer
