@@ -40,14 +40,16 @@ inline int64_t cheapest_tail_split(int64_t r, int64_t nb, int64_t sms, int64_t m
 // The balanced tail (capi.cu plan_tail under VIDATTN_TAIL_ROUNDS=3; dev/NOTES.md "A balanced tail at D=256"): the
 // last round's r tiles of nb key blocks laid end to end, r nb blocks, cut into one chunk of u = ceil(r nb / SMs)
 // consecutive blocks per CTA, stream-K's layout for the tail alone. r < SMs gives u <= nb, so a chunk holds at most
-// the end of one tile and the start of the next: two pieces, each paying a range's start and end. Its cost in the
-// model above: u + 2 x 2 + (r + SMs) / 50 (the merge reads at most r + SMs - 1 pieces). Returns u when that saves a
-// tenth of nb with at least min_blocks blocks a chunk, else 0; 0 too where r nb would pass an int (the kernel's
-// arithmetic).
+// the end of one tile and the start of the next: two pieces. Its cost in key-block times of the main launch, as call
+// P49 measured it (dev/probes/tail_probe.py): the split kernel's blocks at 1.12 of the main launch's (its exact online
+// softmax), 4.2 for a CTA's start and its pieces' ends, and the merge at (r + SMs) / 20 (~10 blocks at D=256 for ~230
+// pieces, 16 us). Returns u when that cost saves a tenth of nb with at least min_blocks blocks a chunk, else 0; 0 too
+// where r nb would pass an int (the kernel's arithmetic). D=256 at 32K keys plans (u 212 of 410), at 8K not (79 of
+// 103 would cost 104: P48 read it 1.3% slower).
 inline int64_t balanced_tail_chunk(int64_t r, int64_t nb, int64_t sms, int64_t min_blocks) {
   if (r <= 0 || r >= sms || nb <= 0 || r * nb > 0x7fffffffll) return 0;
   const int64_t u = (r * nb + sms - 1) / sms;
-  const double cost = static_cast<double>(u) + 4.0 + static_cast<double>(r + sms) / 50.0;
+  const double cost = 1.12 * static_cast<double>(u) + 4.2 + static_cast<double>(r + sms) / 20.0;
   return u >= min_blocks && cost <= 0.9 * static_cast<double>(nb) ? u : 0;
 }
 

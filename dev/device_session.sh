@@ -208,6 +208,9 @@
 #   bash dev/device_session.sh P50 [budget_s] # the tail's items on the fixed reference: the tail GPU tests and
 #                                             # sanitizer cases, tail_probe.py, OLD_LIB (ca30426's) against this
 #                                             # library under the balanced tail and under the default
+#   bash dev/device_session.sh P51 [budget_s] # the sitting's last call: the whole GPU suite on the final library,
+#                                             # the balanced sanitizer cases under memcheck, the settings A/B (1 / 3)
+#                                             # with the measured plan, D=192/256 against cuDNN under setting 3
 #   bash dev/device_session.sh P43 [budget_s] # the per-key K/V pass's K' tile and the statistics unroll again
 #                                             # (dev/NOTES_8bit.md): the 8-bit GPU suites and sanitizer cases, the
 #                                             # probe under P42's library (OLD_LIB), this one and UNROLL_LIB (carried
@@ -1026,6 +1029,26 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P51)
+  # dev/NOTES.md "Call P50": the final library (the split kernel exact again, the balanced plan priced as P49 measured
+  # it, an absent piece ending the CTA's loop).
+  build_lib
+  mkdir -p "$OUT/p51"
+  gpu_pytest p51/gpu_all.log $(( $(left) - 250 < 330 ? $(left) - 250 : 330 )) gpu_all -m gpu tests/
+  sanitize_only p51 "balanced" "memcheck"
+  OUT=$OUT/p51 timeout $(( $(left) - 20 < 200 ? $(left) - 20 : 200 )) python3 dev/q8_tail_ab.py --path exact-rounds \
+    --modes 1 3 --shapes "D256 32K" Mochi "D192 32K" "D256 8K" --rounds ${P51_ROUNDS:-12} --reps 40 \
+    --budget $(( $(left) - 40 < 170 ? $(left) - 40 : 170 )) > "$OUT/p51/ab_balanced.log" 2>&1; rc[ab_balanced]=$?
+  sed -n '/== exact tail launch/,$p' "$OUT/p51/ab_balanced.log"
+  grep -E "rror|Traceback" "$OUT/p51/ab_balanced.log" | tail -3
+  if [ "$(left)" -gt 80 ]; then
+    VIDATTN_TAIL_ROUNDS=3 timeout $(( $(left) - 10 )) python3 scripts/bench_anchors.py --group headdims \
+      --shapes "D256 32K" "D256 8K" "D192 32K" --impls cudnn,vidattn --no-accuracy --rounds 6 \
+      --budget-s $(( $(left) - 25 )) --out "$OUT/p51/anchors_hd_r3.json" > "$OUT/p51/anchors_hd_r3.log" 2>&1
+    rc[anchors_r3]=$?; tail -6 "$OUT/p51/anchors_hd_r3.log"
+  fi
+  tar_dirs p51
   ;;
 P50)
   # dev/NOTES.md "The tail's items on the fixed reference": tests, sanitizer cases (every tail case, memcheck), the

@@ -101,8 +101,9 @@ CASES = [
          tail_rounds=3),
     Case("d256 balanced tail kv_lens", 2, 100, 128, 5000, 256, kv_lens=[5000, 1700], expect=("tail",), small=False,
          tail_rounds=3),
-    # The tail launch's items on the fixed reference (tile_config.cuh, VIDATTN_SPLIT_FIXED_REF): spiked heads whose
-    # ranges overflow and run again exact in the split kernel, all tail and under the balanced plan at D=256.
+    # Spiked heads in the tail launch's items, all tail and under the balanced plan at D=256: with the split kernel on
+    # the fixed reference (tile_config.cuh, VIDATTN_SPLIT_FIXED_REF=1, an A/B build) their ranges overflow and run
+    # again exact (call P50 hung here on a redone balanced piece); on the default build they run exact once.
     Case("tail launch redo", 1, 2, 1000, 3000, 128, spiked=(0, 1), expect=("tail",)),
     Case("d256 balanced tail redo", 1, 200, 128, 5000, 256, spiked=(140, 199), expect=("tail",), small=False,
          tail_rounds=3),

@@ -112,28 +112,29 @@ def test_wide_builds_over_several_tiles_per_cta_and_the_tail(d, dtype):
 
 @pytest.mark.parametrize("d", (96, 192, 256), ids=lambda d: f"d{d}")
 def test_balanced_tail_on_the_new_builds(d):
-    """The balanced tail (set_tail_rounds(3); csrc/tail_plan.h): 200 one-tile heads of 5000 keys leave a last round of
-    68 tiles, which one range a tile per SM does not split; the balanced plan cuts their key blocks into one chunk per
-    SM, some tiles in three pieces (the plan's pieces as dev/stress/budget.py models them). Accuracy, LSE and a
-    poisoned output (check); then with kv_lens, whose short batch leaves pieces without keys."""
+    """The balanced tail (set_tail_rounds(3); csrc/tail_plan.h): 200 one-tile heads of 10000 keys leave a last round
+    of 68 tiles, which one range a tile per SM does not split; the balanced plan cuts their key blocks into one chunk
+    per SM, some tiles in three pieces (the plan's pieces as dev/stress/budget.py models them). Accuracy, LSE and a
+    poisoned output (check); then with kv_lens, whose short batch leaves pieces without keys; then a key far above
+    the rest in three of the last round's heads (the fixed-reference redo, where the split kernel has it)."""
     from dev.stress import budget
     sms = torch.cuda.get_device_properties(DEV).multi_processor_count
     g, seed = new_gen()
-    nb = math.ceil(5000 / NEW_BUILDS[d])
+    nb = math.ceil(10000 / NEW_BUILDS[d])
     want = budget.exact_tail_splits(200, nb, sms, 3)
     assert want >= 2 and budget.exact_tail_splits(200, nb, sms, 1) == 0
     _ext.set_tail_rounds(3)
     try:
-        q, k, v = bshd_inputs(1, 200, 200, 128, 5000, d, g)
-        check(q, k, v, f"D={d} balanced tail 1x200x128x5000 seed={seed}", expect_tail=True)
+        q, k, v = bshd_inputs(1, 200, 200, 128, 10000, d, g)
+        check(q, k, v, f"D={d} balanced tail 1x200x128x10000 seed={seed}", expect_tail=True)
         assert _ext.last_block_n() == NEW_BUILDS[d] and _ext.last_tail_splits() == want
-        q, k, v = bshd_inputs(2, 100, 100, 128, 5000, d, g)
-        kv_lens = torch.tensor([5000, 1700], dtype=torch.int32, device=DEV)
+        q, k, v = bshd_inputs(2, 100, 100, 128, 10000, d, g)
+        kv_lens = torch.tensor([10000, 3400], dtype=torch.int32, device=DEV)
         check(q, k, v, f"D={d} balanced tail kv_lens seed={seed}", "bhsd", kv_lens, expect_tail=True)
         assert _ext.last_tail_splits() == want
-        # a key far above the rest in the last round's heads: the pieces holding it past their first block overflow
-        # the fixed reference and run again exact (VIDATTN_SPLIT_FIXED_REF)
-        q, k, v = bshd_inputs(1, 200, 200, 128, 5000, d, g, shift=True)
+        # a key far above the rest in the last round's heads: with VIDATTN_SPLIT_FIXED_REF the pieces holding it past
+        # their first block overflow the fixed reference and run again exact
+        q, k, v = bshd_inputs(1, 200, 200, 128, 10000, d, g, shift=True)
         shape_scores(q, k, "spike", heads=[140, 170, 199])
         check(q, k, v, f"D={d} balanced tail, score spike seed={seed}", expect_tail=True)
         assert _ext.last_tail_splits() == want
@@ -198,9 +199,9 @@ def test_causal_past_128_runs_the_wide_causal_builds():
 def test_fixed_reference_redo_at_wide_head_dims():
     """Scores that climb along the keys (s_j ~ 12 sqrt(D) j / Skv), so every row's sum against its first key block's
     max leaves the fixed reference's safe range (2^64): the tiles run again with the exact softmax (flash_fwd.cuh,
-    redo_tiles), at D=192 and 256 as at D=128. Its 6 tiles are all tail, so the redo is the tail launch's split
-    kernel's (VIDATTN_SPLIT_FIXED_REF); then the same under the plain schedule (set_tail_kv_lens(0) with kv_lens of
-    the full length), the main kernel's."""
+    redo_tiles), at D=192 and 256 as at D=128. Its 6 tiles are all tail (the split kernel: exact by default, the
+    redo its own under VIDATTN_SPLIT_FIXED_REF=1); then the same under the plain schedule (set_tail_kv_lens(0) with
+    kv_lens of the full length), where the main kernel redoes them."""
     for d in (192, 256):
         g, seed = new_gen()
         q, k, v = climbing_inputs(d, g)

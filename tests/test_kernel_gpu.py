@@ -551,12 +551,13 @@ def test_score_range(dtype, d, pattern):
 @pytest.mark.parametrize("case", ["all-tail", "balanced"])
 @pytest.mark.parametrize("d", HEAD_DIMS, ids=lambda d: f"d{d}")
 def test_score_range_in_the_tail_launch(d, case):
-    """The tail launch's items take the fixed-reference softmax too (tile_config.cuh, VIDATTN_SPLIT_FIXED_REF): a key
-    500 log2 units above the rest (shape_scores "spike", key 1234) overflows every range that holds it past its first
-    block; those items are marked and run again exact, their partials overwritten before the merge. All tail (2 heads
-    of 1000 rows over 3000 keys: 16 or 12 tiles, split along the keys) and the balanced plan (68 one-tile heads over
-    8000 keys, spikes in three of them, some in two CTAs' pieces). Accuracy against fp64 and cuDNN, LSE, bitwise
-    repeatability, and the plan as budgeted."""
+    """A key 500 log2 units above the rest (shape_scores "spike", key 1234) in the tail launch's items. Where the split
+    kernel takes the fixed-reference softmax (tile_config.cuh, VIDATTN_SPLIT_FIXED_REF=1, an A/B build), every range
+    holding it past its first block overflows and is marked and run again exact, its partial overwritten before the
+    merge; on the default build the items run the exact softmax and the spike is an ordinary score. All tail (2
+    heads of 1000 rows over 3000 keys: 16 or 12 tiles, split along the keys) and the balanced plan (68 one-tile heads
+    over 8000 keys, spikes in three of them, some in two CTAs' pieces). Accuracy against fp64 and cuDNN, LSE,
+    bitwise repeatability, and the plan as budgeted."""
     from vidattn import _ext
     sms = torch.cuda.get_device_properties(DEV).multi_processor_count
     b, h, sq, skv = (1, 2, 1000, 3000) if case == "all-tail" else (1, sms + 68, 100, 8000)
@@ -584,8 +585,8 @@ def test_late_attention_sink(dtype, d, sq, skv):
     draw). The case that shows most where the fixed reference rounds a dominant later key's p to bf16, and where the
     unrounded row sum (tile_config.cuh, the default since the fifteenth session) turns that rounding into a scale
     error of the row: over 100 draws per case max |err| 2.2x cuDNN's at the median, 0.62 of the bound at most
-    (fifteenth session, call 1). 129 x 4224 runs as the split kernel, with the fixed reference since the
-    twenty-third sitting (VIDATTN_SPLIT_FIXED_REF)."""
+    (fifteenth session, call 1). 129 x 4224 runs as the split kernel, with the exact softmax (the default build;
+    VIDATTN_SPLIT_FIXED_REF=1 gives it the fixed reference)."""
     g, seed = new_gen()
     q, k, v = make_inputs("sink", 2, 3, sq, skv, int(d), g, DEV, dtype)
     check_case(q, k, v, what=f"late sink B2 H3 {sq}x{skv} D{d} {dtype} seed={seed}")

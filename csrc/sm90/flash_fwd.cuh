@@ -177,8 +177,7 @@ __device__ __forceinline__ int kv_block(int j, int rot, int n_blocks) {
 // One work item: a whole tile, or in the tail launch (kSplit, capi.cu) one of p.kv_splits contiguous key-block
 // ranges of a tile, item t being range t % kv_splits of tile t / kv_splits; or, in the balanced tail (p.tail_chunk >
 // 0), piece k of CTA g's chunk for item k * tail_ctas + g (tail_plan.h, balanced_piece). An absent piece (a chunk
-// inside one tile has no second) is skipped by producer and consumers alike: it is a CTA's last item, so no barrier
-// phase follows it.
+// inside one tile has no second) ends the CTA's loop in producer and consumers alike (piece_absent).
 // Causal builds (kCausal): kv_lens shortens the batch's keys first, then the mask aligns to them: query row i sees
 // keys j < kv_len with j <= i + shift, shift = 0 (top-left) or kv_len - seqlen_q (bottom-right). A tile then needs
 // keys up to its last row's diagonal only: kv_len is cut to kv_end = min(kv_len, (m_block + 1) * kBlockM + shift), and
@@ -191,8 +190,14 @@ struct TileWork {
   int kv_first;  // first key block of this item
   int n_blocks;  // key blocks of this item (0 only when kv_len is, or a range is empty)
   int shift;     // causal only: the diagonal's offset, row i sees keys j <= i + shift
-  bool absent;   // balanced tail only: no such piece (balanced_piece)
 };
+// An absent piece is always a CTA's last item (piece 1, or piece 0 of an empty chunk, whose piece 1 is absent too), so
+// both loops stop at it without taking a local number: the redo pass's locals then follow the items that ran, whose
+// Q fills and releases are the only ones the single-buffer builds' Q barrier parities count (call P50 hung when an
+// absent piece took a number and a redone item then waited for a second release of Q that never came).
+__device__ __forceinline__ bool piece_absent(const FwdParams& p, int item) {
+  return p.tail_chunk > 0 && balanced_piece(item, p.tail_chunk, p.tail_blocks, p.tail_ctas, p.tail_tiles).absent;
+}
 template <int kN, bool kSplit, bool kCausal = false, int kM = 0>
 __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
   static_assert(!(kCausal && kSplit), "causal launches have no tail launch (capi.cu)");
@@ -218,11 +223,9 @@ __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
     w.kv_len = static_cast<int>(max(0ll, min(static_cast<long long>(w.kv_len), diag_end)));
   }
   const int n = (w.kv_len + kN - 1) / kN;
-  w.absent = false;
   if constexpr (kSplit) {
     if (p.tail_chunk > 0) {
       // clipped to the batch's key blocks (kv_lens): a piece past them holds no key and weighs nothing in the merge
-      w.absent = piece.absent;
       w.kv_first = min(piece.first, n);
       w.n_blocks = min(piece.end, n) - w.kv_first;
     } else {
@@ -350,9 +353,6 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     if constexpr (kCausal) s.sched_tile[local % 4] = tile;
     tl_producer_clock_pair(kSplit, local);  // timeline build only: the clock against the global timer
     const TileWork w = tile_work<T::kBlockN, kSplit, kCausal, T::kBlockM>(p, tile);
-    if constexpr (kSplit) {
-      if (w.absent) return;  // the consumers skip it too (tile_work)
-    }
     const TileCoord& tc = w.tc;
     const int n_blocks = w.n_blocks;
     // causal: ascending key blocks (block 0 first: it holds every non-empty row's first key, tile_work)
@@ -560,8 +560,10 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     }
     return;
   } else {
-    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local)
+    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local) {
+      if (kSplit && piece_absent(p, tile)) break;  // (the consumers stop there too)
       produce(tile, local, BoolTag<true>{}, BoolTag<false>{});
+    }
   }
   if constexpr (kFixedRef) {
     // Then the tiles the consumers marked, in the order they run them (redo_tiles): once their marks are final.
@@ -1391,9 +1393,6 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
     const int lane = ptx::lane_id(), warp = ptx::warp_in_block() % 4, col_in_group = 2 * (lane % 4);
     const TileWork w = tile_work<kN, kSplit, kCausal, T::kBlockM>(p, tile);
-    if constexpr (kSplit) {
-      if (w.absent) return;  // the producer loaded nothing for it (tile_work)
-    }
     const int n_blocks = w.n_blocks;
     // causal: one past the last key this thread's first row sees (mask_keys_causal); rows past seqlen_q see more and
     // are never stored
@@ -1526,8 +1525,10 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     if (lane == 0) ptx::bulk_wait_group<0>();
     return;
   } else {
-    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local)
+    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, ++local) {
+      if (kSplit && piece_absent(p, tile)) break;  // (the producer stops there too)
       consume(tile, local, BoolTag<kFixedRef>{});
+    }
   }
   flush_o();
   if constexpr (kFixedRef) {

@@ -133,12 +133,13 @@
 #ifndef VIDATTN_FIXED_REF
 #define VIDATTN_FIXED_REF 1
 #endif
-// The same in the tail launch's split kernel (1): a range's partial carries its reference as its row "max"
-// (store_partial), which the merge weighs like any other, and a range whose row sum leaves the safe range is run again
-// exact, as a tile is. 0: its items run the exact online softmax (before the twenty-third sitting; call P49 read that
-// kernel ~12% slower a key block than the main launch at D=256, dev/NOTES.md "Call P49").
+// The same in the tail launch's split kernel (1, an A/B build): a range's partial carries its reference as its row
+// "max" (store_partial), which the merge weighs like any other, and a range whose row sum leaves the safe range is
+// run again exact, as a tile is. 0 (the default): its items run the exact online softmax, which call P49 read ~12%
+// slower a key block than the main launch at D=256. Call P50 measured 1: its split kernel 6-8% faster, but the per-call
+// library A/B read 0.979-1.019 across six shapes, three under the 0.995 its rule asked (dev/NOTES.md "Call P50").
 #ifndef VIDATTN_SPLIT_FIXED_REF
-#define VIDATTN_SPLIT_FIXED_REF 1
+#define VIDATTN_SPLIT_FIXED_REF 0
 #endif
 
 // With the fixed-reference softmax, sum each row's p in fp32 as exponentiated (one FADD per score, in the softmax)

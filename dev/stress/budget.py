@@ -58,12 +58,13 @@ def cheapest_tail_split(r: int, nb: int, sms: int, min_blocks: int, max_splits: 
 
 def balanced_tail_chunk(r: int, nb: int, sms: int, min_blocks: int) -> int:
     """csrc/tail_plan.h's balanced_tail_chunk: the balanced tail's key blocks per CTA, u = ceil(r nb / SMs) for a last
-    round of r tiles of nb blocks (r < SMs, so u <= nb: a chunk holds at most two pieces), taken when its cost u + 2 x 2
-    + (r + SMs) / 50 saves a tenth of nb and u >= min_blocks; else 0 (also where r nb passes an int)."""
+    round of r tiles of nb blocks (r < SMs, so u <= nb: a chunk holds at most two pieces), taken when its cost, as call
+    P49 measured it, 1.12 u + 4.2 + (r + SMs) / 20 main-launch block times, saves a tenth of nb and u >= min_blocks;
+    else 0 (also where r nb passes an int)."""
     if r <= 0 or r >= sms or nb <= 0 or r * nb > 0x7FFFFFFF:
         return 0
     u = -(-(r * nb) // sms)
-    cost = u + 4.0 + (r + sms) / 50.0
+    cost = 1.12 * u + 4.2 + (r + sms) / 20.0
     return u if u >= min_blocks and cost <= 0.9 * nb else 0
 
 
