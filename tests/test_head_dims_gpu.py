@@ -199,16 +199,20 @@ def test_causal_past_128_runs_the_wide_causal_builds():
 def test_fixed_reference_redo_at_wide_head_dims():
     """Scores that climb along the keys (s_j ~ 12 sqrt(D) j / Skv), so every row's sum against its first key block's
     max leaves the fixed reference's safe range (2^64): the tiles run again with the exact softmax (flash_fwd.cuh,
-    redo_tiles), at D=192 and 256 as at D=128. Its 6 tiles are all tail (the split kernel: exact by default, the
-    redo its own under VIDATTN_SPLIT_FIXED_REF=1); then the same under the plain schedule (set_tail_kv_lens(0) with
-    kv_lens of the full length), where the main kernel redoes them."""
+    redo_tiles), at D=192 and 256 as at D=128. Its 6 tiles are all tail where a tile has the tail launch's 12 key
+    blocks (D=256, N=80: the split kernel, exact by default, the redo its own under VIDATTN_SPLIT_FIXED_REF=1; D=192
+    runs its narrow N=96 build at 1000 keys, 11 blocks: no tail); then the same under the plain schedule
+    (set_tail_kv_lens(0) with kv_lens of the full length), where the main kernel redoes them."""
+    from dev.stress import budget
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
     for d in (192, 256):
         g, seed = new_gen()
         q, k, v = climbing_inputs(d, g)
         scale = 1.0 / math.sqrt(d)
         ref, _ = reference(q, k, v, scale)
         assert_accurate(vidattn.attention(q, k, v), ref, cudnn(q, k, v, scale), f"redo D={d} seed={seed}")
-        assert _ext.last_tail_splits() >= 2, d
+        want = budget.exact_tail_splits(2 * math.ceil(257 / 128), math.ceil(1000 / _ext.last_block_n()), sms)
+        assert _ext.last_tail_splits() == want and (want >= 2) == (d == 256), (d, want)
         full = torch.tensor([k.shape[1]], dtype=torch.int32, device=DEV)
         _ext.set_tail_kv_lens(0)
         try:
