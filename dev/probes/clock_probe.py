@@ -7,7 +7,8 @@ ran. vidattn and cuDNN alternate per shape, cuDNN first, with a pause between th
     python3 dev/probes/clock_probe.py 16x8x1024x256 1x8x32768x256 --paths cudnn fa3 vidattn --json out/clock.json
 
 A shape is an anchor key or BxHxSxD (self-attention, Sq = Skv = S). --paths picks and orders the paths: cudnn,
-vidattn, and fa3 (FlashAttention-3 through scripts/anchor_impls.py, where the anchors are installed; absent, or
+vidattn, vidattn_t1 / vidattn_t2 / vidattn_t3 (vidattn under that exact-kernel tail setting, vidattn._ext.
+set_tail_rounds; a name may repeat, to see the drift between runs), and fa3 (FlashAttention-3 through scripts/anchor_impls.py, where the anchors are installed; absent, or
 failing, its row says why). The host synchronizes every 4 calls: on calls of a fraction of a millisecond a path
 whose host side is slow (FA3's Python entry, 0.13-0.27 ms a call) leaves the GPU idle, which its row shows as power
 far under the cap (FA3 at 16x8x1024x256: 127 W); such a row measures the host, not the kernel.
@@ -98,7 +99,7 @@ def run_sampled(fn, seconds: float, period_ms: int = 50) -> tuple[int, float, li
     return calls, elapsed, [s[1:] for s in samples]
 
 
-PATHS = ("cudnn", "vidattn", "fa3")
+PATHS = ("cudnn", "vidattn", "vidattn_t1", "vidattn_t2", "vidattn_t3", "fa3")
 
 
 def parse_shapes(items: list[str]) -> list[tuple[str, int, int, int, int, int]]:
@@ -153,6 +154,8 @@ def main(argv=None):
                 F.scaled_dot_product_attention(qt, kt, vt)
 
         fns = {"cudnn": cudnn, "vidattn": lambda: _ext.forward(q, k, v, out, None, None, d ** -0.5)}
+        for t in (1, 2, 3):
+            fns[f"vidattn_t{t}"] = fns["vidattn"]
         if fa3_why is None and "fa3" in args.paths:
             fns["fa3"] = lambda: anchor_impls.fa3(q, k, v)
         flops = 4 * b * h * sq * skv * d
@@ -163,27 +166,38 @@ def main(argv=None):
                 continue
             fn = fns[name]
             time.sleep(args.pause)
+            tail = int(name[-1]) if name.startswith("vidattn_t") else -1
+            extra = {}
             try:
+                _ext.set_tail_rounds(tail)
+                fn()
+                extra = {"tail_splits": _ext.last_tail_splits()} if tail > 0 else {}
                 calls, elapsed, samples = run_sampled(fn, args.seconds)
             except Exception as exc:  # noqa: BLE001 - a failing path is its row; the others still run
                 rows.append({"shape": key, "path": name, "error": f"{type(exc).__name__}: {exc}"})
                 print(f"{key:14s} {name:8s} error: {rows[-1]['error']}", flush=True)
                 continue
-            rows.append({"shape": key, "path": name, "tflops": flops * calls / elapsed / 1e12, **summarize(samples)})
+            finally:
+                _ext.set_tail_rounds(-1)
+            rows.append({"shape": key, "path": name, "tflops": flops * calls / elapsed / 1e12, **summarize(samples),
+                         **extra})
             r = rows[-1]
+            # energy per call at the median power: where the cap holds the power, the calls' energy sets their rate
+            r["j_per_call"] = r["power_w"] * elapsed / calls
             print(f"{key:14s} {name:8s} {r['tflops']:6.0f} TFLOPS  SM {r['clock_mhz']:6.0f} MHz  "
-                  f"{r['power_w']:5.0f} W  {r['temp_c']:3.0f} C  ({r['n']} samples)", flush=True)
+                  f"{r['power_w']:5.0f} W  {r['temp_c']:3.0f} C  {r['j_per_call']:.3f} J/call  ({r['n']} samples)",
+                  flush=True)
         del q, k, v, out, qt, kt, vt
         torch.cuda.empty_cache()
-    print("\n| shape | path | TFLOPS | SM clock (MHz) | power (W) | temp (C) | samples |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| shape | path | TFLOPS | SM clock (MHz) | power (W) | temp (C) | J a call | samples |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "skipped" in r or "error" in r:
             print(f"| {r['shape']} | {r['path']} | {'skipped: ' + r['skipped'] if 'skipped' in r else r['error']} "
-                  "| | | | |")
+                  "| | | | | |")
             continue
         print(f"| {r['shape']} | {r['path']} | {r['tflops']:.0f} | {r['clock_mhz']:.0f} | {r['power_w']:.0f} | "
-              f"{r['temp_c']:.0f} | {r['n']} |")
+              f"{r['temp_c']:.0f} | {r['j_per_call']:.3f} | {r['n']} |")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"seconds": args.seconds, "pause": args.pause, "rows": rows}, indent=1))
