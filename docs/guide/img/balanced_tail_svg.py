@@ -3,7 +3,7 @@
 # python3 docs/guide/img/balanced_tail_svg.py
 from pathlib import Path
 
-from svg_bars import bar, legend_entry
+from svg_bars import bar, legend_entry, svg_header, write_svg
 
 SMS, TILES, NB = 8, 6, 20
 U = -(-TILES * NB // SMS)  # blocks per CTA: 15
@@ -19,11 +19,7 @@ def row_label(parts, y, text):
 
 
 def main():
-    W, H = 960, 625
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}">',
-             '<rect x="0" y="0" width="100%" height="100%" fill="#ffffff"/>',
-             '<text x="20" y="24" font-family="sans-serif" font-size="15" font-weight="bold">The last round: '
-             f'{TILES} tiles of {NB} key blocks on {SMS} SMs (schematic)</text>']
+    parts = svg_header(960, 625, f"The last round: {TILES} tiles of {NB} key blocks on {SMS} SMs (schematic)")
     # plain: one tile per CTA, SMs - TILES idle
     y = 60
     parts.append(f'<text x="20" y="{y - 8}" font-family="sans-serif" font-size="13" font-weight="bold">Plain '
@@ -82,10 +78,7 @@ def main():
     ]
     for i, n in enumerate(notes):
         parts.append(f'<text x="20" y="{ly + 34 + 16 * i}" font-family="sans-serif" font-size="11">{n}</text>')
-    parts.append('</svg>')
-    out = Path(__file__).with_name("balanced_tail.svg")
-    out.write_text("\n".join(parts) + "\n")
-    print(f"wrote {out}")
+    write_svg(parts, Path(__file__).with_name("balanced_tail.svg"))
 
 
 if __name__ == "__main__":
