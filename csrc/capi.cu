@@ -95,7 +95,9 @@ struct TailPlan {
   int64_t tiles = 0;  // tiles of the last round run as key ranges (0: no tail launch)
   int splits = 1;     // ranges a tile; under a balanced plan the most pieces any tile has
   int64_t chunk = 0;  // the balanced plan's key blocks per CTA (0: the uniform split)
-  int64_t blocks = 0; // the balanced plan's key blocks a tile
+  int64_t blocks = 0; // key blocks a tile
+  int64_t items = 0;  // the tail launch's work items (a partial each): tiles x splits, or two per SM balanced
+  int64_t ctas = 0;   // its grid: a CTA per item, or one per SM balanced
 };
 
 // Workspace bytes per tail item: the largest tile of any build (kBlockM x (D + 2) fp32: O and the row statistics),
@@ -140,22 +142,23 @@ TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
   if (blocks < VIDATTN_TAIL_MIN_TILE_BLOCKS) return plan;
   int64_t splits = sms / r;
   if (splits > blocks / VIDATTN_TAIL_MIN_BLOCKS) splits = blocks / VIDATTN_TAIL_MIN_BLOCKS;
-  if (splits < 2 && tail_rounds() == 3) {
-    const int64_t chunk = vidattn::balanced_tail_chunk(r, blocks, sms, VIDATTN_TAIL_MIN_BLOCKS);
-    if (chunk == 0 || static_cast<uint64_t>(kTailMaxItemsPerSm * sms) * kTailItemBytes > a.workspace_bytes) return plan;
-    plan.tiles = r;
-    plan.chunk = chunk;
-    plan.blocks = blocks;
-    int64_t most = 0;
-    for (int64_t t = 0; t < r; ++t) most = std::max(most, vidattn::balanced_tail_pieces(t, blocks, chunk));
-    plan.splits = static_cast<int>(most);
-    return plan;
-  }
+  int64_t chunk = 0;
+  if (splits < 2 && tail_rounds() == 3)
+    chunk = vidattn::balanced_tail_chunk(r, blocks, sms, VIDATTN_TAIL_MIN_BLOCKS);
   if (splits < 2 && tail_rounds() == 2)
     splits = vidattn::cheapest_tail_split(r, blocks, sms, VIDATTN_TAIL_MIN_BLOCKS, kTailMaxSplits, kTailMaxItemsPerSm);
-  if (splits < 2 || static_cast<uint64_t>(r * splits) * kTailItemBytes > a.workspace_bytes) return plan;
+  const int64_t items = chunk > 0 ? kTailMaxItemsPerSm * sms : r * splits;
+  if ((chunk == 0 && splits < 2) || static_cast<uint64_t>(items) * kTailItemBytes > a.workspace_bytes) return plan;
+  if (chunk > 0) {
+    splits = 0;
+    for (int64_t t = 0; t < r; ++t) splits = std::max(splits, vidattn::balanced_tail_pieces(t, blocks, chunk));
+  }
   plan.tiles = r;
   plan.splits = static_cast<int>(splits);
+  plan.chunk = chunk;
+  plan.blocks = blocks;
+  plan.items = items;
+  plan.ctas = chunk > 0 ? sms : items;
   return plan;
 }
 
@@ -448,18 +451,16 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
         return fail(err);
     }
     // The balanced plan: one CTA per SM, two items each (its chunk's pieces); the uniform one: a CTA per range.
-    const int64_t items = tail.chunk > 0 ? kTailMaxItemsPerSm * sms : tail.tiles * tail.splits;
-    const int64_t grid = tail.chunk > 0 ? sms : items;
     p.tile_base = static_cast<int>(main_tiles);
-    p.num_tiles = static_cast<int>(items);
+    p.num_tiles = static_cast<int>(tail.items);
     p.kv_splits = tail.chunk > 0 ? 0 : tail.splits;
     p.tail_chunk = static_cast<int>(tail.chunk);
     p.tail_blocks = static_cast<int>(tail.blocks);
-    p.tail_ctas = static_cast<int>(grid);
+    p.tail_ctas = static_cast<int>(tail.ctas);
     p.tail_tiles = static_cast<int>(tail.tiles);
     p.ws_o = static_cast<float*>(a.workspace);
-    p.ws_ml = p.ws_o + items * T::kBlockM * kHeadDim;
-    split_kernel<<<dim3(static_cast<unsigned>(grid)), T::kThreads, smem, stream>>>(p);
+    p.ws_ml = p.ws_o + tail.items * T::kBlockM * kHeadDim;
+    split_kernel<<<dim3(static_cast<unsigned>(tail.ctas)), T::kThreads, smem, stream>>>(p);
     if (check_launch("tail launch") != 0) return 1;
     const BalancedMerge merge{p.tail_chunk, p.tail_blocks, p.tail_ctas};
     return launch_combine<kHeadDim, kFp16>(a, p.ws_o, p.ws_ml, p.seqlen_q, p.heads, p.num_m_blocks, p.tile_base,

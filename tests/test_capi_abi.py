@@ -170,8 +170,8 @@ def test_tail_rounds_switch():
     # the search is tail_plan.h's, shared with the 8-bit plan (tests/test_tail_plan_host.py compiles and checks it)
     assert ("  if (splits < 2 && tail_rounds() == 2)\n    splits = vidattn::cheapest_tail_split(r, blocks, sms, "
             "VIDATTN_TAIL_MIN_BLOCKS, kTailMaxSplits, kTailMaxItemsPerSm);") in src
-    assert ("  if (splits < 2 && tail_rounds() == 3) {\n    const int64_t chunk = vidattn::balanced_tail_chunk(r, "
-            "blocks, sms, VIDATTN_TAIL_MIN_BLOCKS);") in src
+    assert ("  if (splits < 2 && tail_rounds() == 3)\n    chunk = vidattn::balanced_tail_chunk(r, blocks, sms, "
+            "VIDATTN_TAIL_MIN_BLOCKS);") in src
     assert "int vidattn_sm90_set_tail_rounds(int rounds);" in h and "int vidattn_sm90_tail_rounds(void);" in h
 
     class Lib:

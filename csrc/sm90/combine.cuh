@@ -23,9 +23,8 @@ struct CombineParams {
   int tile_base;       // the first tail tile's global index (tile_coord's order)
   int block_m, splits, num_rows;  // num_rows = tail tiles x block_m
   int head_dim;        // the caller's head dim (at most kHeadDim): the workspace's padded columns are not written
-  // The balanced tail (chunk > 0; flash_fwd.cuh balanced_piece): tile t's pieces are those of CTAs
-  // floor(t nb / chunk) .. floor(((t + 1) nb - 1) / chunk), nb = tile_blocks, CTA g's at item
-  // (t - floor(g chunk / nb)) x ctas + g. splits is then unused.
+  // The balanced tail (chunk > 0): tile t's pieces and their items as tail_plan.h's balanced_tail_pieces and
+  // balanced_piece_item give them for chunk, tile_blocks and ctas. splits is then unused.
   int chunk, tile_blocks, ctas;
 };
 

@@ -169,16 +169,18 @@ def main(argv=None):
             tail = int(name[-1]) if name.startswith("vidattn_t") else -1
             extra = {}
             try:
-                _ext.set_tail_rounds(tail)
-                fn()
-                extra = {"tail_splits": _ext.last_tail_splits()} if tail > 0 else {}
+                if tail > 0:
+                    _ext.set_tail_rounds(tail)
+                    fn()
+                    extra = {"tail_splits": _ext.last_tail_splits()}
                 calls, elapsed, samples = run_sampled(fn, args.seconds)
             except Exception as exc:  # noqa: BLE001 - a failing path is its row; the others still run
                 rows.append({"shape": key, "path": name, "error": f"{type(exc).__name__}: {exc}"})
                 print(f"{key:14s} {name:8s} error: {rows[-1]['error']}", flush=True)
                 continue
             finally:
-                _ext.set_tail_rounds(-1)
+                if tail > 0:
+                    _ext.set_tail_rounds(-1)
             rows.append({"shape": key, "path": name, "tflops": flops * calls / elapsed / 1e12, **summarize(samples),
                          **extra})
             r = rows[-1]
