@@ -211,6 +211,9 @@
 #   bash dev/device_session.sh P51 [budget_s] # the sitting's last call: the whole GPU suite on the final library,
 #                                             # the balanced sanitizer cases under memcheck, the settings A/B (1 / 3)
 #                                             # with the measured plan, D=192/256 against cuDNN under setting 3
+#   bash dev/device_session.sh P54 [budget_s] # the balanced tail's default rule: the tail GPU tests on 76c0903's
+#                                             # host-only plan code, settings 1 / 3 sustained (clock_probe.py),
+#                                             # D=256 1K/8K/32K against cuDNN under each setting
 #   bash dev/device_session.sh P43 [budget_s] # the per-key K/V pass's K' tile and the statistics unroll again
 #                                             # (dev/NOTES_8bit.md): the 8-bit GPU suites and sanitizer cases, the
 #                                             # probe under P42's library (OLD_LIB), this one and UNROLL_LIB (carried
@@ -1029,6 +1032,28 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P54)
+  # dev/NOTES.md "The balanced tail as the default: the rule": 76c0903's host-only plan code under the tail GPU tests,
+  # settings 1 / 3 sustained at the power cap (clock_probe, alternating twice), D=256 against cuDNN under each.
+  build_lib
+  mkdir -p "$OUT/p54"
+  gpu_pytest p54/tail_gpu.log 200 tail_gpu -m gpu tests/test_kernel_gpu.py tests/test_head_dims_gpu.py \
+    tests/test_reliability_gpu.py tests/test_nan_rows_gpu.py \
+    -k "tail or last_round or workspace or balanced or nan or redo or score_range"
+  timeout 150 python3 dev/probes/clock_probe.py 1x8x32768x256 1x24x22230x128 \
+    --paths vidattn_t1 vidattn_t3 vidattn_t1 vidattn_t3 cudnn --seconds 6 --pause 2 --json "$OUT/p54/clock_tail.json" \
+    > "$OUT/p54/clock_tail.log" 2>&1; rc[clock_tail]=$?
+  tail -14 "$OUT/p54/clock_tail.log"
+  for r in 1 3; do
+    [ "$(left)" -gt 70 ] || break
+    VIDATTN_TAIL_ROUNDS=$r timeout $(( $(left) - 10 < 130 ? $(left) - 10 : 130 )) python3 scripts/bench_anchors.py \
+      --group headdims --shapes "D256 1K" "D256 8K" "D256 32K" --impls cudnn,vidattn --no-accuracy --rounds 6 \
+      --budget-s $(( $(left) - 25 < 110 ? $(left) - 25 : 110 )) --out "$OUT/p54/anchors_hd_r$r.json" \
+      > "$OUT/p54/anchors_hd_r$r.log" 2>&1; rc[anchors_r$r]=$?
+    echo "VIDATTN_TAIL_ROUNDS=$r"; tail -6 "$OUT/p54/anchors_hd_r$r.log"
+  done
+  tar_dirs p54
   ;;
 P51)
   # dev/NOTES.md "Call P50": the final library (the split kernel exact again, the balanced plan priced as P49 measured
