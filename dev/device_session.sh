@@ -214,6 +214,8 @@
 #   bash dev/device_session.sh P54 [budget_s] # the balanced tail's default rule: the tail GPU tests on 76c0903's
 #                                             # host-only plan code, settings 1 / 3 sustained (clock_probe.py),
 #                                             # D=256 1K/8K/32K against cuDNN under each setting
+#   bash dev/device_session.sh P55 [budget_s] # the whole GPU suite on 76c0903's library, the tail sanitizer
+#                                             # cases plain and under memcheck
 #   bash dev/device_session.sh P43 [budget_s] # the per-key K/V pass's K' tile and the statistics unroll again
 #                                             # (dev/NOTES_8bit.md): the 8-bit GPU suites and sanitizer cases, the
 #                                             # probe under P42's library (OLD_LIB), this one and UNROLL_LIB (carried
@@ -1032,6 +1034,16 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P55)
+  # The sitting's last call: the whole GPU suite on 76c0903's library (0887e5159dfb15b4; P51 ran the suite on
+  # 56e8a3035b5cb0f0, whose kernels are the same and whose host plan code differs), then the balanced and tail
+  # sanitizer cases plain and under memcheck (the host plan's numbers reach the kernels and the merge).
+  build_lib
+  mkdir -p "$OUT/p55"
+  gpu_pytest p55/gpu_all.log $(( $(left) - 130 < 360 ? $(left) - 130 : 360 )) gpu_all -m gpu tests/
+  sanitize_only p55 "tail" "memcheck"
+  tar_dirs p55
   ;;
 P54)
   # dev/NOTES.md "The balanced tail as the default: the rule": 76c0903's host-only plan code under the tail GPU tests,
