@@ -31,6 +31,7 @@
 
 #include "sm90/ptx.cuh"
 #include "sm90/wgmma8_ops.cuh"
+#include "sm90/wgmma_ops.cuh"     // Wgmma<128, false>: the bf16 forms of the (f) variants
 #include "wgmma8_probe_ops.cuh"  // WgmmaE4m3SS: the same generator (csrc/tools/gen_wgmma8.py --probe)
 
 namespace ptx = vidattn::ptx;
@@ -51,7 +52,7 @@ constexpr int kMaxWGs = 4;
 constexpr int kChains = 16;
 constexpr int kATileBytes = 64 * 128;   // A: 64 rows x 128 bytes (k = 128 in 4 k32 steps), 128-byte swizzle
 constexpr int kBTileBytes = 128 * 128;  // B: 128 rows (N) x 128 bytes
-constexpr double kMacsPerWgmma = 64.0 * 128.0 * 32.0;
+constexpr double kMacsPerWgmma = 64.0 * 128.0 * 32.0;  // 8-bit m64n128k32; bf16 m64n128k16 is half
 constexpr int kStat = 4;  // per CTA and warpgroup: iterations, clock64 cycles, %globaltimer ns, %smid
 // Dynamic shared memory asked per CTA: more than half an SM's 228 KB, so no SM can hold two CTAs (the ex2-only kernels
 // need few registers and would otherwise fit several per SM); the host checks the CTAs' %smid all differ.
@@ -65,7 +66,14 @@ enum Kind : int {
   kFp8RS = 3,   // wgmma .f32.e4m3.e4m3, A from registers (P V's form)
   kAttn = 4,    // the kernel's pair in its order: 4 INT8 SS (S), wait, 4 FP8 RS (P V) with A from S (3 WGs)
   kNoTensor = 5,  // no wgmma: only the exponentials (and ALU mix)
+  kBf16SS = 6,  // wgmma .f32.bf16.bf16 m64n128k16, A and B from shared memory (the exact kernel's S = Q K^T)
+  kBf16RS = 7,  // the same with A from registers (the exact kernel's P V)
 };
+
+// The bf16 kinds run m64n128k16 (half an 8-bit wgmma's MACs) at 2048 MACs per clock per SM (dense bf16: 4096
+// flop/clk/SM, half the 8-bit rate). The same tiles serve both: a k16 step of bf16 is 32 bytes of a row, as a k32
+// step of 8-bit elements is, so the descriptors are the same.
+__host__ __device__ constexpr bool is_bf16(int kind) { return kind == kBf16SS || kind == kBf16RS; }
 
 struct Role {
   int kind;  // Kind
@@ -184,7 +192,7 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
 #pragma unroll
   for (int i = 0; i < kCh; ++i) ch[i] = 0.25f + 0.01f * i + 1e-4f * tid;
 
-  constexpr bool kFloatAcc = kKind == kFp8SS || kKind == kFp8RS || kKind == kAttn;
+  constexpr bool kFloatAcc = kKind == kFp8SS || kKind == kFp8RS || kKind == kAttn || is_bf16(kKind);
   constexpr bool kIntAcc = kKind == kS8SS;
   float facc[kFloatAcc ? 64 : 1];
   int32_t iacc[kIntAcc ? 64 : 1];
@@ -193,7 +201,7 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
 #pragma unroll
   for (int i = 0; i < (kIntAcc ? 64 : 1); ++i) iacc[i] = 0;
   constexpr bool kTensor = kKind != kIdle && kKind != kNoTensor;
-  constexpr bool kRegA = kKind == kFp8RS || kKind == kAttn;
+  constexpr bool kRegA = kKind == kFp8RS || kKind == kAttn || kKind == kBf16RS;
   uint32_t frag[4][4];  // the RS form's A: 4 k32 steps x 4 b32 per thread (the kernel's P)
 #pragma unroll
   for (int k = 0; k < 4; ++k)
@@ -258,6 +266,10 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
             ptx::WgmmaE4m3SS<128>::ss(facc, da, db, t + kk > 0);
           } else if constexpr (kKind == kS8SS) {
             ptx::WgmmaS8<128>::ss(iacc, da, db, t + kk > 0);
+          } else if constexpr (kKind == kBf16SS) {
+            ptx::Wgmma<128, false>::ss(facc, da, db, t + kk > 0);
+          } else if constexpr (kKind == kBf16RS) {
+            ptx::Wgmma<128, false>::rs<0>(facc, frag[kk], db, t + kk > 0);  // B K-major, as in SS
           } else {
             ptx::WgmmaE4m3<128>::rs(facc, frag[kk], db, t + kk > 0);
           }
@@ -376,6 +388,14 @@ const Variant kVariants[] = {
      {{kAttn, 8, 64, 1}, {kAttn, 8, 64, 1}, {kAttn, 8, 64, 1}, {kIdle, 0, 0, 0}}},
     {"e_ex2mix_3m", "(e) MUFU + ALU only: 3 WGs 64 ex2 with the mix", 3, 0,
      {{kNoTensor, 0, 64, 1}, {kNoTensor, 0, 64, 1}, {kNoTensor, 0, 64, 1}, {kIdle, 0, 0, 0}}},
+    // (f) the exact kernel's tensor work alone: bf16 wgmma with nothing else, the ceiling of its MMA rate under the
+    // power cap (tensor % of 2048 MACs/clk/SM in these rows).
+    {"f_bf16ss_4t", "(f) tensor only: 4 WGs bf16 SS", 4, 0,
+     {{kBf16SS, 8, 0, 0}, {kBf16SS, 8, 0, 0}, {kBf16SS, 8, 0, 0}, {kBf16SS, 8, 0, 0}}},
+    {"f_bf16rs_4t", "(f) tensor only: 4 WGs bf16 RS", 4, 0,
+     {{kBf16RS, 8, 0, 0}, {kBf16RS, 8, 0, 0}, {kBf16RS, 8, 0, 0}, {kBf16RS, 8, 0, 0}}},
+    {"f_bf16ss_2t", "(f) tensor only: 2 WGs bf16 SS, 2 idle (the exact kernel's two consumers)", 4, 0,
+     {{kBf16SS, 8, 0, 0}, {kBf16SS, 8, 0, 0}, {kIdle, 0, 0, 0}, {kIdle, 0, 0, 0}}},
 };
 
 template <int kWGs, int kKind, bool kMix>
@@ -403,6 +423,8 @@ bool launch(const Variant& v, const Params& p, int sms, size_t smem) {
   else if (v.wgs == 4 && kind == kS8SS && !m) launch_one<4, kS8SS, false>(p, sms, smem);
   else if (v.wgs == 4 && kind == kFp8RS && !m) launch_one<4, kFp8RS, false>(p, sms, smem);
   else if (v.wgs == 4 && kind == kNoTensor && !m) launch_one<4, kNoTensor, false>(p, sms, smem);
+  else if (v.wgs == 4 && kind == kBf16SS && !m) launch_one<4, kBf16SS, false>(p, sms, smem);
+  else if (v.wgs == 4 && kind == kBf16RS && !m) launch_one<4, kBf16RS, false>(p, sms, smem);
   else if (v.wgs == 3 && kind == kAttn) {
     if (m) launch_one<3, kAttn, true>(p, sms, smem);
     else launch_one<3, kAttn, false>(p, sms, smem);
@@ -446,6 +468,8 @@ int run_variant(const Variant& v, double seconds, int sms, float* sink, unsigned
   // Per CTA: the SM's tensor MACs and ex2 per clock, summed over its warpgroups (which ran over the same interval),
   // and its clock (cycles / ns); then averaged over CTAs. Totals for the TFLOPS over the mean CTA wall time.
   double macs_clk = 0, ex2_clk = 0, ghz = 0, macs = 0, ex2 = 0, ns = 0;
+  bool bf16 = false;  // the variant's tensor kind is bf16: its peak is 2048 MACs/clk/SM
+  for (int w = 0; w < v.wgs; ++w) bf16 |= is_bf16(v.role[w].kind);
   std::set<unsigned long long> smids;
   for (int b = 0; b < sms; ++b) {
     double cta_ns = 0, cta_cyc = 0;
@@ -454,7 +478,7 @@ int run_variant(const Variant& v, double seconds, int sms, float* sink, unsigned
       if (s[1] != 0) smids.insert(s[3]);
       const Role& r = p.role[w];
       if (r.kind == kIdle || s[1] == 0) continue;
-      const double m = r.kind == kNoTensor ? 0.0 : double(s[0]) * r.t * kMacsPerWgmma;
+      const double m = r.kind == kNoTensor ? 0.0 : double(s[0]) * r.t * kMacsPerWgmma / (is_bf16(r.kind) ? 2 : 1);
       const double x = double(s[0]) * r.e * 128.0;
       macs_clk += m / double(s[1]);
       ex2_clk += x / double(s[1]);
@@ -476,7 +500,7 @@ int run_variant(const Variant& v, double seconds, int sms, float* sink, unsigned
       "{\"variant\": \"%s\", \"what\": \"%s\", \"wgs\": %d, \"sync\": %d, \"sms\": %d, \"t_start\": %.3f, "
       "\"t_end\": %.3f, \"seconds\": %.4f, \"sm_ghz\": %.4f, \"tflops\": %.1f, \"macs_per_clk_sm\": %.1f, "
       "\"tensor_frac\": %.4f, \"ex2_per_clk_sm\": %.3f, \"mufu_frac\": %.4f, \"distinct_sms\": %d}\n",
-      v.name, v.what, v.wgs, v.sync, sms, t0, t1, ns * 1e-9, ghz, tflops, macs_clk, macs_clk / 4096.0, ex2_clk,
+      v.name, v.what, v.wgs, v.sync, sms, t0, t1, ns * 1e-9, ghz, tflops, macs_clk, macs_clk / (bf16 ? 2048.0 : 4096.0), ex2_clk,
       ex2_clk / 16.0, static_cast<int>(smids.size()));
   std::fflush(stdout);
   return 0;

@@ -84,7 +84,7 @@ def add_overlap(rows: list[dict]) -> None:
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| variant | TFLOPS (tensor) | tensor % of 4096 MAC/clk/SM | ex2/clk/SM | MUFU % of 16 | both | "
+    out = ["| variant | TFLOPS (tensor) | tensor % of peak (4096 8-bit, 2048 bf16 MAC/clk/SM) | ex2/clk/SM | MUFU % of 16 | both | "
            "SM GHz (clock64/ns) | smi MHz | smi W |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         both = f"{r['both']:.2f}" if r.get("both") is not None else "-"
