@@ -4,7 +4,8 @@
 # of mufu_tensor_overlap.cu (f_bf16ss_4t) and then attention shapes run back to back, 6 s each (clock_probe.py).
 #   bash dev/probes/clock_reasons.sh OUTDIR [shape ...]      # default shape: D=256 8K (2x8x8192x256)
 # Writes OUTDIR/smi.csv (timestamp, SM clock, power, active reasons), OUTDIR/perf_<step>.txt (nvidia-smi -q -d
-# PERFORMANCE), OUTDIR/marks.txt (each run's start and end, unix seconds), OUTDIR/mma.jsonl, OUTDIR/clock_*.log.
+# PERFORMANCE), OUTDIR/marks.txt (each run's start and end, unix seconds), OUTDIR/mma.jsonl, OUTDIR/clock_*.log, and
+# all of them again as OUTDIR.tar.gz.
 set -uo pipefail
 out=${1:?OUTDIR}; shift
 shapes=("${@:-2x8x8192x256}")
@@ -32,3 +33,5 @@ for s in "${shapes[@]}"; do
 done
 kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
 rm -f "$out/mto"
+# one archive beside the folder: the device tool returns a limited number of files per call
+tar czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"

@@ -57,6 +57,11 @@ constexpr int kStat = 4;  // per CTA and warpgroup: iterations, clock64 cycles, 
 // Dynamic shared memory asked per CTA: more than half an SM's 228 KB, so no SM can hold two CTAs (the ex2-only kernels
 // need few registers and would otherwise fit several per SM); the host checks the CTAs' %smid all differ.
 constexpr size_t kSmemAsk = 120 * 1024;
+// The (g) variants: each warpgroup's copies land in a scratch area of its own, in kCopyBytes pieces taken round-robin
+// from a kSrcBytes buffer (L2-resident after the first pass, as an attention call's K and V mostly are).
+constexpr int kScratchBytes = 16 * 1024;
+constexpr int kCopyBytes = 4096;
+constexpr size_t kSrcBytes = 16u << 20;
 constexpr int kT = 8;  // wgmmas per iteration of a tensor role: one attention block's S + P V
 
 enum Kind : int {
@@ -82,6 +87,8 @@ struct Role {
              // by ptxas, C7520). Host-side bookkeeping only.
   int e;     // ex2 per thread per iteration, a multiple of kChains
   int mix;   // 1: each ex2 with the softmax's other work (FFMA, FADD, IMAD, half an F2FP + LOP3)
+  int load;  // bytes a warpgroup copies from global memory (L2) into shared memory per iteration, by cp.async.bulk on
+             // an mbarrier as the kernel's TMA loads: the (g) variants (0: none)
 };
 
 struct Params {
@@ -94,6 +101,7 @@ struct Params {
   int sink_key;          // never equal to the magic: the sink store is there only so the work cannot be deleted
   float* sink;
   unsigned long long* stats;  // kStat values per CTA and warpgroup
+  const uint8_t* src;         // the (g) variants' source: kSrcBytes, small enough to stay in L2 as K and V do
 };
 
 // %globaltimer (PTX ISA chapter 10, special registers): nanoseconds, the same clock on every SM; the deadline and
@@ -145,8 +153,20 @@ __device__ __forceinline__ void fence_iregs(int32_t (&r)[N]) {
 struct Shared {
   alignas(1024) uint8_t a[2][kATileBytes];
   alignas(1024) uint8_t b[2][kBTileBytes];
+  alignas(128) uint8_t scratch[kMaxWGs][kScratchBytes];
+  uint64_t bar[kMaxWGs];
   int flag[kMaxWGs + 1][2];
 };
+
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes (PTX ISA 9.7.9.25.4.1): a 1-D bulk copy on the
+// TMA unit, completing its bytes on the mbarrier as the kernel's tensor loads do (a CTA is its own cluster).
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          ptx::smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(ptx::smem_addr(bar))
+      : "memory");
+}
 
 // A byte pattern that is a valid e4m3 everywhere (no 0x7F / 0xFF NaN) and spread over the range, so the multipliers
 // toggle as on real operands; as INT8 the same bytes are arbitrary signed values.
@@ -209,6 +229,9 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
     for (int j = 0; j < 4; ++j) frag[k][j] = kRegA ? pattern_word(4 * (4 * tid + k) + j) : 0u;
 
   const uint32_t a_base = ptx::smem_addr(&s.a[wg & 1][0]), b_base = ptx::smem_addr(&s.b[wg & 1][0]);
+  // (g): this warpgroup's place in the source, apart from the other warpgroups' and CTAs'
+  const uint32_t src_pieces = static_cast<uint32_t>(kSrcBytes / kCopyBytes);
+  uint32_t piece = (blockIdx.x * kMaxWGs + wg) * 131u % src_pieces;
   const uint64_t c0 = clock64(), n0 = globaltimer();
   unsigned long long iters = 0;
   float osum = 0.f;  // kAttn: O_tile merged into it after each P V (the kernel's 64 FFMA merge)
@@ -246,6 +269,15 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
         ptx::WgmmaE4m3<128>::rs(facc, frag[kk], ptx::make_smem_desc_sw128(b0 + kk * 32, 16, 1024), kk > 0);
       ptx::wgmma_commit();
     } else if constexpr (kTensor) {
+      if (r.load > 0 && leader) {
+        // the iteration's copies, issued before its wgmmas and waited for after them, as a producer runs ahead
+        ptx::mbarrier_arrive_expect_tx(&s.bar[wg], static_cast<uint32_t>(r.load));
+        for (int off = 0; off < r.load; off += kCopyBytes) {
+          bulk_copy_g2s(&s.scratch[wg][off % kScratchBytes], p.src + static_cast<size_t>(piece) * kCopyBytes,
+                        kCopyBytes, &s.bar[wg]);
+          piece = piece + 1 == src_pieces ? 0 : piece + 1;
+        }
+      }
       if constexpr (kRegA) {
         // P changes every block: a new A fragment (16 LOP3) written before the fence that orders it for wgmma
 #pragma unroll
@@ -286,6 +318,7 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
 #pragma unroll
         for (int i = 0; i < 64; ++i) vfma(osum, p.c3, facc[i]);
       }
+      if (r.load > 0 && leader) ptx::mbarrier_wait(&s.bar[wg], static_cast<uint32_t>(iters & 1));
     }
     ++iters;
     // Stop together: one thread reads the clock, its verdict reaches the others through shared memory and a barrier
@@ -325,7 +358,9 @@ __global__ void __launch_bounds__(kWGs * 128, 1) overlap_kernel(const __grid_con
     const int words = (2 * kATileBytes + 2 * kBTileBytes) / 4;
     for (int i = threadIdx.x; i < words; i += blockDim.x) w[i] = pattern_word(i);
     if (threadIdx.x < 2 * (kMaxWGs + 1)) (&s.flag[0][0])[threadIdx.x] = 0;
+    if (threadIdx.x < kMaxWGs) ptx::mbarrier_init(&s.bar[threadIdx.x], 1);
   }
+  ptx::fence_barrier_init();
   // generic-proxy stores that wgmma reads through the async proxy: fenced before the barrier
   ptx::fence_proxy_async_smem();
   __syncthreads();
@@ -396,6 +431,15 @@ const Variant kVariants[] = {
      {{kBf16RS, 8, 0, 0}, {kBf16RS, 8, 0, 0}, {kBf16RS, 8, 0, 0}, {kBf16RS, 8, 0, 0}}},
     {"f_bf16ss_2t", "(f) tensor only: 2 WGs bf16 SS, 2 idle (the exact kernel's two consumers)", 4, 0,
      {{kBf16SS, 8, 0, 0}, {kBf16SS, 8, 0, 0}, {kIdle, 0, 0, 0}, {kIdle, 0, 0, 0}}},
+    // (g) (f) with the exact kernel's L2 -> shared traffic beside it: K and V, 2 x 2 bytes a key and channel, for
+    // 2 x 128 rows of MACs a tile (128-row tiles): 1/64 byte per MAC, 16 KB per warpgroup and iteration of 8
+    // m64n128k16 (1 M MACs); half of it is what K/V multicast across a CTA pair would leave.
+    {"g_bf16ss_l2_4t", "(g) 4 WGs bf16 SS + 16 KB L2 -> shared a WG and iteration (1/64 B a MAC: the kernel's)", 4,
+     0, {{kBf16SS, 8, 0, 0, 16384}, {kBf16SS, 8, 0, 0, 16384}, {kBf16SS, 8, 0, 0, 16384}, {kBf16SS, 8, 0, 0, 16384}}},
+    {"g_bf16ss_l2half_4t", "(g) 4 WGs bf16 SS + 8 KB L2 -> shared (1/128 B a MAC: a CTA pair's multicast)", 4, 0,
+     {{kBf16SS, 8, 0, 0, 8192}, {kBf16SS, 8, 0, 0, 8192}, {kBf16SS, 8, 0, 0, 8192}, {kBf16SS, 8, 0, 0, 8192}}},
+    {"g_bf16ss_l2x2_4t", "(g) 4 WGs bf16 SS + 32 KB L2 -> shared (1/32 B a MAC: 64-row tiles)", 4, 0,
+     {{kBf16SS, 8, 0, 0, 32768}, {kBf16SS, 8, 0, 0, 32768}, {kBf16SS, 8, 0, 0, 32768}, {kBf16SS, 8, 0, 0, 32768}}},
 };
 
 template <int kWGs, int kKind, bool kMix>
@@ -439,13 +483,14 @@ double unix_now() {
   return tv.tv_sec + tv.tv_usec * 1e-6;
 }
 
-int run_variant(const Variant& v, double seconds, int sms, float* sink, unsigned long long* stats_d, bool report) {
+int run_variant(const Variant& v, double seconds, int sms, float* sink, unsigned long long* stats_d,
+                const uint8_t* src, bool report) {
   Params p{};
   if (v.sync && v.role[0].kind == kIdle) {  // thread 0 reads the clock for all in sync mode
     std::fprintf(stderr, "%s: sync needs warpgroup 0 working\n", v.name);
     std::exit(1);
   }
-  for (int w = 0; w < kMaxWGs; ++w) p.role[w] = w < v.wgs ? v.role[w] : Role{kIdle, 0, 0, 0};
+  for (int w = 0; w < kMaxWGs; ++w) p.role[w] = w < v.wgs ? v.role[w] : Role{kIdle, 0, 0, 0, 0};
   p.sync = v.sync;
   for (int w = 0; w < v.wgs; ++w) p.sync_threads += p.role[w].kind != kIdle ? 128 : 0;
   p.budget_ns = static_cast<uint64_t>(seconds * 1e9);
@@ -453,6 +498,7 @@ int run_variant(const Variant& v, double seconds, int sms, float* sink, unsigned
   p.sink_key = 0;
   p.sink = sink;
   p.stats = stats_d;
+  p.src = src;
   const size_t smem = std::max(sizeof(Shared) + 1024, kSmemAsk);
   CHECK(cudaMemset(stats_d, 0, sizeof(unsigned long long) * sms * kMaxWGs * kStat));
   const double t0 = unix_now();
@@ -500,7 +546,8 @@ int run_variant(const Variant& v, double seconds, int sms, float* sink, unsigned
       "{\"variant\": \"%s\", \"what\": \"%s\", \"wgs\": %d, \"sync\": %d, \"sms\": %d, \"t_start\": %.3f, "
       "\"t_end\": %.3f, \"seconds\": %.4f, \"sm_ghz\": %.4f, \"tflops\": %.1f, \"macs_per_clk_sm\": %.1f, "
       "\"tensor_frac\": %.4f, \"ex2_per_clk_sm\": %.3f, \"mufu_frac\": %.4f, \"distinct_sms\": %d}\n",
-      v.name, v.what, v.wgs, v.sync, sms, t0, t1, ns * 1e-9, ghz, tflops, macs_clk, macs_clk / (bf16 ? 2048.0 : 4096.0), ex2_clk,
+      v.name, v.what, v.wgs, v.sync, sms, t0, t1, ns * 1e-9, ghz, tflops, macs_clk,
+      macs_clk / (bf16 ? 2048.0 : 4096.0), ex2_clk,
       ex2_clk / 16.0, static_cast<int>(smids.size()));
   std::fflush(stdout);
   return 0;
@@ -537,12 +584,20 @@ int main(int argc, char** argv) {
   unsigned long long* stats;
   CHECK(cudaMalloc(&sink, sizeof(float) * sms * 512));
   CHECK(cudaMalloc(&stats, sizeof(unsigned long long) * sms * kMaxWGs * kStat));
+  uint8_t* src;  // the (g) variants' source: pseudo-random bytes, so that the copies toggle as real data does
+  CHECK(cudaMalloc(&src, kSrcBytes));
+  {
+    std::vector<uint32_t> h(kSrcBytes / 4);
+    uint32_t x = 12345u;
+    for (uint32_t& w : h) w = (x = x * 1664525u + 1013904223u) & 0xBFBFBFBFu;
+    CHECK(cudaMemcpy(src, h.data(), kSrcBytes, cudaMemcpyHostToDevice));
+  }
   for (const Variant& v : kVariants) {
     bool want = names.empty();
     for (const std::string& n : names) want |= n == v.name;
     if (!want) continue;
-    run_variant(v, 0.05, sms, sink, stats, false);  // warm-up (and the first launch's module load), not reported
-    run_variant(v, seconds, sms, sink, stats, true);
+    run_variant(v, 0.05, sms, sink, stats, src, false);  // warm-up (and the first launch's module load), not reported
+    run_variant(v, seconds, sms, sink, stats, src, true);
     if (pause > 0) usleep(static_cast<useconds_t>(pause * 1e6));  // idle: the card cools the same way before each
   }
   return 0;
