@@ -89,6 +89,8 @@ struct Role {
   int mix;   // 1: each ex2 with the softmax's other work (FFMA, FADD, IMAD, half an F2FP + LOP3)
   int load;  // bytes a warpgroup copies from global memory (L2) into shared memory per iteration, by cp.async.bulk on
              // an mbarrier as the kernel's TMA loads: the (g) variants (0: none)
+  int ahead; // 1: the copies of iteration i + 1 issued during iteration i, two stages (as the kernel's producer runs
+             // ahead of the consumers); 0: issued at iteration i's start and waited for at its end
 };
 
 struct Params {
@@ -153,8 +155,8 @@ __device__ __forceinline__ void fence_iregs(int32_t (&r)[N]) {
 struct Shared {
   alignas(1024) uint8_t a[2][kATileBytes];
   alignas(1024) uint8_t b[2][kBTileBytes];
-  alignas(128) uint8_t scratch[kMaxWGs][kScratchBytes];
-  uint64_t bar[kMaxWGs];
+  alignas(128) uint8_t scratch[kMaxWGs][2][kScratchBytes];
+  uint64_t bar[kMaxWGs][2];
   int flag[kMaxWGs + 1][2];
 };
 
@@ -200,6 +202,18 @@ __device__ __forceinline__ void exp_work(float (&ch)[kCh], float (&sum)[4], int3
   }
 }
 
+// One iteration's copies: `bytes` in kCopyBytes pieces into warpgroup wg's stage `st` (wrapping inside it), on that
+// stage's mbarrier, the source pieces taken round-robin from `piece`.
+__device__ __forceinline__ void issue_copies(Shared& s, int wg, int st, int bytes, const uint8_t* src, uint32_t& piece,
+                                             uint32_t src_pieces) {
+  ptx::mbarrier_arrive_expect_tx(&s.bar[wg][st], static_cast<uint32_t>(bytes));
+  for (int off = 0; off < bytes; off += kCopyBytes) {
+    bulk_copy_g2s(&s.scratch[wg][st][off % kScratchBytes], src + static_cast<size_t>(piece) * kCopyBytes, kCopyBytes,
+                  &s.bar[wg][st]);
+    piece = piece + 1 == src_pieces ? 0 : piece + 1;
+  }
+}
+
 template <int kKind, bool kMix>
 __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, uint64_t deadline) {
   const Role r = p.role[wg];
@@ -232,6 +246,7 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
   // (g): this warpgroup's place in the source, apart from the other warpgroups' and CTAs'
   const uint32_t src_pieces = static_cast<uint32_t>(kSrcBytes / kCopyBytes);
   uint32_t piece = (blockIdx.x * kMaxWGs + wg) * 131u % src_pieces;
+  if (kTensor && r.load > 0 && r.ahead && leader) issue_copies(s, wg, 0, r.load, p.src, piece, src_pieces);
   const uint64_t c0 = clock64(), n0 = globaltimer();
   unsigned long long iters = 0;
   float osum = 0.f;  // kAttn: O_tile merged into it after each P V (the kernel's 64 FFMA merge)
@@ -270,13 +285,10 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
       ptx::wgmma_commit();
     } else if constexpr (kTensor) {
       if (r.load > 0 && leader) {
-        // the iteration's copies, issued before its wgmmas and waited for after them, as a producer runs ahead
-        ptx::mbarrier_arrive_expect_tx(&s.bar[wg], static_cast<uint32_t>(r.load));
-        for (int off = 0; off < r.load; off += kCopyBytes) {
-          bulk_copy_g2s(&s.scratch[wg][off % kScratchBytes], p.src + static_cast<size_t>(piece) * kCopyBytes,
-                        kCopyBytes, &s.bar[wg]);
-          piece = piece + 1 == src_pieces ? 0 : piece + 1;
-        }
+        // the copies of iteration i (of i + 1 with ahead: iteration 0's went before the loop), into stage j & 1 on
+        // that stage's mbarrier, waited for after iteration i's wgmmas (ahead: i + 1's, during i + 1)
+        const unsigned long long j = iters + (r.ahead ? 1 : 0);
+        issue_copies(s, wg, static_cast<int>(j & 1), r.load, p.src, piece, src_pieces);
       }
       if constexpr (kRegA) {
         // P changes every block: a new A fragment (16 LOP3) written before the fence that orders it for wgmma
@@ -318,7 +330,8 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
 #pragma unroll
         for (int i = 0; i < 64; ++i) vfma(osum, p.c3, facc[i]);
       }
-      if (r.load > 0 && leader) ptx::mbarrier_wait(&s.bar[wg], static_cast<uint32_t>(iters & 1));
+      if (r.load > 0 && leader)  // stage i & 1 completes its (i >> 1)-th phase in iteration i
+        ptx::mbarrier_wait(&s.bar[wg][iters & 1], static_cast<uint32_t>((iters >> 1) & 1));
     }
     ++iters;
     // Stop together: one thread reads the clock, its verdict reaches the others through shared memory and a barrier
@@ -331,6 +344,9 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
     if (s.flag[slot][iters & 1]) break;
   }
   const uint64_t c1 = clock64(), n1 = globaltimer();
+  // ahead: the copies issued for the iteration that did not run land before the CTA (and its shared memory) ends
+  if (kTensor && r.load > 0 && r.ahead && leader)
+    ptx::mbarrier_wait(&s.bar[wg][iters & 1], static_cast<uint32_t>((iters >> 1) & 1));
   if (leader) {
     unsigned long long* st = p.stats + (static_cast<size_t>(blockIdx.x) * kMaxWGs + wg) * kStat;
     st[0] = iters;
@@ -358,7 +374,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1) overlap_kernel(const __grid_con
     const int words = (2 * kATileBytes + 2 * kBTileBytes) / 4;
     for (int i = threadIdx.x; i < words; i += blockDim.x) w[i] = pattern_word(i);
     if (threadIdx.x < 2 * (kMaxWGs + 1)) (&s.flag[0][0])[threadIdx.x] = 0;
-    if (threadIdx.x < kMaxWGs) ptx::mbarrier_init(&s.bar[threadIdx.x], 1);
+    if (threadIdx.x < 2 * kMaxWGs) ptx::mbarrier_init(&s.bar[threadIdx.x / 2][threadIdx.x % 2], 1);
   }
   ptx::fence_barrier_init();
   // generic-proxy stores that wgmma reads through the async proxy: fenced before the barrier
@@ -440,6 +456,14 @@ const Variant kVariants[] = {
      {{kBf16SS, 8, 0, 0, 8192}, {kBf16SS, 8, 0, 0, 8192}, {kBf16SS, 8, 0, 0, 8192}, {kBf16SS, 8, 0, 0, 8192}}},
     {"g_bf16ss_l2x2_4t", "(g) 4 WGs bf16 SS + 32 KB L2 -> shared (1/32 B a MAC: 64-row tiles)", 4, 0,
      {{kBf16SS, 8, 0, 0, 32768}, {kBf16SS, 8, 0, 0, 32768}, {kBf16SS, 8, 0, 0, 32768}, {kBf16SS, 8, 0, 0, 32768}}},
+    // the same bytes a stage ahead: the copies' latency under the previous iteration's wgmmas, so what is left of the
+    // loss is the traffic's energy (the clock) and bandwidth, not its wait
+    {"g_bf16ss_l2ahead_4t", "(g) 4 WGs bf16 SS + 16 KB L2 -> shared, a stage ahead", 4, 0,
+     {{kBf16SS, 8, 0, 0, 16384, 1}, {kBf16SS, 8, 0, 0, 16384, 1}, {kBf16SS, 8, 0, 0, 16384, 1},
+      {kBf16SS, 8, 0, 0, 16384, 1}}},
+    {"g_bf16ss_l2halfahead_4t", "(g) 4 WGs bf16 SS + 8 KB L2 -> shared, a stage ahead", 4, 0,
+     {{kBf16SS, 8, 0, 0, 8192, 1}, {kBf16SS, 8, 0, 0, 8192, 1}, {kBf16SS, 8, 0, 0, 8192, 1},
+      {kBf16SS, 8, 0, 0, 8192, 1}}},
 };
 
 template <int kWGs, int kKind, bool kMix>
@@ -490,7 +514,7 @@ int run_variant(const Variant& v, double seconds, int sms, float* sink, unsigned
     std::fprintf(stderr, "%s: sync needs warpgroup 0 working\n", v.name);
     std::exit(1);
   }
-  for (int w = 0; w < kMaxWGs; ++w) p.role[w] = w < v.wgs ? v.role[w] : Role{kIdle, 0, 0, 0, 0};
+  for (int w = 0; w < kMaxWGs; ++w) p.role[w] = w < v.wgs ? v.role[w] : Role{kIdle, 0, 0, 0, 0, 0};
   p.sync = v.sync;
   for (int w = 0; w < v.wgs; ++w) p.sync_threads += p.role[w].kind != kIdle ? 128 : 0;
   p.budget_ns = static_cast<uint64_t>(seconds * 1e9);
