@@ -381,6 +381,20 @@ ncu_one() {
     sort -k3 -g -r | head -24 | tee -a "$OUT/$dir/ncu_summary.txt"
 }
 # The path of the library build_lib made ready (what vidattn loads by default).
+# The head-dim anchors (cuDNN against vidattn, 6 do_bench rounds) under tail settings 1 and 3, each while more than
+# MIN_LEFT s of the budget are left and for at most CAP s:
+#   hd_anchors_per_tail_setting DIR MIN_LEFT CAP SHAPE...   -> $OUT/DIR/anchors_hd_r{1,3}.{json,log}, rc[anchors_r*]
+hd_anchors_per_tail_setting() {
+  local dir=$1 min_left=$2 cap=$3 r; shift 3
+  for r in 1 3; do
+    [ "$(left)" -gt "$min_left" ] || break
+    VIDATTN_TAIL_ROUNDS=$r timeout $(( $(left) - 10 < cap ? $(left) - 10 : cap )) python3 scripts/bench_anchors.py \
+      --group headdims --shapes "$@" --impls cudnn,vidattn --no-accuracy --rounds 6 \
+      --budget-s $(( $(left) - 25 < cap - 20 ? $(left) - 25 : cap - 20 )) --out "$OUT/$dir/anchors_hd_r$r.json" \
+      > "$OUT/$dir/anchors_hd_r$r.log" 2>&1; rc[anchors_r$r]=$?
+    echo "VIDATTN_TAIL_ROUNDS=$r"; tail -6 "$OUT/$dir/anchors_hd_r$r.log"
+  done
+}
 lib_path() { python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1; }
 # The 8-bit pre-pass probe (dev/probes/q8_prep_probe.py) under each library, each in its own process:
 #   prep_probes DIR "SHAPES" name=lib ...   -> $OUT/DIR/prep_probe_<name>.{json,log}, the pre-pass rows printed
@@ -1057,14 +1071,7 @@ P54)
     --paths vidattn_t1 vidattn_t3 vidattn_t1 vidattn_t3 cudnn --seconds 6 --pause 2 --json "$OUT/p54/clock_tail.json" \
     > "$OUT/p54/clock_tail.log" 2>&1; rc[clock_tail]=$?
   tail -14 "$OUT/p54/clock_tail.log"
-  for r in 1 3; do
-    [ "$(left)" -gt 70 ] || break
-    VIDATTN_TAIL_ROUNDS=$r timeout $(( $(left) - 10 < 130 ? $(left) - 10 : 130 )) python3 scripts/bench_anchors.py \
-      --group headdims --shapes "D256 1K" "D256 8K" "D256 32K" --impls cudnn,vidattn --no-accuracy --rounds 6 \
-      --budget-s $(( $(left) - 25 < 110 ? $(left) - 25 : 110 )) --out "$OUT/p54/anchors_hd_r$r.json" \
-      > "$OUT/p54/anchors_hd_r$r.log" 2>&1; rc[anchors_r$r]=$?
-    echo "VIDATTN_TAIL_ROUNDS=$r"; tail -6 "$OUT/p54/anchors_hd_r$r.log"
-  done
+  hd_anchors_per_tail_setting p54 70 130 "D256 1K" "D256 8K" "D256 32K"
   tar_dirs p54
   ;;
 P51)
@@ -1137,14 +1144,7 @@ P48)
     rc[ab_balanced]=0 || rc[ab_balanced]=$?
   [ -f "$OUT/p48/ab_balanced.log" ] && sed -n '/== exact tail launch/,$p' "$OUT/p48/ab_balanced.log" &&
     grep -E "rror|Traceback" "$OUT/p48/ab_balanced.log" | tail -3
-  for r in 1 3; do
-    [ "$(left)" -gt 90 ] || break
-    VIDATTN_TAIL_ROUNDS=$r timeout $(( $(left) - 10 < 200 ? $(left) - 10 : 200 )) python3 scripts/bench_anchors.py \
-      --group headdims --shapes "D256 32K" "D256 8K" "D192 32K" --impls cudnn,vidattn --no-accuracy --rounds 6 \
-      --budget-s $(( $(left) - 25 < 180 ? $(left) - 25 : 180 )) --out "$OUT/p48/anchors_hd_r$r.json" \
-      > "$OUT/p48/anchors_hd_r$r.log" 2>&1; rc[anchors_r$r]=$?
-    echo "VIDATTN_TAIL_ROUNDS=$r"; tail -6 "$OUT/p48/anchors_hd_r$r.log"
-  done
+  hd_anchors_per_tail_setting p48 90 200 "D256 32K" "D256 8K" "D192 32K"
   tar_dirs p48
   ;;
 P47)
