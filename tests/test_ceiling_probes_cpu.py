@@ -158,6 +158,8 @@ def test_overlap_program_builds_without_spills_and_has_the_instructions(tmp_path
     assert re.search(r"HGMMA\.64x128x16\.F32\.BF16 R\d+, gdesc", sass.stdout)
     assert re.search(r"HGMMA\.64x128x16\.F32\.BF16 R\d+, R\d+, gdesc", sass.stdout)
     assert "UBLKCP.S.G" in sass.stdout
+    # the (h) pair's copies into both CTAs, and its cluster barrier
+    assert "UBLKCP.S.G.MULTICAST" in sass.stdout and "UCGABAR_WAIT" in sass.stdout
 
 
 def test_gemm_main_runs_every_case_and_records_a_refusal(monkeypatch, tmp_path, capsys):

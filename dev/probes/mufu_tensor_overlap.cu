@@ -104,6 +104,9 @@ struct Params {
   float* sink;
   unsigned long long* stats;  // kStat values per CTA and warpgroup
   const uint8_t* src;         // the (g) variants' source: kSrcBytes, small enough to stay in L2 as K and V do
+  int cluster;                // 2: (h) CTA pairs, each CTA copying half of every stage into both (multicast)
+  unsigned long long iters_fixed;  // > 0: every warpgroup stops after this many iterations, not at the deadline
+                                   // (a pair must stop together: each waits on the other's arrivals)
 };
 
 // %globaltimer (PTX ISA chapter 10, special registers): nanoseconds, the same clock on every SM; the deadline and
@@ -157,6 +160,7 @@ struct Shared {
   alignas(1024) uint8_t b[2][kBTileBytes];
   alignas(128) uint8_t scratch[kMaxWGs][2][kScratchBytes];
   uint64_t bar[kMaxWGs][2];
+  uint64_t empty[kMaxWGs][2];  // (h): both CTAs of the pair have waited for this stage's fill (two arrivals)
   int flag[kMaxWGs + 1][2];
 };
 
@@ -202,10 +206,56 @@ __device__ __forceinline__ void exp_work(float (&ch)[kCh], float (&sum)[4], int3
   }
 }
 
+// (h) CTA pairs. %cluster_ctarank (PTX ISA chapter 10): this CTA's rank in its cluster.
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// barrier.cluster.arrive.release + wait.acquire (9.7.13.4): every thread of both CTAs; orders the barrier inits
+// before the peer's first arrival and keeps each CTA's shared memory alive until the peer is done with it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// One arrival on the peer CTA's copy of an mbarrier: mapa (9.7.9.22) to its shared::cluster address, then
+// mbarrier.arrive.release.cluster.shared::cluster (9.7.13.15.13).
+__device__ __forceinline__ void mbarrier_arrive_peer(uint64_t* bar, uint32_t peer) {
+  asm volatile(
+      "{\n.reg .b32 ra;\n"
+      "mapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(ptx::smem_addr(bar)),
+      "r"(peer)
+      : "memory");
+}
+// cp.async.bulk ... .multicast::cluster (9.7.9.25.4.1): the same bytes into dst of every CTA in cta_mask, each
+// completing on that CTA's mbarrier at the same offset.
+__device__ __forceinline__ void bulk_copy_g2s_mc(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                                 uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], "
+      "%4;" ::"r"(ptx::smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(ptx::smem_addr(bar)), "h"(cta_mask)
+      : "memory");
+}
+
 // One iteration's copies: `bytes` in kCopyBytes pieces into warpgroup wg's stage `st` (wrapping inside it), on that
 // stage's mbarrier, the source pieces taken round-robin from `piece`.
+// Pairs (cluster 2): iteration j's fill of the stage waits until both CTAs have waited for its previous fill
+// (empty, phase j / 2 - 1), then each CTA copies its half of the bytes into both CTAs, so each stage's mbarrier still
+// expects all of them.
 __device__ __forceinline__ void issue_copies(Shared& s, int wg, int st, int bytes, const uint8_t* src, uint32_t& piece,
-                                             uint32_t src_pieces) {
+                                             uint32_t src_pieces, int cluster = 1, unsigned long long j = 0) {
+  if (cluster == 2) {
+    if (j >= 2) ptx::mbarrier_wait(&s.empty[wg][st], static_cast<uint32_t>(((j >> 1) - 1) & 1));
+    ptx::mbarrier_arrive_expect_tx(&s.bar[wg][st], static_cast<uint32_t>(bytes));
+    const int half = bytes / 2, base = static_cast<int>(cluster_rank()) * half;
+    for (int off = 0; off < half; off += kCopyBytes) {
+      bulk_copy_g2s_mc(&s.scratch[wg][st][(base + off) % kScratchBytes],
+                       src + static_cast<size_t>(piece) * kCopyBytes, kCopyBytes, &s.bar[wg][st], 0x3);
+      piece = piece + 1 == src_pieces ? 0 : piece + 1;
+    }
+    return;
+  }
   ptx::mbarrier_arrive_expect_tx(&s.bar[wg][st], static_cast<uint32_t>(bytes));
   for (int off = 0; off < bytes; off += kCopyBytes) {
     bulk_copy_g2s(&s.scratch[wg][st][off % kScratchBytes], src + static_cast<size_t>(piece) * kCopyBytes, kCopyBytes,
@@ -246,7 +296,8 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
   // (g): this warpgroup's place in the source, apart from the other warpgroups' and CTAs'
   const uint32_t src_pieces = static_cast<uint32_t>(kSrcBytes / kCopyBytes);
   uint32_t piece = (blockIdx.x * kMaxWGs + wg) * 131u % src_pieces;
-  if (kTensor && r.load > 0 && r.ahead && leader) issue_copies(s, wg, 0, r.load, p.src, piece, src_pieces);
+  if (kTensor && r.load > 0 && r.ahead && leader)
+    issue_copies(s, wg, 0, r.load, p.src, piece, src_pieces, p.cluster, 0);
   const uint64_t c0 = clock64(), n0 = globaltimer();
   unsigned long long iters = 0;
   float osum = 0.f;  // kAttn: O_tile merged into it after each P V (the kernel's 64 FFMA merge)
@@ -288,7 +339,7 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
         // the copies of iteration i (of i + 1 with ahead: iteration 0's went before the loop), into stage j & 1 on
         // that stage's mbarrier, waited for after iteration i's wgmmas (ahead: i + 1's, during i + 1)
         const unsigned long long j = iters + (r.ahead ? 1 : 0);
-        issue_copies(s, wg, static_cast<int>(j & 1), r.load, p.src, piece, src_pieces);
+        issue_copies(s, wg, static_cast<int>(j & 1), r.load, p.src, piece, src_pieces, p.cluster, j);
       }
       if constexpr (kRegA) {
         // P changes every block: a new A fragment (16 LOP3) written before the fence that orders it for wgmma
@@ -330,13 +381,22 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
 #pragma unroll
         for (int i = 0; i < 64; ++i) vfma(osum, p.c3, facc[i]);
       }
-      if (r.load > 0 && leader)  // stage i & 1 completes its (i >> 1)-th phase in iteration i
+      if (r.load > 0 && leader) {  // stage i & 1 completes its (i >> 1)-th phase in iteration i
         ptx::mbarrier_wait(&s.bar[wg][iters & 1], static_cast<uint32_t>((iters >> 1) & 1));
+        if (p.cluster == 2) {  // this CTA is done with the fill: both CTAs' empty barriers hear it
+          ptx::mbarrier_arrive(&s.empty[wg][iters & 1]);
+          mbarrier_arrive_peer(&s.empty[wg][iters & 1], cluster_rank() ^ 1u);
+        }
+      }
     }
     ++iters;
     // Stop together: one thread reads the clock, its verdict reaches the others through shared memory and a barrier
     // (every wgmma is .sync.aligned: all 128 threads of a warpgroup must leave in the same iteration). Parity
     // buffers: a flag is rewritten two barriers after it was read.
+    if (p.iters_fixed > 0) {  // every warpgroup's count is uniform: no vote needed
+      if (iters >= p.iters_fixed) break;
+      continue;
+    }
     const int slot = p.sync ? kMaxWGs : wg;
     if ((p.sync ? threadIdx.x == 0 : leader)) s.flag[slot][iters & 1] = globaltimer() >= deadline;
     if (p.sync) ptx::named_barrier_sync(1, p.sync_threads);
@@ -375,11 +435,13 @@ __global__ void __launch_bounds__(kWGs * 128, 1) overlap_kernel(const __grid_con
     for (int i = threadIdx.x; i < words; i += blockDim.x) w[i] = pattern_word(i);
     if (threadIdx.x < 2 * (kMaxWGs + 1)) (&s.flag[0][0])[threadIdx.x] = 0;
     if (threadIdx.x < 2 * kMaxWGs) ptx::mbarrier_init(&s.bar[threadIdx.x / 2][threadIdx.x % 2], 1);
+    if (threadIdx.x < 2 * kMaxWGs) ptx::mbarrier_init(&s.empty[threadIdx.x / 2][threadIdx.x % 2], 2);
   }
   ptx::fence_barrier_init();
   // generic-proxy stores that wgmma reads through the async proxy: fenced before the barrier
   ptx::fence_proxy_async_smem();
   __syncthreads();
+  if (p.cluster == 2) cluster_sync();  // both CTAs' barriers initialised before either arrives on the other's
   // one start for the whole CTA, so every warpgroup stops at the same deadline
   __shared__ uint64_t start;
   if (threadIdx.x == 0) start = globaltimer();
@@ -391,6 +453,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1) overlap_kernel(const __grid_con
   const int kind = p.role[wg].kind;
   if (kind == kKind) role_loop<kKind, kMix>(p, s, wg, deadline);
   else if (kind == kNoTensor) role_loop<kNoTensor, kMix>(p, s, wg, deadline);
+  if (p.cluster == 2) cluster_sync();  // the peer may still copy into this CTA or arrive on its barriers
 }
 
 struct Variant {
@@ -399,6 +462,7 @@ struct Variant {
   int wgs;
   int sync;
   Role role[kMaxWGs];
+  int cluster;  // 2: launched in CTA pairs (the (h) variants), which run a fixed iteration count
 };
 
 // T = 8 wgmmas per iteration (one attention block's S + P V), E = 64 ex2 per thread (its exponentials): "1x".
@@ -464,13 +528,57 @@ const Variant kVariants[] = {
     {"g_bf16ss_l2halfahead_4t", "(g) 4 WGs bf16 SS + 8 KB L2 -> shared, a stage ahead", 4, 0,
      {{kBf16SS, 8, 0, 0, 8192, 1}, {kBf16SS, 8, 0, 0, 8192, 1}, {kBf16SS, 8, 0, 0, 8192, 1},
       {kBf16SS, 8, 0, 0, 8192, 1}}},
+    // (h) K/V multicast in CTA pairs: 16 KB land in every CTA a WG-iteration, as in g_bf16ss_l2ahead_4t, but each CTA
+    // reads only half of them from L2 and copies them into both, a stage ahead, a stage refilled only once both CTAs
+    // have waited for it (the lock-step a multicast kernel has). Against g_bf16ss_l2ahead_4t (same bytes delivered)
+    // and g_bf16ss_l2halfahead_4t (same bytes read): is the traffic's cost in reading L2 or in delivering the bytes?
+    {"h_bf16ss_mc_4t", "(h) 4 WGs bf16 SS, CTA pairs: 16 KB into each CTA, 8 KB read from L2 by each (multicast)", 4,
+     0, {{kBf16SS, 8, 0, 0, 16384, 1}, {kBf16SS, 8, 0, 0, 16384, 1}, {kBf16SS, 8, 0, 0, 16384, 1},
+         {kBf16SS, 8, 0, 0, 16384, 1}}, 2},
 };
 
 template <int kWGs, int kKind, bool kMix>
 void launch_one(const Params& p, int sms, size_t smem) {
   CHECK(cudaFuncSetAttribute(overlap_kernel<kWGs, kKind, kMix>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(smem)));
-  overlap_kernel<kWGs, kKind, kMix><<<sms, kWGs * 128, smem>>>(p);
+  if (p.cluster != 2) {
+    overlap_kernel<kWGs, kKind, kMix><<<sms, kWGs * 128, smem>>>(p);
+    return;
+  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(sms));
+  cfg.blockDim = dim3(kWGs * 128);
+  cfg.dynamicSmemBytes = smem;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&cfg, overlap_kernel<kWGs, kKind, kMix>, p));
+}
+
+// The CTAs of a pair launch (v.cluster 2): two a cluster, as many clusters as fit at once at one CTA an SM (an SM
+// left over in a GPC of odd size stays idle).
+int pair_ctas(const Variant& v, int sms, size_t smem) {
+  if (v.cluster != 2) return sms;
+  auto kernel = overlap_kernel<4, kBf16SS, false>;  // the only pair kind built
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(sms & ~1));
+  cfg.blockDim = dim3(4 * 128);
+  cfg.dynamicSmemBytes = smem;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+  return std::min(2 * clusters, sms & ~1);
 }
 
 // The variant's one tensor kind (kNoTensor if none) and whether its exponentials carry the ALU mix; the kernels built.
@@ -524,6 +632,13 @@ int run_variant(const Variant& v, double seconds, int sms, float* sink, unsigned
   p.stats = stats_d;
   p.src = src;
   const size_t smem = std::max(sizeof(Shared) + 1024, kSmemAsk);
+  const int all_sms = sms;
+  p.cluster = v.cluster == 2 ? 2 : 1;
+  if (p.cluster == 2) {
+    sms = pair_ctas(v, sms, smem);
+    // ~6.5e5 iterations a second per warpgroup near 700 TFLOPS (call P59's g rows): about `seconds` of work
+    p.iters_fixed = std::max(1000ull, static_cast<unsigned long long>(seconds * 6.5e5));
+  }
   CHECK(cudaMemset(stats_d, 0, sizeof(unsigned long long) * sms * kMaxWGs * kStat));
   const double t0 = unix_now();
   if (!launch(v, p, sms, smem)) {
@@ -569,10 +684,11 @@ int run_variant(const Variant& v, double seconds, int sms, float* sink, unsigned
   std::printf(
       "{\"variant\": \"%s\", \"what\": \"%s\", \"wgs\": %d, \"sync\": %d, \"sms\": %d, \"t_start\": %.3f, "
       "\"t_end\": %.3f, \"seconds\": %.4f, \"sm_ghz\": %.4f, \"tflops\": %.1f, \"macs_per_clk_sm\": %.1f, "
-      "\"tensor_frac\": %.4f, \"ex2_per_clk_sm\": %.3f, \"mufu_frac\": %.4f, \"distinct_sms\": %d}\n",
+      "\"tensor_frac\": %.4f, \"ex2_per_clk_sm\": %.3f, \"mufu_frac\": %.4f, \"distinct_sms\": %d, "
+      "\"tflops_all_sms\": %.1f}\n",
       v.name, v.what, v.wgs, v.sync, sms, t0, t1, ns * 1e-9, ghz, tflops, macs_clk,
       macs_clk / (bf16 ? 2048.0 : 4096.0), ex2_clk,
-      ex2_clk / 16.0, static_cast<int>(smids.size()));
+      ex2_clk / 16.0, static_cast<int>(smids.size()), tflops * all_sms / sms);
   std::fflush(stdout);
   return 0;
 }
