@@ -214,6 +214,8 @@
 #   bash dev/device_session.sh P54 [budget_s] # the balanced tail's default rule: the tail GPU tests on 76c0903's
 #                                             # host-only plan code, settings 1 / 3 sustained (clock_probe.py),
 #                                             # D=256 1K/8K/32K against cuDNN under each setting
+#   bash dev/device_session.sh P60 [budget_s] # K/V multicast priced in the bf16 wgmma loop (mufu_tensor_overlap
+#                                             # (g) ahead and (h) pair variants), D=256 8K / 32K beside (~90 s)
 #   bash dev/device_session.sh P55 [budget_s] # the whole GPU suite on 76c0903's library, the tail sanitizer
 #                                             # cases plain and under memcheck
 #   bash dev/device_session.sh P43 [budget_s] # the per-key K/V pass's K' tile and the statistics unroll again
@@ -1048,6 +1050,21 @@ P33)
   sed -n '/== exact tail launch/,$p' "$OUT/p33/ab_exact.log"; grep -E "rror|Traceback" "$OUT/p33/ab_exact.log" | tail -3
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
+  ;;
+P60)
+  # dev/NOTES.md "K/V multicast priced in the loop": the bf16 wgmma loop bare, with the exact kernel's L2 -> shared
+  # bytes (waited each iteration, and a stage ahead), half of them a stage ahead, and the (h) CTA pairs that read half
+  # and multicast (last: a hang there loses only its own row); then D=256 8K / 32K on the same card.
+  mkdir -p "$OUT/p60"
+  timeout 150 python3 dev/probes/mufu_tensor_overlap.py --out "$OUT/p60" --seconds 6 --pause 2 --timeout 130 \
+    f_bf16ss_4t g_bf16ss_l2_4t g_bf16ss_l2ahead_4t g_bf16ss_l2halfahead_4t h_bf16ss_mc_4t \
+    > "$OUT/p60/overlap.log" 2>&1; rc[overlap]=$?
+  sed -n '/^| variant/,$p' "$OUT/p60/overlap.log"; grep -h tflops_all_sms "$OUT/p60/overlap_raw.jsonl" | tail -1
+  build_lib
+  timeout 80 python3 dev/probes/clock_probe.py 2x8x8192x256 1x8x32768x256 --paths vidattn cudnn --seconds 6 \
+    --pause 2 --json "$OUT/p60/clock.json" > "$OUT/p60/clock.log" 2>&1; rc[clock]=$?
+  tail -6 "$OUT/p60/clock.log"
+  tar_dirs p60
   ;;
 P55)
   # The sitting's last call: the whole GPU suite on 76c0903's library (0887e5159dfb15b4; P51 ran the suite on
