@@ -393,7 +393,8 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
     // Stop together: one thread reads the clock, its verdict reaches the others through shared memory and a barrier
     // (every wgmma is .sync.aligned: all 128 threads of a warpgroup must leave in the same iteration). Parity
     // buffers: a flag is rewritten two barriers after it was read.
-    if (p.iters_fixed > 0) {  // every warpgroup's count is uniform: no vote needed
+    if (p.iters_fixed > 0) {  // the count is uniform, so no vote; the barrier still keeps the warpgroup's warps in
+      ptx::named_barrier_sync(2 + wg, 128);  // step behind the leader's waits, as in the deadline mode
       if (iters >= p.iters_fixed) break;
       continue;
     }
