@@ -382,7 +382,6 @@ ncu_one() {
     grep -E "smsp__average_warp_latency_issue_stalled_[a-z_]+\.ratio |smsp__pcsamp_warps_issue_stalled_[a-z_]+ |dram__bytes_(read|write)\.sum |lts__t_bytes\.sum " | \
     sort -k3 -g -r | head -24 | tee -a "$OUT/$dir/ncu_summary.txt"
 }
-# The path of the library build_lib made ready (what vidattn loads by default).
 # The head-dim anchors (cuDNN against vidattn, 6 do_bench rounds) under tail settings 1 and 3, each while more than
 # MIN_LEFT s of the budget are left and for at most CAP s:
 #   hd_anchors_per_tail_setting DIR MIN_LEFT CAP SHAPE...   -> $OUT/DIR/anchors_hd_r{1,3}.{json,log}, rc[anchors_r*]
@@ -397,6 +396,7 @@ hd_anchors_per_tail_setting() {
     echo "VIDATTN_TAIL_ROUNDS=$r"; tail -6 "$OUT/$dir/anchors_hd_r$r.log"
   done
 }
+# The path of the library build_lib made ready (what vidattn loads by default).
 lib_path() { python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1; }
 # The 8-bit pre-pass probe (dev/probes/q8_prep_probe.py) under each library, each in its own process:
 #   prep_probes DIR "SHAPES" name=lib ...   -> $OUT/DIR/prep_probe_<name>.{json,log}, the pre-pass rows printed

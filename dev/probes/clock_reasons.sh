@@ -11,8 +11,17 @@ out=${1:?OUTDIR}; shift
 shapes=("${@:-2x8x8192x256}")
 mkdir -p "$out"
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I "$ROOT/csrc" -o "$out/mto" \
-  "$ROOT/dev/probes/mufu_tensor_overlap.cu" || exit 1
+# built with mufu_tensor_overlap.py's own nvcc command (its flags and source)
+python3 - "$ROOT" "$out/mto" <<'PY' || exit 1
+import subprocess, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1] + "/dev/probes")
+import mufu_tensor_overlap as m
+nvcc = m.find_nvcc()
+if nvcc is None:
+    raise SystemExit("clock_reasons.sh: no nvcc")
+subprocess.run(m.nvcc_command(nvcc, Path(sys.argv[2])), check=True)
+PY
 # (clocks_event_reasons since driver 535; the older clocks_throttle_reasons name otherwise)
 reasons=clocks_event_reasons.active
 nvidia-smi --query-gpu=$reasons --format=csv > /dev/null 2>&1 || reasons=clocks_throttle_reasons.active

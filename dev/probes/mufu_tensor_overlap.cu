@@ -245,21 +245,14 @@ __device__ __forceinline__ void bulk_copy_g2s_mc(void* dst, const void* src, uin
 // expects all of them.
 __device__ __forceinline__ void issue_copies(Shared& s, int wg, int st, int bytes, const uint8_t* src, uint32_t& piece,
                                              uint32_t src_pieces, int cluster = 1, unsigned long long j = 0) {
-  if (cluster == 2) {
-    if (j >= 2) ptx::mbarrier_wait(&s.empty[wg][st], static_cast<uint32_t>(((j >> 1) - 1) & 1));
-    ptx::mbarrier_arrive_expect_tx(&s.bar[wg][st], static_cast<uint32_t>(bytes));
-    const int half = bytes / 2, base = static_cast<int>(cluster_rank()) * half;
-    for (int off = 0; off < half; off += kCopyBytes) {
-      bulk_copy_g2s_mc(&s.scratch[wg][st][(base + off) % kScratchBytes],
-                       src + static_cast<size_t>(piece) * kCopyBytes, kCopyBytes, &s.bar[wg][st], 0x3);
-      piece = piece + 1 == src_pieces ? 0 : piece + 1;
-    }
-    return;
-  }
+  if (cluster == 2 && j >= 2) ptx::mbarrier_wait(&s.empty[wg][st], static_cast<uint32_t>(((j >> 1) - 1) & 1));
   ptx::mbarrier_arrive_expect_tx(&s.bar[wg][st], static_cast<uint32_t>(bytes));
-  for (int off = 0; off < bytes; off += kCopyBytes) {
-    bulk_copy_g2s(&s.scratch[wg][st][off % kScratchBytes], src + static_cast<size_t>(piece) * kCopyBytes, kCopyBytes,
-                  &s.bar[wg][st]);
+  const int issued = bytes / cluster, base = cluster == 2 ? static_cast<int>(cluster_rank()) * issued : 0;
+  for (int off = base; off < base + issued; off += kCopyBytes) {
+    void* dst = &s.scratch[wg][st][off % kScratchBytes];
+    const uint8_t* from = src + static_cast<size_t>(piece) * kCopyBytes;
+    if (cluster == 2) bulk_copy_g2s_mc(dst, from, kCopyBytes, &s.bar[wg][st], 0x3);
+    else bulk_copy_g2s(dst, from, kCopyBytes, &s.bar[wg][st]);
     piece = piece + 1 == src_pieces ? 0 : piece + 1;
   }
 }
@@ -390,14 +383,14 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
       }
     }
     ++iters;
-    // Stop together: one thread reads the clock, its verdict reaches the others through shared memory and a barrier
-    // (every wgmma is .sync.aligned: all 128 threads of a warpgroup must leave in the same iteration). Parity
-    // buffers: a flag is rewritten two barriers after it was read.
     if (p.iters_fixed > 0) {  // the count is uniform, so no vote; the barrier still keeps the warpgroup's warps in
       ptx::named_barrier_sync(2 + wg, 128);  // step behind the leader's waits, as in the deadline mode
       if (iters >= p.iters_fixed) break;
       continue;
     }
+    // Stop together: one thread reads the clock, its verdict reaches the others through shared memory and a barrier
+    // (every wgmma is .sync.aligned: all 128 threads of a warpgroup must leave in the same iteration). Parity
+    // buffers: a flag is rewritten two barriers after it was read.
     const int slot = p.sync ? kMaxWGs : wg;
     if ((p.sync ? threadIdx.x == 0 : leader)) s.flag[slot][iters & 1] = globaltimer() >= deadline;
     if (p.sync) ptx::named_barrier_sync(1, p.sync_threads);
@@ -538,6 +531,25 @@ const Variant kVariants[] = {
          {kBf16SS, 8, 0, 0, 16384, 1}}, 2},
 };
 
+// A launch of `ctas` CTAs of kWGs warpgroups in clusters of two (the (h) pairs). The attribute lives beside the
+// configuration that points at it.
+struct PairLaunch {
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg;
+  PairLaunch(int ctas, int wgs, size_t smem) : attr{}, cfg{} {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+    cfg.blockDim = dim3(wgs * 128);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  PairLaunch(const PairLaunch&) = delete;  // cfg.attrs points into this object
+};
+
 template <int kWGs, int kKind, bool kMix>
 void launch_one(const Params& p, int sms, size_t smem) {
   CHECK(cudaFuncSetAttribute(overlap_kernel<kWGs, kKind, kMix>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -546,18 +558,8 @@ void launch_one(const Params& p, int sms, size_t smem) {
     overlap_kernel<kWGs, kKind, kMix><<<sms, kWGs * 128, smem>>>(p);
     return;
   }
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(sms));
-  cfg.blockDim = dim3(kWGs * 128);
-  cfg.dynamicSmemBytes = smem;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&cfg, overlap_kernel<kWGs, kKind, kMix>, p));
+  const PairLaunch launch(sms, kWGs, smem);
+  CHECK(cudaLaunchKernelEx(&launch.cfg, overlap_kernel<kWGs, kKind, kMix>, p));
 }
 
 // The CTAs of a pair launch (v.cluster 2): two a cluster, as many clusters as fit at once at one CTA an SM (an SM
@@ -566,19 +568,9 @@ int pair_ctas(const Variant& v, int sms, size_t smem) {
   if (v.cluster != 2) return sms;
   auto kernel = overlap_kernel<4, kBf16SS, false>;  // the only pair kind built
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(sms & ~1));
-  cfg.blockDim = dim3(4 * 128);
-  cfg.dynamicSmemBytes = smem;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const PairLaunch launch(sms & ~1, 4, smem);
   int clusters = 0;
-  CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+  CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.cfg));
   return std::min(2 * clusters, sms & ~1);
 }
 
