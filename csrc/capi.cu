@@ -36,6 +36,9 @@ int g_d96_build = 0;
 // 7: head dims 200..256 on the routed D=256 build (O-in-V, read-late) with a tile's last, partial key block narrowed
 // whenever it is partial, by as little as one step (kNarrowAll; an A/B build, off by default); bf16 136..192 refused,
 // fp16 wide, as under 4.
+// 8: head dims 200..256 on the routed D=256 build run by CTA pairs that share each K/V block, each CTA loading half
+// of it into both with TMA multicast (kPairs; an A/B build, off by default; launch_built says when a call falls back
+// to the routed build); bf16 136..192 refused, fp16 wide, as under 4.
 int g_hd_narrow = 0;
 // Where the epilogue of this thread's last launch staged O: 0 a scratch of its own, 1 Q's buffer, 2 the V stages,
 // 3 nowhere (stored from registers: kORegs), 4 the V stages with the stores' reads waited for under the next tile's
@@ -48,6 +51,8 @@ thread_local int g_last_block_n = 0;  // kBlockN of this thread's last launch (0
 // Rows of a Q box in this thread's last launch: the tile's (kBlockM), or a warpgroup's (64: kQHalves, Q loaded per
 // warpgroup; 0: none).
 thread_local int g_last_q_box_rows = 0;
+// CTAs per cluster of this thread's last main launch: 1, 2 (CTA pairs sharing K/V: kPairs), 0 (none).
+thread_local int g_last_cluster_ctas = 0;
 
 int fail(const std::string& msg) {
   g_last_error = msg;
@@ -344,6 +349,50 @@ int launch_combine(const VidattnFwdArgs& a, const float* ws_o, const float* ws_m
   return check_launch(what);
 }
 
+// The CTA-pair build's launch configuration (FwdTraits::kPairs): clusters of two along x, `ctas` CTAs.
+struct PairLaunch {
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg;
+  PairLaunch(int ctas, int threads, size_t smem, cudaStream_t stream) : attr{}, cfg{} {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+    cfg.blockDim = dim3(static_cast<unsigned>(threads));
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+};
+
+// CTAs the pair build's main launch runs at once: two per cluster of two that fits (cudaOccupancyMaxActiveClusters:
+// a GPC with an odd number of SMs leaves one idle), asked once per device (the kernel already opted into its shared
+// memory); 0 where none fits or the query fails.
+template <typename Kernel>
+int pair_launch_ctas(Kernel kernel, int sms, int threads, size_t smem) {
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};  // clusters + 1; 0: not asked yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) {
+    cudaGetLastError();
+    return 0;
+  }
+  int k = known[device].load(std::memory_order_relaxed);
+  if (k == 0) {
+    PairLaunch l(sms & ~1, threads, smem, nullptr);
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &l.cfg) != cudaSuccess) {
+      cudaGetLastError();  // (a device or driver without clusters: the plain launch)
+      clusters = 0;
+    }
+    k = std::max(clusters, 0) + 1;
+    known[device].store(k, std::memory_order_relaxed);
+  }
+  return 2 * std::min(k - 1, sms / 2);
+}
+
 // kCausal: the causal build (flash_fwd.cuh, tile_work), a.causal picking the alignment. Causal launches have no tail
 // launch: with the workspace their CTAs take tiles from a counter, heaviest first (next_causal_tile), so they end
 // within a light tile of each other; without it, the static order (heaviest first within each head, snaking across
@@ -385,16 +434,28 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   g_last_block_n = T::kBlockN;
   g_last_o_path = T::kOReadLate ? 4 : T::kORegs ? 3 : T::kOInV ? 2 : T::kOInQ ? 1 : 0;
   g_last_q_box_rows = T::kQBoxRows;
+  g_last_cluster_ctas = 1;  // (2 once a pair launch is made: a call that is all tail launch makes none)
   // +1 KB to align the ring to 1024 B in-kernel (flash_fwd_kernel asserts that it fits)
   const size_t smem = dynamic_smem_bytes<kHeadDim, kWGs, kBN>();
   auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, false, kCausal>;
   if (allow_smem(kernel, smem) != 0) return 1;
+  // The main launch's CTAs at most: one per SM, or (CTA pairs) two per cluster that fits.
+  int grid = sms;
+  if constexpr (T::kPairs) {
+    // A pair runs Q tiles 2i and 2i + 1 of one launch, partners only within one (batch, head): an even Q-block count,
+    // an even grid, and one launch (below), so that every CTA's L-th tile has its partner in the other CTA. Else the
+    // call runs on the routed build it varies (g_last_cluster_ctas then reads 1).
+    grid = pair_launch_ctas(kernel, sms, T::kThreads, smem);
+    if (grid < 2 || m_blocks % 2 != 0 || tiles > static_cast<int64_t>(grid) * 32 * T::kRedoWords)
+      return launch_built<kHeadDim, kWGs, kBN & ~kPairBuild, kFp16, kCausal>(a, stream, sms);
+  }
   // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most
   // 32 * kRedoWords of its tiles for a redo (flash_fwd.cuh, kFixedRef), so larger problems take several launches;
-  // such a problem keeps the plain schedule, its last round being a sliver of it.
-  const int64_t per_launch = static_cast<int64_t>(sms) * 32 * T::kRedoWords;
+  // such a problem keeps the plain schedule, its last round being a sliver of it. (CTA pairs: the tail plan's rounds
+  // are of `grid` tiles, so the main launch's tile count stays even.)
+  const int64_t per_launch = static_cast<int64_t>(grid) * 32 * T::kRedoWords;
   const TailPlan tail =
-      tiles <= per_launch && !kCausal ? plan_tail<kHeadDim, kWGs, kBN>(a, tiles, sms) : TailPlan{};
+      tiles <= per_launch && !kCausal ? plan_tail<kHeadDim, kWGs, kBN>(a, tiles, grid) : TailPlan{};
   const int64_t main_tiles = tiles - tail.tiles;
   g_last_tail_splits = tail.tiles > 0 ? tail.splits : 0;
   for (int64_t base = 0; base < main_tiles; base += per_launch) {
@@ -427,7 +488,15 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
       g_last_causal_dynamic = p.sched != nullptr ? 1 : 0;
       g_last_causal_first_group = p.causal_first_group;
     }
-    kernel<<<dim3(static_cast<unsigned>(n < sms ? n : sms)), T::kThreads, smem, stream>>>(p);
+    const int ctas = static_cast<int>(n < grid ? n : grid);
+    if constexpr (T::kPairs) {
+      PairLaunch l(ctas, T::kThreads, smem, stream);
+      const cudaError_t e = cudaLaunchKernelEx(&l.cfg, kernel, p);
+      if (e != cudaSuccess) return fail(std::string("kernel launch (CTA pairs): ") + cudaGetErrorString(e));
+      g_last_cluster_ctas = 2;
+    } else {
+      kernel<<<dim3(static_cast<unsigned>(ctas)), T::kThreads, smem, stream>>>(p);
+    }
     if (check_launch("kernel launch") != 0) return 1;
   }
   // Causal launches have no tail launch: its split kernel is not instantiated for them (at fp16 D=192/256 it would
@@ -440,9 +509,11 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     // the Q-halves build (one item per CTA: no next tile whose Q could load early), with Q's box back at the tile's
     // rows: its own split kernel spilled the producer's 24 registers (84 bytes). And the read-late build (its items'
     // partials go to the workspace, nothing deferred), and its variant narrowing every partial block (a tail launch
-    // ends one block per item, on the shared kernel's MIN_SAVED rule: no second split kernel for it).
+    // ends one block per item, on the shared kernel's MIN_SAVED rule: no second split kernel for it). And the CTA-pair
+    // build: its tail launch runs without clusters.
     auto split_kernel = flash_fwd_kernel<kHeadDim, kWGs,
-                                         kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & ~kNarrowAllBuild,
+                                         kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & ~kNarrowAllBuild &
+                                             ~kPairBuild,
                                          kFp16, true>;
     if (allow_smem(split_kernel, smem) != 0) return 1;
     if constexpr (T::kQHalves) {
@@ -653,6 +724,8 @@ extern "C" int vidattn_sm90_last_o_path(void) { return g_last_o_path; }
 
 extern "C" int vidattn_sm90_last_q_box_rows(void) { return g_last_q_box_rows; }
 
+extern "C" int vidattn_sm90_last_cluster_ctas(void) { return g_last_cluster_ctas; }
+
 extern "C" int vidattn_sm90_causal_modes(void) { return 2; }
 
 extern "C" int vidattn_sm90_causal_max_head_dim(void) { return 256; }
@@ -734,7 +807,7 @@ extern "C" int vidattn_sm90_set_d96_build(int build) {
 }
 
 extern "C" int vidattn_sm90_set_hd_narrow(int narrow) {
-  if (narrow < 0 || narrow > 7) return 1;
+  if (narrow < 0 || narrow > 8) return 1;
   g_hd_narrow = narrow;
   return 0;
 }
@@ -790,6 +863,7 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
   g_last_block_n = 0;
   g_last_o_path = 0;
   g_last_q_box_rows = 0;
+  g_last_cluster_ctas = 0;
   const bool fp16 = a->dtype == 1;
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
   if (a->causal < 0 || a->causal > 2) return fail("causal must be 0 (none), 1 (top-left) or 2 (bottom-right)");
@@ -851,6 +925,12 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
       using namespace vidattn::sm90;
       return launch<256, 2, kD256N + kOInVBuild + kOReadLateBuild + kNarrowAllBuild, false>(*a, s, sms);
     }
+    if (!fp16 && g_hd_narrow == 8) {
+      if (a->head_dim <= 192)
+        return fail("VIDATTN_HD_NARROW=8 (CTA pairs sharing K/V) is built for head dims 200..256 only");
+      using namespace vidattn::sm90;
+      return launch<256, 2, kD256N + kOInVBuild + kOReadLateBuild + kPairBuild, false>(*a, s, sms);
+    }
     if (!fp16 && pick_hd_o_in_v(a->head_dim, a->seqlen_kv)) {
       if (a->head_dim <= 192) return launch<192, 2, kD192N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);
       if (VIDATTN_D256_O_READ_LATE && g_hd_narrow == 0)
@@ -882,7 +962,7 @@ extern "C" int vidattn_sm90_fwd(const VidattnFwdArgs* a, void* stream) {
   const int rc = fwd(a, stream);
   // launch() records its build before it opts into shared memory and launches: a refused or failed launch launched
   // nothing, and must not read as the build a caller asked for (capi.h: 0, none).
-  if (rc != 0) g_last_tail_splits = g_last_block_n = g_last_o_path = g_last_q_box_rows = 0;
+  if (rc != 0) g_last_tail_splits = g_last_block_n = g_last_o_path = g_last_q_box_rows = g_last_cluster_ctas = 0;
   return rc;
 }
 #if !VIDATTN_KERNEL_SUBSET  // (a diagnostic subset build: the exact kernel's entry points only)

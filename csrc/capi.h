@@ -52,7 +52,8 @@ int vidattn_sm90_set_d96_build(int build);
 // widths, O through the V stages), 0 (the default) picks by key count; A/B variants of the D=256 O-in-V build (head
 // dims 200..256; bf16 136..192 refused, fp16 wide): 4 O stored from registers, 5 Q loaded per warpgroup, 6 the O
 // stores' reads waited for under the next tile's S_0 (the routed build), 7 that build with every partial key block
-// narrowed. Nonzero return: bad value.
+// narrowed, 8 that build run by CTA pairs sharing each K/V block (TMA multicast; vidattn_sm90_last_cluster_ctas says
+// whether a call ran so). Nonzero return: bad value.
 int vidattn_sm90_set_hd_narrow(int narrow);
 // bf16 head dims 72..96 on the D=96 build: 3 runs later launches on three consumer warpgroups (192-row tiles, N=96),
 // 2 on two (N=176), 0 (the default) picks by shape; fp16 always runs on two. Nonzero return: bad value (nothing
@@ -67,6 +68,9 @@ int vidattn_sm90_last_block_n(void);
 int vidattn_sm90_last_o_path(void);
 // Rows of that kernel's Q box: 128 (the tile's) or 64 (a warpgroup's half: vidattn_sm90_set_hd_narrow(5)); 0: none.
 int vidattn_sm90_last_q_box_rows(void);
+// CTAs per cluster of that kernel's main launch: 1, or 2 (CTA pairs: vidattn_sm90_set_hd_narrow(8) where the call suits
+// them: an even Q-block count, one launch); 0: none.
+int vidattn_sm90_last_cluster_ctas(void);
 // Bytes of workspace this build can use on the current device (0: it uses none, as a VIDATTN_TAIL_LAUNCH=0 build).
 uint64_t vidattn_sm90_workspace_bytes(void);
 // Key ranges per tile of the tail launch of this thread's last vidattn_sm90_fwd call (0: it had none; a balanced

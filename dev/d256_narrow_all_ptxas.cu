@@ -23,5 +23,8 @@ template __global__ void flash_fwd_kernel<128, 2, 128, false, false>(const __gri
 #elif KSEL == 5
 template __global__ void flash_fwd_kernel<256, 2, 80 + kOInVBuild + kOReadLateBuild + kNarrowAllBuild, false, false>(
     const __grid_constant__ FwdParams);
+#elif KSEL == 6
+template __global__ void flash_fwd_kernel<256, 2, 80 + kOInVBuild + kOReadLateBuild + kPairBuild, false, false>(
+    const __grid_constant__ FwdParams);
 #endif
 }  // namespace vidattn::sm90

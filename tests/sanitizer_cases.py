@@ -23,6 +23,7 @@ usable GPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import threading
 import time
@@ -51,7 +52,8 @@ class Case:
     "q8_wgs=N"; "q8 tail" / "q8 no tail": the 8-bit path's tail launch, or its plain launch). q8_tail: the 8-bit
     tail launch's mode for the call (quant8.set_tail; -1 the default; 2 takes kv_lens calls too). tail_rounds: the
     exact kernel's tail plans for the call (_ext.set_tail_rounds; -1 the default, one round; 2 two short rounds; 3 the
-    balanced tail)."""
+    balanced tail). hd_narrow: VIDATTN_HD_NARROW for the call (_ext.hd_narrow; -1 the library's own; 8 the D=256 build
+    in CTA pairs, whose "clusters=2" expectation says a pair launch ran)."""
     name: str
     b: int
     h: object
@@ -72,6 +74,7 @@ class Case:
     causal: object = False  # "top_left" or "bottom_right" (skipped, and said so, where vidattn has no causal=)
     q8_tail: int = -1
     tail_rounds: int = -1
+    hd_narrow: int = -1
 
 
 CASES = [
@@ -182,6 +185,13 @@ CASES = [
          expect=("block_n=80", "o_path=4")),
     Case("causal d256 bf16 N=80 redo", 1, 4, 700, 700, 256, spiked=(1, 2), causal="top_left",
          expect=("block_n=80", "o_path=4")),
+    # The D=256 build in CTA pairs (VIDATTN_HD_NARROW=8: each CTA multicasts half of every K/V block into both, remote
+    # arrivals on the peer's barriers, the redo marks exchanged through the peer's shared memory): several tile pairs
+    # per CTA; a pair launch then the tail launch (without clusters); spiked heads redone; ragged kv_lens.
+    Case("d256 pairs several tiles per CTA", 1, "sms+1", 256, 500, 256, hd_narrow=8, expect=("clusters=2", "o_path=4")),
+    Case("d256 pairs then tail launch", 1, 40, 512, 4224, 256, hd_narrow=8, expect=("clusters=2", "tail"), small=False),
+    Case("d256 pairs redo", 1, 4, 256, 700, 256, spiked=(1, 2), hd_narrow=8, expect=("clusters=2",)),
+    Case("d256 pairs ragged", 2, 3, 512, 777, 256, kv_lens=[777, 100], hd_narrow=8, expect=("clusters=2",)),
 ]
 
 # The threaded round: each thread runs these (by name) on its stream, after the main thread made the inputs.
@@ -249,6 +259,8 @@ def call(vidattn, p: Prepared):
             missed.append(f"{want} (ran {_ext.last_block_n()})")
         elif want.startswith("o_path=") and _ext.last_o_path() != int(want[7:]):
             missed.append(f"{want} (ran {_ext.last_o_path()})")
+        elif want.startswith("clusters=") and _ext.last_cluster_ctas() != int(want[9:]):
+            missed.append(f"{want} (ran {_ext.last_cluster_ctas()})")
         elif want in ("q8 tail", "q8 no tail"):
             from vidattn import quant8
             splits = quant8.last_tail_splits()
@@ -300,7 +312,8 @@ def run_case(vidattn, p: Prepared) -> int:
     if c.tail_rounds != -1:
         _ext.set_tail_rounds(c.tail_rounds)
     try:
-        with _ext.d64_warpgroups(c.d64_wgs), _ext.d128_block_n(c.block_n):
+        with _ext.d64_warpgroups(c.d64_wgs), _ext.d128_block_n(c.block_n), \
+                (_ext.hd_narrow(c.hd_narrow) if c.hd_narrow != -1 else contextlib.nullcontext()):
             out, lse, missed = call(vidattn, p)
             torch.cuda.synchronize()
     finally:

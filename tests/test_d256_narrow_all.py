@@ -95,10 +95,10 @@ def test_variant_is_one_added_d256_kernel_off_by_default():
     # the routed (setting 0) D=256 launch is still the read-late build without the flag
     assert re.search(r"if \(VIDATTN_D256_O_READ_LATE && g_hd_narrow == 0\)\s*return launch<256, 2, kD256N \+ "
                      r"vidattn::sm90::kOInVBuild \+ vidattn::sm90::kOReadLateBuild, false>", CAPI)
-    assert "if (narrow < 0 || narrow > 7) return 1;" in CAPI
+    assert "if (narrow < 0 || narrow > 8) return 1;" in CAPI
     # the tail launch strips the flag: the O-in-V split kernel, no second one
     assert ("flash_fwd_kernel<kHeadDim, kWGs, kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & "
-            "~kNarrowAllBuild, kFp16, true>" in " ".join(CAPI.split()))
+            "~kNarrowAllBuild & ~kPairBuild, kFp16, true>" in " ".join(CAPI.split()))
     # its O path is setting 6's (the flag changes only the partial blocks)
     assert "g_last_o_path = T::kOReadLate ? 4 : T::kORegs ? 3 : T::kOInV ? 2 : T::kOInQ ? 1 : 0;" in CAPI
     # refused at D=192, fp16 wide: the setting's branch sits beside 4-6's, inside the bf16 O-in-V block

@@ -25,8 +25,8 @@ if hopper_skip_reason() is not None:
 
 import vidattn  # noqa: E402
 from vidattn import _ext  # noqa: E402
-from test_envelope_gpu import (DEV, LSE_ATOL, assert_accurate, bshd_inputs, check, climbing_inputs, cudnn,  # noqa: E402
-                              new_gen, reference)
+from test_envelope_gpu import (DEV, LSE_ATOL, assert_accurate, bshd_inputs, check, check_keyless_batch,  # noqa: E402
+                               climbing_inputs, cudnn, new_gen, reference)
 
 SETTING, ROUTED, O_PATH, BLOCK_N, Q_BOX_ROWS = 7, 6, 4, 80, 128
 
@@ -100,21 +100,7 @@ def test_narrow_all_batch_without_keys():
     """kv_lens 0 for one batch (O = 0, LSE = -inf) between batches ending in 3 (1008) and 4 (544) steps."""
     g, seed = new_gen()
     q, k, v = bshd_inputs(3, 4, 4, 1500, 1008, 256, g)
-    kv_lens = torch.tensor([1008, 0, 544], dtype=torch.int32, device=DEV)
-    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=DEV)
-    lse = torch.full((3, 4, 1500), float("nan"), dtype=torch.float32, device=DEV)
-    scale = 1.0 / math.sqrt(256)
-    with _ext.hd_narrow(SETTING):
-        _ext.forward(q, k, v, out, lse, kv_lens, scale)
-        torch.cuda.synchronize()
-        assert_ran_variant()
-    assert torch.equal(out[1], torch.zeros_like(out[1])), f"seed={seed}: O of the keyless batch"
-    assert torch.isneginf(lse[1]).all(), f"seed={seed}: LSE of the keyless batch"
-    for bi, n in ((0, 1008), (2, 544)):
-        qb, kb, vb = q[bi:bi + 1], k[bi:bi + 1, :n], v[bi:bi + 1, :n]
-        ref, ref_lse = reference(qb, kb, vb, scale)
-        assert_accurate(out[bi:bi + 1], ref, cudnn(qb, kb, vb, scale), f"narrow-all batch {bi} seed={seed}")
-        assert (lse[bi:bi + 1].double() - ref_lse).abs().max().item() < LSE_ATOL, f"batch {bi} LSE seed={seed}"
+    check_keyless_batch(q, k, v, [1008, 0, 544], SETTING, assert_ran_variant, f"narrow-all seed={seed}")
 
 
 # (batch, heads, queries, keys): the envelope's D256 1K shape (1024 tiles, 7-8 per CTA, 13 blocks ending in 4 steps,

@@ -50,11 +50,11 @@ def test_read_wait_and_o_done_move_from_the_epilogue_to_the_flush():
     # the epilogue: the stage wait and the stores as before; the read wait and o_done only without the variant
     assert "ptx::mbarrier_wait(&s.v_empty[ostage]" in epi and "finish_tile<" in epi
     assert re.search(r"if constexpr \(kReadLate\) \{\s*o_unread = true;.*?\} else if \(lane == 0\) \{\s*"
-                     r"ptx::bulk_wait_group_read<0>\(\);\s*ptx::mbarrier_arrive\(&s.o_done\[cwg\]\);", epi, re.S)
+                     r"ptx::bulk_wait_group_read<0>\(\);\s*arrive_pair<T::kPairs>\(&s.o_done\[cwg\]\);", epi, re.S)
     flush = con[con.index("auto flush_o = [&]()"):con.index("if constexpr (kDefer) {", con.index("auto flush_o"))]
     # lane 0 (the thread that committed the stores' bulk groups) waits for their reads, then gives o_done
     assert re.search(r"if constexpr \(kReadLate\) \{\s*if \(o_unread\) \{\s*if \(ptx::lane_id\(\) == 0\) \{\s*"
-                     r"ptx::bulk_wait_group_read<0>\(\);\s*ptx::mbarrier_arrive\(&s.o_done\[cwg\]\);\s*\}\s*"
+                     r"ptx::bulk_wait_group_read<0>\(\);\s*arrive_pair<T::kPairs>\(&s.o_done\[cwg\]\);\s*\}\s*"
                      r"o_unread = false;", flush)
     assert "constexpr bool kReadLate = T::kOReadLate && !kSplit;" in con
     # no mbarrier wait inside S_0's issue-to-wait window (one there had ptxas serialise every wgmma: C7518)
@@ -181,8 +181,8 @@ def test_variant_is_one_added_d256_kernel_and_the_routed_o_in_v_build():
                      r"vidattn::sm90::kOInVBuild \+ vidattn::sm90::kOReadLateBuild, false>", CAPI)
     assert "return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);" in CAPI
     assert re.search(r"if \(!fp16 && g_hd_narrow == 6\) \{\s*if \(a->head_dim <= 192\)\s*return fail\(", CAPI)
-    assert "int g_hd_narrow = 0;" in CAPI and "if (narrow < 0 || narrow > 7) return 1;" in CAPI
-    assert ("kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & ~kNarrowAllBuild, kFp16, true>"
+    assert "int g_hd_narrow = 0;" in CAPI and "if (narrow < 0 || narrow > 8) return 1;" in CAPI
+    assert ("kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & ~kNarrowAllBuild & ~kPairBuild, kFp16, true>"
             in " ".join(CAPI.split()))  # the tail launch's split kernel: the O-in-V one
     assert "g_last_o_path = T::kOReadLate ? 4 : T::kORegs ? 3 : T::kOInV ? 2 : T::kOInQ ? 1 : 0;" in CAPI
     # the kernel subset (timeline) build keeps it: every D=256 kBN carrying kOInVBuild

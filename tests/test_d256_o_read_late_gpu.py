@@ -26,8 +26,8 @@ if hopper_skip_reason() is not None:
 
 import vidattn  # noqa: E402
 from vidattn import _ext  # noqa: E402
-from test_envelope_gpu import (DEV, LSE_ATOL, assert_accurate, bshd_inputs, check, climbing_inputs, cudnn,  # noqa: E402
-                              new_gen, reference)
+from test_envelope_gpu import (DEV, assert_accurate, bshd_inputs, check, check_keyless_batch,  # noqa: E402
+                               climbing_inputs, cudnn, new_gen, reference)
 
 SETTING, O_PATH, BLOCK_N, Q_BOX_ROWS = 6, 4, 80, 128
 
@@ -95,21 +95,7 @@ def test_o_read_late_batch_without_keys_and_strided_inputs():
     g, seed = new_gen()
     qw, kw, vw = bshd_inputs(3, 8, 8, 1500, 1023, 256, g)
     q, k, v = qw[:, :, ::2], kw[:, :, ::2], vw[:, :, ::2]
-    kv_lens = torch.tensor([1023, 0, 555], dtype=torch.int32, device=DEV)
-    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=DEV)
-    lse = torch.full((3, 4, 1500), float("nan"), dtype=torch.float32, device=DEV)
-    scale = 1.0 / math.sqrt(256)
-    with _ext.hd_narrow(SETTING):
-        _ext.forward(q, k, v, out, lse, kv_lens, scale)
-        torch.cuda.synchronize()
-        assert_ran_variant()
-    assert torch.equal(out[1], torch.zeros_like(out[1])), f"seed={seed}: O of the keyless batch"
-    assert torch.isneginf(lse[1]).all(), f"seed={seed}: LSE of the keyless batch"
-    for bi, n in ((0, 1023), (2, 555)):
-        qb, kb, vb = q[bi:bi + 1], k[bi:bi + 1, :n], v[bi:bi + 1, :n]
-        ref, ref_lse = reference(qb, kb, vb, scale)
-        assert_accurate(out[bi:bi + 1], ref, cudnn(qb, kb, vb, scale), f"O-read-late batch {bi} seed={seed}")
-        assert (lse[bi:bi + 1].double() - ref_lse).abs().max().item() < LSE_ATOL, f"batch {bi} LSE seed={seed}"
+    check_keyless_batch(q, k, v, [1023, 0, 555], SETTING, assert_ran_variant, f"O-read-late seed={seed}")
 
 
 # (batch, heads, queries, keys): one tile per CTA at odd lengths (90 tiles); 2-3 tiles per CTA, 10 key blocks, no

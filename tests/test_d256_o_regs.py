@@ -129,7 +129,7 @@ def test_variant_is_one_added_d256_kernel_off_by_default():
     assert CAPI.count("kORegsBuild") == 2  # that launch and the tail launch's stripped flag
     # the tail launch stores partials: it reuses the O-in-V build's split kernel, not one of its own
     # (and strips the Q-halves and read-late variants' flags too: tests/test_d256_q_halves.py, test_d256_o_read_late.py)
-    assert ("kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & ~kNarrowAllBuild, kFp16, true>"
+    assert ("kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & ~kNarrowAllBuild & ~kPairBuild, kFp16, true>"
             in " ".join(CAPI.split()))  # the tail launch's split kernel: the O-in-V one
     # only setting 4 reaches it; bf16 136..192 is refused under 4, fp16 falls through to the wide builds
     m = re.search(r"if \(!fp16 && g_hd_narrow == 4\) \{\s*if \(a->head_dim <= 192\) return fail\(", CAPI)
@@ -175,7 +175,7 @@ class FakeLib:
 
 
 def test_setter_accepts_4_and_an_older_library_refuses_it():
-    assert "if (narrow < 0 || narrow > 7) return 1;" in CAPI
+    assert "if (narrow < 0 || narrow > 8) return 1;" in CAPI
     lib = FakeLib(4)
     with _ext.hd_narrow(4, lib):
         assert lib.narrow == 4 and _ext.last_o_path(lib) == 3

@@ -102,7 +102,7 @@ def test_variant_is_one_added_d256_kernel_off_by_default():
     assert re.search(r"if \(!fp16 && g_hd_narrow == 5\) \{\s*if \(a->head_dim <= 192\) return fail\(", CAPI)
     assert "int g_hd_narrow = 0;" in CAPI
     # the tail launch: the O-in-V split kernel, Q's tensor map re-encoded with the tile's rows for it
-    assert ("kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & ~kNarrowAllBuild, kFp16, true>"
+    assert ("kBN & ~kORegsBuild & ~kQHalvesBuild & ~kOReadLateBuild & ~kNarrowAllBuild & ~kPairBuild, kFp16, true>"
             in " ".join(CAPI.split()))  # the tail launch's split kernel: the O-in-V one
     tail = CAPI[CAPI.index("auto split_kernel"):CAPI.index("split_kernel<<<")]
     assert re.search(r"if constexpr \(T::kQHalves\) \{\s*if \(!make_tensor_map_4d\(&p.tm_q, .*?T::kBlockM,", tail, re.S)
@@ -110,7 +110,7 @@ def test_variant_is_one_added_d256_kernel_off_by_default():
     assert re.search(r"make_tensor_map_4d\(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride,"
                      r"\s*T::kQBoxRows, &err\)", CAPI)
     assert "g_last_q_box_rows = T::kQBoxRows;" in CAPI
-    assert "if (narrow < 0 || narrow > 7) return 1;" in CAPI
+    assert "if (narrow < 0 || narrow > 8) return 1;" in CAPI
     o_in_v = int(re.search(r"constexpr int kOInVBuild = 1 << (\d+);", CFG).group(1))
     regs = int(re.search(r"constexpr int kORegsBuild = 1 << (\d+);", CFG).group(1))
     halves = int(re.search(r"constexpr int kQHalvesBuild = 1 << (\d+);", CFG).group(1))

@@ -61,6 +61,30 @@ def climbing_inputs(d, g):
     return (1 + 0.1 * q.float()).to(q.dtype), (ramp + 0.1 * k.float()).to(k.dtype), v
 
 
+def check_keyless_batch(q, k, v, lens, setting, ran, what):
+    """One batch of kv_lens 0 (O = 0, LSE = -inf) between batches with keys, through _ext.forward into NaN-poisoned
+    O and LSE under VIDATTN_HD_NARROW=`setting` (`ran()` asserts the build it took); q, k, v BSHD, views allowed.
+    The batches with keys against fp64 and cuDNN on their own keys."""
+    b, sq, h, d = q.shape
+    kv_lens = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=DEV)
+    lse = torch.full((b, h, sq), float("nan"), dtype=torch.float32, device=DEV)
+    scale = 1.0 / math.sqrt(d)
+    with _ext.hd_narrow(setting):
+        _ext.forward(q, k, v, out, lse, kv_lens, scale)
+        torch.cuda.synchronize()
+        ran()
+    for bi, n in enumerate(lens):
+        if n == 0:
+            assert torch.equal(out[bi], torch.zeros_like(out[bi])), f"{what}: O of the keyless batch {bi}"
+            assert torch.isneginf(lse[bi]).all(), f"{what}: LSE of the keyless batch {bi}"
+            continue
+        qb, kb, vb = q[bi:bi + 1], k[bi:bi + 1, :n], v[bi:bi + 1, :n]
+        ref, ref_lse = reference(qb, kb, vb, scale)
+        assert_accurate(out[bi:bi + 1], ref, cudnn(qb, kb, vb, scale), f"{what} batch {bi}")
+        assert (lse[bi:bi + 1].double() - ref_lse).abs().max().item() < LSE_ATOL, f"{what}: batch {bi} LSE"
+
+
 def as_layout(t, layout):
     """A BSHD tensor as the caller's layout: BHSD is a packed copy in that order (not a view)."""
     return t if layout == "bshd" else t.transpose(1, 2).contiguous()

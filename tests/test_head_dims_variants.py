@@ -346,7 +346,7 @@ def test_o_in_v_is_a_forced_bf16_build_of_its_own():
     assert "return launch<256, 2, kD256N + vidattn::sm90::kOInVBuild, false>(*a, s, sms);" in src
     # the pick never returns narrow under setting 3, and only settings 0..3 are accepted
     # (4, the D=256 variant that stores O from registers, is an O-in-V build: tests/test_d256_o_regs.py)
-    assert "if (g_hd_narrow >= 3) return false;" in src and "if (narrow < 0 || narrow > 7) return 1;" in src
+    assert "if (g_hd_narrow >= 3) return false;" in src and "if (narrow < 0 || narrow > 8) return 1;" in src
     assert "if (g_hd_narrow != 0) return g_hd_narrow >= 3;" in src
     # the flag rides in kBN above any key-block width (at most 256), and the width is what the launcher reports
     flag = int(re.search(r"constexpr int kOInVBuild = 1 << (\d+);", cfg).group(1))
@@ -359,10 +359,12 @@ def test_o_in_v_producer_waits_for_the_o_stores_before_refilling_v0_and_v1():
     # one phase per tile per warpgroup: the previous O-storing tile's, before V_0 (warpgroup 0's stage) and V_1 (local
     # - 1; in the causal build's redo pass local - 2, past the end-of-list fill: tests/test_d256_o_read_late.py)
     assert "if (j < 2 && o_before > 0) ptx::mbarrier_wait(&s.o_done[j], (o_before - 1) & 1);" in src
-    assert "ptx::mbarrier_arrive(&s.o_done[cwg]);" in src
+    assert "arrive_pair<T::kPairs>(&s.o_done[cwg]);" in src
     assert "const int ostage = cwg == 0 ? start : start ^ 1;" in src
     # arrivals counted per warp of one warpgroup
-    assert "ptx::mbarrier_init(&s.o_done[0], 4);" in src and "ptx::mbarrier_init(&s.o_done[1], 4);" in src
+    # (and per warp of the peer's, in CTA pairs: tests/test_d256_pairs.py)
+    assert ("ptx::mbarrier_init(&s.o_done[0], T::kPairs ? 8 : 4);" in src
+            and "ptx::mbarrier_init(&s.o_done[1], T::kPairs ? 8 : 4);" in src)
 
 
 # The launcher's key-block names (csrc/capi.cu, vidattn_sm90_fwd and the namespace above it), as C++ for the probe.

@@ -430,6 +430,9 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     if hasattr(lib, "vidattn_sm90_last_q_box_rows"):  # libraries before the Q-halves D=256 variant lack it
         lib.vidattn_sm90_last_q_box_rows.argtypes = []
         lib.vidattn_sm90_last_q_box_rows.restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_last_cluster_ctas"):  # libraries before the CTA-pair D=256 variant lack it
+        lib.vidattn_sm90_last_cluster_ctas.argtypes = []
+        lib.vidattn_sm90_last_cluster_ctas.restype = ctypes.c_int
     if hasattr(lib, "vidattn_sm90_set_d96_warpgroups"):  # libraries before the three-warpgroup D=96 build lack it
         lib.vidattn_sm90_set_d96_warpgroups.argtypes = [ctypes.c_int]
         lib.vidattn_sm90_set_d96_warpgroups.restype = ctypes.c_int
@@ -496,16 +499,18 @@ def set_hd_narrow(narrow: int, lib: ctypes.CDLL | None = None) -> None:
     build; bf16 head dims 136..192 are refused under it, fp16 runs wide as under 3), on its variant whose Q is loaded
     per warpgroup (5: an A/B build, refused and routed as 4), on its variant that waits for its O stores' reads under
     the next tile's S_0 (6: the build a routed D=256 O-in-V call runs; refused and routed as 4), on that build with
-    every partial key block narrowed, by as little as one 16-key step (7: an A/B build, refused and routed as 4), or
-    on the launcher's choice by key count (0: the default; libraries before that choice read 0 as wide and refuse 2,
-    libraries before the O-in-V builds refuse 3, before the register variant 4, before the Q-halves variant 5, before
-    the read-late variant 6, before the narrowed read-late variant 7) in later launches.
+    every partial key block narrowed, by as little as one 16-key step (7: an A/B build, refused and routed as 4), on
+    that build run by CTA pairs that share each K/V block (8: an A/B build, refused and routed as 4; a call whose Q
+    tiles do not pair up runs the routed build, see `last_cluster_ctas`), or on the launcher's choice by key count
+    (0: the default; libraries before that choice read 0 as wide and refuse 2, libraries before the O-in-V builds
+    refuse 3, before the register variant 4, before the Q-halves variant 5, before the read-late variant 6, before the
+    narrowed read-late variant 7, before the CTA-pair variant 8) in later launches.
     A testing and benchmarking knob (also read from VIDATTN_HD_NARROW when the library loads)."""
     if _entry(lib, "vidattn_sm90_set_hd_narrow", "the wide D=192/256 builds")(int(narrow)) != 0:
         raise ValueError(f"VIDATTN_HD_NARROW must be 0 (by key count, the default), 1 (narrow), 2 (wide), 3 "
                          f"(O in V), 4 (D=256 O from registers), 5 (D=256 Q per warpgroup), 6 (D=256 O read wait "
-                         f"late) or 7 (6 with every partial block narrowed; libraries from before them refuse 3 / 4 / "
-                         f"5 / 6 / 7), got {narrow}")
+                         f"late), 7 (6 with every partial block narrowed) or 8 (6 in CTA pairs sharing K/V; libraries "
+                         f"from before them refuse 3 / 4 / 5 / 6 / 7 / 8), got {narrow}")
 
 
 def set_d96_warpgroups(warpgroups: int, lib: ctypes.CDLL | None = None) -> None:
@@ -551,6 +556,14 @@ def last_q_box_rows(lib: ctypes.CDLL | None = None) -> int:
     build's variant, VIDATTN_HD_NARROW=5), 0 (no launch). For tests and benchmarks: the variant shares its width and O
     path with the O-in-V build."""
     return int(_entry(lib, "vidattn_sm90_last_q_box_rows", "the Q-halves D=256 variant")())
+
+
+def last_cluster_ctas(lib: ctypes.CDLL | None = None) -> int:
+    """CTAs per cluster of the main launch of this thread's last kernel call: 2 where CTA pairs shared its K/V blocks
+    (VIDATTN_HD_NARROW=8, on a call whose Q blocks pair up: an even count a (batch, head), one launch), 1 for every
+    other launch, 0 for none. For tests and benchmarks: the pair build shares its width, O path and Q box with the
+    routed D=256 build it falls back to."""
+    return int(_entry(lib, "vidattn_sm90_last_cluster_ctas", "the CTA-pair D=256 variant")())
 
 
 def last_tail_splits(lib: ctypes.CDLL | None = None) -> int:

@@ -8,7 +8,9 @@
 // masked in registers; O leaves through shared memory with TMA stores, which clip query tails. The kSplit build runs
 // the tail launch's key ranges (capi.cu, plan_tail) and leaves unnormalised O for combine.cuh. The kCausal build
 // visits each tile's key blocks only up to its last row's diagonal and masks the blocks that cross a row's diagonal
-// (tile_work, mask_keys_causal; docs/guide/causal.md). Pure CUDA + PTX: no torch, no CUTLASS.
+// (tile_work, mask_keys_causal; docs/guide/causal.md). The kPairs build (an A/B variant of the D=256 routed build) runs
+// in CTA pairs that load each K/V block once for both (TMA multicast; FwdTraits::kPairs). Pure CUDA + PTX: no torch, no
+// CUTLASS.
 #pragma once
 #include <cstdint>
 #include <cuda.h>
@@ -55,6 +57,10 @@ struct SharedStorage {
   // causal builds, the producer's redo walk parked beside its count (redo_causal_tiles): word index, remaining bits,
   // bound. After o_done so that no earlier member moves (the struct's 1024-byte alignment pads its end anyway).
   int32_t redo_walk[3];
+  // kPairs: [0] completes when the peer's redo marks are in peer_bits, [1] when the peer makes no more remote arrivals
+  // on this CTA's barriers (consumer). One unused word each in the other builds, after every other member.
+  uint64_t pair_bar[T::kPairs ? 2 : 1];
+  uint32_t peer_bits[T::kPairs ? T::kRedoWords : 1];
 };
 
 // Shared memory beside the dynamic buffer: the kernel declares none (its PTX has only the extern buffer), but
@@ -325,6 +331,35 @@ struct BoolTag {
   static constexpr bool value = B;
 };
 
+// One K or V block into a ring stage, kChunks TMA loads of 64 columns. In CTA pairs (kPairs) this CTA loads half of
+// the chunks, rank r the r-th half, each multicast into the same stage of both CTAs and counted on both CTAs' `full`
+// barrier, which expects the whole block: the peer's half may land before this CTA's expect_tx, which the barrier's
+// transaction count allows (it completes only once the producer's own arrival is in too).
+template <typename T>
+__device__ __forceinline__ void load_kv_block(uint16_t* stage, const CUtensorMap* map, uint64_t* full, int row,
+                                              int head, int batch) {
+  if constexpr (T::kPairs) {
+    constexpr int kHalf = T::kChunks / 2;
+    const int c0 = static_cast<int>(ptx::cluster_ctarank()) * kHalf;
+#pragma unroll 1
+    for (int c = c0; c < c0 + kHalf; ++c)
+      ptx::tma_load_4d_multicast(stage + c * T::kBlockN * kChunkCols, map, full, c * kChunkCols, row, head, batch, 0x3);
+  } else {
+#pragma unroll 1
+    for (int c = 0; c < T::kChunks; ++c)
+      ptx::tma_load_4d(stage + c * T::kBlockN * kChunkCols, map, full, c * kChunkCols, row, head, batch);
+  }
+}
+
+// An arrival on a barrier of this CTA that the peer's producer waits on too, in CTA pairs (kPairs: a K/V stage's
+// `empty`, whose next fill the peer writes half of; o_done, whose V stage the peer refills): on both CTAs' copies (this
+// warp's reads of the stage are done; ptx::mbarrier_arrive_remote).
+template <bool kPairs>
+__device__ __forceinline__ void arrive_pair(uint64_t* bar) {
+  ptx::mbarrier_arrive(bar);
+  if constexpr (kPairs) ptx::mbarrier_arrive_remote(bar, ptx::cluster_ctarank() ^ 1u);
+}
+
 // Producer: one thread streams, tile after tile, Q (into whichever of the kQBuffers buffers the consumers released
 // after their last S = Q K^T of the tile before) and the K/V ring. The ring runs on across tiles (tile t+1's K_0
 // goes to the stage after tile t's last), so the next tile's first loads need not wait for this tile's last block;
@@ -440,17 +475,16 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       ptx::mbarrier_wait(&s.k_empty[stage], phase ^ 1);
       waits.add(0, t_wait);
       ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
+      if constexpr (kCausal) {
 #pragma unroll 1
-      for (int c = 0; c < T::kChunks; ++c) {
-        if constexpr (kCausal) {
+        for (int c = 0; c < T::kChunks; ++c) {
           if constexpr (!decltype(early)::value) at = kv_at(j);
           ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
                            at.row, at.head, at.batch);
-        } else {
-          ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
-                           (w.kv_first + kv_block<T::kKvRotate && !kCausal>(j, rot, n_blocks)) * T::kBlockN, kv_head,
-                           tc.batch);
         }
+      } else {
+        load_kv_block<T>(s.k[stage], &p.tm_k, &s.k_full[stage],
+                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, kv_head, tc.batch);
       }
     };
     auto load_v = [&](int j) {
@@ -477,17 +511,16 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       }
       waits.add(1, t_wait);
       ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], kKVBytes);
+      if constexpr (kCausal) {
 #pragma unroll 1
-      for (int c = 0; c < T::kChunks; ++c) {
-        if constexpr (kCausal) {
+        for (int c = 0; c < T::kChunks; ++c) {
           if constexpr (!decltype(early)::value) at = kv_at(j);
           ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
                            at.row, at.head, at.batch);
-        } else {
-          ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
-                           (w.kv_first + kv_block<T::kKvRotate && !kCausal>(j, rot, n_blocks)) * T::kBlockN, kv_head,
-                           tc.batch);
         }
+      } else {
+        load_kv_block<T>(s.v[stage], &p.tm_v, &s.v_full[stage],
+                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, kv_head, tc.batch);
       }
     };
     if constexpr (kCausal) {
@@ -1193,7 +1226,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
                                              });
     tl.stamp(kTlS0Done);
     if (lane == 0) {
-      ptx::mbarrier_arrive(&s.k_empty[stage]);
+      arrive_pair<T::kPairs>(&s.k_empty[stage]);
       if constexpr (!T::kOInQ) {  // kOInQ: after the epilogue's O stores (consumer)
         if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
       }
@@ -1246,7 +1279,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     waits.add(3, t_wait);
     pv_steps = qk_steps;
     if (lane == 0) {
-      ptx::mbarrier_arrive(&s.k_empty[stage]);
+      arrive_pair<T::kPairs>(&s.k_empty[stage]);
       if constexpr (!T::kOInQ) {
         if (j == n_blocks - 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
       }
@@ -1265,7 +1298,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     waits.add(2, t_wait);
     ptx::fence_regs(o);
     fence_frag(pa);
-    if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[prev]);
+    if (lane == 0) arrive_pair<T::kPairs>(&s.v_empty[prev]);
     if constexpr (!kFixed) rescale_o<kHeadDim>(o, alpha);
     pack_p<kN, kFp16>(sacc, pa);
     if constexpr (kSumRounded) add_packed_row_sum<kN>(pa, row_sum);
@@ -1290,7 +1323,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   tl.stamp(kTlLastPvDone);
   ptx::fence_regs(o);
   fence_frag(pa);
-  if (lane == 0) ptx::mbarrier_arrive(&s.v_empty[last]);
+  if (lane == 0) arrive_pair<T::kPairs>(&s.v_empty[last]);
 }
 
 template <int kHeadDim, int kWGs, int kBN, bool kFp16, bool kFixed, bool kCausal, int kStart, typename Flush>
@@ -1363,7 +1396,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
       if (o_unread) {
         if (ptx::lane_id() == 0) {
           ptx::bulk_wait_group_read<0>();
-          ptx::mbarrier_arrive(&s.o_done[cwg]);
+          arrive_pair<T::kPairs>(&s.o_done[cwg]);
         }
         o_unread = false;
       }
@@ -1469,7 +1502,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
         o_unread = true;  // the read wait and o_done: flush_o, under the next tile's S_0
       } else if (lane == 0) {
         ptx::bulk_wait_group_read<0>();
-        ptx::mbarrier_arrive(&s.o_done[cwg]);
+        arrive_pair<T::kPairs>(&s.o_done[cwg]);
       }
     } else {
       finish_tile<kHeadDim, kWGs, kBN, kFp16>(p, w.tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max,
@@ -1535,6 +1568,22 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     // Every consumer warpgroup's marks are in (bar.sync orders shared memory among its threads), then the producer
     // may read them. Marked tiles run again, exact, after this CTA's O stores of the first pass have landed.
     ptx::named_barrier_sync(static_cast<uint32_t>(RedoBarrier::kId), 128 * T::kConsumerWGs);
+    if constexpr (T::kPairs) {
+      // The pair's K/V loads are shared, so it redoes the union of its marks, tile pair by tile pair (both CTAs have
+      // the same tile count, and their L-th tiles are partners). One thread copies this CTA's marks into the peer's
+      // peer_bits and announces them with a release arrival; after the acquire wait for the peer's, it ors them in.
+      if (cwg == 0 && tid == 0) {
+        const uint32_t peer = ptx::cluster_ctarank() ^ 1u;
+#pragma unroll 1
+        for (int i = 0; i < T::kRedoWords && 32 * i < local; ++i)
+          ptx::st_cluster_u32(&s.peer_bits[i], peer, s.redo_bits[i]);
+        ptx::mbarrier_arrive_remote_cluster(&s.pair_bar[0], peer);
+        ptx::mbarrier_wait_cluster(&s.pair_bar[0], 0);
+#pragma unroll 1
+        for (int i = 0; i < T::kRedoWords && 32 * i < local; ++i) s.redo_bits[i] |= s.peer_bits[i];
+      }
+      ptx::named_barrier_sync(static_cast<uint32_t>(RedoBarrier::kId), 128 * T::kConsumerWGs);
+    }
     if (cwg == 0 && tid == 0) ptx::mbarrier_arrive(&s.redo_ready);
     if (lane == 0) ptx::bulk_wait_group<0>();
     redo_tiles<T::kRedoWords, kCausal>(s.redo_bits, local, [&](int tile, int l) __attribute__((always_inline)) {
@@ -1545,6 +1594,13 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
   if (kPingpong && cwg == 0) sched_wait<kPingpong>(cwg);
   // Shared memory must outlive the reads of the last TMA stores of O.
   if (lane == 0) ptx::bulk_wait_group<0>();
+  if constexpr (T::kPairs) {
+    // Nor may it go while the peer may still arrive on this CTA's barriers: each warp's last remote arrival (its last
+    // stage release, its last o_done) comes before its arrival on the peer's pair_bar[1], and each CTA waits for all
+    // of the peer's. (The peer's multicast writes into this CTA all landed: this CTA's consumers waited for them.)
+    if (lane == 0) ptx::mbarrier_arrive_remote_cluster(&s.pair_bar[1], ptx::cluster_ctarank() ^ 1u);
+    ptx::mbarrier_wait_cluster(&s.pair_bar[1], 0);
+  }
 }
 
 // kSplit: the tail launch's build (work items are key ranges of tiles, O goes to the workspace unnormalised; capi.cu).
@@ -1557,6 +1613,7 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
   static_assert(dynamic_smem_bytes<kHeadDim, kWGs, kBN>() + kStaticSmemBytes <= kSmemBudget,
                 "shared storage over the 227 KB a block can opt into");
   static_assert(!(T::kQHalves && kCausal), "Q per warpgroup: non-causal builds (the causal loop reads q_full[qb])");
+  static_assert(!(T::kPairs && (kCausal || kSplit)), "CTA pairs: the non-causal main launch only");
   extern __shared__ uint8_t smem_raw[];
   // Dynamic shared memory is only 16-byte aligned by contract; the launcher over-allocates 1 KB for this.
   const uint32_t pad = (1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023;
@@ -1578,18 +1635,27 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
       ptx::mbarrier_init(&s.k_full[st], 1);
       ptx::mbarrier_init(&s.v_full[st], 1);
       // one arrival per consumer warp: each warp releases a stage after its own wgmma_wait
-      ptx::mbarrier_init(&s.k_empty[st], 4 * T::kConsumerWGs);
-      ptx::mbarrier_init(&s.v_empty[st], 4 * T::kConsumerWGs);
+      // (CTA pairs: and per peer consumer warp, arrive_pair)
+      ptx::mbarrier_init(&s.k_empty[st], (T::kPairs ? 8 : 4) * T::kConsumerWGs);
+      ptx::mbarrier_init(&s.v_empty[st], (T::kPairs ? 8 : 4) * T::kConsumerWGs);
     }
     ptx::mbarrier_init(&s.redo_ready, 1);
     if constexpr (T::kOInV) {
-      ptx::mbarrier_init(&s.o_done[0], 4);
-      ptx::mbarrier_init(&s.o_done[1], 4);
+      ptx::mbarrier_init(&s.o_done[0], T::kPairs ? 8 : 4);
+      ptx::mbarrier_init(&s.o_done[1], T::kPairs ? 8 : 4);
+    }
+    if constexpr (T::kPairs) {
+      ptx::mbarrier_init(&s.pair_bar[0], 1);                     // the peer's marks (consumer)
+      ptx::mbarrier_init(&s.pair_bar[1], 4 * T::kConsumerWGs);  // the peer's consumer warps are done
     }
     ptx::fence_barrier_init();
   }
   if (threadIdx.x < T::kRedoWords) s.redo_bits[threadIdx.x] = 0;
-  __syncthreads();
+  // CTA pairs: the peer's multicast and remote arrivals reach this CTA's barriers, so both CTAs' inits come first.
+  if constexpr (T::kPairs)
+    ptx::cluster_sync();
+  else
+    __syncthreads();
 
   // Producer and consumers must agree on the redo pass (the producer waits for the consumers' marks): one decision.
   // The tail launch's items take it too (VIDATTN_SPLIT_FIXED_REF): the merge weighs each item's partial by its own

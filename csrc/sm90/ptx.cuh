@@ -79,6 +79,18 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// The same load multicast (9.7.9.25.5.1, .multicast::cluster): the box lands at dst's CTA-relative offset in every
+// CTA of the cluster named in cta_mask, and its bytes complete on bar's offset in each of them. A CTA pair's producers
+// each load half of a K/V block this way (FwdTraits::kPairs), so every CTA's barrier counts both halves.
+__device__ __forceinline__ void tma_load_4d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                      int c2, int c3, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "h"(cta_mask)
+      : "memory");
+}
+
 // 4-D tile store shared -> global (9.7.9.25.5.1), tracked in the issuing thread's bulk async-groups (9.7.9.25.6:
 // cp.async.bulk.commit_group / wait_group). Box elements outside the tensor are not written, so query tails need no
 // bounds checks. The shared source must be made visible to the async proxy first (fence_proxy_async_smem).
@@ -116,6 +128,54 @@ __device__ __forceinline__ void tma_prefetch_l2_4d(const CUtensorMap* map, int c
 
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// ---- clusters (CTA pairs: FwdTraits::kPairs) -------------------------------------------------------------
+// %cluster_ctarank (special register, 10.x): this CTA's rank in its cluster, read afresh where used.
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// mapa (9.7.9.22): the shared::cluster address of p's offset in the shared memory of CTA `rank` of this cluster.
+__device__ __forceinline__ uint32_t mapa(const void* p, uint32_t rank) {
+  uint32_t a;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_addr(p)), "r"(rank));
+  return a;
+}
+// barrier.cluster arrive + wait (9.7.13.3), every thread of every CTA of the cluster, converged: the barrier inits of
+// both CTAs (fence_barrier_init releases them at cluster scope) before either CTA's TMA or arrivals reach the other's.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// One arrival on the barrier at bar's offset in CTA `rank` (9.7.13.15.13, mbarrier.arrive on shared::cluster), with
+// the default semantics, release at CTA scope: enough to hand back a shared-memory stage this thread has finished
+// reading (its wgmma or bulk-store reads waited for), and free of fences, where .release.cluster compiles to MEMBAR.GPU
+// ahead of every arrival (ptxas 13.0), twice a key block in the consumers' loop.
+__device__ __forceinline__ void mbarrier_arrive_remote(uint64_t* bar, uint32_t rank) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(mapa(bar, rank)) : "memory");
+}
+// The same, release at cluster scope: this thread's earlier writes into that CTA (st_cluster_u32) are seen by whoever
+// waits on the barrier with acquire at cluster scope (mbarrier_wait_cluster). Once or twice a kernel.
+__device__ __forceinline__ void mbarrier_arrive_remote_cluster(uint64_t* bar, uint32_t rank) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(mapa(bar, rank)) : "memory");
+}
+// mbarrier_wait with acquire at cluster scope (9.7.13.15.16): what the other CTA wrote into this one before its
+// release arrival is seen after the wait.
+__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "VIDATTN_CWAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra VIDATTN_CWAIT_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// A 32-bit store into the shared memory of CTA `rank` at p's offset (st.shared::cluster: st, 9.7.9).
+__device__ __forceinline__ void st_cluster_u32(const void* p, uint32_t rank, uint32_t v) {
+  asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(mapa(p, rank)), "r"(v) : "memory");
 }
 
 // %laneid (special register, 10.x), read with asm volatile so that values derived from it are computed where used:

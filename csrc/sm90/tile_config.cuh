@@ -216,6 +216,9 @@ constexpr int kOReadLateBuild = 1 << 15;
 // steps than a full block (FwdTraits::kNarrowAll; capi.cu, vidattn_sm90_set_hd_narrow(7)): kBN is its width plus
 // kOInVBuild plus kOReadLateBuild plus this flag.
 constexpr int kNarrowAllBuild = 1 << 16;
+// The routed D=256 build (O-in-V, read-late) run by CTA pairs that share K and V (FwdTraits::kPairs; capi.cu,
+// vidattn_sm90_set_hd_narrow(8)): kBN is its width plus kOInVBuild plus kOReadLateBuild plus this flag.
+constexpr int kPairBuild = 1 << 17;
 
 // Shared-memory columns of a head dim: whole 64-column chunks (D=96 takes two, its second half zero-filled).
 constexpr int padded_head_dim(int head_dim) { return (head_dim + kChunkCols - 1) / kChunkCols * kChunkCols; }
@@ -274,6 +277,15 @@ struct FwdTraits {
   static constexpr bool kNarrowAll = (kBN & kNarrowAllBuild) != 0;
   static_assert(!kNarrowAll || (kBN & kOInVBuild) != 0, "every partial block narrowed: an O-in-V build's variant");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN: a wgmma N, multiple of 16, at most 256");
+  // kPairs (kBN carries kPairBuild, a read-late O-in-V build): the main launch runs in clusters of two CTAs, the two
+  // neighbouring Q tiles of a pair being of one (batch, head), so that they read the same K/V blocks in the same order.
+  // Each CTA's producer loads half of every K and V block (half its 64-column chunks) into both CTAs' stages with TMA
+  // multicast: the L2 -> shared traffic per query row halves (dev/NOTES.md "A multicast D=256 kernel"). The price is
+  // a lock-step: a stage is refilled only once both CTAs' consumers have released it (remote arrivals on the empty
+  // barriers), and O's stores into a V stage gate both producers (o_done). The tail launch runs without clusters.
+  static constexpr bool kPairs = (kBN & kPairBuild) != 0;
+  static_assert(!kPairs || (kOInV && kOReadLate && !kORegs && !kQHalves && !kNarrowAll),
+                "CTA pairs: a variant of the read-late O-in-V build only");
   // The most 16-key steps a narrowed partial block runs (flash_fwd.cuh, block_steps): fewer than a full block by at
   // least VIDATTN_NARROW_MIN_SAVED, or by 1 with kNarrowAll.
   static constexpr int kNarrowMax = kBlockN / 16 - (kNarrowAll ? 1 : VIDATTN_NARROW_MIN_SAVED);
@@ -329,6 +341,8 @@ struct FwdTraits {
   // shapes (dev/NOTES.md, ninth session, call 5), so the N=176 build keeps O's packing at the tile's end.
   static constexpr bool kDeferONormalise = VIDATTN_DEFER_O_NORMALISE != 0 && kDeferOStore && kQBuffers == 2;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
+  // Both CTAs of a pair must walk one block order, and each loads half of a block's chunks.
+  static_assert(!kPairs || (!kKvRotate && kChunks % 2 == 0), "CTA pairs: one key order, whole chunks per CTA");
   static constexpr bool kLateVWait = VIDATTN_LATE_V_WAIT != 0;
   static constexpr bool kQInRegs = kHeadDim == 128 && kBlockN <= VIDATTN_Q_IN_REGS_MAX_N;
   static constexpr bool kFixedRef = VIDATTN_FIXED_REF != 0;
