@@ -214,6 +214,10 @@
 #   bash dev/device_session.sh P54 [budget_s] # the balanced tail's default rule: the tail GPU tests on 76c0903's
 #                                             # host-only plan code, settings 1 / 3 sustained (clock_probe.py),
 #                                             # D=256 1K/8K/32K against cuDNN under each setting
+#   bash dev/device_session.sh P61 [budget_s] # the CTA-pair D=256 build (VIDATTN_HD_NARROW=8): P60's loop rows
+#                                             # first, then its GPU tests under a hang watchdog, the pair build
+#                                             # against the routed one sustained at 1K / 8K / 32K (clock_probe),
+#                                             # the D=256 sanitizer cases on it under memcheck and synccheck
 #   bash dev/device_session.sh P60 [budget_s] # K/V multicast priced in the bf16 wgmma loop (mufu_tensor_overlap
 #                                             # (g) ahead and (h) pair variants), D=256 8K / 32K beside (~90 s)
 #   bash dev/device_session.sh P55 [budget_s] # the whole GPU suite on 76c0903's library, the tail sanitizer
@@ -395,6 +399,15 @@ hd_anchors_per_tail_setting() {
       > "$OUT/$dir/anchors_hd_r$r.log" 2>&1; rc[anchors_r$r]=$?
     echo "VIDATTN_TAIL_ROUNDS=$r"; tail -6 "$OUT/$dir/anchors_hd_r$r.log"
   done
+}
+# The bf16 wgmma loop's rows that price K/V multicast (dev/NOTES.md "K/V multicast priced in the loop"): bare, with
+# the exact kernel's L2 -> shared bytes (waited each iteration, and a stage ahead), half of them a stage ahead, and the
+# (h) CTA pairs that read half and multicast (last: a hang there loses only its own row), into $OUT/$1.
+multicast_loop_rows() {
+  timeout 150 python3 dev/probes/mufu_tensor_overlap.py --out "$OUT/$1" --seconds 6 --pause 2 --timeout 130 \
+    f_bf16ss_4t g_bf16ss_l2_4t g_bf16ss_l2ahead_4t g_bf16ss_l2halfahead_4t h_bf16ss_mc_4t \
+    > "$OUT/$1/overlap.log" 2>&1; rc[overlap]=$?
+  sed -n '/^| variant/,$p' "$OUT/$1/overlap.log"; grep -h tflops_all_sms "$OUT/$1/overlap_raw.jsonl" | tail -1
 }
 # The path of the library build_lib made ready (what vidattn loads by default).
 lib_path() { python3 -c "import vidattn; print(vidattn.build(verbose=False))" 2>/dev/null | tail -1; }
@@ -1051,15 +1064,34 @@ P33)
   gpu_pytest p33/gpu_all.log $(( $(left) - 15 < 260 ? $(left) - 15 : 260 )) gpu_all -m gpu tests/
   tar_dirs p33
   ;;
+P61)
+  # dev/NOTES.md "A multicast D=256 kernel, built ahead of P60": P60's loop rows (the (h) pair now releasing its stages
+  # at CTA scope, as the kernel does), then the pair build's GPU tests (a hang ends them at the timeout, and the call
+  # then skips the timing), the pair build against the routed one back to back at the cap, and the pair sanitizer
+  # cases (tests/sanitizer_cases.py "d256 pairs ...", each under setting 8) plain, under memcheck and synccheck.
+  mkdir -p "$OUT/p61"
+  multicast_loop_rows p61
+  build_lib
+  gpu_pytest p61/pairs_gpu.log 240 pairs_gpu -m gpu tests/test_d256_pairs_gpu.py tests/test_d256_o_read_late_gpu.py
+  if [ "${rc[pairs_gpu]}" = 0 ]; then
+    timeout 200 python3 dev/probes/clock_probe.py 16x8x1024x256 2x8x8192x256 1x8x32768x256 \
+      --paths vidattn_hd6 vidattn_hd8 vidattn_hd6 vidattn_hd8 cudnn --seconds 6 --pause 2 \
+      --json "$OUT/p61/clock_pairs.json" > "$OUT/p61/clock_pairs.log" 2>&1; rc[clock_pairs]=$?
+    tail -17 "$OUT/p61/clock_pairs.log"
+    if [ "$(left)" -gt 100 ]; then
+      sanitize_only p61 "d256 pairs" "memcheck synccheck"
+    fi
+  else
+    echo "pair GPU tests did not pass (rc ${rc[pairs_gpu]}): no timing"
+  fi
+  tar_dirs p61
+  ;;
 P60)
   # dev/NOTES.md "K/V multicast priced in the loop": the bf16 wgmma loop bare, with the exact kernel's L2 -> shared
   # bytes (waited each iteration, and a stage ahead), half of them a stage ahead, and the (h) CTA pairs that read half
   # and multicast (last: a hang there loses only its own row); then D=256 8K / 32K on the same card.
   mkdir -p "$OUT/p60"
-  timeout 150 python3 dev/probes/mufu_tensor_overlap.py --out "$OUT/p60" --seconds 6 --pause 2 --timeout 130 \
-    f_bf16ss_4t g_bf16ss_l2_4t g_bf16ss_l2ahead_4t g_bf16ss_l2halfahead_4t h_bf16ss_mc_4t \
-    > "$OUT/p60/overlap.log" 2>&1; rc[overlap]=$?
-  sed -n '/^| variant/,$p' "$OUT/p60/overlap.log"; grep -h tflops_all_sms "$OUT/p60/overlap_raw.jsonl" | tail -1
+  multicast_loop_rows p60
   build_lib
   timeout 80 python3 dev/probes/clock_probe.py 2x8x8192x256 1x8x32768x256 --paths vidattn cudnn --seconds 6 \
     --pause 2 --json "$OUT/p60/clock.json" > "$OUT/p60/clock.log" 2>&1; rc[clock]=$?

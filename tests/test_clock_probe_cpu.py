@@ -55,3 +55,14 @@ def test_shapes_are_anchor_keys_or_bxhxsxd():
     for bad in (["16x8x0x256"], ["no_such_shape"]):
         with pytest.raises(SystemExit):
             mod.parse_args(bad)
+
+
+def test_paths_name_their_settings():
+    """vidattn_tN: the exact kernel's tail setting N; vidattn_hdN: VIDATTN_HD_NARROW=N (6 the routed D=256 build, 8
+    that build in CTA pairs); the plain paths run under the library's own settings."""
+    mod = _mod()
+    assert {"vidattn_hd6", "vidattn_hd8", "vidattn_t3"} <= set(mod.PATHS)
+    assert [mod.path_setting(p) for p in ("vidattn", "cudnn", "vidattn_t3", "vidattn_hd6", "vidattn_hd8")] == \
+        [(-1, -1), (-1, -1), (3, -1), (-1, 6), (-1, 8)]
+    args = mod.parse_args(["1x8x32768x256", "--paths", "vidattn_hd6", "vidattn_hd8", "cudnn"])
+    assert args.paths == ["vidattn_hd6", "vidattn_hd8", "cudnn"]

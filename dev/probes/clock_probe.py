@@ -8,7 +8,9 @@ ran. vidattn and cuDNN alternate per shape, cuDNN first, with a pause between th
 
 A shape is an anchor key or BxHxSxD (self-attention, Sq = Skv = S). --paths picks and orders the paths: cudnn,
 vidattn, vidattn_t1 / vidattn_t2 / vidattn_t3 (vidattn under that exact-kernel tail setting, vidattn._ext.
-set_tail_rounds; a name may repeat, to see the drift between runs), and fa3 (FlashAttention-3 through scripts/anchor_impls.py, where the anchors are installed; absent, or
+set_tail_rounds; a name may repeat, to see the drift between runs), vidattn_hd6 / vidattn_hd8 (vidattn under that
+VIDATTN_HD_NARROW setting, vidattn._ext.hd_narrow: the routed D=256 build, and that build in CTA pairs, whose row
+records the clusters it ran in), and fa3 (FlashAttention-3 through scripts/anchor_impls.py, where the anchors are installed; absent, or
 failing, its row says why). The host synchronizes every 4 calls: on calls of a fraction of a millisecond a path
 whose host side is slow (FA3's Python entry, 0.13-0.27 ms a call) leaves the GPU idle, which its row shows as power
 far under the cap (FA3 at 16x8x1024x256: 127 W); such a row measures the host, not the kernel.
@@ -99,7 +101,14 @@ def run_sampled(fn, seconds: float, period_ms: int = 50) -> tuple[int, float, li
     return calls, elapsed, [s[1:] for s in samples]
 
 
-PATHS = ("cudnn", "vidattn", "vidattn_t1", "vidattn_t2", "vidattn_t3", "fa3")
+PATHS = ("cudnn", "vidattn", "vidattn_t1", "vidattn_t2", "vidattn_t3", "vidattn_hd6", "vidattn_hd8", "fa3")
+
+
+def path_setting(name: str) -> tuple[int, int]:
+    """(exact-kernel tail setting, VIDATTN_HD_NARROW setting) a path runs under; -1: the library's own."""
+    tail = int(name[len("vidattn_t"):]) if name.startswith("vidattn_t") else -1
+    narrow = int(name[len("vidattn_hd"):]) if name.startswith("vidattn_hd") else -1
+    return tail, narrow
 
 
 def parse_shapes(items: list[str]) -> list[tuple[str, int, int, int, int, int]]:
@@ -156,6 +165,8 @@ def main(argv=None):
         fns = {"cudnn": cudnn, "vidattn": lambda: _ext.forward(q, k, v, out, None, None, d ** -0.5)}
         for t in (1, 2, 3):
             fns[f"vidattn_t{t}"] = fns["vidattn"]
+        for n in (6, 8):
+            fns[f"vidattn_hd{n}"] = fns["vidattn"]
         if fa3_why is None and "fa3" in args.paths:
             fns["fa3"] = lambda: anchor_impls.fa3(q, k, v)
         flops = 4 * b * h * sq * skv * d
@@ -166,14 +177,20 @@ def main(argv=None):
                 continue
             fn = fns[name]
             time.sleep(args.pause)
-            tail = int(name[-1]) if name.startswith("vidattn_t") else -1
+            tail, narrow = path_setting(name)
             extra = {}
             try:
-                if tail > 0:
-                    _ext.set_tail_rounds(tail)
-                    fn()
-                    extra = {"tail_splits": _ext.last_tail_splits()}
-                calls, elapsed, samples = run_sampled(fn, args.seconds)
+                with contextlib.ExitStack() as forced:
+                    if tail > 0:
+                        _ext.set_tail_rounds(tail)
+                        fn()
+                        extra = {"tail_splits": _ext.last_tail_splits()}
+                    if narrow >= 0:
+                        forced.enter_context(_ext.hd_narrow(narrow))
+                        fn()
+                        extra = {"hd_narrow": narrow, "block_n": _ext.last_block_n(), "o_path": _ext.last_o_path(),
+                                 "cluster_ctas": _ext.last_cluster_ctas()}
+                    calls, elapsed, samples = run_sampled(fn, args.seconds)
             except Exception as exc:  # noqa: BLE001 - a failing path is its row; the others still run
                 rows.append({"shape": key, "path": name, "error": f"{type(exc).__name__}: {exc}"})
                 print(f"{key:14s} {name:8s} error: {rows[-1]['error']}", flush=True)

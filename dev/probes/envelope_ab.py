@@ -145,18 +145,25 @@ def write_json(out: Path | None, name: str, data: dict) -> None:
 # boundary: a timeline, and Q released per warpgroup"), or 6, "ovl", the wait for O's stores' reads (and o_done)
 # under the next tile's S_0 (tile_config.cuh kOReadLate; last_o_path 4; dev/NOTES.md, "The D=256 epilogue deferred"),
 # or 7, "ovn", that build (the routed one) with every partial key block narrowed, by as little as one step
-# (tile_config.cuh kNarrowAll; last_o_path 4 as 6's; dev/NOTES.md, "The D=256 partial block narrowed by one step").
+# (tile_config.cuh kNarrowAll; last_o_path 4 as 6's; dev/NOTES.md, "The D=256 partial block narrowed by one step"),
+# or 8, "ovp", the routed build run by CTA pairs that share each K/V block (tile_config.cuh kPairs; last_o_path 4 as
+# 6's, and last_cluster_ctas 2, which tells it from the routed build it falls back to; dev/NOTES.md, "A multicast
+# D=256 kernel").
 VARIANT_SIDE, VARIANT_SETTING, VARIANT_O_PATH = "ovr", 4, 3
 # setting: (side, what it is, O path it runs with, Q box rows it runs with or None for any)
 VARIANTS = {4: (VARIANT_SIDE, "O from registers", VARIANT_O_PATH, None), 5: ("ovq", "Q per warpgroup", 2, 64),
-            6: ("ovl", "O read wait late", 4, 128), 7: ("ovn", "every partial block narrowed", 4, 128)}
+            6: ("ovl", "O read wait late", 4, 128), 7: ("ovn", "every partial block narrowed", 4, 128),
+            8: ("ovp", "CTA pairs sharing K/V", 4, 128)}
+# CTAs per cluster a variant's main launch must report (last_cluster_ctas), where it matters: the pair build falls back
+# to the routed build on a call whose Q tiles do not pair up.
+VARIANT_CLUSTER = {8: 2}
 SETTING_OF_SIDE = {v[0]: k for k, v in VARIANTS.items()}
 # What last_o_path() reads after a plain D=256 call since the read-late build became the routed O-in-V one (capi.cu
 # VIDATTN_D256_O_READ_LATE): the rounds then time the routed side under setting 6, the same kernel.
 ROUTED_READ_LATE_O_PATH = 4
 # The side a variant is judged against: "ov" (the plain O-in-V build, setting 3), or, for a variant of the routed
 # build, that build under its own setting (7 against 6's "ovl", timed in the same rounds).
-VARIANT_REFERENCE = {7: "ovl"}
+VARIANT_REFERENCE = {7: "ovl", 8: "ovl"}
 
 
 def reference_side(setting: int) -> str:
@@ -172,13 +179,26 @@ def last_q_box_rows() -> int | None:
         return None
 
 
-def variant_ran(setting: int, o_path: int | None, q_box_rows: int | None) -> str | None:
-    """Why the last launch under `setting` was not that variant (a library without it runs something else), or None."""
+def last_cluster_ctas() -> int | None:
+    """CTAs per cluster of the last main launch, or None from a library that predates the CTA-pair variant."""
+    from vidattn import _ext
+    try:
+        return _ext.last_cluster_ctas()
+    except RuntimeError:
+        return None
+
+
+def variant_ran(setting: int, o_path: int | None, q_box_rows: int | None,
+                cluster_ctas: int | None = None) -> str | None:
+    """Why the last launch under `setting` was not that variant (a library without it runs something else, the pair
+    build falls back on an unpaired call), or None."""
     _, _, want_o, want_rows = VARIANTS[setting]
     if o_path != want_o:
         return f"ran with O path {o_path}, not {want_o}"
     if want_rows is not None and q_box_rows != want_rows:
         return f"ran with a Q box of {q_box_rows} rows, not {want_rows}"
+    if setting in VARIANT_CLUSTER and cluster_ctas != VARIANT_CLUSTER[setting]:
+        return f"ran in clusters of {cluster_ctas} CTAs, not {VARIANT_CLUSTER[setting]}"
     return None
 
 
@@ -245,7 +265,8 @@ def run_ov(args) -> dict:
                             raise RuntimeError(f"ran with O path {timer.last_o_path()}, not {want}")
                     if x in SETTING_OF_SIDE:  # the variant, or the variant it is judged against
                         row["block_n"][x] = _ext.last_block_n()
-                        why = variant_ran(SETTING_OF_SIDE[x], timer.last_o_path(), last_q_box_rows())
+                        why = variant_ran(SETTING_OF_SIDE[x], timer.last_o_path(), last_q_box_rows(),
+                                          last_cluster_ctas())
                         if why is not None:  # a library without the variant ran something else
                             raise RuntimeError(why)
                     one[x] = timer.time_back_to_back(calls[x], len(sets), span)

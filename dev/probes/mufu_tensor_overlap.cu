@@ -206,27 +206,9 @@ __device__ __forceinline__ void exp_work(float (&ch)[kCh], float (&sum)[4], int3
   }
 }
 
-// (h) CTA pairs. %cluster_ctarank (PTX ISA chapter 10): this CTA's rank in its cluster.
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// barrier.cluster.arrive.release + wait.acquire (9.7.13.4): every thread of both CTAs; orders the barrier inits
-// before the peer's first arrival and keeps each CTA's shared memory alive until the peer is done with it.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// One arrival on the peer CTA's copy of an mbarrier: mapa (9.7.9.22) to its shared::cluster address, then
-// mbarrier.arrive.release.cluster.shared::cluster (9.7.13.15.13).
-__device__ __forceinline__ void mbarrier_arrive_peer(uint64_t* bar, uint32_t peer) {
-  asm volatile(
-      "{\n.reg .b32 ra;\n"
-      "mapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(ptx::smem_addr(bar)),
-      "r"(peer)
-      : "memory");
-}
+// (h) CTA pairs: the cluster wrappers are the kernel's (csrc/sm90/ptx.cuh: cluster_ctarank, cluster_sync, and
+// mbarrier_arrive_remote, the release at CTA scope the kernel's stage releases use: .release.cluster put a MEMBAR.GPU
+// ahead of each).
 // cp.async.bulk ... .multicast::cluster (9.7.9.25.4.1): the same bytes into dst of every CTA in cta_mask, each
 // completing on that CTA's mbarrier at the same offset.
 __device__ __forceinline__ void bulk_copy_g2s_mc(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
@@ -247,7 +229,7 @@ __device__ __forceinline__ void issue_copies(Shared& s, int wg, int st, int byte
                                              uint32_t src_pieces, int cluster = 1, unsigned long long j = 0) {
   if (cluster == 2 && j >= 2) ptx::mbarrier_wait(&s.empty[wg][st], static_cast<uint32_t>(((j >> 1) - 1) & 1));
   ptx::mbarrier_arrive_expect_tx(&s.bar[wg][st], static_cast<uint32_t>(bytes));
-  const int issued = bytes / cluster, base = cluster == 2 ? static_cast<int>(cluster_rank()) * issued : 0;
+  const int issued = bytes / cluster, base = cluster == 2 ? static_cast<int>(ptx::cluster_ctarank()) * issued : 0;
   for (int off = base; off < base + issued; off += kCopyBytes) {
     void* dst = &s.scratch[wg][st][off % kScratchBytes];
     const uint8_t* from = src + static_cast<size_t>(piece) * kCopyBytes;
@@ -378,7 +360,7 @@ __device__ __forceinline__ void role_loop(const Params& p, Shared& s, int wg, ui
         ptx::mbarrier_wait(&s.bar[wg][iters & 1], static_cast<uint32_t>((iters >> 1) & 1));
         if (p.cluster == 2) {  // this CTA is done with the fill: both CTAs' empty barriers hear it
           ptx::mbarrier_arrive(&s.empty[wg][iters & 1]);
-          mbarrier_arrive_peer(&s.empty[wg][iters & 1], cluster_rank() ^ 1u);
+          ptx::mbarrier_arrive_remote(&s.empty[wg][iters & 1], ptx::cluster_ctarank() ^ 1u);
         }
       }
     }
@@ -435,7 +417,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1) overlap_kernel(const __grid_con
   // generic-proxy stores that wgmma reads through the async proxy: fenced before the barrier
   ptx::fence_proxy_async_smem();
   __syncthreads();
-  if (p.cluster == 2) cluster_sync();  // both CTAs' barriers initialised before either arrives on the other's
+  if (p.cluster == 2) ptx::cluster_sync();  // both CTAs' barriers initialised before either arrives on the other's
   // one start for the whole CTA, so every warpgroup stops at the same deadline
   __shared__ uint64_t start;
   if (threadIdx.x == 0) start = globaltimer();
@@ -447,7 +429,7 @@ __global__ void __launch_bounds__(kWGs * 128, 1) overlap_kernel(const __grid_con
   const int kind = p.role[wg].kind;
   if (kind == kKind) role_loop<kKind, kMix>(p, s, wg, deadline);
   else if (kind == kNoTensor) role_loop<kNoTensor, kMix>(p, s, wg, deadline);
-  if (p.cluster == 2) cluster_sync();  // the peer may still copy into this CTA or arrive on its barriers
+  if (p.cluster == 2) ptx::cluster_sync();  // the peer may still copy into this CTA or arrive on its barriers
 }
 
 struct Variant {
