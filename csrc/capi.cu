@@ -136,12 +136,14 @@ int tail_rounds() {
   return g_tail_rounds < 0 ? env : g_tail_rounds;
 }
 
+// grid: the main launch's CTAs, whose last, partial round the tail takes (the SM count, or the CTA-pair build's
+// smaller even grid); the tail launch itself spreads over all `sms`.
 template <int kHeadDim, int kWGs, int kBN>
-TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms) {
+TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms, int grid) {
   using T = vidattn::sm90::FwdTraits<kHeadDim, kWGs, kBN>;
   TailPlan plan;
   if (!VIDATTN_TAIL_LAUNCH || (a.kv_lens != nullptr && !tail_kv_lens()) || a.workspace == nullptr) return plan;
-  const int64_t r = tiles % sms;
+  const int64_t r = tiles % grid;
   if (r == 0) return plan;
   const int64_t blocks = (a.seqlen_kv + T::kBlockN - 1) / T::kBlockN;
   if (blocks < VIDATTN_TAIL_MIN_TILE_BLOCKS) return plan;
@@ -368,9 +370,9 @@ struct PairLaunch {
 };
 
 // CTAs the pair build's main launch runs at once: two per cluster of two that fits (cudaOccupancyMaxActiveClusters:
-// a GPC with an odd number of SMs leaves one idle), asked once per device (the kernel already opted into its shared
-// memory); 0 where none fits or the query fails.
-template <typename Kernel>
+// a GPC with an odd number of SMs leaves one idle), asked once per device and build (Build: its traits; the kernel
+// already opted into its shared memory); 0 where none fits or the query fails.
+template <typename Build, typename Kernel>
 int pair_launch_ctas(Kernel kernel, int sms, int threads, size_t smem) {
   constexpr int kDevices = 64;
   static std::atomic<int> known[kDevices] = {};  // clusters + 1; 0: not asked yet
@@ -445,17 +447,17 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     // A pair runs Q tiles 2i and 2i + 1 of one launch, partners only within one (batch, head): an even Q-block count,
     // an even grid, and one launch (below), so that every CTA's L-th tile has its partner in the other CTA. Else the
     // call runs on the routed build it varies (g_last_cluster_ctas then reads 1).
-    grid = pair_launch_ctas(kernel, sms, T::kThreads, smem);
+    grid = pair_launch_ctas<T>(kernel, sms, T::kThreads, smem);
     if (grid < 2 || m_blocks % 2 != 0 || tiles > static_cast<int64_t>(grid) * 32 * T::kRedoWords)
       return launch_built<kHeadDim, kWGs, kBN & ~kPairBuild, kFp16, kCausal>(a, stream, sms);
   }
   // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most
   // 32 * kRedoWords of its tiles for a redo (flash_fwd.cuh, kFixedRef), so larger problems take several launches;
-  // such a problem keeps the plain schedule, its last round being a sliver of it. (CTA pairs: the tail plan's rounds
-  // are of `grid` tiles, so the main launch's tile count stays even.)
+  // such a problem keeps the plain schedule, its last round being a sliver of it. (CTA pairs: the main launch's rounds
+  // are of `grid` tiles, so its tile count stays even.)
   const int64_t per_launch = static_cast<int64_t>(grid) * 32 * T::kRedoWords;
   const TailPlan tail =
-      tiles <= per_launch && !kCausal ? plan_tail<kHeadDim, kWGs, kBN>(a, tiles, grid) : TailPlan{};
+      tiles <= per_launch && !kCausal ? plan_tail<kHeadDim, kWGs, kBN>(a, tiles, sms, grid) : TailPlan{};
   const int64_t main_tiles = tiles - tail.tiles;
   g_last_tail_splits = tail.tiles > 0 ? tail.splits : 0;
   for (int64_t base = 0; base < main_tiles; base += per_launch) {
@@ -491,8 +493,12 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     const int ctas = static_cast<int>(n < grid ? n : grid);
     if constexpr (T::kPairs) {
       PairLaunch l(ctas, T::kThreads, smem, stream);
-      const cudaError_t e = cudaLaunchKernelEx(&l.cfg, kernel, p);
-      if (e != cudaSuccess) return fail(std::string("kernel launch (CTA pairs): ") + cudaGetErrorString(e));
+      if (cudaLaunchKernelEx(&l.cfg, kernel, p) != cudaSuccess) {
+        // A refused cluster launch (the occupancy query said it fits, so a device that takes no clusters here): the
+        // error is cleared, not left for the next call's check, and the call runs on the routed build. Nothing ran.
+        cudaGetLastError();
+        return launch_built<kHeadDim, kWGs, kBN & ~kPairBuild, kFp16, kCausal>(a, stream, sms);
+      }
       g_last_cluster_ctas = 2;
     } else {
       kernel<<<dim3(static_cast<unsigned>(ctas)), T::kThreads, smem, stream>>>(p);

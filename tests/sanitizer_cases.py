@@ -192,6 +192,10 @@ CASES = [
     Case("d256 pairs then tail launch", 1, 40, 512, 4224, 256, hd_narrow=8, expect=("clusters=2", "tail"), small=False),
     Case("d256 pairs redo", 1, 4, 256, 700, 256, spiked=(1, 2), hd_narrow=8, expect=("clusters=2",)),
     Case("d256 pairs ragged", 2, 3, 512, 777, 256, kv_lens=[777, 100], hd_narrow=8, expect=("clusters=2",)),
+    # A batch without keys between two with keys, ~6 tiles per CTA: each CTA runs two keyless tiles in a row, which
+    # store O = 0 from registers and take no o_done phase (flash_fwd.cuh o_tiles; dev/probes/pair_protocol_sim.py).
+    Case("d256 pairs batch without keys", 3, "sms+1", 256, 300, 256, kv_lens=[300, 0, 200], hd_narrow=8,
+         expect=("clusters=2", "o_path=4"), small=False),
 ]
 
 # The threaded round: each thread runs these (by name) on its stream, after the main thread made the inputs.

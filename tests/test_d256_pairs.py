@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from _support import load_script
 import test_d256_narrow_all  # its fake library (tests/ is on sys.path, as for test_8bit_gpu)
 from vidattn import _ext
 
@@ -120,16 +121,22 @@ def test_the_pair_redoes_the_union_of_its_marks_and_waits_for_the_peer_before_ex
 def test_launch_in_clusters_of_two_with_a_fallback():
     lb = CAPI[CAPI.index("int launch_built(const VidattnFwdArgs& a"):
               CAPI.index("// DIAGNOSTIC ONLY, never a default: VIDATTN_KERNEL_SUBSET")]
-    assert "grid = pair_launch_ctas(kernel, sms, T::kThreads, smem);" in lb
+    assert "grid = pair_launch_ctas<T>(kernel, sms, T::kThreads, smem);" in lb  # cached per build and device
     assert ("if (grid < 2 || m_blocks % 2 != 0 || tiles > static_cast<int64_t>(grid) * 32 * T::kRedoWords)\n"
             "      return launch_built<kHeadDim, kWGs, kBN & ~kPairBuild, kFp16, kCausal>(a, stream, sms);") in lb
-    # the main launch's rounds and the tail plan are of the pair grid, so its tile count stays even
+    # the main launch's rounds are of the pair grid, so its tile count stays even; the tail launch takes every SM
     assert "const int64_t per_launch = static_cast<int64_t>(grid) * 32 * T::kRedoWords;" in lb
-    assert "plan_tail<kHeadDim, kWGs, kBN>(a, tiles, grid)" in lb
-    assert "const cudaError_t e = cudaLaunchKernelEx(&l.cfg, kernel, p);" in lb
+    assert "plan_tail<kHeadDim, kWGs, kBN>(a, tiles, sms, grid)" in lb
+    assert "const int64_t r = tiles % grid;" in CAPI
+    assert "TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms, int grid)" in CAPI
+    # a refused cluster launch clears the runtime's error and runs the routed build
+    refused = lb[lb.index("if (cudaLaunchKernelEx(&l.cfg, kernel, p) != cudaSuccess) {"):]
+    refused = refused[:refused.index("g_last_cluster_ctas = 2;")]
+    assert "cudaGetLastError();" in refused
+    assert "return launch_built<kHeadDim, kWGs, kBN & ~kPairBuild, kFp16, kCausal>(a, stream, sms);" in refused
     assert "g_last_cluster_ctas = 1;" in lb
     launch = lb[lb.index("if constexpr (T::kPairs) {\n      PairLaunch l(ctas"):]
-    assert launch.index("cudaLaunchKernelEx") < launch.index("g_last_cluster_ctas = 2;") < launch.index("} else {")
+    assert launch.index("cudaLaunchKernelEx") < launch.index("g_last_cluster_ctas = 2;") < launch.index("    } else {")
     assert "attr[0].val.clusterDim.x = 2;" in CAPI
     assert "cudaOccupancyMaxActiveClusters(&clusters, kernel, &l.cfg)" in CAPI
     # the tail launch strips the flag (no clusters there)
@@ -219,3 +226,43 @@ def test_ptxas_check_file_builds_the_pair_kernel():
     src = (ROOT / "dev/d256_narrow_all_ptxas.cu").read_text()
     assert "#elif KSEL == 6" in src
     assert "flash_fwd_kernel<256, 2, 80 + kOInVBuild + kOReadLateBuild + kPairBuild, false, false>(" in src
+
+
+def _sim():
+    return load_script(ROOT / "dev/probes/pair_protocol_sim.py", register=True)  # (its dataclasses)
+
+
+def test_protocol_model_runs_clean_alone_and_in_pairs():
+    """dev/probes/pair_protocol_sim.py: random interleavings of the barrier protocol (tiles of 0-5 key blocks, random
+    redo marks, copies landing late) neither hang nor overwrite a stage in use, for one CTA and for CTA pairs."""
+    import random
+    sim = _sim()
+    for pairs, runs in ((False, 150), (True, 400)):
+        rng = random.Random(20261204 + pairs)
+        for _ in range(runs):
+            tiles, marks = sim.random_case(rng, pairs)
+            assert sim.simulate(tiles, marks, pairs, rng) is None, (pairs, tiles, marks)
+
+
+def test_protocol_model_catches_the_first_pair_design():
+    """The model has teeth: with keyless tiles storing O through a V stage and taking an o_done phase (as the routed
+    build does, and the pair build did first), two keyless tiles in a row let a V fill land under the peer's O."""
+    import random
+    sim = _sim()
+    rng = random.Random(7)
+    found = [sim.simulate([0, 0, 2], [set(), set()], True, rng, zero_tiles_skip_o=False) for _ in range(300)]
+    assert any(f is not None and "O sits in it" in f for f in found)
+    rng = random.Random(7)
+    assert all(sim.simulate([0, 0, 2], [set(), set()], True, rng) is None for _ in range(300))
+    # alone, the same tiles are safe through a V stage: the Q of the tile after waits for this CTA's own o_done
+    rng = random.Random(7)
+    assert all(sim.simulate([0, 0, 2], [set()], False, rng, zero_tiles_skip_o=False) is None for _ in range(300))
+
+
+def test_keyless_tiles_take_no_o_done_phase_in_pairs():
+    assert re.search(r"if constexpr \(T::kPairs\)\s*o_before = o_tiles;\s*else\s*o_before = local - ", FWD)
+    assert "if constexpr (T::kPairs) o_tiles += n_blocks > 0 ? 1 : 0;" in FWD
+    epi = FWD[FWD.index("if (T::kPairs && n_blocks == 0) {"):]
+    epi = epi[:epi.index("} else {")]
+    assert "store_o_regs<kHeadDim, kFp16>(p, w.tc, row0, o, row_sum);" in epi and "o_unread" not in epi
+    assert "write_lse(p, w.tc, row0, lane, row_max, row_sum);" in epi

@@ -377,6 +377,16 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   // bit s: parity of stage s's next K / V "empty" phase to wait for, xor 1
   uint32_t k_empty_phase = 0, v_empty_phase = 0;
   int start = 0;             // the ring runs on across tiles: tile t+1's K_0 goes where tile t left off
+  // CTA pairs: the tiles before this one that stored their O through a V stage, those with keys (consumer, and
+  // dev/probes/pair_protocol_sim.py for why a tile without keys must not take an o_done phase there). The peer's
+  // o_done arrivals are ordered behind nothing of this CTA's Q: the parity waits stay within a phase because every tile
+  // with keys waits for o_done[0] at its V_0 (the wait before bounds the next), and V_1, loaded only with two or more
+  // blocks, comes after K_1, whose stage last held the previous keyed tile's last K (two stages: tile_config.cuh
+  // asserts it for kOInV), released by all 16 warps after their flush of the keyed tile before. Loading V_0 or V_1
+  // before K_1, or a third stage, would take that away. Named only
+  // under `if constexpr (T::kPairs)`: captured by the loads' lambdas in the other builds, it moved the routed build's
+  // uniform registers around.
+  int o_tiles = 0;
   // early (a BoolTag): the causal first pass reads each block's coordinates before the stage's wait, the redo pass per
   // chunk after it (kv_at below; VIDATTN_CAUSAL_EARLY_KV_COORDS=0: both passes per chunk, the previous producer).
   // redo (a BoolTag): the tile is a redone one (the O-in-V builds count the tiles that stored an O before it).
@@ -506,7 +516,11 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
         // the previous tile left warpgroup j's O in the stage V_j goes to (consumer); once per tile, in tile order
         // o_done completes once per tile that stored an O: in causal builds the end-of-list fill took a local number
         // and stored none, so a redone tile has local - 1 O-storing tiles before it
-        const int o_before = local - (kCausal && decltype(redo)::value ? 1 : 0);
+        int o_before;
+        if constexpr (T::kPairs)
+          o_before = o_tiles;
+        else
+          o_before = local - (kCausal && decltype(redo)::value ? 1 : 0);
         if (j < 2 && o_before > 0) ptx::mbarrier_wait(&s.o_done[j], (o_before - 1) & 1);
       }
       waits.add(1, t_wait);
@@ -546,6 +560,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     tl_producer_value(kSplit, local, kTlKEmptyWaitSum, waits.get(0));
     tl_producer_value(kSplit, local, kTlVEmptyWaitSum, waits.get(1));
     start = (start + n_blocks) % T::kStages;
+    if constexpr (T::kPairs) o_tiles += n_blocks > 0 ? 1 : 0;
   };
   int local = 0;
   if constexpr (kCausal) {
@@ -1393,6 +1408,8 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
       // tile L - 1 is complete before q_empty of tile L, which every load of tile L + 1 waits behind; and where a
       // one-block tile or an odd block count hands this stage to the other warpgroup, that warpgroup writes its O
       // there only after its drain, whose turn waited for this pass (dev/NOTES.md, "The D=256 epilogue deferred").
+      // CTA pairs: o_done counts the peer's warps too, which this CTA's q_empty does not order; what keeps the
+      // producer's parity waits within a phase there is the producer's own loads (o_tiles, producer).
       if (o_unread) {
         if (ptx::lane_id() == 0) {
           ptx::bulk_wait_group_read<0>();
@@ -1494,15 +1511,25 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
       // where an odd block count swapped the stages, the other warpgroup's of a tile ago, which that warpgroup stored
       // before its first turn of this tile, a turn this warpgroup's drain (warpgroup 1: its own first turn) waited for.
       // A tile without keys takes no turn and swaps nothing.
-      const int ostage = cwg == 0 ? start : start ^ 1;
-      ptx::mbarrier_wait(&s.v_empty[ostage], ((v_phase >> ostage) & 1) ^ 1);
-      finish_tile<kHeadDim, kWGs, kBN, kFp16>(p, w.tc, cwg, warp, lane,
-                                              s.v[ostage] + warp * T::kChunks * 16 * kChunkCols, o, row_max, row_sum);
-      if constexpr (kReadLate) {
-        o_unread = true;  // the read wait and o_done: flush_o, under the next tile's S_0
-      } else if (lane == 0) {
-        ptx::bulk_wait_group_read<0>();
-        arrive_pair<T::kPairs>(&s.o_done[cwg]);
+      if (T::kPairs && n_blocks == 0) {
+        // CTA pairs: a tile without keys (kv_lens 0) stores its zeros from registers and takes no o_done phase (the
+        // producer counts the tiles with keys). Through a V stage it would: its producer loads no V, so waits for no
+        // o_done, and the peer's arrivals could then fall two phases behind the next V_0's wait, which reads o_done by
+        // parity (dev/probes/pair_protocol_sim.py: a V fill landed in the peer's stage under its O).
+        const int row0 = warp_first_row<kHeadDim, kWGs, kBN>(w.tc, cwg, warp);
+        store_o_regs<kHeadDim, kFp16>(p, w.tc, row0, o, row_sum);
+        write_lse(p, w.tc, row0, lane, row_max, row_sum);
+      } else {
+        const int ostage = cwg == 0 ? start : start ^ 1;
+        ptx::mbarrier_wait(&s.v_empty[ostage], ((v_phase >> ostage) & 1) ^ 1);
+        finish_tile<kHeadDim, kWGs, kBN, kFp16>(p, w.tc, cwg, warp, lane,
+                                                s.v[ostage] + warp * T::kChunks * 16 * kChunkCols, o, row_max, row_sum);
+        if constexpr (kReadLate) {
+          o_unread = true;  // the read wait and o_done: flush_o, under the next tile's S_0
+        } else if (lane == 0) {
+          ptx::bulk_wait_group_read<0>();
+          arrive_pair<T::kPairs>(&s.o_done[cwg]);
+        }
       }
     } else {
       finish_tile<kHeadDim, kWGs, kBN, kFp16>(p, w.tc, cwg, warp, lane, s.o_scratch[cwg * 4 + warp], o, row_max,
