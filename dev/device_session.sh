@@ -217,7 +217,10 @@
 #   bash dev/device_session.sh P61 [budget_s] # the CTA-pair D=256 build (VIDATTN_HD_NARROW=8): P60's loop rows
 #                                             # first, then its GPU tests under a hang watchdog, the pair build
 #                                             # against the routed one sustained at 1K / 8K / 32K (clock_probe),
-#                                             # the D=256 sanitizer cases on it under memcheck and synccheck
+#                                             # the pair sanitizer cases under memcheck
+#   bash dev/device_session.sh P62 [budget_s] # after P61: D=256 1K/8K/32K (and D=192 32K) against cuDNN in the
+#                                             # anchors harness under the default and under setting 8, the pair
+#                                             # sanitizer cases under synccheck, the whole GPU suite
 #   bash dev/device_session.sh P60 [budget_s] # K/V multicast priced in the bf16 wgmma loop (mufu_tensor_overlap
 #                                             # (g) ahead and (h) pair variants), D=256 8K / 32K beside (~90 s)
 #   bash dev/device_session.sh P55 [budget_s] # the whole GPU suite on 76c0903's library, the tail sanitizer
@@ -386,19 +389,25 @@ ncu_one() {
     grep -E "smsp__average_warp_latency_issue_stalled_[a-z_]+\.ratio |smsp__pcsamp_warps_issue_stalled_[a-z_]+ |dram__bytes_(read|write)\.sum |lts__t_bytes\.sum " | \
     sort -k3 -g -r | head -24 | tee -a "$OUT/$dir/ncu_summary.txt"
 }
-# The head-dim anchors (cuDNN against vidattn, 6 do_bench rounds) under tail settings 1 and 3, each while more than
-# MIN_LEFT s of the budget are left and for at most CAP s:
-#   hd_anchors_per_tail_setting DIR MIN_LEFT CAP SHAPE...   -> $OUT/DIR/anchors_hd_r{1,3}.{json,log}, rc[anchors_r*]
-hd_anchors_per_tail_setting() {
-  local dir=$1 min_left=$2 cap=$3 r; shift 3
-  for r in 1 3; do
+# The head-dim anchors (cuDNN against vidattn, 6 do_bench rounds) with the library loaded under each value of an
+# environment setting, each while more than MIN_LEFT s of the budget are left and for at most CAP s:
+#   hd_anchors_per_setting DIR VAR TAG "VALUES" MIN_LEFT CAP SHAPE...  -> $OUT/DIR/anchors_hd_<TAG><value>.{json,log},
+#   rc[anchors_<TAG><value>]
+hd_anchors_per_setting() {
+  local dir=$1 var=$2 tag=$3 values=$4 min_left=$5 cap=$6 v; shift 6
+  for v in $values; do
     [ "$(left)" -gt "$min_left" ] || break
-    VIDATTN_TAIL_ROUNDS=$r timeout $(( $(left) - 10 < cap ? $(left) - 10 : cap )) python3 scripts/bench_anchors.py \
+    env "$var=$v" timeout $(( $(left) - 10 < cap ? $(left) - 10 : cap )) python3 scripts/bench_anchors.py \
       --group headdims --shapes "$@" --impls cudnn,vidattn --no-accuracy --rounds 6 \
-      --budget-s $(( $(left) - 25 < cap - 20 ? $(left) - 25 : cap - 20 )) --out "$OUT/$dir/anchors_hd_r$r.json" \
-      > "$OUT/$dir/anchors_hd_r$r.log" 2>&1; rc[anchors_r$r]=$?
-    echo "VIDATTN_TAIL_ROUNDS=$r"; tail -6 "$OUT/$dir/anchors_hd_r$r.log"
+      --budget-s $(( $(left) - 25 < cap - 20 ? $(left) - 25 : cap - 20 )) --out "$OUT/$dir/anchors_hd_$tag$v.json" \
+      > "$OUT/$dir/anchors_hd_$tag$v.log" 2>&1; rc[anchors_$tag$v]=$?
+    echo "$var=$v"; tail -6 "$OUT/$dir/anchors_hd_$tag$v.log"
   done
+}
+# ... under tail settings 1 and 3:  hd_anchors_per_tail_setting DIR MIN_LEFT CAP SHAPE...  -> anchors_hd_r{1,3}
+hd_anchors_per_tail_setting() {
+  local dir=$1; shift
+  hd_anchors_per_setting "$dir" VIDATTN_TAIL_ROUNDS r "1 3" "$@"
 }
 # The bf16 wgmma loop's rows that price K/V multicast (dev/NOTES.md "K/V multicast priced in the loop"): bare, with
 # the exact kernel's L2 -> shared bytes (waited each iteration, and a stage ahead), half of them a stage ahead, and the
@@ -1068,7 +1077,7 @@ P61)
   # dev/NOTES.md "A multicast D=256 kernel, built ahead of P60": P60's loop rows (the (h) pair now releasing its stages
   # at CTA scope, as the kernel does), then the pair build's GPU tests (a hang ends them at the timeout, and the call
   # then skips the timing), the pair build against the routed one back to back at the cap, and the pair sanitizer
-  # cases (tests/sanitizer_cases.py "d256 pairs ...", each under setting 8) plain, under memcheck and synccheck.
+  # cases (tests/sanitizer_cases.py "d256 pairs ...", each under setting 8) plain and under memcheck.
   mkdir -p "$OUT/p61"
   multicast_loop_rows p61
   build_lib
@@ -1079,12 +1088,23 @@ P61)
       --json "$OUT/p61/clock_pairs.json" > "$OUT/p61/clock_pairs.log" 2>&1; rc[clock_pairs]=$?
     tail -17 "$OUT/p61/clock_pairs.log"
     if [ "$(left)" -gt 100 ]; then
-      sanitize_only p61 "d256 pairs" "memcheck synccheck"
+      sanitize_only p61 "d256 pairs" "memcheck"
     fi
   else
     echo "pair GPU tests did not pass (rc ${rc[pairs_gpu]}): no timing"
   fi
   tar_dirs p61
+  ;;
+P62)
+  # After P61, when its tests passed: issue 26's D=256 rows in the anchors harness with the library loaded under the
+  # default routing and under setting 8 (every D=256 call in pairs), D=192 32K beside as a control (no pair build),
+  # then the pair sanitizer cases under synccheck and the whole GPU suite.
+  build_lib
+  mkdir -p "$OUT/p62"
+  hd_anchors_per_setting p62 VIDATTN_HD_NARROW hd "0 8" 120 170 "D256 1K" "D256 8K" "D256 32K" "D192 32K"
+  [ "$(left)" -gt 200 ] && sanitize_only p62 "d256 pairs" "synccheck"
+  [ "$(left)" -gt 150 ] && gpu_pytest p62/gpu_all.log $(( $(left) - 30 )) gpu_all -m gpu tests/
+  tar_dirs p62
   ;;
 P60)
   # dev/NOTES.md "K/V multicast priced in the loop": the bf16 wgmma loop bare, with the exact kernel's L2 -> shared
