@@ -383,9 +383,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
   // with keys waits for o_done[0] at its V_0 (the wait before bounds the next), and V_1, loaded only with two or more
   // blocks, comes after K_1, whose stage last held the previous keyed tile's last K (two stages: tile_config.cuh
   // asserts it for kOInV), released by all 16 warps after their flush of the keyed tile before. Loading V_0 or V_1
-  // before K_1, or a third stage, would take that away. Named only
-  // under `if constexpr (T::kPairs)`: captured by the loads' lambdas in the other builds, it moved the routed build's
-  // uniform registers around.
+  // before K_1, or a third stage, would take that away. Named only under `if constexpr (T::kPairs)`: captured by the
+  // loads' lambdas in the other builds, it moved the routed build's uniform registers around.
   int o_tiles = 0;
   // early (a BoolTag): the causal first pass reads each block's coordinates before the stage's wait, the redo pass per
   // chunk after it (kv_at below; VIDATTN_CAUSAL_EARLY_KV_COORDS=0: both passes per chunk, the previous producer).
