@@ -63,6 +63,22 @@ def fresh_warnings():
 
 
 @pytest.fixture
+def launch_refusal_fails_its_test():
+    """A launch the library refuses turns the kernel off for the rest of the process (_ext.forward), and every later
+    call runs SDPA, with last_block_n/last_o_path still naming the refused build (before capi.cu reset them on a
+    refusal) or an earlier call's: on the H200 the first refused O-in-V launch passed its own test and failed the 59
+    after it. With this fixture the test whose launch was refused fails (at teardown), and each test starts with the
+    kernel on. The selectors come back on their own: the context managers restore them in a `finally`. For the
+    head-dim variants' GPU modules, through `pytest.mark.usefixtures`."""
+    from vidattn import _ext
+
+    _ext._launch_error = None
+    yield
+    refused, _ext._launch_error = _ext._launch_error, None
+    assert refused is None, refused
+
+
+@pytest.fixture
 def tail_kv_lens_off():
     """The exact kernel's calls with kv_lens on the plain schedule for the test (csrc/capi.cu, tail_kv_lens): for the
     D=256 A/B variants' modules, whose kv_lens tests were written for the variant's own schedule (the tail launch

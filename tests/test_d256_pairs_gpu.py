@@ -17,7 +17,7 @@ import torch
 from conftest import hopper_skip_reason
 
 # kv_lens calls stay on the variant's own plain schedule (conftest.py, tail_kv_lens_off)
-pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("tail_kv_lens_off")]
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("tail_kv_lens_off", "launch_refusal_fails_its_test")]
 if hopper_skip_reason() is not None:
     pytest.skip(hopper_skip_reason(), allow_module_level=True)
 
@@ -28,15 +28,6 @@ from test_envelope_gpu import (DEV, LSE_ATOL, assert_accurate, bshd_inputs, chec
 
 SETTING, ROUTED, O_PATH, BLOCK_N, Q_BOX_ROWS = 8, 6, 4, 80, 128
 
-
-@pytest.fixture(autouse=True)
-def one_failed_launch_fails_one_test():
-    """As in tests/test_d256_o_read_late_gpu.py: a refused launch fails its own test, and the next starts with the
-    kernel on."""
-    _ext._launch_error = None
-    yield
-    refused, _ext._launch_error = _ext._launch_error, None
-    assert refused is None, refused
 
 
 def assert_ran_pairs(expect: int = 2):

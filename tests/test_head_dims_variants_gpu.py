@@ -16,7 +16,7 @@ import torch
 
 from conftest import hopper_skip_reason
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("launch_refusal_fails_its_test")]
 if hopper_skip_reason() is not None:
     pytest.skip(hopper_skip_reason(), allow_module_level=True)
 
@@ -27,18 +27,6 @@ from test_envelope_gpu import (DEV, LSE_ATOL, assert_accurate, bshd_inputs, chec
 
 from test_head_dims_variants import pick_d96_three_wgs, pick_hd_narrow, pick_hd_o_in_v  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_failed_launch_fails_one_test():
-    """A launch the library refuses turns the kernel off for the rest of the process (_ext.forward), and every later
-    call runs SDPA, with last_block_n/last_o_path still naming the refused build (before capi.cu reset them on a
-    refusal) or an earlier call's: on the H200 the first refused O-in-V launch passed its own test and failed the 59
-    after it. Here the test whose launch was refused fails (at teardown), and each test starts with the kernel on.
-    The selectors come back on their own: the context managers restore them in a `finally`."""
-    _ext._launch_error = None
-    yield
-    refused, _ext._launch_error = _ext._launch_error, None
-    assert refused is None, refused
 
 
 # (head dim, warpgroups) -> (the context manager that forces the build, its key-block width, the other's width)

@@ -170,22 +170,23 @@ def reference_side(setting: int) -> str:
     return VARIANT_REFERENCE.get(setting, "ov")
 
 
-def last_q_box_rows() -> int | None:
-    """Rows of the last launch's Q box, or None from a library that predates the Q-halves variant."""
+def _last_launch(reading: str) -> int | None:
+    """vidattn._ext's `reading` of the last launch, or None from a library that predates it."""
     from vidattn import _ext
     try:
-        return _ext.last_q_box_rows()
+        return getattr(_ext, reading)()
     except RuntimeError:
         return None
+
+
+def last_q_box_rows() -> int | None:
+    """Rows of the last launch's Q box, or None from a library that predates the Q-halves variant."""
+    return _last_launch("last_q_box_rows")
 
 
 def last_cluster_ctas() -> int | None:
     """CTAs per cluster of the last main launch, or None from a library that predates the CTA-pair variant."""
-    from vidattn import _ext
-    try:
-        return _ext.last_cluster_ctas()
-    except RuntimeError:
-        return None
+    return _last_launch("last_cluster_ctas")
 
 
 def variant_ran(setting: int, o_path: int | None, q_box_rows: int | None,

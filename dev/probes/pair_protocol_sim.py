@@ -87,7 +87,6 @@ class Cta:
     marks: set = field(default_factory=set)
     peer_marks: set = field(default_factory=set)
     redo: list = field(default_factory=list)
-    done: int = 0
     exited: bool = False
 
 
@@ -299,15 +298,6 @@ def simulate(tiles: list[int], marks: list[set], pairs: bool, rng: random.Random
         c.in_flight[(kind, s)] -= 1
         c.bars[(f"{kind}_full", s)].complete_tx(nbytes)
 
-    def can_run(i) -> bool:
-        c, name, _ = actors[i]
-        op = current[i]
-        if op[0] == "wait":
-            return op[1].bars[op[2]].ready(op[3])
-        if op[0] == "turn_wait":
-            return c.turns[int(name[2:])] > 0
-        return True
-
     def run(i):
         c, name, _ = actors[i]
         op = current[i]
@@ -381,12 +371,17 @@ def simulate(tiles: list[int], marks: list[set], pairs: bool, rng: random.Random
             finish(i)
 
     def runnable(i) -> bool:
+        c, name, _ = actors[i]
         op = current[i]
+        if op[0] == "wait":
+            return op[1].bars[op[2]].ready(op[3])
+        if op[0] == "turn_wait":
+            return c.turns[int(name[2:])] > 0
         if op[0] == "named_wait":
-            return actors[i][0].named_gen.get(op[1], 0) > op[2]
+            return c.named_gen.get(op[1], 0) > op[2]
         if op[0] == "wait_then_union":
-            return actors[i][0].bars[("pair_marks", 0)].ready(0)
-        return can_run(i)
+            return c.bars[("pair_marks", 0)].ready(0)
+        return True
 
     for c in ctas:
         if not pairs:
