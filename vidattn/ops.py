@@ -4,6 +4,7 @@ Layering: the public function validates arguments and handles nothing but shapes
 `vidattn::attention` makes the dispatch decision (kernel or SDPA) at run time, so `torch.compile` sees one
 opaque node whose output shapes come from the fake implementation below.
 """
+import importlib.util
 import math
 import os
 import sys
@@ -12,6 +13,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from . import _ext
 from .precision import resolve_precision
@@ -44,11 +46,24 @@ def warn_fallback(reason: str) -> None:
         VidattnFallbackWarning, stacklevel=_caller_stacklevel())
 
 
-_INTERNAL_DIRS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (__file__, torch.__file__))
+def _internal_dirs() -> tuple:
+    """vidattn's, torch's and diffusers' folders (diffusers located without importing it): a fallback warning from a
+    processor points past the model's code, at the user's call."""
+    files = [__file__, torch.__file__]
+    try:
+        spec = importlib.util.find_spec("diffusers")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        files.append(spec.origin)
+    return tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in files)
+
+
+_INTERNAL_DIRS = _internal_dirs()
 
 
 def _caller_stacklevel() -> int:
-    """Stack level of the first frame outside vidattn and torch, so the warning points at user code."""
+    """Stack level of the first frame outside vidattn, torch and diffusers, so the warning points at user code."""
     level, frame = 1, sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_INTERNAL_DIRS):
         frame, level = frame.f_back, level + 1
@@ -72,6 +87,12 @@ def _eager_fast_path(q, k, v) -> bool:
     implementation and dispatch they rely on (the body reads data pointers)."""
     return (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
             and _get_current_dispatch_mode() is None)
+
+
+def _host_values_readable(t) -> bool:
+    """Whether a host tensor's values can be read now: eager, a plain tensor, no dispatch mode (under torch.compile,
+    FakeTensorMode or make_fx they are not there to read)."""
+    return not _is_compiling() and type(t) is torch.Tensor and _get_current_dispatch_mode() is None
 
 
 def _profiler_on() -> bool:
@@ -126,7 +147,11 @@ def _validate(q, k, v, layout, scale, kv_lens, fn="vidattn.attention"):
     if scale is not None:
         if isinstance(scale, bool) or not isinstance(scale, (int, float)):
             raise TypeError(f"{fn}: scale must be a float or None, got {type(scale).__name__}")
-        if not math.isfinite(scale):
+        try:
+            finite = math.isfinite(scale)
+        except OverflowError:  # an int past float's range
+            finite = False
+        if not finite:
             raise ValueError(f"{fn}: scale must be finite, got {scale}")
     if kv_lens is not None:
         skv = ks[s_ax]
@@ -141,8 +166,10 @@ def _validate(q, k, v, layout, scale, kv_lens, fn="vidattn.attention"):
         if kv_lens.device != q.device and kv_lens.device.type != "cpu":
             raise ValueError(f"{fn}: kv_lens is on {kv_lens.device}, q on {q.device}")
         # Value checks cost a device sync on GPU tensors, so only host-side lengths are checked (always
-        # worth it: they are about to be copied anyway); never while tracing.
-        if kv_lens.device.type == "cpu" and not _is_compiling():
+        # worth it: they are about to be copied anyway); never while tracing, under a dispatch mode or for a tensor
+        # subclass (FakeTensorMode, make_fx: the values are not there to read). Unchecked lengths are clamped to
+        # [0, Skv] (_prepare_kv_lens) and read as GPU lengths are.
+        if kv_lens.device.type == "cpu" and _host_values_readable(kv_lens):
             lo, hi = int(kv_lens.min()), int(kv_lens.max())
             if lo < 1 or hi > skv:
                 raise ValueError(f"{fn}: kv_lens values must lie in [1, {skv}] (the key length), "
@@ -161,13 +188,16 @@ def _causal_code(causal, fn="vidattn.attention") -> int:
 
 
 def _prepare_kv_lens(kv_lens, device, skv=None):
-    """int32 on q's device and contiguous: the kernel reads kv_lens with stride 1, and `.to` returns a strided view
-    (a column of a 2-D tensor, an expanded scalar) unchanged when it is already int32 on that device. An int64 GPU
-    tensor (its values unchecked: no sync) is clamped to [0, skv] first, so a value past int32 cannot wrap in the
-    cast (2^32 + 7 would read as 7 keys, where SDPA's mask keeps them all)."""
+    """int32 on q's device and contiguous: the kernel reads kv_lens with stride 1, and `.to` returns a strided view (a
+    column of a 2-D tensor, an expanded scalar) unchanged when it is already int32 on that device. An int64 GPU
+    tensor and a traced host tensor (their values unchecked: a GPU one because that costs a sync) are clamped to [0,
+    skv] first, so a value past int32 cannot wrap in the cast (2^32 + 7 would read as 7 keys, where SDPA's mask
+    keeps them all) and a traced host length reads as a GPU one does. An int32 GPU tensor is passed as it is (the
+    kernel clamps; no launch for it): the fallback's masks clamp it (_key_mask, _causal_mask)."""
     if kv_lens is None:
         return None
-    if skv is not None and kv_lens.dtype == torch.int64 and kv_lens.device.type != "cpu":
+    if skv is not None and (kv_lens.dtype == torch.int64 and kv_lens.device.type != "cpu"
+                            or kv_lens.device.type == "cpu" and not _host_values_readable(kv_lens)):
         kv_lens = kv_lens.clamp(0, skv)
     return kv_lens.to(device=device, dtype=torch.int32, non_blocking=True).contiguous()
 
@@ -222,7 +252,7 @@ def _causal_mask(causal: int, sq: int, skv: int, kv_lens, device, rows: slice = 
     if kv_lens is None:
         shift = skv - sq if causal == _ext.CAUSAL_BOTTOM_RIGHT else 0
         return (j <= i + shift)[None, None]
-    kvl = kv_lens.to(device=device, dtype=torch.int64)[:, None, None]
+    kvl = kv_lens.to(device=device, dtype=torch.int64).clamp(0, skv)[:, None, None]  # an unchecked GPU length
     shift = kvl - sq if causal == _ext.CAUSAL_BOTTOM_RIGHT else 0
     return ((j < kvl) & (j <= i + shift))[:, None]
 
@@ -244,6 +274,11 @@ def sdpa_fallback(qh, kh, vh, scale: float, kv_lens, return_lse: bool, causal: i
     see no key give 0 and an LSE of -inf, as the kernel's."""
     qh, kh, vh = _sdpa_safe_view(qh), _sdpa_safe_view(kh), _sdpa_safe_view(vh)
     sq, skv = qh.shape[2], kh.shape[2]
+    if kv_lens is not None:
+        # Keys past a length are ignored, non-finite ones too (an unwritten cache slot): SDPA's mask gives them
+        # weight 0, but 0 * NaN is NaN in P V, and a NaN score leaks through a boolean mask.
+        keep = _key_mask(kv_lens, skv, kh.device).transpose(-1, -2)  # (B, 1, Skv, 1)
+        kh, vh = torch.where(keep, kh, kh.new_zeros(())), torch.where(keep, vh, vh.new_zeros(()))
     if causal == _ext.CAUSAL_BOTTOM_RIGHT and kv_lens is None and sq == skv:
         causal = _ext.CAUSAL_TOP_LEFT  # the same mask, without materialising it
     if causal == _ext.CAUSAL_NONE:
@@ -258,6 +293,8 @@ def sdpa_fallback(qh, kh, vh, scale: float, kv_lens, return_lse: bool, causal: i
     out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale,
                                          **({"is_causal": True} if is_causal else {}),
                                          **({"enable_gqa": True} if gqa else {}))
+    # A NaN query makes its row NaN (float64 math, the kernel); PyTorch's CPU flash kernel gives a row of zeros.
+    out = out.masked_fill(qh.isnan().any(dim=-1, keepdim=True), float("nan"))
     if mask is not None and causal != _ext.CAUSAL_NONE:
         # SDPA's backends disagree on a fully masked row (the math one gives 0, others NaN): 0 here, as the kernel.
         out = torch.where(mask.any(dim=-1, keepdim=True), out, out.new_zeros(()))
@@ -265,18 +302,25 @@ def sdpa_fallback(qh, kh, vh, scale: float, kv_lens, return_lse: bool, causal: i
         return out, None
     b, h, sq, d = qh.shape
     hk, skv = kh.shape[1], kh.shape[2]
-    # (B, Hkv, 1, D, Skv): each key/value head broadcast over its group of query heads, without a copy of K.
-    kf = kh.detach().float().transpose(-1, -2)[:, :, None]
-    rows = max(1, _LSE_CHUNK_ELEMENTS // max(1, b * h * skv))
-    parts = []
-    for i in range(0, sq, rows):
-        qc = qh[:, :, i:i + rows].detach().float()
+    # With autograd on, the LSE is differentiable too (a ring or tail merge of partial results trains through it);
+    # each chunk's scores are then recomputed in the backward instead of kept (checkpoint), so memory stays a chunk's.
+    grad = torch.is_grad_enabled() and (qh.requires_grad or kh.requires_grad)
+
+    def rows_lse(qc, kf, i):
         s = (torch.matmul(qc.reshape(b, hk, h // hk, qc.shape[2], d), kf) * scale).reshape(b, h, qc.shape[2], skv)
         if causal != _ext.CAUSAL_NONE:
             s = s.masked_fill(~_causal_mask(causal, sq, skv, kv_lens, qh.device, slice(i, i + rows)), float("-inf"))
         elif mask is not None:
             s = s.masked_fill(~mask, float("-inf"))
-        parts.append(torch.logsumexp(s, dim=-1))
+        return torch.logsumexp(s, dim=-1)
+
+    # (B, Hkv, 1, D, Skv): each key/value head broadcast over its group of query heads, without a copy of K.
+    kf = (kh if grad else kh.detach()).float().transpose(-1, -2)[:, :, None]
+    rows = max(1, _LSE_CHUNK_ELEMENTS // max(1, b * h * skv))
+    parts = []
+    for i in range(0, sq, rows):
+        qc = (qh if grad else qh.detach())[:, :, i:i + rows].float()
+        parts.append(checkpoint(rows_lse, qc, kf, i, use_reentrant=False) if grad else rows_lse(qc, kf, i))
     return out, torch.cat(parts, dim=2)
 
 
@@ -374,12 +418,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
         scale: softmax scale; ``None`` means ``1 / sqrt(D)``.
         kv_lens: optional int32/int64 tensor of shape ``(B,)``: keys at positions ``>= kv_lens[b]`` are
             ignored for batch element ``b`` (text padding). Values must lie in ``[1, Skv]`` (checked when the
-            tensor is on the CPU; it is then copied to q's device). A GPU tensor is not checked (that would cost
-            a device sync): on the kernel, values above ``Skv`` read as ``Skv`` (as SDPA's mask does) and values
-            ``<= 0`` give zero rows and an LSE of ``-inf`` (SDPA: NaN). Any view works (a column, an expanded
-            scalar): it is read contiguous.
+            tensor is on the CPU in an eager call; it is then copied to q's device). A GPU tensor is not checked
+            (that would cost a device sync), nor a traced one (torch.compile, FakeTensorMode): values above ``Skv``
+            read as ``Skv`` (as SDPA's mask does) and values ``<= 0`` give zero rows and an LSE of ``-inf`` (SDPA:
+            NaN). Any view works (a column, an expanded scalar): it is read contiguous. On SDPA and the 8-bit path
+            keys past a length never reach the output, NaN included; the exact kernel ignores finite values there
+            (docs/reliability.md: a NaN in V just past the length can reach it).
         return_lse: also return the fp32 log-sum-exp of the scaled scores, shape ``(B, H, Sq)``
-            (natural log), e.g. to merge partial results in ring attention.
+            (natural log), e.g. to merge partial results in ring attention (differentiable when grad is on).
         causal: ``False`` (default), ``True`` or ``"top_left"`` (query ``i`` sees keys ``j <= i``: SDPA's
             ``is_causal``, also when ``Sq != Skv``), or ``"bottom_right"`` (``j <= i + Skv - Sq``: the last query sees
             every key; FlashAttention's convention when the lengths differ; the same as top-left when they are
