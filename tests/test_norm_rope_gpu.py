@@ -188,3 +188,17 @@ def test_default_schedule_per_row(s, h, d, x_dtype, table_dtype, want):
     # a forced schedule is built for bf16 x with fp32 tables only; other calls keep the default
     assert ran_forced == (1 if (x_dtype, table_dtype) == (torch.bfloat16, torch.float32) else want)
     assert torch.equal(got.view(torch.int16), forced.view(torch.int16))
+
+
+@pytest.mark.parametrize("text", ["fast", "9"])
+def test_malformed_schedule_setting_is_named_and_ignored(monkeypatch, text):
+    """VIDATTN_NORM_ROPE_SCHEDULE that is not a schedule: the first launch warns with its name and runs the library's
+    schedule (a setting never makes a call raise: docs/install.md)."""
+    monkeypatch.setenv(R.NORM_ROPE_SCHEDULE_ENV, text)
+    monkeypatch.setattr(R, "_schedule_from_env_applied", False)
+    h, d, s = 12, 128, 77
+    x = torch.randn(1, s, h * d, device=DEV).bfloat16()
+    norm, tables = rms_norm(h * d, torch.bfloat16), wan_tables(s, d)
+    with pytest.warns(RuntimeWarning, match=R.NORM_ROPE_SCHEDULE_ENV):
+        check(norm, x, h, *tables)
+    assert R.last_norm_rope_schedule() == 3  # the library's on 1.3B's rows (test_default_schedule_per_row)

@@ -11,12 +11,14 @@ pass `precision=` per call (the processors' `precision` attribute does).
 """
 from __future__ import annotations
 
-import contextlib
 import re
+import threading
 from typing import Iterable, Optional
 
 PRECISIONS = ("exact", "8bit")
 _default = "exact"
+_active: list = []  # the open use_precision blocks, oldest first: (token, precision)
+_active_lock = threading.Lock()
 
 
 def check_precision(precision) -> str:
@@ -36,19 +38,35 @@ def current_precision() -> str:
     return _default
 
 
-@contextlib.contextmanager
-def use_precision(precision: str):
+class use_precision:
     """Within the block, attention calls that pass no precision run at `precision` ("exact" or "8bit").
 
         with vidattn.use_precision("8bit"):
             video = pipe(prompt).frames
+
+    A bad value raises ValueError here, not at `with`. Blocks may be open in several threads at once (the setting is
+    process-wide: the newest open block's value holds); when every block has closed, in whatever order, the default
+    is "exact" again.
     """
-    global _default
-    saved, _default = _default, check_precision(precision)
-    try:
-        yield
-    finally:
-        _default = saved
+
+    def __init__(self, precision: str):
+        self.precision = check_precision(precision)
+        self._token = None
+
+    def __enter__(self):
+        global _default
+        with _active_lock:
+            self._token = object()
+            _active.append((self._token, self.precision))
+            _default = self.precision
+        return self
+
+    def __exit__(self, *exc):
+        global _default
+        with _active_lock:
+            _active[:] = [entry for entry in _active if entry[0] is not self._token]
+            _default = _active[-1][1] if _active else "exact"
+        return False
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -101,6 +119,9 @@ class PrecisionPolicy:
 
     def __init__(self, default: str = "8bit", exact_blocks: Iterable[int] = (), exact_first_steps: int = 0):
         self.default = check_precision(default)
+        if isinstance(exact_blocks, (str, bytes)) or not hasattr(exact_blocks, "__iter__"):
+            raise TypeError(f"PrecisionPolicy: exact_blocks must be an iterable of block indices (e.g. (0, 29)), "
+                            f"got {type(exact_blocks).__name__}")
         blocks = tuple(exact_blocks)
         for b in blocks:
             if isinstance(b, bool) or not isinstance(b, int) or b < 0:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import warnings
 from typing import Optional
 
 import torch
@@ -33,13 +34,17 @@ SHORT_KV_EXACT_MAX_BY_DIM = {64: 12288, 128: 7680}
 
 
 def _short_kv_from_env() -> Optional[int]:
+    """The variable's value; a malformed one is ignored with a warning naming it (a setting never makes a call raise:
+    docs/install.md), and the measured per-head-dim thresholds apply."""
     text = os.environ.get("VIDATTN_Q8_SHORT_KV_EXACT_MAX", "").strip()
     if not text:
         return None
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"VIDATTN_Q8_SHORT_KV_EXACT_MAX must be an integer number of keys, got {text!r}") from None
+        warnings.warn(f"vidattn: VIDATTN_Q8_SHORT_KV_EXACT_MAX must be an integer number of keys, got {text!r}; "
+                      f"ignored (the measured thresholds per head dim apply)", RuntimeWarning, stacklevel=2)
+        return None
 
 
 # One threshold for every head dim when not None: the environment variable VIDATTN_Q8_SHORT_KV_EXACT_MAX sets it
@@ -334,7 +339,7 @@ def _attention_8bit_impl(q, k, v, layout: str, scale: Optional[float], kv_lens, 
     sc = ops._default_scale(scale, d)
     reason = reason_8bit(qv, kv, vv, kv_lens, sc)
     if reason is not None:
-        ops.warn_fallback(f"8-bit path unavailable ({reason}); the exact path runs instead")
+        ops.warn_fallback(f"8-bit path unavailable ({reason}); {_instead(qv, kv, vv, kv_lens, sc)}")
         return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
     if route_reason(qv, kv) is not None:
         return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
@@ -348,7 +353,7 @@ def _attention_8bit_impl(q, k, v, layout: str, scale: Optional[float], kv_lens, 
     try:
         forward_8bit(qv, kv, vv, out_view, lse, kv_lens, sc)
     except _ext.KernelLaunchError as exc:
-        ops.warn_fallback(f"8-bit path unavailable ({exc}); the exact path runs instead")
+        ops.warn_fallback(f"8-bit path unavailable ({exc}); {_instead(qv, kv, vv, kv_lens, sc)}")
         return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
     return out, lse
 
@@ -378,16 +383,23 @@ def attention_8bit(q, k, v, layout: str, scale: Optional[float], kv_lens, return
     return _attention_8bit_impl(q, k, v, layout, scale, kv_lens, return_lse)
 
 
+def _instead(qv, kv, vv, kv_lens, sc) -> str:
+    """What runs a call the 8-bit path does not take (no autograd): the exact kernel, or SDPA and why."""
+    exact = _ext.kernel_reason(qv, kv, vv, kv_lens, sc)
+    return "the exact kernel runs instead" if exact is None else f"PyTorch SDPA runs instead ({exact})"
+
+
 def explain_8bit(q, k, v, layout: str, scale: Optional[float], kv_lens) -> Optional[str]:
-    """None when the 8-bit kernel would run; else why not and what runs instead."""
+    """None when the 8-bit kernel would run; else why not and what runs instead (the reason the call warns with)."""
     from . import ops
 
     qv, kv, vv = ops._bshd(q, layout), ops._bshd(k, layout), ops._bshd(v, layout)
     sc = ops._default_scale(scale, q.shape[-1])
-    reason = ops._grad_reason(q, k, v) or reason_8bit(qv, kv, vv, kv_lens, sc)
+    grad = ops._grad_fallback_reason(q, k, v)  # what ops.attention warns with for a differentiable call
+    if grad is not None:
+        return f"8-bit path unavailable: {grad}; PyTorch SDPA runs instead"
+    reason = reason_8bit(qv, kv, vv, kv_lens, sc)
     if reason is None:
         routed = route_reason(qv, kv)
         return None if routed is None else f"8-bit path not used: {routed}; the exact kernel runs instead"
-    exact = ops._grad_reason(q, k, v) or _ext.kernel_reason(qv, kv, vv, kv_lens, sc)
-    instead = "the exact kernel runs instead" if exact is None else f"PyTorch SDPA runs instead ({exact})"
-    return f"8-bit path unavailable: {reason}; {instead}"
+    return f"8-bit path unavailable: {reason}; {_instead(qv, kv, vv, kv_lens, sc)}"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import warnings
 from typing import Optional
 
 import torch
@@ -410,8 +411,13 @@ def _norm_launch(norm, xv, cv, sv, out) -> None:
     fn = _norm_entry(lib)
     if not _schedule_from_env_applied:
         _schedule_from_env_applied = True
-        if os.environ.get(NORM_ROPE_SCHEDULE_ENV, "").strip():
-            set_norm_rope_schedule(int(os.environ[NORM_ROPE_SCHEDULE_ENV]))
+        text = os.environ.get(NORM_ROPE_SCHEDULE_ENV, "").strip()
+        if text:
+            try:
+                set_norm_rope_schedule(int(text))
+            except ValueError as exc:  # a setting never makes a call raise (docs/install.md): named, then ignored
+                warnings.warn(f"vidattn: {NORM_ROPE_SCHEDULE_ENV}={text!r} ignored ({exc}); the library's schedule "
+                              f"runs", RuntimeWarning, stacklevel=2)
     b, s, h, d = xv.shape
     args = _NormRopeArgs(
         xv.data_ptr(), out.data_ptr(), norm.weight.data_ptr(), cv.data_ptr(), sv.data_ptr(), b, s, h, d,
