@@ -18,8 +18,10 @@ guidance are the pipeline's defaults unless given. Families whose pipeline canno
 generate "no") stop with the reason and name what measures them instead: `scripts/e2e_report.py --family NAME`
 (one transformer forward at the pipeline's default size, SDPA vs vidattn), or `--model DIR` with a local folder.
 
-Defaults: the Wan2.1-T2V-1.3B architecture with seeded random weights (no download; `--model DIR` loads a
-local diffusers Wan folder), 480x832, 81 frames, 50 steps, guidance 5.0, vidattn attention, bf16 on CUDA.
+Defaults: the Wan2.1-T2V-1.3B architecture with seeded random weights (no download), 480x832, 81 frames, 50 steps,
+guidance 5.0, vidattn attention, bf16 on CUDA. `--model DIR` loads every component of the folder, its text encoder
+included, and the prompt is encoded by it; only a Wan folder saved without a text encoder takes the Wan path above
+(the prompt hashed into embeddings, per-forward timings).
 Without a GPU and without an explicit --preset, it runs the tiny preset on the CPU in fp32 instead.
 Random weights give noise-like videos; the timings are those of the real architecture.
 """
@@ -46,7 +48,8 @@ def log(msg: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompt", default="A red fox trots through fresh snow in a quiet birch forest at dawn.",
-                   help="text prompt (hashed into seeded random embeddings: there is no text encoder)")
+                   help="text prompt (encoded by the folder's text encoder with --model DIR; otherwise hashed into "
+                        "seeded random embeddings: the built pipelines have no text encoder)")
     p.add_argument("--negative-prompt", default=None, help="negative prompt (default: Wan's)")
     p.add_argument("--out", default="out/video.mp4", help="output mp4 path (default: out/video.mp4)")
     p.add_argument("--preset", choices=["1.3b", "14b", "tiny"], default=None,
@@ -208,14 +211,36 @@ def build_from_args(args, device: torch.device, dtype: torch.dtype):
         raise SystemExit(f"error: {exc}") from None
 
 
-def _is_wan_dir(model_dir: str) -> bool:
+def _model_index(model_dir: str) -> dict | None:
     import json
 
     try:
-        return str(json.loads((Path(model_dir) / "model_index.json").read_text()).get("_class_name", "")).startswith(
-            "Wan")
+        return json.loads((Path(model_dir) / "model_index.json").read_text())
     except (OSError, ValueError):
-        return True  # let the Wan path's checks give the error
+        return None
+
+
+def _is_wan_dir(model_dir: str) -> bool:
+    """Whether model_index.json names a Wan pipeline (an unreadable one counts: the Wan path's checks say what is
+    wrong)."""
+    info = _model_index(model_dir)
+    return info is None or str(info.get("_class_name", "")).startswith("Wan")
+
+
+def _wan_path_for_model(model_dir: str) -> bool:
+    """Whether `generate_video.py --model DIR` takes the Wan path (per-forward timings; the prompt hashed into
+    embeddings): a Wan folder with one transformer, saved without its text encoder. A folder with its text encoder
+    and tokenizer (a snapshot of Wan-AI/Wan2.1-T2V-1.3B-Diffusers) or a second transformer (Wan 2.2 A14B) takes the
+    pipeline path, which loads every component and encodes the prompt, as every other family's folder does."""
+    info = _model_index(model_dir)
+    if info is None or not _is_wan_dir(model_dir):
+        return info is None
+
+    def saved(name):
+        entry = info.get(name)
+        return isinstance(entry, list) and any(x is not None for x in entry) and (Path(model_dir) / name).is_dir()
+
+    return not saved("transformer_2") and not (saved("text_encoder") and saved("tokenizer"))
 
 
 def cpu_kernel_note(device) -> str | None:
@@ -418,7 +443,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"error: unknown --family {args.family!r} (families: {', '.join(registry.names())}; "
                          f"generation: {', '.join(GENERATE_FAMILIES)})")
     if (args.family is not None and args.family not in ("wan", "wan14b")) or \
-            (args.model is not None and args.family is None and not _is_wan_dir(args.model)):
+            (args.model is not None and args.family is None and not _wan_path_for_model(args.model)):
         return main_pipeline(args)
     if args.family in ("wan", "wan14b"):
         if args.preset is not None and args.preset != "tiny":
@@ -433,6 +458,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     for note in args.notes:
         log(f"NOTE: {note}")
+    if args.model is not None:
+        log(f"NOTE: {args.model} was saved without a text encoder and tokenizer: the prompt is hashed into random "
+            f"embeddings, so the video does not follow it")
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     what = f"local model {args.model}" if args.preset_used == "model" else f"preset {args.preset_used}"
     tokens = token_count(args.height, args.width, args.frames)

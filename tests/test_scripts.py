@@ -286,3 +286,33 @@ def test_zoo_forward_smoke(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "zoo.json").read_text())[0]["family"] == "chronoedit"
     with pytest.raises(SystemExit, match="need a CUDA GPU"):
         zoo.main(["--only", "chronoedit"])
+
+
+def test_model_dir_route_keeps_a_saved_text_encoder(tmp_path):
+    """--model DIR: a Wan folder saved with its text encoder and tokenizer (a Hub snapshot), or with a second
+    transformer (Wan 2.2 A14B), takes the pipeline path, which loads every component and encodes the prompt; only a
+    Wan folder without a text encoder takes the Wan path (prompt hashed into embeddings). e2e_report keeps every Wan
+    folder on its Wan path."""
+    def folder(name, **entries):
+        d = tmp_path / name
+        d.mkdir()
+        info = {"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"],
+                "vae": ["diffusers", "AutoencoderKLWan"], "text_encoder": [None, None], "tokenizer": [None, None],
+                "transformer_2": [None, None]}
+        info.update(entries)
+        for key, value in info.items():
+            if isinstance(value, list) and value[0] is not None:
+                (d / key).mkdir()
+        (d / "model_index.json").write_text(json.dumps(info))
+        return str(d)
+
+    bare = folder("bare")
+    full = folder("full", text_encoder=["transformers", "UMT5EncoderModel"], tokenizer=["transformers", "T5Tokenizer"])
+    half = folder("half", text_encoder=["transformers", "UMT5EncoderModel"])
+    moe = folder("moe", transformer_2=["diffusers", "WanTransformer3DModel"])
+    other = folder("ltx", _class_name="LTXPipeline")
+    assert gen._wan_path_for_model(bare) and gen._wan_path_for_model(half)
+    assert not gen._wan_path_for_model(full) and not gen._wan_path_for_model(moe)
+    assert not gen._wan_path_for_model(other)
+    assert gen._wan_path_for_model(str(tmp_path / "missing"))  # the Wan path's checks name the problem
+    assert all(gen._is_wan_dir(d) for d in (bare, full, half, moe)) and not gen._is_wan_dir(other)
