@@ -398,7 +398,7 @@ _add(Entry("wan_animate2", "Wan-Animate-2 (14B)", "WanAnimate2Transformer3DModel
            "one denoising step (conditional branch) of an 81-frame segment: 21 + 1 generation latent frames against "
            "the reference K/V that the extract pass (untimed, before) stored for the 21 driving-video frames; the "
            "in-context block mask (every generation key + the query frame's reference frame)",
-           cached.make_wan_animate2, tiny=cached.WAN_ANIMATE2_TINY, tiny_size=Size(64, 64, 5), route="partly",
+           cached.make_wan_animate2, tiny=cached.WAN_ANIMATE2_TINY, tiny_size=Size(64, 64, 5), route="kernel",
            heads_key="num_heads", head_dim_key=None, fill=cached.fill_wan_animate2,
            baseline=cached.install_sdpa_baseline,
            baseline_note="stock runs this pass on diffusers' flex backend eagerly, which materialises the full "
@@ -502,7 +502,8 @@ _add(Entry("kandinsky5", "Kandinsky-5.0-T2V-Lite", "Kandinsky5Transformer3DModel
            _in_kandinsky5,
            tiny={"in_visual_dim": 4, "out_visual_dim": 4, "in_text_dim": 16, "in_text_dim2": 8, "time_dim": 16,
                  "model_dim": 128, "ff_dim": 64, "num_text_blocks": 1, "num_visual_blocks": 2},
-           layer_keys=("num_text_blocks", "num_visual_blocks"), heads_key=None, head_dim_key=None))
+           layer_keys=("num_text_blocks", "num_visual_blocks"), heads_key=None, head_dim_key=None,
+           route="partly"))  # the class: its NABLA configs stay on `flex` (the Lite config here runs all on the kernel)
 _add(Entry("kandinsky6", "Kandinsky-6 TI2VA", "Kandinsky6Transformer3DModel", "(class defaults: model_dim 4096, 60 "
            "visual blocks)", {}, Size(512, 768, 121), 1024, 1, "Kandinsky6TI2VAPipeline",
            "CFG as two batch-1 calls; Qwen text 1024 tokens with a (B, S) padding mask, CLIP pooled; no audio head",
@@ -529,7 +530,7 @@ _add(Entry("cosmos3", "Cosmos3-Omni", "Cosmos3OmniTransformer", "(class defaults
                  "latent_channel": 2, "latent_patch_size": 1, "num_attention_heads": 2, "num_hidden_layers": 2,
                  "num_key_value_heads": 1, "patch_latent_dim": 2, "qk_norm_for_text": False, "rms_norm_eps": 1e-5,
                  "rope_axes_dim": [16, 8, 8], "rope_theta": 1e4, "vocab_size": 32},
-           tiny_size=Size(32, 32, 1), tiny_text=3, layer_keys=("num_hidden_layers",), route="partly",
+           tiny_size=Size(32, 32, 1), tiny_text=3, layer_keys=("num_hidden_layers",), route="kernel",
            head_dim_key="head_dim"))
 _add(Entry("motif_video", "Motif-Video-2B", "MotifVideoTransformer3DModel", "(class defaults)",
            {"num_single_layers": 40}, Size(736, 1280, 121), 512, 2, "MotifVideoPipeline",

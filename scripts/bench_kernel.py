@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Kernel benchmark: vidattn against SDPA (default, cuDNN, flash) on the ANCHORS.md kernel table.
+"""Kernel benchmark: vidattn against SDPA (default, cuDNN, flash) on the anchor kernel table (docs/results.md,
+"Kernel").
 
 Every anchor shape is timed in bf16, non-causal, with inputs held the way diffusers' processors hold them:
 (B, S, H, D) tensors. vidattn takes them as they are (layout="bshd"); SDPA takes `.transpose(1, 2)` views
@@ -76,7 +77,8 @@ CHECK_REL_L2_8BIT = 6e-2
 MAX_ROTATING_SETS = 8
 
 
-# The kernel table of /work/shared/ANCHORS.md, in its order (bench/anchor_shapes.py, shared with the A/B scripts).
+# The anchor kernel table (docs/results.md, "Kernel"), in its order (bench/anchor_shapes.py, shared with the A/B
+# scripts).
 
 
 # Shapes outside the anchor table, timed only when --shapes names them: head dims the kernel pads onto a build of its

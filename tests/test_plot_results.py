@@ -16,7 +16,28 @@ def test_default_inputs_exist_and_the_figure_is_written(tmp_path, capsys):
     out = tmp_path / "r.png"
     assert plot_results.main(["--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = capsys.readouterr().out
+    assert "Wan 1.3B self" in text and "vidattn/cuDNN 1.213" in text  # the envelope run the README's bullet quotes
+    older = tmp_path / "old.png"
+    kernel = sorted(str(p) for p in (ROOT / "bench" / "results").glob("kernel_2026-12-01_*williams*.json"))
+    assert plot_results.main(["--kernel", *kernel, "--out", str(older)]) == 0
     assert "Wan2.1-1.3B self" in capsys.readouterr().out
+
+
+def test_run_ratios_are_taken_within_the_one_run():
+    run = {"results": [
+        {"group": "fp8", "name": "A", "impls": {"cudnn": {"tflops": 500.0}, "vidattn": {"tflops": 600.0},
+                                               "fa3": {"tflops": 550.0}, "sage2": {"tflops": 250.0}}},
+        {"group": "fp8", "name": "B", "impls": {"cudnn": {"tflops": 400.0}, "vidattn": {"tflops": 600.0}}},
+        {"group": "headdims", "name": "C", "impls": {"cudnn": {"tflops": 1.0}, "vidattn": {"tflops": 9.0}}}]}
+    kernel, fa3, sage = plot_results.run_ratios(run)
+    assert kernel == [("A", "A", 1.2), ("B", "B", 1.5)]
+    assert fa3 == {"A": 1.1} and sage == {"A": 0.5}
+    run["results"][1]["impls"].pop("cudnn")
+    with pytest.raises(SystemExit, match="no cuDNN or vidattn time"):
+        plot_results.run_ratios(run)
+    with pytest.raises(SystemExit, match="no shape of group"):
+        plot_results.run_ratios({"results": []})
 
 
 def test_kernel_ratio_is_the_median_over_runs(tmp_path):

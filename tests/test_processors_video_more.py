@@ -617,3 +617,24 @@ def test_gpu_cosmos3_both_pathways_on_the_kernel(monkeypatch):
     assert [c for c, _, _ in seen] == [True, False] * 2
     assert census.kernel == 4 and not census.fallback, census.fallback
     assert rel_l2(got.float(), expected.float()) < 2e-2
+
+
+def test_family_registry_routes_match_the_support_table():
+    """`generate_video.py --list` prints each family's route from pipelines/registry.py; it must say what
+    docs/support.md says of the family's transformer class (kernel, partly, outside)."""
+    import re
+    from pathlib import Path
+
+    from pipelines import registry
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "support.md").read_text()
+    status = {r[2].strip().strip("`"): r[3].strip() for r in
+              (line.split("|") for line in text.splitlines() if re.match(r"\| \d+ \| `", line))}
+    checked = 0
+    for name in registry.names():
+        e = registry.entry(name)
+        if e.cls_name in status:
+            want = status[e.cls_name]
+            assert e.route == want, f"{name} ({e.cls_name}): registry {e.route!r}, support.md {want!r}"
+            checked += 1
+    assert checked >= 25, checked
