@@ -337,14 +337,34 @@ def denoise(pipe, *, prompt_embeds, negative_prompt_embeds, latents, height, wid
 
 
 def write_video(frames, path: str | Path, fps: int = 16) -> Path:
-    """Write frames (F, H, W, 3) float in [0, 1] or uint8 as an H.264 mp4 via imageio-ffmpeg."""
-    import numpy as np
-    from diffusers.utils import export_to_video
+    """Write frames (F, H, W, 3) float in [0, 1] or uint8 as an H.264 mp4 via imageio-ffmpeg.
 
+    Written with imageio directly, from uint8: diffusers' `export_to_video` (0.42) multiplies every numpy frame by 255,
+    so uint8 frames handed to it wrapped around (x -> 256 - x: every video came out colour-inverted)."""
+    import imageio
+    import numpy as np
+
+    check_video_writer()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     arr = np.asarray(frames)
     if arr.dtype != np.uint8:
         arr = (np.clip(arr, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
-    export_to_video(list(arr), str(path), fps=fps)
+    with imageio.get_writer(str(path), format="FFMPEG", mode="I", fps=fps, codec="libx264", quality=5,
+                            macro_block_size=16) as writer:
+        for frame in arr:
+            writer.append_data(frame)
     return path
+
+
+def check_video_writer() -> None:
+    """PipelineError naming the missing package when mp4s cannot be written (imageio-ffmpeg's ffmpeg): scripts call
+    it before a generation, not after."""
+    try:
+        import imageio  # noqa: F401
+        import imageio_ffmpeg
+
+        imageio_ffmpeg.get_ffmpeg_exe()
+    except (ImportError, RuntimeError) as exc:
+        raise PipelineError(f"writing an mp4 needs imageio and imageio-ffmpeg ({exc}): pip install imageio "
+                            f"imageio-ffmpeg (or pip install '.[diffusers]')") from None

@@ -316,3 +316,24 @@ def test_model_dir_route_keeps_a_saved_text_encoder(tmp_path):
     assert not gen._wan_path_for_model(other)
     assert gen._wan_path_for_model(str(tmp_path / "missing"))  # the Wan path's checks name the problem
     assert all(gen._is_wan_dir(d) for d in (bare, full, half, moe)) and not gen._is_wan_dir(other)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float"])
+def test_written_video_reads_back_with_its_colours(tmp_path, dtype):
+    """write_video's mp4 holds the frames' colours (within H.264's rounding), from uint8 or float frames: diffusers'
+    export_to_video multiplies every numpy frame by 255, which inverted uint8 frames (x -> 256 - x)."""
+    import imageio.v3 as iio
+    import numpy as np
+
+    from pipelines import write_video
+
+    levels = np.array([51, 128, 230], dtype=np.uint8)
+    frames = np.zeros((5, 32, 48, 3), dtype=np.uint8)
+    for i, level in enumerate(levels):
+        frames[:, :, 16 * i:16 * (i + 1)] = level
+    given = frames if dtype == "uint8" else frames.astype(np.float32) / 255.0
+    back = iio.imread(write_video(given, tmp_path / "bars.mp4", fps=8))
+    assert back.shape == frames.shape
+    for i, level in enumerate(levels):
+        got = float(back[:, 4:28, 16 * i + 4:16 * (i + 1) - 4].mean())
+        assert abs(got - int(level)) < 6, (dtype, int(level), got)
