@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -192,6 +193,38 @@ def test_policy_blocks_and_steps():
     assert m.seen[-1][0] == (None, None)
 
 
+def test_policy_counts_positional_and_per_token_timesteps():
+    """The timestep is found where the forward takes it (positionally too: guidance's two calls stay one step), and a
+    per-token timestep counts as a whole (Wan 2.2 TI2V holds its image frame's tokens at 0: its first element never
+    moves)."""
+    m = _Model(2)
+    h = vidattn.PrecisionPolicy("8bit", exact_first_steps=2).install(m)
+    for t in (999, 999, 800, 800, 600, 600):
+        m(torch.zeros(1), torch.tensor([t]))
+    assert [c[0][0] for c in m.seen] == ["exact"] * 4 + ["8bit"] * 2 and h.step == 2
+    h.remove()
+    m = _Model(2)
+    h = vidattn.PrecisionPolicy("8bit", exact_first_steps=1).install(m)
+    for t in (999, 800, 600):
+        m(torch.zeros(1), timestep=torch.tensor([[0.0] * 4 + [float(t)] * 12]))
+    assert [c[0][0] for c in m.seen] == ["exact", "8bit", "8bit"] and h.step == 2
+
+
+def test_policy_on_a_pipeline_counts_once_across_its_transformers():
+    """Installed on a pipeline, the policy hooks each transformer with one shared count: Wan 2.2 A14B's second
+    transformer, which takes over mid-generation, continues the count instead of starting at step 0."""
+    high, low = _Model(2), _Model(2)
+    pipe = types.SimpleNamespace(components={"transformer": high, "transformer_2": low, "vae": None})
+    h = vidattn.PrecisionPolicy("8bit", exact_first_steps=1).install(pipe)
+    for model, t in ((high, 999), (high, 999), (high, 800), (low, 400), (low, 400), (low, 200)):
+        model(torch.zeros(1), timestep=torch.tensor([t]))
+    assert [c[0][0] for c in high.seen] == ["exact", "exact", "8bit"]
+    assert [c[0][0] for c in low.seen] == ["8bit", "8bit", "8bit"] and h.step == 3
+    h.remove()
+    with pytest.raises(TypeError, match="transformer .torch.nn.Module. or a diffusers pipeline"):
+        vidattn.PrecisionPolicy().install(object())
+
+
 def test_policy_without_timestep_counts_forwards():
     m = _Model(2)
     h = vidattn.PrecisionPolicy(exact_first_steps=1).install(m)
@@ -369,6 +402,33 @@ def test_compile_fullgraph_reads_the_default(fresh_warnings):
             assert seen == ["8bit"]
         finally:
             quant8.attention_8bit = real
+
+
+def test_compile_fullgraph_traces_a_block_inside(fresh_warnings):
+    """A use_precision block inside the compiled function (fullgraph): the call in it runs the 8-bit path, and the
+    default is "exact" again after the call."""
+    seen = []
+    real = quant8.attention_8bit
+
+    def spy(*a):
+        seen.append("8bit")
+        return real(*a)
+
+    def f(q, k, v):
+        with vidattn.use_precision("8bit"):
+            return vidattn.attention(q, k, v)
+
+    q, k, v = qkv()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quant8.attention_8bit = spy
+        try:
+            torch._dynamo.reset()
+            torch.compile(f, fullgraph=True, backend="eager")(q, k, v)
+        finally:
+            quant8.attention_8bit = real
+    assert seen == ["8bit"]
+    assert precision.current_precision() == "exact" and precision._active == []
 
 
 def _load_q8_check(monkeypatch, exclude=""):

@@ -111,3 +111,42 @@ def test_ltx_forward_tests_its_text_mask_once(convert_calls):
     assert len(calls) == 2
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out2, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_memo_shared_by_threads_neither_raises_nor_mixes_up_masks():
+    """Processors and the backend share module-level memos, and pipelines may run from several threads: lookups and
+    updates racing each other must not raise (an entry popped by another thread) or return another mask's result."""
+    import threading
+
+    from vidattn.diffusers.masks import LastMaskMemo
+
+    memo = LastMaskMemo(4)
+    masks = [torch.zeros(3) + i for i in range(8)]
+    errors, wrong = [], []
+
+    def work(seed):
+        import random
+
+        r = random.Random(seed)
+        try:
+            for _ in range(20000):
+                i = r.randrange(len(masks))
+                got = memo.get(masks[i], (i,), lambda i=i: i)
+                if got != i:
+                    wrong.append((i, got))
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(repr(exc))
+
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can: the race shows in a few thousand calls
+    try:
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors and not wrong, (errors[:3], wrong[:3])

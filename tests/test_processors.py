@@ -194,6 +194,27 @@ def test_unknown_model_raises_naming_it():
     msg = str(info.value)
     assert "vidattn has no processor for _UnknownModel" in msg
     assert "_OtherAttnProcessor" in msg and "WanAttnProcessor" in msg.split("supported: ")[1]
+    assert 'set_attention_backend("vidattn")' in msg  # the route for models whose processors dispatch
+
+
+def test_a_model_held_back_by_its_users_backend_is_named_so():
+    """Kandinsky 5 (a backend route) with a backend the user set: apply routes nothing, and the message says that
+    (not that vidattn has no processor for it) with the reason."""
+    from pipelines import registry
+
+    import diffusers.models.attention_dispatch as ad
+
+    b = registry.build("kandinsky5", "tiny", dtype=torch.float32)
+    active = ad._AttentionBackendRegistry._active_backend  # set_attention_backend also sets diffusers' global one
+    try:
+        b.model.set_attention_backend("_native_math")
+        with pytest.raises(ValueError) as info:
+            vidattn.apply(b.model)
+    finally:
+        ad._AttentionBackendRegistry.set_active_backend(active)
+    msg = str(info.value)
+    assert msg.startswith("vidattn.apply routed no attention module of Kandinsky5Transformer3DModel"), msg
+    assert "has no processor for" not in msg
 
 
 def test_not_a_model_raises():

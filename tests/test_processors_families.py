@@ -274,13 +274,13 @@ def test_repr_and_precision(monkeypatch):
     assert repr(vidattn.WanAttnProcessor()) == "vidattn.WanAttnProcessor(precision=None)"
     seen = []
     monkeypatch.setattr(ops, "attention", lambda q, k, v, **kw: seen.append(kw) or q)
-    monkeypatch.setattr(sdpa_common, "_OP_TAKES_PRECISION", True)
     sdpa_common.kernel(torch.zeros(1), None, None, "8bit", layout="bshd")
     sdpa_common.kernel(torch.zeros(1), None, None, None, layout="bshd")
     assert seen == [{"layout": "bshd", "precision": "8bit"}, {"layout": "bshd"}]
-    monkeypatch.setattr(sdpa_common, "_OP_TAKES_PRECISION", False)
-    with pytest.raises(ValueError, match="no precision argument"):
-        sdpa_common.kernel(torch.zeros(1), None, None, "8bit")
+    # a wrapper put on ops.attention before vidattn.diffusers was imported (a logging shim) passes precision through
+    monkeypatch.setattr(ops, "attention", lambda *a, **kw: seen.append(kw) or a[0])
+    sdpa_common.kernel(torch.zeros(1), None, None, "exact")
+    assert seen[-1] == {"precision": "exact"}
 
 
 def _far_model():

@@ -638,3 +638,59 @@ def test_family_registry_routes_match_the_support_table():
             assert e.route == want, f"{name} ({e.cls_name}): registry {e.route!r}, support.md {want!r}"
             checked += 1
     assert checked >= 25, checked
+
+
+def _vidattn_backends(model) -> set:
+    return {str(getattr(mod.processor, "_attention_backend", None)) for _, mod in model.named_modules()
+            if hasattr(mod, "processor") and not isinstance(mod.processor, torch.nn.Module)}
+
+
+def test_restore_after_applying_a_transformer_then_its_pipeline():
+    """apply(pipe.transformer), then apply(pipe), then restore(pipe): the backend-routed processors get their own
+    (stock) backend back, not the vidattn backend the second apply found on them."""
+    from pipelines import registry
+
+    b = registry.build("kandinsky5", "tiny", dtype=torch.float32)
+    pipe = types.SimpleNamespace(transformer=b.model, components={"transformer": b.model})
+    vidattn.apply(pipe.transformer)
+    assert any("VIDATTN" in x or "vidattn" in x for x in _vidattn_backends(b.model))
+    h = vidattn.apply(pipe)
+    assert h.counts()["backend"] > 0
+    assert vidattn.restore(pipe) > 0
+    assert _vidattn_backends(b.model) == {"None"}
+    assert vidattn.restore(pipe.transformer) == 0
+
+
+def test_an_applied_model_pickles_and_a_deep_copy_restores_alone():
+    """apply keeps its handle outside the model: the model pickles (torch.save of a whole model), and restoring a deep
+    copy changes the copy's modules only, the original keeps vidattn's (module swaps, processors and backend routes)."""
+    import copy
+    import io
+    import pickle
+
+    from vidattn.diffusers.sdpa_common import VidattnModule
+    from pipelines import registry
+
+    m, _ = _sana_wm()
+    vidattn.apply(m)
+
+    def swapped(model):
+        return sum(isinstance(x, VidattnModule) for x in model.modules())
+
+    n = swapped(m)
+    assert n > 0
+    torch.save(m, io.BytesIO())
+    back = pickle.loads(pickle.dumps(m))
+    assert swapped(back) == n
+    c = copy.deepcopy(m)
+    assert vidattn.restore(c) > 0 and swapped(c) == 0
+    assert swapped(m) == n
+    assert vidattn.restore(m) > 0 and swapped(m) == 0
+
+    b = registry.build("kandinsky5", "tiny", dtype=torch.float32)
+    vidattn.apply(b.model)
+    c = copy.deepcopy(b.model)
+    assert vidattn.restore(c) > 0 and _vidattn_backends(c) == {"None"}
+    assert _vidattn_backends(b.model) != {"None"}
+    pickle.dumps(b.model)
+    assert vidattn.restore(b.model) > 0 and _vidattn_backends(b.model) == {"None"}

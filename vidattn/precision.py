@@ -11,13 +11,15 @@ pass `precision=` per call (the processors' `precision` attribute does).
 """
 from __future__ import annotations
 
+import contextlib
+import inspect
 import re
 import threading
 from typing import Iterable, Optional
 
 PRECISIONS = ("exact", "8bit")
 _default = "exact"
-_active: list = []  # the open use_precision blocks, oldest first: (token, precision)
+_active: list = []  # the open use_precision blocks, oldest first: a one-element list [precision] each
 _active_lock = threading.Lock()
 
 
@@ -38,7 +40,7 @@ def current_precision() -> str:
     return _default
 
 
-class use_precision:
+def use_precision(precision: str):
     """Within the block, attention calls that pass no precision run at `precision` ("exact" or "8bit").
 
         with vidattn.use_precision("8bit"):
@@ -46,27 +48,45 @@ class use_precision:
 
     A bad value raises ValueError here, not at `with`. Blocks may be open in several threads at once (the setting is
     process-wide: the newest open block's value holds); when every block has closed, in whatever order, the default
-    is "exact" again.
+    is "exact" again. A block inside a function torch.compile traces works too (fullgraph included).
     """
+    return _precision_block(check_precision(precision))
 
-    def __init__(self, precision: str):
-        self.precision = check_precision(precision)
-        self._token = None
 
-    def __enter__(self):
-        global _default
+def _open(entry: list) -> None:
+    global _default
+    _active.append(entry)
+    _default = entry[0]
+
+
+def _close(entry: list) -> None:
+    global _default
+    for i in range(len(_active) - 1, -1, -1):
+        if _active[i] is entry:
+            del _active[i]
+            break
+    _default = _active[-1][0] if _active else "exact"
+
+
+@contextlib.contextmanager
+def _precision_block(precision: str):
+    import torch
+
+    entry = [precision]  # its identity marks this block in _active
+    tracing = torch.compiler.is_compiling()  # Dynamo replays the mutations; it cannot enter a lock
+    if tracing:
+        _open(entry)
+    else:
         with _active_lock:
-            self._token = object()
-            _active.append((self._token, self.precision))
-            _default = self.precision
-        return self
-
-    def __exit__(self, *exc):
-        global _default
-        with _active_lock:
-            _active[:] = [entry for entry in _active if entry[0] is not self._token]
-            _default = _active[-1][1] if _active else "exact"
-        return False
+            _open(entry)
+    try:
+        yield
+    finally:
+        if tracing:
+            _close(entry)
+        else:
+            with _active_lock:
+                _close(entry)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -82,19 +102,39 @@ def _block_index(module_name: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
-def _timestep_value(args, kwargs) -> Optional[float]:
-    """The denoising timestep a transformer forward was called with (its `timestep` keyword, as diffusers pipelines
-    pass it), as one number; None when there is none."""
+def _timestep_position(module) -> Optional[int]:
+    """Where `timestep` stands among the positional arguments of `module.forward`; None when it has no such
+    parameter (or no readable signature)."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    for i, prm in enumerate(params):
+        if prm.name == "timestep":
+            return i if prm.kind in (prm.POSITIONAL_ONLY, prm.POSITIONAL_OR_KEYWORD) else None
+    return None
+
+
+def _timestep_key(args, kwargs, position: Optional[int]) -> Optional[tuple]:
+    """The denoising timestep a transformer forward was called with (its `timestep` keyword, or the argument in its
+    place), as (max, sum) over all its elements: per-token or per-frame timesteps (Wan 2.2 TI2V's image frames held at
+    0, diffusion forcing's frames at different times) change together from one step to the next, but not their first
+    element alone. None when there is none."""
     t = kwargs.get("timestep")
+    if t is None and position is not None and position < len(args):
+        t = args[position]
     if t is None:
         return None
     try:
         import torch
 
         if isinstance(t, torch.Tensor):
-            return float(t.reshape(-1)[0]) if t.numel() else None
-        return float(t)
-    except (TypeError, ValueError):
+            if not t.numel():
+                return None
+            flat = t.detach().reshape(-1).double()
+            return tuple(torch.stack([flat.max(), flat.sum()]).tolist())  # one device sync a forward, as before
+        return (float(t), float(t))
+    except (TypeError, ValueError, RuntimeError):
         return None
 
 
@@ -103,7 +143,7 @@ class PrecisionPolicy:
     `exact_blocks` and the first `exact_first_steps` denoising steps, which run "exact".
 
         policy = vidattn.PrecisionPolicy("8bit", exact_blocks=(0, 29), exact_first_steps=2)
-        handle = policy.install(pipe.transformer)      # after vidattn.apply(pipe)
+        handle = policy.install(pipe)                  # after vidattn.apply(pipe)
         video = pipe(prompt).frames
         handle.remove()
 
@@ -137,37 +177,61 @@ class PrecisionPolicy:
             return "exact"
         return self.default
 
-    def install(self, transformer) -> "PolicyHandle":
-        targets = []
-        for name, module in transformer.named_modules():
-            proc = getattr(module, "processor", None)
-            if proc is not None and hasattr(proc, "precision"):
-                targets.append((_block_index(name), proc))
+    def install(self, pipe_or_transformer) -> "PolicyHandle":
+        """Install on a transformer, or on a pipeline: then every transformer of it (Wan 2.2 A14B's `transformer`
+        and `transformer_2`) shares one step count, so the second one, which starts mid-generation, continues it."""
+        models, targets = [], []
+        for model in _policy_models(pipe_or_transformer):
+            found = [(_block_index(name), module.processor) for name, module in model.named_modules()
+                     if hasattr(getattr(module, "processor", None), "precision")]
+            if found:
+                models.append(model)
+                targets += found
         if not targets:
             raise RuntimeError("PrecisionPolicy.install: no vidattn processors on this model (run vidattn.apply(pipe) "
                                "first; the diffusers backend route has no per-block processors)")
-        return PolicyHandle(self, transformer, targets)
+        return PolicyHandle(self, models, targets)
 
     def __repr__(self) -> str:
         return (f"PrecisionPolicy(default={self.default!r}, exact_blocks={tuple(sorted(self.exact_blocks))}, "
                 f"exact_first_steps={self.exact_first_steps})")
 
 
+def _policy_models(pipe_or_transformer) -> list:
+    """The models a policy hooks: the module itself, or a pipeline's components that are modules (those without
+    vidattn processors add no targets)."""
+    if hasattr(pipe_or_transformer, "named_modules"):
+        return [pipe_or_transformer]
+    comps = getattr(pipe_or_transformer, "components", None)
+    models = [c for c in (comps.values() if isinstance(comps, dict) else ()) if hasattr(c, "named_modules")]
+    if not models:
+        raise TypeError(f"PrecisionPolicy.install expects a transformer (torch.nn.Module) or a diffusers pipeline, "
+                        f"got {type(pipe_or_transformer).__name__}")
+    return models
+
+
 class PolicyHandle:
     """What PrecisionPolicy.install returns: `step` (the current denoising step), `reset()` and `remove()`."""
 
-    def __init__(self, policy: PrecisionPolicy, transformer, targets):
+    def __init__(self, policy: PrecisionPolicy, models, targets):
         self.policy = policy
         self.targets = targets
         self.step = -1
-        self._last_t: Optional[float] = None
+        self._last_t: Optional[tuple] = None
         self._saved = [(proc, proc.precision) for _, proc in targets]
-        self._hook = transformer.register_forward_pre_hook(self._pre_forward, with_kwargs=True)
+        self._hooks = [m.register_forward_pre_hook(self._hook_for(_timestep_position(m)), with_kwargs=True)
+                       for m in models]
 
-    def _pre_forward(self, module, args, kwargs):
-        t = _timestep_value(args, kwargs)
+    def _hook_for(self, position: Optional[int]):
+        def pre_forward(module, args, kwargs):
+            self._count(_timestep_key(args, kwargs, position))
+        return pre_forward
+
+    def _count(self, t: Optional[tuple]) -> None:
+        """A step is a change of the timestep (the guidance's second call at the same timestep is the same step); one
+        whose maximum is larger than the last one's starts a new generation (denoising counts down)."""
         if t is None or self._last_t is None or t != self._last_t:
-            if t is not None and self._last_t is not None and t > self._last_t:
+            if t is not None and self._last_t is not None and t[0] > self._last_t[0]:
                 self.step = -1  # a new generation
             self.step += 1
         self._last_t = t
@@ -183,7 +247,8 @@ class PolicyHandle:
         self.step, self._last_t = -1, None
 
     def remove(self) -> None:
-        """Remove the hook and give every processor back the precision it had."""
-        self._hook.remove()
+        """Remove the hooks and give every processor back the precision it had."""
+        for hook in self._hooks:
+            hook.remove()
         for proc, prec in self._saved:
             proc.precision = prec

@@ -72,8 +72,15 @@ MODULE_ROUTES: dict = {}
 PROCESSORS: dict = {}
 # Attributes diffusers sets on processor instances (attention backend, context parallelism): carried over.
 _CARRIED_ATTRS = ("_attention_backend", "_parallel_config")
-_HANDLE_ATTR = "_vidattn_handle"
+_HANDLE_ATTR = "_vidattn_handle"  # earlier versions kept the handle on the object; read for restore() of those
 _ABSENT = object()
+# The newest handle of each pipeline or model apply was given, kept outside the object so that the object pickles and
+# a deep copy does not carry a handle pointing at the original's modules (a copy is restored by walking its modules).
+_HANDLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Where a backend route keeps the stock processor's own backend setting: () if it had none, (value,) if it had one.
+# On the processor, so that it survives a second apply (of the pipeline after its transformer), a deep copy and
+# pickling, and restore() finds it by walking the modules.
+_PREVIOUS_BACKEND_ATTR = "_vidattn_previous_backend"
 
 
 def stock_key(processor_or_class) -> str:
@@ -210,6 +217,22 @@ def _backend_name(value) -> str:
     return str(getattr(value, "value", value))
 
 
+def _restore_backend(stock, vidattn_backend) -> bool:
+    """Give a stock processor apply pointed at the vidattn backend its own setting back; False when it is not on the
+    vidattn backend now (restored already, or changed since by someone else) or was not routed by apply."""
+    saved = vars(stock).get(_PREVIOUS_BACKEND_ATTR)
+    if saved is None:
+        return False
+    if _backend_name(getattr(stock, "_attention_backend", None)) != _backend_name(vidattn_backend):
+        return False
+    if saved:
+        stock._attention_backend = saved[0]
+    else:
+        vars(stock).pop("_attention_backend", None)
+    del vars(stock)[_PREVIOUS_BACKEND_ATTR]
+    return True
+
+
 @dataclass
 class _Change:
     """One module apply changed: a weak reference to it, what it had, and what apply put there."""
@@ -218,7 +241,6 @@ class _Change:
     stock: object                 # the stock processor (KERNEL: the one replaced; BACKEND: the one re-pointed);
                                   # MODULE: the module's stock class
     installed: object = None      # KERNEL: the vidattn processor set on the module; MODULE: the vidattn class
-    previous_backend: object = _ABSENT  # BACKEND: the stock instance's own `_attention_backend`, if it had one
     backend: object = None
 
 
@@ -256,11 +278,7 @@ class ApplyHandle:
                 if type(module) is c.installed:
                     module.__class__ = c.stock
                     n += 1
-            elif _backend_name(getattr(c.stock, "_attention_backend", None)) == _backend_name(c.backend):
-                if c.previous_backend is _ABSENT:
-                    vars(c.stock).pop("_attention_backend", None)
-                else:
-                    c.stock._attention_backend = c.previous_backend
+            elif _restore_backend(c.stock, c.backend):
                 n += 1
         self._changes.clear()
         return n
@@ -361,23 +379,34 @@ def apply(pipe_or_model) -> ApplyHandle:
                                        + (f" ({route.note})" if route.note else "")))
             else:
                 previous = vars(stock).get("_attention_backend", _ABSENT)
+                if _PREVIOUS_BACKEND_ATTR not in vars(stock):  # a second apply keeps the stock setting of the first
+                    setattr(stock, _PREVIOUS_BACKEND_ATTR, () if previous is _ABSENT else (previous,))
                 stock._attention_backend = vidattn_backend
-                handle._changes.append(_Change(weakref.ref(module), BACKEND, stock, previous_backend=previous,
+                handle._changes.append(_Change(weakref.ref(module), BACKEND, stock,
                                                backend=vidattn_backend))
                 handle.backend.append(path)
                 handle.modules.append((path, BACKEND, proc_name, "stock processor on the vidattn backend"
                                        + (f" ({route.note})" if route.note else "")))
     if not handle.replaced and not handle.backend and not any(s == KERNEL for _, s, _, _ in handle.modules):
         raise ValueError(_uncovered_message(pipe_or_model, found, handle))
-    previous_handle: Optional[ApplyHandle] = getattr(pipe_or_model, _HANDLE_ATTR, None)
+    previous_handle = _handle_of(pipe_or_model)
     if previous_handle is not None and previous_handle is not handle:
         handle._changes = previous_handle._changes + handle._changes  # the newest handle restores everything
         previous_handle._changes = []
     try:
-        object.__setattr__(pipe_or_model, _HANDLE_ATTR, handle)
-    except (AttributeError, TypeError):
+        _HANDLES[pipe_or_model] = handle
+    except TypeError:  # an object that takes no weak reference or has no hash: restore() walks its modules instead
         pass
     return handle
+
+
+def _handle_of(pipe_or_model) -> Optional[ApplyHandle]:
+    try:
+        handle = _HANDLES.get(pipe_or_model)
+    except TypeError:
+        handle = None
+    return handle if handle is not None else vars(pipe_or_model).get(_HANDLE_ATTR) if hasattr(
+        pipe_or_model, "__dict__") else None
 
 
 def _apply_module_routes(model, comp_name: str, handle: ApplyHandle, found: dict) -> None:
@@ -416,10 +445,13 @@ def _uncovered_message(obj, found: dict, handle: ApplyHandle) -> str:
                      | {k.rsplit(".", 1)[1] for k, r in MODULE_ROUTES.items() if r.kind != STOCK}
                      | {f"{k.rsplit('.', 1)[1]} (in {m.rsplit('.', 1)[1]})" for (m, k), r in SCOPED_ROUTES.items()
                         if r.kind != STOCK})
-    msg = f"vidattn has no processor for {type(obj).__name__} ({what})"
+    lead = ("vidattn.apply routed no attention module of" if reasons else "vidattn has no processor for")
+    msg = f"{lead} {type(obj).__name__} ({what})"
     if reasons:
         msg += "; " + "; ".join(reasons)
-    return msg + f"; supported: {', '.join(covered)} (docs/support.md lists every diffusers video model)"
+    return (msg + f"; supported: {', '.join(covered)} (docs/support.md lists every diffusers video model). A model "
+            f"whose processors call diffusers' dispatch_attention_fn can run on the backend instead: "
+            f"model.set_attention_backend(\"vidattn\") after `import vidattn.diffusers` (docs/backend.md)")
 
 
 def restore(pipe_or_model) -> int:
@@ -429,9 +461,14 @@ def restore(pipe_or_model) -> int:
     the stock diffusers processor it mirrors: the module's `_default_processor_cls` where it has one, else the
     class the vidattn processor names. Returns how many modules changed."""
     n = 0
-    handle = getattr(pipe_or_model, _HANDLE_ATTR, None)
+    handle = _handle_of(pipe_or_model)
     if handle is not None:
         n += handle.restore()
+        try:
+            del _HANDLES[pipe_or_model]
+        except (KeyError, TypeError):
+            pass
+    vidattn_backend = None
     for _, model in _models(pipe_or_model):
         for module in model.modules():
             if isinstance(module, VidattnModule):  # a module class swapped by hand
@@ -439,6 +476,11 @@ def restore(pipe_or_model) -> int:
                 n += 1
         for _, module in _attention_modules(model):
             proc = module.processor
+            if _PREVIOUS_BACKEND_ATTR in vars(proc):  # a backend route no handle restored (a copy of a model)
+                if vidattn_backend is None:
+                    vidattn_backend = backend_member()[0]
+                n += int(_restore_backend(proc, vidattn_backend))
+                continue
             if not _is_vidattn(proc):
                 continue
             original = vars(proc).get("_vidattn_original")

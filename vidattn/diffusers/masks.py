@@ -25,17 +25,20 @@ class LastMaskMemo:
             version = mask._version
         except RuntimeError:
             version = None
+        # Copy on write: each update builds a new list and binds it in one step, never changing a list another
+        # thread may be walking (pipelines served from threads share the memos); a lost update only costs a re-test.
+        entries = self._entries
         if version is not None:
-            for i, e in enumerate(self._entries):
+            for i, e in enumerate(entries):
                 if e[0]() is mask and e[1] == version and e[2] == key:
-                    if i != len(self._entries) - 1:
-                        self._entries.append(self._entries.pop(i))
+                    if i != len(entries) - 1:
+                        self._entries = entries[:i] + entries[i + 1:] + [e]
                     return e[3]
         result = compute()
         if version is not None:
-            live = [e for e in self._entries if e[0]() is not None]
-            self._entries = live[len(live) - self._size + 1:] if self._size > 1 else []
-            self._entries.append((weakref.ref(mask), version, key, result))
+            live = [e for e in entries if e[0]() is not None]
+            keep = live[len(live) - self._size + 1:] if self._size > 1 else []
+            self._entries = keep + [(weakref.ref(mask), version, key, result)]
         return result
 
 

@@ -5,7 +5,6 @@ cannot express, and the stock processor that `vidattn.restore` hands back for pr
 Nothing here imports diffusers at import time (`import vidattn` must not import it).
 """
 import importlib
-import inspect
 from typing import Optional
 
 import torch
@@ -22,17 +21,11 @@ DROP_BIAS = -9000.0
 
 _MEMO = LastMaskMemo()
 
-# Whether `vidattn.attention` takes `precision=` (read once: the processors pass it only where it exists, so they
-# keep working against an op without the keyword).
-_OP_TAKES_PRECISION = "precision" in inspect.signature(ops.attention).parameters
-
-
 def kernel(query, key, value, precision: Optional[str] = None, **kwargs):
-    """`vidattn.attention(query, key, value, **kwargs)` with the processor's precision (None: the context default).
-    Looks `ops.attention` up per call, so a test's spy on it sees every processor call."""
+    """`vidattn.attention(query, key, value, **kwargs)` with the processor's precision (None: the context default,
+    and no keyword passed). Looks `ops.attention` up per call, so a spy or a wrapper put there sees every processor
+    call (one that takes **kwargs passes `precision` through)."""
     if precision is not None:
-        if not _OP_TAKES_PRECISION:
-            raise ValueError(f"precision={precision!r}: this vidattn.attention has no precision argument")
         kwargs["precision"] = precision
     return ops.attention(query, key, value, **kwargs)
 
