@@ -52,7 +52,7 @@ import torch  # noqa: E402
 from pipelines.measure import timed_call  # noqa: E402  (the one timed forward of this script and family_table.py)
 
 from generate_video import (DTYPES, _is_wan_dir, attention_paths, build_from_args, note_cpu,  # noqa: E402
-                            prepare_pipeline, resolve, resolve_device)
+                            positive_int, prepare_pipeline, resolve, resolve_device)
 
 PATHS = ("sdpa", "vidattn")
 # --precision and the anchor add paths: "vidattn" is the exact kernel, "vidattn_8bit" the same processors under
@@ -176,10 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "full-generation report (seconds per video, PSNR/SSIM; LTX-2 with audio) instead of one "
                         "transformer forward")
     p.add_argument("--negative-prompt", default=None, help="negative prompt (pipeline reports)")
-    p.add_argument("--height", type=int, default=None, help="multiple of 16 (default 480; tiny: 64)")
-    p.add_argument("--width", type=int, default=None, help="multiple of 16 (default 832; tiny: 96)")
-    p.add_argument("--frames", type=int, default=None, help="4k+1 (default 81; tiny: 9)")
-    p.add_argument("--steps", type=int, default=4, help="denoising steps (default 4 for the report; a 50-step "
+    p.add_argument("--height", type=positive_int, default=None, help="multiple of 16 (default 480; tiny: 64)")
+    p.add_argument("--width", type=positive_int, default=None, help="multiple of 16 (default 832; tiny: 96)")
+    p.add_argument("--frames", type=positive_int, default=None, help="4k+1 (default 81; tiny: 9)")
+    p.add_argument("--steps", type=positive_int, default=4, help="denoising steps (default 4 for the report; a 50-step "
                                                          "video is projected from the per-step median)")
     p.add_argument("--warmup-steps", type=int, default=1,
                    help="leading steps excluded from the step statistics (default 1)")
@@ -191,12 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=list(DTYPES), default=None, help="default bf16 on CUDA, fp32 on CPU")
     p.add_argument("--out-dir", default=None, help="default bench/results/e2e_<preset>_<date>/")
     p.add_argument("--no-video", action="store_true", help="do not write the sample mp4s")
-    p.add_argument("--ssim-frames", type=int, default=21,
+    p.add_argument("--ssim-frames", type=positive_int, default=21,
                    help="SSIM on this many evenly spaced frames (CPU cost; PSNR uses all frames; default 21)")
-    p.add_argument("--sample-frames", type=int, default=17, help="frames per sample mp4 (default 17)")
+    p.add_argument("--sample-frames", type=positive_int, default=17, help="frames per sample mp4 (default 17)")
     p.add_argument("--forward-only", action="store_true",
                    help="time one transformer forward at the full size under both paths (no scheduler, no VAE)")
-    p.add_argument("--iters", type=int, default=10, help="timed forwards per path in --forward-only (default 10)")
+    p.add_argument("--iters", type=positive_int, default=10,
+                   help="timed forwards per path in --forward-only (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed forwards per path in --forward-only (default 2)")
     p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler attention-share forward")
     p.add_argument("--budget-s", type=float, default=None,
@@ -279,6 +280,39 @@ def mem_reset(device):
 
 def mem_peak_gib(device):
     return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+
+
+def _nulled(value):
+    """The same keys with every number None (a withheld speedup keeps its shape for readers of the JSON)."""
+    if isinstance(value, dict):
+        return {k: _nulled(v) for k, v in value.items()}
+    return None
+
+
+def has_speedup(sp) -> bool:
+    """Whether a speedup field holds any number (a withheld one holds only None)."""
+    if isinstance(sp, dict):
+        return any(has_speedup(v) for v in sp.values())
+    return sp is not None
+
+
+def withhold_speedup(report: dict) -> None:
+    """A run where every vidattn call fell back timed SDPA against SDPA: its ratios are no speedup. They move to
+    `sdpa_vs_sdpa_timing` (kept for the record), and `speedup`, `speedup_by_path` and the per-call rows' ratios keep
+    their keys with None for every number, so neither the report nor a plot of it shows a speedup."""
+    if not (report.get("fallback") or {}).get("all_fallback"):
+        return
+    timing = {}
+    for key in ("speedup", "speedup_by_path"):
+        if report.get(key) is not None:
+            timing[key] = report[key]
+            report[key] = _nulled(report[key])
+    for row in (report.get("attention_per_call") or {}).values():
+        for key in ("speedup", "speedup_by_path"):
+            if row.get(key) is not None:
+                row[key] = _nulled(row[key])
+    if timing:
+        report["sdpa_vs_sdpa_timing"] = timing
 
 
 def fallback_summary(paths: dict | None, profiles: dict, device, path: str = "vidattn") -> dict:
@@ -607,7 +641,9 @@ def markdown(report: dict) -> str:
             lines.append(f"| {p} | {fmt(st['median'])} | {fmt(st['p10'])} / {fmt(st['p90'])} | "
                          f"{fmt(r[p]['peak_mem_gib'], 2)} | {fmt(100 * share if share is not None else None, 1, ' %')} |")
         main_path = primary(report.get("paths") or PATHS)
-        lines += ["", f"Speedup (SDPA / {main_path}, median forward): **{fmt(sp['per_forward_median'], 3, 'x')}**; "
+        said = (f"**{fmt(sp['per_forward_median'], 3, 'x')}**" if has_speedup(sp) else
+                "none (both paths ran SDPA)")
+        lines += ["", f"Speedup (SDPA / {main_path}, median forward): {said}; "
                       f"output relative L2 difference {report['fidelity']['output_rel_l2']:.2e}.", ""]
         lines += by_path_lines(report)
     else:
@@ -627,8 +663,11 @@ def markdown(report: dict) -> str:
                          f"{fmt(100 * share if share is not None else None, 1, ' %')} | {fmt(proj, 1)} |")
         fi = report["fidelity"]
         lines += ["", "| speedup (SDPA / vidattn) | value |", "|---|---|"]
-        for k, v in sp.items():
-            lines.append(f"| {k.replace('_', ' ')} | {fmt(v, 3, 'x')} |")
+        if has_speedup(sp):
+            for k, v in sp.items():
+                lines.append(f"| {k.replace('_', ' ')} | {fmt(v, 3, 'x')} |")
+        else:
+            lines.append("| none | both paths ran SDPA |")
         lines += ["", "| fidelity (vidattn vs SDPA) | value |", "|---|---|",
                   f"| decoded video PSNR | {fmt(fi['psnr_db'], 2, ' dB')} |",
                   f"| decoded video SSIM (mean over {len(fi['ssim_frames'])} frames) | {fmt(fi['ssim'], 5)} |",
@@ -984,9 +1023,10 @@ def family_markdown(report: dict) -> str:
         lines += [f"For --budget-s {b['budget_s']:g} (--warmup {report['warmup']}, --iters {report['iters']} "
                   f"asked): " + "; ".join(cut) + ".", ""]
     if report["status"] == "ok":
-        sp = fmt(report["speedup"]["per_forward_median"], 3, "x")
+        sp = (f"**{fmt(report['speedup']['per_forward_median'], 3, 'x')}**" if has_speedup(report["speedup"])
+              else "none (both paths ran SDPA)")
         main_path = primary(report.get("paths_run") or report.get("paths") or PATHS)
-        lines += [f"Speedup (SDPA / {main_path}, median forward): **{sp}**; "
+        lines += [f"Speedup (SDPA / {main_path}, median forward): {sp}; "
                   f"output relative L2 difference {report['fidelity']['output_rel_l2']:.2e}.", ""]
         lines += by_path_lines(report)
         lines += interleaved_lines(report)
@@ -1088,6 +1128,7 @@ def main_family(args) -> dict:
     main_path = primary(report.get("paths_run") or args.paths)
     report["fallback"] = _family_fallback(report["attention_calls"].get(main_path),
                                           report["profiles"].get(main_path), device)
+    withhold_speedup(report)
     log_fallback(report["fallback"], warn=report["status"] == "ok")
     (out_dir / "report.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
     (out_dir / "report.md").write_text(family_markdown(report))
@@ -1221,6 +1262,15 @@ def pipeline_markdown(report: dict) -> str:
 def main(argv: list[str] | None = None, started: float | None = None) -> dict:
     t0 = time.perf_counter() if started is None else started
     args = build_parser().parse_args(argv)
+    if args.out_dir is not None and Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
+        raise SystemExit(f"error: --out-dir {args.out_dir!r} is a file, not a folder")
+    if not args.no_video and not args.list:
+        from pipelines import PipelineError, check_video_writer
+
+        try:
+            check_video_writer()
+        except PipelineError as exc:
+            raise SystemExit(f"error: {exc} (or pass --no-video)") from None
     args.t0 = t0
     if args.list:
         from pipelines import registry
@@ -1315,6 +1365,7 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
     main_path = primary(args.paths)
     report["fallback"] = fallback_summary(paths, report["profiles"], device, main_path)
     report["attention_per_call"] = attention_per_call(paths, report.get("attention_calls") or {}, args.paths)
+    withhold_speedup(report)
     log_fallback(report["fallback"])
     for k, r in report["attention_per_call"].items():
         if r["speedup"] is not None:

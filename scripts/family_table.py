@@ -393,10 +393,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         recs = write_table(out_dir)
         print((out_dir / "table.md").read_text())
         return recs
-    if args.families:
+    if args.families is not None:
         if args.only:
             raise SystemExit("error: pass --only or --families, not both")
         args.only = [n.strip() for n in args.families.split(",") if n.strip()]
+        if not args.only:  # an empty list would read as "every family": on a GPU, the whole sweep
+            raise SystemExit(f"error: --families names no family (got {args.families!r}); --plan lists them")
     if args.group is not None and args.only:
         raise SystemExit("error: pass --group or --only/--families, not both")
     names = args.only or (GROUPS[args.group] if args.group else GROUPS[1] + GROUPS[2] + GROUPS[3])

@@ -329,9 +329,10 @@ class StepTracker:
     a call without one is a step of its own) and whether the call is the first of its step (CFG calls twice)."""
 
     def __init__(self, transformer, record_inputs: bool = False, clone_to=None):
-        from vidattn.precision import _timestep_value
+        from vidattn.precision import _timestep_key, _timestep_position
 
-        self._tv = _timestep_value
+        position = _timestep_position(transformer)
+        self._tv = lambda args, kwargs: _timestep_key(args, kwargs, position)  # as PrecisionPolicy counts steps
         self.step, self.first_in_step, self._last = -1, True, None
         self.timesteps: list = []
         self.inputs: list = []     # (args, kwargs) of the first call of every step, when record_inputs
@@ -345,7 +346,7 @@ class StepTracker:
         if t is None or self._last is None or t != self._last:
             self.step += 1
             self.first_in_step = True
-            self.timesteps.append(t)
+            self.timesteps.append(None if t is None else t[0])  # the step's timestep: its maximum
             if self.record_inputs:
                 self.inputs.append((_clone(args, self.clone_to), _clone(kwargs, self.clone_to)))
         else:

@@ -28,6 +28,7 @@ Random weights give noise-like videos; the timings are those of the real archite
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,52 @@ from pipelines.registry import GENERATES as GENERATE_FAMILIES  # noqa: E402
 
 def log(msg: str) -> None:
     print(f"[generate] {msg}", flush=True)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (0 would otherwise read as "the default" further on)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def check_out_path(out: str) -> Path:
+    """The --out file, checked before any model is built (a bad path used to fail after the whole generation): an
+    .mp4 name whose folder exists or can be made and is writable."""
+    path = Path(out)
+    if path.is_dir():
+        raise SystemExit(f"error: --out {out!r} is a folder; name the .mp4 file to write")
+    if path.suffix.lower() != ".mp4":
+        raise SystemExit(f"error: --out must name an .mp4 file, got {out!r}")
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SystemExit(f"error: --out: cannot make the folder {str(folder)!r} ({exc.strerror or exc})") from None
+    if not os.access(folder, os.W_OK):
+        raise SystemExit(f"error: --out: the folder {str(folder)!r} is not writable")
+    from pipelines import PipelineError, check_video_writer
+
+    try:
+        check_video_writer()
+    except PipelineError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    return path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,22 +108,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "'yes'; the others stop with the reason and the command that measures their transformer")
     p.add_argument("--list", action="store_true", help="print the families with their default sizes and exit")
     p.add_argument("--tiny", action="store_true", help="the family's tiny CPU-sized config (tests)")
-    p.add_argument("--height", type=int, default=None,
+    p.add_argument("--height", type=positive_int, default=None,
                    help="multiple of 16 (default 480; tiny: 64; --family NAME: the family's default, --list)")
-    p.add_argument("--width", type=int, default=None, help="multiple of 16 (default 832; tiny: 96)")
-    p.add_argument("--frames", type=int, default=None, help="4k+1 (default 81; tiny: 9)")
-    p.add_argument("--steps", type=int, default=None, help="denoising steps (default 50; --family NAME and --model: "
+    p.add_argument("--width", type=positive_int, default=None, help="multiple of 16 (default 832; tiny: 96)")
+    p.add_argument("--frames", type=positive_int, default=None, help="4k+1 (default 81; tiny: 9)")
+    p.add_argument("--steps", type=positive_int, default=None, help="denoising steps (default 50; --family NAME and --model: "
                                                               "the pipeline's default; --tiny: 2)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and initial noise (default 0)")
     p.add_argument("--guidance", type=float, default=None,
                    help="CFG scale; <= 1 disables CFG (default 5.0; --family NAME and --model: the pipeline's "
                         "default)")
-    p.add_argument("--flow-shift", type=float, default=None, help="scheduler shift (default 3.0 at 480p, 5.0 at 720p)")
+    p.add_argument("--flow-shift", type=positive_float, default=None,
+                   help="scheduler shift, Wan path (default 3.0 at 480p, 5.0 at 720p)")
     p.add_argument("--attn", choices=["sdpa", "vidattn"], default="vidattn", help="attention (default vidattn)")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
     p.add_argument("--dtype", choices=list(DTYPES), default=None, help="transformer dtype (default bf16 on CUDA, "
                                                                       "fp32 on CPU)")
-    p.add_argument("--fps", type=int, default=16, help="output frame rate (default 16)")
+    p.add_argument("--fps", type=positive_int, default=None,
+                   help="output frame rate (default: 16 on the Wan path, the pipeline's own with --family / --model)")
     p.add_argument("--no-progress", action="store_true", help="hide the per-step progress bar")
     return p
 
@@ -150,8 +199,8 @@ def resolve(args: argparse.Namespace, cuda_available: bool | None = None) -> arg
         args.guidance = 5.0
     if not args.guidance >= 0:
         raise SystemExit(f"error: --guidance must be >= 0, got {args.guidance}")
-    if getattr(args, "fps", 16) < 1:
-        raise SystemExit(f"error: --fps must be >= 1, got {args.fps}")
+    if getattr(args, "fps", 16) is None:
+        args.fps = 16
 
     if args.dtype is None:
         args.dtype = "fp32" if on_cpu else "bf16"
@@ -305,7 +354,10 @@ def prepare_pipeline(args):
                 frame_rate=defaults["frame_rate"], **prompts)
     if preset == "tiny" and type(pipe).__name__.startswith("LTX2"):
         call.update(stg_scale=0.0, audio_stg_scale=0.0, spatio_temporal_guidance_blocks=None)
-    fps = float(defaults["frame_rate"] or getattr(args, "fps", 16))
+    asked_fps = getattr(args, "fps", None)
+    if asked_fps is not None and defaults["frame_rate"] is not None:
+        call["frame_rate"] = float(asked_fps)  # the pipeline generates at it too (LTX: audio length, conditioning)
+    fps = float(asked_fps or defaults["frame_rate"] or 16)
     return pipe, dict(device=device, dtype=dtype_name, preset=preset, fps=fps, call=call, seed=args.seed,
                       size=(height, width, frames), generate=None)
 
@@ -343,7 +395,10 @@ def _prepare_family(args, device, dtype_name: str, dtype):
                            dtype=dtype, size=size, steps=args.steps, guidance=args.guidance, seed=args.seed)
     except PipelineError as exc:
         raise SystemExit(f"error: {exc}") from None
-    fps = float(adapter(name).fps)
+    asked_fps = getattr(args, "fps", None)
+    if asked_fps is not None and "frame_rate" in call:
+        call["frame_rate"] = float(asked_fps)
+    fps = float(asked_fps or adapter(name).fps)
     steps = call.get("num_inference_steps")
     if steps is None:
         steps = inspect_default(pipe, "num_inference_steps")
@@ -388,6 +443,9 @@ def note_cpu(device) -> None:
 
 def main_pipeline(args) -> dict:
     """`--family ltx2` or `--model DIR`: one generation, an mp4 with the audio track where the pipeline gives one."""
+    if args.flow_shift is not None:
+        raise SystemExit("error: --flow-shift sets the Wan path's scheduler; --family NAME and --model DIR run their "
+                         "pipeline's own scheduler")
     from pipelines.ltx2 import write_video_with_audio
     from pipelines.measure import Stopwatch
 
@@ -422,6 +480,8 @@ def main_pipeline(args) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
+    if not args.list:
+        check_out_path(args.out)
     if args.list:
         from pipelines import registry
 

@@ -78,6 +78,11 @@ def forward_rows(cross: dict, e2e: dict | None) -> list[tuple[str, float]]:
     first when given."""
     rows = []
     if e2e is not None:
+        measured = (e2e.get("speedup") or {}).get("per_forward_median")
+        if (e2e.get("fallback") or {}).get("all_fallback") or not measured \
+                or not str(e2e.get("device", "cuda")).startswith("cuda"):
+            raise SystemExit("the --e2e report has no speedup to plot: every vidattn call fell back to SDPA there "
+                             "(or it ran off the GPU)")
         commit = e2e["metadata"]["git_commit"][:7]
         rows.append((f"Wan2.1-T2V-1.3B (e2e report, {commit})", e2e["speedup"]["per_forward_median"]))
     for r in cross["rows"]:

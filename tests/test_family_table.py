@@ -262,3 +262,9 @@ def test_wan_animate2_block_mask_prebuilt_eagerly_is_the_models():
                                                                                       "built": False}
     built.forward()
     assert list(m.block_masks) == [key] and m.block_masks[key] is mask  # the forward found it
+
+
+def test_empty_families_list_is_refused_not_read_as_every_family():
+    for value in ("", ","):
+        with pytest.raises(SystemExit, match="names no family"):
+            ft.main(["--families", value, "--out-dir", "unused"])

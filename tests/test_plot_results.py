@@ -70,3 +70,12 @@ def test_families_without_a_kernel_call_show_no_speedup():
     lines = table.table_lines([rows["allegro"], rows["mochi"]])
     assert "n/a (SDPA both)" in lines[2] and "0.992" not in lines[2]
     assert "**1.103×**" in lines[3]
+
+
+def test_an_all_fallback_e2e_report_is_refused(tmp_path):
+    """A CPU or all-fallback e2e report timed SDPA against SDPA: the figure must not draw it as a speedup."""
+    e2e = tmp_path / "rep.json"
+    e2e.write_text(json.dumps({"metadata": {"git_commit": "abcdef0"}, "device": "cpu", "speedup": None,
+                               "fallback": {"all_fallback": True}}))
+    with pytest.raises(SystemExit, match="no speedup to plot"):
+        plot_results.main(["--e2e", str(e2e), "--out", str(tmp_path / "x.png")])
