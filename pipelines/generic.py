@@ -34,9 +34,9 @@ def _checked_index(model_dir: str | Path) -> tuple[Path, str, dict]:
     if cls is None:
         raise PipelineError(f"--model {model_dir}: model_index.json names {name or 'no class'}, which this "
                             f"diffusers ({diffusers.__version__}) does not have")
-    if "num_frames" not in inspect.signature(cls.__call__).parameters:
+    if frames_param(cls) is None:
         raise PipelineError(f"--model {model_dir}: model_index.json describes {name}, not a video pipeline (its "
-                            f"__call__ takes no num_frames)")
+                            f"__call__ takes none of {', '.join(FRAME_PARAMS)})")
     if "transformer" not in info:
         raise PipelineError(f"--model {model_dir}: {name} has no transformer component (vidattn covers "
                             f"transformer video models)")
@@ -62,12 +62,29 @@ def load_pipeline(model_dir: str | Path, *, device, dtype):
     return pipe
 
 
+# How video pipelines name their frame count: most `num_frames`, Latte `video_length`, Sana-Video `frames`.
+FRAME_PARAMS = ("num_frames", "video_length", "frames")
+
+
+def frames_param(pipe_or_cls) -> str | None:
+    """The name the pipeline's `__call__` takes its frame count by (FRAME_PARAMS), None for no video pipeline."""
+    cls = pipe_or_cls if isinstance(pipe_or_cls, type) else type(pipe_or_cls)
+    params = inspect.signature(cls.__call__).parameters
+    return next((n for n in FRAME_PARAMS if n in params), None)
+
+
 def call_defaults(pipe) -> dict:
-    """The pipeline's own `__call__` defaults for height, width, num_frames, steps, guidance (None where absent)."""
+    """The pipeline's own `__call__` defaults for height, width, num_frames (by whatever name it takes the frame
+    count: `frames_param`), steps, guidance (None where absent)."""
     params = inspect.signature(type(pipe).__call__).parameters
     names = ("height", "width", "num_frames", "num_inference_steps", "guidance_scale", "frame_rate")
-    return {n: (params[n].default if n in params and params[n].default is not inspect.Parameter.empty else None)
-            for n in names}
+    alias = {"num_frames": frames_param(pipe) or "num_frames"}
+    out = {}
+    for n in names:
+        key = alias.get(n, n)
+        out[n] = params[key].default if key in params and params[key].default is not inspect.Parameter.empty \
+            else None
+    return out
 
 
 def _has_text_encoder(pipe) -> bool:

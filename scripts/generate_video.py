@@ -308,7 +308,7 @@ def prepare_pipeline(args):
     """`--family ltx2` or `--model DIR` (any diffusers video pipeline): (pipe, run) where run holds the device,
     dtype, preset, fps and the keyword arguments of the pipeline call. Shared with e2e_report.py."""
     from pipelines import PipelineError
-    from pipelines.generic import call_defaults, check_pipeline_dir, load_pipeline, prompt_kwargs
+    from pipelines.generic import call_defaults, check_pipeline_dir, frames_param, load_pipeline, prompt_kwargs
 
     device_str, device = resolve_device(args.device, torch.cuda.is_available())
     on_cpu = device.type == "cpu"
@@ -349,7 +349,7 @@ def prepare_pipeline(args):
                                 tokens=16 if preset == "tiny" else None)
     except PipelineError as exc:
         raise SystemExit(f"error: {exc}") from None
-    call = dict(height=height, width=width, num_frames=frames, num_inference_steps=steps,
+    call = dict(height=height, width=width, **{frames_param(pipe): frames}, num_inference_steps=steps,
                 guidance_scale=args.guidance if args.guidance is not None else defaults["guidance_scale"],
                 frame_rate=defaults["frame_rate"], **prompts)
     if preset == "tiny" and type(pipe).__name__.startswith("LTX2"):
@@ -450,6 +450,8 @@ def main_pipeline(args) -> dict:
     from pipelines.measure import Stopwatch
 
     pipe, run = prepare_pipeline(args)
+    if hasattr(pipe, "set_progress_bar_config"):  # the pipelines are built quiet; a generation shows its steps
+        pipe.set_progress_bar_config(disable=args.no_progress, leave=False)
     device = run["device"]
     handle = set_attention(pipe, args.attn)
     if handle is not None:

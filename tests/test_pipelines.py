@@ -271,3 +271,29 @@ def test_cast_keeps_the_class_fp32_list_and_only_wan_falls_back():
     for cast in (wan._cast_like_from_pretrained, families._cast):
         assert dtypes(cast(ToyKeep(), bf)) == (bf, f32, bf)
         assert dtypes(cast(ToyKeep().to(bf), f32)) == (f32, f32, f32)
+
+
+def test_video_pipelines_that_name_their_frame_count_otherwise_are_taken(tmp_path):
+    """--model DIR takes any diffusers video pipeline: Latte names its frame count `video_length`, Sana-Video `frames`
+    (both used to be refused as "not a video pipeline"); an image pipeline is still refused."""
+    import json
+
+    import diffusers
+
+    from pipelines import PipelineError
+    from pipelines.generic import call_defaults, check_pipeline_dir, frames_param
+
+    assert frames_param(diffusers.LattePipeline) == "video_length"
+    assert frames_param(diffusers.SanaVideoPipeline) == "frames"
+    assert frames_param(diffusers.WanPipeline) == "num_frames"
+    for name, ok in (("LattePipeline", True), ("SanaVideoPipeline", True), ("FluxPipeline", False)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "model_index.json").write_text(json.dumps({"_class_name": name, "transformer": ["diffusers", "X"]}))
+        if ok:
+            assert check_pipeline_dir(d)[1] == name
+        else:
+            with pytest.raises(PipelineError, match="not a video pipeline"):
+                check_pipeline_dir(d)
+    fake = type("P", (), {"__call__": lambda self, video_length=16, height=512: None})()
+    assert call_defaults(fake)["num_frames"] == 16 and call_defaults(fake)["height"] == 512

@@ -378,3 +378,12 @@ def test_e2e_out_dir_that_is_a_file_is_refused(tmp_path):
     with pytest.raises(SystemExit) as exc:
         e2e.main(["--preset", "tiny", "--out-dir", str(f)])
     assert "is a file, not a folder" in str(exc.value.code)
+
+
+@pytest.mark.filterwarnings("ignore::vidattn.VidattnFallbackWarning")
+def test_family_generation_shows_its_steps_unless_asked_not_to(tmp_path, monkeypatch, capsys):
+    _cpu_only(monkeypatch)
+    gen.main(["--family", "cogvideox", "--tiny", "--steps", "2", "--out", str(tmp_path / "a.mp4")])
+    assert "/2 [" in capsys.readouterr().err  # tqdm's bar over the 2 steps (leave=False clears it at the end)
+    gen.main(["--family", "cogvideox", "--tiny", "--steps", "2", "--no-progress", "--out", str(tmp_path / "b.mp4")])
+    assert "/2 [" not in capsys.readouterr().err
