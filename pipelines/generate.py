@@ -783,7 +783,7 @@ _add(Adapter("minimax_h3", "MiniMaxH3ModularPipeline", "AutoencoderKLMiniMaxH3",
              "AutoencoderKLMiniMaxH3 class defaults (its neutral latent statistics)", "MiniMaxH3Scheduler",
              (Text("prompt_embeds", _td("text_dim", 5120)),), negatives=False, extra=_minimax_tags,
              components=_minimax_components, assemble=_minimax_assemble, tiny_size=Size(32, 32, 124), fps=24,
-             vae_dtype=None,
+             vae_dtype=None, min_steps=(2, "its scheduler's set_timesteps refuses 1 step without explicit sigmas"),
              substitute="assembled from diffusers' MiniMaxH3Blocks without the Qwen3-VL text encoder step (the "
                         "release's modular model index is not here); the audio VAE's latent statistics neutral"))
 

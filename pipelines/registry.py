@@ -574,7 +574,12 @@ def pick_device(requested, tiny: bool, what: str):
     import torch
 
     cuda = torch.cuda.is_available()
-    device = torch.device(requested or ("cuda" if cuda else "cpu"))
+    try:
+        device = torch.device(requested or ("cuda" if cuda else "cpu"))
+    except RuntimeError:
+        raise SystemExit(f"error: --device {requested!r} is no device torch knows (cuda, cuda:N or cpu)") from None
+    if device.type not in ("cuda", "cpu"):
+        raise SystemExit(f"error: --device {requested!r}: the runners take cuda, cuda:N or cpu")
     if device.type == "cuda" and not cuda:
         raise SystemExit("error: --device cuda requested but CUDA is not available")
     if device.type == "cpu" and not tiny:

@@ -655,6 +655,13 @@ def main(argv=None) -> int:
               f"json -> {resolve_out(args.out)}")
         return 0
 
+    if not args.build_only:
+        import torch
+
+        if not torch.cuda.is_available():  # before minutes of nvcc, not after (an all-failed JSON used to follow)
+            print("CUDA is not available: nothing to time (--build-only compiles the steps and reports their "
+                  "ptxas spills on any machine; --dry-run lists them)", file=sys.stderr)
+            return 2
     build_s = build_all(steps, args.jobs, args.force_build)
     n_built = sum(1 for s in steps if s.build.get("ok") and not s.build.get("cached"))
     print(f"[build] {len(steps)} steps in {build_s:.1f} s wall ({n_built} compiled, "

@@ -441,6 +441,33 @@ def note_cpu(device) -> None:
         warnings.filterwarnings("ignore", category=vidattn.VidattnFallbackWarning)
 
 
+def _check_call(pipe, run: dict) -> None:
+    """The pipeline's own argument checks (`check_inputs`: sizes it cannot take, ...) run before the generation, so
+    a size the pipeline refuses ends in its one-line reason, not a traceback. Pipelines without it are left alone."""
+    check = getattr(pipe, "check_inputs", None)
+    if check is None:
+        return
+    import inspect
+
+    params = inspect.signature(check).parameters
+    kw = {k: v for k, v in run["call"].items() if k in params}
+    if not {"height", "width"} <= set(kw):
+        return
+    for name, prm in params.items():
+        if name in kw or prm.default is not inspect.Parameter.empty or prm.kind not in (
+                prm.POSITIONAL_OR_KEYWORD, prm.KEYWORD_ONLY):
+            continue
+        if name not in ("prompt", "negative_prompt"):
+            return  # a required argument the call does not name (FramePack's sampling_type): the pipeline checks it
+        kw[name] = None  # the text the call leaves out, its embeddings given instead
+    try:
+        check(**kw)
+    except TypeError:
+        return  # a check that needs arguments the call does not name: the pipeline runs it itself
+    except ValueError as exc:
+        raise SystemExit(f"error: {type(pipe).__name__} refuses the call: {exc}") from None
+
+
 def main_pipeline(args) -> dict:
     """`--family ltx2` or `--model DIR`: one generation, an mp4 with the audio track where the pipeline gives one."""
     if args.flow_shift is not None:
@@ -462,6 +489,7 @@ def main_pipeline(args) -> dict:
         log("attention: diffusers' default (SDPA)")
     log(f"generating {size_text(run)} ...")
     try:
+        _check_call(pipe, run)
         with Stopwatch(device) as sw:
             out = run_generate(pipe, run, run["seed"])
     finally:

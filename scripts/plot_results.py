@@ -180,7 +180,11 @@ def main(argv=None) -> int:
                                   f"{meta.get('commit', '')[:7]})",
                   "kernel_xlabel": "kernel TFLOPS over cuDNN SDPA, all in one run (higher is faster)"}
     e2e = json.loads(args.e2e.read_text()) if str(args.e2e) not in ("", ".") else None
-    fwd = forward_rows(json.loads(args.cross_model.read_text()), e2e)
+    try:
+        fwd = forward_rows(json.loads(args.cross_model.read_text()), e2e)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise SystemExit(f"{args.cross_model} (or --e2e) is not the JSON this panel reads (missing {exc}): "
+                         f"--cross-model takes a scripts/cross_model_table.py or family_table.py JSON") from None
     plot(kernel, fa3, sage, fwd, wan_forward_anchors(anchors), args.out, **titles)
     print(f"wrote {args.out}")
     for _, name, r in kernel:

@@ -268,3 +268,9 @@ def test_empty_families_list_is_refused_not_read_as_every_family():
     for value in ("", ","):
         with pytest.raises(SystemExit, match="names no family"):
             ft.main(["--families", value, "--out-dir", "unused"])
+
+
+@pytest.mark.parametrize("device", ["foo", "mps"])
+def test_a_device_the_runners_cannot_use_is_refused(device):
+    with pytest.raises(SystemExit, match="--device"):
+        registry.pick_device(device, True, "the default sizes")

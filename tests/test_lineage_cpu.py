@@ -6,6 +6,7 @@ The build test compiles every step with nvcc (skipped without nvcc): about 1-2 m
 from __future__ import annotations
 
 import re
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,11 @@ def test_check_bound_is_read_from_the_step():
     assert bounds[16] == 6e-2
     assert bench.CHECK_BOUND_RE.search("// lineage-check: rel-L2 < 1.5e-1\n").group(1) == "1.5e-1"
     assert bench.CHECK_BOUND_RE.search("int x; // lineage-check: rel-L2 < 0.1") is None  # a line of its own only
+
+
+def test_timing_without_a_gpu_stops_before_compiling():
+    """Without CUDA there is nothing to time: the script says so at once (exit 2), before minutes of nvcc."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, str(BENCH), "--steps", "01_", "--out", os.devnull], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2 and "CUDA is not available" in proc.stderr and "[build]" not in proc.stderr

@@ -79,3 +79,10 @@ def test_an_all_fallback_e2e_report_is_refused(tmp_path):
                                "fallback": {"all_fallback": True}}))
     with pytest.raises(SystemExit, match="no speedup to plot"):
         plot_results.main(["--e2e", str(e2e), "--out", str(tmp_path / "x.png")])
+
+
+def test_the_wrong_kind_of_json_is_named(tmp_path):
+    wrong = tmp_path / "w.json"
+    wrong.write_text(json.dumps({"something": 1}))
+    with pytest.raises(SystemExit, match="is not the JSON this panel reads"):
+        plot_results.main(["--cross-model", str(wrong), "--out", str(tmp_path / "x.png")])

@@ -387,3 +387,11 @@ def test_family_generation_shows_its_steps_unless_asked_not_to(tmp_path, monkeyp
     assert "/2 [" in capsys.readouterr().err  # tqdm's bar over the 2 steps (leave=False clears it at the end)
     gen.main(["--family", "cogvideox", "--tiny", "--steps", "2", "--no-progress", "--out", str(tmp_path / "b.mp4")])
     assert "/2 [" not in capsys.readouterr().err
+
+
+def test_a_size_the_pipeline_refuses_ends_in_its_reason(tmp_path, monkeypatch):
+    """--family ltx2 --height 50: LTX-2's own check_inputs refuses it before the generation, as one line."""
+    _cpu_only(monkeypatch)
+    with pytest.raises(SystemExit) as exc:
+        gen.main(["--family", "ltx2", "--tiny", "--height", "50", "--out", str(tmp_path / "x.mp4")])
+    assert "LTX2Pipeline refuses the call" in str(exc.value.code) and "divisible by 32" in str(exc.value.code)
