@@ -18,9 +18,9 @@ attention share, output relative L2, and a census of which attention calls ran t
 the reasons) or stayed stock. `--tiny` runs the family's tiny config (CPU). Full video generation is reported for
 Wan (the default, without --family), `--family NAME --generate` for every family whose pipeline is built offline
 (pipelines/generate.py; `--list`: generate "yes") and `--model DIR`; the rest run forward-only. Wan-Animate-2
-and the SANA-WM refiner take a KV cache their pipelines fill in an earlier pass: their forward is not built here
-and `--family` says so. scripts/family_table.py runs every family on the GPU in two
-groups (the cross-model table).
+and the SANA-WM refiner take a KV cache their pipelines fill in an earlier pass: their forward is timed after that
+pass, which runs untimed first. scripts/family_table.py runs every family on the GPU in two groups (the cross-model
+table).
 
 One pipeline is built (seeded random weights, or `--model DIR`); the SDPA run uses diffusers' default processors,
 the vidattn run installs vidattn's with `vidattn.apply(pipe)` on the same object (shared weights), then
@@ -28,8 +28,9 @@ the vidattn run installs vidattn's with `vidattn.apply(pipe)` on the same object
 4 denoising steps (a 50-step video is projected from the per-step median); step 0 is warm-up and excluded
 from the step statistics (it is still in the total).
 
-Writes to --out-dir (default bench/results/e2e_<preset>_<date>/): report.json, report.md, latency.png,
-sdpa.mp4 / vidattn.mp4 (the first --sample-frames frames of each video) and first_frames.png.
+Writes to --out-dir (default bench/results/e2e_<preset>_<date>/): report.json, report.md, latency.png (not for
+`--generate` / `--model DIR` pipeline reports), sdpa.mp4 / vidattn.mp4 (the first --sample-frames frames of each
+video) and first_frames.png.
 """
 from __future__ import annotations
 
