@@ -58,6 +58,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from generate_video import positive_int  # noqa: E402
+
 PATHS = ("sdpa", "exact", "8bit", "sage2", "sdpa_proc")
 SCHEMA = "fidelity_8bit/1"
 
@@ -697,10 +699,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "tiny size only")
     p.add_argument("--model", default=None, metavar="DIR", help="--family wan / wan14b: a local diffusers Wan folder "
                    "whose trained transformer and VAE replace the random weights (text embeddings stay seeded)")
-    p.add_argument("--height", type=int, default=None)
-    p.add_argument("--width", type=int, default=None)
-    p.add_argument("--frames", type=int, default=None)
-    p.add_argument("--steps", type=int, default=4, help="denoising steps (default 4)")
+    p.add_argument("--height", type=positive_int, default=None)
+    p.add_argument("--width", type=positive_int, default=None)
+    p.add_argument("--frames", type=positive_int, default=None)
+    p.add_argument("--steps", type=positive_int, default=4, help="denoising steps (default 4)")
     p.add_argument("--guidance", type=float, default=5.0, help="CFG scale for Wan (default 5.0)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prompt", default="A red fox trots through fresh snow in a quiet birch forest at dawn.")
@@ -708,7 +710,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paths", default="exact,8bit,sage2", help="paths compared against sdpa (default all)")
     p.add_argument("--capture-blocks", default="first,mid,last",
                    help="blocks whose attention calls (a) captures: indices, first, mid, last (default)")
-    p.add_argument("--capture-rows", type=int, default=2048, help="query rows kept per captured call (default 2048)")
+    p.add_argument("--capture-rows", type=positive_int, default=2048, help="query rows kept per captured call (default 2048)")
     p.add_argument("--sweep", default="steps=1,steps=2,blocks=first+last",
                    help="PrecisionPolicy variants of the 8-bit path, comma separated: none, steps=N, "
                         "blocks=first+last (first and last blocks), blocks=0+1, joined with '&' for both "
@@ -735,7 +737,11 @@ def capture_block_indices(spec: str, n_blocks: int) -> list[int]:
         if not s:
             continue
         i = {"first": 0, "mid": n_blocks // 2, "last": n_blocks - 1}.get(s)
-        i = int(s) if i is None else i
+        if i is None:
+            try:
+                i = int(s)
+            except ValueError:
+                raise ValueError(f"--capture-blocks: {s!r} is not a block index, first, mid or last") from None
         out.append(i + n_blocks if i < 0 else i)
     return sorted(set(i for i in out if 0 <= i < n_blocks))
 
@@ -762,7 +768,16 @@ def run(args) -> dict:
         os.environ["VIDATTN_GIT_COMMIT"] = os.environ["VIDATTN_COMMIT"]
     budget = Budget(args.budget_s)
     cuda = torch.cuda.is_available()
-    device = torch.device(args.device or ("cuda" if cuda else "cpu"))
+    try:
+        device = torch.device(args.device or ("cuda" if cuda else "cpu"))
+    except RuntimeError:
+        raise SystemExit(f"error: --device {args.device!r} is no device torch knows (cuda, cuda:N or cpu)") from None
+    if device.type == "cuda" and not cuda:
+        raise SystemExit("error: --device cuda requested but CUDA is not available")
+    try:  # the syntax now, before minutes of generation
+        capture_block_indices(args.capture_blocks, 1 << 30)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     if device.type == "cpu" and not args.tiny:
         raise SystemExit("error: full-size models need a CUDA GPU; pass --tiny on a CPU")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -943,8 +958,18 @@ def run(args) -> dict:
 
 
 def _fill_size(args) -> None:
-    if args.height is not None and args.width is not None and args.frames is not None:
-        return
+    if args.height is None or args.width is None or args.frames is None:
+        _fill_missing_size(args)
+    if args.family in ("wan", "wan14b"):  # the size the pipeline takes as is (a 10-frame request ran 9 frames)
+        from pipelines import PipelineError, validate_size
+
+        try:
+            validate_size(args.height, args.width, args.frames)
+        except PipelineError as exc:
+            raise SystemExit(f"error: {exc}") from None
+
+
+def _fill_missing_size(args) -> None:
     if args.family in ("wan", "wan14b"):
         base = (64, 96, 9) if args.tiny else ((720, 1280, 81) if args.family == "wan14b" else (480, 832, 81))
     else:

@@ -543,3 +543,15 @@ def test_model_dir_loads_trained_wan_weights(tmp_path, monkeypatch):
     (tmp_path / "other" / "model_index.json").write_text(_json.dumps({"_class_name": "FluxPipeline"}))
     with pytest.raises(SystemExit, match="not a Wan pipeline"):
         fid.main(["--family", "wan", "--model", str(tmp_path / "other"), "--tiny"])
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--frames", "10"], "4k+1"),
+    (["--height", "64", "--width", "96", "--frames", "10"], "4k+1"),
+    (["--capture-blocks", "foo"], "not a block index"),
+    (["--device", "foo"], "no device torch knows"),
+])
+def test_bad_arguments_stop_before_the_run(argv, msg, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        fid.main(["--tiny", "--out-dir", str(tmp_path)] + argv)
+    assert msg in str(exc.value.code)
