@@ -166,6 +166,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     bad = [b for b in args.backends if b not in ALL_BACKENDS]
     if bad:
         ap.error(f"unknown backend(s) {bad}; choose from {list(ALL_BACKENDS)}")
+    if not args.backends:
+        ap.error("--backends names no backend")
+    if args.rounds < 1:
+        ap.error(f"--rounds must be >= 1, got {args.rounds}")
     return args
 
 

@@ -53,7 +53,7 @@ import torch  # noqa: E402
 from pipelines.measure import timed_call  # noqa: E402  (the one timed forward of this script and family_table.py)
 
 from generate_video import (DTYPES, _is_wan_dir, attention_paths, build_from_args, note_cpu,  # noqa: E402
-                            positive_int, prepare_pipeline, resolve, resolve_device)
+                            positive_float, positive_int, prepare_pipeline, resolve, resolve_device)
 
 PATHS = ("sdpa", "vidattn")
 # --precision and the anchor add paths: "vidattn" is the exact kernel, "vidattn_8bit" the same processors under
@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed forwards per path in --forward-only (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed forwards per path in --forward-only (default 2)")
     p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler attention-share forward")
-    p.add_argument("--budget-s", type=float, default=None,
+    p.add_argument("--budget-s", type=positive_float, default=None,
                    help="with --family NAME --forward-only: seconds for the whole run, from the start. Each path "
                         "runs its census forward, then as many of --warmup/--iters as fit beside at least two "
                         "forwards for every path after it (one timed, fewest first); a path whose two forwards "

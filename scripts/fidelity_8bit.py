@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from generate_video import positive_int  # noqa: E402
+from generate_video import positive_float, positive_int  # noqa: E402
 
 PATHS = ("sdpa", "exact", "8bit", "sage2", "sdpa_proc")
 SCHEMA = "fidelity_8bit/1"
@@ -715,7 +715,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PrecisionPolicy variants of the 8-bit path, comma separated: none, steps=N, "
                         "blocks=first+last (first and last blocks), blocks=0+1, joined with '&' for both "
                         "(default: steps=1,steps=2,blocks=first+last); '' for none")
-    p.add_argument("--budget-s", type=float, default=None, help="seconds for the whole run; later stages (the "
+    p.add_argument("--budget-s", type=positive_float, default=None, help="seconds for the whole run; later stages (the "
                    "sweep first) are left out, and listed, when their estimate does not fit")
     p.add_argument("--out-dir", default=None)
     return p

@@ -179,3 +179,16 @@ def test_device_env_installs_the_first_wheel_folder_only(tmp_path):
         text = (REPO / "dev" / name).read_text()
         assert "source dev/device_env.sh" in text and "pip install" not in text, name
         subprocess.run(["bash", "-n", str(REPO / "dev" / name)], check=True)
+
+
+@pytest.mark.parametrize("argv,msg", [(["--rounds", "0"], "--rounds must be >= 1"),
+                                      (["--backends", ","], "names no backend")])
+def test_bench_kernel_refuses_a_run_that_measures_nothing(argv, msg, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_kernel_args", REPO / "scripts" / "bench_kernel.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(SystemExit):
+        mod.parse_args(argv + ["--dry-run"])
+    assert msg in capsys.readouterr().err
