@@ -112,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multiple of 16 (default 480; tiny: 64; --family NAME: the family's default, --list)")
     p.add_argument("--width", type=positive_int, default=None, help="multiple of 16 (default 832; tiny: 96)")
     p.add_argument("--frames", type=positive_int, default=None, help="4k+1 (default 81; tiny: 9)")
-    p.add_argument("--steps", type=positive_int, default=None, help="denoising steps (default 50; --family NAME and --model: "
-                                                              "the pipeline's default; --tiny: 2)")
+    p.add_argument("--steps", type=positive_int, default=None,
+                   help="denoising steps (default 50; --family NAME and --model: the pipeline's default; --tiny: 2)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and initial noise (default 0)")
     p.add_argument("--guidance", type=float, default=None,
                    help="CFG scale; <= 1 disables CFG (default 5.0; --family NAME and --model: the pipeline's "
@@ -327,7 +327,7 @@ def prepare_pipeline(args):
         else:
             from pipelines.ltx2 import build_ltx2_pipeline
 
-            preset = "tiny" if (args.tiny or (on_cpu and args.preset is None)) else "default"
+            preset = "tiny" if (args.tiny or args.preset == "tiny" or (on_cpu and args.preset is None)) else "default"
             if on_cpu and preset != "tiny":
                 raise SystemExit("error: the LTX-2 19B architecture needs a CUDA GPU; use --tiny on the CPU")
             if on_cpu and not args.tiny:
@@ -372,7 +372,7 @@ def _prepare_family(args, device, dtype_name: str, dtype):
     name = args.family
     e = entry(name)
     on_cpu = device.type == "cpu"
-    preset = "tiny" if (args.tiny or (on_cpu and args.preset is None)) else "default"
+    preset = "tiny" if (args.tiny or args.preset == "tiny" or (on_cpu and args.preset is None)) else "default"
     if on_cpu and preset != "tiny":
         raise SystemExit(f"error: the {e.display} architecture needs a CUDA GPU; use --tiny on the CPU")
     if on_cpu and not args.tiny:
@@ -532,6 +532,8 @@ def main(argv: list[str] | None = None) -> dict:
                              f"{e.pipeline} folder")
         raise SystemExit(f"error: unknown --family {args.family!r} (families: {', '.join(registry.names())}; "
                          f"generation: {', '.join(GENERATE_FAMILIES)})")
+    if args.tiny and args.preset not in (None, "tiny"):
+        raise SystemExit(f"error: --tiny and --preset {args.preset} ask for two sizes; pass one")
     if (args.family is not None and args.family not in ("wan", "wan14b")) or \
             (args.model is not None and args.family is None and not _wan_path_for_model(args.model)):
         return main_pipeline(args)

@@ -395,3 +395,9 @@ def test_a_size_the_pipeline_refuses_ends_in_its_reason(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         gen.main(["--family", "ltx2", "--tiny", "--height", "50", "--out", str(tmp_path / "x.mp4")])
     assert "LTX2Pipeline refuses the call" in str(exc.value.code) and "divisible by 32" in str(exc.value.code)
+
+
+def test_tiny_with_another_preset_is_refused(tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        gen.main(["--tiny", "--preset", "1.3b", "--out", str(tmp_path / "x.mp4")])
+    assert "ask for two sizes" in str(exc.value.code)
