@@ -72,7 +72,6 @@ MODULE_ROUTES: dict = {}
 PROCESSORS: dict = {}
 # Attributes diffusers sets on processor instances (attention backend, context parallelism): carried over.
 _CARRIED_ATTRS = ("_attention_backend", "_parallel_config")
-_HANDLE_ATTR = "_vidattn_handle"  # earlier versions kept the handle on the object; read for restore() of those
 _ABSENT = object()
 # The newest handle of each pipeline or model apply was given, kept outside the object so that the object pickles and
 # a deep copy does not carry a handle pointing at the original's modules (a copy is restored by walking its modules).
@@ -402,11 +401,9 @@ def apply(pipe_or_model) -> ApplyHandle:
 
 def _handle_of(pipe_or_model) -> Optional[ApplyHandle]:
     try:
-        handle = _HANDLES.get(pipe_or_model)
-    except TypeError:
-        handle = None
-    return handle if handle is not None else vars(pipe_or_model).get(_HANDLE_ATTR) if hasattr(
-        pipe_or_model, "__dict__") else None
+        return _HANDLES.get(pipe_or_model)
+    except TypeError:  # no weak reference or no hash: apply kept no handle for it
+        return None
 
 
 def _apply_module_routes(model, comp_name: str, handle: ApplyHandle, found: dict) -> None:
