@@ -221,6 +221,9 @@
 #   bash dev/device_session.sh P62 [budget_s] # after P61: D=256 1K/8K/32K (and D=192 32K) against cuDNN in the
 #                                             # anchors harness under the default and under setting 8, the pair
 #                                             # sanitizer cases under synccheck, the whole GPU suite
+#   bash dev/device_session.sh P63 [budget_s] # V's rows past kv_lens zeroed before P V: its GPU tests, the
+#                                             # nonfinite sanitizer cases (memcheck, synccheck), kv_lens_ab.py
+#                                             # against 61ea039cf9359cb4 (carried), the whole GPU suite
 #   bash dev/device_session.sh P60 [budget_s] # K/V multicast priced in the bf16 wgmma loop (mufu_tensor_overlap
 #                                             # (g) ahead and (h) pair variants), D=256 8K / 32K beside (~90 s)
 #   bash dev/device_session.sh P55 [budget_s] # the whole GPU suite on 76c0903's library, the tail sanitizer
@@ -1094,6 +1097,25 @@ P61)
     echo "pair GPU tests did not pass (rc ${rc[pairs_gpu]}): no timing"
   fi
   tar_dirs p61
+  ;;
+P63)
+  # dev/NOTES.md "V past kv_lens zeroed in the stage": the tests for it (tests/test_kv_lens_nonfinite_gpu.py, and the
+  # narrow-all test that flips with it), the nonfinite sanitizer cases plain, under memcheck and under synccheck (each
+  # consumer warpgroup's own named barrier), the library against the one before (61ea039cf9359cb4, carried in
+  # .build/vcache) on calls with kv_lens and a control without, then the whole GPU suite.
+  build_lib
+  mkdir -p "$OUT/p63"
+  gpu_pytest p63/nonfinite_gpu.log 240 nonfinite_gpu -m gpu tests/test_kv_lens_nonfinite_gpu.py \
+    tests/test_d256_narrow_all_gpu.py
+  sanitize_only p63 "nonfinite" "memcheck synccheck"
+  old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so
+  if [ -f "$old" ] && [ "$(left)" -gt 200 ]; then
+    timeout 120 python3 dev/probes/kv_lens_ab.py "old=$old" "new=$(lib_path)" --rounds 8 \
+      --json "$OUT/p63/kv_lens_ab.json" > "$OUT/p63/kv_lens_ab.log" 2>&1; rc[kv_lens_ab]=$?
+    tail -8 "$OUT/p63/kv_lens_ab.log"
+  fi
+  [ "$(left)" -gt 120 ] && gpu_pytest p63/gpu_all.log $(( $(left) - 25 )) gpu_all -m gpu tests/
+  tar_dirs p63
   ;;
 P62)
   # After P61, when its tests passed: issue 26's D=256 rows in the anchors harness with the library loaded under the

@@ -53,7 +53,9 @@ class Case:
     tail launch's mode for the call (quant8.set_tail; -1 the default; 2 takes kv_lens calls too). tail_rounds: the
     exact kernel's tail plans for the call (_ext.set_tail_rounds; -1 the default, one round; 2 two short rounds; 3 the
     balanced tail). hd_narrow: VIDATTN_HD_NARROW for the call (_ext.hd_narrow; -1 the library's own; 8 the D=256 build
-    in CTA pairs, whose "clusters=2" expectation says a pair launch ran)."""
+    in CTA pairs, whose "clusters=2" expectation says a pair launch ran). poison: K and V past each batch's kv_lens
+    set to this value on the GPU after the reference is taken (NaN or Inf in an unwritten cache slot: the consumers
+    zero V's rows past the length in the stage before P V, flash_fwd.cuh zero_v_rows)."""
     name: str
     b: int
     h: object
@@ -75,6 +77,7 @@ class Case:
     q8_tail: int = -1
     tail_rounds: int = -1
     hd_narrow: int = -1
+    poison: float | None = None
 
 
 CASES = [
@@ -196,6 +199,22 @@ CASES = [
     # store O = 0 from registers and take no o_done phase (flash_fwd.cuh o_tiles; dev/probes/pair_protocol_sim.py).
     Case("d256 pairs batch without keys", 3, "sms+1", 256, 300, 256, kv_lens=[300, 0, 200], hd_narrow=8,
          expect=("clusters=2", "o_path=4"), small=False),
+    # NaN / Inf in K and V past kv_lens: each consumer warpgroup stores zeros over V's rows past the length in the
+    # partial block's stage, fences them for the async proxy and meets its own named barrier (8 + warpgroup) before
+    # P V; the plain, three-warpgroup, wide, O-in-V, pair, causal, redo and tail-launch kernels.
+    Case("nonfinite past kv_lens d128", 3, 2, 129, 777, 128, kv_lens=[700, 100, 161], poison=float("nan")),
+    Case("nonfinite past kv_lens d64 3wg", 2, 2, 257, 333, 64, kv_lens=[333, 100], d64_wgs=3, poison=float("inf")),
+    Case("nonfinite past kv_lens d192", 2, 3, 300, 777, 192, torch.float16, "bhsd", kv_lens=[250, 777],
+         poison=float("nan")),
+    Case("nonfinite past kv_lens d256 O-in-V", 2, 70, 256, 2000, 256, kv_lens=[1973, 100], poison=float("nan"),
+         expect=("o_path=4",)),
+    Case("nonfinite past kv_lens d256 pairs", 2, 3, 512, 1040, 256, kv_lens=[1003, 923], hd_narrow=8,
+         poison=float("-inf"), expect=("clusters=2",)),
+    Case("nonfinite past kv_lens causal", 2, 2, 300, 700, 128, kv_lens=[650, 161], causal="bottom_right",
+         poison=float("nan")),
+    Case("nonfinite past kv_lens redo", 1, 4, 300, 1300, 128, kv_lens=[1250], spiked=(1, 2), poison=float("nan")),
+    Case("nonfinite past kv_lens tail launch", 4, 3, 300, 4097, 128, kv_lens=[4097, 1, 129, 2500], expect=("tail",),
+         poison=float("inf")),
 ]
 
 # The threaded round: each thread runs these (by name) on its stream, after the main thread made the inputs.
@@ -236,8 +255,12 @@ def prepare(c: Case, sms: int) -> Prepared:
         from bench.accuracy import shape_scores
         shape_scores(q, k if c.layout == "bshd" else k.transpose(1, 2), "spike", heads=list(c.spiked))
     lens = torch.tensor(c.kv_lens, dtype=torch.int32).cuda() if c.kv_lens is not None else None
-    return Prepared(c, (hq, hkv), (q, k, v), tuple(t.cuda() for t in (q, k, v)), lens,
-                    reference(q, k, v, c.layout, c.kv_lens, c.causal))
+    gpu = tuple(t.cuda() for t in (q, k, v))
+    if c.poison is not None:
+        for t in gpu[1:]:
+            for bi, n in enumerate(c.kv_lens):
+                (t[bi, n:] if c.layout == "bshd" else t[bi, :, n:]).fill_(c.poison)
+    return Prepared(c, (hq, hkv), (q, k, v), gpu, lens, reference(q, k, v, c.layout, c.kv_lens, c.causal))
 
 
 def causal_api(vidattn) -> bool:

@@ -906,6 +906,33 @@ __device__ __forceinline__ int block_steps(int kv0, int kv_len) {
   return steps <= kMax ? steps : kN / 16;
 }
 
+// Keys past kv_len inside a tile's partial key block, made zeros in V before this warpgroup's P V reads them. P is 0
+// there, but the tensor cores' 0 * NaN is NaN: an unwritten key/value slot behind a batch's kv_lens holding NaN or Inf
+// in V reached every row (dev/NOTES.md, "Keys past kv_lens holding NaN"). K needs nothing: a masked score is set to
+// -inf (mask_keys, a select). Rows past seqlen_kv need nothing either: TMA fills rows outside the tensor with zeros,
+// so callers run this only with kv_lens. Rows [row0, row1) of every 64-column chunk of the stage: a 128B-swizzled row
+// is one whole 128-byte line of its chunk (the swizzle moves 16-byte units only within the line), so the rows are one
+// contiguous byte range a chunk, written in 16-byte units by the warpgroup's 128 threads. Both warpgroups of a tile
+// write the same zeros into the stage, each before its own P V, so neither can read anything but zeros there; the
+// producer refills the stage only after both have released it, and an O stored through a V stage (kOInV) goes into it
+// only after every warpgroup's last P V of it. The fence orders this thread's writes before the async proxy's reads
+// (wgmma), and the warpgroup's barrier puts all 128 threads' writes before any of its warps issues the wgmma.
+enum class ZeroVBarrier : uint32_t { kBase = 8 };  // 8..10, one a consumer warpgroup (3..5: ping-pong, 7: redo)
+template <typename T>
+__device__ __forceinline__ void zero_v_rows(uint16_t* stage, int row0, int row1, int cwg) {
+  const uint32_t base = ptx::smem_addr(stage) + static_cast<uint32_t>(row0 * kChunkBytes);
+  const int units = (row1 - row0) * 8;  // 16-byte units a chunk
+  const int tid = static_cast<int>(threadIdx.x % 128);
+#pragma unroll 1
+  for (int c = 0; c < T::kChunks; ++c) {
+#pragma unroll 1
+    for (int u = tid; u < units; u += 128)
+      ptx::st_shared_zero16(base + static_cast<uint32_t>(c * T::kBlockN * kChunkBytes + u * 16));
+  }
+  ptx::fence_proxy_async_smem();
+  ptx::named_barrier_sync(static_cast<uint32_t>(ZeroVBarrier::kBase) + cwg, 128);
+}
+
 template <int V>
 struct IntTag {
   static constexpr int value = V;
@@ -1266,9 +1293,18 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     late.count(0, j == 1, [&] { return !ptx::mbarrier_ready(&s.k_full[stage], (k_phase >> stage) & 1); });
     uint32_t t_wait = waits.start();
     ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
+    // A rotated key order (kKvRotate, an A/B build) may put the partial block before the last: its P V runs full
+    // width here, so its V rows past kv_len are zeroed as the drain's are (zero_v_rows).
+    auto zero_prev_past_len = [&] {
+      if constexpr (T::kKvRotate) {
+        const int pv0 = (kv_first + kv_block<T::kKvRotate>(j - 1, rot, n_blocks)) * kN;
+        if (p.kv_lens != nullptr && pv0 + kN > kv_len) zero_v_rows<T>(s.v[prev], kv_len - pv0, kN, cwg);
+      }
+    };
     if constexpr (!T::kLateVWait) {
       late.count(1, j == 1, [&] { return !ptx::mbarrier_ready(&s.v_full[prev], (v_phase >> prev) & 1); });
       ptx::mbarrier_wait(&s.v_full[prev], (v_phase >> prev) & 1);
+      zero_prev_past_len();
     }
     waits.add(0, t_wait);
     k_phase ^= 1u << stage;
@@ -1286,6 +1322,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       if constexpr (T::kLateVWait) {
         late.count(1, j == 1, [&] { return !ptx::mbarrier_ready(&s.v_full[prev], v_parity); });
         ptx::mbarrier_wait(&s.v_full[prev], v_parity);
+        zero_prev_past_len();
       }
       issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, ptx::smem_addr(s.v[prev]), j == 1);
       sched_pass<kPingpong, T::kConsumerWGs>(cwg);
@@ -1330,6 +1367,10 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   ptx::mbarrier_wait(&s.v_full[last], (v_phase >> last) & 1);
   tl.stamp(kTlDrainStart);
   v_phase ^= 1u << last;
+  if (p.kv_lens != nullptr) {  // (before the turn: the other warpgroup's wgmmas need not wait for the stores)
+    const int kv0 = (kv_first + kv_block<T::kKvRotate>(n_blocks - 1, rot, n_blocks)) * kN;
+    if (kv0 + kN > kv_len) zero_v_rows<T>(s.v[last], kv_len - kv0, pv_steps * 16, cwg);
+  }
   sched_wait<kPingpong>(cwg);
   issue_pv_block<kHeadDim, kWGs, kBN, kFp16>(pv_steps, o, pa, ptx::smem_addr(s.v[last]), n_blocks == 1);
   sched_pass<kPingpong, T::kConsumerWGs>(cwg);

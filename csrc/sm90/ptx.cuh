@@ -110,6 +110,11 @@ template <int kPending>
 __device__ __forceinline__ void bulk_wait_group() {
   asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
 }
+// 16 zero bytes into shared memory (st, 9.7.9.9: st.shared.v4.b32), a generic-proxy write: a wgmma that reads the
+// bytes later needs fence_proxy_async_smem between them (wgmma reads shared memory through the async proxy).
+__device__ __forceinline__ void st_shared_zero16(uint32_t smem_byte_addr) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(smem_byte_addr), "r"(0) : "memory");
+}
 // fence.proxy.async (9.7.13.4.x): this thread's generic-proxy shared-memory writes, ordered before later
 // async-proxy (TMA) accesses.
 __device__ __forceinline__ void fence_proxy_async_smem() {

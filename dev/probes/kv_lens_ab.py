@@ -1,0 +1,108 @@
+"""Two kernel libraries against each other on calls with kv_lens (and a control without), in one process.
+
+Built for the V rows past kv_lens zeroed in the stage (csrc/sm90/flash_fwd.cuh, zero_v_rows): every tile whose last
+key block is partial under kv_lens now stores zeros there before its last P V, so calls whose keys are short (text
+cross-attention with its padding as kv_lens) pay it most often. kernel_ab_time.py times plain self-attention only.
+Each shape times every library in rounds (a Williams order: bench/round_order.py) with triton's do_bench median; the
+table gives each library's median and, per round, the second library's time over the first's (median, range, rounds
+it was faster).
+
+    python3 dev/probes/kv_lens_ab.py old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \\
+        new=.build/vcache/libvidattn_sm90-f9da556edb3dfb18.so --rounds 8 --json ab.json
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vidattn import _ext  # noqa: E402
+from kernel_ab_time import time_interleaved  # noqa: E402
+
+# (name, B, H, Sq, Skv, D, kv_lens or None)
+SHAPES = [
+    ("wan cross, text padded", 1, 12, 32760, 512, 128, [333]),
+    ("ltx cross, text padded", 2, 32, 24576, 128, 64, [100, 77]),
+    ("self 16K padded (D128)", 1, 24, 16384, 16640, 128, [16500]),
+    ("d256 8K padded", 2, 8, 8192, 8192, 256, [8000, 7001]),
+    ("d64 1K ragged", 8, 8, 1024, 1024, 64, [1000, 900, 1024, 777, 1000, 513, 1023, 999]),
+    ("control: wan 1.3B self, no kv_lens", 1, 12, 32760, 32760, 128, None),
+]
+
+
+def parse_libs(items: list[str]) -> dict:
+    libs = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"kv_lens_ab: a library is name=path, got {item!r}")
+        if name in libs:
+            raise SystemExit(f"kv_lens_ab: the name {name!r} is given twice")
+        libs[name] = _ext.open_library(path)
+    if len(libs) != 2:
+        raise SystemExit(f"kv_lens_ab: give two libraries (name=path), got {len(libs)}")
+    return libs
+
+
+def paired(times: dict, a: str, b: str) -> dict:
+    ratios = [tb / ta for ta, tb in zip(times[a], times[b])]
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+            "rounds_faster": sum(r < 1.0 for r in ratios), "rounds": len(ratios)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("libs", nargs="+", help="name=path, twice: the first is the reference")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--rep-ms", type=float, default=60.0)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or args.rep_ms <= 0:
+        raise SystemExit("kv_lens_ab: --rounds must be >= 1 and --rep-ms > 0")
+    if not torch.cuda.is_available():
+        raise SystemExit("kv_lens_ab: needs a CUDA GPU")
+    libs = parse_libs(args.libs)
+    a, b = list(libs)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    results = {}
+    print(f"{'shape':38s} {a:>9s} {b:>9s}  {b}/{a} median [min, max] (rounds {b} faster)")
+    for name, bsz, h, sq, skv, d, lens in SHAPES:
+        q, k, v = (torch.randn(bsz, s, h, d, device="cuda", generator=g).bfloat16() for s in (sq, skv, skv))
+        kv_lens = torch.tensor(lens, dtype=torch.int32, device="cuda") if lens is not None else None
+        out = torch.empty_like(q)
+        scale = 1.0 / math.sqrt(d)
+        fns = {n: (contextlib.nullcontext, (lambda lib=lib: _ext.forward(q, k, v, out, None, kv_lens, scale, lib=lib)))
+               for n, lib in libs.items()}
+        outs = {}
+        for n, (_, fn) in fns.items():  # a wrong answer is not timed
+            fn()
+            torch.cuda.synchronize()
+            outs[n] = out.clone()
+        if not torch.equal(outs[a], outs[b]):
+            diff = (outs[a].float() - outs[b].float()).abs().max().item()
+            print(f"{name:38s} the two libraries' outputs differ (max |diff| {diff:.3e}): not timed")
+            results[name] = {"error": f"outputs differ, max |diff| {diff:.3e}"}
+            continue
+        times = time_interleaved(fns, args.rounds, args.rep_ms)
+        p = paired(times, a, b)
+        results[name] = {"shape": [bsz, h, sq, skv, d], "kv_lens": lens, "ms": times, "paired": p}
+        print(f"{name:38s} {statistics.median(times[a]):9.4f} {statistics.median(times[b]):9.4f}  "
+              f"{p['median']:.4f} [{p['min']:.4f}, {p['max']:.4f}] ({p['rounds_faster']}/{p['rounds']})", flush=True)
+    if args.json is not None:
+        meta = {"libs": {n: str(getattr(lib, "_name", "")) for n, lib in libs.items()},
+                "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rounds": args.rounds,
+                "rep_ms": args.rep_ms, "argv": sys.argv}
+        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
