@@ -224,6 +224,8 @@
 #   bash dev/device_session.sh P63 [budget_s] # V's rows past kv_lens zeroed before P V: its GPU tests, the
 #                                             # nonfinite sanitizer cases (memcheck, synccheck), kv_lens_ab.py
 #                                             # against 61ea039cf9359cb4 (carried), the whole GPU suite
+#   bash dev/device_session.sh P64 [budget_s] # after P63: its failed tests again, the nonfinite sanitizer cases,
+#                                             # kv_lens_ab.py old / P63's / this library, the whole GPU suite
 #   bash dev/device_session.sh P60 [budget_s] # K/V multicast priced in the bf16 wgmma loop (mufu_tensor_overlap
 #                                             # (g) ahead and (h) pair variants), D=256 8K / 32K beside (~90 s)
 #   bash dev/device_session.sh P55 [budget_s] # the whole GPU suite on 76c0903's library, the tail sanitizer
@@ -1116,6 +1118,25 @@ P63)
   fi
   [ "$(left)" -gt 120 ] && gpu_pytest p63/gpu_all.log $(( $(left) - 25 )) gpu_all -m gpu tests/
   tar_dirs p63
+  ;;
+P64)
+  # After P63 (dev/NOTES.md "Call P63"): the zeroing's own barrier dropped where the turn's bar.sync follows, the
+  # stale refusal test and the pair test's shape fixed. The tests P63 failed and their files, the nonfinite sanitizer
+  # cases (memcheck, synccheck), kv_lens_ab.py with the library before (61ea039cf9359cb4), P63's (f9da556edb3dfb18)
+  # and this one, then the whole GPU suite.
+  build_lib
+  mkdir -p "$OUT/p64"
+  gpu_pytest p64/nonfinite_gpu.log 240 nonfinite_gpu -m gpu tests/test_kv_lens_nonfinite_gpu.py \
+    tests/test_d256_narrow_all_gpu.py tests/test_head_dims_variants_gpu.py
+  sanitize_only p64 "nonfinite" "memcheck synccheck"
+  old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so p63=.build/vcache/libvidattn_sm90-f9da556edb3dfb18.so
+  if [ -f "$old" ] && [ -f "$p63" ] && [ "$(left)" -gt 220 ]; then
+    timeout 150 python3 dev/probes/kv_lens_ab.py "old=$old" "p63=$p63" "new=$(lib_path)" --rounds 8 \
+      --json "$OUT/p64/kv_lens_ab.json" > "$OUT/p64/kv_lens_ab.log" 2>&1; rc[kv_lens_ab]=$?
+    tail -8 "$OUT/p64/kv_lens_ab.log"
+  fi
+  [ "$(left)" -gt 120 ] && gpu_pytest p64/gpu_all.log $(( $(left) - 25 )) gpu_all -m gpu tests/
+  tar_dirs p64
   ;;
 P62)
   # After P61, when its tests passed: issue 26's D=256 rows in the anchors harness with the library loaded under the

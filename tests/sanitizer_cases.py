@@ -208,7 +208,7 @@ CASES = [
          poison=float("nan")),
     Case("nonfinite past kv_lens d256 O-in-V", 2, 70, 256, 2000, 256, kv_lens=[1973, 100], poison=float("nan"),
          expect=("o_path=4",)),
-    Case("nonfinite past kv_lens d256 pairs", 2, 3, 512, 1040, 256, kv_lens=[1003, 923], hd_narrow=8,
+    Case("nonfinite past kv_lens d256 pairs", 2, 40, 512, 1040, 256, kv_lens=[1003, 923], hd_narrow=8,
          poison=float("-inf"), expect=("clusters=2",)),
     Case("nonfinite past kv_lens causal", 2, 2, 300, 700, 128, kv_lens=[650, 161], causal="bottom_right",
          poison=float("nan")),

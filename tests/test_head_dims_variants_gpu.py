@@ -97,11 +97,11 @@ def test_variant_fixed_reference_redo(d, w):
 
 
 def test_variant_switches_refuse_other_values():
-    # (5, 6 and 7 are D=256 variants the library builds: set_hd_narrow takes 0..7; a value it took would stay set
-    # for the tests after this one)
+    # (4 to 8 are D=256 variants the library builds: set_hd_narrow takes 0..8; a value it took would stay set for the
+    # tests after this one, as 8 did once the CTA-pair build came: the D=192 cases after it were refused)
     with pytest.raises(ValueError):
         _ext.set_d96_warpgroups(4)
-    for bad in (8, -1):
+    for bad in (9, -1):
         with pytest.raises(ValueError):
             _ext.set_hd_narrow(bad)
 

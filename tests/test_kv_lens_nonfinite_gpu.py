@@ -80,7 +80,9 @@ def assert_accurate(out, ref, base, what):
 def check(q, k, v, lens, what, *, poison="nan", layout="bshd", causal=False, precision=None, accuracy=True,
           ran=None):
     """q, k, v BSHD. The call with K/V poisoned past `lens` against the call with them zeroed: equal bit for bit,
-    O and LSE, and finite where the batch has keys; `ran()` (if given) asserts the build each call took."""
+    O and LSE, and finite where the batch has keys; `ran()` (if given) asserts the build each call took. The 8-bit
+    path sums K's mean with atomics, so two of its calls may differ in the order of that sum: equal or within 1e-3
+    relative L2 (as tests/test_8bit_gpu.py compares its repeated calls), the LSE within 1e-2."""
     kv_lens = torch.tensor(lens, dtype=torch.int32, device=DEV)
     kp, vp = (as_layout(past_lengths(t, lens, POISONS[poison]), layout) for t in (k, v))
     kz, vz = (past_lengths(t, lens, 0.0) for t in (k, v))
@@ -98,6 +100,14 @@ def check(q, k, v, lens, what, *, poison="nan", layout="bshd", causal=False, pre
         ran()
     what = f"{what}, {poison} past kv_lens {list(lens)}, {layout}"
     assert torch.isfinite(out_p).all(), f"{what}: non-finite output"
+    if precision == "8bit":
+        rel = ((out_p.double() - out_z.double()).norm() / out_z.double().norm().clamp_min(1e-300)).item()
+        rows = torch.isfinite(lse_z)
+        assert torch.equal(rows, torch.isfinite(lse_p)), f"{what}: the LSE's finite rows differ"
+        lse_err = (lse_p[rows].double() - lse_z[rows].double()).abs().max().item() if rows.any() else 0.0
+        assert rel < 1e-3 and lse_err < 1e-2, f"{what}: against zeros past the lengths rel-L2 {rel:.2e}, " \
+            f"max |LSE diff| {lse_err:.2e}"
+        return
     assert torch.equal(out_p, out_z), f"{what}: output differs from the call with zeros past the lengths"
     assert torch.equal(lse_p, lse_z), f"{what}: LSE differs from the call with zeros past the lengths"
     if accuracy and not causal and precision is None:
@@ -139,10 +149,11 @@ def test_every_build(build, layout):
 def test_d256_pairs_every_step_count(steps):
     """The D=256 CTA-pair build (setting 8) and the routed one (6) with a last block of `steps` 16-key steps (N = 80:
     five steps a block), two batches so that each pair's two CTAs share one length; setting 6 narrows only 1-2 steps,
-    so 3-5 steps run P V full width over the poisoned rows."""
+    so 3-5 steps run P V full width over the poisoned rows. 288 tiles: a call of fewer tiles than the grid is all
+    tail launch, which runs without clusters."""
     g, seed = new_gen()
     n = 960 + 16 * steps - 5
-    q, k, v = inputs(2, 4, 4, 512, 1040, 256, g)
+    q, k, v = inputs(2, 36, 36, 512, 1040, 256, g)
     for setting in (6, 8):
         def ran(setting=setting):
             assert _ext.last_cluster_ctas() == (2 if setting == 8 else 1), f"setting {setting}: clusters of " \

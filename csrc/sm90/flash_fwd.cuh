@@ -916,9 +916,11 @@ __device__ __forceinline__ int block_steps(int kv0, int kv_len) {
 // write the same zeros into the stage, each before its own P V, so neither can read anything but zeros there; the
 // producer refills the stage only after both have released it, and an O stored through a V stage (kOInV) goes into it
 // only after every warpgroup's last P V of it. The fence orders this thread's writes before the async proxy's reads
-// (wgmma), and the warpgroup's barrier puts all 128 threads' writes before any of its warps issues the wgmma.
+// (wgmma), and a barrier of the warpgroup's 128 threads puts all of their writes before any of its warps issues the
+// wgmma: its own (kBarrier), or the caller's next bar.sync where one follows before the wgmma (the ping-pong's turn,
+// sched_wait: P63 measured the extra barrier and fence at +1.8% / +3.2% on text-padded cross-attention).
 enum class ZeroVBarrier : uint32_t { kBase = 8 };  // 8..10, one a consumer warpgroup (3..5: ping-pong, 7: redo)
-template <typename T>
+template <typename T, bool kBarrier>
 __device__ __forceinline__ void zero_v_rows(uint16_t* stage, int row0, int row1, int cwg) {
   const uint32_t base = ptx::smem_addr(stage) + static_cast<uint32_t>(row0 * kChunkBytes);
   const int units = (row1 - row0) * 8;  // 16-byte units a chunk
@@ -930,7 +932,7 @@ __device__ __forceinline__ void zero_v_rows(uint16_t* stage, int row0, int row1,
       ptx::st_shared_zero16(base + static_cast<uint32_t>(c * T::kBlockN * kChunkBytes + u * 16));
   }
   ptx::fence_proxy_async_smem();
-  ptx::named_barrier_sync(static_cast<uint32_t>(ZeroVBarrier::kBase) + cwg, 128);
+  if constexpr (kBarrier) ptx::named_barrier_sync(static_cast<uint32_t>(ZeroVBarrier::kBase) + cwg, 128);
 }
 
 template <int V>
@@ -1298,7 +1300,9 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     auto zero_prev_past_len = [&] {
       if constexpr (T::kKvRotate) {
         const int pv0 = (kv_first + kv_block<T::kKvRotate>(j - 1, rot, n_blocks)) * kN;
-        if (p.kv_lens != nullptr && pv0 + kN > kv_len) zero_v_rows<T>(s.v[prev], kv_len - pv0, kN, cwg);
+        // (the turn's bar.sync follows, except where V is waited for inside the turn)
+        if (p.kv_lens != nullptr && pv0 + kN > kv_len)
+          zero_v_rows<T, T::kLateVWait || !kPingpong>(s.v[prev], kv_len - pv0, kN, cwg);
       }
     };
     if constexpr (!T::kLateVWait) {
@@ -1367,9 +1371,9 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   ptx::mbarrier_wait(&s.v_full[last], (v_phase >> last) & 1);
   tl.stamp(kTlDrainStart);
   v_phase ^= 1u << last;
-  if (p.kv_lens != nullptr) {  // (before the turn: the other warpgroup's wgmmas need not wait for the stores)
+  if (p.kv_lens != nullptr) {  // (before the turn, whose bar.sync orders the stores before the wgmma)
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(n_blocks - 1, rot, n_blocks)) * kN;
-    if (kv0 + kN > kv_len) zero_v_rows<T>(s.v[last], kv_len - kv0, pv_steps * 16, cwg);
+    if (kv0 + kN > kv_len) zero_v_rows<T, !kPingpong>(s.v[last], kv_len - kv0, pv_steps * 16, cwg);
   }
   sched_wait<kPingpong>(cwg);
   issue_pv_block<kHeadDim, kWGs, kBN, kFp16>(pv_steps, o, pa, ptx::smem_addr(s.v[last]), n_blocks == 1);

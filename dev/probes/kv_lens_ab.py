@@ -1,11 +1,11 @@
-"""Two kernel libraries against each other on calls with kv_lens (and a control without), in one process.
+"""Kernel libraries against the first one on calls with kv_lens (and a control without), in one process.
 
 Built for the V rows past kv_lens zeroed in the stage (csrc/sm90/flash_fwd.cuh, zero_v_rows): every tile whose last
 key block is partial under kv_lens now stores zeros there before its last P V, so calls whose keys are short (text
 cross-attention with its padding as kv_lens) pay it most often. kernel_ab_time.py times plain self-attention only.
 Each shape times every library in rounds (a Williams order: bench/round_order.py) with triton's do_bench median; the
-table gives each library's median and, per round, the second library's time over the first's (median, range, rounds
-it was faster).
+table gives each library's median and, per round, each later library's time over the first's (median, range, rounds
+it was faster). Every library's output must equal the first's bit for bit (finite inputs), or the shape is not timed.
 
     python3 dev/probes/kv_lens_ab.py old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \\
         new=.build/vcache/libvidattn_sm90-f9da556edb3dfb18.so --rounds 8 --json ab.json
@@ -47,8 +47,8 @@ def parse_libs(items: list[str]) -> dict:
         if name in libs:
             raise SystemExit(f"kv_lens_ab: the name {name!r} is given twice")
         libs[name] = _ext.open_library(path)
-    if len(libs) != 2:
-        raise SystemExit(f"kv_lens_ab: give two libraries (name=path), got {len(libs)}")
+    if len(libs) < 2:
+        raise SystemExit(f"kv_lens_ab: give at least two libraries (name=path), got {len(libs)}")
     return libs
 
 
@@ -60,7 +60,7 @@ def paired(times: dict, a: str, b: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("libs", nargs="+", help="name=path, twice: the first is the reference")
+    ap.add_argument("libs", nargs="+", help="name=path, two or more: the first is the reference")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument("--json", type=Path, default=None)
@@ -70,10 +70,12 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("kv_lens_ab: needs a CUDA GPU")
     libs = parse_libs(args.libs)
-    a, b = list(libs)
+    names = list(libs)
+    a, others = names[0], names[1:]
     g = torch.Generator(device="cuda").manual_seed(0)
     results = {}
-    print(f"{'shape':38s} {a:>9s} {b:>9s}  {b}/{a} median [min, max] (rounds {b} faster)")
+    print(f"{'shape':38s} " + " ".join(f"{n:>9s}" for n in names) + "  "
+          + "  ".join(f"{n}/{a} median [min, max] (rounds faster)" for n in others))
     for name, bsz, h, sq, skv, d, lens in SHAPES:
         q, k, v = (torch.randn(bsz, s, h, d, device="cuda", generator=g).bfloat16() for s in (sq, skv, skv))
         kv_lens = torch.tensor(lens, dtype=torch.int32, device="cuda") if lens is not None else None
@@ -86,16 +88,18 @@ def main(argv=None) -> int:
             fn()
             torch.cuda.synchronize()
             outs[n] = out.clone()
-        if not torch.equal(outs[a], outs[b]):
-            diff = (outs[a].float() - outs[b].float()).abs().max().item()
-            print(f"{name:38s} the two libraries' outputs differ (max |diff| {diff:.3e}): not timed")
-            results[name] = {"error": f"outputs differ, max |diff| {diff:.3e}"}
+        differ = [n for n in others if not torch.equal(outs[a], outs[n])]
+        if differ:
+            diff = max((outs[a].float() - outs[n].float()).abs().max().item() for n in differ)
+            print(f"{name:38s} {', '.join(differ)} differ from {a} (max |diff| {diff:.3e}): not timed")
+            results[name] = {"error": f"{', '.join(differ)} differ from {a}, max |diff| {diff:.3e}"}
             continue
         times = time_interleaved(fns, args.rounds, args.rep_ms)
-        p = paired(times, a, b)
-        results[name] = {"shape": [bsz, h, sq, skv, d], "kv_lens": lens, "ms": times, "paired": p}
-        print(f"{name:38s} {statistics.median(times[a]):9.4f} {statistics.median(times[b]):9.4f}  "
-              f"{p['median']:.4f} [{p['min']:.4f}, {p['max']:.4f}] ({p['rounds_faster']}/{p['rounds']})", flush=True)
+        pairs = {n: paired(times, a, n) for n in others}
+        results[name] = {"shape": [bsz, h, sq, skv, d], "kv_lens": lens, "ms": times, "paired": pairs}
+        print(f"{name:38s} " + " ".join(f"{statistics.median(times[n]):9.4f}" for n in names) + "  " + "  ".join(
+            f"{p['median']:.4f} [{p['min']:.4f}, {p['max']:.4f}] ({p['rounds_faster']}/{p['rounds']})"
+            for p in pairs.values()), flush=True)
     if args.json is not None:
         meta = {"libs": {n: str(getattr(lib, "_name", "")) for n, lib in libs.items()},
                 "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rounds": args.rounds,
