@@ -345,6 +345,26 @@ tar_dirs() {
   local d
   for d in "$@"; do [ -d "$OUT/$d" ] && tar czf "$OUT/$d.tar.gz" -C "$OUT" "$d" && rm -rf "$OUT/$d"; done
 }
+# The stages of V's rows past kv_lens (P63, P64): build, the GPU tests $2 (one string) into $OUT/$1, the nonfinite
+# sanitizer cases plain, under memcheck and synccheck, kv_lens_ab.py with the name=path libraries $3... and this one
+# (when every one is there), then the whole GPU suite.
+nonfinite_stage() {
+  local dir=$1 tests=$2 lib ok=1
+  shift 2
+  build_lib
+  mkdir -p "$OUT/$dir"
+  # shellcheck disable=SC2086  # $tests: several paths
+  gpu_pytest "$dir/nonfinite_gpu.log" 240 nonfinite_gpu -m gpu $tests
+  sanitize_only "$dir" "nonfinite" "memcheck synccheck"
+  for lib in "$@"; do [ -f "${lib#*=}" ] || ok=0; done
+  if [ "$ok" = 1 ] && [ "$(left)" -gt 220 ]; then
+    timeout 150 python3 dev/probes/kv_lens_ab.py "$@" "new=$(lib_path)" --rounds 8 \
+      --json "$OUT/$dir/kv_lens_ab.json" > "$OUT/$dir/kv_lens_ab.log" 2>&1; rc[kv_lens_ab]=$?
+    tail -8 "$OUT/$dir/kv_lens_ab.log"
+  fi
+  [ "$(left)" -gt 120 ] && gpu_pytest "$dir/gpu_all.log" $(( $(left) - 25 )) gpu_all -m gpu tests/
+  tar_dirs "$dir"
+}
 # The head-dim variants' GPU tests under $1 s ($2: a -k expression; empty: all), into $OUT/hd/gpu_tests.log.
 hd_tests() {
   mkdir -p "$OUT/hd"
@@ -1105,38 +1125,17 @@ P63)
   # narrow-all test that flips with it), the nonfinite sanitizer cases plain, under memcheck and under synccheck (each
   # consumer warpgroup's own named barrier), the library against the one before (61ea039cf9359cb4, carried in
   # .build/vcache) on calls with kv_lens and a control without, then the whole GPU suite.
-  build_lib
-  mkdir -p "$OUT/p63"
-  gpu_pytest p63/nonfinite_gpu.log 240 nonfinite_gpu -m gpu tests/test_kv_lens_nonfinite_gpu.py \
-    tests/test_d256_narrow_all_gpu.py
-  sanitize_only p63 "nonfinite" "memcheck synccheck"
-  old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so
-  if [ -f "$old" ] && [ "$(left)" -gt 200 ]; then
-    timeout 120 python3 dev/probes/kv_lens_ab.py "old=$old" "new=$(lib_path)" --rounds 8 \
-      --json "$OUT/p63/kv_lens_ab.json" > "$OUT/p63/kv_lens_ab.log" 2>&1; rc[kv_lens_ab]=$?
-    tail -8 "$OUT/p63/kv_lens_ab.log"
-  fi
-  [ "$(left)" -gt 120 ] && gpu_pytest p63/gpu_all.log $(( $(left) - 25 )) gpu_all -m gpu tests/
-  tar_dirs p63
+  nonfinite_stage p63 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py" \
+    old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so
   ;;
 P64)
   # After P63 (dev/NOTES.md "Call P63"): the zeroing's own barrier dropped where the turn's bar.sync follows, the
   # stale refusal test and the pair test's shape fixed. The tests P63 failed and their files, the nonfinite sanitizer
-  # cases (memcheck, synccheck), kv_lens_ab.py with the library before (61ea039cf9359cb4), P63's (f9da556edb3dfb18)
-  # and this one, then the whole GPU suite.
-  build_lib
-  mkdir -p "$OUT/p64"
-  gpu_pytest p64/nonfinite_gpu.log 240 nonfinite_gpu -m gpu tests/test_kv_lens_nonfinite_gpu.py \
-    tests/test_d256_narrow_all_gpu.py tests/test_head_dims_variants_gpu.py
-  sanitize_only p64 "nonfinite" "memcheck synccheck"
-  old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so p63=.build/vcache/libvidattn_sm90-f9da556edb3dfb18.so
-  if [ -f "$old" ] && [ -f "$p63" ] && [ "$(left)" -gt 220 ]; then
-    timeout 150 python3 dev/probes/kv_lens_ab.py "old=$old" "p63=$p63" "new=$(lib_path)" --rounds 8 \
-      --json "$OUT/p64/kv_lens_ab.json" > "$OUT/p64/kv_lens_ab.log" 2>&1; rc[kv_lens_ab]=$?
-    tail -8 "$OUT/p64/kv_lens_ab.log"
-  fi
-  [ "$(left)" -gt 120 ] && gpu_pytest p64/gpu_all.log $(( $(left) - 25 )) gpu_all -m gpu tests/
-  tar_dirs p64
+  # cases, kv_lens_ab.py with the library before (61ea039cf9359cb4), P63's (f9da556edb3dfb18) and this one, then the
+  # whole GPU suite.
+  nonfinite_stage p64 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
+    tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
+    p63=.build/vcache/libvidattn_sm90-f9da556edb3dfb18.so
   ;;
 P62)
   # After P61, when its tests passed: issue 26's D=256 rows in the anchors harness with the library loaded under the
