@@ -226,6 +226,8 @@
 #                                             # against 61ea039cf9359cb4 (carried), the whole GPU suite
 #   bash dev/device_session.sh P64 [budget_s] # after P63: its failed tests again, the nonfinite sanitizer cases,
 #                                             # kv_lens_ab.py old / P63's / this library, the whole GPU suite
+#   bash dev/device_session.sh P65 [budget_s] # after P64: only non-finite units zeroed; its tests, the sanitizer
+#                                             # cases, kv_lens_ab.py old / P64's / this library (no whole suite)
 #   bash dev/device_session.sh P60 [budget_s] # K/V multicast priced in the bf16 wgmma loop (mufu_tensor_overlap
 #                                             # (g) ahead and (h) pair variants), D=256 8K / 32K beside (~90 s)
 #   bash dev/device_session.sh P55 [budget_s] # the whole GPU suite on 76c0903's library, the tail sanitizer
@@ -347,7 +349,7 @@ tar_dirs() {
 }
 # The stages of V's rows past kv_lens (P63, P64): build, the GPU tests $2 (one string) into $OUT/$1, the nonfinite
 # sanitizer cases plain, under memcheck and synccheck, kv_lens_ab.py with the name=path libraries $3... and this one
-# (when every one is there), then the whole GPU suite.
+# (when every one is there), then the whole GPU suite unless NONFINITE_SUITE=0.
 nonfinite_stage() {
   local dir=$1 tests=$2 lib ok=1
   shift 2
@@ -362,7 +364,8 @@ nonfinite_stage() {
       --json "$OUT/$dir/kv_lens_ab.json" > "$OUT/$dir/kv_lens_ab.log" 2>&1; rc[kv_lens_ab]=$?
     tail -8 "$OUT/$dir/kv_lens_ab.log"
   fi
-  [ "$(left)" -gt 120 ] && gpu_pytest "$dir/gpu_all.log" $(( $(left) - 25 )) gpu_all -m gpu tests/
+  [ "${NONFINITE_SUITE:-1}" = 1 ] && [ "$(left)" -gt 120 ] && \
+    gpu_pytest "$dir/gpu_all.log" $(( $(left) - 25 )) gpu_all -m gpu tests/
   tar_dirs "$dir"
 }
 # The head-dim variants' GPU tests under $1 s ($2: a -k expression; empty: all), into $OUT/hd/gpu_tests.log.
@@ -1136,6 +1139,15 @@ P64)
   nonfinite_stage p64 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p63=.build/vcache/libvidattn_sm90-f9da556edb3dfb18.so
+  ;;
+P65)
+  # After P64 (dev/NOTES.md "Call P64"): V's rows past kv_lens read first, and only a non-finite unit written as
+  # zeros (no store and no fence where every value is finite). Its tests, the kv_lens cases of the kernel suite (finite
+  # garbage now left in place), the nonfinite sanitizer cases, kv_lens_ab.py with the library before
+  # (61ea039cf9359cb4), P64's (dfed04e1f4a897a3) and this one; no whole suite (P64 ran it on the rest of the change).
+  NONFINITE_SUITE=0 nonfinite_stage p65 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
+    tests/test_kernel_gpu.py::test_kv_lens_ragged tests/test_kernel_gpu.py::test_many_tile_boundaries_per_cta" \
+    old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
   ;;
 P62)
   # After P61, when its tests passed: issue 26's D=256 rows in the anchors harness with the library loaded under the
