@@ -1142,7 +1142,8 @@ P64)
   ;;
 P65)
   # After P64 (dev/NOTES.md "Call P64"): V's rows past kv_lens read first, and only a non-finite unit written as
-  # zeros (no store and no fence where every value is finite). Its tests, the kv_lens cases of the kernel suite (finite
+  # zeros (no store and no fence where every value is finite; a4304339, since moved to
+  # dev/experiments/v_rows_read_first.patch: it lost, "Call P65"). Its tests, the kv_lens cases of the kernel suite (finite
   # garbage now left in place), the nonfinite sanitizer cases, kv_lens_ab.py with the library before
   # (61ea039cf9359cb4), P64's (dfed04e1f4a897a3) and this one; no whole suite (P64 ran it on the rest of the change).
   NONFINITE_SUITE=0 nonfinite_stage p65 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \

@@ -906,51 +906,32 @@ __device__ __forceinline__ int block_steps(int kv0, int kv_len) {
   return steps <= kMax ? steps : kN / 16;
 }
 
-// Keys past kv_len inside a tile's partial key block: NaN or Inf there made zeros in V before this warpgroup's P V
-// reads them. P is 0 there, but the tensor cores' 0 * NaN is NaN: an unwritten key/value slot behind a batch's kv_lens
-// holding NaN or Inf in V reached every row (dev/NOTES.md, "Keys past kv_lens holding NaN"); a finite value there adds
-// P = 0 times it, +-0, and is left alone. K needs nothing: a masked score is set to -inf (mask_keys, a select). Rows
-// past seqlen_kv need nothing either: TMA fills rows outside the tensor with zeros, so callers run this only with
-// kv_lens. Rows [row0, row1) of every 64-column chunk of the stage: a 128B-swizzled row is one whole 128-byte line of
-// its chunk (the swizzle moves 16-byte units only within the line), so the rows are one contiguous byte range a
-// chunk, read in 16-byte units by the warpgroup's 128 threads; a unit holding a non-finite value (every exponent bit
-// set, in any of its eight elements) is written back as zeros. Writing every unit measured +1.4% / +3.4% on
-// text-padded cross-attention (P63, P64: one to four key blocks a tile, the stores and the fence on each tile's path);
-// reading costs a load a thread there, and a store and a fence only where a value is not finite.
-// Both warpgroups of a tile may find and write the same units, each before its own P V: the writes are all zeros,
-// so neither can read anything else there once its own pass is done. A thread that sees a unit of zeros, which the
-// other warpgroup may have written, fences too, so that its own wgmma's async-proxy reads are ordered after what it
-// saw. The producer refills the stage only after both warpgroups released it, and an O stored through a V stage
-// (kOInV) goes into it only after every warpgroup's last P V of it. The fence orders this thread's shared-memory
-// accesses before the async proxy's (wgmma), and a barrier of the warpgroup's 128 threads puts every thread's before
-// any of its warps issues the wgmma: its own (kBarrier), or the caller's next bar.sync where one follows before the
-// wgmma (the ping-pong's turn, sched_wait).
+// Keys past kv_len inside a tile's partial key block, made zeros in V before this warpgroup's P V reads them. P is 0
+// there, but the tensor cores' 0 * NaN is NaN: an unwritten key/value slot behind a batch's kv_lens holding NaN or Inf
+// in V reached every row (dev/NOTES.md, "Keys past kv_lens holding NaN"). K needs nothing: a masked score is set to
+// -inf (mask_keys, a select). Rows past seqlen_kv need nothing either: TMA fills rows outside the tensor with zeros,
+// so callers run this only with kv_lens. Rows [row0, row1) of every 64-column chunk of the stage: a 128B-swizzled row
+// is one whole 128-byte line of its chunk (the swizzle moves 16-byte units only within the line), so the rows are one
+// contiguous byte range a chunk, written in 16-byte units by the warpgroup's 128 threads. Both warpgroups of a tile
+// write the same zeros into the stage, each before its own P V, so neither can read anything but zeros there; the
+// producer refills the stage only after both have released it, and an O stored through a V stage (kOInV) goes into it
+// only after every warpgroup's last P V of it. The fence orders this thread's writes before the async proxy's reads
+// (wgmma), and a barrier of the warpgroup's 128 threads puts all of their writes before any of its warps issues the
+// wgmma: its own (kBarrier), or the caller's next bar.sync where one follows before the wgmma (the ping-pong's turn,
+// sched_wait: P63 measured the extra barrier and fence at +1.8% / +3.2% on text-padded cross-attention).
 enum class ZeroVBarrier : uint32_t { kBase = 8 };  // 8..10, one a consumer warpgroup (3..5: ping-pong, 7: redo)
-template <bool kFp16>
-__device__ __forceinline__ bool nonfinite_pair(uint32_t w) {
-  constexpr uint32_t kExp = kFp16 ? 0x7c00u : 0x7f80u;  // a 16-bit value's exponent field
-  return (w & kExp) == kExp || ((w >> 16) & kExp) == kExp;
-}
-template <typename T, bool kFp16, bool kBarrier>
+template <typename T, bool kBarrier>
 __device__ __forceinline__ void zero_v_rows(uint16_t* stage, int row0, int row1, int cwg) {
   const uint32_t base = ptx::smem_addr(stage) + static_cast<uint32_t>(row0 * kChunkBytes);
   const int units = (row1 - row0) * 8;  // 16-byte units a chunk
   const int tid = static_cast<int>(threadIdx.x % 128);
-  bool fence = false;
 #pragma unroll 1
   for (int c = 0; c < T::kChunks; ++c) {
 #pragma unroll 1
-    for (int u = tid; u < units; u += 128) {
-      const uint32_t addr = base + static_cast<uint32_t>(c * T::kBlockN * kChunkBytes + u * 16);
-      uint32_t w[4];
-      ptx::ld_shared_v4(addr, w);
-      const bool bad = nonfinite_pair<kFp16>(w[0]) || nonfinite_pair<kFp16>(w[1]) || nonfinite_pair<kFp16>(w[2]) ||
-                       nonfinite_pair<kFp16>(w[3]);
-      if (bad) ptx::st_shared_zero16(addr);
-      fence = fence || bad || (w[0] | w[1] | w[2] | w[3]) == 0u;
-    }
+    for (int u = tid; u < units; u += 128)
+      ptx::st_shared_zero16(base + static_cast<uint32_t>(c * T::kBlockN * kChunkBytes + u * 16));
   }
-  if (fence) ptx::fence_proxy_async_smem();
+  ptx::fence_proxy_async_smem();
   if constexpr (kBarrier) ptx::named_barrier_sync(static_cast<uint32_t>(ZeroVBarrier::kBase) + cwg, 128);
 }
 
@@ -1321,7 +1302,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
         const int pv0 = (kv_first + kv_block<T::kKvRotate>(j - 1, rot, n_blocks)) * kN;
         // (the turn's bar.sync follows, except where V is waited for inside the turn)
         if (p.kv_lens != nullptr && pv0 + kN > kv_len)
-          zero_v_rows<T, kFp16, T::kLateVWait || !kPingpong>(s.v[prev], kv_len - pv0, kN, cwg);
+          zero_v_rows<T, T::kLateVWait || !kPingpong>(s.v[prev], kv_len - pv0, kN, cwg);
       }
     };
     if constexpr (!T::kLateVWait) {
@@ -1392,7 +1373,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   v_phase ^= 1u << last;
   if (p.kv_lens != nullptr) {  // (before the turn, whose bar.sync orders the stores before the wgmma)
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(n_blocks - 1, rot, n_blocks)) * kN;
-    if (kv0 + kN > kv_len) zero_v_rows<T, kFp16, !kPingpong>(s.v[last], kv_len - kv0, pv_steps * 16, cwg);
+    if (kv0 + kN > kv_len) zero_v_rows<T, !kPingpong>(s.v[last], kv_len - kv0, pv_steps * 16, cwg);
   }
   sched_wait<kPingpong>(cwg);
   issue_pv_block<kHeadDim, kWGs, kBN, kFp16>(pv_steps, o, pa, ptx::smem_addr(s.v[last]), n_blocks == 1);

@@ -110,13 +110,6 @@ template <int kPending>
 __device__ __forceinline__ void bulk_wait_group() {
   asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
 }
-// 16 bytes from shared memory (ld, 9.7.9.8: ld.shared.v4.b32), through the generic proxy.
-__device__ __forceinline__ void ld_shared_v4(uint32_t smem_byte_addr, uint32_t (&r)[4]) {
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_byte_addr)
-               : "memory");
-}
 // 16 zero bytes into shared memory (st, 9.7.9.9: st.shared.v4.b32), a generic-proxy write: a wgmma that reads the
 // bytes later needs fence_proxy_async_smem between them (wgmma reads shared memory through the async proxy).
 __device__ __forceinline__ void st_shared_zero16(uint32_t smem_byte_addr) {
