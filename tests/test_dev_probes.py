@@ -579,3 +579,30 @@ def test_q8_prep_probe_bytes_kinds_and_refusals(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         mod.main([])
+
+
+@pytest.mark.parametrize("args, says", [
+    (["old=a.so"], "at least two libraries"),
+    (["old=a.so", "old=b.so"], "given twice"),
+    (["old=a.so", "b.so"], "name=path"),
+    (["old=a.so", "new=b.so", "--rounds", "0"], "--rounds must be >= 1"),
+])
+def test_kv_lens_ab_refuses_bad_arguments(args, says, capsys):
+    probe = _load("kv_lens_ab")
+    with pytest.raises(SystemExit, match=says):
+        probe.main(args)
+
+
+def test_kv_lens_ab_refuses_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    probe = _load("kv_lens_ab")
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        probe.main(["old=a.so", "new=b.so"])
+
+
+def test_kv_lens_ab_paired_ratios():
+    probe = _load("kv_lens_ab")
+    p = probe.paired({"old": [1.0, 2.0, 4.0], "new": [1.1, 1.9, 4.0]}, "old", "new")
+    assert p["rounds"] == 3 and p["rounds_faster"] == 1
+    assert p["median"] == pytest.approx(1.0) and p["min"] == pytest.approx(0.95) and p["max"] == pytest.approx(1.1)

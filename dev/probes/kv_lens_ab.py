@@ -39,6 +39,7 @@ SHAPES = [
 
 
 def parse_libs(items: list[str]) -> dict:
+    """name=path items as {name: path}, in order; malformed, repeated or fewer than two refused."""
     libs = {}
     for item in items:
         name, sep, path = item.partition("=")
@@ -46,7 +47,7 @@ def parse_libs(items: list[str]) -> dict:
             raise SystemExit(f"kv_lens_ab: a library is name=path, got {item!r}")
         if name in libs:
             raise SystemExit(f"kv_lens_ab: the name {name!r} is given twice")
-        libs[name] = _ext.open_library(path)
+        libs[name] = path
     if len(libs) < 2:
         raise SystemExit(f"kv_lens_ab: give at least two libraries (name=path), got {len(libs)}")
     return libs
@@ -65,11 +66,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    paths = parse_libs(args.libs)
     if args.rounds < 1 or args.rep_ms <= 0:
         raise SystemExit("kv_lens_ab: --rounds must be >= 1 and --rep-ms > 0")
     if not torch.cuda.is_available():
         raise SystemExit("kv_lens_ab: needs a CUDA GPU")
-    libs = parse_libs(args.libs)
+    libs = {n: _ext.open_library(p) for n, p in paths.items()}
     names = list(libs)
     a, others = names[0], names[1:]
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -101,7 +103,7 @@ def main(argv=None) -> int:
             f"{p['median']:.4f} [{p['min']:.4f}, {p['max']:.4f}] ({p['rounds_faster']}/{p['rounds']})"
             for p in pairs.values()), flush=True)
     if args.json is not None:
-        meta = {"libs": {n: str(getattr(lib, "_name", "")) for n, lib in libs.items()},
+        meta = {"libs": paths,
                 "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rounds": args.rounds,
                 "rep_ms": args.rep_ms, "argv": sys.argv}
         args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
