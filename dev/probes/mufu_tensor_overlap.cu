@@ -487,6 +487,10 @@ const Variant kVariants[] = {
      {{kBf16RS, 8, 0, 0}, {kBf16RS, 8, 0, 0}, {kBf16RS, 8, 0, 0}, {kBf16RS, 8, 0, 0}}},
     {"f_bf16ss_2t", "(f) tensor only: 2 WGs bf16 SS, 2 idle (the exact kernel's two consumers)", 4, 0,
      {{kBf16SS, 8, 0, 0}, {kBf16SS, 8, 0, 0}, {kIdle, 0, 0, 0}, {kIdle, 0, 0, 0}}},
+    // two warpgroups with A from registers, as the kernel's P V (P in registers): does RS on the kernel's two
+    // consumers still reach the ceiling, or is part of D=256's gap to the bare loop there (dev/NOTES.md, "Call P61")?
+    {"f_bf16rs_2t", "(f) tensor only: 2 WGs bf16 RS, 2 idle (the kernel's P V on its two consumers)", 4, 0,
+     {{kBf16RS, 8, 0, 0}, {kBf16RS, 8, 0, 0}, {kIdle, 0, 0, 0}, {kIdle, 0, 0, 0}}},
     // (g) (f) with the exact kernel's L2 -> shared traffic beside it: K and V, 2 x 2 bytes a key and channel, for
     // 2 x 128 rows of MACs a tile (128-row tiles): 1/64 byte per MAC, 16 KB per warpgroup and iteration of 8
     // m64n128k16 (1 M MACs); half of it is what K/V multicast across a CTA pair would leave.
