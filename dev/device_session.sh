@@ -228,6 +228,7 @@
 #                                             # kv_lens_ab.py old / P63's / this library, the whole GPU suite
 #   bash dev/device_session.sh P65 [budget_s] # after P64: only non-finite units zeroed; its tests, the sanitizer
 #                                             # cases, kv_lens_ab.py old / P64's / this library (no whole suite)
+#   bash dev/device_session.sh P67 [budget_s] # D=256 8K / 32K: the kernel subset's timeline at levels 2 and 1
 #   bash dev/device_session.sh P60 [budget_s] # K/V multicast priced in the bf16 wgmma loop (mufu_tensor_overlap
 #                                             # (g) ahead and (h) pair variants), D=256 8K / 32K beside (~90 s)
 #   bash dev/device_session.sh P55 [budget_s] # the whole GPU suite on 76c0903's library, the tail sanitizer
@@ -1149,6 +1150,19 @@ P65)
   NONFINITE_SUITE=0 nonfinite_stage p65 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_kernel_gpu.py::test_kv_lens_ragged tests/test_kernel_gpu.py::test_many_tile_boundaries_per_cta" \
     old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P67)
+  # Issue 26's D=256 gap at 8K and 32K (dev/NOTES.md "Call P66": neither the K/V traffic nor P V from registers is
+  # it): the kernel subset's timeline at level 2 (what each key iteration waits for: K/V full, the turn, S's issue and
+  # wait, P V's wait; its clock reads move the loop's schedule) and at level 1 (the library's schedule: the phases per
+  # tile and how often K_j or V_j-1 was late), D=256 8K and 32K.
+  mkdir -p "$OUT/p67"
+  for lv in 2 1; do
+    TL_LEVEL=$lv TL_SHAPES="d256_8k d256_32k" timeout $(( $(left) > 220 ? 200 : $(left) - 20 )) \
+      bash dev/probes/timeline_d256.sh "$OUT/p67/l$lv" > "$OUT/p67/l$lv.log" 2>&1; rc[timeline_l$lv]=$?
+    grep -A24 "where a tile's time goes" "$OUT/p67/l$lv/timeline.log" | head -70
+  done
+  tar_dirs p67
   ;;
 P62)
   # After P61, when its tests passed: issue 26's D=256 rows in the anchors harness with the library loaded under the

@@ -6,7 +6,8 @@
 #   timeout 300 bash dev/probes/timeline_d256.sh $OUT/d256b
 # TL_LEVEL=2 builds the level with wait sums (it moves the key loop's schedule: diag_timeline.cuh); TL_VARIANTS
 # (e.g. "5") also runs D=256 under each VIDATTN_HD_NARROW setting named; TL_REBUILD=1 builds even if the library exists;
-# TL_SHAPES names the probe's shapes (default "d256_1k d128_1k"; d192_1k is D=192 at 1K, the subset builds it too).
+# TL_SHAPES names the probe's shapes (default "d256_1k d128_1k"; d192_1k is D=192 at 1K, the subset builds it too;
+# d256_8k and d256_32k are D=256 at 8K and 32K keys).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 DIR=${1:-${OUT:-/tmp/out}/d256b}

@@ -5,7 +5,7 @@
     VIDATTN_LIBRARY=.build/ab/lib_tl.so python3 dev/probes/timeline_probe.py seed4k seed16k wan_cross
     timeout 300 bash dev/probes/timeline_d256.sh $OUT/d256b   # D=256 and D=128 at 1K keys, a subset build
 
-Shapes: the anchors' keys, and EXTRA_SHAPES (d256_1k, d128_1k, d192_1k). The last lines printed are, per shape, the tile's
+Shapes: the anchors' keys, and EXTRA_SHAPES (d256_1k, d128_1k, d192_1k, d256_8k, d256_32k). The last lines printed are, per shape, the tile's
 period cut at every stamp (TILE_ROWS) in microseconds per tile and as a share of the period, per consumer warpgroup,
 converted at the SM clock the stamps ran at (clock64 against %globaltimer, read together by the producer per tile).
 
@@ -50,8 +50,12 @@ TILE_ROWS = (("q wait", START, QFULL), ("K_0 wait", QFULL, K0FULL), ("S_0 (turn 
              ("epilogue (O out, Q/V back)", LASTPV, EPI), ("to the next tile", EPI, None))
 # Shapes beyond the anchors (key: name, B, H, Sq, Skv, D): D=256 at 1K keys as issue 26's envelope runs it
 # (16 x 8 x 1024: 1024 tiles of 128 rows, 7.76 rounds on 132 SMs), and D=128 at the same batch, heads and tokens.
+# D=256 at 8K and 32K as issue 26's envelope runs them, where the kernel runs at 84-88% of the bare wgmma loop at the
+# power cap while its K/V traffic (P61) and P V from registers (P66) cost it nothing measurable: what is between the
+# wgmmas of a key iteration.
 EXTRA_SHAPES = {"d256_1k": ("D256 1K", 16, 8, 1024, 1024, 256), "d128_1k": ("D128 1K (16x8)", 16, 8, 1024, 1024, 128),
-                "d192_1k": ("D192 1K", 16, 10, 1024, 1024, 192)}
+                "d192_1k": ("D192 1K", 16, 10, 1024, 1024, 192),
+                "d256_8k": ("D256 8K", 2, 8, 8192, 8192, 256), "d256_32k": ("D256 32K", 1, 8, 32768, 32768, 256)}
 PHASES = (("q wait", START, QFULL), ("K_0 wait", QFULL, K0FULL), ("S_0 (turn + wgmma)", K0FULL, S0DONE),
           ("blocks 1..n-1", S0DONE, DRAIN), ("last P V", DRAIN, LASTPV), ("epilogue", LASTPV, EPI))
 
