@@ -200,8 +200,9 @@ CASES = [
     Case("d256 pairs batch without keys", 3, "sms+1", 256, 300, 256, kv_lens=[300, 0, 200], hd_narrow=8,
          expect=("clusters=2", "o_path=4"), small=False),
     # NaN / Inf in K and V past kv_lens: each consumer warpgroup stores zeros over V's rows past the length in the
-    # partial block's stage, fences them for the async proxy and meets its own named barrier (8 + warpgroup) before
-    # P V; the plain, three-warpgroup, wide, O-in-V, pair, causal, redo and tail-launch kernels.
+    # partial block's stage and fences them for the async proxy before the turn's bar.sync and its P V (its own named
+    # barrier, 8 + warpgroup, only in the A/B builds without the ping-pong or with the rotated key order, which this
+    # library does not hold); the plain, three-warpgroup, wide, O-in-V, pair, causal, redo and tail-launch kernels.
     Case("nonfinite past kv_lens d128", 3, 2, 129, 777, 128, kv_lens=[700, 100, 161], poison=float("nan")),
     Case("nonfinite past kv_lens d64 3wg", 2, 2, 257, 333, 64, kv_lens=[333, 100], d64_wgs=3, poison=float("inf")),
     Case("nonfinite past kv_lens d192", 2, 3, 300, 777, 192, torch.float16, "bhsd", kv_lens=[250, 777],

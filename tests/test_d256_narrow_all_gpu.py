@@ -35,7 +35,8 @@ SETTING, ROUTED, O_PATH, BLOCK_N, Q_BOX_ROWS = 7, 6, 4, 80, 128
 
 
 def assert_ran_variant():
-    # setting 6's numbers too: the variant differs in its partial blocks only (test_steps_left_out_are_not_read)
+    # setting 6's numbers too: the variant differs in its partial blocks only (tests/test_d256_narrow_all.py models
+    # where it narrows; the outputs are the same bit for bit)
     assert (_ext.last_block_n(), _ext.last_o_path(), _ext.last_q_box_rows()) == (BLOCK_N, O_PATH, Q_BOX_ROWS)
 
 
@@ -123,12 +124,14 @@ def test_narrow_all_matches_setting_6_bit_for_bit(b, h, sq, skv):
 
 @pytest.mark.parametrize("steps", (1, 2, 3, 4))
 def test_steps_left_out_are_not_read(steps):
-    """Evidence that the variant narrows and setting 6 does not, from the outputs alone: one batch of 1040 keys with
-    kv_lens ending its last block in `steps` steps, NaN in K and V past those steps (keys 960 + 16 steps .. 1039, all
-    past kv_len). A masked key's score is -inf after the full-width S (a select: NaN in K is harmless), and a full
-    width P V adds P = 0 times V's rows past the length, which the consumers zero in the stage first (flash_fwd.cuh,
-    zero_v_rows; before it setting 6, narrowing only 1-2 steps, turned NaN at 3 and 4 steps): both settings are
-    exact at every count and give the same output bit for bit (the steps setting 6 adds are P = 0 times V = 0)."""
+    """NaN past the length is harmless under the variant and under setting 6: one batch of 1040 keys with kv_lens
+    ending its last block in `steps` steps, NaN in K and V past those steps (keys 960 + 16 steps .. 1039, all past
+    kv_len). A masked key's score is -inf after the full-width S (a select: NaN in K is harmless), and a full-width P V
+    adds P = 0 times V's rows past the length, which the consumers zero in the stage first (flash_fwd.cuh,
+    zero_v_rows). Before that change this test was the evidence that the variant narrows and setting 6 (narrowing only
+    1-2 steps) does not: setting 6 turned NaN at 3 and 4 steps. Now both are exact at every count and give the same
+    output bit for bit (the steps setting 6 adds are P = 0 times V = 0), and the outputs can no longer tell the widths
+    apart."""
     g, seed = new_gen()
     q, k, v = bshd_inputs(1, 4, 4, 333, 1040, 256, g)
     n = 960 + 16 * steps - 5

@@ -295,8 +295,7 @@ def test_kv_lens_ragged(sq, skv, d, layout):
     q, k, v = make_qkv(b, h, sq, skv, d, torch.bfloat16, layout, g, True)
     kv_lens = torch.tensor([skv, 1, skv // 3, 129], dtype=torch.int32, device=DEV)
     # Keys past kv_lens must not matter: fill them with large finite garbage (huge scores if a masked key
-    # leaked into the row max or sum, huge values if into P @ V). Not NaN: 0 * NaN is NaN even for a correctly
-    # masked P, in any kernel that multiplies a whole padded tile, and in SDPA too.
+    # leaked into the row max or sum, huge values if into P @ V). NaN and Inf there: tests/test_kv_lens_nonfinite_gpu.py.
     for bi, n in enumerate(kv_lens.tolist()):
         for t, val in ((k, 30.0), (v, 1000.0)):
             (t[bi, n:] if layout == "bshd" else t[bi, :, n:]).fill_(val)

@@ -135,14 +135,23 @@ BUILDS = [
   + [(f"d256 hd{s}", 256, (lambda s=s: _ext.hd_narrow(s)), torch.bfloat16) for s in range(9)]
 
 
+def no_tail_launch():
+    assert _ext.last_tail_splits() == 0, f"a tail launch ran ({_ext.last_tail_splits()} ranges), not the build's own"
+
+
+@pytest.mark.usefixtures("tail_kv_lens_off")
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("build", BUILDS, ids=lambda b: b[0])
 def test_every_build(build, layout):
+    """Each build's own kernel: kv_lens calls on the plain schedule (a call of fewer tiles than SMs and 12 key blocks
+    or more is otherwise all tail launch, which runs the split kernel instead: D=256 under setting 1, N = 64, has 13
+    here); test_tail_launch runs the split kernels."""
     label, d, ctx, dtype = build
     g, seed = new_gen()
     q, k, v = inputs(len(LENS), 2, 2, 129, 777, d, g, dtype)
     with ctx():
-        check(q, k, v, LENS, f"{label} seed={seed}", poison="nan" if layout == "bshd" else "inf", layout=layout)
+        check(q, k, v, LENS, f"{label} seed={seed}", poison="nan" if layout == "bshd" else "inf", layout=layout,
+              ran=no_tail_launch)
 
 
 @pytest.mark.parametrize("steps", range(1, 6))
@@ -182,32 +191,44 @@ def test_grouped_query(hq, hkv, d):
 
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_tail_launch(d):
-    """Every tile in the tail launch (the split kernel and its merge), batches of 4097, 1, 129 and 2500 keys (D=64 and
-    128 assert that it planned one, as tests/test_kernel_gpu.py's test_tail_launch_kv_lens_empty_ranges does)."""
+    """Every tile in the tail launch (the split kernel and its merge), batches of 4097, 1, 129 and 2500 keys (36 tiles,
+    fewer than the SMs, of 33 to 52 key blocks)."""
     g, seed = new_gen()
     lens = (4097, 1, 129, 2500)
     q, k, v = inputs(len(lens), 3, 3, 300, 4097, d, g)
     def ran():
         assert _ext.last_tail_splits() >= 2, f"D{d}: no tail launch ({_ext.last_tail_splits()} ranges)"
 
-    check(q, k, v, lens, f"tail launch D{d} seed={seed}", ran=ran if d <= 128 else None)
+    check(q, k, v, lens, f"tail launch D{d} seed={seed}", ran=ran)
 
 
+@pytest.mark.usefixtures("tail_kv_lens_off")
 @pytest.mark.parametrize("d", [64, 128, 192, 256])
 def test_fixed_reference_redo(d):
     """Scores that climb along the keys leave the fixed reference's range, so the tiles run again with the exact
-    softmax (the redo pass loads the partial block's V again, poisoned, and zeroes it again)."""
+    softmax (the redo pass loads the partial block's V again, poisoned, and zeroes it again). On the plain schedule:
+    at D=256 (13 key blocks of 80) the call would otherwise be all tail launch, whose split kernel runs the exact
+    softmax from the start and redoes nothing."""
     g, seed = new_gen()
     q, k, v = inputs(2, 2, 2, 257, 1000, d, g)
     ramp = torch.linspace(0, 12, 1000, device=DEV)[None, :, None, None]
     q, k = (1 + 0.1 * q.float()).to(q.dtype), (ramp + 0.1 * k.float()).to(k.dtype)
-    check(q, k, v, (963, 1000 - 37 - 160), f"redo D{d} seed={seed}")
+    check(q, k, v, (963, 1000 - 37 - 160), f"redo D{d} seed={seed}", ran=no_tail_launch)
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_8bit_path(d):
-    """precision='8bit' over 16K keys (past the short-key route): its pre-pass writes zeros past each length."""
+def test_8bit_path(d, monkeypatch):
+    """precision='8bit' (the short-key route to the exact kernel off, as tests/test_8bit_kv_pass_gpu.py sets it): its
+    pre-pass writes zeros past each length. That the 8-bit kernel ran shows in its output, which differs from the
+    exact kernel's on the same inputs (its error is ~20x the exact kernel's)."""
+    from vidattn import quant8
+
+    monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", 0)
     g, seed = new_gen()
     lens = (16384, 9001)
     q, k, v = inputs(len(lens), 2, 2, 256, 16384, d, g)
     check(q, k, v, lens, f"8-bit D{d} seed={seed}", precision="8bit")
+    kv_lens = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    eight = vidattn.attention(q, k, v, kv_lens=kv_lens, precision="8bit")
+    exact = vidattn.attention(q, k, v, kv_lens=kv_lens)
+    assert not torch.equal(eight, exact), f"8-bit D{d} seed={seed}: precision='8bit' gave the exact kernel's output"

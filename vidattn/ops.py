@@ -421,9 +421,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
             tensor is on the CPU in an eager call; it is then copied to q's device). A GPU tensor is not checked
             (that would cost a device sync), nor a traced one (torch.compile, FakeTensorMode): values above ``Skv``
             read as ``Skv`` (as SDPA's mask does) and values ``<= 0`` give zero rows and an LSE of ``-inf`` (SDPA:
-            NaN). Any view works (a column, an expanded scalar): it is read contiguous. On SDPA and the 8-bit path
-            keys past a length never reach the output, NaN included; the exact kernel ignores finite values there
-            (docs/reliability.md: a NaN in V just past the length can reach it).
+            NaN). Any view works (a column, an expanded scalar): it is read contiguous. Keys past a length never
+            reach the output on any path, NaN and Inf included (an unwritten cache slot; docs/reliability.md).
         return_lse: also return the fp32 log-sum-exp of the scaled scores, shape ``(B, H, Sq)``
             (natural log), e.g. to merge partial results in ring attention (differentiable when grad is on).
         causal: ``False`` (default), ``True`` or ``"top_left"`` (query ``i`` sees keys ``j <= i``: SDPA's

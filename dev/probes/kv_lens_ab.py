@@ -85,11 +85,24 @@ def main(argv=None) -> int:
         scale = 1.0 / math.sqrt(d)
         fns = {n: (contextlib.nullcontext, (lambda lib=lib: _ext.forward(q, k, v, out, None, kv_lens, scale, lib=lib)))
                for n, lib in libs.items()}
-        outs = {}
-        for n, (_, fn) in fns.items():  # a wrong answer is not timed
-            fn()
-            torch.cuda.synchronize()
+        outs, failed = {}, None
+        for n, (_, fn) in fns.items():  # a wrong answer is not timed; O poisoned first, so an unwritten one shows
+            out.fill_(float("nan"))
+            try:
+                fn()
+                torch.cuda.synchronize()
+            except _ext.KernelLaunchError as e:
+                failed = f"{n}: {e}"
+                break
             outs[n] = out.clone()
+        if failed is not None:
+            print(f"{name:38s} launch failed ({failed}): not timed")
+            results[name] = {"error": f"launch failed: {failed}"}
+            continue
+        if not torch.isfinite(outs[a]).all():
+            print(f"{name:38s} {a}'s output is not finite: not timed")
+            results[name] = {"error": f"{a}'s output is not finite"}
+            continue
         differ = [n for n in others if not torch.equal(outs[a], outs[n])]
         if differ:
             diff = max((outs[a].float() - outs[n].float()).abs().max().item() for n in differ)
@@ -105,7 +118,7 @@ def main(argv=None) -> int:
     if args.json is not None:
         meta = {"libs": paths,
                 "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rounds": args.rounds,
-                "rep_ms": args.rep_ms, "argv": sys.argv}
+                "rep_ms": args.rep_ms, "argv": list(argv) if argv is not None else sys.argv[1:]}
         args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     return 0
 
