@@ -229,6 +229,8 @@
 #   bash dev/device_session.sh P65 [budget_s] # after P64: only non-finite units zeroed; its tests, the sanitizer
 #                                             # cases, kv_lens_ab.py old / P64's / this library (no whole suite)
 #   bash dev/device_session.sh P67 [budget_s] # D=256 8K / 32K: the kernel subset's timeline at levels 2 and 1
+#   bash dev/device_session.sh P68 [budget_s] # the nonfinite tests as the review fixed them, racecheck on their
+#                                             # sanitizer cases, kv_lens_ab.py with a causal kv_lens shape
 #   bash dev/device_session.sh P60 [budget_s] # K/V multicast priced in the bf16 wgmma loop (mufu_tensor_overlap
 #                                             # (g) ahead and (h) pair variants), D=256 8K / 32K beside (~90 s)
 #   bash dev/device_session.sh P55 [budget_s] # the whole GPU suite on 76c0903's library, the tail sanitizer
@@ -1150,6 +1152,15 @@ P65)
   NONFINITE_SUITE=0 nonfinite_stage p65 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_kernel_gpu.py::test_kv_lens_ragged tests/test_kernel_gpu.py::test_many_tile_boundaries_per_cta" \
     old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P68)
+  # After the review of the zeroing (dev/NOTES.md "Review of the zeroing"): the nonfinite tests as fixed (the D=256 redo
+  # and setting 1 on the plain schedule, the tail asserted at D=256, the 8-bit route forced), the nonfinite sanitizer
+  # cases under racecheck too (two warpgroups writing the same zeros: expect the tool's same-value reports, nothing
+  # else), and kv_lens_ab.py with its causal kv_lens shape, the library before the zeroing against this one.
+  NONFINITE_SUITE=0 nonfinite_stage p68 "tests/test_kv_lens_nonfinite_gpu.py" \
+    old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so
+  [ "$(left)" -gt 120 ] && { mkdir -p "$OUT/p68r"; sanitize_only p68r "nonfinite" "racecheck"; tar_dirs p68r; }
   ;;
 P67)
   # Issue 26's D=256 gap at 8K and 32K (dev/NOTES.md "Call P66": neither the K/V traffic nor P V from registers is

@@ -27,14 +27,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vidattn import _ext  # noqa: E402
 from kernel_ab_time import time_interleaved  # noqa: E402
 
-# (name, B, H, Sq, Skv, D, kv_lens or None)
+# (name, B, H, Sq, Skv, D, kv_lens or None, causal: _ext.CAUSAL_*)
 SHAPES = [
-    ("wan cross, text padded", 1, 12, 32760, 512, 128, [333]),
-    ("ltx cross, text padded", 2, 32, 24576, 128, 64, [100, 77]),
-    ("self 16K padded (D128)", 1, 24, 16384, 16640, 128, [16500]),
-    ("d256 8K padded", 2, 8, 8192, 8192, 256, [8000, 7001]),
-    ("d64 1K ragged", 8, 8, 1024, 1024, 64, [1000, 900, 1024, 777, 1000, 513, 1023, 999]),
-    ("control: wan 1.3B self, no kv_lens", 1, 12, 32760, 32760, 128, None),
+    ("wan cross, text padded", 1, 12, 32760, 512, 128, [333], _ext.CAUSAL_NONE),
+    ("ltx cross, text padded", 2, 32, 24576, 128, 64, [100, 77], _ext.CAUSAL_NONE),
+    ("self 16K padded (D128)", 1, 24, 16384, 16640, 128, [16500], _ext.CAUSAL_NONE),
+    ("d256 8K padded", 2, 8, 8192, 8192, 256, [8000, 7001], _ext.CAUSAL_NONE),
+    ("d64 1K ragged", 8, 8, 1024, 1024, 64, [1000, 900, 1024, 777, 1000, 513, 1023, 999], _ext.CAUSAL_NONE),
+    # causal with kv_lens: every diagonal tile's last block is partial at its kv_end (D=256: 128-row tiles, 80-key
+    # blocks), one batch at full length
+    ("causal d256 8K padded", 2, 8, 8192, 8192, 256, [8192, 7001], _ext.CAUSAL_TOP_LEFT),
+    ("control: wan 1.3B self, no kv_lens", 1, 12, 32760, 32760, 128, None, _ext.CAUSAL_NONE),
 ]
 
 
@@ -78,12 +81,13 @@ def main(argv=None) -> int:
     results = {}
     print(f"{'shape':38s} " + " ".join(f"{n:>9s}" for n in names) + "  "
           + "  ".join(f"{n}/{a} median [min, max] (rounds faster)" for n in others))
-    for name, bsz, h, sq, skv, d, lens in SHAPES:
+    for name, bsz, h, sq, skv, d, lens, causal in SHAPES:
         q, k, v = (torch.randn(bsz, s, h, d, device="cuda", generator=g).bfloat16() for s in (sq, skv, skv))
         kv_lens = torch.tensor(lens, dtype=torch.int32, device="cuda") if lens is not None else None
         out = torch.empty_like(q)
         scale = 1.0 / math.sqrt(d)
-        fns = {n: (contextlib.nullcontext, (lambda lib=lib: _ext.forward(q, k, v, out, None, kv_lens, scale, lib=lib)))
+        fns = {n: (contextlib.nullcontext,
+                   (lambda lib=lib: _ext.forward(q, k, v, out, None, kv_lens, scale, lib=lib, causal=causal)))
                for n, lib in libs.items()}
         outs, failed = {}, None
         for n, (_, fn) in fns.items():  # a wrong answer is not timed; O poisoned first, so an unwritten one shows
@@ -111,7 +115,8 @@ def main(argv=None) -> int:
             continue
         times = time_interleaved(fns, args.rounds, args.rep_ms)
         pairs = {n: paired(times, a, n) for n in others}
-        results[name] = {"shape": [bsz, h, sq, skv, d], "kv_lens": lens, "ms": times, "paired": pairs}
+        results[name] = {"shape": [bsz, h, sq, skv, d], "kv_lens": lens, "causal": causal, "ms": times,
+                         "paired": pairs}
         print(f"{name:38s} " + " ".join(f"{statistics.median(times[n]):9.4f}" for n in names) + "  " + "  ".join(
             f"{p['median']:.4f} [{p['min']:.4f}, {p['max']:.4f}] ({p['rounds_faster']}/{p['rounds']})"
             for p in pairs.values()), flush=True)
