@@ -73,20 +73,15 @@ def _precision_block(precision: str):
     import torch
 
     entry = [precision]  # its identity marks this block in _active
-    tracing = torch.compiler.is_compiling()  # Dynamo replays the mutations; it cannot enter a lock
-    if tracing:
+    # Dynamo replays the mutations; it cannot enter a lock
+    guard = contextlib.nullcontext() if torch.compiler.is_compiling() else _active_lock
+    with guard:
         _open(entry)
-    else:
-        with _active_lock:
-            _open(entry)
     try:
         yield
     finally:
-        if tracing:
+        with guard:
             _close(entry)
-        else:
-            with _active_lock:
-                _close(entry)
 
 
 # ----------------------------------------------------------------------------------------------------------
