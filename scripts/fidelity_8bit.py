@@ -767,19 +767,13 @@ def run(args) -> dict:
     if os.environ.get("VIDATTN_COMMIT") and not os.environ.get("VIDATTN_GIT_COMMIT"):
         os.environ["VIDATTN_GIT_COMMIT"] = os.environ["VIDATTN_COMMIT"]
     budget = Budget(args.budget_s)
-    cuda = torch.cuda.is_available()
-    try:
-        device = torch.device(args.device or ("cuda" if cuda else "cpu"))
-    except RuntimeError:
-        raise SystemExit(f"error: --device {args.device!r} is no device torch knows (cuda, cuda:N or cpu)") from None
-    if device.type == "cuda" and not cuda:
-        raise SystemExit("error: --device cuda requested but CUDA is not available")
+    from pipelines.registry import pick_device
+
+    device = pick_device(args.device, args.tiny, "full-size models")  # the runners' check, as the other scripts
     try:  # the syntax now, before minutes of generation
         capture_block_indices(args.capture_blocks, 1 << 30)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
-    if device.type == "cpu" and not args.tiny:
-        raise SystemExit("error: full-size models need a CUDA GPU; pass --tiny on a CPU")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     _fill_size(args)
     for item in (s.strip() for s in args.sweep.split(",")):

@@ -304,6 +304,26 @@ def cpu_kernel_note(device) -> str | None:
     return None if reason is None else f"the vidattn kernel cannot run here ({reason}): every call runs SDPA"
 
 
+def _family_preset(args, on_cpu: bool, architecture: str, config: str) -> str:
+    """The preset a --family build takes: tiny under --tiny or --preset tiny, and on a CPU without --preset; the
+    architecture's real size refused on a CPU."""
+    preset = "tiny" if (args.tiny or args.preset == "tiny" or (on_cpu and args.preset is None)) else "default"
+    if on_cpu and preset != "tiny":
+        raise SystemExit(f"error: the {architecture} architecture needs a CUDA GPU; use --tiny on the CPU")
+    if on_cpu and not args.tiny:
+        log(f"NOTE: no CUDA device: the tiny {config} config on the CPU (pass --tiny to silence this)")
+    return preset
+
+
+def _asked_fps(args, call: dict, takes_rate: bool, default) -> float:
+    """The video's frame rate: --fps where given, which a pipeline that takes a frame rate (`takes_rate`) generates
+    at too (LTX: the audio's length, the conditioning), else `default`."""
+    asked = getattr(args, "fps", None)
+    if asked is not None and takes_rate:
+        call["frame_rate"] = float(asked)
+    return float(asked or default)
+
+
 def prepare_pipeline(args):
     """`--family ltx2` or `--model DIR` (any diffusers video pipeline): (pipe, run) where run holds the device,
     dtype, preset, fps and the keyword arguments of the pipeline call. Shared with e2e_report.py."""
@@ -327,11 +347,7 @@ def prepare_pipeline(args):
         else:
             from pipelines.ltx2 import build_ltx2_pipeline
 
-            preset = "tiny" if (args.tiny or args.preset == "tiny" or (on_cpu and args.preset is None)) else "default"
-            if on_cpu and preset != "tiny":
-                raise SystemExit("error: the LTX-2 19B architecture needs a CUDA GPU; use --tiny on the CPU")
-            if on_cpu and not args.tiny:
-                log("NOTE: no CUDA device: the tiny LTX-2 config on the CPU (pass --tiny to silence this)")
+            preset = _family_preset(args, on_cpu, "LTX-2 19B", "LTX-2")
             log(f"building LTX-2 ({preset}, random weights; {dtype_name}, {device}) ...")
             pipe = build_ltx2_pipeline(preset, device=device, dtype=dtype, seed=args.seed)
     except PipelineError as exc:
@@ -352,10 +368,7 @@ def prepare_pipeline(args):
                 frame_rate=defaults["frame_rate"], **prompts)
     if preset == "tiny" and type(pipe).__name__.startswith("LTX2"):
         call.update(stg_scale=0.0, audio_stg_scale=0.0, spatio_temporal_guidance_blocks=None)
-    asked_fps = getattr(args, "fps", None)
-    if asked_fps is not None and defaults["frame_rate"] is not None:
-        call["frame_rate"] = float(asked_fps)  # the pipeline generates at it too (LTX: audio length, conditioning)
-    fps = float(asked_fps or defaults["frame_rate"] or 16)
+    fps = _asked_fps(args, call, defaults["frame_rate"] is not None, defaults["frame_rate"] or 16)
     return pipe, dict(device=device, dtype=dtype_name, preset=preset, fps=fps, call=call, seed=args.seed,
                       size=(height, width, frames), generate=None)
 
@@ -370,11 +383,7 @@ def _prepare_family(args, device, dtype_name: str, dtype):
     name = args.family
     e = entry(name)
     on_cpu = device.type == "cpu"
-    preset = "tiny" if (args.tiny or args.preset == "tiny" or (on_cpu and args.preset is None)) else "default"
-    if on_cpu and preset != "tiny":
-        raise SystemExit(f"error: the {e.display} architecture needs a CUDA GPU; use --tiny on the CPU")
-    if on_cpu and not args.tiny:
-        log(f"NOTE: no CUDA device: the tiny {name} config on the CPU (pass --tiny to silence this)")
+    preset = _family_preset(args, on_cpu, e.display, name)
     d = default_size(name, preset)
     size = Size(args.height or d.height, args.width or d.width, args.frames or d.frames)
     from pipelines.families import FamilyError
@@ -391,10 +400,7 @@ def _prepare_family(args, device, dtype_name: str, dtype):
                            dtype=dtype, size=size, steps=args.steps, guidance=args.guidance, seed=args.seed)
     except PipelineError as exc:
         raise SystemExit(f"error: {exc}") from None
-    asked_fps = getattr(args, "fps", None)
-    if asked_fps is not None and "frame_rate" in call:
-        call["frame_rate"] = float(asked_fps)
-    fps = float(asked_fps or adapter(name).fps)
+    fps = _asked_fps(args, call, "frame_rate" in call, adapter(name).fps)
     steps = call.get("num_inference_steps")
     if steps is None:
         steps = inspect_default(pipe, "num_inference_steps")
