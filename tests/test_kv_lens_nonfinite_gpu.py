@@ -32,20 +32,13 @@ import vidattn  # noqa: E402
 from vidattn import _ext  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.accuracy import fa_atol  # noqa: E402
-from _support import attention_fp64, sdpa_same_precision  # noqa: E402
+# the envelope suite's helpers: its accuracy bound against fp64 and cuDNN, the seeds, the layout copy
+from test_envelope_gpu import DEV, as_layout, assert_accurate, cudnn, new_gen, reference  # noqa: E402
 
-DEV = "cuda"
-K_ERR, K_ERR_MAX_ABS, FLOOR, REL_L2_CAP = 1.5, 2.0, 1e-5, 2e-2
 POISONS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 # Ends of the last key block at many offsets for every key-block width the builds use (64, 80, 96, 112, 128, 176, ...):
 # one key, a block and a bit, a few 16-key steps in, and the whole tensor (rows past it are TMA's zeros).
 LENS = (777, 1, 100, 161, 250, 333, 0, 700)
-
-
-def new_gen():
-    g = torch.Generator(device=DEV)
-    return g, g.seed()
 
 
 def inputs(b, hq, hkv, sq, skv, d, g, dtype=torch.bfloat16):
@@ -63,22 +56,7 @@ def past_lengths(t, lens, value):
     return t
 
 
-def as_layout(t, layout):
-    return t if layout == "bshd" else t.transpose(1, 2).contiguous()
-
-
-def assert_accurate(out, ref, base, what):
-    k_abs = (out.double() - ref).abs().max().item()
-    s_abs = (base.double() - ref).abs().max().item()
-    norm = ref.norm().clamp_min(1e-300)
-    k_rel, s_rel = ((out.double() - ref).norm() / norm).item(), ((base.double() - ref).norm() / norm).item()
-    msg = f"{what}: kernel max|err| {k_abs:.3e} rel-L2 {k_rel:.3e}; cuDNN max|err| {s_abs:.3e} rel-L2 {s_rel:.3e}"
-    assert k_abs <= K_ERR_MAX_ABS * s_abs + fa_atol(ref, out.dtype) + FLOOR, msg
-    assert k_rel <= K_ERR * s_rel + FLOOR and k_rel <= REL_L2_CAP, msg
-
-
-def check(q, k, v, lens, what, *, poison="nan", layout="bshd", causal=False, precision=None, accuracy=True,
-          ran=None):
+def check(q, k, v, lens, what, *, poison="nan", layout="bshd", causal=False, precision=None, ran=None):
     """q, k, v BSHD. The call with K/V poisoned past `lens` against the call with them zeroed: equal bit for bit,
     O and LSE, and finite where the batch has keys; `ran()` (if given) asserts the build each call took. The 8-bit
     path sums K's mean with atomics, so two of its calls may differ in the order of that sum: equal or within 1e-3
@@ -110,11 +88,11 @@ def check(q, k, v, lens, what, *, poison="nan", layout="bshd", causal=False, pre
         return
     assert torch.equal(out_p, out_z), f"{what}: output differs from the call with zeros past the lengths"
     assert torch.equal(lse_p, lse_z), f"{what}: LSE differs from the call with zeros past the lengths"
-    if accuracy and not causal and precision is None:
+    if not causal and precision is None:
         out = out_z if layout == "bshd" else out_z.transpose(1, 2)
         scale = 1.0 / math.sqrt(q.shape[-1])
-        ref, _ = attention_fp64(q, kz, vz, scale, kv_lens)
-        assert_accurate(out, ref, sdpa_same_precision(q, kz, vz, scale, kv_lens), what)
+        ref, _ = reference(q, kz, vz, scale, kv_lens)
+        assert_accurate(out, ref, cudnn(q, kz, vz, scale, kv_lens), what)
 
 
 # Every build a head dim takes: (label, head dim, context manager factory, dtype)
