@@ -586,6 +586,7 @@ def test_q8_prep_probe_bytes_kinds_and_refusals(monkeypatch):
     (["old=a.so", "old=b.so"], "given twice"),
     (["old=a.so", "b.so"], "name=path"),
     (["old=a.so", "new=b.so", "--rounds", "0"], "--rounds must be >= 1"),
+    (["old=a.so", "new=b.so", "--tolerance", "1.5"], "--tolerance in"),
 ])
 def test_kv_lens_ab_refuses_bad_arguments(args, says, capsys):
     probe = _load("kv_lens_ab")
@@ -599,6 +600,15 @@ def test_kv_lens_ab_refuses_without_a_gpu():
     probe = _load("kv_lens_ab")
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         probe.main(["old=a.so", "new=b.so"])
+
+
+def test_kv_lens_ab_rel_l2():
+    probe = _load("kv_lens_ab")
+    ref = torch.tensor([3.0, 4.0])
+    assert probe.rel_l2(ref, ref) == 0.0
+    assert probe.rel_l2(torch.tensor([3.0, 4.5]), ref) == pytest.approx(0.1)
+    assert probe.rel_l2(torch.zeros(2), torch.zeros(2)) == 0.0
+    assert probe.rel_l2(torch.ones(2), torch.zeros(2)) == float("inf")
 
 
 def test_kv_lens_ab_paired_ratios():
