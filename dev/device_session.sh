@@ -1165,9 +1165,16 @@ P68)
 P69)
   # dev/NOTES.md "The partial block's loads shifted back": non-causal builds load a padded batch's partial K/V block
   # from kv_len - (its computed rows), so no computed row lies past kv_len, and no longer zero V's rows in the stage
-  # (causal and rotated builds still do). The nonfinite tests, the narrow-all and head-dim-variant files (every build),
-  # the nonfinite sanitizer cases, kv_lens_ab.py with the library before the zeroing (61ea039cf9359cb4), the zeroing's
-  # (dfed04e1f4a897a3) and this one, then the whole GPU suite.
+  # (causal and rotated builds still do). Built, never run: dev/experiments/kv_shift.patch (kernel and tests) is
+  # applied to this copy first; its library, 2431ed2f287938c7, was built on the build machine (carry .build/vcache).
+  # The nonfinite tests, the narrow-all and head-dim-variant files (every build), the nonfinite sanitizer cases,
+  # kv_lens_ab.py with the library before the zeroing (61ea039cf9359cb4), the zeroing's (dfed04e1f4a897a3) and this
+  # one (outputs within 2e-3 relative L2 of the first's: the shift moves the summation order), then the whole GPU suite.
+  if ! grep -q "kv_shift" csrc/sm90/flash_fwd.cuh; then
+    git apply dev/experiments/kv_shift.patch 2>/dev/null || patch -p1 --forward < dev/experiments/kv_shift.patch \
+      || { echo "P69: dev/experiments/kv_shift.patch does not apply"; exit 2; }
+  fi
+  echo "P69: kv_shift.patch applied"
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so

@@ -54,9 +54,8 @@ class Case:
     exact kernel's tail plans for the call (_ext.set_tail_rounds; -1 the default, one round; 2 two short rounds; 3 the
     balanced tail). hd_narrow: VIDATTN_HD_NARROW for the call (_ext.hd_narrow; -1 the library's own; 8 the D=256 build
     in CTA pairs, whose "clusters=2" expectation says a pair launch ran). poison: K and V past each batch's kv_lens
-    set to this value on the GPU after the reference is taken (NaN or Inf in an unwritten cache slot: the exact
-    kernel loads a padded batch's partial block from earlier rows so that it computes no row past the length,
-    flash_fwd.cuh kv_shift, and its causal builds zero V's rows past it in the stage, zero_v_rows)."""
+    set to this value on the GPU after the reference is taken (NaN or Inf in an unwritten cache slot: the consumers
+    zero V's rows past the length in the stage before P V, flash_fwd.cuh zero_v_rows)."""
     name: str
     b: int
     h: object

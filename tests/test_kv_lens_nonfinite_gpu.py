@@ -2,12 +2,9 @@
 the output, on every kernel build (runs on a Hopper GPU only).
 
 The exact kernel masks a key past the length to a score of -inf, so P is 0 there; but P V multiplies those zeros by V's
-rows up to the end of the partial block's last computed 16-key step, and the tensor cores' 0 * NaN is NaN. The
-non-causal builds now load a padded batch's partial block from far enough back that its last computed row is the last
-valid key (csrc/sm90/flash_fwd.cuh, kv_shift; the block's first keys, the previous block's, are masked; a batch of
-fewer keys than one step starts at a negative row, which TMA fills with zeros); the causal builds zero V's rows past
-the length in the stage before their P V (zero_v_rows). The 8-bit path's pre-pass writes zeros past each length into
-its own K/V copies.
+rows up to the end of the partial block's last computed 16-key step, and the tensor cores' 0 * NaN is NaN. Each
+consumer warpgroup now zeroes those rows of the stage before its P V (csrc/sm90/flash_fwd.cuh, zero_v_rows). The
+8-bit path's pre-pass writes zeros past each length into its own K/V copies.
 
 Method: the same call twice, once with K and V past each length poisoned (NaN, +Inf or -Inf) and once with them zeroed
 (a key past the length is masked, so zeros there are the answer by definition); the two outputs and LSEs must be equal
@@ -187,7 +184,7 @@ def test_tail_launch(d):
 @pytest.mark.parametrize("d", [64, 128, 192, 256])
 def test_fixed_reference_redo(d):
     """Scores that climb along the keys leave the fixed reference's range, so the tiles run again with the exact
-    softmax (the redo pass loads the partial block again, shifted as the first pass did). On the plain schedule:
+    softmax (the redo pass loads the partial block's V again, poisoned, and zeroes it again). On the plain schedule:
     at D=256 (13 key blocks of 80) the call would otherwise be all tail launch, whose split kernel runs the exact
     softmax from the start and redoes nothing."""
     g, seed = new_gen()

@@ -197,33 +197,6 @@ struct TileWork {
   int n_blocks;  // key blocks of this item (0 only when kv_len is, or a range is empty)
   int shift;     // causal only: the diagonal's offset, row i sees keys j <= i + shift
 };
-// The 16-key steps S and P V run over for the block starting at key kv0: kN / 16, or fewer for a partial block,
-// at most kMax (a narrowed partial block: FwdTraits::kNarrowMax, from VIDATTN_NARROW_MIN_SAVED or kNarrowAll).
-template <int kN, int kMax>
-__device__ __forceinline__ int block_steps(int kv0, int kv_len) {
-  if constexpr (!kNarrowTail) return kN / 16;
-  if (kv0 + kN <= kv_len) return kN / 16;
-  const int steps = (kv_len - kv0 + 15) / 16;
-  return steps <= kMax ? steps : kN / 16;
-}
-
-// How many rows before kv0 the K/V loads of the block starting at key kv0 begin, so that the rows S and P V compute
-// (block_steps) end at kv_len exactly: nonzero only for a partial block of a batch whose kv_lens stops short of
-// seqlen_kv. Past kv_len such a batch's cache may hold anything (an unwritten slot: NaN, Inf), and P = 0 does not
-// cancel it in the tensor cores (0 * NaN = NaN); shifted back, every computed row is a valid key, the first `shift`
-// of them the previous block's, masked (mask_keys' lo). A first block shorter than its steps starts at a negative row,
-// which TMA fills with zeros as any row outside the tensor. A call without kv_lens, or a batch at full length, keeps
-// its blocks where they were (rows past seqlen_kv are TMA's zeros), so its arithmetic is unchanged bit for bit.
-// Producer and consumers compute it alike. Causal tiles end at their diagonal (kv_len is the tile's kv_end) and the
-// rotated key order (an A/B build) runs a partial block's P V full width: both zero V's rows past kv_len in the stage
-// instead (zero_v_rows).
-template <int kN, int kMax, bool kCausal, bool kRotate>
-__device__ __forceinline__ int kv_shift(const FwdParams& p, int kv0, int kv_len) {
-  if constexpr (kCausal || kRotate) return 0;
-  if (p.kv_lens == nullptr || kv_len >= p.seqlen_kv || kv0 + kN <= kv_len) return 0;
-  return kv0 + block_steps<kN, kMax>(kv0, kv_len) * 16 - kv_len;
-}
-
 // An absent piece is always a CTA's last item (piece 1, or piece 0 of an empty chunk, whose piece 1 is absent too), so
 // both loops stop at it without taking a local number: the redo pass's locals then follow the items that ran, whose
 // Q fills and releases are the only ones the single-buffer builds' Q barrier parities count (call P50 hung when an
@@ -501,11 +474,6 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       int row, head, batch;
     };
     auto kv_at = [&](int j) { return KvAt{(kv_coord[0] + j) * T::kBlockN, kv_coord[1], kv_coord[2]}; };
-    // Non-causal: block j's first row, shifted back for a padded batch's partial block (kv_shift)
-    auto kv_row = [&](int j) {
-      const int kv0 = (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN;
-      return kv0 - kv_shift<T::kBlockN, T::kNarrowMax, kCausal, T::kKvRotate>(p, kv0, w.kv_len);
-    };
     auto load_k = [&](int j) {
       const int stage = (start + j) % T::kStages;
       const uint32_t phase = (k_empty_phase >> stage) & 1;
@@ -524,7 +492,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
                            at.row, at.head, at.batch);
         }
       } else {
-        load_kv_block<T>(s.k[stage], &p.tm_k, &s.k_full[stage], kv_row(j), kv_head, tc.batch);
+        load_kv_block<T>(s.k[stage], &p.tm_k, &s.k_full[stage],
+                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, kv_head, tc.batch);
       }
     };
     auto load_v = [&](int j) {
@@ -563,7 +532,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
                            at.row, at.head, at.batch);
         }
       } else {
-        load_kv_block<T>(s.v[stage], &p.tm_v, &s.v_full[stage], kv_row(j), kv_head, tc.batch);
+        load_kv_block<T>(s.v[stage], &p.tm_v, &s.v_full[stage],
+                         (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, kv_head, tc.batch);
       }
     };
     if constexpr (kCausal) {
@@ -680,19 +650,15 @@ __device__ __forceinline__ void mask_keys_causal(float (&sacc)[kN / 2], int kv0,
   }
 }
 
-// Keys at or past kv_len (sequence tail, or text padding through kv_lens) get score -inf, so exp2 makes them 0; so do
-// the block's first `lo` columns (a block loaded from kv0 = its first key - lo, kv_shift: the previous block's keys).
+// Keys at or past kv_len (sequence tail, or text padding through kv_lens) get score -inf, so exp2 makes them 0.
 template <int kN>
-__device__ __forceinline__ void mask_keys(float (&sacc)[kN / 2], int kv0, int kv_len, int lo, int col_in_group) {
+__device__ __forceinline__ void mask_keys(float (&sacc)[kN / 2], int kv0, int kv_len, int col_in_group) {
   const float kNegInf = -__int_as_float(0x7f800000);
-  // one unsigned compare a column: lo <= col < kv_len - kv0 (two compares spilled the D=192 and D=256 consumers)
-  const uint32_t n = static_cast<uint32_t>(kv_len - kv0 - lo);
-  const int first = col_in_group - lo;
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      if (static_cast<uint32_t>(8 * i + e + first) >= n) {
+      if (kv0 + 8 * i + col_in_group + e >= kv_len) {
         sacc[4 * i + e] = kNegInf;
         sacc[4 * i + 2 + e] = kNegInf;
       }
@@ -930,12 +896,21 @@ __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
   ptx::wgmma_commit();
 }
 
-// Keys past kv_len inside a tile's partial key block, made zeros in V before this warpgroup's P V reads them, in the
-// builds that cannot shift the block's loads instead (causal, the rotated key order: kv_shift). P is 0 there, but the
-// tensor cores' 0 * NaN is NaN: an unwritten key/value slot behind a batch's kv_lens holding NaN or Inf in V reached
-// every row (dev/NOTES.md, "Keys past kv_lens holding NaN"). K needs nothing: a masked score is set to -inf
-// (mask_keys, a select). Rows past seqlen_kv need nothing either: TMA fills rows outside the tensor with zeros, so
-// callers run this only with kv_lens. Rows [row0, row1) of every 64-column chunk of the stage: a 128B-swizzled row
+// The 16-key steps S and P V run over for the block starting at key kv0: kN / 16, or fewer for a partial block,
+// at most kMax (a narrowed partial block: FwdTraits::kNarrowMax, from VIDATTN_NARROW_MIN_SAVED or kNarrowAll).
+template <int kN, int kMax>
+__device__ __forceinline__ int block_steps(int kv0, int kv_len) {
+  if constexpr (!kNarrowTail) return kN / 16;
+  if (kv0 + kN <= kv_len) return kN / 16;
+  const int steps = (kv_len - kv0 + 15) / 16;
+  return steps <= kMax ? steps : kN / 16;
+}
+
+// Keys past kv_len inside a tile's partial key block, made zeros in V before this warpgroup's P V reads them. P is 0
+// there, but the tensor cores' 0 * NaN is NaN: an unwritten key/value slot behind a batch's kv_lens holding NaN or Inf
+// in V reached every row (dev/NOTES.md, "Keys past kv_lens holding NaN"). K needs nothing: a masked score is set to
+// -inf (mask_keys, a select). Rows past seqlen_kv need nothing either: TMA fills rows outside the tensor with zeros,
+// so callers run this only with kv_lens. Rows [row0, row1) of every 64-column chunk of the stage: a 128B-swizzled row
 // is one whole 128-byte line of its chunk (the swizzle moves 16-byte units only within the line), so the rows are one
 // contiguous byte range a chunk, written in 16-byte units by the warpgroup's 128 threads. Both warpgroups of a tile
 // write the same zeros into the stage, each before its own P V, so neither can read anything but zeros there; the
@@ -943,8 +918,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[kHeadDim / 2],
 // only after every warpgroup's last P V of it. The fence orders this thread's writes before the async proxy's reads
 // (wgmma), and a barrier of the warpgroup's 128 threads puts all of their writes before any of its warps issues the
 // wgmma: its own (kBarrier), or the caller's next bar.sync where one follows before the wgmma (the ping-pong's turn,
-// sched_wait: P63 and P64 measured the stores and fence at +1.4% / +3.4% of a text-padded cross-attention call, the
-// barrier of its own about half a percent more).
+// sched_wait: P63 measured the extra barrier and fence at +1.8% / +3.2% on text-padded cross-attention).
 enum class ZeroVBarrier : uint32_t { kBase = 8 };  // 8..10, one a consumer warpgroup (3..5: ping-pong, 7: redo)
 template <typename T, bool kBarrier>
 __device__ __forceinline__ void zero_v_rows(uint16_t* stage, int row0, int row1, int cwg) {
@@ -1303,10 +1277,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     if constexpr (kCausal) {
       if (kv0 + kN > min(kv_len, diag)) mask_keys_causal<kN>(sacc, kv0, kv_len, diag, col_in_group);
     } else {
-      if (kv0 + kN > kv_len) {
-        const int sh = kv_shift<kN, T::kNarrowMax, kCausal, T::kKvRotate>(p, kv0, kv_len);
-        mask_keys<kN>(sacc, kv0 - sh, kv_len, sh, col_in_group);
-      }
+      if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     }
     online_softmax<kN, !kSumRounded, kCausal>(sacc, row_max, row_sum, alpha, scale_log2);
     pack_p<kN, kFp16>(sacc, pa);
@@ -1371,10 +1342,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     if constexpr (kCausal) {
       if (kv0 + kN > min(kv_len, diag)) mask_keys_causal<kN>(sacc, kv0, kv_len, diag, col_in_group);
     } else {
-      if (kv0 + kN > kv_len) {
-        const int sh = kv_shift<kN, T::kNarrowMax, kCausal, T::kKvRotate>(p, kv0, kv_len);
-        mask_keys<kN>(sacc, kv0 - sh, kv_len, sh, col_in_group);
-      }
+      if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     }
     if constexpr (kFixed)
       softmax_fixed_ref<kN, !kSumRounded>(sacc, row_max, row_sum, scale_log2);  // the first block's row_max, for good
@@ -1403,9 +1371,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   ptx::mbarrier_wait(&s.v_full[last], (v_phase >> last) & 1);
   tl.stamp(kTlDrainStart);
   v_phase ^= 1u << last;
-  // Causal and rotated builds only (the other builds shift the block's loads instead: kv_shift). Before the turn,
-  // whose bar.sync orders the stores before the wgmma.
-  if ((kCausal || T::kKvRotate) && p.kv_lens != nullptr) {
+  if (p.kv_lens != nullptr) {  // (before the turn, whose bar.sync orders the stores before the wgmma)
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(n_blocks - 1, rot, n_blocks)) * kN;
     if (kv0 + kN > kv_len) zero_v_rows<T, !kPingpong>(s.v[last], kv_len - kv0, pv_steps * 16, cwg);
   }
