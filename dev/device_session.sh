@@ -231,6 +231,9 @@
 #   bash dev/device_session.sh P67 [budget_s] # D=256 8K / 32K: the kernel subset's timeline at levels 2 and 1
 #   bash dev/device_session.sh P68 [budget_s] # the nonfinite tests as the review fixed them, racecheck on their
 #                                             # sanitizer cases, kv_lens_ab.py with a causal kv_lens shape
+#   bash dev/device_session.sh P69 [budget_s] # dev/experiments/kv_shift.patch applied (a padded batch's partial
+#                                             # block loaded from further back, no zeroing): its tests, sanitizer
+#                                             # cases, kv_lens_ab.py old / the zeroing / this, the whole GPU suite
 #   bash dev/device_session.sh P60 [budget_s] # K/V multicast priced in the bf16 wgmma loop (mufu_tensor_overlap
 #                                             # (g) ahead and (h) pair variants), D=256 8K / 32K beside (~90 s)
 #   bash dev/device_session.sh P55 [budget_s] # the whole GPU suite on 76c0903's library, the tail sanitizer
