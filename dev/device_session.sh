@@ -232,8 +232,9 @@
 #   bash dev/device_session.sh P68 [budget_s] # the nonfinite tests as the review fixed them, racecheck on their
 #                                             # sanitizer cases, kv_lens_ab.py with a causal kv_lens shape
 #   bash dev/device_session.sh P69 [budget_s] # dev/experiments/kv_shift.patch applied (a padded batch's partial
-#                                             # block loaded from further back, no zeroing): its tests, sanitizer
-#                                             # cases, kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#                                             # block loaded from further back, no zeroing): TMA at negative rows
+#                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
+#                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
 #   bash dev/device_session.sh P60 [budget_s] # K/V multicast priced in the bf16 wgmma loop (mufu_tensor_overlap
 #                                             # (g) ahead and (h) pair variants), D=256 8K / 32K beside (~90 s)
 #   bash dev/device_session.sh P55 [budget_s] # the whole GPU suite on 76c0903's library, the tail sanitizer
@@ -1169,7 +1170,7 @@ P69)
   # dev/NOTES.md "The partial block's loads shifted back": non-causal builds load a padded batch's partial K/V block
   # from kv_len - (its computed rows), so no computed row lies past kv_len, and no longer zero V's rows in the stage
   # (causal and rotated builds still do). Built, never run: dev/experiments/kv_shift.patch (kernel and tests) is
-  # applied to this copy first; its library, 2431ed2f287938c7, was built on the build machine (carry .build/vcache).
+  # applied to this copy first; its library, 5fc6784a1ebfb8a1, was built on the build machine (carry .build/vcache).
   # The nonfinite tests, the narrow-all and head-dim-variant files (every build), the nonfinite sanitizer cases,
   # kv_lens_ab.py with the library before the zeroing (61ea039cf9359cb4), the zeroing's (dfed04e1f4a897a3) and this
   # one (outputs within 2e-3 relative L2 of the first's: the shift moves the summation order), then the whole GPU suite.
@@ -1178,6 +1179,11 @@ P69)
       || { echo "P69: dev/experiments/kv_shift.patch does not apply"; exit 2; }
   fi
   echo "P69: kv_shift.patch applied"
+  # first, TMA itself: a tiled load starting at a negative row zero-fills the rows before 0 (the shift's premise)
+  mkdir -p "$OUT/p69"
+  { nvcc -gencode=arch=compute_90a,code=sm_90a dev/probes/tma_negative_rows.cu -lcuda -o /tmp/tma_neg \
+      && timeout 60 /tmp/tma_neg; } > "$OUT/p69/tma_negative_rows.log" 2>&1; rc[tma_negative_rows]=$?
+  tail -11 "$OUT/p69/tma_negative_rows.log"
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
