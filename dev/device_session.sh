@@ -231,6 +231,8 @@
 #   bash dev/device_session.sh P67 [budget_s] # D=256 8K / 32K: the kernel subset's timeline at levels 2 and 1
 #   bash dev/device_session.sh P68 [budget_s] # the nonfinite tests as the review fixed them, racecheck on their
 #                                             # sanitizer cases, kv_lens_ab.py with a causal kv_lens shape
+#   bash dev/device_session.sh P70 [budget_s] # D=256 energy levers together: q4u (part of Q in registers) built
+#                                             # with the pair build, its tests, 4 alternations at the cap, verdict
 #   bash dev/device_session.sh P69 [budget_s] # dev/experiments/kv_shift.patch applied (a padded batch's partial
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
@@ -1187,6 +1189,47 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P70)
+  # dev/NOTES.md "Next for issue 26 after the twenty-eighth sitting": the two energy levers together at 8K and 32K, K/V
+  # multicast in CTA pairs (setting 8) and four of Q's k-steps in registers with the warpgroup index uniform (q4u:
+  # dev/experiments/d256_q_regs_ucwg.patch under -DVIDATTN_D256_Q_REG_STEPS=4 -DVIDATTN_D256_UNIFORM_CWG=1, built on the
+  # build machine into .build/ab/lib_q4u.so: `VARIANTS="q4u|d256_q_regs_ucwg.patch|-DVIDATTN_D256_Q_REG_STEPS=4,
+  # -DVIDATTN_D256_UNIFORM_CWG=1" bash dev/probes/kernel_ab.sh --build-only`; carry .build/ab). q4u's D=256 GPU tests
+  # (the pair file, the head-dim suites' D=256 cases); then, if they pass, 4 alternations at the cap of the tree's
+  # library and q4u's, each under settings 6 (routed) and 8 (pairs), 5 s a path at 1K, 8K and 32K, and the rule's verdict
+  # (dev/probes/clock_ab_verdict.py, fixed in the NOTES before the run); the pair sanitizer cases under q4u last.
+  build_lib
+  Q4U=.build/ab/lib_q4u.so
+  [ -f "$Q4U" ] || { echo "P70: no $Q4U (NOTES: built with kernel_ab.sh --build-only)"; exit 2; }
+  mkdir -p "$OUT/p70/clock"
+  cp .build/ab/q4u.variant .build/ab/q4u.ptxas.log "$OUT/p70/" 2>/dev/null
+  VIDATTN_LIBRARY=$Q4U gpu_pytest p70/q4u_pairs_gpu.log 150 q4u_pairs -m gpu tests/test_d256_pairs_gpu.py
+  VIDATTN_LIBRARY=$Q4U gpu_pytest p70/q4u_hd_gpu.log 150 q4u_hd -m gpu tests/test_head_dims_gpu.py \
+    tests/test_head_dims_variants_gpu.py tests/test_kv_lens_nonfinite_gpu.py -k "256"
+  if [ "${rc[q4u_pairs]}" = 0 ] && [ "${rc[q4u_hd]}" = 0 ]; then
+    for i in 0 1 2 3; do
+      for side in base q4u; do
+        [ "$(left)" -gt 90 ] || break 2
+        lib=$(lib_path); [ "$side" = q4u ] && lib=$Q4U
+        VIDATTN_LIBRARY=$lib timeout 80 python3 dev/probes/clock_probe.py 16x8x1024x256 2x8x8192x256 \
+          1x8x32768x256 --paths vidattn_hd6 vidattn_hd8 --seconds 5 --pause 1.5 \
+          --json "$OUT/p70/clock/${side}_$i.json" >> "$OUT/p70/clock/clock.log" 2>&1
+      done
+    done
+    python3 dev/probes/clock_ab_verdict.py "$OUT/p70/clock" --ref base:vidattn_hd6 \
+      --cand q4u:vidattn_hd8 q4u:vidattn_hd6 base:vidattn_hd8 --shapes 2x8x8192x256 1x8x32768x256 \
+      --min-median 1.015 --json "$OUT/p70/verdict.json" 2>&1 | tee "$OUT/p70/verdict.log"
+    # q4u is a build flag: it would change the 1K kernel too, which must not lose (routed there, no pairs)
+    python3 dev/probes/clock_ab_verdict.py "$OUT/p70/clock" --ref base:vidattn_hd6 --cand q4u:vidattn_hd6 \
+      --shapes 16x8x1024x256 --min-median 0.995 --json "$OUT/p70/verdict_1k.json" 2>&1 | tee -a "$OUT/p70/verdict.log"
+    if [ "$(left)" -gt 100 ]; then
+      VIDATTN_LIBRARY=$Q4U sanitize_only p70 "d256 pairs" "synccheck"
+    fi
+  else
+    echo "q4u's D=256 GPU tests did not pass: no timing"
+  fi
+  tar_dirs p70
   ;;
 P67)
   # Issue 26's D=256 gap at 8K and 32K (dev/NOTES.md "Call P66": neither the K/V traffic nor P V from registers is

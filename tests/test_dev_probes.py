@@ -616,3 +616,44 @@ def test_kv_lens_ab_paired_ratios():
     p = probe.paired({"old": [1.0, 2.0, 4.0], "new": [1.1, 1.9, 4.0]}, "old", "new")
     assert p["rounds"] == 3 and p["rounds_faster"] == 1
     assert p["median"] == pytest.approx(1.0) and p["min"] == pytest.approx(0.95) and p["max"] == pytest.approx(1.1)
+
+
+def _write_run(folder, label, i, rows):
+    (folder / f"{label}_{i}.json").write_text(json.dumps({"seconds": 6, "pause": 2, "rows": rows}))
+
+
+def test_clock_ab_verdict_ratios_and_rule(tmp_path, capsys):
+    probe = _load("clock_ab_verdict")
+    s8, s32 = "2x8x8192x256", "1x8x32768x256"
+    for i, (b8, c8, b32, c32) in enumerate([(700, 714, 740, 755), (702, 716, 741, 757), (699, 690, 742, 754)]):
+        _write_run(tmp_path, "base", i, [{"shape": s8, "path": "vidattn_hd6", "tflops": b8},
+                                         {"shape": s32, "path": "vidattn_hd6", "tflops": b32}])
+        _write_run(tmp_path, "q4u", i, [{"shape": s8, "path": "vidattn_hd8", "tflops": c8},
+                                        {"shape": s32, "path": "vidattn_hd8", "tflops": c32}])
+    (tmp_path / "notes.json").write_text("{}")  # not a run: ignored
+    runs = probe.load_runs(tmp_path)
+    assert sorted(runs) == ["base", "q4u"] and sorted(runs["base"]) == [0, 1, 2]
+    r8 = probe.ratios(runs, "base:vidattn_hd6", "q4u:vidattn_hd8", s8)
+    assert r8 == pytest.approx([1.02, 716 / 702, 690 / 699])
+    out = tmp_path / "v.json"
+    assert probe.main([str(tmp_path), "--ref", "base:vidattn_hd6", "--cand", "q4u:vidattn_hd8", "--shapes", s8, s32,
+                       "--json", str(out)]) == 0
+    got = json.loads(out.read_text())["result"]["q4u:vidattn_hd8"]
+    assert got["shapes"][s8]["wins"] and got["shapes"][s32]["wins"] and got["routed"]
+    assert "ROUTED" in capsys.readouterr().out
+    # two alternations under 1.0, or a median under the bar, or one ratio only: no win
+    assert not probe.verdict({s8: [1.03, 0.99, 0.98]}, 1.015)["routed"]
+    assert not probe.verdict({s8: [1.01, 1.012, 1.014]}, 1.015)["routed"]
+    assert not probe.verdict({s8: [1.05]}, 1.015)["routed"]
+    assert not probe.verdict({s8: [1.02, 1.03], s32: [1.0, 1.01]}, 1.015)["routed"]
+    assert probe.tflops([{"shape": s8, "path": "p", "tflops": 1.0}, {"shape": s8, "path": "p", "tflops": 3.0}], s8,
+                        "p") == 2.0
+    assert probe.tflops([], s8, "p") is None
+
+
+def test_clock_ab_verdict_refuses(tmp_path):
+    probe = _load("clock_ab_verdict")
+    with pytest.raises(SystemExit, match="label:path"):
+        probe.main([str(tmp_path), "--ref", "base", "--cand", "q4u:x", "--shapes", "s"])
+    with pytest.raises(SystemExit, match="no <label>_<i>.json runs"):
+        probe.main([str(tmp_path), "--ref", "base:a", "--cand", "q4u:x", "--shapes", "s"])

@@ -28,7 +28,9 @@ build_variant() {  # name patch flags
     src=$(mktemp -d)
     cp -r csrc "$src/csrc"
     if [[ -n $patch ]]; then
-        (cd "$src" && git apply "$REPO/dev/experiments/$patch") || { echo "[ab] $name: patch $patch does not apply"; return 1; }
+        # only the patch's kernel part: the copy holds csrc/ alone (a patch may carry its tests too)
+        (cd "$src" && git apply --include='csrc/*' "$REPO/dev/experiments/$patch") \
+          || { echo "[ab] $name: patch $patch does not apply"; return 1; }
     fi
     # shellcheck disable=SC2086
     if nvcc "${NVCC_FLAGS[@]}" $flags -I "$src/csrc" "$src/csrc/capi.cu" -o "$BUILD/lib_$name.so" 2>"$BUILD/$name.ptxas.log"; then
