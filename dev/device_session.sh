@@ -1208,10 +1208,11 @@ P70)
   VIDATTN_LIBRARY=$Q4U gpu_pytest p70/q4u_hd_gpu.log 150 q4u_hd -m gpu tests/test_head_dims_gpu.py \
     tests/test_head_dims_variants_gpu.py tests/test_kv_lens_nonfinite_gpu.py -k "256"
   if [ "${rc[q4u_pairs]}" = 0 ] && [ "${rc[q4u_hd]}" = 0 ]; then
+    tree_lib=$(lib_path)  # the tree's library, found once (lib_path starts Python and imports vidattn)
     for i in 0 1 2 3; do
       for side in base q4u; do
         [ "$(left)" -gt 90 ] || break 2
-        lib=$(lib_path); [ "$side" = q4u ] && lib=$Q4U
+        lib=$tree_lib; [ "$side" = q4u ] && lib=$Q4U
         VIDATTN_LIBRARY=$lib timeout 80 python3 dev/probes/clock_probe.py 16x8x1024x256 2x8x8192x256 \
           1x8x32768x256 --paths vidattn_hd6 vidattn_hd8 --seconds 5 --pause 1.5 \
           --json "$OUT/p70/clock/${side}_$i.json" >> "$OUT/p70/clock/clock.log" 2>&1
