@@ -297,23 +297,24 @@ def attention_path(path: str, target, sage=None, policy=None, extra_override=Non
     if path == "sage2" and sage is None:
         raise ValueError("the sage2 path needs the SageAttention2 callable (sage2_impl())")
     vidattn.apply(target)
-    stack = contextlib.ExitStack()
     try:
         route = None
-        if path == "sage2":
-            route = ImplRoute(sage)
-            stack.enter_context(OpOverride(route))
-        elif path == "sdpa_proc":
-            route = ImplRoute(lambda *a, **kw: sdpa_bshd(*a, **kw), name="sdpa", max_head_dim=1 << 30,
-                              takes_fp32=True)
-            stack.enter_context(OpOverride(route))
-        if extra_override is not None:
-            stack.enter_context(OpOverride(extra_override))
-        stack.enter_context(vidattn.use_precision("8bit" if path == "8bit" else "exact"))
-        if policy is not None:
-            handle = policy.install(_transformer(target))
-            stack.callback(handle.remove)
-        with stack:
+        # Every context entered is left again if a later one fails to enter (policy.install raising, say): the
+        # stack is open from the first.
+        with contextlib.ExitStack() as stack:
+            if path == "sage2":
+                route = ImplRoute(sage)
+                stack.enter_context(OpOverride(route))
+            elif path == "sdpa_proc":
+                route = ImplRoute(lambda *a, **kw: sdpa_bshd(*a, **kw), name="sdpa", max_head_dim=1 << 30,
+                                  takes_fp32=True)
+                stack.enter_context(OpOverride(route))
+            if extra_override is not None:
+                stack.enter_context(OpOverride(extra_override))
+            stack.enter_context(vidattn.use_precision("8bit" if path == "8bit" else "exact"))
+            if policy is not None:
+                handle = policy.install(_transformer(target))
+                stack.callback(handle.remove)
             yield info
         if route is not None:
             info["route"] = route.summary()

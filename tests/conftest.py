@@ -62,6 +62,18 @@ def fresh_warnings():
     ops._warned.update(saved)
 
 
+@pytest.fixture(autouse=True)
+def no_precision_block_left_open():
+    """A test that leaves a `vidattn.use_precision` block open fails (at teardown), and the next test starts at the
+    "exact" default: a leaked "8bit" block would turn every later test's calls 8-bit (an ExitStack never closed after
+    a failed enter_context did exactly that once)."""
+    from vidattn import precision
+
+    yield
+    left, precision._active[:] = list(precision._active), []
+    assert not left, f"use_precision blocks left open: {left}"
+
+
 @pytest.fixture
 def launch_refusal_fails_its_test():
     """A launch the library refuses turns the kernel off for the rest of the process (_ext.forward), and every later

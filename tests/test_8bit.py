@@ -378,8 +378,8 @@ def test_short_kv_threshold_is_per_head_dim(monkeypatch):
 
 
 def test_compile_fullgraph_reads_the_default(fresh_warnings):
-    """The default is a module global, which Dynamo traces and guards (ContextVar.get is Unsupported under fullgraph);
-    changing it recompiles, so the compiled call follows use_precision."""
+    """The default is read off a module-level list, which Dynamo traces and guards (ContextVar.get is Unsupported
+    under fullgraph); changing it recompiles, so the compiled call follows use_precision."""
     seen = []
     real = quant8.attention_8bit
 

@@ -185,6 +185,27 @@ def test_use_precision_nests_and_checks_its_value_at_once():
     assert precision.current_precision() == "exact"
 
 
+def test_use_precision_object_entered_again_and_inside_itself():
+    """use_precision returns a reusable context manager (a class, which Dynamo before torch 2.7 can trace, not a
+    one-shot generator): entered twice in a row, and once inside itself, every exit closes exactly its own entry."""
+    block = vidattn.use_precision("8bit")
+    for _ in range(2):
+        with block:
+            assert precision.current_precision() == "8bit"
+        assert precision.current_precision() == "exact"
+    with block:
+        with vidattn.use_precision("exact"):
+            with block:
+                assert precision.current_precision() == "8bit"
+            assert precision.current_precision() == "exact"
+        assert precision.current_precision() == "8bit"
+    assert precision.current_precision() == "exact" and precision._active == []
+    with pytest.raises(RuntimeError, match="inside"):
+        with block:
+            raise RuntimeError("an error inside the block")
+    assert precision.current_precision() == "exact" and precision._active == []
+
+
 def test_odd_arguments_get_clear_errors():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="scale must be finite"):

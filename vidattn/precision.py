@@ -5,21 +5,22 @@
 e4m3 P V: vidattn.quant8).
 
 The default is one process-wide value, not a context variable: torch.compile (Dynamo) cannot trace
-`ContextVar.get` (torch 2.x raises Unsupported under fullgraph), while a module global is read at trace time and
-guarded, so a compiled model recompiles when the default changes. Threads that need different precisions at once
-pass `precision=` per call (the processors' `precision` attribute does).
+`ContextVar.get` (torch 2.x raises Unsupported under fullgraph), while a module-level list is read at trace time and
+guarded, so a compiled model recompiles when the default changes. The default is read off that list (the newest
+open block's value) rather than kept in a second global: Dynamo before torch 2.7 does not see a write to another
+module's global later in the same trace, so a block opened inside a compiled function would not take effect. Threads
+that need different precisions at once pass `precision=` per call (the processors' `precision` attribute does).
 """
 from __future__ import annotations
 
-import contextlib
 import inspect
 import re
 import threading
 from typing import Iterable, Optional
 
 PRECISIONS = ("exact", "8bit")
-_default = "exact"
-_active: list = []  # the open use_precision blocks, oldest first: a one-element list [precision] each
+_active: list = []  # the open use_precision blocks, oldest first: a one-element list [precision] each; the newest
+# one's value is the default
 _active_lock = threading.Lock()
 
 
@@ -33,11 +34,11 @@ def check_precision(precision) -> str:
 
 def resolve_precision(precision: Optional[str]) -> str:
     """The precision a call runs at: its own, or the current default when None."""
-    return _default if precision is None else check_precision(precision)
+    return current_precision() if precision is None else check_precision(precision)
 
 
 def current_precision() -> str:
-    return _default
+    return _active[-1][0] if _active else "exact"
 
 
 def use_precision(precision: str):
@@ -50,38 +51,54 @@ def use_precision(precision: str):
     process-wide: the newest open block's value holds); when every block has closed, in whatever order, the default
     is "exact" again. A block inside a function torch.compile traces works too (fullgraph included).
     """
-    return _precision_block(check_precision(precision))
+    return _PrecisionBlock(check_precision(precision))
 
 
 def _open(entry: list) -> None:
-    global _default
     _active.append(entry)
-    _default = entry[0]
 
 
 def _close(entry: list) -> None:
-    global _default
     for i in range(len(_active) - 1, -1, -1):
         if _active[i] is entry:
-            del _active[i]
+            _active.pop(i)  # not `del`: Dynamo before torch 2.7 cannot trace a list's __delitem__
             break
-    _default = _active[-1][0] if _active else "exact"
 
 
-@contextlib.contextmanager
-def _precision_block(precision: str):
+class _PrecisionBlock:
+    """The context manager use_precision returns. A class, not a @contextlib.contextmanager generator: Dynamo
+    before torch 2.7 cannot trace a generator's context manager under fullgraph, but traces this one's __enter__
+    and __exit__ (tested on 2.5, 2.6 and 2.13)."""
+
+    __slots__ = ("precision", "_entries")
+
+    def __init__(self, precision: str):
+        self.precision = precision
+        self._entries = []  # one per open `with` of this object (it may be entered again, even inside itself)
+
+    def __enter__(self) -> None:
+        entry = [self.precision]  # its identity marks this block in _active
+        self._entries.append(entry)
+        if _compiling():  # Dynamo replays the mutations; it cannot enter a lock
+            _open(entry)
+        else:
+            with _active_lock:
+                _open(entry)
+
+    def __exit__(self, *exc) -> bool:
+        entry = self._entries.pop()
+        if _compiling():
+            _close(entry)
+        else:
+            with _active_lock:
+                _close(entry)
+        return False
+
+
+def _compiling() -> bool:
     import torch
 
-    entry = [precision]  # its identity marks this block in _active
-    # Dynamo replays the mutations; it cannot enter a lock
-    guard = contextlib.nullcontext() if torch.compiler.is_compiling() else _active_lock
-    with guard:
-        _open(entry)
-    try:
-        yield
-    finally:
-        with guard:
-            _close(entry)
+    return torch.compiler.is_compiling()
 
 
 # ----------------------------------------------------------------------------------------------------------
