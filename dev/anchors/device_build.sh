@@ -84,8 +84,10 @@ TORCHQ=$(CUDA_HOME=$CUDA_HOME "$PY" - <<'PYEOF' 2>/dev/null || true
 import shlex, sysconfig, warnings
 warnings.simplefilter("ignore")
 import torch, torch.utils.cpp_extension as ce
-inc = ce.include_paths(device_type="cpu")  # torch's own; CUDA_HOME/include is added below
-lib = ce.library_paths(device_type="cpu")[0]
+try:  # torch's own; CUDA_HOME/include is added below
+    inc, lib = ce.include_paths(device_type="cpu"), ce.library_paths(device_type="cpu")[0]
+except TypeError:  # torch 2.5 and older: a cuda flag, not a device type
+    inc, lib = ce.include_paths(cuda=False), ce.library_paths(cuda=False)[0]
 try:
     pybind = ce._get_pybind11_abi_build_flags()
 except Exception:
