@@ -1,4 +1,7 @@
 """diffusers integration: vidattn processors per model family and `apply` / `restore` for pipelines."""
+from ._requirements import check_diffusers as _check_diffusers
+
+_check_diffusers()  # an installed diffusers too old, or failing to import, is an ImportError that names the fix
 from .apply import (PROCESSORS, ROUTES, ApplyHandle, apply, register_backend_route, register_module,  # noqa: F401
                     register_processor, register_stock, register_stock_module, restore)
 from .wan import WanAttnProcessor
