@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
-# The CPU test suite on the oldest torch releases and Python the package claims (pyproject.toml): a fresh venv per
-# case, the package installed editable without its dependencies, the suite run with no kernel library (every call on
-# SDPA).
+# The CPU test suite on the oldest torch releases and Python the package claims (pyproject.toml), and on the newest
+# ones: a fresh venv per case, the package installed editable without its dependencies, the suite run with no kernel
+# library (every call on SDPA).
 #
-#   bash dev/tools/oldest_torch.sh [VENV_ROOT]     # default /tmp/vidattn_oldest_torch; ~3 GB of wheels a case
+#   bash dev/tools/torch_matrix.sh [VENV_ROOT]     # default /tmp/vidattn_torch_matrix; ~3 GB of wheels a case
 #
-# Cases: torch 2.5.1 and 2.6.0 on this Python (python3, or $PYTHON), and torch 2.6.0 on Python 3.10 ($PYTHON310, or
-# python3.10 on PATH; skipped without one). diffusers 0.42 needs torch 2.6 (it calls torch.accelerator, which 2.5
-# lacks) and Python 3.11, so only the 2.6.0 case on this Python has it; the others run without it, the tests that
-# need it fail at its import, and the summary counts the failures that do not name it. PyPI's torch wheels for these
-# releases are CUDA builds (their nvidia-* wheels come too); the suite uses the CPU only.
+# Cases: torch 2.5.1 and 2.6.0 on this Python (python3, or $PYTHON); torch 2.6.0 on Python 3.10 ($PYTHON310, or
+# python3.10 on PATH) and torch 2.14.1 with diffusers on Python 3.13 ($PYTHON313, or python3.13), each skipped
+# without its Python. diffusers 0.42 needs torch 2.6 (it calls torch.accelerator, which 2.5 lacks) and Python 3.11,
+# so the 2.5.1 and Python 3.10 cases run without it: the tests that need it fail at its import, and the summary counts
+# the failures that do not name it. PyPI's torch wheels are CUDA builds (their nvidia-* wheels come too); the suite
+# uses the CPU only.
 set -uo pipefail
-root=${1:-/tmp/vidattn_oldest_torch}
+root=${1:-/tmp/vidattn_torch_matrix}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 py=${PYTHON:-python3}
 py310=${PYTHON310:-$(command -v python3.10 || true)}
+py313=${PYTHON313:-$(command -v python3.13 || true)}
 media="imageio imageio-ffmpeg scikit-image matplotlib"  # the [diffusers] extra's other packages
 cases=("torch2.5.1|$py|2.5.1|$media" "torch2.6.0|$py|2.6.0|diffusers==0.42.1 transformers accelerate $media")
 [ -n "$py310" ] && cases+=("py3.10_torch2.6.0|$py310|2.6.0|$media")
+[ -n "$py313" ] && cases+=("py3.13_torch2.14.1|$py313|2.14.1|diffusers==0.42.1 transformers accelerate $media")
 mkdir -p "$root"
 summary=()
 for spec in "${cases[@]}"; do
