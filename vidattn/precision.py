@@ -13,6 +13,7 @@ that need different precisions at once pass `precision=` per call (the processor
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import threading
@@ -54,10 +55,6 @@ def use_precision(precision: str):
     return _PrecisionBlock(check_precision(precision))
 
 
-def _open(entry: list) -> None:
-    _active.append(entry)
-
-
 def _close(entry: list) -> None:
     for i in range(len(_active) - 1, -1, -1):
         if _active[i] is entry:
@@ -79,26 +76,21 @@ class _PrecisionBlock:
     def __enter__(self) -> None:
         entry = [self.precision]  # its identity marks this block in _active
         self._entries.append(entry)
-        if _compiling():  # Dynamo replays the mutations; it cannot enter a lock
-            _open(entry)
-        else:
-            with _active_lock:
-                _open(entry)
+        with _guard():
+            _active.append(entry)
 
     def __exit__(self, *exc) -> bool:
         entry = self._entries.pop()
-        if _compiling():
+        with _guard():
             _close(entry)
-        else:
-            with _active_lock:
-                _close(entry)
         return False
 
 
-def _compiling() -> bool:
+def _guard():
+    """_active_lock, or no lock while Dynamo traces (it replays the mutations; it cannot enter a lock)."""
     import torch
 
-    return torch.compiler.is_compiling()
+    return contextlib.nullcontext() if torch.compiler.is_compiling() else _active_lock
 
 
 # ----------------------------------------------------------------------------------------------------------
