@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vidattn import _ext  # noqa: E402
 from kernel_ab_time import time_interleaved  # noqa: E402
+from pipelines.measure import rel_l2  # noqa: E402
 
 # (name, B, H, Sq, Skv, D, kv_lens or None, causal: _ext.CAUSAL_*)
 SHAPES = [
@@ -56,13 +57,6 @@ def parse_libs(items: list[str]) -> dict:
     if len(libs) < 2:
         raise SystemExit(f"kv_lens_ab: give at least two libraries (name=path), got {len(libs)}")
     return libs
-
-
-def rel_l2(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """||x - ref|| / ||ref|| in float64 (0 for two zero tensors)."""
-    num = (x.double() - ref.double()).norm().item()
-    den = ref.double().norm().item()
-    return num / den if den > 0 else (0.0 if num == 0 else math.inf)
 
 
 def paired(times: dict, a: str, b: str) -> dict:
