@@ -237,6 +237,9 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P71 [budget_s] # after P69: kv_lens_ab.py zeroing / shift / old on the text-padded
+#                                             # shapes, 16 rounds; Nsight Compute on one Wan cross launch
+#                                             # (kv_lens 333) under the zeroing's library and the shift's
 #   bash dev/device_session.sh P60 [budget_s] # K/V multicast priced in the bf16 wgmma loop (mufu_tensor_overlap
 #                                             # (g) ahead and (h) pair variants), D=256 8K / 32K beside (~90 s)
 #   bash dev/device_session.sh P55 [budget_s] # the whole GPU suite on 76c0903's library, the tail sanitizer
@@ -1189,6 +1192,25 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P71)
+  # After P69 (dev/NOTES.md "Call P69"): the shift lost 1.5-2.2% on Wan's text-padded cross-attention while it won 3% on
+  # LTX's. The three text-padded shapes again with the zeroing's library first (the shift's output within 2e-3 of
+  # it), 16 rounds; then the full Nsight Compute set on one Wan cross launch (1 x 12 x 32760 queries, 512 keys, kv_lens
+  # 333) under each library: which of instructions, bytes or waits the shift adds. Both libraries carried in
+  # .build/vcache; nothing is built.
+  mkdir -p "$OUT/p71"
+  zero=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so shift=.build/vcache/libvidattn_sm90-5fc6784a1ebfb8a1.so
+  timeout 150 python3 dev/probes/kv_lens_ab.py zero=$zero shift=$shift \
+    old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so --rounds 16 --tolerance 2e-3 \
+    --shapes "wan cross" "ltx cross" "d256 8K padded" --json "$OUT/p71/kv_lens_ab.json" > "$OUT/p71/kv_lens_ab.log" 2>&1
+  rc[kv_lens_ab]=$?
+  cat "$OUT/p71/kv_lens_ab.log"
+  for side in zero shift; do
+    lib=$zero; [ "$side" = shift ] && lib=$shift
+    [ "$(left)" -gt 70 ] && ncu_at "p71/ncu_$side" "$lib" "1 12 32760 512 128" --kv-lens 333
+  done
+  tar_dirs p71
   ;;
 P70)
   # dev/NOTES.md "Next for issue 26 after the twenty-eighth sitting": the two energy levers together at 8K and 32K, K/V

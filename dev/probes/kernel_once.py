@@ -8,7 +8,8 @@ shapes the anchors table lacks). Honours VIDATTN_LIBRARY and VIDATTN_D64_WARPGRO
 `--precision 8bit` launches through `vidattn.attention(..., precision="8bit")`, so the pre-pass kernels run too (match
 the profiler's kernel regex to `q8_fwd_kernel` to profile the attention kernel alone).
 `--backend cudnn` runs SDPA's cuDNN kernel on the same inputs instead (as bench_kernel.py calls it), so that a
-profiler can read the same counters for both. `--causal` masks top-left aligned (either backend); `--hd-narrow N`
+profiler can read the same counters for both. `--causal` masks top-left aligned (either backend); `--kv-lens L ...` passes each batch's valid keys to the
+exact kernel (text-padded cross-attention); `--hd-narrow N`
 holds `_ext.hd_narrow(N)` around the launches (D=192/256: 1 is the narrow build, the causal builds' width).
 """
 from __future__ import annotations
@@ -39,12 +40,16 @@ def main():
     ap.add_argument("--launches", type=int, default=5, help="kernel launches (profile one after a few warm ones)")
     ap.add_argument("--backend", choices=("vidattn", "cudnn"), default="vidattn")
     ap.add_argument("--causal", action="store_true", help="a top-left causal mask")
+    ap.add_argument("--kv-lens", type=int, nargs="+", default=None, metavar="L",
+                    help="each batch's valid keys (the exact kernel's kv_lens; one length per batch)")
     ap.add_argument("--hd-narrow", type=int, default=None, metavar="N", help="_ext.hd_narrow(N) around the launches")
     args = ap.parse_args()
     if args.causal and args.precision == "8bit":
         ap.error("--causal: the 8-bit path has no causal mask")
     if args.hd_narrow is not None and (args.backend != "vidattn" or args.precision != "bf16"):
         ap.error("--hd-narrow picks among the exact kernel's builds: vidattn bf16 only")
+    if args.kv_lens is not None and (args.backend != "vidattn" or args.precision != "bf16"):
+        ap.error("--kv-lens: the exact kernel's launch only (vidattn bf16)")
     if args.shape == "custom":
         if not args.dims:
             ap.error("custom needs --dims B H SQ SKV D")
@@ -54,6 +59,8 @@ def main():
             ap.error("--dims goes with the custom shape only")
         shape = ANCHORS[names.index(args.shape)]
     _, b, h, sq, skv, d = shape.as_tuple()
+    if args.kv_lens is not None and (len(args.kv_lens) != b or not all(0 <= n <= skv for n in args.kv_lens)):
+        ap.error(f"--kv-lens: {b} lengths in [0, {skv}], one a batch; got {args.kv_lens}")
     reason = None if torch.cuda.is_available() else "no CUDA device"
     if reason is None:
         (q, k, v), = make_inputs(shape, 1, torch.Generator(device="cuda").manual_seed(0))
@@ -76,12 +83,15 @@ def main():
         import contextlib
         out = torch.empty_like(q)
         causal = _ext.CAUSAL_TOP_LEFT if args.causal else _ext.CAUSAL_NONE
+        kv_lens = (torch.tensor(args.kv_lens, dtype=torch.int32, device="cuda")
+                   if args.kv_lens is not None else None)
         with _ext.hd_narrow(args.hd_narrow) if args.hd_narrow is not None else contextlib.nullcontext():
             for _ in range(args.launches):
-                _ext.forward(q, k, v, out, None, None, d ** -0.5, causal=causal)
+                _ext.forward(q, k, v, out, None, kv_lens, d ** -0.5, causal=causal)
     torch.cuda.synchronize()
     print(f"kernel_once: {args.backend} {args.precision} {args.shape} B{b} H{h} {sq}x{skv} D{d}"
-          f"{' causal' if args.causal else ''}: {args.launches} launches")
+          f"{' causal' if args.causal else ''}{f' kv_lens {args.kv_lens}' if args.kv_lens else ''}: "
+          f"{args.launches} launches")
 
 
 if __name__ == "__main__":

@@ -73,10 +73,16 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--tolerance", type=float, default=0.0,
                     help="relative L2 a later library's output may differ from the first's by (default 0: bit for bit)")
+    ap.add_argument("--shapes", nargs="+", default=None, metavar="TEXT",
+                    help="time only the shapes whose name contains one of these (default: all)")
     args = ap.parse_args(argv)
     paths = parse_libs(args.libs)
     if args.rounds < 1 or args.rep_ms <= 0 or not 0 <= args.tolerance < 1:
         raise SystemExit("kv_lens_ab: --rounds must be >= 1, --rep-ms > 0 and --tolerance in [0, 1)")
+    shapes = [s for s in SHAPES if args.shapes is None or any(t in s[0] for t in args.shapes)]
+    if not shapes:
+        raise SystemExit(f"kv_lens_ab: no shape's name contains any of {args.shapes}; "
+                         f"the shapes: {', '.join(s[0] for s in SHAPES)}")
     if not torch.cuda.is_available():
         raise SystemExit("kv_lens_ab: needs a CUDA GPU")
     libs = {n: _ext.open_library(p) for n, p in paths.items()}
@@ -86,7 +92,7 @@ def main(argv=None) -> int:
     results = {}
     print(f"{'shape':38s} " + " ".join(f"{n:>9s}" for n in names) + "  "
           + "  ".join(f"{n}/{a} median [min, max] (rounds faster)" for n in others))
-    for name, bsz, h, sq, skv, d, lens, causal in SHAPES:
+    for name, bsz, h, sq, skv, d, lens, causal in shapes:
         q, k, v = (torch.randn(bsz, s, h, d, device="cuda", generator=g).bfloat16() for s in (sq, skv, skv))
         kv_lens = torch.tensor(lens, dtype=torch.int32, device="cuda") if lens is not None else None
         out = torch.empty_like(q)
