@@ -237,6 +237,8 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P72 [budget_s] # issue 26's D=256 rows at the power cap on this card: cuDNN and the
+#                                             # routed build alternating (clock_probe.py, 1K / 8K / 32K, 3 rounds)
 #   bash dev/device_session.sh P71 [budget_s] # after P69: kv_lens_ab.py zeroing / shift / old on the text-padded
 #                                             # shapes, 16 rounds; Nsight Compute on one Wan cross launch
 #                                             # (kv_lens 333) under the zeroing's library and the shift's
@@ -1192,6 +1194,20 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P72)
+  # After P70 (dev/NOTES.md "Call P72"): the D=256 rows of issue 26 on the card of this call, at the power cap, cuDNN
+  # and vidattn alternating, with the SM clock, power and energy a call beside each: how much of the ratio is work per
+  # cycle and how much the clock each kernel is left under the limit. The tree's library (carried: nothing is built).
+  build_lib
+  mkdir -p "$OUT/p72"
+  for i in 0 1 2; do
+    [ "$(left)" -gt 60 ] || break
+    timeout 75 python3 dev/probes/clock_probe.py 16x8x1024x256 2x8x8192x256 1x8x32768x256 --paths cudnn vidattn \
+      --seconds 5 --pause 1.5 --json "$OUT/p72/clock_$i.json" >> "$OUT/p72/clock.log" 2>&1; rc[clock_$i]=$?
+  done
+  grep -E "^(16x8|2x8|1x8)" "$OUT/p72/clock.log"
+  tar_dirs p72
   ;;
 P71)
   # After P69 (dev/NOTES.md "Call P69"): the shift lost 1.5-2.2% on Wan's text-padded cross-attention while it won 3% on
