@@ -1202,7 +1202,7 @@ P72)
   build_lib
   mkdir -p "$OUT/p72"
   for i in 0 1 2; do
-    [ "$(left)" -gt 60 ] || break
+    [ "$(left)" -gt 45 ] || break  # a round: 6 paths of 5 s, the pauses and Python's start, about 45 s
     timeout 75 python3 dev/probes/clock_probe.py 16x8x1024x256 2x8x8192x256 1x8x32768x256 --paths cudnn vidattn \
       --seconds 5 --pause 1.5 --json "$OUT/p72/clock_$i.json" >> "$OUT/p72/clock.log" 2>&1; rc[clock_$i]=$?
   done
