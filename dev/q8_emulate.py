@@ -12,6 +12,7 @@ against; row_mass_run draws the tests' kv_lens case many times.
 
     python3 dev/q8_emulate.py                  # relative L2 of the four accuracy cases, V = ones
     python3 dev/q8_emulate.py --row-mass 300   # the kv_lens V = ones case, 300 draws: max |o - 1| and against the bound
+    python3 dev/q8_emulate.py --lin            # a share of P's e4m3 codes by the linear bit trick (no MUFU): its error
 """
 import argparse
 import math
@@ -60,7 +61,19 @@ def quant_int8(x, amax):
 LAZY_GROUP = 64  # rows that decide a lazy block's redo together: one consumer warpgroup (bar.red.or over 128 threads)
 
 
-def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, stats=None):
+def lin_e4m3(x, c=-0.5):
+    """P's e4m3 value from x = log2 p without an exponential: the code read straight off 8 (x + 7) + c (e4m3's bias 7,
+    3 mantissa bits), rounded to nearest, i.e. one FFMA with a magic number added (and rounding toward -inf for c =
+    -0.5). Inside a binade this is 1 + frac(x) for 2^frac(x), the piecewise-linear exponential (up to +6.1%); c
+    shifts it down. Codes below 0 are 0 (a clamp at the magic number), 126 (448) at most."""
+    code = torch.round(8 * (x.double() + 7) + c).clamp(min=0, max=126)
+    e = torch.floor(code / 8)
+    m = code - 8 * e
+    return torch.where(e > 0, torch.exp2(e - 7) * (1 + m / 8), 2.0 ** -6 * m / 8)
+
+
+def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, stats=None, lin_share=0.0,
+            lin_c=-0.5):
     """q, k, v: (H, S, D) float64 (v may have another width than q and k). Returns (H, Sq, Dv) float64.
 
     kv_len: keys past it are masked (None: all). sums: "p" row-sum mode 0 (fp32 sums of the unrounded p), "p8" mode 1
@@ -73,7 +86,11 @@ def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, 
     block and a redone block set m = max(m, block max + h); every other block uses m as it stands (alpha = 1) unless
     some row of its group of LAZY_GROUP rows (a warpgroup; rows counted from 0, as the kernel's tiles) has a p that
     rounds to e4m3's 448 (p >= 432), then the group redoes the block exactly. stats: a dict that gets "blocks" (group
-    blocks on the lazy path) and "redos" added."""
+    blocks on the lazy path) and "redos" added.
+
+    lin_share (a design, not the kernel's arithmetic; dev/NOTES_8bit.md "P's codes without MUFU"): the first
+    round(16 lin_share) keys of every 16 take P's e4m3 value from lin_e4m3(x, lin_c) instead of exp2 and rounding;
+    their row sums are the values as coded, in either sums mode (no unrounded p exists for them)."""
     h, sq, d = q.shape
     n = k.shape[1] if kv_len is None else kv_len
     k, v = k[:, :n], v[:, :n]
@@ -110,7 +127,12 @@ def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, 
         alpha = torch.exp2(m - mn)
         p = torch.exp2(sj - mn + (9 if bug == "p_saturates" else 8)).float()  # fp32, as the kernel's
         p8 = p.clamp(max=448).to(torch.float8_e4m3fn).double()  # cvt.rn.satfinite: 448 at most
-        part = (p.double() if sums == "p" else p8).sum(-1, keepdim=True)
+        p_sum = p.double() if sums == "p" else p8
+        if lin_share > 0:
+            lin = (torch.arange(sj.shape[-1]) % 16) < round(16 * lin_share)
+            pl = lin_e4m3(sj - mn + 8, lin_c)
+            p8, p_sum = torch.where(lin, pl, p8), torch.where(lin, pl, p_sum)
+        part = p_sum.sum(-1, keepdim=True)
         skip = (bug == "sum_skips_first_block" and j == 0) or (bug == "sum_skips_last_block" and j + block >= n)
         l = l * alpha + (0 if skip else part)
         pv = p8 @ v8[:, j:j + block]
@@ -327,12 +349,29 @@ def _sums_report():
         print(f"V = ones, plain, {sums}: max |o - 1| {float((emulate(q, k, ones, s, sums=sums) - 1).abs().max()):.3e}")
 
 
+def _lin_report():
+    """The linear bit trick for a share of P's codes (lin_e4m3): relative L2 against fp64 on the accuracy cases, by
+    share and offset, beside the emulation of the present arithmetic."""
+    print("P's codes by the linear bit trick for a share of each 16 keys (rel L2 against fp64; share 0: as now)")
+    for name, q, k, v, s in lazy_cases():
+        r = ref(q, k, v, s)
+        row = [f"{name:13s} now {rel(emulate(q, k, v, s), r):.3e}"]
+        for share in (0.125, 0.25, 0.5):
+            for c in (0.0, -0.5):
+                row.append(f"{share:g}/c{c:g} {rel(emulate(q, k, v, s, lin_share=share, lin_c=c), r):.3e}")
+        print("  ".join(row), flush=True)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--row-mass", type=int, default=0, metavar="DRAWS")
     ap.add_argument("--lazy", action="store_true", help="v10: the lazy reference (headroom 0-2) on the accuracy cases")
     ap.add_argument("--sums", action="store_true", help="v13: row sums of P as rounded vs fp32 sums of p")
+    ap.add_argument("--lin", action="store_true", help="a share of P's codes by the linear bit trick: its error")
     args = ap.parse_args()
+    if args.lin:
+        _lin_report()
+        raise SystemExit
     if args.sums:
         _sums_report()
         raise SystemExit
