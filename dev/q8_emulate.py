@@ -73,7 +73,7 @@ def lin_e4m3(x, c=-0.5):
 
 
 def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, stats=None, lin_share=0.0,
-            lin_c=-0.5):
+            lin_c=-0.5, pv="e4m3"):
     """q, k, v: (H, S, D) float64 (v may have another width than q and k). Returns (H, Sq, Dv) float64.
 
     kv_len: keys past it are masked (None: all). sums: "p" row-sum mode 0 (fp32 sums of the unrounded p), "p8" mode 1
@@ -90,7 +90,11 @@ def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, 
 
     lin_share (a design, not the kernel's arithmetic; dev/NOTES_8bit.md "P's codes without MUFU"): the first
     round(16 lin_share) keys of every 16 take P's e4m3 value from lin_e4m3(x, lin_c) instead of exp2 and rounding;
-    their row sums are the values as coded, in either sums mode (no unrounded p exists for them)."""
+    their row sums are the values as coded, in either sums mode (no unrounded p exists for them).
+
+    pv="u8s8" (a design, dev/NOTES_8bit.md "P as u8 and V as s8"): P V on the integer tensor cores, P rounded to an
+    integer in [0, 255] (linear, no exponent) and V symmetric INT8 per channel (amax / 127), the row sums those
+    integers' (exact); lazy, lin_share and sums do not apply."""
     h, sq, d = q.shape
     n = k.shape[1] if kv_len is None else kv_len
     k, v = k[:, :n], v[:, :n]
@@ -102,8 +106,12 @@ def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, 
     k8, kscale = quant_int8(ksp, amax)
     kdq = (k8 * kscale).view(h, -1, d)[:, :n]
     vamax = v.abs().amax(1, keepdim=True)
-    vs = torch.where(vamax > 0, vamax / 448, torch.ones_like(vamax))
-    v8 = (v / vs).to(torch.float8_e4m3fn).to(torch.float64) * vs
+    if pv == "u8s8":
+        vs = torch.where(vamax > 0, vamax / 127, torch.ones_like(vamax))
+        v8 = torch.round(v / vs).clamp(-127, 127) * vs
+    else:
+        vs = torch.where(vamax > 0, vamax / 448, torch.ones_like(vamax))
+        v8 = (v / vs).to(torch.float8_e4m3fn).to(torch.float64) * vs
     s = (q8 * qs) @ kdq.transpose(-1, -2) * scale * math.log2(math.e)
     o = q.new_zeros(h, sq, v.shape[-1])
     m = q.new_full((h, sq, 1), -math.inf)
@@ -125,6 +133,10 @@ def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, 
             else:
                 mn = m
         alpha = torch.exp2(m - mn)
+        if pv == "u8s8":
+            pu = torch.round(torch.exp2(sj - mn + 8).float().double()).clamp(0, 255)
+            l, o, m = l * alpha + pu.sum(-1, keepdim=True), o * alpha + pu @ v8[:, j:j + block], mn
+            continue
         p = torch.exp2(sj - mn + (9 if bug == "p_saturates" else 8)).float()  # fp32, as the kernel's
         p8 = p.clamp(max=448).to(torch.float8_e4m3fn).double()  # cvt.rn.satfinite: 448 at most
         p_sum = p.double() if sums == "p" else p8
@@ -349,6 +361,32 @@ def _sums_report():
         print(f"V = ones, plain, {sums}: max |o - 1| {float((emulate(q, k, ones, s, sums=sums) - 1).abs().max()):.3e}")
 
 
+def sink_case(n=32768, d=128, rows=64, seed=1):
+    """Small weights under a sink: every row scores one key ln(n) + 0.5 nats above n others that score about 0, so the
+    sink holds ~0.62 of each row and the n small keys the rest, each at ~e^-(ln n + 0.5) of the sink (at n = 32768
+    under 2^-15). As (q, k, v, scale) in (1, S, D) float64."""
+    g = torch.Generator().manual_seed(seed)
+    sc = 1 / math.sqrt(d)
+    u = torch.randn(d, generator=g, dtype=torch.float64)
+    u /= u.norm()
+    q = u + 0.05 * torch.randn(1, rows, d, generator=g, dtype=torch.float64)
+    k = 0.01 * torch.randn(1, n, d, generator=g, dtype=torch.float64)
+    k[:, 0] = u * (math.log(n) + 0.5) / sc
+    v = torch.randn(1, n, d, generator=g, dtype=torch.float64)
+    return q, k, v, sc
+
+
+def _pv_report():
+    """P as u8 and V as s8 on the integer tensor cores against the present e4m3 P V: the accuracy cases and the
+    sink case (small weights under a large one)."""
+    print("P V: e4m3 x e4m3 (now) against u8 P x s8 V (rel L2 against fp64)")
+    cases = [(name, q, k, v, s) for name, q, k, v, s in lazy_cases()] + [("sink + 32K", *sink_case())]
+    for name, q, k, v, s in cases:
+        r = ref(q, k, v, s)
+        print(f"{name:13s} e4m3 {rel(emulate(q, k, v, s), r):.3e}  u8s8 {rel(emulate(q, k, v, s, pv='u8s8'), r):.3e}",
+              flush=True)
+
+
 def _lin_report():
     """The linear bit trick for a share of P's codes (lin_e4m3): relative L2 against fp64 on the accuracy cases, by
     share and offset, beside the emulation of the present arithmetic."""
@@ -368,7 +406,11 @@ if __name__ == "__main__":
     ap.add_argument("--lazy", action="store_true", help="v10: the lazy reference (headroom 0-2) on the accuracy cases")
     ap.add_argument("--sums", action="store_true", help="v13: row sums of P as rounded vs fp32 sums of p")
     ap.add_argument("--lin", action="store_true", help="a share of P's codes by the linear bit trick: its error")
+    ap.add_argument("--pv-u8", action="store_true", help="u8 P x s8 V against the present e4m3 P V")
     args = ap.parse_args()
+    if args.pv_u8:
+        _pv_report()
+        raise SystemExit
     if args.lin:
         _lin_report()
         raise SystemExit

@@ -1,7 +1,8 @@
-"""dev/q8_emulate.py's linear bit trick for P's e4m3 codes (lin_e4m3, emulate's lin_share): a design evaluated on
-the CPU (dev/NOTES_8bit.md "P's codes without MUFU"), not the kernel's arithmetic. The checks that its numbers mean
-what the notes say: exact at powers of two, the piecewise-linear 1 + f inside a binade, share 0 the present emulation
-bit for bit, and the error it adds on the plain case."""
+"""Two 8-bit designs dev/q8_emulate.py evaluates on the CPU, neither the kernel's arithmetic (dev/NOTES_8bit.md, "P's
+codes without MUFU" and "P as u8 and V as s8"). The checks that their numbers mean what the notes say.
+- The linear bit trick for P's e4m3 codes (lin_e4m3, emulate's lin_share): exact at powers of two, the piecewise-linear
+  1 + f inside a binade, share 0 the present emulation bit for bit, and the error it adds on the plain case.
+- u8 P x s8 V (emulate's pv="u8s8"): half the error on the plain case, and lost where small weights sit under a sink."""
 from __future__ import annotations
 
 import math
@@ -44,3 +45,13 @@ def test_share_zero_is_the_present_emulation_and_a_share_costs_accuracy():
     # the notes' reading: the trick adds error on the plain case, and the downward offset takes most of it back
     assert e_round > e_floor > e0
     assert e_round > 1.1 * e0
+
+
+def test_u8_p_s8_v_halves_the_plain_error_and_drops_small_weights_under_a_sink():
+    name, q, k, v, sc = emu.lazy_cases(n=512)[0]
+    r = emu.ref(q, k, v, sc)
+    assert emu.rel(emu.emulate(q, k, v, sc, pv="u8s8"), r) < 0.6 * emu.rel(emu.emulate(q, k, v, sc), r)
+    q, k, v, sc = emu.sink_case(n=8192, rows=16)
+    r = emu.ref(q, k, v, sc)
+    assert emu.rel(emu.emulate(q, k, v, sc), r) < 0.05  # e4m3 keeps the small weights (its exponent)
+    assert emu.rel(emu.emulate(q, k, v, sc, pv="u8s8"), r) > 0.2  # u8 rounds every one of them to 0
