@@ -8,9 +8,9 @@ shapes the anchors table lacks). Honours VIDATTN_LIBRARY and VIDATTN_D64_WARPGRO
 `--precision 8bit` launches through `vidattn.attention(..., precision="8bit")`, so the pre-pass kernels run too (match
 the profiler's kernel regex to `q8_fwd_kernel` to profile the attention kernel alone).
 `--backend cudnn` runs SDPA's cuDNN kernel on the same inputs instead (as bench_kernel.py calls it), so that a
-profiler can read the same counters for both. `--causal` masks top-left aligned (either backend); `--kv-lens L ...` passes each batch's valid keys to the
-exact kernel (text-padded cross-attention); `--hd-narrow N`
-holds `_ext.hd_narrow(N)` around the launches (D=192/256: 1 is the narrow build, the causal builds' width).
+profiler can read the same counters for both. `--causal` masks top-left aligned (either backend); `--kv-lens L ...`
+passes each batch's valid keys to the exact kernel (text-padded cross-attention); `--hd-narrow N` holds
+`_ext.hd_narrow(N)` around the launches (D=192/256: 1 is the narrow build, the causal builds' width).
 """
 from __future__ import annotations
 
