@@ -237,6 +237,9 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P73 [budget_s] # after P72: how many CTA pairs the card runs at once (cluster_fit.cu)
+#                                             # and the D=256 timeline (level 1, 8K and 32K) of the routed build and
+#                                             # the pair build (setting 8): work per cycle and clock of each
 #   bash dev/device_session.sh P72 [budget_s] # issue 26's D=256 rows at the power cap on this card: cuDNN and the
 #                                             # routed build alternating (clock_probe.py, 1K / 8K / 32K, 3 rounds)
 #   bash dev/device_session.sh P71 [budget_s] # after P69: kv_lens_ab.py zeroing / shift / old on the text-padded
@@ -1194,6 +1197,21 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P73)
+  # After P72 (dev/NOTES.md "Call P73"): P70 read the pair build's clock 4-6% over the routed build's at D=256 8K and its
+  # TFLOPS only 0.5-1% over, so 3-5% less work a cycle. Are SMs idle under clusters of two (a GPC with an odd SM count
+  # holds one pair fewer), or is it the pair's lock-step? cluster_fit.cu asks and launches; then the timeline builds
+  # (level 1, carried in .build/tl) of the routed build and of setting 8 at 8K and 32K.
+  mkdir -p "$OUT/p73"
+  nvcc -arch=sm_90a -O2 -o /tmp/cluster_fit dev/probes/cluster_fit.cu > "$OUT/p73/cluster_fit_build.log" 2>&1 &&
+    timeout 30 /tmp/cluster_fit > "$OUT/p73/cluster_fit.log" 2>&1; rc[cluster_fit]=$?
+  cat "$OUT/p73/cluster_fit.log"
+  TL_LEVEL=1 TL_SHAPES="d256_8k d256_32k" TL_VARIANTS="8" TL_VARIANT_SHAPES="d256_8k d256_32k" \
+    timeout $(( $(left) > 240 ? 220 : $(left) - 20 )) bash dev/probes/timeline_d256.sh "$OUT/p73/tl1" \
+    > "$OUT/p73/tl1.log" 2>&1; rc[timeline]=$?
+  grep -E "^== |blocks/tile|steady_iteration|clock" "$OUT/p73/tl1/timeline.log" "$OUT/p73/tl1/timeline_hd8.log" | head -40
+  tar_dirs p73
   ;;
 P72)
   # After P70 (dev/NOTES.md "Call P72"): the D=256 rows of issue 26 on the card of this call, at the power cap, cuDNN

@@ -5,7 +5,8 @@
 # D=128, whose per-phase tables (us per tile and share of the period, per consumer warpgroup) are printed last.
 #   timeout 300 bash dev/probes/timeline_d256.sh $OUT/d256b
 # TL_LEVEL=2 builds the level with wait sums (it moves the key loop's schedule: diag_timeline.cuh); TL_VARIANTS
-# (e.g. "5") also runs D=256 under each VIDATTN_HD_NARROW setting named; TL_REBUILD=1 builds even if the library exists;
+# (e.g. "5") also runs D=256 under each VIDATTN_HD_NARROW setting named, at TL_VARIANT_SHAPES (default d256_1k);
+# TL_REBUILD=1 builds even if the library exists;
 # TL_SHAPES names the probe's shapes (default "d256_1k d128_1k"; d192_1k is D=192 at 1K, the subset builds it too;
 # d256_8k and d256_32k are D=256 at 8K and 32K keys).
 set -uo pipefail
@@ -35,8 +36,9 @@ rc=0
 timeout 90 python3 dev/probes/timeline_probe.py ${TL_SHAPES:-d256_1k d128_1k} --json "$DIR/timeline.json" \
   >"$DIR/timeline.log" 2>&1 || rc=$?
 for v in ${TL_VARIANTS:-}; do
-  VIDATTN_HD_NARROW=$v timeout 60 python3 dev/probes/timeline_probe.py d256_1k --json "$DIR/timeline_hd$v.json" \
-    >"$DIR/timeline_hd$v.log" 2>&1 || rc=$?
+  # shellcheck disable=SC2086
+  VIDATTN_HD_NARROW=$v timeout 90 python3 dev/probes/timeline_probe.py ${TL_VARIANT_SHAPES:-d256_1k} \
+    --json "$DIR/timeline_hd$v.json" >"$DIR/timeline_hd$v.log" 2>&1 || rc=$?
   tail -18 "$DIR/timeline_hd$v.log"
 done
 tail -42 "$DIR/timeline.log"
