@@ -7,6 +7,7 @@ The GPU half (threads, streams, CUDA graphs, launch edge cases) is tests/test_re
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
 import subprocess
@@ -666,3 +667,57 @@ def test_huge_sizes_are_named_not_launched(precision, monkeypatch):
         expect = "batch * heads over 65535"
     reason = vidattn.explain(q, q, q, precision=precision)
     assert reason is not None and expect in reason, reason
+
+
+def _live_in_group(group: int) -> list[int]:
+    """The processes of process group `group` that are not zombies (a killed orphan stays a zombie until some init
+    reaps it, which a container's PID 1 may never do)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == group and fields[0] != "Z":
+                live.append(int(stat.parent.name))
+    return live
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process groups from /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_builder_takes_its_compiler_down(sig, fresh_ext, toolchain):
+    """`timeout`, Slurm, `docker stop` or the OOM killer end the process that runs the build with a signal its
+    `finally` never sees; nvcc (its own session) and its children must not run on as orphans for minutes."""
+    cache = fresh_ext / "shared-cache"
+    builder = _slow_build_under_way(toolchain, cache)  # nvcc (a fake one, sleeping a minute in a child) under way
+    nvcc = int(toolchain.count_file.read_text().split()[0])
+    assert _live_in_group(nvcc), "the fake nvcc is not running"
+    os.killpg(builder.pid, sig)  # the builder's whole group, as `timeout` signals it
+    builder.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while _live_in_group(nvcc) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _live_in_group(nvcc)
+    for pid in left:  # (a failure must not leave them either)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"nvcc's processes {left} outlived the builder"
+
+
+def test_a_malformed_build_timeout_is_named(fresh_ext, toolchain, monkeypatch):
+    for bad in ("abc", "0", "-5", "nan", "inf"):
+        monkeypatch.setenv("VIDATTN_BUILD_TIMEOUT", bad)
+        with pytest.raises(RuntimeError, match="VIDATTN_BUILD_TIMEOUT must be a number of seconds above 0"):
+            _ext._compile(str(toolchain.nvcc), fresh_ext / "x.so", False)
+    assert toolchain.runs() == 0  # refused before nvcc runs
+    monkeypatch.setenv("VIDATTN_BUILD_TIMEOUT", " 2.5 ")
+    assert _ext._build_timeout() == 2.5
+    monkeypatch.setenv("VIDATTN_BUILD_TIMEOUT", "")
+    assert _ext._build_timeout() == _ext.BUILD_TIMEOUT_S
+
+
+def test_the_build_command_names_a_malformed_setting(fresh_ext, toolchain, monkeypatch, capsys):
+    build_cmd = importlib.import_module("vidattn.build")  # (the package's `build` attribute is the function)
+    monkeypatch.setattr(_ext, "find_nvcc", lambda: str(toolchain.nvcc))
+    monkeypatch.setenv("VIDATTN_BUILD_TIMEOUT", "abc")
+    assert build_cmd.main([]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("vidattn.build: VIDATTN_BUILD_TIMEOUT must be") and "Traceback" not in err, err

@@ -241,7 +241,7 @@ def _build_lock(d: Path, name: str):
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
             _say(f"waiting for another process that is building the kernel library in {d} ...")
-            deadline = time.monotonic() + BUILD_TIMEOUT_S + 60
+            deadline = time.monotonic() + _build_timeout() + 60
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -257,18 +257,70 @@ def _build_lock(d: Path, name: str):
         os.close(fd)  # releases the lock
 
 
+def _build_timeout() -> float:
+    """VIDATTN_BUILD_TIMEOUT in seconds (default BUILD_TIMEOUT_S); a value that is not a positive number is an error
+    that names the variable, so that the build command says what to fix and a first-use build falls back with it."""
+    raw = os.environ.get("VIDATTN_BUILD_TIMEOUT")
+    if raw is None or not raw.strip():
+        return BUILD_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise RuntimeError(f"VIDATTN_BUILD_TIMEOUT must be a number of seconds above 0, got {raw!r}")
+    return value
+
+
+# Run beside nvcc: nvcc sits in a session of its own (below), so a signal that ends the process running the build
+# (SIGTERM from `timeout`, Slurm or `docker stop`, or SIGKILL) would leave nvcc, cicc and ptxas running, orphaned,
+# for minutes, while the released lock lets the next process start a second build. This watcher sees its parent
+# change (the builder died: it was re-parented) and kills nvcc's process group; it exits once that group is gone.
+# It has a session of its own too, so that a signal sent to the builder's whole group (`timeout` does that) ends
+# the builder but not the watcher.
+_WATCHER = """
+import os, signal, sys, time
+parent, group = int(sys.argv[1]), int(sys.argv[2])
+while True:
+    try:
+        os.killpg(group, 0)
+    except OSError:
+        sys.exit(0)
+    if os.getppid() != parent:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
+        sys.exit(0)
+    time.sleep(0.25)
+"""
+
+
+def _watch_group(group: int):
+    """Starts _WATCHER over process group `group`; returns its Popen, or None where there are no process groups."""
+    if not hasattr(os, "killpg"):
+        return None
+    try:
+        return subprocess.Popen([sys.executable, "-c", _WATCHER, str(os.getpid()), str(group)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    except OSError:  # (no interpreter to run it: the build still runs, as before the watcher)
+        return None
+
+
 def _compile(nvcc: str, out: Path, verbose: bool) -> float:
     """Runs nvcc into `out`; returns the seconds it took. Prints a progress line while it runs (every second on a
     terminal, every 30 s otherwise) and, with `verbose`, the command and the compiler's output."""
     cmd = [nvcc, *NVCC_FLAGS, "-I", str(CSRC), str(CSRC / ENTRY), "-o", str(out)]
     if verbose:
         _say(" ".join(cmd))
-    timeout = float(os.environ.get("VIDATTN_BUILD_TIMEOUT") or BUILD_TIMEOUT_S)
+    timeout = _build_timeout()
     t0 = time.perf_counter()
     # Its own process group: nvcc runs cicc and ptxas as children, which a timeout or Ctrl-C must take down too (they
     # hold the output pipe open, so killing nvcc alone would leave this reading until they finish).
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                             start_new_session=True)
+    watcher = _watch_group(proc.pid)
 
     def kill():
         try:
@@ -303,6 +355,9 @@ def _compile(nvcc: str, out: Path, verbose: bool) -> float:
         if proc.poll() is None:  # interrupted (Ctrl-C): take nvcc down with us
             kill()
             proc.wait()
+        if watcher is not None:
+            watcher.kill()
+            watcher.wait()
     dt = time.perf_counter() - t0
     if tty:
         sys.stderr.write("\n")
@@ -320,6 +375,7 @@ def _compile(nvcc: str, out: Path, verbose: bool) -> float:
 def _build_in(nvcc: str, d: Path, name: str, verbose: bool, force: bool) -> Path:
     """The library `name` in the cache folder `d`, built under the lock unless present (and safe) already."""
     lib = d / name
+    _build_timeout()  # a malformed VIDATTN_BUILD_TIMEOUT is said before anything is waited for or built
     with _build_lock(d, name):
         if lib.is_file() and not force and unsafe_reason(lib) is None:
             return lib  # another process built it while we waited
