@@ -111,7 +111,17 @@ def test_8bit_fallback_warning_names_what_runs(fresh_warnings):
     reason = vidattn.explain(q, k, v, precision="8bit")
     assert "PyTorch SDPA runs instead" in reason
     first = [str(x.message) for x in w if "8-bit path unavailable" in str(x.message)]
-    assert first and reason.split(": ", 1)[1].split(";")[0] in first[0] and "PyTorch SDPA runs instead" in first[0]
+    assert first and first[0].startswith(f"vidattn: {reason}. "), (first, reason)  # the warning is explain's text
+    gpu = vidattn.explain(q, k, v, precision="exact")  # no GPU here: the one reason, said once
+    assert reason == f"8-bit path unavailable: {gpu}; PyTorch SDPA runs instead" and first[0].count(gpu) == 1
+
+
+def test_8bit_reason_names_the_missing_gpu_before_the_shape(fresh_warnings):
+    """Without a GPU that is the reason given, before anything about head dims (docs/install.md), on the 8-bit path
+    as on the exact one."""
+    gpu = vidattn.explain(*qkv(), precision="exact")
+    for q, k, v in (qkv(d=96), (torch.randn(1, 5, 4, 128),) + qkv(d=128)[1:]):  # head dim 96; grouped query
+        assert vidattn.explain(q, k, v, precision="8bit") == f"8-bit path unavailable: {gpu}; PyTorch SDPA runs instead"
 
 
 def test_envelope_reasons():
@@ -328,6 +338,7 @@ def test_routing_knobs(monkeypatch):
 
 def test_routed_calls_run_exact_silently(monkeypatch, fresh_warnings):
     monkeypatch.setattr(quant8._ext, "kernel_reason", lambda *a: None)
+    monkeypatch.setattr(quant8._ext, "device_reason", lambda device: None)  # as on a Hopper GPU
     monkeypatch.setattr(quant8._ext, "load", lambda: None)  # explain asks for the library: never build it here
     monkeypatch.setattr(quant8, "_entry", lambda lib: object())
     monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", 8192)

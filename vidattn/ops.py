@@ -34,15 +34,17 @@ class VidattnFallbackWarning(UserWarning):
 _warned: set = set()
 
 
-def warn_fallback(reason: str) -> None:
-    """Warn once per distinct reason that SDPA ran instead of the kernel."""
+def warn_fallback(reason: str, sdpa: bool = True) -> None:
+    """Warn once per distinct reason that SDPA ran instead of the kernel (`sdpa` False: `reason` says itself what
+    runs instead, as the 8-bit path's do, which may be the exact kernel)."""
     if reason in _warned:
         return
     _warned.add(reason)
+    head = "running PyTorch SDPA instead of the vidattn kernel: " if sdpa else ""
     warnings.warn(
-        f"vidattn: running PyTorch SDPA instead of the vidattn kernel: {reason}. "
-        "Call vidattn.explain(q, k, v, layout=..., kv_lens=...) with your tensors to check a call; "
-        "this warning is shown once per reason.",
+        f"vidattn: {head}{reason}. "
+        "Call vidattn.explain(q, k, v, ...) with the call's arguments (layout, scale, kv_lens, causal, precision) "
+        "to check a call; this warning is shown once per reason.",
         VidattnFallbackWarning, stacklevel=_caller_stacklevel())
 
 

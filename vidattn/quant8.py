@@ -281,7 +281,9 @@ def envelope_reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
 def reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
     """Why the 8-bit kernel cannot run these (B, S, H, D) views (None: it runs). The exact kernel's envelope (device,
     dtype, strides) applies to it as well, since both read the same inputs and write the same output."""
-    reason = envelope_reason_8bit(q, k, v, kv_lens, scale) or _ext.kernel_reason(q, k, v, kv_lens, scale)
+    # The device first, as for the exact path (no GPU is the reason, before anything about head dims or shapes).
+    reason = (_ext.device_reason(q.device) or envelope_reason_8bit(q, k, v, kv_lens, scale)
+              or _ext.kernel_reason(q, k, v, kv_lens, scale))
     if reason is None and _entry(_ext.load()) is None:
         reason = "the loaded kernel library predates the 8-bit path (rebuild it: vidattn.build(force=True))"
     return reason or _launch_error
@@ -339,7 +341,7 @@ def _attention_8bit_impl(q, k, v, layout: str, scale: Optional[float], kv_lens, 
     sc = ops._default_scale(scale, d)
     reason = reason_8bit(qv, kv, vv, kv_lens, sc)
     if reason is not None:
-        ops.warn_fallback(f"8-bit path unavailable ({reason}); {_instead(qv, kv, vv, kv_lens, sc)}")
+        ops.warn_fallback(f"8-bit path unavailable: {reason}; {_instead(qv, kv, vv, kv_lens, sc, reason)}", sdpa=False)
         return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
     if route_reason(qv, kv) is not None:
         return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
@@ -353,7 +355,7 @@ def _attention_8bit_impl(q, k, v, layout: str, scale: Optional[float], kv_lens, 
     try:
         forward_8bit(qv, kv, vv, out_view, lse, kv_lens, sc)
     except _ext.KernelLaunchError as exc:
-        ops.warn_fallback(f"8-bit path unavailable ({exc}); {_instead(qv, kv, vv, kv_lens, sc)}")
+        ops.warn_fallback(f"8-bit path unavailable: {exc}; {_instead(qv, kv, vv, kv_lens, sc, str(exc))}", sdpa=False)
         return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
     return out, lse
 
@@ -383,10 +385,13 @@ def attention_8bit(q, k, v, layout: str, scale: Optional[float], kv_lens, return
     return _attention_8bit_impl(q, k, v, layout, scale, kv_lens, return_lse)
 
 
-def _instead(qv, kv, vv, kv_lens, sc) -> str:
-    """What runs a call the 8-bit path does not take (no autograd): the exact kernel, or SDPA and why."""
+def _instead(qv, kv, vv, kv_lens, sc, said: str) -> str:
+    """What runs a call the 8-bit path does not take (no autograd): the exact kernel, or SDPA and why (unless that
+    reason is `said`, the 8-bit path's own, already given)."""
     exact = _ext.kernel_reason(qv, kv, vv, kv_lens, sc)
-    return "the exact kernel runs instead" if exact is None else f"PyTorch SDPA runs instead ({exact})"
+    if exact is None:
+        return "the exact kernel runs instead"
+    return "PyTorch SDPA runs instead" if exact == said else f"PyTorch SDPA runs instead ({exact})"
 
 
 def explain_8bit(q, k, v, layout: str, scale: Optional[float], kv_lens) -> Optional[str]:
@@ -402,4 +407,4 @@ def explain_8bit(q, k, v, layout: str, scale: Optional[float], kv_lens) -> Optio
     if reason is None:
         routed = route_reason(qv, kv)
         return None if routed is None else f"8-bit path not used: {routed}; the exact kernel runs instead"
-    return f"8-bit path unavailable: {reason}; {_instead(qv, kv, vv, kv_lens, sc)}"
+    return f"8-bit path unavailable: {reason}; {_instead(qv, kv, vv, kv_lens, sc, reason)}"
