@@ -1011,10 +1011,11 @@ def print_listing() -> None:
           "(estimates for budgeting, not measurements)")
     from . import generate as gen  # imports this module: here, not at the top
 
-    print("generate 'no' (scripts/generate_video.py --family NAME), why:")
-    for r in listing():
-        if not r["generate"]:
-            print(f"  {r['family']}: {gen.why_not(r['family'])}")
+    no = [r["family"] for r in listing() if not r["generate"]]
+    if no:
+        print("generate 'no' (scripts/generate_video.py --family NAME), why:")
+        for name in no:
+            print(f"  {name}: {gen.why_not(name)}")
     subs = [(n, a.substitute) for n, a in gen.ADAPTERS.items() if a.substitute]
     if subs:
         print("generated with a stand-in:")

@@ -391,6 +391,8 @@ def _more_bad_calls():
         ((q, k, v), {"kv_lens": torch.tensor([True, False])}, TypeError, "int32 or int64"),
         ((q, k, v), {"scale": True}, TypeError, "scale must be a float"),
         ((q, k, v), {"scale": torch.tensor(0.1)}, TypeError, "scale must be a float"),
+        ((q, k, v), {"return_lse": "yes"}, TypeError, "return_lse must be True or False"),
+        ((q, k, v), {"return_lse": 1}, TypeError, "return_lse must be True or False"),
         ((q, k, v), {"layout": None}, ValueError, "layout must be"),
         ((q, k, v[..., None]), {}, ValueError, "v must be 4-D"),
         ((q, k, None), {}, TypeError, "v must be a torch.Tensor"),
@@ -721,3 +723,17 @@ def test_the_build_command_names_a_malformed_setting(fresh_ext, toolchain, monke
     assert build_cmd.main([]) == 1
     err = capsys.readouterr().err
     assert err.startswith("vidattn.build: VIDATTN_BUILD_TIMEOUT must be") and "Traceback" not in err, err
+
+
+def test_numpy_scalars_and_an_attention_calls_arguments_are_taken():
+    """A NumPy scale is a real number as SDPA takes it; explain takes the arguments of an attention call as they are
+    (return_lse included) and gives the same answer with and without it."""
+    import numpy as np
+
+    q, k, v = qkv(b=1, s=6, h=2, d=64, dtype=torch.float32)
+    for scale in (np.float32(0.125), np.float64(0.125), np.int64(1)):
+        out = vidattn.attention(q, k, v, scale=scale)
+        torch.testing.assert_close(out, sdpa_bshd(q, k, v, scale=float(scale)))
+    kwargs = {"scale": np.float32(0.125), "return_lse": True}
+    out, lse = vidattn.attention(q, k, v, **kwargs)
+    assert vidattn.explain(q, k, v, **kwargs) == vidattn.explain(q, k, v, scale=0.125)

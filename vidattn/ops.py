@@ -6,6 +6,7 @@ opaque node whose output shapes come from the fake implementation below.
 """
 import importlib.util
 import math
+import numbers
 import os
 import sys
 import warnings
@@ -147,7 +148,7 @@ def _validate(q, k, v, layout, scale, kv_lens, fn="vidattn.attention"):
     if min(qs) < 1 or ks[s_ax] < 1:
         raise ValueError(f"{fn}: every dimension must be >= 1: q {qs}, k {ks} {names}")
     if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):  # (NumPy's scalars are Real too)
             raise TypeError(f"{fn}: scale must be a float or None, got {type(scale).__name__}")
         try:
             finite = math.isfinite(scale)
@@ -455,6 +456,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     """
     q, k, v = _autocast_inputs(q, k, v)
     _validate(q, k, v, layout, scale, kv_lens)
+    _check_return_lse(return_lse, "vidattn.attention")
     causal = _causal_code(causal)
     eight_bit = resolve_precision(precision) == "8bit" and causal == _ext.CAUSAL_NONE
     kv_lens = _prepare_kv_lens(kv_lens, q.device, k.shape[1 if layout == "bshd" else 2])
@@ -487,16 +489,24 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     return (out, lse) if return_lse else out
 
 
+def _check_return_lse(return_lse, fn: str) -> None:
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"{fn}: return_lse must be True or False, got {type(return_lse).__name__}")
+
+
 def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
             scale: Optional[float] = None, kv_lens: Optional[torch.Tensor] = None,
-            precision: Optional[str] = None, causal=False) -> Optional[str]:
+            precision: Optional[str] = None, causal=False, return_lse: bool = False) -> Optional[str]:
     """Why ``vidattn.attention`` with these arguments would run PyTorch SDPA instead of the kernel; ``None``
     when the kernel runs. Raises the same errors as ``attention`` for invalid arguments. On a Hopper GPU the
     first call may compile the kernel library (cached on disk). With ``precision="8bit"`` (or that default): ``None``
     when the 8-bit kernel runs, else why not and what runs instead. A causal call's reason names its mask
-    (``causal='top_left'`` or ``'bottom_right'``); with 8-bit precision it says the exact path runs it."""
+    (``causal='top_left'`` or ``'bottom_right'``); with 8-bit precision it says the exact path runs it.
+    ``return_lse`` is taken so that the arguments of an ``attention`` call can be passed as they are; it changes no
+    route."""
     q, k, v = _autocast_inputs(q, k, v)
     _validate(q, k, v, layout, scale, kv_lens, fn="vidattn.explain")
+    _check_return_lse(return_lse, "vidattn.explain")
     causal = _causal_code(causal, fn="vidattn.explain")
     eight_bit = resolve_precision(precision) == "8bit"
     kv_lens = _prepare_kv_lens(kv_lens, q.device, k.shape[1 if layout == "bshd" else 2])
