@@ -65,10 +65,10 @@ class AttentionCensus:
         finally:
             self._depth -= 1
 
-    def _warn(self, reason):
+    def _warn(self, reason, *args, **kw):
         if self._depth == 0:
             self._pending = str(reason)
-        return self._saved["warn_fallback"](reason)
+        return self._saved["warn_fallback"](reason, *args, **kw)
 
     def _sdpa(self, query, key, value, *args, **kw):
         if self._depth == 0:
