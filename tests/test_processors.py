@@ -263,6 +263,20 @@ def test_import_vidattn_does_not_import_diffusers():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_star_import_without_diffusers_takes_the_op():
+    """`from vidattn import *` on a machine without diffusers gives the op and leaves the integration out; with
+    diffusers it gives both."""
+    import subprocess
+    import sys
+
+    without = ("import sys; sys.modules['diffusers'] = None\n"  # import diffusers now raises ImportError
+               "from vidattn import *\n"
+               "assert callable(attention) and callable(explain) and 'apply' not in dir()")
+    subprocess.run([sys.executable, "-c", without], check=True)
+    with_ = "from vidattn import *; import vidattn; assert apply is vidattn.apply and callable(WanAttnProcessor)"
+    subprocess.run([sys.executable, "-c", with_], check=True)
+
+
 # ------------------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
 def test_gpu_tiny_wan_bf16_takes_kernel_path(monkeypatch):

@@ -24,8 +24,22 @@ _DIFFUSERS_NAMES = (
     "register_backend", "unregister_backend", "register_backend_route", "register_stock", "register_module",
 )
 
+
+
+def _have_diffusers() -> bool:
+    """Whether diffusers can be imported, found without importing it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("diffusers") is not None
+    except (ImportError, ValueError):  # (ValueError: sys.modules holds None or a module without a spec for it)
+        return False
+
+
+# `from vidattn import *` takes the diffusers integration only where diffusers is there to import (else it would
+# raise ImportError over names the caller may not want).
 __all__ = ["attention", "explain", "kernel_available", "use_precision", "PrecisionPolicy", "build", "rope", "rope_explain",
-           "VidattnFallbackWarning", *_DIFFUSERS_NAMES]
+           "VidattnFallbackWarning", *(_DIFFUSERS_NAMES if _have_diffusers() else ())]
 
 
 def __getattr__(name):
