@@ -737,3 +737,14 @@ def test_numpy_scalars_and_an_attention_calls_arguments_are_taken():
     kwargs = {"scale": np.float32(0.125), "return_lse": True}
     out, lse = vidattn.attention(q, k, v, **kwargs)
     assert vidattn.explain(q, k, v, **kwargs) == vidattn.explain(q, k, v, scale=0.125)
+
+
+def test_no_watcher_without_a_python_to_run_it(monkeypatch):
+    """An application embedding Python may have itself as sys.executable: the build then runs without the watcher
+    rather than starting that application with `-c`."""
+    started = []
+    monkeypatch.setattr(_ext.subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(_ext.sys, "executable", "/opt/app/bin/renderer")
+    assert _ext._watch_group(12345) is None and not started
+    monkeypatch.setattr(_ext.sys, "executable", "")
+    assert _ext._watch_group(12345) is None and not started

@@ -297,8 +297,9 @@ while True:
 
 
 def _watch_group(group: int):
-    """Starts _WATCHER over process group `group`; returns its Popen, or None where there are no process groups."""
-    if not hasattr(os, "killpg"):
+    """Starts _WATCHER over process group `group`; returns its Popen, or None where there are no process groups or no
+    Python interpreter to run it (an embedding application's sys.executable may be the application itself)."""
+    if not hasattr(os, "killpg") or "python" not in os.path.basename(sys.executable or "").lower():
         return None
     try:
         return subprocess.Popen([sys.executable, "-c", _WATCHER, str(os.getpid()), str(group)],
