@@ -25,7 +25,6 @@ _DIFFUSERS_NAMES = (
 )
 
 
-
 def _have_diffusers() -> bool:
     """Whether diffusers can be imported, found without importing it."""
     import importlib.util
