@@ -341,7 +341,7 @@ def _attention_8bit_impl(q, k, v, layout: str, scale: Optional[float], kv_lens, 
     sc = ops._default_scale(scale, d)
     reason = reason_8bit(qv, kv, vv, kv_lens, sc)
     if reason is not None:
-        ops.warn_fallback(f"8-bit path unavailable: {reason}; {_instead(qv, kv, vv, kv_lens, sc, reason)}", sdpa=False)
+        ops.warn_fallback(_unavailable(reason, qv, kv, vv, kv_lens, sc), sdpa=False)
         return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
     if route_reason(qv, kv) is not None:
         return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
@@ -355,7 +355,7 @@ def _attention_8bit_impl(q, k, v, layout: str, scale: Optional[float], kv_lens, 
     try:
         forward_8bit(qv, kv, vv, out_view, lse, kv_lens, sc)
     except _ext.KernelLaunchError as exc:
-        ops.warn_fallback(f"8-bit path unavailable: {exc}; {_instead(qv, kv, vv, kv_lens, sc, str(exc))}", sdpa=False)
+        ops.warn_fallback(_unavailable(str(exc), qv, kv, vv, kv_lens, sc), sdpa=False)
         return ops._attention_impl(q, k, v, layout, scale, kv_lens, return_lse)
     return out, lse
 
@@ -385,13 +385,15 @@ def attention_8bit(q, k, v, layout: str, scale: Optional[float], kv_lens, return
     return _attention_8bit_impl(q, k, v, layout, scale, kv_lens, return_lse)
 
 
-def _instead(qv, kv, vv, kv_lens, sc, said: str) -> str:
-    """What runs a call the 8-bit path does not take (no autograd): the exact kernel, or SDPA and why (unless that
-    reason is `said`, the 8-bit path's own, already given)."""
+def _unavailable(reason: str, qv, kv, vv, kv_lens, sc) -> str:
+    """The text of a call the 8-bit path does not take (no autograd), for explain and the warning alike: why, and what
+    runs instead: the exact kernel, or SDPA and why (unless that is `reason` itself, already given)."""
     exact = _ext.kernel_reason(qv, kv, vv, kv_lens, sc)
     if exact is None:
-        return "the exact kernel runs instead"
-    return "PyTorch SDPA runs instead" if exact == said else f"PyTorch SDPA runs instead ({exact})"
+        instead = "the exact kernel runs instead"
+    else:
+        instead = "PyTorch SDPA runs instead" if exact == reason else f"PyTorch SDPA runs instead ({exact})"
+    return f"8-bit path unavailable: {reason}; {instead}"
 
 
 def explain_8bit(q, k, v, layout: str, scale: Optional[float], kv_lens) -> Optional[str]:
@@ -407,4 +409,4 @@ def explain_8bit(q, k, v, layout: str, scale: Optional[float], kv_lens) -> Optio
     if reason is None:
         routed = route_reason(qv, kv)
         return None if routed is None else f"8-bit path not used: {routed}; the exact kernel runs instead"
-    return f"8-bit path unavailable: {reason}; {_instead(qv, kv, vv, kv_lens, sc, reason)}"
+    return _unavailable(reason, qv, kv, vv, kv_lens, sc)
