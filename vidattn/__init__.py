@@ -9,7 +9,7 @@ The diffusers integration (`apply`, `restore`, the per-family processors such as
 imported on first use, so `import vidattn` does not import diffusers.
 """
 from ._ext import build
-from .ops import VidattnFallbackWarning, attention, explain, kernel_available
+from .ops import DIFFUSERS_SPEC as _DIFFUSERS_SPEC, VidattnFallbackWarning, attention, explain, kernel_available
 from .precision import PrecisionPolicy, use_precision
 from .rotary import rope, rope_explain
 
@@ -24,21 +24,10 @@ _DIFFUSERS_NAMES = (
     "register_backend", "unregister_backend", "register_backend_route", "register_stock", "register_module",
 )
 
-
-def _have_diffusers() -> bool:
-    """Whether diffusers can be imported, found without importing it."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("diffusers") is not None
-    except (ImportError, ValueError):  # (ValueError: sys.modules holds None or a module without a spec for it)
-        return False
-
-
 # `from vidattn import *` takes the diffusers integration only where diffusers is there to import (else it would
 # raise ImportError over names the caller may not want).
 __all__ = ["attention", "explain", "kernel_available", "use_precision", "PrecisionPolicy", "build", "rope", "rope_explain",
-           "VidattnFallbackWarning", *(_DIFFUSERS_NAMES if _have_diffusers() else ())]
+           "VidattnFallbackWarning", *(_DIFFUSERS_NAMES if _DIFFUSERS_SPEC is not None else ())]
 
 
 def __getattr__(name):

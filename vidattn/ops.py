@@ -49,16 +49,23 @@ def warn_fallback(reason: str, sdpa: bool = True) -> None:
         VidattnFallbackWarning, stacklevel=_caller_stacklevel())
 
 
+def _diffusers_spec():
+    """diffusers' module spec, found without importing it; None when it cannot be imported."""
+    try:
+        return importlib.util.find_spec("diffusers")
+    except (ImportError, ValueError):  # (ValueError: sys.modules holds None or a module without a spec for it)
+        return None
+
+
+DIFFUSERS_SPEC = _diffusers_spec()  # looked up once, at import (the package's __all__ reads it too)
+
+
 def _internal_dirs() -> tuple:
     """vidattn's, torch's and diffusers' folders (diffusers located without importing it): a fallback warning from a
     processor points past the model's code, at the user's call."""
     files = [__file__, torch.__file__]
-    try:
-        spec = importlib.util.find_spec("diffusers")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.origin:
-        files.append(spec.origin)
+    if DIFFUSERS_SPEC is not None and DIFFUSERS_SPEC.origin:
+        files.append(DIFFUSERS_SPEC.origin)
     return tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in files)
 
 
