@@ -1001,7 +1001,8 @@ def listing() -> list[dict]:
 def print_listing() -> None:
     print(f"{'family':16} {'model':36} {'H x W x frames':>16} {'text':>5} {'batch':>5} {'route':>7} "
           f"{'generate':>8} {'est fwd':>8} {'est run':>8}")
-    for r in listing():
+    rows = listing()
+    for r in rows:
         f = "—" if r["est_forward_s"] is None else f"{r['est_forward_s']:.2f}s"
         run = "—" if r["est_runner_s"] is None else f"{r['est_runner_s']:.0f}s"
         print(f"{r['family']:16} {r['model'][:36]:36} {r['height']:>5}x{r['width']}x{r['frames']:<4} "
@@ -1011,7 +1012,7 @@ def print_listing() -> None:
           "(estimates for budgeting, not measurements)")
     from . import generate as gen  # imports this module: here, not at the top
 
-    no = [r["family"] for r in listing() if not r["generate"]]
+    no = [r["family"] for r in rows if not r["generate"]]
     if no:
         print("generate 'no' (scripts/generate_video.py --family NAME), why:")
         for name in no:
