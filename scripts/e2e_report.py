@@ -28,7 +28,8 @@ the vidattn run installs vidattn's with `vidattn.apply(pipe)` on the same object
 4 denoising steps (a 50-step video is projected from the per-step median); step 0 is warm-up and excluded
 from the step statistics (it is still in the total).
 
-Writes to --out-dir (default bench/results/e2e_<preset>_<date>/): report.json, report.md, latency.png (not for
+Writes to --out-dir (default bench/results/e2e_<preset>_<date>/; a tiny run, whose numbers are a smoke test and no
+result, to the git-ignored out/ under the same name): report.json, report.md, latency.png (not for
 `--generate` / `--model DIR` pipeline reports), sdpa.mp4 / vidattn.mp4 (the first --sample-frames frames of each
 video) and first_frames.png.
 """
@@ -115,6 +116,12 @@ def log_fallback(fb: dict, warn: bool = True) -> None:
         log(fb["summary"])
 
 
+def default_out_dir(name: str, tiny: bool) -> Path:
+    """The report's folder without --out-dir: bench/results/ for a measurement; the git-ignored out/ for a tiny run,
+    a CPU smoke test whose numbers must not look like a result beside the committed ones."""
+    return ROOT / ("out" if tiny else "bench/results") / name
+
+
 def log(msg: str) -> None:
     print(f"[e2e] {msg}", flush=True)
 
@@ -190,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", default="A red fox trots through fresh snow in a quiet birch forest at dawn.")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
     p.add_argument("--dtype", choices=list(DTYPES), default=None, help="default bf16 on CUDA, fp32 on CPU")
-    p.add_argument("--out-dir", default=None, help="default bench/results/e2e_<preset>_<date>/")
+    p.add_argument("--out-dir", default=None, help="default bench/results/e2e_<preset>_<date>/ (out/... for a tiny run)")
     p.add_argument("--no-video", action="store_true", help="do not write the sample mp4s")
     p.add_argument("--ssim-frames", type=positive_int, default=21,
                    help="SSIM on this many evenly spaced frames (CPU cost; PSNR uses all frames; default 21)")
@@ -1072,7 +1079,7 @@ def main_family(args) -> dict:
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     date = datetime.datetime.now().strftime("%Y%m%d")
     tag = name if args.preset == "default" else f"{name}-{args.preset}"
-    out_dir = Path(args.out_dir) if args.out_dir else ROOT / "bench" / "results" / f"forward_{tag}_{date}"
+    out_dir = Path(args.out_dir) if args.out_dir else default_out_dir(f"forward_{tag}_{date}", args.preset == "tiny")
     out_dir.mkdir(parents=True, exist_ok=True)
     fam = registry.entry(name)
     report = {"metadata": run_metadata(), "mode": "forward-only", "model_family": name,
@@ -1205,8 +1212,8 @@ def main_pipeline_report(args) -> dict:
               "steps": run.get("steps", call.get("num_inference_steps")), "apply": counts, "results": results,
               "fidelity": fidelity, "speedup": speedup, "audio": audio["sdpa"] is not None,
               "all_fallback": all_fallback}
-    out_dir = Path(args.out_dir or ROOT / "bench" / "results" /
-                   f"e2e_{type(pipe).__name__.lower()}_{run['preset']}_{datetime.date.today():%Y%m%d}")
+    out_dir = Path(args.out_dir) if args.out_dir else default_out_dir(
+        f"e2e_{type(pipe).__name__.lower()}_{run['preset']}_{datetime.date.today():%Y%m%d}", args.tiny)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
     (out_dir / "report.md").write_text(pipeline_markdown(report))
@@ -1329,8 +1336,8 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
     model = args.preset_used if args.preset_used != "model" else Path(args.model).name
     mode = "forward-only" if args.forward_only else "generation"
     date = datetime.datetime.now().strftime("%Y%m%d")
-    out_dir = Path(args.out_dir) if args.out_dir else \
-        ROOT / "bench" / "results" / f"{'forward' if args.forward_only else 'e2e'}_{model}_{date}"
+    out_dir = Path(args.out_dir) if args.out_dir else default_out_dir(
+        f"{'forward' if args.forward_only else 'e2e'}_{model}_{date}", args.preset_used == "tiny")
     out_dir.mkdir(parents=True, exist_ok=True)
 
     from vidattn.envinfo import run_metadata

@@ -131,6 +131,18 @@ def test_e2e_forward_only_tiny(tmp_path, monkeypatch):
     assert rep["fidelity"]["output_rel_l2"] < 1e-5
 
 
+def test_e2e_tiny_report_defaults_outside_the_results(tmp_path, monkeypatch):
+    # A tiny run is a CPU smoke test: without --out-dir it goes to the git-ignored out/, never beside the committed
+    # results in bench/results/ (where a measurement's report still goes by default).
+    _cpu_only(monkeypatch)
+    monkeypatch.setattr(e2e, "ROOT", tmp_path)
+    rep = e2e.main(["--preset", "tiny", "--forward-only", "--iters", "2", "--warmup", "1"])
+    out = Path(rep["out_dir"])
+    assert out.parent == tmp_path / "out" and (out / "report.json").is_file()
+    assert not (tmp_path / "bench").exists()
+    assert e2e.default_out_dir("forward_wan_x", tiny=False) == tmp_path / "bench" / "results" / "forward_wan_x"
+
+
 @pytest.mark.gpu
 def test_e2e_report_gpu_small(tmp_path):
     """On a GPU: a reduced-size 1.3B-architecture report in bf16 (kernel path on Hopper)."""
