@@ -17,12 +17,12 @@ from vidattn import _csrc, _ext
 from _fake_toolchain import toolchain  # noqa: F401 - a fixture
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGING = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
+PACKAGING = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    pytest.importorskip("setuptools")
+    pytest.importorskip("setuptools", minversion="77")  # pyproject's build floor (the SPDX license, PEP 639)
     src = tmp_path_factory.mktemp("checkout")
     for name in PACKAGING:
         shutil.copy(REPO / name, src / name)
@@ -43,6 +43,17 @@ def test_wheel_holds_exactly_the_kernel_sources(wheel):
     assert "capi.cu" in shipped and "capi.h" in shipped and any(n.startswith("sm90/") for n in shipped)
     assert shipped == expected
     assert not any("lineage" in n or "experiments" in n or n.endswith(".patch") for n in names)
+
+
+def test_wheel_declares_its_license_as_spdx_and_ships_the_text(wheel):
+    # PEP 639: the expression and the file, not the deprecated table form setuptools stops building after 2027-02-18
+    z = zipfile.ZipFile(wheel)
+    (meta,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+    lines = z.read(meta).decode().splitlines()
+    assert "License-Expression: Apache-2.0" in lines and "License-File: LICENSE" in lines
+    assert not any(line.startswith("License: ") for line in lines)
+    (lic,) = [n for n in z.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+    assert z.read(lic).decode().lstrip().startswith("Apache License")
 
 
 def test_installed_wheel_finds_its_sources_outside_the_checkout(wheel, tmp_path, toolchain):
