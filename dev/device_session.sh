@@ -237,6 +237,9 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P74 [budget_s] # the record on the tree's library: the image's setuptools, the whole
+#                                             # GPU suite while the anchors compile, then every anchors group in
+#                                             # the anchors' harness (FA3 bf16 and FP8, SageAttention2, cuDNN)
 #   bash dev/device_session.sh P73 [budget_s] # after P72: how many CTA pairs the card runs at once (cluster_fit.cu)
 #                                             # and the D=256 timeline (level 1, 8K and 32K) of the routed build and
 #                                             # the pair build (setting 8): work per cycle and clock of each
@@ -1197,6 +1200,26 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P74)
+  # The thirty-second sitting's record on the tree's library (dev/NOTES.md "Call P74"): the build floor's setuptools on
+  # this image (docs/install.md), the whole GPU suite while the anchors compile, then issue 24's and 26's tables in the
+  # anchors' own harness, every group, FA3 (bf16 and FP8), SageAttention2 and cuDNN in the same process.
+  python3 -c "import setuptools, importlib.metadata as m; print('setuptools', setuptools.__version__, '| torch asks',
+[r for r in (m.requires('torch') or []) if r.startswith('setuptools')])" 2>&1 | tee -a "$OUT/env_$stage.txt"
+  anchors_ready
+  start_anchor_build $(( budget - 150 ))
+  build_lib
+  mkdir -p "$OUT/p74"
+  gpu_pytest p74/gpu_all.log $(( $(left) - 300 < 240 ? $(left) - 300 : 240 )) gpu_all -m gpu tests/
+  await_anchor_build 250
+  bash dev/device_anchors.sh check > "$OUT/p74/anchors_check.json" 2>&1
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group all --rounds 3 \
+    --budget-s $(( $(left) > 60 ? $(left) - 40 : 20 )) --out "$OUT/p74/anchors.json" > "$OUT/p74/anchors_bench.log" 2>&1
+  rc[anchors_bench]=$?
+  cp "$OUT/anchors_build.log" "$OUT/p74/" 2>/dev/null
+  tail -45 "$OUT/p74/anchors_bench.log"
+  tar_dirs p74
   ;;
 P73)
   # After P72 (dev/NOTES.md "Call P73"): P70 read the pair build's clock 4-6% over the routed build's at D=256 8K and its
