@@ -131,12 +131,17 @@ def test_e2e_forward_only_tiny(tmp_path, monkeypatch):
     assert rep["fidelity"]["output_rel_l2"] < 1e-5
 
 
-def test_e2e_tiny_report_defaults_outside_the_results(tmp_path, monkeypatch):
+@pytest.mark.parametrize("argv", [
+    ["--preset", "tiny", "--forward-only", "--iters", "2", "--warmup", "1"],  # the Wan report
+    ["--family", "cogvideox", "--tiny", "--iters", "1", "--warmup", "0", "--no-profile"],  # a family's forwards
+    ["--family", "cogvideox", "--generate", "--tiny", "--steps", "1", "--no-video"],  # a family's generation
+], ids=["wan", "family", "generate"])
+def test_e2e_tiny_report_defaults_outside_the_results(argv, tmp_path, monkeypatch):
     # A tiny run is a CPU smoke test: without --out-dir it goes to the git-ignored out/, never beside the committed
     # results in bench/results/ (where a measurement's report still goes by default).
     _cpu_only(monkeypatch)
     monkeypatch.setattr(e2e, "ROOT", tmp_path)
-    rep = e2e.main(["--preset", "tiny", "--forward-only", "--iters", "2", "--warmup", "1"])
+    rep = e2e.main(argv)
     out = Path(rep["out_dir"])
     assert out.parent == tmp_path / "out" and (out / "report.json").is_file()
     assert not (tmp_path / "bench").exists()
