@@ -708,7 +708,7 @@ def test_a_malformed_build_timeout_is_named(fresh_ext, toolchain, monkeypatch):
     for bad in ("abc", "0", "-5", "nan", "inf"):
         monkeypatch.setenv("VIDATTN_BUILD_TIMEOUT", bad)
         with pytest.raises(RuntimeError, match="VIDATTN_BUILD_TIMEOUT must be a number of seconds above 0"):
-            _ext._compile(str(toolchain.nvcc), fresh_ext / "x.so", False)
+            _ext._build_in(str(toolchain.nvcc), fresh_ext, "x.so", False, False)
     assert toolchain.runs() == 0  # refused before nvcc runs
     monkeypatch.setenv("VIDATTN_BUILD_TIMEOUT", " 2.5 ")
     assert _ext._build_timeout() == 2.5

@@ -225,9 +225,9 @@ def _dir_problem(d: Path) -> str | None:
 
 
 @contextmanager
-def _build_lock(d: Path, name: str):
+def _build_lock(d: Path, name: str, timeout: float):
     """An exclusive lock on building `name` in `d`, across processes (flock: the kernel drops it when a holder dies,
-    so a killed build never blocks the next one)."""
+    so a killed build never blocks the next one). A wait gives up a minute past the build's own `timeout`."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock; the atomic rename still keeps half-written files from being loaded
@@ -241,7 +241,7 @@ def _build_lock(d: Path, name: str):
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
             _say(f"waiting for another process that is building the kernel library in {d} ...")
-            deadline = time.monotonic() + _build_timeout() + 60
+            deadline = time.monotonic() + timeout + 60
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -309,13 +309,13 @@ def _watch_group(group: int):
         return None
 
 
-def _compile(nvcc: str, out: Path, verbose: bool) -> float:
-    """Runs nvcc into `out`; returns the seconds it took. Prints a progress line while it runs (every second on a
-    terminal, every 30 s otherwise) and, with `verbose`, the command and the compiler's output."""
+def _compile(nvcc: str, out: Path, verbose: bool, timeout: float) -> float:
+    """Runs nvcc into `out`, killed past `timeout` seconds; returns the seconds it took. Prints a progress line while
+    it runs (every second on a terminal, every 30 s otherwise) and, with `verbose`, the command and the compiler's
+    output."""
     cmd = [nvcc, *NVCC_FLAGS, "-I", str(CSRC), str(CSRC / ENTRY), "-o", str(out)]
     if verbose:
         _say(" ".join(cmd))
-    timeout = _build_timeout()
     t0 = time.perf_counter()
     # Its own process group: nvcc runs cicc and ptxas as children, which a timeout or Ctrl-C must take down too (they
     # hold the output pipe open, so killing nvcc alone would leave this reading until they finish).
@@ -376,8 +376,8 @@ def _compile(nvcc: str, out: Path, verbose: bool) -> float:
 def _build_in(nvcc: str, d: Path, name: str, verbose: bool, force: bool) -> Path:
     """The library `name` in the cache folder `d`, built under the lock unless present (and safe) already."""
     lib = d / name
-    _build_timeout()  # a malformed VIDATTN_BUILD_TIMEOUT is said before anything is waited for or built
-    with _build_lock(d, name):
+    timeout = _build_timeout()  # read once; a malformed value is said before anything is waited for or built
+    with _build_lock(d, name, timeout):
         if lib.is_file() and not force and unsafe_reason(lib) is None:
             return lib  # another process built it while we waited
         # Holding the lock, any temporary file of this library is a build that died halfway (killed, power loss).
@@ -387,7 +387,7 @@ def _build_in(nvcc: str, d: Path, name: str, verbose: bool, force: bool) -> Path
         _say(f"building the sm_90a kernel library (once per kernel version; see docs/install.md) with {nvcc} "
              f"({_nvcc_version(nvcc)}) into {d} ...")
         try:
-            dt = _compile(nvcc, tmp, verbose)
+            dt = _compile(nvcc, tmp, verbose, timeout)
             os.chmod(tmp, 0o755)
             os.replace(tmp, lib)  # atomic: a reader sees no library or the whole one
             with contextlib.suppress(OSError):  # the compiler's log is a convenience; the library is built
