@@ -193,13 +193,15 @@ struct Q8Layout {
   uint64_t stats_bytes = 0, total = 0;
 };
 
-Q8Layout q8_layout(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_kv, int64_t head_dim,
-                   bool with_tail = true) {
+// Q's parts are per (batch, query head), K's and V's per (batch, key/value head): grouped-query attention quantizes
+// each key/value head once for its group.
+Q8Layout q8_layout(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seqlen_q, int64_t seqlen_kv,
+                   int64_t head_dim, bool with_tail = true) {
   using namespace vidattn::sm90;
   Q8Layout l;
   l.sq_pad = (seqlen_q + kQ8BlockMPad - 1) / kQ8BlockMPad * kQ8BlockMPad;
   l.skv_pad = (seqlen_kv + kQ8BlockN - 1) / kQ8BlockN * kQ8BlockN;
-  const uint64_t bh = static_cast<uint64_t>(batch * heads);
+  const uint64_t bh = static_cast<uint64_t>(batch * heads), bhkv = static_cast<uint64_t>(batch * kv_heads);
   uint64_t at = 0;
   auto take = [&](uint64_t bytes) {
     const uint64_t off = at;
@@ -208,12 +210,12 @@ Q8Layout q8_layout(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqle
   };
   l.q8 = take(bh * l.sq_pad * head_dim);
   l.q_scale = take(bh * l.sq_pad * 4);
-  l.k8 = take(bh * l.skv_pad * head_dim);
-  l.k_scale = take(bh * (l.skv_pad / kQ8BlockN) * kQ8KGroups * 4);
-  l.vt8 = take(bh * head_dim * l.skv_pad);
-  l.v_scale = take(bh * head_dim * 4);
-  l.k_sum = take(bh * head_dim * 4);
-  l.v_amax = take(bh * head_dim * 4);
+  l.k8 = take(bhkv * l.skv_pad * head_dim);
+  l.k_scale = take(bhkv * (l.skv_pad / kQ8BlockN) * kQ8KGroups * 4);
+  l.vt8 = take(bhkv * head_dim * l.skv_pad);
+  l.v_scale = take(bhkv * head_dim * 4);
+  l.k_sum = take(bhkv * head_dim * 4);
+  l.v_amax = take(bhkv * head_dim * 4);
   l.stats_bytes = at - l.k_sum;
   l.lse_corr = take(bh * seqlen_q * 4);
   if (with_tail && (head_dim == 64 || head_dim == 128)) {
@@ -293,6 +295,8 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   pp.kv_lens = a.kv_lens;
   pp.batch = static_cast<int>(a.batch);
   pp.heads = static_cast<int>(a.heads);
+  pp.kv_heads = static_cast<int>(a.kv_heads > 0 ? a.kv_heads : a.heads);  // (vidattn_q8_fwd checked it divides)
+  pp.kv_group = pp.heads / pp.kv_heads;
   pp.seqlen_q = static_cast<int>(a.seqlen_q);
   pp.seqlen_kv = static_cast<int>(a.seqlen_kv);
   pp.sq_pad = static_cast<int>(l.sq_pad);
@@ -312,11 +316,12 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   Q8FwdParams p{};
   std::string err;
   const uint64_t bh = static_cast<uint64_t>(a.batch * a.heads);
+  const uint64_t bhkv = static_cast<uint64_t>(a.batch) * static_cast<uint64_t>(pp.kv_heads);
   const CUtensorMapSwizzle qk_swizzle = kD == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const bool ok =
       q8_tensor_map_2d(&p.tm_q, pp.ws.q8, kD, bh * l.sq_pad, kD, T::kBlockM, qk_swizzle, &err) &&
-      q8_tensor_map_2d(&p.tm_k, pp.ws.k8, kD, bh * l.skv_pad, kD, T::kBlockN, qk_swizzle, &err) &&
-      q8_tensor_map_2d(&p.tm_v, pp.ws.vt8, l.skv_pad, bh * kD, T::kBlockN, kD, CU_TENSOR_MAP_SWIZZLE_128B, &err) &&
+      q8_tensor_map_2d(&p.tm_k, pp.ws.k8, kD, bhkv * l.skv_pad, kD, T::kBlockN, qk_swizzle, &err) &&
+      q8_tensor_map_2d(&p.tm_v, pp.ws.vt8, l.skv_pad, bhkv * kD, T::kBlockN, kD, CU_TENSOR_MAP_SWIZZLE_128B, &err) &&
       make_tensor_map_4d(&p.tm_o, a.o, kFp16, kD, a.seqlen_q, a.heads, a.batch, a.o_stride, 16, &err);
   if (!ok) return fail(err);
   p.q_scale = pp.ws.q_scale;
@@ -328,6 +333,8 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   p.seqlen_q = pp.seqlen_q;
   p.seqlen_kv = pp.seqlen_kv;
   p.heads = pp.heads;
+  p.kv_heads = pp.kv_heads;
+  p.kv_group = pp.kv_group;
   p.sq_pad = pp.sq_pad;
   p.skv_pad = pp.skv_pad;
   static const int env_prep = env_default("VIDATTN_Q8_PREP", VIDATTN_Q8_PREP, 0, 2);
@@ -343,26 +350,27 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
 
   cudaError_t e = cudaMemsetAsync(pp.ws.k_sum, 0, l.stats_bytes, stream);
   if (e != cudaSuccess) return fail(std::string("8-bit workspace memset: ") + cudaGetErrorString(e));
-  const unsigned ubh = static_cast<unsigned>(bh);
+  const unsigned ubhkv = static_cast<unsigned>(bhkv);  // the K/V passes' grids: one row per key/value head
   const int64_t stat_key_blocks = (a.seqlen_kv + kQ8StatKeys - 1) / kQ8StatKeys;
   const int64_t q_rows = static_cast<int64_t>(bh) * l.sq_pad;
   constexpr int kRowsPerBlock = q8_q_rows_per_block<kD>();
   const int64_t q_blocks = (q_rows + kRowsPerBlock - 1) / kRowsPerBlock;
   // The fused launch needs Q's rows free of the statistics (no LSE) and one grid dimension for both halves.
-  const bool fused = prep == 1 && !pp.want_lse && stat_key_blocks * static_cast<int64_t>(bh) + q_blocks <= 0x7fffffff;
+  const bool fused = prep == 1 && !pp.want_lse &&
+                     stat_key_blocks * static_cast<int64_t>(bhkv) + q_blocks <= 0x7fffffff;
   g_q8_last_prep = prep == 2 ? 2 : (fused ? 1 : 0);
   if (prep == 2) {
     q8_kv_stats_kernel<kD, kFp16>
-        <<<dim3(static_cast<unsigned>(stat_key_blocks), ubh), kQ8StatThreads, 0, stream>>>(pp);
+        <<<dim3(static_cast<unsigned>(stat_key_blocks), ubhkv), kQ8StatThreads, 0, stream>>>(pp);
     if (check_launch("8-bit K/V statistics launch") != 0) return 1;
   } else if (fused) {
-    const int64_t stat_blocks = stat_key_blocks * static_cast<int64_t>(bh);
+    const int64_t stat_blocks = stat_key_blocks * static_cast<int64_t>(bhkv);
     q8_stats_q_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(stat_blocks + q_blocks)), kQ8QThreads, 0, stream>>>(
         pp, static_cast<int>(stat_key_blocks), static_cast<int>(stat_blocks));
     if (check_launch("8-bit K/V statistics and Q quantization launch") != 0) return 1;
   } else {
     q8_kv_stats_kernel<kD, kFp16>
-        <<<dim3(static_cast<unsigned>(stat_key_blocks), ubh), kQ8StatThreads, 0, stream>>>(pp);
+        <<<dim3(static_cast<unsigned>(stat_key_blocks), ubhkv), kQ8StatThreads, 0, stream>>>(pp);
     if (check_launch("8-bit K/V statistics launch") != 0) return 1;
     q8_q_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(q_blocks)), kQ8QThreads, 0, stream>>>(pp);
     if (check_launch("8-bit Q quantization launch") != 0) return 1;
@@ -372,9 +380,11 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   g_q8_last_kv_pass = kv_pass;
   if (kv_pass == 1) {
     if constexpr (kD == 128)
-      q8_kv2_kernel<kFp16><<<dim3(static_cast<unsigned>(l.skv_pad / kQ8BlockN), ubh), kQ8Kv2Threads, 0, stream>>>(pp);
+      q8_kv2_kernel<kFp16>
+          <<<dim3(static_cast<unsigned>(l.skv_pad / kQ8BlockN), ubhkv), kQ8Kv2Threads, 0, stream>>>(pp);
   } else {
-    q8_kv_kernel<kD, kFp16><<<dim3(static_cast<unsigned>(l.skv_pad / kQ8BlockN), ubh), kQ8KvThreads, 0, stream>>>(pp);
+    q8_kv_kernel<kD, kFp16>
+        <<<dim3(static_cast<unsigned>(l.skv_pad / kQ8BlockN), ubhkv), kQ8KvThreads, 0, stream>>>(pp);
   }
   if (check_launch("8-bit K/V quantization launch") != 0) return 1;
 
@@ -515,11 +525,22 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
 
 }  // namespace
 
-// Bytes of workspace vidattn_q8_fwd needs for this problem (any contents; one launch at a time per workspace).
+// Bytes of workspace vidattn_q8_fwd needs for this problem (any contents; one launch at a time per workspace), with
+// kv_heads key/value heads (grouped-query attention; 0 for as many as heads). 0 for a problem it cannot take.
+extern "C" uint64_t vidattn_q8_workspace_bytes_kv(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seqlen_q,
+                                                    int64_t seqlen_kv, int64_t head_dim) {
+  if (kv_heads == 0) kv_heads = heads;
+  if (batch < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || seqlen_q < 1 || seqlen_kv < 1 ||
+      head_dim < 1)
+    return 0;
+  return q8_layout(batch, heads, kv_heads, seqlen_q, seqlen_kv, head_dim).total;
+}
+
+// As vidattn_q8_workspace_bytes_kv with as many key/value heads as heads (the entry point before grouped-query
+// attention; kept for callers built against it).
 extern "C" uint64_t vidattn_q8_workspace_bytes(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seqlen_kv,
                                                  int64_t head_dim) {
-  if (batch < 1 || heads < 1 || seqlen_q < 1 || seqlen_kv < 1 || head_dim < 1) return 0;
-  return q8_layout(batch, heads, seqlen_q, seqlen_kv, head_dim).total;
+  return vidattn_q8_workspace_bytes_kv(batch, heads, heads, seqlen_q, seqlen_kv, head_dim);
 }
 
 // The 8-bit forward: the same argument block as vidattn_sm90_fwd; `workspace` must hold
@@ -532,9 +553,10 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   if (a->seqlen_q > (1ll << 30) || a->seqlen_kv > (1ll << 30)) return fail("sequence length over 2^30");
   if (a->batch * a->heads > 65535) return fail("batch * heads over 65535 (the 8-bit path's grid)");
   if (a->batch > 65535 || a->heads > 65535) return fail("batch or heads over 65535");
-  // (VidattnFwdArgs's last field; a caller that predates it passes 0.)
-  if (a->kv_heads != 0 && a->kv_heads != a->heads)
-    return fail("8-bit path: grouped-query attention (kv_heads != heads) is not supported");
+  // (A caller that predates the field passes 0: as many key/value heads as heads.)
+  if (a->kv_heads < 0 || (a->kv_heads > 0 && a->heads % a->kv_heads != 0))
+    return fail("kv_heads must divide heads (grouped-query attention), or be 0 for as many as heads");
+  const int64_t kv_heads = a->kv_heads > 0 ? a->kv_heads : a->heads;
   // (The struct's last field; callers that predate it pass 0.) The 8-bit kernel has no mask: a causal call must not
   // silently attend to every key. vidattn.attention sends causal calls at precision="8bit" to the exact kernel.
   if (a->causal != 0)
@@ -546,9 +568,10 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   bool aligned = reinterpret_cast<uintptr_t>(a->o) % 16 == 0;
   for (int i = 0; i < 3; ++i) aligned = aligned && (o_extent[i] == 1 || a->o_stride[i] % 8 == 0);
   if (!aligned) return fail("output must be 16-byte aligned with strides that are multiples of 8 elements");
-  Q8Layout l = q8_layout(a->batch, a->heads, a->seqlen_q, a->seqlen_kv, a->head_dim);
+  Q8Layout l = q8_layout(a->batch, a->heads, kv_heads, a->seqlen_q, a->seqlen_kv, a->head_dim);
   // A workspace sized before the tail setting changed (or by a caller that ignores it): the plain launch.
-  if (a->workspace_bytes < l.total) l = q8_layout(a->batch, a->heads, a->seqlen_q, a->seqlen_kv, a->head_dim, false);
+  if (a->workspace_bytes < l.total)
+    l = q8_layout(a->batch, a->heads, kv_heads, a->seqlen_q, a->seqlen_kv, a->head_dim, false);
   if (a->workspace == nullptr || a->workspace_bytes < l.total || reinterpret_cast<uintptr_t>(a->workspace) % 256)
     return fail("8-bit workspace missing, too small (need " + std::to_string(l.total) +
                 " bytes) or not 256-byte aligned");

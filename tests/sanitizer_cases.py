@@ -167,6 +167,12 @@ CASES = [
          expect=("q8 tail",), offset=0.0, q8_tail=2),
     Case("8bit d64 tail kv_lens with empty ranges", 3, 2, 100, 2200, 64, torch.float16, "bhsd", kv_lens=[700, 129, 1],
          precision="8bit", expect=("q8 tail",), offset=0.0, q8_tail=2),
+    # Grouped-query and multi-query K/V at 8 bits: K/V quantized once per key/value head, read by each query head of the
+    # group (the K/V passes' grids, the tensor maps, the scales' rows); with kv_lens and the tail launch.
+    Case("8bit gqa 8q/2kv ragged", 2, (8, 2), 300, 700, 128, layout="bhsd", kv_lens=[700, 333], precision="8bit",
+         offset=0.0),
+    Case("8bit mqa 6q/1kv d64", 1, (6, 1), 257, 515, 64, torch.float16, precision="8bit", offset=0.0),
+    Case("8bit gqa tail launch", 1, (4, 2), 100, 2200, 128, precision="8bit", expect=("q8 tail",), offset=0.0),
     # Causal masks: tiles past the diagonal skipped, the diagonal block masked, the causal tile order (heaviest Q
     # block first, every other round reversed) over several tiles per CTA, bottom-right alignment with ragged
     # kv_lens, and rows that see no key (bottom-right with fewer keys than queries: zeros, an LSE of -inf).

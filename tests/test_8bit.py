@@ -129,8 +129,31 @@ def test_envelope_reasons():
     assert "head dim 96" in quant8.envelope_reason_8bit(q, k, v, None, 0.1)
     q, k, v = qkv(d=128)
     assert quant8.envelope_reason_8bit(q, k, v, None, 0.1) is None
-    q = torch.randn(1, 5, 4, 128)  # four query heads on two key/value heads
-    assert "grouped-query" in quant8.envelope_reason_8bit(q, k, v, None, 0.1)
+    q = torch.randn(1, 5, 4, 128)  # four query heads on two key/value heads: grouped-query K/V run as they are
+    assert quant8.envelope_reason_8bit(q, k, v, None, 0.1) is None
+    q = torch.randn(1, 5, 3, 128)  # three on two (ops.attention refuses it first; the 8-bit envelope says so too)
+    assert "3 query heads on 2 key and 2 value heads" in quant8.envelope_reason_8bit(q, k, v, None, 0.1)
+
+
+class _Lib:
+    """A kernel library's exported names, as hasattr sees them."""
+
+    def __init__(self, *names):
+        for name in names:
+            setattr(self, name, lambda *a: 0)
+
+
+def test_a_library_older_than_grouped_query_8bit_says_so():
+    """A library built before the 8-bit path took grouped-query K/V (no vidattn_q8_workspace_bytes_kv) still runs
+    equal head counts at 8 bits; grouped ones get a reason to rebuild, and the exact kernel runs them."""
+    old = _Lib("vidattn_q8_fwd", "vidattn_q8_workspace_bytes", "vidattn_sm90_last_error")
+    new = _Lib("vidattn_q8_fwd", "vidattn_q8_workspace_bytes", "vidattn_q8_workspace_bytes_kv",
+               "vidattn_sm90_last_error")
+    q, k = torch.randn(1, 5, 4, 128), torch.randn(1, 7, 2, 128)
+    assert quant8.library_reason_8bit(old, q, q) is None
+    assert "predates the 8-bit path's grouped-query attention" in quant8.library_reason_8bit(old, q, k)
+    assert quant8.library_reason_8bit(new, q, k) is None
+    assert "predates the 8-bit path (rebuild" in quant8.library_reason_8bit(_Lib("vidattn_sm90_fwd"), q, q)
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
@@ -629,7 +652,8 @@ def test_in_kernel_q_quantization_shares_the_pre_pass_code():
     assert "constexpr uint32_t kSwizzleMask = T::kSwizzle == 128 ? 7 : 3;" in tile
     assert "(off ^ (((off >> 7) & kSwizzleMask) << 4))" in tile
     kernel = fwd[fwd.index("q8_fwd_kernel(const __grid_constant__ Q8FwdParams p)"):]
-    hook = kernel.index("if (threadIdx.x == 0) q8_producer_fill<kD, kWGs>(p, s, b * p.heads + h, n_blocks);")
+    hook = kernel.index("if (threadIdx.x == 0) q8_producer_fill<kD, kWGs>(p, s, "
+                        "q8_kv_row(b, h, p.kv_heads, p.kv_group), n_blocks);")
     assert kernel.index("ptx::fence_barrier_init();") < hook < kernel.index("q8_quantize_q_tile<kD, kWGs, kFp16>(")
     assert kernel.index("q8_quantize_q_tile<kD, kWGs, kFp16>(") < kernel.index("__syncthreads();")
     prod = fwd[fwd.index("void q8_producer(const Q8FwdParams& p"):]

@@ -26,7 +26,7 @@ def test_kv_pass_in_the_c_abi():
     assert 'env_default("VIDATTN_Q8_KV_PASS", VIDATTN_Q8_KV_PASS, 0, 1)' in CAPI
     assert "const int kv_pass = kD == 128 ? (g_q8_kv_pass < 0 ? env_kv_pass : g_q8_kv_pass) : 0;" in CAPI
     assert "g_q8_last_kv_pass = kv_pass;" in CAPI and "g_q8_last_kv_pass = -1;" in CAPI
-    assert "q8_kv2_kernel<kFp16><<<" in CAPI
+    assert "q8_kv2_kernel<kFp16>\n          <<<" in CAPI
 
 
 def test_whole_row_layout_covers_the_block_and_keeps_the_groups():

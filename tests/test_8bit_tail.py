@@ -137,7 +137,7 @@ def test_kernel_source():
     assert "blk0 = range * n_blocks / p.kv_splits;" in KERNEL
     assert "n_blocks = (range + 1) * n_blocks / p.kv_splits - blk0;" in KERNEL
     assert "m_block = t - hb * p.num_m_blocks;" in KERNEL and "h = hb % p.heads;" in KERNEL
-    assert "bh * p.skv_pad + (blk0 + j) * T::kBlockN" in KERNEL and "(blk0 + j) * T::kBlockN, bh * kD" in KERNEL
+    assert "kv_bh * p.skv_pad + (blk0 + j) * T::kBlockN" in KERNEL and "(blk0 + j) * T::kBlockN, kv_bh * kD" in KERNEL
     assert "ks + j0 * kQ8KGroups" in KERNEL and "ks + (j0 + j) * kQ8KGroups" in KERNEL
     assert KERNEL.count("(j0 + j) * kN") == 2
     assert "float m = row_max[r] - kQ8POffset;" in KERNEL
@@ -156,7 +156,7 @@ def test_c_side():
     assert "(kD == 64 && kTurns == 0 && kCvt == 1 && kDescInc == 0 && kV12 == 0 && kSumMma)" in CAPI
     assert ("if (!kTailBuilt || l.tail.tiles == 0 || (a.kv_lens != nullptr && q8_tail_asked() < 2) || prep == 2) {"
             in CAPI)
-    assert "if (a->workspace_bytes < l.total) l = q8_layout(" in CAPI and "a->head_dim, false);" in CAPI
+    assert "if (a->workspace_bytes < l.total)\n    l = q8_layout(" in CAPI and "a->head_dim, false);" in CAPI
     assert "g_q8_last_tail_splits = -1;" in CAPI and "g_q8_last_tail_splits = l.tail.splits;" in CAPI
     assert "return launch_combine<kD, kFp16>(a, p.ws_o, p.ws_ml," in CAPI  # capi.cu's merge launch, shared
 

@@ -295,6 +295,11 @@ def test_causal_dropout_and_grouped_heads(monkeypatch):
     out = call(query=q, key=k, value=v, attn_mask=mask, enable_gqa=True)
     torch.testing.assert_close(out, native(q, k, v, attn_mask=mask, enable_gqa=True), atol=1e-5, rtol=1e-5)
     assert fake.calls == [dict(q=(2, 12, 8, 16), k=(2, 10, 2, 16), kv_lens=[5, 9], scale=None, return_lse=False)]
+    # At 8 bits too: the 8-bit kernel reads grouped K/V in place as well, so the backend no longer repeats them.
+    fake.calls.clear()
+    with vidattn.use_precision("8bit"):
+        call(query=q, key=k, value=v, attn_mask=mask, enable_gqa=True)
+    assert fake.calls == [dict(q=(2, 12, 8, 16), k=(2, 10, 2, 16), kv_lens=[5, 9], scale=None, return_lse=False)]
 
 
 def test_return_lse_layout(monkeypatch):

@@ -89,10 +89,14 @@ def test_heads_that_do_not_group_raise(fn, layout):
         fn(q, k.narrow(h, 0, 2), v, layout=layout)
 
 
-def test_8bit_refuses_grouped_query_and_names_what_runs(device_could_run):
-    q, k, v = qkv(hq=8, hkv=2, d=128)
+@pytest.mark.parametrize("hkv", [1, 2, 4])
+def test_8bit_takes_grouped_query_as_the_equal_head_call(device_could_run, hkv):
+    """Grouped-query and multi-query K/V meet the 8-bit path's envelope as equal head counts do: explain gives the
+    same text for both (here the test's stand-in for a missing library), with nothing about the grouping."""
+    q, k, v = qkv(hq=8, hkv=hkv, d=128)
     reason = vidattn.explain(q, k, v, precision="8bit")
-    assert reason.startswith("8-bit path unavailable: grouped-query") and INSIDE in reason
+    assert reason == vidattn.explain(*qkv(hq=8, hkv=8, d=128), precision="8bit")
+    assert INSIDE in reason and "group" not in reason and "heads" not in reason
 
 
 def test_default_scale_is_of_the_real_head_dim(monkeypatch):

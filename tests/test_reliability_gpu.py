@@ -326,6 +326,8 @@ def test_documented_workspace_figures_are_the_librarys():
     for shape in [(1, 1, 1, 1, 64), (2, 3, 129, 777, 128), (1, 12, 32760, 32760, 128), (1, 40, 75600, 75600, 128),
                   (2, 24, 4224, 226, 64), (1, 1, 385, 129, 64)]:
         assert quant8.workspace_bytes(*shape) == budget.q8_workspace_bytes(*shape, sms=sms), shape
+    for shape, h_kv in [((1, 32, 32768, 32768, 128), 8), ((2, 6, 129, 777, 64), 1), ((1, 4, 385, 129, 128), 2)]:
+        assert quant8.workspace_bytes(*shape, h_kv=h_kv) == budget.q8_workspace_bytes(*shape, sms=sms, h_kv=h_kv)
     quant8.set_tail(0)
     try:  # the tail launch off: no ranges' partials
         assert quant8.workspace_bytes(1, 12, 32760, 32760, 128) == budget.q8_workspace_bytes(

@@ -69,6 +69,13 @@ def test_q8_workspace_figures():
     # small parts 256 bytes each.
     assert budget.q8_workspace_bytes(1, 1, 1, 1, 64) == 384 * 64 + 384 * 4 + 2 * 128 * 64 + 5 * 256
     assert budget.q8_workspace_bytes(0, 1, 1, 1, 64) == 0
+    # Grouped-query attention: K's and V's parts per key/value head, Q's per query head; heads that do not group: 0.
+    gqa, mha = budget.q8_layout(1, 32, 32768, 32768, 128, h_kv=8), budget.q8_layout(1, 32, 32768, 32768, 128)
+    for part in ("k8", "k_scale", "vt8", "v_scale", "k_sum", "v_amax"):
+        assert gqa[part][1] * 4 == mha[part][1], part
+    for part in ("q8", "q_scale", "lse_corr"):
+        assert gqa[part][1] == mha[part][1], part
+    assert budget.q8_workspace_bytes(1, 32, 1, 1, 64, h_kv=5) == 0
     assert budget.exact_workspace_bytes(132) == 17_436_672
     assert budget.exact_workspace_bytes(132, rounds=2) == 2 * 17_436_672
     assert budget.call_bytes(1, 2, 100, 300, 64, "exact", sms=132, lse=True) == 2 * 100 * 64 * 2 + 2 * 100 * 4 \

@@ -77,6 +77,9 @@ def _entry(lib: ctypes.CDLL):
         lib.vidattn_q8_fwd.restype = ctypes.c_int
         lib.vidattn_q8_workspace_bytes.argtypes = [ctypes.c_int64] * 5
         lib.vidattn_q8_workspace_bytes.restype = ctypes.c_uint64
+        if hasattr(lib, "vidattn_q8_workspace_bytes_kv"):  # builds before the 8-bit path's grouped-query attention
+            lib.vidattn_q8_workspace_bytes_kv.argtypes = [ctypes.c_int64] * 6
+            lib.vidattn_q8_workspace_bytes_kv.restype = ctypes.c_uint64
         lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
         _declared.add(id(lib))
     return lib
@@ -268,9 +271,11 @@ def envelope_reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
     """Why these (B, S, H, D) views cannot take the 8-bit path, from shapes and dtypes alone (None: they can)."""
     if q.shape[-1] not in HEAD_DIMS or k.shape[-1] != q.shape[-1] or v.shape[-1] != q.shape[-1]:
         return f"head dim {q.shape[-1]} is not supported by the 8-bit kernel (64 or 128)"
-    if k.shape[2] != q.shape[2] or v.shape[2] != q.shape[2]:
-        return (f"grouped-query attention ({q.shape[2]} query heads, {k.shape[2]} key/value heads) is not supported "
-                f"by the 8-bit kernel")
+    # Grouped-query K/V (fewer heads than Q, dividing them; ops.attention checked it) run as they are: the pre-pass
+    # quantizes each key/value head once and query head h reads head h // (H / Hkv), as the exact kernel does.
+    if k.shape[2] != v.shape[2] or q.shape[2] % k.shape[2] != 0:
+        return (f"{q.shape[2]} query heads on {k.shape[2]} key and {v.shape[2]} value heads (the 8-bit kernel takes "
+                f"key/value heads that are equal and divide the query heads)")
     if q.shape[0] * q.shape[2] > 65535:
         return "batch * heads over 65535 (the 8-bit kernel's grid)"
     if max(q.shape[1], k.shape[1]) > (1 << 30):
@@ -284,9 +289,20 @@ def reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
     # The device first, as for the exact path (no GPU is the reason, before anything about head dims or shapes).
     reason = (_ext.device_reason(q.device) or envelope_reason_8bit(q, k, v, kv_lens, scale)
               or _ext.kernel_reason(q, k, v, kv_lens, scale))
-    if reason is None and _entry(_ext.load()) is None:
-        reason = "the loaded kernel library predates the 8-bit path (rebuild it: vidattn.build(force=True))"
+    if reason is None:
+        reason = library_reason_8bit(_ext.load(), q, k)
     return reason or _launch_error
+
+
+def library_reason_8bit(lib, q, k) -> Optional[str]:
+    """Why this kernel library cannot run these (B, S, H, D) views on the 8-bit path, being older than it or than its
+    grouped-query attention (None: it can)."""
+    if _entry(lib) is None:
+        return "the loaded kernel library predates the 8-bit path (rebuild it: vidattn.build(force=True))"
+    if k.shape[2] != q.shape[2] and not hasattr(lib, "vidattn_q8_workspace_bytes_kv"):
+        return ("the loaded kernel library predates the 8-bit path's grouped-query attention (rebuild it: "
+                "vidattn.build(force=True))")
+    return None
 
 
 def route_reason(q, k) -> Optional[str]:
@@ -301,11 +317,17 @@ def route_reason(q, k) -> Optional[str]:
     return None
 
 
-def workspace_bytes(b: int, h: int, sq: int, skv: int, d: int, lib: ctypes.CDLL | None = None) -> int:
+def workspace_bytes(b: int, h: int, sq: int, skv: int, d: int, lib: ctypes.CDLL | None = None,
+                    h_kv: Optional[int] = None) -> int:
+    """Bytes of workspace one 8-bit call of this shape takes (h_kv: key/value heads, default h)."""
     lib = _entry(lib or _ext._library(None))
     if lib is None:
         raise RuntimeError("the kernel library has no 8-bit path")
-    return int(lib.vidattn_q8_workspace_bytes(b, h, sq, skv, d))
+    if h_kv is None or h_kv == h:
+        return int(lib.vidattn_q8_workspace_bytes(b, h, sq, skv, d))
+    if not hasattr(lib, "vidattn_q8_workspace_bytes_kv"):
+        raise RuntimeError("the kernel library predates the 8-bit path's grouped-query attention")
+    return int(lib.vidattn_q8_workspace_bytes_kv(b, h, h_kv, sq, skv, d))
 
 
 def forward_8bit(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = None) -> None:
@@ -317,9 +339,9 @@ def forward_8bit(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | No
     if lib is None:
         raise RuntimeError("the kernel library has no 8-bit path")
     b, sq, h, d = q.shape
-    nbytes = int(lib.vidattn_q8_workspace_bytes(b, h, sq, k.shape[1], d))
+    nbytes = workspace_bytes(b, h, sq, k.shape[1], d, lib, h_kv=k.shape[2])
     ws = torch.empty(nbytes, dtype=torch.uint8, device=q.device)  # the caching allocator's blocks are 512-byte aligned
-    args = _ext.launch_args(q, k, v, out, lse, kv_lens, scale)  # kv_heads = heads: the 8-bit path has no GQA
+    args = _ext.launch_args(q, k, v, out, lse, kv_lens, scale)  # kv_heads: k's heads (grouped-query attention)
     args.workspace, args.workspace_bytes = ws.data_ptr(), nbytes
     stream = torch.cuda.current_stream(q.device).cuda_stream
     with torch.cuda.device(q.device):

@@ -65,8 +65,8 @@ struct Q8Shared {
 
 struct Q8FwdParams {
   CUtensorMap tm_q;   // Q8 as (D, B*H*Sq_pad) bytes, box (D, 128)
-  CUtensorMap tm_k;   // K8 as (D, B*H*Skv_pad) bytes, box (D, 128)
-  CUtensorMap tm_v;   // V^T as (Skv_pad, B*H*D) bytes, box (128, D)
+  CUtensorMap tm_k;   // K8 as (D, B*Hkv*Skv_pad) bytes, box (D, 128) (Hkv: key/value heads)
+  CUtensorMap tm_v;   // V^T as (Skv_pad, B*Hkv*D) bytes, box (128, D)
   CUtensorMap tm_o;   // O as the bf16 kernel's: (D, Sq, H, B) 16-bit, box (64, 16)
   const float* q_scale;
   const float* k_scale;
@@ -75,6 +75,7 @@ struct Q8FwdParams {
   float* lse;         // (B, H, Sq) or nullptr
   const int* kv_lens;
   int seqlen_q, seqlen_kv, heads, sq_pad, skv_pad;
+  int kv_heads, kv_group;  // key/value heads (= heads without GQA) and heads / kv_heads: q8_kv_row
   // Prep mode 2 (q8_quantize_q_tile): q_in is the caller's 16-bit Q (kFp16 as O), quantized by the CTA itself into
   // s.q instead of loaded as INT8 by TMA; nullptr: tm_q. The row scales go where the consumers read them (q_scale's
   // memory), with LSE also each row's scale * q . mean(K) (from k_sum, the statistics pass's channel sums).
@@ -635,7 +636,7 @@ __device__ __forceinline__ void q8_quantize_q_tile(const Q8FwdParams& p, Q8Share
     if (r < T::kBlockM && row0 + r < p.seqlen_q)
       u[ps] = *reinterpret_cast<const uint4*>(qp + static_cast<int64_t>(row0 + r) * p.q_in_stride[1]);
   }
-  const int bh = b * p.heads + h;
+  const int bh = b * p.heads + h, kv_row = q8_kv_row(b, h, p.kv_heads, p.kv_group);
   const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
   const float inv_n = kv_len > 0 ? 1.f / static_cast<float>(kv_len) : 0.f;
 #pragma unroll
@@ -652,7 +653,7 @@ __device__ __forceinline__ void q8_quantize_q_tile(const Q8FwdParams& p, Q8Share
     }
     if (p.lse_corr_out != nullptr) {  // uniform over the CTA: every lane joins the shuffles
       const bool in = r < T::kBlockM && row0 + r < p.seqlen_q;
-      const float dot = q8_q_row_ksum_dot<kLanesPerRow>(x, in ? p.k_sum + bh * kD + vec * 8 : nullptr);
+      const float dot = q8_q_row_ksum_dot<kLanesPerRow>(x, in ? p.k_sum + kv_row * kD + vec * 8 : nullptr);
       if (in && vec == 0) p.lse_corr_out[static_cast<int64_t>(bh) * p.seqlen_q + row0 + r] = dot * inv_n * p.scale;
     }
   }
@@ -668,25 +669,29 @@ __device__ __forceinline__ void q8_quantize_q_tile(const Q8FwdParams& p, Q8Share
 constexpr int kQ8FillStages = 1;
 
 template <int kD, int kWGs>
-__device__ __forceinline__ int q8_producer_fill(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int bh, int n_blocks) {
+__device__ __forceinline__ int q8_producer_fill(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int kv_bh,
+                                                int n_blocks) {
   using T = Q8Traits<kD, kWGs>;
   static_assert(kQ8FillStages <= T::kStages, "the fill takes fresh stages only");
   const int n = n_blocks < kQ8FillStages ? n_blocks : kQ8FillStages;
   for (int j = 0; j < n; ++j) {
     ptx::mbarrier_arrive_expect_tx(&s.k_full[j], T::kKBytes);
-    q8ptx::tma_load_2d(s.k[j], &p.tm_k, &s.k_full[j], 0, bh * p.skv_pad + j * T::kBlockN);
+    q8ptx::tma_load_2d(s.k[j], &p.tm_k, &s.k_full[j], 0, kv_bh * p.skv_pad + j * T::kBlockN);
     ptx::mbarrier_arrive_expect_tx(&s.v_full[j], T::kVBytes);
-    q8ptx::tma_load_2d(s.v[j], &p.tm_v, &s.v_full[j], j * T::kBlockN, bh * kD);
+    q8ptx::tma_load_2d(s.v[j], &p.tm_v, &s.v_full[j], j * T::kBlockN, kv_bh * kD);
   }
   ptx::mbarrier_arrive(&s.q_full);
   return n;
 }
 
-// kSplit: the blocks [blk0, blk0 + n_blocks) of the keys (a tail item's range); stages count from its first.
+// kSplit: the blocks [blk0, blk0 + n_blocks) of the keys (a tail item's range); stages count from its first. Q's rows
+// are (batch, query head) bh's, K/V's its key/value head's, derived here from bh alone: a second value carried into
+// the producer (the row, or even b and h for it) made ptxas spill in the three-warpgroup D=128 builds.
 template <int kD, int kWGs, bool kSplit = false>
 __device__ __forceinline__ void q8_producer(const Q8FwdParams& p, Q8Shared<kD, kWGs>& s, int m_block, int bh,
                                             int n_blocks, int blk0 = 0) {
   using T = Q8Traits<kD, kWGs>;
+  const int kv_bh = q8_kv_row(bh / p.heads, bh % p.heads, p.kv_heads, p.kv_group);
   if constexpr (!kSplit) blk0 = 0;
   int j0 = 0;
   if (p.q_in != nullptr) {  // prep mode 2: Q is in s.q already and q8_producer_fill requested the first stages
@@ -700,10 +705,10 @@ __device__ __forceinline__ void q8_producer(const Q8FwdParams& p, Q8Shared<kD, k
     const uint32_t parity = ((j / T::kStages) & 1) ^ 1;  // the first round passes on the fresh barriers
     ptx::mbarrier_wait(&s.k_empty[stage], parity);
     ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], T::kKBytes);
-    q8ptx::tma_load_2d(s.k[stage], &p.tm_k, &s.k_full[stage], 0, bh * p.skv_pad + (blk0 + j) * T::kBlockN);
+    q8ptx::tma_load_2d(s.k[stage], &p.tm_k, &s.k_full[stage], 0, kv_bh * p.skv_pad + (blk0 + j) * T::kBlockN);
     ptx::mbarrier_wait(&s.v_empty[stage], parity);
     ptx::mbarrier_arrive_expect_tx(&s.v_full[stage], T::kVBytes);
-    q8ptx::tma_load_2d(s.v[stage], &p.tm_v, &s.v_full[stage], (blk0 + j) * T::kBlockN, bh * kD);
+    q8ptx::tma_load_2d(s.v[stage], &p.tm_v, &s.v_full[stage], (blk0 + j) * T::kBlockN, kv_bh * kD);
   }
 }
 
@@ -761,7 +766,8 @@ __device__ __forceinline__ void q8_epilogue(const Q8FwdParams& p, Q8Shared<kD, k
     inv[r] = row_has_sum(row_sum[r]) ? ptx::rcp_approx(row_sum[r]) : 0.f;
   }
   const int warp_row0 = m_block * T::kBlockM + cwg * 64 + warp * 16;
-  q8_store_o<kD, kFp16>(p, b, h, warp_row0, s.o_scratch[cwg * 4 + warp], o, inv, p.v_scale + bh * kD);
+  q8_store_o<kD, kFp16>(p, b, h, warp_row0, s.o_scratch[cwg * 4 + warp], o, inv,
+                        p.v_scale + q8_kv_row(b, h, p.kv_heads, p.kv_group) * kD);
   if (p.lse != nullptr && lane % 4 == 0) {
     constexpr float kLn2 = 0.693147180559945309f;
 #pragma unroll
@@ -790,7 +796,7 @@ __device__ __forceinline__ void q8_store_partial(const Q8FwdParams& p, int cwg, 
   const int tid = q8ptx::tid_x_volatile() - 128 * (cwg + 1), lane = tid % 32, warp = tid / 32;
   const int bh = b * p.heads + h;
   const int t2 = 2 * (lane % 4);
-  const float* vsc = p.v_scale + bh * kD;
+  const float* vsc = p.v_scale + q8_kv_row(b, h, p.kv_heads, p.kv_group) * kD;
   const int row_in_tile = cwg * 64 + warp * 16 + lane / 4;
   const int64_t item_row = static_cast<int64_t>(blockIdx.x) * T::kBlockM + row_in_tile;
   const float kNegInf = -__int_as_float(0x7f800000);
@@ -825,7 +831,9 @@ __device__ __forceinline__ void q8_consumer(const Q8FwdParams& p, Q8Shared<kD, k
   const int row_in_tile = cwg * 64 + warp * 16 + lane / 4;
   const int64_t qrow = static_cast<int64_t>(bh) * p.sq_pad + m_block * T::kBlockM + row_in_tile;
   const float qs[2] = {p.q_scale[qrow], p.q_scale[qrow + 8]};
-  const float* ks = p.k_scale + static_cast<int64_t>(bh) * (p.skv_pad / kN) * kQ8KGroups + (lane % 4);
+  const float* ks = p.k_scale +
+                    static_cast<int64_t>(q8_kv_row(b, h, p.kv_heads, p.kv_group)) * (p.skv_pad / kN) * kQ8KGroups +
+                    (lane % 4);
   const uint32_t q_smem = ptx::smem_addr(s.q) + cwg * 64 * T::kRowBytes;
   const float kNegInf = -__int_as_float(0x7f800000);
 
@@ -1006,7 +1014,9 @@ __device__ __forceinline__ void q8_consumer_seq(const Q8FwdParams& p, Q8Shared<k
   const int row_in_tile = cwg * 64 + warp * 16 + lane / 4;
   const int64_t qrow = static_cast<int64_t>(bh) * p.sq_pad + m_block * T::kBlockM + row_in_tile;
   const float* qsp = p.q_scale + qrow;
-  const float* ks = p.k_scale + static_cast<int64_t>(bh) * (p.skv_pad / kN) * kQ8KGroups + (lane % 4);
+  const float* ks = p.k_scale +
+                    static_cast<int64_t>(q8_kv_row(b, h, p.kv_heads, p.kv_group)) * (p.skv_pad / kN) * kQ8KGroups +
+                    (lane % 4);
   const uint32_t q_smem = ptx::smem_addr(s.q) + cwg * 64 * T::kRowBytes;
   const float kNegInf = -__int_as_float(0x7f800000);
 
@@ -1206,13 +1216,14 @@ __global__ void __launch_bounds__(Q8Traits<kD, kWGs>::kThreads, 1)
     ptx::fence_proxy_async_smem();
   }
   if (p.q_in != nullptr) {  // prep mode 2 (the producer's part): Q quantized here, the K/V ring filling meanwhile
-    if (threadIdx.x == 0) q8_producer_fill<kD, kWGs>(p, s, b * p.heads + h, n_blocks);
+    if (threadIdx.x == 0) q8_producer_fill<kD, kWGs>(p, s, q8_kv_row(b, h, p.kv_heads, p.kv_group), n_blocks);
     q8_quantize_q_tile<kD, kWGs, kFp16>(p, s, m_block, b, h);
   }
   __syncthreads();
   if (wg == 0) {
     ptx::setmaxnreg_dec<T::kProducerRegs>();
-    if (threadIdx.x == 0) q8_producer<kD, kWGs, kSplit>(p, s, m_block, b * p.heads + h, n_blocks, blk0);
+    if (threadIdx.x == 0)
+      q8_producer<kD, kWGs, kSplit>(p, s, m_block, b * p.heads + h, n_blocks, blk0);
   } else {
     ptx::setmaxnreg_inc<T::kConsumerRegs>();
     if constexpr (kSeq)

@@ -2,8 +2,8 @@
 // operands of q8_fwd.cuh into one workspace (Q8Workspace). Three launches after one memset (capi_8bit.cuh, q8_launch),
 // or two (the default without LSE: 1 and 2 in one grid, q8_stats_q_kernel; or prep mode 2: 1 and 3 only, Q then
 // quantized inside the attention kernel, q8_fwd.cuh's q8_quantize_q_tile, by the same row code q8_q_row_codes):
-//   1. q8_kv_stats_kernel: per (batch, head, channel) the sum of K and the max |V| over the valid keys (atomics into
-//      zeroed fp32 / bit-pattern slots).
+//   1. q8_kv_stats_kernel: per (batch, key/value head, channel) the sum of K and the max |V| over the valid keys
+//      (atomics into zeroed fp32 / bit-pattern slots).
 //   2. q8_q_kernel: Q to INT8 with one scale per query row (the kernel's accumulator rows r, r+8 each get their own
 //      multiplier, so a per-row scale costs nothing there); the scale carries softmax scale * log2(e). With LSE asked,
 //      also scale * q . mean(K) per row: the smoothing shifts every score of a row by it (see below).
@@ -12,6 +12,8 @@
 //      and V to e4m3 with per-channel scales (max over the valid keys / 448), written transposed ([B, H, D, Skv_pad]:
 //      8-bit wgmma reads its B operand K-major, keys contiguous) with the keys of every 16-key group permuted so that
 //      the S accumulator fragment packs straight into P's register A fragment (kVPerm).
+// Grouped-query attention (kv_heads < heads): the K/V parts (1 and 3) are per key/value head, once per group; query
+// head h reads key/value head h / kv_group (q8_kv_row), as the exact kernel does.
 // Smoothing is exact for the softmax: q . (k - mean) = q . k - q . mean shifts every score of a row by one constant,
 // which the softmax divides out; it removes the channel offsets shared by all keys that would otherwise take the INT8
 // range. Keys past kv_len (and the padding up to a multiple of 128) are written as zeros. Pure CUDA, no torch.
@@ -33,12 +35,12 @@ constexpr float kQ8E4m3Max = 448.f;
 struct Q8Workspace {
   int8_t* q8;          // [B, H, Sq_pad, D]
   float* q_scale;      // [B, H, Sq_pad]: row scale * softmax scale * log2(e)
-  int8_t* k8;          // [B, H, Skv_pad, D], smoothed
-  float* k_scale;      // [B, H, Skv_pad / 128, 4]
-  uint8_t* vt8;        // [B, H, D, Skv_pad] e4m3, keys permuted in 16-key groups (kVPerm)
-  float* v_scale;      // [B, H, D]
-  float* k_sum;        // [B, H, D] (zeroed before the stats launch)
-  uint32_t* v_amax;    // [B, H, D] fp32 bit patterns of max |v| (zeroed; non-negative floats order as integers)
+  int8_t* k8;          // [B, Hkv, Skv_pad, D], smoothed (Hkv: key/value heads)
+  float* k_scale;      // [B, Hkv, Skv_pad / 128, 4]
+  uint8_t* vt8;        // [B, Hkv, D, Skv_pad] e4m3, keys permuted in 16-key groups (kVPerm)
+  float* v_scale;      // [B, Hkv, D]
+  float* k_sum;        // [B, Hkv, D] (zeroed before the stats launch)
+  uint32_t* v_amax;    // [B, Hkv, D] fp32 bit patterns of max |v| (zeroed; non-negative floats order as integers)
   float* lse_corr;     // [B, H, Sq]: softmax scale * q . mean(K), natural-log units
 };
 
@@ -49,10 +51,17 @@ struct Q8PrepParams {
   int64_t q_stride[3], k_stride[3], v_stride[3];  // (batch, seq, head), elements
   const int* kv_lens;
   int batch, heads, seqlen_q, seqlen_kv, sq_pad, skv_pad;
+  int kv_heads, kv_group;  // key/value heads (= heads without GQA) and heads / kv_heads
   float scale;       // softmax scale
   int want_lse;      // write lse_corr
   Q8Workspace ws;
 };
+
+// The (batch, key/value head) index of K/V's workspace parts that query head h of batch b reads: grouped-query
+// attention maps query head h to key/value head h / kv_group (kv_group = heads / kv_heads; 1 without GQA).
+__device__ __forceinline__ int q8_kv_row(int b, int h, int kv_heads, int kv_group) {
+  return b * kv_heads + h / kv_group;
+}
 
 __device__ __forceinline__ int q8_kv_len(const int* kv_lens, int seqlen_kv, int batch) {
   return kv_lens != nullptr ? max(0, min(seqlen_kv, kv_lens[batch])) : seqlen_kv;
@@ -127,13 +136,13 @@ constexpr int kQ8StatKeys = 512;  // keys per block
 #endif
 constexpr int kQ8StatUnroll = VIDATTN_Q8_STAT_UNROLL;  // keys a thread loads before it adds (1: the default)
 
-// One block's work: keys [blk * kQ8StatKeys, +kQ8StatKeys) of (batch, head) bh.
+// One block's work: keys [blk * kQ8StatKeys, +kQ8StatKeys) of (batch, key/value head) bh.
 template <int kD, bool kFp16>
 __device__ __forceinline__ void q8_kv_stats_block(const Q8PrepParams& p, int blk, int bh) {
   constexpr int kVec = kD / 8, kLanes = kQ8StatThreads / kVec;
   __shared__ float red_sum[kLanes][kD + 1];
   __shared__ float red_max[kLanes][kD + 1];
-  const int b = bh / p.heads, h = bh % p.heads;
+  const int b = bh / p.kv_heads, h = bh % p.kv_heads;
   const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
   const int vec = threadIdx.x % kVec, lane = threadIdx.x / kVec;
   const int s0 = blk * kQ8StatKeys, s1 = min(s0 + kQ8StatKeys, kv_len);
@@ -260,6 +269,8 @@ __device__ __forceinline__ void q8_q_block(const Q8PrepParams& p, int blk) {
   const int bh0 = static_cast<int>(blk_row0 / p.sq_pad);
   const int row0_in =
       static_cast<int>(blk_row0 - static_cast<int64_t>(bh0) * p.sq_pad) + warp * (kRowsPerStep * kQ8QSteps);
+  // (Used with LSE only; a block past the last row has bh0 = B * H, whose row no lane reads.)
+  const int kv_row0 = p.want_lse ? q8_kv_row(bh0 / p.heads, bh0 % p.heads, p.kv_heads, p.kv_group) : 0;
 #endif
   const int64_t row0 = static_cast<int64_t>(blk) * q8_q_rows_per_block<kD>() +
                        warp * (kRowsPerStep * kQ8QSteps);
@@ -295,7 +306,12 @@ __device__ __forceinline__ void q8_q_block(const Q8PrepParams& p, int blk) {
     if (p.want_lse) {  // uniform over the warp: every lane joins the shuffles
       const int kv_len = in ? q8_kv_len(p.kv_lens, p.seqlen_kv, bh[st] / p.heads) : 0;
       const float inv_n = kv_len > 0 ? 1.f / static_cast<float>(kv_len) : 0.f;
-      const float dot = q8_q_row_ksum_dot<kLanesPerRow>(x, in ? p.ws.k_sum + bh[st] * kD + vec * 8 : nullptr);
+#if VIDATTN_Q8_Q_ONE_DIV
+      const int kv_row = kv_row0;
+#else
+      const int kv_row = q8_kv_row(bh[st] / p.heads, bh[st] % p.heads, p.kv_heads, p.kv_group);
+#endif
+      const float dot = q8_q_row_ksum_dot<kLanesPerRow>(x, in ? p.ws.k_sum + kv_row * kD + vec * 8 : nullptr);
       if (in && vec == 0 && row[st] < p.seqlen_q)
         p.ws.lse_corr[static_cast<int64_t>(bh[st]) * p.seqlen_q + row[st]] = dot * inv_n * p.scale;
     }
@@ -308,8 +324,8 @@ __global__ void __launch_bounds__(kQ8QThreads) q8_q_kernel(const Q8PrepParams p)
 }
 
 // ---- 1 + 2 in one launch (without LSE: Q's rows then need nothing from the statistics) -------------------------
-// The first `stat_blocks` blocks (key block x (batch, head), key blocks fastest) take the statistics, the rest Q's
-// rows: one launch less, and the two halves' tails overlap instead of running one after the other.
+// The first `stat_blocks` blocks (key block x (batch, key/value head), key blocks fastest) take the statistics, the
+// rest Q's rows: one launch less, and the two halves' tails overlap instead of running one after the other.
 static_assert(kQ8StatThreads == kQ8QThreads, "the fused pre-pass launches one block size");
 
 template <int kD, bool kFp16>
@@ -341,7 +357,7 @@ __global__ void __launch_bounds__(kQ8KvThreads) q8_kv_kernel(const Q8PrepParams 
   constexpr int kC = kD / 16;
   __shared__ uint4 ktile[kQ8BlockN][kC];
 #endif
-  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int bh = blockIdx.y, b = bh / p.kv_heads, h = bh % p.kv_heads;  // (batch, key/value head)
   const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int key = blockIdx.x * kQ8BlockN + tid;
@@ -467,7 +483,7 @@ template <bool kFp16>
 __global__ void __launch_bounds__(kQ8Kv2Threads, 2) q8_kv2_kernel(const Q8PrepParams p) {
   constexpr int kD = 128, kSteps = 8;
   __shared__ float gmax[kQ8Kv2Threads / 32][kQ8KGroups];
-  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int bh = blockIdx.y, b = bh / p.kv_heads, h = bh % p.kv_heads;  // (batch, key/value head)
   const int kv_len = q8_kv_len(p.kv_lens, p.seqlen_kv, b);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int sub = lane / 16, c0 = (lane % 16) * 8;

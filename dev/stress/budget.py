@@ -115,18 +115,20 @@ def q8_tail_plan(b: int, h: int, sq: int, skv: int, sms: int = H200_SMS) -> tupl
     return (r, splits) if splits >= 2 else (0, 1)
 
 
-def q8_layout(b: int, h: int, sq: int, skv: int, d: int, sms: int = H200_SMS) -> dict:
+def q8_layout(b: int, h: int, sq: int, skv: int, d: int, sms: int = H200_SMS, h_kv: int | None = None) -> dict:
     """The 8-bit path's workspace part by part, as csrc/capi_8bit.cuh's q8_layout lays it out for (B, H, Sq, Skv, D)
     with the tail launch on (its default): {part: (byte offset, bytes)}, each part starting at a multiple of ALIGN.
-    The tail parts (ws_o, ws_ml) only where the call plans a tail launch."""
-    bh = b * h
+    The tail parts (ws_o, ws_ml) only where the call plans a tail launch. K's and V's parts are per key/value head
+    (h_kv, default h: grouped-query attention quantizes each once for its group)."""
+    bh, bhkv = b * h, b * (h if h_kv is None else h_kv)
     sq_pad, skv_pad = _up(sq, Q8_BLOCK_M_PAD), _up(skv, Q8_BLOCK_N)
     parts = [("q8", bh * sq_pad * d),                                     # Q, int8
              ("q_scale", bh * sq_pad * 4),                                # Q's row scales
-             ("k8", bh * skv_pad * d),                                    # K, int8
-             ("k_scale", bh * (skv_pad // Q8_BLOCK_N) * Q8_K_GROUPS * 4),  # K's block scales
-             ("vt8", bh * d * skv_pad),                                   # V^T, e4m3
-             ("v_scale", bh * d * 4), ("k_sum", bh * d * 4), ("v_amax", bh * d * 4),  # V's scales, K's sums, V's maxima
+             ("k8", bhkv * skv_pad * d),                                    # K, int8
+             ("k_scale", bhkv * (skv_pad // Q8_BLOCK_N) * Q8_K_GROUPS * 4),  # K's block scales
+             ("vt8", bhkv * d * skv_pad),                                   # V^T, e4m3
+             ("v_scale", bhkv * d * 4),                                     # V's channel scales
+             ("k_sum", bhkv * d * 4), ("v_amax", bhkv * d * 4),             # K's sums, V's maxima
              ("lse_corr", bh * sq * 4)]                                   # the LSE correction per query row
     tiles, splits = q8_tail_plan(b, h, sq, skv, sms) if d in (64, 128) else (0, 1)
     if tiles:
@@ -139,12 +141,12 @@ def q8_layout(b: int, h: int, sq: int, skv: int, d: int, sms: int = H200_SMS) ->
     return layout
 
 
-def q8_workspace_bytes(b: int, h: int, sq: int, skv: int, d: int, sms: int = H200_SMS) -> int:
-    """The 8-bit path's per-call workspace (vidattn_q8_workspace_bytes), for (B, H, Sq, Skv, D) on a GPU of `sms`
-    SMs, with the tail launch on (its default)."""
-    if min(b, h, sq, skv, d) < 1:
+def q8_workspace_bytes(b: int, h: int, sq: int, skv: int, d: int, sms: int = H200_SMS, h_kv: int | None = None) -> int:
+    """The 8-bit path's per-call workspace (vidattn_q8_workspace_bytes_kv), for (B, H, Sq, Skv, D) and h_kv key/value
+    heads (default h) on a GPU of `sms` SMs, with the tail launch on (its default)."""
+    if min(b, h, sq, skv, d) < 1 or (h_kv is not None and (h_kv < 1 or h % h_kv)):
         return 0
-    return sum(_up(nbytes, ALIGN) for _, nbytes in q8_layout(b, h, sq, skv, d, sms).values())
+    return sum(_up(nbytes, ALIGN) for _, nbytes in q8_layout(b, h, sq, skv, d, sms, h_kv).values())
 
 
 def output_bytes(b: int, h: int, sq: int, d: int, elem: int = 2, lse: bool = False) -> int:

@@ -35,7 +35,6 @@ import torch
 import torch.nn.functional as F
 
 from .. import ops
-from ..precision import current_precision
 from .sdpa_common import sdpa_mask_to_kv_lens
 
 BACKEND_NAME = "vidattn"
@@ -240,7 +239,7 @@ def _shape_reason(query, key, value) -> Optional[str]:
 
 def _route(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
     """(kv_lens, kv_groups, None) when vidattn.attention takes the call (kv_groups > 1: grouped-query K/V, which
-    the kernel reads in place; _expand_kv), else (None, 1, reason for the native backend)."""
+    the kernel reads in place, at either precision), else (None, 1, reason for the native backend)."""
     if is_causal and attn_mask is not None:
         return None, 1, "is_causal=True with an attn_mask (SDPA takes one or the other)"
     if dropout_p:
@@ -262,15 +261,6 @@ def _route(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
     return kv_lens, groups, None
 
 
-def _expand_kv(key, value, groups: int):
-    # Grouped-query attention as SDPA's enable_gqa defines it: query head i reads key/value head i // groups. The
-    # exact kernel does the same in place (vidattn.attention takes K/V with fewer heads); only the 8-bit path has no
-    # GQA, so under it the K/V heads are repeated (one copy, small next to the attention at video lengths).
-    if groups == 1 or current_precision() != "8bit":
-        return key, value
-    return key.repeat_interleave(groups, dim=2), value.repeat_interleave(groups, dim=2)
-
-
 def explain(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
             scale: Optional[float] = None, enable_gqa: bool = False) -> Optional[str]:
     """Why the "vidattn" backend would not run the kernel for this call (diffusers' argument contract, BSHD);
@@ -279,7 +269,6 @@ def explain(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal
     kv_lens, groups, reason = _route(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     if reason is not None:
         return f"diffusers' native backend: {reason}"
-    key, value = _expand_kv(key, value, groups)
     return ops.explain(query, key, value, layout="bshd", scale=scale, kv_lens=kv_lens, causal=bool(is_causal))
 
 
@@ -362,7 +351,8 @@ def vidattn_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         _note(reason)
         return _native(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse)
     _note(VIDATTN_ROUTE)
-    key, value = _expand_kv(key, value, groups)
+    # Grouped-query K/V as SDPA's enable_gqa defines them (query head i reads key/value head i // groups) go to
+    # vidattn.attention as they are: both precisions read each key/value head in place for its group.
     return _kernel(query, key, value, scale, kv_lens, return_lse, causal=bool(is_causal))
 
 
@@ -379,7 +369,7 @@ def _context_parallel(query, key, value, attn_mask, dropout_p, is_causal, scale,
                            f"_templated_context_parallel_attention, which diffusers {_diffusers_version()} lacks")
     if enable_gqa and key.dim() == 4 and key.shape[2] != query.shape[2] and query.shape[2] % key.shape[2] == 0:
         # The templates refuse enable_gqa (and split heads and fall back on their own); with K/V heads repeated the
-        # call is plain attention, whatever the precision (_expand_kv repeats only for the 8-bit path).
+        # call is plain attention, whatever the precision.
         groups = query.shape[2] // key.shape[2]
         key, value = key.repeat_interleave(groups, dim=2), value.repeat_interleave(groups, dim=2)
         enable_gqa = False
