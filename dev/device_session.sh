@@ -237,6 +237,12 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P75 [budget_s] # grouped-query K/V at 8 bits (dev/NOTES_8bit.md, thirty-third
+#                                             # sitting): their GPU tests, the sanitizer's grouped cases (memcheck),
+#                                             # the whole GPU suite while the anchors compile, then the D=128 A/B
+#                                             # against the routes grouped calls took before (q8_gqa_ab.py)
+#   bash dev/device_session.sh P76 [budget_s] # on the warm machine after P75: synccheck of the grouped cases, the
+#                                             # D=64 and multi-query A/Bs, issue 24's table (bench_anchors fp8,gqa)
 #   bash dev/device_session.sh P74 [budget_s] # the record on the tree's library: the image's setuptools, the whole
 #                                             # GPU suite while the anchors compile, then every anchors group in
 #                                             # the anchors' harness (FA3 bf16 and FP8, SageAttention2, cuDNN)
@@ -1200,6 +1206,47 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P75)
+  # Grouped-query K/V on the 8-bit path (dev/NOTES_8bit.md "Grouped-query K/V at 8 bits"): the new GPU tests and the
+  # 8-bit suites they lean on, the grouped sanitizer cases under memcheck, the whole GPU suite while FA3 and
+  # SageAttention2 compile, then the D=128 A/B with its rule (q8_gqa_ab.py prints the verdict).
+  anchors_ready
+  start_anchor_build $(( budget - 200 ))
+  build_lib
+  mkdir -p "$OUT/p75"
+  gpu_pytest p75/gpu_gqa8.log 150 gpu_gqa8 tests/test_8bit_gqa_gpu.py tests/test_reliability_gpu.py \
+    tests/test_backend_gpu.py
+  sanitize_only p75 "qa " memcheck
+  gpu_pytest p75/gpu_all.log $(( $(left) - 150 < 240 ? $(left) - 150 : 240 )) gpu_all -m gpu tests/
+  await_anchor_build 110
+  anchors_ready
+  timeout $(( $(left) - 10 )) python3 dev/probes/q8_gqa_ab.py --out "$OUT/p75" --rounds 8 \
+    > "$OUT/p75/q8_gqa_ab_d128.log" 2>&1; rc[q8_gqa_d128]=$?
+  tail -4 "$OUT/p75/q8_gqa_ab_d128.log"
+  cp "$OUT/anchors_build.log" "$OUT/p75/" 2>/dev/null
+  tar_dirs p75
+  ;;
+P76)
+  # After P75, the same machine (the anchors built there): the grouped cases under synccheck, the A/B at D=64 and with
+  # one key/value head (multi-query), then issue 24's table in the anchors' harness, its GQA row now on the 8-bit
+  # kernel.
+  build_lib
+  anchors_ready
+  mkdir -p "$OUT/p76"
+  sanitize_only p76 "qa " synccheck
+  timeout 100 python3 dev/probes/q8_gqa_ab.py --out "$OUT/p76" --rounds 8 --d 64 \
+    > "$OUT/p76/q8_gqa_ab_d64.log" 2>&1; rc[q8_gqa_d64]=$?
+  tail -3 "$OUT/p76/q8_gqa_ab_d64.log"
+  timeout 100 python3 dev/probes/q8_gqa_ab.py --out "$OUT/p76" --rounds 8 --hkv 1 \
+    > "$OUT/p76/q8_gqa_ab_mqa.log" 2>&1; rc[q8_gqa_mqa]=$?
+  tail -3 "$OUT/p76/q8_gqa_ab_mqa.log"
+  bash dev/device_anchors.sh check > "$OUT/p76/anchors_check.json" 2>&1
+  timeout $(( $(left) > 40 ? $(left) - 10 : 30 )) python3 scripts/bench_anchors.py --group fp8,gqa --rounds 3 \
+    --budget-s $(( $(left) > 60 ? $(left) - 40 : 20 )) --out "$OUT/p76/anchors.json" > "$OUT/p76/anchors_bench.log" 2>&1
+  rc[anchors_bench]=$?
+  tail -22 "$OUT/p76/anchors_bench.log"
+  tar_dirs p76
   ;;
 P74)
   # The thirty-second sitting's record on the tree's library (dev/NOTES.md "Call P74"): the build floor's setuptools on
