@@ -1231,10 +1231,13 @@ P76)
   # After P75, the same machine (the anchors built there): the grouped cases under synccheck, the A/B at D=64 and with
   # one key/value head (multi-query), then issue 24's table in the anchors' harness, its GQA row now on the 8-bit
   # kernel.
+  # (A fresh machine has no overlay: the anchors compile again, under the sanitizer's run.)
+  [ -f /tmp/anchors_build/overlay/anchors.json ] || start_anchor_build $(( budget - 200 ))
   build_lib
-  anchors_ready
   mkdir -p "$OUT/p76"
   sanitize_only p76 "qa " synccheck
+  await_anchor_build 200
+  anchors_ready
   timeout 100 python3 dev/probes/q8_gqa_ab.py --out "$OUT/p76" --rounds 8 --d 64 \
     > "$OUT/p76/q8_gqa_ab_d64.log" 2>&1; rc[q8_gqa_d64]=$?
   tail -3 "$OUT/p76/q8_gqa_ab_d64.log"
