@@ -237,6 +237,9 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P77 [budget_s] # after P76 (grouped K/V at D=64 routed exact): the grouped GPU tests
+#                                             # and the 8-bit suite, then D=64 A/Bs on more shapes (multi-query,
+#                                             # 16K tokens) for the route
 #   bash dev/device_session.sh P75 [budget_s] # grouped-query K/V at 8 bits (dev/NOTES_8bit.md, thirty-third
 #                                             # sitting): their GPU tests, the sanitizer's grouped cases (memcheck),
 #                                             # the whole GPU suite while the anchors compile, then the D=128 A/B
@@ -1206,6 +1209,22 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P77)
+  # After P76 (dev/NOTES_8bit.md "Grouped-query K/V at 8 bits: outcome"): D=64 tied the exact kernel on grouped K/V, so
+  # those calls now run exact at precision="8bit" (quant8.GROUPED_EXACT_HEAD_DIMS). The GPU tests of the route and the
+  # 8-bit suite, then the A/B on two more D=64 shapes (the probe bypasses the route); no anchors.
+  build_lib
+  mkdir -p "$OUT/p77"
+  gpu_pytest p77/gpu_gqa8.log 200 gpu_gqa8 tests/test_8bit_gqa_gpu.py tests/test_8bit_gpu.py tests/test_backend_gpu.py
+  for shape in "--hkv 1" "--seq 16384"; do
+    [ "$(left)" -gt 90 ] || break
+    name=$(echo "$shape" | tr -d ' -')
+    timeout $(( $(left) - 10 < 110 ? $(left) - 10 : 110 )) python3 dev/probes/q8_gqa_ab.py --out "$OUT/p77" --rounds 8 \
+      --d 64 $shape > "$OUT/p77/q8_gqa_ab_d64_$name.log" 2>&1; rc[q8_gqa_d64_$name]=$?
+    tail -3 "$OUT/p77/q8_gqa_ab_d64_$name.log"
+  done
+  tar_dirs p77
   ;;
 P75)
   # Grouped-query K/V on the 8-bit path (dev/NOTES_8bit.md "Grouped-query K/V at 8 bits"): the new GPU tests and the

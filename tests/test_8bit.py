@@ -359,6 +359,19 @@ def test_routing_knobs(monkeypatch):
     assert quant8.route_reason(q, k) is None
 
 
+def test_grouped_kv_at_d64_routes_exact():
+    """Grouped K/V at D=64 run the exact kernel at precision="8bit" (measured as fast there: GROUPED_EXACT_HEAD_DIMS),
+    at D=128 the 8-bit kernel; equal heads at D=64 stay on the 8-bit kernel."""
+    assert quant8.GROUPED_EXACT_HEAD_DIMS == (64,)
+    g = torch.Generator().manual_seed(0)
+    for d, hkv, routed in ((64, 2, True), (64, 1, True), (64, 8, False), (128, 2, False)):
+        q, k = torch.randn(1, 5, 8, d, generator=g), torch.randn(1, 20000, hkv, d, generator=g)
+        reason = quant8.route_reason(q, k)
+        assert (reason is not None) == routed, (d, hkv)
+        if routed:
+            assert reason.startswith(f"grouped-query K/V (8 query heads on {hkv}) at head dim 64")
+
+
 def test_routed_calls_run_exact_silently(monkeypatch, fresh_warnings):
     monkeypatch.setattr(quant8._ext, "kernel_reason", lambda *a: None)
     monkeypatch.setattr(quant8._ext, "device_reason", lambda device: None)  # as on a Hopper GPU

@@ -30,7 +30,10 @@ DEV = base.DEV
 
 @pytest.fixture(autouse=True)
 def eight_bit_kernel_at_every_length(monkeypatch):
+    """The 8-bit kernel at every length and both head dims: the routes that send short keys, and grouped K/V at D=64,
+    to the exact kernel by design are bypassed here (test_grouped_d64_runs_exact_by_design checks that one)."""
     monkeypatch.setattr(quant8, "SHORT_KV_EXACT_MAX", 0)
+    monkeypatch.setattr(quant8, "GROUPED_EXACT_HEAD_DIMS", ())
     yield
     quant8.set_prep(-1)
     quant8.set_tail(-1)
@@ -149,6 +152,24 @@ def test_grouped_tail_launch_equals_repeated(d):
         assert quant8.last_tail_splits() == splits[-1]
         assert base.same_bits(got[0], want[0]) and base.same_bits(got[1], want[1]), f"seed {seed} {(b, sq, skv, hq)}"
     assert max(splits) > 0, f"no case ran the tail launch: {splits}"
+
+
+def test_grouped_d64_runs_exact_by_design(monkeypatch):
+    """With the route in place, grouped K/V at D=64 and precision="8bit" run the exact kernel, silently, and explain
+    names the route; at D=128 the 8-bit kernel runs them."""
+    import warnings
+
+    monkeypatch.setattr(quant8, "GROUPED_EXACT_HEAD_DIMS", (64,))
+    q = base.randn(1, 300, 8, 64, seed=1)
+    k, v = (base.randn(1, 1000, 2, 64, seed=i) for i in (2, 3))
+    assert "GROUPED_EXACT_HEAD_DIMS" in vidattn.explain(q, k, v, precision="8bit")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = vidattn.attention(q, k, v, precision="8bit")
+    assert base.same_bits(out, vidattn.attention(q, k, v, precision="exact"))
+    q = base.randn(1, 300, 8, 128, seed=1)
+    k, v = (base.randn(1, 1000, 2, 128, seed=i) for i in (2, 3))
+    assert vidattn.explain(q, k, v, precision="8bit") is None
 
 
 def test_grouped_workspace_is_per_key_value_head():

@@ -62,6 +62,12 @@ def short_kv_exact_max(head_dim: int) -> int:
 # Head dims at which precision="8bit" runs the exact kernel (where it would measure faster). Empty: the 8-bit kernel
 # at both.
 EXACT_HEAD_DIMS: tuple = ()
+# Head dims at which precision="8bit" runs grouped-query K/V (fewer key/value heads than query heads) on the exact
+# kernel: at D=64 the exact kernel was as fast on them, so the exact result costs nothing there (dev/NOTES_8bit.md
+# "Grouped-query K/V at 8 bits", call P76 on an H100: 32 query heads on 8, 32K tokens, sustained palindrome rounds:
+# the 8-bit kernel 0.984x the exact one, 3 of 8 rounds faster; at D=128 it was 1.20x, 8 of 8). Empty: the 8-bit
+# kernel for grouped K/V at both head dims.
+GROUPED_EXACT_HEAD_DIMS: tuple = (64,)
 _declared: set = set()
 # The first failed 8-bit launch of the loaded library (not a per-call descriptor refusal): the 8-bit kernel is not
 # launched again in this process, and calls run the exact path with this reason.
@@ -306,10 +312,13 @@ def library_reason_8bit(lib, q, k) -> Optional[str]:
 
 
 def route_reason(q, k) -> Optional[str]:
-    """Why a call the 8-bit kernel could run goes to the exact kernel by design, because that measured faster there
-    (None: the 8-bit kernel runs). Such calls do not warn; explain says so."""
+    """Why a call the 8-bit kernel could run goes to the exact kernel by design, because that measured faster there,
+    or as fast (None: the 8-bit kernel runs). Such calls do not warn; explain says so."""
     if q.shape[-1] in EXACT_HEAD_DIMS:
         return f"at head dim {q.shape[-1]} the exact kernel is faster (vidattn.quant8.EXACT_HEAD_DIMS)"
+    if k.shape[2] != q.shape[2] and q.shape[-1] in GROUPED_EXACT_HEAD_DIMS:
+        return (f"grouped-query K/V ({q.shape[2]} query heads on {k.shape[2]}) at head dim {q.shape[-1]}: the exact "
+                f"kernel is as fast there (vidattn.quant8.GROUPED_EXACT_HEAD_DIMS)")
     limit = short_kv_exact_max(q.shape[-1])
     if k.shape[1] <= limit:
         return (f"{k.shape[1]} keys: up to {limit} keys at head dim {q.shape[-1]} the exact kernel is faster than the "

@@ -63,8 +63,10 @@ def run(args) -> dict:
 
     import anchor_impls
     import vidattn
+    from vidattn import quant8
 
     import hd_variants_ab as timer
+    quant8.GROUPED_EXACT_HEAD_DIMS = ()  # the 8-bit kernel on grouped K/V at D=64 too: the route is what is measured
     p = plan(args)
     b, hq, hkv, s, d = p["b"], p["hq"], p["hkv"], p["s"], p["d"]
     grp = hq // hkv
