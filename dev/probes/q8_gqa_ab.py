@@ -99,7 +99,13 @@ def run(args) -> dict:
         ref = F.scaled_dot_product_attention(*tgrouped[0], enable_gqa=True).transpose(1, 2)
         ref_mha = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in equal[0])).transpose(1, 2)
     span = timer.CudaSpan()
-    result = dict(p, sets=n, errors={}, rel_l2={}, calls={}, tflops={}, spans={}, ran={})
+    import datetime
+    import os
+    meta = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(), "commit": os.environ.get("VIDATTN_GIT_COMMIT", "unknown"),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": "python3 dev/probes/q8_gqa_ab.py " + " ".join(sys.argv[1:]), "anchors": anchor_impls.versions()}
+    result = dict(p, meta=meta, sets=n, errors={}, rel_l2={}, calls={}, tflops={}, spans={}, ran={})
     avail = anchor_impls.available()
     sides = []
     for x in SIDES:
