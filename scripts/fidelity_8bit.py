@@ -171,6 +171,8 @@ def sdpa_bshd(q, k, v, scale=None):
     """torch's scaled_dot_product_attention on (B, S, H, D) tensors, its own backend choice (what diffusers' native
     dispatch calls): the attention of the sdpa_proc path."""
     extra = {} if scale is None else {"scale": scale}
+    if k.shape[2] != q.shape[2]:  # grouped-query K/V, read in place as the model's own SDPA call does
+        extra["enable_gqa"] = True
     out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **extra)
     return out.transpose(1, 2)
 
@@ -225,11 +227,15 @@ class ImplRoute:
     `split_kv_lens`; the split reads kv_lens on the host (a sync), which a timing of this route includes. fp32 calls
     (a model run in fp32: the CPU tests) reach it cast to bf16, the output cast back, and are counted apart. A call
     the implementation raises on runs the exact op too, counted with the error as its reason (a route that ran
-    nothing shows as 0 impl_calls, never as a silent timing of the exact kernel)."""
+    nothing shows as 0 impl_calls, never as a silent timing of the exact kernel). Grouped-query K/V (fewer heads than
+    Q) reach it as they are (`takes_grouped`, the default: SageAttention2 and torch's SDPA read them in place); an
+    implementation without that runs them exact, counted as "grouped K/V heads"."""
 
-    def __init__(self, impl, name: str = "sage2", max_head_dim: int = 128, takes_fp32: bool = False):
+    def __init__(self, impl, name: str = "sage2", max_head_dim: int = 128, takes_fp32: bool = False,
+                 takes_grouped: bool = True):
         self.impl, self.name, self.max_head_dim = impl, name, max_head_dim
         self.takes_fp32 = takes_fp32  # True: fp32 calls reach impl as they are (SDPA), not cast to bf16
+        self.takes_grouped = takes_grouped
         self.calls = 0
         self.cast_fp32 = 0
         self.split = 0
@@ -247,7 +253,7 @@ class ImplRoute:
         if q.dtype not in (torch.bfloat16, torch.float16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
             return f"dtype {q.dtype}"
         kh = k.shape[2 if layout == "bshd" else 1]
-        if kh != q.shape[2 if layout == "bshd" else 1]:
+        if kh != q.shape[2 if layout == "bshd" else 1] and not self.takes_grouped:
             return "grouped K/V heads"
         return None
 
@@ -981,6 +987,22 @@ def _fill_missing_size(args) -> None:
     args.frames = args.frames or base[2]
 
 
+def _route_note(route) -> str:
+    """What the sage2 path's columns (b) and (c) rest on: how many of the model's attention calls SageAttention2 ran,
+    and why the rest ran the exact kernel (so a row that is the exact kernel's in all but name says so)."""
+    if not route:
+        return ""
+    done, exact = route.get("impl_calls", 0), route.get("exact_calls", 0)
+    if exact == 0:
+        return f"; in the model it ran all {done} attention calls of its path"
+    why = ", ".join(f"{r} {n}" for r, n in sorted(route.get("exact_reasons", {}).items()))
+    note = (f"; in the model it ran {done} of the {done + exact} attention calls of its path, the exact kernel the "
+            f"rest ({why})")
+    if done == 0:
+        note += ": its (b) and (c) columns are the exact kernel's"
+    return note
+
+
 def _f(x, nd=3, e=False):
     if x is None:
         return "n/a"
@@ -1000,7 +1022,8 @@ def markdown(report: dict) -> str:
              f"{m.get('diffusers')}; commit `{m.get('git_commit')}`, {m.get('date_utc')}",
              f"- command: `{m.get('command')}`",
              f"- weights: {report['weights']}. {report['note']}",
-             f"- SageAttention2: {'in this run' if report['sage2']['available'] else report['sage2']['reason']}", ""]
+             f"- SageAttention2: {'in this run' if report['sage2']['available'] else report['sage2']['reason']}"
+             + _route_note(report.get("routes", {}).get("sage2")), ""]
     summ = report["per_layer"]["summary"]
     lines += ["| against | path | (a) per-layer rel L2 vs fp64, median / max (self) | (a) cross | "
               "(b) one-step rel L2 (worst step) | (b) cosine (worst) | (c) video PSNR (dB) | (c) SSIM |",

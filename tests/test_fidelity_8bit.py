@@ -121,6 +121,35 @@ def test_impl_route_sends_plain_calls_and_keeps_the_rest_exact():
     assert set(s["exact_reasons"]) == {"causal mask", "head dim 160 > 128"}
 
 
+def test_impl_route_passes_grouped_kv_and_says_what_ran():
+    """Grouped-query K/V reach SageAttention2 as they are (it reads them in place), and the sdpa route's torch SDPA
+    with enable_gqa; an implementation built without that runs them exact under its own reason. The report's
+    SageAttention2 line says how many of the model's calls the route ran, and that a route which ran none has the
+    exact kernel's (b) and (c) columns."""
+    calls = []
+
+    def impl(q, k, v, scale=None):
+        calls.append((tuple(q.shape), tuple(k.shape)))
+        return fid.sdpa_bshd(q, k, v, scale)
+
+    def original(q, k, v, **kw):
+        return torch.zeros_like(q)
+
+    g = torch.Generator().manual_seed(5)
+    q, k = torch.randn(1, 6, 8, 16, generator=g), torch.randn(1, 9, 2, 16, generator=g)  # BSHD, 8 on 2 heads
+    route = fid.ImplRoute(impl)
+    out = route(original, q, k, k)
+    want = fid.reference_fp64(q, k, k)
+    assert calls == [((1, 6, 8, 16), (1, 9, 2, 16))] and torch.allclose(out.double(), want, atol=3e-2)
+    strict = fid.ImplRoute(impl, takes_grouped=False)
+    strict(original, q, k, k)
+    assert strict.summary()["exact_reasons"] == {"grouped K/V heads": 1} and len(calls) == 1
+    assert fid._route_note(route.summary()) == "; in the model it ran all 1 attention calls of its path"
+    note = fid._route_note(strict.summary())
+    assert "ran 0 of the 1" in note and "grouped K/V heads 1" in note and "the exact kernel's" in note
+    assert fid._route_note(None) == ""
+
+
 def test_impl_route_runs_key_padded_calls_per_batch_element_on_their_keys():
     calls, sdpa = [], fake_sage(noise=0.0)
 
