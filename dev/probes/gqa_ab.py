@@ -84,63 +84,100 @@ def run(args) -> dict:
     sides = [x for x in SIDES if not (x == "fa3" and fa3_reason is not None)]
     if fa3_reason is not None:
         result["errors"]["fa3"] = str(fa3_reason)
-    one = {}
+    def check(x, out):
+        if x in ("gqa", "mha"):
+            why = vidattn.explain(*(grouped if x == "gqa" else equal)[0], layout="bshd")
+            if why is not None:
+                raise RuntimeError(f"vidattn would not run its kernel: {why}")
+        if x != "cudnn":
+            result["rel_l2"][x] = timer.rel_l2(out, ref_mha if x == "mha" else ref)
+            if not result["rel_l2"][x] < timer.CHECK_REL_L2:
+                raise RuntimeError(f"relative L2 {result['rel_l2'][x]:.2e} against cuDNN")
+
+    measure(calls, sides, result, args, n, span, check, context=lambda x: timer.backend_context(
+        "cudnn" if x == "cudnn" else "default"))
+    result["decision"] = decide(result["spans"])
+    return result
+
+
+def measure(calls: dict, sides: list, result: dict, args, n: int, span, check, context=None) -> None:
+    """The probes' shared timing (this one's and q8_gqa_ab.py's): each side's first call checked (`check(side, out)`
+    raises on a wrong or misrouted one, which is then reported in result["errors"] and left out), its span sized to
+    args.target_ms, then args.rounds palindrome rounds of back-to-back spans over the `n` rotating input sets; fills
+    result's "calls", "spans" and "tflops" (per result["flops_per_call"]). `context(side)`: a context manager each
+    call of that side runs in (an SDPA backend choice), or None."""
+    import contextlib
+
+    import torch
+
+    import hd_variants_ab as timer
+    ctx = context or (lambda x: contextlib.nullcontext())
     for x in sides:
         try:
-            with timer.backend_context("cudnn" if x == "cudnn" else "default"):
+            with ctx(x):
                 out = calls[x](0)
                 torch.cuda.synchronize()
-                if x in ("gqa", "mha"):
-                    why = vidattn.explain(*(grouped if x == "gqa" else equal)[0], layout="bshd")
-                    if why is not None:
-                        raise RuntimeError(f"vidattn would not run its kernel: {why}")
-                if x != "cudnn":
-                    result["rel_l2"][x] = timer.rel_l2(out, ref_mha if x == "mha" else ref)
-                    if not result["rel_l2"][x] < timer.CHECK_REL_L2:
-                        raise RuntimeError(f"relative L2 {result['rel_l2'][x]:.2e} against cuDNN")
-                one[x] = timer.time_back_to_back(calls[x], n, span)
-                result["calls"][x] = timer.calls_for(one[x], args.target_ms, n)
+                check(x, out)
+                one = timer.time_back_to_back(calls[x], n, span)
+                result["calls"][x] = timer.calls_for(one, args.target_ms, n)
         except Exception as exc:  # noqa: BLE001 - a failing side is reported; the others still time
             result["errors"][x] = f"{type(exc).__name__}: {exc}"
     live = [x for x in sides if x not in result["errors"]]
     spans = {x: [[] for _ in range(args.rounds)] for x in live}
     for r in range(args.rounds):
         for x in rules.palindrome(live, r):
-            with timer.backend_context("cudnn" if x == "cudnn" else "default"):
+            with ctx(x):
                 spans[x][r].append(timer.time_back_to_back(calls[x], result["calls"][x], span, first=r))
     result["spans"] = spans
     for x in live:
-        result["tflops"][x] = p["flops_per_call"] / (statistics.median(t for rr in spans[x] for t in rr) * 1e-3) / 1e12
-    result["decision"] = decide(spans)
-    return result
+        ms = statistics.median(t for rr in spans[x] for t in rr)
+        result["tflops"][x] = result["flops_per_call"] / (ms * 1e-3) / 1e12
 
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def rounds_ok(args, tool: str) -> bool:
+    """Whether --rounds allows a sign test (the probes' shared check; says why not on stderr)."""
+    if args.rounds < rules.MIN_ROUNDS:
+        print(f"{tool}: --rounds must be >= {rules.MIN_ROUNDS}", file=sys.stderr)
+        return False
+    return True
+
+
+def base_parser(doc: str, rounds: int) -> argparse.ArgumentParser:
+    """The arguments this probe and q8_gqa_ab.py share: --out, --rounds, --seq, --target-ms, --dry-run."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--rounds", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--seq", type=int, default=32768)
     ap.add_argument("--target-ms", type=float, default=20.0, help="GPU time per span")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and the rule, no GPU")
-    return ap.parse_args(argv)
+    return ap
+
+
+def parse_args(argv=None):
+    return base_parser(__doc__, 16).parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.rounds < rules.MIN_ROUNDS:
-        print(f"gqa_ab: --rounds must be >= {rules.MIN_ROUNDS}", file=sys.stderr)
+    if not rounds_ok(args, "gqa_ab"):
         return 2
     if args.dry_run:
         print(json.dumps(plan(args), indent=1))
         return 0
-    result = run(args)
+    finish(args, run(args), "gqa.json")
+    return 0
+
+
+def finish(args, result: dict, name: str, head: str = "") -> None:
+    """Write the result to args.out/name (when --out is given), then print the TFLOPS line and the verdict (the
+    probes' shared ending)."""
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "gqa.json").write_text(json.dumps(result, indent=1))
-    print(", ".join(f"{x} {t:.0f}" for x, t in result["tflops"].items()) + " TFLOPS per query head"
+        (args.out / name).write_text(json.dumps(result, indent=1))
+    print(head + ", ".join(f"{x} {t:.0f}" for x, t in result["tflops"].items()) + " TFLOPS per query head"
           + (f"; errors {result['errors']}" if result["errors"] else ""))
-    print(f"{result['decision']['why']} -> {'met' if result['decision']['met'] else 'not met'}")
-    return 0
+    if result.get("decision") is not None:
+        print(f"{result['decision']['why']} -> {'met' if result['decision']['met'] else 'not met'}")
 
 
 if __name__ == "__main__":

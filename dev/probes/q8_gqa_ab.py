@@ -18,8 +18,9 @@ calls gqa8 a win over both rep8 and gqa, and gqa8 is not a loss against mha8 (pe
 """
 from __future__ import annotations
 
-import argparse
+import datetime
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "dev" / "probes"))
 import envelope_rules as rules  # noqa: E402
+import gqa_ab  # noqa: E402 - the shared timing (measure) and argument check
 
 SIDES = ("gqa8", "rep8", "gqa", "mha8", "fa3_fp8", "sage2")
 ANCHORS = ("fa3_fp8", "sage2")
@@ -99,8 +101,6 @@ def run(args) -> dict:
         ref = F.scaled_dot_product_attention(*tgrouped[0], enable_gqa=True).transpose(1, 2)
         ref_mha = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in equal[0])).transpose(1, 2)
     span = timer.CudaSpan()
-    import datetime
-    import os
     meta = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version(), "commit": os.environ.get("VIDATTN_GIT_COMMIT", "unknown"),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -114,53 +114,36 @@ def run(args) -> dict:
             result["errors"][x] = str(why)
         else:
             sides.append(x)
-    for x in sides:
-        try:
-            out = calls[x](0)
-            torch.cuda.synchronize()
-            if x in ("gqa8", "mha8", "gqa"):
-                args_x = (grouped if x != "mha8" else equal)[0]
-                why = vidattn.explain(*args_x, precision="exact" if x == "gqa" else "8bit")
-                result["ran"][x] = why or "the kernel"
-                if why is not None:
-                    raise RuntimeError(f"vidattn would not run its {'8-bit' if x != 'gqa' else 'exact'} kernel: {why}")
-            result["rel_l2"][x] = timer.rel_l2(out, ref_mha if x == "mha8" else ref)
-            if not result["rel_l2"][x] < args.check_rel_l2:
-                raise RuntimeError(f"relative L2 {result['rel_l2'][x]:.2e} against cuDNN")
-            one = timer.time_back_to_back(calls[x], n, span)
-            result["calls"][x] = timer.calls_for(one, args.target_ms, n)
-        except Exception as exc:  # noqa: BLE001 - a failing side is reported; the others still time
-            result["errors"][x] = f"{type(exc).__name__}: {exc}"
-    live = [x for x in sides if x not in result["errors"]]
-    spans = {x: [[] for _ in range(args.rounds)] for x in live}
-    for r in range(args.rounds):
-        for x in rules.palindrome(live, r):
-            spans[x][r].append(timer.time_back_to_back(calls[x], result["calls"][x], span, first=r))
-    result["spans"] = spans
-    for x in live:
-        result["tflops"][x] = p["flops_per_call"] / (statistics.median(t for rr in spans[x] for t in rr) * 1e-3) / 1e12
+
+    def check(x, out):
+        if x in ("gqa8", "mha8", "gqa"):
+            args_x = (grouped if x != "mha8" else equal)[0]
+            why = vidattn.explain(*args_x, precision="exact" if x == "gqa" else "8bit")
+            result["ran"][x] = why or "the kernel"
+            if why is not None:
+                raise RuntimeError(f"vidattn would not run its {'8-bit' if x != 'gqa' else 'exact'} kernel: {why}")
+        result["rel_l2"][x] = timer.rel_l2(out, ref_mha if x == "mha8" else ref)
+        if not result["rel_l2"][x] < args.check_rel_l2:
+            raise RuntimeError(f"relative L2 {result['rel_l2'][x]:.2e} against cuDNN")
+
+    gqa_ab.measure(calls, sides, result, args, n, span, check)
+    spans = result["spans"]
     result["decision"] = decide(spans) if all(x in spans for x in ("gqa8", "rep8", "gqa", "mha8")) else None
     return result
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path)
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=32768)
+    ap = gqa_ab.base_parser(__doc__, 8)
     ap.add_argument("--d", type=int, default=128, choices=(64, 128))
     ap.add_argument("--hq", type=int, default=32)
     ap.add_argument("--hkv", type=int, default=8)
-    ap.add_argument("--target-ms", type=float, default=20.0, help="GPU time per span")
     ap.add_argument("--check-rel-l2", type=float, default=0.12, help="each side against cuDNN (8-bit: ~4e-2)")
-    ap.add_argument("--dry-run", action="store_true", help="print the plan and the rule, no GPU")
     return ap.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.rounds < rules.MIN_ROUNDS:
-        print(f"q8_gqa_ab: --rounds must be >= {rules.MIN_ROUNDS}", file=sys.stderr)
+    if not gqa_ab.rounds_ok(args, "q8_gqa_ab"):
         return 2
     if args.hkv < 1 or args.hq % args.hkv:
         print(f"q8_gqa_ab: --hkv must divide --hq ({args.hq} on {args.hkv})", file=sys.stderr)
@@ -169,13 +152,7 @@ def main(argv=None) -> int:
         print(json.dumps(plan(args), indent=1))
         return 0
     result = run(args)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"q8_gqa_{result['shape'].replace('/', 'kv')}.json").write_text(json.dumps(result, indent=1))
-    print(f"{result['shape']}: " + ", ".join(f"{x} {t:.0f}" for x, t in result["tflops"].items())
-          + " TFLOPS per query head" + (f"; errors {result['errors']}" if result["errors"] else ""))
-    if result["decision"] is not None:
-        print(f"{result['decision']['why']} -> {'met' if result['decision']['met'] else 'not met'}")
+    gqa_ab.finish(args, result, f"q8_gqa_{result['shape'].replace('/', 'kv')}.json", head=f"{result['shape']}: ")
     return 0
 
 
