@@ -279,7 +279,7 @@ def envelope_reason_8bit(q, k, v, kv_lens, scale) -> Optional[str]:
         return f"head dim {q.shape[-1]} is not supported by the 8-bit kernel (64 or 128)"
     # Grouped-query K/V (fewer heads than Q, dividing them; ops.attention checked it) run as they are: the pre-pass
     # quantizes each key/value head once and query head h reads head h // (H / Hkv), as the exact kernel does.
-    if k.shape[2] != v.shape[2] or q.shape[2] % k.shape[2] != 0:
+    if k.shape[2] != v.shape[2] or k.shape[2] < 1 or q.shape[2] % k.shape[2] != 0:
         return (f"{q.shape[2]} query heads on {k.shape[2]} key and {v.shape[2]} value heads (the 8-bit kernel takes "
                 f"key/value heads that are equal and divide the query heads)")
     if q.shape[0] * q.shape[2] > 65535:
