@@ -124,11 +124,11 @@ def q8_layout(b: int, h: int, sq: int, skv: int, d: int, sms: int = H200_SMS, h_
     sq_pad, skv_pad = _up(sq, Q8_BLOCK_M_PAD), _up(skv, Q8_BLOCK_N)
     parts = [("q8", bh * sq_pad * d),                                     # Q, int8
              ("q_scale", bh * sq_pad * 4),                                # Q's row scales
-             ("k8", bhkv * skv_pad * d),                                    # K, int8
+             ("k8", bhkv * skv_pad * d),                                  # K, int8
              ("k_scale", bhkv * (skv_pad // Q8_BLOCK_N) * Q8_K_GROUPS * 4),  # K's block scales
-             ("vt8", bhkv * d * skv_pad),                                   # V^T, e4m3
-             ("v_scale", bhkv * d * 4),                                     # V's channel scales
-             ("k_sum", bhkv * d * 4), ("v_amax", bhkv * d * 4),             # K's sums, V's maxima
+             ("vt8", bhkv * d * skv_pad),                                 # V^T, e4m3
+             ("v_scale", bhkv * d * 4),                                   # V's channel scales
+             ("k_sum", bhkv * d * 4), ("v_amax", bhkv * d * 4),           # K's sums, V's maxima
              ("lse_corr", bh * sq * 4)]                                   # the LSE correction per query row
     tiles, splits = q8_tail_plan(b, h, sq, skv, sms) if d in (64, 128) else (0, 1)
     if tiles:
