@@ -927,7 +927,7 @@ def run(args) -> dict:
             continue
         try:
             video, final, s, tracker, _, _ = generate("8bit", policy=policy)
-        except RuntimeError as exc:  # e.g. a model on the backend route: no processors for a policy to set
+        except RuntimeError as exc:  # e.g. a model with no vidattn attention for a policy to set
             sweep.append({"policy": item, "error": str(exc)[:500]})
             log(f"[8bit {item}] not run: {exc}")
             break

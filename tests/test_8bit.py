@@ -269,6 +269,70 @@ def test_policy_without_timestep_counts_forwards():
     assert h.step == 0
 
 
+class _StockProc:
+    """A stock diffusers processor as vidattn.apply's backend route leaves it: only `_attention_backend` changed."""
+
+    def __init__(self, backend):
+        self._attention_backend = backend
+
+
+class _BackendAttn(torch.nn.Module):
+    def __init__(self, seen, backend):
+        super().__init__()
+        self.processor = _StockProc(backend)
+        self.seen = seen
+
+    def forward(self, x, fail=False):
+        from vidattn.precision import current_precision
+
+        self.seen.append(current_precision())  # what the vidattn backend would run this module's calls at
+        if fail:
+            raise RuntimeError("a forward that raises")
+        return x
+
+
+class _BackendModel(torch.nn.Module):
+    def __init__(self, n=3, backend="vidattn"):
+        super().__init__()
+        self.seen = []
+        self.blocks = torch.nn.ModuleList(_BackendAttn(self.seen, backend) for _ in range(n))
+
+    def forward(self, x, timestep=None, fail_at=None):
+        for i, b in enumerate(self.blocks):
+            b(x, fail=i == fail_at)
+        return x
+
+
+def test_policy_on_backend_routed_modules():
+    """Modules whose stock processor attends through the vidattn diffusers backend (no `precision` attribute: the
+    backend reads the context precision) run inside use_precision blocks the policy opens per module: per block and
+    per step as for processors, innermost over the caller's own use_precision, closed even when a forward raises,
+    and gone after remove(). A processor on another backend is not the policy's."""
+    from vidattn import precision as prec
+
+    m = _BackendModel(3)
+    h = vidattn.PrecisionPolicy("8bit", exact_blocks=(0,), exact_first_steps=1).install(m)
+    for t in (999, 999, 800):
+        m(torch.zeros(1), timestep=torch.tensor([t]))
+    assert m.seen == ["exact"] * 6 + ["exact", "8bit", "8bit"] and h.step == 1
+    m.seen.clear()
+    with vidattn.use_precision("exact"):
+        m(torch.zeros(1), timestep=torch.tensor([600]))
+    assert m.seen == ["exact", "8bit", "8bit"]
+    m.seen.clear()
+    with pytest.raises(RuntimeError, match="a forward that raises"):
+        m(torch.zeros(1), timestep=torch.tensor([400]), fail_at=1)
+    assert m.seen == ["exact", "8bit"] and prec._active == []  # the raising module's block was closed
+    h.remove()
+    m.seen.clear()
+    m(torch.zeros(1), timestep=torch.tensor([200]))
+    assert m.seen == ["exact"] * 3  # no hooks left: the default
+    enum_like = types.SimpleNamespace(value="vidattn")  # diffusers' AttentionBackendName member
+    assert prec._on_vidattn_backend(_StockProc(enum_like)) and not prec._on_vidattn_backend(_StockProc("flex"))
+    with pytest.raises(RuntimeError, match="no vidattn attention on this model"):
+        vidattn.PrecisionPolicy().install(_BackendModel(2, backend="flex"))
+
+
 def test_policy_checks():
     with pytest.raises(ValueError):
         vidattn.PrecisionPolicy("fp8")
@@ -276,7 +340,7 @@ def test_policy_checks():
         vidattn.PrecisionPolicy(exact_blocks=(-1,))
     with pytest.raises(ValueError):
         vidattn.PrecisionPolicy(exact_first_steps=-2)
-    with pytest.raises(RuntimeError, match="no vidattn processors"):
+    with pytest.raises(RuntimeError, match="no vidattn attention on this model"):
         vidattn.PrecisionPolicy().install(torch.nn.Linear(2, 2))
     p = vidattn.PrecisionPolicy()
     assert p.precision_for(5, 0) == "8bit" and p.precision_for(None, 100) == "8bit"  # neutral default

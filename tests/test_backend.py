@@ -611,3 +611,27 @@ def test_environment_variable_with_the_real_import(monkeypatch):
     with pytest.raises(RuntimeError, match="Unset the variable") as info:
         b._register_at_import()
     assert isinstance(info.value.__cause__, ValueError) and "vidattn" in str(info.value.__cause__)
+
+
+def test_precision_policy_on_the_backend_route(monkeypatch):
+    """PrecisionPolicy on a model whose attention runs through set_attention_backend("vidattn") (no vidattn
+    processors): each attention module's calls reach vidattn.attention at its block's precision for the step."""
+    from vidattn.precision import current_precision
+
+    model, inputs, _ = _wan()  # two blocks, self and cross attention each
+    fake = FakeKernel(monkeypatch)
+    seen = []
+    real_call = fake.__call__
+    monkeypatch.setattr(ops, "attention", lambda *a, **kw: seen.append(current_precision()) or real_call(*a, **kw))
+    model.set_attention_backend("vidattn")
+    handle = vidattn.PrecisionPolicy("8bit", exact_blocks=(0,), exact_first_steps=1).install(model)
+    with torch.no_grad():
+        for t in (900.0, 500.0):
+            model(**{**inputs, "timestep": torch.tensor([t, t])}, return_dict=False)
+    assert seen == ["exact"] * 4 + ["exact", "exact", "8bit", "8bit"] and handle.step == 1
+    handle.remove()
+    seen.clear()
+    with torch.no_grad():
+        model(**inputs, return_dict=False)
+    assert seen == ["exact"] * 4
+    backend().unregister_backend(model)

@@ -152,9 +152,12 @@ class PrecisionPolicy:
         handle.remove()
 
     It sets the `precision` attribute of the model's vidattn processors (vidattn.apply installs them) before every
-    forward of the transformer. A denoising step is a change of the forward's `timestep`: classifier-free guidance
-    that calls the transformer twice per step counts once, and a timestep larger than the last one (denoising
-    counts down) starts a new generation at step 0. Forwards without a `timestep` count one step each.
+    forward of the transformer. Attention modules that vidattn.apply routed through the "vidattn" diffusers backend
+    (their stock processor stays; the backend reads the context precision) run each forward inside
+    `use_precision(...)` with their block's precision instead, opened and closed by hooks on the module. A
+    denoising step is a change of the forward's `timestep`: classifier-free guidance that calls the transformer twice
+    per step counts once, and a timestep larger than the last one (denoising counts down) starts a new generation at
+    step 0. Forwards without a `timestep` count one step each.
 
     The defaults are neutral (no exceptions): which blocks or steps a model needs exact has to be measured per
     model (scripts/fidelity_8bit.py --sweep; docs/precision.md), and no such measurement backs a per-family
@@ -186,19 +189,59 @@ class PrecisionPolicy:
         and `transformer_2`) shares one step count, so the second one, which starts mid-generation, continues it."""
         models, targets = [], []
         for model in _policy_models(pipe_or_transformer):
-            found = [(_block_index(name), module.processor) for name, module in model.named_modules()
-                     if hasattr(getattr(module, "processor", None), "precision")]
+            found = []
+            for name, module in model.named_modules():
+                proc = getattr(module, "processor", None)
+                if hasattr(proc, "precision"):
+                    found.append((_block_index(name), proc))
+                elif _on_vidattn_backend(proc):
+                    found.append((_block_index(name), _ModulePrecision(module)))
             if found:
                 models.append(model)
                 targets += found
         if not targets:
-            raise RuntimeError("PrecisionPolicy.install: no vidattn processors on this model (run vidattn.apply(pipe) "
-                               "first; the diffusers backend route has no per-block processors)")
+            raise RuntimeError("PrecisionPolicy.install: no vidattn attention on this model (run vidattn.apply(pipe) "
+                               "first: it installs vidattn's processors or routes the stock ones through the vidattn "
+                               "diffusers backend)")
         return PolicyHandle(self, models, targets)
 
     def __repr__(self) -> str:
         return (f"PrecisionPolicy(default={self.default!r}, exact_blocks={tuple(sorted(self.exact_blocks))}, "
                 f"exact_first_steps={self.exact_first_steps})")
+
+
+def _on_vidattn_backend(proc) -> bool:
+    """Whether a (stock) processor attends through the "vidattn" diffusers backend (vidattn.apply's "backend" route, or
+    set_attention_backend("vidattn")): its `_attention_backend` names it, as a string or diffusers' enum member."""
+    backend = getattr(proc, "_attention_backend", None)
+    return backend is not None and str(getattr(backend, "value", backend)) == "vidattn"
+
+
+class _ModulePrecision:
+    """A backend-routed attention module under a policy: `precision` (set per step like a processor's) is the
+    precision its forward runs at, inside a use_precision block that a forward pre-hook opens and a forward hook closes,
+    even when the forward raises (`always_call`). None: no block, the context's precision."""
+
+    def __init__(self, module):
+        self.precision: Optional[str] = None
+        self._open: list = []
+        self._hooks = [module.register_forward_pre_hook(self._enter),
+                       module.register_forward_hook(self._exit, always_call=True)]
+
+    def _enter(self, module, args) -> None:
+        block = None if self.precision is None else _PrecisionBlock(self.precision)
+        if block is not None:
+            block.__enter__()
+        self._open.append(block)
+
+    def _exit(self, module, args, output) -> None:
+        block = self._open.pop() if self._open else None
+        if block is not None:
+            block.__exit__(None, None, None)
+
+    def remove(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
 
 
 def _policy_models(pipe_or_transformer) -> list:
@@ -256,3 +299,5 @@ class PolicyHandle:
             hook.remove()
         for proc, prec in self._saved:
             proc.precision = prec
+            if isinstance(proc, _ModulePrecision):
+                proc.remove()
