@@ -635,3 +635,31 @@ def test_precision_policy_on_the_backend_route(monkeypatch):
         model(**inputs, return_dict=False)
     assert seen == ["exact"] * 4
     backend().unregister_backend(model)
+
+
+def test_precision_policy_on_the_backend_route_under_compile(monkeypatch):
+    """The same under torch.compile: the module hooks' use_precision blocks are traced, and each call reads its
+    block's precision for the step at run time (the spy is kept out of the graph so it sees what the call sees)."""
+    from vidattn.precision import current_precision
+
+    model, inputs, _ = _wan()
+    seen = []
+    real = ops.attention
+
+    @torch.compiler.disable
+    def spy(*a, **kw):
+        seen.append(current_precision())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(ops, "attention", spy)
+    model.set_attention_backend("vidattn")
+    handle = vidattn.PrecisionPolicy("8bit", exact_blocks=(0,), exact_first_steps=1).install(model)
+    compiled = torch.compile(model)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for t in (900.0, 500.0, 300.0):
+            compiled(**{**inputs, "timestep": torch.tensor([t, t])}, return_dict=False)
+    assert seen == ["exact"] * 6 + ["8bit", "8bit", "exact", "exact", "8bit", "8bit"]
+    handle.remove()
+    backend().unregister_backend(model)
+    torch._dynamo.reset()
