@@ -406,7 +406,7 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   FwdParams p{};
   std::string err;
   // a.head_dim may be below kHeadDim (FwdParams: TMA pads the columns); a.kv_heads divides a.heads (vidattn_sm90_fwd).
-  const int64_t kv_heads = a.kv_heads > 0 ? a.kv_heads : a.heads;
+  const int64_t kv_heads = vidattn::grouped_kv_heads(a.heads, a.kv_heads);
   const bool ok = make_tensor_map_4d(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride,
                                      T::kQBoxRows, &err) &&
                   make_tensor_map_4d(&p.tm_k, a.k, kFp16, a.head_dim, a.seqlen_kv, kv_heads, a.batch, a.k_stride,
@@ -846,8 +846,7 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
     return fail("batch, heads and sequence lengths must be >= 1");
   if (a->seqlen_q > (1ll << 31) - 1 || a->seqlen_kv > (1ll << 31) - 1) return fail("sequence length over 2^31");
   // Grouped-query attention: every query head maps to one key/value head (launch: kv_group).
-  if (a->kv_heads < 0 || (a->kv_heads > 0 && a->heads % a->kv_heads != 0))
-    return fail("kv_heads must divide heads (grouped-query attention), or be 0 for as many as heads");
+  if (vidattn::grouped_kv_heads(a->heads, a->kv_heads) == 0) return fail(vidattn::kGroupedKvError);
   // Head dims below a build's run on it with TMA's zero fill (fwd_params.h); TMA wants rows of a multiple of 16 bytes.
   if (a->head_dim < 8 || a->head_dim > 256 || a->head_dim % 8 != 0)
     return fail("head dim must be a multiple of 8 from 8 to 256");

@@ -295,7 +295,7 @@ int q8_launch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t stream) {
   pp.kv_lens = a.kv_lens;
   pp.batch = static_cast<int>(a.batch);
   pp.heads = static_cast<int>(a.heads);
-  pp.kv_heads = static_cast<int>(a.kv_heads > 0 ? a.kv_heads : a.heads);  // (vidattn_q8_fwd checked it divides)
+  pp.kv_heads = static_cast<int>(vidattn::grouped_kv_heads(a.heads, a.kv_heads));  // (never 0: vidattn_q8_fwd)
   pp.kv_group = pp.heads / pp.kv_heads;
   pp.seqlen_q = static_cast<int>(a.seqlen_q);
   pp.seqlen_kv = static_cast<int>(a.seqlen_kv);
@@ -529,10 +529,8 @@ int q8_dispatch(const VidattnFwdArgs& a, const Q8Layout& l, cudaStream_t s) {
 // kv_heads key/value heads (grouped-query attention; 0 for as many as heads). 0 for a problem it cannot take.
 extern "C" uint64_t vidattn_q8_workspace_bytes_kv(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seqlen_q,
                                                     int64_t seqlen_kv, int64_t head_dim) {
-  if (kv_heads == 0) kv_heads = heads;
-  if (batch < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || seqlen_q < 1 || seqlen_kv < 1 ||
-      head_dim < 1)
-    return 0;
+  kv_heads = vidattn::grouped_kv_heads(heads, kv_heads);
+  if (batch < 1 || heads < 1 || kv_heads < 1 || seqlen_q < 1 || seqlen_kv < 1 || head_dim < 1) return 0;
   return q8_layout(batch, heads, kv_heads, seqlen_q, seqlen_kv, head_dim).total;
 }
 
@@ -554,9 +552,8 @@ extern "C" int vidattn_q8_fwd(const VidattnFwdArgs* a, void* stream) {
   if (a->batch * a->heads > 65535) return fail("batch * heads over 65535 (the 8-bit path's grid)");
   if (a->batch > 65535 || a->heads > 65535) return fail("batch or heads over 65535");
   // (A caller that predates the field passes 0: as many key/value heads as heads.)
-  if (a->kv_heads < 0 || (a->kv_heads > 0 && a->heads % a->kv_heads != 0))
-    return fail("kv_heads must divide heads (grouped-query attention), or be 0 for as many as heads");
-  const int64_t kv_heads = a->kv_heads > 0 ? a->kv_heads : a->heads;
+  const int64_t kv_heads = vidattn::grouped_kv_heads(a->heads, a->kv_heads);
+  if (kv_heads == 0) return fail(vidattn::kGroupedKvError);
   // (The struct's last field; callers that predate it pass 0.) The 8-bit kernel has no mask: a causal call must not
   // silently attend to every key. vidattn.attention sends causal calls at precision="8bit" to the exact kernel.
   if (a->causal != 0)

@@ -1,6 +1,7 @@
 // Host-side arithmetic the two launchers share: the tail launch's split search (capi.cu plan_tail, capi_8bit.cuh
-// q8_plan_tail), the exact plan's balanced chunk and its pieces (which the kernels share), and the reader of the
-// run-time switches' environment variables (both files' settings). Plain C++, no torch and no CUDA beyond the
+// q8_plan_tail), the exact plan's balanced chunk and its pieces (which the kernels share), the reader of the
+// run-time switches' environment variables (both files' settings), and the key/value head count both forward
+// entries take from VidattnFwdArgs (grouped_kv_heads). Plain C++, no torch and no CUDA beyond the
 // host-device marks, so that tests/test_tail_plan_host.py can compile it with the host compiler and hold it to
 // dev/stress/budget.py's models.
 #pragma once
@@ -86,6 +87,17 @@ VIDATTN_HOST_DEVICE inline int64_t balanced_piece_item(int t, int s, int u, int 
   const int g = t * nb / u + s;
   return static_cast<int64_t>(t - g * u / nb) * ctas + g;
 }
+
+// The key/value heads a call runs with, from VidattnFwdArgs' `heads` and `kv_heads` (capi.h: 0 means as many as
+// heads), or 0 when `kv_heads` is refused: negative, or not a divisor of heads (grouped-query attention maps query
+// head h to key/value head h / (heads / kv_heads)). Both forward entries refuse such a call with kGroupedKvError;
+// the 8-bit workspace size is 0 for it.
+inline int64_t grouped_kv_heads(int64_t heads, int64_t kv_heads) {
+  if (kv_heads == 0) return heads;
+  return kv_heads > 0 && heads % kv_heads == 0 ? kv_heads : 0;
+}
+constexpr const char* kGroupedKvError =
+    "kv_heads must divide heads (grouped-query attention), or be 0 for as many as heads";
 
 // A build default, unless the environment variable `name` holds a value in [lo, hi] (an unset or empty variable, or
 // another value, keeps the default). Callers keep it in a function-local static: read once, for A/B runs.

@@ -1,7 +1,8 @@
 """csrc/tail_plan.h, compiled with the host compiler (no GPU, no CUDA): the tail launch's split search that capi.cu's
 plan_tail and capi_8bit.cuh's q8_plan_tail share, against dev/stress/budget.py's model of it over a grid of last
 rounds, at both paths' constants; the balanced tail's chunk and the pieces the kernel and the merge derive from it;
-and env_default, the reader of every run-time switch's environment variable."""
+env_default, the reader of every run-time switch's environment variable; and grouped_kv_heads, the key/value head
+count both forward entries and the 8-bit workspace size take from the arguments."""
 from __future__ import annotations
 
 import os
@@ -45,6 +46,11 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "kvheads") == 0) {  // per line "heads kv_heads": grouped_kv_heads
+    long long h, kv;
+    while (std::scanf("%lld %lld", &h, &kv) == 2) std::printf("%lld\n", (long long)vidattn::grouped_kv_heads(h, kv));
     return 0;
   }
   if (argc > 1) {  // env_default of the variable VIDATTN_TEST_SWITCH, build default 7, range [lo, hi] = argv[1..2]
@@ -135,6 +141,16 @@ def test_balanced_tail_pieces_cover_every_tile_once(driver):
     assert planned >= 10  # the grid holds plans (and refusals: the small nb, the one-round shapes' small r)
     # the shapes the notes name: D=256 at 32K (68 tiles of 410 blocks) plans, at 8K (100 of 103) not (call P48's loss)
     assert budget.balanced_tail_chunk(68, 410, 132, 3) == 212 and budget.balanced_tail_chunk(100, 103, 132, 3) == 0
+
+
+def test_grouped_kv_heads(driver):
+    """kv_heads 0 is as many as heads; a divisor of heads is itself (multi-query: 1); a negative count or one that does
+    not divide heads is refused (0), which both forward entries turn into their kv_heads error."""
+    cases = [(32, 0, 32), (32, 8, 8), (32, 1, 1), (32, 32, 32), (6, 4, 0), (32, 5, 0), (8, -1, 0), (8, 16, 0),
+             (1, 0, 1), (1, 1, 1)]
+    out = subprocess.run([str(driver), "kvheads"], input="\n".join(f"{h} {kv}" for h, kv, _ in cases),
+                         capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    assert [int(x) for x in out] == [w for _, _, w in cases]
 
 
 @pytest.mark.parametrize("value,lo,hi,want", [(None, 0, 2, 7), ("", 0, 2, 7), ("1", 0, 2, 1), ("2", 0, 2, 2),
