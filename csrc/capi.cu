@@ -429,6 +429,11 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   p.causal_bottom_right = a.causal == 2 ? 1 : 0;
   p.causal_group = 1;
   p.causal_pairs = static_cast<int>(a.heads * a.batch);
+  if constexpr (T::kSparse) {
+    p.blk_cnt = a.blk_cnt;
+    p.blk_list = reinterpret_cast<const int2*>(a.blk_list);
+    p.blk_stride = static_cast<int>(a.blk_stride);
+  }
   const int64_t m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   const int64_t tiles = m_blocks * a.heads * a.batch;
   if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/kBlockM) over 2^31)");
@@ -456,8 +461,10 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   // such a problem keeps the plain schedule, its last round being a sliver of it. (CTA pairs: the main launch's rounds
   // are of `grid` tiles, so its tile count stays even.)
   const int64_t per_launch = static_cast<int64_t>(grid) * 32 * T::kRedoWords;
-  const TailPlan tail =
-      tiles <= per_launch && !kCausal ? plan_tail<kHeadDim, kWGs, kBN>(a, tiles, sms, grid) : TailPlan{};
+  // (block-sparse launches have none either: a tail item's key range is not a list's)
+  const TailPlan tail = tiles <= per_launch && !kCausal && !T::kSparse
+                            ? plan_tail<kHeadDim, kWGs, kBN>(a, tiles, sms, grid)
+                            : TailPlan{};
   const int64_t main_tiles = tiles - tail.tiles;
   g_last_tail_splits = tail.tiles > 0 ? tail.splits : 0;
   for (int64_t base = 0; base < main_tiles; base += per_launch) {
@@ -507,7 +514,7 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   }
   // Causal launches have no tail launch: its split kernel is not instantiated for them (at fp16 D=192/256 it would
   // be a kernel no call runs).
-  if constexpr (kCausal) {
+  if constexpr (kCausal || T::kSparse) {
     return 0;
   } else {
     if (tail.tiles == 0) return 0;
@@ -556,7 +563,7 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
 #endif
 template <int kHeadDim, int kBN, bool kFp16, bool kCausal>
 constexpr bool in_kernel_subset() {
-  constexpr bool kD256OInV = kHeadDim == 256 && kBN >= vidattn::sm90::kOInVBuild;
+  constexpr bool kD256OInV = kHeadDim == 256 && (kBN & vidattn::sm90::kOInVBuild) != 0;
   constexpr bool kD128Short = kHeadDim == 128 && kBN == VIDATTN_BLOCK_N_D128_SHORT;
   return !VIDATTN_KERNEL_SUBSET || (!kFp16 && !kCausal && (kD256OInV || kD128Short || kHeadDim == 192));
 }
@@ -839,6 +846,31 @@ extern "C" int vidattn_sm90_set_d64_warpgroups(int warpgroups) {
   return 0;
 }
 
+// Block-sparse calls (VidattnFwdArgs::blk_cnt): the D=64 and D=128 builds at 128 x 128 tiles. The tables are the
+// caller's (vidattn/sparse.py builds them from a block mask); what can be checked without reading them is.
+static int fwd_sparse(const VidattnFwdArgs* a, cudaStream_t s, bool fp16, int sms) {
+  using namespace vidattn::sm90;
+  if (a->blk_list == nullptr) return fail("block-sparse: blk_list is null");
+  if (a->head_dim != 64 && a->head_dim != 128) return fail("block-sparse: head dim must be 64 or 128");
+  if (a->kv_lens != nullptr) return fail("block-sparse: no kv_lens (mask the padded keys' blocks instead)");
+  if (a->causal != 0) return fail("block-sparse: no causal mask (give the causal blocks in the block mask instead)");
+  if (a->blk_stride < (a->seqlen_kv + kSparseTileN - 1) / kSparseTileN || a->blk_stride > (1 << 24))
+    return fail("block-sparse: blk_stride must be at least ceil(seqlen_kv / 128) key blocks (and at most 2^24)");
+  if (reinterpret_cast<uintptr_t>(a->blk_list) % 8 != 0 || reinterpret_cast<uintptr_t>(a->blk_cnt) % 4 != 0)
+    return fail("block-sparse: blk_list must be 8-byte and blk_cnt 4-byte aligned");
+  constexpr int kBN = kSparseTileN | kSparseBuild;
+  if (a->head_dim == 64)
+    return fp16 ? launch<64, 2, kBN, true>(*a, s, sms) : launch<64, 2, kBN, false>(*a, s, sms);
+  return fp16 ? launch<128, 2, kBN, true>(*a, s, sms) : launch<128, 2, kBN, false>(*a, s, sms);
+}
+
+extern "C" int vidattn_sm90_sparse_tile(int32_t* tile_m, int32_t* tile_n, int32_t* block) {
+  if (tile_m != nullptr) *tile_m = vidattn::sm90::kSparseTileM;
+  if (tile_n != nullptr) *tile_n = vidattn::sm90::kSparseTileN;
+  if (block != nullptr) *block = vidattn::sm90::kSparseBlock;
+  return 0;
+}
+
 static int fwd(const VidattnFwdArgs* a, void* stream) {
   if (a == nullptr) return fail("null argument block");
   if (!a->q || !a->k || !a->v || !a->o) return fail("null q/k/v/o pointer");
@@ -873,6 +905,7 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
   if (a->causal < 0 || a->causal > 2) return fail("causal must be 0 (none), 1 (top-left) or 2 (bottom-right)");
   const int sms = sm_count();
+  if (a->blk_cnt != nullptr) return fwd_sparse(a, s, fp16, sms);
   constexpr int kD64N = vidattn::sm90::default_block_n(64);
   constexpr int kD96N = vidattn::sm90::default_block_n(96);
   constexpr int kD192N = vidattn::sm90::default_block_n(192);

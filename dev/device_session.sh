@@ -237,6 +237,9 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P78 [budget_s] # block-sparse attention: its GPU tests, the sparse sanitizer script
+#                                             # (memcheck, racecheck, synccheck), sparse_bench.py against compiled
+#                                             # flex_attention, the whole GPU suite
 #   bash dev/device_session.sh P77 [budget_s] # after P76 (grouped K/V at D=64 routed exact): the grouped GPU tests
 #                                             # and the 8-bit suite, then D=64 A/Bs on more shapes (multi-query,
 #                                             # 16K tokens) for the route
@@ -1209,6 +1212,30 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P78)
+  # Block-sparse attention (dev/NOTES.md "Block-sparse attention"): its GPU tests first (a hang or a wrong answer ends
+  # the call early), the sparse sanitizer script plain, under memcheck and under racecheck / synccheck (small set), then
+  # the block-sparse kernel against compiled flex_attention on NABLA-like masks (dev/probes/sparse_bench.py), then
+  # the whole GPU suite (the dense builds share the changed code: tile_work, online_softmax, the kOInV flag test).
+  build_lib
+  mkdir -p "$OUT/p78"
+  gpu_pytest p78/gpu_sparse.log 240 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py
+  export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+  timeout 60 python3 tests/sanitizer_sparse.py > "$OUT/p78/san_plain.log" 2>&1; rc[san_plain]=$?
+  tail -5 "$OUT/p78/san_plain.log"
+  for tool in memcheck racecheck synccheck; do
+    [ "$tool" = memcheck ] && small="" || small="--small"
+    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 1 python3 tests/sanitizer_sparse.py $small \
+      > "$OUT/p78/san_$tool.log" 2>&1; rc[san_$tool]=$?
+    grep -E "ERROR SUMMARY" "$OUT/p78/san_$tool.log" | tail -1; tail -1 "$OUT/p78/san_$tool.log"
+  done
+  unset PYTORCH_NO_CUDA_MEMORY_CACHING
+  timeout $(( $(left) - 200 < 200 ? $(left) - 200 : 200 )) python3 dev/probes/sparse_bench.py --out "$OUT/p78" \
+    --rounds 6 --budget-s 15 > "$OUT/p78/sparse_bench.log" 2>&1; rc[sparse_bench]=$?
+  tail -8 "$OUT/p78/sparse_bench.log"
+  [ "$(left)" -gt 90 ] && gpu_pytest p78/gpu_all.log $(( $(left) - 20 )) gpu_all -m gpu tests/
+  tar_dirs p78
   ;;
 P77)
   # After P76 (dev/NOTES_8bit.md "Grouped-query K/V at 8 bits: outcome"): D=64 tied the exact kernel on grouped K/V, so

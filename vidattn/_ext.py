@@ -112,6 +112,8 @@ class _Args(ctypes.Structure):
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64),
         ("kv_heads", ctypes.c_int64),
         ("causal", ctypes.c_int32),
+        # block-sparse tables (vidattn/sparse.py, Tables); NULL for dense calls. Libraries before them never read these.
+        ("blk_cnt", ctypes.c_void_p), ("blk_list", ctypes.c_void_p), ("blk_stride", ctypes.c_int64),
     ]
 
 
@@ -449,6 +451,9 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     lib.vidattn_sm90_fwd.restype = ctypes.c_int
     lib.vidattn_sm90_last_error.argtypes = []
     lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
+    if hasattr(lib, "vidattn_sm90_sparse_tile"):  # libraries before block-sparse attention lack it
+        lib.vidattn_sm90_sparse_tile.argtypes = [ctypes.POINTER(ctypes.c_int32)] * 3
+        lib.vidattn_sm90_sparse_tile.restype = ctypes.c_int
     if hasattr(lib, "vidattn_sm90_workspace_bytes"):  # builds before the third session of 2026-11-30 lack it
         lib.vidattn_sm90_workspace_bytes.argtypes = []
         lib.vidattn_sm90_workspace_bytes.restype = ctypes.c_uint64
@@ -912,11 +917,12 @@ def launch_args(q, k, v, out, lse, kv_lens, scale: float, causal: int = CAUSAL_N
 
 
 def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = None,
-            causal: int = CAUSAL_NONE) -> None:
+            causal: int = CAUSAL_NONE, sparse=None) -> None:
     """Launch the kernel on the current stream. q, k, v, out: (B, S, H, D) views (any strides, last dim 1; out's
     base 16-byte aligned and its strides multiples of 8 elements, as a fresh tensor's are: O is stored with TMA);
     lse: contiguous fp32 (B, H, Sq) or None; kv_lens: int32 (B,) or None (any view; read contiguous); causal: the
-    mask (CAUSAL_*; csrc/capi.h states its semantics). Call only when kernel_reason is None. `lib`: a library from open_library (A/B timing); default: the one load() built or
+    mask (CAUSAL_*; csrc/capi.h states its semantics); sparse: block-sparse tables (vidattn/sparse.py, Tables) or None.
+    Call only when kernel_reason is None. `lib`: a library from open_library (A/B timing); default: the one load() built or
     found. Raises KernelLaunchError when the library refuses or fails the launch; for the default library that
     also disables it for the rest of the process (runtime_reason then says why), so the op falls back once."""
     global _launch_error
@@ -925,6 +931,12 @@ def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = 
     if kv_lens is not None and kv_lens.stride(0) != 1:
         kv_lens = kv_lens.contiguous()
     args = launch_args(q, k, v, out, lse, kv_lens, scale, causal)
+    if sparse is not None:
+        # block-sparse (vidattn/sparse.py, Tables): only a library with the entry's tables reads them (sparse.library_reason)
+        if not hasattr(lib, "vidattn_sm90_sparse_tile"):
+            raise KernelLaunchError("the kernel library predates block-sparse attention (rebuild it)")
+        args.blk_cnt, args.blk_list = sparse.count.data_ptr(), sparse.entries.data_ptr()
+        args.blk_stride = sparse.entries.shape[-2]
     # The guard makes q's device current; the library then makes its context current in this thread (a worker
     # thread's first CUDA work may be this call: csrc/capi.cu, vidattn_sm90_fwd).
     with _device_guard(q.device):

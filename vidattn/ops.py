@@ -394,6 +394,81 @@ def _attention_fake(q, k, v, layout, scale, kv_lens, return_lse, causal=0):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# block-sparse attention (vidattn/sparse.py): its own op, whose tables are built outside it (traceable)
+# ----------------------------------------------------------------------------------------------------------
+
+def _sparse_reason(qv, kv, vv, sc: float) -> Optional[str]:
+    """Why the block-sparse kernel cannot run these (B, S, H, D) views (None: it runs)."""
+    from . import sparse
+    reason = (_ext.device_reason(qv.device) or sparse.envelope_reason(qv, kv, vv)
+              or _ext.kernel_reason(qv, kv, vv, None, sc))
+    if reason is None:
+        reason = sparse.library_reason(_ext.load())
+    return reason
+
+
+def _sparse_impl(q, k, v, layout: str, scale: Optional[float], count, entries, blocks, return_lse: bool):
+    from . import sparse
+    qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
+    b, sq, h, d = qv.shape
+    sc = _default_scale(scale, d)
+    reason = _sparse_reason(qv, kv, vv, sc)
+    if reason is None:
+        if layout == "bshd":
+            out = torch.empty((b, sq, h, vv.shape[3]), dtype=q.dtype, device=q.device)
+            out_view = out
+        else:
+            out = torch.empty((b, h, sq, vv.shape[3]), dtype=q.dtype, device=q.device)
+            out_view = out.transpose(1, 2)
+        lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device) if return_lse else None
+        try:
+            _ext.forward(qv, kv, vv, out_view, lse, None, sc, sparse=sparse.Tables(count, entries))
+            return out, lse
+        except _ext.KernelLaunchError as exc:
+            reason = str(exc)
+    warn_fallback(f"{reason} (block mask: SDPA runs it block by block)")
+    out, lse = sparse.sdpa_blocks(qv.transpose(1, 2), kv.transpose(1, 2), vv.transpose(1, 2), sc, blocks, return_lse)
+    out = out.contiguous() if layout == "bhsd" else out.transpose(1, 2).contiguous()
+    return out, lse
+
+
+@torch.library.custom_op("vidattn::sparse_attention", mutates_args=())
+def _sparse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, scale: Optional[float],
+               count: torch.Tensor, entries: torch.Tensor, blocks: torch.Tensor,
+               return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = _sparse_impl(q, k, v, layout, scale, count, entries, blocks, return_lse)
+    return out, (lse if lse is not None else _empty_lse(q))
+
+
+@_sparse_op.register_fake
+def _sparse_fake(q, k, v, layout, scale, count, entries, blocks, return_lse):
+    return _attention_fake(q, k, v, layout, scale, None, return_lse)
+
+
+def _sparse_call(q, k, v, layout, scale, block_mask, return_lse, fn="vidattn.attention"):
+    from . import sparse
+    qv = _bshd(q, layout)
+    b, sq, h, _ = qv.shape
+    skv = k.shape[1 if layout == "bshd" else 2]
+    blocks = sparse.dense_blocks(block_mask, b, h, sq, skv, fn=fn).to(q.device)
+    if _grad_reason(q, k, v) is not None:
+        if not _is_compiling():
+            warn_fallback(f"{_grad_fallback_reason(q, k, v)} (block mask: SDPA runs it block by block)")
+        kv, vv = _bshd(k, layout), _bshd(v, layout)
+        out, lse = sparse.sdpa_blocks(qv.transpose(1, 2), kv.transpose(1, 2), vv.transpose(1, 2),
+                                      _default_scale(scale, q.shape[-1]), blocks, return_lse)
+        out = out if layout == "bhsd" else out.transpose(1, 2)
+        return (out, lse) if return_lse else out
+    tab = sparse.tables(blocks)
+    if _is_compiling():
+        out, lse = torch.ops.vidattn.sparse_attention(q, k, v, layout, scale, tab.count, tab.entries, blocks,
+                                                      return_lse)
+    else:
+        out, lse = _sparse_impl(q, k, v, layout, scale, tab.count, tab.entries, blocks, return_lse)
+    return (out, lse) if return_lse else out
+
+
+# ----------------------------------------------------------------------------------------------------------
 # public API
 # ----------------------------------------------------------------------------------------------------------
 
@@ -413,7 +488,7 @@ def _grad_fallback_reason(q, k, v) -> Optional[str]:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
               scale: Optional[float] = None, kv_lens: Optional[torch.Tensor] = None, return_lse: bool = False,
-              precision: Optional[str] = None, causal=False):
+              precision: Optional[str] = None, causal=False, block_mask=None):
     """Exact attention ``softmax(q @ k^T * scale) @ v``, the numerics contract of PyTorch SDPA, optionally causal.
 
     Args:
@@ -466,6 +541,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     _validate(q, k, v, layout, scale, kv_lens)
     _check_return_lse(return_lse, "vidattn.attention")
     causal = _causal_code(causal)
+    if block_mask is not None:
+        _check_block_mask_args(kv_lens, causal, "vidattn.attention")
+        return _sparse_call(q, k, v, layout, None if scale is None else float(scale), block_mask, return_lse)
     eight_bit = resolve_precision(precision) == "8bit" and causal == _ext.CAUSAL_NONE
     kv_lens = _prepare_kv_lens(kv_lens, q.device, k.shape[1 if layout == "bshd" else 2])
     scale = None if scale is None else float(scale)
@@ -497,6 +575,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     return (out, lse) if return_lse else out
 
 
+def _check_block_mask_args(kv_lens, causal: int, fn: str) -> None:
+    # A block mask says every key a row sees; padding and causal rows are blocks of it (vidattn/sparse.py).
+    if kv_lens is not None:
+        raise ValueError(f"{fn}: block_mask and kv_lens together: leave the padded keys' blocks out of the block mask")
+    if causal != _ext.CAUSAL_NONE:
+        raise ValueError(f"{fn}: block_mask and causal together: give the causal blocks in the block mask")
+
+
 def _check_return_lse(return_lse, fn: str) -> None:
     if not isinstance(return_lse, bool):
         raise TypeError(f"{fn}: return_lse must be True or False, got {type(return_lse).__name__}")
@@ -504,7 +590,8 @@ def _check_return_lse(return_lse, fn: str) -> None:
 
 def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = "bshd",
             scale: Optional[float] = None, kv_lens: Optional[torch.Tensor] = None,
-            precision: Optional[str] = None, causal=False, return_lse: bool = False) -> Optional[str]:
+            precision: Optional[str] = None, causal=False, return_lse: bool = False,
+            block_mask=None) -> Optional[str]:
     """Why ``vidattn.attention`` with these arguments would run PyTorch SDPA instead of the kernel; ``None``
     when the kernel runs. Raises the same errors as ``attention`` for invalid arguments. On a Hopper GPU the
     first call may compile the kernel library (cached on disk). With ``precision="8bit"`` (or that default): ``None``
@@ -516,6 +603,16 @@ def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
     _validate(q, k, v, layout, scale, kv_lens, fn="vidattn.explain")
     _check_return_lse(return_lse, "vidattn.explain")
     causal = _causal_code(causal, fn="vidattn.explain")
+    if block_mask is not None:
+        _check_block_mask_args(kv_lens, causal, "vidattn.explain")
+        from . import sparse
+        qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
+        sparse.dense_blocks(block_mask, qv.shape[0], qv.shape[2], qv.shape[1], kv.shape[1], fn="vidattn.explain")
+        reason = _grad_fallback_reason(q, k, v) or _sparse_reason(qv, kv, vv, _default_scale(scale, q.shape[-1]))
+        note = "" if resolve_precision(precision) != "8bit" else "8-bit path not used: it has no block mask; "
+        if reason is None:
+            return note + "the exact block-sparse kernel runs instead" if note else None
+        return f"{note}{reason} (block mask: SDPA runs it block by block)"
     eight_bit = resolve_precision(precision) == "8bit"
     kv_lens = _prepare_kv_lens(kv_lens, q.device, k.shape[1 if layout == "bshd" else 2])
     if eight_bit and causal == _ext.CAUSAL_NONE:

@@ -61,6 +61,9 @@ struct SharedStorage {
   // on this CTA's barriers (consumer). One unused word each in the other builds, after every other member.
   uint64_t pair_bar[T::kPairs ? 2 : 1];
   uint32_t peer_bits[T::kPairs ? T::kRedoWords : 1];
+  // kSparse: per ring stage, the first key and the 64 x 64 block bits of the key block in it, written by the producer
+  // before the stage's k_full arrival (whose release orders them before the consumers' acquire of that phase).
+  alignas(8) int32_t blk_at[T::kSparse ? 2 * T::kStages : 1];
 };
 
 // Shared memory beside the dynamic buffer: the kernel declares none (its PTX has only the extern buffer), but
@@ -190,6 +193,16 @@ __device__ __forceinline__ int kv_block(int j, int rot, int n_blocks) {
 // the blocks past it are neither loaded nor computed (a tile whose rows see no key at all has none: O = 0, LSE -inf).
 // Within kv_end, row i's keys are the prefix [0, min(kv_end, i + shift + 1)), so key block 0, which every tile
 // visits first, holds key 0 of every row that has a key.
+// kSparse: a tile's row in the block-sparse tables (FwdParams::blk_cnt).
+__device__ __forceinline__ int sparse_tile(const FwdParams& p, const TileCoord& tc) {
+  return (tc.batch * p.heads + tc.head) * p.num_m_blocks + tc.m_block;
+}
+
+// kSparse: the j-th entry of a tile's list: {key block, 64 x 64 bits} (FwdParams::blk_list).
+__device__ __forceinline__ int2 sparse_entry(const FwdParams& p, const TileCoord& tc, int j) {
+  return p.blk_list[static_cast<int64_t>(sparse_tile(p, tc)) * p.blk_stride + j];
+}
+
 struct TileWork {
   TileCoord tc;
   int kv_len;    // valid keys of the batch (causal: of the tile, kv_end above)
@@ -204,7 +217,8 @@ struct TileWork {
 __device__ __forceinline__ bool piece_absent(const FwdParams& p, int item) {
   return p.tail_chunk > 0 && balanced_piece(item, p.tail_chunk, p.tail_blocks, p.tail_ctas, p.tail_tiles).absent;
 }
-template <int kN, bool kSplit, bool kCausal = false, int kM = 0>
+// kSparse: the tile's key-block count from its list (blk_cnt); the blocks themselves come from blk_idx (sparse_tile).
+template <int kN, bool kSplit, bool kCausal = false, int kM = 0, bool kSparse = false>
 __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
   static_assert(!(kCausal && kSplit), "causal launches have no tail launch (capi.cu)");
   int tile = item, range = 0;
@@ -241,6 +255,7 @@ __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
   } else {
     w.kv_first = 0;
     w.n_blocks = n;
+    if constexpr (kSparse) w.n_blocks = min(n, p.blk_cnt[sparse_tile(p, w.tc)]);
   }
   return w;
 }
@@ -396,7 +411,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     // which this producer has waited for (two Q buffers at most).
     if constexpr (kCausal) s.sched_tile[local % 4] = tile;
     tl_producer_clock_pair(kSplit, local);  // timeline build only: the clock against the global timer
-    const TileWork w = tile_work<T::kBlockN, kSplit, kCausal, T::kBlockM>(p, tile);
+    const TileWork w = tile_work<T::kBlockN, kSplit, kCausal, T::kBlockM, T::kSparse>(p, tile);
     const TileCoord& tc = w.tc;
     const int n_blocks = w.n_blocks;
     // causal: ascending key blocks (block 0 first: it holds every non-empty row's first key, tile_work)
@@ -483,7 +498,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       const uint32_t t_wait = waits.start();
       ptx::mbarrier_wait(&s.k_empty[stage], phase ^ 1);
       waits.add(0, t_wait);
-      ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
+      if constexpr (!T::kSparse) ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
       if constexpr (kCausal) {
 #pragma unroll 1
         for (int c = 0; c < T::kChunks; ++c) {
@@ -491,6 +506,14 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
           ptx::tma_load_4d(s.k[stage] + c * T::kBlockN * kChunkCols, &p.tm_k, &s.k_full[stage], c * kChunkCols,
                            at.row, at.head, at.batch);
         }
+      } else if constexpr (T::kSparse) {
+        // The block's list entry (its index, its 64 x 64 bits) goes to the stage's slot before the arrival below,
+        // whose release the consumers' k_full acquire pairs with; V's load reads the slot back (sparse_kv0).
+        const int2 e = sparse_entry(p, tc, j);
+        s.blk_at[2 * stage] = e.x * T::kBlockN;
+        s.blk_at[2 * stage + 1] = e.y;
+        ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
+        load_kv_block<T>(s.k[stage], &p.tm_k, &s.k_full[stage], e.x * T::kBlockN, kv_head, tc.batch);
       } else {
         load_kv_block<T>(s.k[stage], &p.tm_k, &s.k_full[stage],
                          (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, kv_head, tc.batch);
@@ -531,6 +554,9 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
           ptx::tma_load_4d(s.v[stage] + c * T::kBlockN * kChunkCols, &p.tm_v, &s.v_full[stage], c * kChunkCols,
                            at.row, at.head, at.batch);
         }
+      } else if constexpr (T::kSparse) {
+        // (this stage's slot holds block j's entry: load_k(j) wrote it and nothing refills it before load_k(j + kStages))
+        load_kv_block<T>(s.v[stage], &p.tm_v, &s.v_full[stage], s.blk_at[2 * stage], kv_head, tc.batch);
       } else {
         load_kv_block<T>(s.v[stage], &p.tm_v, &s.v_full[stage],
                          (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, kv_head, tc.batch);
@@ -681,7 +707,39 @@ __device__ __forceinline__ void exp2_group(float (&sacc)[kN / 2], int i, const f
 // kEmptyRows (causal builds, a tile's first block): a row may have no key at all (bottom-right with kv_len below
 // seqlen_q); its max stays -inf, and -inf - -inf would make it NaN. It takes 0 as its max instead: every p of it is
 // 2^-inf = 0, its sum stays 0, and the epilogue writes O = 0 and LSE = -inf.
-template <int kN, bool kSumHere = true, bool kEmptyRows = false>
+// A key block's first key, and (kSparse) this warpgroup's two bits of its 64 x 64 blocks: from the stage's slot that
+// the producer wrote before the k_full phase just waited for (one 8-byte shared load), or from the block index.
+template <typename T, typename S>
+__device__ __forceinline__ int2 block_at(const S& s, int stage, int block, int cwg) {
+  if constexpr (T::kSparse) {
+    const int2 e = *reinterpret_cast<const int2*>(&s.blk_at[2 * stage]);
+    return {e.x, (e.y >> (2 * cwg)) & 3};
+  } else {
+    return {block * T::kBlockN, 3};
+  }
+}
+
+// kSparse: the block's 64-key halves whose bit is clear get -inf in this warpgroup's rows (the accumulator layout of
+// mask_keys: group i of 8 columns is sacc[4 i .. 4 i + 3]). The bits are the warpgroup's, so the branch is uniform.
+template <int kN>
+__device__ __forceinline__ void mask_sparse(float (&sacc)[kN / 2], int bits) {
+  constexpr int kGroups = kSparseBlock / 8;
+#pragma unroll
+  for (int c = 0; c < kN / kSparseBlock; ++c) {
+    if (((bits >> c) & 1) == 0) {
+#pragma unroll
+      for (int i = c * kGroups; i < (c + 1) * kGroups; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sacc[4 * i + e] = -__int_as_float(0x7f800000);
+      }
+    }
+  }
+}
+
+// kKeepNegInf (block-sparse builds): a row may have no key in any block, the first included; the reference is 0
+// then, as with kEmptyRows, but the row's max stays -inf, so that a later block's max replaces it whatever its value
+// (with 0 kept, a row whose scores all lie below 2^-126 of it would sum to 0).
+template <int kN, bool kSumHere = true, bool kEmptyRows = false, bool kKeepNegInf = false>
 __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                float (&alpha)[2], float scale_log2) {
   // Row max in kMaxChains independent chains per row, folded at the end: every exponential waits for it, and one
@@ -706,13 +764,14 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     mx[r] = quad_max(mx[r]);
-    if constexpr (kEmptyRows) mx[r] = mx[r] == -__int_as_float(0x7f800000) ? 0.f : mx[r];
+    const float raw = mx[r];
+    if constexpr (kEmptyRows || kKeepNegInf) mx[r] = mx[r] == -__int_as_float(0x7f800000) ? 0.f : mx[r];
     if constexpr (VIDATTN_DIAG_SOFTMAX == 1) mx[r] = 0.f;  // diagnostic: the max path above is dead code now
     // Key 0 of tile 0 is always valid (a tile exists only when kv_len >= 1), so mx is finite; on the first tile
     // alpha = 2^-inf = 0 and multiplies the still-zero O and sum.
     alpha[r] = ptx::exp2_approx((row_max[r] - mx[r]) * scale_log2);
     neg_ms[r] = -mx[r] * scale_log2;
-    row_max[r] = mx[r];
+    row_max[r] = kKeepNegInf ? raw : mx[r];
   }
   float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
@@ -1254,7 +1313,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
     tl.stamp(kTlK0Full);
     k_phase ^= 1u << stage;
-    const int kv0 = (kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks)) * kN;
+    const int2 at = block_at<T>(s, stage, kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks), cwg);
+    const int kv0 = at.x;
     pv_steps = block_steps<kN, T::kNarrowMax>(kv0, kv_len);
     sched_wait<kPingpong>(cwg);
     issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 0>(pv_steps, sacc, q, ptx::smem_addr(s.k[stage]),
@@ -1277,9 +1337,10 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     if constexpr (kCausal) {
       if (kv0 + kN > min(kv_len, diag)) mask_keys_causal<kN>(sacc, kv0, kv_len, diag, col_in_group);
     } else {
+      if constexpr (T::kSparse) mask_sparse<kN>(sacc, at.y);
       if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     }
-    online_softmax<kN, !kSumRounded, kCausal>(sacc, row_max, row_sum, alpha, scale_log2);
+    online_softmax<kN, !kSumRounded, kCausal, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2);
     pack_p<kN, kFp16>(sacc, pa);
     if constexpr (kSumRounded) add_packed_row_sum<kN>(pa, row_sum);
   }
@@ -1314,7 +1375,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     k_phase ^= 1u << stage;
     const uint32_t v_parity = (v_phase >> prev) & 1;
     v_phase ^= 1u << prev;
-    const int kv0 = (kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * kN;
+    const int2 at = block_at<T>(s, stage, kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks), cwg);
+    const int kv0 = at.x;
     const int qk_steps = block_steps<kN, T::kNarrowMax>(kv0, kv_len);
     t_wait = waits.start();
     sched_wait<kPingpong>(cwg);
@@ -1342,12 +1404,13 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     if constexpr (kCausal) {
       if (kv0 + kN > min(kv_len, diag)) mask_keys_causal<kN>(sacc, kv0, kv_len, diag, col_in_group);
     } else {
+      if constexpr (T::kSparse) mask_sparse<kN>(sacc, at.y);
       if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     }
     if constexpr (kFixed)
       softmax_fixed_ref<kN, !kSumRounded>(sacc, row_max, row_sum, scale_log2);  // the first block's row_max, for good
     else
-      online_softmax<kN>(sacc, row_max, row_sum, alpha, scale_log2);
+      online_softmax<kN, true, false, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2);
     t_wait = waits.start();
     ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
     waits.add(2, t_wait);
@@ -1486,7 +1549,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     // Accumulator fragment (wgmma m64nN, fp32): this thread holds rows r and r+8 of its warp's 16, and for every
     // group i of 8 columns the pair at columns 8i + 2*(lane%4) + {0,1}: acc[4i+0..1] row r, acc[4i+2..3] row r+8.
     const int lane = ptx::lane_id(), warp = ptx::warp_in_block() % 4, col_in_group = 2 * (lane % 4);
-    const TileWork w = tile_work<kN, kSplit, kCausal, T::kBlockM>(p, tile);
+    const TileWork w = tile_work<kN, kSplit, kCausal, T::kBlockM, T::kSparse>(p, tile);
     const int n_blocks = w.n_blocks;
     // causal: one past the last key this thread's first row sees (mask_keys_causal); rows past seqlen_q see more and
     // are never stored
@@ -1731,7 +1794,9 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
   // Producer and consumers must agree on the redo pass (the producer waits for the consumers' marks): one decision.
   // The tail launch's items take it too (VIDATTN_SPLIT_FIXED_REF): the merge weighs each item's partial by its own
   // reference, whichever it was, and a marked item's redo overwrites its partial.
-  constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef) && (!kSplit || VIDATTN_SPLIT_FIXED_REF != 0);
+  // Block-sparse builds run the online softmax: a row's first block may hold none of its keys (no reference to fix).
+  constexpr bool kFixedRef =
+      fixed_ref_softmax<kFp16>(T::kFixedRef) && (!kSplit || VIDATTN_SPLIT_FIXED_REF != 0) && !T::kSparse;
   // The causal builds with one Q buffer (D=192, D=256 narrow) give the producer 32 registers and each consumer 232: at
   // 24 the producer's redo pass spilled (16-24 bytes in the bf16 builds). 32*128 + 232*256 = 63488 of the launch's
   // 64512. The O-in-V causal build (D=256, N=80) needs the consumers' 240 (at 232 they spill 116 bytes): its producer

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <cuda.h>
+#include <vector_types.h>  // int2
 
 namespace vidattn::sm90 {
 
@@ -59,6 +60,14 @@ struct FwdParams {
   int tail_blocks;
   int tail_ctas;
   int tail_tiles;
+  // The block-sparse builds only (FwdTraits::kSparse; capi.h, VidattnFwdArgs::blk_cnt): tile t = (batch * heads + head)
+  // * num_m_blocks + m_block runs blk_cnt[t] key blocks of kSparseTileN keys, the j-th being blk_idx[t * blk_stride + j]
+  // (ascending), and computes the 64 x 64 blocks of it whose bits are set in blk_bits[t * blk_stride + j]: bit 2 w + c
+  // for consumer warpgroup w's 64 rows and the block's c-th 64 keys. blk_list holds the pairs {blk_idx, blk_bits}.
+  // Null in every other build.
+  const int32_t* blk_cnt;
+  const int2* blk_list;
+  int blk_stride;
 };
 
 }  // namespace vidattn::sm90

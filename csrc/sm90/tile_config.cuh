@@ -219,6 +219,15 @@ constexpr int kNarrowAllBuild = 1 << 16;
 // The routed D=256 build (O-in-V, read-late) run by CTA pairs that share K and V (FwdTraits::kPairs; capi.cu,
 // vidattn_sm90_set_hd_narrow(8)): kBN is its width plus kOInVBuild plus kOReadLateBuild plus this flag.
 constexpr int kPairBuild = 1 << 17;
+// The block-sparse builds (FwdTraits::kSparse; capi.cu, VidattnFwdArgs::blk_cnt): D=64 and 128 at 128 x 128 tiles, whose
+// key blocks come from a per-tile list and whose rows are masked per 64 x 64 block (flash_fwd.cuh, sparse_block). kBN
+// is the width plus this flag; it is a multiple of kOInVBuild, so kBlockN = kBN % kOInVBuild still reads the width.
+constexpr int kSparseBuild = 1 << 18;
+// The block-sparse layout's granularity in query rows and keys (a block mask's 64 x 64 blocks), and the tile the
+// sparse builds run: two 64-row blocks of queries (one per consumer warpgroup) by two 64-key blocks.
+constexpr int kSparseBlock = 64;
+constexpr int kSparseTileM = 128;
+constexpr int kSparseTileN = 128;
 
 // Shared-memory columns of a head dim: whole 64-column chunks (D=96 takes two, its second half zero-filled).
 constexpr int padded_head_dim(int head_dim) { return (head_dim + kChunkCols - 1) / kChunkCols * kChunkCols; }
@@ -234,7 +243,7 @@ struct FwdTraits {
   // warpgroup 1 the last block's. Q's buffer then goes back to the producer after the tile's last S = Q K^T as in the
   // narrow builds, so the next Q loads under the last P V and the epilogue (prefetched into L2 a tile ahead), and K_0,
   // K_1 of the next tile load before the producer waits for the O stores (o_done) to refill V_0 and V_1.
-  static constexpr bool kOInV = kBN >= kOInVBuild;
+  static constexpr bool kOInV = (kBN & kOInVBuild) != 0;
   static_assert(!kOInV || kHeadDim >= 192, "O through V's stages: D=192 and 256 only");
   // Columns each smem row of Q, K and V holds (and each TMA load transfers, zero fill included): the math runs over
   // kHeadDim only (D/16 k-steps of S, a P V wgmma of N = D), so D=96 pays smem, not tensor-core work, for its pad.
@@ -277,6 +286,12 @@ struct FwdTraits {
   static constexpr bool kNarrowAll = (kBN & kNarrowAllBuild) != 0;
   static_assert(!kNarrowAll || (kBN & kOInVBuild) != 0, "every partial block narrowed: an O-in-V build's variant");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN: a wgmma N, multiple of 16, at most 256");
+  // kSparse (kBN carries kSparseBuild): each tile runs the key blocks of its list (FwdParams::blk_idx) with the 64 x 64
+  // blocks of its bits (blk_bits) unmasked, from the online softmax (no fixed reference, no redo, no tail launch).
+  static constexpr bool kSparse = (kBN & kSparseBuild) != 0;
+  static_assert(!kSparse || (kBN == (kSparseTileN | kSparseBuild) && kWGs * 64 == kSparseTileM &&
+                             (kHeadDim == 64 || kHeadDim == 128)),
+                "block-sparse: the plain D=64 / D=128 build at 128 x 128 tiles only");
   // kPairs (kBN carries kPairBuild, a read-late O-in-V build): the main launch runs in clusters of two CTAs, the two
   // neighbouring Q tiles of a pair being of one (batch, head), so that they read the same K/V blocks in the same order.
   // Each CTA's producer loads half of every K and V block (half its 64-column chunks) into both CTAs' stages with TMA
@@ -343,6 +358,7 @@ struct FwdTraits {
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
   // Both CTAs of a pair must walk one block order, and each loads half of a block's chunks.
   static_assert(!kPairs || (!kKvRotate && kChunks % 2 == 0), "CTA pairs: one key order, whole chunks per CTA");
+  static_assert(!kSparse || !kKvRotate, "block-sparse: the list's order");
   static constexpr bool kLateVWait = VIDATTN_LATE_V_WAIT != 0;
   static constexpr bool kQInRegs = kHeadDim == 128 && kBlockN <= VIDATTN_Q_IN_REGS_MAX_N;
   static constexpr bool kFixedRef = VIDATTN_FIXED_REF != 0;

@@ -1,0 +1,169 @@
+"""Block-sparse attention against what a diffusers user runs today for the same BlockMask: flex_attention compiled
+(the `flex` backend Kandinsky 5's NABLA configs and Kandinsky 6 SR need), with the dense kernel and cuDNN SDPA on the
+whole (unmasked) problem beside them for scale. NABLA-like masks: every 64-row block sees a band of neighbouring
+64-key blocks (the sliding-tile prior) plus a random share of the rest, at a few densities.
+
+    python3 dev/probes/sparse_bench.py --out $OUT/sparse [--rounds 8] [--target-ms 20]
+    python3 dev/probes/sparse_bench.py --dry-run
+
+Each side's output is checked against flex's before it is timed. Rounds alternate the sides (ABCD then DCBA) and
+each round times back-to-back calls in one span; the table gives per-side medians, the effective TFLOPS of the
+computed blocks (4 * D * the (query, key) pairs the mask keeps, per call) and each ratio from the same rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(ROOT))
+
+SHAPES = [
+    # name, batch, heads, seq, head dim
+    ("K5-Pro-like 32x128 S=24576", 1, 32, 24576, 128),
+    ("K6-SR-like 28x64 S=32768", 1, 28, 32768, 64),
+]
+DENSITIES = (0.1, 0.25)
+BAND = 8  # neighbouring key blocks each side of the diagonal (the sliding-tile prior)
+
+
+def nabla_like(b, h, s, density, device, seed=0):
+    import torch
+    n = (s + 63) // 64
+    g = torch.Generator(device=device).manual_seed(seed)
+    i = torch.arange(n, device=device)
+    band = (i[:, None] - i[None, :]).abs() <= BAND
+    rest = max(0.0, (density * n - band.sum(-1).float().mean().item()) / n)
+    blocks = (torch.rand(b, h, n, n, device=device, generator=g) < rest) | band
+    return blocks
+
+
+def flex_mask(blocks):
+    import torch
+    from torch.nn.attention.flex_attention import BlockMask
+    nb = blocks.sum(-1).to(torch.int32)
+    idx = blocks.to(torch.int8).argsort(dim=-1, descending=True, stable=True).to(torch.int32)
+    return BlockMask.from_kv_blocks(torch.zeros_like(nb), idx, nb, idx, BLOCK_SIZE=64, mask_mod=None)
+
+
+def span_ms(fn, reps):
+    import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def run(args) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.flex_attention import flex_attention
+    import vidattn
+    from vidattn import sparse
+
+    flex = torch.compile(flex_attention, dynamic=False)
+    rows = []
+    for name, b, h, s, d in SHAPES:
+        for dens in DENSITIES:
+            torch.manual_seed(0)
+            q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            blocks = nabla_like(b, h, s, dens, "cuda")
+            bm = flex_mask(blocks)
+            kept = sparse.density(blocks, s, s)
+            flops_sparse = 4.0 * b * h * d * kept * s * s
+            flops_dense = 4.0 * b * h * d * s * s
+            tab = sparse.tables(blocks)
+            sides = {
+                "vidattn sparse": lambda: torch.ops.vidattn.sparse_attention(q, k, v, "bhsd", None, tab.count,
+                                                                           tab.entries, blocks, False),
+                "flex compiled": lambda: flex(q, k, v, block_mask=bm),
+                "vidattn dense": lambda: vidattn.attention(q, k, v, layout="bhsd"),
+            }
+
+            def cudnn():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v)
+            sides["cuDNN dense"] = cudnn
+            ref = sides["flex compiled"]().float()
+            got = sides["vidattn sparse"]()[0].float()
+            err = float((got - ref).abs().max())
+            rel = float((got - ref).norm() / ref.norm())
+            ok = rel < 2e-2
+            spans = {k_: [] for k_ in sides}
+            reps = {}
+            for k_, fn in sides.items():
+                fn()
+                torch.cuda.synchronize()
+                t = span_ms(fn, 2)
+                reps[k_] = max(2, int(args.target_ms / max(t, 1e-3)))
+            order = list(sides)
+            t0 = time.time()
+            for r in range(args.rounds):
+                for k_ in (order if r % 2 == 0 else order[::-1]):
+                    spans[k_].append(span_ms(sides[k_], reps[k_]))
+                if time.time() - t0 > args.budget_s:
+                    break
+            med = {k_: statistics.median(v_) for k_, v_ in spans.items()}
+            ratio = [f / s_ for f, s_ in zip(spans["flex compiled"], spans["vidattn sparse"])]
+            row = {"shape": name, "b": b, "h": h, "s": s, "d": d, "density": kept, "max_abs_vs_flex": err,
+                   "rel_l2_vs_flex": rel, "ok": ok, "rounds": len(spans["vidattn sparse"]), "median_ms": med,
+                   "spans_ms": spans,
+                   "tflops_sparse_pairs": {k_: flops_sparse / med[k_] / 1e9 for k_ in ("vidattn sparse", "flex compiled")},
+                   "tflops_dense": {k_: flops_dense / med[k_] / 1e9 for k_ in ("vidattn dense", "cuDNN dense")},
+                   "sparse_over_flex_median": statistics.median(ratio),
+                   "sparse_over_flex_min": min(ratio),
+                   "dense_over_sparse": med["vidattn dense"] / med["vidattn sparse"]}
+            rows.append(row)
+            print(json.dumps({k_: row[k_] for k_ in ("shape", "density", "rel_l2_vs_flex", "median_ms",
+                                                      "sparse_over_flex_median")}), flush=True)
+            del q, k, v, blocks, bm, tab
+            torch.cuda.empty_cache()
+    return {"rows": rows, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
+            "vidattn": getattr(vidattn, "__version__", None), "command": " ".join(sys.argv)}
+
+
+def table(res) -> str:
+    lines = ["| shape | kept | ok (rel L2 vs flex) | vidattn sparse ms | flex ms | x flex (median, min) | "
+             "TFLOPS sparse / flex (kept pairs) | vidattn dense / cuDNN dense TFLOPS |", "|" + "---|" * 8]
+    for r in res["rows"]:
+        m = r["median_ms"]
+        lines.append(f"| {r['shape']} | {r['density']:.3f} | {r['ok']} ({r['rel_l2_vs_flex']:.1e}) | "
+                     f"{m['vidattn sparse']:.3f} | {m['flex compiled']:.3f} | {r['sparse_over_flex_median']:.2f}x, "
+                     f"{r['sparse_over_flex_min']:.2f}x | {r['tflops_sparse_pairs']['vidattn sparse']:.0f} / "
+                     f"{r['tflops_sparse_pairs']['flex compiled']:.0f} | {r['tflops_dense']['vidattn dense']:.0f} / "
+                     f"{r['tflops_dense']['cuDNN dense']:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--target-ms", type=float, default=20.0)
+    ap.add_argument("--budget-s", type=float, default=40.0, help="per shape and density, for the rounds")
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    if args.dry_run:
+        print(json.dumps({"shapes": SHAPES, "densities": DENSITIES, "band": BAND, "rounds": args.rounds}))
+        return 0
+    res = run(args)
+    text = table(res)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "sparse_bench.json").write_text(json.dumps(res, indent=1))
+        (args.out / "sparse_bench.md").write_text(text + "\n")
+    return 0 if all(r["ok"] for r in res["rows"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

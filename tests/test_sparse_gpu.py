@@ -1,0 +1,223 @@
+"""Block-sparse attention on the kernel (csrc/sm90/flash_fwd.cuh, kSparse) on a Hopper GPU.
+
+Fresh random inputs (the seed is in every failure message) and random 64 x 64 block masks at several densities, with
+block rows and whole tiles that see no key; the reference is float64 attention on the upcast inputs with the element
+mask the blocks expand to, and the kernel's error must stay within a small multiple of SDPA's on the same bf16/fp16
+inputs with the same (dense) mask. Odd lengths (partial query tiles, a partial last key block that may come anywhere
+in a tile's list), both layouts, strided views of a fused QKV, grouped K/V, LSE, fp16. Outputs are checked for being
+written everywhere (the allocator's cache is poisoned with NaN first). Rows that see no key must be exact zeros with
+an LSE of -inf."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import hopper_skip_reason
+
+pytestmark = pytest.mark.gpu
+if hopper_skip_reason() is not None:
+    pytest.skip(hopper_skip_reason(), allow_module_level=True)
+
+import torch.nn.functional as F  # noqa: E402
+
+import vidattn  # noqa: E402
+from vidattn import _ext, sparse  # noqa: E402
+
+DEV = "cuda"
+K_ERR, FLOOR = 2.0, 2e-5
+
+
+def poison_cache(nbytes=1 << 28):
+    """Leave NaN in the blocks the caching allocator hands out next, so an element the kernel does not write shows."""
+    t = torch.full((nbytes // 4,), float("nan"), device=DEV)
+    del t
+
+
+def element_mask(blocks, sq, skv):
+    return blocks.repeat_interleave(64, -2)[..., :sq, :].repeat_interleave(64, -1)[..., :skv]
+
+
+def ref64(qh, kh, vh, mask, scale):
+    h = qh.shape[1]
+    kh = kh.repeat_interleave(h // kh.shape[1], 1).double()
+    vh = vh.repeat_interleave(h // vh.shape[1], 1).double()
+    s = (qh.double() @ kh.transpose(-1, -2)) * scale
+    s = s.masked_fill(~mask, float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    empty = torch.isinf(m)
+    p = torch.exp(s - torch.where(empty, torch.zeros_like(m), m))
+    z = p.sum(-1, keepdim=True)
+    o = (p @ vh) / torch.where(empty, torch.ones_like(z), z)
+    lse = torch.where(empty, torch.full_like(m, float("-inf")), m + torch.log(z)).squeeze(-1)
+    return o.masked_fill(empty, 0.0), lse, empty.squeeze(-1)
+
+
+def random_blocks(b, h, sq, skv, density, g):
+    nq, nk = (sq + 63) // 64, (skv + 63) // 64
+    blocks = torch.rand(b, h, nq, nk, device=DEV, generator=g) < density
+    return blocks
+
+
+def check(qh, kh, vh, blocks, seed, layout="bshd", scale=None, strided=None):
+    """Run the op on (B, H, S, D) inputs in `layout` and compare with fp64 and SDPA's error on the same mask."""
+    b, h, sq, d = qh.shape
+    skv = kh.shape[2]
+    sc = 1 / math.sqrt(d) if scale is None else scale
+    mask = element_mask(blocks, sq, skv)
+    want, want_lse, empty = ref64(qh, kh, vh, mask, sc)
+    if layout == "bshd":
+        q, k, v = (t.transpose(1, 2) if strided else t.transpose(1, 2).contiguous() for t in (qh, kh, vh))
+    else:
+        q, k, v = qh, kh, vh
+    assert vidattn.explain(q, k, v, layout=layout, scale=scale, block_mask=blocks) is None, seed
+    poison_cache()
+    out, lse = vidattn.attention(q, k, v, layout=layout, scale=scale, block_mask=blocks, return_lse=True)
+    got = out.transpose(1, 2) if layout == "bshd" else out
+    assert torch.isfinite(got).all(), f"non-finite output, seed {seed}"
+    assert torch.all(got[empty.unsqueeze(-1).expand_as(got)] == 0), f"rows without keys not zero, seed {seed}"
+    assert torch.equal(torch.isinf(lse), empty), f"LSE -inf pattern, seed {seed}"
+    err = (got.double() - want).abs().masked_fill(empty.unsqueeze(-1), 0)
+    ksdpa = kh.repeat_interleave(h // kh.shape[1], 1)
+    vsdpa = vh.repeat_interleave(h // vh.shape[1], 1)
+    sdpa = F.scaled_dot_product_attention(qh, ksdpa, vsdpa, attn_mask=mask, scale=sc)
+    serr = (sdpa.double() - want).abs().masked_fill(empty.unsqueeze(-1), 0).nan_to_num(0)
+    assert err.max() <= K_ERR * serr.max() + FLOOR, f"max err {err.max():.3e} vs SDPA {serr.max():.3e}, seed {seed}"
+    rel = err.norm() / want.norm().clamp_min(1e-30)
+    srel = serr.norm() / want.norm().clamp_min(1e-30)
+    assert rel <= 1.5 * srel + 1e-6, f"rel L2 {rel:.3e} vs SDPA {srel:.3e}, seed {seed}"
+    fin = ~empty
+    assert torch.allclose(lse[fin].double(), want_lse[fin], atol=1e-2), f"LSE, seed {seed}"
+    return got
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("density", [0.08, 0.4, 1.0])
+@pytest.mark.parametrize("sq, skv", [(1000, 777), (4096, 4096), (130, 2000)])
+def test_random_block_masks_match_fp64(d, density, sq, skv):
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    h = 4
+    blocks = random_blocks(2, h, sq, skv, density, g)
+    blocks[0, 1, 0] = False                # a block row with no key: O = 0, LSE -inf
+    blocks[1, 2, :2] = False               # a whole tile with no key
+    qh, kh, vh = (torch.randn(2, h, n, d, device=DEV, generator=g, dtype=torch.bfloat16) for n in (sq, skv, skv))
+    check(qh, kh, vh, blocks, seed)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_bhsd_fp16_grouped_kv_and_scale(d):
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    blocks = random_blocks(1, 8, 1500, 1500, 0.3, g)
+    qh = torch.randn(1, 8, 1500, d, device=DEV, generator=g, dtype=torch.float16)
+    kh, vh = (torch.randn(1, 2, 1500, d, device=DEV, generator=g, dtype=torch.float16) for _ in range(2))
+    check(qh, kh, vh, blocks, seed, layout="bhsd", scale=0.07)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_strided_views_of_a_fused_qkv(d):
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    b, s, h = 1, 2100, 6
+    qkv = torch.randn(b, s, 3, h, d, device=DEV, generator=g, dtype=torch.bfloat16)
+    q, k, v = qkv.unbind(2)  # (B, S, H, D) views with a 3 H D sequence stride
+    blocks = random_blocks(b, h, s, s, 0.25, g)
+    check(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), blocks, seed, strided=True)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_a_row_whose_first_blocks_are_masked_keeps_its_far_scores(d):
+    """The online softmax's reference stays -inf across a row's masked blocks (kKeepNegInf): with 0 kept instead, a
+    row whose scores all lie far below 0 would sum to nothing and come out NaN or 0."""
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    sq, skv, h = 256, 1024, 2
+    qh = torch.randn(1, h, sq, d, device=DEV, generator=g)
+    kh = torch.randn(1, h, skv, d, device=DEV, generator=g)
+    # every score near -300 / scale-units: q aligned against a shared key direction
+    direction = torch.randn(d, device=DEV, generator=g)
+    direction = direction / direction.norm()
+    qh = (qh * 0.1 + 20 * direction).bfloat16()
+    kh = (kh * 0.1 - 20 * direction).bfloat16()
+    vh = torch.randn(1, h, skv, d, device=DEV, generator=g, dtype=torch.bfloat16)
+    blocks = torch.zeros(1, h, 4, 16, dtype=torch.bool, device=DEV)
+    blocks[..., 0, 9] = True      # warpgroup 0: only late key blocks
+    blocks[..., 1, 15] = True
+    blocks[..., 2, 3] = True
+    blocks[..., 3, 0] = True
+    blocks[..., 3, 14] = True
+    check(qh, kh, vh, blocks, seed, scale=1.0)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_full_mask_equals_the_dense_kernel(d):
+    g = torch.Generator(device=DEV)
+    q, k, v = (torch.randn(1, 3000, 4, d, device=DEV, generator=g, dtype=torch.bfloat16) for _ in range(3))
+    blocks = torch.ones(1, 1, 47, 47, dtype=torch.bool, device=DEV)
+    out = vidattn.attention(q, k, v, block_mask=blocks)
+    dense = vidattn.attention(q, k, v)
+    # (different builds: the dense one's fixed reference against the sparse one's online softmax)
+    assert (out.float() - dense.float()).abs().max() < 2e-2
+
+
+def test_flex_block_mask_as_nabla_builds_it():
+    fa = pytest.importorskip("torch.nn.attention.flex_attention")
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    h, s, d = 4, 64 * 40, 64
+    dense = random_blocks(1, h, s, s, 0.2, g)
+    dense |= torch.eye(40, dtype=torch.bool, device=DEV)  # every row block sees itself (NABLA's STA prior)
+    nb = dense.sum(-1).to(torch.int32)
+    idx = dense.to(torch.int8).argsort(dim=-1, descending=True, stable=True).to(torch.int32)
+    bm = fa.BlockMask.from_kv_blocks(torch.zeros_like(nb), idx, nb, idx, BLOCK_SIZE=64, mask_mod=None)
+    qh, kh, vh = (torch.randn(1, h, s, d, device=DEV, generator=g, dtype=torch.bfloat16) for _ in range(3))
+    got = check(qh, kh, vh, dense, seed)
+    out = vidattn.attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), block_mask=bm)
+    assert torch.equal(out.transpose(1, 2), got), seed
+
+
+def test_compiled_and_graphed_calls():
+    g = torch.Generator(device=DEV)
+    q, k, v = (torch.randn(1, 1100, 4, 128, device=DEV, generator=g, dtype=torch.bfloat16) for _ in range(3))
+    blocks = random_blocks(1, 4, 1100, 1100, 0.3, g)
+    eager = vidattn.attention(q, k, v, block_mask=blocks)
+    compiled = torch.compile(lambda q, k, v, m: vidattn.attention(q, k, v, block_mask=m), fullgraph=True)
+    assert torch.equal(compiled(q, k, v, blocks), eager)
+    tab = sparse.tables(blocks)
+    out = torch.empty_like(q)
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        out.copy_(torch.ops.vidattn.sparse_attention(q, k, v, "bshd", None, tab.count, tab.entries, blocks, False)[0])
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
+def test_outside_the_sparse_builds_runs_the_reference_with_a_reason():
+    g = torch.Generator(device=DEV)
+    q = torch.randn(1, 300, 2, 96, device=DEV, generator=g, dtype=torch.bfloat16)
+    blocks = torch.ones(1, 1, 5, 5, dtype=torch.bool, device=DEV)
+    reason = vidattn.explain(q, q, q, block_mask=blocks)
+    assert "head dim 96" in reason and "block mask" in reason
+    with pytest.warns(vidattn.VidattnFallbackWarning):
+        vidattn.ops._warned.clear()
+        out = vidattn.attention(q, q, q, block_mask=blocks)
+    assert torch.allclose(out.float(), vidattn.attention(q, q, q).float(), atol=2e-2)
+
+
+def test_c_entry_refuses_what_it_cannot_run():
+    lib = _ext.load()
+    q = torch.randn(1, 128, 1, 64, device=DEV, dtype=torch.bfloat16)
+    tab = sparse.tables(torch.ones(1, 1, 2, 2, dtype=torch.bool, device=DEV))
+    out = torch.empty_like(q)
+    for kw, msg in (({"causal": 1}, "causal"),):
+        with pytest.raises(_ext.KernelLaunchError, match=msg):
+            _ext.forward(q, q, q, out, None, None, 0.125, lib=lib, sparse=tab, **kw)
+    with pytest.raises(_ext.KernelLaunchError, match="kv_lens"):
+        _ext.forward(q, q, q, out, None, torch.tensor([5], device=DEV, dtype=torch.int32), 0.125, lib=lib, sparse=tab)
+    q96 = torch.randn(1, 128, 1, 96, device=DEV, dtype=torch.bfloat16)
+    with pytest.raises(_ext.KernelLaunchError, match="head dim"):
+        _ext.forward(q96, q96, q96, torch.empty_like(q96), None, None, 0.1, lib=lib, sparse=tab)
