@@ -13,8 +13,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's vidattn (this script's folder is tests/)
 
 REL_L2_MAX = 1e-2
 

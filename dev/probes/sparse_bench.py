@@ -1,5 +1,6 @@
 """Block-sparse attention against what a diffusers user runs today for the same BlockMask: flex_attention compiled
-(the `flex` backend Kandinsky 5's NABLA configs and Kandinsky 6 SR need), with the dense kernel and cuDNN SDPA on the
+with diffusers' kernel options (the `flex` backend Kandinsky 5's NABLA configs and Kandinsky 6 SR need; uncompiled,
+flex materialises every score and does not fit these shapes), with the dense kernel and cuDNN SDPA on the
 whole (unmasked) problem beside them for scale. NABLA-like masks: every 64-row block sees a band of neighbouring
 64-key blocks (the sliding-tile prior) plus a random share of the rest, at a few densities.
 
@@ -85,7 +86,9 @@ def run(args) -> dict:
             sides = {
                 "vidattn sparse": lambda: torch.ops.vidattn.sparse_attention(q, k, v, "bhsd", None, tab.count,
                                                                            tab.entries, blocks, False),
-                "flex compiled": lambda: flex(q, k, v, block_mask=bm),
+                # diffusers' flex backend asks for BLOCK_M = 64 where the mask's 64-row blocks do not divide by the
+                # default 128 (attention_dispatch._native_flex_attention); compiled, as such a model must be
+                "flex compiled": lambda: flex(q, k, v, block_mask=bm, kernel_options={"BLOCK_M": 64}),
                 "vidattn dense": lambda: vidattn.attention(q, k, v, layout="bhsd"),
             }
 
