@@ -858,10 +858,11 @@ static int fwd_sparse(const VidattnFwdArgs* a, cudaStream_t s, bool fp16, int sm
     return fail("block-sparse: blk_stride must be at least ceil(seqlen_kv / 128) key blocks (and at most 2^24)");
   if (reinterpret_cast<uintptr_t>(a->blk_list) % 8 != 0 || reinterpret_cast<uintptr_t>(a->blk_cnt) % 4 != 0)
     return fail("block-sparse: blk_list must be 8-byte and blk_cnt 4-byte aligned");
-  constexpr int kBN = kSparseTileN | kSparseBuild;
   if (a->head_dim == 64)
-    return fp16 ? launch<64, 2, kBN, true>(*a, s, sms) : launch<64, 2, kBN, false>(*a, s, sms);
-  return fp16 ? launch<128, 2, kBN, true>(*a, s, sms) : launch<128, 2, kBN, false>(*a, s, sms);
+    return fp16 ? launch<64, 2, vidattn::sm90::kSparseTileN | vidattn::sm90::kSparseBuild, true>(*a, s, sms)
+                : launch<64, 2, vidattn::sm90::kSparseTileN | vidattn::sm90::kSparseBuild, false>(*a, s, sms);
+  return fp16 ? launch<128, 2, vidattn::sm90::kSparseTileN | vidattn::sm90::kSparseBuild, true>(*a, s, sms)
+              : launch<128, 2, vidattn::sm90::kSparseTileN | vidattn::sm90::kSparseBuild, false>(*a, s, sms);
 }
 
 extern "C" int vidattn_sm90_sparse_tile(int32_t* tile_m, int32_t* tile_n, int32_t* block) {

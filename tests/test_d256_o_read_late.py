@@ -187,7 +187,7 @@ def test_variant_is_one_added_d256_kernel_and_the_routed_o_in_v_build():
             in " ".join(CAPI.split()))  # the tail launch's split kernel: the O-in-V one
     assert "g_last_o_path = T::kOReadLate ? 4 : T::kORegs ? 3 : T::kOInV ? 2 : T::kOInQ ? 1 : 0;" in CAPI
     # the kernel subset (timeline) build keeps it: every D=256 kBN carrying kOInVBuild
-    assert "constexpr bool kD256OInV = kHeadDim == 256 && kBN >= vidattn::sm90::kOInVBuild;" in CAPI
+    assert "constexpr bool kD256OInV = kHeadDim == 256 && (kBN & vidattn::sm90::kOInVBuild) != 0;" in CAPI
 
 
 class FakeLib(test_d256_q_halves.FakeLib):  # its setter (0..top, else refused), with the O path reported

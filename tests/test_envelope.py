@@ -137,10 +137,13 @@ def test_forward_hands_the_c_abi_the_kv_heads_and_real_head_dim(monkeypatch, lay
 
 
 def test_abi_fields_are_last_so_older_callers_pass_zero():
-    """A caller that fills the block positionally without kv_heads and causal (older tools) leaves them 0: equal
-    heads, no mask. causal came after kv_heads."""
-    assert _ext._Args._fields_[-2:] == [("kv_heads", ctypes.c_int64), ("causal", ctypes.c_int32)]
-    assert _ext._Args().kv_heads == 0 and _ext._Args().causal == 0
+    """A caller that fills the block positionally without kv_heads, causal and the block-sparse tables (older tools)
+    leaves them 0: equal heads, no mask, dense. causal came after kv_heads, the tables after causal."""
+    assert _ext._Args._fields_[-5:] == [("kv_heads", ctypes.c_int64), ("causal", ctypes.c_int32),
+                                        ("blk_cnt", ctypes.c_void_p), ("blk_list", ctypes.c_void_p),
+                                        ("blk_stride", ctypes.c_int64)]
+    a = _ext._Args()
+    assert a.kv_heads == 0 and a.causal == 0 and a.blk_cnt is None and a.blk_list is None and a.blk_stride == 0
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])

@@ -1328,6 +1328,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
                                                if constexpr (!T::kOReadLate) flush();
                                              });
     tl.stamp(kTlS0Done);
+    // kSparse: every lane read the stage's list slot (block_at); lane 0's release of the stage comes after them all
+    if constexpr (T::kSparse) __syncwarp();
     if (lane == 0) {
       arrive_pair<T::kPairs>(&s.k_empty[stage]);
       if constexpr (!T::kOInQ) {  // kOInQ: after the epilogue's O stores (consumer)
@@ -1395,6 +1397,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     });  // S_j done; P V may still run
     waits.add(3, t_wait);
     pv_steps = qk_steps;
+    if constexpr (T::kSparse) __syncwarp();  // (as in the prologue)
     if (lane == 0) {
       arrive_pair<T::kPairs>(&s.k_empty[stage]);
       if constexpr (!T::kOInQ) {

@@ -86,9 +86,9 @@ def run(args) -> dict:
             sides = {
                 "vidattn sparse": lambda: torch.ops.vidattn.sparse_attention(q, k, v, "bhsd", None, tab.count,
                                                                            tab.entries, blocks, False),
-                # diffusers' flex backend asks for BLOCK_M = 64 where the mask's 64-row blocks do not divide by the
-                # default 128 (attention_dispatch._native_flex_attention); compiled, as such a model must be
-                "flex compiled": lambda: flex(q, k, v, block_mask=bm, kernel_options={"BLOCK_M": 64}),
+                # tiles of the mask's 64 x 64 blocks: inductor refuses a mask block its tile does not divide (diffusers'
+                # flex backend asks for BLOCK_M = 64 only, which torch 2.11 also refused here: its BLOCK_N default)
+                "flex compiled": lambda: flex(q, k, v, block_mask=bm, kernel_options={"BLOCK_M": 64, "BLOCK_N": 64}),
                 "vidattn dense": lambda: vidattn.attention(q, k, v, layout="bhsd"),
             }
 
