@@ -503,7 +503,7 @@ _add(Entry("kandinsky5", "Kandinsky-5.0-T2V-Lite", "Kandinsky5Transformer3DModel
            tiny={"in_visual_dim": 4, "out_visual_dim": 4, "in_text_dim": 16, "in_text_dim2": 8, "time_dim": 16,
                  "model_dim": 128, "ff_dim": 64, "num_text_blocks": 1, "num_visual_blocks": 2},
            layer_keys=("num_text_blocks", "num_visual_blocks"), heads_key=None, head_dim_key=None,
-           route="partly"))  # the class: its NABLA configs stay on `flex` (the Lite config here runs all on the kernel)
+           route="kernel"))  # the class: NABLA configs too (their BlockMask on the block-sparse path); this config is dense
 _add(Entry("kandinsky6", "Kandinsky-6 TI2VA", "Kandinsky6Transformer3DModel", "(class defaults: model_dim 4096, 60 "
            "visual blocks)", {}, Size(512, 768, 121), 1024, 1, "Kandinsky6TI2VAPipeline",
            "CFG as two batch-1 calls; Qwen text 1024 tokens with a (B, S) padding mask, CLIP pooled; no audio head",

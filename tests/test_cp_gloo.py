@@ -83,6 +83,8 @@ def _worker(rank: int, port: int, out_dir: str, modes: tuple):
             calls.clear()
             results["masked"] = _masked_calls(rank, backend)
             results["masked"]["calls"] = list(calls)
+            backend.reset_route_counts()
+            results["block"] = _block_mask_calls(rank, backend)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -126,6 +128,47 @@ def _masked_calls(rank: int, backend) -> dict:
             out[f"{mode} causal"] = (o - causal[:, mine]).abs().max().item()
         except ValueError as exc:
             out[f"{mode} causal"] = str(exc)
+    return out
+
+
+def _block_mask_calls(rank: int, backend) -> dict:
+    """A flex BlockMask of one head built for the whole sequence (whole 64 x 64 blocks, as NABLA's), each rank holding
+    its half of the queries, keys and values: Ulysses gathers every key for half of the heads and each shard runs the
+    block-sparse op with the mask; ring, and a mask built for the local keys, are refused on every rank."""
+    from diffusers import ContextParallelConfig, ParallelConfig
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.nn.attention.flex_attention import BlockMask
+
+    g = torch.Generator().manual_seed(6)
+    b, s, h, d, n = 1, 256, 4, 64, 4
+    q, k, v = (torch.randn(b, s, h, d, generator=g) for _ in range(3))
+    dense = (torch.rand(1, 1, n, n, generator=g) < 0.4) | torch.eye(n, dtype=torch.bool)
+
+    def block_mask(blocks):
+        nb = blocks.sum(-1).to(torch.int32)
+        idx = blocks.to(torch.int8).argsort(dim=-1, descending=True, stable=True).to(torch.int32)
+        return BlockMask.from_kv_blocks(torch.zeros_like(nb), idx, nb, idx, BLOCK_SIZE=64, mask_mod=None)
+
+    keep = dense.repeat_interleave(64, -2).repeat_interleave(64, -1)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=keep).transpose(1, 2)
+    unmasked = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+    mine = slice(rank * s // WORLD, (rank + 1) * s // WORLD)
+    out = {"mask matters": (expected - unmasked).abs().max().item()}
+    for mode in ("ulysses", "ring"):
+        cp = ContextParallelConfig(**{f"{mode}_degree": WORLD})
+        config = ParallelConfig(context_parallel_config=cp)
+        config.setup(rank, WORLD, torch.device("cpu"),
+                     mesh=init_device_mesh("cpu", cp.mesh_shape, mesh_dim_names=cp.mesh_dim_names))
+        for name, mask in (("whole", block_mask(dense)), ("local", block_mask(dense[..., :2, :2]))):
+            try:
+                o = backend.vidattn_attention(q[:, mine], k[:, mine], v[:, mine], attn_mask=mask,
+                                              _parallel_config=config)
+                out[f"{mode} {name}"] = (o - expected[:, mine]).abs().max().item()
+            except ValueError as exc:
+                out[f"{mode} {name}"] = str(exc)
+    out["routes"] = backend.route_counts()
     return out
 
 
@@ -195,3 +238,14 @@ def test_masks_under_real_collectives(cp_results):
         # Causal: refused on every rank with the reason, before any collective (diffusers' templates refuse it too).
         for mode in ("ulysses", "ring"):
             assert "is_causal=True under context parallelism" in m[f"{mode} causal"], (rank, m)
+
+
+def test_block_mask_under_real_collectives(cp_results):
+    for rank, res in enumerate(cp_results):
+        r = res["block"]
+        assert r["mask matters"] > 1e-2
+        assert r["ulysses whole"] < 1e-5, (rank, r)
+        assert r["routes"] == {"vidattn": 1}, (rank, r)  # the shard's call: the block-sparse op
+        assert "BlockMask over this rank's shard of the keys" in r["ulysses local"], (rank, r)
+        for name in ("whole", "local"):
+            assert "ring attention" in r[f"ring {name}"] and "a flex BlockMask" in r[f"ring {name}"], (rank, r)

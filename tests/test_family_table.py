@@ -29,8 +29,8 @@ ft = _load("family_table")
 e2e = _load("e2e_report")
 gen = _load("generate_video")
 
-# The diffusers classes docs/support.md lists as running on the kernel or partly (every routed class but
-# Kandinsky 6 SR and SANA-WM's GDN model, which stay outside).
+# The diffusers classes the family registry builds (docs/support.md lists them as running on the kernel or partly;
+# Kandinsky 6 SR, a super-resolution stage, and SANA-WM's GDN model have no registry family).
 ROUTED_CLASSES = {
     "WanTransformer3DModel", "WanVACETransformer3DModel", "WanAnimateTransformer3DModel",
     "WanAnimate2Transformer3DModel", "SkyReelsV2Transformer3DModel", "ChronoEditTransformer3DModel",

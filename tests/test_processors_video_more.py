@@ -279,11 +279,13 @@ def test_handle_says_why_linear_and_gdn_attention_stay_stock():
     assert "kernel    1 x SanaWMSoftmaxCamAttention: vidattn.VidattnSanaWMSoftmaxCamAttention" in text, text
 
 
-def test_kandinsky6_sr_is_refused_with_the_reason():
+def test_kandinsky6_sr_is_routed_to_its_processor():
+    # Its NABLA BlockMask on the block-sparse path, against stock: tests/test_processors_kandinsky_nabla.py.
     model = _model("Kandinsky6SRTransformer3DModel", in_visual_dim=4, out_visual_dim=4, time_dim=16, model_dim=128,
                    ff_dim=64, num_visual_blocks=1, axes_dims=(16, 24, 24))
-    with pytest.raises(ValueError, match="NABLA block-sparse attention hard-coded on flex"):
-        vidattn.apply(model)
+    handle = vidattn.apply(model)
+    assert len(handle.replaced) == 1 and handle.counts()["stock"] == 0, str(handle)
+    assert "vidattn.Kandinsky6SRAttnProcessor" in str(handle)
 
 
 def test_sana_wm_swapped_modules_restore_and_reapply():

@@ -21,6 +21,7 @@ _DIFFUSERS_NAMES = (
     "CogVideoXAttnProcessor", "FusedCogVideoXAttnProcessor", "LTXVideoAttnProcessor", "MochiAttnProcessor",
     "AllegroAttnProcessor", "LTX2AudioVideoAttnProcessor", "LTX2PerturbedAttnProcessor", "EasyAnimateAttnProcessor",
     "CosmosAttnProcessor", "Cosmos25AttnProcessor", "AnyFlowCausalAttnProcessor", "LatteAttnProcessor", "WanAnimate2AttnProcessor",
+    "Kandinsky6SRAttnProcessor",
     "register_backend", "unregister_backend", "register_backend_route", "register_stock", "register_module",
 )
 

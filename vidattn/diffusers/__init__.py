@@ -25,10 +25,11 @@ from .cosmos import Cosmos25AttnProcessor, CosmosAttnProcessor  # noqa: E402
 from .anyflow_far import AnyFlowCausalAttnProcessor  # noqa: E402
 from .latte import LatteAttnProcessor  # noqa: E402
 from .wan_animate_2 import WanAnimate2AttnProcessor  # noqa: E402
+from .kandinsky6_sr import Kandinsky6SRAttnProcessor  # noqa: E402
 from . import sana_wm  # noqa: E402,F401  (SANA-WM's softmax modules: module routes)
 from . import backend_routes  # noqa: E402,F401  (the families routed to the "vidattn" backend)
 __all__ += ["LTX2AudioVideoAttnProcessor", "LTX2PerturbedAttnProcessor", "EasyAnimateAttnProcessor",
             "CosmosAttnProcessor", "Cosmos25AttnProcessor", "AnyFlowCausalAttnProcessor", "LatteAttnProcessor",
-            "WanAnimate2AttnProcessor"]
+            "WanAnimate2AttnProcessor", "Kandinsky6SRAttnProcessor"]
 # Registers the "vidattn" diffusers attention backend (model.set_attention_backend("vidattn")) on import.
 from .backend import BACKEND_NAME, register_backend, unregister_backend; __all__ += ["BACKEND_NAME", "register_backend", "unregister_backend"]  # noqa: E402,E501,E702

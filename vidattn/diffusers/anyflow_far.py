@@ -3,8 +3,10 @@
 The stock processor hard-codes the `flex` backend for every pass. Two kinds of pass reach it:
 - denoising with a KV cache (`attention_mask=None`): dense attention of the current chunk over
   [compressed cache, full cache, current chunk]. That runs on the kernel here (Sq != Skv is fine).
-- the cache-encode and training passes, with a block-causal `BlockMask`: block-sparse, outside the kernel; they stay
-  on `flex` exactly as the stock processor runs them.
+- the cache-encode and training passes, with a block-causal `BlockMask` made by `create_block_mask` from a per-token
+  `mask_mod` (frame-causal over token ranges that need not fall on 64-token blocks, noise/clean rules, padding). The
+  kernel's block-sparse path computes whole 64 x 64 blocks only (`vidattn.sparse.block_mask_reason` refuses a
+  mask_mod), so these passes stay on `flex` exactly as the stock processor runs them.
 
 The stock processor pads the sequence to a multiple of 128 for flex with zero rows, and with no block mask those
 zero keys take part in the softmax (score 0, value 0: they add exp(-max) to each row's sum). The kernel call keeps
@@ -132,4 +134,4 @@ class AnyFlowCausalAttnProcessor(ProcessorBase):
 
 register_processor(f"{_FAR}.AnyFlowCausalAttnProcessor", AnyFlowCausalAttnProcessor,
                    "dense cached denoising pass on the kernel; block-causal cache-encode/training passes stay on "
-                   "flex (block-sparse)")
+                   "flex (their BlockMask has a per-token mask_mod, not whole 64x64 blocks)")

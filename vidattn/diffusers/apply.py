@@ -23,8 +23,9 @@ which call `F.sdpa` in their own `forward`) is routed by the module's exact clas
 sets it back.
 
 A module whose processor is on no route stays stock and is listed with the reason; so is a module whose stock
-processor already uses a backend the user chose (e.g. `flex` for Kandinsky 5's NABLA attention), and one whose
-processor is known and deliberately left stock (`register_stock`: linear attention, block-sparse NABLA).
+processor already uses a backend the user chose (unless its route takes that backend over: Kandinsky 5's route takes
+`flex`, which its NABLA configs need and whose BlockMask the vidattn backend runs), and one whose processor is known
+and deliberately left stock (`register_stock`: linear attention).
 
 The handle holds weak references to the modules it changed, so replacing `pipe.transformer` lets the old model
 be freed; `restore` skips modules that are gone.
@@ -50,6 +51,8 @@ class Route:
     kind: str                 # KERNEL, BACKEND, or STOCK (known, deliberately left stock: `note` says why)
     processor: Optional[object]  # the vidattn processor class (KERNEL); for a module route, its `forward`
     note: str = ""            # what runs where, shown by print(handle)
+    takes: tuple = ()         # BACKEND: backends a user may have set on the stock processor that the route takes
+                              # over (besides diffusers' default "native"); restore sets them back
 
 
 _T = "diffusers.models.transformers."
@@ -116,10 +119,12 @@ def register_processor(stock, vidattn_class: type, note: str = "", models=None) 
     PROCESSORS[key] = vidattn_class
 
 
-def register_backend_route(stock, note: str = "", models=None) -> None:
+def register_backend_route(stock, note: str = "", models=None, takes=()) -> None:
     """Route modules whose processor is `stock` to the registered "vidattn" diffusers backend (with `models`, only
-    inside those model classes)."""
-    _add(stock, Route(BACKEND, None, note), models)
+    inside those model classes). `takes`: backend names a user may have set on the processor that the vidattn
+    backend runs as well (every call they take: e.g. "flex" where the only calls it gets that the kernel cannot read
+    go back to flex); a processor on any other backend than "native" is left as it is."""
+    _add(stock, Route(BACKEND, None, note, tuple(takes)), models)
 
 
 def register_stock(stock, why: str, models=None) -> None:
@@ -325,7 +330,8 @@ def _why_not(stock, route: Optional[Route], backend_reason: Optional[str], vidat
         if backend_reason is not None:
             return backend_reason
         current = getattr(stock, "_attention_backend", None)
-        if current is not None and _backend_name(current) not in ("native", _backend_name(vidattn_backend)):
+        if current is not None and _backend_name(current) not in ("native", _backend_name(vidattn_backend),
+                                                                   *route.takes):
             return f"the processor uses the {_backend_name(current)!r} backend chosen for it; left as is"
     return None
 
@@ -380,11 +386,15 @@ def apply(pipe_or_model) -> ApplyHandle:
                 previous = vars(stock).get("_attention_backend", _ABSENT)
                 if _PREVIOUS_BACKEND_ATTR not in vars(stock):  # a second apply keeps the stock setting of the first
                     setattr(stock, _PREVIOUS_BACKEND_ATTR, () if previous is _ABSENT else (previous,))
+                saved = vars(stock)[_PREVIOUS_BACKEND_ATTR]
                 stock._attention_backend = vidattn_backend
                 handle._changes.append(_Change(weakref.ref(module), BACKEND, stock,
                                                backend=vidattn_backend))
                 handle.backend.append(path)
+                taken = (_backend_name(saved[0]) if saved and saved[0] is not None else "native")
                 handle.modules.append((path, BACKEND, proc_name, "stock processor on the vidattn backend"
+                                       + (f" in place of its {taken!r} backend (restore sets it back)"
+                                          if taken in route.takes else "")
                                        + (f" ({route.note})" if route.note else "")))
     if not handle.replaced and not handle.backend and not any(s == KERNEL for _, s, _, _ in handle.modules):
         raise ValueError(_uncovered_message(pipe_or_model, found, handle))

@@ -14,8 +14,10 @@ with context-parallel support.
 
 `vidattn_attention` carries diffusers' argument contract (BSHD tensors in and out, `return_lse` as (B, S, H) fp32).
 It hands a call to `vidattn.attention` (the kernel inside its envelope, SDPA outside it, as `vidattn.explain`
-says) when the call is plain attention with at most a key-padding mask, and sends everything else to diffusers'
-native backend with the reason: `explain(...)` here says which way a call goes, `route_counts()` what happened.
+says) when the call is plain attention with at most a key-padding mask, or a flex `BlockMask` of whole 64 x 64
+blocks (`block_mask=`: Kandinsky 5's NABLA mask), and sends everything else to diffusers' native backend (for a
+BlockMask: its flex backend, the only one that takes one) with the reason: `explain(...)` here says which way a call
+goes, `route_counts()` what happened.
 With `_parallel_config` set it runs diffusers' ring / Ulysses templates with the kernel as the per-shard op.
 
 Nothing here imports diffusers at import time of `vidattn` itself: this module is imported by `vidattn.diffusers`.
@@ -34,7 +36,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .. import ops
+from .. import ops, sparse
 from .sdpa_common import sdpa_mask_to_kv_lens
 
 BACKEND_NAME = "vidattn"
@@ -174,8 +176,8 @@ VIDATTN_ROUTE = "vidattn"
 
 def route_counts() -> dict:
     """Calls since the last `reset_route_counts()`: {"vidattn": calls handed to vidattn.attention (the kernel
-    inside its envelope), reason: calls sent to diffusers' native backend for that reason}. Not counted while
-    torch.compile traces."""
+    inside its envelope), reason: calls sent to diffusers' native backend (a BlockMask: its flex backend) for that
+    reason}. Not counted while torch.compile traces."""
     return dict(_routes)
 
 
@@ -183,14 +185,17 @@ def reset_route_counts() -> None:
     _routes.clear()
 
 
-def _note(route: str) -> None:
+_NATIVE_RUNS, _FLEX_RUNS = "diffusers' native attention", "diffusers' flex attention"
+
+
+def _note(route: str, runs: str = _NATIVE_RUNS) -> None:
     if torch.compiler.is_compiling():
         return
     _routes[route] += 1
     if route != VIDATTN_ROUTE and route not in _warned:
         _warned.add(route)
         warnings.warn(
-            f"vidattn backend: diffusers' native attention runs this call instead of the vidattn kernel: {route}. "
+            f"vidattn backend: {runs} runs this call instead of the vidattn kernel: {route}. "
             "vidattn.diffusers.backend.explain(query, key, value, attn_mask=...) checks a call; this warning is "
             "shown once per reason.", ops.VidattnFallbackWarning, stacklevel=3)
 
@@ -261,11 +266,47 @@ def _route(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
     return kv_lens, groups, None
 
 
+def _block_mask_fit(block_mask, batch: int, heads: int, seqlen_q: int, seqlen_kv: int) -> Optional[str]:
+    """Why a flex BlockMask does not describe this call's (B, H, Sq, Skv) (None: it does)."""
+    lens = tuple(int(n) for n in block_mask.seq_lengths)
+    if lens != (seqlen_q, seqlen_kv):
+        return (f"the block mask is for {lens[0]} queries and {lens[1]} keys, the call has {seqlen_q} and "
+                f"{seqlen_kv}")
+    mb, mh = block_mask.kv_num_blocks.shape[:2]
+    if mb not in (1, batch) or mh not in (1, heads):
+        return f"the block mask's batch and heads ({mb}, {mh}) do not broadcast to the call's ({batch}, {heads})"
+    return None
+
+
+def _block_mask_route(query, key, value, block_mask, dropout_p, is_causal, enable_gqa) -> Optional[str]:
+    """None when vidattn.attention takes this call with a flex BlockMask (`block_mask=`: whole 64 x 64 blocks,
+    grouped K/V read in place), else why diffusers' flex backend runs it as stock does. Reads no mask values (its
+    block size and mask_mod only), so it decides the same way under torch.compile."""
+    if is_causal:
+        return "is_causal=True with a block mask (flex applies the block mask alone)"
+    if dropout_p:
+        return f"dropout_p={dropout_p}: the kernel has no dropout"
+    reason = _shape_reason(query, key, value)
+    if reason is not None:
+        return reason
+    hq, hkv = query.shape[2], key.shape[2]
+    if hkv != hq and (not enable_gqa or hq % hkv):
+        return f"{hq} query heads and {hkv} key/value heads without enable_gqa (or not a multiple)"
+    return sparse.block_mask_reason(block_mask) or _block_mask_fit(block_mask, query.shape[0], hq, query.shape[1],
+                                                                   key.shape[1])
+
+
 def explain(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
             scale: Optional[float] = None, enable_gqa: bool = False) -> Optional[str]:
     """Why the "vidattn" backend would not run the kernel for this call (diffusers' argument contract, BSHD);
-    None when the kernel runs. A reason is either why the call goes to diffusers' native backend or, for a call
-    handed to vidattn.attention, why that runs SDPA (what `vidattn.explain` says). Reads the mask's values."""
+    None when the kernel runs. A reason is either why the call goes to diffusers' native backend (a flex
+    BlockMask: its flex backend) or, for a call handed to vidattn.attention, why that runs SDPA (what
+    `vidattn.explain` says). Reads the mask's values."""
+    if sparse.is_block_mask(attn_mask):
+        reason = _block_mask_route(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+        if reason is not None:
+            return f"diffusers' flex backend: {reason}"
+        return ops.explain(query, key, value, layout="bshd", scale=scale, block_mask=attn_mask)
     kv_lens, groups, reason = _route(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     if reason is not None:
         return f"diffusers' native backend: {reason}"
@@ -297,6 +338,29 @@ def _native(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gq
     return out, _reference_lse(query, key, attn_mask, is_causal, scale, enable_gqa)
 
 
+def _flex(query, key, value, block_mask, is_causal, scale, enable_gqa, return_lse):
+    """What stock diffusers runs for a flex BlockMask: its flex backend, (B, S, H, D) in and out. With return_lse,
+    which that backend's function does not return intact (it permutes the (out, lse) pair as one tensor), flex
+    attention is called here, lse (B, S, H) fp32."""
+    ad = sys.modules[_DISPATCH]
+    if not return_lse:
+        registry, member = ad._AttentionBackendRegistry, ad.AttentionBackendName.FLEX
+        fn, accepted = registry._backends[member], registry._supported_arg_names[member]
+        kwargs = dict(query=query, key=key, value=value, attn_mask=block_mask, is_causal=is_causal, scale=scale,
+                      enable_gqa=enable_gqa)
+        return fn(**{k: v for k, v in kwargs.items() if k in accepted})
+    fa = ad.flex_attention  # diffusers' handle on the module, as its backend calls it
+    qh, kh, vh = (x.permute(0, 2, 1, 3) for x in (query, key, value))
+    if hasattr(fa, "AuxRequest"):
+        out, aux = fa.flex_attention(qh, kh, vh, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa,
+                                     return_aux=fa.AuxRequest(lse=True))
+        lse = aux.lse
+    else:  # torch before AuxRequest
+        out, lse = fa.flex_attention(qh, kh, vh, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa,
+                                     return_lse=True)
+    return out.permute(0, 2, 1, 3), lse.float().transpose(1, 2)
+
+
 def _reference_lse(query, key, attn_mask, is_causal, scale, enable_gqa) -> torch.Tensor:
     """(B, Sq, H) fp32 natural-log LSE of the scaled, masked scores, chunked over queries."""
     qh, kh = query.detach().transpose(1, 2).float(), key.detach().transpose(1, 2).float()
@@ -320,13 +384,15 @@ def _reference_lse(query, key, attn_mask, is_causal, scale, enable_gqa) -> torch
     return torch.cat(parts, dim=2).transpose(1, 2)
 
 
-def _kernel(query, key, value, scale, kv_lens, return_lse, causal: bool = False):
+def _kernel(query, key, value, scale, kv_lens, return_lse, causal: bool = False, block_mask=None):
     # ops.attention is looked up per call, so a spy on it (the tests) sees every call this backend makes.
     # causal: diffusers' is_causal, SDPA's top-left aligned mask (vidattn.attention's causal=True).
+    # block_mask: a flex BlockMask of whole 64 x 64 blocks (_block_mask_route), passed only when there is one.
+    kw = {} if block_mask is None else {"block_mask": block_mask}
     if not return_lse:
-        return ops.attention(query, key, value, layout="bshd", scale=scale, kv_lens=kv_lens, causal=causal)
+        return ops.attention(query, key, value, layout="bshd", scale=scale, kv_lens=kv_lens, causal=causal, **kw)
     out, lse = ops.attention(query, key, value, layout="bshd", scale=scale, kv_lens=kv_lens, return_lse=True,
-                             causal=causal)
+                             causal=causal, **kw)
     return out, lse.transpose(1, 2)  # the kernel's (B, H, S) -> diffusers' (B, S, H)
 
 
@@ -339,13 +405,23 @@ def vidattn_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     vidattn.attention runs plain attention, with a key-padding `attn_mask` (boolean (B, Skv), (B, 1, 1, Skv),
     (B, H, 1, Skv) whose kept keys are a prefix of each row, or the additive 0 / <= -9000 equivalent) as
     `kv_lens`, `enable_gqa` with K/V read in place per group, and `is_causal` (top-left, as SDPA) without a mask.
-    `is_causal` with a mask, `dropout_p > 0`, any other mask (a dense
-    bias, per-query or block-sparse masks), and masks under torch.compile (their values cannot be read) go to
-    diffusers' native backend; `explain` gives the reason. `scale` passes through. `_parallel_config` (context
-    parallelism) runs diffusers' ring / Ulysses templates with the kernel on each shard."""
+    A flex `BlockMask` without a mask_mod and with block sizes that are multiples of 64 (Kandinsky 5's NABLA mask)
+    runs as `vidattn.attention(..., block_mask=)`, the kernel's block-sparse path; any other BlockMask (a mask_mod,
+    other block sizes, lengths that differ from the call's) goes to diffusers' flex backend, as stock runs it.
+    `is_causal` with a mask, `dropout_p > 0`, any other mask (a dense bias, per-query masks), and tensor masks under
+    torch.compile (their values cannot be read) go to diffusers' native backend; `explain` gives the reason.
+    `scale` passes through. `_parallel_config` (context parallelism) runs diffusers' ring / Ulysses templates with
+    the kernel on each shard."""
     if _parallel_config is not None:
         return _context_parallel(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
                                  _parallel_config)
+    if sparse.is_block_mask(attn_mask):
+        reason = _block_mask_route(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+        if reason is not None:
+            _note(reason, _FLEX_RUNS)
+            return _flex(query, key, value, attn_mask, is_causal, scale, enable_gqa, return_lse)
+        _note(VIDATTN_ROUTE)
+        return _kernel(query, key, value, scale, None, return_lse, block_mask=attn_mask)
     kv_lens, groups, reason = _route(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     if reason is not None:
         _note(reason)
@@ -378,6 +454,12 @@ def _context_parallel(query, key, value, attn_mask, dropout_p, is_causal, scale,
     if is_causal:
         # The same bool on every rank: all of them raise here, before any collective.
         raise ValueError(_CP_CAUSAL_ERROR)
+    if sparse.is_block_mask(attn_mask):
+        # Every rank's processor builds its own BlockMask, so every rank raises here alike, before any collective.
+        if _ring_degree(parallel_config) > 1:
+            raise ValueError(_RING_MASK_ERROR + " (a flex BlockMask)")
+        if attn_mask.shape[-1] == key.shape[1]:
+            raise ValueError(_CP_LOCAL_BLOCK_MASK_ERROR)
     if attn_mask is not None and _ring_degree(parallel_config) > 1:
         attn_mask = _ring_mask(query, key, attn_mask, parallel_config)
     return template(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
@@ -397,6 +479,13 @@ _RING_MASK_ERROR = ("vidattn backend: ring attention (ContextParallelConfig(ring
 _CP_CAUSAL_ERROR = ("vidattn backend: is_causal=True under context parallelism: diffusers' templated ring and "
                     "Ulysses attention refuse causal calls (and a ring would need each key chunk's own diagonal "
                     "offset); run causal layers without a parallel config")
+
+
+_CP_LOCAL_BLOCK_MASK_ERROR = (
+    "vidattn backend: a flex BlockMask over this rank's shard of the keys under Ulysses attention: the template "
+    "gathers every key for a slice of the heads (and gathers masks as tensors, which a BlockMask is not), so a block "
+    "mask built from the local shard describes no call it makes; build the block mask for the whole sequence with "
+    "one head (H = 1), or run without a parallel config")
 
 
 def _ring_mask(query, key, attn_mask, parallel_config):
@@ -443,6 +532,8 @@ def _cp_forward_op(ctx, query, key, value, attn_mask=None, dropout_p: float = 0.
             # vidattn_attention drops masks that keep every key before the template and refuses the rest
             # (_ring_mask); a mask here came another way and cannot be applied per chunk.
             raise ValueError(_RING_MASK_ERROR)
+        if sparse.is_block_mask(attn_mask):
+            return _cp_block_mask_op(query, key, value, attn_mask, scale, enable_gqa, return_lse)
         # Ulysses: the mask covers all keys (the template gathers a local one).
         kv_lens, reason = _kv_lens(attn_mask, b, h, sq, key.shape[1])
         if kv_lens is None:
@@ -452,6 +543,26 @@ def _cp_forward_op(ctx, query, key, value, attn_mask=None, dropout_p: float = 0.
     # Only Ulysses can get here causal (a diffusers whose template passes it): every key of the head slice is here,
     # so SDPA's top-left causal mask is the kernel's.
     return _kernel(query, key, value, scale, kv_lens, return_lse, causal=bool(is_causal))
+
+
+def _cp_block_mask_op(query, key, value, block_mask, scale, enable_gqa, return_lse):
+    """One Ulysses shard with a flex BlockMask: every key, a slice of the heads. A mask of one head (H = 1) for
+    the whole sequence applies to any slice: the kernel's block-sparse path where it reads the mask as whole
+    64 x 64 blocks, else flex on the shard with the reason (what stock would run). A per-head mask cannot be matched
+    to the slice, nor a mask of other lengths: ValueError."""
+    if block_mask.kv_num_blocks.shape[1] != 1:
+        raise ValueError(f"vidattn backend: a flex BlockMask with {block_mask.kv_num_blocks.shape[1]} heads under "
+                         "Ulysses attention, whose shards hold a slice of the heads: give the block mask one head "
+                         "(H = 1), or run without a parallel config")
+    fit = _block_mask_fit(block_mask, query.shape[0], query.shape[2], query.shape[1], key.shape[1])
+    if fit is not None:
+        raise ValueError(f"vidattn backend: under Ulysses attention {fit} (the shard holds every key)")
+    reason = _block_mask_route(query, key, value, block_mask, 0.0, False, enable_gqa)
+    if reason is not None:
+        _note(reason, _FLEX_RUNS)
+        return _flex(query, key, value, block_mask, False, scale, enable_gqa, return_lse)
+    _note(VIDATTN_ROUTE)
+    return _kernel(query, key, value, scale, None, return_lse, block_mask=block_mask)
 
 
 def _native_op(query, key, value, attn_mask, scale, return_lse):

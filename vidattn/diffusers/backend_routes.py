@@ -5,11 +5,14 @@ the backend cannot take: no mask, a key-padding mask (the backend turns it into 
 (read in place per group), causal calls without a mask (the kernel's top-left causal mask), or calls that must
 stay on SDPA (causal with a mask, dropout), which the backend sends to diffusers' native path with the reason. So
 `vidattn.apply` sets the stock processor's `_attention_backend` and keeps diffusers' own code, rather than carrying
-a copy of each processor. A processor whose backend the user already chose (e.g.
-`flex` for Kandinsky 5's NABLA configs) is left as it is.
+a copy of each processor. A processor whose backend the user already chose is left as it is, except where the route
+takes that backend over: Kandinsky 5's NABLA configs need `flex` to run stock (their attention mask is a flex
+`BlockMask` of whole 64 x 64 blocks, which only flex takes); the vidattn backend runs that BlockMask on the kernel's
+block-sparse path, and sends a BlockMask it cannot read (a mask_mod, other block sizes) to flex, so the route takes
+`flex` over (restore sets it back).
 
-Also here: the attention apply leaves stock on purpose (linear attention, block-sparse NABLA), so the handle says
-why instead of "no vidattn route".
+Also here: the attention apply leaves stock on purpose (linear attention), so the handle says why instead of
+"no vidattn route".
 """
 from .apply import register_backend_route, register_stock, register_stock_module
 
@@ -22,8 +25,6 @@ BACKEND_ROUTES = {
     _T + "transformer_anyflow.AnyFlowCrossAttnProcessor": "text cross-attention, no mask",
     _T + "transformer_anyflow_far.AnyFlowAttnProcessor": "bidirectional self-attention, no mask",
     _T + "transformer_anyflow_far.AnyFlowCrossAttnProcessor": "text cross-attention, no mask",
-    _T + "transformer_kandinsky.Kandinsky5AttnProcessor":
-        "regular attention configs; NABLA configs need the flex backend and are left on it",
     _T + "transformer_kandinsky6.Kandinsky6AttnProcessor":
         "text, visual, audio and cross attentions; (B, S) prompt padding -> kv_lens in the backend",
     _T + "transformer_motif_video.MotifVideoAttnProcessor2_0":
@@ -47,12 +48,19 @@ BACKEND_ROUTES = {
 for _stock, _note in BACKEND_ROUTES.items():
     register_backend_route(_stock, _note)
 
+# Routes that also take over a backend the user set on the stock processor (module docstring).
+BACKEND_ROUTES_TAKING = {
+    _T + "transformer_kandinsky.Kandinsky5AttnProcessor": (
+        "regular configs dense; NABLA configs' flex BlockMask (whole 64x64 blocks) on the kernel's block-sparse "
+        "path", ("flex",)),
+}
+for _stock, (_note, _takes) in BACKEND_ROUTES_TAKING.items():
+    register_backend_route(_stock, _note, takes=_takes)
+
 # Attention the kernel cannot compute, listed in the handle with the reason rather than as "no vidattn route".
 STOCK_REASONS = {
     _T + "transformer_sana_video.SanaLinearAttnProcessor3_0":
         "linear attention (ReLU kernel, no softmax): not the kernel's computation",
-    _T + "transformer_kandinsky6_sr.Kandinsky6SRAttnProcessor":
-        "NABLA block-sparse attention hard-coded on flex: dense attention would change the model",
 }
 STOCK_MODULE_REASONS = {
     _T + "transformer_sana_wm.SanaWMBidirectionalGDNAttention":

@@ -12,7 +12,9 @@ The stock processor has two passes:
   and values, which take part in the softmax (score 0, value 0).
   (a) and (b) are disjoint, so the masked attention is the log-sum-exp merge of a dense attention over all
   generation keys and a per-frame attention over that frame's reference keys, frames as batch (lse_merge.py); the
-  zero slots enter the merge as a count. Two kernel calls per layer, no mask, no padded buffer.
+  zero slots enter the merge as a count. Two kernel calls per layer, no mask, no padded buffer. (The block mask
+  carries a per-token mask_mod, frames of O tokens that need not fall on 64-token blocks, so the kernel's
+  block-sparse path, which reads whole 64 x 64 blocks only, cannot take it.)
 
 The cached pass takes this route only when the block mask is the model's own (its mask function and its closure
 values are checked against F, O and the buffer sizes) and the segment fits the buffers; otherwise, or under context
