@@ -14,6 +14,16 @@
 #include "sm90/tma_desc.h"
 #include "tail_plan.h"
 
+namespace vidattn {
+// The block-sparse launch, defined in capi_sparse.cu. A build of capi.cu alone (the developer scripts' single-file
+// builds) links this weak stand-in instead, and lacks vidattn_sm90_sparse_tile too, so vidattn/sparse.py never sends
+// it a block-sparse call.
+__attribute__((weak)) int sparse_launch(const VidattnFwdArgs&, cudaStream_t, int, std::string* err) {
+  *err = "this library was built without csrc/capi_sparse.cu (no block-sparse builds)";
+  return 1;
+}
+}  // namespace vidattn
+
 namespace {
 
 thread_local std::string g_last_error;
@@ -429,11 +439,6 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   p.causal_bottom_right = a.causal == 2 ? 1 : 0;
   p.causal_group = 1;
   p.causal_pairs = static_cast<int>(a.heads * a.batch);
-  if constexpr (T::kSparse) {
-    p.blk_cnt = a.blk_cnt;
-    p.blk_list = reinterpret_cast<const int2*>(a.blk_list);
-    p.blk_stride = static_cast<int>(a.blk_stride);
-  }
   const int64_t m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   const int64_t tiles = m_blocks * a.heads * a.batch;
   if (tiles > (1ll << 31) - 1) return fail("too many tiles (batch * heads * ceil(Sq/kBlockM) over 2^31)");
@@ -461,10 +466,8 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   // such a problem keeps the plain schedule, its last round being a sliver of it. (CTA pairs: the main launch's rounds
   // are of `grid` tiles, so its tile count stays even.)
   const int64_t per_launch = static_cast<int64_t>(grid) * 32 * T::kRedoWords;
-  // (block-sparse launches have none either: a tail item's key range is not a list's)
-  const TailPlan tail = tiles <= per_launch && !kCausal && !T::kSparse
-                            ? plan_tail<kHeadDim, kWGs, kBN>(a, tiles, sms, grid)
-                            : TailPlan{};
+  const TailPlan tail =
+      tiles <= per_launch && !kCausal ? plan_tail<kHeadDim, kWGs, kBN>(a, tiles, sms, grid) : TailPlan{};
   const int64_t main_tiles = tiles - tail.tiles;
   g_last_tail_splits = tail.tiles > 0 ? tail.splits : 0;
   for (int64_t base = 0; base < main_tiles; base += per_launch) {
@@ -514,7 +517,7 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   }
   // Causal launches have no tail launch: its split kernel is not instantiated for them (at fp16 D=192/256 it would
   // be a kernel no call runs).
-  if constexpr (kCausal || T::kSparse) {
+  if constexpr (kCausal) {
     return 0;
   } else {
     if (tail.tiles == 0) return 0;
@@ -846,8 +849,9 @@ extern "C" int vidattn_sm90_set_d64_warpgroups(int warpgroups) {
   return 0;
 }
 
-// Block-sparse calls (VidattnFwdArgs::blk_cnt): the D=64 and D=128 builds at 128 x 128 tiles. The tables are the
-// caller's (vidattn/sparse.py builds them from a block mask); what can be checked without reading them is.
+// Block-sparse calls (VidattnFwdArgs::blk_cnt): the D=64 and D=128 builds at 128 x 128 tiles, launched from their own
+// translation unit (capi_sparse.cu says why). The tables are the caller's (vidattn/sparse.py builds them from a block
+// mask); what can be checked without reading them is.
 static int fwd_sparse(const VidattnFwdArgs* a, cudaStream_t s, bool fp16, int sms) {
   using namespace vidattn::sm90;
   if (a->blk_list == nullptr) return fail("block-sparse: blk_list is null");
@@ -858,19 +862,15 @@ static int fwd_sparse(const VidattnFwdArgs* a, cudaStream_t s, bool fp16, int sm
     return fail("block-sparse: blk_stride must be at least ceil(seqlen_kv / 128) key blocks (and at most 2^24)");
   if (reinterpret_cast<uintptr_t>(a->blk_list) % 8 != 0 || reinterpret_cast<uintptr_t>(a->blk_cnt) % 4 != 0)
     return fail("block-sparse: blk_list must be 8-byte and blk_cnt 4-byte aligned");
-  if (a->head_dim == 64)
-    return fp16 ? launch<64, 2, vidattn::sm90::kSparseTileN | vidattn::sm90::kSparseBuild, true>(*a, s, sms)
-                : launch<64, 2, vidattn::sm90::kSparseTileN | vidattn::sm90::kSparseBuild, false>(*a, s, sms);
-  return fp16 ? launch<128, 2, vidattn::sm90::kSparseTileN | vidattn::sm90::kSparseBuild, true>(*a, s, sms)
-              : launch<128, 2, vidattn::sm90::kSparseTileN | vidattn::sm90::kSparseBuild, false>(*a, s, sms);
-}
-
-extern "C" int vidattn_sm90_sparse_tile(int32_t* tile_m, int32_t* tile_n, int32_t* block) {
-  if (tile_m != nullptr) *tile_m = vidattn::sm90::kSparseTileM;
-  if (tile_n != nullptr) *tile_n = vidattn::sm90::kSparseTileN;
-  if (block != nullptr) *block = vidattn::sm90::kSparseBlock;
+  (void)fp16;
+  std::string err;
+  if (vidattn::sparse_launch(*a, s, sms, &err) != 0) return fail(err);
+  g_last_block_n = kSparseTileN;
+  g_last_q_box_rows = kSparseTileM;
+  g_last_cluster_ctas = 1;
   return 0;
 }
+
 
 static int fwd(const VidattnFwdArgs* a, void* stream) {
   if (a == nullptr) return fail("null argument block");

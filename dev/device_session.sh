@@ -237,6 +237,10 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P80 [budget_s] # block-sparse after the SASS findings: its GPU tests, sanitizer
+#                                             # script, the dense builds against OLD_LIB, sparse_bench.py
+#   bash dev/device_session.sh P81 [budget_s] # a Kandinsky 5 NABLA forward, stock compiled against vidattn; the
+#                                             # whole GPU suite
 #   bash dev/device_session.sh P78 [budget_s] # block-sparse attention: its GPU tests, the sparse sanitizer script
 #                                             # (memcheck, racecheck, synccheck), sparse_bench.py against compiled
 #                                             # flex_attention, the whole GPU suite
@@ -1212,6 +1216,43 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P80)
+  # Block-sparse attention after the SASS findings (dev/NOTES.md "What the SASS said before any run"): the sparse
+  # kernels in csrc/capi_sparse.cu, a skipped block at one 16-key step. Its GPU tests and the diffusers ones, the
+  # sparse sanitizer script (memcheck full, racecheck small), the dense builds against 02dbc65's library (OLD_LIB,
+  # carried: instruction-identical SASS, so the ratio should read 1.00) on anchor shapes and the bench's two dense
+  # shapes, then sparse_bench.py against compiled flex.
+  build_lib
+  mkdir -p "$OUT/p80"
+  gpu_pytest p80/gpu_sparse.log 200 gpu_sparse tests/test_sparse_gpu.py tests/test_processors_kandinsky_nabla.py \
+    tests/test_backend_block_mask.py
+  export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+  for tool in memcheck racecheck; do
+    [ "$tool" = memcheck ] && small="" || small="--small"
+    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 1 python3 tests/sanitizer_sparse.py $small \
+      > "$OUT/p80/san_$tool.log" 2>&1; rc[san_$tool]=$?
+    grep -E "SUMMARY" "$OUT/p80/san_$tool.log" | tail -1
+  done
+  unset PYTORCH_NO_CUDA_MEMORY_CACHING
+  [ -n "${OLD_LIB:-}" ] && timeout 150 python3 dev/probes/kernel_ab_time.py "old=$OLD_LIB" "new=$(lib_path)" --rounds 3 \
+    --rep-ms 40 --shapes wan13b,seed8k,cogvideox,1x32x,1x28x --extra-shapes 1x32x24576x128 1x28x32768x64 \
+    --json "$OUT/p80/dense_ab.json" > "$OUT/p80/dense_ab.log" 2>&1; rc[dense_ab]=$?
+  tail -7 "$OUT/p80/dense_ab.log"
+  timeout $(( $(left) - 20 )) python3 dev/probes/sparse_bench.py --out "$OUT/p80" --rounds 6 --budget-s 12 \
+    > "$OUT/p80/sparse_bench.log" 2>&1; rc[sparse_bench]=$?
+  tail -6 "$OUT/p80/sparse_bench.log"
+  tar_dirs p80
+  ;;
+P81)
+  # After P80, the same machine: one Kandinsky 5 Lite forward with NABLA at 512x768x121, stock compiled (flex) against
+  # vidattn eager and compiled (dev/probes/k5_nabla_forward.py), then the whole GPU suite.
+  build_lib
+  mkdir -p "$OUT/p81"
+  timeout 330 python3 dev/probes/k5_nabla_forward.py --out "$OUT/p81" --rounds 4 > "$OUT/p81/k5.log" 2>&1
+  rc[k5_nabla]=$?; tail -12 "$OUT/p81/k5.log"
+  [ "$(left)" -gt 120 ] && gpu_pytest p81/gpu_all.log $(( $(left) - 15 )) gpu_all -m gpu tests/
+  tar_dirs p81
   ;;
 P78)
   # Block-sparse attention (dev/NOTES.md "Block-sparse attention"): its GPU tests first (a hang or a wrong answer ends

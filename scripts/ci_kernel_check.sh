@@ -13,8 +13,10 @@ out=$(mktemp --suffix=.so)
 # Same flags as vidattn/_ext.py builds with (read from there, so the check cannot drift from the real build).
 mapfile -t flags < <(python3 scripts/nvcc_flags.py)
 t0=$(date +%s)
-"$NVCC" "${flags[@]}" -I csrc csrc/capi.cu -o "$out" 2>"$log" || { cat "$log"; exit 1; }
-echo "ci_kernel_check: built csrc/capi.cu for sm_90a in $(( $(date +%s) - t0 )) s with $("$NVCC" --version | tail -1)"
+# every translation unit of the library (vidattn/_csrc.py, ENTRIES)
+mapfile -t units < <(python3 -c "import runpy; print('\n'.join('csrc/' + e for e in runpy.run_path('vidattn/_csrc.py')['ENTRIES']))")
+"$NVCC" "${flags[@]}" -I csrc "${units[@]}" -o "$out" 2>"$log" || { cat "$log"; exit 1; }
+echo "ci_kernel_check: built ${units[*]} for sm_90a in $(( $(date +%s) - t0 )) s with $("$NVCC" --version | tail -1)"
 grep -E "Compiling entry|stack frame|registers" "$log" | sed 's/^/  /'
 # Each "stack frame" line belongs to the function named just before it ("Function properties for ..."). One build may spill, by measurement:
 # the 8-bit kernel's D=64 three-warpgroup build (q8_fwd_kernel<64, 3, ...>) at 160 registers spills 68-92 bytes and

@@ -657,3 +657,29 @@ def test_clock_ab_verdict_refuses(tmp_path):
         probe.main([str(tmp_path), "--ref", "base", "--cand", "q4u:x", "--shapes", "s"])
     with pytest.raises(SystemExit, match="no <label>_<i>.json runs"):
         probe.main([str(tmp_path), "--ref", "base:a", "--cand", "q4u:x", "--shapes", "s"])
+
+
+def test_sparse_bench_masks_and_table():
+    """dev/probes/sparse_bench.py: its masks keep what they say (a band alone; a band plus random far blocks), and
+    the table reads its rows."""
+    sb = _load("sparse_bench")
+    band = sb.nabla_like(1, 2, 64 * 100, 0.1, "cpu", kind="band")
+    assert band.shape == (1, 2, 100, 100) and abs(band.float().mean().item() - 0.1) < 0.02
+    assert bool(band[0, 0].diagonal().all()) and not bool(band[0, 0, 0, 50])
+    scattered = sb.nabla_like(1, 1, 64 * 200, 0.25, "cpu")
+    assert abs(scattered.float().mean().item() - 0.25) < 0.03
+    assert bool(scattered[0, 0].diagonal().all())
+    row = {"shape": "s", "mask": "band", "density": 0.1, "ok": True, "rel_l2_vs_flex": 1e-3,
+           "median_ms": {"vidattn sparse": 1.0, "flex compiled": 2.0, "vidattn dense": 5.0, "cuDNN dense": 6.0},
+           "sparse_over_flex_median": 2.0, "sparse_over_flex_min": 1.8,
+           "tflops_sparse_pairs": {"vidattn sparse": 500, "flex compiled": 250},
+           "tflops_dense": {"vidattn dense": 700, "cuDNN dense": 600}}
+    text = sb.table({"rows": [row]})
+    assert "| s | band | 0.100 | True (1.0e-03) | 1.000 | 2.000 | 2.00x, 1.80x | 500 / 250 | 700 / 600 |" in text
+
+
+def test_k5_nabla_forward_dry_run(capsys):
+    k5 = _load("k5_nabla_forward")
+    assert k5.main(["--dry-run"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cfg"]["attention_type"] == "nabla" and out["size"] == [512, 768, 121]

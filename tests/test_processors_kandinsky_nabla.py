@@ -142,7 +142,7 @@ def test_kandinsky5_nabla_runs_block_sparse_on_the_vidattn_backend(monkeypatch):
     out = _forward(model, inputs)
     assert count.n == 2  # the visual self-attention of each block; text and cross-attention dense
     assert backend.route_counts() == {"vidattn": 5}
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, expected, atol=2e-4, rtol=2e-3)
     assert (out - stock_eager).abs().max() > 1e-2
 
     assert vidattn.restore(model) == 5
@@ -162,7 +162,7 @@ def test_kandinsky5_nabla_without_flex_set_runs_on_vidattn(monkeypatch):
     for m in model.modules():
         if hasattr(m, "set_processor"):
             m.processor._attention_backend = "flex"
-    torch.testing.assert_close(out, _forward(model, inputs, monkeypatch, reference=True), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, _forward(model, inputs, monkeypatch, reference=True), atol=2e-4, rtol=2e-3)
 
 
 def test_kandinsky5_on_a_backend_other_than_flex_is_left_alone():
@@ -197,7 +197,7 @@ def test_kandinsky5_nabla_block_mask_with_a_mask_mod_stays_on_flex(monkeypatch):
     counts = backend.route_counts()
     assert counts.pop("vidattn") == 3 and list(counts.values()) == [2], counts
     assert "mask_mod" in next(iter(counts)), counts
-    torch.testing.assert_close(out, stock, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, stock, atol=2e-4, rtol=2e-3)
 
 
 # ---------------------------------------------------------------------------------------------- Kandinsky 6 SR
@@ -240,7 +240,7 @@ def test_kandinsky6_sr_runs_its_nabla_mask_on_the_block_sparse_path(monkeypatch)
     count = SparseEntryCount(monkeypatch)
     out = _forward(model, inputs)
     assert count.n == 2 and all(sparse.is_block_mask(kw["block_mask"]) and kw["layout"] == "bshd" for kw in spy)
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, expected, atol=2e-4, rtol=2e-3)
 
     assert vidattn.restore(model) == 2
     assert [m.processor for m in model.modules() if hasattr(m, "set_processor")] == originals
@@ -269,7 +269,7 @@ def test_kandinsky6_sr_falls_back_to_flex_with_the_reason(monkeypatch, fresh_war
     assert any("Kandinsky 6 SR attention: the block mask has a mask_mod" in str(w.message) for w in caught), \
         [str(w.message) for w in caught]
     vidattn.restore(model)
-    torch.testing.assert_close(out, _forward(model, inputs), atol=1e-5, rtol=1e-5)  # stock flex, same mask
+    torch.testing.assert_close(out, _forward(model, inputs), atol=2e-4, rtol=2e-3)  # stock flex, same mask
 
 
 def test_kandinsky6_sr_block_mask_reason():

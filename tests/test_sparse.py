@@ -180,3 +180,21 @@ def test_compiled_block_sparse_call_matches_eager_on_cpu():
     eager = f(q, k, v, blocks)
     compiled = torch.compile(f, fullgraph=True, backend="eager")(q, k, v, blocks)
     assert torch.allclose(eager, compiled, atol=1e-6)
+
+
+def test_sparse_builds_live_in_a_translation_unit_of_their_own():
+    """The block-sparse kernels are instantiated only in csrc/capi_sparse.cu (in capi.cu's module they changed how
+    cicc compiled the dense kernels: ptxas then serialised their wgmmas), and every build compiles both units."""
+    from pathlib import Path
+    from vidattn import _csrc, _ext
+    root = Path(__file__).resolve().parent.parent
+    capi = (root / "csrc/capi.cu").read_text()
+    unit = (root / "csrc/capi_sparse.cu").read_text()
+    assert "kSparseBuild" not in capi and "flash_fwd_kernel<kHeadDim, 2, kBN, kFp16, false, false>" in unit
+    assert "__attribute__((weak)) int sparse_launch(" in capi and "int sparse_launch(" in unit
+    # the layout entry point only where the builds are, so a capi.cu-only library reports none (library_reason)
+    assert 'extern "C" int vidattn_sm90_sparse_tile(' in unit and "vidattn_sm90_sparse_tile(" not in capi
+    assert _csrc.ENTRIES == ("capi.cu", "capi_sparse.cu") and _csrc.ENTRY == _csrc.ENTRIES[0]
+    assert "ENTRIES" in (root / "scripts/ci_kernel_check.sh").read_text()
+    src = (root / "vidattn/_ext.py").read_text()
+    assert '*(str(CSRC / e) for e in ENTRIES)' in src

@@ -12,7 +12,10 @@ from pathlib import Path
 SUFFIXES = (".cu", ".cuh", ".h")
 # Folders of csrc/ that are not part of the library build.
 EXCLUDED_DIRS = ("lineage", "experiments", "tools")
-ENTRY = "capi.cu"  # the one translation unit; it #includes everything else
+ENTRY = "capi.cu"  # the library's main translation unit; it #includes everything else but the next
+# Every translation unit the library is compiled from, in one nvcc call: capi_sparse.cu holds the block-sparse builds
+# (it says why they stay out of capi.cu's module).
+ENTRIES = ("capi.cu", "capi_sparse.cu")
 
 
 def kernel_sources(root: Path) -> list[Path]:

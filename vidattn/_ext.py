@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from ._csrc import ENTRY, kernel_sources
+from ._csrc import ENTRIES, ENTRY, kernel_sources
 
 
 def _find_csrc() -> Path:
@@ -315,7 +315,7 @@ def _compile(nvcc: str, out: Path, verbose: bool, timeout: float) -> float:
     """Runs nvcc into `out`, killed past `timeout` seconds; returns the seconds it took. Prints a progress line while
     it runs (every second on a terminal, every 30 s otherwise) and, with `verbose`, the command and the compiler's
     output."""
-    cmd = [nvcc, *NVCC_FLAGS, "-I", str(CSRC), str(CSRC / ENTRY), "-o", str(out)]
+    cmd = [nvcc, *NVCC_FLAGS, "-I", str(CSRC), *(str(CSRC / e) for e in ENTRIES), "-o", str(out)]
     if verbose:
         _say(" ".join(cmd))
     t0 = time.perf_counter()

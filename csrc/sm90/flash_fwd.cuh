@@ -713,7 +713,10 @@ template <typename T, typename S>
 __device__ __forceinline__ int2 block_at(const S& s, int stage, int block, int cwg) {
   if constexpr (T::kSparse) {
     const int2 e = *reinterpret_cast<const int2*>(&s.blk_at[2 * stage]);
-    return {e.x, (e.y >> (2 * cwg)) & 3};
+    // Warp-uniform by construction, and said so with a shuffle from lane 0: read from shared memory, ptxas cannot
+    // tell, and serialised every wgmma behind the branches the bits steer (sparse_steps: 580 wgmma waits in the D=128
+    // build instead of 32).
+    return {__shfl_sync(0xffffffffu, e.x, 0), __shfl_sync(0xffffffffu, (e.y >> (2 * cwg)) & 3, 0)};
   } else {
     return {block * T::kBlockN, 3};
   }
@@ -963,6 +966,19 @@ __device__ __forceinline__ int block_steps(int kv0, int kv_len) {
   if (kv0 + kN <= kv_len) return kN / 16;
   const int steps = (kv_len - kv0 + 15) / 16;
   return steps <= kMax ? steps : kN / 16;
+}
+
+// Block-sparse builds: the 16-key steps this warpgroup runs S and P V over, from its two bits of the block (block_at)
+// and the block's own steps (block_steps): one without a bit (an eighth of the block's tensor work, whose scores are
+// masked and whose P is 0), the first half's only when the second half's bit is clear, else the block's. Not none:
+// a path that issued no wgmma (an empty commit group in its place) made ptxas serialise every wgmma of the D=64 build
+// (968 waits instead of 56; dev/NOTES.md, "The sparse kernel's own pipeline").
+template <int kN, bool kSparse>
+__device__ __forceinline__ int sparse_steps(int bits, int steps) {
+  if constexpr (!kSparse) return steps;
+  if (bits == 0) return 1;
+  if (bits == 1) return min(steps, kN / 32);
+  return steps;
 }
 
 // Keys past kv_len inside a tile's partial key block, made zeros in V before this warpgroup's P V reads them. P is 0
@@ -1315,7 +1331,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     k_phase ^= 1u << stage;
     const int2 at = block_at<T>(s, stage, kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks), cwg);
     const int kv0 = at.x;
-    pv_steps = block_steps<kN, T::kNarrowMax>(kv0, kv_len);
+    pv_steps = sparse_steps<kN, T::kSparse>(at.y, block_steps<kN, T::kNarrowMax>(kv0, kv_len));
     sched_wait<kPingpong>(cwg);
     issue_qk_block<kHeadDim, kWGs, kBN, kFp16, 0>(pv_steps, sacc, q, ptx::smem_addr(s.k[stage]),
                                              [&] {
@@ -1336,6 +1352,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
         if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
       }
     }
+    // (block-sparse: a block this warpgroup skips still runs its softmax, on -inf: P = 0 and the max, the sum and O
+    // unchanged. Skipping it behind a branch made ptxas serialise every wgmma of the build.)
     if constexpr (kCausal) {
       if (kv0 + kN > min(kv_len, diag)) mask_keys_causal<kN>(sacc, kv0, kv_len, diag, col_in_group);
     } else {
@@ -1379,7 +1397,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     v_phase ^= 1u << prev;
     const int2 at = block_at<T>(s, stage, kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks), cwg);
     const int kv0 = at.x;
-    const int qk_steps = block_steps<kN, T::kNarrowMax>(kv0, kv_len);
+    const int qk_steps = sparse_steps<kN, T::kSparse>(at.y, block_steps<kN, T::kNarrowMax>(kv0, kv_len));
     t_wait = waits.start();
     sched_wait<kPingpong>(cwg);
     waits.add(1, t_wait);
@@ -1392,7 +1410,10 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
         ptx::mbarrier_wait(&s.v_full[prev], v_parity);
         zero_prev_past_len();
       }
-      issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, ptx::smem_addr(s.v[prev]), j == 1);
+      if constexpr (T::kSparse)  // (the previous block's own steps: one where this warpgroup skipped it)
+        issue_pv_block<kHeadDim, kWGs, kBN, kFp16>(pv_steps, o, pa, ptx::smem_addr(s.v[prev]), j == 1);
+      else
+        issue_pv<kHeadDim, kWGs, kBN, kFp16>(o, pa, ptx::smem_addr(s.v[prev]), j == 1);
       sched_pass<kPingpong, T::kConsumerWGs>(cwg);
     });  // S_j done; P V may still run
     waits.add(3, t_wait);

@@ -354,7 +354,9 @@ struct FwdTraits {
   static constexpr bool kDeferOStore = VIDATTN_DEFER_O_STORE != 0 && !kOInQ && !kOInV;
   // Where Q has two buffers (the short-key D=128 build, D=64): measured ahead there and behind on the long D=128
   // shapes (dev/NOTES.md, ninth session, call 5), so the N=176 build keeps O's packing at the tile's end.
-  static constexpr bool kDeferONormalise = VIDATTN_DEFER_O_NORMALISE != 0 && kDeferOStore && kQBuffers == 2;
+  // (block-sparse builds zero O at the tile start instead: a warpgroup's first block may skip its P V, sparse_steps)
+  static constexpr bool kDeferONormalise =
+      VIDATTN_DEFER_O_NORMALISE != 0 && kDeferOStore && kQBuffers == 2 && (kBN & kSparseBuild) == 0;
   static constexpr bool kKvRotate = VIDATTN_KV_ROTATE != 0;
   // Both CTAs of a pair must walk one block order, and each loads half of a block's chunks.
   static_assert(!kPairs || (!kKvRotate && kChunks % 2 == 0), "CTA pairs: one key order, whole chunks per CTA");

@@ -1,0 +1,95 @@
+// The block-sparse builds' launcher (flash_fwd.cuh, kSparse): a translation unit of their own. Instantiated in
+// capi.cu beside the dense builds, they changed how cicc optimised the dense kernels of the same module (the same
+// source compiled to different PTX: 960 fewer register moves in the D=128 N=128 kernel, whose wgmmas ptxas then
+// serialised, C7511, in 44 dense kernels), while the dense module without them compiled to the PTX it had before
+// (dev/NOTES.md, "The sparse kernels in a module of their own"). capi.cu validates the call and calls
+// sparse_launch; nothing here touches the dense builds. No torch.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "capi.h"
+#include "sm90/flash_fwd.cuh"
+#include "sm90/tma_desc.h"
+#include "tail_plan.h"
+
+namespace vidattn {
+
+namespace {
+
+template <int kHeadDim, bool kFp16>
+int launch_sparse_build(const VidattnFwdArgs& a, cudaStream_t stream, int sms, std::string* err) {
+  using namespace vidattn::sm90;
+  constexpr int kBN = kSparseTileN | kSparseBuild;
+  using T = FwdTraits<kHeadDim, 2, kBN>;
+  static_assert(T::kSparse && T::kBlockM == kSparseTileM && T::kBlockN == kSparseTileN, "the sparse tables' tile");
+  FwdParams p{};
+  const int64_t kv_heads = grouped_kv_heads(a.heads, a.kv_heads);
+  const bool ok = make_tensor_map_4d(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride,
+                                     T::kQBoxRows, err) &&
+                  make_tensor_map_4d(&p.tm_k, a.k, kFp16, a.head_dim, a.seqlen_kv, kv_heads, a.batch, a.k_stride,
+                                     T::kBlockN, err) &&
+                  make_tensor_map_4d(&p.tm_v, a.v, kFp16, a.head_dim, a.seqlen_kv, kv_heads, a.batch, a.v_stride,
+                                     T::kBlockN, err) &&
+                  make_tensor_map_4d(&p.tm_o, a.o, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.o_stride, 16,
+                                     err);
+  if (!ok) return 1;
+  p.lse = a.lse;
+  p.o = static_cast<uint16_t*>(a.o);
+  for (int i = 0; i < 3; ++i) p.o_stride[i] = a.o_stride[i];
+  p.head_dim = static_cast<int>(a.head_dim);
+  p.seqlen_q = static_cast<int>(a.seqlen_q);
+  p.seqlen_kv = static_cast<int>(a.seqlen_kv);
+  p.heads = static_cast<int>(a.heads);
+  p.kv_group = static_cast<int>(a.heads / kv_heads);
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+  p.blk_cnt = a.blk_cnt;
+  p.blk_list = reinterpret_cast<const int2*>(a.blk_list);
+  p.blk_stride = static_cast<int>(a.blk_stride);
+  const int64_t m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+  const int64_t tiles = m_blocks * a.heads * a.batch;
+  if (tiles > (1ll << 31) - 1) {
+    *err = "too many tiles (batch * heads * ceil(Sq/128) over 2^31)";
+    return 1;
+  }
+  p.num_m_blocks = static_cast<int>(m_blocks);
+  const size_t smem = dynamic_smem_bytes<kHeadDim, 2, kBN>();
+  auto kernel = flash_fwd_kernel<kHeadDim, 2, kBN, kFp16, false, false>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) {
+    *err = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
+    return 1;
+  }
+  // One persistent launch (no fixed reference, so no redo marks to bound the tiles of a launch; no tail launch).
+  p.tile_base = 0;
+  p.num_tiles = static_cast<int>(tiles);
+  const int ctas = static_cast<int>(tiles < sms ? tiles : sms);
+  kernel<<<dim3(static_cast<unsigned>(ctas)), T::kThreads, smem, stream>>>(p);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    *err = std::string("block-sparse kernel launch: ") + cudaGetErrorString(e);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+// The D=64 / D=128 block-sparse launch of a call capi.cu has validated (fwd_sparse). 0, or 1 with *err set. (Overrides
+// capi.cu's weak stand-in.)
+int sparse_launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms, std::string* err) {
+  const bool fp16 = a.dtype == 1;
+  if (a.head_dim == 64)
+    return fp16 ? launch_sparse_build<64, true>(a, stream, sms, err) : launch_sparse_build<64, false>(a, stream, sms, err);
+  return fp16 ? launch_sparse_build<128, true>(a, stream, sms, err) : launch_sparse_build<128, false>(a, stream, sms, err);
+}
+
+}  // namespace vidattn
+
+// The block-sparse layout (capi.h): defined here, so that a library built without this file says it has none.
+extern "C" int vidattn_sm90_sparse_tile(int32_t* tile_m, int32_t* tile_n, int32_t* block) {
+  if (tile_m != nullptr) *tile_m = vidattn::sm90::kSparseTileM;
+  if (tile_n != nullptr) *tile_n = vidattn::sm90::kSparseTileN;
+  if (block != nullptr) *block = vidattn::sm90::kSparseBlock;
+  return 0;
+}
