@@ -61,9 +61,9 @@ struct SharedStorage {
   // on this CTA's barriers (consumer). One unused word each in the other builds, after every other member.
   uint64_t pair_bar[T::kPairs ? 2 : 1];
   uint32_t peer_bits[T::kPairs ? T::kRedoWords : 1];
-  // kSparse: per ring stage, the first key and the 64 x 64 block bits of the key block in it, written by the producer
-  // before the stage's k_full arrival (whose release orders them before the consumers' acquire of that phase).
-  alignas(8) int32_t blk_at[T::kSparse ? 2 * T::kStages : 1];
+  // kSparse: per ring stage, the first key of the key block in it: the producer's own note from its K load to its V
+  // load (the consumers read the tile's list from global memory themselves: sparse_next).
+  int32_t blk_at[T::kSparse ? T::kStages : 1];
 };
 
 // Shared memory beside the dynamic buffer: the kernel declares none (its PTX has only the extern buffer), but
@@ -417,6 +417,11 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
     // causal: ascending key blocks (block 0 first: it holds every non-empty row's first key, tile_work)
     const int rot = kv_rotation<T::kKvRotate && !kCausal>(tile, n_blocks);
     const int kv_head = tc.head / p.kv_group;  // grouped-query: one division per tile, in the producer only
+    // kSparse: the key block of the tile's next K load (sparse_entry), read one load ahead
+    int sp_next = 0;
+    if constexpr (T::kSparse) {
+      if (n_blocks > 0) sp_next = sparse_entry(p, tc, 0).x;
+    }
     const int qb = local % T::kQBuffers;
     // Causal builds park the K/V coordinates in shared memory for the K/V loop and read them back (volatile, so not
     // kept in registers) at each load: the dynamic schedule's tile index is not warp-uniform, so its coordinates take
@@ -507,13 +512,13 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
                            at.row, at.head, at.batch);
         }
       } else if constexpr (T::kSparse) {
-        // The block's list entry (its index, its 64 x 64 bits) goes to the stage's slot before the arrival below,
-        // whose release the consumers' k_full acquire pairs with; V's load reads the slot back (sparse_kv0).
-        const int2 e = sparse_entry(p, tc, j);
-        s.blk_at[2 * stage] = e.x * T::kBlockN;
-        s.blk_at[2 * stage + 1] = e.y;
+        // Block j's key block was read a block ahead (its load in flight under the previous block's waits); the next
+        // one's is issued here, before this stage's K goes out. V's load reads the first key back from the slot.
+        const int row0 = sp_next * T::kBlockN;
+        if (j + 1 < n_blocks) sp_next = sparse_entry(p, tc, j + 1).x;
+        s.blk_at[stage] = row0;
         ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
-        load_kv_block<T>(s.k[stage], &p.tm_k, &s.k_full[stage], e.x * T::kBlockN, kv_head, tc.batch);
+        load_kv_block<T>(s.k[stage], &p.tm_k, &s.k_full[stage], row0, kv_head, tc.batch);
       } else {
         load_kv_block<T>(s.k[stage], &p.tm_k, &s.k_full[stage],
                          (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, kv_head, tc.batch);
@@ -555,8 +560,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
                            at.row, at.head, at.batch);
         }
       } else if constexpr (T::kSparse) {
-        // (this stage's slot holds block j's entry: load_k(j) wrote it and nothing refills it before load_k(j + kStages))
-        load_kv_block<T>(s.v[stage], &p.tm_v, &s.v_full[stage], s.blk_at[2 * stage], kv_head, tc.batch);
+        // (this stage's slot holds block j's first key: load_k(j) wrote it, and only load_k(j + kStages) rewrites it)
+        load_kv_block<T>(s.v[stage], &p.tm_v, &s.v_full[stage], s.blk_at[stage], kv_head, tc.batch);
       } else {
         load_kv_block<T>(s.v[stage], &p.tm_v, &s.v_full[stage],
                          (w.kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks)) * T::kBlockN, kv_head, tc.batch);
@@ -707,19 +712,30 @@ __device__ __forceinline__ void exp2_group(float (&sacc)[kN / 2], int i, const f
 // kEmptyRows (causal builds, a tile's first block): a row may have no key at all (bottom-right with kv_len below
 // seqlen_q); its max stays -inf, and -inf - -inf would make it NaN. It takes 0 as its max instead: every p of it is
 // 2^-inf = 0, its sum stays 0, and the epilogue writes O = 0 and LSE = -inf.
-// A key block's first key, and (kSparse) this warpgroup's two bits of its 64 x 64 blocks: from the stage's slot that
-// the producer wrote before the k_full phase just waited for (one 8-byte shared load), or from the block index.
-template <typename T, typename S>
-__device__ __forceinline__ int2 block_at(const S& s, int stage, int block, int cwg) {
+// A key block's first key, and (kSparse) this warpgroup's two bits of its 64 x 64 blocks: from the tile's list entry
+// (sparse_next read it a block ahead), or from the block index.
+template <typename T>
+__device__ __forceinline__ int2 block_at(int2 entry, int block, int cwg) {
   if constexpr (T::kSparse) {
-    const int2 e = *reinterpret_cast<const int2*>(&s.blk_at[2 * stage]);
-    // Warp-uniform by construction, and said so with a shuffle from lane 0: read from shared memory, ptxas cannot
-    // tell, and serialised every wgmma behind the branches the bits steer (sparse_steps: 580 wgmma waits in the D=128
-    // build instead of 32).
-    return {__shfl_sync(0xffffffffu, e.x, 0), __shfl_sync(0xffffffffu, (e.y >> (2 * cwg)) & 3, 0)};
+    // Warp-uniform by construction, and said so with a shuffle from lane 0: loaded from memory, ptxas cannot tell,
+    // and serialised every wgmma behind the branches the bits steer (sparse_steps: 580 wgmma waits in the D=128 build
+    // instead of 32).
+    return {__shfl_sync(0xffffffffu, entry.x * T::kBlockN, 0), __shfl_sync(0xffffffffu, (entry.y >> (2 * cwg)) & 3, 0)};
   } else {
     return {block * T::kBlockN, 3};
   }
+}
+
+// kSparse: entry j of the tile's list (row: FwdParams::blk_list at the tile), or nothing past the list's end. The
+// consumers read the list themselves, a block ahead (its global load under the block before), rather than from a slot
+// the producer fills: every lane reads, and only lane 0 of a warp releases a stage, which racecheck reported as
+// hazards on such a slot even behind a __syncwarp.
+template <bool kSparse>
+__device__ __forceinline__ int2 sparse_next(const int2* row, int j, int n_blocks) {
+  if constexpr (kSparse) {
+    if (j < n_blocks) return row[j];
+  }
+  return int2{0, 0};
 }
 
 // kSparse: the block's 64-key halves whose bit is clear get -inf in this warpgroup's rows (the accumulator layout of
@@ -1312,9 +1328,10 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
                                          float (&row_max)[2], float (&row_sum)[2],
                                          float (&sacc)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 2],
                                          uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4],
-                                         const Timeline& tl, Flush&& flush) {
+                                         const Timeline& tl, Flush&& flush, const int2* blk_row) {
   using T = FwdTraits<kHeadDim, kWGs, kBN>;
   static_assert(!(kFixed && kFp16), "the fixed-reference softmax is bf16 only (fixed_ref_softmax)");
+  int2 blk_next = int2{0, 0};  // kSparse: the list entry of the next block (sparse_next)
   // Where each block's row sums are taken: in the softmax, of p as exponentiated (the exact softmax, and the fixed
   // reference by default), or of P after its bf16 rounding (add_packed_row_sum; VIDATTN_ROW_SUM_UNROUNDED=0).
   constexpr bool kSumRounded = kFixed && !kRowSumUnrounded;
@@ -1329,7 +1346,9 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     ptx::mbarrier_wait(&s.k_full[stage], (k_phase >> stage) & 1);
     tl.stamp(kTlK0Full);
     k_phase ^= 1u << stage;
-    const int2 at = block_at<T>(s, stage, kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks), cwg);
+    const int2 at = block_at<T>(sparse_next<T::kSparse>(blk_row, 0, n_blocks),
+                                kv_first + kv_block<T::kKvRotate>(0, rot, n_blocks), cwg);
+    blk_next = sparse_next<T::kSparse>(blk_row, 1, n_blocks);
     const int kv0 = at.x;
     pv_steps = sparse_steps<kN, T::kSparse>(at.y, block_steps<kN, T::kNarrowMax>(kv0, kv_len));
     sched_wait<kPingpong>(cwg);
@@ -1344,8 +1363,6 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
                                                if constexpr (!T::kOReadLate) flush();
                                              });
     tl.stamp(kTlS0Done);
-    // kSparse: every lane read the stage's list slot (block_at); lane 0's release of the stage comes after them all
-    if constexpr (T::kSparse) __syncwarp();
     if (lane == 0) {
       arrive_pair<T::kPairs>(&s.k_empty[stage]);
       if constexpr (!T::kOInQ) {  // kOInQ: after the epilogue's O stores (consumer)
@@ -1395,7 +1412,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     k_phase ^= 1u << stage;
     const uint32_t v_parity = (v_phase >> prev) & 1;
     v_phase ^= 1u << prev;
-    const int2 at = block_at<T>(s, stage, kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks), cwg);
+    const int2 at = block_at<T>(blk_next, kv_first + kv_block<T::kKvRotate>(j, rot, n_blocks), cwg);
+    blk_next = sparse_next<T::kSparse>(blk_row, j + 1, n_blocks);
     const int kv0 = at.x;
     const int qk_steps = sparse_steps<kN, T::kSparse>(at.y, block_steps<kN, T::kNarrowMax>(kv0, kv_len));
     t_wait = waits.start();
@@ -1418,7 +1436,6 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     });  // S_j done; P V may still run
     waits.add(3, t_wait);
     pv_steps = qk_steps;
-    if constexpr (T::kSparse) __syncwarp();  // (as in the prologue)
     if (lane == 0) {
       arrive_pair<T::kPairs>(&s.k_empty[stage]);
       if constexpr (!T::kOInQ) {
@@ -1482,18 +1499,18 @@ __device__ __forceinline__ void mainloop_from(int start, const FwdParams& p, Sha
                                               float (&o)[kHeadDim / 2], float (&row_max)[2], float (&row_sum)[2],
                                               float (&sacc)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 2],
                                               uint32_t (&pa)[FwdTraits<kHeadDim, kWGs, kBN>::kBlockN / 16][4],
-                                              const Timeline& tl, Flush&& flush) {
+                                              const Timeline& tl, Flush&& flush, const int2* blk_row) {
   if constexpr (kStart + 1 < FwdTraits<kHeadDim, kWGs, kBN>::kStages) {
     if (start != kStart) {
       mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, kCausal, kStart + 1>(
           start, p, s, cwg, q, qb, n_blocks, kv_first, rot, kv_len, col_in_group, diag, lane, k_phase, v_phase, o,
-          row_max, row_sum, sacc, pa, tl, flush);
+          row_max, row_sum, sacc, pa, tl, flush, blk_row);
       return;
     }
   }
   mainloop<kHeadDim, kWGs, kBN, kFp16, kFixed, kCausal, kStart>(p, s, cwg, q, qb, n_blocks, kv_first, rot, kv_len,
                                                            col_in_group, diag, lane, k_phase, v_phase, o, row_max,
-                                                           row_sum, sacc, pa, tl, flush);
+                                                           row_sum, sacc, pa, tl, flush, blk_row);
 }
 
 // After the first pass over its tiles, every consumer thread of a CTA meets here before the redo (kFixedRef).
@@ -1608,7 +1625,8 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<kHead
     } else {
       mainloop_from<kHeadDim, kWGs, kBN, kFp16, kFixed, kCausal, 0>(
           start, p, s, cwg, q, qbar, n_blocks, w.kv_first, kv_rotation<T::kKvRotate && !kCausal>(tile, n_blocks),
-          w.kv_len, col_in_group, diag, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa, tl, flush_o);
+          w.kv_len, col_in_group, diag, lane, k_phase, v_phase, o, row_max, row_sum, sacc, pa, tl, flush_o,
+          T::kSparse ? p.blk_list + static_cast<int64_t>(sparse_tile(p, w.tc)) * p.blk_stride : nullptr);
     }
     start = (start + n_blocks) % T::kStages;
     // Row sums were per-thread partials; every use below wants the whole row's.
