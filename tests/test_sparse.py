@@ -198,3 +198,17 @@ def test_sparse_builds_live_in_a_translation_unit_of_their_own():
     assert "ENTRIES" in (root / "scripts/ci_kernel_check.sh").read_text()
     src = (root / "vidattn/_ext.py").read_text()
     assert '*(str(CSRC / e) for e in ENTRIES)' in src
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_kernel_outputs_are_the_callers_layout_with_a_bshd_view(layout):
+    """ops._kernel_outputs (the dense and block-sparse kernel paths' outputs): O contiguous in the caller's layout,
+    the kernel's (B, S, H, Dv) view of it, and the LSE (B, H, S) only when asked for."""
+    from vidattn import ops
+    q = torch.empty(2, 5, 3, 64) if layout == "bshd" else torch.empty(2, 3, 5, 64)
+    vv = torch.empty(2, 7, 3, 32)  # (B, Skv, H, Dv)
+    out, view, lse = ops._kernel_outputs(q, vv, layout, True)
+    assert out.is_contiguous() and view.shape == (2, 5, 3, 32) and lse.shape == (2, 3, 5)
+    assert out.shape == ((2, 5, 3, 32) if layout == "bshd" else (2, 3, 5, 32))
+    assert view.data_ptr() == out.data_ptr() and lse.dtype == torch.float32
+    assert ops._kernel_outputs(q, vv, layout, False)[2] is None

@@ -342,24 +342,32 @@ def _empty_lse(q):
     return torch.empty((0,), dtype=torch.float32, device=q.device)
 
 
+def _kernel_outputs(q, vv, layout: str, return_lse: bool):
+    """(out in the caller's layout, its (B, S, H, D) view for the kernel, fp32 LSE (B, H, S) or None) for a call whose
+    (B, S, H, D) value view is `vv`."""
+    if layout == "bshd":
+        b, sq, h, _ = q.shape
+        out = torch.empty((b, sq, h, vv.shape[3]), dtype=q.dtype, device=q.device)
+        out_view = out
+    else:
+        b, h, sq, _ = q.shape
+        out = torch.empty((b, h, sq, vv.shape[3]), dtype=q.dtype, device=q.device)
+        out_view = out.transpose(1, 2)
+    lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device) if return_lse else None
+    return out, out_view, lse
+
+
 def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, scale: Optional[float],
                     kv_lens: Optional[torch.Tensor], return_lse: bool, causal: int = 0):
     """(out, lse or None): the kernel, or SDPA with a warning naming the reason. The custom op's body, and what an
     eager `attention` call runs directly. causal: a C ABI code (_causal_code)."""
     qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
-    b, sq, h, d = qv.shape
-    sc = _default_scale(scale, d)
+    sc = _default_scale(scale, qv.shape[3])
     # Non-causal calls keep the argument lists that stand-ins for these two functions (tests, probes) were written for.
     ckw = {"causal": causal} if causal else {}
     reason = _ext.kernel_reason(qv, kv, vv, kv_lens, sc, **ckw)
     if reason is None:
-        if layout == "bshd":
-            out = torch.empty((b, sq, h, vv.shape[3]), dtype=q.dtype, device=q.device)
-            out_view = out
-        else:
-            out = torch.empty((b, h, sq, vv.shape[3]), dtype=q.dtype, device=q.device)
-            out_view = out.transpose(1, 2)
-        lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device) if return_lse else None
+        out, out_view, lse = _kernel_outputs(q, vv, layout, return_lse)
         try:
             _ext.forward(qv, kv, vv, out_view, lse, kv_lens, sc, **ckw)
             return out, lse
@@ -410,17 +418,10 @@ def _sparse_reason(qv, kv, vv, sc: float) -> Optional[str]:
 def _sparse_impl(q, k, v, layout: str, scale: Optional[float], count, entries, blocks, return_lse: bool):
     from . import sparse
     qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
-    b, sq, h, d = qv.shape
-    sc = _default_scale(scale, d)
+    sc = _default_scale(scale, qv.shape[3])
     reason = _sparse_reason(qv, kv, vv, sc)
     if reason is None:
-        if layout == "bshd":
-            out = torch.empty((b, sq, h, vv.shape[3]), dtype=q.dtype, device=q.device)
-            out_view = out
-        else:
-            out = torch.empty((b, h, sq, vv.shape[3]), dtype=q.dtype, device=q.device)
-            out_view = out.transpose(1, 2)
-        lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device) if return_lse else None
+        out, out_view, lse = _kernel_outputs(q, vv, layout, return_lse)
         try:
             _ext.forward(qv, kv, vv, out_view, lse, None, sc, sparse=sparse.Tables(count, entries))
             return out, lse
