@@ -852,7 +852,7 @@ extern "C" int vidattn_sm90_set_d64_warpgroups(int warpgroups) {
 // Block-sparse calls (VidattnFwdArgs::blk_cnt): the D=64 and D=128 builds at 128 x 128 tiles, launched from their own
 // translation unit (capi_sparse.cu says why). The tables are the caller's (vidattn/sparse.py builds them from a block
 // mask); what can be checked without reading them is.
-static int fwd_sparse(const VidattnFwdArgs* a, cudaStream_t s, bool fp16, int sms) {
+static int fwd_sparse(const VidattnFwdArgs* a, cudaStream_t s, int sms) {
   using namespace vidattn::sm90;
   if (a->blk_list == nullptr) return fail("block-sparse: blk_list is null");
   if (a->head_dim != 64 && a->head_dim != 128) return fail("block-sparse: head dim must be 64 or 128");
@@ -862,7 +862,6 @@ static int fwd_sparse(const VidattnFwdArgs* a, cudaStream_t s, bool fp16, int sm
     return fail("block-sparse: blk_stride must be at least ceil(seqlen_kv / 128) key blocks (and at most 2^24)");
   if (reinterpret_cast<uintptr_t>(a->blk_list) % 8 != 0 || reinterpret_cast<uintptr_t>(a->blk_cnt) % 4 != 0)
     return fail("block-sparse: blk_list must be 8-byte and blk_cnt 4-byte aligned");
-  (void)fp16;
   std::string err;
   if (vidattn::sparse_launch(*a, s, sms, &err) != 0) return fail(err);
   g_last_block_n = kSparseTileN;
@@ -870,7 +869,6 @@ static int fwd_sparse(const VidattnFwdArgs* a, cudaStream_t s, bool fp16, int sm
   g_last_cluster_ctas = 1;
   return 0;
 }
-
 
 static int fwd(const VidattnFwdArgs* a, void* stream) {
   if (a == nullptr) return fail("null argument block");
@@ -906,7 +904,7 @@ static int fwd(const VidattnFwdArgs* a, void* stream) {
   if (a->dtype != 0 && a->dtype != 1) return fail("dtype must be 0 (bf16) or 1 (fp16)");
   if (a->causal < 0 || a->causal > 2) return fail("causal must be 0 (none), 1 (top-left) or 2 (bottom-right)");
   const int sms = sm_count();
-  if (a->blk_cnt != nullptr) return fwd_sparse(a, s, fp16, sms);
+  if (a->blk_cnt != nullptr) return fwd_sparse(a, s, sms);
   constexpr int kD64N = vidattn::sm90::default_block_n(64);
   constexpr int kD96N = vidattn::sm90::default_block_n(96);
   constexpr int kD192N = vidattn::sm90::default_block_n(192);

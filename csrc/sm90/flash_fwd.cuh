@@ -183,16 +183,6 @@ __device__ __forceinline__ int kv_block(int j, int rot, int n_blocks) {
   return j;
 }
 
-// One work item: a whole tile, or in the tail launch (kSplit, capi.cu) one of p.kv_splits contiguous key-block
-// ranges of a tile, item t being range t % kv_splits of tile t / kv_splits; or, in the balanced tail (p.tail_chunk >
-// 0), piece k of CTA g's chunk for item k * tail_ctas + g (tail_plan.h, balanced_piece). An absent piece (a chunk
-// inside one tile has no second) ends the CTA's loop in producer and consumers alike (piece_absent).
-// Causal builds (kCausal): kv_lens shortens the batch's keys first, then the mask aligns to them: query row i sees
-// keys j < kv_len with j <= i + shift, shift = 0 (top-left) or kv_len - seqlen_q (bottom-right). A tile then needs
-// keys up to its last row's diagonal only: kv_len is cut to kv_end = min(kv_len, (m_block + 1) * kBlockM + shift), and
-// the blocks past it are neither loaded nor computed (a tile whose rows see no key at all has none: O = 0, LSE -inf).
-// Within kv_end, row i's keys are the prefix [0, min(kv_end, i + shift + 1)), so key block 0, which every tile
-// visits first, holds key 0 of every row that has a key.
 // kSparse: a tile's row in the block-sparse tables (FwdParams::blk_cnt).
 __device__ __forceinline__ int sparse_tile(const FwdParams& p, const TileCoord& tc) {
   return (tc.batch * p.heads + tc.head) * p.num_m_blocks + tc.m_block;
@@ -203,6 +193,16 @@ __device__ __forceinline__ int2 sparse_entry(const FwdParams& p, const TileCoord
   return p.blk_list[static_cast<int64_t>(sparse_tile(p, tc)) * p.blk_stride + j];
 }
 
+// One work item: a whole tile, or in the tail launch (kSplit, capi.cu) one of p.kv_splits contiguous key-block
+// ranges of a tile, item t being range t % kv_splits of tile t / kv_splits; or, in the balanced tail (p.tail_chunk >
+// 0), piece k of CTA g's chunk for item k * tail_ctas + g (tail_plan.h, balanced_piece). An absent piece (a chunk
+// inside one tile has no second) ends the CTA's loop in producer and consumers alike (piece_absent).
+// Causal builds (kCausal): kv_lens shortens the batch's keys first, then the mask aligns to them: query row i sees
+// keys j < kv_len with j <= i + shift, shift = 0 (top-left) or kv_len - seqlen_q (bottom-right). A tile then needs
+// keys up to its last row's diagonal only: kv_len is cut to kv_end = min(kv_len, (m_block + 1) * kBlockM + shift), and
+// the blocks past it are neither loaded nor computed (a tile whose rows see no key at all has none: O = 0, LSE -inf).
+// Within kv_end, row i's keys are the prefix [0, min(kv_end, i + shift + 1)), so key block 0, which every tile
+// visits first, holds key 0 of every row that has a key.
 struct TileWork {
   TileCoord tc;
   int kv_len;    // valid keys of the batch (causal: of the tile, kv_end above)
@@ -217,7 +217,7 @@ struct TileWork {
 __device__ __forceinline__ bool piece_absent(const FwdParams& p, int item) {
   return p.tail_chunk > 0 && balanced_piece(item, p.tail_chunk, p.tail_blocks, p.tail_ctas, p.tail_tiles).absent;
 }
-// kSparse: the tile's key-block count from its list (blk_cnt); the blocks themselves come from blk_idx (sparse_tile).
+// kSparse: the tile's key-block count from its list (blk_cnt); the blocks themselves come from it (sparse_entry).
 template <int kN, bool kSplit, bool kCausal = false, int kM = 0, bool kSparse = false>
 __device__ __forceinline__ TileWork tile_work(const FwdParams& p, int item) {
   static_assert(!(kCausal && kSplit), "causal launches have no tail launch (capi.cu)");
@@ -707,11 +707,6 @@ __device__ __forceinline__ void exp2_group(float (&sacc)[kN / 2], int i, const f
   sacc[4 * i + 3] = ptx::exp2_approx(fmaf(sacc[4 * i + 3], scale_log2, neg[1]));
 }
 
-// Online softmax in base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score. Exponentiates
-// sacc in place, updates the running max and (per-thread partial) sum, and returns the factor O must be scaled by.
-// kEmptyRows (causal builds, a tile's first block): a row may have no key at all (bottom-right with kv_len below
-// seqlen_q); its max stays -inf, and -inf - -inf would make it NaN. It takes 0 as its max instead: every p of it is
-// 2^-inf = 0, its sum stays 0, and the epilogue writes O = 0 and LSE = -inf.
 // A key block's first key, and (kSparse) this warpgroup's two bits of its 64 x 64 blocks: from the tile's list entry
 // (sparse_next read it a block ahead), or from the block index.
 template <typename T>
@@ -755,6 +750,11 @@ __device__ __forceinline__ void mask_sparse(float (&sacc)[kN / 2], int bits) {
   }
 }
 
+// Online softmax in base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score. Exponentiates
+// sacc in place, updates the running max and (per-thread partial) sum, and returns the factor O must be scaled by.
+// kEmptyRows (causal builds, a tile's first block): a row may have no key at all (bottom-right with kv_len below
+// seqlen_q); its max stays -inf, and -inf - -inf would make it NaN. It takes 0 as its max instead: every p of it is
+// 2^-inf = 0, its sum stays 0, and the epilogue writes O = 0 and LSE = -inf.
 // kKeepNegInf (block-sparse builds): a row may have no key in any block, the first included; the reference is 0
 // then, as with kEmptyRows, but the row's max stays -inf, so that a later block's max replaces it whatever its value
 // (with 0 kept, a row whose scores all lie below 2^-126 of it would sum to 0).

@@ -61,10 +61,9 @@ struct FwdParams {
   int tail_ctas;
   int tail_tiles;
   // The block-sparse builds only (FwdTraits::kSparse; capi.h, VidattnFwdArgs::blk_cnt): tile t = (batch * heads + head)
-  // * num_m_blocks + m_block runs blk_cnt[t] key blocks of kSparseTileN keys, the j-th being blk_idx[t * blk_stride + j]
-  // (ascending), and computes the 64 x 64 blocks of it whose bits are set in blk_bits[t * blk_stride + j]: bit 2 w + c
-  // for consumer warpgroup w's 64 rows and the block's c-th 64 keys. blk_list holds the pairs {blk_idx, blk_bits}.
-  // Null in every other build.
+  // * num_m_blocks + m_block runs blk_cnt[t] key blocks of kSparseTileN keys; entry j = blk_list[t * blk_stride + j]
+  // holds the j-th key block (.x, ascending) and the bits of its 64 x 64 blocks to compute (.y): bit 2 w + c for
+  // consumer warpgroup w's 64 rows and the block's c-th 64 keys. Null in every other build.
   const int32_t* blk_cnt;
   const int2* blk_list;
   int blk_stride;

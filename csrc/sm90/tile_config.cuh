@@ -286,8 +286,8 @@ struct FwdTraits {
   static constexpr bool kNarrowAll = (kBN & kNarrowAllBuild) != 0;
   static_assert(!kNarrowAll || (kBN & kOInVBuild) != 0, "every partial block narrowed: an O-in-V build's variant");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN: a wgmma N, multiple of 16, at most 256");
-  // kSparse (kBN carries kSparseBuild): each tile runs the key blocks of its list (FwdParams::blk_idx) with the 64 x 64
-  // blocks of its bits (blk_bits) unmasked, from the online softmax (no fixed reference, no redo, no tail launch).
+  // kSparse (kBN carries kSparseBuild): each tile runs the key blocks of its list (FwdParams::blk_list) with the 64 x 64
+  // blocks of their bits unmasked, from the online softmax (no fixed reference, no redo, no tail launch).
   static constexpr bool kSparse = (kBN & kSparseBuild) != 0;
   static_assert(!kSparse || (kBN == (kSparseTileN | kSparseBuild) && kWGs * 64 == kSparseTileM &&
                              (kHeadDim == 64 || kHeadDim == 128)),
