@@ -6,7 +6,6 @@ as stock runs it, with the reason counted, warned and given by `explain`. On the
 (SDPA block by block), so the outputs are checked against a float64 attention with the block mask expanded to a
 per-key mask (what compiled flex computes), and against the unmasked attention they must differ from.
 """
-import importlib
 
 import pytest
 import torch
@@ -16,24 +15,11 @@ fa = pytest.importorskip("torch.nn.attention.flex_attention")
 
 import vidattn  # noqa: E402
 from vidattn import ops  # noqa: E402
-from vidattn.diffusers import backend as _backend_at_import  # noqa: E402,F401  (registers the backend)
 from diffusers.models import attention_dispatch as ad  # noqa: E402
 
-
-def backend():
-    return importlib.import_module("vidattn.diffusers.backend")
-
-
-@pytest.fixture(autouse=True)
-def clean_state():
-    b = backend()
-    b.register_backend()
-    active = ad._AttentionBackendRegistry._active_backend
-    b.reset_route_counts()
-    b._warned.clear()
-    yield
-    b.reset_route_counts()
-    ad._AttentionBackendRegistry.set_active_backend(active)
+# The backend module as it is now, and the backend tests' autouse fixture (the backend registered, its route counts
+# and warnings cleared, diffusers' global backend put back), shared rather than copied.
+from test_backend import backend, clean_state  # noqa: E402,F401
 
 
 class Spy:

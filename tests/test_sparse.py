@@ -212,3 +212,18 @@ def test_kernel_outputs_are_the_callers_layout_with_a_bshd_view(layout):
     assert out.shape == ((2, 5, 3, 32) if layout == "bshd" else (2, 3, 5, 32))
     assert view.data_ptr() == out.data_ptr() and lse.dtype == torch.float32
     assert ops._kernel_outputs(q, vv, layout, False)[2] is None
+
+
+def test_forward_refuses_tables_a_library_cannot_read():
+    """_ext.forward takes block-sparse tables only to a library whose layout is the tables' (the rule explain uses:
+    sparse.library_reason), before anything is launched."""
+    from vidattn import _ext
+
+    class Old:  # a library from before block-sparse attention: no layout entry point, nothing launched
+        def vidattn_sm90_fwd(self, *a):
+            raise AssertionError("launched")
+
+    q = torch.zeros(1, 128, 1, 64, dtype=torch.bfloat16)
+    tab = sparse.tables(torch.ones(1, 1, 2, 2, dtype=torch.bool))
+    with pytest.raises(_ext.KernelLaunchError, match="predates block-sparse"):
+        _ext.forward(q, q, q, torch.empty_like(q), None, None, 0.125, lib=Old(), sparse=tab)

@@ -932,9 +932,12 @@ def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = 
         kv_lens = kv_lens.contiguous()
     args = launch_args(q, k, v, out, lse, kv_lens, scale, causal)
     if sparse is not None:
-        # block-sparse (vidattn/sparse.py, Tables): only a library with the entry's tables reads them (sparse.library_reason)
-        if not hasattr(lib, "vidattn_sm90_sparse_tile"):
-            raise KernelLaunchError("the kernel library predates block-sparse attention (rebuild it)")
+        # block-sparse (vidattn/sparse.py, Tables): only a library with the entry's tables reads them, laid out as the
+        # tables are (the rule explain applies: sparse.library_reason)
+        from .sparse import library_reason
+        reason = library_reason(lib)
+        if reason is not None:
+            raise KernelLaunchError(reason)
         args.blk_cnt, args.blk_list = sparse.count.data_ptr(), sparse.entries.data_ptr()
         args.blk_stride = sparse.entries.shape[-2]
     # The guard makes q's device current; the library then makes its context current in this thread (a worker

@@ -14,7 +14,6 @@ ops (traceable by torch.compile); rows that see no key get O = 0 and LSE -inf, a
 from __future__ import annotations
 
 import ctypes
-import math
 from typing import NamedTuple, Optional
 
 import torch
@@ -171,7 +170,3 @@ def sdpa_blocks(qh, kh, vh, scale: float, blocks: torch.Tensor, return_lse: bool
         if lse is not None:
             lse[:, :, r0:r1] = torch.where(empty, m, m + torch.log(z)).squeeze(-1)
     return out, lse
-
-
-def scale_default(scale: Optional[float], d: int) -> float:
-    return 1.0 / math.sqrt(d) if scale is None else float(scale)
