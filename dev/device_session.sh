@@ -237,6 +237,9 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P83 [budget_s] # block-sparse, the warpgroup's own softmax and half-block entries:
+#                                             # its GPU tests, memcheck and racecheck, then sparse_bench.py for the
+#                                             # previous package and library (OLD_PKG, carried) and for this one
 #   bash dev/device_session.sh P80 [budget_s] # block-sparse after the SASS findings: its GPU tests, sanitizer
 #                                             # script, the dense builds against OLD_LIB, sparse_bench.py
 #   bash dev/device_session.sh P81 [budget_s] # a Kandinsky 5 NABLA forward, stock compiled against vidattn; the
@@ -1216,6 +1219,35 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P83)
+  # Block-sparse after the thirty-fifth sitting's change (dev/NOTES.md, "The warpgroup's own softmax"): a block with
+  # none of a warpgroup's bits skips its exponentials, and an entry whose first 64 keys no row needs starts 64 keys
+  # later. Its GPU tests and the diffusers ones, memcheck and racecheck, then sparse_bench.py twice on this machine:
+  # the previous package with its own library (OLD_PKG: `git archive <commit> vidattn csrc dev/probes`, whose csrc
+  # names its library in VIDATTN_CACHE_DIR) and this tree.
+  build_lib
+  mkdir -p "$OUT/p83"
+  gpu_pytest p83/gpu_sparse.log 200 gpu_sparse tests/test_sparse_gpu.py tests/test_processors_kandinsky_nabla.py \
+    tests/test_backend_block_mask.py
+  export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+  for tool in memcheck racecheck; do
+    [ "$tool" = memcheck ] && small="" || small="--small"
+    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 1 python3 tests/sanitizer_sparse.py $small \
+      > "$OUT/p83/san_$tool.log" 2>&1; rc[san_$tool]=$?
+    grep -E "SUMMARY" "$OUT/p83/san_$tool.log" | tail -1
+  done
+  unset PYTORCH_NO_CUDA_MEMORY_CACHING
+  if [ -n "${OLD_PKG:-}" ]; then
+    (cd "$OLD_PKG" && python3 -c "import vidattn; vidattn.build(verbose=False)" > "$OUT/p83/old_build.log" 2>&1 && \
+      timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p83/old" --rounds 6 --budget-s 8 \
+      > "$OUT/p83/sparse_bench_old.log" 2>&1); rc[sparse_bench_old]=$?
+    tail -7 "$OUT/p83/sparse_bench_old.log"
+  fi
+  timeout $(( $(left) - 20 )) python3 dev/probes/sparse_bench.py --out "$OUT/p83" --rounds 6 --budget-s 8 \
+    > "$OUT/p83/sparse_bench.log" 2>&1; rc[sparse_bench]=$?
+  tail -7 "$OUT/p83/sparse_bench.log"
+  tar_dirs p83
   ;;
 P80)
   # Block-sparse attention after the SASS findings (dev/NOTES.md "What the SASS said before any run"): the sparse
