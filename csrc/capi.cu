@@ -16,7 +16,7 @@
 
 namespace vidattn {
 // The block-sparse launch, defined in capi_sparse.cu. A build of capi.cu alone (the developer scripts' single-file
-// builds) links this weak stand-in instead, and lacks vidattn_sm90_sparse_layout too, so vidattn/sparse.py never sends
+// builds) links this weak stand-in instead, and lacks vidattn_sm90_sparse_tile too, so vidattn/sparse.py never sends
 // it a block-sparse call.
 __attribute__((weak)) int sparse_launch(const VidattnFwdArgs&, cudaStream_t, int, std::string* err) {
   *err = "this library was built without csrc/capi_sparse.cu (no block-sparse builds)";

@@ -87,10 +87,9 @@ int sparse_launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms, std::st
 }  // namespace vidattn
 
 // The block-sparse layout (capi.h): defined here, so that a library built without this file says it has none.
-extern "C" int vidattn_sm90_sparse_layout(int32_t* tile_m, int32_t* tile_n, int32_t* block, int32_t* key_unit) {
+extern "C" int vidattn_sm90_sparse_tile(int32_t* tile_m, int32_t* tile_n, int32_t* block) {
   if (tile_m != nullptr) *tile_m = vidattn::sm90::kSparseTileM;
   if (tile_n != nullptr) *tile_n = vidattn::sm90::kSparseTileN;
   if (block != nullptr) *block = vidattn::sm90::kSparseBlock;
-  if (key_unit != nullptr) *key_unit = vidattn::sm90::kSparseBlock;  // (flash_fwd.cuh, sparse_entry)
   return 0;
 }

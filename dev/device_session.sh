@@ -237,9 +237,9 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
-#   bash dev/device_session.sh P83 [budget_s] # block-sparse, the warpgroup's own softmax and half-block entries:
-#                                             # its GPU tests, memcheck and racecheck, then sparse_bench.py for the
-#                                             # previous package and library (OLD_PKG, carried) and for this one
+#   bash dev/device_session.sh P83 [budget_s] # sparse_bench.py on the tree, then sparse_own_softmax.patch applied
+#                                             # (the warpgroup's own softmax, late-starting entries): its GPU tests,
+#                                             # memcheck and racecheck, sparse_bench.py again
 #   bash dev/device_session.sh P80 [budget_s] # block-sparse after the SASS findings: its GPU tests, sanitizer
 #                                             # script, the dense builds against OLD_LIB, sparse_bench.py
 #   bash dev/device_session.sh P81 [budget_s] # a Kandinsky 5 NABLA forward, stock compiled against vidattn; the
@@ -1221,15 +1221,26 @@ P69)
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
   ;;
 P83)
-  # Block-sparse after the thirty-fifth sitting's change (dev/NOTES.md, "The warpgroup's own softmax"): a block with
-  # none of a warpgroup's bits skips its exponentials, and an entry whose first 64 keys no row needs starts 64 keys
-  # later. Its GPU tests and the diffusers ones, memcheck and racecheck, then sparse_bench.py twice on this machine:
-  # the previous package with its own library (OLD_PKG: `git archive <commit> vidattn csrc dev/probes`, whose csrc
-  # names its library in VIDATTN_CACHE_DIR) and this tree.
+  # dev/NOTES.md "The warpgroup's own softmax" (built and compile-checked, never run: the device stopped lending).
+  # sparse_bench.py on the tree as it is (the shipped block-sparse kernels), then dev/experiments/sparse_own_softmax.patch
+  # applied to this copy (a block with none of a warpgroup's bits skips its exponentials; an entry whose first 64 keys
+  # no row needs starts 64 keys later; tables, layout entry point and tests with it): its library 9d17d6fe22707f13 was
+  # built on the build machine (carry .build/vcache), its block-sparse GPU tests and the diffusers ones, memcheck and
+  # racecheck, then sparse_bench.py again on the same machine.
   build_lib
-  mkdir -p "$OUT/p83"
-  gpu_pytest p83/gpu_sparse.log 200 gpu_sparse tests/test_sparse_gpu.py tests/test_processors_kandinsky_nabla.py \
-    tests/test_backend_block_mask.py
+  mkdir -p "$OUT/p83/tree"
+  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p83/tree" --rounds 6 --budget-s 8 \
+    > "$OUT/p83/sparse_bench_tree.log" 2>&1; rc[sparse_bench_tree]=$?
+  tail -7 "$OUT/p83/sparse_bench_tree.log"
+  if ! grep -q "sparse_cols" csrc/sm90/flash_fwd.cuh; then
+    git apply dev/experiments/sparse_own_softmax.patch 2>/dev/null \
+      || patch -p1 --forward < dev/experiments/sparse_own_softmax.patch \
+      || { echo "P83: dev/experiments/sparse_own_softmax.patch does not apply"; tar_dirs p83; exit 2; }
+  fi
+  echo "P83: sparse_own_softmax.patch applied"
+  build_lib
+  gpu_pytest p83/gpu_sparse.log 200 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py \
+    tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
   export PYTORCH_NO_CUDA_MEMORY_CACHING=1
   for tool in memcheck racecheck; do
     [ "$tool" = memcheck ] && small="" || small="--small"
@@ -1238,12 +1249,6 @@ P83)
     grep -E "SUMMARY" "$OUT/p83/san_$tool.log" | tail -1
   done
   unset PYTORCH_NO_CUDA_MEMORY_CACHING
-  if [ -n "${OLD_PKG:-}" ]; then
-    (cd "$OLD_PKG" && python3 -c "import vidattn; vidattn.build(verbose=False)" > "$OUT/p83/old_build.log" 2>&1 && \
-      timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p83/old" --rounds 6 --budget-s 8 \
-      > "$OUT/p83/sparse_bench_old.log" 2>&1); rc[sparse_bench_old]=$?
-    tail -7 "$OUT/p83/sparse_bench_old.log"
-  fi
   timeout $(( $(left) - 20 )) python3 dev/probes/sparse_bench.py --out "$OUT/p83" --rounds 6 --budget-s 8 \
     > "$OUT/p83/sparse_bench.log" 2>&1; rc[sparse_bench]=$?
   tail -7 "$OUT/p83/sparse_bench.log"

@@ -30,21 +30,17 @@ def _ref(q, k, v, blocks, scale=None):
 
 
 def test_tables_pairs_blocks_into_tiles_with_their_bits():
-    # 1 x 1, 4 query blocks (two tiles), 6 key blocks (three 128-key blocks)
-    blocks = torch.zeros(1, 1, 4, 6, dtype=torch.bool)
-    # Entries are (first key / 64, bits); a block only the second half of which is needed starts 64 keys later, its
-    # bits moved to the first half.
-    blocks[0, 0, 0, 1] = True   # tile 0 rows 0-63, key block 0's second half -> starts at key 64, bit 0
+    # 1 x 1, 3 query blocks (two tiles: the second half empty), 5 key blocks (three 128-key blocks)
+    blocks = torch.zeros(1, 1, 3, 5, dtype=torch.bool)
+    blocks[0, 0, 0, 1] = True   # tile 0 rows 0-63, key block 0's second half -> bit 1
     blocks[0, 0, 1, 4] = True   # tile 0 rows 64-127, key block 2's first half -> bit 2
     blocks[0, 0, 2, 0] = True   # tile 1 rows 0-63, key block 0 first half -> bit 0
-    blocks[0, 0, 2, 3] = True   # tile 1 rows 0-63, key block 1 second half -> starts at key 192, bit 0
-    blocks[0, 0, 2, 5] = True   # tile 1 rows 0-63, key block 2 second half, and rows 64-127 its first half
-    blocks[0, 0, 3, 4] = True   # -> stays at key 256, bits 1 and 2
+    blocks[0, 0, 2, 3] = True   # tile 1 rows 0-63, key block 1 second half -> bit 1
     t = sparse.tables(blocks)
-    assert t.count.tolist() == [[[2, 3]]]
+    assert t.count.tolist() == [[[2, 2]]]
     assert t.entries.shape == (1, 1, 2, 3, 2) and t.entries.dtype == torch.int32 and t.entries.is_contiguous()
-    assert t.entries[0, 0, 0, :2].tolist() == [[1, 1], [4, 4]]
-    assert t.entries[0, 0, 1].tolist() == [[0, 1], [3, 1], [4, 6]]
+    assert t.entries[0, 0, 0, :2].tolist() == [[0, 2], [2, 4]]
+    assert t.entries[0, 0, 1, :2].tolist() == [[0, 1], [1, 2]]
 
 
 def test_tables_lists_used_blocks_ascending_for_random_masks():
@@ -57,19 +53,15 @@ def test_tables_lists_used_blocks_ascending_for_random_masks():
         for h in range(3):
             for m in range(5):
                 n = int(t.count[b, h, m])
-                first = t.entries[b, h, m, :n, 0].tolist()
-                assert all(y > x for x, y in zip(first, first[1:]))
+                idx = t.entries[b, h, m, :n, 0].tolist()
+                assert idx == sorted(idx)
                 want = [c for c in range(7) if padded[b, h, 2 * m:2 * m + 2, 2 * c:2 * c + 2].any()]
-                assert [f // 2 for f in first] == want
-                for j, c in enumerate(want):
+                assert idx == want
+                for j, c in enumerate(idx):
                     bits = int(t.entries[b, h, m, j, 1])
-                    late = first[j] % 2  # starts at the second half: only first-half bits, the block's own second
                     for w in range(2):
-                        if late:
-                            assert not padded[b, h, 2 * m + w, 2 * c]
-                            assert not bits >> (2 * w + 1) & 1
-                        for s in range(2 - late):
-                            assert bool(bits >> (2 * w + s) & 1) == bool(padded[b, h, 2 * m + w, 2 * c + s + late])
+                        for s in range(2):
+                            assert bool(bits >> (2 * w + s) & 1) == bool(padded[b, h, 2 * m + w, 2 * c + s])
 
 
 def _flex_block_mask(dense_blocks, block=64, mask_mod=None):
@@ -167,12 +159,7 @@ def test_explain_names_the_block_mask_and_the_head_dim():
 
 
 def test_library_reason_for_an_old_library():
-    assert "predates this package's block-sparse tables" in sparse.library_reason(object())
-
-    class FirstTables:  # the first block-sparse libraries: key blocks counted in 128 keys, a layout call of 3 outputs
-        def vidattn_sm90_sparse_tile(self, *a):
-            raise AssertionError("read as this package's layout")
-    assert "predates this package's block-sparse tables" in sparse.library_reason(FirstTables())
+    assert "predates block-sparse" in sparse.library_reason(object())
 
 
 def test_density_counts_clipped_blocks():
@@ -206,7 +193,7 @@ def test_sparse_builds_live_in_a_translation_unit_of_their_own():
     assert "kSparseBuild" not in capi and "flash_fwd_kernel<kHeadDim, 2, kBN, kFp16, false, false>" in unit
     assert "__attribute__((weak)) int sparse_launch(" in capi and "int sparse_launch(" in unit
     # the layout entry point only where the builds are, so a capi.cu-only library reports none (library_reason)
-    assert 'extern "C" int vidattn_sm90_sparse_layout(' in unit and "vidattn_sm90_sparse_layout(" not in capi
+    assert 'extern "C" int vidattn_sm90_sparse_tile(' in unit and "vidattn_sm90_sparse_tile(" not in capi
     assert _csrc.ENTRIES == ("capi.cu", "capi_sparse.cu") and _csrc.ENTRY == _csrc.ENTRIES[0]
     assert "ENTRIES" in (root / "scripts/ci_kernel_check.sh").read_text()
     src = (root / "vidattn/_ext.py").read_text()
@@ -238,5 +225,5 @@ def test_forward_refuses_tables_a_library_cannot_read():
 
     q = torch.zeros(1, 128, 1, 64, dtype=torch.bfloat16)
     tab = sparse.tables(torch.ones(1, 1, 2, 2, dtype=torch.bool))
-    with pytest.raises(_ext.KernelLaunchError, match="predates this package's block-sparse"):
+    with pytest.raises(_ext.KernelLaunchError, match="predates block-sparse"):
         _ext.forward(q, q, q, torch.empty_like(q), None, None, 0.125, lib=Old(), sparse=tab)

@@ -152,27 +152,6 @@ def test_a_row_whose_first_blocks_are_masked_keeps_its_far_scores(d):
 
 
 @pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("skv", [1000, 1024])
-def test_blocks_needed_only_in_their_second_half_start_late(d, skv):
-    """A key block whose first 64 keys no row of the tile needs starts 64 keys later (sparse.tables): its needed keys
-    run as a first half (half the steps, half the exponentials), and the rest of the window (the next block's first
-    half, or keys past Skv: TMA's zeros, masked) counts for nothing. Here every entry starts late, the last one ends
-    past the keys (a partial 64-key block at 1000), and each warpgroup skips the blocks only its partner needs."""
-    g = torch.Generator(device=DEV)
-    seed = g.seed()
-    sq, h = 256, 3
-    nk = (skv + 63) // 64
-    blocks = torch.zeros(1, h, 4, nk, dtype=torch.bool, device=DEV)
-    blocks[..., 1::2] = torch.rand(1, h, 4, nk // 2, device=DEV, generator=g) < 0.5
-    blocks[..., 0, nk - 1] = True
-    tab = sparse.tables(blocks)
-    listed = torch.arange(tab.entries.shape[-2], device=DEV) < tab.count[..., None]
-    assert bool((tab.entries[..., 0] % 2 == 1)[listed].all()) and bool(listed.any()), seed
-    qh, kh, vh = (torch.randn(1, h, n, d, device=DEV, generator=g, dtype=torch.bfloat16) for n in (sq, skv, skv))
-    check(qh, kh, vh, blocks, seed)
-
-
-@pytest.mark.parametrize("d", [64, 128])
 def test_full_mask_equals_the_dense_kernel(d):
     g = torch.Generator(device=DEV)
     q, k, v = (torch.randn(1, 3000, 4, d, device=DEV, generator=g, dtype=torch.bfloat16) for _ in range(3))

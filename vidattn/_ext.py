@@ -451,9 +451,9 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     lib.vidattn_sm90_fwd.restype = ctypes.c_int
     lib.vidattn_sm90_last_error.argtypes = []
     lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
-    if hasattr(lib, "vidattn_sm90_sparse_layout"):  # libraries before the 64-key entries lack it
-        lib.vidattn_sm90_sparse_layout.argtypes = [ctypes.POINTER(ctypes.c_int32)] * 4
-        lib.vidattn_sm90_sparse_layout.restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_sparse_tile"):  # libraries before block-sparse attention lack it
+        lib.vidattn_sm90_sparse_tile.argtypes = [ctypes.POINTER(ctypes.c_int32)] * 3
+        lib.vidattn_sm90_sparse_tile.restype = ctypes.c_int
     if hasattr(lib, "vidattn_sm90_workspace_bytes"):  # builds before the third session of 2026-11-30 lack it
         lib.vidattn_sm90_workspace_bytes.argtypes = []
         lib.vidattn_sm90_workspace_bytes.restype = ctypes.c_uint64

@@ -8,8 +8,7 @@ taken: a ``torch.nn.attention.flex_attention.BlockMask`` whose block sizes are m
 
 The kernel (csrc/sm90/flash_fwd.cuh, kSparse) runs tiles of 128 query rows and key blocks of 128 keys. Each tile gets
 the list of the 128-key blocks any of its 64 x 64 blocks needs, with four bits per entry for which of the four
-64 x 64 blocks inside are computed (the others are masked); a block only the second half of which is needed starts
-64 keys later, so that the needed half comes first, where the kernel runs a half block at half the cost. `tables` builds that list from the block mask with torch
+64 x 64 blocks inside are computed (the others are masked). `tables` builds that list from the block mask with torch
 ops (traceable by torch.compile); rows that see no key get O = 0 and LSE -inf, as flex_attention gives them.
 """
 from __future__ import annotations
@@ -22,13 +21,12 @@ import torch
 BLOCK = 64        # the mask's granularity (csrc/sm90/tile_config.cuh, kSparseBlock)
 TILE_M = 128      # query rows per kernel tile (kSparseTileM): two mask blocks
 TILE_N = 128      # keys per kernel key block (kSparseTileN): two mask blocks
-KEY_UNIT = 64     # an entry's first key is counted in these (a key block starts at any multiple of 64 keys)
 HEAD_DIMS = (64, 128)
 
 
 class Tables(NamedTuple):
     """The kernel's block-sparse tables (csrc/capi.h, VidattnFwdArgs::blk_cnt): per tile t of 128 rows,
-    ``count[t]`` entries ``entries[t, j] = (first key / 64, bits)`` of 128-key blocks, ascending."""
+    ``count[t]`` entries ``entries[t, j] = (key block of 128 keys, bits)``, ascending."""
     count: torch.Tensor    # int32 (B, H, T)
     entries: torch.Tensor  # int32 (B, H, T, Kn, 2), contiguous
 
@@ -108,15 +106,9 @@ def tables(blocks: torch.Tensor) -> Tables:
     bits = r[:, :, :, 0, :, 0] | (r[:, :, :, 0, :, 1] << 1) | (r[:, :, :, 1, :, 0] << 2) | (r[:, :, :, 1, :, 1] << 3)
     used = bits != 0
     count = used.sum(-1, dtype=torch.int32)
-    # A block whose first 64 keys no row of the tile sees starts 64 keys later instead: its keys then are the first
-    # half's, for which the kernel runs half the tensor work and half the exponentials (its second half, the next
-    # block's first, is masked by the bits). Entries count first keys in 64s.
-    late = used & ((bits & 0b0101) == 0)
-    first = 2 * torch.arange(kn, dtype=torch.int32, device=blocks.device) + late.to(torch.int32)
-    bits = torch.where(late, bits >> 1, bits)
     # the used blocks first, ascending (a stable sort of "unused")
     order = torch.sort((~used).to(torch.uint8), dim=-1, stable=True).indices
-    entries = torch.stack((first.expand_as(bits).gather(-1, order), bits.gather(-1, order)), dim=-1).contiguous()
+    entries = torch.stack((order.to(torch.int32), bits.gather(-1, order)), dim=-1).contiguous()
     return Tables(count.contiguous(), entries)
 
 
@@ -133,16 +125,13 @@ def density(blocks: torch.Tensor, sq: int, skv: int) -> float:
 
 def library_reason(lib) -> Optional[str]:
     """Why this kernel library cannot run block-sparse calls (None: it can)."""
-    if lib is None or not hasattr(lib, "vidattn_sm90_sparse_layout"):
-        # (a library with only vidattn_sm90_sparse_tile counts an entry's key block in 128 keys, not 64)
-        return ("the loaded kernel library predates this package's block-sparse tables (rebuild it: "
-                "vidattn.build(force=True))")
-    m, n, blk, unit = (ctypes.c_int32() for _ in range(4))
-    lib.vidattn_sm90_sparse_layout(ctypes.byref(m), ctypes.byref(n), ctypes.byref(blk), ctypes.byref(unit))
-    if (m.value, n.value, blk.value, unit.value) != (TILE_M, TILE_N, BLOCK, KEY_UNIT):
-        return (f"the kernel library's block-sparse tiles ({m.value} x {n.value}, blocks of {blk.value}, first keys in "
-                f"units of {unit.value}) are not this package's ({TILE_M} x {TILE_N}, blocks of {BLOCK}, units of "
-                f"{KEY_UNIT}): rebuild it")
+    if lib is None or not hasattr(lib, "vidattn_sm90_sparse_tile"):
+        return "the loaded kernel library predates block-sparse attention (rebuild it: vidattn.build(force=True))"
+    m, n, blk = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
+    lib.vidattn_sm90_sparse_tile(ctypes.byref(m), ctypes.byref(n), ctypes.byref(blk))
+    if (m.value, n.value, blk.value) != (TILE_M, TILE_N, BLOCK):
+        return (f"the kernel library's block-sparse tiles ({m.value} x {n.value}, blocks of {blk.value}) are not this "
+                f"package's ({TILE_M} x {TILE_N}, blocks of {BLOCK}): rebuild it")
     return None
 
 

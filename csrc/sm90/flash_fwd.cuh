@@ -188,7 +188,7 @@ __device__ __forceinline__ int sparse_tile(const FwdParams& p, const TileCoord& 
   return (tc.batch * p.heads + tc.head) * p.num_m_blocks + tc.m_block;
 }
 
-// kSparse: the j-th entry of a tile's list: {first key / 64, 64 x 64 bits} (FwdParams::blk_list).
+// kSparse: the j-th entry of a tile's list: {key block, 64 x 64 bits} (FwdParams::blk_list).
 __device__ __forceinline__ int2 sparse_entry(const FwdParams& p, const TileCoord& tc, int j) {
   return p.blk_list[static_cast<int64_t>(sparse_tile(p, tc)) * p.blk_stride + j];
 }
@@ -514,7 +514,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       } else if constexpr (T::kSparse) {
         // Block j's key block was read a block ahead (its load in flight under the previous block's waits); the next
         // one's is issued here, before this stage's K goes out. V's load reads the first key back from the slot.
-        const int row0 = sp_next * kSparseBlock;
+        const int row0 = sp_next * T::kBlockN;
         if (j + 1 < n_blocks) sp_next = sparse_entry(p, tc, j + 1).x;
         s.blk_at[stage] = row0;
         ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
@@ -715,8 +715,7 @@ __device__ __forceinline__ int2 block_at(int2 entry, int block, int cwg) {
     // Warp-uniform by construction, and said so with a shuffle from lane 0: loaded from memory, ptxas cannot tell,
     // and serialised every wgmma behind the branches the bits steer (sparse_steps: 580 wgmma waits in the D=128 build
     // instead of 32).
-    return {__shfl_sync(0xffffffffu, entry.x * kSparseBlock, 0),
-            __shfl_sync(0xffffffffu, (entry.y >> (2 * cwg)) & 3, 0)};
+    return {__shfl_sync(0xffffffffu, entry.x * T::kBlockN, 0), __shfl_sync(0xffffffffu, (entry.y >> (2 * cwg)) & 3, 0)};
   } else {
     return {block * T::kBlockN, 3};
   }
@@ -751,13 +750,6 @@ __device__ __forceinline__ void mask_sparse(float (&sacc)[kN / 2], int bits) {
   }
 }
 
-// kSparse: the columns of a key block whose scores are this warpgroup's, from its two bits (block_at): none, the
-// first 64 (the second half's bit clear), or the whole block (online_softmax's `cols`).
-template <int kN>
-__device__ __forceinline__ int sparse_cols(int bits) {
-  return bits == 0 ? 0 : bits == 1 ? kSparseBlock : kN;
-}
-
 // Online softmax in base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score. Exponentiates
 // sacc in place, updates the running max and (per-thread partial) sum, and returns the factor O must be scaled by.
 // kEmptyRows (causal builds, a tile's first block): a row may have no key at all (bottom-right with kv_len below
@@ -766,12 +758,9 @@ __device__ __forceinline__ int sparse_cols(int bits) {
 // kKeepNegInf (block-sparse builds): a row may have no key in any block, the first included; the reference is 0
 // then, as with kEmptyRows, but the row's max stays -inf, so that a later block's max replaces it whatever its value
 // (with 0 kept, a row whose scores all lie below 2^-126 of it would sum to 0).
-// kKeepNegInf builds take `live`: false where every score of the block is -inf for this warpgroup (a block-sparse
-// block none of its bits names, mask_sparse); its exponentials are skipped and the one 16-key step its P V runs
-// (sparse_steps) gets P = 0. The max, and so alpha = 1 and the sum, come out as the exponentials would leave them.
 template <int kN, bool kSumHere = true, bool kEmptyRows = false, bool kKeepNegInf = false>
 __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&row_max)[2], float (&row_sum)[2],
-                                               float (&alpha)[2], float scale_log2, int cols = kN) {
+                                               float (&alpha)[2], float scale_log2) {
   // Row max in kMaxChains independent chains per row, folded at the end: every exponential waits for it, and one
   // chain of kN/8 dependent FMNMX (16 at D=64) was the longest stretch of the softmax's critical path.
   constexpr int kMaxChains = 4;
@@ -804,27 +793,19 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
     row_max[r] = kKeepNegInf ? raw : mx[r];
   }
   float tile_sum[2] = {0.f, 0.f};
-  // (kKeepNegInf: `cols` of the block are this warpgroup's: 0, the first kSparseBlock, or all of them)
-  const int groups = kKeepNegInf ? cols / 8 : kN / 8;
-  if (kKeepNegInf && groups == 0) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) sacc[e] = 0.f;
-  } else {
-#pragma unroll
-    for (int i = 0; i < kN / 8; ++i) {
-      if (kKeepNegInf && i == kSparseBlock / 8 && groups == kSparseBlock / 8) break;
-      if constexpr (VIDATTN_DIAG_SOFTMAX == 2) {  // diagnostic: no MUFU
-        sacc[4 * i + 0] = fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]);
-        sacc[4 * i + 1] = fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]);
-        sacc[4 * i + 2] = fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]);
-        sacc[4 * i + 3] = fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]);
-      } else {
-        exp2_group<kN>(sacc, i, neg_ms, scale_log2);
-      }
-      if constexpr (kSumHere && VIDATTN_DIAG_SOFTMAX != 3) {  // (3, diagnostic: no row sum)
-        tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
-        tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
-      }
+  for (int i = 0; i < kN / 8; ++i) {
+    if constexpr (VIDATTN_DIAG_SOFTMAX == 2) {  // diagnostic: no MUFU
+      sacc[4 * i + 0] = fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]);
+      sacc[4 * i + 1] = fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]);
+      sacc[4 * i + 2] = fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]);
+      sacc[4 * i + 3] = fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]);
+    } else {
+      exp2_group<kN>(sacc, i, neg_ms, scale_log2);
+    }
+    if constexpr (kSumHere && VIDATTN_DIAG_SOFTMAX != 3) {  // (3, diagnostic: no row sum)
+      tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
+      tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
     }
   }
 #pragma unroll
@@ -1396,7 +1377,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       if constexpr (T::kSparse) mask_sparse<kN>(sacc, at.y);
       if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     }
-    online_softmax<kN, !kSumRounded, kCausal, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2, sparse_cols<kN>(at.y));
+    online_softmax<kN, !kSumRounded, kCausal, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2);
     pack_p<kN, kFp16>(sacc, pa);
     if constexpr (kSumRounded) add_packed_row_sum<kN>(pa, row_sum);
   }
@@ -1470,7 +1451,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     if constexpr (kFixed)
       softmax_fixed_ref<kN, !kSumRounded>(sacc, row_max, row_sum, scale_log2);  // the first block's row_max, for good
     else
-      online_softmax<kN, true, false, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2, sparse_cols<kN>(at.y));
+      online_softmax<kN, true, false, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2);
     t_wait = waits.start();
     ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
     waits.add(2, t_wait);
