@@ -237,6 +237,8 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P84 [budget_s] # Kandinsky 6 SR's forward, stock compiled against vidattn
+#                                             # (dev/probes/k6sr_forward.py), at nabla_threshold 0.8 and 0.5
 #   bash dev/device_session.sh P83 [budget_s] # sparse_bench.py on the tree, then sparse_own_softmax.patch applied
 #                                             # (the warpgroup's own softmax, late-starting entries): its GPU tests,
 #                                             # memcheck and racecheck, sparse_bench.py again
@@ -1219,6 +1221,19 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P84)
+  # Kandinsky 6 SR's forward (dev/probes/k6sr_forward.py: 32 blocks, 512x768x121 = 47,616 tokens, random weights,
+  # head dim 64): stock compiled as diffusers' example compiles it (regional, fullgraph; flex with 64 x 64 tiles where
+  # torch 2.11's inductor refuses diffusers' call) against vidattn eager and compiled, then the same at
+  # nabla_threshold 0.5 (random weights keep ~85% of the blocks at the checkpoint's 0.8). On the tree as it stands.
+  build_lib
+  mkdir -p "$OUT/p84"
+  timeout 300 python3 dev/probes/k6sr_forward.py --out "$OUT/p84/t08" --rounds 4 > "$OUT/p84/k6sr_t08.log" 2>&1
+  rc[k6sr_t08]=$?; tail -14 "$OUT/p84/k6sr_t08.log"
+  [ "$(left)" -gt 200 ] && { timeout $(( $(left) - 20 )) python3 dev/probes/k6sr_forward.py --out "$OUT/p84/t05" \
+    --rounds 4 --threshold 0.5 > "$OUT/p84/k6sr_t05.log" 2>&1; rc[k6sr_t05]=$?; tail -14 "$OUT/p84/k6sr_t05.log"; }
+  tar_dirs p84
   ;;
 P83)
   # dev/NOTES.md "The warpgroup's own softmax" (built and compile-checked, never run: the device stopped lending).

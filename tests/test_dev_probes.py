@@ -683,3 +683,58 @@ def test_k5_nabla_forward_dry_run(capsys):
     assert k5.main(["--dry-run"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["cfg"]["attention_type"] == "nabla" and out["size"] == [512, 768, 121]
+
+
+def test_k6sr_forward_dry_run_config_and_tiny_model(capsys, tmp_path):
+    """dev/probes/k6sr_forward.py on the CPU: --dry-run's plan (the 512x768x121 tile's token grid, the sliding-tile
+    prior's density as diffusers' sliding_tile_mask gives it), sizes the model would refuse, CFG = diffusers'
+    Kandinsky6SRTransformer3DModel defaults (what the probe says it measures), and the probe's build and inputs on a
+    tiny model: the dtypes from_pretrained(torch_dtype=bf16) gives a checkpoint of it, and one forward through the
+    stock and the vidattn processor (two latent frames: the prior keeps every block, so the stock eager output,
+    dense, is the model's)."""
+    import inspect
+    import warnings
+
+    k6 = _load("k6sr_forward")
+    assert k6.main(["--dry-run"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["latent"] == [31, 32, 48] and plan["visual_tokens"] == 47616 and plan["blocks_64"] == 744
+    assert (plan["heads"], plan["head_dim"], plan["compile"]) == (28, 64, "blocks")
+    for bad in (["--height", "500"], ["--width", "704"], ["--frames", "120"]):
+        with pytest.raises(SystemExit) as exc:
+            k6.main(["--dry-run", *bad])
+        assert exc.value.code == 2
+
+    diffusers = pytest.importorskip("diffusers")
+    import vidattn
+    from diffusers.models.transformers.transformer_kandinsky6_sr import sliding_tile_mask
+    params = inspect.signature(diffusers.Kandinsky6SRTransformer3DModel.__init__).parameters
+    assert {name: params[name].default for name in k6.CFG} == k6.CFG
+    sta = sliding_tile_mask(31, 4, 6, k6.CFG["nabla_window"], "cpu")
+    assert plan["sta_density"] == pytest.approx(sta.float().mean().item(), abs=1e-6)
+    assert k6.sta_density((5, 16, 24), (3, 1, 3)) == pytest.approx(
+        sliding_tile_mask(5, 2, 3, (3, 1, 3), "cpu").float().mean().item())
+
+    tiny = dict(k6.CFG, model_dim=128, ff_dim=64, num_visual_blocks=1)
+    model = k6.build(tiny, "cpu", torch.float32)
+    model.save_pretrained(tmp_path)
+    loaded = diffusers.Kandinsky6SRTransformer3DModel.from_pretrained(tmp_path, torch_dtype=torch.bfloat16)
+    built = k6.build(tiny, "cpu", torch.bfloat16)
+    for tensors in ("named_parameters", "named_buffers"):
+        dtypes = {name: t.dtype for name, t in getattr(built, tensors)()}
+        assert dtypes == {name: t.dtype for name, t in getattr(loaded, tensors)()}
+    assert dtypes["visual_rope_embeddings.angles_0"] == torch.float32
+    assert {torch.float32, torch.bfloat16} == {p.dtype for p in built.parameters()}
+
+    shape = k6.latent_shape(128, 128, 5)
+    assert shape == (2, 8, 8)
+    kw = k6.inputs(shape, tiny, "cpu", torch.float32)
+    assert kw["hidden_states"].shape == (1, 2, 8, 8, 2 * 64 + 1)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stock = model(**kw)[0]
+        handle = vidattn.apply(model)
+        assert len(handle.replaced) == 1 and handle.counts()["stock"] == 0, str(handle)
+        out = model(**kw)[0]
+    assert stock.shape == (1, 2, 8, 8, 640)
+    torch.testing.assert_close(out, stock, atol=2e-4, rtol=2e-3)
