@@ -685,6 +685,38 @@ def test_k5_nabla_forward_dry_run(capsys):
     assert out["cfg"]["attention_type"] == "nabla" and out["size"] == [512, 768, 121]
 
 
+def test_nabla_forward_harness_falls_back_to_64_tiles_and_alternates(monkeypatch):
+    """The harness both NABLA forward probes share (k5_nabla_forward.py): the stock side compiled as diffusers calls
+    flex, and where that raises, once more after the 64 x 64 tile patch and a dynamo reset, with both recorded; rounds
+    alternate the sides' order."""
+    import torch
+    k5 = _load("k5_nabla_forward")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    events = []
+    monkeypatch.setattr(k5, "_patch_flex_tiles", lambda: events.append("patch"))
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: events.append("reset"))
+
+    def compile_stock():
+        events.append("compile")
+        return len(events)
+
+    def fwd(compiled):
+        if "patch" not in events:
+            raise RuntimeError("inductor: BLOCK_N does not divide the block\nmore")
+        return compiled
+    res = {}
+    stock, ref = k5.stock_reference(res, compile_stock, fwd)
+    assert events == ["compile", "patch", "reset", "compile"] and stock == ref == 4
+    assert res["stock_as_shipped"] == "failed: RuntimeError: inductor: BLOCK_N does not divide the block"
+    assert "64" in res["stock_patched"] and res["stock_compile_s"] >= 0
+    res = {}
+    assert k5.stock_reference(res, lambda: 7, lambda c: c) == (7, 7) and res["stock_as_shipped"] == "compiled"
+    assert "stock_patched" not in res
+    order = []
+    ms = k5.alternate({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 3)
+    assert order == ["a", "b", "b", "a", "a", "b"] and [len(v) for v in ms.values()] == [3, 3]
+
+
 def test_k6sr_forward_dry_run_config_and_tiny_model(capsys, tmp_path):
     """dev/probes/k6sr_forward.py on the CPU: --dry-run's plan (the 512x768x121 tile's token grid, the sliding-tile
     prior's density as diffusers' sliding_tile_mask gives it), sizes the model would refuse, CFG = diffusers'

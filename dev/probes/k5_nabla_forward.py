@@ -75,6 +75,51 @@ def _patch_flex_tiles():
     ad.flex_attention.flex_attention = flex
 
 
+def timed(fn):
+    """fn()'s result and its wall time in ms, the GPU drained before and after."""
+    import torch
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, (time.perf_counter() - t0) * 1e3
+
+
+def first_line(exc) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+
+
+def stock_reference(res: dict, compile_stock, fwd):
+    """The stock side compiled (`compile_stock()` returns it) and its first output, the reference: as diffusers calls
+    flex; where inductor refuses that (torch 2.11: diffusers' BLOCK_M = 64 alone on 64-key mask blocks), with 64 x 64
+    tiles asked for (_patch_flex_tiles). `res` records which, and the compile's seconds."""
+    import torch
+    t0 = time.perf_counter()
+    stock_c = compile_stock()
+    try:
+        ref, _ = timed(lambda: fwd(stock_c))
+        res["stock_as_shipped"] = "compiled"
+    except Exception as exc:
+        res["stock_as_shipped"] = f"failed: {first_line(exc)}"
+        print(f"stock compiled, as diffusers calls flex: {res['stock_as_shipped']}", flush=True)
+        _patch_flex_tiles()
+        torch._dynamo.reset()
+        stock_c = compile_stock()
+        ref, _ = timed(lambda: fwd(stock_c))
+        res["stock_patched"] = "diffusers' flex call given kernel_options BLOCK_M = BLOCK_N = 64"
+    res["stock_compile_s"] = time.perf_counter() - t0
+    return stock_c, ref
+
+
+def alternate(sides: dict, rounds: int) -> dict:
+    """Rounds of one timed call per side, the order reversed every other round: {side: [ms, ...]}."""
+    ms = {k: [] for k in sides}
+    for r in range(rounds):
+        for k in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+            ms[k].append(timed(sides[k])[1])
+    return ms
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path)
@@ -116,29 +161,9 @@ def main(argv=None) -> int:
         with torch.no_grad():
             return m(**kw, return_dict=False)[0]
 
-    def timed(fn):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = fn()
-        torch.cuda.synchronize()
-        return out, (time.perf_counter() - t0) * 1e3
-
     import copy
     model_v = copy.deepcopy(model)
-    stock_c = torch.compile(model)
-    t0 = time.perf_counter()
-    try:
-        ref, _ = timed(lambda: fwd(stock_c))
-        res["stock_as_shipped"] = "compiled"
-    except Exception as exc:  # torch 2.11's inductor refuses diffusers' BLOCK_M=64 alone on 64-key mask blocks
-        res["stock_as_shipped"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-        print(f"stock compiled, as diffusers calls flex: {res['stock_as_shipped']}", flush=True)
-        _patch_flex_tiles()
-        torch._dynamo.reset()
-        stock_c = torch.compile(model)
-        ref, _ = timed(lambda: fwd(stock_c))
-        res["stock_patched"] = "diffusers' flex call given kernel_options BLOCK_M = BLOCK_N = 64"
-    res["stock_compile_s"] = time.perf_counter() - t0
+    stock_c, ref = stock_reference(res, lambda: torch.compile(model), fwd)
     handle = vidattn.apply(model_v)
     res["handle"] = str(handle)
     out_v, _ = timed(lambda: fwd(model_v))
@@ -151,10 +176,7 @@ def main(argv=None) -> int:
         res[f"rel_l2_{name}_vs_stock"] = float(d.norm() / ref.float().norm())
     sides = {"stock compiled": lambda: fwd(stock_c), "vidattn": lambda: fwd(model_v),
              "vidattn compiled": lambda: fwd(vid_c)}
-    ms = {k: [] for k in sides}
-    for r in range(args.rounds):
-        for k in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
-            ms[k].append(timed(sides[k])[1])
+    ms = alternate(sides, args.rounds)
     res["ms"] = ms
     med = {k: statistics.median(v) for k, v in ms.items()}
     res["median_ms"] = med

@@ -44,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from k5_nabla_forward import alternate, first_line, stock_reference, timed  # noqa: E402  (the same harness as K5's)
 
 # Kandinsky6SRTransformer3DModel's defaults in diffusers 0.42.1 (models/transformers/transformer_kandinsky6_sr.py),
 # which describe the checkpoint its pipeline's example loads,
@@ -117,21 +118,12 @@ def inputs(shape, cfg, device, dtype):
                 return_dict=False)
 
 
-def _patch_flex_tiles():
-    from k5_nabla_forward import _patch_flex_tiles as patch  # diffusers' flex backend is the same call as for K5
-    patch()
-
-
 def _compile(model, how, fullgraph=True):
     import torch
     if how == "model":
         return torch.compile(model)
     model.compile_repeated_blocks(fullgraph=fullgraph)  # in place: each Kandinsky6SRTransformerBlock
     return model
-
-
-def _first_line(exc) -> str:
-    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
 
 
 def main(argv=None) -> int:
@@ -182,27 +174,8 @@ def main(argv=None) -> int:
         with torch.no_grad():
             return m(**kw)[0]
 
-    def timed(fn):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = fn()
-        torch.cuda.synchronize()
-        return out, (time.perf_counter() - t0) * 1e3
-
-    t0 = time.perf_counter()
-    stock_c = _compile(model, args.compile)
-    try:
-        ref, _ = timed(lambda: fwd(stock_c))
-        res["stock_as_shipped"] = "compiled"
-    except Exception as exc:  # torch 2.11's inductor refuses diffusers' BLOCK_M=64 alone on 64-key mask blocks
-        res["stock_as_shipped"] = f"failed: {_first_line(exc)}"
-        print(f"stock compiled, as diffusers calls flex: {res['stock_as_shipped']}", flush=True)
-        _patch_flex_tiles()
-        torch._dynamo.reset()
-        stock_c = _compile(model, args.compile)
-        ref, _ = timed(lambda: fwd(stock_c))
-        res["stock_patched"] = "diffusers' flex call given kernel_options BLOCK_M = BLOCK_N = 64"
-    res["stock_compile_s"] = time.perf_counter() - t0
+    # (diffusers' flex backend is K5's call: the same refusal on torch 2.11, the same 64 x 64 tiles)
+    stock_c, ref = stock_reference(res, lambda: _compile(model, args.compile), fwd)
 
     res["handle"] = str(handle)
     # The masks this forward builds, read off the objects the processor hands the kernel; the module attribute is
@@ -231,7 +204,7 @@ def main(argv=None) -> int:
         vid_c = _compile(model_vc, args.compile)
         outs["vidattn compiled"], _ = timed(lambda: fwd(vid_c))
     except Exception as exc:
-        res["vidattn_compiled_first_try"] = f"failed: {_first_line(exc)}"
+        res["vidattn_compiled_first_try"] = f"failed: {first_line(exc)}"
         print(f"vidattn compiled: {res['vidattn_compiled_first_try']}", flush=True)
         if args.compile == "blocks":  # a graph break fails fullgraph: say so, and measure it with the break
             try:
@@ -239,7 +212,7 @@ def main(argv=None) -> int:
                 outs["vidattn compiled"], _ = timed(lambda: fwd(vid_c))
                 res["vidattn_compiled_fullgraph"] = False
             except Exception as exc2:
-                res["vidattn_compiled_second_try"] = f"failed: {_first_line(exc2)}"
+                res["vidattn_compiled_second_try"] = f"failed: {first_line(exc2)}"
     if "vidattn compiled" in outs:
         res["vidattn_compile_s"] = time.perf_counter() - t0
         sides["vidattn compiled"] = lambda: fwd(vid_c)
@@ -252,10 +225,7 @@ def main(argv=None) -> int:
     # One untimed call each before the rounds: a recompile one side's compile forced on another's shows here, not in
     # round 0 (k5_nabla_forward.py's 20x round-0 ratio in call_p82 was most likely the registry guard above).
     res["warmup_ms"] = {k: timed(fn)[1] for k, fn in sides.items()}
-    ms = {k: [] for k in sides}
-    for r in range(args.rounds):
-        for k in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
-            ms[k].append(timed(sides[k])[1])
+    ms = alternate(sides, args.rounds)
     res["ms"] = ms
     med = {k: statistics.median(v) for k, v in ms.items()}
     res["median_ms"] = med
