@@ -436,6 +436,17 @@ wan_8bit_reports() {
 }
 # pytest under a timeout into $OUT/$1 (the rc under key $3), its last two lines and failures printed:
 #   gpu_pytest <log> <timeout_s> <rc key> <pytest arguments...>
+# The block-sparse sanitizer script under memcheck (every case) and racecheck (the small set): $OUT/DIR/san_TOOL.log.
+sparse_sanitize() {
+  export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+  for tool in memcheck racecheck; do
+    [ "$tool" = memcheck ] && small="" || small="--small"
+    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 1 python3 tests/sanitizer_sparse.py $small \
+      > "$OUT/$1/san_$tool.log" 2>&1; rc[san_$tool]=$?
+    grep -E "SUMMARY" "$OUT/$1/san_$tool.log" | tail -1
+  done
+  unset PYTORCH_NO_CUDA_MEMORY_CACHING
+}
 gpu_pytest() {
   local log=$1 t=$2 key=$3; shift 3
   timeout "$t" python3 -m pytest -q -p no:cacheprovider -rfE "$@" > "$OUT/$log" 2>&1; rc[$key]=$?
@@ -1256,14 +1267,7 @@ P83)
   build_lib
   gpu_pytest p83/gpu_sparse.log 200 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
-  export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-  for tool in memcheck racecheck; do
-    [ "$tool" = memcheck ] && small="" || small="--small"
-    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 1 python3 tests/sanitizer_sparse.py $small \
-      > "$OUT/p83/san_$tool.log" 2>&1; rc[san_$tool]=$?
-    grep -E "SUMMARY" "$OUT/p83/san_$tool.log" | tail -1
-  done
-  unset PYTORCH_NO_CUDA_MEMORY_CACHING
+  sparse_sanitize p83
   timeout $(( $(left) - 20 )) python3 dev/probes/sparse_bench.py --out "$OUT/p83" --rounds 6 --budget-s 8 \
     > "$OUT/p83/sparse_bench.log" 2>&1; rc[sparse_bench]=$?
   tail -7 "$OUT/p83/sparse_bench.log"
@@ -1279,14 +1283,7 @@ P80)
   mkdir -p "$OUT/p80"
   gpu_pytest p80/gpu_sparse.log 200 gpu_sparse tests/test_sparse_gpu.py tests/test_processors_kandinsky_nabla.py \
     tests/test_backend_block_mask.py
-  export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-  for tool in memcheck racecheck; do
-    [ "$tool" = memcheck ] && small="" || small="--small"
-    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 1 python3 tests/sanitizer_sparse.py $small \
-      > "$OUT/p80/san_$tool.log" 2>&1; rc[san_$tool]=$?
-    grep -E "SUMMARY" "$OUT/p80/san_$tool.log" | tail -1
-  done
-  unset PYTORCH_NO_CUDA_MEMORY_CACHING
+  sparse_sanitize p80
   [ -n "${OLD_LIB:-}" ] && timeout 150 python3 dev/probes/kernel_ab_time.py "old=$OLD_LIB" "new=$(lib_path)" --rounds 3 \
     --rep-ms 40 --shapes wan13b,seed8k,cogvideox,1x32x,1x28x --extra-shapes 1x32x24576x128 1x28x32768x64 \
     --json "$OUT/p80/dense_ab.json" > "$OUT/p80/dense_ab.log" 2>&1; rc[dense_ab]=$?
