@@ -1250,7 +1250,7 @@ P83)
   # dev/NOTES.md "The warpgroup's own softmax" (built and compile-checked, never run: the device stopped lending).
   # sparse_bench.py on the tree as it is (the shipped block-sparse kernels), then dev/experiments/sparse_own_softmax.patch
   # applied to this copy (a block with none of a warpgroup's bits skips its exponentials; an entry whose first 64 keys
-  # no row needs starts 64 keys later; tables, layout entry point and tests with it): its library 9d17d6fe22707f13 was
+  # no row needs starts 64 keys later; tables, layout entry point and tests with it): its library 077f79d41506267f was
   # built on the build machine (carry .build/vcache), its block-sparse GPU tests and the diffusers ones, memcheck and
   # racecheck, then sparse_bench.py again on the same machine.
   build_lib
