@@ -1255,7 +1255,7 @@ P83)
   # racecheck, then sparse_bench.py again on the same machine.
   build_lib
   mkdir -p "$OUT/p83/tree"
-  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p83/tree" --rounds 6 --budget-s 8 \
+  timeout 240 python3 dev/probes/sparse_bench.py --out "$OUT/p83/tree" --rounds 6 --budget-s 6 \
     > "$OUT/p83/sparse_bench_tree.log" 2>&1; rc[sparse_bench_tree]=$?
   tail -7 "$OUT/p83/sparse_bench_tree.log"
   if ! grep -q "sparse_cols" csrc/sm90/flash_fwd.cuh; then
@@ -1268,7 +1268,7 @@ P83)
   gpu_pytest p83/gpu_sparse.log 200 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
   sparse_sanitize p83
-  timeout $(( $(left) - 20 )) python3 dev/probes/sparse_bench.py --out "$OUT/p83" --rounds 6 --budget-s 8 \
+  timeout $(( $(left) - 20 )) python3 dev/probes/sparse_bench.py --out "$OUT/p83" --rounds 6 --budget-s 6 \
     > "$OUT/p83/sparse_bench.log" 2>&1; rc[sparse_bench]=$?
   tail -7 "$OUT/p83/sparse_bench.log"
   tar_dirs p83

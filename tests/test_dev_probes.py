@@ -669,6 +669,11 @@ def test_sparse_bench_masks_and_table():
     scattered = sb.nabla_like(1, 1, 64 * 200, 0.25, "cpu")
     assert abs(scattered.float().mean().item() - 0.25) < 0.03
     assert bool(scattered[0, 0].diagonal().all())
+    tile = sb.nabla_like(1, 1, 64 * 512, None, "cpu", kind="tile3d")  # an 8 x 8 x 8 grid, window 5: (34 / 64) ** 3
+    assert abs(tile.float().mean().item() - (34 / 64) ** 3) < 1e-6 and bool((tile[0, 0] == tile[0, 0].T).all())
+    assert bool(tile[0, 0, 0, 2]) and not bool(tile[0, 0, 0, 3]) and bool(tile[0, 0, 0, 2 * 64 + 2 * 8 + 2])
+    with pytest.raises(ValueError, match="tile3d"):
+        sb.nabla_like(1, 1, 64 * 100, None, "cpu", kind="tile3d")
     row = {"shape": "s", "mask": "band", "density": 0.1, "ok": True, "rel_l2_vs_flex": 1e-3,
            "median_ms": {"vidattn sparse": 1.0, "flex compiled": 2.0, "vidattn dense": 5.0, "cuDNN dense": 6.0},
            "sparse_over_flex_median": 2.0, "sparse_over_flex_min": 1.8,

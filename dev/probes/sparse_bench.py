@@ -31,9 +31,12 @@ SHAPES = [
 ]
 # (kind, density): "scattered" = a band of BAND blocks either side of the diagonal (the sliding-tile prior) plus random
 # far blocks up to the density, the worst case for 128 x 128 tiles; "band" = a band alone as wide as the density
-# (neighbouring rows want the same keys: the best case)
-MASKS = (("scattered", 0.1), ("scattered", 0.25), ("band", 0.1))
+# (neighbouring rows want the same keys: the best case); "tile3d" = NABLA's sliding-tile prior itself, whose density
+# its window sets (None here): the 64-token blocks are 8 x 8 patches of a latent frame in NABLA's order (frame, patch
+# row, patch column) on a (S / 4096, 8, 8) grid, and each sees the blocks within TILE3D // 2 of it on every axis
+MASKS = (("scattered", 0.1), ("scattered", 0.25), ("band", 0.1), ("tile3d", None))
 BAND = 8
+TILE3D = 5
 
 
 def nabla_like(b, h, s, density, device, seed=0, kind="scattered"):
@@ -44,6 +47,12 @@ def nabla_like(b, h, s, density, device, seed=0, kind="scattered"):
     if kind == "band":
         half = max(0, int(round((density * n - 1) / 2)))
         return ((i[:, None] - i[None, :]).abs() <= half).expand(b, h, n, n).contiguous()
+    if kind == "tile3d":
+        if n % 64:
+            raise ValueError(f"tile3d: {n} blocks are not whole 8 x 8 grids of frames")
+        t, y, x = i // 64, (i // 8) % 8, i % 8  # (frame, patch row, patch column) of each block
+        near = [(a[:, None] - a[None, :]).abs() <= TILE3D // 2 for a in (t, y, x)]
+        return (near[0] & near[1] & near[2]).expand(b, h, n, n).contiguous()
     band = (i[:, None] - i[None, :]).abs() <= BAND
     rest = max(0.0, (density * n - band.sum(-1).float().mean().item()) / n)
     blocks = (torch.rand(b, h, n, n, device=device, generator=g) < rest) | band
