@@ -237,6 +237,8 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P85 [budget_s] # Nsight Compute: the D=64 block-sparse kernel on tile3d and band
+#                                             # masks beside the dense D=64 kernel at two and three warpgroups
 #   bash dev/device_session.sh P84 [budget_s] # Kandinsky 6 SR's forward, stock compiled against vidattn
 #                                             # (dev/probes/k6sr_forward.py), at nabla_threshold 0.8 and 0.5
 #   bash dev/device_session.sh P83 [budget_s] # sparse_bench.py on the tree, then sparse_own_softmax.patch applied
@@ -1232,6 +1234,23 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P85)
+  # Where the D=64 block-sparse time goes on structured masks (dev/NOTES.md "NABLA's own structure in the bench"):
+  # Nsight Compute on one launch each of the block-sparse kernel at sparse_bench.py's D=64 shape, on the tile3d and
+  # band masks, and of the dense kernel at that shape with each warpgroup count (the two-warpgroup build is the
+  # sparse kernel's); their durations, issue, L2 bytes and stall reasons side by side in ncu_summary.txt. On the tree
+  # as it stands (after P83: say whether the patch was applied in this copy).
+  build_lib
+  mkdir -p "$OUT/p85"
+  for m in tile3d band; do
+    ncu_one p85 "sparse_d64_$m" flash_fwd_kernel 2 1 python3 dev/probes/sparse_bench.py --once 64 "$m"
+  done
+  for w in 2 3; do
+    VIDATTN_D64_WARPGROUPS=$w ncu_one p85 "dense_d64_wg$w" flash_fwd_kernel 2 1 \
+      python3 dev/probes/sparse_bench.py --once 64 dense
+  done
+  tar_dirs p85
   ;;
 P84)
   # Kandinsky 6 SR's forward (dev/probes/k6sr_forward.py: 32 blocks, 512x768x121 = 47,616 tokens, random weights,

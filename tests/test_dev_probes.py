@@ -674,6 +674,10 @@ def test_sparse_bench_masks_and_table():
     assert bool(tile[0, 0, 0, 2]) and not bool(tile[0, 0, 0, 3]) and bool(tile[0, 0, 0, 2 * 64 + 2 * 8 + 2])
     with pytest.raises(ValueError, match="tile3d"):
         sb.nabla_like(1, 1, 64 * 100, None, "cpu", kind="tile3d")
+    for bad in (["--once", "96", "band"], ["--once", "64", "causal"]):  # the profiler mode's arguments
+        with pytest.raises(SystemExit) as exc:
+            sb.main(bad)
+        assert exc.value.code == 2
     row = {"shape": "s", "mask": "band", "density": 0.1, "ok": True, "rel_l2_vs_flex": 1e-3,
            "median_ms": {"vidattn sparse": 1.0, "flex compiled": 2.0, "vidattn dense": 5.0, "cuDNN dense": 6.0},
            "sparse_over_flex_median": 2.0, "sparse_over_flex_min": 1.8,

@@ -6,6 +6,8 @@ whole (unmasked) problem beside them for scale. NABLA-like masks: every 64-row b
 
     python3 dev/probes/sparse_bench.py --out $OUT/sparse [--rounds 8] [--target-ms 20]
     python3 dev/probes/sparse_bench.py --dry-run
+    python3 dev/probes/sparse_bench.py --once 64 tile3d    # 4 block-sparse calls at the D=64 shape, for a profiler
+    python3 dev/probes/sparse_bench.py --once 64 dense     # 4 dense vidattn calls at that shape
 
 Each side's output is checked against flex's before it is timed. Rounds alternate the sides (ABCD then DCBA) and
 each round times back-to-back calls in one span; the table gives per-side medians, the effective TFLOPS of the
@@ -152,6 +154,29 @@ def run(args) -> dict:
             "vidattn": getattr(vidattn, "__version__", None), "command": " ".join(sys.argv)}
 
 
+def once(d: int, kind: str, calls: int = 4) -> None:
+    """`calls` launches of the block-sparse op (or, kind "dense", of the dense kernel) at the shape of head dim d with
+    the MASKS entry of that kind, and nothing else on the GPU between them: for Nsight Compute's --launch-skip."""
+    import torch
+    import vidattn
+    from vidattn import sparse
+    name, b, h, s, _ = next(sh for sh in SHAPES if sh[4] == d)
+    torch.manual_seed(0)
+    qs, ks, vs = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if kind == "dense":
+        call = lambda: vidattn.attention(qs, ks, vs)  # noqa: E731
+    else:
+        dens = dict(MASKS)[kind]
+        blocks = nabla_like(b, h, s, dens, "cuda", kind=kind)
+        tab = sparse.tables(blocks)
+        call = lambda: torch.ops.vidattn.sparse_attention(qs, ks, vs, "bshd", None, tab.count,  # noqa: E731
+                                                          tab.entries, blocks, False)
+        print(f"{name}, {kind}: kept {sparse.density(blocks, s, s):.3f}", flush=True)
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+
+
 def table(res) -> str:
     lines = ["| shape | mask | kept | ok (rel L2 vs flex) | vidattn sparse ms | flex ms | x flex (median, min) | "
              "TFLOPS sparse / flex (kept pairs) | vidattn dense / cuDNN dense TFLOPS |", "|" + "---|" * 8]
@@ -172,7 +197,16 @@ def main(argv=None) -> int:
     ap.add_argument("--target-ms", type=float, default=20.0)
     ap.add_argument("--budget-s", type=float, default=40.0, help="per shape and density, for the rounds")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--once", nargs=2, metavar=("HEAD_DIM", "MASK"), help="only a few calls, for a profiler (MASK: a "
+                    "kind of MASKS, or dense)")
     args = ap.parse_args(argv)
+    if args.once:
+        d, kind = int(args.once[0]), args.once[1]
+        if d not in {sh[4] for sh in SHAPES} or kind not in {k for k, _ in MASKS} | {"dense"}:
+            ap.error(f"--once: head dim one of {sorted({sh[4] for sh in SHAPES})}, mask one of "
+                     f"{sorted({k for k, _ in MASKS} | {'dense'})}")
+        once(d, kind)
+        return 0
     if args.dry_run:
         print(json.dumps({"shapes": SHAPES, "masks": MASKS, "band": BAND, "rounds": args.rounds}))
         return 0
