@@ -674,6 +674,21 @@ def test_sparse_bench_masks_and_table():
     assert bool(tile[0, 0, 0, 2]) and not bool(tile[0, 0, 0, 3]) and bool(tile[0, 0, 0, 2 * 64 + 2 * 8 + 2])
     with pytest.raises(ValueError, match="tile3d"):
         sb.nabla_like(1, 1, 64 * 100, None, "cpu", kind="tile3d")
+    calls = []
+
+    class Old:  # a package before sparse.warpgroups: 128-row tiles, the op without the warpgroup argument
+        @staticmethod
+        def tables(blocks, *wgs):
+            calls.append(wgs)
+            return "tab"
+
+    class Three(Old):
+        warpgroups = staticmethod(lambda d: 3 if d == 64 else 2)
+    q64, q128 = torch.zeros(1, 4, 1, 64), torch.zeros(1, 4, 1, 128)
+    for pkg, q in ((Old, q64), (Three, q128), (Three, q64)):
+        tab, fn = sb.sparse_call(pkg, q, q, q, None)
+        assert tab == "tab" and callable(fn)
+    assert calls == [(), (), (3,)]
     for bad in (["--once", "96", "band"], ["--once", "64", "causal"]):  # the profiler mode's arguments
         with pytest.raises(SystemExit) as exc:
             sb.main(bad)

@@ -69,6 +69,17 @@ def flex_mask(blocks):
     return BlockMask.from_kv_blocks(torch.zeros_like(nb), idx, nb, idx, BLOCK_SIZE=64, mask_mod=None)
 
 
+def sparse_call(sparse, qs, ks, vs, blocks):
+    """(tables, the block-sparse op's call) for the head dim of qs, with the tiles the package builds for it (a
+    package with sparse.warpgroups, an experiment's, may tile D=64 with three warpgroups)."""
+    import torch
+    wgs = getattr(sparse, "warpgroups", lambda d: 2)(qs.shape[-1])
+    tab = sparse.tables(blocks, wgs) if wgs != 2 else sparse.tables(blocks)
+    extra = (wgs,) if wgs != 2 else ()
+    return tab, lambda: torch.ops.vidattn.sparse_attention(qs, ks, vs, "bshd", None, tab.count, tab.entries, blocks,
+                                                           False, *extra)
+
+
 def span_ms(fn, reps):
     import torch
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -91,6 +102,8 @@ def run(args) -> dict:
     flex = torch.compile(flex_attention, dynamic=False)
     rows = []
     for name, b, h, s, d in SHAPES:
+        if args.head_dims and d not in args.head_dims:
+            continue
         for kind, dens in MASKS:
             torch.manual_seed(0)
             # (B, S, H, D) as a diffusers processor holds them: vidattn reads them as they are, flex and SDPA get the
@@ -102,10 +115,9 @@ def run(args) -> dict:
             kept = sparse.density(blocks, s, s)
             flops_sparse = 4.0 * b * h * d * kept * s * s
             flops_dense = 4.0 * b * h * d * s * s
-            tab = sparse.tables(blocks)
+            tab, sparse_fn = sparse_call(sparse, qs, ks, vs, blocks)
             sides = {
-                "vidattn sparse": lambda: torch.ops.vidattn.sparse_attention(qs, ks, vs, "bshd", None, tab.count,
-                                                                           tab.entries, blocks, False),
+                "vidattn sparse": sparse_fn,
                 # tiles of the mask's 64 x 64 blocks: inductor refuses a mask block its tile does not divide (diffusers'
                 # flex backend asks for BLOCK_M = 64 only, which torch 2.11 also refused here: its BLOCK_N default)
                 "flex compiled": lambda: flex(q, k, v, block_mask=bm, kernel_options={"BLOCK_M": 64, "BLOCK_N": 64}),
@@ -168,9 +180,7 @@ def once(d: int, kind: str, calls: int = 4) -> None:
     else:
         dens = dict(MASKS)[kind]
         blocks = nabla_like(b, h, s, dens, "cuda", kind=kind)
-        tab = sparse.tables(blocks)
-        call = lambda: torch.ops.vidattn.sparse_attention(qs, ks, vs, "bshd", None, tab.count,  # noqa: E731
-                                                          tab.entries, blocks, False)
+        _, call = sparse_call(sparse, qs, ks, vs, blocks)
         print(f"{name}, {kind}: kept {sparse.density(blocks, s, s):.3f}", flush=True)
     for _ in range(calls):
         call()
@@ -196,6 +206,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--target-ms", type=float, default=20.0)
     ap.add_argument("--budget-s", type=float, default=40.0, help="per shape and density, for the rounds")
+    ap.add_argument("--head-dims", type=int, nargs="+", help="only the shapes of these head dims")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--once", nargs=2, metavar=("HEAD_DIM", "MASK"), help="only a few calls, for a profiler (MASK: a "
                     "kind of MASKS, or dense)")
