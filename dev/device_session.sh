@@ -237,6 +237,8 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P86 [budget_s] # both block-sparse experiment patches applied: the D=64
+#                                             # three-warpgroup build's tests, sanitizer cases, its A/B at D=64
 #   bash dev/device_session.sh P85 [budget_s] # Nsight Compute: the D=64 block-sparse kernel on tile3d and band
 #                                             # masks beside the dense D=64 kernel at two and three warpgroups
 #   bash dev/device_session.sh P84 [budget_s] # Kandinsky 6 SR's forward, stock compiled against vidattn
@@ -1234,6 +1236,33 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P86)
+  # dev/NOTES.md "Three warpgroups for block-sparse D=64" (built and compile-checked, never run): both experiment
+  # patches applied to this copy (sparse_own_softmax, then sparse_d64_three_wgs), library f26fab8e50720acc (carry
+  # .build/vcache). Its block-sparse GPU tests (the three-warpgroup ones among them), the sparse sanitizer cases with
+  # three warpgroups (memcheck, racecheck on the small set), then sparse_bench.py at D=64 with 2 and 3 warpgroups,
+  # twice each, alternating, on the same machine.
+  mkdir -p "$OUT/p86"
+  for patch in sparse_own_softmax:sparse_cols sparse_d64_three_wgs:kSparseWGsD64Max; do
+    f=dev/experiments/${patch%%:*}.patch
+    if ! grep -rq "${patch##*:}" csrc/sm90/; then
+      git apply "$f" 2>/dev/null || patch -p1 --forward < "$f" || { echo "P86: $f does not apply"; exit 2; }
+    fi
+    echo "P86: $f applied"
+  done
+  build_lib
+  gpu_pytest p86/gpu_sparse.log 240 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py tests/test_envelope.py \
+    tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
+  VIDATTN_SPARSE_D64_WARPGROUPS=3 sparse_sanitize p86
+  for r in 1 2; do
+    for w in 2 3; do
+      VIDATTN_SPARSE_D64_WARPGROUPS=$w timeout 150 python3 dev/probes/sparse_bench.py --head-dims 64 \
+        --out "$OUT/p86/wg${w}_r$r" --rounds 6 --budget-s 5 > "$OUT/p86/sparse_bench_wg${w}_r$r.log" 2>&1
+      rc[sparse_bench_wg${w}_r$r]=$?; echo "warpgroups $w, run $r"; tail -5 "$OUT/p86/sparse_bench_wg${w}_r$r.log"
+    done
+  done
+  tar_dirs p86
   ;;
 P85)
   # Where the D=64 block-sparse time goes on structured masks (dev/NOTES.md "NABLA's own structure in the bench"):
