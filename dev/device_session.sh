@@ -1239,7 +1239,7 @@ P69)
   ;;
 P86)
   # dev/NOTES.md "Three warpgroups for block-sparse D=64" (built and compile-checked, never run): both experiment
-  # patches applied to this copy (sparse_own_softmax, then sparse_d64_three_wgs), library f26fab8e50720acc (carry
+  # patches applied to this copy (sparse_own_softmax, then sparse_d64_three_wgs), library e2d6ca933daf6d1d (carry
   # .build/vcache). Its block-sparse GPU tests (the three-warpgroup ones among them), the sparse sanitizer cases with
   # three warpgroups (memcheck, racecheck on the small set), then sparse_bench.py at D=64 with 2 and 3 warpgroups,
   # twice each, alternating, on the same machine.
