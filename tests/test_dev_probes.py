@@ -739,6 +739,16 @@ def test_nabla_forward_harness_falls_back_to_64_tiles_and_alternates(monkeypatch
     order = []
     ms = k5.alternate({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 3)
     assert order == ["a", "b", "b", "a", "a", "b"] and [len(v) for v in ms.values()] == [3, 3]
+    # time_sides: a warm-up call per side, then the rounds; speedups over stock compiled for every other side
+    clock = iter(range(100))
+    monkeypatch.setattr(k5.time, "perf_counter", lambda: next(clock) * 1e-3)  # each timed call reads 1 ms
+    calls, res = [], {}
+    sides = {k: (lambda k=k: calls.append(k)) for k in ("stock compiled", "vidattn", "vidattn compiled")}
+    k5.time_sides(res, sides, 2)
+    assert calls[:3] == list(sides) and len(calls) == 3 + 2 * 3
+    assert set(res["warmup_ms"]) == set(sides) and all(len(v) == 2 for v in res["ms"].values())
+    assert res["speedup_vidattn"] == pytest.approx(1.0) and res["speedup_vidattn_compiled"] == pytest.approx(1.0)
+    assert res["round_ratios_vidattn"] == pytest.approx([1.0, 1.0])
 
 
 def test_k6sr_forward_dry_run_config_and_tiny_model(capsys, tmp_path):

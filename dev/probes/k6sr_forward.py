@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from k5_nabla_forward import alternate, first_line, stock_reference, timed  # noqa: E402  (the same harness as K5's)
+from k5_nabla_forward import first_line, stock_reference, time_sides, timed  # noqa: E402  (K5's harness)
 
 # Kandinsky6SRTransformer3DModel's defaults in diffusers 0.42.1 (models/transformers/transformer_kandinsky6_sr.py),
 # which describe the checkpoint its pipeline's example loads,
@@ -222,18 +221,9 @@ def main(argv=None) -> int:
     res["finite"] = {name: bool(torch.isfinite(o).all()) for name, o in dict(outs, stock=ref).items()}
     del outs, out_v, ref
 
-    # One untimed call each before the rounds: a recompile one side's compile forced on another's shows here, not in
-    # round 0 (call_p82's stock round 0, 11.5 s against 0.42, was most likely the registry guard above).
-    res["warmup_ms"] = {k: timed(fn)[1] for k, fn in sides.items()}
-    ms = alternate(sides, args.rounds)
-    res["ms"] = ms
-    med = {k: statistics.median(v) for k, v in ms.items()}
-    res["median_ms"] = med
+    # (the warm-up call: call_p82's stock round 0, 11.5 s against 0.42, was most likely the registry guard above)
+    time_sides(res, sides, args.rounds)
     res["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
-    for k in med:
-        if k != "stock compiled":
-            res[f"speedup_{k.replace(' ', '_')}"] = med["stock compiled"] / med[k]
-    res["round_ratios_vidattn"] = [s / v for s, v in zip(ms["stock compiled"], ms["vidattn"])]
     dens = res["mask_density_per_block"]
     res["mask_density_mean"] = sum(dens) / len(dens) if dens else None
     print(json.dumps({k: res[k] for k in ("visual_tokens", "median_ms", "speedup_vidattn", "mask_density_mean",

@@ -74,8 +74,8 @@ def sparse_call(sparse, qs, ks, vs, blocks):
     package with sparse.warpgroups, an experiment's, may tile D=64 with three warpgroups)."""
     import torch
     wgs = getattr(sparse, "warpgroups", lambda d: 2)(qs.shape[-1])
-    tab = sparse.tables(blocks, wgs) if wgs != 2 else sparse.tables(blocks)
-    extra = (wgs,) if wgs != 2 else ()
+    extra = (wgs,) if wgs != 2 else ()  # (the shipped package's tables and op take no warpgroup count)
+    tab = sparse.tables(blocks, *extra)
     return tab, lambda: torch.ops.vidattn.sparse_attention(qs, ks, vs, "bshd", None, tab.count, tab.entries, blocks,
                                                            False, *extra)
 
