@@ -440,6 +440,16 @@ wan_8bit_reports() {
 }
 # pytest under a timeout into $OUT/$1 (the rc under key $3), its last two lines and failures printed:
 #   gpu_pytest <log> <timeout_s> <rc key> <pytest arguments...>
+# dev/experiments/NAME.patch applied to this copy, unless csrc/sm90/ already holds MARKER (a name the patch adds):
+#   apply_experiment NAME MARKER [DIR]; a patch that does not apply ends the call (exit 2), sending DIR back first.
+apply_experiment() {
+  local f=dev/experiments/$1.patch
+  if ! grep -rq "$2" csrc/sm90/; then
+    git apply "$f" 2>/dev/null || patch -p1 --forward < "$f" \
+      || { echo "$stage: $f does not apply"; [ -n "${3:-}" ] && tar_dirs "$3"; exit 2; }
+  fi
+  echo "$stage: $f applied"
+}
 # The block-sparse sanitizer script under memcheck (every case) and racecheck (the small set): $OUT/DIR/san_TOOL.log.
 sparse_sanitize() {
   export PYTORCH_NO_CUDA_MEMORY_CACHING=1
@@ -1223,11 +1233,7 @@ P69)
   # The nonfinite tests, the narrow-all and head-dim-variant files (every build), the nonfinite sanitizer cases,
   # kv_lens_ab.py with the library before the zeroing (61ea039cf9359cb4), the zeroing's (dfed04e1f4a897a3) and this
   # one (outputs within 2e-3 relative L2 of the first's: the shift moves the summation order), then the whole GPU suite.
-  if ! grep -q "kv_shift" csrc/sm90/flash_fwd.cuh; then
-    git apply dev/experiments/kv_shift.patch 2>/dev/null || patch -p1 --forward < dev/experiments/kv_shift.patch \
-      || { echo "P69: dev/experiments/kv_shift.patch does not apply"; exit 2; }
-  fi
-  echo "P69: kv_shift.patch applied"
+  apply_experiment kv_shift kv_shift
   # first, TMA itself: a tiled load starting at a negative row zero-fills the rows before 0 (the shift's premise)
   mkdir -p "$OUT/p69"
   { nvcc -gencode=arch=compute_90a,code=sm_90a dev/probes/tma_negative_rows.cu -lcuda -o /tmp/tma_neg \
@@ -1244,13 +1250,8 @@ P86)
   # three warpgroups (memcheck, racecheck on the small set), then sparse_bench.py at D=64 with 2 and 3 warpgroups,
   # twice each, alternating, on the same machine.
   mkdir -p "$OUT/p86"
-  for patch in sparse_own_softmax:sparse_cols sparse_d64_three_wgs:kSparseWGsD64Max; do
-    f=dev/experiments/${patch%%:*}.patch
-    if ! grep -rq "${patch##*:}" csrc/sm90/; then
-      git apply "$f" 2>/dev/null || patch -p1 --forward < "$f" || { echo "P86: $f does not apply"; exit 2; }
-    fi
-    echo "P86: $f applied"
-  done
+  apply_experiment sparse_own_softmax sparse_cols
+  apply_experiment sparse_d64_three_wgs kSparseWGsD64Max
   build_lib
   gpu_pytest p86/gpu_sparse.log 240 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py tests/test_envelope.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
@@ -1306,12 +1307,7 @@ P83)
   timeout 240 python3 dev/probes/sparse_bench.py --out "$OUT/p83/tree" --rounds 6 --budget-s 6 \
     > "$OUT/p83/sparse_bench_tree.log" 2>&1; rc[sparse_bench_tree]=$?
   tail -7 "$OUT/p83/sparse_bench_tree.log"
-  if ! grep -q "sparse_cols" csrc/sm90/flash_fwd.cuh; then
-    git apply dev/experiments/sparse_own_softmax.patch 2>/dev/null \
-      || patch -p1 --forward < dev/experiments/sparse_own_softmax.patch \
-      || { echo "P83: dev/experiments/sparse_own_softmax.patch does not apply"; tar_dirs p83; exit 2; }
-  fi
-  echo "P83: sparse_own_softmax.patch applied"
+  apply_experiment sparse_own_softmax sparse_cols p83
   build_lib
   gpu_pytest p83/gpu_sparse.log 200 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
