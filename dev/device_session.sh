@@ -237,6 +237,8 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P87 [budget_s] # the tree's block-sparse kernels, then both experiment patches with the
+#                                             # variant without the loop's break: GPU tests, sanitizers, sparse_bench.py
 #   bash dev/device_session.sh P86 [budget_s] # both block-sparse experiment patches applied: the D=64
 #                                             # three-warpgroup build's tests, sanitizer cases, its A/B at D=64
 #   bash dev/device_session.sh P85 [budget_s] # Nsight Compute: the D=64 block-sparse kernel on tile3d and band
@@ -1242,6 +1244,34 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P87)
+  # dev/NOTES.md "Call P87": sparse_bench.py on the tree as it is, then both block-sparse experiment patches with
+  # sparse_no_half_exp.patch on top (library f4589c00502bb732; carry a cache holding it and the tree's): the block-sparse
+  # GPU tests and the sanitizer cases at three warpgroups, sparse_bench.py at two warpgroups (both head dims) and at
+  # D=64 with three, on the same machine.
+  mkdir -p "$OUT/p87/tree"
+  build_lib
+  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p87/tree" --rounds 6 --budget-s 5 \
+    > "$OUT/p87/sparse_bench_tree.log" 2>&1; rc[sparse_bench_tree]=$?
+  tail -7 "$OUT/p87/sparse_bench_tree.log"
+  apply_experiment sparse_own_softmax sparse_cols p87
+  apply_experiment sparse_d64_three_wgs kSparseWGsD64Max p87
+  if grep -q "groups == kSparseBlock / 8) break" csrc/sm90/flash_fwd.cuh; then
+    patch -p1 --forward < dev/experiments/sparse_no_half_exp.patch || { echo "variant does not apply"; exit 2; }
+  fi
+  build_lib
+  gpu_pytest p87/gpu_sparse.log 240 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py tests/test_envelope.py \
+    tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
+  VIDATTN_SPARSE_D64_WARPGROUPS=3 sparse_sanitize p87
+  mkdir -p "$OUT/p87/var2" "$OUT/p87/var3"
+  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p87/var2" --rounds 6 --budget-s 5 \
+    > "$OUT/p87/sparse_bench_var2.log" 2>&1; rc[sparse_bench_var2]=$?
+  echo "variant, two warpgroups"; tail -7 "$OUT/p87/sparse_bench_var2.log"
+  VIDATTN_SPARSE_D64_WARPGROUPS=3 timeout $(( $(left) - 10 )) python3 dev/probes/sparse_bench.py --head-dims 64 \
+    --out "$OUT/p87/var3" --rounds 6 --budget-s 5 > "$OUT/p87/sparse_bench_var3.log" 2>&1; rc[sparse_bench_var3]=$?
+  echo "variant, D=64 three warpgroups"; tail -5 "$OUT/p87/sparse_bench_var3.log"
+  tar_dirs p87
   ;;
 P86)
   # dev/NOTES.md "Three warpgroups for block-sparse D=64" (built and compile-checked, never run): both experiment
