@@ -564,10 +564,14 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
 #ifndef VIDATTN_KERNEL_SUBSET
 #define VIDATTN_KERNEL_SUBSET 0
 #endif
+// VIDATTN_KERNEL_SUBSET=2 instantiates the bf16 non-causal D=64 builds only, 3 no dense build at all
+// (dev/probes/timeline_sparse.sh: the block-sparse kernels, with the dense kernel at the bench's D=64 shape or not).
 template <int kHeadDim, int kBN, bool kFp16, bool kCausal>
 constexpr bool in_kernel_subset() {
   constexpr bool kD256OInV = kHeadDim == 256 && (kBN & vidattn::sm90::kOInVBuild) != 0;
   constexpr bool kD128Short = kHeadDim == 128 && kBN == VIDATTN_BLOCK_N_D128_SHORT;
+  if constexpr (VIDATTN_KERNEL_SUBSET == 3) return false;
+  if constexpr (VIDATTN_KERNEL_SUBSET == 2) return !kFp16 && !kCausal && kHeadDim == 64;
   return !VIDATTN_KERNEL_SUBSET || (!kFp16 && !kCausal && (kD256OInV || kD128Short || kHeadDim == 192));
 }
 
@@ -578,8 +582,11 @@ int launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
   if constexpr (in_kernel_subset<kHeadDim, kBN, kFp16, kCausal>())
     return launch_built<kHeadDim, kWGs, kBN, kFp16, kCausal>(a, stream, sms);
   else
-    return fail("this library is a kernel subset build (VIDATTN_KERNEL_SUBSET: bf16 D=256 O-in-V, D=192 and "
-                "D=128 N=128, non-causal): no build for this call");
+    return fail(VIDATTN_KERNEL_SUBSET >= 2
+                    ? "this library is a kernel subset build (VIDATTN_KERNEL_SUBSET=2: bf16 D=64 non-causal only; 3: "
+                      "block-sparse only): no dense build for this call"
+                    : "this library is a kernel subset build (VIDATTN_KERNEL_SUBSET: bf16 D=256 O-in-V, D=192 and "
+                      "D=128 N=128, non-causal): no build for this call");
 }
 
 // D=64 has two builds: three consumer warpgroups (192-row tiles, about 1.1x the throughput per row on long
@@ -798,20 +805,10 @@ extern "C" int vidattn_sm90_set_d128_block_n(int block_n) {
 extern "C" int vidattn_sm90_diag_timeline(void* consumer, uint64_t consumer_bytes, void* producer,
                                           uint64_t producer_bytes, int reset) {
   using namespace vidattn::sm90;
-  if (consumer_bytes != sizeof(g_tl_consumer) || producer_bytes != sizeof(g_tl_producer))
-    return fail("timeline buffers must be " + std::to_string(sizeof(g_tl_consumer)) + " and " +
-                std::to_string(sizeof(g_tl_producer)) + " bytes");
-  cudaError_t e = cudaDeviceSynchronize();
-  if (e == cudaSuccess && consumer != nullptr) e = cudaMemcpyFromSymbol(consumer, g_tl_consumer, consumer_bytes);
-  if (e == cudaSuccess && producer != nullptr) e = cudaMemcpyFromSymbol(producer, g_tl_producer, producer_bytes);
-  if (e == cudaSuccess && reset) {
-    void* dev = nullptr;
-    e = cudaGetSymbolAddress(&dev, g_tl_consumer);
-    if (e == cudaSuccess) e = cudaMemset(dev, 0, consumer_bytes);
-    if (e == cudaSuccess) e = cudaGetSymbolAddress(&dev, g_tl_producer);
-    if (e == cudaSuccess) e = cudaMemset(dev, 0, producer_bytes);
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-  }
+  if (consumer_bytes != kTlConsumerBytes || producer_bytes != kTlProducerBytes)
+    return fail("timeline buffers must be " + std::to_string(kTlConsumerBytes) + " and " +
+                std::to_string(kTlProducerBytes) + " bytes");
+  const cudaError_t e = tl_copy_rows(consumer, producer, reset != 0);
   return e == cudaSuccess ? 0 : fail(std::string("timeline copy: ") + cudaGetErrorString(e));
 }
 #endif

@@ -93,3 +93,14 @@ extern "C" int vidattn_sm90_sparse_tile(int32_t* tile_m, int32_t* tile_n, int32_
   if (block != nullptr) *block = vidattn::sm90::kSparseBlock;
   return 0;
 }
+
+#if VIDATTN_DIAG_TIMELINE
+// Diagnostic builds only (dev/probes/timeline_sparse.sh): the block-sparse kernels' stamps, as capi.cu's
+// vidattn_sm90_diag_timeline gives the dense kernels' (the rows are each translation unit's own: diag_timeline.cuh).
+extern "C" int vidattn_sm90_diag_timeline_sparse(void* consumer, uint64_t consumer_bytes, void* producer,
+                                                 uint64_t producer_bytes, int reset) {
+  using namespace vidattn::sm90;
+  if (consumer_bytes != kTlConsumerBytes || producer_bytes != kTlProducerBytes) return 1;
+  return tl_copy_rows(consumer, producer, reset != 0) == cudaSuccess ? 0 : 1;
+}
+#endif

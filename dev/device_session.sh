@@ -237,6 +237,7 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P88 [budget_s] # P87 without the sanitizers, then the block-sparse timeline (TL_LIB)
 #   bash dev/device_session.sh P87 [budget_s] # the tree's block-sparse kernels, then both experiment patches with the
 #                                             # variant without the loop's break: GPU tests, sanitizers, sparse_bench.py
 #   bash dev/device_session.sh P86 [budget_s] # both block-sparse experiment patches applied: the D=64
@@ -1244,6 +1245,42 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P88)
+  # P87 without the sanitizers (P86 ran them on the same code but the loop's break), then the block-sparse timeline
+  # (dev/probes/timeline_sparse.sh; its library, built from both patches with the variant, carried as TL_LIB;
+  # TL_SUBSET=3 when it has no dense build) at D=64 with three warpgroups on each mask, and tile3d with two. The
+  # libraries (carry a cache with both): the tree's 6efd3ab295b8e5c0 (its kernels SASS-identical to 9eb41824331367d6's)
+  # and the three patches' 1badfeb043b61ffe (SASS-identical to f4589c00502bb732's).
+  mkdir -p "$OUT/p88/tree"
+  build_lib
+  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p88/tree" --rounds 6 --budget-s 5 \
+    > "$OUT/p88/sparse_bench_tree.log" 2>&1; rc[sparse_bench_tree]=$?
+  tail -7 "$OUT/p88/sparse_bench_tree.log"
+  apply_experiment sparse_own_softmax sparse_cols p88
+  apply_experiment sparse_d64_three_wgs kSparseWGsD64Max p88
+  if grep -q "groups == kSparseBlock / 8) break" csrc/sm90/flash_fwd.cuh; then
+    patch -p1 --forward < dev/experiments/sparse_no_half_exp.patch || { echo "variant does not apply"; exit 2; }
+  fi
+  build_lib
+  gpu_pytest p88/gpu_sparse.log 150 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py tests/test_envelope.py \
+    tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
+  mkdir -p "$OUT/p88/var2" "$OUT/p88/var3"
+  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p88/var2" --rounds 6 --budget-s 5 \
+    > "$OUT/p88/sparse_bench_var2.log" 2>&1; rc[sparse_bench_var2]=$?
+  echo "variant, two warpgroups"; tail -7 "$OUT/p88/sparse_bench_var2.log"
+  VIDATTN_SPARSE_D64_WARPGROUPS=3 timeout 100 python3 dev/probes/sparse_bench.py --head-dims 64 \
+    --out "$OUT/p88/var3" --rounds 6 --budget-s 5 > "$OUT/p88/sparse_bench_var3.log" 2>&1; rc[sparse_bench_var3]=$?
+  echo "variant, D=64 three warpgroups"; tail -5 "$OUT/p88/sparse_bench_var3.log"
+  if [ -n "${TL_LIB:-}" ] && [ "$(left)" -gt 40 ]; then
+    VIDATTN_SPARSE_D64_WARPGROUPS=3 timeout $(( $(left) - 15 )) bash dev/probes/timeline_sparse.sh "$OUT/p88/tl3" \
+      > "$OUT/p88/timeline_wg3.log" 2>&1; rc[timeline_wg3]=$?; tail -40 "$OUT/p88/timeline_wg3.log"
+  fi
+  if [ -n "${TL_LIB:-}" ] && [ "$(left)" -gt 30 ]; then
+    TL_SHAPES=sparse:64:tile3d timeout $(( $(left) - 10 )) bash dev/probes/timeline_sparse.sh "$OUT/p88/tl2" \
+      > "$OUT/p88/timeline_wg2.log" 2>&1; rc[timeline_wg2]=$?; tail -16 "$OUT/p88/timeline_wg2.log"
+  fi
+  tar_dirs p88
   ;;
 P87)
   # dev/NOTES.md "Call P87": sparse_bench.py on the tree as it is, then both block-sparse experiment patches with

@@ -291,6 +291,90 @@ def test_timeline_probe_main_prints_the_tables_last(monkeypatch, capsys, tmp_pat
     assert saved["d256_1k"]["tile_rows"]["0"]["period"] == period and saved["d128_1k"]["clock_ghz"] > 1.49
 
 
+def test_timeline_sparse_script_builds_both_units_with_stamps():
+    """The block-sparse timeline's device script: both translation units built with the stamps and a dense subset (2:
+    D=64 only, 3: none), the probe's block-sparse shapes by default (the dense one only where the subset has it);
+    each unit reads back its own rows (static in the header), through an entry of its own."""
+    text = (PROBES / "timeline_sparse.sh").read_text()
+    assert '-DVIDATTN_DIAG_TIMELINE="$LEVEL" -DVIDATTN_KERNEL_SUBSET="$SUBSET"' in text
+    assert "csrc/capi.cu \\\n    csrc/capi_sparse.cu" in text and "scripts/nvcc_flags.py" in text
+    assert 'SHAPES="sparse:64:tile3d sparse:64:band sparse:64:scattered"' in text
+    assert '[[ $SUBSET == 2 ]] && SHAPES="$SHAPES sparse:64:dense"' in text
+    hdr = (ROOT / "csrc/sm90/diag_timeline.cuh").read_text()
+    assert "static __device__ unsigned long long g_tl_consumer" in hdr and "static inline cudaError_t tl_copy_rows" in hdr
+    assert 'extern "C" int vidattn_sm90_diag_timeline_sparse(' in (ROOT / "csrc/capi_sparse.cu").read_text()
+    capi = (ROOT / "csrc/capi.cu").read_text()
+    assert "VIDATTN_KERNEL_SUBSET == 3) return false" in capi and "VIDATTN_KERNEL_SUBSET == 2) return" in capi
+    probe = _load("timeline_probe")
+    assert all(probe.is_sparse_key(k) for k in ("sparse:64:tile3d", "sparse:128:band", "sparse:64:dense"))
+    assert not any(probe.is_sparse_key(k) for k in ("sparse:96:tile3d", "sparse:64:stripes", "seed4k", "sparse:64"))
+
+
+def test_timeline_probe_reads_three_warpgroups_and_the_sparse_entry(monkeypatch, capsys):
+    """A block-sparse shape's rows come from the block-sparse unit's entry, read for as many warpgroups as its tile
+    has (three at D=64 with 192-row tiles); a library whose block-sparse kernels carry no stamps is refused by name."""
+    import ctypes
+    import types
+
+    probe = _load("timeline_probe")
+    cons, prod, period = _timeline_rows(probe)
+    for c in range(2):  # a third warpgroup, 100 cycles behind the second
+        for local in range(5):
+            cons[c][local][2] = [x + 100 if i not in (probe.BLOCKS, probe.KVWAIT, probe.TURNWAIT, probe.PVWAIT,
+                                                      probe.SWAIT, probe.KLATE, probe.VLATE) else x
+                                 for i, x in enumerate(cons[c][local][1])]
+    r3 = probe.analyse(cons, prod, 132, wgs=3)
+    assert r3["tiles"] == 2 * 3 * 3 and sorted(r3["tile_rows"]) == [0, 1, 2]
+    assert probe.analyse(cons, prod, 132)["tiles"] == 2 * 3 * 2  # (two by default: the dense builds' rows)
+    flat_c = [x for c in cons for l in c for w in l for x in w]
+    flat_p = [x for c in prod for l in c for x in l]
+    read = []
+
+    def entry(name):
+        def diag(cbuf, cbytes, pbuf, pbytes, reset):
+            read.append(name)
+            if cbuf is not None:
+                ctypes.memmove(cbuf, (ctypes.c_uint64 * len(flat_c))(*flat_c), cbytes)
+                ctypes.memmove(pbuf, (ctypes.c_uint64 * len(flat_p))(*flat_p), pbytes)
+            return 0
+        return diag
+
+    class Event:
+        clock = 0.0
+
+        def __init__(self, enable_timing=True):
+            self.t = 0.0
+
+        def record(self):
+            Event.clock += 0.25
+            self.t = Event.clock
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+    from vidattn import _ext
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(multi_processor_count=132))
+    monkeypatch.setattr(_ext, "last_block_n", lambda *a: 128)
+    rec = types.SimpleNamespace(name="K6-SR-like block-sparse tile3d", b=1, h=28, sq=32768, skv=32768, d=64)
+    monkeypatch.setattr(probe, "sparse_case", lambda key: (rec, 0.15, lambda: None, 3))
+    lib = types.SimpleNamespace(vidattn_sm90_diag_timeline=entry("dense"),
+                                vidattn_sm90_diag_timeline_sparse=entry("sparse"),
+                                vidattn_sm90_last_o_path=lambda: 0, vidattn_sm90_last_error=lambda: b"")
+    monkeypatch.setattr(_ext, "load", lambda: lib)
+    probe.main(["sparse:64:tile3d", "--warm-ms", "1", "--launches", "2"])
+    out = capsys.readouterr().out
+    assert set(read) == {"sparse"} and "warpgroup 2" in out and "== sparse:64:tile3d: where a tile's time goes" in out
+    lib_old = types.SimpleNamespace(vidattn_sm90_diag_timeline=entry("dense"), vidattn_sm90_last_o_path=lambda: 0,
+                                    vidattn_sm90_last_error=lambda: b"")
+    monkeypatch.setattr(_ext, "load", lambda: lib_old)
+    with pytest.raises(SystemExit, match="block-sparse kernels carry no stamps"):
+        probe.main(["sparse:64:tile3d"])
+    with pytest.raises(SystemExit):
+        probe.main(["sparse:96:tile3d"])
+
+
 def test_timeline_probe_refuses_cleanly_without_a_gpu(monkeypatch):
     probe = _load("timeline_probe")
     _cpu_only(monkeypatch)

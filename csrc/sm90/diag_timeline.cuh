@@ -10,6 +10,8 @@
 // releases V later and slowed the key loop ~15% (dev/NOTES.md, tenth session), so read level 2 for what waits, not
 // for how long a plain build's iteration takes.
 #pragma once
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "ptx.cuh"
@@ -60,8 +62,28 @@ enum TlProducerEvent : int {
 };
 
 #if VIDATTN_DIAG_TIMELINE
-__device__ unsigned long long g_tl_consumer[kTlMaxCtas * kTlMaxLocal * kTlWGs * kTlEvents];
-__device__ unsigned long long g_tl_producer[kTlMaxCtas * kTlMaxLocal * kTlProducerEvents];
+// static: each translation unit's kernels stamp rows of their own (capi.cu's dense ones, capi_sparse.cu's block-sparse
+// ones), read back by that unit's entry (vidattn_sm90_diag_timeline, vidattn_sm90_diag_timeline_sparse).
+static __device__ unsigned long long g_tl_consumer[kTlMaxCtas * kTlMaxLocal * kTlWGs * kTlEvents];
+static __device__ unsigned long long g_tl_producer[kTlMaxCtas * kTlMaxLocal * kTlProducerEvents];
+
+// The C entries' body: copies this unit's stamps of the launches since the last reset into the two host buffers
+// (null: not copied), then zeroes them if `reset`.
+static inline cudaError_t tl_copy_rows(void* consumer, void* producer, bool reset) {
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e == cudaSuccess && consumer != nullptr) e = cudaMemcpyFromSymbol(consumer, g_tl_consumer, sizeof(g_tl_consumer));
+  if (e == cudaSuccess && producer != nullptr) e = cudaMemcpyFromSymbol(producer, g_tl_producer, sizeof(g_tl_producer));
+  if (e == cudaSuccess && reset) {
+    void* dev = nullptr;
+    e = cudaGetSymbolAddress(&dev, g_tl_consumer);
+    if (e == cudaSuccess) e = cudaMemset(dev, 0, sizeof(g_tl_consumer));
+    if (e == cudaSuccess) e = cudaGetSymbolAddress(&dev, g_tl_producer);
+    if (e == cudaSuccess) e = cudaMemset(dev, 0, sizeof(g_tl_producer));
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  }
+  return e;
+}
+static constexpr uint64_t kTlConsumerBytes = sizeof(g_tl_consumer), kTlProducerBytes = sizeof(g_tl_producer);
 #endif
 
 // A consumer warpgroup's row for one tile; stamp() only in the warpgroup's first thread.

@@ -4,8 +4,11 @@
     VARIANTS="tl||-DVIDATTN_DIAG_TIMELINE=1" bash dev/probes/kernel_ab.sh --build-only
     VIDATTN_LIBRARY=.build/ab/lib_tl.so python3 dev/probes/timeline_probe.py seed4k seed16k wan_cross
     timeout 300 bash dev/probes/timeline_d256.sh $OUT/d256b   # D=256 and D=128 at 1K keys, a subset build
+    timeout 300 bash dev/probes/timeline_sparse.sh $OUT/tls   # the block-sparse kernels (sparse:64:tile3d, ...)
 
-Shapes: the anchors' keys, and EXTRA_SHAPES (d256_1k, d128_1k, d192_1k, d256_8k, d256_32k). The last lines printed are, per shape, the tile's
+Shapes: the anchors' keys, EXTRA_SHAPES (d256_1k, d128_1k, d192_1k, d256_8k, d256_32k), and sparse:D:MASK, the
+block-sparse op at dev/probes/sparse_bench.py's shape of head dim D with its MASK (tile3d, band, scattered), which
+needs a library whose block-sparse kernels are the timed ones (dev/probes/timeline_sparse.sh). The last lines printed are, per shape, the tile's
 period cut at every stamp (TILE_ROWS) in microseconds per tile and as a share of the period, per consumer warpgroup,
 converted at the SM clock the stamps ran at (clock64 against %globaltimer, read together by the producer per tile).
 
@@ -83,11 +86,11 @@ def clock_ghz(prod, grid: int) -> float | None:
     return statistics.median(rates) if rates else None
 
 
-def tile_rows(cons, grid: int) -> dict:
+def tile_rows(cons, grid: int, wgs: int = 2) -> dict:
     """Per warpgroup, the median cycles of each TILE_ROWS row and of the period, over the middle tiles of every CTA
     with 4+ key blocks (the rows need the third and the last iteration's stamps); the median block count."""
     out = {}
-    for w in range(2):
+    for w in range(wgs):
         rows: dict[str, list[float]] = {name: [] for name, _, _ in TILE_ROWS}
         period, blocks, steady = [], [], []
         for c in range(min(grid, MAX_CTAS)):
@@ -143,7 +146,7 @@ def fmt_us(cycles: float | None, ghz: float | None) -> str:
     return f"{cycles * 1e-3 / ghz:.3f} us" if ghz else f"{cycles:.0f} cyc"
 
 
-def analyse(cons, prod, grid: int) -> dict:
+def analyse(cons, prod, grid: int, wgs: int = 2) -> dict:
     """Per-phase medians (cycles) from the consumer rows cons[cta][local][wg][event] and producer rows."""
     phases: dict[str, list[float]] = {name: [] for name, _, _ in PHASES}
     per_block, period, boundary, blocks_seen = [], [], [], []
@@ -162,7 +165,7 @@ def analyse(cons, prod, grid: int) -> dict:
         while n_local < MAX_LOCAL and cons[c][n_local][0][BLOCKS] > 0:
             n_local += 1
         for l in range(1, n_local - 1):  # not the CTA's first (fill) or last (drain) tile
-            for w in range(2):
+            for w in range(wgs):
                 r, nxt = cons[c][l][w], cons[c][l + 1][w]
                 n = r[BLOCKS]
                 if any(r[e] == 0 for e in range(7)) or n < 2:
@@ -227,9 +230,41 @@ def analyse(cons, prod, grid: int) -> dict:
         # share of the first key iterations (j = 1, one per tile row) that found K_1 / V_0 not yet landed
         "late_share_first_iteration": {k: v / tiles for k, v in late_first.items()},
         "clock_ghz": ghz,  # from the producer's clock64 / %globaltimer pairs; None from a build without them
-        "tile_rows": tile_rows(cons, grid),  # per warpgroup (us_table)
+        "tile_rows": tile_rows(cons, grid, wgs),  # per warpgroup (us_table)
     }
     return out
+
+
+def sparse_case(key: str):
+    """sparse:D:MASK -> (a Shape-like record, the kept fraction, the block-sparse call, its tile's warpgroups): the
+    block-sparse op at sparse_bench.py's shape of head dim D with its MASK, the tables built as the package builds
+    them for that head dim; MASK "dense": the dense kernel at that shape (warpgroups None: the build's, read after)."""
+    import torch
+    from types import SimpleNamespace
+
+    import sparse_bench
+    from vidattn import sparse
+
+    import vidattn
+
+    _, d, kind = key.split(":")
+    name, b, h, s, d = next(sh for sh in sparse_bench.SHAPES if sh[4] == int(d))
+    torch.manual_seed(0)
+    qs, ks, vs = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if kind == "dense":  # the dense kernel on the whole problem (capi.cu's rows)
+        rec = SimpleNamespace(name=f"{name} dense", b=b, h=h, sq=s, skv=s, d=d)
+        return rec, 1.0, lambda: vidattn.attention(qs, ks, vs), None
+    blocks = sparse_bench.nabla_like(b, h, s, dict(sparse_bench.MASKS)[kind], "cuda", kind=kind)
+    _, call = sparse_bench.sparse_call(sparse, qs, ks, vs, blocks)
+    wgs = getattr(sparse, "warpgroups", lambda _d: 2)(d)
+    rec = SimpleNamespace(name=f"{name} block-sparse {kind}", b=b, h=h, sq=s, skv=s, d=d)
+    return rec, sparse.density(blocks, s, s), call, wgs
+
+
+def is_sparse_key(key: str) -> bool:
+    parts = key.split(":")
+    return len(parts) == 3 and parts[0] == "sparse" and parts[1] in ("64", "128") and \
+        parts[2] in ("tile3d", "band", "scattered", "dense")
 
 
 def main(argv: list[str] | None = None):
@@ -244,30 +279,47 @@ def main(argv: list[str] | None = None):
     shapes = {s.key: s for s in ANCHORS}
     shapes.update({k: Shape(*v, key=k) for k, v in EXTRA_SHAPES.items()})
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("shapes", nargs="+", choices=sorted(shapes))
+    ap.add_argument("shapes", nargs="+", help=f"{', '.join(sorted(shapes))}, or sparse:64|128:tile3d|band|scattered|dense")
     ap.add_argument("--launches", type=int, default=8, help="back-to-back launches after the reset (rows: the last)")
     ap.add_argument("--warm-ms", type=float, default=300, help="warm-up time per shape before the reset")
     ap.add_argument("--json", help="write the analysis here")
     args = ap.parse_args(argv)
+    unknown = [k for k in args.shapes if k not in shapes and not is_sparse_key(k)]
+    if unknown:
+        ap.error(f"unknown shapes {unknown}")
     if not torch.cuda.is_available():
         sys.exit("timeline_probe: needs a CUDA GPU (and a timeline build of the kernel library)")
     lib = _ext.load()
     if lib is None or not hasattr(lib, "vidattn_sm90_diag_timeline"):
         sys.exit("timeline_probe: not a timeline build (build csrc/ with -DVIDATTN_DIAG_TIMELINE=1, set VIDATTN_LIBRARY)")
-    fn = lib.vidattn_sm90_diag_timeline
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int]
-    fn.restype = ctypes.c_int
+    entries = {}  # the dense kernels' rows (capi.cu) and the block-sparse ones' (capi_sparse.cu): diag_timeline.cuh
+    for name in ("vidattn_sm90_diag_timeline", "vidattn_sm90_diag_timeline_sparse"):
+        if hasattr(lib, name):
+            entries[name] = getattr(lib, name)
+            entries[name].argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int]
+            entries[name].restype = ctypes.c_int
     cons_t = ctypes.c_uint64 * (MAX_CTAS * MAX_LOCAL * WGS * EVENTS)
     prod_t = ctypes.c_uint64 * (MAX_CTAS * MAX_LOCAL * PEVENTS)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     results, tables, heads = {}, {}, {}
     for key in args.shapes:
-        s = shapes[key]
-        (q, k, v), = make_inputs(s, 1, torch.Generator(device="cuda").manual_seed(0))
-        out = torch.empty_like(q)
-        run = lambda: _ext.forward(q, k, v, out, None, None, s.d ** -0.5)  # noqa: E731
+        kept, wgs, fn = 1.0, 2, entries["vidattn_sm90_diag_timeline"]
+        if is_sparse_key(key):
+            s, kept, run, wgs = sparse_case(key)
+            if wgs is not None:
+                if "vidattn_sm90_diag_timeline_sparse" not in entries:
+                    sys.exit("timeline_probe: the block-sparse kernels carry no stamps in this library "
+                             "(dev/probes/timeline_sparse.sh builds one that does)")
+                fn = entries["vidattn_sm90_diag_timeline_sparse"]
+        else:
+            s = shapes[key]
+            (q, k, v), = make_inputs(s, 1, torch.Generator(device="cuda").manual_seed(0))
+            out = torch.empty_like(q)
+            run = lambda: _ext.forward(q, k, v, out, None, None, s.d ** -0.5)  # noqa: E731
         run()
         torch.cuda.synchronize()
+        if wgs is None:  # the dense D=64 build this shape ran (64-row warpgroups)
+            wgs = max(2, _ext.last_q_box_rows() // 64) if hasattr(_ext, "last_q_box_rows") else 2
         t = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t[0].record(); run(); t[1].record(); torch.cuda.synchronize()
         one_ms = max(t[0].elapsed_time(t[1]), 1e-3)
@@ -291,9 +343,10 @@ def main(argv: list[str] | None = None):
         flat_p = list(prod)
         prod3 = [[flat_p[(c * MAX_LOCAL + l) * PEVENTS:(c * MAX_LOCAL + l + 1) * PEVENTS] for l in range(MAX_LOCAL)]
                  for c in range(MAX_CTAS)]
-        r = analyse(cons4, prod3, sms)
+        r = analyse(cons4, prod3, sms, wgs)
         r["ms_per_launch"] = ms
-        r["tflops"] = 4 * s.b * s.h * s.sq * s.skv * s.d / ms / 1e9
+        r["tflops"] = 4 * s.b * s.h * s.sq * s.skv * s.d * kept / ms / 1e9  # (block-sparse: of the kept pairs)
+        r["kept"], r["consumer_warpgroups"] = kept, wgs
         results[key] = r
         built = (_ext.last_block_n(), lib.vidattn_sm90_last_o_path() if hasattr(lib, "vidattn_sm90_last_o_path")
                  else None)
