@@ -1251,36 +1251,35 @@ P88)
   # (dev/probes/timeline_sparse.sh; its library, built from both patches with the variant, carried as TL_LIB;
   # TL_SUBSET=3 when it has no dense build) at D=64 with three warpgroups on each mask, and tile3d with two. The
   # libraries (carry a cache with both): the tree's 6efd3ab295b8e5c0 (its kernels SASS-identical to 9eb41824331367d6's)
-  # and the three patches' 1badfeb043b61ffe (SASS-identical to f4589c00502bb732's).
-  mkdir -p "$OUT/p88/tree"
+  # and the three patches' 1badfeb043b61ffe (SASS-identical to f4589c00502bb732's). Each step's folder is packed as
+  # soon as it ends, so that a call cut short still brings back what ran (at most 8 files come back).
   build_lib
-  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p88/tree" --rounds 6 --budget-s 5 \
-    > "$OUT/p88/sparse_bench_tree.log" 2>&1; rc[sparse_bench_tree]=$?
-  tail -7 "$OUT/p88/sparse_bench_tree.log"
-  apply_experiment sparse_own_softmax sparse_cols p88
-  apply_experiment sparse_d64_three_wgs kSparseWGsD64Max p88
+  mkdir -p "$OUT/p88_tree"
+  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p88_tree" --rounds 4 --budget-s 3 \
+    > "$OUT/p88_tree/sparse_bench_tree.log" 2>&1; rc[sparse_bench_tree]=$?
+  tail -7 "$OUT/p88_tree/sparse_bench_tree.log"; tar_dirs p88_tree
+  apply_experiment sparse_own_softmax sparse_cols
+  apply_experiment sparse_d64_three_wgs kSparseWGsD64Max
   if grep -q "groups == kSparseBlock / 8) break" csrc/sm90/flash_fwd.cuh; then
     patch -p1 --forward < dev/experiments/sparse_no_half_exp.patch || { echo "variant does not apply"; exit 2; }
   fi
   build_lib
-  gpu_pytest p88/gpu_sparse.log 150 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py tests/test_envelope.py \
+  export VIDATTN_SPARSE_D64_WARPGROUPS=3  # the landing candidate: three warpgroups at D=64, two at D=128
+  mkdir -p "$OUT/p88_var"
+  gpu_pytest p88_var/gpu_sparse.log 150 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py tests/test_envelope.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
-  mkdir -p "$OUT/p88/var2" "$OUT/p88/var3"
-  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p88/var2" --rounds 6 --budget-s 5 \
-    > "$OUT/p88/sparse_bench_var2.log" 2>&1; rc[sparse_bench_var2]=$?
-  echo "variant, two warpgroups"; tail -7 "$OUT/p88/sparse_bench_var2.log"
-  VIDATTN_SPARSE_D64_WARPGROUPS=3 timeout 100 python3 dev/probes/sparse_bench.py --head-dims 64 \
-    --out "$OUT/p88/var3" --rounds 6 --budget-s 5 > "$OUT/p88/sparse_bench_var3.log" 2>&1; rc[sparse_bench_var3]=$?
-  echo "variant, D=64 three warpgroups"; tail -5 "$OUT/p88/sparse_bench_var3.log"
+  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p88_var" --rounds 4 --budget-s 3 \
+    > "$OUT/p88_var/sparse_bench_var.log" 2>&1; rc[sparse_bench_var]=$?
+  echo "the three patches, D=64 on three warpgroups"; tail -7 "$OUT/p88_var/sparse_bench_var.log"; tar_dirs p88_var
   if [ -n "${TL_LIB:-}" ] && [ "$(left)" -gt 40 ]; then
-    VIDATTN_SPARSE_D64_WARPGROUPS=3 timeout $(( $(left) - 15 )) bash dev/probes/timeline_sparse.sh "$OUT/p88/tl3" \
-      > "$OUT/p88/timeline_wg3.log" 2>&1; rc[timeline_wg3]=$?; tail -40 "$OUT/p88/timeline_wg3.log"
+    timeout $(( $(left) - 15 )) bash dev/probes/timeline_sparse.sh "$OUT/p88_tl3" > "$OUT/p88_tl3.log" 2>&1
+    rc[timeline_wg3]=$?; tail -40 "$OUT/p88_tl3.log"; tar_dirs p88_tl3
   fi
   if [ -n "${TL_LIB:-}" ] && [ "$(left)" -gt 30 ]; then
-    TL_SHAPES=sparse:64:tile3d timeout $(( $(left) - 10 )) bash dev/probes/timeline_sparse.sh "$OUT/p88/tl2" \
-      > "$OUT/p88/timeline_wg2.log" 2>&1; rc[timeline_wg2]=$?; tail -16 "$OUT/p88/timeline_wg2.log"
+    VIDATTN_SPARSE_D64_WARPGROUPS=2 TL_SHAPES=sparse:64:tile3d timeout $(( $(left) - 10 )) \
+      bash dev/probes/timeline_sparse.sh "$OUT/p88_tl2" > "$OUT/p88_tl2.log" 2>&1; rc[timeline_wg2]=$?
+    tail -16 "$OUT/p88_tl2.log"; tar_dirs p88_tl2
   fi
-  tar_dirs p88
   ;;
 P87)
   # dev/NOTES.md "Call P87": sparse_bench.py on the tree as it is, then both block-sparse experiment patches with
