@@ -239,27 +239,31 @@ def test_timeline_layout_matches_the_header():
     assert int(re.search(r"kTlTimerNs = (\d+)", hdr).group(1)) == probe.TIMER_NS
 
 
-def test_timeline_probe_main_prints_the_tables_last(monkeypatch, capsys, tmp_path):
-    """main() end to end on the CPU with a fake timeline library (the synthetic rows of _timeline_rows) and a fake
-    CUDA: both 1K shapes are known, each gets its table with the build and the clock in its head, the tables come
-    last, and the JSON is written. What a device run would fail on after its build is caught here."""
+def _stamps_entry(cons, prod, read=None, name=""):
+    """A fake timeline C entry that copies the rows `cons` / `prod` into the probe's buffers (and notes its `name`
+    in `read` at each call)."""
     import ctypes
-    import types
 
-    probe = _load("timeline_probe")
-    cons, prod, period = _timeline_rows(probe)
     flat_c = [x for c in cons for l in c for w in l for x in w]
     flat_p = [x for c in prod for l in c for x in l]
 
     def diag(cbuf, cbytes, pbuf, pbytes, reset):
+        if read is not None:
+            read.append(name)
         if cbuf is not None:
             ctypes.memmove(cbuf, (ctypes.c_uint64 * len(flat_c))(*flat_c), cbytes)
             ctypes.memmove(pbuf, (ctypes.c_uint64 * len(flat_p))(*flat_p), pbytes)
         return 0
-    lib = types.SimpleNamespace(vidattn_sm90_diag_timeline=diag, vidattn_sm90_last_o_path=lambda: 2,
-                                vidattn_sm90_last_error=lambda: b"")
+    return diag
+
+
+def _fake_cuda_for_timeline(monkeypatch):
+    """torch.cuda as the timeline probe's main() uses it, on the CPU: events 0.25 ms apart, 132 SMs."""
+    import types
 
     class Event:
+        clock = 0.0
+
         def __init__(self, enable_timing=True):
             self.t = 0.0
 
@@ -269,13 +273,25 @@ def test_timeline_probe_main_prints_the_tables_last(monkeypatch, capsys, tmp_pat
 
         def elapsed_time(self, other):
             return other.t - self.t
-    Event.clock = 0.0
-    from vidattn import _ext
-    import bench_kernel
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(multi_processor_count=132))
+
+
+def test_timeline_probe_main_prints_the_tables_last(monkeypatch, capsys, tmp_path):
+    """main() end to end on the CPU with a fake timeline library (the synthetic rows of _timeline_rows) and a fake
+    CUDA: both 1K shapes are known, each gets its table with the build and the clock in its head, the tables come
+    last, and the JSON is written. What a device run would fail on after its build is caught here."""
+    import types
+
+    probe = _load("timeline_probe")
+    cons, prod, period = _timeline_rows(probe)
+    lib = types.SimpleNamespace(vidattn_sm90_diag_timeline=_stamps_entry(cons, prod),
+                                vidattn_sm90_last_o_path=lambda: 2, vidattn_sm90_last_error=lambda: b"")
+    from vidattn import _ext
+    import bench_kernel
+    _fake_cuda_for_timeline(monkeypatch)
     monkeypatch.setattr(torch, "Generator", lambda device=None: types.SimpleNamespace(manual_seed=lambda s: None))
     monkeypatch.setattr(bench_kernel, "make_inputs", lambda s, n, g: [(torch.zeros(1), torch.zeros(1), torch.zeros(1))])
     monkeypatch.setattr(_ext, "load", lambda: lib)
@@ -301,7 +317,8 @@ def test_timeline_sparse_script_builds_both_units_with_stamps():
     assert 'SHAPES="sparse:64:tile3d sparse:64:band sparse:64:scattered"' in text
     assert '[[ $SUBSET == 2 ]] && SHAPES="$SHAPES sparse:64:dense"' in text
     hdr = (ROOT / "csrc/sm90/diag_timeline.cuh").read_text()
-    assert "static __device__ unsigned long long g_tl_consumer" in hdr and "static inline cudaError_t tl_copy_rows" in hdr
+    assert "static __device__ unsigned long long g_tl_consumer" in hdr
+    assert "static inline cudaError_t tl_copy_rows" in hdr
     assert 'extern "C" int vidattn_sm90_diag_timeline_sparse(' in (ROOT / "csrc/capi_sparse.cu").read_text()
     capi = (ROOT / "csrc/capi.cu").read_text()
     assert "VIDATTN_KERNEL_SUBSET == 3) return false" in capi and "VIDATTN_KERNEL_SUBSET == 2) return" in capi
@@ -313,7 +330,6 @@ def test_timeline_sparse_script_builds_both_units_with_stamps():
 def test_timeline_probe_reads_three_warpgroups_and_the_sparse_entry(monkeypatch, capsys):
     """A block-sparse shape's rows come from the block-sparse unit's entry, read for as many warpgroups as its tile
     has (three at D=64 with 192-row tiles); a library whose block-sparse kernels carry no stamps is refused by name."""
-    import ctypes
     import types
 
     probe = _load("timeline_probe")
@@ -326,36 +342,12 @@ def test_timeline_probe_reads_three_warpgroups_and_the_sparse_entry(monkeypatch,
     r3 = probe.analyse(cons, prod, 132, wgs=3)
     assert r3["tiles"] == 2 * 3 * 3 and sorted(r3["tile_rows"]) == [0, 1, 2]
     assert probe.analyse(cons, prod, 132)["tiles"] == 2 * 3 * 2  # (two by default: the dense builds' rows)
-    flat_c = [x for c in cons for l in c for w in l for x in w]
-    flat_p = [x for c in prod for l in c for x in l]
     read = []
 
     def entry(name):
-        def diag(cbuf, cbytes, pbuf, pbytes, reset):
-            read.append(name)
-            if cbuf is not None:
-                ctypes.memmove(cbuf, (ctypes.c_uint64 * len(flat_c))(*flat_c), cbytes)
-                ctypes.memmove(pbuf, (ctypes.c_uint64 * len(flat_p))(*flat_p), pbytes)
-            return 0
-        return diag
-
-    class Event:
-        clock = 0.0
-
-        def __init__(self, enable_timing=True):
-            self.t = 0.0
-
-        def record(self):
-            Event.clock += 0.25
-            self.t = Event.clock
-
-        def elapsed_time(self, other):
-            return other.t - self.t
+        return _stamps_entry(cons, prod, read, name)
     from vidattn import _ext
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(multi_processor_count=132))
+    _fake_cuda_for_timeline(monkeypatch)
     monkeypatch.setattr(_ext, "last_block_n", lambda *a: 128)
     rec = types.SimpleNamespace(name="K6-SR-like block-sparse tile3d", b=1, h=28, sq=32768, skv=32768, d=64)
     monkeypatch.setattr(probe, "sparse_case", lambda key: (rec, 0.15, lambda: None, 3))

@@ -279,7 +279,8 @@ def main(argv: list[str] | None = None):
     shapes = {s.key: s for s in ANCHORS}
     shapes.update({k: Shape(*v, key=k) for k, v in EXTRA_SHAPES.items()})
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("shapes", nargs="+", help=f"{', '.join(sorted(shapes))}, or sparse:64|128:tile3d|band|scattered|dense")
+    ap.add_argument("shapes", nargs="+",
+                    help=f"{', '.join(sorted(shapes))}, or sparse:64|128:tile3d|band|scattered|dense")
     ap.add_argument("--launches", type=int, default=8, help="back-to-back launches after the reset (rows: the last)")
     ap.add_argument("--warm-ms", type=float, default=300, help="warm-up time per shape before the reset")
     ap.add_argument("--json", help="write the analysis here")
