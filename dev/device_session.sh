@@ -237,6 +237,7 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P89 [budget_s] # P88 cut short: the patches, the timeline, GPU tests, D=64 bench
 #   bash dev/device_session.sh P88 [budget_s] # P87 without the sanitizers, then the block-sparse timeline (TL_LIB)
 #   bash dev/device_session.sh P87 [budget_s] # the tree's block-sparse kernels, then both experiment patches with the
 #                                             # variant without the loop's break: GPU tests, sanitizers, sparse_bench.py
@@ -1245,6 +1246,29 @@ P69)
   KV_AB_TOL=2e-3 nonfinite_stage p69 "tests/test_kv_lens_nonfinite_gpu.py tests/test_d256_narrow_all_gpu.py \
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
+  ;;
+P89)
+  # P88 cut to a short budget: the three patches applied (their library 1badfeb043b61ffe in the carried cache), the
+  # block-sparse timeline at D=64 with three warpgroups (TL_LIB, TL_SUBSET=3), the block-sparse GPU tests, then
+  # sparse_bench.py at D=64 as the time left allows.
+  apply_experiment sparse_own_softmax sparse_cols
+  apply_experiment sparse_d64_three_wgs kSparseWGsD64Max
+  if grep -q "groups == kSparseBlock / 8) break" csrc/sm90/flash_fwd.cuh; then
+    patch -p1 --forward < dev/experiments/sparse_no_half_exp.patch || { echo "variant does not apply"; exit 2; }
+  fi
+  build_lib
+  export VIDATTN_SPARSE_D64_WARPGROUPS=3
+  if [ -n "${TL_LIB:-}" ]; then
+    timeout 100 bash dev/probes/timeline_sparse.sh "$OUT/p89_tl3" > "$OUT/p89_tl3.log" 2>&1
+    rc[timeline_wg3]=$?; tail -44 "$OUT/p89_tl3.log"; tar_dirs p89_tl3
+  fi
+  mkdir -p "$OUT/p89_var"
+  [ "$(left)" -gt 60 ] && gpu_pytest p89_var/gpu_sparse.log $(( $(left) - 30 < 90 ? $(left) - 30 : 90 )) gpu_sparse \
+    tests/test_sparse_gpu.py tests/test_sparse.py
+  [ "$(left)" -gt 50 ] && { timeout $(( $(left) - 10 )) python3 dev/probes/sparse_bench.py --head-dims 64 \
+    --out "$OUT/p89_var" --rounds 4 --budget-s 3 > "$OUT/p89_var/sparse_bench_var.log" 2>&1; rc[sparse_bench_var]=$?
+    tail -5 "$OUT/p89_var/sparse_bench_var.log"; }
+  tar_dirs p89_var
   ;;
 P88)
   # P87 without the sanitizers (P86 ran them on the same code but the loop's break), then the block-sparse timeline
