@@ -1249,8 +1249,8 @@ P69)
   ;;
 P89)
   # P88 cut to a short budget: the three patches applied (their library 1badfeb043b61ffe in the carried cache), the
-  # block-sparse timeline at D=64 with three warpgroups (TL_LIB, TL_SUBSET=3), the block-sparse GPU tests, then
-  # sparse_bench.py at D=64 as the time left allows.
+  # block-sparse timeline at D=64 with three warpgroups (TL_LIB, TL_SUBSET=3; then level 2 on tile3d with TL_LIB2),
+  # the block-sparse GPU tests, then sparse_bench.py at D=64 as the time left allows.
   apply_experiment sparse_own_softmax sparse_cols
   apply_experiment sparse_d64_three_wgs kSparseWGsD64Max
   if grep -q "groups == kSparseBlock / 8) break" csrc/sm90/flash_fwd.cuh; then
@@ -1261,6 +1261,11 @@ P89)
   if [ -n "${TL_LIB:-}" ]; then
     timeout 100 bash dev/probes/timeline_sparse.sh "$OUT/p89_tl3" > "$OUT/p89_tl3.log" 2>&1
     rc[timeline_wg3]=$?; tail -44 "$OUT/p89_tl3.log"; tar_dirs p89_tl3
+  fi
+  if [ -n "${TL_LIB2:-}" ] && [ "$(left)" -gt 100 ]; then  # level 2 (the key loop's wait sums), tile3d only
+    TL_LEVEL=2 TL_LIB=$TL_LIB2 TL_SHAPES=sparse:64:tile3d timeout 60 bash dev/probes/timeline_sparse.sh \
+      "$OUT/p89_tl3w" > "$OUT/p89_tl3w.log" 2>&1; rc[timeline_wg3_level2]=$?; tail -24 "$OUT/p89_tl3w.log"
+    tar_dirs p89_tl3w
   fi
   mkdir -p "$OUT/p89_var"
   [ "$(left)" -gt 60 ] && gpu_pytest p89_var/gpu_sparse.log $(( $(left) - 30 < 90 ? $(left) - 30 : 90 )) gpu_sparse \
