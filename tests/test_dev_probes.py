@@ -365,6 +365,10 @@ def test_timeline_probe_reads_three_warpgroups_and_the_sparse_entry(monkeypatch,
         probe.main(["sparse:64:tile3d"])
     with pytest.raises(SystemExit):
         probe.main(["sparse:96:tile3d"])
+    lib.vidattn_sm90_diag_timeline_sparse = lambda *a: 1  # a refused copy says which entry refused
+    monkeypatch.setattr(_ext, "load", lambda: lib)
+    with pytest.raises(SystemExit, match="block-sparse timeline copy failed"):
+        probe.main(["sparse:64:tile3d", "--warm-ms", "1", "--launches", "2"])
 
 
 def test_timeline_probe_refuses_cleanly_without_a_gpu(monkeypatch):

@@ -261,6 +261,14 @@ def sparse_case(key: str):
     return rec, sparse.density(blocks, s, s), call, wgs
 
 
+def copy_error(lib, fn) -> str:
+    """Why a timeline entry refused: capi.cu's says it (vidattn_sm90_last_error); the block-sparse unit's entry
+    returns 1 without a message (its buffers' sizes, or a CUDA error in the copy)."""
+    if fn is getattr(lib, "vidattn_sm90_diag_timeline_sparse", None):
+        return "the block-sparse timeline copy failed (buffer sizes other than diag_timeline.cuh's, or a CUDA error)"
+    return lib.vidattn_sm90_last_error().decode()
+
+
 def is_sparse_key(key: str) -> bool:
     parts = key.split(":")
     return len(parts) == 3 and parts[0] == "sparse" and parts[1] in ("64", "128") and \
@@ -328,7 +336,7 @@ def main(argv: list[str] | None = None):
             run()
         cons, prod = cons_t(), prod_t()
         if fn(None, ctypes.sizeof(cons), None, ctypes.sizeof(prod), 1) != 0:
-            sys.exit(f"timeline_probe: {lib.vidattn_sm90_last_error().decode()}")
+            sys.exit(f"timeline_probe: {copy_error(lib, fn)}")
         for _ in range(int(args.warm_ms / one_ms) + 1):
             run()  # back to the power state of a busy GPU before the recorded launches
         t[0].record()
@@ -336,7 +344,7 @@ def main(argv: list[str] | None = None):
             run()
         t[1].record()
         if fn(cons, ctypes.sizeof(cons), prod, ctypes.sizeof(prod), 1) != 0:
-            sys.exit(f"timeline_probe: {lib.vidattn_sm90_last_error().decode()}")
+            sys.exit(f"timeline_probe: {copy_error(lib, fn)}")
         ms = t[0].elapsed_time(t[1]) / args.launches
         flat_c = list(cons)
         cons4 = [[[flat_c[((c * MAX_LOCAL + l) * WGS + w) * EVENTS:((c * MAX_LOCAL + l) * WGS + w + 1) * EVENTS]
