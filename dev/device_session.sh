@@ -454,6 +454,23 @@ apply_experiment() {
   fi
   echo "$stage: $f applied"
 }
+# sparse_bench.py into $OUT/DIR (its log sparse_bench_TAG.log there, rc[sparse_bench_TAG]) under a timeout, its table
+# printed: sparse_bench_into DIR TAG TIMEOUT_S sparse_bench-arguments...
+sparse_bench_into() {
+  local dir=$1 tag=$2 t=$3; shift 3
+  mkdir -p "$OUT/$dir"
+  timeout "$t" python3 dev/probes/sparse_bench.py --out "$OUT/$dir" "$@" > "$OUT/$dir/sparse_bench_$tag.log" 2>&1
+  rc[sparse_bench_$tag]=$?; tail -7 "$OUT/$dir/sparse_bench_$tag.log"
+}
+# The block-sparse landing candidate (dev/NOTES.md, thirty-sixth sitting): sparse_own_softmax, sparse_d64_three_wgs and
+# sparse_no_half_exp applied to this copy, in that order, each unless present: apply_sparse_candidate [DIR].
+apply_sparse_candidate() {
+  apply_experiment sparse_own_softmax sparse_cols "${1:-}"
+  apply_experiment sparse_d64_three_wgs kSparseWGsD64Max "${1:-}"
+  if grep -q "groups == kSparseBlock / 8) break" csrc/sm90/flash_fwd.cuh; then
+    patch -p1 --forward < dev/experiments/sparse_no_half_exp.patch || { echo "$stage: the variant does not apply"; exit 2; }
+  fi
+}
 # The block-sparse sanitizer script under memcheck (every case) and racecheck (the small set): $OUT/DIR/san_TOOL.log.
 sparse_sanitize() {
   export PYTORCH_NO_CUDA_MEMORY_CACHING=1
@@ -1251,11 +1268,7 @@ P89)
   # P88 cut to a short budget: the three patches applied (their library 1badfeb043b61ffe in the carried cache), the
   # block-sparse timeline at D=64 with three warpgroups (TL_LIB, TL_SUBSET=3; then level 2 on tile3d with TL_LIB2),
   # the block-sparse GPU tests, then sparse_bench.py at D=64 as the time left allows.
-  apply_experiment sparse_own_softmax sparse_cols
-  apply_experiment sparse_d64_three_wgs kSparseWGsD64Max
-  if grep -q "groups == kSparseBlock / 8) break" csrc/sm90/flash_fwd.cuh; then
-    patch -p1 --forward < dev/experiments/sparse_no_half_exp.patch || { echo "variant does not apply"; exit 2; }
-  fi
+  apply_sparse_candidate
   build_lib
   export VIDATTN_SPARSE_D64_WARPGROUPS=3
   if [ -n "${TL_LIB:-}" ]; then
@@ -1283,23 +1296,15 @@ P88)
   # and the three patches' 1badfeb043b61ffe (SASS-identical to f4589c00502bb732's). Each step's folder is packed as
   # soon as it ends, so that a call cut short still brings back what ran (at most 8 files come back).
   build_lib
-  mkdir -p "$OUT/p88_tree"
-  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p88_tree" --rounds 4 --budget-s 3 \
-    > "$OUT/p88_tree/sparse_bench_tree.log" 2>&1; rc[sparse_bench_tree]=$?
-  tail -7 "$OUT/p88_tree/sparse_bench_tree.log"; tar_dirs p88_tree
-  apply_experiment sparse_own_softmax sparse_cols
-  apply_experiment sparse_d64_three_wgs kSparseWGsD64Max
-  if grep -q "groups == kSparseBlock / 8) break" csrc/sm90/flash_fwd.cuh; then
-    patch -p1 --forward < dev/experiments/sparse_no_half_exp.patch || { echo "variant does not apply"; exit 2; }
-  fi
+  sparse_bench_into p88_tree tree 200 --rounds 4 --budget-s 3; tar_dirs p88_tree
+  apply_sparse_candidate
   build_lib
   export VIDATTN_SPARSE_D64_WARPGROUPS=3  # the landing candidate: three warpgroups at D=64, two at D=128
   mkdir -p "$OUT/p88_var"
   gpu_pytest p88_var/gpu_sparse.log 150 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py tests/test_envelope.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
-  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p88_var" --rounds 4 --budget-s 3 \
-    > "$OUT/p88_var/sparse_bench_var.log" 2>&1; rc[sparse_bench_var]=$?
-  echo "the three patches, D=64 on three warpgroups"; tail -7 "$OUT/p88_var/sparse_bench_var.log"; tar_dirs p88_var
+  echo "the three patches, D=64 on three warpgroups"
+  sparse_bench_into p88_var var 200 --rounds 4 --budget-s 3; tar_dirs p88_var
   if [ -n "${TL_LIB:-}" ] && [ "$(left)" -gt 40 ]; then
     timeout $(( $(left) - 15 )) bash dev/probes/timeline_sparse.sh "$OUT/p88_tl3" > "$OUT/p88_tl3.log" 2>&1
     rc[timeline_wg3]=$?; tail -40 "$OUT/p88_tl3.log"; tar_dirs p88_tl3
@@ -1320,11 +1325,7 @@ P87)
   timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p87/tree" --rounds 6 --budget-s 5 \
     > "$OUT/p87/sparse_bench_tree.log" 2>&1; rc[sparse_bench_tree]=$?
   tail -7 "$OUT/p87/sparse_bench_tree.log"
-  apply_experiment sparse_own_softmax sparse_cols p87
-  apply_experiment sparse_d64_three_wgs kSparseWGsD64Max p87
-  if grep -q "groups == kSparseBlock / 8) break" csrc/sm90/flash_fwd.cuh; then
-    patch -p1 --forward < dev/experiments/sparse_no_half_exp.patch || { echo "variant does not apply"; exit 2; }
-  fi
+  apply_sparse_candidate p87
   build_lib
   gpu_pytest p87/gpu_sparse.log 240 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py tests/test_envelope.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
