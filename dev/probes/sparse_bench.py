@@ -69,11 +69,17 @@ def flex_mask(blocks):
     return BlockMask.from_kv_blocks(torch.zeros_like(nb), idx, nb, idx, BLOCK_SIZE=64, mask_mod=None)
 
 
+def tile_warpgroups(sparse, d: int) -> int:
+    """The consumer warpgroups of the block-sparse tile the package builds for head dim d (a package with
+    sparse.warpgroups, an experiment's, may tile D=64 with three; before it, two)."""
+    return getattr(sparse, "warpgroups", lambda _d: 2)(d)
+
+
 def sparse_call(sparse, qs, ks, vs, blocks):
-    """(tables, the block-sparse op's call) for the head dim of qs, with the tiles the package builds for it (a
-    package with sparse.warpgroups, an experiment's, may tile D=64 with three warpgroups)."""
+    """(tables, the block-sparse op's call) for the head dim of qs, with the tiles the package builds for it
+    (tile_warpgroups)."""
     import torch
-    wgs = getattr(sparse, "warpgroups", lambda d: 2)(qs.shape[-1])
+    wgs = tile_warpgroups(sparse, qs.shape[-1])
     extra = (wgs,) if wgs != 2 else ()  # (the shipped package's tables and op take no warpgroup count)
     tab = sparse.tables(blocks, *extra)
     return tab, lambda: torch.ops.vidattn.sparse_attention(qs, ks, vs, "bshd", None, tab.count, tab.entries, blocks,

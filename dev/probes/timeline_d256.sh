@@ -16,10 +16,7 @@ mkdir -p "$DIR" .build/tl
 LEVEL=${TL_LEVEL:-1}
 LIB=$PWD/.build/tl/lib_tl${LEVEL}_subset.so
 mapfile -t FLAGS < <(python3 scripts/nvcc_flags.py)  # the flags vidattn/_ext.py builds with
-NVCC=""  # where vidattn/_ext.py's find_nvcc looks, in its order
-for c in "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" "${CUDA_PATH:+$CUDA_PATH/bin/nvcc}" /usr/local/cuda/bin/nvcc "$(command -v nvcc)"; do
-  [[ -n $c && -x $c ]] && { NVCC=$c; break; }
-done
+source dev/probes/find_nvcc.sh  # NVCC: the nvcc vidattn/_ext.py would build with
 [[ -n $NVCC ]] || { echo "timeline_d256: nvcc not found"; exit 2; }
 t0=$(date +%s)
 if [[ ! -f $LIB || ${TL_REBUILD:-0} == 1 ]]; then

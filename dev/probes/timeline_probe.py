@@ -243,9 +243,8 @@ def sparse_case(key: str):
     from types import SimpleNamespace
 
     import sparse_bench
-    from vidattn import sparse
-
     import vidattn
+    from vidattn import sparse
 
     _, d, kind = key.split(":")
     name, b, h, s, d = next(sh for sh in sparse_bench.SHAPES if sh[4] == int(d))
@@ -256,7 +255,7 @@ def sparse_case(key: str):
         return rec, 1.0, lambda: vidattn.attention(qs, ks, vs), None
     blocks = sparse_bench.nabla_like(b, h, s, dict(sparse_bench.MASKS)[kind], "cuda", kind=kind)
     _, call = sparse_bench.sparse_call(sparse, qs, ks, vs, blocks)
-    wgs = getattr(sparse, "warpgroups", lambda _d: 2)(d)
+    wgs = sparse_bench.tile_warpgroups(sparse, d)
     rec = SimpleNamespace(name=f"{name} block-sparse {kind}", b=b, h=h, sq=s, skv=s, d=d)
     return rec, sparse.density(blocks, s, s), call, wgs
 

@@ -19,10 +19,7 @@ LIB=${TL_LIB:-$PWD/.build/tl/lib_tl${LEVEL}_s${SUBSET}.so}
 SHAPES="sparse:64:tile3d sparse:64:band sparse:64:scattered"
 [[ $SUBSET == 2 ]] && SHAPES="$SHAPES sparse:64:dense"
 mapfile -t FLAGS < <(python3 scripts/nvcc_flags.py)  # the flags vidattn/_ext.py builds with
-NVCC=""  # where vidattn/_ext.py's find_nvcc looks, in its order
-for c in "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" "${CUDA_PATH:+$CUDA_PATH/bin/nvcc}" /usr/local/cuda/bin/nvcc "$(command -v nvcc)"; do
-  [[ -n $c && -x $c ]] && { NVCC=$c; break; }
-done
+source dev/probes/find_nvcc.sh  # NVCC: the nvcc vidattn/_ext.py would build with
 t0=$(date +%s)
 if [[ ! -f $LIB || ${TL_REBUILD:-0} == 1 ]]; then
   [[ -n $NVCC ]] || { echo "timeline_sparse: nvcc not found"; exit 2; }
