@@ -442,8 +442,6 @@ wan_8bit_reports() {
     --precision 8bit --sage2 off --warmup 2 --iters 5 --out-dir "$OUT/e2e13" > "$OUT/e2e13.log" 2>&1; rc[e2e13]=$?
   grep -E "ms/forward|speedup|FAILED|error|left out" "$OUT/e2e13.log" | tail -8
 }
-# pytest under a timeout into $OUT/$1 (the rc under key $3), its last two lines and failures printed:
-#   gpu_pytest <log> <timeout_s> <rc key> <pytest arguments...>
 # dev/experiments/NAME.patch applied to this copy, unless csrc/sm90/ already holds MARKER (a name the patch adds):
 #   apply_experiment NAME MARKER [DIR]; a patch that does not apply ends the call (exit 2), sending DIR back first.
 apply_experiment() {
@@ -482,6 +480,8 @@ sparse_sanitize() {
   done
   unset PYTORCH_NO_CUDA_MEMORY_CACHING
 }
+# pytest under a timeout into $OUT/$1 (the rc under key $3), its last two lines and failures printed:
+#   gpu_pytest <log> <timeout_s> <rc key> <pytest arguments...>
 gpu_pytest() {
   local log=$1 t=$2 key=$3; shift 3
   timeout "$t" python3 -m pytest -q -p no:cacheprovider -rfE "$@" > "$OUT/$log" 2>&1; rc[$key]=$?
@@ -1283,9 +1283,7 @@ P89)
   mkdir -p "$OUT/p89_var"
   [ "$(left)" -gt 60 ] && gpu_pytest p89_var/gpu_sparse.log $(( $(left) - 30 < 90 ? $(left) - 30 : 90 )) gpu_sparse \
     tests/test_sparse_gpu.py tests/test_sparse.py
-  [ "$(left)" -gt 50 ] && { timeout $(( $(left) - 10 )) python3 dev/probes/sparse_bench.py --head-dims 64 \
-    --out "$OUT/p89_var" --rounds 4 --budget-s 3 > "$OUT/p89_var/sparse_bench_var.log" 2>&1; rc[sparse_bench_var]=$?
-    tail -5 "$OUT/p89_var/sparse_bench_var.log"; }
+  [ "$(left)" -gt 50 ] && sparse_bench_into p89_var var $(( $(left) - 10 )) --head-dims 64 --rounds 4 --budget-s 3
   tar_dirs p89_var
   ;;
 P88)
@@ -1320,23 +1318,18 @@ P87)
   # sparse_no_half_exp.patch on top (library f4589c00502bb732; carry a cache holding it and the tree's): the block-sparse
   # GPU tests and the sanitizer cases at three warpgroups, sparse_bench.py at two warpgroups (both head dims) and at
   # D=64 with three, on the same machine.
-  mkdir -p "$OUT/p87/tree"
   build_lib
-  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p87/tree" --rounds 6 --budget-s 5 \
-    > "$OUT/p87/sparse_bench_tree.log" 2>&1; rc[sparse_bench_tree]=$?
-  tail -7 "$OUT/p87/sparse_bench_tree.log"
+  sparse_bench_into p87/tree tree 200 --rounds 6 --budget-s 5
   apply_sparse_candidate p87
   build_lib
   gpu_pytest p87/gpu_sparse.log 240 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py tests/test_envelope.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
   VIDATTN_SPARSE_D64_WARPGROUPS=3 sparse_sanitize p87
-  mkdir -p "$OUT/p87/var2" "$OUT/p87/var3"
-  timeout 200 python3 dev/probes/sparse_bench.py --out "$OUT/p87/var2" --rounds 6 --budget-s 5 \
-    > "$OUT/p87/sparse_bench_var2.log" 2>&1; rc[sparse_bench_var2]=$?
-  echo "variant, two warpgroups"; tail -7 "$OUT/p87/sparse_bench_var2.log"
-  VIDATTN_SPARSE_D64_WARPGROUPS=3 timeout $(( $(left) - 10 )) python3 dev/probes/sparse_bench.py --head-dims 64 \
-    --out "$OUT/p87/var3" --rounds 6 --budget-s 5 > "$OUT/p87/sparse_bench_var3.log" 2>&1; rc[sparse_bench_var3]=$?
-  echo "variant, D=64 three warpgroups"; tail -5 "$OUT/p87/sparse_bench_var3.log"
+  echo "variant, two warpgroups"
+  sparse_bench_into p87/var2 var2 200 --rounds 6 --budget-s 5
+  echo "variant, D=64 three warpgroups"
+  VIDATTN_SPARSE_D64_WARPGROUPS=3 sparse_bench_into p87/var3 var3 $(( $(left) - 10 )) --head-dims 64 --rounds 6 \
+    --budget-s 5
   tar_dirs p87
   ;;
 P86)
