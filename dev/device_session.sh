@@ -1272,8 +1272,9 @@ P89)
   build_lib
   export VIDATTN_SPARSE_D64_WARPGROUPS=3
   if [ -n "${TL_LIB:-}" ]; then
-    timeout 100 bash dev/probes/timeline_sparse.sh "$OUT/p89_tl3" > "$OUT/p89_tl3.log" 2>&1
-    rc[timeline_wg3]=$?; tail -44 "$OUT/p89_tl3.log"; tar_dirs p89_tl3
+    mkdir -p "$OUT/p89_tl3"
+    timeout 110 bash dev/probes/timeline_sparse.sh "$OUT/p89_tl3" > "$OUT/p89_tl3/run.log" 2>&1
+    rc[timeline_wg3]=$?; tail -44 "$OUT/p89_tl3/run.log"; tar_dirs p89_tl3
   fi
   if [ -n "${TL_LIB2:-}" ] && [ "$(left)" -gt 100 ]; then  # level 2 (the key loop's wait sums), tile3d only
     TL_LEVEL=2 TL_LIB=$TL_LIB2 TL_SHAPES=sparse:64:tile3d timeout 60 bash dev/probes/timeline_sparse.sh \
@@ -1283,7 +1284,8 @@ P89)
   mkdir -p "$OUT/p89_var"
   [ "$(left)" -gt 60 ] && gpu_pytest p89_var/gpu_sparse.log $(( $(left) - 30 < 90 ? $(left) - 30 : 90 )) gpu_sparse \
     tests/test_sparse_gpu.py tests/test_sparse.py
-  [ "$(left)" -gt 50 ] && sparse_bench_into p89_var var $(( $(left) - 10 )) --head-dims 64 --rounds 4 --budget-s 3
+  [ "$(left)" -gt 50 ] && sparse_bench_into p89_var var $(( $(left) - 10 )) --head-dims 64 \
+    --masks band tile3d full scattered --rounds 4 --budget-s 3
   tar_dirs p89_var
   ;;
 P88)
@@ -1303,15 +1305,21 @@ P88)
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
   echo "the three patches, D=64 on three warpgroups"
   sparse_bench_into p88_var var 200 --rounds 4 --budget-s 3; tar_dirs p88_var
+  # (each log inside its step's folder: with the packed folders, env and build, at most 8 files come back)
   if [ -n "${TL_LIB:-}" ] && [ "$(left)" -gt 40 ]; then
-    timeout $(( $(left) - 15 )) bash dev/probes/timeline_sparse.sh "$OUT/p88_tl3" > "$OUT/p88_tl3.log" 2>&1
-    rc[timeline_wg3]=$?; tail -40 "$OUT/p88_tl3.log"; tar_dirs p88_tl3
+    mkdir -p "$OUT/p88_tl3"
+    timeout $(( $(left) - 15 )) bash dev/probes/timeline_sparse.sh "$OUT/p88_tl3" > "$OUT/p88_tl3/run.log" 2>&1
+    rc[timeline_wg3]=$?; tail -40 "$OUT/p88_tl3/run.log"; tar_dirs p88_tl3
   fi
   if [ -n "${TL_LIB:-}" ] && [ "$(left)" -gt 30 ]; then
+    mkdir -p "$OUT/p88_tl2"
     VIDATTN_SPARSE_D64_WARPGROUPS=2 TL_SHAPES=sparse:64:tile3d timeout $(( $(left) - 10 )) \
-      bash dev/probes/timeline_sparse.sh "$OUT/p88_tl2" > "$OUT/p88_tl2.log" 2>&1; rc[timeline_wg2]=$?
-    tail -16 "$OUT/p88_tl2.log"; tar_dirs p88_tl2
+      bash dev/probes/timeline_sparse.sh "$OUT/p88_tl2" > "$OUT/p88_tl2/run.log" 2>&1; rc[timeline_wg2]=$?
+    tail -16 "$OUT/p88_tl2/run.log"; tar_dirs p88_tl2
   fi
+  # the candidate's block-sparse kernel with every block kept, beside the dense kernel: its loop's cost a key block
+  [ "$(left)" -gt 70 ] && { sparse_bench_into p88_full full $(( $(left) - 10 )) --head-dims 64 --masks full --rounds 4 \
+    --budget-s 3; tar_dirs p88_full; }
   ;;
 P87)
   # dev/NOTES.md "Call P87": sparse_bench.py on the tree as it is, then both block-sparse experiment patches with

@@ -314,7 +314,7 @@ def test_timeline_sparse_script_builds_both_units_with_stamps():
     text = (PROBES / "timeline_sparse.sh").read_text()
     assert '-DVIDATTN_DIAG_TIMELINE="$LEVEL" -DVIDATTN_KERNEL_SUBSET="$SUBSET"' in text
     assert "csrc/capi.cu \\\n    csrc/capi_sparse.cu" in text and "scripts/nvcc_flags.py" in text
-    assert 'SHAPES="sparse:64:tile3d sparse:64:band sparse:64:scattered"' in text
+    assert 'SHAPES="sparse:64:tile3d sparse:64:band sparse:64:scattered sparse:64:full"' in text
     assert '[[ $SUBSET == 2 ]] && SHAPES="$SHAPES sparse:64:dense"' in text
     hdr = (ROOT / "csrc/sm90/diag_timeline.cuh").read_text()
     assert "static __device__ unsigned long long g_tl_consumer" in hdr
@@ -323,7 +323,8 @@ def test_timeline_sparse_script_builds_both_units_with_stamps():
     capi = (ROOT / "csrc/capi.cu").read_text()
     assert "VIDATTN_KERNEL_SUBSET == 3) return false" in capi and "VIDATTN_KERNEL_SUBSET == 2) return" in capi
     probe = _load("timeline_probe")
-    assert all(probe.is_sparse_key(k) for k in ("sparse:64:tile3d", "sparse:128:band", "sparse:64:dense"))
+    assert all(probe.is_sparse_key(k) for k in ("sparse:64:tile3d", "sparse:128:band", "sparse:64:dense",
+                                                       "sparse:64:full"))
     assert not any(probe.is_sparse_key(k) for k in ("sparse:96:tile3d", "sparse:64:stripes", "seed4k", "sparse:64"))
 
 
@@ -754,6 +755,11 @@ def test_sparse_bench_masks_and_table():
     assert bool(tile[0, 0, 0, 2]) and not bool(tile[0, 0, 0, 3]) and bool(tile[0, 0, 0, 2 * 64 + 2 * 8 + 2])
     with pytest.raises(ValueError, match="tile3d"):
         sb.nabla_like(1, 1, 64 * 100, None, "cpu", kind="tile3d")
+    full = sb.nabla_like(1, 2, 64 * 30, 1.0, "cpu", kind="full")
+    assert full.shape == (1, 2, 30, 30) and bool(full.all())
+    # "full" runs only when named; naming kinds keeps MASKS's order and both scattered densities
+    assert sb.masks(None) == sb.MASKS and sb.masks(["full"]) == (("full", 1.0),)
+    assert sb.masks(["tile3d", "scattered"]) == (("scattered", 0.1), ("scattered", 0.25), ("tile3d", None))
     calls = []
 
     class Old:  # a package before sparse.warpgroups: 128-row tiles, the op without the warpgroup argument
@@ -769,7 +775,7 @@ def test_sparse_bench_masks_and_table():
         tab, fn = sb.sparse_call(pkg, q, q, q, None)
         assert tab == "tab" and callable(fn)
     assert calls == [(), (), (3,)]
-    for bad in (["--once", "96", "band"], ["--once", "64", "causal"]):  # the profiler mode's arguments
+    for bad in (["--once", "96", "band"], ["--once", "64", "causal"], ["--masks", "diagonal"]):
         with pytest.raises(SystemExit) as exc:
             sb.main(bad)
         assert exc.value.code == 2

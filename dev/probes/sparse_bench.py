@@ -8,6 +8,7 @@ whole (unmasked) problem beside them for scale. NABLA-like masks: every 64-row b
     python3 dev/probes/sparse_bench.py --dry-run
     python3 dev/probes/sparse_bench.py --once 64 tile3d    # 4 block-sparse calls at the D=64 shape, for a profiler
     python3 dev/probes/sparse_bench.py --once 64 dense     # 4 dense vidattn calls at that shape
+    python3 dev/probes/sparse_bench.py --masks full --head-dims 64   # the block-sparse kernel with every block kept
 
 Each side's output is checked against flex's before it is timed. Rounds alternate the sides (ABCD then DCBA) and
 each round times back-to-back calls in one span; the table gives per-side medians, the effective TFLOPS of the
@@ -37,6 +38,9 @@ SHAPES = [
 # its window sets (None here): the 64-token blocks are 8 x 8 patches of a latent frame in NABLA's order (frame, patch
 # row, patch column) on a (S / 4096, 8, 8) grid, and each sees the blocks within TILE3D // 2 of it on every axis
 MASKS = (("scattered", 0.1), ("scattered", 0.25), ("band", 0.1), ("tile3d", None))
+# "full": every block kept, asked for by name (--masks full): the block-sparse kernel on the dense problem, so that its
+# time beside "vidattn dense" says what the block-sparse loop costs a key block with no sparsity in the way
+FULL = ("full", 1.0)
 BAND = 8
 TILE3D = 5
 
@@ -49,6 +53,8 @@ def nabla_like(b, h, s, density, device, seed=0, kind="scattered"):
     if kind == "band":
         half = max(0, int(round((density * n - 1) / 2)))
         return ((i[:, None] - i[None, :]).abs() <= half).expand(b, h, n, n).contiguous()
+    if kind == "full":
+        return torch.ones(b, h, n, n, dtype=torch.bool, device=device)
     if kind == "tile3d":
         if n % 64:
             raise ValueError(f"tile3d: {n} blocks are not whole 8 x 8 grids of frames")
@@ -97,6 +103,13 @@ def span_ms(fn, reps):
     return start.elapsed_time(end) / reps
 
 
+def masks(kinds=None):
+    """The (kind, density) rows to run: MASKS, or those of the named kinds (each of MASKS's kinds, or "full")."""
+    if not kinds:
+        return MASKS
+    return tuple(m for m in MASKS + (FULL,) if m[0] in kinds)
+
+
 def run(args) -> dict:
     import torch
     import torch.nn.functional as F
@@ -110,7 +123,7 @@ def run(args) -> dict:
     for name, b, h, s, d in SHAPES:
         if args.head_dims and d not in args.head_dims:
             continue
-        for kind, dens in MASKS:
+        for kind, dens in masks(args.masks):
             torch.manual_seed(0)
             # (B, S, H, D) as a diffusers processor holds them: vidattn reads them as they are, flex and SDPA get the
             # (B, H, S, D) views diffusers' backends hand them
@@ -174,7 +187,7 @@ def run(args) -> dict:
 
 def once(d: int, kind: str, calls: int = 4) -> None:
     """`calls` launches of the block-sparse op (or, kind "dense", of the dense kernel) at the shape of head dim d with
-    the MASKS entry of that kind, and nothing else on the GPU between them: for Nsight Compute's --launch-skip."""
+    the MASKS entry of that kind (or "full"), and nothing else on the GPU between them: for Nsight Compute's --launch-skip."""
     import torch
     import vidattn
     from vidattn import sparse
@@ -184,7 +197,7 @@ def once(d: int, kind: str, calls: int = 4) -> None:
     if kind == "dense":
         call = lambda: vidattn.attention(qs, ks, vs)  # noqa: E731
     else:
-        dens = dict(MASKS)[kind]
+        dens = dict(MASKS + (FULL,))[kind]
         blocks = nabla_like(b, h, s, dens, "cuda", kind=kind)
         _, call = sparse_call(sparse, qs, ks, vs, blocks)
         print(f"{name}, {kind}: kept {sparse.density(blocks, s, s):.3f}", flush=True)
@@ -213,19 +226,22 @@ def main(argv=None) -> int:
     ap.add_argument("--target-ms", type=float, default=20.0)
     ap.add_argument("--budget-s", type=float, default=40.0, help="per shape and density, for the rounds")
     ap.add_argument("--head-dims", type=int, nargs="+", help="only the shapes of these head dims")
+    kinds = sorted({k for k, _ in MASKS + (FULL,)})
+    ap.add_argument("--masks", nargs="+", choices=kinds, help="only the masks of these kinds (default: every kind of "
+                    "MASKS; \"full\", every block kept, only when named)")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--once", nargs=2, metavar=("HEAD_DIM", "MASK"), help="only a few calls, for a profiler (MASK: a "
-                    "kind of MASKS, or dense)")
+                    "kind of MASKS, full, or dense)")
     args = ap.parse_args(argv)
     if args.once:
         d, kind = int(args.once[0]), args.once[1]
-        if d not in {sh[4] for sh in SHAPES} or kind not in {k for k, _ in MASKS} | {"dense"}:
+        if d not in {sh[4] for sh in SHAPES} or kind not in set(kinds) | {"dense"}:
             ap.error(f"--once: head dim one of {sorted({sh[4] for sh in SHAPES})}, mask one of "
-                     f"{sorted({k for k, _ in MASKS} | {'dense'})}")
+                     f"{sorted(set(kinds) | {'dense'})}")
         once(d, kind)
         return 0
     if args.dry_run:
-        print(json.dumps({"shapes": SHAPES, "masks": MASKS, "band": BAND, "rounds": args.rounds}))
+        print(json.dumps({"shapes": SHAPES, "masks": masks(args.masks), "band": BAND, "rounds": args.rounds}))
         return 0
     res = run(args)
     text = table(res)

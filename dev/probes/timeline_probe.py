@@ -253,7 +253,7 @@ def sparse_case(key: str):
     if kind == "dense":  # the dense kernel on the whole problem (capi.cu's rows)
         rec = SimpleNamespace(name=f"{name} dense", b=b, h=h, sq=s, skv=s, d=d)
         return rec, 1.0, lambda: vidattn.attention(qs, ks, vs), None
-    blocks = sparse_bench.nabla_like(b, h, s, dict(sparse_bench.MASKS)[kind], "cuda", kind=kind)
+    blocks = sparse_bench.nabla_like(b, h, s, dict(sparse_bench.MASKS + (sparse_bench.FULL,))[kind], "cuda", kind=kind)
     _, call = sparse_bench.sparse_call(sparse, qs, ks, vs, blocks)
     wgs = sparse_bench.tile_warpgroups(sparse, d)
     rec = SimpleNamespace(name=f"{name} block-sparse {kind}", b=b, h=h, sq=s, skv=s, d=d)
@@ -271,7 +271,7 @@ def copy_error(lib, fn) -> str:
 def is_sparse_key(key: str) -> bool:
     parts = key.split(":")
     return len(parts) == 3 and parts[0] == "sparse" and parts[1] in ("64", "128") and \
-        parts[2] in ("tile3d", "band", "scattered", "dense")
+        parts[2] in ("tile3d", "band", "scattered", "full", "dense")
 
 
 def main(argv: list[str] | None = None):
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None):
     shapes.update({k: Shape(*v, key=k) for k, v in EXTRA_SHAPES.items()})
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shapes", nargs="+",
-                    help=f"{', '.join(sorted(shapes))}, or sparse:64|128:tile3d|band|scattered|dense")
+                    help=f"{', '.join(sorted(shapes))}, or sparse:64|128:tile3d|band|scattered|full|dense")
     ap.add_argument("--launches", type=int, default=8, help="back-to-back launches after the reset (rows: the last)")
     ap.add_argument("--warm-ms", type=float, default=300, help="warm-up time per shape before the reset")
     ap.add_argument("--json", help="write the analysis here")
