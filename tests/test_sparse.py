@@ -119,6 +119,19 @@ def test_block_mask_with_kv_lens_or_causal_raises():
         vidattn.attention(q, q, q, block_mask=bm, causal=True)
 
 
+def test_block_mask_calls_check_the_precision_and_run_exact_at_8bit():
+    """A block-mask call runs the exact block-sparse path at any precision (docs/precision.md), but a precision that
+    is none still raises, as it does without a mask; explain says why 8 bits do not run."""
+    q = torch.randn(1, 64, 1, 64)
+    bm = torch.ones(1, 1, 1, 1, dtype=torch.bool)
+    for fn in (vidattn.attention, vidattn.explain):
+        with pytest.raises(ValueError, match="precision"):
+            fn(q, q, q, block_mask=bm, precision="fp4")
+    exact = vidattn.attention(q, q, q, block_mask=bm)
+    assert torch.equal(vidattn.attention(q, q, q, block_mask=bm, precision="8bit"), exact)
+    assert "block mask" in vidattn.explain(q, q, q, block_mask=bm, precision="8bit")
+
+
 @pytest.mark.parametrize("sq, skv, heads, kv_heads", [(200, 333, 4, 4), (64, 64, 2, 1), (130, 1, 3, 3)])
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 def test_cpu_fallback_matches_fp64_with_empty_rows(sq, skv, heads, kv_heads, layout):

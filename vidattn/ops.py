@@ -525,7 +525,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     precision: ``None`` (the current default: ``"exact"`` unless set by ``vidattn.use_precision``), ``"exact"``, or
         ``"8bit"``: INT8 ``q @ k^T`` and e4m3 ``P @ v`` (vidattn.quant8; not exact: about 4e-2 relative L2 on random
         inputs, SageAttention2's level), for D in {64, 128} on Hopper; other calls run the exact path and warn.
-        Causal calls run the exact path (the 8-bit kernel has no mask; explain says so). Calls with at most
+        Causal and block-mask calls run the exact path (the 8-bit kernel has no mask; explain says so). Calls with at most
         ``vidattn.quant8.short_kv_exact_max(D)`` keys (7680 at D=128, 12288 at D=64) run the exact kernel, which
         measured faster there, and so do grouped K/V at D=64 (``vidattn.quant8.GROUPED_EXACT_HEAD_DIMS``: as fast
         there); at D=128 the 8-bit kernel quantizes each key/value head once for its group (explain says which).
@@ -542,10 +542,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     _validate(q, k, v, layout, scale, kv_lens)
     _check_return_lse(return_lse, "vidattn.attention")
     causal = _causal_code(causal)
+    mode = resolve_precision(precision)  # (checked before the block-mask path, which runs exact at any precision)
     if block_mask is not None:
         _check_block_mask_args(kv_lens, causal, "vidattn.attention")
         return _sparse_call(q, k, v, layout, None if scale is None else float(scale), block_mask, return_lse)
-    eight_bit = resolve_precision(precision) == "8bit" and causal == _ext.CAUSAL_NONE
+    eight_bit = mode == "8bit" and causal == _ext.CAUSAL_NONE
     kv_lens = _prepare_kv_lens(kv_lens, q.device, k.shape[1 if layout == "bshd" else 2])
     scale = None if scale is None else float(scale)
     if _grad_reason(q, k, v) is not None:
