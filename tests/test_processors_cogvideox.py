@@ -167,3 +167,43 @@ def test_gpu_cogvideox_head_dim_64_bf16_takes_kernel_path(monkeypatch):
     if is_hopper():
         assert [c["explain"] for c in spy.calls] == [None, None]
     torch.testing.assert_close(out.float(), expected.float(), atol=5e-2, rtol=5e-2)
+
+
+def test_consisid_main_attention_runs_the_cogvideox_processor_and_perceivers_stay_stock(monkeypatch):
+    """ConsisID (docs/support.md row 14): its blocks' attention is CogVideoX's processor, routed to vidattn's; the face
+    perceivers (PerceiverCrossAttention, a matmul + softmax module and no processor) stay stock. A tiny model with the
+    face branch on: every block's joint attention goes through vidattn.attention, the output equals stock's."""
+    from diffusers import ConsisIDTransformer3DModel
+
+    torch.manual_seed(0)
+    # (LFE_output_dim must be the perceivers' kv width, 2/3 of the 128 inner dim; LFE_depth a multiple of LFE_num_scale)
+    model = ConsisIDTransformer3DModel(
+        num_attention_heads=2, attention_head_dim=64, in_channels=4, out_channels=4, time_embed_dim=16,
+        text_embed_dim=32, num_layers=2, sample_width=8, sample_height=8, sample_frames=9, patch_size=2,
+        max_text_seq_length=TEXT, use_rotary_positional_embeddings=True, is_train_face=True, cross_attn_interval=1,
+        cross_attn_dim_head=16, cross_attn_num_heads=2, LFE_id_dim=24, LFE_vit_dim=16, LFE_depth=5, LFE_dim_head=8,
+        LFE_num_heads=2, LFE_num_id_token=2, LFE_num_querie=4, LFE_output_dim=85, LFE_ff_mult=1, LFE_num_scale=5,
+    ).eval()
+    x, ctx, t, emb = tiny_inputs()
+    g = torch.Generator().manual_seed(2)
+    face = dict(id_cond=torch.randn(2, 24, generator=g), id_vit_hidden=[torch.randn(2, 5, 16, generator=g)] * 5)
+
+    def run():
+        with torch.no_grad():
+            return model(x, ctx, t, image_rotary_emb=emb, **face).sample
+
+    before = attention_processors(model)
+    assert [type(p) for _, _, p in before] == [CogVideoXAttnProcessor2_0] * 2
+    assert len(model.perceiver_cross_attention) == 2
+    expected = run()
+    handle = vidattn.apply(model)
+    assert handle.replaced == ["transformer_blocks.0.attn1", "transformer_blocks.1.attn1"] and handle.skipped == []
+    spy = AttentionSpy(monkeypatch)
+    out = run()
+    assert [(c["q"], c["layout"]) for c in spy.calls] == [((2, 2, TEXT + 48, 64), "bhsd")] * 2
+    with torch.no_grad():  # the face branch (the perceivers) is live in this model: another face moves the output
+        other = model(x, ctx, t, image_rotary_emb=emb, id_cond=-face["id_cond"], id_vit_hidden=face["id_vit_hidden"])
+        assert not torch.allclose(other.sample, out, atol=1e-3)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    assert vidattn.restore(model) == 2
+    assert_restored(model, before)
