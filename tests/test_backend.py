@@ -143,7 +143,7 @@ def test_no_diffusers_gets_a_clear_error(monkeypatch):
     b = backend()
     monkeypatch.setitem(sys.modules, "diffusers", None)
     monkeypatch.setitem(sys.modules, "diffusers.models.attention_dispatch", None)
-    with pytest.raises(RuntimeError, match=r"needs diffusers >= 0\.35 .*\(no diffusers\)"):
+    with pytest.raises(RuntimeError, match=r"needs diffusers >= 0\.42 .*\(no diffusers\)"):
         b.register_backend()
 
 

@@ -72,7 +72,7 @@ def _dispatch_module():
         raise
     except ImportError as exc:
         have = f"diffusers {_diffusers_version()} is installed" if sys.modules.get("diffusers") else "no diffusers"
-        raise RuntimeError(f"the vidattn diffusers backend needs diffusers >= 0.35 with {_DISPATCH} ({have}): "
+        raise RuntimeError(f"the vidattn diffusers backend needs diffusers >= 0.42 with {_DISPATCH} ({have}): "
                            f"{exc}") from exc
     missing = [n for n in ("AttentionBackendName", "_AttentionBackendRegistry") if not hasattr(ad, n)]
     names, registry = getattr(ad, "AttentionBackendName", None), getattr(ad, "_AttentionBackendRegistry", None)
