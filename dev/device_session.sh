@@ -1264,6 +1264,44 @@ P69)
     tests/test_head_dims_variants_gpu.py" old=.build/vcache/libvidattn_sm90-61ea039cf9359cb4.so \
     p64=.build/vcache/libvidattn_sm90-dfed04e1f4a897a3.so
   ;;
+P90)
+  # Why a block-sparse key block costs ~1.5x a dense one even with every block kept (P88: D=64, 3 warpgroups, the
+  # "full" mask 3136 cycles a 192-row block against the dense kernel's ~2240; no K or V ever late): level-1 timelines of
+  # the candidate (three patches applied, as P88), of the candidate with every block at full width
+  # (dev/experiments/diag_sparse_full_steps.patch: the narrowed step paths compiled out), of the dense D=64 kernel with
+  # the fixed reference and with the online softmax, at two and three warpgroups; the candidate's level-2 wait sums;
+  # Nsight Compute on the candidate's full-mask launch and the dense one. The timeline libraries come xz-compressed in
+  # DIAG_DIR (built on the build machine: the names below).
+  apply_sparse_candidate
+  mkdir -p "$OUT/p90" .build/diag_run
+  for f in "$DIAG_DIR"/*.so.xz; do xz -dc "$f" > ".build/diag_run/$(basename "$f" .xz)"; done
+  ls -la .build/diag_run | tee "$OUT/p90/libs.txt"
+  export PYTHONUNBUFFERED=1 VIDATTN_SPARSE_D64_WARPGROUPS=3
+  tl_one() {  # tl_one NAME LIB [VAR=VALUE...] -- SHAPES...
+    local name=$1 lib=$2; shift 2
+    local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+    env "${envs[@]}" VIDATTN_LIBRARY="$PWD/.build/diag_run/$lib" timeout 120 python3 dev/probes/timeline_probe.py "$@" \
+      --json "$OUT/p90/$name.json" > "$OUT/p90/$name.log" 2>&1; rc[tl_$name]=$?
+    echo "== $name"; grep -E "^== sparse|steady [0-9]|late_share|waits_per_iteration_cycles" "$OUT/p90/$name.log"
+  }
+  tl_one cand lib_tl1_s3.so -- sparse:64:full sparse:64:tile3d sparse:64:band
+  tl_one fullsteps fullsteps.so -- sparse:64:full sparse:64:tile3d sparse:64:band
+  for w in 3 2; do
+    tl_one dense_fixed_wg$w dense_fixed.so VIDATTN_D64_WARPGROUPS=$w -- sparse:64:dense
+    tl_one dense_online_wg$w dense_online.so VIDATTN_D64_WARPGROUPS=$w -- sparse:64:dense
+  done
+  tl_one cand_wg2 lib_tl1_s3.so VIDATTN_SPARSE_D64_WARPGROUPS=2 -- sparse:64:full
+  tl_one fullsteps_wg2 fullsteps.so VIDATTN_SPARSE_D64_WARPGROUPS=2 -- sparse:64:full
+  tl_one cand_level2 lib_tl2_s3.so -- sparse:64:full sparse:64:tile3d
+  if [ "$(left)" -gt 120 ]; then
+    VIDATTN_LIBRARY=$PWD/.build/diag_run/dense_fixed.so ncu_one p90 sparse_full flash_fwd_kernel 2 1 \
+      python3 dev/probes/sparse_bench.py --once 64 full
+    VIDATTN_LIBRARY=$PWD/.build/diag_run/dense_fixed.so VIDATTN_D64_WARPGROUPS=3 ncu_one p90 dense_wg3 flash_fwd_kernel \
+      2 1 python3 dev/probes/sparse_bench.py --once 64 dense
+    rm -f "$OUT"/p90/*.ncu-rep
+  fi
+  tar_dirs p90
+  ;;
 P89)
   # P88 cut to a short budget: the three patches applied (their library 1badfeb043b61ffe in the carried cache), the
   # block-sparse timeline at D=64 with three warpgroups (TL_LIB, TL_SUBSET=3; then level 2 on tile3d with TL_LIB2),
