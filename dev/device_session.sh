@@ -1266,33 +1266,36 @@ P69)
   ;;
 P91)
   # The block-sparse fixed reference (dev/experiments/sparse_fixed_ref.patch, on the three patches: each warpgroup's
-  # reference from its first block with a key, the dense builds' redo past the range; dev/NOTES.md "Call P91"). P90
-  # priced the online softmax at ~20% of a D=64 key block. sparse_bench.py (with the full mask) on the tree, on the
-  # three patches (P88's candidate) and on the four, each its library from LIBS_XZ (xz, unpacked into
-  # VIDATTN_CACHE_DIR); the block-sparse GPU tests on the four; their level-1 timeline (FIXED_TL, xz); the sanitizers.
+  # reference from its first block with a key, the dense builds' redo past the range; dev/NOTES.md "The block-sparse
+  # fixed reference"). P90 priced the online softmax at ~20% of a D=64 key block. sparse_bench.py (with the full mask)
+  # on the three patches (P88's candidate), then on the four with their block-sparse GPU tests and level-1 timeline
+  # (FIXED_TL, xz), then, as the time left allows, on the tree and the sanitizers. The libraries come from LIBS_XZ
+  # (xz, unpacked into VIDATTN_CACHE_DIR).
   mkdir -p "$OUT/p91" "$VIDATTN_CACHE_DIR"
   for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
-  masks=(--masks scattered band tile3d full --rounds 6 --budget-s 4)
-  build_lib
-  sparse_bench_into p91/tree tree 150 "${masks[@]}"
+  masks=(--masks scattered band tile3d full --rounds 4 --budget-s 3)
+  cp -r csrc vidattn tests docs .build/tree_copy 2>/dev/null || { mkdir -p .build/tree_copy && cp -r csrc vidattn tests docs .build/tree_copy/; }
   apply_sparse_candidate p91
   export VIDATTN_SPARSE_D64_WARPGROUPS=3
   build_lib
-  sparse_bench_into p91/cand cand 150 "${masks[@]}"
+  sparse_bench_into p91/cand cand 120 "${masks[@]}"
   patch -p1 --forward < dev/experiments/sparse_fixed_ref.patch || { echo "P91: sparse_fixed_ref does not apply"; exit 2; }
   build_lib
-  gpu_pytest p91/gpu_sparse.log 150 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py tests/test_envelope.py \
+  gpu_pytest p91/gpu_sparse.log 120 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py tests/test_envelope.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
-  sparse_bench_into p91/fixed fixed 150 "${masks[@]}"
-  if [ -n "${FIXED_TL:-}" ]; then
+  sparse_bench_into p91/fixed fixed 120 "${masks[@]}"
+  if [ -n "${FIXED_TL:-}" ] && [ "$(left)" -gt 60 ]; then
     xz -dc "$FIXED_TL" > .build/fixed_tl1.so
-    VIDATTN_LIBRARY=$PWD/.build/fixed_tl1.so timeout 90 python3 dev/probes/timeline_probe.py sparse:64:full \
+    VIDATTN_LIBRARY=$PWD/.build/fixed_tl1.so timeout 60 python3 dev/probes/timeline_probe.py sparse:64:full \
       sparse:64:tile3d sparse:64:band sparse:128:tile3d sparse:128:band --json "$OUT/p91/tl_fixed.json" \
       > "$OUT/p91/tl_fixed.log" 2>&1; rc[tl_fixed]=$?
     grep -E "^== sparse.*ms|steady [0-9]" "$OUT/p91/tl_fixed.log"
   fi
-  [ "$(left)" -gt 200 ] && sparse_sanitize p91
   tar_dirs p91
+  if [ "$(left)" -gt 70 ]; then  # the tree, its sources back
+    rm -rf csrc vidattn tests docs && cp -r .build/tree_copy/* . && unset VIDATTN_SPARSE_D64_WARPGROUPS && build_lib
+    sparse_bench_into p91t/tree tree $(( $(left) - 10 )) "${masks[@]}"; tar_dirs p91t
+  fi
   ;;
 P90)
   # Why a block-sparse key block costs ~1.5x a dense one even with every block kept (P88: D=64, 3 warpgroups, the
