@@ -1274,7 +1274,7 @@ P91)
   mkdir -p "$OUT/p91" "$VIDATTN_CACHE_DIR"
   for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
   masks=(--masks scattered band tile3d full --rounds 4 --budget-s 3)
-  cp -r csrc vidattn tests docs .build/tree_copy 2>/dev/null || { mkdir -p .build/tree_copy && cp -r csrc vidattn tests docs .build/tree_copy/; }
+  rm -rf .build/tree_copy && mkdir -p .build/tree_copy && cp -r csrc vidattn tests docs .build/tree_copy/
   apply_sparse_candidate p91
   export VIDATTN_SPARSE_D64_WARPGROUPS=3
   build_lib
