@@ -1273,7 +1273,7 @@ P91)
   # (xz, unpacked into VIDATTN_CACHE_DIR).
   mkdir -p "$OUT/p91" "$VIDATTN_CACHE_DIR"
   for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
-  masks=(--masks scattered band tile3d full --rounds 4 --budget-s 3)
+  read -ra masks <<< "--masks ${P91_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
   rm -rf .build/tree_copy && mkdir -p .build/tree_copy && cp -r csrc vidattn tests docs .build/tree_copy/
   apply_sparse_candidate p91
   export VIDATTN_SPARSE_D64_WARPGROUPS=3
@@ -1281,7 +1281,7 @@ P91)
   sparse_bench_into p91/cand cand 120 "${masks[@]}"
   patch -p1 --forward < dev/experiments/sparse_fixed_ref.patch || { echo "P91: sparse_fixed_ref does not apply"; exit 2; }
   build_lib
-  gpu_pytest p91/gpu_sparse.log 120 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py tests/test_envelope.py \
+  gpu_pytest p91/gpu_sparse.log 100 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
   sparse_bench_into p91/fixed fixed 120 "${masks[@]}"
   if [ -n "${FIXED_TL:-}" ] && [ "$(left)" -gt 60 ]; then
