@@ -890,3 +890,28 @@ def test_k6sr_forward_dry_run_config_and_tiny_model(capsys, tmp_path):
         out = model(**kw)[0]
     assert stock.shape == (1, 2, 8, 8, 640)
     torch.testing.assert_close(out, stock, atol=2e-4, rtol=2e-3)
+
+
+def test_sass_loops_finds_the_innermost_key_loop(capsys, tmp_path):
+    """dev/tools/sass_loops.py: a backward branch whose body holds HGMMA and MUFU.EX2 is a key loop (counted, smallest
+    first); a loop with either alone, and a forward branch, are not."""
+    tool = load_script(ROOT / "dev" / "tools" / "sass_loops.py", importable=True)
+    lines = ["        /*0000*/                   MOV R1, c[0x0][0x28] ;",
+             "        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ ;",
+             "        /*0020*/                   FMNMX R2, R3, R4, !PT ;",
+             "        /*0030*/                   SHFL.BFLY PT, R5, R2, 0x1, 0x1f ;",
+             "        /*0040*/                   MUFU.EX2 R6, R5 ;",
+             "        /*0050*/              @P0   BRA 0x10 ;",
+             "        /*0060*/                   MUFU.EX2 R7, R6 ;",
+             "        /*0070*/              @P1   BRA 0x60 ;",
+             "        /*0080*/                   BRA 0x0 ;",
+             "        /*0090*/                   BRA 0xa0 ;",
+             "        /*00a0*/                   EXIT ;"]
+    loops = tool.key_loops(tool.parse("\n".join(lines)))
+    assert [(lp.instrs, lp.hgmma, lp.mufu_ex2, lp.branches, lp.shuffles, lp.fmnmx, lp.start, lp.end)
+            for lp in loops] == [(5, 1, 1, 1, 1, 1, 0x10, 0x50), (9, 1, 2, 3, 1, 1, 0x0, 0x80)]
+    sass = tmp_path / "k.sass"
+    sass.write_text("\n".join(lines))
+    assert tool.main([str(sass), "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "2 key loops" in out and "0x10-0x50" in out and "0x0-0x80" not in out
