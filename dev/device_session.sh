@@ -237,6 +237,10 @@
 #                                             # block loaded from further back, no zeroing): TMA at negative rows
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
+#   bash dev/device_session.sh P91 [budget_s] # the block-sparse fixed reference (LIBS_XZ, FIXED_TL): the three patches'
+#                                             # and the four's sparse_bench.py, GPU tests, timeline; the tree last
+#   bash dev/device_session.sh P90 [budget_s] # a block-sparse key block's price: timelines of the candidate, its
+#                                             # full-width diagnostic, dense D=64 fixed and online (DIAG_DIR); ncu
 #   bash dev/device_session.sh P89 [budget_s] # P88 cut short: the patches, the timeline, GPU tests, D=64 bench
 #   bash dev/device_session.sh P88 [budget_s] # P87 without the sanitizers, then the block-sparse timeline (TL_LIB)
 #   bash dev/device_session.sh P87 [budget_s] # the tree's block-sparse kernels, then both experiment patches with the
