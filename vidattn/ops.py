@@ -525,8 +525,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str 
     precision: ``None`` (the current default: ``"exact"`` unless set by ``vidattn.use_precision``), ``"exact"``, or
         ``"8bit"``: INT8 ``q @ k^T`` and e4m3 ``P @ v`` (vidattn.quant8; not exact: about 4e-2 relative L2 on random
         inputs, SageAttention2's level), for D in {64, 128} on Hopper; other calls run the exact path and warn.
-        Causal and block-mask calls run the exact path (the 8-bit kernel has no mask; explain says so). Calls with at most
-        ``vidattn.quant8.short_kv_exact_max(D)`` keys (7680 at D=128, 12288 at D=64) run the exact kernel, which
+        Causal and block-mask calls run the exact path (the 8-bit kernel has no mask; explain says so). Calls with
+        at most ``vidattn.quant8.short_kv_exact_max(D)`` keys (7680 at D=128, 12288 at D=64) run the exact kernel, which
         measured faster there, and so do grouped K/V at D=64 (``vidattn.quant8.GROUPED_EXACT_HEAD_DIMS``: as fast
         there); at D=128 the 8-bit kernel quantizes each key/value head once for its group (explain says which).
 

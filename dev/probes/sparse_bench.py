@@ -41,6 +41,9 @@ MASKS = (("scattered", 0.1), ("scattered", 0.25), ("band", 0.1), ("tile3d", None
 # "full": every block kept, asked for by name (--masks full): the block-sparse kernel on the dense problem, so that its
 # time beside "vidattn dense" says what the block-sparse loop costs a key block with no sparsity in the way
 FULL = ("full", 1.0)
+# every row a run can name (dict(ALL_MASKS)[kind]: the density of a kind's last row)
+ALL_MASKS = MASKS + (FULL,)
+MASK_KINDS = tuple(sorted({k for k, _ in ALL_MASKS}))
 BAND = 8
 TILE3D = 5
 
@@ -107,7 +110,7 @@ def masks(kinds=None):
     """The (kind, density) rows to run: MASKS, or those of the named kinds (each of MASKS's kinds, or "full")."""
     if not kinds:
         return MASKS
-    return tuple(m for m in MASKS + (FULL,) if m[0] in kinds)
+    return tuple(m for m in ALL_MASKS if m[0] in kinds)
 
 
 def run(args) -> dict:
@@ -187,7 +190,7 @@ def run(args) -> dict:
 
 def once(d: int, kind: str, calls: int = 4) -> None:
     """`calls` launches of the block-sparse op (or, kind "dense", of the dense kernel) at the shape of head dim d with
-    the MASKS entry of that kind (or "full"), and nothing else on the GPU between them: for Nsight Compute's --launch-skip."""
+    the ALL_MASKS entry of that kind, and nothing else on the GPU between them: for Nsight Compute's --launch-skip."""
     import torch
     import vidattn
     from vidattn import sparse
@@ -197,7 +200,7 @@ def once(d: int, kind: str, calls: int = 4) -> None:
     if kind == "dense":
         call = lambda: vidattn.attention(qs, ks, vs)  # noqa: E731
     else:
-        dens = dict(MASKS + (FULL,))[kind]
+        dens = dict(ALL_MASKS)[kind]
         blocks = nabla_like(b, h, s, dens, "cuda", kind=kind)
         _, call = sparse_call(sparse, qs, ks, vs, blocks)
         print(f"{name}, {kind}: kept {sparse.density(blocks, s, s):.3f}", flush=True)
@@ -226,18 +229,17 @@ def main(argv=None) -> int:
     ap.add_argument("--target-ms", type=float, default=20.0)
     ap.add_argument("--budget-s", type=float, default=40.0, help="per shape and density, for the rounds")
     ap.add_argument("--head-dims", type=int, nargs="+", help="only the shapes of these head dims")
-    kinds = sorted({k for k, _ in MASKS + (FULL,)})
-    ap.add_argument("--masks", nargs="+", choices=kinds, help="only the masks of these kinds (default: every kind of "
-                    "MASKS; \"full\", every block kept, only when named)")
+    ap.add_argument("--masks", nargs="+", choices=MASK_KINDS, help="only the masks of these kinds (default: every "
+                    "kind of MASKS; \"full\", every block kept, only when named)")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--once", nargs=2, metavar=("HEAD_DIM", "MASK"), help="only a few calls, for a profiler (MASK: a "
                     "kind of MASKS, full, or dense)")
     args = ap.parse_args(argv)
     if args.once:
         d, kind = int(args.once[0]), args.once[1]
-        if d not in {sh[4] for sh in SHAPES} or kind not in set(kinds) | {"dense"}:
+        if d not in {sh[4] for sh in SHAPES} or kind not in MASK_KINDS + ("dense",):
             ap.error(f"--once: head dim one of {sorted({sh[4] for sh in SHAPES})}, mask one of "
-                     f"{sorted(set(kinds) | {'dense'})}")
+                     f"{sorted(MASK_KINDS + ('dense',))}")
         once(d, kind)
         return 0
     if args.dry_run:

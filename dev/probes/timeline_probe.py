@@ -7,10 +7,11 @@
     timeout 300 bash dev/probes/timeline_sparse.sh $OUT/tls   # the block-sparse kernels (sparse:64:tile3d, ...)
 
 Shapes: the anchors' keys, EXTRA_SHAPES (d256_1k, d128_1k, d192_1k, d256_8k, d256_32k), and sparse:D:MASK, the
-block-sparse op at dev/probes/sparse_bench.py's shape of head dim D with its MASK (tile3d, band, scattered), which
-needs a library whose block-sparse kernels are the timed ones (dev/probes/timeline_sparse.sh). The last lines printed are, per shape, the tile's
-period cut at every stamp (TILE_ROWS) in microseconds per tile and as a share of the period, per consumer warpgroup,
-converted at the SM clock the stamps ran at (clock64 against %globaltimer, read together by the producer per tile).
+block-sparse op at dev/probes/sparse_bench.py's shape of head dim D with its MASK (tile3d, band, scattered, full),
+which needs a library whose block-sparse kernels are the timed ones (dev/probes/timeline_sparse.sh). The last lines
+printed are, per shape, the tile's period cut at every stamp (TILE_ROWS) in microseconds per tile and as a share
+of the period, per consumer warpgroup, converted at the SM clock the stamps ran at (clock64 against %globaltimer,
+read together by the producer per tile).
 
 A timeline build (csrc/sm90/diag_timeline.cuh) stamps each consumer warpgroup's tile at: entry, Q landed, K_0 landed,
 S_0 retired, the third and the last key iterations begun, last V landed, last P V retired, epilogue issued; the producer stamps when it starts to wait for Q's
@@ -38,6 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sparse_bench  # noqa: E402 - the block-sparse shapes and masks (no torch at import)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # bench_kernel's inputs
 
 # csrc/sm90/diag_timeline.cuh
@@ -242,7 +245,6 @@ def sparse_case(key: str):
     import torch
     from types import SimpleNamespace
 
-    import sparse_bench
     import vidattn
     from vidattn import sparse
 
@@ -253,7 +255,7 @@ def sparse_case(key: str):
     if kind == "dense":  # the dense kernel on the whole problem (capi.cu's rows)
         rec = SimpleNamespace(name=f"{name} dense", b=b, h=h, sq=s, skv=s, d=d)
         return rec, 1.0, lambda: vidattn.attention(qs, ks, vs), None
-    blocks = sparse_bench.nabla_like(b, h, s, dict(sparse_bench.MASKS + (sparse_bench.FULL,))[kind], "cuda", kind=kind)
+    blocks = sparse_bench.nabla_like(b, h, s, dict(sparse_bench.ALL_MASKS)[kind], "cuda", kind=kind)
     _, call = sparse_bench.sparse_call(sparse, qs, ks, vs, blocks)
     wgs = sparse_bench.tile_warpgroups(sparse, d)
     rec = SimpleNamespace(name=f"{name} block-sparse {kind}", b=b, h=h, sq=s, skv=s, d=d)
@@ -271,7 +273,7 @@ def copy_error(lib, fn) -> str:
 def is_sparse_key(key: str) -> bool:
     parts = key.split(":")
     return len(parts) == 3 and parts[0] == "sparse" and parts[1] in ("64", "128") and \
-        parts[2] in ("tile3d", "band", "scattered", "full", "dense")
+        parts[2] in sparse_bench.MASK_KINDS + ("dense",)
 
 
 def main(argv: list[str] | None = None):

@@ -19,6 +19,7 @@ from pathlib import Path
 Loop = namedtuple("Loop", "instrs hgmma mufu_ex2 branches shuffles fmnmx start end")
 _INSTR = re.compile(r"/\*([0-9a-f]{4,6})\*/\s+(.*?);")
 _BRA = re.compile(r"\bBRA\b.*?(0x[0-9a-f]+)")
+_BRA_OP = re.compile(r"\bBRA\b")
 
 
 def parse(text: str) -> list[tuple[int, str]]:
@@ -32,14 +33,14 @@ def key_loops(ins: list[tuple[int, str]]) -> list[Loop]:
     out = []
     for i, (a, text) in enumerate(ins):
         m = _BRA.search(text)
-        if not m or int(m.group(1), 16) >= a or int(m.group(1), 16) not in at:
+        target = int(m.group(1), 16) if m else a
+        if target >= a or target not in at:
             continue
-        body = [t for _, t in ins[at[int(m.group(1), 16)]:i + 1]]
+        body = [t for _, t in ins[at[target]:i + 1]]
         n_hg, n_mu = sum("HGMMA" in t for t in body), sum("MUFU.EX2" in t for t in body)
         if n_hg and n_mu:
-            out.append(Loop(len(body), n_hg, n_mu, sum(bool(re.search(r"\bBRA\b", t)) for t in body),
-                            sum("SHFL" in t for t in body), sum("FMNMX" in t for t in body),
-                            int(m.group(1), 16), a))
+            out.append(Loop(len(body), n_hg, n_mu, sum(bool(_BRA_OP.search(t)) for t in body),
+                            sum("SHFL" in t for t in body), sum("FMNMX" in t for t in body), target, a))
     return sorted(out)
 
 
