@@ -238,7 +238,8 @@
 #                                             # (dev/probes/tma_negative_rows.cu), its tests, sanitizer cases,
 #                                             # kv_lens_ab.py old / the zeroing / this, the whole GPU suite
 #   bash dev/device_session.sh P91 [budget_s] # the block-sparse fixed reference (LIBS_XZ, FIXED_TL): the three patches'
-#                                             # and the four's sparse_bench.py, GPU tests, timeline; the tree last
+#                                             # and the four's sparse_bench.py, GPU tests, timeline; the fifth
+#                                             # (sparse_fixed_ref_cols) if time allows; the tree last
 #   bash dev/device_session.sh P90 [budget_s] # a block-sparse key block's price: timelines of the candidate, its
 #                                             # full-width diagnostic, dense D=64 fixed and online (DIAG_DIR); ncu
 #   bash dev/device_session.sh P89 [budget_s] # P88 cut short: the patches, the timeline, GPU tests, D=64 bench
@@ -1273,8 +1274,8 @@ P91)
   # reference from its first block with a key, the dense builds' redo past the range; dev/NOTES.md "The block-sparse
   # fixed reference"). P90 priced the online softmax at ~20% of a D=64 key block. sparse_bench.py (with the full mask)
   # on the three patches (P88's candidate), then on the four with their block-sparse GPU tests and level-1 timeline
-  # (FIXED_TL, xz), then, as the time left allows, on the tree and the sanitizers. The libraries come from LIBS_XZ
-  # (xz, unpacked into VIDATTN_CACHE_DIR).
+  # (FIXED_TL, xz), then on the four with sparse_fixed_ref_cols.patch (bench, block-sparse GPU tests), then, as the
+  # time left allows, on the tree. The libraries come from LIBS_XZ (xz, unpacked into VIDATTN_CACHE_DIR).
   mkdir -p "$OUT/p91" "$VIDATTN_CACHE_DIR"
   for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
   read -ra masks <<< "--masks ${P91_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
@@ -1294,6 +1295,14 @@ P91)
       sparse:64:tile3d sparse:64:band sparse:128:tile3d sparse:128:band --json "$OUT/p91/tl_fixed.json" \
       > "$OUT/p91/tl_fixed.log" 2>&1; rc[tl_fixed]=$?
     grep -E "^== sparse.*ms|steady [0-9]" "$OUT/p91/tl_fixed.log"
+  fi
+  # the fifth patch (sparse_fixed_ref_cols: an empty warpgroup's exponentials skipped on the fixed path too; its
+  # library comes in LIBS_XZ as well), if there is time for it and the tree after it
+  if [ -f dev/experiments/sparse_fixed_ref_cols.patch ] && [ "$(left)" -gt 170 ]; then
+    patch -p1 --forward < dev/experiments/sparse_fixed_ref_cols.patch || { echo "P91: the cols patch does not apply"; exit 2; }
+    build_lib
+    sparse_bench_into p91/cols cols 120 "${masks[@]}"
+    gpu_pytest p91/gpu_sparse_cols.log 60 gpu_sparse_cols tests/test_sparse_gpu.py
   fi
   tar_dirs p91
   if [ "$(left)" -gt 70 ]; then  # the tree, its sources back
