@@ -240,8 +240,8 @@
 #   bash dev/device_session.sh P91 [budget_s] # the block-sparse fixed reference (LIBS_XZ, FIXED_TL): the three patches'
 #                                             # and the four's sparse_bench.py, GPU tests, timeline; the fifth
 #                                             # (sparse_fixed_ref_cols) if time allows; the tree last
-#   bash dev/device_session.sh P92 [budget_s] # land-sparse2 (LAND_DIR, LIBS_XZ): D=64 at two and three warpgroups,
-#                                             # both head dims, its block-sparse GPU tests; the tree last
+#   bash dev/device_session.sh P92 [budget_s] # land-sparse2 (LAND_DIR, LIBS_XZ): D=64 at two warpgroups, its
+#                                             # block-sparse GPU tests, the tree at D=64, three warpgroups last
 #   bash dev/device_session.sh P90 [budget_s] # a block-sparse key block's price: timelines of the candidate, its
 #                                             # full-width diagnostic, dense D=64 fixed and online (DIAG_DIR); ncu
 #   bash dev/device_session.sh P89 [budget_s] # P88 cut short: the patches, the timeline, GPU tests, D=64 bench
@@ -1315,9 +1315,9 @@ P91)
 P92)
   # After P91 (dev/NOTES.md "Call P91"): the four patches won at D=128 and on D=64's band and full masks, lost on
   # D=64's tile3d and scattered at three warpgroups. land-sparse2's tree (LAND_DIR: its csrc, vidattn and tests,
-  # carried; csrc the four patches, library 69383bcfe65e0485 in LIBS_XZ): sparse_bench.py at D=64 with two and with
-  # three warpgroups, both head dims at the default; its block-sparse GPU tests (the dense suite's max bound now);
-  # then the tree (its library in LIBS_XZ) on both head dims.
+  # carried; csrc the four patches, library 69383bcfe65e0485 in LIBS_XZ): sparse_bench.py at D=64 with two
+  # warpgroups; its block-sparse GPU tests (the dense suite's max bound now); the tree (its library in LIBS_XZ) at
+  # D=64; then, as time allows, land-sparse2 at D=64 with three warpgroups again.
   mkdir -p "$OUT/p92" "$VIDATTN_CACHE_DIR"
   for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
   read -ra masks <<< "--masks ${P92_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
@@ -1325,13 +1325,18 @@ P92)
   rm -rf csrc vidattn tests && cp -r "$LAND_DIR"/csrc "$LAND_DIR"/vidattn "$LAND_DIR"/tests .
   build_lib
   VIDATTN_SPARSE_D64_WARPGROUPS=2 sparse_bench_into p92/land_wg2 land_wg2 90 --head-dims 64 "${masks[@]}"
-  sparse_bench_into p92/land land 120 "${masks[@]}"
   gpu_pytest p92/gpu_sparse.log 100 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
   tar_dirs p92
-  if [ "$(left)" -gt 60 ]; then  # the tree, its sources back
+  if [ "$(left)" -gt 50 ]; then  # the tree (two warpgroups), its sources back, then the three-warpgroup run again
+    rm -rf .build/land_copy && mkdir -p .build/land_copy && cp -r csrc vidattn tests .build/land_copy/
     rm -rf csrc vidattn tests && cp -r .build/tree_copy/* . && build_lib
-    sparse_bench_into p92t/tree tree $(( $(left) - 10 )) "${masks[@]}"; tar_dirs p92t
+    sparse_bench_into p92t/tree tree 90 --head-dims 64 "${masks[@]}"; tar_dirs p92t
+  fi
+  if [ "$(left)" -gt 50 ]; then
+    rm -rf csrc vidattn tests && cp -r .build/land_copy/* . && build_lib
+    VIDATTN_SPARSE_D64_WARPGROUPS=3 sparse_bench_into p92w/land_wg3 land_wg3 $(( $(left) - 10 )) --head-dims 64 \
+      "${masks[@]}"; tar_dirs p92w
   fi
   ;;
 P90)
