@@ -1317,7 +1317,7 @@ P92)
   # D=64's tile3d and scattered at three warpgroups. land-sparse2's tree (LAND_DIR: its csrc, vidattn and tests,
   # carried; csrc the four patches, library 69383bcfe65e0485 in LIBS_XZ): sparse_bench.py at D=64 with two
   # warpgroups; its block-sparse GPU tests (the dense suite's max bound now); the tree (its library in LIBS_XZ) at
-  # D=64; then, as time allows, land-sparse2 at D=64 with three warpgroups again.
+  # D=64; then, as time allows, land-sparse2's sanitizer cases at two warpgroups and its D=64 bench at three again.
   mkdir -p "$OUT/p92" "$VIDATTN_CACHE_DIR"
   for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
   read -ra masks <<< "--masks ${P92_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
@@ -1333,8 +1333,11 @@ P92)
     rm -rf csrc vidattn tests && cp -r .build/tree_copy/* . && build_lib
     sparse_bench_into p92t/tree tree 90 --head-dims 64 "${masks[@]}"; tar_dirs p92t
   fi
+  [ "$(left)" -gt 50 ] && { rm -rf csrc vidattn tests && cp -r .build/land_copy/* . && build_lib; }
+  if [ "$(left)" -gt 140 ]; then  # land-sparse2's sanitizer cases at two warpgroups (memcheck, racecheck)
+    mkdir -p "$OUT/p92s"; VIDATTN_SPARSE_D64_WARPGROUPS=2 sparse_sanitize p92s; tar_dirs p92s
+  fi
   if [ "$(left)" -gt 50 ]; then
-    rm -rf csrc vidattn tests && cp -r .build/land_copy/* . && build_lib
     VIDATTN_SPARSE_D64_WARPGROUPS=3 sparse_bench_into p92w/land_wg3 land_wg3 $(( $(left) - 10 )) --head-dims 64 \
       "${masks[@]}"; tar_dirs p92w
   fi
