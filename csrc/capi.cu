@@ -16,7 +16,7 @@
 
 namespace vidattn {
 // The block-sparse launch, defined in capi_sparse.cu. A build of capi.cu alone (the developer scripts' single-file
-// builds) links this weak stand-in instead, and lacks vidattn_sm90_sparse_tile too, so vidattn/sparse.py never sends
+// builds) links this weak stand-in instead, and lacks vidattn_sm90_sparse_layout too, so vidattn/sparse.py never sends
 // it a block-sparse call.
 __attribute__((weak)) int sparse_launch(const VidattnFwdArgs&, cudaStream_t, int, std::string* err) {
   *err = "this library was built without csrc/capi_sparse.cu (no block-sparse builds)";
@@ -846,9 +846,9 @@ extern "C" int vidattn_sm90_set_d64_warpgroups(int warpgroups) {
   return 0;
 }
 
-// Block-sparse calls (VidattnFwdArgs::blk_cnt): the D=64 and D=128 builds at 128 x 128 tiles, launched from their own
-// translation unit (capi_sparse.cu says why). The tables are the caller's (vidattn/sparse.py builds them from a block
-// mask); what can be checked without reading them is.
+// Block-sparse calls (VidattnFwdArgs::blk_cnt): the D=64 and D=128 builds at 128 x 128 tiles (D=64 also at 192 x 128,
+// blk_wgs 3), launched from their own translation unit (capi_sparse.cu says why). The tables are the caller's
+// (vidattn/sparse.py builds them from a block mask); what can be checked without reading them is.
 static int fwd_sparse(const VidattnFwdArgs* a, cudaStream_t s, int sms) {
   using namespace vidattn::sm90;
   if (a->blk_list == nullptr) return fail("block-sparse: blk_list is null");
@@ -859,10 +859,12 @@ static int fwd_sparse(const VidattnFwdArgs* a, cudaStream_t s, int sms) {
     return fail("block-sparse: blk_stride must be at least ceil(seqlen_kv / 128) key blocks (and at most 2^24)");
   if (reinterpret_cast<uintptr_t>(a->blk_list) % 8 != 0 || reinterpret_cast<uintptr_t>(a->blk_cnt) % 4 != 0)
     return fail("block-sparse: blk_list must be 8-byte and blk_cnt 4-byte aligned");
+  if (a->blk_wgs != 0 && a->blk_wgs != 2 && !(a->blk_wgs == 3 && a->head_dim == 64))
+    return fail("block-sparse: blk_wgs must be 0 or 2, or 3 at head dim 64");
   std::string err;
   if (vidattn::sparse_launch(*a, s, sms, &err) != 0) return fail(err);
   g_last_block_n = kSparseTileN;
-  g_last_q_box_rows = kSparseTileM;
+  g_last_q_box_rows = a->blk_wgs == 3 ? 64 * 3 : kSparseTileM;
   g_last_cluster_ctas = 1;
   return 0;
 }

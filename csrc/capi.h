@@ -33,20 +33,31 @@ typedef struct VidattnFwdArgs {
   // pass 0. The 8-bit entry (vidattn_q8_fwd) refuses anything but 0.
   int32_t causal;
   // Block-sparse attention (flash_fwd.cuh, kSparse), or NULL for dense: the mask in 64 x 64 blocks of (query rows,
-  // keys), given per tile of 128 rows (vidattn_sm90_sparse_tile: tile t = (batch * heads + head) * ceil(Sq / 128) +
-  // row block) as blk_cnt[t] entries blk_list[2 * (t * blk_stride + j) + {0, 1}] = {key block of 128 keys, bits}, the
-  // key blocks ascending and each below ceil(Skv / 128), bit 2 w + c set where the tile's w-th 64 rows see the block's
-  // c-th 64 keys. Head dims 64 and 128 (exactly), no kv_lens, not causal; rows that see no key get O = 0 and LSE
-  // -inf. Last in the struct so that callers predating it pass NULL.
+  // keys), given per tile of 128 rows, or 192 with blk_wgs 3 (vidattn_sm90_sparse_layout: tile t = (batch * heads +
+  // head) * ceil(Sq / tile rows) + row block) as blk_cnt[t] entries blk_list[2 * (t * blk_stride + j) + {0, 1}] =
+  // {first key / 64, bits} of key blocks of 128 keys, each starting at a multiple of 64 keys below Skv, ascending,
+  // at most ceil(Skv / 128) of them (entries past that are not read); bit 2 w + c set where the tile's w-th 64 rows
+  // see the block's c-th 64 keys, no (row, key) pair named twice. Head dims 64 and 128 (exactly), no kv_lens, not
+  // causal; rows that see no key get O = 0 and LSE -inf. Last in the struct so that callers predating it pass NULL.
   const int32_t* blk_cnt;
   const int32_t* blk_list;
   int64_t blk_stride;
+  // The consumer warpgroups a block-sparse tile has, each its own 64 rows: 0 or 2 (128-row tiles), or 3 at head dim
+  // 64 (192-row tiles, bits 2 w + c for w < 3; vidattn_sm90_sparse_warpgroups). The tables must be built for it. Last
+  // in the struct so that callers predating it pass 0.
+  int32_t blk_wgs;
 } VidattnFwdArgs;
 
 // Launches on `stream` (a cudaStream_t). Returns 0 on success; otherwise vidattn_sm90_last_error() says why.
 int vidattn_sm90_fwd(const VidattnFwdArgs* args, void* stream);
-// The block-sparse layout (VidattnFwdArgs::blk_cnt): rows and keys of a tile and of a key block, and of a mask block.
-int vidattn_sm90_sparse_tile(int32_t* tile_m, int32_t* tile_n, int32_t* block);
+// The block-sparse layout (VidattnFwdArgs::blk_cnt): rows and keys of a tile (the two-warpgroup tile's; 192 rows
+// with blk_wgs 3) and of a key block, of a mask block, and the unit of an entry's first key.
+// (vidattn_sm90_sparse_tile, without the unit, was the layout of key blocks counted in 128 keys: a library that has
+// only it reads the tables differently.)
+int vidattn_sm90_sparse_layout(int32_t* tile_m, int32_t* tile_n, int32_t* block, int32_t* key_unit);
+// The consumer warpgroup counts of a head dim's block-sparse builds, as bits (bit w set: VidattnFwdArgs::blk_wgs = w
+// runs; blk_wgs 0 means 2); 0 for a head dim without them.
+int vidattn_sm90_sparse_warpgroups(int32_t head_dim);
 const char* vidattn_sm90_last_error(void);
 // Head dim 64 only: force the consumer warpgroup count of later launches (2 or 3), or 0 for the launcher's choice
 // by shape (the default). For tests and A/B timing; returns 0, or 1 for any other value (nothing changes).

@@ -17,12 +17,12 @@ namespace vidattn {
 
 namespace {
 
-template <int kHeadDim, bool kFp16>
+template <int kHeadDim, int kWGs, bool kFp16>
 int launch_sparse_build(const VidattnFwdArgs& a, cudaStream_t stream, int sms, std::string* err) {
   using namespace vidattn::sm90;
   constexpr int kBN = kSparseTileN | kSparseBuild;
-  using T = FwdTraits<kHeadDim, 2, kBN>;
-  static_assert(T::kSparse && T::kBlockM == kSparseTileM && T::kBlockN == kSparseTileN, "the sparse tables' tile");
+  using T = FwdTraits<kHeadDim, kWGs, kBN>;
+  static_assert(T::kSparse && T::kBlockM == 64 * kWGs && T::kBlockN == kSparseTileN, "the sparse tables' tile");
   FwdParams p{};
   const int64_t kv_heads = grouped_kv_heads(a.heads, a.kv_heads);
   const bool ok = make_tensor_map_4d(&p.tm_q, a.q, kFp16, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_stride,
@@ -49,26 +49,32 @@ int launch_sparse_build(const VidattnFwdArgs& a, cudaStream_t stream, int sms, s
   const int64_t m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   const int64_t tiles = m_blocks * a.heads * a.batch;
   if (tiles > (1ll << 31) - 1) {
-    *err = "too many tiles (batch * heads * ceil(Sq/128) over 2^31)";
+    *err = "too many tiles (batch * heads * ceil(Sq / tile rows) over 2^31)";
     return 1;
   }
   p.num_m_blocks = static_cast<int>(m_blocks);
-  const size_t smem = dynamic_smem_bytes<kHeadDim, 2, kBN>();
-  auto kernel = flash_fwd_kernel<kHeadDim, 2, kBN, kFp16, false, false>;
+  const size_t smem = dynamic_smem_bytes<kHeadDim, kWGs, kBN>();
+  auto kernel = flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, false, false>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) {
     *err = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
     return 1;
   }
-  // One persistent launch (no fixed reference, so no redo marks to bound the tiles of a launch; no tail launch).
-  p.tile_base = 0;
-  p.num_tiles = static_cast<int>(tiles);
-  const int ctas = static_cast<int>(tiles < sms ? tiles : sms);
-  kernel<<<dim3(static_cast<unsigned>(ctas)), T::kThreads, smem, stream>>>(p);
-  e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    *err = std::string("block-sparse kernel launch: ") + cudaGetErrorString(e);
-    return 1;
+  // Persistent launches (no tail launch). With the fixed reference (bf16, VIDATTN_SPARSE_FIXED_REF) a CTA marks at
+  // most 32 * kRedoWords of its tiles for a redo, so a larger problem takes several launches, as in capi.cu.
+  const int64_t per_launch = VIDATTN_SPARSE_FIXED_REF && !kFp16 ? static_cast<int64_t>(sms) * 32 * T::kRedoWords
+                                                                 : tiles;
+  for (int64_t base = 0; base < tiles; base += per_launch) {
+    const int64_t n = tiles - base < per_launch ? tiles - base : per_launch;
+    p.tile_base = static_cast<int>(base);
+    p.num_tiles = static_cast<int>(n);
+    const int ctas = static_cast<int>(n < sms ? n : sms);
+    kernel<<<dim3(static_cast<unsigned>(ctas)), T::kThreads, smem, stream>>>(p);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) {
+      *err = std::string("block-sparse kernel launch: ") + cudaGetErrorString(e);
+      return 1;
+    }
   }
   return 0;
 }
@@ -79,18 +85,30 @@ int launch_sparse_build(const VidattnFwdArgs& a, cudaStream_t stream, int sms, s
 // capi.cu's weak stand-in.)
 int sparse_launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms, std::string* err) {
   const bool fp16 = a.dtype == 1;
+  if (a.head_dim == 64 && a.blk_wgs == 3)
+    return fp16 ? launch_sparse_build<64, 3, true>(a, stream, sms, err)
+                : launch_sparse_build<64, 3, false>(a, stream, sms, err);
   if (a.head_dim == 64)
-    return fp16 ? launch_sparse_build<64, true>(a, stream, sms, err) : launch_sparse_build<64, false>(a, stream, sms, err);
-  return fp16 ? launch_sparse_build<128, true>(a, stream, sms, err) : launch_sparse_build<128, false>(a, stream, sms, err);
+    return fp16 ? launch_sparse_build<64, 2, true>(a, stream, sms, err)
+                : launch_sparse_build<64, 2, false>(a, stream, sms, err);
+  return fp16 ? launch_sparse_build<128, 2, true>(a, stream, sms, err)
+              : launch_sparse_build<128, 2, false>(a, stream, sms, err);
 }
 
 }  // namespace vidattn
 
+// The consumer warpgroup counts of this head dim's block-sparse builds, as bits (bit w: a build with w; capi.h).
+extern "C" int vidattn_sm90_sparse_warpgroups(int32_t head_dim) {
+  if (head_dim == 64) return (1 << 2) | (1 << vidattn::sm90::kSparseWGsD64Max);
+  return head_dim == 128 ? 1 << 2 : 0;
+}
+
 // The block-sparse layout (capi.h): defined here, so that a library built without this file says it has none.
-extern "C" int vidattn_sm90_sparse_tile(int32_t* tile_m, int32_t* tile_n, int32_t* block) {
+extern "C" int vidattn_sm90_sparse_layout(int32_t* tile_m, int32_t* tile_n, int32_t* block, int32_t* key_unit) {
   if (tile_m != nullptr) *tile_m = vidattn::sm90::kSparseTileM;
   if (tile_n != nullptr) *tile_n = vidattn::sm90::kSparseTileN;
   if (block != nullptr) *block = vidattn::sm90::kSparseBlock;
+  if (key_unit != nullptr) *key_unit = vidattn::sm90::kSparseBlock;  // (flash_fwd.cuh, sparse_entry)
   return 0;
 }
 

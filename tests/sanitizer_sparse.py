@@ -4,7 +4,7 @@ does for the dense kernel: no pytest, exit 0 only if every output is right.
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 \\
         python3 tests/sanitizer_sparse.py [--small]
 
-Cases: both head dims, an odd query length (a partial tile) and an odd key length (a partial key block listed in
+Cases: both head dims (D=64 on both of its builds), an odd query length (a partial tile) and an odd key length (a partial key block listed in
 the middle of a tile's list), tiles and block rows with no key, grouped K/V, several tiles per CTA, fp16. The
 reference is computed in float64 on the CPU. Exit codes: 0 all right, 1 a wrong result, 2 no usable GPU or the
 kernel did not run."""
@@ -40,13 +40,15 @@ def reference(q, k, v, blocks, scale):
 
 
 CASES = [
-    # name, batch, heads, kv heads, sq, skv, d, density, dtype
-    ("d64 odd", 1, 2, 2, 333, 700, 64, 0.4, torch.bfloat16),
-    ("d128 odd", 1, 2, 2, 333, 700, 128, 0.4, torch.bfloat16),
-    ("d128 gqa fp16", 2, 4, 2, 200, 450, 128, 0.5, torch.float16),
-    ("d64 many tiles", 1, 8, 8, 1100, 300, 64, 0.3, torch.bfloat16),
+    # name, batch, heads, kv heads, sq, skv, d, density, dtype, D=64 warpgroups (vidattn.sparse.D64_WARPGROUPS)
+    ("d64 odd", 1, 2, 2, 333, 700, 64, 0.4, torch.bfloat16, 2),
+    ("d64 odd 3wg", 1, 2, 2, 333, 700, 64, 0.4, torch.bfloat16, 3),
+    ("d128 odd", 1, 2, 2, 333, 700, 128, 0.4, torch.bfloat16, 2),
+    ("d128 gqa fp16", 2, 4, 2, 200, 450, 128, 0.5, torch.float16, 2),
+    ("d64 many tiles", 1, 8, 8, 1100, 300, 64, 0.3, torch.bfloat16, 2),
+    ("d64 many tiles 3wg", 1, 8, 8, 1100, 300, 64, 0.3, torch.bfloat16, 3),
 ]
-SMALL = {"d64 odd", "d128 odd"}
+SMALL = {"d64 odd", "d64 odd 3wg", "d128 odd"}
 
 
 def main(argv=None) -> int:
@@ -57,8 +59,9 @@ def main(argv=None) -> int:
         print("no CUDA GPU")
         return 2
     import vidattn
+    from vidattn import sparse
     bad = 0
-    for name, b, h, hkv, sq, skv, d, dens, dtype in CASES:
+    for name, b, h, hkv, sq, skv, d, dens, dtype, wgs in CASES:
         if args.small and name not in SMALL:
             continue
         g = torch.Generator().manual_seed(hash(name) % (1 << 31))
@@ -69,6 +72,7 @@ def main(argv=None) -> int:
         blocks[0, 0, 0] = False
         if blocks.shape[2] >= 2:
             blocks[0, -1, :2] = False  # a whole tile without keys
+        sparse.D64_WARPGROUPS = wgs
         scale = 1 / math.sqrt(d)
         want = reference(q, k, v, blocks, scale)
         qc, kc, vc, bc = (t.cuda() for t in (q, k, v, blocks))

@@ -243,8 +243,9 @@ def test_launch_args_carry_the_mode():
     a = _ext.launch_args(q, k, v, out, None, None, 0.25, _ext.CAUSAL_BOTTOM_RIGHT)
     assert a.causal == 2 and a.kv_heads == 2
     assert _ext.launch_args(q, k, v, out, None, None, 0.25).causal == 0  # the 8-bit launch's: no mask
-    # causal follows kv_heads; only the block-sparse tables come after it (tests/test_envelope.py)
-    assert _ext._Args._fields_[-4] == ("causal", __import__("ctypes").c_int32)
+    # causal follows kv_heads; only the block-sparse tables and their tiles' warpgroups come after it
+    # (tests/test_envelope.py)
+    assert _ext._Args._fields_[-5] == ("causal", __import__("ctypes").c_int32)
 
 
 def test_env_switch():

@@ -138,12 +138,14 @@ def test_forward_hands_the_c_abi_the_kv_heads_and_real_head_dim(monkeypatch, lay
 
 def test_abi_fields_are_last_so_older_callers_pass_zero():
     """A caller that fills the block positionally without kv_heads, causal and the block-sparse tables (older tools)
-    leaves them 0: equal heads, no mask, dense. causal came after kv_heads, the tables after causal."""
-    assert _ext._Args._fields_[-5:] == [("kv_heads", ctypes.c_int64), ("causal", ctypes.c_int32),
+    leaves them 0: equal heads, no mask, dense. causal came after kv_heads, the tables after causal, their tiles'
+    warpgroups (0: two) after the tables."""
+    assert _ext._Args._fields_[-6:] == [("kv_heads", ctypes.c_int64), ("causal", ctypes.c_int32),
                                         ("blk_cnt", ctypes.c_void_p), ("blk_list", ctypes.c_void_p),
-                                        ("blk_stride", ctypes.c_int64)]
+                                        ("blk_stride", ctypes.c_int64), ("blk_wgs", ctypes.c_int32)]
     a = _ext._Args()
     assert a.kv_heads == 0 and a.causal == 0 and a.blk_cnt is None and a.blk_list is None and a.blk_stride == 0
+    assert a.blk_wgs == 0
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])

@@ -1,6 +1,7 @@
 """Block-sparse attention without a GPU: the tables the kernel reads, the block-mask forms, the reference path that
 every fallback runs, the argument errors and explain's reasons (vidattn/sparse.py, vidattn/ops.py)."""
 import math
+import warnings
 
 import pytest
 import torch
@@ -30,38 +31,181 @@ def _ref(q, k, v, blocks, scale=None):
 
 
 def test_tables_pairs_blocks_into_tiles_with_their_bits():
-    # 1 x 1, 3 query blocks (two tiles: the second half empty), 5 key blocks (three 128-key blocks)
-    blocks = torch.zeros(1, 1, 3, 5, dtype=torch.bool)
-    blocks[0, 0, 0, 1] = True   # tile 0 rows 0-63, key block 0's second half -> bit 1
+    # 1 x 1, 4 query blocks (two tiles), 6 key blocks (three 128-key blocks)
+    blocks = torch.zeros(1, 1, 4, 6, dtype=torch.bool)
+    # Entries are (first key / 64, bits); a block only the second half of which is needed starts 64 keys later, its
+    # bits moved to the first half.
+    blocks[0, 0, 0, 1] = True   # tile 0 rows 0-63, key block 0's second half -> starts at key 64, bit 0
     blocks[0, 0, 1, 4] = True   # tile 0 rows 64-127, key block 2's first half -> bit 2
     blocks[0, 0, 2, 0] = True   # tile 1 rows 0-63, key block 0 first half -> bit 0
-    blocks[0, 0, 2, 3] = True   # tile 1 rows 0-63, key block 1 second half -> bit 1
+    blocks[0, 0, 2, 3] = True   # tile 1 rows 0-63, key block 1 second half -> starts at key 192, bit 0
+    blocks[0, 0, 2, 5] = True   # tile 1 rows 0-63, key block 2 second half, and rows 64-127 its first half
+    blocks[0, 0, 3, 4] = True   # -> stays at key 256, bits 1 and 2
     t = sparse.tables(blocks)
-    assert t.count.tolist() == [[[2, 2]]]
+    assert t.count.tolist() == [[[2, 3]]]
     assert t.entries.shape == (1, 1, 2, 3, 2) and t.entries.dtype == torch.int32 and t.entries.is_contiguous()
-    assert t.entries[0, 0, 0, :2].tolist() == [[0, 2], [2, 4]]
-    assert t.entries[0, 0, 1, :2].tolist() == [[0, 1], [1, 2]]
+    assert t.entries[0, 0, 0, :2].tolist() == [[1, 1], [4, 4]]
+    assert t.entries[0, 0, 1].tolist() == [[0, 1], [3, 1], [4, 6]]
 
 
-def test_tables_lists_used_blocks_ascending_for_random_masks():
+@pytest.mark.parametrize("wgs", [2, 3])
+def test_tables_lists_used_blocks_ascending_for_random_masks(wgs):
+    """Tiles of `wgs` 64-row blocks (3: D=64's three-warpgroup build, bits 2 w + c for w < 3)."""
     g = torch.Generator().manual_seed(0)
     blocks = torch.rand(2, 3, 9, 13, generator=g) < 0.3
-    t = sparse.tables(blocks)
-    padded = torch.zeros(2, 3, 10, 14, dtype=torch.bool)
+    t = sparse.tables(blocks, wgs)
+    tiles = -(-9 // wgs)
+    assert t.wgs == wgs and t.count.shape == (2, 3, tiles)
+    padded = torch.zeros(2, 3, wgs * tiles, 14, dtype=torch.bool)
     padded[:, :, :9, :13] = blocks
     for b in range(2):
         for h in range(3):
-            for m in range(5):
+            for m in range(tiles):
+                rows = slice(wgs * m, wgs * m + wgs)
                 n = int(t.count[b, h, m])
-                idx = t.entries[b, h, m, :n, 0].tolist()
-                assert idx == sorted(idx)
-                want = [c for c in range(7) if padded[b, h, 2 * m:2 * m + 2, 2 * c:2 * c + 2].any()]
-                assert idx == want
-                for j, c in enumerate(idx):
+                first = t.entries[b, h, m, :n, 0].tolist()
+                assert all(y > x for x, y in zip(first, first[1:]))
+                want = [c for c in range(7) if padded[b, h, rows, 2 * c:2 * c + 2].any()]
+                assert [f // 2 for f in first] == want
+                for j, c in enumerate(want):
                     bits = int(t.entries[b, h, m, j, 1])
-                    for w in range(2):
-                        for s in range(2):
-                            assert bool(bits >> (2 * w + s) & 1) == bool(padded[b, h, 2 * m + w, 2 * c + s])
+                    assert bits < 1 << (2 * wgs)
+                    late = first[j] % 2  # starts at the second half: only first-half bits, the block's own second
+                    for w in range(wgs):
+                        if late:
+                            assert not padded[b, h, wgs * m + w, 2 * c]
+                            assert not bits >> (2 * w + 1) & 1
+                        for s in range(2 - late):
+                            assert bool(bits >> (2 * w + s) & 1) == bool(padded[b, h, wgs * m + w, 2 * c + s + late])
+
+
+def test_the_op_refuses_tables_built_for_another_tile():
+    """Tables for 192-row tiles handed to the op as 128-row ones (or the reverse) would be misread by the kernel: the
+    op checks their tile count against the queries first."""
+    from vidattn import ops
+    q = torch.randn(1, 1000, 2, 64)
+    blocks = torch.ones(1, 1, 16, 16, dtype=torch.bool)
+    for built, said in ((3, 2), (2, 3)):
+        tab = sparse.tables(blocks, built)
+        with pytest.raises(ValueError, match="block-sparse tables for"):
+            ops._sparse_impl(q, q, q, "bshd", None, tab.count, tab.entries, blocks, False, said)
+
+
+@pytest.mark.parametrize("env, want", [(None, 2), ("2", 2), ("3", 3), (" 3 ", 3), ("4", 2)])
+def test_d64_warpgroups_two_by_default_three_when_asked(env, want):
+    """Two warpgroups at D=64 unless VIDATTN_SPARSE_D64_WARPGROUPS says 3 at import (dev/NOTES.md "Call P92": 128-row
+    tiles ran NABLA's sliding-tile and scattered masks faster)."""
+    import os
+    import subprocess
+    import sys
+    e = {k: v for k, v in os.environ.items() if k != "VIDATTN_SPARSE_D64_WARPGROUPS"}
+    if env is not None:
+        e["VIDATTN_SPARSE_D64_WARPGROUPS"] = env
+    out = subprocess.run([sys.executable, "-c", "from vidattn import sparse; print(sparse.warpgroups(64))"],
+                         env=e, capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout.split()
+    assert out[-1] == str(want)
+
+
+def test_tables_refuse_other_warpgroup_counts_and_d64_takes_the_setting(monkeypatch):
+    with pytest.raises(ValueError, match="2 or 3 warpgroups"):
+        sparse.tables(torch.ones(1, 1, 2, 2, dtype=torch.bool), 4)
+    assert sparse.warpgroups(128) == 2 and sparse.warpgroups(64) == sparse.D64_WARPGROUPS
+    monkeypatch.setattr(sparse, "D64_WARPGROUPS", 3)
+    assert sparse.warpgroups(64) == 3 and sparse.warpgroups(128) == 2
+    seen = []
+    real = sparse.tables
+    monkeypatch.setattr(sparse, "tables", lambda blocks, wgs=2: seen.append(wgs) or real(blocks, wgs))
+    for d in (64, 128):  # (on the CPU the tables are built, then the reference path runs them)
+        q = torch.randn(1, 200, 2, d)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", vidattn.VidattnFallbackWarning)
+            out = vidattn.attention(q, q, q, block_mask=torch.ones(1, 1, 4, 4, dtype=torch.bool))
+        assert torch.allclose(out, vidattn.attention(q, q, q), atol=1e-5)
+    assert seen == [3, 2]
+
+
+def _kernel_walk(q, k, v, tab, scale, wgs=2):
+    """A float64 model of the block-sparse consumer's walk (csrc/sm90/flash_fwd.cuh, kSparse): per tile and warpgroup,
+    the list's entries in order (tiles of `wgs` 64-row blocks), each a window of 128 keys from 64 * its first column;
+    the warpgroup's two bits give
+    its 16-key steps (sparse_steps: 1 with no bit, 4 with the first half's only, else the block's own: 8, or for a
+    window reaching past Skv the steps up to Skv where those are at most 5, block_steps at N = 128) and its
+    exponentiated columns (sparse_cols: 0, 64, 128). Score columns no
+    S step wrote are NaN here, so a column the masks (bits, keys past Skv) fail to cover shows; with no exponentials,
+    the one step's P is 0. The max stays -inf until a row meets a key (kKeepNegInf)."""
+    b, h, sq, d = q.shape
+    skv = k.shape[2]
+    sl2 = scale * math.log2(math.e)
+    out = torch.zeros(b, h, sq, d, dtype=torch.float64)
+    lse = torch.full((b, h, sq), float("-inf"), dtype=torch.float64)
+    kp = torch.cat([k.double(), torch.zeros(b, h, 192, d, dtype=torch.float64)], 2)  # TMA's zeros past Skv
+    vp = torch.cat([v.double(), torch.zeros(b, h, 192, d, dtype=torch.float64)], 2)
+    for bi in range(b):
+        for hi in range(h):
+            for t in range(tab.count.shape[-1]):
+                for w in range(wgs):
+                    r0, r1 = 64 * (wgs * t + w), min(sq, 64 * (wgs * t + w) + 64)
+                    if r0 >= r1:
+                        continue
+                    qr = q[bi, hi, r0:r1].double()
+                    m = torch.full((r1 - r0,), float("-inf"), dtype=torch.float64)
+                    l = torch.zeros(r1 - r0, dtype=torch.float64)
+                    o = torch.zeros(r1 - r0, d, dtype=torch.float64)
+                    for j in range(min(int(tab.count[bi, hi, t]), -(-skv // 128))):  # (tile_work's clamp)
+                        first, bits = (int(x) for x in tab.entries[bi, hi, t, j])
+                        kv0, mine = 64 * first, (bits >> (2 * w)) & 3
+                        rest = -(-(skv - kv0) // 16)  # block_steps: a partial block narrows to at most 5 steps
+                        own = 8 if kv0 + 128 <= skv or rest > 5 else rest
+                        steps = 1 if mine == 0 else min(own, 4) if mine == 1 else own
+                        cols = 0 if mine == 0 else 64 if mine == 1 else 128
+                        s = torch.full((r1 - r0, 128), float("nan"), dtype=torch.float64)
+                        s[:, :16 * steps] = qr @ kp[bi, hi, kv0:kv0 + 16 * steps].T
+                        for c in range(2):  # mask_sparse
+                            if not (mine >> c) & 1:
+                                s[:, 64 * c:64 * c + 64] = float("-inf")
+                        if kv0 + 128 > skv:  # mask_keys
+                            s[:, max(0, skv - kv0):] = float("-inf")
+                        mx = torch.maximum(s.amax(-1), m)
+                        ref = torch.where(torch.isinf(mx), torch.zeros_like(mx), mx)
+                        alpha = torch.exp2((m - ref) * sl2)
+                        p = s.clone()
+                        if cols == 0:
+                            p[:, :16] = 0.0
+                        else:
+                            p[:, :cols] = torch.exp2(s[:, :cols] * sl2 - ref[:, None] * sl2)
+                        l = l * alpha + p[:, :cols].sum(-1)
+                        o = o * alpha[:, None] + p[:, :16 * steps] @ vp[bi, hi, kv0:kv0 + 16 * steps]
+                        m = mx
+                    seen = l > 0
+                    out[bi, hi, r0:r1] = torch.where(seen[:, None], o / torch.where(seen, l, 1.0)[:, None], 0.0)
+                    lse[bi, hi, r0:r1] = torch.where(seen, m * scale + torch.log(torch.where(seen, l, 1.0)),
+                                                     float("-inf"))
+    return out, lse
+
+
+@pytest.mark.parametrize("wgs", [2, 3])
+@pytest.mark.parametrize("sq, skv, density", [(300, 1000, 0.3), (256, 1024, 0.15), (130, 777, 0.6)])
+def test_the_kernels_walk_over_the_tables_is_the_masked_softmax(sq, skv, density, wgs):
+    """The tables with late-starting entries, walked as the kernel walks them (_kernel_walk), give the fp64 masked
+    attention: every (row, key) pair the mask names computed once, none it leaves out, no unwritten score column
+    reaching P, rows without keys 0 with LSE -inf. (A model of the kernel's logic; tests/test_sparse_gpu.py runs it.)"""
+    g = torch.Generator().manual_seed(sq + skv)
+    h, d = 2, 16
+    nq, nk = (sq + 63) // 64, (skv + 63) // 64
+    blocks = torch.rand(1, h, nq, nk, generator=g) < density
+    blocks[0, 0, 0] = False  # a row block without keys
+    blocks[0, 1, :, 1::2] |= torch.rand(nq, nk // 2, generator=g) < 0.5  # second halves: late-starting entries
+    q, k, v = (torch.randn(1, h, n, d, generator=g, dtype=torch.float64) for n in (sq, skv, skv))
+    tab = sparse.tables(blocks, wgs)
+    assert bool((tab.entries[..., 0] % 2 == 1).any())
+    got, got_lse = _kernel_walk(q, k, v, tab, 0.25, wgs)
+    want, want_lse = _ref(q, k, v, blocks, 0.25)
+    assert torch.isfinite(got).all()
+    assert torch.allclose(got, want, atol=1e-12, rtol=1e-10)
+    assert torch.equal(torch.isinf(got_lse), torch.isinf(want_lse))
+    fin = ~torch.isinf(want_lse)
+    assert torch.allclose(got_lse[fin], want_lse[fin].double(), atol=1e-10)
 
 
 def _flex_block_mask(dense_blocks, block=64, mask_mod=None):
@@ -172,7 +316,24 @@ def test_explain_names_the_block_mask_and_the_head_dim():
 
 
 def test_library_reason_for_an_old_library():
-    assert "predates block-sparse" in sparse.library_reason(object())
+    assert "predates this package's block-sparse tables" in sparse.library_reason(object())
+
+    class FirstTables:  # the first block-sparse libraries: key blocks counted in 128 keys, a layout call of 3 outputs
+        def vidattn_sm90_sparse_tile(self, *a):
+            raise AssertionError("read as this package's layout")
+    assert "predates this package's block-sparse tables" in sparse.library_reason(FirstTables())
+
+    class TwoOnly:  # 64-key entries, 128-row tiles only (no vidattn_sm90_sparse_warpgroups)
+        def vidattn_sm90_sparse_layout(self, m, n, blk, unit):
+            m._obj.value, n._obj.value, blk._obj.value, unit._obj.value = 128, 128, 64, 64
+    assert sparse.library_reason(TwoOnly()) is None and sparse.library_reason(TwoOnly(), 2, 64) is None
+    assert "no block-sparse build with 3 warpgroups at head dim 64" in sparse.library_reason(TwoOnly(), 3, 64)
+
+    class Both(TwoOnly):
+        def vidattn_sm90_sparse_warpgroups(self, d):
+            return 0b1100 if d == 64 else 0b100
+    assert sparse.library_reason(Both(), 3, 64) is None
+    assert "3 warpgroups at head dim 128" in sparse.library_reason(Both(), 3, 128)
 
 
 def test_density_counts_clipped_blocks():
@@ -203,10 +364,11 @@ def test_sparse_builds_live_in_a_translation_unit_of_their_own():
     root = Path(__file__).resolve().parent.parent
     capi = (root / "csrc/capi.cu").read_text()
     unit = (root / "csrc/capi_sparse.cu").read_text()
-    assert "kSparseBuild" not in capi and "flash_fwd_kernel<kHeadDim, 2, kBN, kFp16, false, false>" in unit
+    assert "kSparseBuild" not in capi and "flash_fwd_kernel<kHeadDim, kWGs, kBN, kFp16, false, false>" in unit
     assert "__attribute__((weak)) int sparse_launch(" in capi and "int sparse_launch(" in unit
     # the layout entry point only where the builds are, so a capi.cu-only library reports none (library_reason)
-    assert 'extern "C" int vidattn_sm90_sparse_tile(' in unit and "vidattn_sm90_sparse_tile(" not in capi
+    assert 'extern "C" int vidattn_sm90_sparse_layout(' in unit and "vidattn_sm90_sparse_layout(" not in capi
+    assert 'extern "C" int vidattn_sm90_sparse_warpgroups(' in unit and "vidattn_sm90_sparse_warpgroups(" not in capi
     assert _csrc.ENTRIES == ("capi.cu", "capi_sparse.cu") and _csrc.ENTRY == _csrc.ENTRIES[0]
     assert "ENTRIES" in (root / "scripts/ci_kernel_check.sh").read_text()
     src = (root / "vidattn/_ext.py").read_text()
@@ -238,5 +400,5 @@ def test_forward_refuses_tables_a_library_cannot_read():
 
     q = torch.zeros(1, 128, 1, 64, dtype=torch.bfloat16)
     tab = sparse.tables(torch.ones(1, 1, 2, 2, dtype=torch.bool))
-    with pytest.raises(_ext.KernelLaunchError, match="predates block-sparse"):
+    with pytest.raises(_ext.KernelLaunchError, match="predates this package's block-sparse"):
         _ext.forward(q, q, q, torch.empty_like(q), None, None, 0.125, lib=Old(), sparse=tab)

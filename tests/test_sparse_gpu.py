@@ -22,10 +22,19 @@ if hopper_skip_reason() is not None:
 
 import torch.nn.functional as F  # noqa: E402
 
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 import vidattn  # noqa: E402
 from vidattn import _ext, sparse  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.accuracy import fa_atol  # noqa: E402  (FlashAttention's absolute term, as in tests/test_kernel_gpu.py)
+
 DEV = "cuda"
+# max |err| <= K_ERR x SDPA's + fa_atol + FLOOR, the dense suite's bound (tests/test_kernel_gpu.py's docstring says
+# why): with the fixed reference a row's largest p is no longer exactly 1, so a key that dominates its row carries
+# bf16's rounding in its weight, which SDPA's running max spares; its relative L2 stays SDPA's (checked below).
 K_ERR, FLOOR = 2.0, 2e-5
 
 
@@ -83,7 +92,9 @@ def check(qh, kh, vh, blocks, seed, layout="bshd", scale=None, strided=None):
     vsdpa = vh.repeat_interleave(h // vh.shape[1], 1)
     sdpa = F.scaled_dot_product_attention(qh, ksdpa, vsdpa, attn_mask=mask, scale=sc)
     serr = (sdpa.double() - want).abs().masked_fill(empty.unsqueeze(-1), 0).nan_to_num(0)
-    assert err.max() <= K_ERR * serr.max() + FLOOR, f"max err {err.max():.3e} vs SDPA {serr.max():.3e}, seed {seed}"
+    atol = fa_atol(want[~empty], got.dtype) if bool((~empty).any()) else 0.0
+    assert err.max() <= K_ERR * serr.max() + atol + FLOOR, \
+        f"max err {err.max():.3e} vs SDPA {serr.max():.3e} (+ {atol:.1e}), seed {seed}"
     rel = err.norm() / want.norm().clamp_min(1e-30)
     srel = serr.norm() / want.norm().clamp_min(1e-30)
     assert rel <= 1.5 * srel + 1e-6, f"rel L2 {rel:.3e} vs SDPA {srel:.3e}, seed {seed}"
@@ -92,9 +103,20 @@ def check(qh, kh, vh, blocks, seed, layout="bshd", scale=None, strided=None):
     return got
 
 
+@pytest.fixture(params=[2, 3], ids=["wg2", "wg3"])
+def d64_wgs(request, monkeypatch):
+    """Both block-sparse D=64 builds (128-row tiles of two warpgroups, 192-row ones of three: the default), whatever
+    the setting the tests run under; head dim 128 has the two-warpgroup build only."""
+    if request.param == 3 and request.node.callspec.params.get("d", 64) != 64:
+        pytest.skip("head dim 128 has one block-sparse build (two warpgroups)")
+    monkeypatch.setattr(sparse, "D64_WARPGROUPS", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("density", [0.08, 0.4, 1.0])
 @pytest.mark.parametrize("sq, skv", [(1000, 777), (4096, 4096), (130, 2000)])
+@pytest.mark.usefixtures("d64_wgs")
 def test_random_block_masks_match_fp64(d, density, sq, skv):
     g = torch.Generator(device=DEV)
     seed = g.seed()
@@ -107,6 +129,7 @@ def test_random_block_masks_match_fp64(d, density, sq, skv):
 
 
 @pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.usefixtures("d64_wgs")
 def test_bhsd_fp16_grouped_kv_and_scale(d):
     g = torch.Generator(device=DEV)
     seed = g.seed()
@@ -117,6 +140,7 @@ def test_bhsd_fp16_grouped_kv_and_scale(d):
 
 
 @pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.usefixtures("d64_wgs")
 def test_strided_views_of_a_fused_qkv(d):
     g = torch.Generator(device=DEV)
     seed = g.seed()
@@ -128,6 +152,7 @@ def test_strided_views_of_a_fused_qkv(d):
 
 
 @pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.usefixtures("d64_wgs")
 def test_a_row_whose_first_blocks_are_masked_keeps_its_far_scores(d):
     """The online softmax's reference stays -inf across a row's masked blocks (kKeepNegInf): with 0 kept instead, a
     row whose scores all lie far below 0 would sum to nothing and come out NaN or 0."""
@@ -152,6 +177,88 @@ def test_a_row_whose_first_blocks_are_masked_keeps_its_far_scores(d):
 
 
 @pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.usefixtures("d64_wgs")
+def test_a_late_key_far_above_the_fixed_reference_is_redone(d):
+    """Each warpgroup's rows take their fixed reference in their first block with a key; one key in a later block
+    far above it (2^87 and more of the reference's weight) pushes the row sums past 2^64, and the tile runs again with
+    the online softmax (the dense builds' redo): the result is the exact one. A warpgroup whose first key is late
+    (row block 1) sets its reference there."""
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    h, s = 2, 1500
+    qh = (torch.randn(1, h, s, d, device=DEV, generator=g) * 0.5 + 1.0).bfloat16()
+    kh = torch.randn(1, h, s, d, device=DEV, generator=g)
+    kh[:, :, 1300] = 8.0  # scores ~ 8 d against ~ N(0, 9-13) elsewhere
+    kh = kh.bfloat16()
+    vh = torch.randn(1, h, s, d, device=DEV, generator=g, dtype=torch.bfloat16)
+    n = (s + 63) // 64
+    blocks = torch.rand(1, h, n, n, device=DEV, generator=g) < 0.5
+    blocks[..., 1300 // 64] = True
+    blocks[..., 1, : 1300 // 64] = False  # row block 1 meets its first key in the dominant key's block
+    check(qh, kh, vh, blocks, seed)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("skv", [777, 1000, 1024])
+@pytest.mark.usefixtures("d64_wgs")
+def test_blocks_needed_only_in_their_second_half_start_late(d, skv):
+    """A key block whose first 64 keys no row of the tile needs starts 64 keys later (sparse.tables): its needed keys
+    run as a first half (half the steps, half the exponentials), and the rest of the window (the next block's first
+    half, or keys past Skv: TMA's zeros, masked) counts for nothing. Here every entry starts late, the last one ends
+    past the keys (at 777 its window holds 73 keys: 64 < L < 128; at 1000 a partial 64-key block), and each warpgroup
+    skips the blocks only its partner needs."""
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    sq, h = 256, 3
+    nk = (skv + 63) // 64
+    blocks = torch.zeros(1, h, 4, nk, dtype=torch.bool, device=DEV)
+    blocks[..., 1::2] = torch.rand(1, h, 4, nk // 2, device=DEV, generator=g) < 0.5
+    blocks[..., 0, nk - 1 if nk % 2 == 0 else nk - 2] = True  # the last second half: a window past Skv
+    tab = sparse.tables(blocks)
+    listed = torch.arange(tab.entries.shape[-2], device=DEV) < tab.count[..., None]
+    assert bool((tab.entries[..., 0] % 2 == 1)[listed].all()) and bool(listed.any()), seed
+    qh, kh, vh = (torch.randn(1, h, n, d, device=DEV, generator=g, dtype=torch.bfloat16) for n in (sq, skv, skv))
+    check(qh, kh, vh, blocks, seed)
+
+
+@pytest.mark.parametrize("density", [0.08, 0.4, 1.0])
+@pytest.mark.parametrize("sq, skv", [(1000, 777), (4096, 4096), (130, 2000), (200, 1000), (320, 900)])
+def test_d64_three_warpgroup_tiles_match_fp64(monkeypatch, density, sq, skv):
+    """Head dim 64 on the three-warpgroup build (192-row tiles: VIDATTN_SPARSE_D64_WARPGROUPS=3, the tables built for
+    it): random masks with an empty block row and an empty tile, odd lengths (a last tile of one row block: 200, 4096
+    and 1000 rows; of two: 130 and 320)."""
+    monkeypatch.setattr(sparse, "D64_WARPGROUPS", 3)
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    h = 4
+    blocks = random_blocks(2, h, sq, skv, density, g)
+    blocks[0, 1, 0] = False                # a block row with no key
+    blocks[1, 2, :3] = False               # a whole 192-row tile with no key
+    qh, kh, vh = (torch.randn(2, h, n, 64, device=DEV, generator=g, dtype=torch.bfloat16) for n in (sq, skv, skv))
+    check(qh, kh, vh, blocks, seed)
+    assert _ext.last_q_box_rows() == 192, "the three-warpgroup build did not run"
+
+
+@pytest.mark.parametrize("skv", [777, 1024])
+def test_d64_three_warpgroup_tiles_with_late_starts(monkeypatch, skv):
+    """Late-starting entries on 192-row tiles: the rule looks at all three warpgroups' first halves."""
+    monkeypatch.setattr(sparse, "D64_WARPGROUPS", 3)
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    nk = (skv + 63) // 64
+    blocks = torch.zeros(1, 3, 6, nk, dtype=torch.bool, device=DEV)
+    blocks[..., 1::2] = torch.rand(1, 3, 6, nk // 2, device=DEV, generator=g) < 0.5
+    blocks[..., 2, nk - 1 if nk % 2 == 0 else nk - 2] = True
+    tab = sparse.tables(blocks, 3)
+    listed = torch.arange(tab.entries.shape[-2], device=DEV) < tab.count[..., None]
+    assert bool((tab.entries[..., 0] % 2 == 1)[listed].all()), seed
+    qh, kh, vh = (torch.randn(1, 3, n, 64, device=DEV, generator=g, dtype=torch.bfloat16) for n in (384, skv, skv))
+    check(qh, kh, vh, blocks, seed)
+    assert _ext.last_q_box_rows() == 192, "the three-warpgroup build did not run"
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.usefixtures("d64_wgs")
 def test_full_mask_equals_the_dense_kernel(d):
     g = torch.Generator(device=DEV)
     q, k, v = (torch.randn(1, 3000, 4, d, device=DEV, generator=g, dtype=torch.bfloat16) for _ in range(3))
@@ -178,19 +285,23 @@ def test_flex_block_mask_as_nabla_builds_it():
     assert torch.equal(out.transpose(1, 2), got), seed
 
 
-def test_compiled_and_graphed_calls():
+@pytest.mark.parametrize("d, wgs", [(128, 2), (64, 3)])
+def test_compiled_and_graphed_calls(monkeypatch, d, wgs):
+    monkeypatch.setattr(sparse, "D64_WARPGROUPS", wgs if d == 64 else 2)
+    torch._dynamo.reset()
     g = torch.Generator(device=DEV)
-    q, k, v = (torch.randn(1, 1100, 4, 128, device=DEV, generator=g, dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(1, 1100, 4, d, device=DEV, generator=g, dtype=torch.bfloat16) for _ in range(3))
     blocks = random_blocks(1, 4, 1100, 1100, 0.3, g)
     eager = vidattn.attention(q, k, v, block_mask=blocks)
     compiled = torch.compile(lambda q, k, v, m: vidattn.attention(q, k, v, block_mask=m), fullgraph=True)
     assert torch.equal(compiled(q, k, v, blocks), eager)
-    tab = sparse.tables(blocks)
+    tab = sparse.tables(blocks, wgs)
     out = torch.empty_like(q)
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     with torch.cuda.graph(graph):
-        out.copy_(torch.ops.vidattn.sparse_attention(q, k, v, "bshd", None, tab.count, tab.entries, blocks, False)[0])
+        out.copy_(torch.ops.vidattn.sparse_attention(q, k, v, "bshd", None, tab.count, tab.entries, blocks, False,
+                                                     wgs)[0])
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)

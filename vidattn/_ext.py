@@ -114,6 +114,7 @@ class _Args(ctypes.Structure):
         ("causal", ctypes.c_int32),
         # block-sparse tables (vidattn/sparse.py, Tables); NULL for dense calls. Libraries before them never read these.
         ("blk_cnt", ctypes.c_void_p), ("blk_list", ctypes.c_void_p), ("blk_stride", ctypes.c_int64),
+        ("blk_wgs", ctypes.c_int32),
     ]
 
 
@@ -451,9 +452,12 @@ def open_library(path: str | Path) -> ctypes.CDLL:
     lib.vidattn_sm90_fwd.restype = ctypes.c_int
     lib.vidattn_sm90_last_error.argtypes = []
     lib.vidattn_sm90_last_error.restype = ctypes.c_char_p
-    if hasattr(lib, "vidattn_sm90_sparse_tile"):  # libraries before block-sparse attention lack it
-        lib.vidattn_sm90_sparse_tile.argtypes = [ctypes.POINTER(ctypes.c_int32)] * 3
-        lib.vidattn_sm90_sparse_tile.restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_sparse_layout"):  # libraries before the 64-key entries lack it
+        lib.vidattn_sm90_sparse_layout.argtypes = [ctypes.POINTER(ctypes.c_int32)] * 4
+        lib.vidattn_sm90_sparse_layout.restype = ctypes.c_int
+    if hasattr(lib, "vidattn_sm90_sparse_warpgroups"):  # libraries before D=64's three-warpgroup tiles lack it
+        lib.vidattn_sm90_sparse_warpgroups.argtypes = [ctypes.c_int32]
+        lib.vidattn_sm90_sparse_warpgroups.restype = ctypes.c_int
     if hasattr(lib, "vidattn_sm90_workspace_bytes"):  # builds before the third session of 2026-11-30 lack it
         lib.vidattn_sm90_workspace_bytes.argtypes = []
         lib.vidattn_sm90_workspace_bytes.restype = ctypes.c_uint64
@@ -935,11 +939,12 @@ def forward(q, k, v, out, lse, kv_lens, scale: float, lib: ctypes.CDLL | None = 
         # block-sparse (vidattn/sparse.py, Tables): only a library with the entry's tables reads them, laid out as the
         # tables are (the rule explain applies: sparse.library_reason)
         from .sparse import library_reason
-        reason = library_reason(lib)
+        reason = library_reason(lib, sparse.wgs, q.shape[-1])
         if reason is not None:
             raise KernelLaunchError(reason)
         args.blk_cnt, args.blk_list = sparse.count.data_ptr(), sparse.entries.data_ptr()
         args.blk_stride = sparse.entries.shape[-2]
+        args.blk_wgs = sparse.wgs
     # The guard makes q's device current; the library then makes its context current in this thread (a worker
     # thread's first CUDA work may be this call: csrc/capi.cu, vidattn_sm90_fwd).
     with _device_guard(q.device):

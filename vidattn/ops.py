@@ -405,25 +405,31 @@ def _attention_fake(q, k, v, layout, scale, kv_lens, return_lse, causal=0):
 # block-sparse attention (vidattn/sparse.py): its own op, whose tables are built outside it (traceable)
 # ----------------------------------------------------------------------------------------------------------
 
-def _sparse_reason(qv, kv, vv, sc: float) -> Optional[str]:
-    """Why the block-sparse kernel cannot run these (B, S, H, D) views (None: it runs)."""
+def _sparse_reason(qv, kv, vv, sc: float, wgs: int = 2) -> Optional[str]:
+    """Why the block-sparse kernel cannot run these (B, S, H, D) views with tables for `wgs` warpgroups (None: it
+    runs)."""
     from . import sparse
     reason = (_ext.device_reason(qv.device) or sparse.envelope_reason(qv, kv, vv)
               or _ext.kernel_reason(qv, kv, vv, None, sc))
     if reason is None:
-        reason = sparse.library_reason(_ext.load())
+        reason = sparse.library_reason(_ext.load(), wgs, qv.shape[3])
     return reason
 
 
-def _sparse_impl(q, k, v, layout: str, scale: Optional[float], count, entries, blocks, return_lse: bool):
+def _sparse_impl(q, k, v, layout: str, scale: Optional[float], count, entries, blocks, return_lse: bool,
+                 wgs: int = 2):
     from . import sparse
     qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
+    tiles = -(-(-(-qv.shape[1] // sparse.BLOCK)) // wgs)
+    if count.shape[-1] != tiles:  # (tables built for another tile than `wgs` says: the kernel would misread them)
+        raise ValueError(f"block-sparse tables for {count.shape[-1]} tiles of queries, {tiles} expected for "
+                         f"{qv.shape[1]} queries in tiles of {wgs} x {sparse.BLOCK} rows (sparse.tables(blocks, wgs))")
     sc = _default_scale(scale, qv.shape[3])
-    reason = _sparse_reason(qv, kv, vv, sc)
+    reason = _sparse_reason(qv, kv, vv, sc, wgs)
     if reason is None:
         out, out_view, lse = _kernel_outputs(q, vv, layout, return_lse)
         try:
-            _ext.forward(qv, kv, vv, out_view, lse, None, sc, sparse=sparse.Tables(count, entries))
+            _ext.forward(qv, kv, vv, out_view, lse, None, sc, sparse=sparse.Tables(count, entries, wgs))
             return out, lse
         except _ext.KernelLaunchError as exc:
             reason = str(exc)
@@ -436,13 +442,13 @@ def _sparse_impl(q, k, v, layout: str, scale: Optional[float], count, entries, b
 @torch.library.custom_op("vidattn::sparse_attention", mutates_args=())
 def _sparse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, scale: Optional[float],
                count: torch.Tensor, entries: torch.Tensor, blocks: torch.Tensor,
-               return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = _sparse_impl(q, k, v, layout, scale, count, entries, blocks, return_lse)
+               return_lse: bool, wgs: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = _sparse_impl(q, k, v, layout, scale, count, entries, blocks, return_lse, wgs)
     return out, (lse if lse is not None else _empty_lse(q))
 
 
 @_sparse_op.register_fake
-def _sparse_fake(q, k, v, layout, scale, count, entries, blocks, return_lse):
+def _sparse_fake(q, k, v, layout, scale, count, entries, blocks, return_lse, wgs=2):
     return _attention_fake(q, k, v, layout, scale, None, return_lse)
 
 
@@ -460,12 +466,12 @@ def _sparse_call(q, k, v, layout, scale, block_mask, return_lse, fn="vidattn.att
                                       _default_scale(scale, q.shape[-1]), blocks, return_lse)
         out = out if layout == "bhsd" else out.transpose(1, 2)
         return (out, lse) if return_lse else out
-    tab = sparse.tables(blocks)
+    tab = sparse.tables(blocks, sparse.warpgroups(q.shape[-1]))
     if _is_compiling():
         out, lse = torch.ops.vidattn.sparse_attention(q, k, v, layout, scale, tab.count, tab.entries, blocks,
-                                                      return_lse)
+                                                      return_lse, tab.wgs)
     else:
-        out, lse = _sparse_impl(q, k, v, layout, scale, tab.count, tab.entries, blocks, return_lse)
+        out, lse = _sparse_impl(q, k, v, layout, scale, tab.count, tab.entries, blocks, return_lse, tab.wgs)
     return (out, lse) if return_lse else out
 
 
@@ -610,7 +616,8 @@ def explain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout: str = 
         from . import sparse
         qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
         sparse.dense_blocks(block_mask, qv.shape[0], qv.shape[2], qv.shape[1], kv.shape[1], fn="vidattn.explain")
-        reason = _grad_fallback_reason(q, k, v) or _sparse_reason(qv, kv, vv, _default_scale(scale, q.shape[-1]))
+        reason = _grad_fallback_reason(q, k, v) or _sparse_reason(qv, kv, vv, _default_scale(scale, q.shape[-1]),
+                                                                  sparse.warpgroups(q.shape[-1]))
         note = "" if resolve_precision(precision) != "8bit" else "8-bit path not used: it has no block mask; "
         if reason is None:
             return note + "the exact block-sparse kernel runs instead" if note else None

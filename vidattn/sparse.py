@@ -6,29 +6,46 @@ taken: a ``torch.nn.attention.flex_attention.BlockMask`` whose block sizes are m
 ``mask_mod`` (flex then computes its partial blocks whole, so they count as full), or a boolean tensor
 ``(B or 1, H or 1, ceil(Sq / 64), ceil(Skv / 64))``.
 
-The kernel (csrc/sm90/flash_fwd.cuh, kSparse) runs tiles of 128 query rows and key blocks of 128 keys. Each tile gets
-the list of the 128-key blocks any of its 64 x 64 blocks needs, with four bits per entry for which of the four
-64 x 64 blocks inside are computed (the others are masked). `tables` builds that list from the block mask with torch
-ops (traceable by torch.compile); rows that see no key get O = 0 and LSE -inf, as flex_attention gives them.
+The kernel (csrc/sm90/flash_fwd.cuh, kSparse) runs tiles of 128 query rows (192 at head dim 64 with three
+warpgroups: `D64_WARPGROUPS`) and key blocks of 128 keys. Each tile gets the list of the 128-key blocks any of its
+64 x 64 blocks needs, with two bits per 64-row block for which of the key block's 64-key halves it computes (the
+others are masked); a block only the second half of which is needed starts 64 keys later, so that the needed half
+comes first, where the kernel runs a half block at half the cost. `tables` builds that list from the block mask with
+torch ops (traceable by torch.compile); rows that see no key get O = 0 and LSE -inf, as flex_attention gives them.
 """
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import NamedTuple, Optional
 
 import torch
 
 BLOCK = 64        # the mask's granularity (csrc/sm90/tile_config.cuh, kSparseBlock)
-TILE_M = 128      # query rows per kernel tile (kSparseTileM): two mask blocks
+TILE_M = 128      # query rows per kernel tile (kSparseTileM): two mask blocks (three with three warpgroups)
 TILE_N = 128      # keys per kernel key block (kSparseTileN): two mask blocks
+KEY_UNIT = 64     # an entry's first key is counted in these (a key block starts at any multiple of 64 keys)
 HEAD_DIMS = (64, 128)
+# Consumer warpgroups (64 rows each) of a block-sparse tile at head dim 64: 2 (128-row tiles) or 3 (192-row tiles,
+# as the dense D=64 long build; csrc/capi.h VidattnFwdArgs::blk_wgs). Two unless VIDATTN_SPARSE_D64_WARPGROUPS says 3
+# when vidattn is imported (or this attribute is set). A 192-row tile computes the union of three row blocks' key
+# blocks: on NABLA's sliding-tile structure and on scattered masks that is 22-40% more work than 128-row tiles do, and
+# they ran 1.08-1.28x faster there; on banded or full masks (the same work either way) 192-row tiles ran 1.20-1.27x
+# faster (an H100, dev/NOTES.md "Call P92"). Head dim 128 always has 2.
+D64_WARPGROUPS = 3 if os.environ.get("VIDATTN_SPARSE_D64_WARPGROUPS", "2").strip() == "3" else 2
 
 
 class Tables(NamedTuple):
-    """The kernel's block-sparse tables (csrc/capi.h, VidattnFwdArgs::blk_cnt): per tile t of 128 rows,
-    ``count[t]`` entries ``entries[t, j] = (key block of 128 keys, bits)``, ascending."""
+    """The kernel's block-sparse tables (csrc/capi.h, VidattnFwdArgs::blk_cnt): per tile t of 64 * wgs rows,
+    ``count[t]`` entries ``entries[t, j] = (first key / 64, bits)`` of 128-key blocks, ascending."""
     count: torch.Tensor    # int32 (B, H, T)
     entries: torch.Tensor  # int32 (B, H, T, Kn, 2), contiguous
+    wgs: int = 2           # the tile's consumer warpgroups (64 rows each; VidattnFwdArgs::blk_wgs)
+
+
+def warpgroups(head_dim: int) -> int:
+    """The consumer warpgroups of the block-sparse tile this head dim runs (the tables are built for it)."""
+    return D64_WARPGROUPS if head_dim == 64 else 2
 
 
 def _blocks(n: int) -> int:
@@ -95,21 +112,32 @@ def dense_blocks(block_mask, batch: int, heads: int, sq: int, skv: int,
     return dense.expand(batch, heads, nq, nk)
 
 
-def tables(blocks: torch.Tensor) -> Tables:
-    """The kernel's tables from a boolean (B, H, ceil(Sq / 64), ceil(Skv / 64)) block mask (dense_blocks)."""
+def tables(blocks: torch.Tensor, wgs: int = 2) -> Tables:
+    """The kernel's tables from a boolean (B, H, ceil(Sq / 64), ceil(Skv / 64)) block mask (dense_blocks), for tiles
+    of `wgs` 64-row blocks (warpgroups: 2, or 3 at head dim 64)."""
+    if wgs not in (2, 3):
+        raise ValueError(f"block-sparse tiles have 2 or 3 warpgroups, not {wgs}")
     b, h, nq, nk = blocks.shape
-    t, kn = (nq + 1) // 2, (nk + 1) // 2
-    padded = torch.zeros((b, h, 2 * t, 2 * kn), dtype=torch.int32, device=blocks.device)
+    t, kn = (nq + wgs - 1) // wgs, (nk + 1) // 2
+    padded = torch.zeros((b, h, wgs * t, 2 * kn), dtype=torch.int32, device=blocks.device)
     padded[:, :, :nq, :nk] = blocks.to(torch.int32)
-    r = padded.view(b, h, t, 2, kn, 2)
+    r = padded.view(b, h, t, wgs, kn, 2)
     # bit 2 w + c: the tile's w-th 64 rows see the key block's c-th 64 keys
-    bits = r[:, :, :, 0, :, 0] | (r[:, :, :, 0, :, 1] << 1) | (r[:, :, :, 1, :, 0] << 2) | (r[:, :, :, 1, :, 1] << 3)
+    bits = r[:, :, :, 0, :, 0] | (r[:, :, :, 0, :, 1] << 1)
+    for w in range(1, wgs):
+        bits = bits | (r[:, :, :, w, :, 0] << (2 * w)) | (r[:, :, :, w, :, 1] << (2 * w + 1))
     used = bits != 0
     count = used.sum(-1, dtype=torch.int32)
+    # A block whose first 64 keys no row of the tile sees starts 64 keys later instead: its keys then are the first
+    # half's, for which the kernel runs half the tensor work and half the exponentials (its second half, the next
+    # block's first, is masked by the bits). Entries count first keys in 64s.
+    late = used & ((bits & (0b0101 if wgs == 2 else 0b010101)) == 0)
+    first = 2 * torch.arange(kn, dtype=torch.int32, device=blocks.device) + late.to(torch.int32)
+    bits = torch.where(late, bits >> 1, bits)
     # the used blocks first, ascending (a stable sort of "unused")
     order = torch.sort((~used).to(torch.uint8), dim=-1, stable=True).indices
-    entries = torch.stack((order.to(torch.int32), bits.gather(-1, order)), dim=-1).contiguous()
-    return Tables(count.contiguous(), entries)
+    entries = torch.stack((first.expand_as(bits).gather(-1, order), bits.gather(-1, order)), dim=-1).contiguous()
+    return Tables(count.contiguous(), entries, wgs)
 
 
 def density(blocks: torch.Tensor, sq: int, skv: int) -> float:
@@ -123,15 +151,24 @@ def density(blocks: torch.Tensor, sq: int, skv: int) -> float:
     return float(w.sum() / (blocks.shape[0] * blocks.shape[1] * sq * skv))
 
 
-def library_reason(lib) -> Optional[str]:
-    """Why this kernel library cannot run block-sparse calls (None: it can)."""
-    if lib is None or not hasattr(lib, "vidattn_sm90_sparse_tile"):
-        return "the loaded kernel library predates block-sparse attention (rebuild it: vidattn.build(force=True))"
-    m, n, blk = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
-    lib.vidattn_sm90_sparse_tile(ctypes.byref(m), ctypes.byref(n), ctypes.byref(blk))
-    if (m.value, n.value, blk.value) != (TILE_M, TILE_N, BLOCK):
-        return (f"the kernel library's block-sparse tiles ({m.value} x {n.value}, blocks of {blk.value}) are not this "
-                f"package's ({TILE_M} x {TILE_N}, blocks of {BLOCK}): rebuild it")
+def library_reason(lib, wgs: int = 2, head_dim: int = 64) -> Optional[str]:
+    """Why this kernel library cannot run block-sparse calls (None: it can), with tiles of `wgs` warpgroups at this
+    head dim."""
+    if lib is None or not hasattr(lib, "vidattn_sm90_sparse_layout"):
+        # (a library with only vidattn_sm90_sparse_tile counts an entry's key block in 128 keys, not 64)
+        return ("the loaded kernel library predates this package's block-sparse tables (rebuild it: "
+                "vidattn.build(force=True))")
+    m, n, blk, unit = (ctypes.c_int32() for _ in range(4))
+    lib.vidattn_sm90_sparse_layout(ctypes.byref(m), ctypes.byref(n), ctypes.byref(blk), ctypes.byref(unit))
+    if (m.value, n.value, blk.value, unit.value) != (TILE_M, TILE_N, BLOCK, KEY_UNIT):
+        return (f"the kernel library's block-sparse tiles ({m.value} x {n.value}, blocks of {blk.value}, first keys in "
+                f"units of {unit.value}) are not this package's ({TILE_M} x {TILE_N}, blocks of {BLOCK}, units of "
+                f"{KEY_UNIT}): rebuild it")
+    if wgs != 2:
+        has = lib.vidattn_sm90_sparse_warpgroups(head_dim) if hasattr(lib, "vidattn_sm90_sparse_warpgroups") else 0
+        if not (has >> wgs) & 1:
+            return (f"the loaded kernel library has no block-sparse build with {wgs} warpgroups at head dim "
+                    f"{head_dim} (VIDATTN_SPARSE_D64_WARPGROUPS)")
     return None
 
 

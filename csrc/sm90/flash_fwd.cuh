@@ -188,7 +188,7 @@ __device__ __forceinline__ int sparse_tile(const FwdParams& p, const TileCoord& 
   return (tc.batch * p.heads + tc.head) * p.num_m_blocks + tc.m_block;
 }
 
-// kSparse: the j-th entry of a tile's list: {key block, 64 x 64 bits} (FwdParams::blk_list).
+// kSparse: the j-th entry of a tile's list: {first key / 64, 64 x 64 bits} (FwdParams::blk_list).
 __device__ __forceinline__ int2 sparse_entry(const FwdParams& p, const TileCoord& tc, int j) {
   return p.blk_list[static_cast<int64_t>(sparse_tile(p, tc)) * p.blk_stride + j];
 }
@@ -514,7 +514,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<kHead
       } else if constexpr (T::kSparse) {
         // Block j's key block was read a block ahead (its load in flight under the previous block's waits); the next
         // one's is issued here, before this stage's K goes out. V's load reads the first key back from the slot.
-        const int row0 = sp_next * T::kBlockN;
+        const int row0 = sp_next * kSparseBlock;
         if (j + 1 < n_blocks) sp_next = sparse_entry(p, tc, j + 1).x;
         s.blk_at[stage] = row0;
         ptx::mbarrier_arrive_expect_tx(&s.k_full[stage], kKVBytes);
@@ -715,7 +715,8 @@ __device__ __forceinline__ int2 block_at(int2 entry, int block, int cwg) {
     // Warp-uniform by construction, and said so with a shuffle from lane 0: loaded from memory, ptxas cannot tell,
     // and serialised every wgmma behind the branches the bits steer (sparse_steps: 580 wgmma waits in the D=128 build
     // instead of 32).
-    return {__shfl_sync(0xffffffffu, entry.x * T::kBlockN, 0), __shfl_sync(0xffffffffu, (entry.y >> (2 * cwg)) & 3, 0)};
+    return {__shfl_sync(0xffffffffu, entry.x * kSparseBlock, 0),
+            __shfl_sync(0xffffffffu, (entry.y >> (2 * cwg)) & 3, 0)};
   } else {
     return {block * T::kBlockN, 3};
   }
@@ -750,6 +751,13 @@ __device__ __forceinline__ void mask_sparse(float (&sacc)[kN / 2], int bits) {
   }
 }
 
+// kSparse: the columns of a key block whose scores are this warpgroup's, from its two bits (block_at): none, the
+// first 64 (the second half's bit clear), or the whole block (online_softmax's `cols`).
+template <int kN>
+__device__ __forceinline__ int sparse_cols(int bits) {
+  return bits == 0 ? 0 : bits == 1 ? kSparseBlock : kN;
+}
+
 // Online softmax in base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score. Exponentiates
 // sacc in place, updates the running max and (per-thread partial) sum, and returns the factor O must be scaled by.
 // kEmptyRows (causal builds, a tile's first block): a row may have no key at all (bottom-right with kv_len below
@@ -758,9 +766,14 @@ __device__ __forceinline__ void mask_sparse(float (&sacc)[kN / 2], int bits) {
 // kKeepNegInf (block-sparse builds): a row may have no key in any block, the first included; the reference is 0
 // then, as with kEmptyRows, but the row's max stays -inf, so that a later block's max replaces it whatever its value
 // (with 0 kept, a row whose scores all lie below 2^-126 of it would sum to 0).
+// kKeepNegInf builds take `cols` (sparse_cols): the columns this warpgroup exponentiates, 0, the first 64 or all.
+// With 0 every score of the block is -inf for it (a block none of its bits names, mask_sparse): its exponentials are
+// skipped and the one 16-key step its P V runs (sparse_steps) gets P = 0. The max pass still runs, so alpha and the
+// sum come out as the exponentials of -inf would leave them (1 and unchanged, or 0 on a zero O for a row that has met
+// no key yet). With 64 the second half is -inf and its P is never read (4 steps at most).
 template <int kN, bool kSumHere = true, bool kEmptyRows = false, bool kKeepNegInf = false>
 __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&row_max)[2], float (&row_sum)[2],
-                                               float (&alpha)[2], float scale_log2) {
+                                               float (&alpha)[2], float scale_log2, int cols = kN) {
   // Row max in kMaxChains independent chains per row, folded at the end: every exponential waits for it, and one
   // chain of kN/8 dependent FMNMX (16 at D=64) was the longest stretch of the softmax's critical path.
   constexpr int kMaxChains = 4;
@@ -793,19 +806,26 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
     row_max[r] = kKeepNegInf ? raw : mx[r];
   }
   float tile_sum[2] = {0.f, 0.f};
+  // (kKeepNegInf: `cols` of the block are this warpgroup's: 0, the first kSparseBlock, or all of them)
+  const int groups = kKeepNegInf ? cols / 8 : kN / 8;
+  if (kKeepNegInf && groups == 0) {
 #pragma unroll
-  for (int i = 0; i < kN / 8; ++i) {
-    if constexpr (VIDATTN_DIAG_SOFTMAX == 2) {  // diagnostic: no MUFU
-      sacc[4 * i + 0] = fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]);
-      sacc[4 * i + 1] = fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]);
-      sacc[4 * i + 2] = fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]);
-      sacc[4 * i + 3] = fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]);
-    } else {
-      exp2_group<kN>(sacc, i, neg_ms, scale_log2);
-    }
-    if constexpr (kSumHere && VIDATTN_DIAG_SOFTMAX != 3) {  // (3, diagnostic: no row sum)
-      tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
-      tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
+    for (int e = 0; e < 8; ++e) sacc[e] = 0.f;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kN / 8; ++i) {
+      if constexpr (VIDATTN_DIAG_SOFTMAX == 2) {  // diagnostic: no MUFU
+        sacc[4 * i + 0] = fmaf(sacc[4 * i + 0], scale_log2, neg_ms[0]);
+        sacc[4 * i + 1] = fmaf(sacc[4 * i + 1], scale_log2, neg_ms[0]);
+        sacc[4 * i + 2] = fmaf(sacc[4 * i + 2], scale_log2, neg_ms[1]);
+        sacc[4 * i + 3] = fmaf(sacc[4 * i + 3], scale_log2, neg_ms[1]);
+      } else {
+        exp2_group<kN>(sacc, i, neg_ms, scale_log2);
+      }
+      if constexpr (kSumHere && VIDATTN_DIAG_SOFTMAX != 3) {  // (3, diagnostic: no row sum)
+        tile_sum[0] += sacc[4 * i + 0] + sacc[4 * i + 1];
+        tile_sum[1] += sacc[4 * i + 2] + sacc[4 * i + 3];
+      }
     }
   }
 #pragma unroll
@@ -1334,12 +1354,19 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   int2 blk_next = int2{0, 0};  // kSparse: the list entry of the next block (sparse_next)
   // Where each block's row sums are taken: in the softmax, of p as exponentiated (the exact softmax, and the fixed
   // reference by default), or of P after its bf16 rounding (add_packed_row_sum; VIDATTN_ROW_SUM_UNROUNDED=0).
-  constexpr bool kSumRounded = kFixed && !kRowSumUnrounded;
+  // (not in block-sparse builds: their online blocks leave the columns they skip at -inf, cols, which P's sums
+  // would then take in)
+  constexpr bool kSumRounded = kFixed && !kRowSumUnrounded && !T::kSparse;
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;
   const float scale_log2 = p.scale_log2;
   float alpha[2];
   int pv_steps;  // key steps of the block whose P V is issued next (block_steps, issue_pv_block)
+  // kSparse && kFixed: whether this warpgroup's rows have their reference. A 64 x 64 block of the mask is kept or not
+  // for all 64 rows of a warpgroup alike, so its rows meet their first key in the same block, the first whose bits
+  // name this warpgroup (at.y, warp-uniform): that block runs the online softmax (from a max of -inf: alpha 0 on a
+  // zero O and sum), and every later one the fixed reference it set. Dense builds take block 0's for every row.
+  bool ref_set = true;
   // Prologue: S_0 alone, then its softmax; P_0 is ready for the first overlapped step.
   {
     constexpr int stage = kStart;
@@ -1369,15 +1396,17 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
         if (n_blocks == 1) ptx::mbarrier_arrive(&s.q_empty[qb]);
       }
     }
-    // (block-sparse: a block this warpgroup skips still runs its softmax, on -inf: P = 0 and the max, the sum and O
-    // unchanged. Skipping it behind a branch made ptxas serialise every wgmma of the build.)
+    // (block-sparse: a block this warpgroup skips still runs the softmax's max pass, on -inf, and skips only the
+    // exponentials (online_softmax's cols). A branch around the whole softmax made ptxas serialise every wgmma.)
     if constexpr (kCausal) {
       if (kv0 + kN > min(kv_len, diag)) mask_keys_causal<kN>(sacc, kv0, kv_len, diag, col_in_group);
     } else {
       if constexpr (T::kSparse) mask_sparse<kN>(sacc, at.y);
       if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     }
-    online_softmax<kN, !kSumRounded, kCausal, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2);
+    online_softmax<kN, !kSumRounded, kCausal, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2,
+                                                           sparse_cols<kN>(at.y));
+    if constexpr (T::kSparse && kFixed) ref_set = at.y != 0;
     pack_p<kN, kFp16>(sacc, pa);
     if constexpr (kSumRounded) add_packed_row_sum<kN>(pa, row_sum);
   }
@@ -1448,10 +1477,18 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       if constexpr (T::kSparse) mask_sparse<kN>(sacc, at.y);
       if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     }
-    if constexpr (kFixed)
+    if constexpr (kFixed && T::kSparse) {
+      // (no rescale of O: it is zero until the reference is set, and fixed after; the sum likewise)
+      if (ref_set)
+        softmax_fixed_ref<kN, !kSumRounded>(sacc, row_max, row_sum, scale_log2);
+      else
+        online_softmax<kN, !kSumRounded, false, true>(sacc, row_max, row_sum, alpha, scale_log2,
+                                                      sparse_cols<kN>(at.y));
+      ref_set = ref_set || at.y != 0;
+    } else if constexpr (kFixed) {
       softmax_fixed_ref<kN, !kSumRounded>(sacc, row_max, row_sum, scale_log2);  // the first block's row_max, for good
-    else
-      online_softmax<kN, true, false, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2);
+    } else
+      online_softmax<kN, true, false, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2, sparse_cols<kN>(at.y));
     t_wait = waits.start();
     ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
     waits.add(2, t_wait);
@@ -1475,7 +1512,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   ptx::mbarrier_wait(&s.v_full[last], (v_phase >> last) & 1);
   tl.stamp(kTlDrainStart);
   v_phase ^= 1u << last;
-  if (p.kv_lens != nullptr) {  // (before the turn, whose bar.sync orders the stores before the wgmma)
+  // (block-sparse builds take no kv_lens, and their last block's first key is the list's, not this index's)
+  if (!T::kSparse && p.kv_lens != nullptr) {  // (before the turn, whose bar.sync orders the stores before the wgmma)
     const int kv0 = (kv_first + kv_block<T::kKvRotate>(n_blocks - 1, rot, n_blocks)) * kN;
     if (kv0 + kN > kv_len) zero_v_rows<T, !kPingpong>(s.v[last], kv_len - kv0, pv_steps * 16, cwg);
   }
@@ -1836,9 +1874,10 @@ __global__ void __launch_bounds__(FwdTraits<kHeadDim, kWGs, kBN>::kThreads, 1)
   // Producer and consumers must agree on the redo pass (the producer waits for the consumers' marks): one decision.
   // The tail launch's items take it too (VIDATTN_SPLIT_FIXED_REF): the merge weighs each item's partial by its own
   // reference, whichever it was, and a marked item's redo overwrites its partial.
-  // Block-sparse builds run the online softmax: a row's first block may hold none of its keys (no reference to fix).
-  constexpr bool kFixedRef =
-      fixed_ref_softmax<kFp16>(T::kFixedRef) && (!kSplit || VIDATTN_SPLIT_FIXED_REF != 0) && !T::kSparse;
+  // Block-sparse builds take each warpgroup's reference at its first block with a key (mainloop, ref_set), unless
+  // VIDATTN_SPARSE_FIXED_REF=0 (the online softmax throughout; capi_sparse.cu then launches without a redo bound).
+  constexpr bool kFixedRef = fixed_ref_softmax<kFp16>(T::kFixedRef) && (!kSplit || VIDATTN_SPLIT_FIXED_REF != 0) &&
+                             (!T::kSparse || VIDATTN_SPARSE_FIXED_REF != 0);
   // The causal builds with one Q buffer (D=192, D=256 narrow) give the producer 32 registers and each consumer 232: at
   // 24 the producer's redo pass spilled (16-24 bytes in the bf16 builds). 32*128 + 232*256 = 63488 of the launch's
   // 64512. The O-in-V causal build (D=256, N=80) needs the consumers' 240 (at 232 they spill 116 bytes): its producer

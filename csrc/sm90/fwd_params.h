@@ -62,8 +62,10 @@ struct FwdParams {
   int tail_tiles;
   // The block-sparse builds only (FwdTraits::kSparse; capi.h, VidattnFwdArgs::blk_cnt): tile t = (batch * heads + head)
   // * num_m_blocks + m_block runs blk_cnt[t] key blocks of kSparseTileN keys; entry j = blk_list[t * blk_stride + j]
-  // holds the j-th key block (.x, ascending) and the bits of its 64 x 64 blocks to compute (.y): bit 2 w + c for
-  // consumer warpgroup w's 64 rows and the block's c-th 64 keys. Null in every other build.
+  // holds the j-th key block's first key in units of kSparseBlock (.x, ascending; a block starts at any multiple of 64
+  // keys, so one whose first 64 keys no row needs starts 64 keys later, over the next one's first half) and the bits
+  // of its 64 x 64 blocks to compute (.y): bit 2 w + c for consumer warpgroup w's 64 rows and the block's c-th 64
+  // keys, no pair named by two entries. Null in every other build.
   const int32_t* blk_cnt;
   const int2* blk_list;
   int blk_stride;

@@ -138,6 +138,11 @@
 // run again exact, as a tile is. 0 (the default): its items run the exact online softmax, which call P49 read ~12%
 // slower a key block than the main launch at D=256. Call P50 measured 1: its split kernel 6-8% faster, but the per-call
 // library A/B read 0.979-1.019 across six shapes, three under the 0.995 its rule asked (dev/NOTES.md "Call P50").
+// The block-sparse builds' softmax against each warpgroup's first reference (flash_fwd.cuh, mainloop's ref_set), with
+// the dense builds' redo of a tile whose row sum leaves the range; 0: the online softmax throughout.
+#ifndef VIDATTN_SPARSE_FIXED_REF
+#define VIDATTN_SPARSE_FIXED_REF 1
+#endif
 #ifndef VIDATTN_SPLIT_FIXED_REF
 #define VIDATTN_SPLIT_FIXED_REF 0
 #endif
@@ -219,14 +224,18 @@ constexpr int kNarrowAllBuild = 1 << 16;
 // The routed D=256 build (O-in-V, read-late) run by CTA pairs that share K and V (FwdTraits::kPairs; capi.cu,
 // vidattn_sm90_set_hd_narrow(8)): kBN is its width plus kOInVBuild plus kOReadLateBuild plus this flag.
 constexpr int kPairBuild = 1 << 17;
-// The block-sparse builds (FwdTraits::kSparse; capi.cu, VidattnFwdArgs::blk_cnt): D=64 and 128 at 128 x 128 tiles, whose
-// key blocks come from a per-tile list and whose rows are masked per 64 x 64 block (flash_fwd.cuh, sparse_block). kBN
-// is the width plus this flag; it is a multiple of kOInVBuild, so kBlockN = kBN % kOInVBuild still reads the width.
+// The block-sparse builds (FwdTraits::kSparse; capi.cu, VidattnFwdArgs::blk_cnt): D=64 and 128 at 128 x 128 tiles
+// (D=64 also at 192 x 128, kSparseWGsD64Max), whose key blocks come from a per-tile list and whose rows are masked
+// per 64 x 64 block (flash_fwd.cuh, sparse_block). kBN is the width plus this flag; it is a multiple of kOInVBuild,
+// so kBlockN = kBN % kOInVBuild still reads the width.
 constexpr int kSparseBuild = 1 << 18;
 // The block-sparse layout's granularity in query rows and keys (a block mask's 64 x 64 blocks), and the tile the
 // sparse builds run: two 64-row blocks of queries (one per consumer warpgroup) by two 64-key blocks.
 constexpr int kSparseBlock = 64;
 constexpr int kSparseTileM = 128;
+// D=64 also has a block-sparse build with three consumer warpgroups (192-row tiles, as its dense long build;
+// VidattnFwdArgs::blk_wgs): the tables then pair three 64-row blocks a tile, six bits an entry.
+constexpr int kSparseWGsD64Max = 3;
 constexpr int kSparseTileN = 128;
 
 // Shared-memory columns of a head dim: whole 64-column chunks (D=96 takes two, its second half zero-filled).
@@ -287,11 +296,13 @@ struct FwdTraits {
   static_assert(!kNarrowAll || (kBN & kOInVBuild) != 0, "every partial block narrowed: an O-in-V build's variant");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN: a wgmma N, multiple of 16, at most 256");
   // kSparse (kBN carries kSparseBuild): each tile runs the key blocks of its list (FwdParams::blk_list) with the 64 x 64
-  // blocks of their bits unmasked, from the online softmax (no fixed reference, no redo, no tail launch).
+  // blocks of their bits unmasked, each warpgroup's fixed reference from its first block with a key (flash_fwd.cuh,
+  // mainloop's ref_set) with the dense builds' redo, and no tail launch.
   static constexpr bool kSparse = (kBN & kSparseBuild) != 0;
-  static_assert(!kSparse || (kBN == (kSparseTileN | kSparseBuild) && kWGs * 64 == kSparseTileM &&
+  static_assert(!kSparse || (kBN == (kSparseTileN | kSparseBuild) &&
+                             (kWGs * 64 == kSparseTileM || (kHeadDim == 64 && kWGs == kSparseWGsD64Max)) &&
                              (kHeadDim == 64 || kHeadDim == 128)),
-                "block-sparse: the plain D=64 / D=128 build at 128 x 128 tiles only");
+                "block-sparse: the plain D=64 / D=128 build at 128 x 128 tiles, or D=64's at 192 x 128");
   // kPairs (kBN carries kPairBuild, a read-late O-in-V build): the main launch runs in clusters of two CTAs, the two
   // neighbouring Q tiles of a pair being of one (batch, head), so that they read the same K/V blocks in the same order.
   // Each CTA's producer loads half of every K and V block (half its 64-column chunks) into both CTAs' stages with TMA
@@ -304,6 +315,8 @@ struct FwdTraits {
   // The most 16-key steps a narrowed partial block runs (flash_fwd.cuh, block_steps): fewer than a full block by at
   // least VIDATTN_NARROW_MIN_SAVED, or by 1 with kNarrowAll.
   static constexpr int kNarrowMax = kBlockN / 16 - (kNarrowAll ? 1 : VIDATTN_NARROW_MIN_SAVED);
+  // (block-sparse: a first-half-only block runs as a narrowed one of kBlockN / 32 steps, sparse_steps)
+  static_assert(!kSparse || kNarrowMax >= kBlockN / 32, "block-sparse: half a block must be a narrow width");
   // As many K+V stages as shared memory holds next to Q (up to 4): at D=128, N=128 that is Q 32 KB + 2 x 64 KB.
   static constexpr int kQBytes = kBlockM * kHeadDimPad * 2;
   static constexpr int kStageBytes = 2 * kBlockN * kHeadDimPad * 2;
