@@ -240,6 +240,8 @@
 #   bash dev/device_session.sh P91 [budget_s] # the block-sparse fixed reference (LIBS_XZ, FIXED_TL): the three patches'
 #                                             # and the four's sparse_bench.py, GPU tests, timeline; the fifth
 #                                             # (sparse_fixed_ref_cols) if time allows; the tree last
+#   bash dev/device_session.sh P93 [budget_s] # after the block-sparse landing (LIBS_XZ): its sanitizer cases, D=64
+#                                             # on both builds; Kandinsky 6 SR's forward as time allows
 #   bash dev/device_session.sh P92 [budget_s] # land-sparse2 (LAND_DIR, LIBS_XZ): D=64 at two warpgroups, its
 #                                             # block-sparse GPU tests, the tree at D=64, three warpgroups last
 #   bash dev/device_session.sh P90 [budget_s] # a block-sparse key block's price: timelines of the candidate, its
@@ -1310,6 +1312,22 @@ P91)
   if [ "$(left)" -gt 70 ]; then  # the tree, its sources back
     rm -rf csrc vidattn tests docs && cp -r .build/tree_copy/* . && unset VIDATTN_SPARSE_D64_WARPGROUPS && build_lib
     sparse_bench_into p91t/tree tree $(( $(left) - 10 )) "${masks[@]}"; tar_dirs p91t
+  fi
+  ;;
+P93)
+  # After the landing (c14305c; dev/NOTES.md "Call P92: outcome"): the block-sparse sanitizer cases, D=64 on both of
+  # its builds now (memcheck every case, racecheck the small set; the three-warpgroup build with the fixed reference
+  # has not run under a sanitizer), then, as time allows, P84's Kandinsky 6 SR forward at the checkpoint's threshold.
+  # The library (69383bcfe65e0485) comes from LIBS_XZ.
+  mkdir -p "$OUT/p93" "$VIDATTN_CACHE_DIR"
+  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  build_lib
+  sparse_sanitize p93
+  tar_dirs p93
+  if [ "$(left)" -gt 150 ]; then
+    mkdir -p "$OUT/p93k"
+    timeout $(( $(left) - 15 )) python3 dev/probes/k6sr_forward.py --out "$OUT/p93k/t08" --rounds 4 \
+      > "$OUT/p93k/k6sr_t08.log" 2>&1; rc[k6sr_t08]=$?; tail -14 "$OUT/p93k/k6sr_t08.log"; tar_dirs p93k
   fi
   ;;
 P92)
