@@ -240,6 +240,8 @@
 #   bash dev/device_session.sh P91 [budget_s] # the block-sparse fixed reference (LIBS_XZ, FIXED_TL): the three patches'
 #                                             # and the four's sparse_bench.py, GPU tests, timeline; the fifth
 #                                             # (sparse_fixed_ref_cols) if time allows; the tree last
+#   bash dev/device_session.sh P94 [budget_s] # the block mask in the softmax's offsets (LIBS_XZ): tree, patch
+#                                             # (GPU tests, bench), tree again
 #   bash dev/device_session.sh P93 [budget_s] # after the block-sparse landing (LIBS_XZ): its sanitizer cases, D=64
 #                                             # on both builds; Kandinsky 6 SR's forward as time allows
 #   bash dev/device_session.sh P92 [budget_s] # land-sparse2 (LAND_DIR, LIBS_XZ): D=64 at two warpgroups, its
@@ -1312,6 +1314,26 @@ P91)
   if [ "$(left)" -gt 70 ]; then  # the tree, its sources back
     rm -rf csrc vidattn tests docs && cp -r .build/tree_copy/* . && unset VIDATTN_SPARSE_D64_WARPGROUPS && build_lib
     sparse_bench_into p91t/tree tree $(( $(left) - 10 )) "${masks[@]}"; tar_dirs p91t
+  fi
+  ;;
+P94)
+  # dev/NOTES.md "The block mask in the softmax's offsets" (built, not run): sparse_bench.py (the full mask included)
+  # on the tree, then dev/experiments/sparse_mask_in_offsets.patch applied (its library 150362a19e8a33cb in LIBS_XZ with
+  # the tree's 69383bcfe65e0485): its block-sparse GPU tests, sparse_bench.py, then the tree's bench again (A B A).
+  mkdir -p "$OUT/p94" "$VIDATTN_CACHE_DIR"
+  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  read -ra masks <<< "--masks ${P94_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
+  rm -rf .build/tree_copy && mkdir -p .build/tree_copy && cp -r csrc tests .build/tree_copy/
+  build_lib
+  sparse_bench_into p94/tree1 tree1 120 "${masks[@]}"
+  patch -p1 --forward < dev/experiments/sparse_mask_in_offsets.patch || { echo "P94: the patch does not apply"; exit 2; }
+  build_lib
+  gpu_pytest p94/gpu_sparse.log 100 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py
+  sparse_bench_into p94/var var 120 "${masks[@]}"
+  tar_dirs p94
+  if [ "$(left)" -gt 60 ]; then
+    rm -rf csrc tests && cp -r .build/tree_copy/* . && build_lib
+    sparse_bench_into p94t/tree2 tree2 $(( $(left) - 10 )) "${masks[@]}"; tar_dirs p94t
   fi
   ;;
 P93)
