@@ -1319,7 +1319,8 @@ P91)
 P94)
   # dev/NOTES.md "The block mask in the softmax's offsets" (built, not run): sparse_bench.py (the full mask included)
   # on the tree, then dev/experiments/sparse_mask_in_offsets.patch applied (its library 150362a19e8a33cb in LIBS_XZ with
-  # the tree's 69383bcfe65e0485): its block-sparse GPU tests, sparse_bench.py, then the tree's bench again (A B A).
+  # the tree's 69383bcfe65e0485): its block-sparse GPU tests, sparse_bench.py, then the tree's bench again (A B A);
+  # then, as time allows, sparse_bench's visit probes on the tree at D=64 (dev/NOTES.md "What a visit costs").
   mkdir -p "$OUT/p94" "$VIDATTN_CACHE_DIR"
   for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
   read -ra masks <<< "--masks ${P94_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
@@ -1333,7 +1334,11 @@ P94)
   tar_dirs p94
   if [ "$(left)" -gt 60 ]; then
     rm -rf csrc tests && cp -r .build/tree_copy/* . && build_lib
-    sparse_bench_into p94t/tree2 tree2 $(( $(left) - 10 )) "${masks[@]}"; tar_dirs p94t
+    sparse_bench_into p94t/tree2 tree2 120 "${masks[@]}"; tar_dirs p94t
+  fi
+  if [ "$(left)" -gt 80 ]; then  # what a kind of visit costs (sparse_bench's visit probes), on the tree, D=64
+    sparse_bench_into p94p/probes probes $(( $(left) - 10 )) --head-dims 64 --masks full halves rows checker \
+      --rounds 4 --budget-s 3; tar_dirs p94p
   fi
   ;;
 P93)

@@ -757,8 +757,18 @@ def test_sparse_bench_masks_and_table():
         sb.nabla_like(1, 1, 64 * 100, None, "cpu", kind="tile3d")
     full = sb.nabla_like(1, 2, 64 * 30, 1.0, "cpu", kind="full")
     assert full.shape == (1, 2, 30, 30) and bool(full.all())
-    # "full" runs only when named; naming kinds keeps MASKS's order and both scattered densities
+    # the visit probes: half the blocks each, every listed entry of a two-warpgroup tile one kind of visit
+    from vidattn import sparse
+    for kind, bits in sb.PROBE_BITS.items():
+        m = sb.nabla_like(1, 2, 64 * 30, None, "cpu", kind=kind)
+        assert m.shape == (1, 2, 30, 30) and abs(m.float().mean().item() - 0.5) < 1e-6, kind
+        tab = sparse.tables(m, 2)
+        listed = torch.arange(tab.entries.shape[-2]) < tab.count[..., None]
+        assert bool(listed.any()) and bool((tab.entries[..., 1][listed] == bits).all()), kind
+        assert bool((tab.entries[..., 0][listed] % 2 == 0).all()), kind  # no entry starts late
+    # "full" and the probes run only when named; naming kinds keeps MASKS's order and both scattered densities
     assert sb.masks(None) == sb.MASKS and sb.masks(["full"]) == (("full", 1.0),)
+    assert sb.masks(["rows", "halves"]) == (("halves", 0.5), ("rows", 0.5))
     assert sb.masks(["tile3d", "scattered"]) == (("scattered", 0.1), ("scattered", 0.25), ("tile3d", None))
     calls = []
 

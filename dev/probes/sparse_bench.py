@@ -9,6 +9,7 @@ whole (unmasked) problem beside them for scale. NABLA-like masks: every 64-row b
     python3 dev/probes/sparse_bench.py --once 64 tile3d    # 4 block-sparse calls at the D=64 shape, for a profiler
     python3 dev/probes/sparse_bench.py --once 64 dense     # 4 dense vidattn calls at that shape
     python3 dev/probes/sparse_bench.py --masks full --head-dims 64   # the block-sparse kernel with every block kept
+    python3 dev/probes/sparse_bench.py --masks full halves rows checker --head-dims 64   # what a kind of visit costs
 
 Each side's output is checked against flex's before it is timed. Rounds alternate the sides (ABCD then DCBA) and
 each round times back-to-back calls in one span; the table gives per-side medians, the effective TFLOPS of the
@@ -41,8 +42,16 @@ MASKS = (("scattered", 0.1), ("scattered", 0.25), ("band", 0.1), ("tile3d", None
 # "full": every block kept, asked for by name (--masks full): the block-sparse kernel on the dense problem, so that its
 # time beside "vidattn dense" says what the block-sparse loop costs a key block with no sparsity in the way
 FULL = ("full", 1.0)
+# Visit probes, also asked for by name: half of the full mask's blocks each, laid out so that every 128-key entry of a
+# two-warpgroup tile is one kind of visit (sparse.tables' bits, warpgroup 0 in the low pair): "halves" = the even
+# 64-key blocks for every row (both warpgroups the first half, 0b0101); "rows" = the even row blocks see every key and
+# the odd ones none (one warpgroup the whole block, the other nothing, 0b0011); "checker" = block (r, c) when r + c is
+# even (one warpgroup the first half, the other the second, 0b1001). Their times over "full"'s, visit for visit, say
+# what a narrowed or an empty warpgroup-visit saves (dev/NOTES.md, "What a visit costs").
+PROBES = (("halves", 0.5), ("rows", 0.5), ("checker", 0.5))
+PROBE_BITS = {"halves": 0b0101, "rows": 0b0011, "checker": 0b1001}
 # every row a run can name (dict(ALL_MASKS)[kind]: the density of a kind's last row)
-ALL_MASKS = MASKS + (FULL,)
+ALL_MASKS = MASKS + (FULL,) + PROBES
 MASK_KINDS = tuple(sorted({k for k, _ in ALL_MASKS}))
 BAND = 8
 TILE3D = 5
@@ -58,6 +67,10 @@ def nabla_like(b, h, s, density, device, seed=0, kind="scattered"):
         return ((i[:, None] - i[None, :]).abs() <= half).expand(b, h, n, n).contiguous()
     if kind == "full":
         return torch.ones(b, h, n, n, dtype=torch.bool, device=device)
+    if kind in PROBE_BITS:
+        r, c = i[:, None], i[None, :]
+        keep = {"halves": c % 2 == 0, "rows": (r % 2 == 0) & (c >= 0), "checker": (r + c) % 2 == 0}[kind]
+        return keep.expand(b, h, n, n).contiguous()
     if kind == "tile3d":
         if n % 64:
             raise ValueError(f"tile3d: {n} blocks are not whole 8 x 8 grids of frames")
@@ -230,10 +243,10 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=40.0, help="per shape and density, for the rounds")
     ap.add_argument("--head-dims", type=int, nargs="+", help="only the shapes of these head dims")
     ap.add_argument("--masks", nargs="+", choices=MASK_KINDS, help="only the masks of these kinds (default: every "
-                    "kind of MASKS; \"full\", every block kept, only when named)")
+                    "kind of MASKS; \"full\", every block kept, and the visit probes halves, rows and checker only when named)")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--once", nargs=2, metavar=("HEAD_DIM", "MASK"), help="only a few calls, for a profiler (MASK: a "
-                    "kind of MASKS, full, or dense)")
+                    "kind of MASKS, full, a visit probe, or dense)")
     args = ap.parse_args(argv)
     if args.once:
         d, kind = int(args.once[0]), args.once[1]
