@@ -1332,7 +1332,7 @@ P94)
   gpu_pytest p94/gpu_sparse.log 100 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py
   sparse_bench_into p94/var var 120 "${masks[@]}"
   tar_dirs p94
-  if [ "$(left)" -gt 60 ]; then
+  if [ "$(left)" -gt 130 ]; then
     rm -rf csrc tests && cp -r .build/tree_copy/* . && build_lib
     sparse_bench_into p94t/tree2 tree2 120 "${masks[@]}"; tar_dirs p94t
   fi

@@ -53,7 +53,7 @@ SMALL = {"d64 odd", "d64 odd 3wg", "d128 odd"}
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--small", action="store_true", help="the two cheap cases only (racecheck, synccheck)")
+    ap.add_argument("--small", action="store_true", help="the cheap cases only (racecheck, synccheck)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU")
@@ -70,8 +70,8 @@ def main(argv=None) -> int:
         v = torch.randn(b, hkv, skv, d, generator=g).to(dtype)
         blocks = torch.rand(b, h, (sq + 63) // 64, (skv + 63) // 64, generator=g) < dens
         blocks[0, 0, 0] = False
-        if blocks.shape[2] >= 2:
-            blocks[0, -1, :2] = False  # a whole tile without keys
+        if blocks.shape[2] >= wgs:
+            blocks[0, -1, :wgs] = False  # a whole tile without keys (wgs row blocks)
         sparse.D64_WARPGROUPS = wgs
         scale = 1 / math.sqrt(d)
         want = reference(q, k, v, blocks, scale)

@@ -81,7 +81,8 @@ def test_tables_lists_used_blocks_ascending_for_random_masks(wgs):
 
 def test_the_op_refuses_tables_built_for_another_tile():
     """Tables for 192-row tiles handed to the op as 128-row ones (or the reverse) would be misread by the kernel: the
-    op checks their tile count against the queries first."""
+    op checks their tile count against the queries first (shapes only: at 193-256 queries both tilings have two tiles
+    and the check cannot tell them apart; vidattn.attention always builds the tables for the tile it launches)."""
     from vidattn import ops
     q = torch.randn(1, 1000, 2, 64)
     blocks = torch.ones(1, 1, 16, 16, dtype=torch.bool)

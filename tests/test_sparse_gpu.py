@@ -105,8 +105,8 @@ def check(qh, kh, vh, blocks, seed, layout="bshd", scale=None, strided=None):
 
 @pytest.fixture(params=[2, 3], ids=["wg2", "wg3"])
 def d64_wgs(request, monkeypatch):
-    """Both block-sparse D=64 builds (128-row tiles of two warpgroups, 192-row ones of three: the default), whatever
-    the setting the tests run under; head dim 128 has the two-warpgroup build only."""
+    """Both block-sparse D=64 builds (128-row tiles of two warpgroups, the default, and 192-row ones of three),
+    whatever the setting the tests run under; head dim 128 has the two-warpgroup build only."""
     if request.param == 3 and request.node.callspec.params.get("d", 64) != 64:
         pytest.skip("head dim 128 has one block-sparse build (two warpgroups)")
     monkeypatch.setattr(sparse, "D64_WARPGROUPS", request.param)
@@ -226,7 +226,7 @@ def test_blocks_needed_only_in_their_second_half_start_late(d, skv):
 def test_d64_three_warpgroup_tiles_match_fp64(monkeypatch, density, sq, skv):
     """Head dim 64 on the three-warpgroup build (192-row tiles: VIDATTN_SPARSE_D64_WARPGROUPS=3, the tables built for
     it): random masks with an empty block row and an empty tile, odd lengths (a last tile of one row block: 200, 4096
-    and 1000 rows; of two: 130 and 320)."""
+    and 1000 rows; of two: 320; of three, a partial last block: 130)."""
     monkeypatch.setattr(sparse, "D64_WARPGROUPS", 3)
     g = torch.Generator(device=DEV)
     seed = g.seed()

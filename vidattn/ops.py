@@ -421,7 +421,11 @@ def _sparse_impl(q, k, v, layout: str, scale: Optional[float], count, entries, b
     from . import sparse
     qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
     tiles = -(-(-(-qv.shape[1] // sparse.BLOCK)) // wgs)
-    if count.shape[-1] != tiles:  # (tables built for another tile than `wgs` says: the kernel would misread them)
+    # Tables built for another tile than `wgs` says would be misread by the kernel. Their tile count tells them apart
+    # for every query length but 193-256 (four row blocks: two tiles either way; one or two row blocks give the same
+    # tables for both). The check reads shapes only (no sync: CUDA graphs); the entries must come from
+    # sparse.tables(blocks, wgs) with this call's `wgs`, as vidattn.attention builds them.
+    if count.shape[-1] != tiles:
         raise ValueError(f"block-sparse tables for {count.shape[-1]} tiles of queries, {tiles} expected for "
                          f"{qv.shape[1]} queries in tiles of {wgs} x {sparse.BLOCK} rows (sparse.tables(blocks, wgs))")
     sc = _default_scale(scale, qv.shape[3])
