@@ -420,7 +420,7 @@ def _sparse_impl(q, k, v, layout: str, scale: Optional[float], count, entries, b
                  wgs: int = 2):
     from . import sparse
     qv, kv, vv = _bshd(q, layout), _bshd(k, layout), _bshd(v, layout)
-    tiles = -(-(-(-qv.shape[1] // sparse.BLOCK)) // wgs)
+    tiles = -(-sparse._blocks(qv.shape[1]) // wgs)
     # Tables built for another tile than `wgs` says would be misread by the kernel. Their tile count tells them apart
     # for every query length but 193-256 (four row blocks: two tiles either way; one or two row blocks give the same
     # tables for both). The check reads shapes only (no sync: CUDA graphs); the entries must come from

@@ -131,7 +131,8 @@ def tables(blocks: torch.Tensor, wgs: int = 2) -> Tables:
     # A block whose first 64 keys no row of the tile sees starts 64 keys later instead: its keys then are the first
     # half's, for which the kernel runs half the tensor work and half the exponentials (its second half, the next
     # block's first, is masked by the bits). Entries count first keys in 64s.
-    late = used & ((bits & (0b0101 if wgs == 2 else 0b010101)) == 0)
+    first_halves = sum(1 << (2 * w) for w in range(wgs))  # bit 2 w of each warpgroup w
+    late = used & ((bits & first_halves) == 0)
     first = 2 * torch.arange(kn, dtype=torch.int32, device=blocks.device) + late.to(torch.int32)
     bits = torch.where(late, bits >> 1, bits)
     # the used blocks first, ascending (a stable sort of "unused")

@@ -48,8 +48,8 @@ FULL = ("full", 1.0)
 # the odd ones none (one warpgroup the whole block, the other nothing, 0b0011); "checker" = block (r, c) when r + c is
 # even (one warpgroup the first half, the other the second, 0b1001). Their times over "full"'s, visit for visit, say
 # what a narrowed or an empty warpgroup-visit saves (dev/NOTES.md, "What a visit costs").
-PROBES = (("halves", 0.5), ("rows", 0.5), ("checker", 0.5))
 PROBE_BITS = {"halves": 0b0101, "rows": 0b0011, "checker": 0b1001}
+PROBES = tuple((kind, 0.5) for kind in PROBE_BITS)
 # every row a run can name (dict(ALL_MASKS)[kind]: the density of a kind's last row)
 ALL_MASKS = MASKS + (FULL,) + PROBES
 MASK_KINDS = tuple(sorted({k for k, _ in ALL_MASKS}))
@@ -68,8 +68,8 @@ def nabla_like(b, h, s, density, device, seed=0, kind="scattered"):
     if kind == "full":
         return torch.ones(b, h, n, n, dtype=torch.bool, device=device)
     if kind in PROBE_BITS:
-        r, c = i[:, None], i[None, :]
-        keep = {"halves": c % 2 == 0, "rows": (r % 2 == 0) & (c >= 0), "checker": (r + c) % 2 == 0}[kind]
+        r, c = i[:, None], i[None, :]  # (a row or a column of the mask broadcasts to all of it)
+        keep = c % 2 == 0 if kind == "halves" else r % 2 == 0 if kind == "rows" else (r + c) % 2 == 0
         return keep.expand(b, h, n, n).contiguous()
     if kind == "tile3d":
         if n % 64:
