@@ -458,14 +458,14 @@ int launch_built(const VidattnFwdArgs& a, cudaStream_t stream, int sms) {
     // an even grid, and one launch (below), so that every CTA's L-th tile has its partner in the other CTA. Else the
     // call runs on the routed build it varies (g_last_cluster_ctas then reads 1).
     grid = pair_launch_ctas<T>(kernel, sms, T::kThreads, smem);
-    if (grid < 2 || m_blocks % 2 != 0 || tiles > static_cast<int64_t>(grid) * 32 * T::kRedoWords)
+    if (grid < 2 || m_blocks % 2 != 0 || tiles > redo_launch_tiles<T>(grid))
       return launch_built<kHeadDim, kWGs, kBN & ~kPairBuild, kFp16, kCausal>(a, stream, sms);
   }
   // Persistent: one CTA per SM (shared memory allows no second), each walking the tile list. A CTA can mark at most
   // 32 * kRedoWords of its tiles for a redo (flash_fwd.cuh, kFixedRef), so larger problems take several launches;
   // such a problem keeps the plain schedule, its last round being a sliver of it. (CTA pairs: the main launch's rounds
   // are of `grid` tiles, so its tile count stays even.)
-  const int64_t per_launch = static_cast<int64_t>(grid) * 32 * T::kRedoWords;
+  const int64_t per_launch = redo_launch_tiles<T>(grid);
   const TailPlan tail =
       tiles <= per_launch && !kCausal ? plan_tail<kHeadDim, kWGs, kBN>(a, tiles, sms, grid) : TailPlan{};
   const int64_t main_tiles = tiles - tail.tiles;
@@ -859,12 +859,12 @@ static int fwd_sparse(const VidattnFwdArgs* a, cudaStream_t s, int sms) {
     return fail("block-sparse: blk_stride must be at least ceil(seqlen_kv / 128) key blocks (and at most 2^24)");
   if (reinterpret_cast<uintptr_t>(a->blk_list) % 8 != 0 || reinterpret_cast<uintptr_t>(a->blk_cnt) % 4 != 0)
     return fail("block-sparse: blk_list must be 8-byte and blk_cnt 4-byte aligned");
-  if (a->blk_wgs != 0 && a->blk_wgs != 2 && !(a->blk_wgs == 3 && a->head_dim == 64))
+  if (a->blk_wgs != 0 && a->blk_wgs != 2 && !(a->blk_wgs == kSparseWGsD64Max && a->head_dim == 64))
     return fail("block-sparse: blk_wgs must be 0 or 2, or 3 at head dim 64");
   std::string err;
   if (vidattn::sparse_launch(*a, s, sms, &err) != 0) return fail(err);
   g_last_block_n = kSparseTileN;
-  g_last_q_box_rows = a->blk_wgs == 3 ? 64 * 3 : kSparseTileM;
+  g_last_q_box_rows = a->blk_wgs == kSparseWGsD64Max ? kSparseBlock * kSparseWGsD64Max : kSparseTileM;
   g_last_cluster_ctas = 1;
   return 0;
 }

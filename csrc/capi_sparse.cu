@@ -62,8 +62,7 @@ int launch_sparse_build(const VidattnFwdArgs& a, cudaStream_t stream, int sms, s
   }
   // Persistent launches (no tail launch). With the fixed reference (bf16, VIDATTN_SPARSE_FIXED_REF) a CTA marks at
   // most 32 * kRedoWords of its tiles for a redo, so a larger problem takes several launches, as in capi.cu.
-  const int64_t per_launch = VIDATTN_SPARSE_FIXED_REF && !kFp16 ? static_cast<int64_t>(sms) * 32 * T::kRedoWords
-                                                                 : tiles;
+  const int64_t per_launch = VIDATTN_SPARSE_FIXED_REF && !kFp16 ? redo_launch_tiles<T>(sms) : tiles;
   for (int64_t base = 0; base < tiles; base += per_launch) {
     const int64_t n = tiles - base < per_launch ? tiles - base : per_launch;
     p.tile_base = static_cast<int>(base);
@@ -85,9 +84,10 @@ int launch_sparse_build(const VidattnFwdArgs& a, cudaStream_t stream, int sms, s
 // capi.cu's weak stand-in.)
 int sparse_launch(const VidattnFwdArgs& a, cudaStream_t stream, int sms, std::string* err) {
   const bool fp16 = a.dtype == 1;
-  if (a.head_dim == 64 && a.blk_wgs == 3)
-    return fp16 ? launch_sparse_build<64, 3, true>(a, stream, sms, err)
-                : launch_sparse_build<64, 3, false>(a, stream, sms, err);
+  constexpr int kWGs3 = sm90::kSparseWGsD64Max;
+  if (a.head_dim == 64 && a.blk_wgs == kWGs3)
+    return fp16 ? launch_sparse_build<64, kWGs3, true>(a, stream, sms, err)
+                : launch_sparse_build<64, kWGs3, false>(a, stream, sms, err);
   if (a.head_dim == 64)
     return fp16 ? launch_sparse_build<64, 2, true>(a, stream, sms, err)
                 : launch_sparse_build<64, 2, false>(a, stream, sms, err);

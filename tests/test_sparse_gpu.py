@@ -199,6 +199,38 @@ def test_a_late_key_far_above_the_fixed_reference_is_redone(d):
 
 
 @pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")])
+@pytest.mark.usefixtures("d64_wgs")
+def test_a_non_finite_key_in_a_half_a_warpgroup_skips_stays_out_of_its_rows(d, poison):
+    """Row block 0 needs key blocks 0, 1, 3 and 5, row block 1 needs 0, 1, 2 and 5, so the 128-key entry of blocks 2
+    and 3 is listed for both: row block 1 needs its first half, so it starts on time, and row block 0 computes all of
+    it with its first half masked. Block 2's keys are non-finite: row block 1's rows come out non-finite as the
+    reference's do; row block 0's must be the exact attention over its own blocks. (Its fixed-reference blocks may
+    mask a half in the exponent's offset, where a non-finite score gives NaN in the row sum and the tile runs again
+    with the online softmax, which masks with selects. V is left finite: a masked key's p is 0, and 0 x NaN is NaN.)"""
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    h, sq, skv = 2, 128, 640
+    qh, kh, vh = (torch.randn(1, h, n, d, device=DEV, generator=g) for n in (sq, skv, skv))
+    kh[:, :, 128:192] = poison
+    qh, kh, vh = qh.bfloat16(), kh.bfloat16(), vh.bfloat16()
+    blocks = torch.zeros(1, h, 2, skv // 64, dtype=torch.bool, device=DEV)
+    blocks[..., 0, [0, 1, 3, 5]] = True
+    blocks[..., 1, [0, 1, 2, 5]] = True
+    tab = sparse.tables(blocks, sparse.warpgroups(d))
+    assert int(tab.entries[0, 0, 0, 1, 0]) == 2 and int(tab.entries[0, 0, 0, 1, 1]) & 0b1111 == 0b0110, seed
+    out = vidattn.attention(qh, kh, vh, layout="bhsd", block_mask=blocks)
+    rows = slice(0, 64)
+    assert not torch.isfinite(out[:, :, 64:]).all(), f"row block 1 sees the non-finite keys, seed {seed}"
+    keep = element_mask(blocks, sq, skv)[:, :, rows]
+    want, _, _ = ref64(qh[:, :, rows], kh, vh, keep, 1 / math.sqrt(d))
+    got = out[:, :, rows].double()
+    assert torch.isfinite(want).all() and torch.isfinite(got).all(), f"non-finite rows, seed {seed}"
+    rel = float((got - want).norm() / want.norm())
+    assert rel < 1e-2, f"rel L2 {rel:.2e}, seed {seed}"
+
+
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("skv", [777, 1000, 1024])
 @pytest.mark.usefixtures("d64_wgs")
 def test_blocks_needed_only_in_their_second_half_start_late(d, skv):

@@ -844,15 +844,28 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
 // relative rounding in its weight, and with the unrounded sum, the default, a scale error of the row as well): relative
 // L2 error 1.00-1.04x cuDNN's, max |error| 1.3x cuDNN's at the median on short randn rows and 2.2x where a late key
 // takes half of each row, within FlashAttention's test bound (dev/NOTES.md, fourteenth and fifteenth sessions).
-template <int kN, bool kSumHere>
+//
+// kBits (block-sparse builds): `bits` are this warpgroup's (block_at), and a 64-key half whose bit is clear takes -inf
+// as its offset, so its p come out 0 from the FFMA every score runs anyway: mask_sparse's 64 FSELs a block (which
+// ptxas made of its tests, and a block with every bit set paid for nothing) are left to the online blocks. A score
+// of +inf or NaN in a masked half then gives NaN instead of 0; the row sum carries it to the redo, whose online
+// softmax masks with mask_sparse.
+template <int kN, bool kSumHere, bool kBits = false>
 __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2], float (&row_sum)[2],
-                                                  float scale_log2) {
+                                                  float scale_log2, int bits = 0) {
   constexpr bool kSum = kSumHere && VIDATTN_DIAG_SOFTMAX != 3;  // (3, diagnostic: no row sum, as online_softmax)
-  const float neg_ref[2] = {-row_max[0] * scale_log2, -row_max[1] * scale_log2};
+  constexpr int kParts = kBits ? kN / kSparseBlock : 1;  // offsets: one per 64-key half (kBits), else one
+  float neg_ref[kParts][2];
+#pragma unroll
+  for (int h = 0; h < kParts; ++h) {
+    const bool keep = !kBits || ((bits >> h) & 1) != 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) neg_ref[h][r] = keep ? -row_max[r] * scale_log2 : -__int_as_float(0x7f800000);
+  }
   float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
-    exp2_group<kN>(sacc, i, neg_ref, scale_log2);
+    exp2_group<kN>(sacc, i, neg_ref[kBits ? i / (kSparseBlock / 8) : 0], scale_log2);
     if constexpr (kSum) {
       part[0][i % 2] += sacc[4 * i + 0] + sacc[4 * i + 1];
       part[1][i % 2] += sacc[4 * i + 2] + sacc[4 * i + 3];
@@ -1474,16 +1487,19 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
     if constexpr (kCausal) {
       if (kv0 + kN > min(kv_len, diag)) mask_keys_causal<kN>(sacc, kv0, kv_len, diag, col_in_group);
     } else {
-      if constexpr (T::kSparse) mask_sparse<kN>(sacc, at.y);
+      // (the fixed-reference blocks mask in the softmax's offsets: softmax_fixed_ref's kBits)
+      if constexpr (T::kSparse && !kFixed) mask_sparse<kN>(sacc, at.y);
       if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     }
     if constexpr (kFixed && T::kSparse) {
       // (no rescale of O: it is zero until the reference is set, and fixed after; the sum likewise)
-      if (ref_set)
-        softmax_fixed_ref<kN, !kSumRounded>(sacc, row_max, row_sum, scale_log2);
-      else
+      if (ref_set) {
+        softmax_fixed_ref<kN, !kSumRounded, true>(sacc, row_max, row_sum, scale_log2, at.y);
+      } else {
+        mask_sparse<kN>(sacc, at.y);
         online_softmax<kN, !kSumRounded, false, true>(sacc, row_max, row_sum, alpha, scale_log2,
                                                       sparse_cols<kN>(at.y));
+      }
       ref_set = ref_set || at.y != 0;
     } else if constexpr (kFixed) {
       softmax_fixed_ref<kN, !kSumRounded>(sacc, row_max, row_sum, scale_log2);  // the first block's row_max, for good

@@ -378,7 +378,7 @@ struct FwdTraits {
   static constexpr bool kQInRegs = kHeadDim == 128 && kBlockN <= VIDATTN_Q_IN_REGS_MAX_N;
   static constexpr bool kFixedRef = VIDATTN_FIXED_REF != 0;
   // Tiles a CTA can mark for a redo, one bit each (64 words: 2048 tiles per CTA, 270K tiles per launch on 132 SMs);
-  // the host splits larger problems into several launches (capi.cu).
+  // the host splits larger problems into several launches (redo_launch_tiles).
   static constexpr int kRedoWords = 64;
 
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
@@ -392,5 +392,12 @@ struct FwdTraits {
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= kLaunchRegs * kThreads,
                 "setmaxnreg.inc would wait forever: the CTA's registers are those of its launch");
 };
+
+// The most tiles one persistent launch of `ctas` CTAs may run: a CTA marks at most 32 * kRedoWords of its tiles for a
+// redo (flash_fwd.cuh, redo_bits), so the host splits a larger problem into several launches (capi.cu, capi_sparse.cu).
+template <class T>
+constexpr int64_t redo_launch_tiles(int ctas) {
+  return static_cast<int64_t>(ctas) * 32 * T::kRedoWords;
+}
 
 }  // namespace vidattn::sm90
