@@ -240,6 +240,9 @@
 #   bash dev/device_session.sh P91 [budget_s] # the block-sparse fixed reference (LIBS_XZ, FIXED_TL): the three patches'
 #                                             # and the four's sparse_bench.py, GPU tests, timeline; the fifth
 #                                             # (sparse_fixed_ref_cols) if time allows; the tree last
+#   bash dev/device_session.sh P95 [budget_s] # the fixed path's exponentials only where P V reads them, and a
+#                                             # warpgroup's own late start (LIBS_XZ): tree, each patch (GPU
+#                                             # tests, bench, visit probes), tree again; the tree's sanitizers
 #   bash dev/device_session.sh P94 [budget_s] # the block mask in the softmax's offsets (LIBS_XZ): tree, patch
 #                                             # (GPU tests, bench), tree again
 #   bash dev/device_session.sh P93 [budget_s] # after the block-sparse landing (LIBS_XZ): its sanitizer cases, D=64
@@ -1314,6 +1317,39 @@ P91)
   if [ "$(left)" -gt 70 ]; then  # the tree, its sources back
     rm -rf csrc vidattn tests docs && cp -r .build/tree_copy/* . && unset VIDATTN_SPARSE_D64_WARPGROUPS && build_lib
     sparse_bench_into p91t/tree tree $(( $(left) - 10 )) "${masks[@]}"; tar_dirs p91t
+  fi
+  ;;
+P95)
+  # dev/NOTES.md "Exponentials only where P V reads them" and "A warpgroup's own late start" (predictions for P95):
+  # sparse_bench.py on the tree (5451fb1, the mask in the offsets landed; library 7540e0da8315641c in LIBS_XZ), then
+  # dev/experiments/sparse_half_exp_fixed.patch (var1) and sparse_own_late.patch (var2: the first and a warpgroup's own
+  # late start; each to 5451fb1, their libraries in LIBS_XZ): each one's block-sparse GPU tests, sparse_bench.py and the
+  # visit probes at D=64; the tree again (A B C A); then the tree's sanitizer cases (the landing's), and the last
+  # variant's as time allows.
+  mkdir -p "$OUT/p95" "$VIDATTN_CACHE_DIR"
+  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  read -ra masks <<< "--masks ${P95_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
+  rm -rf .build/tree_copy && mkdir -p .build/tree_copy && cp -r csrc .build/tree_copy/
+  build_lib
+  sparse_bench_into p95/tree1 tree1 120 "${masks[@]}"
+  for v in var1:sparse_half_exp_fixed var2:sparse_own_late; do
+    rm -rf csrc && cp -r .build/tree_copy/csrc . || exit 2
+    patch -p1 --forward < "dev/experiments/${v#*:}.patch" || { echo "P95: ${v#*:} does not apply"; exit 2; }
+    build_lib
+    gpu_pytest "p95/gpu_sparse_${v%%:*}.log" 100 "gpu_sparse_${v%%:*}" tests/test_sparse_gpu.py tests/test_sparse.py
+    sparse_bench_into "p95/${v%%:*}" "${v%%:*}" 120 "${masks[@]}"
+    sparse_bench_into "p95/${v%%:*}_probes" "${v%%:*}_probes" 90 --head-dims 64 --masks full halves rows checker \
+      --rounds 4 --budget-s 3
+  done
+  tar_dirs p95
+  if [ "$(left)" -gt 90 ]; then  # the tree again, then its sanitizer cases
+    rm -rf csrc && cp -r .build/tree_copy/csrc . && build_lib
+    sparse_bench_into p95t/tree2 tree2 120 "${masks[@]}"
+    mkdir -p "$OUT/p95t/sanitize_tree"; sparse_sanitize p95t/sanitize_tree; tar_dirs p95t
+  fi
+  if [ "$(left)" -gt 150 ]; then  # the last variant's sanitizer cases
+    patch -p1 --forward < dev/experiments/sparse_own_late.patch && build_lib && mkdir -p "$OUT/p95s/sanitize_var2" &&
+      sparse_sanitize p95s/sanitize_var2; tar_dirs p95s
   fi
   ;;
 P94)

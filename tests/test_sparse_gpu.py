@@ -231,6 +231,57 @@ def test_a_non_finite_key_in_a_half_a_warpgroup_skips_stays_out_of_its_rows(d, p
 
 
 @pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")])
+@pytest.mark.usefixtures("d64_wgs")
+def test_a_non_finite_key_in_the_unread_half_of_a_first_half_block_stays_out(d, poison):
+    """Both row blocks need key blocks 0, 1, 2 and 5: the 128-key entry of blocks 2 and 3 is a first-half-only block
+    for both warpgroups (four steps of S and P V). Block 3's keys are non-finite and no row needs them: every row must
+    be the exact attention over its own blocks (the fixed-reference blocks either skip the unread half or mask it in
+    the exponent's offset and redo the tile)."""
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    h, sq, skv = 2, 128, 640
+    qh, kh, vh = (torch.randn(1, h, n, d, device=DEV, generator=g) for n in (sq, skv, skv))
+    kh[:, :, 192:256] = poison
+    qh, kh, vh = qh.bfloat16(), kh.bfloat16(), vh.bfloat16()
+    blocks = torch.zeros(1, h, 2, skv // 64, dtype=torch.bool, device=DEV)
+    blocks[..., [0, 1, 2, 5]] = True
+    tab = sparse.tables(blocks, sparse.warpgroups(d))
+    assert int(tab.entries[0, 0, 0, 1, 0]) == 2 and int(tab.entries[0, 0, 0, 1, 1]) & 0b1111 == 0b0101, seed
+    out = vidattn.attention(qh, kh, vh, layout="bhsd", block_mask=blocks)
+    want, _, _ = ref64(qh, kh, vh, element_mask(blocks, sq, skv), 1 / math.sqrt(d))
+    got = out.double()
+    assert torch.isfinite(want).all() and torch.isfinite(got).all(), f"non-finite rows, seed {seed}"
+    rel = float((got - want).norm() / want.norm())
+    assert rel < 1e-2, f"rel L2 {rel:.2e}, seed {seed}"
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("skv", [1000, 1024])
+@pytest.mark.usefixtures("d64_wgs")
+def test_one_row_block_the_first_half_and_the_other_the_second(d, skv):
+    """Row block 0 needs key blocks 0 and 14, row block 1 needs 0 and 15: the entry of blocks 14 and 15 (the last,
+    partial at 1000 keys) names the first half for one warpgroup and the second for the other (bits 0b1001). Each
+    row block must be the exact attention over its own keys (a warpgroup may run its half alone, from the stage's
+    65th row)."""
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    h, sq = 2, 128
+    qh, kh, vh = (torch.randn(1, h, n, d, device=DEV, generator=g).bfloat16() for n in (sq, skv, skv))
+    blocks = torch.zeros(1, h, 2, (skv + 63) // 64, dtype=torch.bool, device=DEV)
+    blocks[..., 0, [0, 14]] = True
+    blocks[..., 1, [0, 15]] = True
+    tab = sparse.tables(blocks, sparse.warpgroups(d))
+    assert int(tab.entries[0, 0, 0, 1, 0]) == 14 and int(tab.entries[0, 0, 0, 1, 1]) & 0b1111 == 0b1001, seed
+    out = vidattn.attention(qh, kh, vh, layout="bhsd", block_mask=blocks)
+    want, _, _ = ref64(qh, kh, vh, element_mask(blocks, sq, skv), 1 / math.sqrt(d))
+    got = out.double()
+    assert torch.isfinite(got).all(), f"non-finite rows, seed {seed}"
+    rel = float((got - want).norm() / want.norm())
+    assert rel < 1e-2, f"rel L2 {rel:.2e}, seed {seed}"
+
+
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("skv", [777, 1000, 1024])
 @pytest.mark.usefixtures("d64_wgs")
 def test_blocks_needed_only_in_their_second_half_start_late(d, skv):
