@@ -240,6 +240,9 @@
 #   bash dev/device_session.sh P91 [budget_s] # the block-sparse fixed reference (LIBS_XZ, FIXED_TL): the three patches'
 #                                             # and the four's sparse_bench.py, GPU tests, timeline; the fifth
 #                                             # (sparse_fixed_ref_cols) if time allows; the tree last
+#   bash dev/device_session.sh P97 [budget_s] # the landed build: Kandinsky 6 SR at threshold 0.8, the visit probes
+#   bash dev/device_session.sh P96 [budget_s] # sparse_half_exp_fixed against the tree, alternating (A B A B), then
+#                                             # Kandinsky 6 SR's forward at threshold 0.5 on both as time allows
 #   bash dev/device_session.sh P95 [budget_s] # the fixed path's exponentials only where P V reads them, and a
 #                                             # warpgroup's own late start (LIBS_XZ): tree, each patch (GPU
 #                                             # tests, bench, visit probes), tree again; the tree's sanitizers
@@ -1317,6 +1320,45 @@ P91)
   if [ "$(left)" -gt 70 ]; then  # the tree, its sources back
     rm -rf csrc vidattn tests docs && cp -r .build/tree_copy/* . && unset VIDATTN_SPARSE_D64_WARPGROUPS && build_lib
     sparse_bench_into p91t/tree tree $(( $(left) - 10 )) "${masks[@]}"; tar_dirs p91t
+  fi
+  ;;
+P97)
+  # The landed build (5451fb1's kernels, library 7540e0da8315641c in LIBS_XZ): Kandinsky 6 SR's forward at the
+  # checkpoint's NABLA threshold (0.8; P96 ran 0.5 on it), then the visit probes at D=64 (P94 ran them on the build
+  # before).
+  mkdir -p "$OUT/p97" "$VIDATTN_CACHE_DIR"
+  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  build_lib
+  timeout 200 python3 dev/probes/k6sr_forward.py --out "$OUT/p97/tree_t08" --rounds 4 \
+    > "$OUT/p97/k6sr_tree_t08.log" 2>&1; rc[k6sr_t08]=$?; tail -4 "$OUT/p97/k6sr_tree_t08.log"
+  sparse_bench_into p97/probes probes 90 --head-dims 64 --masks full halves rows checker --rounds 4 --budget-s 3
+  tar_dirs p97
+  ;;
+P96)
+  # dev/NOTES.md "Call P95: outcome": sparse_half_exp_fixed.patch against the tree (5451fb1) again, alternating four
+  # runs (tree, var1, tree, var1; libraries in LIBS_XZ), so that the full and band rows' -3% can be told from the
+  # run-to-run spread; then, as time allows, Kandinsky 6 SR's forward at NABLA threshold 0.5 on var1 and on the tree.
+  mkdir -p "$OUT/p96" "$VIDATTN_CACHE_DIR"
+  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  read -ra masks <<< "--masks ${P96_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
+  rm -rf .build/tree_copy && mkdir -p .build/tree_copy && cp -r csrc .build/tree_copy/
+  for run in tree1 var1 tree2 var2; do
+    rm -rf csrc && cp -r .build/tree_copy/csrc . || exit 2
+    if [ "${run#var}" != "$run" ]; then
+      patch -p1 --forward < dev/experiments/sparse_half_exp_fixed.patch || { echo "P96: the patch does not apply"; exit 2; }
+    fi
+    build_lib
+    sparse_bench_into "p96/$run" "$run" 120 "${masks[@]}"
+  done
+  tar_dirs p96
+  if [ "$(left)" -gt 220 ]; then  # Kandinsky 6 SR at threshold 0.5: var1 (in the tree now), then the tree
+    mkdir -p "$OUT/p96k"
+    timeout 150 python3 dev/probes/k6sr_forward.py --out "$OUT/p96k/var_t05" --rounds 4 --threshold 0.5 \
+      > "$OUT/p96k/k6sr_var_t05.log" 2>&1; rc[k6sr_var]=$?; tail -3 "$OUT/p96k/k6sr_var_t05.log"
+    rm -rf csrc && cp -r .build/tree_copy/csrc . && build_lib
+    timeout $(( $(left) - 10 )) python3 dev/probes/k6sr_forward.py --out "$OUT/p96k/tree_t05" --rounds 4 --threshold 0.5 \
+      > "$OUT/p96k/k6sr_tree_t05.log" 2>&1; rc[k6sr_tree]=$?; tail -3 "$OUT/p96k/k6sr_tree_t05.log"
+    tar_dirs p96k
   fi
   ;;
 P95)
