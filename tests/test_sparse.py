@@ -132,7 +132,7 @@ def _kernel_walk(q, k, v, tab, scale, wgs=2):
     the warpgroup's two bits give
     its 16-key steps (sparse_steps: 1 with no bit, 4 with the first half's only, else the block's own: 8, or for a
     window reaching past Skv the steps up to Skv where those are at most 5, block_steps at N = 128) and its
-    exponentiated columns (sparse_cols: 0, 64, 128). Score columns no
+    exponentiated columns (sparse_any: none without a bit, else all 128, the masked ones -inf). Score columns no
     S step wrote are NaN here, so a column the masks (bits, keys past Skv) fail to cover shows; with no exponentials,
     the one step's P is 0. The max stays -inf until a row meets a key (kKeepNegInf)."""
     b, h, sq, d = q.shape
@@ -159,7 +159,7 @@ def _kernel_walk(q, k, v, tab, scale, wgs=2):
                         rest = -(-(skv - kv0) // 16)  # block_steps: a partial block narrows to at most 5 steps
                         own = 8 if kv0 + 128 <= skv or rest > 5 else rest
                         steps = 1 if mine == 0 else min(own, 4) if mine == 1 else own
-                        cols = 0 if mine == 0 else 64 if mine == 1 else 128
+                        cols = 0 if mine == 0 else 128
                         s = torch.full((r1 - r0, 128), float("nan"), dtype=torch.float64)
                         s[:, :16 * steps] = qr @ kp[bi, hi, kv0:kv0 + 16 * steps].T
                         for c in range(2):  # mask_sparse

@@ -751,12 +751,11 @@ __device__ __forceinline__ void mask_sparse(float (&sacc)[kN / 2], int bits) {
   }
 }
 
-// kSparse: the columns of a key block whose scores are this warpgroup's, from its two bits (block_at): none, the
-// first 64 (the second half's bit clear), or the whole block (online_softmax's `cols`).
-template <int kN>
-__device__ __forceinline__ int sparse_cols(int bits) {
-  return bits == 0 ? 0 : bits == 1 ? kSparseBlock : kN;
-}
+// kSparse: whether a key block holds scores of this warpgroup's, from its two bits (block_at): online_softmax's
+// `any`. (A block of which it needs only the first half is exponentiated whole: a break out of the unrolled loop at
+// 64 columns cost the other blocks more than it saved, P85-P87, and a branch around the fixed path's second half
+// cost the full block 3.5% at D=64, P95-P96.)
+__device__ __forceinline__ bool sparse_any(int bits) { return bits != 0; }
 
 // Online softmax in base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score. Exponentiates
 // sacc in place, updates the running max and (per-thread partial) sum, and returns the factor O must be scaled by.
@@ -766,14 +765,14 @@ __device__ __forceinline__ int sparse_cols(int bits) {
 // kKeepNegInf (block-sparse builds): a row may have no key in any block, the first included; the reference is 0
 // then, as with kEmptyRows, but the row's max stays -inf, so that a later block's max replaces it whatever its value
 // (with 0 kept, a row whose scores all lie below 2^-126 of it would sum to 0).
-// kKeepNegInf builds take `cols` (sparse_cols): the columns this warpgroup exponentiates, 0, the first 64 or all.
-// With 0 every score of the block is -inf for it (a block none of its bits names, mask_sparse): its exponentials are
+// kKeepNegInf builds take `any` (sparse_any): whether the block holds any score of this warpgroup's. Without one,
+// every score of the block is -inf for it (a block none of its bits names, mask_sparse): its exponentials are
 // skipped and the one 16-key step its P V runs (sparse_steps) gets P = 0. The max pass still runs, so alpha and the
 // sum come out as the exponentials of -inf would leave them (1 and unchanged, or 0 on a zero O for a row that has met
-// no key yet). With 64 the second half is -inf and its P is never read (4 steps at most).
+// no key yet). A masked half of a block it does compute is exponentiated to 0 with the rest.
 template <int kN, bool kSumHere = true, bool kEmptyRows = false, bool kKeepNegInf = false>
 __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&row_max)[2], float (&row_sum)[2],
-                                               float (&alpha)[2], float scale_log2, int cols = kN) {
+                                               float (&alpha)[2], float scale_log2, bool any = true) {
   // Row max in kMaxChains independent chains per row, folded at the end: every exponential waits for it, and one
   // chain of kN/8 dependent FMNMX (16 at D=64) was the longest stretch of the softmax's critical path.
   constexpr int kMaxChains = 4;
@@ -806,9 +805,7 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
     row_max[r] = kKeepNegInf ? raw : mx[r];
   }
   float tile_sum[2] = {0.f, 0.f};
-  // (kKeepNegInf: `cols` of the block are this warpgroup's: 0, the first kSparseBlock, or all of them)
-  const int groups = kKeepNegInf ? cols / 8 : kN / 8;
-  if (kKeepNegInf && groups == 0) {
+  if (kKeepNegInf && !any) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) sacc[e] = 0.f;
   } else {
@@ -1367,8 +1364,8 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
   int2 blk_next = int2{0, 0};  // kSparse: the list entry of the next block (sparse_next)
   // Where each block's row sums are taken: in the softmax, of p as exponentiated (the exact softmax, and the fixed
   // reference by default), or of P after its bf16 rounding (add_packed_row_sum; VIDATTN_ROW_SUM_UNROUNDED=0).
-  // (not in block-sparse builds: their online blocks leave the columns they skip at -inf, cols, which P's sums
-  // would then take in)
+  // (not in block-sparse builds: their online blocks leave a block they skip at -inf, `any`, which P's sums would
+  // then take in)
   constexpr bool kSumRounded = kFixed && !kRowSumUnrounded && !T::kSparse;
   constexpr int kN = T::kBlockN;
   constexpr bool kPingpong = T::kPingpong;
@@ -1410,7 +1407,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       }
     }
     // (block-sparse: a block this warpgroup skips still runs the softmax's max pass, on -inf, and skips only the
-    // exponentials (online_softmax's cols). A branch around the whole softmax made ptxas serialise every wgmma.)
+    // exponentials (online_softmax's `any`). A branch around the whole softmax made ptxas serialise every wgmma.)
     if constexpr (kCausal) {
       if (kv0 + kN > min(kv_len, diag)) mask_keys_causal<kN>(sacc, kv0, kv_len, diag, col_in_group);
     } else {
@@ -1418,7 +1415,7 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       if (kv0 + kN > kv_len) mask_keys<kN>(sacc, kv0, kv_len, col_in_group);
     }
     online_softmax<kN, !kSumRounded, kCausal, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2,
-                                                           sparse_cols<kN>(at.y));
+                                                           sparse_any(at.y));
     if constexpr (T::kSparse && kFixed) ref_set = at.y != 0;
     pack_p<kN, kFp16>(sacc, pa);
     if constexpr (kSumRounded) add_packed_row_sum<kN>(pa, row_sum);
@@ -1498,13 +1495,13 @@ __device__ __forceinline__ void mainloop(const FwdParams& p, SharedStorage<kHead
       } else {
         mask_sparse<kN>(sacc, at.y);
         online_softmax<kN, !kSumRounded, false, true>(sacc, row_max, row_sum, alpha, scale_log2,
-                                                      sparse_cols<kN>(at.y));
+                                                      sparse_any(at.y));
       }
       ref_set = ref_set || at.y != 0;
     } else if constexpr (kFixed) {
       softmax_fixed_ref<kN, !kSumRounded>(sacc, row_max, row_sum, scale_log2);  // the first block's row_max, for good
     } else
-      online_softmax<kN, true, false, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2, sparse_cols<kN>(at.y));
+      online_softmax<kN, true, false, T::kSparse>(sacc, row_max, row_sum, alpha, scale_log2, sparse_any(at.y));
     t_wait = waits.start();
     ptx::wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free again
     waits.add(2, t_wait);
