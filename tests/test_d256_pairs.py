@@ -123,10 +123,13 @@ def test_launch_in_clusters_of_two_with_a_fallback():
     lb = CAPI[CAPI.index("int launch_built(const VidattnFwdArgs& a"):
               CAPI.index("// DIAGNOSTIC ONLY, never a default: VIDATTN_KERNEL_SUBSET")]
     assert "grid = pair_launch_ctas<T>(kernel, sms, T::kThreads, smem);" in lb  # cached per build and device
-    assert ("if (grid < 2 || m_blocks % 2 != 0 || tiles > static_cast<int64_t>(grid) * 32 * T::kRedoWords)\n"
+    assert ("if (grid < 2 || m_blocks % 2 != 0 || tiles > redo_launch_tiles<T>(grid))\n"
             "      return launch_built<kHeadDim, kWGs, kBN & ~kPairBuild, kFp16, kCausal>(a, stream, sms);") in lb
     # the main launch's rounds are of the pair grid, so its tile count stays even; the tail launch takes every SM
-    assert "const int64_t per_launch = static_cast<int64_t>(grid) * 32 * T::kRedoWords;" in lb
+    assert "const int64_t per_launch = redo_launch_tiles<T>(grid);" in lb
+    # (redo_launch_tiles: a CTA marks at most 32 * kRedoWords of its tiles for a redo)
+    assert re.search(r"constexpr int64_t redo_launch_tiles\(int ctas\) \{\s*return static_cast<int64_t>\(ctas\) \* 32 \* "
+                     r"T::kRedoWords;", CFG)
     assert "plan_tail<kHeadDim, kWGs, kBN>(a, tiles, sms, grid)" in lb
     assert "const int64_t r = tiles % grid;" in CAPI
     assert "TailPlan plan_tail(const VidattnFwdArgs& a, int64_t tiles, int sms, int grid)" in CAPI

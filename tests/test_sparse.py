@@ -126,7 +126,7 @@ def test_tables_refuse_other_warpgroup_counts_and_d64_takes_the_setting(monkeypa
     assert seen == [3, 2]
 
 
-def _kernel_walk(q, k, v, tab, scale, wgs=2):
+def _kernel_walk(q, k, v, tab, scale, wgs=2, fixed=False):
     """A float64 model of the block-sparse consumer's walk (csrc/sm90/flash_fwd.cuh, kSparse): per tile and warpgroup,
     the list's entries in order (tiles of `wgs` 64-row blocks), each a window of 128 keys from 64 * its first column;
     the warpgroup's two bits give
@@ -134,7 +134,11 @@ def _kernel_walk(q, k, v, tab, scale, wgs=2):
     window reaching past Skv the steps up to Skv where those are at most 5, block_steps at N = 128) and its
     exponentiated columns (sparse_any: none without a bit, else all 128, the masked ones -inf). Score columns no
     S step wrote are NaN here, so a column the masks (bits, keys past Skv) fail to cover shows; with no exponentials,
-    the one step's P is 0. The max stays -inf until a row meets a key (kKeepNegInf)."""
+    the one step's P is 0. The max stays -inf until a row meets a key (kKeepNegInf).
+    fixed: the bf16 builds' fixed reference (VIDATTN_SPARSE_FIXED_REF): a warpgroup's blocks up to and including the
+    first that names it run as above; every later one exponentiates all 128 columns against that block's max, a half
+    whose bit is clear masked by an offset of -inf in the exponent instead of the selects (softmax_fixed_ref's kBits),
+    the columns past a narrowed S -inf as issue_qk_block fills them, no max, no rescale."""
     b, h, sq, d = q.shape
     skv = k.shape[2]
     sl2 = scale * math.log2(math.e)
@@ -153,6 +157,7 @@ def _kernel_walk(q, k, v, tab, scale, wgs=2):
                     m = torch.full((r1 - r0,), float("-inf"), dtype=torch.float64)
                     l = torch.zeros(r1 - r0, dtype=torch.float64)
                     o = torch.zeros(r1 - r0, d, dtype=torch.float64)
+                    ref_set = False
                     for j in range(min(int(tab.count[bi, hi, t]), -(-skv // 128))):  # (tile_work's clamp)
                         first, bits = (int(x) for x in tab.entries[bi, hi, t, j])
                         kv0, mine = 64 * first, (bits >> (2 * w)) & 3
@@ -162,6 +167,16 @@ def _kernel_walk(q, k, v, tab, scale, wgs=2):
                         cols = 0 if mine == 0 else 128
                         s = torch.full((r1 - r0, 128), float("nan"), dtype=torch.float64)
                         s[:, :16 * steps] = qr @ kp[bi, hi, kv0:kv0 + 16 * steps].T
+                        if fixed and ref_set:
+                            s[:, 16 * steps:] = float("-inf")  # issue_qk_block's fill past a narrowed S
+                            if kv0 + 128 > skv:  # mask_keys
+                                s[:, max(0, skv - kv0):] = float("-inf")
+                            off = torch.tensor([0.0 if (mine >> c) & 1 else float("inf") for c in range(2)],
+                                               dtype=torch.float64).repeat_interleave(64)
+                            p = torch.exp2(s * sl2 - m[:, None] * sl2 - off[None, :])
+                            l = l + p.sum(-1)
+                            o = o + p[:, :16 * steps] @ vp[bi, hi, kv0:kv0 + 16 * steps]
+                            continue
                         for c in range(2):  # mask_sparse
                             if not (mine >> c) & 1:
                                 s[:, 64 * c:64 * c + 64] = float("-inf")
@@ -178,6 +193,7 @@ def _kernel_walk(q, k, v, tab, scale, wgs=2):
                         l = l * alpha + p[:, :cols].sum(-1)
                         o = o * alpha[:, None] + p[:, :16 * steps] @ vp[bi, hi, kv0:kv0 + 16 * steps]
                         m = mx
+                        ref_set = ref_set or mine != 0
                     seen = l > 0
                     out[bi, hi, r0:r1] = torch.where(seen[:, None], o / torch.where(seen, l, 1.0)[:, None], 0.0)
                     lse[bi, hi, r0:r1] = torch.where(seen, m * scale + torch.log(torch.where(seen, l, 1.0)),
@@ -185,12 +201,14 @@ def _kernel_walk(q, k, v, tab, scale, wgs=2):
     return out, lse
 
 
+@pytest.mark.parametrize("fixed", [False, True])
 @pytest.mark.parametrize("wgs", [2, 3])
 @pytest.mark.parametrize("sq, skv, density", [(300, 1000, 0.3), (256, 1024, 0.15), (130, 777, 0.6)])
-def test_the_kernels_walk_over_the_tables_is_the_masked_softmax(sq, skv, density, wgs):
+def test_the_kernels_walk_over_the_tables_is_the_masked_softmax(sq, skv, density, wgs, fixed):
     """The tables with late-starting entries, walked as the kernel walks them (_kernel_walk), give the fp64 masked
     attention: every (row, key) pair the mask names computed once, none it leaves out, no unwritten score column
-    reaching P, rows without keys 0 with LSE -inf. (A model of the kernel's logic; tests/test_sparse_gpu.py runs it.)"""
+    reaching P, rows without keys 0 with LSE -inf; with the online softmax throughout and with the fixed reference.
+    (A model of the kernel's logic; tests/test_sparse_gpu.py runs it.)"""
     g = torch.Generator().manual_seed(sq + skv)
     h, d = 2, 16
     nq, nk = (sq + 63) // 64, (skv + 63) // 64
@@ -200,7 +218,7 @@ def test_the_kernels_walk_over_the_tables_is_the_masked_softmax(sq, skv, density
     q, k, v = (torch.randn(1, h, n, d, generator=g, dtype=torch.float64) for n in (sq, skv, skv))
     tab = sparse.tables(blocks, wgs)
     assert bool((tab.entries[..., 0] % 2 == 1).any())
-    got, got_lse = _kernel_walk(q, k, v, tab, 0.25, wgs)
+    got, got_lse = _kernel_walk(q, k, v, tab, 0.25, wgs, fixed)
     want, want_lse = _ref(q, k, v, blocks, 0.25)
     assert torch.isfinite(got).all()
     assert torch.allclose(got, want, atol=1e-12, rtol=1e-10)

@@ -205,9 +205,9 @@ def test_a_non_finite_key_in_a_half_a_warpgroup_skips_stays_out_of_its_rows(d, p
     """Row block 0 needs key blocks 0, 1, 3 and 5, row block 1 needs 0, 1, 2 and 5, so the 128-key entry of blocks 2
     and 3 is listed for both: row block 1 needs its first half, so it starts on time, and row block 0 computes all of
     it with its first half masked. Block 2's keys are non-finite: row block 1's rows come out non-finite as the
-    reference's do; row block 0's must be the exact attention over its own blocks. (Its fixed-reference blocks may
-    mask a half in the exponent's offset, where a non-finite score gives NaN in the row sum and the tile runs again
-    with the online softmax, which masks with selects. V is left finite: a masked key's p is 0, and 0 x NaN is NaN.)"""
+    reference's do; row block 0's must be the exact attention over its own blocks. (Row block 1's non-finite sums
+    send the tile to the redo whatever row block 0's pass did: the next test isolates row block 0's masked half.
+    V is left finite: a masked key's p is 0, and 0 x NaN is NaN.)"""
     g = torch.Generator(device=DEV)
     seed = g.seed()
     h, sq, skv = 2, 128, 640
@@ -231,13 +231,43 @@ def test_a_non_finite_key_in_a_half_a_warpgroup_skips_stays_out_of_its_rows(d, p
 
 
 @pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.usefixtures("d64_wgs")
+def test_a_score_that_overflows_only_in_a_half_a_warpgroup_masks_is_redone(d):
+    """The masks of the previous test, with finite inputs: row block 0's queries and block 2's keys share one dimension
+    at 2^70, which no other key or query has, so their score overflows to +inf in fp32 in row block 0's rows only, in
+    the half of the entry of blocks 2 and 3 that row block 0 computes masked (bits 0b10). On its fixed-reference pass
+    that half is masked in the exponent's offset, where +inf gives NaN in the row sum; the tile must then run again
+    with the exact softmax (the selects), and every row must be the exact attention over its own blocks."""
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    h, sq, skv = 2, 128, 640
+    qh, kh, vh = (torch.randn(1, h, n, d, device=DEV, generator=g) for n in (sq, skv, skv))
+    qh[..., 0], kh[..., 0] = 0.0, 0.0
+    qh[:, :, :64, 0] = 2.0 ** 70
+    kh[:, :, 128:192, 0] = 2.0 ** 70
+    qh, kh, vh = qh.bfloat16(), kh.bfloat16(), vh.bfloat16()
+    blocks = torch.zeros(1, h, 2, skv // 64, dtype=torch.bool, device=DEV)
+    blocks[..., 0, [0, 1, 3, 5]] = True
+    blocks[..., 1, [0, 1, 2, 5]] = True
+    tab = sparse.tables(blocks, sparse.warpgroups(d))
+    assert int(tab.entries[0, 0, 0, 1, 0]) == 2 and int(tab.entries[0, 0, 0, 1, 1]) & 0b1111 == 0b0110, seed
+    out = vidattn.attention(qh, kh, vh, layout="bhsd", block_mask=blocks)
+    want, _, _ = ref64(qh, kh, vh, element_mask(blocks, sq, skv), 1 / math.sqrt(d))
+    got = out.double()
+    assert torch.isfinite(want).all(), f"the reference's rows, seed {seed}"
+    assert torch.isfinite(got).all(), f"non-finite rows, seed {seed}"
+    rel = float((got - want).norm() / want.norm())
+    assert rel < 1e-2, f"rel L2 {rel:.2e}, seed {seed}"
+
+
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("poison", [float("nan"), float("inf")])
 @pytest.mark.usefixtures("d64_wgs")
 def test_a_non_finite_key_in_the_unread_half_of_a_first_half_block_stays_out(d, poison):
     """Both row blocks need key blocks 0, 1, 2 and 5: the 128-key entry of blocks 2 and 3 is a first-half-only block
     for both warpgroups (four steps of S and P V). Block 3's keys are non-finite and no row needs them: every row must
-    be the exact attention over its own blocks (the fixed-reference blocks either skip the unread half or mask it in
-    the exponent's offset and redo the tile)."""
+    be the exact attention over its own blocks. (The narrowed S never computes block 3's scores: issue_qk_block
+    writes -inf past its four steps. This guards that path.)"""
     g = torch.Generator(device=DEV)
     seed = g.seed()
     h, sq, skv = 2, 128, 640
@@ -262,8 +292,8 @@ def test_a_non_finite_key_in_the_unread_half_of_a_first_half_block_stays_out(d, 
 def test_one_row_block_the_first_half_and_the_other_the_second(d, skv):
     """Row block 0 needs key blocks 0 and 14, row block 1 needs 0 and 15: the entry of blocks 14 and 15 (the last,
     partial at 1000 keys) names the first half for one warpgroup and the second for the other (bits 0b1001). Each
-    row block must be the exact attention over its own keys (a warpgroup may run its half alone, from the stage's
-    65th row)."""
+    row block must be the exact attention over its own keys (the second warpgroup computes the whole block, its first
+    half masked, and at 1000 keys its last 40 keys past Skv)."""
     g = torch.Generator(device=DEV)
     seed = g.seed()
     h, sq = 2, 128

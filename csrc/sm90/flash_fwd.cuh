@@ -754,7 +754,7 @@ __device__ __forceinline__ void mask_sparse(float (&sacc)[kN / 2], int bits) {
 // kSparse: whether a key block holds scores of this warpgroup's, from its two bits (block_at): online_softmax's
 // `any`. (A block of which it needs only the first half is exponentiated whole: a break out of the unrolled loop at
 // 64 columns cost the other blocks more than it saved, P85-P87, and a branch around the fixed path's second half
-// cost the full block 3.5% at D=64, P95-P96.)
+// cost the full block about 3% at D=64, P95-P96.)
 __device__ __forceinline__ bool sparse_any(int bits) { return bits != 0; }
 
 // Online softmax in base 2: p = 2^(s*scale_log2 - m*scale_log2), one FFMA + one MUFU per score. Exponentiates
@@ -846,7 +846,7 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[kN / 2], float (&ro
 // as its offset, so its p come out 0 from the FFMA every score runs anyway: mask_sparse's 64 FSELs a block (which
 // ptxas made of its tests, and a block with every bit set paid for nothing) are left to the online blocks. A score
 // of +inf or NaN in a masked half then gives NaN instead of 0; the row sum carries it to the redo, whose online
-// softmax masks with mask_sparse.
+// softmax masks with mask_sparse. (Not in the diagnostic build without row sums, VIDATTN_DIAG_SOFTMAX=3.)
 template <int kN, bool kSumHere, bool kBits = false>
 __device__ __forceinline__ void softmax_fixed_ref(float (&sacc)[kN / 2], const float (&row_max)[2], float (&row_sum)[2],
                                                   float scale_log2, int bits = 0) {
