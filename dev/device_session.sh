@@ -240,6 +240,7 @@
 #   bash dev/device_session.sh P91 [budget_s] # the block-sparse fixed reference (LIBS_XZ, FIXED_TL): the three patches'
 #                                             # and the four's sparse_bench.py, GPU tests, timeline; the fifth
 #                                             # (sparse_fixed_ref_cols) if time allows; the tree last
+#   bash dev/device_session.sh P99 [budget_s] # after the review: the block-sparse GPU tests with the overflow test
 #   bash dev/device_session.sh P98 [budget_s] # the landed build's block-sparse GPU tests (LIBS_XZ)
 #   bash dev/device_session.sh P97 [budget_s] # the landed build: Kandinsky 6 SR at threshold 0.8, the visit probes
 #   bash dev/device_session.sh P96 [budget_s] # sparse_half_exp_fixed against the tree, alternating (A B A B), then
@@ -1322,6 +1323,17 @@ P91)
     rm -rf csrc vidattn tests docs && cp -r .build/tree_copy/* . && unset VIDATTN_SPARSE_D64_WARPGROUPS && build_lib
     sparse_bench_into p91t/tree tree $(( $(left) - 10 )) "${masks[@]}"; tar_dirs p91t
   fi
+  ;;
+P99)
+  # After the review (8fa25ec's tests; the tree's library in LIBS_XZ): the block-sparse GPU tests with the overflow
+  # test that isolates the redo of a half masked in the exponent's offset.
+  mkdir -p "$OUT/p99" "$VIDATTN_CACHE_DIR"
+  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  build_lib
+  gpu_pytest p99/gpu_sparse.log 200 gpu_sparse -rA tests/test_sparse_gpu.py tests/test_sparse.py \
+    tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
+  grep -E "overflows_only" "$OUT/p99/gpu_sparse.log" | head -4
+  tar_dirs p99
   ;;
 P98)
   # The landed build (library 7540e0da8315641c in LIBS_XZ) with the tests added in this sitting: the block-sparse GPU
