@@ -198,6 +198,35 @@ def test_a_late_key_far_above_the_fixed_reference_is_redone(d):
     check(qh, kh, vh, blocks, seed)
 
 
+def _two_row_blocks(d, needs, entry_bits, prepare):
+    """Two 64-row blocks (2 heads, 640 keys) with the key blocks `needs[r]` each, random inputs bf16 after
+    `prepare(q, k)` edits them in fp32; checks that the tile's second entry is key blocks 2-3 with these two
+    warpgroups' bits. Returns (q, k, v, blocks, seed, the block-sparse output)."""
+    g = torch.Generator(device=DEV)
+    seed = g.seed()
+    h, sq, skv = 2, 128, 640
+    qh, kh, vh = (torch.randn(1, h, n, d, device=DEV, generator=g) for n in (sq, skv, skv))
+    prepare(qh, kh)
+    qh, kh, vh = qh.bfloat16(), kh.bfloat16(), vh.bfloat16()
+    blocks = torch.zeros(1, h, 2, skv // 64, dtype=torch.bool, device=DEV)
+    for r, keys in enumerate(needs):
+        blocks[..., r, keys] = True
+    tab = sparse.tables(blocks, sparse.warpgroups(d))
+    assert int(tab.entries[0, 0, 0, 1, 0]) == 2 and int(tab.entries[0, 0, 0, 1, 1]) & 0b1111 == entry_bits, seed
+    return qh, kh, vh, blocks, seed, vidattn.attention(qh, kh, vh, layout="bhsd", block_mask=blocks)
+
+
+def _exact_rows(out, qh, kh, vh, blocks, rows, seed):
+    """The block-sparse output's `rows` are finite and the exact attention over their own blocks."""
+    keep = element_mask(blocks, qh.shape[2], kh.shape[2])[:, :, rows]
+    want, _, _ = ref64(qh[:, :, rows], kh, vh, keep, 1 / math.sqrt(qh.shape[-1]))
+    got = out[:, :, rows].double()
+    assert torch.isfinite(want).all(), f"the reference's rows, seed {seed}"
+    assert torch.isfinite(got).all(), f"non-finite rows, seed {seed}"
+    rel = float((got - want).norm() / want.norm())
+    assert rel < 1e-2, f"rel L2 {rel:.2e}, seed {seed}"
+
+
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("poison", [float("nan"), float("inf")])
 @pytest.mark.usefixtures("d64_wgs")
@@ -208,26 +237,11 @@ def test_a_non_finite_key_in_a_half_a_warpgroup_skips_stays_out_of_its_rows(d, p
     reference's do; row block 0's must be the exact attention over its own blocks. (Row block 1's non-finite sums
     send the tile to the redo whatever row block 0's pass did: the next test isolates row block 0's masked half.
     V is left finite: a masked key's p is 0, and 0 x NaN is NaN.)"""
-    g = torch.Generator(device=DEV)
-    seed = g.seed()
-    h, sq, skv = 2, 128, 640
-    qh, kh, vh = (torch.randn(1, h, n, d, device=DEV, generator=g) for n in (sq, skv, skv))
-    kh[:, :, 128:192] = poison
-    qh, kh, vh = qh.bfloat16(), kh.bfloat16(), vh.bfloat16()
-    blocks = torch.zeros(1, h, 2, skv // 64, dtype=torch.bool, device=DEV)
-    blocks[..., 0, [0, 1, 3, 5]] = True
-    blocks[..., 1, [0, 1, 2, 5]] = True
-    tab = sparse.tables(blocks, sparse.warpgroups(d))
-    assert int(tab.entries[0, 0, 0, 1, 0]) == 2 and int(tab.entries[0, 0, 0, 1, 1]) & 0b1111 == 0b0110, seed
-    out = vidattn.attention(qh, kh, vh, layout="bhsd", block_mask=blocks)
-    rows = slice(0, 64)
+    def prepare(qh, kh):
+        kh[:, :, 128:192] = poison
+    qh, kh, vh, blocks, seed, out = _two_row_blocks(d, ([0, 1, 3, 5], [0, 1, 2, 5]), 0b0110, prepare)
     assert not torch.isfinite(out[:, :, 64:]).all(), f"row block 1 sees the non-finite keys, seed {seed}"
-    keep = element_mask(blocks, sq, skv)[:, :, rows]
-    want, _, _ = ref64(qh[:, :, rows], kh, vh, keep, 1 / math.sqrt(d))
-    got = out[:, :, rows].double()
-    assert torch.isfinite(want).all() and torch.isfinite(got).all(), f"non-finite rows, seed {seed}"
-    rel = float((got - want).norm() / want.norm())
-    assert rel < 1e-2, f"rel L2 {rel:.2e}, seed {seed}"
+    _exact_rows(out, qh, kh, vh, blocks, slice(0, 64), seed)
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -238,26 +252,12 @@ def test_a_score_that_overflows_only_in_a_half_a_warpgroup_masks_is_redone(d):
     the half of the entry of blocks 2 and 3 that row block 0 computes masked (bits 0b10). On its fixed-reference pass
     that half is masked in the exponent's offset, where +inf gives NaN in the row sum; the tile must then run again
     with the exact softmax (the selects), and every row must be the exact attention over its own blocks."""
-    g = torch.Generator(device=DEV)
-    seed = g.seed()
-    h, sq, skv = 2, 128, 640
-    qh, kh, vh = (torch.randn(1, h, n, d, device=DEV, generator=g) for n in (sq, skv, skv))
-    qh[..., 0], kh[..., 0] = 0.0, 0.0
-    qh[:, :, :64, 0] = 2.0 ** 70
-    kh[:, :, 128:192, 0] = 2.0 ** 70
-    qh, kh, vh = qh.bfloat16(), kh.bfloat16(), vh.bfloat16()
-    blocks = torch.zeros(1, h, 2, skv // 64, dtype=torch.bool, device=DEV)
-    blocks[..., 0, [0, 1, 3, 5]] = True
-    blocks[..., 1, [0, 1, 2, 5]] = True
-    tab = sparse.tables(blocks, sparse.warpgroups(d))
-    assert int(tab.entries[0, 0, 0, 1, 0]) == 2 and int(tab.entries[0, 0, 0, 1, 1]) & 0b1111 == 0b0110, seed
-    out = vidattn.attention(qh, kh, vh, layout="bhsd", block_mask=blocks)
-    want, _, _ = ref64(qh, kh, vh, element_mask(blocks, sq, skv), 1 / math.sqrt(d))
-    got = out.double()
-    assert torch.isfinite(want).all(), f"the reference's rows, seed {seed}"
-    assert torch.isfinite(got).all(), f"non-finite rows, seed {seed}"
-    rel = float((got - want).norm() / want.norm())
-    assert rel < 1e-2, f"rel L2 {rel:.2e}, seed {seed}"
+    def prepare(qh, kh):
+        qh[..., 0], kh[..., 0] = 0.0, 0.0
+        qh[:, :, :64, 0] = 2.0 ** 70
+        kh[:, :, 128:192, 0] = 2.0 ** 70
+    qh, kh, vh, blocks, seed, out = _two_row_blocks(d, ([0, 1, 3, 5], [0, 1, 2, 5]), 0b0110, prepare)
+    _exact_rows(out, qh, kh, vh, blocks, slice(0, 128), seed)
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -268,22 +268,10 @@ def test_a_non_finite_key_in_the_unread_half_of_a_first_half_block_stays_out(d, 
     for both warpgroups (four steps of S and P V). Block 3's keys are non-finite and no row needs them: every row must
     be the exact attention over its own blocks. (The narrowed S never computes block 3's scores: issue_qk_block
     writes -inf past its four steps. This guards that path.)"""
-    g = torch.Generator(device=DEV)
-    seed = g.seed()
-    h, sq, skv = 2, 128, 640
-    qh, kh, vh = (torch.randn(1, h, n, d, device=DEV, generator=g) for n in (sq, skv, skv))
-    kh[:, :, 192:256] = poison
-    qh, kh, vh = qh.bfloat16(), kh.bfloat16(), vh.bfloat16()
-    blocks = torch.zeros(1, h, 2, skv // 64, dtype=torch.bool, device=DEV)
-    blocks[..., [0, 1, 2, 5]] = True
-    tab = sparse.tables(blocks, sparse.warpgroups(d))
-    assert int(tab.entries[0, 0, 0, 1, 0]) == 2 and int(tab.entries[0, 0, 0, 1, 1]) & 0b1111 == 0b0101, seed
-    out = vidattn.attention(qh, kh, vh, layout="bhsd", block_mask=blocks)
-    want, _, _ = ref64(qh, kh, vh, element_mask(blocks, sq, skv), 1 / math.sqrt(d))
-    got = out.double()
-    assert torch.isfinite(want).all() and torch.isfinite(got).all(), f"non-finite rows, seed {seed}"
-    rel = float((got - want).norm() / want.norm())
-    assert rel < 1e-2, f"rel L2 {rel:.2e}, seed {seed}"
+    def prepare(qh, kh):
+        kh[:, :, 192:256] = poison
+    qh, kh, vh, blocks, seed, out = _two_row_blocks(d, ([0, 1, 2, 5], [0, 1, 2, 5]), 0b0101, prepare)
+    _exact_rows(out, qh, kh, vh, blocks, slice(0, 128), seed)
 
 
 @pytest.mark.parametrize("d", [64, 128])
