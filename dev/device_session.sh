@@ -240,6 +240,7 @@
 #   bash dev/device_session.sh P91 [budget_s] # the block-sparse fixed reference (LIBS_XZ, FIXED_TL): the three patches'
 #                                             # and the four's sparse_bench.py, GPU tests, timeline; the fifth
 #                                             # (sparse_fixed_ref_cols) if time allows; the tree last
+#   bash dev/device_session.sh P100 [budget_s] # three warpgroups at D=64 against two on the landed build (LIBS_XZ)
 #   bash dev/device_session.sh P99 [budget_s] # after the review: the block-sparse GPU tests with the overflow test
 #   bash dev/device_session.sh P98 [budget_s] # the landed build's block-sparse GPU tests (LIBS_XZ)
 #   bash dev/device_session.sh P97 [budget_s] # the landed build: Kandinsky 6 SR at threshold 0.8, the visit probes
@@ -1323,6 +1324,19 @@ P91)
     rm -rf csrc vidattn tests docs && cp -r .build/tree_copy/* . && unset VIDATTN_SPARSE_D64_WARPGROUPS && build_lib
     sparse_bench_into p91t/tree tree $(( $(left) - 10 )) "${masks[@]}"; tar_dirs p91t
   fi
+  ;;
+P100)
+  # Three warpgroups at D=64 against two, on the build with the mask in the offsets (the library in LIBS_XZ; P92 measured
+  # them before it: band 1.27x, full 1.20x, tile3d 0.92x, scattered 0.78-0.83x): sparse_bench.py at D=64 with two, three,
+  # then two again.
+  mkdir -p "$OUT/p100" "$VIDATTN_CACHE_DIR"
+  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  read -ra masks <<< "--head-dims 64 --masks ${P100_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
+  build_lib
+  VIDATTN_SPARSE_D64_WARPGROUPS=2 sparse_bench_into p100/wg2a wg2a 90 "${masks[@]}"
+  VIDATTN_SPARSE_D64_WARPGROUPS=3 sparse_bench_into p100/wg3 wg3 90 "${masks[@]}"
+  VIDATTN_SPARSE_D64_WARPGROUPS=2 sparse_bench_into p100/wg2b wg2b 90 "${masks[@]}"
+  tar_dirs p100
   ;;
 P99)
   # After the review (8fa25ec's tests; the tree's library in LIBS_XZ): the block-sparse GPU tests with the overflow
