@@ -480,6 +480,22 @@ sparse_bench_into() {
   timeout "$t" python3 dev/probes/sparse_bench.py --out "$OUT/$dir" "$@" > "$OUT/$dir/sparse_bench_$tag.log" 2>&1
   rc[sparse_bench_$tag]=$?; tail -7 "$OUT/$dir/sparse_bench_$tag.log"
 }
+# The libraries a stage carries (LIBS_XZ, *.so.xz) into VIDATTN_CACHE_DIR, where build_lib finds them by name.
+unpack_libs() {
+  local f
+  mkdir -p "$VIDATTN_CACHE_DIR"
+  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+}
+# The tree's csrc kept aside (keep_tree_csrc), then put back, with dev/experiments/PATCH.patch applied when one is
+# named, and its library built: use_tree_csrc [PATCH]. A patch that does not apply ends the call.
+keep_tree_csrc() { rm -rf .build/tree_copy && mkdir -p .build/tree_copy && cp -r csrc .build/tree_copy/; }
+use_tree_csrc() {
+  rm -rf csrc && cp -r .build/tree_copy/csrc . || exit 2
+  if [ -n "${1:-}" ]; then
+    patch -p1 --forward < "dev/experiments/$1.patch" || { echo "$stage: $1 does not apply"; exit 2; }
+  fi
+  build_lib
+}
 # The block-sparse landing candidate (dev/NOTES.md, thirty-sixth sitting): sparse_own_softmax, sparse_d64_three_wgs and
 # sparse_no_half_exp applied to this copy, in that order, each unless present: apply_sparse_candidate [DIR].
 apply_sparse_candidate() {
@@ -1291,8 +1307,8 @@ P91)
   # on the three patches (P88's candidate), then on the four with their block-sparse GPU tests and level-1 timeline
   # (FIXED_TL, xz), then on the four with sparse_fixed_ref_cols.patch (bench, block-sparse GPU tests), then, as the
   # time left allows, on the tree. The libraries come from LIBS_XZ (xz, unpacked into VIDATTN_CACHE_DIR).
-  mkdir -p "$OUT/p91" "$VIDATTN_CACHE_DIR"
-  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  mkdir -p "$OUT/p91"
+  unpack_libs
   read -ra masks <<< "--masks ${P91_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
   rm -rf .build/tree_copy && mkdir -p .build/tree_copy && cp -r csrc vidattn tests docs .build/tree_copy/
   apply_sparse_candidate p91
@@ -1329,8 +1345,8 @@ P100)
   # Three warpgroups at D=64 against two, on the build with the mask in the offsets (the library in LIBS_XZ; P92 measured
   # them before it: band 1.27x, full 1.20x, tile3d 0.92x, scattered 0.78-0.83x): sparse_bench.py at D=64 with two, three,
   # then two again.
-  mkdir -p "$OUT/p100" "$VIDATTN_CACHE_DIR"
-  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  mkdir -p "$OUT/p100"
+  unpack_libs
   read -ra masks <<< "--head-dims 64 --masks ${P100_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
   build_lib
   VIDATTN_SPARSE_D64_WARPGROUPS=2 sparse_bench_into p100/wg2a wg2a 90 "${masks[@]}"
@@ -1341,8 +1357,8 @@ P100)
 P99)
   # After the review (8fa25ec's tests; the tree's library in LIBS_XZ): the block-sparse GPU tests with the overflow
   # test that isolates the redo of a half masked in the exponent's offset.
-  mkdir -p "$OUT/p99" "$VIDATTN_CACHE_DIR"
-  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  mkdir -p "$OUT/p99"
+  unpack_libs
   build_lib
   gpu_pytest p99/gpu_sparse.log 200 gpu_sparse -rA tests/test_sparse_gpu.py tests/test_sparse.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
@@ -1352,8 +1368,8 @@ P99)
 P98)
   # The landed build (library 7540e0da8315641c in LIBS_XZ) with the tests added in this sitting: the block-sparse GPU
   # tests and the block-mask processors' (the new tests ran only on the patches in P95).
-  mkdir -p "$OUT/p98" "$VIDATTN_CACHE_DIR"
-  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  mkdir -p "$OUT/p98"
+  unpack_libs
   build_lib
   gpu_pytest p98/gpu_sparse.log 200 gpu_sparse tests/test_sparse_gpu.py tests/test_sparse.py \
     tests/test_processors_kandinsky_nabla.py tests/test_backend_block_mask.py
@@ -1363,8 +1379,8 @@ P97)
   # The landed build (5451fb1's kernels, library 7540e0da8315641c in LIBS_XZ): Kandinsky 6 SR's forward at the
   # checkpoint's NABLA threshold (0.8; P96 ran 0.5 on it), then the visit probes at D=64 (P94 ran them on the build
   # before).
-  mkdir -p "$OUT/p97" "$VIDATTN_CACHE_DIR"
-  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  mkdir -p "$OUT/p97"
+  unpack_libs
   build_lib
   timeout 200 python3 dev/probes/k6sr_forward.py --out "$OUT/p97/tree_t08" --rounds 4 \
     > "$OUT/p97/k6sr_tree_t08.log" 2>&1; rc[k6sr_t08]=$?; tail -4 "$OUT/p97/k6sr_tree_t08.log"
@@ -1375,16 +1391,12 @@ P96)
   # dev/NOTES.md "Call P95: outcome": sparse_half_exp_fixed.patch against the tree (5451fb1) again, alternating four
   # runs (tree, var1, tree, var1; libraries in LIBS_XZ), so that the full and band rows' -3% can be told from the
   # run-to-run spread; then, as time allows, Kandinsky 6 SR's forward at NABLA threshold 0.5 on var1 and on the tree.
-  mkdir -p "$OUT/p96" "$VIDATTN_CACHE_DIR"
-  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  mkdir -p "$OUT/p96"
+  unpack_libs
   read -ra masks <<< "--masks ${P96_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
-  rm -rf .build/tree_copy && mkdir -p .build/tree_copy && cp -r csrc .build/tree_copy/
+  keep_tree_csrc
   for run in tree1 var1 tree2 var2; do
-    rm -rf csrc && cp -r .build/tree_copy/csrc . || exit 2
-    if [ "${run#var}" != "$run" ]; then
-      patch -p1 --forward < dev/experiments/sparse_half_exp_fixed.patch || { echo "P96: the patch does not apply"; exit 2; }
-    fi
-    build_lib
+    if [ "${run#var}" != "$run" ]; then use_tree_csrc sparse_half_exp_fixed; else use_tree_csrc; fi
     sparse_bench_into "p96/$run" "$run" 120 "${masks[@]}"
   done
   tar_dirs p96
@@ -1392,7 +1404,7 @@ P96)
     mkdir -p "$OUT/p96k"
     timeout 150 python3 dev/probes/k6sr_forward.py --out "$OUT/p96k/var_t05" --rounds 4 --threshold 0.5 \
       > "$OUT/p96k/k6sr_var_t05.log" 2>&1; rc[k6sr_var]=$?; tail -3 "$OUT/p96k/k6sr_var_t05.log"
-    rm -rf csrc && cp -r .build/tree_copy/csrc . && build_lib
+    use_tree_csrc
     timeout $(( $(left) - 10 )) python3 dev/probes/k6sr_forward.py --out "$OUT/p96k/tree_t05" --rounds 4 --threshold 0.5 \
       > "$OUT/p96k/k6sr_tree_t05.log" 2>&1; rc[k6sr_tree]=$?; tail -3 "$OUT/p96k/k6sr_tree_t05.log"
     tar_dirs p96k
@@ -1405,16 +1417,14 @@ P95)
   # late start; each to 5451fb1, their libraries in LIBS_XZ): each one's block-sparse GPU tests, sparse_bench.py and the
   # visit probes at D=64; the tree again (A B C A); then the tree's sanitizer cases (the landing's), and the last
   # variant's as time allows.
-  mkdir -p "$OUT/p95" "$VIDATTN_CACHE_DIR"
-  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  mkdir -p "$OUT/p95"
+  unpack_libs
   read -ra masks <<< "--masks ${P95_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
-  rm -rf .build/tree_copy && mkdir -p .build/tree_copy && cp -r csrc .build/tree_copy/
+  keep_tree_csrc
   build_lib
   sparse_bench_into p95/tree1 tree1 120 "${masks[@]}"
   for v in var1:sparse_half_exp_fixed var2:sparse_own_late; do
-    rm -rf csrc && cp -r .build/tree_copy/csrc . || exit 2
-    patch -p1 --forward < "dev/experiments/${v#*:}.patch" || { echo "P95: ${v#*:} does not apply"; exit 2; }
-    build_lib
+    use_tree_csrc "${v#*:}"
     gpu_pytest "p95/gpu_sparse_${v%%:*}.log" 100 "gpu_sparse_${v%%:*}" tests/test_sparse_gpu.py tests/test_sparse.py
     sparse_bench_into "p95/${v%%:*}" "${v%%:*}" 120 "${masks[@]}"
     sparse_bench_into "p95/${v%%:*}_probes" "${v%%:*}_probes" 90 --head-dims 64 --masks full halves rows checker \
@@ -1422,7 +1432,7 @@ P95)
   done
   tar_dirs p95
   if [ "$(left)" -gt 90 ]; then  # the tree again, then its sanitizer cases
-    rm -rf csrc && cp -r .build/tree_copy/csrc . && build_lib
+    use_tree_csrc
     sparse_bench_into p95t/tree2 tree2 120 "${masks[@]}"
     mkdir -p "$OUT/p95t/sanitize_tree"; sparse_sanitize p95t/sanitize_tree; tar_dirs p95t
   fi
@@ -1436,8 +1446,8 @@ P94)
   # on the tree, then dev/experiments/sparse_mask_in_offsets.patch applied (its library 150362a19e8a33cb in LIBS_XZ with
   # the tree's 69383bcfe65e0485): its block-sparse GPU tests, sparse_bench.py, then the tree's bench again (A B A);
   # then, as time allows, sparse_bench's visit probes on the tree at D=64 (dev/NOTES.md "What a visit costs").
-  mkdir -p "$OUT/p94" "$VIDATTN_CACHE_DIR"
-  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  mkdir -p "$OUT/p94"
+  unpack_libs
   read -ra masks <<< "--masks ${P94_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
   rm -rf .build/tree_copy && mkdir -p .build/tree_copy && cp -r csrc tests .build/tree_copy/
   build_lib
@@ -1461,8 +1471,8 @@ P93)
   # its builds now (memcheck every case, racecheck the small set; the three-warpgroup build with the fixed reference
   # has not run under a sanitizer), then, as time allows, P84's Kandinsky 6 SR forward at the checkpoint's threshold.
   # The library (69383bcfe65e0485) comes from LIBS_XZ.
-  mkdir -p "$OUT/p93" "$VIDATTN_CACHE_DIR"
-  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  mkdir -p "$OUT/p93"
+  unpack_libs
   build_lib
   sparse_sanitize p93
   tar_dirs p93
@@ -1478,8 +1488,8 @@ P92)
   # carried; csrc the four patches, library 69383bcfe65e0485 in LIBS_XZ): sparse_bench.py at D=64 with two
   # warpgroups; its block-sparse GPU tests (the dense suite's max bound now); the tree (its library in LIBS_XZ) at
   # D=64; then, as time allows, land-sparse2's sanitizer cases at two warpgroups and its D=64 bench at three again.
-  mkdir -p "$OUT/p92" "$VIDATTN_CACHE_DIR"
-  for f in "$LIBS_XZ"/*.xz; do xz -dc "$f" > "$VIDATTN_CACHE_DIR/$(basename "$f" .xz)"; done
+  mkdir -p "$OUT/p92"
+  unpack_libs
   read -ra masks <<< "--masks ${P92_MASKS:-scattered band tile3d full} --rounds 4 --budget-s 3"
   rm -rf .build/tree_copy && mkdir -p .build/tree_copy && cp -r csrc vidattn tests .build/tree_copy/
   rm -rf csrc vidattn tests && cp -r "$LAND_DIR"/csrc "$LAND_DIR"/vidattn "$LAND_DIR"/tests .
