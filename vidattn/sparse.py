@@ -10,7 +10,7 @@ The kernel (csrc/sm90/flash_fwd.cuh, kSparse) runs tiles of 128 query rows (192 
 warpgroups: `D64_WARPGROUPS`) and key blocks of 128 keys. Each tile gets the list of the 128-key blocks any of its
 64 x 64 blocks needs, with two bits per 64-row block for which of the key block's 64-key halves it computes (the
 others are masked); a block only the second half of which is needed starts 64 keys later, so that the needed half
-comes first, where the kernel runs a half block at half the cost. `tables` builds that list from the block mask with
+comes first, where the kernel runs a half block at half the tensor work. `tables` builds that list from the block mask with
 torch ops (traceable by torch.compile); rows that see no key get O = 0 and LSE -inf, as flex_attention gives them.
 """
 from __future__ import annotations
@@ -123,14 +123,14 @@ def tables(blocks: torch.Tensor, wgs: int = 2) -> Tables:
     padded[:, :, :nq, :nk] = blocks.to(torch.int32)
     r = padded.view(b, h, t, wgs, kn, 2)
     # bit 2 w + c: the tile's w-th 64 rows see the key block's c-th 64 keys
-    bits = r[:, :, :, 0, :, 0] | (r[:, :, :, 0, :, 1] << 1)
-    for w in range(1, wgs):
+    bits = torch.zeros_like(r[:, :, :, 0, :, 0])
+    for w in range(wgs):
         bits = bits | (r[:, :, :, w, :, 0] << (2 * w)) | (r[:, :, :, w, :, 1] << (2 * w + 1))
     used = bits != 0
     count = used.sum(-1, dtype=torch.int32)
     # A block whose first 64 keys no row of the tile sees starts 64 keys later instead: its keys then are the first
-    # half's, for which the kernel runs half the tensor work and half the exponentials (its second half, the next
-    # block's first, is masked by the bits). Entries count first keys in 64s.
+    # half's, for which the kernel runs half the tensor work (its exponentials still cover the whole block; its
+    # second half, the next block's first, is masked by the bits). Entries count first keys in 64s.
     first_halves = sum(1 << (2 * w) for w in range(wgs))  # bit 2 w of each warpgroup w
     late = used & ((bits & first_halves) == 0)
     first = 2 * torch.arange(kn, dtype=torch.int32, device=blocks.device) + late.to(torch.int32)
