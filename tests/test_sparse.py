@@ -164,33 +164,33 @@ def _kernel_walk(q, k, v, tab, scale, wgs=2, fixed=False):
                         rest = -(-(skv - kv0) // 16)  # block_steps: a partial block narrows to at most 5 steps
                         own = 8 if kv0 + 128 <= skv or rest > 5 else rest
                         steps = 1 if mine == 0 else min(own, 4) if mine == 1 else own
-                        cols = 0 if mine == 0 else 128
                         s = torch.full((r1 - r0, 128), float("nan"), dtype=torch.float64)
                         s[:, :16 * steps] = qr @ kp[bi, hi, kv0:kv0 + 16 * steps].T
-                        if fixed and ref_set:
+                        on_ref = fixed and ref_set  # (a block after this warpgroup's first with a key)
+                        if on_ref:
                             s[:, 16 * steps:] = float("-inf")  # issue_qk_block's fill past a narrowed S
-                            if kv0 + 128 > skv:  # mask_keys
-                                s[:, max(0, skv - kv0):] = float("-inf")
+                        else:
+                            for c in range(2):  # mask_sparse
+                                if not (mine >> c) & 1:
+                                    s[:, 64 * c:64 * c + 64] = float("-inf")
+                        if kv0 + 128 > skv:  # mask_keys
+                            s[:, max(0, skv - kv0):] = float("-inf")
+                        if on_ref:  # softmax_fixed_ref: a clear bit's half masked by its offset
                             off = torch.tensor([0.0 if (mine >> c) & 1 else float("inf") for c in range(2)],
                                                dtype=torch.float64).repeat_interleave(64)
                             p = torch.exp2(s * sl2 - m[:, None] * sl2 - off[None, :])
                             l = l + p.sum(-1)
                             o = o + p[:, :16 * steps] @ vp[bi, hi, kv0:kv0 + 16 * steps]
                             continue
-                        for c in range(2):  # mask_sparse
-                            if not (mine >> c) & 1:
-                                s[:, 64 * c:64 * c + 64] = float("-inf")
-                        if kv0 + 128 > skv:  # mask_keys
-                            s[:, max(0, skv - kv0):] = float("-inf")
                         mx = torch.maximum(s.amax(-1), m)
                         ref = torch.where(torch.isinf(mx), torch.zeros_like(mx), mx)
                         alpha = torch.exp2((m - ref) * sl2)
-                        p = s.clone()
-                        if cols == 0:
-                            p[:, :16] = 0.0
+                        if mine == 0:  # online_softmax without `any`: no exponentials, P = 0 for the one step
+                            p = torch.zeros_like(s)
+                            l = l * alpha
                         else:
-                            p[:, :cols] = torch.exp2(s[:, :cols] * sl2 - ref[:, None] * sl2)
-                        l = l * alpha + p[:, :cols].sum(-1)
+                            p = torch.exp2(s * sl2 - ref[:, None] * sl2)
+                            l = l * alpha + p.sum(-1)
                         o = o * alpha[:, None] + p[:, :16 * steps] @ vp[bi, hi, kv0:kv0 + 16 * steps]
                         m = mx
                         ref_set = ref_set or mine != 0
