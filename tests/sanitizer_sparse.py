@@ -4,8 +4,9 @@ does for the dense kernel: no pytest, exit 0 only if every output is right.
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 \\
         python3 tests/sanitizer_sparse.py [--small]
 
-Cases: both head dims (D=64 on both of its builds), an odd query length (a partial tile) and an odd key length (a partial key block listed in
-the middle of a tile's list), tiles and block rows with no key, grouped K/V, several tiles per CTA, fp16. The
+Cases: both head dims (D=64 on both of its builds), an odd query length (a partial tile) and an odd key length (a
+partial key block listed in the middle of a tile's list), tiles and block rows with no key, grouped K/V, several
+tiles per CTA, fp16. The
 reference is computed in float64 on the CPU. Exit codes: 0 all right, 1 a wrong result, 2 no usable GPU or the
 kernel did not run."""
 from __future__ import annotations

@@ -10,8 +10,9 @@ The kernel (csrc/sm90/flash_fwd.cuh, kSparse) runs tiles of 128 query rows (192 
 warpgroups: `D64_WARPGROUPS`) and key blocks of 128 keys. Each tile gets the list of the 128-key blocks any of its
 64 x 64 blocks needs, with two bits per 64-row block for which of the key block's 64-key halves it computes (the
 others are masked); a block only the second half of which is needed starts 64 keys later, so that the needed half
-comes first, where the kernel runs a half block at half the tensor work. `tables` builds that list from the block mask with
-torch ops (traceable by torch.compile); rows that see no key get O = 0 and LSE -inf, as flex_attention gives them.
+comes first, where the kernel runs a half block at half the tensor work. `tables` builds that list from the block
+mask with torch ops (traceable by torch.compile); rows that see no key get O = 0 and LSE -inf, as flex_attention gives
+them.
 """
 from __future__ import annotations
 

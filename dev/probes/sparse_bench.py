@@ -243,7 +243,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=40.0, help="per shape and density, for the rounds")
     ap.add_argument("--head-dims", type=int, nargs="+", help="only the shapes of these head dims")
     ap.add_argument("--masks", nargs="+", choices=MASK_KINDS, help="only the masks of these kinds (default: every "
-                    "kind of MASKS; \"full\", every block kept, and the visit probes halves, rows and checker only when named)")
+                    "kind of MASKS; \"full\", every block kept, and the visit probes halves, rows and checker only "
+                    "when named)")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--once", nargs=2, metavar=("HEAD_DIM", "MASK"), help="only a few calls, for a profiler (MASK: a "
                     "kind of MASKS, full, a visit probe, or dense)")
