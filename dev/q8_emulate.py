@@ -14,6 +14,7 @@ against; row_mass_run draws the tests' kv_lens case many times.
     python3 dev/q8_emulate.py --row-mass 300   # the kv_lens V = ones case, 300 draws: max |o - 1| and against the bound
     python3 dev/q8_emulate.py --lin            # a share of P's e4m3 codes by the linear bit trick (no MUFU): its error
     python3 dev/q8_emulate.py --pv-u8          # u8 P x s8 V on the integer tensor cores: its error, and a sink case
+    python3 dev/q8_emulate.py --qk-e4m3        # Q and K in e4m3 instead of INT8: its error
 """
 import argparse
 import math
@@ -73,8 +74,14 @@ def lin_e4m3(x, c=-0.5):
     return torch.where(e > 0, torch.exp2(e - 7) * (1 + m / 8), 2.0 ** -6 * m / 8)
 
 
+def e4m3_scaled(x, amax):
+    """x in e4m3 with its amax at 448 (e4m3's largest): the value each element's code stands for."""
+    scale = torch.where(amax > 0, amax / 448, torch.ones_like(amax))
+    return (x / scale).to(torch.float8_e4m3fn).to(torch.float64) * scale
+
+
 def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, stats=None, lin_share=0.0,
-            lin_c=-0.5, pv="e4m3"):
+            lin_c=-0.5, pv="e4m3", qk="int8"):
     """q, k, v: (H, S, D) float64 (v may have another width than q and k). Returns (H, Sq, Dv) float64.
 
     kv_len: keys past it are masked (None: all). sums: "p" row-sum mode 0 (fp32 sums of the unrounded p), "p8" mode 1
@@ -95,19 +102,29 @@ def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, 
 
     pv="u8s8" (a design, dev/NOTES_8bit.md "P as u8 and V as s8"): P V on the integer tensor cores, P rounded to an
     integer in [0, 255] (linear, no exponent) and V symmetric INT8 per channel (amax / 127), the row sums those
-    integers' (exact); lazy, lin_share and sums do not apply."""
+    integers' (exact); lazy, lin_share and sums do not apply.
+
+    qk="e4m3" (a design, dev/NOTES_8bit.md "S from an e4m3 Q K^T"): Q and the smoothed K in e4m3 at the INT8 path's
+    granularity (a scale per row of Q, per (128-key block, group) of K, each amax at 448) instead of INT8."""
     if pv not in ("e4m3", "u8s8"):
         raise ValueError(f"pv is 'e4m3' or 'u8s8', got {pv!r}")
+    if qk not in ("int8", "e4m3"):
+        raise ValueError(f"qk is 'int8' or 'e4m3', got {qk!r}")
     h, sq, d = q.shape
     n = k.shape[1] if kv_len is None else kv_len
     k, v = k[:, :n], v[:, :n]
-    q8, qs = quant_int8(q, q.abs().amax(-1, keepdim=True))
     ks = k - k.mean(1, keepdim=True)
     pad = (-n) % block
     ksp = torch.cat([ks, ks.new_zeros(h, pad, d)], 1).view(h, -1, block // 8, 4, 2, d)  # (.., i, group, pair, d)
     amax = ksp.abs().amax(dim=(2, 4, 5), keepdim=True)
-    k8, kscale = quant_int8(ksp, amax)
-    kdq = (k8 * kscale).view(h, -1, d)[:, :n]
+    if qk == "e4m3":
+        qdq = e4m3_scaled(q, q.abs().amax(-1, keepdim=True))
+        kdq = e4m3_scaled(ksp, amax).view(h, -1, d)[:, :n]
+    else:
+        q8, qs = quant_int8(q, q.abs().amax(-1, keepdim=True))
+        qdq = q8 * qs
+        k8, kscale = quant_int8(ksp, amax)
+        kdq = (k8 * kscale).view(h, -1, d)[:, :n]
     vamax = v.abs().amax(1, keepdim=True)
     if pv == "u8s8":
         vs = torch.where(vamax > 0, vamax / 127, torch.ones_like(vamax))
@@ -115,7 +132,7 @@ def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, 
     else:
         vs = torch.where(vamax > 0, vamax / 448, torch.ones_like(vamax))
         v8 = (v / vs).to(torch.float8_e4m3fn).to(torch.float64) * vs
-    s = (q8 * qs) @ kdq.transpose(-1, -2) * scale * math.log2(math.e)
+    s = qdq @ kdq.transpose(-1, -2) * scale * math.log2(math.e)
     o = q.new_zeros(h, sq, v.shape[-1])
     m = q.new_full((h, sq, 1), -math.inf)
     l = q.new_zeros(h, sq, 1)
@@ -390,6 +407,17 @@ def _pv_report():
               flush=True)
 
 
+def _qk_report():
+    """Q and K in e4m3 (the operands an f16-accumulating S would need) against the present INT8 Q K^T: the accuracy
+    cases, at both head dims."""
+    print("S from Q K^T: INT8 (now) against e4m3 at the same granularity (rel L2 against fp64)")
+    for d in (128, 64):
+        for name, q, k, v, s in lazy_cases(d=d):
+            r = ref(q, k, v, s)
+            print(f"D{d} {name:13s} int8 {rel(emulate(q, k, v, s), r):.3e}  e4m3 "
+                  f"{rel(emulate(q, k, v, s, qk='e4m3'), r):.3e}", flush=True)
+
+
 def _lin_report():
     """The linear bit trick for a share of P's codes (lin_e4m3): relative L2 against fp64 on the accuracy cases, by
     share and offset, beside the emulation of the present arithmetic."""
@@ -410,7 +438,11 @@ if __name__ == "__main__":
     ap.add_argument("--sums", action="store_true", help="v13: row sums of P as rounded vs fp32 sums of p")
     ap.add_argument("--lin", action="store_true", help="a share of P's codes by the linear bit trick: its error")
     ap.add_argument("--pv-u8", action="store_true", help="u8 P x s8 V against the present e4m3 P V")
+    ap.add_argument("--qk-e4m3", action="store_true", help="Q and K in e4m3 against the present INT8 Q K^T")
     args = ap.parse_args()
+    if args.qk_e4m3:
+        _qk_report()
+        raise SystemExit
     if args.pv_u8:
         _pv_report()
         raise SystemExit

@@ -1,13 +1,16 @@
-"""Two 8-bit designs dev/q8_emulate.py evaluates on the CPU, neither the kernel's arithmetic (dev/NOTES_8bit.md, "P's
-codes without MUFU" and "P as u8 and V as s8"). The checks that their numbers mean what the notes say.
+"""Three 8-bit designs dev/q8_emulate.py evaluates on the CPU, none the kernel's arithmetic (dev/NOTES_8bit.md, "P's
+codes without MUFU", "P as u8 and V as s8" and "S from an e4m3 Q K^T"). The checks that their numbers mean what the
+notes say.
 - The linear bit trick for P's e4m3 codes (lin_e4m3, emulate's lin_share): exact at powers of two, the piecewise-linear
   1 + f inside a binade, share 0 the present emulation bit for bit, and the error it adds on the plain case.
-- u8 P x s8 V (emulate's pv="u8s8"): half the error on the plain case, and lost where small weights sit under a sink."""
+- u8 P x s8 V (emulate's pv="u8s8"): half the error on the plain case, and lost where small weights sit under a sink.
+- Q and K in e4m3 (emulate's qk="e4m3"): the INT8 default unchanged, and the error e4m3 operands add to S."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import pytest
 import torch
 from _support import load_script
 
@@ -55,3 +58,19 @@ def test_u8_p_s8_v_halves_the_plain_error_and_drops_small_weights_under_a_sink()
     r = emu.ref(q, k, v, sc)
     assert emu.rel(emu.emulate(q, k, v, sc), r) < 0.05  # e4m3 keeps the small weights (its exponent)
     assert emu.rel(emu.emulate(q, k, v, sc, pv="u8s8"), r) > 0.2  # u8 rounds every one of them to 0
+
+
+def test_e4m3_q_and_k_cost_more_than_the_accuracy_bar_allows():
+    name, q, k, v, sc = emu.lazy_cases(n=512)[0]
+    base = emu.emulate(q, k, v, sc)
+    assert torch.equal(emu.emulate(q, k, v, sc, qk="int8"), base)  # the default is the kernel's INT8 Q K^T
+    with pytest.raises(ValueError):
+        emu.emulate(q, k, v, sc, qk="e5m2")
+    for d in (128, 64):
+        cases = {c[0]: c[1:] for c in emu.lazy_cases(d=d, n=512)}
+        for case, factor in (("plain", 1.3), ("sharpened x4", 2.0)):
+            q, k, v, sc = cases[case]
+            r = emu.ref(q, k, v, sc)
+            # e4m3's 3 mantissa bits on both operands of every score: 1.4x the plain error, 2.4-2.6x a sharpened row's
+            # (the score's error scales with the score), where the issue's bar allows none
+            assert emu.rel(emu.emulate(q, k, v, sc, qk="e4m3"), r) > factor * emu.rel(emu.emulate(q, k, v, sc), r)
