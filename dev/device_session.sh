@@ -240,6 +240,9 @@
 #   bash dev/device_session.sh P91 [budget_s] # the block-sparse fixed reference (LIBS_XZ, FIXED_TL): the three patches'
 #                                             # and the four's sparse_bench.py, GPU tests, timeline; the fifth
 #                                             # (sparse_fixed_ref_cols) if time allows; the tree last
+#   bash dev/device_session.sh P101 [budget_s] # the fortieth sitting's record of the final tree (LIBS_XZ): the
+#                                             # whole GPU suite while the anchors compile
+#   bash dev/device_session.sh P101b [budget_s] # on the warm machine after P101: every anchors group
 #   bash dev/device_session.sh P100 [budget_s] # three warpgroups at D=64 against two on the landed build (LIBS_XZ)
 #   bash dev/device_session.sh P99 [budget_s] # after the review: the block-sparse GPU tests with the overflow test
 #   bash dev/device_session.sh P98 [budget_s] # the landed build's block-sparse GPU tests (LIBS_XZ)
@@ -1340,6 +1343,34 @@ P91)
     rm -rf csrc vidattn tests docs && cp -r .build/tree_copy/* . && unset VIDATTN_SPARSE_D64_WARPGROUPS && build_lib
     sparse_bench_into p91t/tree tree $(( $(left) - 10 )) "${masks[@]}"; tar_dirs p91t
   fi
+  ;;
+P101)
+  # The fortieth sitting's record of the final tree (dev/NOTES.md "Fortieth sitting"), P74's in two calls since the
+  # suite outgrew one: main's library from LIBS_XZ, the whole GPU suite while FA3 and SageAttention2 compile.
+  unpack_libs
+  anchors_ready
+  start_anchor_build $(( budget - 150 ))
+  build_lib
+  mkdir -p "$OUT/p101"
+  gpu_pytest p101/gpu_all.log $(( $(left) - 60 )) gpu_all -m gpu tests/
+  await_anchor_build 20
+  bash dev/device_anchors.sh check > "$OUT/p101/anchors_check.json" 2>&1
+  cp "$OUT/anchors_build.log" "$OUT/p101/" 2>/dev/null
+  tar_dirs p101
+  ;;
+P101b)
+  # After P101 on the same machine (its anchors built in /tmp): issue 24's and 26's tables in the anchors' harness,
+  # every group, FA3 (bf16 and FP8), SageAttention2 and cuDNN in the same process.
+  unpack_libs
+  build_lib
+  source /tmp/anchors/env.sh 2>/dev/null || anchors_ready
+  mkdir -p "$OUT/p101b"
+  bash dev/device_anchors.sh check > "$OUT/p101b/anchors_check.json" 2>&1
+  timeout $(( $(left) - 10 )) python3 scripts/bench_anchors.py --group all --rounds 3 \
+    --budget-s $(( $(left) - 40 )) --out "$OUT/p101b/anchors.json" > "$OUT/p101b/anchors_bench.log" 2>&1
+  rc[anchors_bench]=$?
+  tail -45 "$OUT/p101b/anchors_bench.log"
+  tar_dirs p101b
   ;;
 P100)
   # Three warpgroups at D=64 against two, on the build with the mask in the offsets (the library in LIBS_XZ; P92 measured
