@@ -240,6 +240,8 @@
 #   bash dev/device_session.sh P91 [budget_s] # the block-sparse fixed reference (LIBS_XZ, FIXED_TL): the three patches'
 #                                             # and the four's sparse_bench.py, GPU tests, timeline; the fifth
 #                                             # (sparse_fixed_ref_cols) if time allows; the tree last
+#   bash dev/device_session.sh P101e [budget_s] # after P101b's short rounds: the causal rows and D=256 1K in 8
+#                                             # rounds a path, cuDNN, FA3 and vidattn (LIBS_XZ)
 #   bash dev/device_session.sh P101 [budget_s] # the fortieth sitting's record of the final tree (LIBS_XZ): the
 #                                             # whole GPU suite while the anchors compile
 #   bash dev/device_session.sh P101b [budget_s] # on the warm machine after P101: every anchors group
@@ -1357,6 +1359,24 @@ P101)
   bash dev/device_anchors.sh check > "$OUT/p101/anchors_check.json" 2>&1
   cp "$OUT/anchors_build.log" "$OUT/p101/" 2>/dev/null
   tar_dirs p101
+  ;;
+P101e)
+  # After P101b (dev/NOTES.md "Fortieth sitting"): its 3 rounds a path read the exact kernel 3-10% low on rows that 8
+  # rounds put back where they were (Wan 1.3B, LTX), so the rows it left under FA3 that were not rerun (causal at 32K,
+  # D=256 at 1K) in 8 rounds, FA3 compiled in the call.
+  unpack_libs
+  anchors_ready
+  start_anchor_build $(( budget - 150 ))
+  build_lib
+  mkdir -p "$OUT/p101e"
+  await_anchor_build 120
+  timeout $(( $(left) - 10 )) python3 scripts/bench_anchors.py --group causal,headdims --shapes "causal 8K D128" \
+    "causal 32K D128" "causal 8K D64" "causal 32K D64" "causal 8K D192" "causal 32K D192" "causal 8K D256" \
+    "causal 32K D256" "D256 1K" --impls cudnn,fa3,vidattn --rounds 8 --no-accuracy --budget-s $(( $(left) - 40 )) \
+    --out "$OUT/p101e/anchors.json" > "$OUT/p101e/anchors_bench.log" 2>&1
+  rc[anchors_bench]=$?
+  tail -12 "$OUT/p101e/anchors_bench.log"
+  tar_dirs p101e
   ;;
 P101b)
   # After P101 on the same machine (its anchors built in /tmp): issue 24's and 26's tables in the anchors' harness,
