@@ -740,6 +740,25 @@ def test_clock_ab_verdict_refuses(tmp_path):
         probe.main([str(tmp_path), "--ref", "base:a", "--cand", "q4u:x", "--shapes", "s"])
 
 
+def test_sparse_visits_counts_what_each_design_visits():
+    """dev/probes/sparse_visits.py: on the visit probes' masks (every entry one kind of visit) and a full mask, the
+    counts are the ones the layouts imply; and on a scattered mask per-warpgroup lists visit fewer blocks."""
+    sv = _load("sparse_visits")
+    sb = _load("sparse_bench")
+    n = 30  # 64-row blocks: 15 tiles of two, 15 128-key blocks
+    full = sv.visits(sb.nabla_like(1, 1, 64 * n, 1.0, "cpu", kind="full"))
+    assert full == {"entries": 15 * 15, "busy": 2 * 15 * 15, "empty": 0, "now": 2 * 15 * 15, "own": 2 * 15 * 15,
+                    "own64": n * n}
+    rows = sv.visits(sb.nabla_like(1, 1, 64 * n, None, "cpu", kind="rows"))  # warpgroup 0 every key, 1 none
+    assert rows["entries"] == 15 * 15 and rows["busy"] == rows["empty"] == 15 * 15 and rows["own"] == 15 * 15
+    assert rows["now"] == pytest.approx(15 * 15 * (1 + sv.EMPTY_VISIT))
+    halves = sv.visits(sb.nabla_like(1, 1, 64 * n, None, "cpu", kind="halves"))  # both the first half of each
+    assert halves["busy"] == 2 * 15 * 15 and halves["empty"] == 0 and halves["own64"] == n * n // 2
+    scattered = sv.visits(sb.nabla_like(1, 1, 64 * 256, 0.1, "cpu"))
+    assert scattered["empty"] > 0 and scattered["own"] < scattered["now"] < 2 * scattered["entries"]
+    assert 0.7 < sv.EMPTY_VISIT < 0.75  # the "rows" probe's 0.862 of a full mask's time
+
+
 def test_sparse_bench_masks_and_table():
     """dev/probes/sparse_bench.py: its masks keep what they say (a band alone; a band plus random far blocks), and
     the table reads its rows."""
