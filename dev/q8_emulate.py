@@ -117,21 +117,21 @@ def emulate(q, k, v, scale, block=128, kv_len=None, sums="p", bug=None, lazy=0, 
     pad = (-n) % block
     ksp = torch.cat([ks, ks.new_zeros(h, pad, d)], 1).view(h, -1, block // 8, 4, 2, d)  # (.., i, group, pair, d)
     amax = ksp.abs().amax(dim=(2, 4, 5), keepdim=True)
+    qamax = q.abs().amax(-1, keepdim=True)
     if qk == "e4m3":
-        qdq = e4m3_scaled(q, q.abs().amax(-1, keepdim=True))
+        qdq = e4m3_scaled(q, qamax)
         kdq = e4m3_scaled(ksp, amax).view(h, -1, d)[:, :n]
     else:
-        q8, qs = quant_int8(q, q.abs().amax(-1, keepdim=True))
+        q8, qs = quant_int8(q, qamax)
         qdq = q8 * qs
         k8, kscale = quant_int8(ksp, amax)
         kdq = (k8 * kscale).view(h, -1, d)[:, :n]
     vamax = v.abs().amax(1, keepdim=True)
     if pv == "u8s8":
-        vs = torch.where(vamax > 0, vamax / 127, torch.ones_like(vamax))
-        v8 = torch.round(v / vs).clamp(-127, 127) * vs
+        vq, vs = quant_int8(v, vamax)
+        v8 = vq * vs
     else:
-        vs = torch.where(vamax > 0, vamax / 448, torch.ones_like(vamax))
-        v8 = (v / vs).to(torch.float8_e4m3fn).to(torch.float64) * vs
+        v8 = e4m3_scaled(v, vamax)
     s = qdq @ kdq.transpose(-1, -2) * scale * math.log2(math.e)
     o = q.new_zeros(h, sq, v.shape[-1])
     m = q.new_full((h, sq, 1), -math.inf)
